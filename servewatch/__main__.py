@@ -1,0 +1,3 @@
+from servewatch.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The `servewatch` command: a root parser and one module per subcommand in servewatch.commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from servewatch import __version__
+from servewatch.errors import ServewatchError
+
+# Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
+# `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
+COMMANDS = ("inspect", "sim", "load", "watch", "verify", "summarize", "demo", "lab")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="servewatch",
+        description="Flight recorder, doctor and watchdog for vLLM and SGLang servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"servewatch {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"servewatch.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"servewatch.commands.{name}":
+                continue  # command not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ServewatchError as exc:
+        print(f"servewatch {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"servewatch {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

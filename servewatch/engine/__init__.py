@@ -1,0 +1,1 @@
+"""The canonical engine picture, whatever the engine."""

@@ -1,0 +1,51 @@
+"""One canonical view of an engine's state, produced by a dialect from one scrape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Canonical histogram keys. A dialect maps its families onto these.
+HISTOGRAM_KINDS = ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A cumulative Prometheus histogram for one label set.
+
+    `edges` are the finite upper bounds, ascending; `cumulative[i]` is the count of observations
+    <= edges[i]; `count` includes the +Inf bucket.
+    """
+
+    edges: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    count: float
+    sum: float
+
+
+@dataclass(slots=True)
+class Counters:
+    """Monotonic counters (None when the engine does not expose them)."""
+
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    preemptions: float | None = None          # vLLM preemptions / SGLang retractions
+    steps: float | None = None                # engine iterations (vllm:iteration_tokens_total_count)
+    finished: dict[str, float] = field(default_factory=dict)  # by finish reason
+
+
+@dataclass(slots=True)
+class EngineState:
+    """One engine (model x engine index / rank) as seen in one scrape."""
+
+    dialect: str                               # "vllm" | "sglang"
+    generation: str                            # name generation, e.g. "vllm-0.32", "vllm-0.11", "sglang-0.5.23"
+    labels: dict[str, str]                     # identifying labels (model_name, engine / tp_rank, ...)
+    running: float | None = None
+    waiting: float | None = None
+    waiting_by_reason: dict[str, float] = field(default_factory=dict)
+    slot_limit: int | None = None              # max_num_seqs / max_running_requests when knowable
+    kv_usage: float | None = None              # fraction 0..1
+    kv_used_tokens: float | None = None
+    kv_total_tokens: float | None = None
+    counters: Counters = field(default_factory=Counters)
+    histograms: dict[str, Histogram] = field(default_factory=dict)  # keys from HISTOGRAM_KINDS

@@ -1,0 +1,89 @@
+"""Typed samples: what each source contributes to the timeline.
+
+Every sample carries `t`, the wall-clock time (epoch seconds) at which the answer *arrived*, not when
+it was asked for (a saturated server can take seconds to answer a scrape). A source that fails
+produces a sample with `error` set (a short class such as "connect", "timeout", "http_503",
+"too_large", "parse", "no_such_process", "unavailable") instead of raising.
+
+Samples hold only aggregate, allow-listed fields: never prompts, completions, token ids, request
+ids, headers, URL query strings, paths, environment or command lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servewatch.engine.state import EngineState
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSample:
+    t: float
+    status: int | None            # HTTP status, None when no answer
+    latency_s: float | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSample:
+    t: float
+    dialect: str | None
+    generation: str | None
+    engines: tuple[EngineState, ...] = ()
+    scrape_s: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessMember:
+    pid: int
+    create_time: float
+    role: str                      # "api" | "engine_core" | "worker" | "other"
+    title: str                     # process title such as "VLLM::EngineCore" (never the command line)
+    status: str                    # psutil status: running, sleeping, stopped, zombie, ...
+    rss_bytes: int | None = None
+    threads: int | None = None
+    cpu_percent: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    t: float
+    root_pid: int
+    root_create_time: float | None
+    alive: bool
+    members: tuple[ProcessMember, ...] = ()
+    exit_code: int | None = None   # when knowable (our own child, or reaped)
+    exit_signal: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    index: int
+    utilization_pct: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    power_w: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    t: float
+    available: bool
+    devices: tuple[GpuDevice, ...] = ()
+    error: str | None = None       # e.g. "unavailable: no NVIDIA driver"
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    t: float
+    kind: str                      # "stats" | "preemption" | "retraction" | "error" | "engine_dead" | "startup" | "startup_failure" | ...
+    fields: dict[str, float | int | str] = field(default_factory=dict)  # parsed numbers / fixed literals only
+
+
+Sample = HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent
