@@ -1,0 +1,189 @@
+"""Everything servewatch knows about SGLang's outside: metric names 0.4.10 → 0.5.23, bucket edges,
+health semantics and log grammar.
+
+Sources: SGLang 0.5.23 `srt/observability/metrics_collector.py` (0.4.10 and 0.5.5 for older names),
+`srt/entrypoints/http_server.py` for health, `srt/managers/scheduler*.py` for log lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from servewatch.dialects import base
+from servewatch.engine.state import Counters, EngineState
+from servewatch.exposition.model import Family
+
+NAME = "sglang"
+PREFIX = "sglang:"
+# Scheduler series carry rank labels; tokenizer-process series only model_name (+ engine_type).
+IDENTITY_LABELS = ("model_name", "engine_type", "dp_rank", "tp_rank", "pp_rank", "moe_ep_rank")
+MODEL_LABELS = ("model_name",)
+
+# --- metric names -----------------------------------------------------------------------------
+RUNNING = "sglang:num_running_reqs"
+WAITING = "sglang:num_queue_reqs"
+TOKEN_USAGE = "sglang:token_usage"                         # fraction 0..1
+KV_USED_TOKENS = "sglang:kv_used_tokens"                   # 0.5.23
+NUM_USED_TOKENS = "sglang:num_used_tokens"                 # 0.4.10+
+KV_AVAILABLE_TOKENS = "sglang:kv_available_tokens"
+MAX_TOTAL_NUM_TOKENS = "sglang:max_total_num_tokens"       # 0.5.23 constant
+GEN_THROUGHPUT = "sglang:gen_throughput"
+PROMPT_TOKENS = "sglang:prompt_tokens_total"               # tokenizer process, label is_streaming (0.5.23)
+GENERATION_TOKENS = "sglang:generation_tokens_total"
+NUM_REQUESTS = "sglang:num_requests_total"
+NUM_ABORTED = "sglang:num_aborted_requests_total"
+RETRACTED_REQUESTS = "sglang:num_retracted_requests_total"  # 0.5.23 counter
+RETRACTED_LEGACY = "sglang:total_retracted_reqs"           # 0.4.10 gauge (cumulative)
+FORWARD_PASSES = "sglang:cuda_graph_passes_total"          # 0.5.23: label mode; sum over modes = steps
+REALTIME_TOKENS = "sglang:realtime_tokens_total"           # 0.5.23: label mode
+NUM_RETRACTED_REQS_GAUGE = "sglang:num_retracted_reqs"     # gauge, multiprocess mode "all": extra pid label
+
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("sglang:time_to_first_token_seconds",),
+    "itl": ("sglang:inter_token_latency_seconds",),
+    "tpot": ("sglang:request_time_per_output_token_seconds", "sglang:time_per_output_token_seconds"),
+    "e2e": ("sglang:e2e_request_latency_seconds",),
+    "queue": ("sglang:queue_time_seconds",),
+}
+
+# Generation markers.
+MARKERS_0_5_23 = (FORWARD_PASSES, REALTIME_TOKENS, KV_USED_TOKENS, MAX_TOTAL_NUM_TOKENS,
+                  "sglang:request_time_per_output_token_seconds")
+MARKERS_0_5_5 = ("sglang:num_prefill_prealloc_queue_reqs", "sglang:engine_startup_time",
+                 "sglang:num_running_reqs_offline_batch", "sglang:per_stage_req_latency_seconds")
+MARKERS_0_4_10 = ("sglang:avg_request_queue_latency", RETRACTED_LEGACY, "sglang:num_prefill_infight_queue_reqs")
+
+# --- bucket edges (0.5.23 defaults) -------------------------------------------------------------
+BUCKETS = {
+    "time_to_first_token": (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400),
+    "e2e_request_latency": (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600,
+                            1200, 1800, 2400),
+    "inter_token_latency": (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
+                            0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0),
+    "queue_time": (0.0, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50,
+                   60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800,
+                   2000, 2500, 3000),
+}
+FORWARD_PASS_MODES = ("prefill_cuda_graph", "prefill_none", "decode_cuda_graph", "decode_none")
+REALTIME_TOKEN_MODES = ("prefill_compute", "prefill_cache", "decode")
+
+# --- health semantics -------------------------------------------------------------------------
+# GET /health: 503 while starting (before warmup) and during graceful shutdown; by default it runs a
+# real one-token generation and returns 200 only if *any* output arrives within
+# SGLANG_HEALTH_CHECK_TIMEOUT (20 s), else 503 (status UnHealthy). /metrics is served by the HTTP
+# process from multiprocess files, so it keeps answering (frozen) while the scheduler hangs.
+HEALTH_PATH = "/health"
+HEALTH_CHECK_TIMEOUT_S = 20
+READY_PATH = "/ready"
+PROCESS_ROLES = {"sglang::scheduler": "engine_core", "sglang::detokenizer": "worker"}
+SLOT_LIMIT_FLAG = "--max-running-requests"
+
+# --- log grammar --------------------------------------------------------------------------------
+LOG_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?P<ranks>(?: [A-Z_]+\d+)*)\] (?P<msg>.*)$")
+DECODE_LINE = re.compile(
+    r"Decode batch(?: \[\d+\])?[,.] #running-req: (?P<running>\d+), (?:#token: (?P<tokens>\d+), )?"
+    r"(?:full )?token usage: (?P<token_usage>[\d.]+).*?gen throughput \(token/s\): (?P<gen_tps>[\d.]+), "
+    r"#queue-req: (?P<queue>\d+)"
+)
+PREFILL_LINE = re.compile(
+    r"Prefill batch(?: \[\d+\])?[,.] #new-seq: (?P<new_seq>\d+), #new-token: (?P<new_tokens>\d+), "
+    r"#cached-token: (?P<cached_tokens>\d+), (?:full )?token usage: (?P<token_usage>[\d.]+).*?"
+    r"#running-req: (?P<running>\d+), #queue-req: (?P<queue>\d+)"
+)
+RETRACTION_LINE = re.compile(
+    r"KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<retracted>\d+), "
+    r"#new_tokens_gained: (?P<tokens_gained>\d+)"
+)
+WATCHDOG_LINE = re.compile(r"(?:(?P<component>\w+) watchdog|Watchdog) timeout \(self\.watchdog_timeout=(?P<timeout>[\d.]+)")
+ENGINE_DEAD_LINES = (
+    "Scheduler hit an exception",
+    "SIGQUIT received.",
+    "Received sigquit from a child process.",
+    "crashed with exit code",
+    "Health check failed. Server couldn't get a response from detokenizer",
+)
+STARTUP_FAILURE_LINES = (
+    "Not enough memory. Please try to increase --mem-fraction-static.",
+    "scheduler died during initialization",
+    "Initialization failed. warmup error",
+)
+OOM_LINES = ("Prefill out of memory.", "Decode out of memory.", "Out of memory. Try to lower your batch size.")
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def detect(families: Mapping[str, Family]) -> str | None:
+    if not any(name.startswith(PREFIX) for name in families):
+        return None
+    if any(name in families for name in MARKERS_0_5_23):
+        return "sglang-0.5.23"
+    if any(name in families for name in MARKERS_0_5_5):
+        return "sglang-0.5.5"
+    if any(name in families for name in MARKERS_0_4_10):
+        return "sglang-0.4.10"
+    return "sglang"
+
+
+def wanted_families() -> tuple[str, ...]:
+    names = [RUNNING, WAITING, TOKEN_USAGE, KV_USED_TOKENS, NUM_USED_TOKENS, KV_AVAILABLE_TOKENS,
+             MAX_TOTAL_NUM_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED,
+             RETRACTED_REQUESTS, RETRACTED_LEGACY, FORWARD_PASSES, REALTIME_TOKENS,
+             *MARKERS_0_5_5, "sglang:num_prefill_infight_queue_reqs", "sglang:avg_request_queue_latency"]
+    for candidates in HISTOGRAMS.values():
+        names.extend(candidates)
+    return tuple(dict.fromkeys(names))
+
+
+def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
+    ids = IDENTITY_LABELS
+    running = base.sum_by(families.get(RUNNING), ids)
+    waiting = base.sum_by(families.get(WAITING), ids)
+    usage = base.sum_by(families.get(TOKEN_USAGE), ids)
+    used = base.sum_by(base.first_family(families, KV_USED_TOKENS, NUM_USED_TOKENS), ids)
+    total = base.sum_by(families.get(MAX_TOTAL_NUM_TOKENS), ids)
+    retracted = base.sum_by(base.first_family(families, RETRACTED_REQUESTS, RETRACTED_LEGACY), ids)
+    steps = base.sum_by(families.get(FORWARD_PASSES), ids)
+    # Tokenizer-process series are per model, not per rank: each engine of that model sees them.
+    prompt = _per_model(base.sum_by(families.get(PROMPT_TOKENS), MODEL_LABELS))
+    generated = _per_model(base.sum_by(families.get(GENERATION_TOKENS), MODEL_LABELS))
+    requests = _per_model(base.sum_by(families.get(NUM_REQUESTS), MODEL_LABELS))
+    aborted = _per_model(base.sum_by(families.get(NUM_ABORTED), MODEL_LABELS))
+    histograms = {kind: {base.model_key(k): h for k, h in
+                         base.histograms_by(base.first_family(families, *names), MODEL_LABELS).items()}
+                  for kind, names in HISTOGRAMS.items()}
+    queue_hist = base.histograms_by(base.first_family(families, *HISTOGRAMS["queue"]), ids)
+
+    states = []
+    for key in sorted(set(running) | set(waiting) | set(usage)):
+        model = base.model_key(key)
+        finished = {}
+        if model in requests:
+            finished["all"] = requests[model]
+        if model in aborted:
+            finished["abort"] = aborted[model]
+        engine_histograms = {kind: by_model[model] for kind, by_model in histograms.items() if model in by_model}
+        if key in queue_hist:  # queue time is a scheduler series, per rank
+            engine_histograms["queue"] = queue_hist[key]
+        states.append(EngineState(
+            dialect=NAME,
+            generation=generation,
+            labels=dict(key),
+            running=running.get(key),
+            waiting=waiting.get(key),
+            kv_usage=usage.get(key),
+            kv_used_tokens=used.get(key),
+            kv_total_tokens=total.get(key),
+            counters=Counters(
+                prompt_tokens=prompt.get(model),
+                generation_tokens=generated.get(model),
+                preemptions=retracted.get(key),
+                steps=steps.get(key),
+                finished=finished,
+            ),
+            histograms=engine_histograms,
+        ))
+    return states
+
+
+def _per_model(values: dict) -> dict[str | None, float]:
+    return {base.model_key(k): v for k, v in values.items()}

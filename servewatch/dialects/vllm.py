@@ -1,0 +1,214 @@
+"""Everything servewatch knows about vLLM's outside: metric names across versions, bucket edges,
+health semantics and log grammar (V1 engine; 0.11-era and 0.32/0.33-era names).
+
+Sources: vLLM 0.33.0 `vllm/v1/metrics/loggers.py` and `buckets.py`, 0.11.0 for older names; a live
+vLLM 0.32.0 CPU server for the log lines and behaviour.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from servewatch.dialects import base
+from servewatch.engine.state import Counters, EngineState
+from servewatch.exposition.model import Family
+
+NAME = "vllm"
+PREFIX = "vllm:"
+IDENTITY_LABELS = ("model_name", "engine")
+
+# --- metric names (exposed sample/family names as prometheus_client writes them) ----------------
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"       # 0.32+: reason = capacity | deferred
+KV_USAGE = "vllm:kv_cache_usage_perc"                            # 0.11+ (fraction 0..1 despite the name)
+KV_USAGE_LEGACY = "vllm:gpu_cache_usage_perc"                    # before 0.11; hidden in 0.11
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"                   # 0.32+
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"   # 0.32+
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+REQUEST_SUCCESS = "vllm:request_success_total"                   # label finished_reason
+ITERATION_TOKENS = "vllm:iteration_tokens_total"                 # histogram: _count = engine steps
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "tpot": ("vllm:request_time_per_output_token_seconds",),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue": ("vllm:request_queue_time_seconds",),
+    "prefill": ("vllm:request_prefill_time_seconds",),
+    "decode": ("vllm:request_decode_time_seconds",),
+}
+
+# Families whose presence marks the 0.32/0.33-era names (absent from 0.11.0).
+GENERATION_032_MARKERS = (WAITING_BY_REASON, ENGINE_SLEEP_STATE, PROMPT_TOKENS_BY_SOURCE)
+
+# --- bucket edges (vllm/v1/metrics/buckets.py) ------------------------------------------------
+BUCKETS = {
+    "request_latency": (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                        120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+    "time_to_first_token": (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                            7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+    "inter_token_latency": (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                            10.0, 20.0, 40.0, 80.0),
+    "iteration_tokens": (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+    "request_params_n": (1, 2, 5, 10, 20),
+    "request_num_preemptions": (1, 2, 3, 4, 5, 10, 20),
+}
+
+
+def request_tokens_buckets(max_model_len: int) -> tuple[int, ...]:
+    """vLLM's 1-2-5 series up to max_model_len (build_1_2_5_buckets)."""
+    edges: list[int] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_model_len:
+                return tuple(edges)
+            edges.append(value)
+        exponent += 1
+
+
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+# --- health semantics -----------------------------------------------------------------------
+# GET /health: empty body; 200 while the engine runs; 503 on EngineDeadError (the API server then
+# exits within ~5 s unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH). It does NOT check progress: a stopped
+# worker leaves /health at 200.
+HEALTH_PATH = "/health"
+HEALTH_DEAD_STATUS = 503
+VERSION_PATH = "/version"
+PROCESS_ROLES = {"VLLM::EngineCore": "engine_core", "VLLM::Worker": "worker", "VLLM::APIServer": "api"}
+SLOT_LIMIT_FLAG = "--max-num-seqs"
+DEFAULT_MAX_NUM_SEQS = 256
+
+# --- log grammar ----------------------------------------------------------------------------
+LOG_PREFIX = re.compile(
+    r"^(?:\x1b\[[0-9;]*m)*\((?P<process>[\w:-]+) pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)* "
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) \[(?P<where>[^\]]+)\] (?P<msg>.*)$"
+)
+STATS_LINE = re.compile(
+    r"Engine (?P<engine>\d+): Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, "
+    r"Avg generation throughput: (?P<gen_tps>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, "
+    r"Waiting: (?P<waiting>\d+) reqs"
+    r"(?:, Deferred: (?P<deferred>\d+) reqs)?"
+    r"(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
+    r"(?:, Preemptions: (?P<preemptions>\d+))?"
+    r", (?P<device>\w+) KV cache usage: (?P<kv_pct>[\d.]+)%"
+    r"(?:, Prefix cache hit rate: (?P<prefix_hit_pct>[\d.]+)%)?"
+)
+KV_CACHE_SIZE_LINE = re.compile(
+    r"(?P<device>\w+) KV cache size: (?P<tokens>[\d,]+) tokens"
+    r"(?:, Maximum concurrency for (?P<per_request>[\d,]+) tokens per request: (?P<concurrency>[\d.]+)x)?"
+)
+ENGINE_DEAD_LINES = (
+    "EngineCore encountered a fatal error.",
+    "EngineDeadError",
+    "engine core exited unexpectedly",
+    "Engine core proc",
+    "Executor failed.",
+)
+WORKER_DIED_LINE = re.compile(r"Worker proc (?P<worker>\S+) died unexpectedly(?: \(exit code: (?P<code>[-\w]+)\))?")
+STARTUP_FAILURE_LINES = (
+    "EngineCore failed to start.",
+    "Engine core initialization failed.",
+    "No available memory for the cache blocks.",
+    "To serve at least one request with the model's max seq len",
+    "is less than desired CPU memory utilization",
+    "Timed out waiting for engine core processes to start.",
+)
+READY_LINE = "Application startup complete."
+OOM_LINE = re.compile(r"OutOfMemoryError|out of memory\. Tried to allocate (?P<mib>[\d.]+) (?P<unit>[MG]iB)")
+
+
+def detect(families: Mapping[str, Family]) -> str | None:
+    """The name generation, or None when this is not a vLLM exposition."""
+    if not any(name.startswith(PREFIX) for name in families):
+        return None
+    if any(name in families for name in GENERATION_032_MARKERS):
+        return "vllm-0.32"
+    if KV_USAGE in families:
+        return "vllm-0.11"
+    return "vllm-legacy"
+
+
+def wanted_families() -> tuple[str, ...]:
+    names = [RUNNING, WAITING, WAITING_BY_REASON, KV_USAGE, KV_USAGE_LEGACY, CACHE_CONFIG_INFO,
+             ENGINE_SLEEP_STATE, PROMPT_TOKENS, PROMPT_TOKENS_BY_SOURCE, GENERATION_TOKENS, PREEMPTIONS,
+             REQUEST_SUCCESS, ITERATION_TOKENS]
+    for candidates in HISTOGRAMS.values():
+        names.extend(candidates)
+    return tuple(names)
+
+
+def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
+    ids = IDENTITY_LABELS
+    running = base.sum_by(families.get(RUNNING), ids)
+    waiting = base.sum_by(families.get(WAITING), ids)
+    by_reason = base.sum_by(families.get(WAITING_BY_REASON), ids, label="reason")
+    kv = base.sum_by(base.first_family(families, KV_USAGE, KV_USAGE_LEGACY), ids)
+    prompt = base.sum_by(families.get(PROMPT_TOKENS), ids)
+    generated = base.sum_by(families.get(GENERATION_TOKENS), ids)
+    preempted = base.sum_by(families.get(PREEMPTIONS), ids)
+    finished = base.sum_by(families.get(REQUEST_SUCCESS), ids, label="finished_reason")
+    steps = base.sum_by(families.get(ITERATION_TOKENS), ids, sample_name=ITERATION_TOKENS + "_count")
+    histograms = {kind: base.histograms_by(base.first_family(families, *names), ids)
+                  for kind, names in HISTOGRAMS.items()}
+    kv_total = _kv_total_tokens(families.get(CACHE_CONFIG_INFO))
+
+    keys = set(running) | set(waiting) | set(kv) | set(generated)
+    states = []
+    for key in sorted(keys):
+        usage = kv.get(key)
+        total = kv_total.get(dict(key).get("engine"), kv_total.get(None))
+        states.append(EngineState(
+            dialect=NAME,
+            generation=generation,
+            labels=dict(key),
+            running=running.get(key),
+            waiting=waiting.get(key),
+            waiting_by_reason=by_reason.get(key, {}),
+            slot_limit=None,  # max_num_seqs is not exported; sources may fill it from the process
+            kv_usage=usage,
+            kv_used_tokens=usage * total if usage is not None and total is not None else None,
+            kv_total_tokens=total,
+            counters=Counters(
+                prompt_tokens=prompt.get(key),
+                generation_tokens=generated.get(key),
+                preemptions=preempted.get(key),
+                steps=steps.get(key),
+                finished=finished.get(key, {}),
+            ),
+            histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
+        ))
+    return states
+
+
+def _kv_total_tokens(info: Family | None) -> dict[str | None, float]:
+    """KV capacity in tokens per engine index, from cache_config_info's labels."""
+    out: dict[str | None, float] = {}
+    if info is None:
+        return out
+    for sample in info.samples:
+        labels = sample.labels
+        tokens = _number(labels.get("kv_cache_size_tokens"))
+        if tokens is None:
+            blocks, block_size = _number(labels.get("num_gpu_blocks")), _number(labels.get("block_size"))
+            if blocks is not None and block_size is not None:
+                tokens = blocks * block_size
+        if tokens is not None:
+            out[labels.get("engine")] = tokens
+    return out
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "None", "") else None
+    except ValueError:
+        return None
