@@ -1,0 +1,205 @@
+"""The bundle's files as bytes: pure functions, no I/O.
+
+A bundle is a directory of:
+- `incident.json`   — identity, trigger, target, window summary, verdicts, detector config, writer counters;
+- `samples-NNN.json` — the frozen window, allow-listed, split so that no file exceeds the size cap;
+- `manifest.json`   — the SHA-256 of every other file's exact bytes, and `manifest_sha256`, the SHA-256 of
+  the manifest's own bytes with that digest replaced by zeros. Every byte of every file is covered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servewatch import __version__
+from servewatch.detectors.verdict import Verdict
+from servewatch.sinks import serialize
+from servewatch.timeline.samples import Sample
+
+INCIDENT = "incident.json"
+MANIFEST = "manifest.json"
+INCIDENT_SCHEMA = "servewatch.incident/1"
+SAMPLES_SCHEMA = "servewatch.samples/1"
+MANIFEST_SCHEMA = "servewatch.manifest/1"
+DIGEST_PLACEHOLDER = "0" * 64
+DEFAULT_MAX_FILE_BYTES = 256 * 1024
+DEFAULT_MAX_SAMPLE_FILES = 8
+ON_DEMAND = "on_demand"
+THINNING_METHOD = "drop_oldest_unreferenced"
+_WRAPPER_BYTES = 128   # the samples file's envelope around its sample list
+
+_PROCESS_KEY = secrets.token_bytes(32)   # per process: incident ids never correlate across restarts
+
+
+def part_name(i: int) -> str:
+    return f"samples-{i:03d}.json"
+
+
+def encode(document: Any) -> bytes:
+    """The one JSON encoding used for every file: compact, ASCII, no NaN, newline-terminated."""
+    return (json.dumps(document, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n").encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def incident_id(verdict: str, onset: float, target: str | None, key: bytes = _PROCESS_KEY) -> str:
+    message = json.dumps([verdict, repr(float(onset)), target or ""]).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:32]
+
+
+@dataclass
+class BundleContext:
+    """What the recorder knows besides the window and the verdicts."""
+
+    target_url: str | None = None
+    detector_config: Any = None                   # DetectorConfig (a dataclass) or a mapping
+    target_versions: Mapping[str, str] | None = None
+    dialect: str | None = None
+    generation: str | None = None
+    trigger: str | None = None                    # the verdict name that caused the bundle; None = first verdict
+    created_t: float | None = None                # defaults to the writer's clock
+    overwritten: Mapping[str, int] = field(default_factory=dict)   # samples the ring dropped, per source
+
+
+@dataclass(frozen=True)
+class Thinning:
+    applied: bool
+    samples_before: int
+    samples_after: int
+
+    def to_dict(self) -> dict:
+        return {"applied": self.applied, "samples_before": self.samples_before,
+                "samples_after": self.samples_after, "method": THINNING_METHOD if self.applied else None}
+
+
+def _pack(encoded: Sequence[bytes], budget: int) -> list[list[int]]:
+    """Greedy, in order: indices of samples per part, each part's payload within `budget` bytes."""
+    parts: list[list[int]] = [[]]
+    used = 0
+    for i, blob in enumerate(encoded):
+        size = len(blob) + 1
+        if parts[-1] and used + size > budget:
+            parts.append([])
+            used = 0
+        parts[-1].append(i)
+        used += size
+    return parts
+
+
+def split_samples(dicts: Sequence[dict], referenced: set[tuple[str, Any]], max_file_bytes: int,
+                  max_files: int) -> tuple[list[list[dict]], Thinning]:
+    """Split the sample dicts into parts under the cap; if they do not fit in `max_files` parts, drop the
+    oldest samples that no verdict points at until they do (deterministic, recorded)."""
+    budget = max_file_bytes - _WRAPPER_BYTES
+    encoded = [json.dumps(d, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode() for d in dicts]
+    keep = [len(e) + 1 <= budget for e in encoded]
+    order = [i for i in range(len(dicts)) if (dicts[i]["source"], dicts[i]["t"]) not in referenced]
+    cursor = 0
+    while True:
+        kept = [i for i in range(len(dicts)) if keep[i]]
+        parts = _pack([encoded[i] for i in kept], budget)
+        if len(parts) <= max_files or cursor >= len(order):
+            break
+        # Drop a tenth of what is left of the droppable ones (at least one), oldest first.
+        step = max(1, (len(order) - cursor) // 10)
+        for i in order[cursor:cursor + step]:
+            keep[i] = False
+        cursor += step
+    parts = parts[-max_files:]   # still too many: the newest parts, where verdicts rest, win
+    chosen = [[dicts[kept[j]] for j in part] for part in parts]
+    after = sum(len(p) for p in chosen)
+    return chosen, Thinning(applied=after < len(dicts), samples_before=len(dicts), samples_after=after)
+
+
+def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context: BundleContext, *,
+                created_t: float, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                max_sample_files: int = DEFAULT_MAX_SAMPLE_FILES, keep: int = 4, write_failures: int = 0,
+                bundles_written: int = 0, key: bytes = _PROCESS_KEY) -> tuple[str, dict[str, bytes]]:
+    """(incident id, {file name: exact bytes}) for one bundle."""
+    sample_dicts = serialize.samples_to_dicts(samples)
+    verdict_dicts = [serialize.verdict_to_dict(v) for v in verdicts]
+    referenced = {(e["source"], e["t"]) for v in verdict_dicts for e in v["evidence"]}
+    parts, thinning = split_samples(sample_dicts, referenced, max_file_bytes, max_sample_files)
+    stored = [d for part in parts for d in part]
+
+    target = serialize.target_url(context.target_url)
+    trigger = _trigger(verdict_dicts, context.trigger, stored, created_t)
+    ident = incident_id(trigger["verdict"], trigger["onset"], target, key)
+    times = [d["t"] for d in stored]
+    counts = {source: sum(1 for d in stored if d["source"] == source) for source in serialize.SOURCES}
+    files: dict[str, bytes] = {}
+    for i, part in enumerate(parts):
+        files[part_name(i)] = encode({"schema": SAMPLES_SCHEMA, "part": i, "parts": len(parts), "samples": part})
+    incident = {
+        "schema": INCIDENT_SCHEMA,
+        "incident_id": ident,
+        "created_t": serialize.number(created_t),
+        "trigger": trigger,
+        "servewatch_version": __version__,
+        "target": {
+            "url": target,
+            "dialect": serialize.safe_token(context.dialect),
+            "generation": serialize.safe_token(context.generation),
+            "versions": _versions(context.target_versions),
+        },
+        "window": {
+            "start_t": min(times) if times else None,
+            "end_t": max(times) if times else None,
+            "samples": counts,
+            "overwritten": {s: int(context.overwritten.get(s, 0)) for s in serialize.SOURCES},
+            "files": list(files),
+            "thinned": thinning.to_dict(),
+        },
+        "verdicts": verdict_dicts,
+        "detector_config": serialize.config_to_dict(context.detector_config),
+        "writer": {"max_file_bytes": max_file_bytes, "keep": keep, "write_failures": write_failures,
+                   "bundles_written": bundles_written},
+    }
+    files[INCIDENT] = encode(incident)
+    files[MANIFEST] = manifest_bytes({name: sha256(data) for name, data in files.items()})
+    return ident, files
+
+
+def manifest_bytes(hashes: Mapping[str, str]) -> bytes:
+    document = {"schema": MANIFEST_SCHEMA, "algorithm": "sha256", "files": dict(sorted(hashes.items())),
+                "manifest_sha256": DIGEST_PLACEHOLDER}
+    draft = encode(document)
+    return draft.replace(_digest_field(DIGEST_PLACEHOLDER), _digest_field(sha256(draft)))
+
+
+def _digest_field(digest: str) -> bytes:
+    return f'"manifest_sha256":"{digest}"'.encode()
+
+
+def manifest_self_digest_ok(data: bytes, claimed: str) -> bool:
+    """Whether `claimed` is the SHA-256 of these exact bytes with the claim zeroed."""
+    marker = _digest_field(claimed)
+    if data.count(marker) != 1:
+        return False
+    return sha256(data.replace(marker, _digest_field(DIGEST_PLACEHOLDER))) == claimed
+
+
+def _trigger(verdicts: Sequence[dict], wanted: str | None, stored: Sequence[dict], created_t: float) -> dict:
+    for v in verdicts:
+        if wanted is None or v["name"] == wanted:
+            return {"verdict": v["name"], "onset": v["onset"]}
+    end = max((d["t"] for d in stored), default=None)
+    return {"verdict": ON_DEMAND, "onset": serialize.number(end if end is not None else created_t)}
+
+
+def _versions(versions: Mapping[str, str] | None) -> dict[str, str]:
+    import re
+
+    out = {}
+    for name, value in sorted((versions or {}).items()):
+        if re.match(r"^[a-z][a-z0-9_]{0,39}$", str(name)) and re.match(r"^[A-Za-z0-9.+_-]{1,40}$", str(value)):
+            out[name] = str(value)
+    return out

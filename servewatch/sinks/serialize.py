@@ -1,0 +1,352 @@
+"""Samples and verdicts <-> allow-listed JSON dicts.
+
+Every field is copied by name through an explicit allow-list; nothing is serialised by reflection.
+Strings that could carry private text (process titles, label values, log fields, error messages) are
+reduced to a short safe token or dropped. Decoding is the exact inverse for anything already safe, so a
+verdict recomputed from the stored samples matches the one computed live.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from servewatch.detectors.verdict import VERDICT_NAMES, Evidence, Verdict
+from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram
+from servewatch.timeline.samples import (
+    GpuDevice,
+    GpuSample,
+    HealthSample,
+    LogEvent,
+    MetricsSample,
+    ProcessMember,
+    ProcessSample,
+    Sample,
+)
+
+SOURCES = ("health", "metrics", "process", "gpu", "log")
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
+_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_ERROR_CLASS = re.compile(r"[A-Za-z0-9_]+")
+_NON_FINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
+
+LABEL_KEYS = frozenset({
+    "model_name", "engine", "engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank",
+    "attn_cp_rank", "pp_size", "attn_cp_size",
+})
+ROLES = frozenset({"api", "engine_core", "worker", "other"})
+# Log-event fields whose string values are fixed literals of a dialect's grammar; any other string is dropped.
+LOG_STRING_KEYS = frozenset({"level", "reason", "cause", "exception", "device", "unit", "signal", "phase",
+                             "worker", "code", "process", "dialect", "state"})
+
+
+class DecodeError(ValueError):
+    """A stored dict that does not describe a sample or verdict."""
+
+
+# --- scalar helpers ---------------------------------------------------------------------------
+
+def number(value: float | int | None) -> float | int | str | None:
+    """A JSON-safe number: non-finite floats become "NaN", "+Inf", "-Inf"."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+def unnumber(value: Any) -> float | int | None:
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
+    raise DecodeError(f"not a number: {value!r}")
+
+
+def safe_token(value: str | None, default: str | None = "other") -> str | None:
+    """A short identifier-like string, or `default` when the value is anything else."""
+    if value is None:
+        return None
+    return value if _TOKEN.match(value) else default
+
+
+def error_class(value: str | None) -> str | None:
+    """The leading word of an error ("timeout after 2 s" -> "timeout"); messages never enter a bundle."""
+    if value is None:
+        return None
+    match = _ERROR_CLASS.match(value)
+    return match.group(0)[:40] if match else "other"
+
+
+def process_title(value: str) -> str:
+    """The process name only: first word, without any directory, no arguments."""
+    words = value.split()
+    head = words[0].rstrip("/").rsplit("/", 1)[-1] if words else ""
+    return head if _TOKEN.match(head) else "other"
+
+
+def label_value(key: str, value: str) -> str:
+    if key == "model_name":
+        value = value.rstrip("/").rsplit("/", 1)[-1]   # a served model name may be a local path
+    return value if _TOKEN.match(value) else "redacted"
+
+
+def target_url(url: str | None) -> str | None:
+    """scheme://host:port only: no user info, path, query or fragment."""
+    from urllib.parse import urlsplit
+
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        host = parts.hostname
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+    if not host or parts.scheme not in ("http", "https") or port is None:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    if not re.match(r"^[A-Za-z0-9.\-\[\]:]{1,255}$", host):
+        return None
+    return f"{parts.scheme}://{host}:{port}"
+
+
+def _str_map(values: Mapping[str, Any]) -> dict[str, float | int | str | None]:
+    return {k: number(v) for k, v in sorted(values.items()) if isinstance(k, str) and _KEY.match(k)}
+
+
+# --- samples ----------------------------------------------------------------------------------
+
+def histogram_to_dict(h: Histogram) -> dict:
+    return {"edges": [number(e) for e in h.edges], "cumulative": [number(c) for c in h.cumulative],
+            "count": number(h.count), "sum": number(h.sum)}
+
+
+def histogram_from_dict(d: Mapping) -> Histogram:
+    return Histogram(edges=tuple(unnumber(e) for e in d["edges"]),
+                     cumulative=tuple(unnumber(c) for c in d["cumulative"]),
+                     count=unnumber(d["count"]), sum=unnumber(d["sum"]))
+
+
+def engine_to_dict(e: EngineState) -> dict:
+    c = e.counters
+    return {
+        "dialect": safe_token(e.dialect),
+        "generation": safe_token(e.generation),
+        "labels": {k: label_value(k, str(v)) for k, v in sorted(e.labels.items()) if k in LABEL_KEYS},
+        "running": number(e.running),
+        "waiting": number(e.waiting),
+        "waiting_by_reason": _str_map(e.waiting_by_reason),
+        "slot_limit": e.slot_limit,
+        "kv_usage": number(e.kv_usage),
+        "kv_used_tokens": number(e.kv_used_tokens),
+        "kv_total_tokens": number(e.kv_total_tokens),
+        "counters": {
+            "prompt_tokens": number(c.prompt_tokens),
+            "generation_tokens": number(c.generation_tokens),
+            "preemptions": number(c.preemptions),
+            "steps": number(c.steps),
+            "finished": _str_map(c.finished),
+        },
+        "histograms": {kind: histogram_to_dict(e.histograms[kind]) for kind in HISTOGRAM_KINDS
+                       if kind in e.histograms},
+    }
+
+
+def engine_from_dict(d: Mapping) -> EngineState:
+    c = d["counters"]
+    return EngineState(
+        dialect=d["dialect"],
+        generation=d["generation"],
+        labels=dict(d["labels"]),
+        running=unnumber(d["running"]),
+        waiting=unnumber(d["waiting"]),
+        waiting_by_reason={k: unnumber(v) for k, v in d["waiting_by_reason"].items()},
+        slot_limit=d["slot_limit"],
+        kv_usage=unnumber(d["kv_usage"]),
+        kv_used_tokens=unnumber(d["kv_used_tokens"]),
+        kv_total_tokens=unnumber(d["kv_total_tokens"]),
+        counters=Counters(
+            prompt_tokens=unnumber(c["prompt_tokens"]),
+            generation_tokens=unnumber(c["generation_tokens"]),
+            preemptions=unnumber(c["preemptions"]),
+            steps=unnumber(c["steps"]),
+            finished={k: unnumber(v) for k, v in c["finished"].items()},
+        ),
+        histograms={k: histogram_from_dict(v) for k, v in d["histograms"].items()},
+    )
+
+
+def _member_to_dict(m: ProcessMember) -> dict:
+    return {
+        "pid": m.pid,
+        "create_time": number(m.create_time),
+        "role": m.role if m.role in ROLES else "other",
+        "title": process_title(m.title),
+        "status": safe_token(m.status, "unknown"),
+        "rss_bytes": m.rss_bytes,
+        "threads": m.threads,
+        "cpu_percent": number(m.cpu_percent),
+    }
+
+
+def _member_from_dict(d: Mapping) -> ProcessMember:
+    return ProcessMember(pid=d["pid"], create_time=unnumber(d["create_time"]), role=d["role"],
+                         title=d["title"], status=d["status"], rss_bytes=d["rss_bytes"],
+                         threads=d["threads"], cpu_percent=unnumber(d["cpu_percent"]))
+
+
+def _log_fields(fields: Mapping[str, Any]) -> dict:
+    out: dict[str, Any] = {}
+    for key, value in sorted(fields.items()):
+        if not isinstance(key, str) or not _KEY.match(key):
+            continue
+        if isinstance(value, bool) or isinstance(value, (int, float)):
+            out[key] = number(value)
+        elif isinstance(value, str) and key in LOG_STRING_KEYS and _TOKEN.match(value):
+            out[key] = value
+    return out
+
+
+def sample_to_dict(s: Sample) -> dict:
+    """One sample as an allow-listed dict with a "source" tag."""
+    if isinstance(s, HealthSample):
+        return {"source": "health", "t": number(s.t), "status": s.status, "latency_s": number(s.latency_s),
+                "error": error_class(s.error)}
+    if isinstance(s, MetricsSample):
+        return {"source": "metrics", "t": number(s.t), "dialect": safe_token(s.dialect),
+                "generation": safe_token(s.generation), "engines": [engine_to_dict(e) for e in s.engines],
+                "scrape_s": number(s.scrape_s), "error": error_class(s.error)}
+    if isinstance(s, ProcessSample):
+        return {"source": "process", "t": number(s.t), "root_pid": s.root_pid,
+                "root_create_time": number(s.root_create_time), "alive": s.alive,
+                "members": [_member_to_dict(m) for m in s.members], "exit_code": s.exit_code,
+                "exit_signal": s.exit_signal, "error": error_class(s.error)}
+    if isinstance(s, GpuSample):
+        return {"source": "gpu", "t": number(s.t), "available": s.available,
+                "devices": [{"index": d.index, "utilization_pct": number(d.utilization_pct),
+                             "memory_used_bytes": d.memory_used_bytes,
+                             "memory_total_bytes": d.memory_total_bytes, "power_w": number(d.power_w)}
+                            for d in s.devices],
+                "error": error_class(s.error)}
+    if isinstance(s, LogEvent):
+        return {"source": "log", "t": number(s.t), "kind": safe_token(s.kind), "fields": _log_fields(s.fields)}
+    raise TypeError(f"not a sample: {type(s).__name__}")
+
+
+def sample_from_dict(d: Mapping) -> Sample:
+    try:
+        source = d["source"]
+        t = unnumber(d["t"])
+        if source == "health":
+            return HealthSample(t=t, status=d["status"], latency_s=unnumber(d["latency_s"]), error=d["error"])
+        if source == "metrics":
+            return MetricsSample(t=t, dialect=d["dialect"], generation=d["generation"],
+                                 engines=tuple(engine_from_dict(e) for e in d["engines"]),
+                                 scrape_s=unnumber(d["scrape_s"]), error=d["error"])
+        if source == "process":
+            return ProcessSample(t=t, root_pid=d["root_pid"], root_create_time=unnumber(d["root_create_time"]),
+                                 alive=d["alive"], members=tuple(_member_from_dict(m) for m in d["members"]),
+                                 exit_code=d["exit_code"], exit_signal=d["exit_signal"], error=d["error"])
+        if source == "gpu":
+            return GpuSample(t=t, available=d["available"],
+                             devices=tuple(GpuDevice(index=x["index"],
+                                                     utilization_pct=unnumber(x["utilization_pct"]),
+                                                     memory_used_bytes=x["memory_used_bytes"],
+                                                     memory_total_bytes=x["memory_total_bytes"],
+                                                     power_w=unnumber(x["power_w"]))
+                                           for x in d["devices"]),
+                             error=d["error"])
+        if source == "log":
+            return LogEvent(t=t, kind=d["kind"],
+                            fields={k: (v if isinstance(v, str) and v not in _NON_FINITE else unnumber(v))
+                                    for k, v in d["fields"].items()})
+    except (KeyError, TypeError) as exc:
+        raise DecodeError(f"malformed {d.get('source', '?')} sample: {exc}") from None
+    raise DecodeError(f"unknown sample source {source!r}")
+
+
+_SOURCE_BY_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
+                   GpuSample: "gpu", LogEvent: "log"}
+
+
+def source_of(s: Sample) -> str:
+    return _SOURCE_BY_TYPE[type(s)]
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+def _detail_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if _TOKEN.match(value) else "redacted"
+    return number(value)
+
+
+def evidence_to_dict(e: Evidence) -> dict:
+    value = e.value
+    return {"source": e.source, "t": number(e.t), "field": safe_token(e.field, "redacted"),
+            "value": _detail_value(value) if isinstance(value, str) else number(value)}
+
+
+def evidence_from_dict(d: Mapping) -> Evidence:
+    value = d["value"]
+    if not (isinstance(value, str) and value not in _NON_FINITE):
+        value = unnumber(value)
+    return Evidence(source=d["source"], t=unnumber(d["t"]), field=d["field"], value=value)
+
+
+def verdict_to_dict(v: Verdict) -> dict:
+    return {
+        "name": v.name if v.name in VERDICT_NAMES else "redacted",
+        "t": number(v.t),
+        "onset": number(v.onset),
+        "why": " ".join(str(v.why).split())[:400],
+        "evidence": [evidence_to_dict(e) for e in v.evidence],
+        "details": {k: _detail_value(x) for k, x in sorted(v.details.items()) if isinstance(k, str) and _KEY.match(k)},
+    }
+
+
+def verdict_from_dict(d: Mapping) -> Verdict:
+    try:
+        details = {k: (x if isinstance(x, str) and x not in _NON_FINITE else unnumber(x))
+                   for k, x in d["details"].items()}
+        return Verdict(name=d["name"], t=unnumber(d["t"]), onset=unnumber(d["onset"]), why=d["why"],
+                       evidence=tuple(evidence_from_dict(e) for e in d["evidence"]), details=details)
+    except (KeyError, TypeError) as exc:
+        raise DecodeError(f"malformed verdict: {exc}") from None
+
+
+def samples_to_dicts(samples: Iterable[Sample]) -> list[dict]:
+    return [sample_to_dict(s) for s in samples]
+
+
+def config_to_dict(config: Any) -> dict:
+    """A detector configuration (a dataclass of scalars, or a mapping) as a flat dict of numbers/strings."""
+    import dataclasses
+
+    if config is None:
+        return {}
+    if dataclasses.is_dataclass(config):
+        items = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    else:
+        items = dict(config)
+    out: dict[str, Any] = {}
+    for key, value in sorted(items.items()):
+        if not _KEY.match(key):
+            continue
+        if isinstance(value, str):
+            out[key] = value if _TOKEN.match(value) else "redacted"
+        elif value is None or isinstance(value, (bool, int, float)):
+            out[key] = number(value)
+        elif isinstance(value, (tuple, list)) and all(isinstance(x, (int, float)) for x in value):
+            out[key] = [number(x) for x in value]
+    return out

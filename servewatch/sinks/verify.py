@@ -1,0 +1,301 @@
+"""Offline bundle verification that fails closed.
+
+Order: file set and sizes -> manifest (schema, own digest) -> every file's SHA-256 -> canonical encoding
+and schemas -> identity consistency (ids, counts, times, evidence pointers) -> every stored verdict
+recomputed from the stored samples with the same detector code and configuration.
+
+Any failure raises `BundleInvalid` whose message is the one line the user sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from servewatch.detectors.verdict import Verdict
+from servewatch.errors import BundleInvalid
+from servewatch.sinks import layout, serialize
+from servewatch.timeline.samples import Sample
+
+READ_LIMIT = 16 * 2**20            # no file a writer produces comes near this; anything larger is refused
+_PART = re.compile(r"^samples-(\d{3})\.json$")
+
+Recompute = Callable[[Sequence[Sample], Mapping[str, Any]], Sequence[Verdict]]
+
+
+@dataclass(frozen=True)
+class Verified:
+    path: Path
+    incident: dict
+    samples: list[dict]
+    verdicts_checked: int
+    verdicts_not_stored: int          # verdicts the samples imply that the bundle did not record
+
+    def line(self) -> str:
+        extra = f"; {self.verdicts_not_stored} more verdict(s) follow but were not stored" \
+            if self.verdicts_not_stored else ""
+        return (f"OK {self.path.name}: {len(self.incident['window']['files']) + 2} files hashed, "
+                f"{len(self.samples)} samples, {self.verdicts_checked} verdict(s) recomputed and matched{extra}")
+
+
+def verify_bundle(path: str | Path, recompute: Recompute | None = None) -> Verified:
+    path = Path(path)
+    files = _read_files(path)
+    manifest = _check_manifest(files)
+    incident = _document(files, layout.INCIDENT, "incident")
+    samples = _check_samples_files(files, manifest, incident)
+    _check_identity(incident, samples, files)
+    checked, not_stored = _check_recomputation(incident, samples, recompute or detectors_recompute)
+    return Verified(path=path, incident=incident, samples=samples, verdicts_checked=checked,
+                    verdicts_not_stored=not_stored)
+
+
+def load_bundle(path: str | Path) -> tuple[dict, list[dict]]:
+    """incident.json and the sample dicts of a bundle that verifies (without recomputation)."""
+    path = Path(path)
+    files = _read_files(path)
+    manifest = _check_manifest(files)
+    incident = _document(files, layout.INCIDENT, "incident")
+    samples = _check_samples_files(files, manifest, incident)
+    _check_identity(incident, samples, files)
+    return incident, samples
+
+
+# --- files, manifest, hashes --------------------------------------------------------------------
+
+def _read_files(path: Path) -> dict[str, bytes]:
+    if not path.is_dir():
+        raise BundleInvalid(f"{path}: not a bundle directory")
+    files: dict[str, bytes] = {}
+    for entry in sorted(path.iterdir()):
+        if entry.is_symlink() or not entry.is_file():
+            raise BundleInvalid(f"{entry.name}: unexpected entry (bundles hold regular files only)")
+        with open(entry, "rb") as f:
+            data = f.read(READ_LIMIT + 1)
+        if len(data) > READ_LIMIT:
+            raise BundleInvalid(f"{entry.name}: larger than {READ_LIMIT} bytes")
+        files[entry.name] = data
+    if layout.MANIFEST not in files:
+        raise BundleInvalid("manifest.json missing")
+    return files
+
+
+def _check_manifest(files: dict[str, bytes]) -> dict:
+    data = files[layout.MANIFEST]
+    manifest = _parse(data, layout.MANIFEST)
+    _validate(manifest, "manifest", layout.MANIFEST)
+    if not layout.manifest_self_digest_ok(data, manifest["manifest_sha256"]):
+        raise BundleInvalid("manifest.json: its own SHA-256 does not match (manifest altered)")
+    listed = set(manifest["files"])
+    present = set(files) - {layout.MANIFEST}
+    if present - listed:
+        raise BundleInvalid(f"{sorted(present - listed)[0]}: file not listed in the manifest")
+    if listed - present:
+        raise BundleInvalid(f"{sorted(listed - present)[0]}: listed in the manifest but missing")
+    for name in sorted(listed):
+        if layout.sha256(files[name]) != manifest["files"][name]:
+            raise BundleInvalid(f"{name}: SHA-256 does not match the manifest")
+    if layout.encode(manifest) != data:
+        raise BundleInvalid("manifest.json: not in canonical encoding")
+    return manifest
+
+
+def _document(files: dict[str, bytes], name: str, schema: str) -> dict:
+    if name not in files:
+        raise BundleInvalid(f"{name} missing")
+    document = _parse(files[name], name)
+    _validate(document, schema, name)
+    if layout.encode(document) != files[name]:
+        raise BundleInvalid(f"{name}: not in canonical encoding")
+    return document
+
+
+def _check_samples_files(files: dict[str, bytes], manifest: dict, incident: dict) -> list[dict]:
+    parts = incident["window"]["files"]
+    expected = [layout.part_name(i) for i in range(len(parts))]
+    if parts != expected:
+        raise BundleInvalid(f"incident.json: window.files {parts} should be {expected}")
+    if set(manifest["files"]) != set(parts) | {layout.INCIDENT}:
+        raise BundleInvalid("manifest.json: file set differs from incident.json window.files")
+    cap = incident["writer"]["max_file_bytes"]
+    for name, data in files.items():
+        if name != layout.MANIFEST and len(data) > cap:
+            raise BundleInvalid(f"{name}: {len(data)} bytes, over the bundle's cap of {cap}")
+    samples: list[dict] = []
+    for i, name in enumerate(parts):
+        document = _document(files, name, "samples")
+        if document["part"] != i or document["parts"] != len(parts):
+            raise BundleInvalid(f"{name}: part {document['part']}/{document['parts']}, expected {i}/{len(parts)}")
+        samples.extend(document["samples"])
+    return samples
+
+
+# --- identity and consistency ---------------------------------------------------------------------
+
+def _t(value: Any) -> float:
+    if isinstance(value, str):
+        raise BundleInvalid(f"non-finite time {value!r}")
+    return float(value)
+
+
+def _check_identity(incident: dict, samples: list[dict], files: dict[str, bytes]) -> None:
+    window = incident["window"]
+    times = [_t(s["t"]) for s in samples]
+    if any(b < a for a, b in zip(times, times[1:])):
+        raise BundleInvalid("samples: not in time order")
+    counts = {source: 0 for source in serialize.SOURCES}
+    for s in samples:
+        counts[s["source"]] += 1
+    if counts != window["samples"]:
+        raise BundleInvalid(f"incident.json: window.samples {window['samples']} but the files hold {counts}")
+    start, end = (min(times), max(times)) if times else (None, None)
+    if window["start_t"] != start or window["end_t"] != end:
+        raise BundleInvalid(f"incident.json: window {window['start_t']}..{window['end_t']} "
+                            f"but the samples span {start}..{end}")
+    thinned = window["thinned"]
+    if thinned["samples_after"] != len(samples) or thinned["applied"] != (thinned["samples_before"] > len(samples)) \
+            or thinned["samples_before"] < len(samples) or (thinned["method"] is None) == thinned["applied"]:
+        raise BundleInvalid("incident.json: thinning record inconsistent with the stored samples")
+    created = _t(incident["created_t"])
+    if end is not None and created < end:
+        raise BundleInvalid(f"incident.json: created_t {created} precedes the newest sample {end}")
+
+    stored = {(s["source"], _t(s["t"])) for s in samples}
+    verdicts = incident["verdicts"]
+    for v in verdicts:
+        t, onset = _t(v["t"]), _t(v["onset"])
+        label = f"verdict {v['name']} at t={v['t']}"
+        if onset > t:
+            raise BundleInvalid(f"{label}: onset {onset} after its time")
+        if start is None or not (start <= t <= end):
+            raise BundleInvalid(f"{label}: outside the stored window")
+        for e in v["evidence"]:
+            if (e["source"], _t(e["t"])) not in stored:
+                raise BundleInvalid(f"{label}: evidence {e['source']}@{e['t']} is not a stored sample")
+    trigger = incident["trigger"]
+    if trigger["verdict"] == layout.ON_DEMAND:
+        want = end if end is not None else created
+        if _t(trigger["onset"]) != want:
+            raise BundleInvalid("incident.json: on-demand trigger onset is not the window end")
+    elif not any(v["name"] == trigger["verdict"] and v["onset"] == trigger["onset"] for v in verdicts):
+        raise BundleInvalid(f"incident.json: trigger {trigger['verdict']} is not among the stored verdicts")
+    if len({json.dumps(v, sort_keys=True) for v in verdicts}) != len(verdicts):
+        raise BundleInvalid("incident.json: duplicate verdicts")
+
+
+# --- recomputation ---------------------------------------------------------------------------------
+
+def _check_recomputation(incident: dict, sample_dicts: list[dict], recompute: Recompute) -> tuple[int, int]:
+    try:
+        samples = [serialize.sample_from_dict(d) for d in sample_dicts]
+    except serialize.DecodeError as exc:
+        raise BundleInvalid(f"samples: {exc}") from None
+    try:
+        recomputed = recompute(samples, incident["detector_config"])
+    except BundleInvalid:
+        raise
+    except Exception as exc:
+        raise BundleInvalid(f"recomputation failed: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}") \
+            from None
+    recomputed_keys = [_key(serialize.verdict_to_dict(v)) for v in recomputed]
+    remaining = list(recomputed_keys)
+    for stored in incident["verdicts"]:
+        key = _key(stored)
+        if key not in remaining:
+            near = [v for v in recomputed if v.name == stored["name"]]
+            hint = f" (recomputed: {_describe(near[0])})" if near else " (the detectors do not fire)"
+            raise BundleInvalid(f"verdict {stored['name']} at t={stored['t']} does not follow from the stored "
+                                f"samples{hint}")
+        remaining.remove(key)
+    return len(incident["verdicts"]), len(remaining)
+
+
+def _key(verdict_dict: dict) -> str:
+    return json.dumps(verdict_dict, sort_keys=True, allow_nan=False)
+
+
+def _describe(v: Verdict) -> str:
+    return f"onset={v.onset} t={v.t}"
+
+
+def detectors_recompute(samples: Sequence[Sample], config: Mapping[str, Any]) -> Sequence[Verdict]:
+    """Run the shipped detectors over the stored window with the stored configuration."""
+    try:
+        from servewatch.detectors import DetectorConfig, run_detectors
+        from servewatch.timeline.window import Window
+    except ImportError as exc:
+        raise BundleInvalid(f"cannot recompute verdicts: detectors unavailable ({exc})") from None
+    return run_detectors(Window.from_samples(samples), config_from_dict(DetectorConfig, config))
+
+
+def config_from_dict(config_type: type, stored: Mapping[str, Any]):
+    """Rebuild the detector configuration; a field this version does not know fails closed."""
+    if not dataclasses.is_dataclass(config_type):
+        return config_type(**stored)
+    fields = {f.name: f for f in dataclasses.fields(config_type)}
+    unknown = sorted(set(stored) - set(fields))
+    if unknown:
+        raise BundleInvalid(f"detector_config: unknown field {unknown[0]!r} (bundle from another version?)")
+    values = {}
+    for name, value in stored.items():
+        if isinstance(value, list):
+            value = tuple(serialize.unnumber(x) for x in value)
+        elif value is not None and not isinstance(value, (bool, str)) or value in ("NaN", "+Inf", "-Inf"):
+            value = serialize.unnumber(value)
+        values[name] = value
+    return config_type(**values)
+
+
+# --- JSON and schemas --------------------------------------------------------------------------------
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"non-standard constant {name}")
+
+
+def _parse(data: bytes, name: str) -> Any:
+    try:
+        document = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates,
+                              parse_constant=_no_constants)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BundleInvalid(f"{name}: not valid JSON ({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(document, dict):
+        raise BundleInvalid(f"{name}: not a JSON object")
+    return document
+
+
+@lru_cache(maxsize=None)
+def _validator(schema: str):
+    import jsonschema
+
+    text = resources.files("servewatch.sinks").joinpath("schema", f"{schema}.schema.json").read_text()
+    document = json.loads(text)
+    cls = jsonschema.validators.validator_for(document)
+    return cls(document)
+
+
+def _validate(document: Any, schema: str, name: str) -> None:
+    error = next(iter(_validator(schema).iter_errors(document)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        raise BundleInvalid(f"{name}: schema violation at {where}: {' '.join(error.message.split())[:160]}")
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
