@@ -1,0 +1,92 @@
+"""Detectors: pure functions of a timeline window → typed verdicts with evidence pointers.
+
+    run_detectors(window, config) -> list[Verdict]
+
+No clock reads, no I/O: a verdict depends only on the window's samples and the config, so `verify`
+recomputes the same verdicts from a bundle's stored samples. Detectors look only at the samples
+newer than `window.end - config.lookback_s`; `evidence_window` returns that slice (with latency
+histograms kept only where histogram_blind reads them), the smallest window that gives the same
+verdicts — what a bundle needs to store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from servewatch.detectors import blindness, capacity, liveness, progress, restart
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.series import engine_series
+from servewatch.detectors.verdict import VERDICT_NAMES, Evidence, Verdict
+from servewatch.timeline.samples import MetricsSample
+from servewatch.timeline.window import Window
+
+__all__ = ["DETECTORS", "DetectorConfig", "Evidence", "Verdict", "VERDICT_NAMES", "Window", "evidence_window",
+           "run_detectors", "verdict_key"]
+
+Detector = Callable[[Window, DetectorConfig], list[Verdict]]
+
+DETECTORS: dict[str, Detector] = {
+    "alive_health_ok_no_progress": progress.detect,
+    "engine_dead": liveness.detect_engine_dead,
+    "process_exit": liveness.detect_process_exit,
+    "health_loss": liveness.detect_health_loss,
+    "overload": capacity.detect_overload,
+    "kv_pressure": capacity.detect_kv_pressure,
+    "preemption": capacity.detect_preemption,
+    "histogram_blind": blindness.detect,
+    "target_restarted": restart.detect,
+}
+assert tuple(DETECTORS) == VERDICT_NAMES
+
+
+def run_detectors(window: Window, config: DetectorConfig | None = None) -> list[Verdict]:
+    """Every verdict the window supports, in VERDICT_NAMES order (then by engine)."""
+    config = config or DetectorConfig()
+    recent = _recent(window, config)
+    if recent is None:
+        return []
+    verdicts: list[Verdict] = []
+    for detect in DETECTORS.values():
+        verdicts.extend(detect(recent, config))
+    return verdicts
+
+
+def verdict_key(verdict: Verdict) -> tuple:
+    """What makes two verdicts "the same condition" for firing once: the name and what it is about."""
+    return (verdict.name, verdict.details.get("engine"), verdict.details.get("histogram"))
+
+
+def evidence_window(window: Window, config: DetectorConfig | None = None) -> Window:
+    """The smallest window with the same verdicts: the lookback slice, latency histograms kept only on
+    the first and last scrape of each engine (histogram_blind compares those two)."""
+    config = config or DetectorConfig()
+    recent = _recent(window, config)
+    if recent is None:
+        return Window()
+    keep: set[tuple[int, str]] = set()  # (index of the scrape, engine key) whose histograms stay
+    index = {id(sample): i for i, sample in enumerate(recent.metrics)}
+    for key, points in engine_series(recent.metrics).items():
+        for kind in config.blind_kinds:
+            having = [p for p in points if kind in p[1].histograms]
+            if having:
+                keep.add((index[id(having[0][0])], key))
+                keep.add((index[id(having[-1][0])], key))
+    return dataclasses.replace(recent, metrics=tuple(_strip(i, m, keep) for i, m in enumerate(recent.metrics)))
+
+
+def _recent(window: Window, config: DetectorConfig) -> Window | None:
+    end = window.end
+    if end is None:
+        return None
+    return window.since(end - config.lookback_s)
+
+
+def _strip(i: int, sample: MetricsSample, keep: set[tuple[int, str]]) -> MetricsSample:
+    from servewatch.detectors.series import engine_key
+
+    if not sample.engines:
+        return sample
+    engines = tuple(state if (i, engine_key(state.labels)) in keep or not state.histograms
+                    else dataclasses.replace(state, histograms={}) for state in sample.engines)
+    return dataclasses.replace(sample, engines=engines)

@@ -1,0 +1,132 @@
+"""overload, kv_pressure, preemption: the engine works, but demand exceeds what it can hold.
+
+Seed 002: overload is the only signature with a queue; "running pinned at the slot limit while KV
+is 28% used" means out of slots, not memory. Seed 000: preemption is a capacity signal with a price,
+read as the counter's delta in the window (a peer read the cumulative value as current pressure).
+"""
+
+from __future__ import annotations
+
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.series import Point, engine_series, num, where
+from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.timeline.window import Window
+
+
+def _trailing(points: list[Point], predicate) -> list[Point]:
+    run: list[Point] = []
+    for point in reversed(points):
+        if not predicate(point[1]):
+            break
+        run.append(point)
+    run.reverse()
+    return run
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+# --- overload ------------------------------------------------------------------------------------
+
+def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
+    verdicts = []
+    for key, points in sorted(engine_series(window.metrics).items()):
+        run = _trailing(points, lambda s: (s.waiting or 0) > 0)
+        if len(run) < 2:
+            continue
+        (first, first_state), (last, state) = run[0], run[-1]
+        sustained = last.t - first.t
+        if sustained < config.overload_sustain_s:
+            continue
+        cause, because = _overload_cause(run, config)
+        why = (f"{num(state.waiting)} waiting{where(key)}, waiting > 0 for {sustained:.1f} s "
+               f"(≥ {config.overload_sustain_s:g} s); cause {cause}: {because}")
+        evidence = (Evidence("metrics", first.t, "waiting", first_state.waiting),
+                    Evidence("metrics", last.t, "waiting", state.waiting),
+                    Evidence("metrics", last.t, "running", state.running),
+                    Evidence("metrics", last.t, "kv_usage", state.kv_usage),
+                    Evidence("metrics", last.t, "slot_limit", state.slot_limit))
+        verdicts.append(Verdict("overload", last.t, first.t, why, evidence,
+                                {"engine": key, "cause": cause, "waiting": state.waiting, "running": state.running,
+                                 "slot_limit": state.slot_limit, "kv_usage": state.kv_usage, "sustained_s": sustained}))
+    return verdicts
+
+
+def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]:
+    state = run[-1][1]
+    deferred = state.waiting_by_reason.get("deferred", 0.0)
+    capacity = state.waiting_by_reason.get("capacity", 0.0)
+    if deferred > 0 and deferred >= capacity:
+        return "deferred", f"{num(deferred)} of {num(state.waiting)} waiting are deferred (not for lack of room)"
+    if state.kv_usage is not None and state.kv_usage >= config.kv_high:
+        return "kv", f"KV {_pct(state.kv_usage)} ≥ {_pct(config.kv_high)} with {num(state.running)} running"
+    if state.slot_limit is not None and state.running is not None and state.running >= state.slot_limit:
+        return "slots", (f"running {num(state.running)} = slot limit {state.slot_limit} while KV is "
+                         f"{_pct(state.kv_usage)}: out of slots, not memory")
+    runnings = {s.running for _, s in run}
+    if state.slot_limit is None and len(runnings) == 1 and (state.running or 0) > 0:
+        return "slots", (f"running flat at {num(state.running)} (slot limit unknown, inferred) while KV is "
+                         f"{_pct(state.kv_usage)}")
+    return "unknown", (f"running {num(state.running)} below its limit ({num(state.slot_limit)}) and KV "
+                       f"{_pct(state.kv_usage)}: nothing is admitted though there is room")
+
+
+# --- kv_pressure ---------------------------------------------------------------------------------
+
+def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
+    verdicts = []
+    for key, points in sorted(engine_series(window.metrics).items()):
+        run = _trailing(points, lambda s: s.kv_usage is not None and s.kv_usage >= config.kv_high)
+        if len(run) < 2:
+            continue
+        (first, first_state), (last, state) = run[0], run[-1]
+        sustained = last.t - first.t
+        if sustained < config.kv_sustain_s:
+            continue
+        peak = max(s.kv_usage for _, s in run)
+        tokens = ""
+        if state.kv_used_tokens is not None and state.kv_total_tokens:
+            tokens = f" ({num(state.kv_used_tokens)} of {num(state.kv_total_tokens)} tokens)"
+        why = (f"KV cache {_pct(state.kv_usage)}{tokens}{where(key)}, ≥ {_pct(config.kv_high)} for "
+               f"{sustained:.1f} s (peak {_pct(peak)}), {num(state.running)} running, {num(state.waiting)} waiting")
+        evidence = (Evidence("metrics", first.t, "kv_usage", first_state.kv_usage),
+                    Evidence("metrics", last.t, "kv_usage", state.kv_usage),
+                    Evidence("metrics", last.t, "waiting", state.waiting))
+        verdicts.append(Verdict("kv_pressure", last.t, first.t, why, evidence,
+                                {"engine": key, "kv_usage": state.kv_usage, "peak_kv_usage": peak,
+                                 "sustained_s": sustained, "kv_total_tokens": state.kv_total_tokens}))
+    return verdicts
+
+
+# --- preemption ----------------------------------------------------------------------------------
+
+def detect_preemption(window: Window, config: DetectorConfig) -> list[Verdict]:
+    end = window.end
+    if end is None:
+        return []
+    verdicts = []
+    for key, points in sorted(engine_series(window.metrics).items()):
+        recent = [p for p in points if p[0].t >= end - config.preemption_window_s
+                  and p[1].counters.preemptions is not None]
+        delta = 0.0
+        onset = None
+        for (_, a), (sample, b) in zip(recent, recent[1:]):
+            step = b.counters.preemptions - a.counters.preemptions
+            if step > 0:  # a decrease is a counter reset (target_restarted), never negative pressure
+                delta += step
+                if onset is None:
+                    onset = sample.t
+        if onset is None or delta < config.preemption_min:
+            continue
+        (first, first_state), (last, state) = recent[0], recent[-1]
+        why = (f"+{num(delta)} preemptions in the last {last.t - first.t:.0f} s{where(key)} (counter "
+               f"{num(first_state.counters.preemptions)} → {num(state.counters.preemptions)}; the delta, not the "
+               f"cumulative value); KV {_pct(state.kv_usage)}, {num(state.waiting)} waiting")
+        evidence = (Evidence("metrics", first.t, "counters.preemptions", first_state.counters.preemptions),
+                    Evidence("metrics", last.t, "counters.preemptions", state.counters.preemptions),
+                    Evidence("metrics", last.t, "kv_usage", state.kv_usage))
+        verdicts.append(Verdict("preemption", last.t, onset, why, evidence,
+                                {"engine": key, "delta": delta, "window_s": last.t - first.t,
+                                 "kv_usage": state.kv_usage}))
+    return verdicts

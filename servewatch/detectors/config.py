@@ -1,0 +1,67 @@
+"""Detector thresholds: derived from the target where the samples allow it, otherwise these defaults.
+
+Every field is a plain number so a bundle can store the config it was judged with and `verify` can
+recompute the verdicts with exactly the same thresholds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorConfig:
+    # Detectors only read samples newer than (window end - lookback_s). A bundle that stores that
+    # slice (see detectors.evidence_window) lets `verify` recompute identical verdicts.
+    lookback_s: float = 180.0
+
+    # alive_health_ok_no_progress: no progress counter (steps, generation tokens, prompt tokens) moved
+    # while work was admitted for longer than
+    #   clamp(stall_k x max(longest recent gap between counter movements, scrape cadence),
+    #         stall_floor_s, stall_ceiling_s).
+    # The gap is learned from the target's own recent step cadence (busy periods only), so a slow
+    # engine or a long prefill that still steps raises the bar; idle (running = waiting = 0) never counts.
+    stall_k: float = 4.0
+    stall_floor_s: float = 2.0
+    stall_ceiling_s: float = 60.0
+    stall_recent_movements: int = 32     # how many recent counter movements define "recent cadence"
+
+    # health_loss: this many consecutive failed probes (no answer or non-2xx).
+    health_fail_count: int = 3
+
+    # engine_dead: the HTTP status that means "engine dead" on vLLM (and when the dialect is unknown).
+    engine_dead_status: int = 503
+    # log lines of an engine death count for this long after they were read.
+    log_evidence_s: float = 30.0
+
+    # overload: waiting > 0 in every scrape for at least overload_sustain_s.
+    overload_sustain_s: float = 10.0
+    # kv_pressure: KV usage >= kv_high in every scrape for at least kv_sustain_s. Also the level at
+    # which overload's cause is "kv" rather than "slots".
+    kv_high: float = 0.90
+    kv_sustain_s: float = 5.0
+
+    # preemption: the counter rose by at least preemption_min within preemption_window_s
+    # (the delta, never the cumulative value).
+    preemption_window_s: float = 60.0
+    preemption_min: float = 1.0
+
+    # histogram_blind: at least this many observations in the window's histogram delta.
+    blind_min_count: float = 100.0
+    blind_kinds: tuple[str, ...] = ("itl", "ttft", "tpot")
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["blind_kinds"] = list(self.blind_kinds)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DetectorConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown detector settings: {', '.join(sorted(unknown))}")
+        values = dict(data)
+        if "blind_kinds" in values:
+            values["blind_kinds"] = tuple(values["blind_kinds"])
+        return cls(**values)

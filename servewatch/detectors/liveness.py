@@ -1,0 +1,182 @@
+"""engine_dead, process_exit, health_loss: the outer shell is up while the engine inside is not.
+
+On a real vLLM, a killed worker gave /health 503 within 1 s (EngineDeadError), connection refused
+~5 s later, then the API server exited; vLLM #48966 is an API server that exits 0 after its engine
+died, which defeats Restart=on-failure.
+"""
+
+from __future__ import annotations
+
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.timeline.samples import HealthSample, ProcessSample
+from servewatch.timeline.window import Window
+
+_ENGINE_ROLES = ("engine_core", "worker")
+_TITLE_DIALECTS = (("VLLM::", "vllm"), ("sglang::", "sglang"))
+
+
+def dialect_hint(window: Window) -> str | None:
+    """The engine's dialect as the window shows it: from scrapes, else from process titles."""
+    for sample in reversed(window.metrics):
+        if sample.dialect:
+            return sample.dialect
+    for sample in reversed(window.process):
+        for member in sample.members:
+            for prefix, dialect in _TITLE_DIALECTS:
+                if member.title.startswith(prefix):
+                    return dialect
+    return None
+
+
+def _trailing(samples, predicate) -> list:
+    """The newest run of consecutive samples satisfying predicate (oldest first)."""
+    run = []
+    for sample in reversed(samples):
+        if not predicate(sample):
+            break
+        run.append(sample)
+    run.reverse()
+    return run
+
+
+def _health_problem(sample: HealthSample) -> str:
+    if sample.status is not None:
+        return f"HTTP {sample.status}"
+    return sample.error or "no answer"
+
+
+# --- engine_dead ---------------------------------------------------------------------------------
+
+def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float | None, list[Evidence], list[str]]:
+    """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], [])."""
+    onsets: list[float] = []
+    evidence: list[Evidence] = []
+    reasons: list[str] = []
+
+    if dialect_hint(window) == "vllm":
+        run = _trailing(window.health, lambda h: h.status == config.engine_dead_status)
+        if run:
+            onsets.append(run[0].t)
+            evidence += [Evidence("health", run[0].t, "status", run[0].status),
+                         Evidence("health", run[-1].t, "status", run[-1].status)]
+            reasons.append(f"/health {config.engine_dead_status} for {len(run)} probe(s) over {run[-1].t - run[0].t:.1f} s")
+
+    gone = _engine_children_gone(window.process)
+    if gone is not None:
+        first_missing, last, missing = gone
+        onsets.append(first_missing.t)
+        evidence.append(Evidence("process", first_missing.t, "alive", first_missing.alive))
+        evidence += [Evidence("process", first_missing.t, f"members[{pid}]", "gone") for pid, _ in missing]
+        titles = ", ".join(sorted({title for _, title in missing}))
+        reasons.append(f"engine process(es) gone ({titles}) while the API process {last.root_pid} lives")
+
+    end = window.end or 0.0
+    dead_lines = [e for e in window.logs if e.kind == "engine_dead" and e.t >= end - config.log_evidence_s]
+    if dead_lines:
+        onsets.append(dead_lines[0].t)
+        evidence += [Evidence("log", e.t, "kind", e.kind) for e in dead_lines[:3]]
+        reasons.append(f"{len(dead_lines)} engine-death log line(s) ({dead_lines[0].fields.get('reason', 'engine_dead')})")
+    return (min(onsets) if onsets else None), evidence, reasons
+
+
+def _engine_children_gone(samples: tuple[ProcessSample, ...]):
+    """(first sample missing them, newest sample, [(pid, title)]) when engine children seen earlier are
+    gone (or zombies) while the root is alive with the same identity."""
+    if not samples or not samples[-1].alive:
+        return None
+    last = samples[-1]
+    identity = (last.root_pid, last.root_create_time)
+    live_now = {(m.pid, m.create_time) for m in last.members if m.status != "zombie"}
+    seen: dict[tuple[int, float], str] = {}
+    for sample in samples:
+        if (sample.root_pid, sample.root_create_time) != identity or not sample.alive:
+            seen.clear()
+            continue
+        for m in sample.members:
+            if m.role in _ENGINE_ROLES and m.status != "zombie":
+                seen.setdefault((m.pid, m.create_time), m.title)
+    missing = {ident: title for ident, title in seen.items() if ident not in live_now}
+    if not missing:
+        return None
+    first_missing = last
+    for sample in reversed(samples):
+        live = {(m.pid, m.create_time) for m in sample.members if m.status != "zombie"}
+        if all(ident not in live for ident in missing) and sample.alive:
+            first_missing = sample
+        else:
+            break
+    return first_missing, last, sorted((pid, title) for (pid, _), title in missing.items())
+
+
+def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
+    onset, evidence, reasons = engine_death_evidence(window, config)
+    if onset is None:
+        return []
+    api_alive = window.process[-1].alive if window.process else None
+    if api_alive is False:
+        return []  # the whole target is gone: that is process_exit's verdict
+    t = max(e.t for e in evidence)
+    why = "engine dead: " + "; ".join(reasons)
+    if api_alive:
+        why += " — the API process is still alive"
+    return [Verdict("engine_dead", t, onset, why, tuple(evidence),
+                    {"api_alive": api_alive, "signals": len(reasons)})]
+
+
+# --- process_exit --------------------------------------------------------------------------------
+
+def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]:
+    if not window.process or window.process[-1].alive:
+        return []
+    run = _trailing(window.process, lambda p: not p.alive)
+    first, last = run[0], run[-1]
+    code = next((p.exit_code for p in reversed(run) if p.exit_code is not None), None)
+    signal = next((p.exit_signal for p in reversed(run) if p.exit_signal is not None), None)
+    before = Window(health=window.health, metrics=window.metrics,
+                    process=tuple(p for p in window.process if p.t < first.t), gpu=window.gpu, logs=window.logs)
+    death_onset, death_evidence, _ = engine_death_evidence(before, config)
+    after_death = death_onset is not None and death_onset <= first.t
+
+    if code is not None:
+        how = f"exit code {code}"
+    elif signal is not None:
+        how = f"signal {signal}"
+    else:
+        how = "exit status unknown (not our child)"
+    why = f"target process {first.root_pid} is gone ({how})"
+    if after_death:
+        why += f"; the engine died {first.t - death_onset:.1f} s before"
+        if code == 0:
+            why += " — an exit 0 after an engine death hides the failure from Restart=on-failure (vLLM #48966)"
+    startup = [e for e in window.logs if e.kind == "startup_failure"]
+    if startup:
+        why += f"; startup failure in the log: {startup[-1].fields.get('reason', 'unknown')}"
+
+    evidence = [Evidence("process", first.t, "alive", False)]
+    if code is not None or signal is not None:
+        evidence.append(Evidence("process", last.t, "exit_code" if code is not None else "exit_signal",
+                                 code if code is not None else signal))
+    evidence += death_evidence[:2] if after_death else []
+    evidence += [Evidence("log", e.t, "reason", e.fields.get("reason")) for e in startup[-1:]]
+    details = {"pid": first.root_pid, "exit_code": code, "exit_signal": signal, "after_engine_death": after_death,
+               "masked_failure": bool(after_death and code == 0)}
+    if startup:
+        details["startup_failure"] = str(startup[-1].fields.get("reason", "unknown"))
+    return [Verdict("process_exit", last.t, first.t, why, tuple(evidence), details)]
+
+
+# --- health_loss ---------------------------------------------------------------------------------
+
+def detect_health_loss(window: Window, config: DetectorConfig) -> list[Verdict]:
+    run = _trailing(window.health, lambda h: not h.ok)
+    if len(run) < config.health_fail_count:
+        return []
+    first, last = run[0], run[-1]
+    kinds = sorted({_health_problem(h) for h in run})
+    why = (f"{len(run)} consecutive health probes failed over {last.t - first.t:.1f} s "
+           f"(≥ {config.health_fail_count}); last: {_health_problem(last)}; seen: {', '.join(kinds)}")
+    evidence = (Evidence("health", first.t, "error" if first.status is None else "status", first.error if first.status is None else first.status),
+                Evidence("health", last.t, "error" if last.status is None else "status", last.error if last.status is None else last.status))
+    return [Verdict("health_loss", last.t, first.t, why, evidence,
+                    {"failed_probes": len(run), "last_status": last.status, "last_error": last.error})]

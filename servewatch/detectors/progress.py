@@ -1,0 +1,97 @@
+"""alive_health_ok_no_progress: /health green, process alive, work admitted, and no counter moves.
+
+Alive is not making progress (seed 003). On a real vLLM a SIGSTOPped worker left /health at 200 and
+/metrics answering while `generation_tokens_total` and `iteration_tokens_total_count` froze.
+"""
+
+from __future__ import annotations
+
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.series import (Point, admitted, cadence, engine_series, has_progress_counters, num,
+                                         progress, where)
+from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.timeline.window import Window
+
+NAME = "alive_health_ok_no_progress"
+_COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.prompt_tokens")
+
+
+def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+    health = window.health[-1] if window.health else None
+    if health is None or not health.ok:
+        return []
+    process = window.process[-1] if window.process else None
+    if process is not None and not process.alive:
+        return []
+    verdicts = []
+    for key, points in sorted(engine_series(window.metrics).items()):
+        verdict = _engine_stall(key, points, health, process, config)
+        if verdict is not None:
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _engine_stall(key, points: list[Point], health, process, config: DetectorConfig) -> Verdict | None:
+    if len(points) < 2 or not has_progress_counters(points[-1][1]):
+        return None
+    last_sample, last_state = points[-1]
+    if not admitted(last_state):
+        return None
+
+    # Walk the series once: where the current busy stretch began, where the counters last moved, and
+    # the gaps between movements inside busy stretches (the target's own recent step cadence).
+    busy_from = None
+    last_move = None
+    gaps: list[float] = []
+    prev_move_t = None
+    interrupted = True
+    for i, (sample, state) in enumerate(points):
+        if not admitted(state):
+            busy_from = None
+            interrupted = True
+            continue
+        if busy_from is None:
+            busy_from = i
+        if i > 0 and progress(state) != progress(points[i - 1][1]):
+            if prev_move_t is not None and not interrupted:
+                gaps.append(sample.t - prev_move_t)
+            prev_move_t = sample.t
+            interrupted = False
+            last_move = i
+    start = busy_from if last_move is None or last_move < busy_from else last_move
+    onset_sample, onset_state = points[start]
+    quiet_s = last_sample.t - onset_sample.t
+
+    recent_gaps = gaps[-config.stall_recent_movements:]
+    longest_gap = max(recent_gaps) if recent_gaps else 0.0
+    scrape_gap = cadence(points) or 0.0
+    basis = max(longest_gap, scrape_gap)
+    threshold = min(config.stall_ceiling_s, max(config.stall_floor_s, config.stall_k * basis))
+    if quiet_s <= threshold:
+        return None
+
+    stopped = [m for m in (process.members if process is not None else ()) if m.status in ("stopped", "tracing-stop")]
+    counters = dict(zip(_COUNTER_FIELDS, progress(last_state)))
+    shown = ", ".join(f"{f.split('.')[1].replace('_', ' ')} {num(v)}" for f, v in counters.items() if v is not None)
+    since_what = "last counter movement" if start == last_move else "work was admitted"
+    why = (f"no progress for {quiet_s:.1f} s{where(key)} (threshold {threshold:.1f} s = max({config.stall_floor_s:g} s, "
+           f"{config.stall_k:g} x {basis:.2f} s recent cadence)) since {since_what}, with {num(last_state.running)} "
+           f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {health.status}")
+    if stopped:
+        why += f"; {len(stopped)} process(es) stopped ({', '.join(sorted({m.title for m in stopped}))})"
+
+    evidence = [Evidence("metrics", onset_sample.t, f, v) for f, v in counters.items() if v is not None]
+    evidence += [Evidence("metrics", last_sample.t, f, v) for f, v in counters.items() if v is not None]
+    evidence += [Evidence("metrics", last_sample.t, "running", last_state.running),
+                 Evidence("metrics", last_sample.t, "waiting", last_state.waiting),
+                 Evidence("health", health.t, "status", health.status)]
+    if process is not None:
+        evidence.append(Evidence("process", process.t, "alive", process.alive))
+        evidence += [Evidence("process", process.t, f"members[{m.pid}].status", m.status) for m in stopped]
+    t = max(last_sample.t, health.t, process.t if process is not None else last_sample.t)
+    return Verdict(
+        name=NAME, t=t, onset=onset_sample.t, why=why, evidence=tuple(evidence),
+        details={"engine": key, "quiet_s": quiet_s, "threshold_s": threshold, "longest_gap_s": longest_gap,
+                 "scrape_gap_s": scrape_gap, "running": last_state.running, "waiting": last_state.waiting,
+                 "stopped_processes": len(stopped), "process_known": process is not None},
+    )

@@ -1,0 +1,65 @@
+"""Small pure helpers the detectors share: per-engine series, progress vectors, formatting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from statistics import median
+
+from servewatch.engine.state import EngineState
+from servewatch.timeline.samples import MetricsSample
+
+# Labels that name a model rather than an engine/rank; left out of engine keys (a model name can be a path).
+_MODEL_LABELS = frozenset({"model_name"})
+
+Point = tuple[MetricsSample, EngineState]
+
+
+def engine_key(labels: dict[str, str]) -> str:
+    """A stable, path-free name for one engine: its non-model identity labels, e.g. "engine=0"."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in _MODEL_LABELS)
+
+
+def engine_series(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
+    """Good scrapes split per engine, in time order."""
+    out: dict[str, list[Point]] = {}
+    for sample in samples:
+        if sample.error is not None:
+            continue
+        for state in sample.engines:
+            out.setdefault(engine_key(state.labels), []).append((sample, state))
+    return out
+
+
+def progress(state: EngineState) -> tuple[float | None, float | None, float | None]:
+    """The counters whose movement means the engine did work: steps, generation and prompt tokens."""
+    c = state.counters
+    return (c.steps, c.generation_tokens, c.prompt_tokens)
+
+
+def has_progress_counters(state: EngineState) -> bool:
+    return any(v is not None for v in progress(state))
+
+
+def admitted(state: EngineState) -> bool:
+    """Work is admitted: something running or waiting."""
+    return (state.running or 0) > 0 or (state.waiting or 0) > 0
+
+
+def cadence(points: list[Point], last: int = 16) -> float | None:
+    """The typical gap between scrapes (median of the most recent gaps)."""
+    times = [p[0].t for p in points[-(last + 1):]]
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    return median(gaps) if gaps else None
+
+
+def where(key: str) -> str:
+    return f" on {key}" if key else ""
+
+
+def num(value: float | None) -> str:
+    """A counter or gauge value for a one-line why: integers without decimals."""
+    if value is None:
+        return "n/a"
+    if float(value).is_integer():
+        return f"{int(value)}"
+    return f"{value:.3g}"

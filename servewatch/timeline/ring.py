@@ -1,0 +1,68 @@
+"""The bounded ring: one deque per sample kind, sized from --history and each source's cadence.
+
+Memory is fixed by construction: a kind holds at most `capacity[kind]` samples; older ones are
+overwritten and counted (the count goes into bundles so a reader knows history was dropped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+
+from servewatch.timeline.samples import Sample
+from servewatch.timeline.window import KINDS, Window, _field, kind_of
+
+DEFAULT_LOG_CAPACITY = 4096   # parsed log events (not raw lines) kept whatever the history
+MARGIN = 2                    # extra slots so a full --history span always fits
+
+
+def capacity_for(history_s: float, interval_s: float) -> int:
+    if history_s <= 0 or interval_s <= 0:
+        raise ValueError("history and interval must be positive")
+    return math.ceil(history_s / interval_s) + MARGIN
+
+
+class Ring:
+    def __init__(self, capacity: Mapping[str, int]):
+        unknown = set(capacity) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown sample kinds: {sorted(unknown)}")
+        self._deques = {kind: deque(maxlen=max(1, int(capacity.get(kind, 1)))) for kind in KINDS}
+        self.overwritten = {kind: 0 for kind in KINDS}
+
+    @classmethod
+    def for_history(cls, history_s: float, intervals: Mapping[str, float],
+                    log_capacity: int = DEFAULT_LOG_CAPACITY) -> Ring:
+        """Capacity per kind = history / cadence (+ margin); kinds without a source get one slot."""
+        capacity = {kind: capacity_for(history_s, interval) for kind, interval in intervals.items() if kind != "log"}
+        capacity["log"] = log_capacity
+        return cls(capacity)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        return {kind: d.maxlen for kind, d in self._deques.items()}
+
+    def add(self, sample: Sample) -> None:
+        kind = kind_of(sample)
+        d = self._deques[kind]
+        if len(d) == d.maxlen:
+            self.overwritten[kind] += 1
+        d.append(sample)
+
+    def extend(self, samples: Iterable[Sample]) -> None:
+        for sample in samples:
+            self.add(sample)
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self._deques.values())
+
+    def window(self, since: float | None = None) -> Window:
+        """A frozen copy of what the ring holds (optionally only samples at or after `since`)."""
+        def pick(kind: str) -> tuple:
+            items = self._deques[kind]
+            if since is not None:
+                items = [s for s in items if s.t >= since]
+            # Sorted like Window.from_samples, so a window rebuilt from stored samples is identical.
+            return tuple(sorted(items, key=lambda s: s.t))
+        return Window(**{_field(kind): pick(kind) for kind in KINDS})

@@ -1,0 +1,76 @@
+"""A read-only slice of the timeline: what detectors see, and what a bundle freezes.
+
+A `Window` holds one time-ordered tuple per sample kind. It is immutable and holds no clock: every
+question a detector asks ("how long has this lasted?") is answered from the samples' own times, so
+the same window always gives the same verdicts (that is what `verify` relies on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from servewatch.timeline.samples import GpuSample, HealthSample, LogEvent, MetricsSample, ProcessSample, Sample
+
+# The name of each sample kind; also the `source` of an Evidence pointer.
+KINDS = ("health", "metrics", "process", "gpu", "log")
+_KIND_OF_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
+                 GpuSample: "gpu", LogEvent: "log"}
+
+
+def kind_of(sample: Sample) -> str:
+    try:
+        return _KIND_OF_TYPE[type(sample)]
+    except KeyError:
+        raise TypeError(f"not a timeline sample: {type(sample).__name__}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    health: tuple[HealthSample, ...] = ()
+    metrics: tuple[MetricsSample, ...] = ()
+    process: tuple[ProcessSample, ...] = ()
+    gpu: tuple[GpuSample, ...] = ()
+    logs: tuple[LogEvent, ...] = ()
+
+    @classmethod
+    def from_samples(cls, samples: Iterable[Sample]) -> Window:
+        """Group samples by kind, each kind sorted by time (stable for equal times)."""
+        by_kind: dict[str, list] = {kind: [] for kind in KINDS}
+        for sample in samples:
+            by_kind[kind_of(sample)].append(sample)
+        return cls(**{_field(kind): tuple(sorted(items, key=lambda s: s.t)) for kind, items in by_kind.items()})
+
+    def of(self, kind: str) -> tuple:
+        return getattr(self, _field(kind))
+
+    def samples(self) -> Iterator[Sample]:
+        """Every sample, ordered by time (kinds in KINDS order for equal times)."""
+        merged = [s for kind in KINDS for s in self.of(kind)]
+        return iter(sorted(merged, key=lambda s: s.t))
+
+    def __len__(self) -> int:
+        return sum(len(self.of(kind)) for kind in KINDS)
+
+    @property
+    def start(self) -> float | None:
+        firsts = [self.of(kind)[0].t for kind in KINDS if self.of(kind)]
+        return min(firsts) if firsts else None
+
+    @property
+    def end(self) -> float | None:
+        """The time of the newest sample: the window's "now"."""
+        lasts = [self.of(kind)[-1].t for kind in KINDS if self.of(kind)]
+        return max(lasts) if lasts else None
+
+    def since(self, t: float) -> Window:
+        """The samples at or after `t`."""
+        return Window(**{_field(kind): tuple(s for s in self.of(kind) if s.t >= t) for kind in KINDS})
+
+    def good_metrics(self) -> tuple[MetricsSample, ...]:
+        """Scrapes that answered and were understood."""
+        return tuple(m for m in self.metrics if m.error is None and m.engines)
+
+
+def _field(kind: str) -> str:
+    return "logs" if kind == "log" else kind
