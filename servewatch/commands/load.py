@@ -1,0 +1,99 @@
+"""`servewatch load URL --scenario ...`: drive a scenario against an OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from servewatch.errors import ServewatchError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "load", help="run a seed-002 load scenario and record every request",
+        description="Run a load scenario (normal, overload, long-prompt, long-output, custom) against an "
+                    "OpenAI-compatible server, record every request, and sample the server's /metrics "
+                    "alongside. Errors are counted per request; the run never stops on them.")
+    p.add_argument("url", help="base URL of the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--scenario", default="normal",
+                   choices=("normal", "overload", "long-prompt", "long-output", "custom"))
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--rate", type=float, help="requests per second (default: the scenario's)")
+    g.add_argument("--concurrency", type=int, help="fixed number of requests in flight instead of a rate")
+    p.add_argument("--arrival", default="poisson", help="poisson | constant | gamma:SHAPE (default poisson)")
+    h = p.add_mutually_exclusive_group()
+    h.add_argument("--duration", type=float, help="seconds of arrivals (default 60)")
+    h.add_argument("--requests", type=int, help="number of requests")
+    p.add_argument("--prompt-tokens", metavar="N[:STDEV]", help="prompt length in tokens")
+    p.add_argument("--output-tokens", type=int, help="max_tokens, sent with ignore_eos")
+    p.add_argument("--tokenizer", default="auto",
+                   help="DIR or tokenizer.json | auto (server /tokenize, else approx) | approx")
+    p.add_argument("--model", help="model name (default: the first of /v1/models)")
+    p.add_argument("--api", default="completions", choices=("completions", "chat"))
+    p.add_argument("--goodput", metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput")
+    p.add_argument("--metrics-interval", type=float, default=0.5,
+                   help="seconds between /metrics samples (0: no server view)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=600.0, help="per-request deadline in seconds")
+    p.add_argument("--client", default="http1", choices=("http1", "aiohttp"), help=argparse.SUPPRESS)
+    p.add_argument("--out", help="directory for requests.jsonl, server.jsonl, summary.json")
+    p.add_argument("--keep-text", action="store_true",
+                   help="keep prompt and completion text in requests.jsonl (off by default)")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    p.set_defaults(func=run)
+
+
+def _prompt_tokens(text: str | None) -> tuple[int | None, float]:
+    if text is None:
+        return None, 0.0
+    mean, _, stdev = text.partition(":")
+    try:
+        return int(mean), float(stdev) if stdev else 0.0
+    except ValueError:
+        raise ServewatchError(f"--prompt-tokens {text!r}: expected N or N:STDEV") from None
+
+
+def config_from_args(args):
+    from servewatch.load.scenarios import Goodput, LoadConfig
+
+    prompt, stdev = _prompt_tokens(args.prompt_tokens)
+    try:
+        goodput = Goodput.parse(args.goodput) if args.goodput else None
+    except ValueError as exc:
+        raise ServewatchError(f"--goodput: {exc}") from None
+    return LoadConfig(
+        url=args.url, scenario=args.scenario, rate=args.rate, concurrency=args.concurrency,
+        arrival=args.arrival, duration_s=args.duration, requests=args.requests, prompt_tokens=prompt,
+        prompt_stdev=stdev, output_tokens=args.output_tokens, tokenizer=args.tokenizer,
+        model=args.model, api=args.api, goodput=goodput, metrics_interval_s=args.metrics_interval,
+        seed=args.seed, keep_text=args.keep_text, request_timeout_s=args.timeout, client=args.client)
+
+
+def run(args) -> int:
+    from servewatch.load import output
+    from servewatch.load.render import LiveProgress, print_summary
+    from servewatch.load.runner import run_load
+
+    config = config_from_args(args)
+    try:
+        config.resolved()
+    except ValueError as exc:
+        raise ServewatchError(str(exc)) from None
+    if args.out:
+        try:
+            output.prepare_out_dir(args.out)
+        except OSError as exc:
+            raise ServewatchError(f"--out {args.out}: {exc.strerror or exc}") from None
+    show = not args.json and sys.stderr.isatty()
+    with LiveProgress(enabled=show) as live:
+        result = run_load(config, on_progress=live.update)
+    problems = output.write_outputs(result, args.out) if args.out else []
+    if args.json:
+        json.dump(result.summary, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print_summary(result.summary)
+    for problem in problems:
+        print(f"servewatch load: {problem}", file=sys.stderr)
+    return 1 if problems else 0

@@ -1,0 +1,219 @@
+"""One streaming completion request → one RequestRecord. Never raises for a failed request.
+
+Works on any client with `request(method, path, body, on_sent=...) -> response` where the response
+has `status`, `read_some()`, `read_all(limit)` and `release()` (http1.Http1Client, or the aiohttp
+adapter in aiohttp_client.py). ConnectFailed / StreamCut from http1 are the failure vocabulary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+from servewatch.load import records as R
+from servewatch.load.http1 import BodyTooLarge, ConnectFailed, StreamCut
+from servewatch.load.itl import compute_timings
+from servewatch.load.sse import SseSplitter
+
+ERROR_BODY_LIMIT = 64 * 1024
+ABORT_REASONS = frozenset({"abort", "error"})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    id: int
+    scheduled: float
+    path: str                       # "/v1/completions" | "/v1/chat/completions"
+    body: bytes                     # the JSON body, built before the run
+    prompt_tokens: int              # what the prompt was built to be
+    max_tokens: int
+    ignore_eos: bool = True
+    prompt_text: str | None = None  # kept only with --keep-text
+
+
+class Deadline:
+    """Set by the watchdog when it cancels a request for its time; `last` is the latest activity."""
+
+    __slots__ = ("start", "last", "fired")
+
+    def __init__(self, now: float):
+        self.start = now
+        self.last = now
+        self.fired: str | None = None
+
+
+def build_body(api: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool = True) -> bytes:
+    body: dict = {"model": model, "max_tokens": max_tokens, "ignore_eos": ignore_eos, "stream": True,
+                  "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+class _Stream:
+    """Per-request parse state, kept out of the hot loop's locals for clarity."""
+
+    __slots__ = ("chat", "keep_text", "text", "completion_tokens", "prompt_tokens", "finish_reason",
+                 "saw_done", "stream_error", "counts_exact", "client_tokens", "chunk_t", "chunk_k")
+
+    def __init__(self, chat: bool, keep_text: bool):
+        self.chat = chat
+        self.keep_text = keep_text
+        self.text: list[str] = []
+        self.completion_tokens = 0
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.saw_done = False
+        self.stream_error = False
+        self.counts_exact = True
+        self.client_tokens = 0
+        self.chunk_t: list[float] = []
+        self.chunk_k: list[int] = []
+
+    def on_event(self, payload: bytes, t: float) -> None:
+        if payload == b"[DONE]":
+            self.saw_done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self.stream_error = True
+            return
+        if not isinstance(obj, dict):
+            self.stream_error = True
+            return
+        if "error" in obj or obj.get("object") == "error":
+            self.stream_error = True
+            return
+        usage = obj.get("usage")
+        ct = None
+        if isinstance(usage, dict):
+            ct = usage.get("completion_tokens")
+            pt = usage.get("prompt_tokens")
+            if isinstance(pt, int):
+                self.prompt_tokens = pt
+        choices = obj.get("choices")
+        if not choices:
+            if isinstance(ct, int):
+                self.completion_tokens = max(self.completion_tokens, ct)
+            return
+        choice = choices[0]
+        if self.chat:
+            delta = choice.get("delta") or {}
+            piece = delta.get("content") or ""
+        else:
+            piece = choice.get("text") or ""
+        reason = choice.get("finish_reason")
+        if reason:
+            self.finish_reason = reason
+        if piece:
+            self.client_tokens += 1
+            if self.keep_text:
+                self.text.append(piece)
+        if isinstance(ct, int):
+            k = ct - self.completion_tokens
+            if k < 0:
+                k = 0
+            self.completion_tokens = ct
+        else:
+            self.counts_exact = False
+            k = 1 if piece else 0
+        self.chunk_t.append(t)
+        self.chunk_k.append(k)
+
+
+async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None = None, *,
+                      api: str = "completions", keep_text: bool = False) -> R.RequestRecord:
+    """Run one request to its end. `now()` gives epoch seconds (injectable for virtual time)."""
+    rec = R.RequestRecord(id=spec.id, scheduled=spec.scheduled, prompt_tokens_target=spec.prompt_tokens,
+                          max_tokens=spec.max_tokens)
+    if keep_text:
+        rec.prompt = spec.prompt_text
+    state = _Stream(api == "chat", keep_text)
+    response = None
+
+    def on_sent() -> None:
+        rec.sent = now()
+
+    try:
+        response = await client.request("POST", spec.path, spec.body, on_sent=on_sent)
+        rec.http_status = response.status
+        if response.status != 200:
+            await response.read_all(ERROR_BODY_LIMIT)
+            rec.error = R.error_for_status(response.status)
+            rec.error_detail = f"HTTP {response.status}"
+        else:
+            splitter = SseSplitter()
+            sent = rec.sent
+            on_event = state.on_event
+            while True:
+                data = await response.read_some()
+                t = now()
+                if deadline is not None:
+                    deadline.last = t
+                if not data:
+                    break
+                offset = t - sent
+                for payload in splitter.feed(data):
+                    on_event(payload, offset)
+    except ConnectFailed as exc:
+        rec.error, rec.error_detail = R.CONNECT, str(exc)
+    except BodyTooLarge:
+        rec.error, rec.error_detail = R.STREAM_CUT, "response over size bound"
+    except StreamCut as exc:
+        rec.error, rec.error_detail = R.STREAM_CUT, str(exc)
+    except ValueError:
+        rec.error, rec.error_detail = R.STREAM_CUT, "malformed event stream"
+    except (ConnectionError, OSError) as exc:
+        rec.error, rec.error_detail = R.STREAM_CUT, type(exc).__name__
+    except asyncio.CancelledError:
+        if deadline is None or deadline.fired is None:
+            raise
+        rec.error, rec.error_detail = R.TIMEOUT, deadline.fired
+    finally:
+        if response is not None:
+            response.release()
+    end = now()
+    if rec.sent is not None:
+        rec.e2e_s = end - rec.sent
+    _finish(rec, state, spec)
+    return rec
+
+
+def _finish(rec: R.RequestRecord, state: _Stream, spec: RequestSpec) -> None:
+    rec.chunk_t_s = state.chunk_t
+    rec.chunk_tokens = state.chunk_k
+    rec.finish_reason = state.finish_reason
+    if state.completion_tokens > 0 or state.prompt_tokens is not None:
+        rec.output_tokens = state.completion_tokens
+        rec.token_source = "server"
+    elif state.client_tokens:
+        rec.output_tokens = state.client_tokens
+        rec.token_source = "client"
+    elif rec.http_status == 200:
+        rec.output_tokens = 0
+        rec.token_source = "client"
+    if state.prompt_tokens is not None:
+        rec.input_tokens = state.prompt_tokens
+    elif rec.http_status == 200:
+        rec.input_tokens = spec.prompt_tokens   # the prompt builder's count (flagged: token_source)
+    if state.keep_text:
+        rec.text = "".join(state.text)
+    total = rec.output_tokens if rec.token_source == "server" else None
+    timings = compute_timings(state.chunk_t, state.chunk_k, total, state.counts_exact)
+    rec.ttft_s = timings.ttft_s
+    rec.tpot_s = timings.tpot_s
+    rec.itl_token_s = timings.itl_token_s
+    rec.itl_chunk_s = timings.itl_chunk_s
+    rec.itl_exact = timings.exact if timings.ttft_s is not None else None
+    if rec.error is None and rec.http_status == 200:
+        if state.stream_error:
+            rec.error, rec.error_detail = R.TRUNCATED, "error event in the stream"
+        elif state.finish_reason in ABORT_REASONS:
+            rec.error, rec.error_detail = R.TRUNCATED, f"finish reason {state.finish_reason}"
+        elif spec.ignore_eos and (rec.output_tokens or 0) < spec.max_tokens:
+            rec.error = R.TRUNCATED
+            rec.error_detail = f"{rec.output_tokens or 0} of {spec.max_tokens} tokens"

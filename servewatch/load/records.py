@@ -1,0 +1,91 @@
+"""One record per request: what a client can know of seed 002's per-request field table.
+
+Times are wall-clock epoch seconds (`scheduled`, `sent`) or seconds after `sent` (everything else),
+so records line up with the server samples in server.jsonl.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Error classes, one per request at most. A request with an error is never counted as a success.
+CONNECT = "connect"        # no connection could be made
+TIMEOUT = "timeout"        # the request's deadline or idle timeout passed
+HTTP_4XX = "http_4xx"      # a non-200 status below 500
+HTTP_5XX = "http_5xx"      # a status of 500 or more
+STREAM_CUT = "stream_cut"  # the connection broke or the response was malformed / oversized mid-way
+TRUNCATED = "truncated"    # HTTP 200 but fewer tokens than asked with ignore_eos, finish reason
+                           # abort/error, or an error event inside the stream
+ERROR_CLASSES = (CONNECT, TIMEOUT, HTTP_4XX, HTTP_5XX, STREAM_CUT, TRUNCATED)
+
+
+def error_for_status(status: int) -> str | None:
+    if status == 200:
+        return None
+    return HTTP_5XX if status >= 500 else HTTP_4XX
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    id: int                                   # our own counter, never the server's id
+    scheduled: float                          # when the timeline said to send it (epoch s)
+    prompt_tokens_target: int                 # what the prompt was built to be
+    max_tokens: int
+    sent: float | None = None                 # right before the request bytes were written
+    http_status: int | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None                # sent -> end of stream (or of the error)
+    tpot_s: float | None = None               # (last token - first token) / (output tokens - 1)
+    chunk_t_s: list[float] = field(default_factory=list)     # arrival of each chunk with choices
+    chunk_tokens: list[int] = field(default_factory=list)    # tokens each of those chunks carried
+    itl_token_s: list[float] = field(default_factory=list)   # per token, see itl.py for the rule
+    itl_chunk_s: list[float] = field(default_factory=list)   # per token-carrying chunk gap
+    itl_exact: bool | None = None             # per-token counts known for every chunk
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    token_source: str | None = None           # "server" (usage) | "client" (flagged fallback)
+    finish_reason: str | None = None
+    error: str | None = None                  # one of ERROR_CLASSES
+    error_detail: str | None = None           # our own short words, never the server's body
+    text: str | None = None                   # completion text, only with --keep-text
+    prompt: str | None = None                 # prompt text, only with --keep-text
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.http_status == 200
+
+    @property
+    def schedule_delay_s(self) -> float | None:
+        return None if self.sent is None else self.sent - self.scheduled
+
+    def to_json(self, keep_text: bool = False) -> dict:
+        out = {
+            "id": self.id,
+            "scheduled": round(self.scheduled, 6),
+            "sent": None if self.sent is None else round(self.sent, 6),
+            "schedule_delay_s": _r(self.schedule_delay_s),
+            "http_status": self.http_status,
+            "error": self.error,
+            "error_detail": self.error_detail,
+            "ttft_s": _r(self.ttft_s),
+            "tpot_s": _r(self.tpot_s),
+            "e2e_s": _r(self.e2e_s),
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "token_source": self.token_source,
+            "prompt_tokens_target": self.prompt_tokens_target,
+            "max_tokens": self.max_tokens,
+            "finish_reason": self.finish_reason,
+            "itl_exact": self.itl_exact,
+            "chunks": [[_r(t), k] for t, k in zip(self.chunk_t_s, self.chunk_tokens)],
+            "itl_token_s": [_r(x) for x in self.itl_token_s],
+            "itl_chunk_s": [_r(x) for x in self.itl_chunk_s],
+        }
+        if keep_text:
+            out["prompt"] = self.prompt
+            out["text"] = self.text
+        return out
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 7)

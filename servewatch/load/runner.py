@@ -1,0 +1,285 @@
+"""Run one load scenario on one asyncio loop: precomputed arrivals on an absolute timeline (or a
+fixed concurrency), one task per request, a watchdog for deadlines, the server view alongside.
+
+`run_load(config)` is the library entry point; `run_load_async` runs inside a caller's loop with an
+injectable client (anything with http1.Http1Client's `request`/`close`) and clock (`now()`/`sleep()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from servewatch.clock import RealClock
+from servewatch.errors import ServewatchError, SourceUnavailable
+from servewatch.load import prompts as P
+from servewatch.load.client import Deadline, RequestSpec, build_body, run_request
+from servewatch.load.http1 import Endpoint, Http1Client
+from servewatch.load.records import RequestRecord
+from servewatch.load.scenarios import LoadConfig, arrival_times, prompt_lengths
+from servewatch.load.server_view import ServerSample, ServerView
+from servewatch.load.summary import summarize
+
+START_MARGIN_S = 0.05
+WATCHDOG_TICK_S = 0.25
+PROGRESS_TICK_S = 0.25
+SERVER_TOKENIZE_POOL = 32
+
+
+@dataclass(slots=True)
+class Progress:
+    elapsed_s: float
+    done: int
+    total: int | None
+    in_flight: int
+    errors: int
+    tokens_out: int
+    duration_s: float | None
+
+
+@dataclass(slots=True)
+class LoadResult:
+    config: LoadConfig
+    records: list[RequestRecord]
+    server_samples: list[ServerSample]
+    summary: dict
+    prompt_source: str
+    model: str
+    notes: list[str] = field(default_factory=list)
+
+
+def make_client(config: LoadConfig, endpoint: Endpoint):
+    if config.client == "aiohttp":
+        from servewatch.load.aiohttp_client import AiohttpClient
+
+        return AiohttpClient(endpoint, connect_timeout=config.connect_timeout_s)
+    return Http1Client(endpoint, connect_timeout=config.connect_timeout_s)
+
+
+async def resolve_model(client, timeout_s: float = 10.0) -> str:
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.request("GET", "/v1/models")
+            try:
+                body = await response.read_all(1 << 20)
+            finally:
+                response.release()
+    except TimeoutError:
+        raise SourceUnavailable("no answer from /v1/models within "
+                                f"{timeout_s:g} s; is the server up? (or pass --model)") from None
+    except Exception as exc:  # noqa: BLE001
+        raise SourceUnavailable(f"cannot read /v1/models ({type(exc).__name__}: {exc}); "
+                                "is the server up? (or pass --model)") from None
+    if response.status != 200:
+        raise SourceUnavailable(f"/v1/models answered HTTP {response.status} (pass --model)")
+    try:
+        return json.loads(body)["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise SourceUnavailable("/v1/models lists no model (pass --model)") from None
+
+
+class Watchdog:
+    """Cancels requests past their total or idle deadline; no timer per read on the hot path."""
+
+    def __init__(self, now, request_timeout_s: float, idle_timeout_s: float):
+        self._now = now
+        self.request_timeout_s = request_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.in_flight: dict[int, tuple[asyncio.Task, Deadline]] = {}
+
+    def check(self) -> None:
+        t = self._now()
+        for task, deadline in list(self.in_flight.values()):
+            if deadline.fired is not None or task.done():
+                continue
+            if t - deadline.start > self.request_timeout_s:
+                deadline.fired = f"no end within {self.request_timeout_s:g} s"
+            elif t - deadline.last > self.idle_timeout_s:
+                deadline.fired = f"no bytes for {self.idle_timeout_s:g} s"
+            else:
+                continue
+            task.cancel()
+
+
+class _Run:
+    def __init__(self, config: LoadConfig, client, clock, specs_for, total: int | None,
+                 on_progress: Callable[[Progress], None] | None):
+        self.config = config
+        self.client = client
+        self.clock = clock
+        self.now = clock.now
+        self.specs_for = specs_for
+        self.total = total
+        self.on_progress = on_progress
+        self.records: list[RequestRecord] = []
+        self.watchdog = Watchdog(clock.now, config.request_timeout_s, config.idle_timeout_s)
+        self.errors = 0
+        self.tokens_out = 0
+        self.started = 0.0
+        self.tasks: set[asyncio.Task] = set()
+
+    async def one(self, spec: RequestSpec) -> None:
+        deadline = Deadline(self.now())
+        task = asyncio.current_task()
+        self.watchdog.in_flight[spec.id] = (task, deadline)
+        try:
+            rec = await run_request(self.client, spec, self.now, deadline, api=self.config.api,
+                                    keep_text=self.config.keep_text)
+        finally:
+            self.watchdog.in_flight.pop(spec.id, None)
+        self.records.append(rec)
+        if rec.error is not None:
+            self.errors += 1
+        self.tokens_out += rec.output_tokens or 0
+
+    def _spawn(self, spec: RequestSpec) -> None:
+        task = asyncio.get_running_loop().create_task(self.one(spec))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def by_rate(self, offsets: list[float], t0: float) -> None:
+        sleep, now = self.clock.sleep, self.now
+        for i, offset in enumerate(offsets):
+            due = t0 + offset
+            delay = due - now()
+            if delay > 0:
+                await sleep(delay)
+            self._spawn(self.specs_for(i, due))
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    async def by_concurrency(self, t0: float) -> None:
+        config = self.config
+        counter = iter(range(config.requests if config.requests is not None else 10**12))
+        end = t0 + config.duration_s if config.duration_s is not None else None
+        delay = t0 - self.now()
+        if delay > 0:
+            await self.clock.sleep(delay)
+
+        async def worker() -> None:
+            while True:
+                scheduled = self.now()
+                if end is not None and scheduled >= end:
+                    return
+                i = next(counter, None)
+                if i is None:
+                    return
+                await self.one(self.specs_for(i, scheduled))
+
+        await asyncio.gather(*(worker() for _ in range(config.concurrency)))
+
+    async def tick(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.clock.sleep(min(WATCHDOG_TICK_S, PROGRESS_TICK_S))
+            self.watchdog.check()
+            if self.on_progress is not None:
+                self.on_progress(Progress(self.now() - self.started, len(self.records), self.total,
+                                          len(self.watchdog.in_flight), self.errors, self.tokens_out,
+                                          self.config.duration_s))
+
+
+async def build_prompts(config: LoadConfig, counter, count: int) -> list[P.Prompt]:
+    pool = max(1, min(count, config.prompt_pool,
+                      SERVER_TOKENIZE_POOL if counter.source == "server" else config.prompt_pool))
+    lengths = prompt_lengths(config.prompt_tokens, config.prompt_stdev, pool, seed=config.seed)
+    rng = random.Random(f"prompts:{config.seed}")
+    return [await P.build_prompt(counter, n, rng) for n in lengths]
+
+
+async def run_load_async(config: LoadConfig, *, client=None, clock=None,
+                         on_progress: Callable[[Progress], None] | None = None,
+                         read_scrape: Callable | None = None, metrics_client=None) -> LoadResult:
+    """Run the load described by `config`. Errors of single requests are records, never raised;
+    a bad configuration or an unreachable target without --model raises ServewatchError."""
+    try:
+        config = config.resolved()
+    except ValueError as exc:
+        raise ServewatchError(str(exc)) from None
+    try:
+        endpoint = Endpoint.parse(config.url)
+    except ValueError as exc:
+        raise ServewatchError(str(exc)) from None
+    clock = clock or RealClock()
+    own_client = client is None
+    client = client or make_client(config, endpoint)
+    own_metrics = metrics_client is None and config.metrics_interval_s > 0
+    if own_metrics:
+        metrics_client = Http1Client(endpoint, connect_timeout=config.connect_timeout_s, max_idle=2)
+    notes: list[str] = []
+    try:
+        model = config.model or await resolve_model(client)
+        try:
+            counter = await P.make_counter(config.tokenizer, client=client, model=model)
+        except (OSError, ValueError, ImportError) as exc:
+            raise ServewatchError(f"--tokenizer {config.tokenizer}: {exc}") from None
+        if counter.source == "approx":
+            notes.append("prompt token counts are APPROXIMATE (no tokenizer, no /tokenize): "
+                         "one short word per token; server usage is the truth")
+        if config.concurrency is None:
+            offsets = arrival_times(config.arrival, config.rate, seed=config.seed,
+                                    requests=config.requests, duration_s=config.duration_s)
+            total: int | None = len(offsets)
+        else:
+            offsets = []
+            total = config.requests
+        prompts = await build_prompts(config, counter, total or config.prompt_pool)
+        if not all(p.exact for p in prompts) and counter.source != "approx":
+            notes.append("some prompts could not be built to the exact token count; see prompts_exact")
+        path = "/v1/chat/completions" if config.api == "chat" else "/v1/completions"
+        bodies = [build_body(config.api, model, p.text, config.output_tokens) for p in prompts]
+
+        def specs_for(i: int, scheduled: float) -> RequestSpec:
+            k = i % len(prompts)
+            return RequestSpec(i, scheduled, path, bodies[k], prompts[k].tokens, config.output_tokens,
+                               True, prompts[k].text if config.keep_text else None)
+
+        run = _Run(config, client, clock, specs_for, total, on_progress)
+        view = None
+        if config.metrics_interval_s > 0:
+            view = ServerView(metrics_client, clock.now, None if isinstance(clock, RealClock) else clock.sleep,
+                              config.metrics_interval_s, read_scrape=read_scrape)
+            await view.scrape_once()        # the baseline, before the first request
+        gc.collect()
+        gc.freeze()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        ticker = loop.create_task(run.tick(stop))
+        sampler = loop.create_task(view.run(stop)) if view is not None else None
+        t0 = clock.now() + START_MARGIN_S
+        run.started = t0
+        try:
+            if config.concurrency is None:
+                await run.by_rate(offsets, t0)
+            else:
+                await run.by_concurrency(t0)
+        finally:
+            wall = clock.now() - t0
+            stop.set()
+            for task in list(run.tasks):
+                task.cancel()
+            await asyncio.gather(ticker, *([sampler] if sampler else []), return_exceptions=True)
+            gc.unfreeze()
+        if view is not None:
+            await view.scrape_once()        # the final state, after the last request
+        server = view.summary() if view is not None else None
+        records = sorted(run.records, key=lambda r: r.id)
+        summary = summarize(config, records, wall_s=wall, prompt_source=counter.source,
+                            prompts_exact=all(p.exact for p in prompts), server=server,
+                            client_name=config.client)
+        summary["model"] = model
+        summary["notes"] = notes
+        return LoadResult(config, records, view.samples if view else [], summary, counter.source, model, notes)
+    finally:
+        if own_client:
+            await client.close()
+        if own_metrics:
+            await metrics_client.close()
+
+
+def run_load(config: LoadConfig, **kwargs) -> LoadResult:
+    """Blocking entry point: runs `run_load_async` in a fresh event loop."""
+    return asyncio.run(run_load_async(config, **kwargs))
