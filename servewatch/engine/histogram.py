@@ -1,0 +1,213 @@
+"""Histogram truth: Prometheus's histogram_quantile, the honest mean, scrape deltas and blindness.
+
+`histogram_quantile` follows Prometheus's bucketQuantile (promql/quantile.go) step by step, including its
+precision and monotonicity fixes, so the numbers equal what a Grafana panel over the same buckets shows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from servewatch.engine.state import Histogram
+from servewatch.exposition.model import Sample
+
+LabelKey = tuple[tuple[str, str], ...]
+
+_PRECISION_TOLERANCE = 1e-12   # Prometheus's correctPrecisionErrors tolerance
+
+
+def label_key(labels: Mapping[str, str], drop: str = "le") -> LabelKey:
+    """A hashable, order-free identity for a label set, without `drop`."""
+    return tuple(sorted((name, value) for name, value in labels.items() if name != drop))
+
+
+def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[LabelKey, Histogram]:
+    """One Histogram per label set (minus `le`) from `<base>_bucket/_sum/_count` samples.
+
+    Buckets are sorted by `le`; buckets with an equal bound are added together (as Prometheus coalesces
+    them); the count is the +Inf bucket, or `_count` when the +Inf bucket is missing. A missing `_sum`
+    gives a NaN sum. Label sets with no bucket are left out.
+    """
+    bucket_name, sum_name, count_name = base_name + "_bucket", base_name + "_sum", base_name + "_count"
+    buckets: dict[LabelKey, dict[float, float]] = {}
+    sums: dict[LabelKey, float] = {}
+    counts: dict[LabelKey, float] = {}
+    for sample in samples:
+        if sample.name == bucket_name:
+            bound = sample.labels.get("le")
+            if bound is None:
+                continue
+            try:
+                upper = float(bound)
+            except ValueError:
+                continue
+            by_bound = buckets.setdefault(label_key(sample.labels), {})
+            by_bound[upper] = by_bound.get(upper, 0.0) + sample.value
+        elif sample.name == sum_name:
+            sums[label_key(sample.labels)] = sample.value
+        elif sample.name == count_name:
+            counts[label_key(sample.labels)] = sample.value
+    result: dict[LabelKey, Histogram] = {}
+    for key, by_bound in buckets.items():
+        edges = sorted(bound for bound in by_bound if bound != math.inf)
+        count = by_bound.get(math.inf)
+        if count is None:
+            count = counts.get(key, by_bound[edges[-1]] if edges else 0.0)
+        result[key] = Histogram(edges=tuple(edges), cumulative=tuple(by_bound[e] for e in edges),
+                                count=count, sum=sums.get(key, math.nan))
+    return result
+
+
+def histogram_from_samples(samples: Iterable[Sample], base_name: str,
+                           labels: Mapping[str, str] | None = None) -> Histogram | None:
+    """The histogram of one label set (`labels`, without `le`), or of the only label set when None.
+
+    None when that label set has no bucket. Raises ValueError when `labels` is None and the samples hold
+    several label sets (pick one with `labels`, or use histograms_by_labels).
+    """
+    found = histograms_by_labels(samples, base_name)
+    if labels is not None:
+        return found.get(label_key(labels))
+    if len(found) > 1:
+        raise ValueError(f"{base_name} has {len(found)} label sets; say which one")
+    return next(iter(found.values()), None)
+
+
+def histogram_quantile(q: float, h: Histogram) -> float:
+    """The φ-quantile exactly as PromQL's histogram_quantile computes it over classic buckets."""
+    if math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    pairs = sorted(zip((*h.edges, math.inf), (*h.cumulative, h.count)), key=lambda pair: pair[0])
+    if pairs[-1][0] != math.inf:   # unreachable with a Histogram (count is the +Inf bucket); kept for parity
+        return math.nan
+    bounds, counts = _coalesce(pairs)
+    _correct_precision_errors(counts)
+    _ensure_monotonic(counts)
+    if len(bounds) < 2:
+        return math.nan
+    observations = counts[-1]
+    if observations == 0:
+        return math.nan
+    rank = q * observations
+    last = len(bounds) - 1
+    index = next((i for i in range(last) if counts[i] >= rank), last)
+    if index == last:
+        return bounds[last - 1]
+    if index == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start, end, in_bucket = 0.0, bounds[index], counts[index]
+    if index > 0:
+        start = bounds[index - 1]
+        in_bucket -= counts[index - 1]
+        rank -= counts[index - 1]
+    return start + (end - start) * _ieee_divide(rank, in_bucket)
+
+
+def _coalesce(pairs: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    bounds: list[float] = []
+    counts: list[float] = []
+    for bound, count in pairs:
+        if bounds and bounds[-1] == bound:
+            counts[-1] += count
+        else:
+            bounds.append(bound)
+            counts.append(count)
+    return bounds, counts
+
+
+def _correct_precision_errors(counts: list[float]) -> None:
+    """Counts within a relative 1e-12 of the previous one are float noise: flatten them to it."""
+    previous = counts[0]
+    for i in range(1, len(counts)):
+        current = counts[i]
+        difference = abs(current - previous)
+        if difference == 0:
+            continue
+        if _ieee_divide(difference, current) <= _PRECISION_TOLERANCE:
+            counts[i] = previous
+        else:
+            previous = current
+
+
+def _ensure_monotonic(counts: list[float]) -> None:
+    """Cumulative counts never decrease: raise any dip to the running maximum (Prometheus's envelope)."""
+    highest = counts[0]
+    for i in range(1, len(counts)):
+        if counts[i] > highest:
+            highest = counts[i]
+        elif counts[i] < highest:
+            counts[i] = highest
+
+
+def _ieee_divide(numerator: float, denominator: float) -> float:
+    """Division with IEEE 754 results for a zero denominator (as Go computes it) instead of an exception."""
+    if denominator != 0:
+        return numerator / denominator
+    if numerator == 0 or math.isnan(numerator):
+        return math.nan
+    return math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
+
+
+def mean(h: Histogram) -> float | None:
+    """The honest mean, sum / count; None when there is no observation."""
+    if not h.count > 0:
+        return None
+    return h.sum / h.count
+
+
+def delta(new: Histogram, old: Histogram) -> Histogram | None:
+    """The observations made between two scrapes; None on a reset (a count or bucket went down) or
+    when the bucket edges changed. Never subtracts across a reset."""
+    if new.edges != old.edges or new.count < old.count:
+        return None
+    if any(after < before for after, before in zip(new.cumulative, old.cumulative)):
+        return None
+    return Histogram(
+        edges=new.edges,
+        cumulative=tuple(after - before for after, before in zip(new.cumulative, old.cumulative)),
+        count=new.count - old.count,
+        sum=new.sum - old.sum,
+    )
+
+
+def counter_delta(new: float | None, old: float | None) -> float | None:
+    """The increase of a counter between two scrapes; None on a reset (it went down) or when unknown."""
+    if new is None or old is None or math.isnan(new) or math.isnan(old) or new < old:
+        return None
+    return new - old
+
+
+@dataclass(frozen=True, slots=True)
+class BlindnessFinding:
+    """How much of a histogram sits in its first bucket, and what the quantile panels print because of it."""
+
+    first_bucket_upper: float
+    first_bucket_fraction: float
+    count: float
+    mean: float | None          # honest, from _sum/_count
+    p50: float                  # what histogram_quantile(0.5, ...) prints
+    p99: float                  # what histogram_quantile(0.99, ...) prints
+    blind: bool                 # first_bucket_fraction >= threshold (with at least one observation)
+
+
+def blindness(h: Histogram, threshold: float = 0.99) -> BlindnessFinding | None:
+    """The first-bucket share of a histogram (or of a scrape delta); None without finite buckets or
+    without observations."""
+    if not h.edges or not h.count > 0:
+        return None
+    fraction = h.cumulative[0] / h.count
+    return BlindnessFinding(
+        first_bucket_upper=h.edges[0],
+        first_bucket_fraction=fraction,
+        count=h.count,
+        mean=mean(h),
+        p50=histogram_quantile(0.5, h),
+        p99=histogram_quantile(0.99, h),
+        blind=fraction >= threshold,
+    )

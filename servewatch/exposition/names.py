@@ -1,0 +1,63 @@
+"""Metric and label names: validity, family types, and which sample suffixes each family type owns."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+# The suffixes a sample name may carry on top of its family's name, per family type.
+# "" means the sample may carry the family name itself.
+SUFFIXES_BY_TYPE: dict[str, frozenset[str]] = {
+    "counter": frozenset(("", "_total", "_created")),
+    "gauge": frozenset(("",)),
+    "histogram": frozenset(("_bucket", "_count", "_sum", "_created")),
+    "gaugehistogram": frozenset(("_bucket", "_gcount", "_gsum")),
+    "summary": frozenset(("", "_count", "_sum", "_created")),
+    "info": frozenset(("_info",)),
+    "stateset": frozenset(("",)),
+    "unknown": frozenset(("",)),
+    "untyped": frozenset(("",)),
+}
+KNOWN_TYPES = frozenset(SUFFIXES_BY_TYPE)
+SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
+
+
+def is_metric_name(name: str) -> bool:
+    return METRIC_NAME.fullmatch(name) is not None
+
+
+def is_label_name(name: str) -> bool:
+    return LABEL_NAME.fullmatch(name) is not None
+
+
+def owning_family(sample_name: str, types: dict[str, str]) -> str | None:
+    """The family a sample belongs to among the families declared so far (`types`: name -> type).
+
+    The sample's own name wins; otherwise its name minus a suffix that the base family's type owns.
+    None when no declared family owns it (it then starts an untyped family of its own).
+    Raises ValueError when a declared family of the same name cannot own a bare sample.
+    """
+    kind = types.get(sample_name)
+    if kind is not None:
+        if "" in SUFFIXES_BY_TYPE[kind]:
+            return sample_name
+        raise ValueError(f"sample {sample_name} has no suffix its {kind} family allows")
+    for suffix in SUFFIXES:
+        if sample_name.endswith(suffix):
+            base = sample_name[: -len(suffix)]
+            kind = types.get(base)
+            if kind is not None and suffix in SUFFIXES_BY_TYPE[kind]:
+                return base
+    return None
+
+
+def sample_names_of(families: Iterable[str]) -> frozenset[str]:
+    """Every sample name that could belong to one of `families` (the family names plus suffixed names)."""
+    names: set[str] = set()
+    for family in families:
+        names.add(family)
+        names.update(family + suffix for suffix in SUFFIXES)
+    return frozenset(names)

@@ -1,0 +1,224 @@
+"""Prometheus text 0.0.4 and OpenMetrics text, as vLLM and SGLang (prometheus_client) serve them.
+
+One hand-written pass over the lines with str methods. With `families=`, sample lines whose name cannot
+belong to a wanted family are skipped after one look at their name; their labels and values are never
+read (so errors inside them go unreported), while every TYPE line is still checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from servewatch.errors import BodyTooLarge, ExpositionError
+from servewatch.exposition.labels import _snippet, parse_labels, plain_labels, unescape_help
+from servewatch.exposition.model import Family, Sample
+from servewatch.exposition.names import KNOWN_TYPES, is_metric_name, owning_family, sample_names_of
+
+DEFAULT_MAX_BYTES = 16 * 2**20
+DEFAULT_MAX_LINE_BYTES = 64 * 1024
+
+
+def parse(text: str | bytes, families: Collection[str] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+          max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, openmetrics: bool | None = None) -> dict[str, Family]:
+    """Families keyed by the name on their TYPE line (or the sample name for untyped samples).
+
+    `families`: parse only these families. `openmetrics`: None detects the variant from a final `# EOF`
+    (it decides whether timestamps are milliseconds (0.0.4) or seconds (OpenMetrics)).
+    Raises BodyTooLarge over the bounds and ExpositionError (naming the line) on bad structure.
+    """
+    text = _bounded_text(text, max_bytes)
+    lines = text.split("\n")
+    _check_line_lengths(lines, max_line_bytes)
+    if openmetrics is None:
+        openmetrics = text.rstrip().endswith("# EOF")
+    wanted = None if families is None else frozenset(families)
+    return _parse_lines(lines, wanted, openmetrics, "\t" in text)
+
+
+def _bounded_text(text: str | bytes, max_bytes: int) -> str:
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        size = len(text)
+        if size > max_bytes:
+            raise BodyTooLarge(f"body is {size} bytes, over the {max_bytes}-byte limit")
+        raw = bytes(text)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line_no = raw.count(b"\n", 0, error.start) + 1
+            column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+            raise ExpositionError(
+                f"not UTF-8 text (byte 0x{raw[error.start]:02x} at column {column})", line_no) from None
+    size = len(text)
+    if size * 4 > max_bytes:  # a char is 1..4 UTF-8 bytes: measure only when it could matter
+        size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise BodyTooLarge(f"body is {size} bytes, over the {max_bytes}-byte limit")
+    return text
+
+
+def _check_line_lengths(lines: list[str], max_line_bytes: int) -> None:
+    quarter = max_line_bytes // 4
+    if not lines or max(map(len, lines)) <= quarter:
+        return
+    for line_no, line in enumerate(lines, 1):
+        if len(line) > quarter:
+            size = len(line.encode("utf-8", "surrogatepass"))
+            if size > max_line_bytes:
+                raise BodyTooLarge(f"line is {size} bytes, over the {max_line_bytes}-byte line limit", line_no)
+
+
+def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: bool,
+                 has_tabs: bool) -> dict[str, Family]:
+    out: dict[str, Family] = {}        # the families returned
+    types: dict[str, str] = {}         # every family met so far -> its type
+    typed: set[str] = set()            # families declared by a TYPE line
+    helps: dict[str, str] = {}         # HELP text met before its family
+    candidates = None if wanted is None else sample_names_of(wanted)
+    untyped = "unknown" if openmetrics else "untyped"
+    timestamp_divisor = 1.0 if openmetrics else 1000.0
+    metric_names: set[str] = set()     # sample names already validated
+    label_names: set[str] = set()
+    label_shapes: dict[tuple[str, ...], tuple[str, ...]] = {}
+    last_name = None                   # the previous sample name, and its family (None: skipped)
+    last_family: Family | None = None
+
+    for line_no, line in enumerate(lines, 1):
+        if not line:
+            continue
+        first = line[0]
+        if first in " \t\r":
+            line = line.strip()
+            if not line:
+                continue
+            first = line[0]
+        if first == "#":
+            last_name = None
+            parts = line.split(None, 3)
+            if len(parts) > 2 and parts[0] == "#":
+                keyword = parts[1]
+                if keyword == "TYPE":
+                    _type_line(parts, line, line_no, wanted, out, types, typed, helps)
+                elif keyword == "HELP" and (wanted is None or parts[2] in wanted):
+                    _help_line(parts, line, line_no, out, helps, openmetrics)
+            elif line == "# EOF" and openmetrics:
+                _check_nothing_after_eof(lines, line_no)
+                break
+            continue
+
+        brace = line.find("{")
+        space = line.find(" ")
+        if has_tabs:
+            tab = line.find("\t")
+            if tab != -1 and (space == -1 or tab < space):
+                space = tab
+        if brace != -1 and (space == -1 or brace < space):
+            name = line[:brace]
+        elif space != -1:
+            name = line[:space]
+            if brace != -1 and line[space:brace].strip():
+                brace = -1                # a '{' after the value belongs to an exemplar
+        else:
+            raise ExpositionError(f"sample without a value: {_snippet(line)}", line_no)
+
+        if name != last_name:
+            last_name = name
+            last_family = None
+            if candidates is not None and name not in candidates:
+                continue
+            if name not in metric_names:
+                if not is_metric_name(name):
+                    raise ExpositionError(f"invalid metric name in {_snippet(line)}", line_no)
+                metric_names.add(name)
+            try:
+                family_name = owning_family(name, types)
+            except ValueError as error:
+                raise ExpositionError(str(error), line_no) from None
+            if family_name is None:
+                family_name = name
+                types[name] = untyped
+                if wanted is None or name in wanted:
+                    out[name] = Family(name, untyped, helps.pop(name, ""), [])
+            last_family = out.get(family_name)
+        if last_family is None:
+            continue
+
+        if brace != -1:
+            close = line.rfind("}")
+            labels = plain_labels(line[brace + 1:close], label_shapes, label_names) if close > brace else None
+            if labels is None:
+                labels, close = parse_labels(line, brace + 1, line_no, label_names)
+                close -= 1
+            tokens = line[close + 1:].split()
+        else:
+            labels = {}
+            tokens = line[space:].split()
+        if len(tokens) == 1:
+            text_value = tokens[0]
+            timestamp = None
+        else:
+            text_value, timestamp = _value_and_timestamp(tokens, line, line_no, timestamp_divisor)
+        try:
+            value = float(text_value)
+        except ValueError:
+            raise ExpositionError(f"non-numeric value {text_value[:40]!r} for {name}", line_no) from None
+        if "_" in text_value:
+            raise ExpositionError(f"non-numeric value {text_value[:40]!r} for {name}", line_no)
+        last_family.samples.append(Sample(name, labels, value, timestamp))
+    return out
+
+
+def _value_and_timestamp(tokens: list[str], line: str, line_no: int, divisor: float) -> tuple[str, float | None]:
+    """The value token and the timestamp of a sample line whose tail is not a lone value."""
+    if "#" in tokens:
+        tokens = tokens[:tokens.index("#")]        # an exemplar follows: tolerated, not kept
+    if not tokens:
+        raise ExpositionError(f"sample without a value: {_snippet(line)}", line_no)
+    if len(tokens) == 1:
+        return tokens[0], None
+    if len(tokens) > 2:
+        raise ExpositionError(f"unexpected text after the value: {_snippet(line)}", line_no)
+    text_time = tokens[1]
+    try:
+        timestamp = float(text_time) / divisor
+    except ValueError:
+        raise ExpositionError(f"non-numeric timestamp {text_time[:40]!r}", line_no) from None
+    if "_" in text_time:
+        raise ExpositionError(f"non-numeric timestamp {text_time[:40]!r}", line_no)
+    return tokens[0], timestamp
+
+
+def _type_line(parts: list[str], line: str, line_no: int, wanted: frozenset[str] | None,
+               out: dict[str, Family], types: dict[str, str], typed: set[str], helps: dict[str, str]) -> None:
+    name = parts[2]
+    if not is_metric_name(name):
+        raise ExpositionError(f"invalid metric name in TYPE line: {_snippet(line)}", line_no)
+    kind = parts[3].strip() if len(parts) == 4 else ""
+    if kind not in KNOWN_TYPES:
+        raise ExpositionError(f"unknown type {kind[:40]!r} for {name}", line_no)
+    if name in typed:
+        raise ExpositionError(f"duplicate TYPE for {name}", line_no)
+    if name in types:
+        raise ExpositionError(f"TYPE for {name} after its samples", line_no)
+    types[name] = kind
+    typed.add(name)
+    if wanted is None or name in wanted:
+        out[name] = Family(name, kind, helps.pop(name, ""), [])
+
+
+def _help_line(parts: list[str], line: str, line_no: int, out: dict[str, Family], helps: dict[str, str],
+               openmetrics: bool) -> None:
+    name = parts[2]
+    if not is_metric_name(name):
+        raise ExpositionError(f"invalid metric name in HELP line: {_snippet(line)}", line_no)
+    text = unescape_help(parts[3].strip(), openmetrics) if len(parts) == 4 else ""
+    family = out.get(name)
+    if family is not None:
+        family.help = text
+    else:
+        helps[name] = text
+
+
+def _check_nothing_after_eof(lines: list[str], eof_line_no: int) -> None:
+    for line_no in range(eof_line_no, len(lines)):
+        if lines[line_no].strip():
+            raise ExpositionError("text after '# EOF'", line_no + 1)
