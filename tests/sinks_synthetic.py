@@ -57,7 +57,8 @@ def stall_samples(n: int = 40, stalled_from: int = 20, interval: float = 0.5, *,
                                                             title="VLLM::EngineCore", status="running",
                                                             rss_bytes=20_000_000, threads=30, cpu_percent=99.0))))
         if i % 10 == 0:
-            samples.append(GpuSample(t=t + 0.03, available=False, error="unavailable: no NVIDIA driver"))
+            samples.append(GpuSample(t=t + 0.03, available=False,
+                                     error="unavailable" if canary is None else f"unavailable: {canary}"))
         if i % 5 == 0:
             fields = {"running": 4, "waiting": 0, "kv_pct": 25.0}
             if canary is not None:

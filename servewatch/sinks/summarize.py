@@ -1,0 +1,91 @@
+"""A bundle as Markdown: what happened, the evidence, and the runbook branch for each verdict."""
+
+from __future__ import annotations
+
+from servewatch.sinks import runbook
+from servewatch.sinks.report_html import fmt, utc
+from servewatch.sinks.series import LABELS, SERIES
+
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None], width: int = 48) -> str:
+    """A one-line picture of a series (blank where there is no value), resampled to `width` cells."""
+    if not values:
+        return ""
+    cells = [values[int(i * len(values) / width)] for i in range(min(width, len(values)))]
+    present = [v for v in cells if v is not None]
+    top = max(present) if present else 0.0
+    if top <= 0:
+        return "".join(" " if v is None else _SPARK[0] for v in cells)
+    return "".join(" " if v is None else _SPARK[min(len(_SPARK) - 1, int(v / top * (len(_SPARK) - 1) + 0.5))]
+                   for v in cells)
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(incident) -> str:
+    meta = incident.meta
+    window = meta["window"]
+    target = meta["target"]
+    t0 = window["start_t"]
+    names = ", ".join(v.name for v in incident.verdicts) or "no verdict"
+    lines = [f"# servewatch incident: {names}", "",
+             f"- bundle: `{incident.name}`",
+             f"- incident id: `{meta['incident_id']}` (trigger: {meta['trigger']['verdict']})",
+             f"- target: {target['url'] or 'unknown'}"
+             + (f" ({' '.join(x for x in (target['dialect'], target['generation']) if x)})"
+                if target["dialect"] or target["generation"] else ""),
+             f"- target versions: {', '.join(f'{k} {v}' for k, v in target['versions'].items()) or 'unknown'}",
+             f"- window: {utc(window['start_t'])} → {utc(window['end_t'])}; samples: "
+             + ", ".join(f"{k} {v}" for k, v in window["samples"].items()),
+             f"- thinned: " + ("yes, kept {samples_after} of {samples_before}".format(**window["thinned"])
+                               if window["thinned"]["applied"] else "no"),
+             f"- bundle writes that failed before this one: {meta['writer']['write_failures']}",
+             f"- servewatch {meta['servewatch_version']}", ""]
+
+    lines += ["## Timeline", "", "| series | min | max | last | shape |", "|---|---:|---:|---:|---|"]
+    series = incident.series
+    for name in SERIES:
+        values = [v for _, v in series[name]]
+        present = [v for v in values if v is not None]
+        if not present:
+            lines.append(f"| {LABELS[name]} | – | – | – | (no data) |")
+            continue
+        last = next((v for v in reversed(values) if v is not None), None)
+        lines.append(f"| {LABELS[name]} | {fmt(min(present))} | {fmt(max(present))} | {fmt(last)} | "
+                     f"`{sparkline(values)}` |")
+    lines.append("")
+
+    lines += ["## Verdicts", ""]
+    if not incident.verdicts:
+        lines += ["No verdict: nothing the detectors look for happened in this window.", ""]
+    for v in incident.verdicts:
+        base = t0 if t0 is not None else v.onset
+        lines += [f"### {v.name}", "", f"**Why:** {v.why}", "",
+                  f"Onset at +{fmt(v.onset - base)} s, concluded at +{fmt(v.t - base)} s "
+                  f"({fmt(v.since_s)} s after onset).", ""]
+        if v.evidence:
+            lines += ["| evidence source | sample time (s) | field | value |", "|---|---:|---|---|"]
+            lines += [f"| {e.source} | {fmt(e.t - base)} | `{_cell(e.field)}` | {_cell(e.value)} |"
+                      for e in v.evidence]
+            lines.append("")
+        if v.details:
+            lines.append("Details: " + ", ".join(f"{k} = {x}" for k, x in sorted(v.details.items())))
+            lines.append("")
+        branch = runbook.branch_for(v.name)
+        if branch is not None:
+            lines += markdown_runbook(branch)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def markdown_runbook(branch: runbook.RunbookBranch) -> list[str]:
+    lines = ["#### Runbook", "", branch.meaning, "", "Check next:"]
+    lines += [f"{i}. {step}" for i, step in enumerate(branch.check_next, 1)]
+    lines += ["", f"- **Expected range:** {branch.expected_range}",
+              f"- **Safe action:** {branch.safe_action}",
+              f"- **Rollback (and when):** {branch.rollback}",
+              f"- **What a restart would destroy:** {branch.restart_destroys}", ""]
+    return lines
