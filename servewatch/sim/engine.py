@@ -1,0 +1,431 @@
+"""The simulated engine: scheduler + roofline step time + faults + metrics + logs, on one clock.
+
+Everything happens in `poll()`: fire what is due (faults, readiness, the periodic log line, exit),
+commit the in-flight step if its end time has passed, and start the next step if there is work. It
+returns the next time something will be due. Virtual time drives it with `run_until(t)` (jump the
+clock from due time to due time; no sleeping); real time drives it with `run_realtime()` (one
+asyncio task that sleeps until the next due time or until a submission wakes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from servewatch.clock import Clock, VirtualClock
+from servewatch.sim import roofline, tokens
+from servewatch.sim.config import SimConfig
+from servewatch.sim.faults import STARTUP_KINDS, Fault, fault_from_json, parse_fault_spec
+from servewatch.sim.kvcache import BlockPool
+from servewatch.sim.logs import LogSink, SglangLog, VllmLog
+from servewatch.sim.request import FINISH_ABORT, RUNNING, Request
+from servewatch.sim.scheduler import Scheduler, StepPlan, StepResult
+
+STARTING, READY, DEAD, EXITED = "starting", "ready", "dead", "exited"
+NO_ANSWER = 0   # health(): the server would not answer at all (not listening)
+
+
+class RequestRejected(ValueError):
+    """A request the real server would refuse with HTTP 400 (message in the server's words)."""
+
+    status = 400
+
+
+class EngineDeadError(RuntimeError):
+    def __init__(self) -> None:
+        super().__init__("EngineCore encountered an issue. See stack trace (above) for the root cause.")
+
+
+@dataclass
+class _InFlight:
+    plan: StepPlan
+    t_start: float
+    t_end: float
+
+
+class SimEngine:
+    def __init__(self, config: SimConfig | None = None, clock: Clock | None = None, *, log_stream=None):
+        self.config = cfg = config or SimConfig()
+        self.clock = clock if clock is not None else VirtualClock()
+        self.started_at = self.clock.now()
+        self._auto_fit_from: int | None = None
+        if cfg.num_blocks * cfg.block_size < cfg.max_model_len and not _has_startup_oom(cfg.faults):
+            self._auto_fit_from = cfg.max_model_len
+            cfg.max_model_len = cfg.num_blocks * cfg.block_size
+        self.pool = BlockPool(cfg.num_blocks, enable_prefix_caching=cfg.enable_prefix_caching)
+        self.scheduler = Scheduler(pool=self.pool, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
+                                   max_batched_tokens=cfg.max_batched_tokens, max_model_len=cfg.max_model_len)
+        sink = LogSink(log_stream)
+        if cfg.dialect == "vllm":
+            from servewatch.sim.metrics_vllm import VllmMetrics
+            self.metrics = VllmMetrics(self, created=self.started_at)
+            self.log = VllmLog(self, sink)
+        else:
+            from servewatch.sim.metrics_sglang import SglangMetrics
+            self.metrics = SglangMetrics(self, created=self.started_at)
+            self.log = SglangLog(self, sink)
+        self.state = STARTING
+        self.exit_code: int | None = None
+        self.exit_at: float | None = None
+        self.death_reason: str | None = None
+        self.stalled_since: float | None = None
+        self.stall_until: float | None = None
+        self.slow_factor = 1.0
+        self.oom_budget_mib: float | None = None
+        self.oom_exit_code = 1
+        self._startup_hang = False
+        self._startup_oom = False
+        self._pending: list[tuple[float, int, Fault]] = []
+        self._inflight: _InFlight | None = None
+        self._next_rid = 0
+        self._next_log_at = self.started_at + cfg.log_stats_interval
+        self.steps = 0
+        self.last_result: StepResult | None = None
+        self.last_output_at = self.started_at
+        self.max_lag = 0.0
+        self.total_lag = 0.0
+        self._wake_event: asyncio.Event | None = None
+        self.on_exit: list[Callable[[SimEngine], None]] = []
+        self.log.startup()
+        for spec in cfg.faults:
+            self.inject(parse_fault_spec(spec))
+        self.poll()
+
+    # --- observation ---------------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.pool.usage
+
+    @property
+    def kv_used_tokens(self) -> int:
+        return self.pool.num_used * self.config.block_size
+
+    @property
+    def kv_evictable_tokens(self) -> int:
+        return self.pool.num_evictable * self.config.block_size
+
+    @property
+    def running_context_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.scheduler.running)
+
+    @property
+    def stalled(self) -> bool:
+        return self.stalled_since is not None
+
+    @property
+    def in_flight(self) -> int:
+        return self.num_running + self.num_waiting
+
+    def health(self) -> int:
+        """The status GET /health would return now; NO_ANSWER (0) when nothing listens.
+
+        vLLM: 200 while the engine lives, stalled or not; 503 once it is dead; no answer during
+        startup and after exit. SGLang: 503 while starting; its probe is a real generation, so once a
+        stall has lasted its probe timeout (`health_timeout`) it is 503; 503 when dead."""
+        if self.state == EXITED:
+            return NO_ANSWER
+        if self.state == DEAD:
+            return 503
+        if self.config.dialect == "vllm":
+            return NO_ANSWER if self.state == STARTING else 200
+        if self.state == STARTING:
+            return 503
+        if self.stalled and self.clock.now() - self.stalled_since >= self.config.health_timeout:
+            return 503
+        return 200
+
+    def metrics_text(self) -> str:
+        return self.metrics.text()
+
+    # --- requests --------------------------------------------------------------------------------
+    def submit(self, prompt_tokens: int | None = None, max_tokens: int = 16, *,
+               prompt: str | Sequence[str] | None = None, ignore_eos: bool = False,
+               prefix_key: object = None, is_streaming: bool = True,
+               listener: Callable[[Request], None] | None = None, count_in_metrics: bool = True) -> Request:
+        """Queue a request. Give `prompt_tokens` (with an optional `prefix_key`: requests with the same
+        key share their prompt's leading blocks, i.e. prefix-cache hits), or `prompt` text / pre-split
+        pieces (hashed for real prefix matching). Returns the live Request (the handle)."""
+        if self.state in (DEAD, EXITED):
+            raise EngineDeadError()
+        cfg = self.config
+        rid = self._next_rid
+        self._next_rid += 1
+        if prompt is not None:
+            pieces = tokens.pieces(prompt) if isinstance(prompt, str) else list(prompt)
+            prompt_len = len(pieces)
+            hashes = _chain(pieces[i * cfg.block_size:(i + 1) * cfg.block_size]
+                            for i in range(prompt_len // cfg.block_size))
+        else:
+            if prompt_tokens is None:
+                raise ValueError("give prompt_tokens or prompt")
+            prompt_len = int(prompt_tokens)
+            key = prefix_key if prefix_key is not None else ("unique", rid)
+            hashes = _chain((key, i) for i in range(prompt_len // cfg.block_size))
+        if prompt_len < 1:
+            raise RequestRejected("The prompt cannot be empty.")
+        if max_tokens < 1:
+            raise RequestRejected("max_tokens must be at least 1, got %d." % max_tokens)
+        if prompt_len + max_tokens > cfg.max_model_len:
+            raise RequestRejected(
+                f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion.")
+        rng = random.Random(cfg.seed * 1_000_003 + rid)
+        eos_at = rng.randint(max(1, max_tokens // 2), max(1, max_tokens * 3 // 2))
+        request = Request(rid=rid, arrival=self.clock.now(), prompt_len=prompt_len, max_tokens=max_tokens,
+                          ignore_eos=ignore_eos, eos_at=eos_at, block_hashes=hashes,
+                          stream_seed=cfg.seed * 7919 + rid, is_streaming=is_streaming,
+                          count_in_metrics=count_in_metrics, listener=listener)
+        self.scheduler.add(request, self.clock.now())
+        self._wake()
+        return request
+
+    def abort(self, request: Request) -> bool:
+        """Abort a request (client disconnect). Its KV is freed; finish reason `abort`."""
+        if not self.scheduler.abort(request, self.clock.now()):
+            return False
+        self.metrics.on_finished(request)
+        self._wake()
+        return True
+
+    # --- faults ----------------------------------------------------------------------------------
+    def inject(self, fault: Fault | dict | str) -> None:
+        """Apply a fault now, or at `fault.at` seconds after start if that is still ahead."""
+        if isinstance(fault, str):
+            fault = parse_fault_spec(fault)
+        elif isinstance(fault, dict):
+            fault = fault_from_json(fault)
+        if fault.kind in STARTUP_KINDS:
+            if self.state != STARTING:
+                raise ValueError(f"{fault.kind} only applies at startup")
+            if fault.kind == "startup-hang":
+                self._startup_hang = True
+            else:
+                self._startup_oom = True
+            return
+        due = self.started_at + fault.at if fault.at is not None else self.clock.now()
+        if due > self.clock.now():
+            self._pending.append((due, len(self._pending), fault))
+            self._pending.sort(key=lambda item: (item[0], item[1]))
+        else:
+            self._apply(fault)
+        self._wake()
+
+    def _apply(self, fault: Fault) -> None:
+        now = self.clock.now()
+        kind = fault.kind
+        if self.state in (DEAD, EXITED):
+            return
+        if kind == "stall":
+            if self.stalled_since is None:
+                self.stalled_since = now
+            self.stall_until = now + fault.duration if fault.duration else None
+        elif kind == "clear":
+            self._clear_stall(now)
+            self.slow_factor = 1.0
+            self.scheduler.admission_blocked = False
+            self.oom_budget_mib = None
+        elif kind == "slow":
+            self.slow_factor = fault.factor
+        elif kind == "admission-deadlock":
+            self.scheduler.admission_blocked = True
+        elif kind == "crash-oom":
+            self.oom_budget_mib = fault.budget_mib if fault.budget_mib is not None else self.config.hw.oom_budget_mib
+            self.oom_exit_code = fault.exit_code if fault.exit_code is not None else 1
+        elif kind == "engine-death":
+            self._die("engine-death", fault.exit_code if fault.exit_code is not None else 1, self.log.engine_death)
+
+    def _clear_stall(self, now: float) -> None:
+        if self.stalled_since is not None and self._inflight is not None:
+            self._inflight.t_end += now - self.stalled_since   # the hung step resumes where it stopped
+        self.stalled_since = None
+        self.stall_until = None
+
+    def _die(self, reason: str, exit_code: int, log_lines: Callable[[], None]) -> None:
+        now = self.clock.now()
+        self.state = DEAD
+        self.death_reason = reason
+        log_lines()
+        self._inflight = None
+        self.stalled_since = None
+        self.scheduler.abort_all(FINISH_ABORT, now)
+        self.exit_code = exit_code
+        self.exit_at = now + self.config.exit_delay
+
+    # --- time ------------------------------------------------------------------------------------
+    def poll(self) -> float:
+        """Process everything due at the clock's now; return when something is next due (inf: never)."""
+        now = self.clock.now()
+        self._fire_timers(now)
+        flight = self._inflight
+        if flight is not None and self.stalled_since is None and now >= flight.t_end and self.state == READY:
+            self._finish_step(now)
+        if self._inflight is None and self.state == READY and self.stalled_since is None \
+                and (self.scheduler.running or self.scheduler.waiting):
+            self._begin_step(now)
+        return self._next_due()
+
+    def run_until(self, t: float) -> None:
+        """Virtual time only: advance the clock to `t`, running every step and timer due before it."""
+        set_time = getattr(self.clock, "set", None)
+        if set_time is None:
+            raise TypeError("run_until needs a VirtualClock")
+        while True:
+            due = self.poll()
+            if due > t:
+                break
+            set_time(max(due, self.clock.now()))
+        if self.clock.now() < t:
+            set_time(t)
+            self.poll()
+
+    def step(self) -> StepResult | None:
+        """Virtual time only: run until the next step completes (advancing the clock by its duration).
+        None if no step can run (idle, stalled, not ready, dead)."""
+        self.poll()
+        flight = self._inflight
+        if flight is None or self.stalled_since is not None:
+            return None
+        steps = self.steps
+        self.run_until(flight.t_end)
+        return self.last_result if self.steps > steps else None
+
+    async def run_realtime(self, max_wait: float = 0.5) -> None:
+        """The real-time step loop, as one asyncio task; returns once the engine has exited."""
+        self._wake_event = asyncio.Event()
+        while self.state != EXITED:
+            due = self.poll()
+            if self.state == EXITED:
+                break
+            delay = min(due - self.clock.now(), max_wait)
+            if delay <= 0:
+                await asyncio.sleep(0)
+                continue
+            self._wake_event.clear()
+            try:
+                await asyncio.wait_for(self._wake_event.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def _wake(self) -> None:
+        if self._wake_event is not None:
+            self._wake_event.set()
+
+    def _fire_timers(self, now: float) -> None:
+        while self._pending and self._pending[0][0] <= now:
+            _, _, fault = self._pending.pop(0)
+            self._apply(fault)
+        if self.state == STARTING and not self._startup_hang and now >= self.started_at + self.config.startup_seconds:
+            self._become_ready(now)
+        if self.stall_until is not None and now >= self.stall_until:
+            self._clear_stall(now)
+        if (self.config.dialect == "sglang" and self.stalled_since is not None and self.state == READY
+                and self.scheduler.running and now - self.stalled_since >= self.config.watchdog_timeout):
+            self._die("watchdog", 137, self.log.stall_watchdog)
+        if self.config.dialect == "vllm" and self.state in (READY, DEAD) and now >= self._next_log_at:
+            self.log.stats(now)
+            while self._next_log_at <= now:
+                self._next_log_at += self.config.log_stats_interval
+        if self.state == DEAD and self.exit_at is not None and now >= self.exit_at:
+            self.state = EXITED
+            if self.config.dialect == "vllm":
+                self.log.shutdown()
+            for callback in list(self.on_exit):
+                callback(self)
+
+    def _become_ready(self, now: float) -> None:
+        if self._startup_oom:
+            self.log.startup_oom()
+            self.state = DEAD
+            self.death_reason = "startup-oom"
+            self.exit_code = 1
+            self.exit_at = now
+            return
+        self.state = READY
+        self.log.ready(self._auto_fit_from)
+        self.last_output_at = now
+
+    def _next_due(self) -> float:
+        candidates = [math.inf]
+        if self._inflight is not None and self.stalled_since is None:
+            candidates.append(self._inflight.t_end)
+        if self._pending:
+            candidates.append(self._pending[0][0])
+        if self.state == STARTING and not self._startup_hang:
+            candidates.append(self.started_at + self.config.startup_seconds)
+        if self.stall_until is not None:
+            candidates.append(self.stall_until)
+        if self.config.dialect == "sglang" and self.stalled_since is not None and self.scheduler.running:
+            candidates.append(self.stalled_since + self.config.watchdog_timeout)
+        if self.config.dialect == "vllm" and self.state in (READY, DEAD):
+            candidates.append(self._next_log_at)
+        if self.state == DEAD and self.exit_at is not None:
+            candidates.append(self.exit_at)
+        return min(candidates)
+
+    # --- steps -----------------------------------------------------------------------------------
+    def _begin_step(self, now: float) -> None:
+        plan = self.scheduler.schedule(now)
+        for admission in plan.admitted:
+            self.metrics.on_admitted(admission)
+            self.log.on_admitted(admission)
+        if plan.empty:
+            return
+        hw = self.config.hw
+        if self.oom_budget_mib is not None:
+            need_mib = len(plan.scheduled) * hw.vocab_size * 4 / 2**20
+            if need_mib > self.oom_budget_mib:
+                self._die("crash-oom", self.oom_exit_code,
+                          lambda: self.log.oom(len(plan.scheduled), need_mib, self.oom_budget_mib))
+                return
+        duration = roofline.step_seconds(hw, tokens=plan.num_tokens, sequences=len(plan.scheduled),
+                                         context_tokens=plan.context_tokens, slow_factor=self.slow_factor)
+        self._inflight = _InFlight(plan, now, now + duration)
+
+    def _finish_step(self, now: float) -> StepResult:
+        flight = self._inflight
+        self._inflight = None
+        result = self.scheduler.apply(flight.plan, now)
+        result.duration = now - flight.t_start
+        lag = now - flight.t_end
+        self.max_lag = max(self.max_lag, lag)
+        self.total_lag += lag
+        self.steps += 1
+        self.last_result = result
+        self.metrics.on_step(result)
+        self.log.on_step(result)
+        for request in result.finished:
+            self.metrics.on_finished(request)
+        for request in result.sampled:
+            if request.status == RUNNING:
+                request.notify()
+        if result.sampled:
+            self.last_output_at = now
+        if not self.scheduler.running and not self.scheduler.waiting:
+            on_idle = getattr(self.metrics, "on_idle", None)
+            if on_idle is not None:
+                on_idle(now)
+        return result
+
+
+def _chain(blocks) -> list:
+    out, previous = [], None
+    for block in blocks:
+        previous = hash((previous, tuple(block) if isinstance(block, list) else block))
+        out.append(previous)
+    return out
+
+
+def _has_startup_oom(specs: Sequence[str]) -> bool:
+    return any(spec.split("@")[0].split(":")[0].strip() == "startup-oom" for spec in specs)

@@ -1,0 +1,117 @@
+"""Faults the simulator can inject, from a CLI spec or a JSON body.
+
+Spec grammar (CLI `--fault`): ``KIND[@TIME][:key=value[,key=value...]]`` where TIME is seconds after
+start (``30``, ``30s``, ``500ms``, ``2m``). Keys: ``exit`` (exit code), ``factor`` (slow-down),
+``budget`` (MiB free for crash-oom), ``for`` (stall duration before it clears itself).
+JSON (``POST /_sim/fault``): ``{"kind": "stall"}``, ``{"kind": "engine-death", "exit_code": 0}``,
+``{"kind": "slow", "factor": 3}``, ``{"kind": "crash-oom", "budget_mib": 100}``, ``{"kind": "clear"}``,
+optionally with ``"at"`` (seconds after start) or ``"duration"``.
+
+Kinds and their external signatures:
+  stall               steps stop; /health stays 200 (vLLM), /metrics answers, counters freeze.
+                      SGLang: /health turns 503 after its probe timeout; after --watchdog-timeout the
+                      scheduler watchdog kills the server.
+  engine-death        /health 503; in-flight requests end HTTP 200 with a short body (finish "abort");
+                      the process exits with ``exit_code`` (default 1; 0 allowed) after ``exit_delay``.
+  crash-oom           armed: the first step whose running x vocab x 4 bytes exceeds the budget dies
+                      with the OOM traceback naming that allocation (seed 002 §5), then as engine-death.
+  slow                step time x factor.
+  admission-deadlock  nothing is admitted; waiting grows while KV is free.
+  startup-hang        the engine never becomes ready (vLLM: the port never opens; SGLang: /health 503).
+  startup-oom         startup fails with the dialect's KV sizing error; exit code 1.
+  clear               ends stall, slow and admission-deadlock, disarms crash-oom.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KINDS = ("stall", "engine-death", "crash-oom", "slow", "admission-deadlock", "startup-hang", "startup-oom",
+         "clear")
+STARTUP_KINDS = ("startup-hang", "startup-oom")
+
+
+class FaultSpecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    at: float | None = None          # seconds after engine start; None = immediately
+    exit_code: int | None = None     # engine-death / crash-oom; default 1
+    factor: float = 4.0              # slow
+    budget_mib: float | None = None  # crash-oom; default: the profile's free memory
+    duration: float | None = None    # stall: clears itself after this long
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise FaultSpecError(f"unknown fault kind {self.kind!r} (known: {', '.join(KINDS)})")
+        if self.factor <= 0:
+            raise FaultSpecError("slow factor must be positive")
+        if self.exit_code is not None and not 0 <= self.exit_code <= 255:
+            raise FaultSpecError("exit code must be 0..255")
+
+
+_TIME = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)?$")
+
+
+def parse_seconds(text: str) -> float:
+    match = _TIME.match(text.strip())
+    if not match:
+        raise FaultSpecError(f"bad time {text!r} (use e.g. 30s, 500ms, 2m)")
+    n = float(match.group("n"))
+    return {"ms": n / 1000, "m": n * 60}.get(match.group("unit") or "s", n)
+
+
+def parse_fault_spec(spec: str) -> Fault:
+    head, _, options = spec.partition(":")
+    kind, _, when = head.partition("@")
+    kwargs: dict = {"kind": kind.strip(), "at": parse_seconds(when) if when else None}
+    for item in filter(None, (part.strip() for part in options.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise FaultSpecError(f"bad fault option {item!r} in {spec!r} (use key=value)")
+        try:
+            if key == "exit":
+                kwargs["exit_code"] = int(value)
+            elif key == "factor":
+                kwargs["factor"] = float(value)
+            elif key == "budget":
+                kwargs["budget_mib"] = float(value)
+            elif key == "for":
+                kwargs["duration"] = parse_seconds(value)
+            else:
+                raise FaultSpecError(f"unknown fault option {key!r} in {spec!r}")
+        except ValueError as exc:
+            if isinstance(exc, FaultSpecError):
+                raise
+            raise FaultSpecError(f"bad value for {key!r} in {spec!r}") from None
+    return Fault(**kwargs)
+
+
+def fault_from_json(body: object) -> Fault:
+    if not isinstance(body, dict) or not isinstance(body.get("kind"), str):
+        raise FaultSpecError('body must be a JSON object with a string "kind"')
+    allowed = {"kind", "at", "exit_code", "factor", "budget_mib", "duration"}
+    unknown = set(body) - allowed
+    if unknown:
+        raise FaultSpecError(f"unknown field(s): {', '.join(sorted(unknown))}")
+    try:
+        return Fault(kind=body["kind"], at=_opt(body, "at", float), exit_code=_opt(body, "exit_code", int),
+                     factor=float(body.get("factor", 4.0)), budget_mib=_opt(body, "budget_mib", float),
+                     duration=_opt(body, "duration", float))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, FaultSpecError):
+            raise
+        raise FaultSpecError(f"bad fault field: {exc}") from None
+
+
+def _opt(body: dict, key: str, cast):
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise FaultSpecError(f"{key} must be a number")
+    return cast(value)

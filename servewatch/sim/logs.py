@@ -1,0 +1,285 @@
+"""Log lines in each dialect's format, written to a file (or any text stream).
+
+vLLM: `(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:line] message`, uvicorn's `INFO:     ...` lines,
+the periodic `Engine 000: Avg prompt throughput: ...` line every log interval (INFO unless the engine
+was idle in this and the previous interval; `Preemptions: N` only when non-zero in the interval), the
+startup KV size line, and the error lines and tracebacks a dead engine prints.
+SGLang: `[YYYY-MM-DD HH:MM:SS] message`: a `Prefill batch, ...` line per prefill batch, a
+`Decode batch, ...` line every `decode_log_interval` decode batches, retraction warnings, and the
+crash / watchdog / SIGQUIT lines. Times come from the engine's clock, so virtual runs log virtual time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TextIO
+
+VLLM_VERSION = "0.32.0"
+SGLANG_VERSION = "0.5.23"
+_STATUS_PHRASE = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+                  500: "Internal Server Error", 503: "Service Unavailable"}
+_SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+class LogSink:
+    """Where lines go. Write failures are counted, never raised (a full disk must not kill the sim)."""
+
+    def __init__(self, stream: TextIO | None):
+        self.stream = stream
+        self.failures = 0
+        self.lines = 0
+
+    def write(self, line: str) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            self.lines += 1
+        except (OSError, ValueError):
+            self.failures += 1
+
+
+class _Base:
+    def __init__(self, engine, sink: LogSink):
+        self.engine = engine
+        self.sink = sink
+        self.pid = os.getpid()
+
+    def uvicorn(self, message: str, level: str = "INFO") -> None:
+        self.sink.write(f"{level}:{' ' * (9 - len(level))}{message}")
+
+    def access(self, client: str, method: str, path: str, status: int) -> None:
+        self.uvicorn(f'{client} - "{method} {path} HTTP/1.1" {status} {_STATUS_PHRASE.get(status, "")}'.rstrip())
+
+    def shutdown(self) -> None:
+        for line in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.",
+                     f"Finished server process [{self.pid}]"):
+            self.uvicorn(line)
+
+    def serving(self, host: str, port: int) -> None:
+        for line in (f"Started server process [{self.pid}]", "Waiting for application startup.",
+                     "Application startup complete."):
+            self.uvicorn(line)
+
+
+class VllmLog(_Base):
+    def __init__(self, engine, sink: LogSink):
+        super().__init__(engine, sink)
+        self._window_start = engine.clock.now()
+        self._prompt = self._gen = self._preempt = 0
+        self._prev_idle = True
+        self._hits = self._queries = 0
+
+    def _line(self, process: str, level: str, where: str, message: str) -> None:
+        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(self.engine.clock.now()))
+        for part in message.split("\n"):
+            self.sink.write(f"({process} pid={self.pid}) {level} {stamp} [{where}] {part}")
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def startup(self, auto_fit_from: int | None = None) -> None:
+        cfg, hw = self.engine.config, self.engine.config.hw
+        self._line("APIServer", "INFO", "api_utils.py:286", "non-default args: {'model': %r, 'max_num_seqs': %d, "
+                   "'max_model_len': %d, 'served_model_name': [%r]}" % (hw.model_name, cfg.max_num_seqs,
+                                                                       cfg.max_model_len, cfg.model_name))
+        self._line("EngineCore", "INFO", "core.py:133", f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: "
+                   f"model='{hw.model_name}', max_seq_len={cfg.max_model_len}, served_model_name={cfg.model_name}, "
+                   f"enable_prefix_caching={cfg.enable_prefix_caching}, enable_chunked_prefill=True")
+        runner = "cpu_model_runner.py:68" if hw.device == "CPU" else "gpu_model_runner.py:4978"
+        self._line("Worker", "INFO", runner, f"Starting to load model {hw.model_name}...")
+        self._line("Worker", "INFO", "default_loader.py:501", "Loading weights took 0.01 seconds")
+
+    def ready(self, auto_fit_from: int | None = None) -> None:
+        cfg, hw = self.engine.config, self.engine.config.hw
+        tokens = cfg.num_blocks * cfg.block_size
+        if auto_fit_from is not None:
+            self._line("EngineCore", "INFO", "kv_cache_planning.py:1405", "Auto-fit max_model_len: reduced from "
+                       f"{auto_fit_from} to {cfg.max_model_len} to fit in available KV cache memory "
+                       f"({tokens * hw.kv_bytes_per_token / 2**30:.2f} GiB)")
+        self._line("EngineCore", "INFO", "kv_cache_utils.py:2327", f"{hw.device} KV cache size: {tokens:,} tokens, "
+                   f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: {tokens / cfg.max_model_len:.2f}x")
+        self._line("EngineCore", "INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) took "
+                   f"{self.engine.config.startup_seconds:.2f} s")
+        self._line("APIServer", "INFO", "entry.py:136", "Supported tasks: ['generate']")
+
+    def listening(self, host: str, port: int) -> None:
+        self._line("APIServer", "INFO", "entry.py:140", f"Starting vLLM server on http://{host}:{port}")
+        self.serving(host, port)
+
+    # --- periodic stats --------------------------------------------------------------------------
+    def on_admitted(self, admission) -> None:
+        self._queries += admission.query_tokens
+        self._hits += admission.hit_tokens
+
+    def on_step(self, result) -> None:
+        plan = result.plan
+        self._prompt += plan.prefill_tokens
+        self._gen += len(result.sampled)
+        self._preempt += len(plan.preempted)
+
+    def stats(self, now: float) -> None:
+        """vLLM's LoggingStatLogger.log(): one line per interval, DEBUG (not shown) when idle."""
+        e = self.engine
+        elapsed = max(now - self._window_start, 1e-9)
+        prompt_tps, gen_tps = self._prompt / elapsed, self._gen / elapsed
+        idle = prompt_tps == 0 and gen_tps == 0
+        if not (idle and self._prev_idle):
+            parts = [f"Avg prompt throughput: {prompt_tps:.1f} tokens/s",
+                     f"Avg generation throughput: {gen_tps:.1f} tokens/s",
+                     f"Running: {e.num_running} reqs", f"Waiting: {e.num_waiting} reqs"]
+            if self._preempt:
+                parts.append(f"Preemptions: {self._preempt}")
+            parts.append(f"{e.config.hw.device} KV cache usage: {e.kv_usage * 100:.1f}%")
+            if self._queries:
+                parts.append(f"Prefix cache hit rate: {self._hits / self._queries * 100:.1f}%")
+            self._line("APIServer", "INFO", "loggers.py:335", "Engine 000: " + ", ".join(parts))
+        self._prev_idle = idle
+        self._window_start = now
+        self._prompt = self._gen = self._preempt = 0
+
+    # --- failures --------------------------------------------------------------------------------
+    def engine_death(self) -> None:
+        self._line("EngineCore", "ERROR", "multiproc_executor.py:315", "Worker proc VllmWorker-0 died unexpectedly "
+                   "(exit code: None), shutting down executor.")
+        self._fatal(["  File \"%s/vllm/v1/engine/core.py\", line 1702, in _handle_client_request" % _SITE,
+                     "    raise RuntimeError(\"Executor failed.\")", "RuntimeError: Executor failed."])
+
+    def oom(self, running: int, mib: float, free_mib: float) -> None:
+        hw = self.engine.config.hw
+        self._fatal([
+            "  File \"%s/vllm/v1/sample/sampler.py\", line 307, in apply_penalties" % _SITE,
+            "    logits -= frequency_penalties.unsqueeze(dim=1) * output_bin_counts",
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mib:.2f} MiB. GPU 0 has a total "
+            f"capacity of {hw.device_total_gib:.2f} GiB of which {free_mib:.2f} MiB is free.",
+        ])
+
+    def _fatal(self, tail: list[str]) -> None:
+        lines = ["EngineCore encountered a fatal error.", "Traceback (most recent call last):",
+                 "  File \"%s/vllm/v1/engine/core.py\", line 1496, in run_engine_core" % _SITE,
+                 "    engine_core.run_busy_loop()", *tail]
+        for line in lines:
+            self._line("EngineCore", "ERROR", "core.py:1512", line)
+        for line in ("AsyncLLM output_handler failed.", "Traceback (most recent call last):",
+                     "  File \"%s/vllm/v1/engine/async_llm.py\", line 849, in output_handler" % _SITE,
+                     "    outputs = await engine_core.get_output_async()",
+                     "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                     "(above) for the root cause."):
+            self._line("APIServer", "ERROR", "async_llm.py:906", line)
+
+    def startup_oom(self) -> None:
+        cfg, hw = self.engine.config, self.engine.config.hw
+        need = cfg.max_model_len * hw.kv_bytes_per_token / 2**30
+        have = min(cfg.kv_tokens, cfg.max_model_len // 2) * hw.kv_bytes_per_token / 2**30
+        message = (f"ValueError: To serve at least one request with the model's max seq len ({cfg.max_model_len}), "
+                   f"({need:.1f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                   f"({have:.1f} GiB). Try increasing `gpu_memory_utilization` (which also controls CPU memory on "
+                   "the CPU backend) or decreasing `max_model_len` when initializing the engine. See "
+                   "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+        for line in ("EngineCore failed to start.", "Traceback (most recent call last):",
+                     "  File \"%s/vllm/v1/core/kv_cache_planning.py\", line 67, in check_enough_kv_cache_memory" % _SITE,
+                     message):
+            self._line("EngineCore", "ERROR", "core.py:1584", line)
+        self.sink.write("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
+                        "{'EngineCore': 1}")
+
+    def stall_watchdog(self) -> None:
+        """vLLM has no default stall watchdog: a hung engine logs nothing."""
+
+
+class SglangLog(_Base):
+    def __init__(self, engine, sink: LogSink):
+        super().__init__(engine, sink)
+        self._last_prefill = engine.clock.now()
+
+    def _line(self, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.engine.clock.now()))
+        for part in message.split("\n"):
+            self.sink.write(f"[{stamp}] {part}")
+
+    def startup(self, auto_fit_from: int | None = None) -> None:
+        cfg = self.engine.config
+        self._line(f"server_args=ServerArgs(model_path='{cfg.hw.model_name}', served_model_name='{cfg.model_name}', "
+                   f"max_running_requests={cfg.max_num_seqs}, page_size={cfg.block_size}, "
+                   f"context_length={cfg.max_model_len}, enable_metrics=True)")
+        self._line("Load weight begin.")
+
+    def ready(self, auto_fit_from: int | None = None) -> None:
+        cfg = self.engine.config
+        total = cfg.num_blocks * cfg.block_size
+        self._line(f"max_total_num_tokens={total}, chunked_prefill_size={cfg.max_batched_tokens}, "
+                   f"max_prefill_tokens={cfg.max_batched_tokens}, max_running_requests={cfg.max_num_seqs}, "
+                   f"context_len={cfg.max_model_len}")
+
+    def listening(self, host: str, port: int) -> None:
+        self.serving(host, port)
+
+    def fired_up(self) -> None:
+        self._line("The server is fired up and ready to roll!")
+
+    def on_admitted(self, admission) -> None:
+        pass
+
+    def on_step(self, result) -> None:
+        e, plan = self.engine, result.plan
+        graph = "cuda graph" if e.config.hw.device == "GPU" else "cpu graph"
+        total = e.config.num_blocks * e.config.block_size
+        usage = e.kv_used_tokens / total
+        if plan.preempted:
+            gained = sum(r.num_tokens for r in plan.preempted)
+            self._line(f"KV cache pool is full. Retract requests. #retracted_reqs: {len(plan.preempted)}, "
+                       f"#new_tokens_gained: {gained}, #new_token_ratio: 0.7000 -> 0.7000")
+        if plan.admitted:
+            now = result.t
+            elapsed = max(now - self._last_prefill, 1e-9)
+            self._last_prefill = now
+            cached = sum(a.hit_tokens for a in plan.admitted)
+            self._line(f"Prefill batch, #new-seq: {len(plan.admitted)}, #new-token: {plan.prefill_tokens}, "
+                       f"#cached-token: {cached}, token usage: {usage:.2f}, #running-req: "
+                       f"{e.num_running - len(plan.admitted)}, #queue-req: {e.num_waiting}, #pending-token: 0, "
+                       f"{graph}: False, input throughput (token/s): {plan.prefill_tokens / elapsed:.2f}")
+        elif plan.decode_tokens and e.metrics.decode_steps % e.config.decode_log_interval == 0:
+            self._line(f"Decode batch, #running-req: {e.num_running}, #token: {e.kv_used_tokens}, token usage: "
+                       f"{usage:.2f}, {graph}: {e.config.hw.device == 'GPU'}, gen throughput (token/s): "
+                       f"{e.metrics.snapshot['sglang:gen_throughput']:.2f}, #queue-req: {e.num_waiting}")
+
+    def stats(self, now: float) -> None:
+        pass
+
+    def engine_death(self) -> None:
+        self._line("Scheduler hit an exception: Traceback (most recent call last):\n"
+                   f"  File \"{_SITE}/sglang/srt/managers/scheduler.py\", line 6360, in run_scheduler_process\n"
+                   "    scheduler.event_loop_overlap()\n"
+                   "RuntimeError: NCCL communicator was aborted on rank 0.")
+        self._sigquit()
+
+    def oom(self, running: int, mib: float, free_mib: float) -> None:
+        hw = self.engine.config.hw
+        self._line("Scheduler hit an exception: Traceback (most recent call last):\n"
+                   f"  File \"{_SITE}/sglang/srt/layers/sampler.py\", line 120, in forward\n"
+                   "    logits = torch.softmax(logits, dim=-1)\n"
+                   f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mib:.2f} MiB. GPU 0 has a total "
+                   f"capacity of {hw.device_total_gib:.2f} GiB of which {free_mib:.2f} MiB is free.")
+        self._sigquit()
+
+    def _sigquit(self) -> None:
+        self._line("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+
+    def startup_oom(self) -> None:
+        self._line("Scheduler hit an exception: Traceback (most recent call last):\n"
+                   "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                   "Current value: mem_fraction_static=0.88")
+        self._line("Received sigquit from a child process. It usually means the child failed.")
+
+    def stall_watchdog(self) -> None:
+        e = self.engine
+        self._line(f"Scheduler debug info:\nscheduler.cur_batch_for_debug.batch_size()={e.num_running}")
+        self._line(f"Scheduler watchdog timeout (self.watchdog_timeout={e.config.watchdog_timeout:g}, "
+                   "self.soft=False)")
+        self._sigquit()
+
+    def health_failed(self, since: float) -> None:
+        stamp = time.strftime("%H:%M:%S", time.localtime(since))
+        now = time.strftime("%H:%M:%S", time.localtime(self.engine.clock.now()))
+        self._line(f"Health check failed. Server couldn't get a response from detokenizer for last "
+                   f"{self.engine.config.health_timeout:g} seconds. tic start time: {now}. last_heartbeat time: {stamp}")

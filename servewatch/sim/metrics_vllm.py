@@ -1,0 +1,231 @@
+"""vLLM 0.32-era /metrics for the simulator: every scheduling, KV, token, request and latency family
+of the real exposition (vllm/v1/metrics/loggers.py), same names, HELP, types, labels (sorted, as the
+real server writes them) and bucket edges, plus prometheus_client's `_created` gauges and the default
+process/platform/GC collectors of a single-process server.
+"""
+
+from __future__ import annotations
+
+from servewatch.dialects import vllm as dialect
+from servewatch.sim.metrics import HttpStats, Hist, counter, gauge, histogram, make_registry, render, sorted_labels
+
+# HELP texts and the families the lead's dialect module does not name (yet).
+HELP = {
+    "vllm:estimated_flops_per_gpu": "Estimated number of floating point operations per GPU (for Model Flops "
+                                    "Utilization calculations).",
+    "vllm:estimated_read_bytes_per_gpu": "Estimated number of bytes read from memory per GPU (for Model Flops "
+                                         "Utilization calculations).",
+    "vllm:estimated_write_bytes_per_gpu": "Estimated number of bytes written to memory per GPU (for Model Flops "
+                                          "Utilization calculations).",
+    dialect.RUNNING: "Number of requests in model execution batches.",
+    dialect.WAITING: "Number of requests waiting to be processed.",
+    dialect.WAITING_BY_REASON: "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+                               "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
+                               "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+    dialect.ENGINE_SLEEP_STATE: "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
+                                "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
+                                "level 2.",
+    dialect.KV_USAGE: "KV-cache usage. 1 means 100 percent usage.",
+    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
+    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+    "vllm:external_prefix_cache_queries": "External prefix cache queries from KV connector cross-instance cache "
+                                          "sharing, in terms of number of queried tokens.",
+    "vllm:external_prefix_cache_hits": "External prefix cache hits from KV connector cross-instance cache sharing, "
+                                       "in terms of number of cached tokens.",
+    "vllm:mm_cache_queries": "Multi-modal cache queries, in terms of number of queried items.",
+    "vllm:mm_cache_hits": "Multi-modal cache hits, in terms of number of cached items.",
+    "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
+    "vllm:prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:prompt_tokens_by_source": "Number of prompt tokens by source.",
+    "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local + external).",
+    "vllm:prompt_tokens_cached_by_source": "Prefix-cache hit tokens by the cache tier that supplied them: device "
+                                           "(local HBM), host (offloaded to DRAM), disk, p2p (transferred from "
+                                           "another vLLM instance) or external_unspecified. Counted at admission; "
+                                           "sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
+    "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:request_success": "Count of successfully processed requests.",
+    "vllm:admission_rejections": "Number of admission attempts rejected by a queue limit, by reason.",
+    "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:request_generation_tokens": "Number of generation tokens processed.",
+    "vllm:iteration_tokens_total": "Histogram of number of tokens per engine_step.",
+    "vllm:request_max_num_generation_tokens": "Histogram of maximum number of requested generation tokens.",
+    "vllm:request_params_n": "Histogram of the n request parameter.",
+    "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "vllm:request_time_per_output_token_seconds": "Histogram of time_per_output_token_seconds per request.",
+    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+    "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
+    "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
+    "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+    "vllm:request_num_preemptions": "Histogram of the number of times a request was preempted.",
+    "vllm:request_prefill_kv_computed_tokens": "Histogram of new KV tokens computed during prefill (excluding "
+                                               "cached tokens).",
+    dialect.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
+}
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+CACHED_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+SLEEP_STATES = (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0))
+GPU_MEMORY_UTILIZATION = {"h100-8b": "0.9", "rtx3060-7b": "0.85", "tiny-cpu": "0.92"}
+
+# (histogram name, bucket family) in registration order
+_LATENCY = (
+    ("vllm:time_to_first_token_seconds", "time_to_first_token"),
+    ("vllm:inter_token_latency_seconds", "inter_token_latency"),
+    ("vllm:request_time_per_output_token_seconds", "inter_token_latency"),
+    ("vllm:e2e_request_latency_seconds", "request_latency"),
+    ("vllm:request_queue_time_seconds", "request_latency"),
+    ("vllm:request_inference_time_seconds", "request_latency"),
+    ("vllm:request_prefill_time_seconds", "request_latency"),
+    ("vllm:request_decode_time_seconds", "request_latency"),
+)
+
+
+class VllmMetrics:
+    def __init__(self, engine, created: float):
+        self.engine = engine
+        cfg = engine.config
+        self.created = created
+        self.base = sorted_labels({"engine": "0", "model_name": cfg.model_name})
+        tok = dialect.request_tokens_buckets(cfg.max_model_len)
+        self.c = {name: 0.0 for name in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions",
+                                         "prompt_tokens", "prompt_tokens_cached", "generation_tokens")}
+        self.by_source = dict.fromkeys(PROMPT_SOURCES, 0.0)
+        self.cached_by_source = dict.fromkeys(CACHED_SOURCES, 0.0)
+        self.success = dict.fromkeys(dialect.FINISH_REASONS, 0.0)
+        self.h = {
+            "vllm:request_prompt_tokens": Hist(tok),
+            "vllm:request_generation_tokens": Hist(tok),
+            "vllm:iteration_tokens_total": Hist(dialect.BUCKETS["iteration_tokens"]),
+            "vllm:request_max_num_generation_tokens": Hist(tok),
+            "vllm:request_params_n": Hist(dialect.BUCKETS["request_params_n"]),
+            "vllm:request_params_max_tokens": Hist(tok),
+        }
+        for name, family in _LATENCY:
+            self.h[name] = Hist(dialect.BUCKETS[family])
+        self.h["vllm:request_num_preemptions"] = Hist(dialect.BUCKETS["request_num_preemptions"])
+        self.h["vllm:request_prefill_kv_computed_tokens"] = Hist(tok)
+        self.http = HttpStats(created)
+        self.registry = make_registry(self.families, with_process=True)
+
+    # --- hooks from the engine -----------------------------------------------------------------
+    def on_admitted(self, admission) -> None:
+        self.c["prefix_cache_queries"] += admission.query_tokens
+        self.c["prefix_cache_hits"] += admission.hit_tokens
+
+    def on_step(self, result) -> None:
+        plan = result.plan
+        self.h["vllm:iteration_tokens_total"].observe(plan.num_tokens)
+        self.c["num_preemptions"] += len(plan.preempted)
+        counted = [r for r in result.sampled if r.count_in_metrics]
+        self.c["generation_tokens"] += len(counted)
+        ttft = self.h["vllm:time_to_first_token_seconds"]
+        for request in result.first_tokens:
+            if not request.count_in_metrics:
+                continue
+            hit = request.prefix_hit_tokens
+            self.c["prompt_tokens"] += request.prompt_len
+            self.by_source["local_compute"] += request.prompt_len - hit
+            self.by_source["local_cache_hit"] += hit
+            self.c["prompt_tokens_cached"] += hit
+            self.cached_by_source["device"] += hit
+            ttft.observe(result.t - request.arrival)
+        itl = self.h["vllm:inter_token_latency_seconds"]
+        for gap, n in result.itl_groups.items():
+            itl.observe(gap, n)
+
+    def on_finished(self, request) -> None:
+        if not request.count_in_metrics:
+            return
+        self.success[request.finish_reason] = self.success.get(request.finish_reason, 0.0) + 1
+        if request.scheduled_ts is None:
+            return
+        h = self.h
+        h["vllm:request_prompt_tokens"].observe(request.prompt_len)
+        h["vllm:request_generation_tokens"].observe(request.output_len)
+        h["vllm:request_max_num_generation_tokens"].observe(request.max_tokens)
+        h["vllm:request_params_n"].observe(1)
+        h["vllm:request_params_max_tokens"].observe(request.max_tokens)
+        h["vllm:request_num_preemptions"].observe(request.preemptions)
+        h["vllm:request_prefill_kv_computed_tokens"].observe(request.prompt_len - request.prefix_hit_tokens)
+        h["vllm:e2e_request_latency_seconds"].observe(request.finished_ts - request.arrival)
+        h["vllm:request_queue_time_seconds"].observe(request.scheduled_ts - request.queued_ts)
+        first, last = request.first_token_ts, request.last_token_ts
+        if first is not None:
+            h["vllm:request_prefill_time_seconds"].observe(first - request.scheduled_ts)
+            h["vllm:request_decode_time_seconds"].observe(last - first)
+            h["vllm:request_inference_time_seconds"].observe(last - request.scheduled_ts)
+            tpot = (last - first) / (request.output_len - 1) if request.output_len > 1 else 0.0
+            h["vllm:request_time_per_output_token_seconds"].observe(tpot)
+
+    # --- exposition ----------------------------------------------------------------------------
+    def text(self) -> str:
+        return render(self.registry)
+
+    def families(self):
+        e, base, created = self.engine, self.base, self.created
+        one = [(base, 0.0)]
+        out = [counter(n, HELP[n], one, created) for n in (
+            "vllm:estimated_flops_per_gpu", "vllm:estimated_read_bytes_per_gpu", "vllm:estimated_write_bytes_per_gpu")]
+        out.append(gauge(dialect.RUNNING, HELP[dialect.RUNNING], [(base, e.num_running)]))
+        out.append(gauge(dialect.WAITING, HELP[dialect.WAITING], [(base, e.num_waiting)]))
+        out.append(gauge(dialect.WAITING_BY_REASON, HELP[dialect.WAITING_BY_REASON], [
+            (sorted_labels(base, {"reason": "capacity"}), e.num_waiting),
+            (sorted_labels(base, {"reason": "deferred"}), 0.0)]))
+        out.append(gauge(dialect.ENGINE_SLEEP_STATE, HELP[dialect.ENGINE_SLEEP_STATE],
+                         [(sorted_labels(base, {"sleep_state": s}), v) for s, v in SLEEP_STATES]))
+        out.append(gauge(dialect.KV_USAGE, HELP[dialect.KV_USAGE], [(base, e.kv_usage)]))
+        for name, value in (("vllm:prefix_cache_queries", self.c["prefix_cache_queries"]),
+                            ("vllm:prefix_cache_hits", self.c["prefix_cache_hits"]),
+                            ("vllm:external_prefix_cache_queries", 0.0), ("vllm:external_prefix_cache_hits", 0.0),
+                            ("vllm:mm_cache_queries", 0.0), ("vllm:mm_cache_hits", 0.0),
+                            ("vllm:num_preemptions", self.c["num_preemptions"]),
+                            ("vllm:prompt_tokens", self.c["prompt_tokens"])):
+            out.append(counter(name, HELP[name], [(base, value)], created))
+        out.append(counter("vllm:prompt_tokens_by_source", HELP["vllm:prompt_tokens_by_source"],
+                           [(sorted_labels(base, {"source": s}), v) for s, v in self.by_source.items()], created))
+        out.append(counter("vllm:prompt_tokens_cached", HELP["vllm:prompt_tokens_cached"],
+                           [(base, self.c["prompt_tokens_cached"])], created))
+        out.append(counter("vllm:prompt_tokens_cached_by_source", HELP["vllm:prompt_tokens_cached_by_source"],
+                           [(sorted_labels(base, {"source": s}), v) for s, v in self.cached_by_source.items()],
+                           created))
+        out.append(counter("vllm:generation_tokens", HELP["vllm:generation_tokens"],
+                           [(base, self.c["generation_tokens"])], created))
+        out.append(counter("vllm:request_success", HELP["vllm:request_success"],
+                           [(sorted_labels(base, {"finished_reason": r}), v) for r, v in self.success.items()],
+                           created))
+        out.append(counter("vllm:admission_rejections", HELP["vllm:admission_rejections"],
+                           [(sorted_labels({"model_name": base["model_name"], "reason": r}), 0.0)
+                            for r in ADMISSION_REASONS], created))
+        for name, hist in self.h.items():
+            out.append(histogram(name, HELP[name], [(base, hist)], created))
+        out.append(gauge(dialect.CACHE_CONFIG_INFO, HELP[dialect.CACHE_CONFIG_INFO],
+                         [(self._cache_config_labels(), 1.0)]))
+        out.extend(self.http.families())
+        return out
+
+    def _cache_config_labels(self) -> dict[str, str]:
+        cfg = self.engine.config
+        hw = cfg.hw
+        tokens = cfg.num_blocks * cfg.block_size
+        labels = {
+            "_block_size_resolved": "True", "block_size": str(cfg.block_size), "cache_dtype": "auto",
+            "cache_hit_alignment_tokens": "None", "effective_attention_block_size": str(cfg.block_size),
+            "enable_mamba_shared_prefix_checkpoint": "False",
+            "enable_prefix_caching": str(cfg.enable_prefix_caching), "engine": "0",
+            "gpu_memory_utilization": GPU_MEMORY_UTILIZATION.get(cfg.profile, "0.9"), "hash_block_size": "None",
+            "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None",
+            "kv_cache_max_concurrency": str(round(tokens / cfg.max_model_len, 2)),
+            "kv_cache_memory_bytes": str(int(tokens * hw.kv_bytes_per_token)),
+            "kv_cache_size_tokens": str(tokens), "kv_offloading_backend": "native", "kv_offloading_size": "None",
+            "kv_sharing_fast_prefill": "False", "mamba_block_size": "None", "mamba_cache_dtype": "auto",
+            "mamba_cache_mode": "none", "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "float32",
+            "num_cpu_blocks": "None", "num_gpu_blocks": str(cfg.num_blocks), "num_gpu_blocks_override": "None",
+            "prefix_cache_retention_interval": "0", "prefix_caching_hash_algo": "sha256",
+            "prefix_match_unit": "None", "replayssm_buffer_len": "16", "skip_page_size_padded": "None",
+            "sliding_window": "None", "swa_bounded_replay": "True", "use_kda_recoverssm": "False",
+            "use_replayssm": "False", "user_specified_block_size": "False",
+        }
+        return sorted_labels(labels)
