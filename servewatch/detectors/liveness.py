@@ -83,6 +83,7 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
 def _engine_children_gone(samples: tuple[ProcessSample, ...]):
     """(first sample missing them, newest sample, [(pid, title)]) when engine children seen earlier are
     gone (or zombies) while the root is alive with the same identity."""
+    samples = tuple(p for p in samples if p.error is None)  # an unreadable tree is not an empty one
     if not samples or not samples[-1].alive:
         return None
     last = samples[-1]
@@ -133,10 +134,8 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
     first, last = run[0], run[-1]
     code = next((p.exit_code for p in reversed(run) if p.exit_code is not None), None)
     signal = next((p.exit_signal for p in reversed(run) if p.exit_signal is not None), None)
-    before = Window(health=window.health, metrics=window.metrics,
-                    process=tuple(p for p in window.process if p.t < first.t), gpu=window.gpu, logs=window.logs)
-    death_onset, death_evidence, _ = engine_death_evidence(before, config)
-    after_death = death_onset is not None and death_onset <= first.t
+    death_onset, death_evidence = _death_before(window, first.t, config)
+    after_death = death_onset is not None
 
     if code is not None:
         how = f"exit code {code}"
@@ -157,13 +156,31 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
     if code is not None or signal is not None:
         evidence.append(Evidence("process", last.t, "exit_code" if code is not None else "exit_signal",
                                  code if code is not None else signal))
-    evidence += death_evidence[:2] if after_death else []
+    evidence += death_evidence
     evidence += [Evidence("log", e.t, "reason", e.fields.get("reason")) for e in startup[-1:]]
     details = {"pid": first.root_pid, "exit_code": code, "exit_signal": signal, "after_engine_death": after_death,
                "masked_failure": bool(after_death and code == 0)}
     if startup:
         details["startup_failure"] = str(startup[-1].fields.get("reason", "unknown"))
     return [Verdict("process_exit", last.t, first.t, why, tuple(evidence), details)]
+
+
+def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[float | None, list[Evidence]]:
+    """The first engine-death sign in the window before `t`: a dead-status probe (vLLM), an engine
+    child gone while the root lived, or an engine-death log line."""
+    signs: list[Evidence] = []
+    if dialect_hint(window) == "vllm":
+        signs += [Evidence("health", h.t, "status", h.status) for h in window.health
+                  if h.t < t and h.status == config.engine_dead_status][:1]
+    alive_before = tuple(p for p in window.process if p.t < t and p.alive)
+    gone = _engine_children_gone(alive_before)
+    if gone is not None:
+        signs.append(Evidence("process", gone[0].t, f"members[{gone[2][0][0]}]", "gone"))
+    signs += [Evidence("log", e.t, "kind", e.kind) for e in window.logs if e.kind == "engine_dead" and e.t < t][:1]
+    if not signs:
+        return None, []
+    signs.sort(key=lambda e: e.t)
+    return signs[0].t, signs
 
 
 # --- health_loss ---------------------------------------------------------------------------------

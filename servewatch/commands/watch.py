@@ -1,0 +1,153 @@
+"""`servewatch watch URL`: the flight recorder."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from servewatch.errors import ServewatchError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """"0.5", "500ms", "1s", "10m" → seconds (> 0)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 0.5, 500ms, 1s, 10m)")
+    seconds = float(match.group(1)) * _UNIT[match.group(2)]
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero")
+    return seconds
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "watch", help="record a server's health, metrics and processes; report verdicts health checks miss",
+        description="Poll /health, /metrics, the process tree (--pid), GPUs and an optional log; keep a bounded "
+                    "history; fire a verdict once when a condition starts (and write an incident bundle with "
+                    "--out). Exit status: 0, or 1 when --stop-on-incident stopped on an incident.")
+    parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
+    parser.add_argument("--interval", type=duration, default=1.0, help="health/metrics/process cadence (default 1s)")
+    parser.add_argument("--history", type=duration, default=600.0, help="seconds of history kept (default 600)")
+    parser.add_argument("--out", metavar="DIR", help="write an incident bundle per verdict into DIR")
+    parser.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (default: until ^C)")
+    parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
+    parser.add_argument("--log-file", metavar="F", help="the server's log file, tailed and parsed")
+    parser.add_argument("--json", action="store_true", help="one JSON line per verdict instead of a live table")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import asyncio
+
+    return asyncio.run(_watch(args))
+
+
+async def _watch(args) -> int:
+    import os
+    import sys
+    import time
+
+    import aiohttp
+
+    from servewatch.clock import RealClock
+    from servewatch.detectors import DetectorConfig
+    from servewatch.sources.process import PsutilProbe
+    from servewatch.watch.output import INCIDENT_VERDICTS, json_line, status_table
+    from servewatch.watch.recorder import Recorder
+    from servewatch.watch.targets import base_url, http_sources
+
+    target = base_url(args.url)
+    probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
+    if args.log_file is not None and not os.path.isfile(args.log_file):
+        raise ServewatchError(f"--log-file {args.log_file}: no such file")
+    config = DetectorConfig()
+    sink = _bundle_sink(args.out, target, config) if args.out else None
+
+    clock = RealClock()
+    listeners = []
+    if args.json:
+        listeners.append(lambda fired: print(json_line(fired), flush=True))
+    stop_when = (lambda fired: fired.verdict.name in INCIDENT_VERDICTS) if args.stop_on_incident else None
+    connector = aiohttp.TCPConnector(limit=8, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        sources = http_sources(session, target, clock, args.interval, process_probe=probe,
+                               slot_limit=probe.slot_limit() if probe else None, log_file=args.log_file)
+        recorder = Recorder(sources, clock, history_s=args.history, config=config,
+                            on_verdict=sink.write if sink else None, listeners=listeners, stop_when=stop_when)
+        if sink is not None:
+            sink.recorder = recorder
+        started = time.monotonic()
+        try:
+            if args.json:
+                await recorder.run(args.duration)
+            else:
+                await _run_live(recorder, started, status_table, args.duration)
+        except asyncio.CancelledError:
+            pass
+    if sink is not None and sink.failures:
+        print(f"servewatch watch: {sink.failures} bundle(s) could not be written", file=sys.stderr)
+    return 1 if recorder.stopped else 0
+
+
+async def _run_live(recorder, started, status_table, duration) -> None:
+    import asyncio
+    import time
+
+    from rich.live import Live
+
+    def view():
+        return status_table(recorder.ring.window(), recorder.fired, [v.name for v in recorder.latch.active],
+                            time.monotonic() - started)
+
+    with Live(get_renderable=view, refresh_per_second=2, transient=False):
+        await recorder.run(duration)
+    await asyncio.sleep(0)
+
+
+class _BundleSink:
+    """Adapts the recorder's on_verdict hook to the bundle writer: stores the evidence window (the
+    slice the detectors read) with every verdict of that run and the detector config."""
+
+    def __init__(self, writer, target: str, config):
+        self.writer = writer
+        self.target = target
+        self.config = config
+        self.recorder = None
+
+    @property
+    def failures(self) -> int:
+        return self.writer.failures
+
+    def write(self, verdict, window, verdicts):
+        from servewatch.detectors import evidence_window
+        from servewatch.sinks.bundle import BundleContext
+
+        recent = evidence_window(window, self.config)
+        metrics = next((m for m in reversed(recent.metrics) if m.dialect), None)
+        context = BundleContext(target_url=self.target, detector_config=self.config,
+                                dialect=metrics.dialect if metrics else None,
+                                generation=metrics.generation if metrics else None, trigger=verdict.name,
+                                overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {})
+        return self.writer.write(recent, list(verdicts), context)
+
+
+def _bundle_sink(out: str, target: str, config):
+    """The bundle writer for --out, or None when the sinks are not available (bundle stays null)."""
+    import os
+    import tempfile
+
+    try:
+        os.makedirs(out, mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".servewatch-probe-"):
+            pass
+    except OSError as exc:
+        raise ServewatchError(f"--out {out}: not writable ({exc.strerror or exc})") from None
+    try:
+        from servewatch.sinks.bundle import BundleWriter
+    except ImportError:
+        return None
+    return _BundleSink(BundleWriter(out), target, config)

@@ -1,0 +1,171 @@
+"""The process tree from --pid: identity (pid + create time), titles, status, RSS, threads, CPU.
+
+Only a process *title* is kept (e.g. "VLLM::EngineCore", set by the engine with setproctitle) or the
+kernel's short name ("python3"): never a command line. The target's command line is read in memory
+only to find its slot limit (--max-num-seqs / --max-running-requests).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from servewatch.clock import Clock
+from servewatch.dialects import sglang, vllm
+from servewatch.errors import SourceUnavailable
+from servewatch.timeline.samples import ProcessMember, ProcessSample
+
+_TITLE = re.compile(r"^[A-Za-z][\w.-]*::[\w.:-]+$")   # setproctitle titles: VLLM::Worker_TP0, sglang::scheduler
+_COMM_LEN = 15                                        # Linux truncates the kernel name to 15 bytes
+ROLES = {**vllm.PROCESS_ROLES, **sglang.PROCESS_ROLES}
+SLOT_LIMIT_FLAGS = (vllm.SLOT_LIMIT_FLAG, sglang.SLOT_LIMIT_FLAG)
+
+ExitStatus = Callable[[], "int | None"]   # returncode of our own child: >= 0 exit code, < 0 -signal
+
+
+def role_of(title: str) -> str:
+    for prefix, role in ROLES.items():
+        if title.startswith(prefix) or (len(title) == _COMM_LEN and prefix.startswith(title)):
+            return role
+    return "other"
+
+
+def title_of(proc) -> str:
+    """The process title if the process set one, else its kernel name. Never argv beyond a title."""
+    try:
+        argv = proc.cmdline()
+    except Exception:  # noqa: BLE001 - access denied / gone: fall back to the name
+        argv = []
+    first = argv[0].split(" ")[0] if argv and argv[0] else ""
+    if _TITLE.match(first):
+        return first
+    try:
+        return proc.name()
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def slot_limit_from_argv(argv: list[str]) -> int | None:
+    for i, arg in enumerate(argv):
+        for flag in SLOT_LIMIT_FLAGS:
+            value = None
+            if arg == flag and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg[len(flag) + 1:]
+            if value is not None and value.isdigit() and int(value) > 0:
+                return int(value)
+    return None
+
+
+class PsutilProbe:
+    """Reads the tree under one PID. Raises SourceUnavailable at construction for a wrong PID."""
+
+    def __init__(self, pid: int, exit_status: ExitStatus | None = None):
+        import psutil
+
+        self._psutil = psutil
+        if pid <= 0:
+            raise SourceUnavailable(f"--pid {pid}: not a process id")
+        try:
+            root = psutil.Process(pid)
+            self.create_time = root.create_time()
+        except psutil.NoSuchProcess:
+            raise SourceUnavailable(f"--pid {pid}: no such process") from None
+        except psutil.AccessDenied:
+            raise SourceUnavailable(f"--pid {pid}: access denied") from None
+        self.pid = pid
+        self._exit_status = exit_status
+        self._procs: dict[tuple[int, float], object] = {(pid, self.create_time): root}
+
+    def slot_limit(self) -> int | None:
+        """From the target's command line, read in memory and dropped."""
+        try:
+            return slot_limit_from_argv(self._psutil.Process(self.pid).cmdline())
+        except Exception:  # noqa: BLE001
+            return None
+
+    def snapshot(self, t: float) -> ProcessSample:
+        psutil = self._psutil
+        try:
+            root = psutil.Process(self.pid)
+            create_time = root.create_time()
+            status = root.status()
+        except psutil.NoSuchProcess:
+            return self._gone(t, None)
+        except psutil.AccessDenied:
+            return ProcessSample(t=t, root_pid=self.pid, root_create_time=None, alive=True, error="access_denied")
+        if status == psutil.STATUS_ZOMBIE:
+            return self._gone(t, create_time)
+        key = (self.pid, create_time)
+        root = self._procs.setdefault(key, root)  # keep the object: cpu_percent needs its previous call
+        members = [m for m in [self._member(root, "api")] if m is not None]
+        try:
+            children = root.children(recursive=True)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            children = []
+        live_keys = {key}
+        for child in children:
+            try:
+                child_key = (child.pid, child.create_time())
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            live_keys.add(child_key)
+            proc = self._procs.setdefault(child_key, child)
+            member = self._member(proc, None)
+            if member is not None:
+                members.append(member)
+        for stale in set(self._procs) - live_keys:
+            del self._procs[stale]
+        return ProcessSample(t=t, root_pid=self.pid, root_create_time=create_time, alive=True,
+                             members=tuple(members))
+
+    def _member(self, proc, role: str | None) -> ProcessMember | None:
+        psutil = self._psutil
+        try:
+            with proc.oneshot():
+                title = title_of(proc)
+                status = proc.status()
+                rss = _maybe(lambda: proc.memory_info().rss)
+                threads = _maybe(proc.num_threads)
+                cpu = _maybe(lambda: proc.cpu_percent(None))
+                return ProcessMember(pid=proc.pid, create_time=proc.create_time(), role=role or role_of(title),
+                                     title=title, status=status, rss_bytes=rss, threads=threads, cpu_percent=cpu)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return None
+        except psutil.AccessDenied:
+            return None
+
+    def _gone(self, t: float, create_time: float | None) -> ProcessSample:
+        code = signal = None
+        status = self._exit_status() if self._exit_status is not None else None
+        if status is not None:
+            if status < 0:
+                signal = -status
+            else:
+                code = status
+        return ProcessSample(t=t, root_pid=self.pid, root_create_time=create_time, alive=False,
+                             exit_code=code, exit_signal=signal, error="no_such_process")
+
+
+def _maybe(read):
+    try:
+        return read()
+    except Exception:  # noqa: BLE001 - one unreadable field does not lose the member
+        return None
+
+
+class ProcessSource:
+    kind = "process"
+
+    def __init__(self, probe, clock: Clock, interval: float):
+        self._probe = probe          # PsutilProbe or any object with snapshot(t) -> ProcessSample
+        self._clock = clock
+        self.interval = interval
+
+    async def poll(self) -> list[ProcessSample]:
+        try:
+            return [self._probe.snapshot(self._clock.now())]
+        except Exception as exc:  # noqa: BLE001 - never raise out of a source
+            return [ProcessSample(t=self._clock.now(), root_pid=getattr(self._probe, "pid", 0), root_create_time=None,
+                                  alive=True, error=f"unavailable: {type(exc).__name__}")]

@@ -1,0 +1,38 @@
+"""Fire once when a condition starts, re-arm when it clears."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from servewatch.detectors import verdict_key
+from servewatch.detectors.verdict import Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    fired: tuple[Verdict, ...]      # conditions that started with this detection run
+    cleared: tuple[tuple, ...]      # keys of conditions that ended
+
+
+class Latch:
+    def __init__(self):
+        self._active: dict[tuple, Verdict] = {}
+
+    @property
+    def active(self) -> tuple[Verdict, ...]:
+        return tuple(self._active.values())
+
+    def update(self, verdicts: Iterable[Verdict]) -> Update:
+        current: dict[tuple, Verdict] = {}
+        fired = []
+        for verdict in verdicts:
+            key = verdict_key(verdict)
+            if key in current:
+                continue
+            current[key] = verdict
+            if key not in self._active:
+                fired.append(verdict)
+        cleared = tuple(key for key in self._active if key not in current)
+        self._active = current
+        return Update(tuple(fired), cleared)

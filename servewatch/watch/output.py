@@ -1,0 +1,69 @@
+"""What `watch` prints: one JSON line per fired verdict, or a live table."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from servewatch.timeline.window import Window
+from servewatch.watch.recorder import Fired
+
+# Verdicts that are incidents (stop --stop-on-incident); histogram_blind is a standing finding.
+INCIDENT_VERDICTS = frozenset({"alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss",
+                               "overload", "kv_pressure", "preemption", "target_restarted"})
+
+
+def iso8601(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def json_line(fired: Fired) -> str:
+    v = fired.verdict
+    return json.dumps({"t": iso8601(v.t), "verdict": v.name, "onset": iso8601(v.onset),
+                       "since_s": round(v.since_s, 3), "why": v.why, "bundle": fired.bundle},
+                      ensure_ascii=False)
+
+
+def status_table(window: Window, fired: list[Fired], active_names: list[str], elapsed_s: float):
+    """A rich renderable: the target's current picture and the verdicts so far."""
+    from rich.console import Group
+    from rich.table import Table
+
+    now = Table.grid(padding=(0, 2))
+    health = window.health[-1] if window.health else None
+    metrics = next((m for m in reversed(window.metrics) if m.error is None and m.engines), None)
+    last_metrics = window.metrics[-1] if window.metrics else None
+    process = window.process[-1] if window.process else None
+    now.add_row("watching", f"{elapsed_s:.0f} s")
+    now.add_row("health", "—" if health is None else (f"{health.status}" if health.status is not None
+                                                      else f"down ({health.error})"))
+    if last_metrics is not None and last_metrics.error is not None:
+        now.add_row("metrics", f"scrape failed ({last_metrics.error})")
+    if metrics is not None:
+        for state in metrics.engines:
+            kv = "n/a" if state.kv_usage is None else f"{state.kv_usage:.0%}"
+            c = state.counters
+            now.add_row(f"engine {state.labels.get('engine', state.labels.get('tp_rank', ''))}".strip(),
+                        f"running {_n(state.running)}  waiting {_n(state.waiting)}  KV {kv}  "
+                        f"steps {_n(c.steps)}  gen tokens {_n(c.generation_tokens)}")
+    if process is not None:
+        alive = "alive" if process.alive else "gone"
+        titles = ", ".join(f"{m.title}:{m.status}" for m in process.members[:6])
+        now.add_row("process", f"{process.root_pid} {alive}  {titles}")
+    now.add_row("active", ", ".join(active_names) or "none")
+
+    verdicts = Table(title="verdicts", expand=True)
+    verdicts.add_column("time")
+    verdicts.add_column("verdict")
+    verdicts.add_column("after", justify="right")
+    verdicts.add_column("why")
+    for record in fired[-12:]:
+        v = record.verdict
+        verdicts.add_row(iso8601(v.t)[11:23], v.name, f"{v.since_s:.1f} s", v.why)
+    return Group(now, verdicts)
+
+
+def _n(value) -> str:
+    if value is None:
+        return "n/a"
+    return f"{int(value)}" if float(value).is_integer() else f"{value:.2f}"

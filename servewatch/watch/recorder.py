@@ -1,0 +1,167 @@
+"""The recorder loop: each source on its own cadence, samples into the ring, detectors over the window,
+verdicts fired once each through the `on_verdict` sink (the bundle writer plugs in there).
+
+Two drivers over the same parts:
+- `run()` — real time: one task per source, so a slow /metrics scrape never delays the next health
+  probe; detection runs whenever new samples arrived.
+- `run_virtual()` — virtual time, deterministic and sleep-free: a schedule of due times; before each
+  poll, `advance(t)` moves the world (e.g. an in-process simulator) to t.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from servewatch.clock import Clock
+from servewatch.detectors import DetectorConfig, run_detectors
+from servewatch.detectors.verdict import Verdict
+from servewatch.sources.base import Source
+from servewatch.timeline.ring import Ring
+from servewatch.timeline.window import Window
+from servewatch.watch.firing import Latch
+
+# on_verdict(fired verdict, the window it was judged on, every verdict of that detection run)
+#   -> path of the bundle written, or None.
+OnVerdict = Callable[[Verdict, Window, Sequence[Verdict]], "str | Path | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    verdict: Verdict
+    bundle: str | None
+
+
+class Recorder:
+    def __init__(self, sources: Sequence[Source], clock: Clock, *, history_s: float = 600.0,
+                 config: DetectorConfig | None = None, on_verdict: OnVerdict | None = None,
+                 listeners: Sequence[Callable[[Fired], None]] = (), detect_interval: float | None = None,
+                 stop_when: Callable[[Fired], bool] | None = None):
+        if not sources:
+            raise ValueError("a recorder needs at least one source")
+        self.sources = list(sources)
+        self.clock = clock
+        self.config = config or DetectorConfig()
+        self.ring = Ring.for_history(history_s, {s.kind: s.interval for s in self.sources})
+        self.latch = Latch()
+        self.on_verdict = on_verdict
+        self.listeners = list(listeners)
+        self.detect_interval = detect_interval or min(s.interval for s in self.sources)
+        self.stop_when = stop_when
+        self.fired: list[Fired] = []
+        self.detection_runs = 0
+        self.samples_seen = 0
+        self.sink_failures = 0
+        self.stopped = False
+        self._new_samples: asyncio.Event | None = None
+
+    # --- the parts both drivers share --------------------------------------------------------------
+
+    async def poll(self, source: Source) -> None:
+        try:
+            samples = await source.poll()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - sources never raise; if one does, it must not stop the others
+            print(f"servewatch watch: {source.kind} source failed: {type(exc).__name__}", file=sys.stderr)
+            return
+        self.ring.extend(samples)
+        self.samples_seen += len(samples)
+        if self._new_samples is not None and samples:
+            self._new_samples.set()
+
+    def detect(self) -> list[Fired]:
+        """Run the detectors over the current window; fire what started; re-arm what cleared."""
+        window = self.ring.window()
+        verdicts = run_detectors(window, self.config)
+        self.detection_runs += 1
+        fired = []
+        for verdict in self.latch.update(verdicts).fired:
+            record = Fired(verdict, self._sink(verdict, window, verdicts))
+            fired.append(record)
+            self.fired.append(record)
+            for listener in self.listeners:
+                listener(record)
+            if self.stop_when is not None and self.stop_when(record):
+                self.stopped = True
+        return fired
+
+    def _sink(self, verdict: Verdict, window: Window, verdicts: Sequence[Verdict]) -> str | None:
+        if self.on_verdict is None:
+            return None
+        try:
+            path = self.on_verdict(verdict, window, verdicts)
+        except Exception as exc:  # noqa: BLE001 - a failing sink is counted; watching continues (fail open)
+            self.sink_failures += 1
+            print(f"servewatch watch: could not record {verdict.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return None
+        return str(path) if path is not None else None
+
+    # --- real time ----------------------------------------------------------------------------------
+
+    async def run(self, duration: float | None = None) -> None:
+        self._new_samples = asyncio.Event()
+        tasks = [asyncio.create_task(self._source_loop(source)) for source in self.sources]
+        detector = asyncio.create_task(self._detect_loop())
+        try:
+            stop = asyncio.create_task(self._until_stopped())
+            done, _ = await asyncio.wait({stop, detector}, timeout=duration, return_when=asyncio.FIRST_COMPLETED)
+            if detector in done and detector.exception() is not None:
+                raise detector.exception()
+        finally:
+            for task in [*tasks, detector, stop]:
+                task.cancel()
+            await asyncio.gather(*tasks, detector, stop, return_exceptions=True)
+            self._new_samples = None
+
+    async def _source_loop(self, source: Source) -> None:
+        due = self.clock.now()
+        while True:
+            await self.poll(source)
+            due += source.interval
+            now = self.clock.now()
+            if due < now:  # the poll overran its slot(s): skip them rather than burst
+                due = now
+            await self.clock.sleep(due - now)
+
+    async def _detect_loop(self) -> None:
+        while not self.stopped:
+            await self._new_samples.wait()
+            self._new_samples.clear()
+            self.detect()
+            await self.clock.sleep(self.detect_interval / 2)
+
+    async def _until_stopped(self) -> None:
+        while not self.stopped:
+            await asyncio.sleep(0.05)
+
+    # --- virtual time -------------------------------------------------------------------------------
+
+    async def run_virtual(self, duration: float, advance: Callable[[float], None] | None = None) -> None:
+        """Poll every source at its due times for `duration` virtual seconds, detecting every
+        detect_interval. `advance(t)` must bring the world (and the clock) to t; without it the clock
+        is set to t (it needs `set`, like VirtualClock)."""
+        start = self.clock.now()
+        end = start + duration
+        schedule = [(start, i) for i in range(len(self.sources))]
+        heapq.heapify(schedule)
+        next_detect = start
+        while schedule and not self.stopped:
+            due, i = heapq.heappop(schedule)
+            if due > end:
+                break
+            if advance is not None:
+                advance(due)
+            if self.clock.now() < due:
+                self.clock.set(due)
+            source = self.sources[i]
+            await self.poll(source)
+            heapq.heappush(schedule, (due + source.interval, i))
+            instant_done = schedule[0][0] > due
+            if instant_done and due >= next_detect:
+                self.detect()
+                next_detect = due + self.detect_interval

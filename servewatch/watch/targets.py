@@ -1,0 +1,74 @@
+"""Build the recorder's sources for a target: over HTTP (a real server) or in-process (callables,
+e.g. the simulator in virtual time)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from servewatch.clock import Clock
+from servewatch.errors import ServewatchError
+from servewatch.sources.gpu import GpuSource, NvmlProbe
+from servewatch.sources.health import HealthSource
+from servewatch.sources.http import http_transport, in_process_transport
+from servewatch.sources.logs import LogTail
+from servewatch.sources.metrics import MetricsSource
+from servewatch.sources.process import ProcessSource
+
+
+def base_url(url: str) -> str:
+    """scheme://host:port of what the user gave (a path such as /metrics or a query is dropped)."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServewatchError(f"{url!r}: not an http(s) URL")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise ServewatchError(f"{url!r}: bad port") from None
+    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
+
+
+def health_timeout(interval: float) -> float:
+    return min(10.0, max(2.0, 4 * interval))
+
+
+def metrics_timeout(interval: float) -> float:
+    """A saturated API server can take seconds to answer a scrape; that must not count as a failure."""
+    return min(30.0, max(5.0, 10 * interval))
+
+
+def gpu_interval(interval: float) -> float:
+    return max(5.0, 5 * interval)
+
+
+def http_sources(session, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
+                 log_file: str | None = None, gpu: bool = True, health_path: str = "/health",
+                 metrics_path: str = "/metrics") -> list:
+    base = base_url(url)
+    sources = [
+        HealthSource(http_transport(session, base + health_path, timeout_s=health_timeout(interval),
+                                    max_bytes=64 * 1024), clock, interval),
+        MetricsSource(http_transport(session, base + metrics_path, timeout_s=metrics_timeout(interval)),
+                      clock, interval, slot_limit=slot_limit),
+    ]
+    return sources + _local_sources(clock, interval, process_probe, log_file, gpu)
+
+
+def callable_sources(clock: Clock, interval: float, *, health: Callable[[], object],
+                     metrics: Callable[[], object], process_probe=None, slot_limit=None,
+                     log_file: str | None = None, gpu: bool = False) -> list:
+    """In-process target: `health()` returns a status (or raises when "down"), `metrics()` the text."""
+    sources = [HealthSource(in_process_transport(health), clock, interval),
+               MetricsSource(in_process_transport(metrics), clock, interval, slot_limit=slot_limit)]
+    return sources + _local_sources(clock, interval, process_probe, log_file, gpu)
+
+
+def _local_sources(clock, interval, process_probe, log_file, gpu) -> list:
+    sources = []
+    if process_probe is not None:
+        sources.append(ProcessSource(process_probe, clock, interval))
+    if gpu:
+        sources.append(GpuSource(NvmlProbe(), clock, gpu_interval(interval)))
+    if log_file is not None:
+        sources.append(LogTail(log_file, clock, interval))
+    return sources

@@ -1,0 +1,90 @@
+"""overload (with its cause), kv_pressure, preemption (delta, not cumulative), histogram_blind,
+target_restarted — on hand-built windows."""
+
+import pytest
+from timeline_builders import Timeline
+
+from servewatch.detectors import DetectorConfig, run_detectors
+
+
+def by_name(window, config=None):
+    return {v.name: v for v in run_detectors(window, config)}
+
+
+@pytest.mark.parametrize("kwargs, cause", [
+    (dict(running=16, slot_limit=16, kv=0.28), "slots"),
+    (dict(running=5, slot_limit=16, kv=0.95), "kv"),
+    (dict(running=4, slot_limit=16, kv=0.2, by_reason={"capacity": 0, "deferred": 6}), "deferred"),
+    (dict(running=16, kv=0.28), "slots"),                     # slot limit unknown, running flat
+    (dict(running=0, steps=0, gen=0, slot_limit=16, kv=0.0), "unknown"),   # admission deadlock
+])
+def test_overload_cause(kwargs, cause):
+    tl = Timeline().ticks(10, running=2).ticks(25, waiting=6, **kwargs)
+    verdict = by_name(tl.window())["overload"]
+    assert verdict.details["cause"] == cause
+    assert verdict.details["sustained_s"] == 12.0
+
+
+def test_short_queue_burst_is_not_overload():
+    tl = Timeline().ticks(10, running=2).ticks(10, running=16, waiting=3).ticks(5, running=4)
+    assert "overload" not in by_name(tl.window())
+    tl = Timeline().ticks(10, running=2).ticks(10, running=16, waiting=3)   # 4.5 s so far
+    assert "overload" not in by_name(tl.window())
+
+
+def test_kv_pressure_sustained():
+    tl = Timeline().ticks(10, running=2, kv=0.5).ticks(8, running=8, kv=0.95)
+    assert "kv_pressure" not in by_name(tl.window())   # 3.5 s
+    tl.ticks(4, running=8, kv=0.96)
+    verdict = by_name(tl.window())["kv_pressure"]
+    assert verdict.details["peak_kv_usage"] == 0.96 and "96%" in verdict.why
+
+
+def test_preemption_uses_the_delta_in_the_window_not_the_cumulative_value():
+    tl = Timeline(interval=1.0)
+    tl.ticks(1, running=4, preempt=500)       # a large cumulative count from long ago...
+    tl.ticks(200, running=4)                  # ...then 200 s without a preemption
+    assert "preemption" not in by_name(tl.window())
+    tl.ticks(3, running=4, preempt=4)
+    verdict = by_name(tl.window())["preemption"]
+    assert verdict.details["delta"] == 12
+    assert "+12 preemptions" in verdict.why and "500 → 512" in verdict.why
+    # a burst that still makes progress is not a stall
+    assert "alive_health_ok_no_progress" not in by_name(tl.window())
+    tl.ticks(61, running=4)
+    assert "preemption" not in by_name(tl.window())
+
+
+def test_histogram_blind_on_the_window_delta():
+    tl = Timeline().ticks(1, running=4, itl_fast=10_000).ticks(100, running=4, itl_fast=50)
+    verdict = by_name(tl.window())["histogram_blind"]
+    assert verdict.details["histogram"] == "itl"
+    assert verdict.details["count"] == 100 * 50   # the window's delta, not the 15,000 since start
+    assert verdict.details["first_bucket_fraction"] == 1.0
+
+
+def test_histogram_not_blind_when_latency_spreads():
+    tl = Timeline().ticks(100, running=4, itl_fast=50, itl_slow=50)
+    assert "histogram_blind" not in by_name(tl.window())
+
+
+def test_reused_pid_is_target_restarted():
+    tl = Timeline().ticks(10, running=2)
+    changed_at = tl.t + 0.02
+    tl.ticks(3, running=2, root_ct=1_800_000_500.0)
+    verdict = by_name(tl.window())["target_restarted"]
+    assert verdict.details["by"] == "pid_identity"
+    assert verdict.onset == changed_at
+
+
+def test_counter_reset_is_target_restarted_and_not_negative_preemption():
+    tl = Timeline().ticks(10, running=2, preempt=1).ticks(1, running=2, reset=True).ticks(3, running=2)
+    verdicts = by_name(tl.window(), DetectorConfig())
+    assert verdicts["target_restarted"].details["by"] == "counter_reset"
+    assert "went down" in verdicts["target_restarted"].why
+
+
+def test_restart_verdict_clears_after_the_lookback():
+    tl = Timeline(interval=1.0).ticks(5, running=2).ticks(1, running=2, root_ct=1_800_000_500.0)
+    tl.ticks(200, running=2, root_ct=1_800_000_500.0)
+    assert "target_restarted" not in by_name(tl.window())

@@ -1,0 +1,93 @@
+"""engine_dead, process_exit, health_loss on hand-built windows."""
+
+from timeline_builders import API, ENGINE, WORKER, Timeline
+
+from servewatch.detectors import run_detectors
+
+
+def by_name(window):
+    return {v.name: v for v in run_detectors(window)}
+
+
+def test_health_503_on_vllm_is_engine_dead_with_onset_at_first_503():
+    tl = Timeline().ticks(10, running=4)
+    onset = tl.t
+    tl.ticks(2, running=4, steps=0, gen=0, health=503)
+    verdicts = by_name(tl.window())
+    assert verdicts["engine_dead"].onset == onset
+    assert "/health 503 for 2 probe(s)" in verdicts["engine_dead"].why
+    assert "alive_health_ok_no_progress" not in verdicts
+
+
+def test_503_on_sglang_alone_is_not_engine_dead():
+    # SGLang answers 503 while starting and when its health generation times out.
+    tl = Timeline(dialect="sglang").ticks(10, running=4).ticks(4, health=503)
+    verdicts = by_name(tl.window())
+    assert "engine_dead" not in verdicts
+    assert "health_loss" in verdicts
+
+
+def test_engine_child_gone_while_api_lives_is_engine_dead():
+    tl = Timeline().ticks(10, running=4)
+    gone_at = tl.t + 0.02
+    tl.ticks(3, members=(API,))
+    verdict = by_name(tl.window())["engine_dead"]
+    assert verdict.onset == gone_at
+    assert "VLLM::EngineCore" in verdict.why and "VLLM::Worker_TP0" in verdict.why
+    assert verdict.details["api_alive"] is True
+
+
+def test_engine_dead_log_line_is_evidence():
+    tl = Timeline().ticks(10, running=4).log("engine_dead", reason="EngineDeadError").ticks(1)
+    verdict = by_name(tl.window())["engine_dead"]
+    assert any(e.source == "log" for e in verdict.evidence)
+
+
+def test_exit_zero_after_engine_death_is_flagged():
+    tl = Timeline().ticks(10, running=4).ticks(4, health=503).ticks(2, health=None, health_error="connect")
+    tl.ticks(2, health=None, health_error="connect", alive=False, exit_code=0)
+    verdicts = by_name(tl.window())
+    exit_verdict = verdicts["process_exit"]
+    assert exit_verdict.details["exit_code"] == 0
+    assert exit_verdict.details["after_engine_death"] is True
+    assert exit_verdict.details["masked_failure"] is True
+    assert "#48966" in exit_verdict.why
+    assert "engine_dead" not in verdicts  # the whole target is gone: that is process_exit's story
+
+
+def test_exit_without_engine_death_and_unknown_code():
+    tl = Timeline().ticks(10, running=0).ticks(3, health=None, health_error="connect", alive=False)
+    verdict = by_name(tl.window())["process_exit"]
+    assert verdict.details["after_engine_death"] is False
+    assert verdict.details["exit_code"] is None
+    assert "unknown" in verdict.why
+
+
+def test_startup_failure_reason_from_the_log_rides_on_process_exit():
+    tl = Timeline().ticks(2, running=0, health=None, health_error="connect")
+    tl.log("startup_failure", reason="To serve at least one request with the model's max seq len")
+    tl.ticks(2, health=None, health_error="connect", alive=False, exit_code=1)
+    verdict = by_name(tl.window())["process_exit"]
+    assert verdict.details["startup_failure"].startswith("To serve at least one request")
+    assert "exit code 1" in verdict.why
+
+
+def test_health_loss_needs_consecutive_failures_and_rearms():
+    tl = Timeline().ticks(5, running=0).ticks(2, health=None, health_error="timeout")
+    assert "health_loss" not in by_name(tl.window())
+    tl.ticks(1, health=None, health_error="connect")
+    verdict = by_name(tl.window())["health_loss"]
+    assert verdict.details["failed_probes"] == 3
+    assert "timeout" in verdict.why and "connect" in verdict.why
+    tl.ticks(1, running=0)
+    assert "health_loss" not in by_name(tl.window())
+
+
+def test_target_down_from_the_start_is_health_loss():
+    tl = Timeline(with_process=False).ticks(4, health=None, health_error="connect", metrics_error="connect")
+    assert set(by_name(tl.window())) == {"health_loss"}
+
+
+def test_healthy_window_has_no_liveness_verdict():
+    tl = Timeline().ticks(100, running=4, members=(API, ENGINE, WORKER))
+    assert by_name(tl.window()) == {}

@@ -1,0 +1,120 @@
+"""alive_health_ok_no_progress on hand-built windows: the stall fires; idle, slow-but-stepping and
+long prefills do not."""
+
+from dataclasses import replace
+
+from timeline_builders import Timeline
+
+from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
+
+NAME = "alive_health_ok_no_progress"
+
+
+def names(window, config=None):
+    return [v.name for v in run_detectors(window, config)]
+
+
+def stall_of(window):
+    found = [v for v in run_detectors(window) if v.name == NAME]
+    return found[0] if found else None
+
+
+def test_stall_fires_after_the_adaptive_threshold_with_onset_at_last_progress():
+    tl = Timeline(interval=0.5).ticks(40, running=8)
+    last_progress_t = tl.samples[-2].t  # the last metrics sample that showed movement
+    tl.ticks(4, running=8, steps=0, gen=0)          # 2.0 s quiet: at the floor, not beyond
+    assert stall_of(tl.window()) is None
+    tl.ticks(2, running=8, steps=0, gen=0)          # 3.0 s quiet
+    verdict = stall_of(tl.window())
+    assert verdict is not None
+    assert verdict.onset == last_progress_t
+    assert verdict.details["threshold_s"] == 2.0     # max(floor 2 s, 4 x 0.5 s cadence)
+    assert verdict.details["quiet_s"] == 3.0
+    assert "8 running" in verdict.why and "/health 200" in verdict.why
+    fields = {e.field for e in verdict.evidence}
+    assert {"counters.steps", "counters.generation_tokens", "running", "status", "alive"} <= fields
+
+
+def test_idle_is_not_a_stall():
+    tl = Timeline().ticks(20, running=4).ticks(200, running=0, waiting=0)
+    assert NAME not in names(tl.window())
+
+
+def test_work_admitted_after_idle_is_timed_from_admission_not_from_last_progress():
+    tl = Timeline().ticks(10, running=4).ticks(100, running=0)
+    tl.ticks(2, running=1, steps=0, gen=0)   # a request arrives; first step not seen yet (1 s)
+    assert NAME not in names(tl.window())
+    tl.ticks(6, running=1, steps=0, gen=0)   # 4 s admitted and nothing moves: that is a stall
+    verdict = stall_of(tl.window())
+    assert verdict is not None and "since work was admitted" in verdict.why
+
+
+def test_waiting_only_counts_as_admitted_work():
+    tl = Timeline().ticks(20, running=2).ticks(10, running=0, waiting=5, steps=0, gen=0)
+    assert NAME in names(tl.window())
+
+
+def test_long_prefill_that_still_steps_is_not_a_stall():
+    # Prefill chunks: steps move every tick, no generation token for 30 s.
+    tl = Timeline().ticks(20, running=1).ticks(60, running=1, steps=1, gen=0, prompt=512)
+    assert NAME not in names(tl.window())
+
+
+def test_slow_engine_raises_the_threshold_from_its_own_cadence():
+    # An engine that moves its counters only every 5 s (e.g. long steps) is not stalled after 6 s quiet...
+    tl = Timeline(interval=0.5)
+    for _ in range(10):
+        tl.tick(running=2, steps=1, gen=2).ticks(9, running=2, steps=0, gen=0)
+    tl.ticks(3, running=2, steps=0, gen=0)
+    assert NAME not in names(tl.window())
+    # ...but is after more than 4 x 5 s.
+    tl.ticks(40, running=2, steps=0, gen=0)
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["longest_gap_s"] == 5.0 and verdict.details["threshold_s"] == 20.0
+
+
+def test_ceiling_bounds_the_adaptive_threshold():
+    config = DetectorConfig(stall_ceiling_s=10.0)
+    tl = Timeline(interval=1.0)
+    for _ in range(5):
+        tl.tick(running=2, steps=1).ticks(29, running=2, steps=0, gen=0)   # gaps of 30 s
+    tl.tick(running=2, steps=1).ticks(12, running=2, steps=0, gen=0)
+    verdict = [v for v in run_detectors(tl.window(), config) if v.name == NAME]
+    assert verdict and verdict[0].details["threshold_s"] == 10.0
+
+
+def test_health_not_ok_or_process_gone_is_not_this_verdict():
+    tl = Timeline().ticks(20, running=4).ticks(10, running=4, steps=0, gen=0, health=503)
+    assert NAME not in names(tl.window())
+    tl = Timeline().ticks(20, running=4).ticks(10, running=4, steps=0, gen=0, alive=False)
+    assert NAME not in names(tl.window())
+
+
+def test_without_pid_process_is_unknown_and_the_stall_still_fires():
+    tl = Timeline(with_process=False).ticks(20, running=4).ticks(10, running=4, steps=0, gen=0)
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["process_known"] is False
+
+
+def test_stopped_worker_is_named_in_the_evidence():
+    from timeline_builders import API, ENGINE, WORKER
+    stopped = replace(WORKER, status="stopped")
+    tl = Timeline().ticks(20, running=4).ticks(10, running=4, steps=0, gen=0, members=(API, ENGINE, stopped))
+    verdict = stall_of(tl.window())
+    assert verdict.details["stopped_processes"] == 1
+    assert "VLLM::Worker_TP0" in verdict.why
+
+
+def test_failed_scrapes_do_not_extend_the_claim():
+    # After the last good scrape, only errors: the quiet time rests on observed scrapes only.
+    tl = Timeline().ticks(20, running=4).ticks(2, running=4, steps=0, gen=0)
+    tl.ticks(20, running=4, metrics_error="timeout")
+    assert NAME not in names(tl.window())
+
+
+def test_recomputed_from_the_evidence_window_gives_identical_verdicts():
+    tl = Timeline().ticks(500, running=4, itl_fast=50).ticks(10, running=4, steps=0, gen=0)
+    window = tl.window()
+    small = evidence_window(window)
+    assert len(small) < len(window)
+    assert run_detectors(small) == run_detectors(window)
