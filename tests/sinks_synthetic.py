@@ -100,3 +100,76 @@ def synthetic_stall_verdicts(window: Window, min_stall_s: float = 3.0) -> list[V
 
 def synthetic_recompute(samples, config):
     return synthetic_stall_verdicts(Window.from_samples(samples), float(config.get("min_stall_s", 3.0)))
+
+
+class Ticker:
+    """One `tick` = one probe of health, metrics and the process tree; counters move by the given deltas."""
+
+    def __init__(self, interval: float = 0.5, t0: float = T0):
+        self.interval, self.t = interval, t0
+        self.samples: list = []
+        self.steps = self.gen = self.prompt = self.preempt = 0.0
+        self.itl = [0.0] * len(ITL_EDGES)
+
+    def tick(self, *, health: int | None = 200, health_error: str | None = None, running: float = 4,
+             waiting: float = 0, gen: float | None = None, kv: float = 0.25, preempt: float = 0,
+             root_pid: int = 4242, root_ct: float = T0 - 100.0, alive: bool = True, itl_fast: float = 0,
+             n: int = 1, model: str = "tiny", title: str = "VLLM::EngineCore") -> Ticker:
+        for _ in range(n):
+            busy = running > 0
+            step = 1.0 if busy and gen is None or (gen or 0) > 0 else 0.0
+            self.steps += step
+            self.gen += (running if busy else 0.0) if gen is None else gen
+            self.prompt += 0.0
+            self.preempt += preempt
+            self.itl = [c + itl_fast for c in self.itl]
+            t = self.t
+            error = health_error if health is None else (None if 200 <= health < 300 else f"http_{health}")
+            self.samples.append(HealthSample(t=t, status=health, latency_s=0.001 if health else None, error=error))
+            state = EngineState(
+                dialect="vllm", generation="vllm-0.32", labels={"model_name": model, "engine": "0"},
+                running=running, waiting=waiting, slot_limit=16, kv_usage=kv,
+                counters=Counters(prompt_tokens=self.prompt, generation_tokens=self.gen, preemptions=self.preempt,
+                                  steps=self.steps),
+                histograms={"itl": Histogram(edges=ITL_EDGES, cumulative=tuple(self.itl), count=self.itl[-1],
+                                             sum=self.itl[-1] * 0.005)})
+            self.samples.append(MetricsSample(t=t + 0.01, dialect="vllm", generation="vllm-0.32",
+                                              engines=(state,), scrape_s=0.01))
+            members = (ProcessMember(pid=root_pid, create_time=root_ct, role="api", title="python3",
+                                     status="sleeping"),
+                       ProcessMember(pid=root_pid + 1, create_time=root_ct + 1, role="engine_core", title=title,
+                                     status="running"))
+            self.samples.append(ProcessSample(t=t + 0.02, root_pid=root_pid, root_create_time=root_ct if alive else None,
+                                              alive=alive, members=members if alive else (),
+                                              error=None if alive else "no_such_process"))
+            self.t += self.interval
+        return self
+
+    def window(self) -> Window:
+        return Window.from_samples(self.samples)
+
+
+def scenario(name: str, *, model: str = "tiny", title: str = "VLLM::EngineCore") -> Window:
+    """A window on which the shipped detectors conclude `name`."""
+    k = Ticker()
+    common = {"model": model, "title": title}
+    k.tick(n=20, **common)
+    if name == "alive_health_ok_no_progress":
+        k.tick(n=20, gen=0, **common)
+    elif name == "engine_dead":
+        k.tick(n=6, health=503, gen=0, **common)
+    elif name == "health_loss":
+        k.tick(n=6, health=None, health_error="connect", gen=0, running=0, **common)
+    elif name == "overload":
+        k.tick(n=30, running=16, waiting=9, **common)
+    elif name == "kv_pressure":
+        k.tick(n=20, kv=0.97, **common)
+    elif name == "preemption":
+        k.tick(n=6, preempt=2, **common)
+    elif name == "target_restarted":
+        k.tick(n=6, root_pid=5000, root_ct=T0 + 30, **common)
+    elif name == "histogram_blind":
+        k.tick(n=20, itl_fast=40, **common)
+    else:
+        raise ValueError(name)
+    return k.window()

@@ -25,7 +25,7 @@ CONFIG = {"min_stall_s": 3.0}
 def write(tmp_path, window=None, verdicts=None, **writer_kwargs):
     window = window or stall_window()
     verdicts = synthetic_stall_verdicts(window) if verdicts is None else verdicts
-    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), **writer_kwargs)
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute, **writer_kwargs)
     path = writer.write(window, verdicts, BundleContext(target_url="http://127.0.0.1:8000",
                                                        detector_config=CONFIG))
     return writer, path
@@ -116,7 +116,7 @@ def test_incident_id_is_hmac_keyed_per_process():
 
 
 def test_rotation_keeps_the_newest(tmp_path):
-    writer = BundleWriter(tmp_path / "out", keep=3, stderr=io.StringIO())
+    writer = BundleWriter(tmp_path / "out", keep=3, stderr=io.StringIO(), recompute=synthetic_recompute)
     window = stall_window()
     verdicts = synthetic_stall_verdicts(window)
     paths = [writer.write(window, verdicts, BundleContext(created_t=window.end + 60 * i)) for i in range(5)]
@@ -127,7 +127,7 @@ def test_rotation_keeps_the_newest(tmp_path):
 
 
 def test_same_incident_twice_gets_distinct_directories(tmp_path):
-    writer = BundleWriter(tmp_path / "out", keep=5, stderr=io.StringIO())
+    writer = BundleWriter(tmp_path / "out", keep=5, stderr=io.StringIO(), recompute=synthetic_recompute)
     window = stall_window()
     verdicts = synthetic_stall_verdicts(window)
     first = writer.write(window, verdicts, BundleContext(created_t=window.end))
@@ -218,7 +218,7 @@ def test_fail_open_on_disk_errors_leaves_nothing_half_written(tmp_path, monkeypa
 
 
 def test_writer_never_raises_on_garbage(tmp_path):
-    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
     assert writer.write([object()], [], BundleContext()) is None
     assert writer.write(stall_window(), [Verdict("engine_dead", 1.0, 0.0, "x", (Evidence("health", 1.0, "status", None),
                                                                                  ))], None) is not None
@@ -227,7 +227,7 @@ def test_writer_never_raises_on_garbage(tmp_path):
 
 def test_context_versions_and_ring_drops_are_recorded(tmp_path):
     window = stall_window()
-    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
     path = writer.write(window, synthetic_stall_verdicts(window), BundleContext(
         target_url="http://127.0.0.1:8000", dialect="vllm", generation="vllm-0.32",
         target_versions={"vllm": "0.32.0", "torch": "2.13.0+cpu", "bad key!": "1", "evil": "1.0 rm -rf /"},
@@ -247,6 +247,6 @@ def test_window_from_stored_samples_equals_the_original(tmp_path):
 
 def test_raw_samples_variant_accepts_an_iterable(tmp_path):
     samples = stall_samples(n=30, stalled_from=10)
-    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
     path = writer.write(samples, synthetic_stall_verdicts(Window.from_samples(samples)), BundleContext())
     assert path is not None and verify_bundle(path, synthetic_recompute).verdicts_checked == 1

@@ -19,6 +19,7 @@ from typing import TextIO
 from servewatch.detectors.verdict import Verdict
 from servewatch.sinks import layout
 from servewatch.sinks.layout import BundleContext
+from servewatch.sinks.recompute import Recompute, detectors_recompute
 from servewatch.timeline.samples import Sample
 
 BUNDLE_NAME = re.compile(r"^incident-\d{8}T\d{6}Z-[a-z_]+-[0-9a-f]{8}(-\d+)?$")
@@ -39,7 +40,9 @@ class BundleWriter:
     def __init__(self, out_dir: str | os.PathLike, keep: int = DEFAULT_KEEP,
                  max_file_bytes: int = layout.DEFAULT_MAX_FILE_BYTES,
                  max_sample_files: int = layout.DEFAULT_MAX_SAMPLE_FILES,
-                 clock=None, stderr: TextIO | None = None):
+                 clock=None, stderr: TextIO | None = None, recompute: Recompute | None = None):
+        """`recompute(samples, config_dict) -> verdicts` restates verdicts from the stored samples; by default
+        the shipped detectors (servewatch.detectors.run_detectors)."""
         if keep < 1:
             raise ValueError("keep must be at least 1")
         if max_file_bytes < 4096:
@@ -53,6 +56,7 @@ class BundleWriter:
         self.failures = 0
         self.bundles_written = 0
         self.last_failure: str | None = None
+        self.recompute = recompute or detectors_recompute
 
     def write(self, window, verdicts: Sequence[Verdict], context: BundleContext | None = None) -> Path | None:
         """Write one bundle; its path, or None (counted, one line on stderr) when it could not be written."""
@@ -64,7 +68,7 @@ class BundleWriter:
             ident, files = layout.build_files(
                 samples, verdicts, context, created_t=created_t, max_file_bytes=self.max_file_bytes,
                 max_sample_files=self.max_sample_files, keep=self.keep, write_failures=self.failures,
-                bundles_written=self.bundles_written)
+                bundles_written=self.bundles_written, recompute=self.recompute)
             trigger = _trigger_name(files)
             self._ensure_out_dir()
             tmp = self.out_dir / f"{TMP_PREFIX}{os.getpid()}-{ident[:8]}"

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +64,7 @@ class BundleContext:
     target_versions: Mapping[str, str] | None = None
     dialect: str | None = None
     generation: str | None = None
-    trigger: str | None = None                    # the verdict name that caused the bundle; None = first verdict
+    trigger: Any = None                           # the Verdict (or verdict name) that caused the bundle; None = first
     created_t: float | None = None                # defaults to the writer's clock
     overwritten: Mapping[str, int] = field(default_factory=dict)   # samples the ring dropped, per source
 
@@ -122,13 +122,21 @@ def split_samples(dicts: Sequence[dict], referenced: set[tuple[str, Any]], max_f
 def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context: BundleContext, *,
                 created_t: float, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                 max_sample_files: int = DEFAULT_MAX_SAMPLE_FILES, keep: int = 4, write_failures: int = 0,
-                bundles_written: int = 0, key: bytes = _PROCESS_KEY) -> tuple[str, dict[str, bytes]]:
-    """(incident id, {file name: exact bytes}) for one bundle."""
+                bundles_written: int = 0, key: bytes = _PROCESS_KEY,
+                recompute: Callable | None = None) -> tuple[str, dict[str, bytes]]:
+    """(incident id, {file name: exact bytes}) for one bundle.
+
+    With `recompute`, each verdict is stored as the detectors restate it from the *stored* (allow-listed,
+    possibly thinned) samples, so its text derives from what the bundle holds and `verify` can reproduce it.
+    """
     sample_dicts = serialize.samples_to_dicts(samples)
+    config = serialize.config_to_dict(context.detector_config)
     verdict_dicts = [serialize.verdict_to_dict(v) for v in verdicts]
     referenced = {(e["source"], e["t"]) for v in verdict_dicts for e in v["evidence"]}
     parts, thinning = split_samples(sample_dicts, referenced, max_file_bytes, max_sample_files)
     stored = [d for part in parts for d in part]
+    if recompute is not None and verdict_dicts:
+        verdict_dicts = restate(verdict_dicts, stored, config, recompute)
 
     target = serialize.target_url(context.target_url)
     trigger = _trigger(verdict_dicts, context.trigger, stored, created_t)
@@ -159,13 +167,30 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             "thinned": thinning.to_dict(),
         },
         "verdicts": verdict_dicts,
-        "detector_config": serialize.config_to_dict(context.detector_config),
+        "detector_config": config,
         "writer": {"max_file_bytes": max_file_bytes, "keep": keep, "write_failures": write_failures,
                    "bundles_written": bundles_written},
     }
     files[INCIDENT] = encode(incident)
     files[MANIFEST] = manifest_bytes({name: sha256(data) for name, data in files.items()})
     return ident, files
+
+
+def restate(verdict_dicts: Sequence[dict], stored: Sequence[dict], config: Mapping[str, Any],
+            recompute: Callable) -> list[dict]:
+    """Replace each verdict by the one recomputed from the stored samples with the same name, times and
+    evidence pointers; a verdict that does not recompute is kept as given (verify will say so)."""
+    try:
+        again = [serialize.verdict_to_dict(v)
+                 for v in recompute([serialize.sample_from_dict(d) for d in stored], config)]
+    except Exception:   # the writer fails open; verify reports a verdict that does not follow
+        return list(verdict_dicts)
+
+    def identity(v: dict) -> tuple:
+        return v["name"], v["t"], v["onset"], tuple((e["source"], e["t"], e["field"]) for e in v["evidence"])
+
+    by_identity = {identity(v): v for v in again}
+    return [by_identity.get(identity(v), v) for v in verdict_dicts]
 
 
 def manifest_bytes(hashes: Mapping[str, str]) -> bytes:
@@ -187,7 +212,13 @@ def manifest_self_digest_ok(data: bytes, claimed: str) -> bool:
     return sha256(data.replace(marker, _digest_field(DIGEST_PLACEHOLDER))) == claimed
 
 
-def _trigger(verdicts: Sequence[dict], wanted: str | None, stored: Sequence[dict], created_t: float) -> dict:
+def _trigger(verdicts: Sequence[dict], wanted: Any, stored: Sequence[dict], created_t: float) -> dict:
+    if isinstance(wanted, Verdict):
+        wanted_dict = serialize.verdict_to_dict(wanted)
+        for v in verdicts:
+            if (v["name"], v["t"], v["onset"]) == (wanted_dict["name"], wanted_dict["t"], wanted_dict["onset"]):
+                return {"verdict": v["name"], "onset": v["onset"]}
+        wanted = wanted.name
     for v in verdicts:
         if wanted is None or v["name"] == wanted:
             return {"verdict": v["name"], "onset": v["onset"]}

@@ -285,15 +285,26 @@ def source_of(s: Sample) -> str:
 
 # --- verdicts ---------------------------------------------------------------------------------
 
+_DETAIL = re.compile(r"^[A-Za-z0-9_.:+=,-]{1,128}$")
+_PRIVATE_WORD = re.compile(r"[/?@\\]")
+
+
 def _detail_value(value: Any) -> Any:
     if isinstance(value, str):
-        return value if _TOKEN.match(value) else "redacted"
+        return value if _DETAIL.match(value) else "redacted"
     return number(value)
+
+
+def scrub_text(text: str, limit: int = 400) -> str:
+    """One line; any word that could be a path, URL, query or address becomes "[redacted]"."""
+    words = ["[redacted]" if _PRIVATE_WORD.search(w) else w for w in str(text).split()]
+    return " ".join(words)[:limit]
 
 
 def evidence_to_dict(e: Evidence) -> dict:
     value = e.value
-    return {"source": e.source, "t": number(e.t), "field": safe_token(e.field, "redacted"),
+    return {"source": e.source if e.source in SOURCES else "redacted", "t": number(e.t),
+            "field": safe_token(e.field, "redacted"),
             "value": _detail_value(value) if isinstance(value, str) else number(value)}
 
 
@@ -309,7 +320,7 @@ def verdict_to_dict(v: Verdict) -> dict:
         "name": v.name if v.name in VERDICT_NAMES else "redacted",
         "t": number(v.t),
         "onset": number(v.onset),
-        "why": " ".join(str(v.why).split())[:400],
+        "why": scrub_text(v.why),
         "evidence": [evidence_to_dict(e) for e in v.evidence],
         "details": {k: _detail_value(x) for k, x in sorted(v.details.items()) if isinstance(k, str) and _KEY.match(k)},
     }
@@ -349,4 +360,6 @@ def config_to_dict(config: Any) -> dict:
             out[key] = number(value)
         elif isinstance(value, (tuple, list)) and all(isinstance(x, (int, float)) for x in value):
             out[key] = [number(x) for x in value]
+        elif isinstance(value, (tuple, list)) and all(isinstance(x, str) and _TOKEN.match(x) for x in value):
+            out[key] = list(value)
     return out

@@ -9,11 +9,7 @@ Any failure raises `BundleInvalid` whose message is the one line the user sees.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-import re
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -23,12 +19,11 @@ from typing import Any
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
 from servewatch.sinks import layout, serialize
-from servewatch.timeline.samples import Sample
+from servewatch.sinks.recompute import Recompute, config_from_dict, detectors_recompute
 
 READ_LIMIT = 16 * 2**20            # no file a writer produces comes near this; anything larger is refused
-_PART = re.compile(r"^samples-(\d{3})\.json$")
 
-Recompute = Callable[[Sequence[Sample], Mapping[str, Any]], Sequence[Verdict]]
+__all__ = ["Verified", "config_from_dict", "detectors_recompute", "load_bundle", "verify_bundle"]
 
 
 @dataclass(frozen=True)
@@ -226,34 +221,6 @@ def _describe(v: Verdict) -> str:
     return f"onset={v.onset} t={v.t}"
 
 
-def detectors_recompute(samples: Sequence[Sample], config: Mapping[str, Any]) -> Sequence[Verdict]:
-    """Run the shipped detectors over the stored window with the stored configuration."""
-    try:
-        from servewatch.detectors import DetectorConfig, run_detectors
-        from servewatch.timeline.window import Window
-    except ImportError as exc:
-        raise BundleInvalid(f"cannot recompute verdicts: detectors unavailable ({exc})") from None
-    return run_detectors(Window.from_samples(samples), config_from_dict(DetectorConfig, config))
-
-
-def config_from_dict(config_type: type, stored: Mapping[str, Any]):
-    """Rebuild the detector configuration; a field this version does not know fails closed."""
-    if not dataclasses.is_dataclass(config_type):
-        return config_type(**stored)
-    fields = {f.name: f for f in dataclasses.fields(config_type)}
-    unknown = sorted(set(stored) - set(fields))
-    if unknown:
-        raise BundleInvalid(f"detector_config: unknown field {unknown[0]!r} (bundle from another version?)")
-    values = {}
-    for name, value in stored.items():
-        if isinstance(value, list):
-            value = tuple(serialize.unnumber(x) for x in value)
-        elif value is not None and not isinstance(value, (bool, str)) or value in ("NaN", "+Inf", "-Inf"):
-            value = serialize.unnumber(value)
-        values[name] = value
-    return config_type(**values)
-
-
 # --- JSON and schemas --------------------------------------------------------------------------------
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
@@ -296,6 +263,3 @@ def _validate(document: Any, schema: str, name: str) -> None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         raise BundleInvalid(f"{name}: schema violation at {where}: {' '.join(error.message.split())[:160]}")
 
-
-def is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,43 @@
+"""Recompute verdicts from stored samples with the shipped detector code and a stored configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from servewatch.detectors.verdict import Verdict
+from servewatch.errors import BundleInvalid
+from servewatch.sinks import serialize
+from servewatch.timeline.samples import Sample
+
+Recompute = Callable[[Sequence[Sample], Mapping[str, Any]], Sequence[Verdict]]
+
+
+def detectors_recompute(samples: Sequence[Sample], config: Mapping[str, Any]) -> Sequence[Verdict]:
+    """Run the shipped detectors over the stored window with the stored configuration."""
+    try:
+        from servewatch.detectors import DetectorConfig, run_detectors
+        from servewatch.timeline.window import Window
+    except ImportError as exc:
+        raise BundleInvalid(f"cannot recompute verdicts: detectors unavailable ({exc})") from None
+    return run_detectors(Window.from_samples(samples), config_from_dict(DetectorConfig, config))
+
+
+def config_from_dict(config_type: type, stored: Mapping[str, Any]):
+    """Rebuild the detector configuration; a field this version does not know fails closed."""
+    if not dataclasses.is_dataclass(config_type):
+        return config_type(**stored)
+    fields = {f.name: f for f in dataclasses.fields(config_type)}
+    unknown = sorted(set(stored) - set(fields))
+    if unknown:
+        raise BundleInvalid(f"detector_config: unknown field {unknown[0]!r} (bundle from another version?)")
+    values = {}
+    for name, value in stored.items():
+        if isinstance(value, list):
+            value = tuple(x if isinstance(x, str) and x not in ("NaN", "+Inf", "-Inf") else serialize.unnumber(x)
+                          for x in value)
+        elif value is not None and not isinstance(value, (bool, str)) or value in ("NaN", "+Inf", "-Inf"):
+            value = serialize.unnumber(value)
+        values[name] = value
+    return config_type(**values)
