@@ -250,3 +250,13 @@ def test_raw_samples_variant_accepts_an_iterable(tmp_path):
     writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
     path = writer.write(samples, synthetic_stall_verdicts(Window.from_samples(samples)), BundleContext())
     assert path is not None and verify_bundle(path, synthetic_recompute).verdicts_checked == 1
+
+
+def test_log_reasons_keep_grammar_literals_only():
+    from servewatch.dialects import vllm
+
+    literal = vllm.ENGINE_DEAD_LINES[0]
+    d = serialize.sample_to_dict(LogEvent(t=1.0, kind="engine_dead", fields={"reason": literal, "dialect": "vllm"}))
+    assert d["fields"] == {"dialect": "vllm", "reason": literal}
+    d = serialize.sample_to_dict(LogEvent(t=1.0, kind="error", fields={"reason": "the user asked about zebras"}))
+    assert d["fields"] == {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ SOURCES = ("health", "metrics", "process", "gpu", "log")
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_LITERAL = re.compile(r"^[A-Za-z0-9_.:,'()% -]{1,160}$")   # the shape a grammar literal may have in a bundle
 _ERROR_CLASS = re.compile(r"[A-Za-z0-9_]+")
 _NON_FINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 
@@ -38,9 +40,33 @@ LABEL_KEYS = frozenset({
     "attn_cp_rank", "pp_size", "attn_cp_size",
 })
 ROLES = frozenset({"api", "engine_core", "worker", "other"})
-# Log-event fields whose string values are fixed literals of a dialect's grammar; any other string is dropped.
+# Log-event fields whose string values may be kept: a short token, or a fixed literal of a dialect's log
+# grammar (servewatch.dialects) or of the log source. Any other string is dropped.
 LOG_STRING_KEYS = frozenset({"level", "reason", "cause", "exception", "device", "unit", "signal", "phase",
-                             "worker", "code", "process", "dialect", "state"})
+                             "worker", "code", "process", "dialect", "state", "stage", "component", "batch",
+                             "error"})
+SOURCE_LITERALS = frozenset({"Worker proc died unexpectedly", "out of memory", "watchdog timeout"})
+
+
+@lru_cache(maxsize=1)
+def grammar_literals() -> frozenset[str]:
+    """Every upper-case string constant (or tuple of them) in the dialect modules, plus the log source's own."""
+    import importlib
+
+    found = set(SOURCE_LITERALS)
+    for name in ("servewatch.dialects.vllm", "servewatch.dialects.sglang"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr, value in vars(module).items():
+            if not attr.isupper():
+                continue
+            if isinstance(value, str):
+                found.add(value)
+            elif isinstance(value, (tuple, list, frozenset, set)):
+                found.update(v for v in value if isinstance(v, str))
+    return frozenset(v for v in found if _LITERAL.match(v))
 
 
 class DecodeError(ValueError):
@@ -212,7 +238,8 @@ def _log_fields(fields: Mapping[str, Any]) -> dict:
             continue
         if isinstance(value, bool) or isinstance(value, (int, float)):
             out[key] = number(value)
-        elif isinstance(value, str) and key in LOG_STRING_KEYS and _TOKEN.match(value):
+        elif isinstance(value, str) and key in LOG_STRING_KEYS and (
+                _TOKEN.match(value) or value in grammar_literals()):
             out[key] = value
     return out
 

@@ -1,0 +1,49 @@
+"""Nothing private leaves in a bundle or a summary: a canary planted everywhere a sample can carry text."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from servewatch.cli import main
+from servewatch.sinks.bundle import BundleContext, BundleWriter
+from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+
+CANARY = "ZEBRA-CANARY-7731"
+URL = f"http://operator:{CANARY}@127.0.0.1:8000/v1/{CANARY}/completions?api_key={CANARY}&q=1#{CANARY}"
+
+
+def all_bytes(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_canary_everywhere_reaches_no_file_written(tmp_path):
+    window = stall_window(canary=CANARY)
+    raw = repr(list(window.samples()))
+    assert raw.count(CANARY) > 50          # the canary really is in the titles, labels, errors and log fields
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
+    path = writer.write(window, synthetic_stall_verdicts(window), BundleContext(
+        target_url=URL, detector_config={"min_stall_s": 3.0, "note": f"/home/{CANARY}"},
+        target_versions={"vllm": CANARY + " /tmp/x", CANARY.lower(): "1.0"}, dialect=f"vllm {CANARY}"))
+    assert path is not None
+    md, html = tmp_path / "report.md", tmp_path / "report.html"
+    assert main(["summarize", str(path), "--md", str(md), "--html", str(html)]) == 0
+
+    written = all_bytes(tmp_path)
+    assert len(written) == 5              # incident, manifest, one samples file, the two summaries
+    for file, data in written.items():
+        lowered = data.lower()
+        assert CANARY.encode().lower() not in lowered, file
+        assert b"operator" not in data and b"api_key" not in data and b"/v1/" not in data, file
+        assert b"/models/" not in data and b"--prompt" not in data, file
+    assert b"http://127.0.0.1:8000" in written[path / "incident.json"]
+
+
+def test_bundle_files_are_private_to_the_owner(tmp_path):
+    window = stall_window()
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
+    path = writer.write(window, synthetic_stall_verdicts(window), BundleContext())
+    assert os.stat(path).st_mode & 0o077 == 0
+    for file in path.iterdir():
+        assert os.stat(file).st_mode & 0o177 == 0
