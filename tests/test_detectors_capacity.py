@@ -16,13 +16,20 @@ def by_name(window, config=None):
     (dict(running=5, slot_limit=16, kv=0.95), "kv"),
     (dict(running=4, slot_limit=16, kv=0.2, by_reason={"capacity": 0, "deferred": 6}), "deferred"),
     (dict(running=16, kv=0.28), "slots"),                     # slot limit unknown, running flat
-    (dict(running=0, steps=0, gen=0, slot_limit=16, kv=0.0), "unknown"),   # admission deadlock
+    (dict(running=3, slot_limit=16, kv=0.05), "unknown"),     # nothing admitted though there is room
 ])
 def test_overload_cause(kwargs, cause):
     tl = Timeline().ticks(10, running=2).ticks(25, waiting=6, **kwargs)
     verdict = by_name(tl.window())["overload"]
     assert verdict.details["cause"] == cause
     assert verdict.details["sustained_s"] == 12.0
+
+
+def test_a_queue_behind_an_engine_that_does_nothing_is_not_overload():
+    tl = Timeline().ticks(10, running=2).ticks(30, running=0, waiting=6, steps=0, gen=0)
+    verdicts = by_name(tl.window())
+    assert "overload" not in verdicts
+    assert "alive_health_ok_no_progress" in verdicts
 
 
 def test_short_queue_burst_is_not_overload():
@@ -88,3 +95,23 @@ def test_restart_verdict_clears_after_the_lookback():
     tl = Timeline(interval=1.0).ticks(5, running=2).ticks(1, running=2, root_ct=1_800_000_500.0)
     tl.ticks(200, running=2, root_ct=1_800_000_500.0)
     assert "target_restarted" not in by_name(tl.window())
+
+
+def test_kv_pressure_holds_through_dips_above_the_clear_level_and_clears_below_it():
+    tl = Timeline().ticks(5, running=2, kv=0.5).ticks(12, running=8, kv=0.95)
+    onset = by_name(tl.window())["kv_pressure"].onset
+    tl.ticks(2, running=8, kv=0.85).ticks(4, running=8, kv=0.93)
+    assert by_name(tl.window())["kv_pressure"].onset == onset      # the same condition, not a new one
+    tl.ticks(1, running=8, kv=0.7)
+    assert "kv_pressure" not in by_name(tl.window())
+
+
+def test_overload_holds_through_short_dips_and_clears_after_the_clear_time():
+    tl = Timeline().ticks(5, running=2).ticks(25, running=16, slot_limit=16, waiting=4)
+    onset = by_name(tl.window())["overload"].onset
+    tl.ticks(2, running=16, slot_limit=16, waiting=0).ticks(3, running=16, slot_limit=16, waiting=2)
+    assert by_name(tl.window())["overload"].onset == onset
+    tl.ticks(9, running=16, slot_limit=16, waiting=0)     # 4 s at zero: still holding
+    assert "overload" in by_name(tl.window())
+    tl.ticks(2, running=16, slot_limit=16, waiting=0)     # 5 s at zero: cleared
+    assert "overload" not in by_name(tl.window())

@@ -8,7 +8,7 @@ read as the counter's delta in the window (a peer read the cumulative value as c
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import Point, engine_series, num, where
+from servewatch.detectors.series import Point, engine_series, num, progress, where
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.window import Window
 
@@ -23,6 +23,22 @@ def _trailing(points: list[Point], predicate) -> list[Point]:
     return run
 
 
+def _sustained(points: list[Point], hot, grace_s: float) -> tuple[Point, Point] | None:
+    """(first, last) hot point of the newest stretch where `hot` holds, cold dips shorter than grace_s
+    included; None when the newest cold stretch has already lasted grace_s."""
+    first = last = None
+    boundary_t = points[-1][0].t if points else 0.0
+    for point in reversed(points):
+        sample, state = point
+        if hot(state):
+            last = last or point
+            first = point
+            boundary_t = sample.t
+        elif boundary_t - sample.t >= grace_s:
+            break
+    return (first, last) if last is not None else None
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}"
 
@@ -32,13 +48,16 @@ def _pct(x: float | None) -> str:
 def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
     verdicts = []
     for key, points in sorted(engine_series(window.metrics).items()):
-        run = _trailing(points, lambda s: (s.waiting or 0) > 0)
-        if len(run) < 2:
+        stretch = _sustained(points, lambda s: (s.waiting or 0) > 0, config.overload_clear_s)
+        if stretch is None:
             continue
-        (first, first_state), (last, state) = run[0], run[-1]
+        (first, first_state), (last, state) = stretch
         sustained = last.t - first.t
         if sustained < config.overload_sustain_s:
             continue
+        if progress(first_state) == progress(points[-1][1]):
+            continue  # a queue behind an engine that does nothing is a stall, not an overload
+        run = [p for p in points if first.t <= p[0].t <= last.t]
         cause, because = _overload_cause(run, config)
         why = (f"{num(state.waiting)} waiting{where(key)}, waiting > 0 for {sustained:.1f} s "
                f"(≥ {config.overload_sustain_s:g} s); cause {cause}: {because}")
@@ -77,19 +96,28 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
 def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
     verdicts = []
     for key, points in sorted(engine_series(window.metrics).items()):
-        run = _trailing(points, lambda s: s.kv_usage is not None and s.kv_usage >= config.kv_high)
-        if len(run) < 2:
+        run = _trailing(points, lambda s: s.kv_usage is not None and s.kv_usage >= config.kv_clear)
+        onset_point = None
+        stretch_from = None
+        for i, (sample, s) in enumerate(run):
+            if s.kv_usage >= config.kv_high:
+                stretch_from = i if stretch_from is None else stretch_from
+                if sample.t - run[stretch_from][0].t >= config.kv_sustain_s:
+                    onset_point = run[stretch_from]
+                    break
+            else:
+                stretch_from = None
+        if onset_point is None:
             continue
-        (first, first_state), (last, state) = run[0], run[-1]
+        (first, first_state), (last, state) = onset_point, run[-1]
         sustained = last.t - first.t
-        if sustained < config.kv_sustain_s:
-            continue
         peak = max(s.kv_usage for _, s in run)
         tokens = ""
         if state.kv_used_tokens is not None and state.kv_total_tokens:
             tokens = f" ({num(state.kv_used_tokens)} of {num(state.kv_total_tokens)} tokens)"
-        why = (f"KV cache {_pct(state.kv_usage)}{tokens}{where(key)}, ≥ {_pct(config.kv_high)} for "
-               f"{sustained:.1f} s (peak {_pct(peak)}), {num(state.running)} running, {num(state.waiting)} waiting")
+        why = (f"KV cache {_pct(state.kv_usage)}{tokens}{where(key)}: ≥ {_pct(config.kv_high)} for "
+               f"{config.kv_sustain_s:g} s or more and not below {_pct(config.kv_clear)} for {sustained:.1f} s "
+               f"(peak {_pct(peak)}), {num(state.running)} running, {num(state.waiting)} waiting")
         evidence = (Evidence("metrics", first.t, "kv_usage", first_state.kv_usage),
                     Evidence("metrics", last.t, "kv_usage", state.kv_usage),
                     Evidence("metrics", last.t, "waiting", state.waiting))

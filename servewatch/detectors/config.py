@@ -34,11 +34,14 @@ class DetectorConfig:
     # log lines of an engine death count for this long after they were read.
     log_evidence_s: float = 30.0
 
-    # overload: waiting > 0 in every scrape for at least overload_sustain_s.
+    # overload: waiting > 0 for at least overload_sustain_s while the engine still progresses; it holds
+    # through dips to 0 shorter than overload_clear_s (so a queue hovering at 0/1 fires once).
     overload_sustain_s: float = 10.0
-    # kv_pressure: KV usage >= kv_high in every scrape for at least kv_sustain_s. Also the level at
-    # which overload's cause is "kv" rather than "slots".
+    overload_clear_s: float = 5.0
+    # kv_pressure: KV usage >= kv_high in every scrape for at least kv_sustain_s; it holds until KV
+    # falls below kv_clear (hysteresis). kv_high is also where overload's cause is "kv", not "slots".
     kv_high: float = 0.90
+    kv_clear: float = 0.80
     kv_sustain_s: float = 5.0
 
     # preemption: the counter rose by at least preemption_min within preemption_window_s

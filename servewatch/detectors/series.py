@@ -19,8 +19,23 @@ def engine_key(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in _MODEL_LABELS)
 
 
+_last_series: tuple[object, dict] | None = None   # (the samples tuple, its series): detectors share one split
+
+
 def engine_series(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
-    """Good scrapes split per engine, in time order."""
+    """Good scrapes split per engine, in time order. Callers must not mutate the result."""
+    global _last_series
+    if isinstance(samples, tuple):
+        cached = _last_series
+        if cached is not None and cached[0] is samples:
+            return cached[1]
+        result = _split(samples)
+        _last_series = (samples, result)  # holding the tuple keeps its identity from being reused
+        return result
+    return _split(samples)
+
+
+def _split(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
     out: dict[str, list[Point]] = {}
     for sample in samples:
         if sample.error is not None:

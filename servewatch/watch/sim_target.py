@@ -1,0 +1,60 @@
+"""The built-in simulator as an in-process target (virtual time): health, /metrics and a process tree
+read straight from a SimEngine, through the same sources and detectors as a real server."""
+
+from __future__ import annotations
+
+from servewatch.clock import Clock
+from servewatch.timeline.samples import ProcessMember, ProcessSample
+from servewatch.watch.targets import callable_sources
+
+
+class SimProcessProbe:
+    """What `--pid` would show for a simulated vLLM/SGLang: the API process, its engine core and worker
+    while the engine lives; the engine children gone once it died; the exit code once it exited."""
+
+    def __init__(self, engine, pid: int = 4000):
+        self.engine = engine
+        self.pid = pid
+        self._titles = (("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker")) \
+            if engine.config.dialect == "vllm" else (("sglang::scheduler", "engine_core"),
+                                                    ("sglang::detokenizer", "worker"))
+
+    def snapshot(self, t: float) -> ProcessSample:
+        from servewatch.sim import DEAD, EXITED
+
+        engine = self.engine
+        created = engine.started_at
+        if engine.state == EXITED:
+            return ProcessSample(t=t, root_pid=self.pid, root_create_time=None, alive=False,
+                                 exit_code=engine.exit_code, error="no_such_process")
+        members = [ProcessMember(pid=self.pid, create_time=created, role="api", title="python3", status="sleeping")]
+        if engine.state != DEAD:
+            busy = engine.num_running > 0 and not engine.stalled
+            for offset, (title, role) in enumerate(self._titles, start=1):
+                members.append(ProcessMember(pid=self.pid + offset, create_time=created + offset, role=role,
+                                             title=title, status="running" if busy else "sleeping"))
+        return ProcessSample(t=t, root_pid=self.pid, root_create_time=created, alive=True, members=tuple(members))
+
+
+def sim_health(engine):
+    """GET /health against the simulator: its status, or a refused connection when nothing listens."""
+    def get() -> int:
+        status = engine.health()
+        if not status:
+            raise ConnectionRefusedError("nothing listens")
+        return status
+    return get
+
+
+def sim_metrics(engine):
+    def get() -> str:
+        if not engine.health():
+            raise ConnectionRefusedError("nothing listens")
+        return engine.metrics_text()
+    return get
+
+
+def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = True) -> list:
+    return callable_sources(clock, interval, health=sim_health(engine), metrics=sim_metrics(engine),
+                            process_probe=SimProcessProbe(engine) if with_process else None,
+                            slot_limit=engine.config.max_num_seqs)

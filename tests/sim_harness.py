@@ -1,0 +1,92 @@
+"""Drive the in-process simulator with a deterministic open-loop workload under the recorder, in
+virtual time (no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+from servewatch.clock import VirtualClock
+from servewatch.detectors import DetectorConfig
+from servewatch.sim import EngineDeadError, RequestRejected, SimConfig, SimEngine
+from servewatch.watch import Recorder
+from servewatch.watch.sim_target import sim_sources
+
+
+@dataclass(frozen=True)
+class Phase:
+    duration: float
+    rate: float = 0.0              # requests per second (Poisson); 0 = idle
+    prompt_tokens: int = 44
+    max_tokens: int = 128
+
+
+class Workload:
+    def __init__(self, engine: SimEngine, phases: list[Phase], seed: int = 1):
+        self.engine = engine
+        self.rng = random.Random(seed)
+        self.phases = []
+        t = engine.clock.now()
+        for phase in phases:
+            self.phases.append((t, t + phase.duration, phase))
+            t += phase.duration
+        self.end = t
+        self.submitted = 0
+        self.rejected = 0
+        self._next = self._arrival_after(engine.clock.now())
+
+    def _phase_at(self, t):
+        for start, end, phase in self.phases:
+            if start <= t < end:
+                return start, end, phase
+        return None
+
+    def _arrival_after(self, t: float) -> float | None:
+        while True:
+            current = self._phase_at(t)
+            if current is None:
+                return None
+            start, end, phase = current
+            if phase.rate <= 0:
+                t = end
+                continue
+            nxt = t + self.rng.expovariate(phase.rate)
+            if nxt < end:
+                return nxt
+            t = end
+
+    def advance(self, t: float) -> None:
+        engine = self.engine
+        while self._next is not None and self._next <= t:
+            engine.run_until(self._next)
+            _, _, phase = self._phase_at(self._next)
+            try:
+                engine.submit(prompt_tokens=phase.prompt_tokens, max_tokens=phase.max_tokens, ignore_eos=True)
+                self.submitted += 1
+            except (EngineDeadError, RequestRejected):
+                self.rejected += 1
+            self._next = self._arrival_after(self._next)
+        engine.run_until(t)
+
+
+def run(phases: list[Phase], *, interval: float = 0.5, faults: tuple[tuple[float, dict], ...] = (),
+        config: SimConfig | None = None, detector_config: DetectorConfig | None = None, history: float = 600.0,
+        with_process: bool = True, seed: int = 1):
+    """Run the workload under the recorder; faults are (seconds after start, fault json). Returns
+    (recorder, engine, start time)."""
+    clock = VirtualClock()
+    engine = SimEngine(config or SimConfig(seed=seed), clock)
+    start = clock.now()
+    for at, fault in faults:
+        engine.inject({**fault, "at": at})
+    workload = Workload(engine, phases, seed=seed)
+    recorder = Recorder(sim_sources(engine, clock, interval, with_process=with_process), clock,
+                        history_s=history, config=detector_config)
+    asyncio.run(recorder.run_virtual(workload.end - start, advance=workload.advance))
+    return recorder, engine, start
+
+
+def fired(recorder, start: float) -> list[tuple[str, float]]:
+    """(verdict, seconds after start when it fired) in firing order."""
+    return [(f.verdict.name, round(f.verdict.t - start, 2)) for f in recorder.fired]
