@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 
 class Hist:
@@ -42,8 +43,7 @@ class Hist:
 
 
 def _le(edge: float) -> str:
-    # prometheus_client's floatToGoString for ordinary edges
-    return repr(float(edge))
+    return floatToGoString(edge)
 
 
 def sorted_labels(*parts: Mapping[str, str]) -> dict[str, str]:

@@ -1,0 +1,101 @@
+"""`servewatch sim`: the built-in vLLM/SGLang-compatible engine over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+
+from servewatch.errors import ServewatchError
+
+
+class SimUsageError(ServewatchError):
+    pass
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "sim", help="run the built-in vLLM/SGLang-compatible engine (no GPU needed)",
+        description="Serve an OpenAI-compatible API with a simulated vLLM or SGLang engine: continuous batching, "
+                    "KV blocks, preemption, prefix caching, real /metrics and logs, injectable faults.")
+    parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stderr)")
+    parser.add_argument("--model-name", default=None, help="served model name (default: the profile's model)")
+    parser.add_argument("--profile", default=None, help="h100-8b, rtx3060-7b (default) or tiny-cpu")
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--kv-tokens", type=int, default=None, help="KV pool size in tokens (default: profile)")
+    parser.add_argument("--block-size", type=int, default=None)
+    parser.add_argument("--max-batched-tokens", type=int, default=8192)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="pack up to K tokens per SSE chunk")
+    parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--log-stats-interval", type=float, default=10.0)
+    parser.add_argument("--startup-seconds", type=float, default=0.0, help="time until the engine is ready")
+    parser.add_argument("--exit-delay", type=float, default=2.0, help="engine death -> process exit, seconds")
+    parser.add_argument("--health-timeout", type=float, default=20.0, help="SGLang /health generation timeout")
+    parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                        help="e.g. stall@30s, engine-death@20s:exit=0, slow@10s:factor=3, crash-oom:budget=80 "
+                             "(repeatable)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-file", default=None, help="write the engine's log lines here (default: stdout)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+    import sys
+
+    from servewatch.clock import RealClock
+    from servewatch.sim.config import SimConfig
+    from servewatch.sim.engine import SimEngine
+    from servewatch.sim.faults import FaultSpecError, parse_fault_spec
+    from servewatch.sim.profiles import DEFAULT_PROFILE, PROFILES
+    from servewatch.sim.server import serve
+
+    if not 0 <= args.port <= 65535:
+        raise SimUsageError(f"--port {args.port} is not a TCP port")
+    profile = args.profile or DEFAULT_PROFILE
+    if profile not in PROFILES:
+        raise SimUsageError(f"--profile {profile!r} is unknown (known: {', '.join(sorted(PROFILES))})")
+    for spec in args.fault:
+        try:
+            parse_fault_spec(spec)
+        except FaultSpecError as exc:
+            raise SimUsageError(f"--fault {spec!r}: {exc}") from None
+    try:
+        config = SimConfig(dialect=args.dialect, profile=profile, model_name=args.model_name,
+                           max_num_seqs=args.max_num_seqs, kv_tokens=args.kv_tokens, block_size=args.block_size,
+                           max_batched_tokens=args.max_batched_tokens, max_model_len=args.max_model_len,
+                           seed=args.seed, enable_prefix_caching=not args.no_prefix_caching,
+                           tokens_per_chunk=args.tokens_per_chunk, log_stats_interval=args.log_stats_interval,
+                           startup_seconds=args.startup_seconds, exit_delay=args.exit_delay,
+                           health_timeout=args.health_timeout, faults=list(args.fault))
+    except ValueError as exc:
+        raise SimUsageError(str(exc)) from None
+    log_stream = sys.stdout
+    if args.log_file:
+        try:
+            log_stream = open(args.log_file, "a", encoding="utf-8")
+        except OSError as exc:
+            raise SimUsageError(f"cannot open --log-file {args.log_file}: {exc.strerror}") from None
+
+    def listening(port: int) -> None:
+        print(f"servewatch sim: {args.dialect} engine ({profile}) on http://{args.host}:{port}", file=sys.stderr,
+              flush=True)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        engine = SimEngine(config, RealClock(), log_stream=log_stream)
+        try:
+            return await serve(engine, args.host, args.port, on_listening=listening, stop=stop)
+        except OSError as exc:
+            raise SimUsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+
+    try:
+        return asyncio.run(main())
+    finally:
+        if log_stream is not sys.stdout:
+            log_stream.close()
