@@ -111,7 +111,7 @@ def render_timeline_svg(series: Mapping[str, Sequence[Point]], markers: Sequence
     t0 = lo if t0 is None else t0
     if hi <= lo:
         hi = lo + 1.0
-    left, right, gap = 150, 16, 10
+    left, right, gap = 150, 36, 10
     top = 10 + 13 * max(1, min(len(markers), 4))
     plot_w = width - left - right
     height = top + len(names) * (panel_height + gap) + 30
@@ -140,8 +140,10 @@ def render_timeline_svg(series: Mapping[str, Sequence[Point]], markers: Sequence
                      f'stroke="#d0d7de"/>')
         parts.append(f'<text x="{left - 8}" y="{y0 + panel_height / 2 + 4:.1f}" text-anchor="end" '
                      f'fill="#1f2328">{esc(labels.get(name, name))}</text>')
-        parts.append(f'<text x="{left + 3}" y="{y0 + 11}" fill="#59636e">{esc(fmt(vmax))}</text>')
-        parts.append(f'<text x="{left + 3}" y="{y0 + panel_height - 3}" fill="#59636e">0</text>')
+        parts.append(f'<text x="{left - 4}" y="{y0 + 9}" text-anchor="end" font-size="9" fill="#59636e">'
+                     f'{esc(fmt(vmax))}</text>')
+        parts.append(f'<text x="{left - 4}" y="{y0 + panel_height}" text-anchor="end" font-size="9" '
+                     f'fill="#59636e">0</text>')
         step = name == "health"
         for run in _segments(series[name]):
             coords = []
@@ -157,13 +159,25 @@ def render_timeline_svg(series: Mapping[str, Sequence[Point]], markers: Sequence
                 parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" '
                              f'points="{" ".join(coords)}"/>')
     axis_y = top + len(names) * (panel_height + gap) - gap
-    for k in range(6):
-        t = lo + (hi - lo) * k / 5
+    for t in _time_ticks(lo, hi, t0):
         parts.append(f'<line x1="{x(t):.1f}" y1="{axis_y}" x2="{x(t):.1f}" y2="{axis_y + 4}" stroke="#59636e"/>')
         parts.append(f'<text x="{x(t):.1f}" y="{axis_y + 16}" text-anchor="middle" fill="#59636e">'
                      f'{esc(fmt(t - t0, 3))} s</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _time_ticks(lo: float, hi: float, t0: float, target: int = 6) -> list[float]:
+    """Round tick times (relative to t0) covering lo..hi."""
+    raw = (hi - lo) / target
+    exponent = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    step = next(m * exponent for m in (1, 2, 5, 10) if m * exponent >= raw)
+    first = math.ceil((lo - t0) / step - 1e-9) * step
+    ticks, k = [], 0
+    while first + k * step <= hi - t0 + 1e-9 and k < 50:
+        ticks.append(t0 + first + k * step)
+        k += 1
+    return ticks
 
 
 def bucket_counts(h: Histogram) -> list[float]:
@@ -245,6 +259,12 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, ca
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def render_facts(rows: Sequence[tuple[str, object]]) -> str:
+    """A two-column key/value table without a header row."""
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc('–' if v is None else v)}</td></tr>" for k, v in rows)
+    return f'<table class="facts"><tbody>{body}</tbody></table>'
+
+
 def runbook_html(branch: runbook.RunbookBranch) -> str:
     steps = "".join(f"<li>{esc(s)}</li>" for s in branch.check_next)
     return (f'<div class="runbook"><p>{esc(branch.meaning)}</p><dl>'
@@ -310,7 +330,7 @@ def incident_section(incident, *, title: str | None = None, anchor: str | None =
     ordered = {name: series[name] for name in SERIES}
     chart = render_timeline_svg(ordered, incident.markers, t0=t0, title=f"timeline of {incident.name}")
     target = meta["target"]
-    facts = render_table(("", ""), [
+    facts = render_facts([
         ("incident id", meta["incident_id"]),
         ("trigger", meta["trigger"]["verdict"]),
         ("target", target["url"] or "unknown"),

@@ -13,7 +13,8 @@ def sparkline(values: list[float | None], width: int = 48) -> str:
     """A one-line picture of a series (blank where there is no value), resampled to `width` cells."""
     if not values:
         return ""
-    cells = [values[int(i * len(values) / width)] for i in range(min(width, len(values)))]
+    n = min(width, len(values))
+    cells = [values[int(i * len(values) / n)] for i in range(n)]
     present = [v for v in cells if v is not None]
     top = max(present) if present else 0.0
     if top <= 0:
