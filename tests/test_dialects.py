@@ -1,0 +1,121 @@
+"""Dialects map each engine's names onto one EngineState; values must agree with the raw scrape."""
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from servewatch.dialects import read_scrape
+
+VLLM_KV = "vllm_kv_pressure_t0.prom"
+SGLANG = "synthetic_from_registration_code.prom"
+
+
+def raw(text: str, sample_name: str, **labels) -> float:
+    """Sum of raw sample values by an independent parser (prometheus_client)."""
+    total, seen = 0.0, False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == sample_name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+                seen = True
+    assert seen, sample_name
+    return total
+
+
+def test_vllm_032_fixture_maps_every_canonical_field(metrics_fixture):
+    text = metrics_fixture(VLLM_KV)
+    scrape = read_scrape(text)
+    assert (scrape.dialect, scrape.generation) == ("vllm", "vllm-0.32")
+    [engine] = scrape.engines
+    assert engine.labels == {"model_name": "tiny", "engine": "0"}
+    assert engine.running == raw(text, "vllm:num_requests_running")
+    assert engine.waiting == raw(text, "vllm:num_requests_waiting")
+    assert engine.waiting_by_reason["capacity"] == raw(text, "vllm:num_requests_waiting_by_reason", reason="capacity")
+    assert engine.kv_usage == raw(text, "vllm:kv_cache_usage_perc")
+    assert engine.kv_total_tokens == 8192  # cache_config_info kv_cache_size_tokens="8192"
+    assert engine.counters.generation_tokens == raw(text, "vllm:generation_tokens_total")
+    assert engine.counters.prompt_tokens == raw(text, "vllm:prompt_tokens_total")
+    assert engine.counters.preemptions == raw(text, "vllm:num_preemptions_total")
+    assert engine.counters.steps == raw(text, "vllm:iteration_tokens_total_count")
+    assert engine.counters.finished["length"] == raw(text, "vllm:request_success_total", finished_reason="length")
+    assert set(engine.histograms) == {"ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode"}
+    itl = engine.histograms["itl"]
+    assert itl.count == raw(text, "vllm:inter_token_latency_seconds_count")
+    assert itl.sum == raw(text, "vllm:inter_token_latency_seconds_sum")
+    assert itl.edges[0] == 0.01 and itl.cumulative[0] == raw(text, "vllm:inter_token_latency_seconds_bucket", le="0.01")
+    assert engine.slot_limit is None  # max_num_seqs is not exported by vLLM
+
+
+def without(text: str, *prefixes: str) -> str:
+    return "\n".join(line for line in text.splitlines()
+                     if not any(p in line for p in prefixes)) + "\n"
+
+
+def test_vllm_011_generation_is_detected_when_the_new_families_are_absent(metrics_fixture):
+    text = without(metrics_fixture(VLLM_KV), "waiting_by_reason", "engine_sleep_state", "prompt_tokens_by_source")
+    scrape = read_scrape(text)
+    assert (scrape.dialect, scrape.generation) == ("vllm", "vllm-0.11")
+    assert scrape.engines[0].waiting_by_reason == {}
+    assert scrape.engines[0].waiting == raw(text, "vllm:num_requests_waiting")
+
+
+def test_vllm_legacy_gpu_cache_usage_name_feeds_kv_usage(metrics_fixture):
+    text = without(metrics_fixture(VLLM_KV), "waiting_by_reason", "engine_sleep_state", "prompt_tokens_by_source")
+    text = text.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    scrape = read_scrape(text)
+    assert scrape.generation == "vllm-legacy"
+    assert scrape.engines[0].kv_usage == raw(text, "vllm:gpu_cache_usage_perc")
+
+
+def test_sglang_0523_fixture(metrics_fixture):
+    text = metrics_fixture(SGLANG)
+    scrape = read_scrape(text)
+    assert (scrape.dialect, scrape.generation) == ("sglang", "sglang-0.5.23")
+    [engine] = scrape.engines
+    assert engine.labels["tp_rank"] == "0" and engine.labels["model_name"] == "Qwen/Qwen3-0.6B"
+    assert engine.running == raw(text, "sglang:num_running_reqs")
+    assert engine.waiting == raw(text, "sglang:num_queue_reqs")
+    assert engine.kv_usage == raw(text, "sglang:token_usage")
+    assert engine.kv_used_tokens == raw(text, "sglang:kv_used_tokens")
+    assert engine.kv_total_tokens == raw(text, "sglang:max_total_num_tokens")
+    assert engine.counters.steps == raw(text, "sglang:cuda_graph_passes_total")  # summed over modes
+    assert engine.counters.generation_tokens == raw(text, "sglang:generation_tokens_total")
+    assert engine.counters.prompt_tokens == raw(text, "sglang:prompt_tokens_total")
+    assert engine.histograms["ttft"].count == raw(text, "sglang:time_to_first_token_seconds_count")
+
+
+SGLANG_0410 = """\
+# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 3.0
+sglang:num_running_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="1"} 3.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 7.0
+sglang:num_queue_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="1"} 7.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 0.5
+sglang:token_usage{engine_type="unified",model_name="m",pp_rank="0",tp_rank="1"} 0.5
+# TYPE sglang:total_retracted_reqs gauge
+sglang:total_retracted_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 4.0
+sglang:total_retracted_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="1"} 4.0
+# TYPE sglang:avg_request_queue_latency gauge
+sglang:avg_request_queue_latency{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 0.2
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="m"} 1234.0
+# TYPE something_else_total counter
+something_else_total 5.0
+"""
+
+
+def test_sglang_0410_names_one_state_per_rank():
+    scrape = read_scrape(SGLANG_0410)
+    assert (scrape.dialect, scrape.generation) == ("sglang", "sglang-0.4.10")
+    assert [e.labels["tp_rank"] for e in scrape.engines] == ["0", "1"]
+    for engine in scrape.engines:
+        assert (engine.running, engine.waiting, engine.kv_usage) == (3.0, 7.0, 0.5)
+        assert engine.counters.preemptions == 4.0
+        assert engine.counters.generation_tokens == 1234.0  # model-level counter seen by each rank
+        assert engine.counters.steps is None  # 0.4.10 exports no step counter
+
+
+def test_unknown_families_are_ignored_and_non_engine_text_has_no_dialect():
+    scrape = read_scrape("# TYPE foo_total counter\nfoo_total 1\n# TYPE bar gauge\nbar 2\n")
+    assert scrape.dialect is None and scrape.engines == []
