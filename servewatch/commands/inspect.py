@@ -106,11 +106,11 @@ def print_report(report: dict) -> None:
             state.add_row(name, value)
         console.print(state)
         hist = Table(title="latency histograms (cumulative since start)", title_justify="left")
-        for column in ("histogram", "count", "mean", "p50*", "p99*", "first bucket", "blind"):
-            hist.add_column(column, justify="right" if column != "histogram" else "left", no_wrap=True)
+        for column in ("histogram", "count", "mean", "p50*", "p99*", "in 1st bucket", "blind"):
+            hist.add_column(column, justify="right" if column != "histogram" else "left")
         for kind, h in engine["histograms"].items():
             first = ("n/a" if h["first_bucket_fraction"] is None
-                     else f"{h['first_bucket_fraction']:.2%} ≤ {_s(h['first_bucket_le'])}")
+                     else f"{h['first_bucket_fraction']:.2%} (≤{_s(h['first_bucket_le'])})")
             hist.add_row(kind, _num(h["count"]), _s(h["mean_s"]), _s(h["p50_s"]), _s(h["p99_s"]), first,
                          "[red]BLIND[/red]" if h["blind"] else "")
         console.print(hist)
@@ -128,4 +128,6 @@ def _num(value) -> str:
 def _s(seconds) -> str:
     if seconds is None:
         return "n/a"
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    return f"{seconds * 1000:.1f}ms" if seconds < 0.01 else f"{seconds * 1000:.0f}ms"
