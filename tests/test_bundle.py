@@ -17,7 +17,10 @@ from servewatch.sinks.bundle import BUNDLE_NAME, TMP_PREFIX, BundleContext, Bund
 from servewatch.sinks.verify import verify_bundle
 from servewatch.timeline.samples import HealthSample, LogEvent
 from servewatch.timeline.window import Window
-from sinks_synthetic import stall_samples, stall_window, synthetic_recompute, synthetic_stall_verdicts
+try:  # tests/ imported as a package or as a plain directory
+    from tests.sinks_synthetic import stall_samples, stall_window, synthetic_recompute, synthetic_stall_verdicts
+except ModuleNotFoundError:
+    from sinks_synthetic import stall_samples, stall_window, synthetic_recompute, synthetic_stall_verdicts
 
 CONFIG = {"min_stall_s": 3.0}
 

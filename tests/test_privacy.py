@@ -8,7 +8,10 @@ from pathlib import Path
 
 from servewatch.cli import main
 from servewatch.sinks.bundle import BundleContext, BundleWriter
-from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+try:  # tests/ imported as a package or as a plain directory
+    from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+except ModuleNotFoundError:
+    from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 
 CANARY = "ZEBRA-CANARY-7731"
 URL = f"http://operator:{CANARY}@127.0.0.1:8000/v1/{CANARY}/completions?api_key={CANARY}&q=1#{CANARY}"

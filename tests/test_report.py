@@ -17,7 +17,10 @@ from servewatch.sinks.incident import load_incident
 from servewatch.sinks.series import Marker, timeline_series
 from servewatch.sinks.summarize import render_markdown, sparkline
 from servewatch.timeline.samples import HealthSample, MetricsSample
-from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+try:  # tests/ imported as a package or as a plain directory
+    from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+except ModuleNotFoundError:
+    from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -16,7 +16,10 @@ from servewatch.errors import BundleInvalid
 from servewatch.sinks import layout, serialize, verify
 from servewatch.sinks.bundle import BundleContext, BundleWriter
 from servewatch.sinks.verify import config_from_dict, verify_bundle
-from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+try:  # tests/ imported as a package or as a plain directory
+    from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+except ModuleNotFoundError:
+    from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 
 MUTATIONS = 1200
 

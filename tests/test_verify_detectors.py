@@ -14,7 +14,10 @@ from servewatch.errors import BundleInvalid
 from servewatch.sinks import layout
 from servewatch.sinks.bundle import BundleContext, BundleWriter
 from servewatch.sinks.verify import verify_bundle
-from sinks_synthetic import scenario
+try:  # tests/ imported as a package or as a plain directory
+    from tests.sinks_synthetic import scenario
+except ModuleNotFoundError:
+    from sinks_synthetic import scenario
 
 KINDS = ["alive_health_ok_no_progress", "engine_dead", "health_loss", "overload", "kv_pressure", "preemption",
          "target_restarted", "histogram_blind"]
