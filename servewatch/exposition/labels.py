@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from servewatch.errors import ExpositionError
 from servewatch.exposition.names import is_label_name
 
@@ -57,35 +59,53 @@ def parse_labels(line: str, start: int, line_no: int, known_names: set[str]) -> 
         raise ExpositionError(f"unterminated label set in {_snippet(line)}", line_no) from None
 
 
-def plain_labels(segment: str, shapes: dict[tuple[str, ...], tuple[str, ...]],
-                 known_names: set[str]) -> dict[str, str] | None:
-    """Labels from the text between `{` and `}` when it holds no backslash, else None.
+def layout_builder(heads: list[str], known_names: set[str]) -> Callable[[list[str]], dict[str, str]] | None:
+    """For a label segment without backslashes split on quotes, `heads` = parts[0::2]: everything
+    outside the quotes (`name=`, `,name=`, ..., and a tail '' or ','). Returns a function from the
+    split parts to the labels dict when that layout is valid, else None (the careful parser decides).
 
-    Without backslashes every quote is a delimiter, so one split yields the `,name=` heads and the
-    values. `shapes` caches validated heads -> label names (lines of one family share them). Anything
-    unusual (spaces, unknown names, duplicates, a stray quote) returns None: the careful parser decides.
+    Without backslashes every quote is a delimiter, so the layout alone says whether the segment is
+    well formed; lines of one family share it, so callers cache builders by layout.
     """
-    if "\\" in segment:
+    if len(heads) == 1:
+        return _no_labels if not heads[0] else None
+    if heads[-1] not in ("", ","):
         return None
-    parts = ("," + segment).split('"')
-    if len(parts) == 1:
-        return {} if not segment else None
-    if not len(parts) & 1:
-        return None
-    tail = parts[-1]
-    if tail and tail != ",":
-        return None
-    heads = tuple(parts[0:-1:2])
-    names = shapes.get(heads)
-    if names is None:
-        names = tuple(head[1:-1] for head in heads)
-        for head, name in zip(heads, names):
-            if name not in known_names or head[0] != "," or head[-1] != "=":
-                return None
-        if len(set(names)) != len(names):
+    names: list[str] = []
+    for index, head in enumerate(heads[:-1]):
+        if not head.endswith("=") or (index and not head.startswith(",")):
             return None
-        shapes[heads] = names
-    return dict(zip(names, parts[1::2]))
+        name = head[1 if index else 0:-1]
+        if name not in known_names:
+            if not is_label_name(name):
+                return None
+            known_names.add(name)
+        names.append(name)
+    if len(set(names)) != len(names):
+        return None
+    return _dict_builder(tuple(names))
+
+
+def _no_labels(parts: list[str]) -> dict[str, str]:
+    return {}
+
+
+def _dict_builder(names: tuple[str, ...]) -> Callable[[list[str]], dict[str, str]]:
+    """A function from split parts (values at odd indexes) to the labels dict; dict displays for the
+    common small label sets are several times cheaper than dict(zip(...))."""
+    if len(names) == 1:
+        (a,) = names
+        return lambda parts: {a: parts[1]}
+    if len(names) == 2:
+        a, b = names
+        return lambda parts: {a: parts[1], b: parts[3]}
+    if len(names) == 3:
+        a, b, c = names
+        return lambda parts: {a: parts[1], b: parts[3], c: parts[5]}
+    if len(names) == 4:
+        a, b, c, d = names
+        return lambda parts: {a: parts[1], b: parts[3], c: parts[5], d: parts[7]}
+    return lambda parts: dict(zip(names, parts[1::2]))
 
 
 def _unescape_label_value(line: str, start: int, line_no: int) -> tuple[str, int]:

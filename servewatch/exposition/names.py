@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from functools import lru_cache
 
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -54,10 +54,32 @@ def owning_family(sample_name: str, types: dict[str, str]) -> str | None:
     return None
 
 
-def sample_names_of(families: Iterable[str]) -> frozenset[str]:
-    """Every sample name that could belong to one of `families` (the family names plus suffixed names)."""
+@lru_cache(maxsize=32)
+def sample_names_of(families: frozenset[str]) -> frozenset[str]:
+    """Every sample name that could belong to one of `families` (the family names plus suffixed names).
+    Cached: callers ask for the same families on every scrape."""
     names: set[str] = set()
     for family in families:
         names.add(family)
         names.update(family + suffix for suffix in SUFFIXES)
     return frozenset(names)
+
+
+@lru_cache(maxsize=32)
+def line_prefixes(families: frozenset[str]) -> tuple[int, frozenset[str]]:
+    """(width, prefixes): a line can concern `families` only if its first `width` characters are in
+    `prefixes` (or it starts with a blank).
+
+    Such lines are the samples that may belong to them, their HELP lines, and the TYPE lines that can
+    change which family such a sample belongs to: those of every possible sample name and of each
+    family name minus a suffix (an OpenMetrics counter `foo` owns `foo_total`).
+    """
+    candidates = sample_names_of(families)
+    stripped = {family[: -len(suffix)] for family in families for suffix in SUFFIXES if family.endswith(suffix)}
+    keys = set(candidates)
+    keys.update("# TYPE " + name for name in candidates | stripped)
+    keys.update("# HELP " + family for family in families)
+    if not keys:
+        return 1, frozenset()
+    width = min(map(len, keys))
+    return width, frozenset(key[:width] for key in keys)

@@ -1,8 +1,9 @@
 """Prometheus text 0.0.4 and OpenMetrics text, as vLLM and SGLang (prometheus_client) serve them.
 
-One hand-written pass over the lines with str methods. With `families=`, sample lines whose name cannot
-belong to a wanted family are skipped after one look at their name; their labels and values are never
-read (so errors inside them go unreported), while every TYPE line is still checked.
+One hand-written pass over the lines with str methods. With `families=`, a line is first judged by its
+first few characters: lines that cannot concern the asked families (other families' samples, HELP and
+TYPE lines) are skipped unread, so errors inside them go unreported; the rest is parsed exactly as in a
+full parse, and the result equals the full parse restricted to those families.
 """
 
 from __future__ import annotations
@@ -10,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from servewatch.errors import BodyTooLarge, ExpositionError
-from servewatch.exposition.labels import _snippet, parse_labels, plain_labels, unescape_help
+from servewatch.exposition.labels import _snippet, layout_builder, parse_labels, unescape_help
 from servewatch.exposition.model import Family, Sample
-from servewatch.exposition.names import KNOWN_TYPES, is_metric_name, owning_family, sample_names_of
+from servewatch.exposition.names import KNOWN_TYPES, is_metric_name, line_prefixes, owning_family, sample_names_of
+
+# A frozen dataclass's __init__ costs several times more than setting its slots directly, and building
+# Samples is most of a parse; test_exposition checks that this builds the same Sample as Sample(...).
+new_sample = object.__new__
+set_name = Sample.name.__set__
+set_labels = Sample.labels.__set__
+set_value = Sample.value.__set__
+set_timestamp = Sample.timestamp.__set__
+SAMPLE_FIELDS = ("name", "labels", "value", "timestamp")
 
 DEFAULT_MAX_BYTES = 16 * 2**20
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
@@ -32,7 +42,7 @@ def parse(text: str | bytes, families: Collection[str] | None = None, *, max_byt
     if openmetrics is None:
         openmetrics = text.rstrip().endswith("# EOF")
     wanted = None if families is None else frozenset(families)
-    return _parse_lines(lines, wanted, openmetrics, "\t" in text)
+    return _parse_lines(lines, wanted, openmetrics)
 
 
 def _bounded_text(text: str | bytes, max_bytes: int) -> str:
@@ -67,8 +77,7 @@ def _check_line_lengths(lines: list[str], max_line_bytes: int) -> None:
                 raise BodyTooLarge(f"line is {size} bytes, over the {max_line_bytes}-byte line limit", line_no)
 
 
-def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: bool,
-                 has_tabs: bool) -> dict[str, Family]:
+def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: bool) -> dict[str, Family]:
     out: dict[str, Family] = {}        # the families returned
     types: dict[str, str] = {}         # every family met so far -> its type
     typed: set[str] = set()            # families declared by a TYPE line
@@ -78,13 +87,19 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
     timestamp_divisor = 1.0 if openmetrics else 1000.0
     metric_names: set[str] = set()     # sample names already validated
     label_names: set[str] = set()
-    label_shapes: dict[tuple[str, ...], tuple[str, ...]] = {}
+    layouts: dict = {}                 # label layouts met -> labels builder (None: not plain)
+    last_heads: list[str] | None = None
+    last_build = None
     last_name = None                   # the previous sample name, and its family (None: skipped)
     last_family: Family | None = None
 
+    if wanted is not None:
+        width, prefixes = line_prefixes(wanted)
     for line_no, line in enumerate(lines, 1):
         if not line:
             continue
+        if wanted is not None and line[:width] not in prefixes and line[0] not in " \t":
+            continue                       # cannot concern the families asked for
         first = line[0]
         if first in " \t\r":
             line = line.strip()
@@ -93,6 +108,17 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
             first = line[0]
         if first == "#":
             last_name = None
+            if line.startswith("# HELP "):
+                if wanted is not None:
+                    name_end = line.find(" ", 7)
+                    if line[7:name_end if name_end != -1 else None] not in wanted:
+                        continue
+            elif not line.startswith("# TYPE "):
+                if line == "# EOF" and openmetrics:
+                    _check_nothing_after_eof(lines, line_no)
+                    break
+                if not line.startswith("#\t") and not line.startswith("#  "):
+                    continue               # a plain comment
             parts = line.split(None, 3)
             if len(parts) > 2 and parts[0] == "#":
                 keyword = parts[1]
@@ -100,25 +126,16 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
                     _type_line(parts, line, line_no, wanted, out, types, typed, helps)
                 elif keyword == "HELP" and (wanted is None or parts[2] in wanted):
                     _help_line(parts, line, line_no, out, helps, openmetrics)
-            elif line == "# EOF" and openmetrics:
-                _check_nothing_after_eof(lines, line_no)
-                break
             continue
 
         brace = line.find("{")
-        space = line.find(" ")
-        if has_tabs:
-            tab = line.find("\t")
-            if tab != -1 and (space == -1 or tab < space):
-                space = tab
-        if brace != -1 and (space == -1 or brace < space):
+        if brace != -1:
             name = line[:brace]
-        elif space != -1:
-            name = line[:space]
-            if brace != -1 and line[space:brace].strip():
-                brace = -1                # a '{' after the value belongs to an exemplar
+            space = -1
+            if " " in name or "\t" in name:
+                brace, space, name = _split_name_slowly(line, line_no)
         else:
-            raise ExpositionError(f"sample without a value: {_snippet(line)}", line_no)
+            brace, space, name = _split_name_slowly(line, line_no)
 
         if name != last_name:
             last_name = name
@@ -144,47 +161,83 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
 
         if brace != -1:
             close = line.rfind("}")
-            labels = plain_labels(line[brace + 1:close], label_shapes, label_names) if close > brace else None
-            if labels is None:
-                labels, close = parse_labels(line, brace + 1, line_no, label_names)
-                close -= 1
-            tokens = line[close + 1:].split()
+            segment = line[brace + 1:close]
+            parts = segment.split('"')
+            heads = parts[0::2]
+            if heads == last_heads and close > brace and "\\" not in segment:
+                labels = last_build(parts)
+            else:
+                build = None
+                if close > brace and "\\" not in segment:
+                    layout = tuple(heads)
+                    build = layouts.get(layout)
+                    if build is None:
+                        build = layouts[layout] = layout_builder(heads, label_names)
+                if build is not None:
+                    last_heads, last_build = heads, build
+                    labels = build(parts)
+                else:
+                    labels, close = parse_labels(line, brace + 1, line_no, label_names)
+                    close -= 1
+            tail = line[close + 1:]
         else:
             labels = {}
-            tokens = line[space:].split()
-        if len(tokens) == 1:
-            text_value = tokens[0]
-            timestamp = None
-        else:
-            text_value, timestamp = _value_and_timestamp(tokens, line, line_no, timestamp_divisor)
+            tail = line[space:]
         try:
-            value = float(text_value)
+            value = float(tail)           # the usual tail: a lone value (float() ignores the blanks)
+            timestamp = None
         except ValueError:
-            raise ExpositionError(f"non-numeric value {text_value[:40]!r} for {name}", line_no) from None
-        if "_" in text_value:
-            raise ExpositionError(f"non-numeric value {text_value[:40]!r} for {name}", line_no)
-        last_family.samples.append(Sample(name, labels, value, timestamp))
+            value, timestamp = _value_and_timestamp(tail, name, line, line_no, timestamp_divisor)
+        else:
+            if "_" in tail:
+                raise ExpositionError(f"non-numeric value {tail.strip()[:40]!r} for {name}", line_no)
+        sample = new_sample(Sample)
+        set_name(sample, name)
+        set_labels(sample, labels)
+        set_value(sample, value)
+        set_timestamp(sample, timestamp)
+        last_family.samples.append(sample)
     return out
 
 
-def _value_and_timestamp(tokens: list[str], line: str, line_no: int, divisor: float) -> tuple[str, float | None]:
-    """The value token and the timestamp of a sample line whose tail is not a lone value."""
+def _split_name_slowly(line: str, line_no: int) -> tuple[int, int, str]:
+    """(index of '{' or -1, index of the blank after the name or -1, name) for lines that are not
+    simply `name{labels} value`."""
+    brace = line.find("{")
+    space = min((i for i in (line.find(" "), line.find("\t")) if i != -1), default=-1)
+    if brace != -1 and (space == -1 or brace < space):
+        return brace, -1, line[:brace]
+    if space == -1:
+        raise ExpositionError(f"sample without a value: {_snippet(line)}", line_no)
+    if brace != -1 and line[space:brace].strip():
+        brace = -1                        # a '{' after the value belongs to an exemplar
+    return brace, space, line[:space]
+
+
+def _value_and_timestamp(tail: str, name: str, line: str, line_no: int,
+                         divisor: float) -> tuple[float, float | None]:
+    """The value and timestamp of a sample whose tail is not a lone value."""
+    tokens = tail.split()
     if "#" in tokens:
         tokens = tokens[:tokens.index("#")]        # an exemplar follows: tolerated, not kept
     if not tokens:
         raise ExpositionError(f"sample without a value: {_snippet(line)}", line_no)
-    if len(tokens) == 1:
-        return tokens[0], None
     if len(tokens) > 2:
         raise ExpositionError(f"unexpected text after the value: {_snippet(line)}", line_no)
-    text_time = tokens[1]
+    value = _number(tokens[0], "value", name, line_no)
+    if len(tokens) == 1:
+        return value, None
+    return value, _number(tokens[1], "timestamp", name, line_no) / divisor
+
+
+def _number(token: str, what: str, name: str, line_no: int) -> float:
     try:
-        timestamp = float(text_time) / divisor
+        number = float(token)
     except ValueError:
-        raise ExpositionError(f"non-numeric timestamp {text_time[:40]!r}", line_no) from None
-    if "_" in text_time:
-        raise ExpositionError(f"non-numeric timestamp {text_time[:40]!r}", line_no)
-    return tokens[0], timestamp
+        number = None
+    if number is None or "_" in token:
+        raise ExpositionError(f"non-numeric {what} {token[:40]!r} for {name}", line_no)
+    return number
 
 
 def _type_line(parts: list[str], line: str, line_no: int, wanted: frozenset[str] | None,
