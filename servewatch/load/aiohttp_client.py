@@ -29,6 +29,13 @@ class _Response:
             raise BodyTooLarge(f"body over {self._max_body} bytes")
         return data
 
+    async def stream_into(self, on_body) -> None:
+        while True:
+            data = await self.read_some()
+            if not data:
+                return
+            on_body(data)
+
     async def read_all(self, limit: int) -> bytes:
         parts, size = [], 0
         while True:

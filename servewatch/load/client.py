@@ -17,6 +17,7 @@ from servewatch.load.itl import compute_timings
 from servewatch.load.sse import SseSplitter
 
 ERROR_BODY_LIMIT = 64 * 1024
+_raw_decode = json.JSONDecoder().raw_decode
 ABORT_REASONS = frozenset({"abort", "error"})
 
 
@@ -78,7 +79,7 @@ class _Stream:
             self.saw_done = True
             return
         try:
-            obj = json.loads(payload)
+            obj = _raw_decode(payload.decode())[0]   # the C scanner without json.loads' wrappers
         except ValueError:
             self.stream_error = True
             return
@@ -149,16 +150,16 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
             splitter = SseSplitter()
             sent = rec.sent
             on_event = state.on_event
-            while True:
-                data = await response.read_some()
+
+            def on_body(data: bytes) -> None:
                 t = now()
                 if deadline is not None:
                     deadline.last = t
-                if not data:
-                    break
                 offset = t - sent
                 for payload in splitter.feed(data):
                     on_event(payload, offset)
+
+            await response.stream_into(on_body)
     except ConnectFailed as exc:
         rec.error, rec.error_detail = R.CONNECT, str(exc)
     except BodyTooLarge:

@@ -1,5 +1,7 @@
-"""A minimal HTTP/1.1 client on asyncio streams, built for many concurrent streaming POSTs on one
-light event loop: a keep-alive pool, incremental chunked decoding, bounded sizes.
+"""A minimal HTTP/1.1 client on asyncio protocols, built for many concurrent streaming POSTs on one
+light event loop: a keep-alive pool, incremental chunked decoding inside `data_received`, bounded
+sizes. A streamed body is pushed to the caller's callback as it arrives, with no task wake-up per
+read (measured: this and skipping json per chunk halve the client CPU per token against aiohttp).
 
 It does no timing of its own: deadlines are enforced by the caller cancelling the task (see
 runner.Watchdog), so the hot path has no timer per read.
@@ -9,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl as ssl_module
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_CHUNK_SIZE_LINE = 1024
-READ_SIZE = 256 * 1024
 
 
 class ConnectFailed(Exception):
@@ -41,7 +43,10 @@ class Endpoint:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise ValueError(f"bad port in URL: {url!r}") from None
         return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
 
     @property
@@ -50,118 +55,202 @@ class Endpoint:
         return self.host if self.port == default else f"{self.host}:{self.port}"
 
 
-class Connection:
-    __slots__ = ("reader", "writer", "reused")
+_IDLE, _HEAD, _BODY, _CLOSED = range(4)
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
+
+class _Conn(asyncio.Protocol):
+    """One connection: parses the status line and headers, then decodes the body as it arrives."""
+
+    def __init__(self, max_body: int):
+        self.transport: asyncio.Transport | None = None
+        self.state = _IDLE
         self.reused = False
-
-    def close(self) -> None:
-        try:
-            self.writer.transport.abort()
-        except Exception:  # noqa: BLE001 - closing a broken transport must never raise
-            pass
-
-
-class Response:
-    """Status and headers of one response; the body is read incrementally with `read_some`."""
-
-    __slots__ = ("status", "headers", "_conn", "_pool", "_buf", "_chunked", "_left", "_need_crlf",
-                 "_trailer", "_done", "_until_close", "_received", "_max_body", "_keep_alive")
-
-    def __init__(self, status: int, headers: dict[str, str], conn: Connection, pool: "Http1Client",
-                 leftover: bytes, max_body: int):
-        self.status = status
-        self.headers = headers
-        self._conn = conn
-        self._pool = pool
-        self._buf = leftover
-        self._max_body = max_body
+        self.max_body = max_body
+        self._loop = asyncio.get_running_loop()
+        self._head_waiter: asyncio.Future | None = None
+        self._body_waiter: asyncio.Future | None = None
+        self._buf = b""
+        self.sink: Callable[[bytes], None] | None = None
+        self._pending: list[bytes] = []
         self._received = 0
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.keep_alive = True
+        self._chunked = False
+        self._until_close = False
+        self._left = 0
         self._need_crlf = False
         self._trailer = False
-        self._done = False
-        self._until_close = False
-        self._keep_alive = headers.get("connection", "").lower() != "close"
-        encoding = headers.get("transfer-encoding", "").lower()
-        self._chunked = "chunked" in encoding
-        self._left = 0
-        if not self._chunked:
-            length = headers.get("content-length")
-            if length is not None:
-                try:
-                    self._left = int(length)
-                except ValueError:
-                    raise StreamCut("bad content-length") from None
-                if self._left < 0:
-                    raise StreamCut("bad content-length")
-                if self._left > max_body:
-                    raise BodyTooLarge(f"content-length {self._left} over {max_body}")
-                self._done = self._left == 0
+        self.body_done = False
+        self._error: Exception | None = None
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        state = self.state
+        if state == _BODY:
+            self._body(data)
+        elif state == _HEAD:
+            self._head(data)
+        else:                          # bytes nobody asked for: this connection is not reusable
+            self._abort()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc) -> None:
+        state, self.state = self.state, _CLOSED
+        if state == _HEAD:
+            self._fail(_EmptyHead() if not self._buf else StreamCut("connection closed in headers"))
+        elif state == _BODY and not self.body_done:
+            if self._until_close:
+                self._complete()
             else:
-                self._until_close = True
-                self._keep_alive = False
+                self._fail(StreamCut("connection closed mid-body"))
+
+    # -- request side
+    def start(self, raw: bytes) -> asyncio.Future:
+        self.state = _HEAD
+        self._buf = b""
+        self._pending = []
+        self._received = 0
+        self.sink = None
+        self.body_done = False
+        self._error = None
+        self._head_waiter = self._loop.create_future()
+        self._body_waiter = None
+        self.transport.write(raw)
+        return self._head_waiter
+
+    def body_future(self) -> asyncio.Future:
+        if self._body_waiter is None:
+            self._body_waiter = self._loop.create_future()
+            if self.body_done:
+                self._body_waiter.set_result(None)
+            elif self._error is not None:
+                self._body_waiter.set_exception(self._error)
+        return self._body_waiter
+
+    def take_pending(self) -> list[bytes]:
+        pending, self._pending = self._pending, []
+        return pending
 
     @property
-    def done(self) -> bool:
-        return self._done
+    def closed(self) -> bool:
+        return self.state == _CLOSED or self.transport is None or self.transport.is_closing()
 
-    async def read_some(self) -> bytes:
-        """Body bytes available after at most one socket read; b"" once the body is complete."""
-        while True:
-            if self._done:
-                return b""
-            if self._buf:
-                out = self._decode()
-                if out:
-                    self._received += len(out)
-                    if self._received > self._max_body:
-                        raise BodyTooLarge(f"body over {self._max_body} bytes")
-                    return out
-                if self._done:
-                    return b""
-            data = await self._conn.reader.read(READ_SIZE)
-            if not data:
-                if self._until_close:
-                    self._done = True
-                    return b""
-                raise StreamCut("connection closed mid-body")
-            self._buf = self._buf + data if self._buf else data
+    # -- internals
+    def _abort(self) -> None:
+        self.state = _CLOSED
+        if self.transport is not None:
+            self.transport.abort()
 
-    async def read_all(self, limit: int) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            data = await self.read_some()
-            if not data:
-                return b"".join(parts)
-            size += len(data)
-            if size > limit:
-                raise BodyTooLarge(f"body over {limit} bytes")
-            parts.append(data)
+    def _fail(self, exc: Exception) -> None:
+        self._error = exc
+        for waiter in (self._head_waiter, self._body_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
+                waiter.exception()         # mark retrieved: a cancelled caller may never await it
+        if self.state != _CLOSED:
+            self._abort()
 
-    def release(self) -> None:
-        """Give the connection back to the pool if the body was read to its end, else close it."""
-        conn, self._conn = self._conn, None
-        if conn is None:
+    def _complete(self) -> None:
+        self.body_done = True
+        if self.state != _CLOSED:
+            self.state = _IDLE
+        if self._body_waiter is not None and not self._body_waiter.done():
+            self._body_waiter.set_result(None)
+
+    def _head(self, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            self._buf = buf
+            if len(buf) > MAX_HEADER_BYTES:
+                self._fail(StreamCut("response headers too large"))
             return
-        if self._done and self._keep_alive and not self._buf and not self._until_close:
-            self._pool._give_back(conn)
-        else:
-            conn.close()
+        self._buf = b""
+        try:
+            self.status, self.headers = _parse_head(buf[:end])
+            self._setup_body()
+        except StreamCut as exc:
+            self._fail(exc)
+            return
+        self.state = _BODY
+        waiter = self._head_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        rest = buf[end + 4:]
+        if self.body_done:
+            self._complete()
+        elif rest:
+            self._body(rest)
 
-    def _decode(self) -> bytes:
-        buf = self._buf
+    def _setup_body(self) -> None:
+        h = self.headers
+        self.keep_alive = h.get("connection", "").lower() != "close"
+        self._chunked = "chunked" in h.get("transfer-encoding", "").lower()
+        self._until_close = False
+        self._left = 0
+        self._need_crlf = self._trailer = False
+        if self._chunked:
+            return
+        length = h.get("content-length")
+        if length is None:
+            self._until_close = True
+            self.keep_alive = False
+            return
+        try:
+            self._left = int(length)
+        except ValueError:
+            raise StreamCut("bad content-length") from None
+        if self._left < 0:
+            raise StreamCut("bad content-length")
+        if self._left > self.max_body:
+            raise BodyTooLarge(f"content-length {self._left} over {self.max_body}")
+        if self._left == 0:
+            self.body_done = True
+
+    def _body(self, data: bytes) -> None:
+        try:
+            out = self._decode(data)
+        except StreamCut as exc:
+            self._fail(exc)
+            return
+        if out:
+            self._received += len(out)
+            if self._received > self.max_body:
+                self._fail(BodyTooLarge(f"body over {self.max_body} bytes"))
+                return
+            sink = self.sink
+            if sink is None:
+                self._pending.append(out)
+            else:
+                try:
+                    sink(out)
+                except StreamCut as exc:
+                    self._fail(exc)
+                    return
+                except Exception as exc:  # noqa: BLE001 - a consumer failure ends this response only
+                    self._fail(StreamCut(f"consumer: {type(exc).__name__}"))
+                    return
+        if self.body_done:
+            self._complete()
+
+    def _decode(self, data: bytes) -> bytes:
         if not self._chunked:
-            take = len(buf) if self._until_close else min(self._left, len(buf))
-            out = buf[:take]
-            self._buf = buf[take:]
-            if not self._until_close:
-                self._left -= take
-                self._done = self._left == 0
-            return out
+            if self._until_close:
+                return data
+            take = min(self._left, len(data))
+            self._left -= take
+            if len(data) > take:
+                raise StreamCut("bytes after the end of the body")
+            if self._left == 0:
+                self.body_done = True
+            return data
+        buf = self._buf + data if self._buf else data
         pos = 0
         size = len(buf)
         out: list[bytes] = []
@@ -192,11 +281,13 @@ class Response:
             pos = eol + 2
             if self._trailer:
                 if not line:
-                    self._done = True
+                    self.body_done = True
+                    if pos != size:
+                        raise StreamCut("bytes after the end of the body")
                     break
                 continue
             try:
-                chunk = int(line.split(b";", 1)[0].strip(), 16)
+                chunk = int(line.split(b";", 1)[0], 16)
             except ValueError:
                 raise StreamCut("malformed chunk size") from None
             if chunk < 0:
@@ -205,8 +296,56 @@ class Response:
                 self._trailer = True
             else:
                 self._left = chunk
-        self._buf = buf[pos:]
-        return b"".join(out) if len(out) != 1 else out[0]
+        self._buf = buf[pos:] if pos < size else b""
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
+
+class Response:
+    """Status and headers; then either `stream_into(callback)` or `read_all(limit)`; then `release()`."""
+
+    __slots__ = ("status", "headers", "_conn", "_pool")
+
+    def __init__(self, conn: _Conn, pool: "Http1Client"):
+        self.status = conn.status
+        self.headers = conn.headers
+        self._conn = conn
+        self._pool = pool
+
+    async def stream_into(self, on_body: Callable[[bytes], None]) -> None:
+        """Push body bytes to `on_body` as they arrive (inside the protocol callback); return at the
+        end of the body; raise StreamCut / BodyTooLarge if it breaks."""
+        conn = self._conn
+        for data in conn.take_pending():
+            on_body(data)
+        conn.sink = on_body
+        await conn.body_future()
+
+    async def read_all(self, limit: int) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+
+        def collect(data: bytes) -> None:
+            nonlocal size
+            size += len(data)
+            if size > limit:
+                raise BodyTooLarge(f"body over {limit} bytes")
+            parts.append(data)
+
+        await self.stream_into(collect)
+        return b"".join(parts)
+
+    def release(self) -> None:
+        """Give the connection back to the pool if the body was read to its end, else close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        conn.sink = None
+        if conn.body_done and conn.keep_alive and conn.state == _IDLE:
+            self._pool._give_back(conn)
+        else:
+            conn._abort()
 
 
 class Http1Client:
@@ -218,51 +357,65 @@ class Http1Client:
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
         self.max_body = max_body
-        self._idle: list[Connection] = []
+        self._idle: list[_Conn] = []
         self._ssl = ssl_context if ssl_context is not None else (
             ssl_module.create_default_context() if endpoint.scheme == "https" else None)
         self._head = (f"Host: {endpoint.host_header}\r\nUser-Agent: servewatch-load\r\n"
                       "Accept: */*\r\n").encode("ascii")
 
-    async def _connect(self) -> Connection:
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        max_body = self.max_body
         try:
             async with asyncio.timeout(self.connect_timeout):
-                reader, writer = await asyncio.open_connection(
-                    self.endpoint.host, self.endpoint.port, ssl=self._ssl, limit=READ_SIZE)
+                _, conn = await loop.create_connection(
+                    lambda: _Conn(max_body), self.endpoint.host, self.endpoint.port, ssl=self._ssl,
+                    server_hostname=self.endpoint.host if self._ssl else None)
         except TimeoutError:
             raise ConnectFailed("connect timeout") from None
         except OSError as exc:
             raise ConnectFailed(type(exc).__name__) from None
-        return Connection(reader, writer)
+        return conn
 
-    def _give_back(self, conn: Connection) -> None:
-        if len(self._idle) < self.max_idle and not conn.writer.transport.is_closing():
+    async def prewarm(self, count: int) -> int:
+        """Open up to `count` idle connections ahead of a run, so the first requests do not pay for
+        connecting on a busy loop. Returns how many were opened."""
+        count = max(0, min(count, self.max_idle) - len(self._idle))
+        results = await asyncio.gather(*(self._connect() for _ in range(count)), return_exceptions=True)
+        opened = 0
+        for conn in results:
+            if isinstance(conn, _Conn):
+                self._idle.append(conn)
+                opened += 1
+        return opened
+
+    def _give_back(self, conn: _Conn) -> None:
+        if len(self._idle) < self.max_idle and not conn.closed:
             conn.reused = True
             self._idle.append(conn)
         else:
-            conn.close()
+            conn._abort()
 
     async def request(self, method: str, path: str, body: bytes | None = None,
                       content_type: str = "application/json", on_sent=None) -> Response:
-        """Send one request and read the status line and headers.
+        """Send one request and wait for the status line and headers.
 
         `on_sent()` is called right before the request bytes are written. A pooled connection that
-        turns out to be closed by the server before any response byte is retried once on a fresh one.
+        the server closed before answering anything is retried once on a fresh one.
         """
         raw = self._encode(method, path, body, content_type)
         while self._idle:
             conn = self._idle.pop()
-            if conn.writer.transport.is_closing() or conn.reader.at_eof():
-                conn.close()
+            if conn.closed:
                 continue
             try:
                 return await self._exchange(conn, raw, on_sent)
-            except _StaleConnection:
+            except _EmptyHead:
                 continue
         conn = await self._connect()
         try:
             return await self._exchange(conn, raw, on_sent)
-        except _StaleConnection:
+        except _EmptyHead:
             raise StreamCut("connection closed before the response") from None
 
     def _encode(self, method: str, path: str, body: bytes | None, content_type: str) -> bytes:
@@ -272,54 +425,24 @@ class Http1Client:
             head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n".encode("ascii")
         return head + b"\r\n" + (body or b"")
 
-    async def _exchange(self, conn: Connection, raw: bytes, on_sent) -> Response:
+    async def _exchange(self, conn: _Conn, raw: bytes, on_sent) -> Response:
+        if on_sent is not None:
+            on_sent()
         try:
-            if on_sent is not None:
-                on_sent()
-            conn.writer.write(raw)
-            head, leftover = await self._read_head(conn)
-        except (ConnectionError, _EmptyHead) as exc:
-            conn.close()
-            if conn.reused:
-                raise _StaleConnection() from None
-            raise StreamCut(type(exc).__name__) from None
+            await conn.start(raw)
         except BaseException:
-            conn.close()
+            conn._abort()
             raise
-        try:
-            status, headers = _parse_head(head)
-            return Response(status, headers, conn, self, leftover, self.max_body)
-        except BaseException:
-            conn.close()
-            raise
-
-    async def _read_head(self, conn: Connection) -> tuple[bytes, bytes]:
-        buf = b""
-        while True:
-            data = await conn.reader.read(READ_SIZE)
-            if not data:
-                if not buf:
-                    raise _EmptyHead()
-                raise StreamCut("connection closed in headers")
-            buf += data
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                return buf[:end], buf[end + 4:]
-            if len(buf) > MAX_HEADER_BYTES:
-                raise StreamCut("response headers too large")
+        return Response(conn, self)
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:
-            conn.close()
+            conn._abort()
 
 
-class _StaleConnection(Exception):
-    pass
-
-
-class _EmptyHead(Exception):
-    pass
+class _EmptyHead(StreamCut):
+    """The connection closed before any byte of the response: safe to retry on a fresh one."""
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:

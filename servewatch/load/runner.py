@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ START_MARGIN_S = 0.05
 WATCHDOG_TICK_S = 0.25
 PROGRESS_TICK_S = 0.25
 SERVER_TOKENIZE_POOL = 32
+MAX_PREWARM = 256
 
 
 @dataclass(slots=True)
@@ -182,6 +184,14 @@ class _Run:
                                           self.config.duration_s))
 
 
+def prewarm_count(config: LoadConfig) -> int:
+    """Connections to open before the first request: the concurrency, or about two seconds of
+    arrivals (a guess at what will be in flight), at most MAX_PREWARM."""
+    if config.concurrency is not None:
+        return min(config.concurrency, MAX_PREWARM)
+    return min(MAX_PREWARM, max(1, math.ceil(2 * config.rate)))
+
+
 async def build_prompts(config: LoadConfig, counter, count: int) -> list[P.Prompt]:
     pool = max(1, min(count, config.prompt_pool,
                       SERVER_TOKENIZE_POOL if counter.source == "server" else config.prompt_pool))
@@ -243,6 +253,8 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
             view = ServerView(metrics_client, clock.now, None if isinstance(clock, RealClock) else clock.sleep,
                               config.metrics_interval_s, read_scrape=read_scrape)
             await view.scrape_once()        # the baseline, before the first request
+        if hasattr(client, "prewarm"):
+            await client.prewarm(prewarm_count(config))
         gc.collect()
         gc.freeze()
         stop = asyncio.Event()

@@ -1,0 +1,255 @@
+"""Client cost of `servewatch load`: CPU seconds per 100k streamed tokens and schedule-delay p99 at
+100 req/s, against a fast local SSE server running in a separate process.
+
+The server behaves like an engine stepping every --itl-ms: each step writes one chunk (one token,
+with continuous usage) to every running stream, each on its own connection, so the client does one
+read per chunk as it would against vLLM. Only the client process's CPU is counted
+(resource.getrusage(RUSAGE_SELF) around the run).
+
+Both client implementations (our HTTP/1.1 + SSE client and aiohttp) run the same workload in the
+same process run, and, when installed, `vllm bench serve` and guidellm run it too (their CPU from
+RUSAGE_CHILDREN), with the ratios printed. Target: <= 0.5x `vllm bench serve` (measured here at
+about 3.0 CPU-s per 100k tokens against a real vLLM) and schedule-delay p99 <= 2 ms.
+
+    .venv/bin/python benchmarks/load_client.py [--requests 1000] [--rate 100] [--output-tokens 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+REFERENCE_VLLM_BENCH_CPU_PER_100K = 3.0   # CPU-s per 100k tokens, `vllm bench serve` vs real vLLM here
+
+
+# ---------------------------------------------------------------- the fast server (child process)
+
+def _chunk(i: int, total: int, prompt: int = 5) -> bytes:
+    reason = '"length"' if i == total else "null"
+    payload = ('{"id":"cmpl-bench","object":"text_completion","created":0,"model":"bench",'
+               '"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":%s,"stop_reason":null}],'
+               '"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}') % (
+        reason, prompt, prompt + i, i)
+    event = b"data: " + payload.encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+def _tail(total: int, prompt: int = 5) -> bytes:
+    final = ('{"id":"cmpl-bench","object":"text_completion","created":0,"model":"bench","choices":[],'
+             '"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}') % (prompt, prompt + total, total)
+    out = b""
+    for event in (b"data: " + final.encode() + b"\n\n", b"data: [DONE]\n\n"):
+        out += b"%x\r\n%s\r\n" % (len(event), event)
+    return out + b"0\r\n\r\n"
+
+
+def serve(itl_s: float) -> None:
+    streams: list[list] = []            # [transport, sent, total]
+    chunks: dict[int, list[bytes]] = {}
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: keep-alive\r\n\r\n")
+    models = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model"}]}).encode()
+
+    class Proto(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+            self.buf = b""
+
+        def data_received(self, data):
+            self.buf += data
+            while True:
+                end = self.buf.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head_bytes = self.buf[:end]
+                length = 0
+                for line in head_bytes.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                if len(self.buf) < end + 4 + length:
+                    return
+                body = self.buf[end + 4:end + 4 + length]
+                self.buf = self.buf[end + 4 + length:]
+                path = head_bytes.split(b" ", 2)[1]
+                if path == b"/v1/models":
+                    self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                         b"Content-Length: %d\r\n\r\n%s" % (len(models), models))
+                    continue
+                total = int(json.loads(body)["max_tokens"])
+                if total not in chunks:
+                    chunks[total] = [_chunk(i, total) for i in range(1, total + 1)] + [_tail(total)]
+                self.transport.write(head)
+                streams.append([self.transport, 0, total])
+
+    async def step_loop():
+        loop = asyncio.get_running_loop()
+        next_t = loop.time()
+        while True:
+            next_t += itl_s
+            await asyncio.sleep(max(0.0, next_t - loop.time()))
+            done = []
+            for s in streams:
+                transport, sent, total = s
+                if transport.is_closing():
+                    done.append(s)
+                    continue
+                piece = chunks[total][sent]
+                if sent + 1 == total:
+                    piece += chunks[total][total]
+                    done.append(s)
+                transport.write(piece)
+                s[1] = sent + 1
+            for s in done:
+                streams.remove(s)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Proto, "127.0.0.1", 0, backlog=4096)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await step_loop()
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------- measurements (parent process)
+
+def start_server(itl_s: float) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", "--itl-ms", str(itl_s * 1000)],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.strip().isdigit():
+        proc.kill()
+        raise SystemExit("the benchmark server did not start")
+    return proc, int(line)
+
+
+def cpu_self() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def cpu_children() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_ours(url: str, args, client: str) -> dict:
+    from servewatch.load import LoadConfig, run_load
+
+    config = LoadConfig(url=url, scenario="custom", rate=args.rate, arrival="poisson", requests=args.requests,
+                        prompt_tokens=5, output_tokens=args.output_tokens, tokenizer="approx", model="bench",
+                        metrics_interval_s=0.0, client=client, seed=1)
+    cpu0, wall0 = cpu_self(), time.perf_counter()
+    result = run_load(config)
+    cpu, wall = cpu_self() - cpu0, time.perf_counter() - wall0
+    s = result.summary
+    return {"client": client, "cpu_s": cpu, "wall_s": wall, "tokens": s["tokens_out"], "ok": s["ok"],
+            "errors": sum(s["errors"].values()), "delay_p50": s["schedule_delay_s"]["p50"],
+            "delay_p99": s["schedule_delay_s"]["p99"], "achieved_rate": s["achieved_rate"],
+            "cpu_per_100k": cpu / max(1, s["tokens_out"]) * 100_000}
+
+
+def run_vllm_bench(url: str, args) -> dict | None:
+    exe = shutil.which("vllm")
+    if exe is None and importlib.util.find_spec("vllm") is None:
+        return None
+    cmd = ([exe] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main"]) + [
+        "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+        "--model", "bench", "--dataset-name", "random", "--random-input-len", "5",
+        "--random-output-len", str(args.output_tokens), "--ignore-eos", "--num-prompts", str(args.requests),
+        "--request-rate", str(args.rate), "--seed", "1"]
+    if args.tokenizer:
+        cmd += ["--tokenizer", args.tokenizer]
+    cpu0, wall0 = cpu_children(), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    cpu = cpu_children() - cpu0
+    tokens = args.requests * args.output_tokens
+    return {"client": "vllm bench serve", "cpu_s": cpu, "wall_s": time.perf_counter() - wall0, "tokens": tokens,
+            "rc": proc.returncode, "cpu_per_100k": cpu / tokens * 100_000}
+
+
+def run_guidellm(url: str, args) -> dict | None:
+    exe = shutil.which("guidellm")
+    if exe is None:
+        return None
+    data = f"prompt_tokens=5,output_tokens={args.output_tokens}"
+    cmd = [exe, "benchmark", "--target", url, "--profile", "poisson", "--rate", str(args.rate),
+           "--max-requests", str(args.requests), "--data", data]
+    cpu0, wall0 = cpu_children(), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    cpu = cpu_children() - cpu0
+    tokens = args.requests * args.output_tokens
+    return {"client": "guidellm", "cpu_s": cpu, "wall_s": time.perf_counter() - wall0, "tokens": tokens,
+            "rc": proc.returncode, "cpu_per_100k": cpu / tokens * 100_000}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--itl-ms", type=float, default=10.0, help="server step time (ms)")
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--output-tokens", type=int, default=100)
+    ap.add_argument("--clients", default="http1,aiohttp")
+    ap.add_argument("--tokenizer", help="tokenizer for `vllm bench serve` (it needs one)")
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.itl_ms / 1000.0)
+        return 0
+    proc, port = start_server(args.itl_ms / 1000.0)
+    url = f"http://127.0.0.1:{port}"
+    rows = []
+    try:
+        for client in args.clients.split(","):
+            rows.append(run_ours(url, args, client))
+        peers = []
+        for name, fn in (("vllm bench serve", run_vllm_bench), ("guidellm", run_guidellm)):
+            try:
+                row = fn(url, args)
+            except (subprocess.SubprocessError, OSError) as exc:
+                print(f"{name}: failed to run ({type(exc).__name__}); skipped")
+                continue
+            if row is None:
+                print(f"{name}: not installed; skipped (no same-run ratio)")
+            else:
+                peers.append(row)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    print(f"workload: {args.requests} requests x {args.output_tokens} tokens, Poisson {args.rate:g} req/s, "
+          f"server step {args.itl_ms:g} ms, {os.cpu_count()} cores")
+    for r in rows:
+        print(f"{r['client']:>8}: {r['cpu_per_100k']:.2f} CPU-s per 100k tokens "
+              f"(cpu {r['cpu_s']:.2f} s, wall {r['wall_s']:.1f} s, {r['tokens']} tokens, {r['ok']} ok, "
+              f"{r['errors']} errors); schedule delay p50 {1000 * r['delay_p50']:.3f} ms, "
+              f"p99 {1000 * r['delay_p99']:.3f} ms; achieved {r['achieved_rate']:.1f} req/s")
+    ours = rows[0]
+    for r in rows[1:]:
+        print(f"ratio {ours['client']} / {r['client']} CPU per token: {ours['cpu_per_100k'] / r['cpu_per_100k']:.2f}")
+    for p in peers:
+        print(f"{p['client']}: {p['cpu_per_100k']:.2f} CPU-s per 100k tokens (rc {p['rc']}); "
+              f"ratio {ours['client']} / {p['client']}: {ours['cpu_per_100k'] / p['cpu_per_100k']:.2f}")
+    print(f"vs the reference figure for `vllm bench serve` here ({REFERENCE_VLLM_BENCH_CPU_PER_100K} CPU-s per "
+          f"100k, measured against real vLLM, not in this run): {ours['cpu_per_100k'] / REFERENCE_VLLM_BENCH_CPU_PER_100K:.2f}x "
+          f"(target <= 0.5)")
+    print(f"schedule-delay p99 at {args.rate:g} req/s: {1000 * ours['delay_p99']:.3f} ms (target <= 2 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
