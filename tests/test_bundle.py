@@ -263,3 +263,16 @@ def test_log_reasons_keep_grammar_literals_only():
     assert d["fields"] == {"dialect": "vllm", "reason": literal}
     d = serialize.sample_to_dict(LogEvent(t=1.0, kind="error", fields={"reason": "the user asked about zebras"}))
     assert d["fields"] == {}
+
+
+def test_verdicts_with_mixed_values_round_trip():
+    verdict = Verdict(name="engine_dead", t=5.0, onset=4.0, why="health 503 since 4.0 s",
+                      evidence=(Evidence("process", 4.0, "alive", True), Evidence("health", 5.0, "status", 503),
+                                Evidence("log", 4.5, "reason", "EngineDeadError"),
+                                Evidence("metrics", 4.0, "running", None)),
+                      details={"process_known": False, "engine": "engine=0", "quiet_s": 1.5, "n": 3,
+                               "level": float("inf")})
+    stored = json.loads(layout.encode(serialize.verdict_to_dict(verdict)))
+    assert serialize.verdict_from_dict(stored) == verdict
+    log = LogEvent(t=1.0, kind="stats", fields={"ok": True, "running": 3, "dialect": "vllm"})
+    assert serialize.sample_from_dict(json.loads(layout.encode(serialize.sample_to_dict(log)))) == log

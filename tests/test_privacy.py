@@ -50,3 +50,53 @@ def test_bundle_files_are_private_to_the_owner(tmp_path):
     assert os.stat(path).st_mode & 0o077 == 0
     for file in path.iterdir():
         assert os.stat(file).st_mode & 0o177 == 0
+
+
+def test_canary_prompts_through_the_simulator_and_recorder_reach_no_file(tmp_path):
+    """Every prompt the built-in engine serves carries the canary; the recorder's bundles and their
+    summaries must not, and the bundles must verify."""
+    import asyncio
+
+    from servewatch.clock import VirtualClock
+    from servewatch.detectors import DetectorConfig, evidence_window
+    from servewatch.sim import SimConfig, SimEngine
+    from servewatch.sinks.verify import verify_bundle
+    from servewatch.watch import Recorder
+    from servewatch.watch.sim_target import sim_sources
+
+    clock = VirtualClock()
+    engine = SimEngine(SimConfig(seed=7), clock)
+    engine.inject({"kind": "stall", "at": 20})
+    config = DetectorConfig()
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
+
+    def on_verdict(verdict, window, verdicts):
+        return writer.write(evidence_window(window, config), verdicts,
+                            BundleContext(target_url=URL, detector_config=config, trigger=verdict))
+
+    submitted = {"n": 0, "next": clock.now()}
+
+    def advance(t):
+        while submitted["next"] <= t:
+            engine.run_until(submitted["next"])
+            prompt = f"Tell me about {CANARY} number {submitted['n']} in detail"
+            engine.submit(prompt_tokens=32, max_tokens=400, prompt=prompt, ignore_eos=True)
+            submitted["n"] += 1
+            submitted["next"] += 0.5
+        engine.run_until(t)
+
+    recorder = Recorder(sim_sources(engine, clock, 0.5), clock, history_s=120, config=config,
+                        on_verdict=on_verdict)
+    asyncio.run(recorder.run_virtual(40.0, advance=advance))
+    assert submitted["n"] >= 60 and writer.failures == 0
+    bundles = writer.bundles()
+    assert bundles and any("alive_health_ok_no_progress" in b.name for b in bundles)
+    for i, bundle in enumerate(bundles):
+        verify_bundle(bundle)
+        assert main(["summarize", str(bundle), "--md", str(tmp_path / f"s{i}.md"),
+                     "--html", str(tmp_path / f"s{i}.html")]) == 0
+    written = all_bytes(tmp_path)
+    assert len(written) >= 3 * len(bundles) + 2 * len(bundles)
+    for file, data in written.items():
+        assert CANARY.encode().lower() not in data.lower(), file
+        assert b"api_key" not in data and b"/v1/" not in data, file

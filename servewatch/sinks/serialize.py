@@ -97,6 +97,13 @@ def unnumber(value: Any) -> float | int | None:
     raise DecodeError(f"not a number: {value!r}")
 
 
+def unvalue(value: Any) -> float | int | str | bool | None:
+    """The inverse of a mixed field (number, bool, string or null)."""
+    if isinstance(value, bool) or isinstance(value, str) and value not in _NON_FINITE:
+        return value
+    return unnumber(value)
+
+
 def safe_token(value: str | None, default: str | None = "other") -> str | None:
     """A short identifier-like string, or `default` when the value is anything else."""
     if value is None:
@@ -294,9 +301,7 @@ def sample_from_dict(d: Mapping) -> Sample:
                                            for x in d["devices"]),
                              error=d["error"])
         if source == "log":
-            return LogEvent(t=t, kind=d["kind"],
-                            fields={k: (v if isinstance(v, str) and v not in _NON_FINITE else unnumber(v))
-                                    for k, v in d["fields"].items()})
+            return LogEvent(t=t, kind=d["kind"], fields={k: unvalue(v) for k, v in d["fields"].items()})
     except (KeyError, TypeError) as exc:
         raise DecodeError(f"malformed {d.get('source', '?')} sample: {exc}") from None
     raise DecodeError(f"unknown sample source {source!r}")
@@ -336,10 +341,7 @@ def evidence_to_dict(e: Evidence) -> dict:
 
 
 def evidence_from_dict(d: Mapping) -> Evidence:
-    value = d["value"]
-    if not (isinstance(value, str) and value not in _NON_FINITE):
-        value = unnumber(value)
-    return Evidence(source=d["source"], t=unnumber(d["t"]), field=d["field"], value=value)
+    return Evidence(source=d["source"], t=unnumber(d["t"]), field=d["field"], value=unvalue(d["value"]))
 
 
 def verdict_to_dict(v: Verdict) -> dict:
@@ -355,11 +357,10 @@ def verdict_to_dict(v: Verdict) -> dict:
 
 def verdict_from_dict(d: Mapping) -> Verdict:
     try:
-        details = {k: (x if isinstance(x, str) and x not in _NON_FINITE else unnumber(x))
-                   for k, x in d["details"].items()}
+        details = {k: unvalue(x) for k, x in d["details"].items()}
         return Verdict(name=d["name"], t=unnumber(d["t"]), onset=unnumber(d["onset"]), why=d["why"],
                        evidence=tuple(evidence_from_dict(e) for e in d["evidence"]), details=details)
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, DecodeError) as exc:
         raise DecodeError(f"malformed verdict: {exc}") from None
 
 
