@@ -27,6 +27,8 @@ def register(subparsers) -> None:
     h.add_argument("--requests", type=int, help="number of requests")
     p.add_argument("--prompt-tokens", metavar="N[:STDEV]", help="prompt length in tokens")
     p.add_argument("--output-tokens", type=int, help="max_tokens, sent with ignore_eos")
+    p.add_argument("--prompt-pool", type=int,
+                   help="distinct prompts, cycled (default 256; long-prompt sends one, as seed 002 did)")
     p.add_argument("--tokenizer", default="auto",
                    help="DIR or tokenizer.json | auto (server /tokenize, else approx) | approx")
     p.add_argument("--model", help="model name (default: the first of /v1/models)")
@@ -67,7 +69,8 @@ def config_from_args(args):
         arrival=args.arrival, duration_s=args.duration, requests=args.requests, prompt_tokens=prompt,
         prompt_stdev=stdev, output_tokens=args.output_tokens, tokenizer=args.tokenizer,
         model=args.model, api=args.api, goodput=goodput, metrics_interval_s=args.metrics_interval,
-        seed=args.seed, keep_text=args.keep_text, request_timeout_s=args.timeout, client=args.client)
+        seed=args.seed, keep_text=args.keep_text, request_timeout_s=args.timeout, client=args.client,
+        prompt_pool=args.prompt_pool)
 
 
 def run(args) -> int:

@@ -54,7 +54,7 @@ def build_body(api: str, model: str, prompt: str, max_tokens: int, ignore_eos: b
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-class _Stream:
+class StreamState:
     """Per-request parse state, kept out of the hot loop's locals for clarity."""
 
     __slots__ = ("chat", "keep_text", "text", "completion_tokens", "prompt_tokens", "finish_reason",
@@ -133,7 +133,7 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
                           max_tokens=spec.max_tokens)
     if keep_text:
         rec.prompt = spec.prompt_text
-    state = _Stream(api == "chat", keep_text)
+    state = StreamState(api == "chat", keep_text)
     response = None
 
     def on_sent() -> None:
@@ -180,11 +180,11 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
     end = now()
     if rec.sent is not None:
         rec.e2e_s = end - rec.sent
-    _finish(rec, state, spec)
+    finish_record(rec, state, spec)
     return rec
 
 
-def _finish(rec: R.RequestRecord, state: _Stream, spec: RequestSpec) -> None:
+def finish_record(rec: R.RequestRecord, state: StreamState, spec: RequestSpec) -> None:
     rec.chunk_t_s = state.chunk_t
     rec.chunk_tokens = state.chunk_k
     rec.finish_reason = state.finish_reason

@@ -19,14 +19,17 @@ class Preset:
     rate: float | None
     prompt_tokens: int
     output_tokens: int
+    prompt_pool: int = 256    # distinct prompts, cycled; 1 = every request sends the same prompt
 
 
 # Seed 002 §3: Normal 2 req/s, short prompts (44 tokens), 128 out; Overload 14 req/s; Long prompt
-# 1 req/s, 2,905 tokens in, 64 out; Long output 1 req/s, 1,024 out.
+# 1 req/s, 2,905 tokens in, 64 out; Long output 1 req/s, 1,024 out. The seed's long-prompt run sent
+# one prompt to every request, so the prefix cache swallowed the prefill; the preset does the same
+# (--prompt-pool N sends N distinct prompts instead, the more common and much slower case).
 PRESETS: dict[str, Preset] = {
     "normal": Preset(rate=2.0, prompt_tokens=44, output_tokens=128),
     "overload": Preset(rate=14.0, prompt_tokens=44, output_tokens=128),
-    "long-prompt": Preset(rate=1.0, prompt_tokens=2905, output_tokens=64),
+    "long-prompt": Preset(rate=1.0, prompt_tokens=2905, output_tokens=64, prompt_pool=1),
     "long-output": Preset(rate=1.0, prompt_tokens=44, output_tokens=1024),
     "custom": Preset(rate=None, prompt_tokens=44, output_tokens=128),
 }
@@ -85,7 +88,7 @@ class LoadConfig:
     idle_timeout_s: float = 120.0
     connect_timeout_s: float = 10.0
     client: str = "http1"                   # http1 (our own) | aiohttp
-    prompt_pool: int = 256                  # distinct prompts per run (cycled)
+    prompt_pool: int | None = None          # distinct prompts per run (cycled); None: the preset's
     extra: dict = field(default_factory=dict)
 
     def resolved(self) -> "LoadConfig":
@@ -122,10 +125,13 @@ class LoadConfig:
             raise ValueError(f"--api must be completions or chat, got {self.api!r}")
         if self.client not in ("http1", "aiohttp"):
             raise ValueError(f"client must be http1 or aiohttp, got {self.client!r}")
+        pool = self.prompt_pool if self.prompt_pool is not None else preset.prompt_pool
+        if pool < 1:
+            raise ValueError(f"--prompt-pool must be >= 1, got {pool}")
         if self.metrics_interval_s < 0:
             raise ValueError("--metrics-interval must be >= 0")
         return replace(self, rate=rate if self.concurrency is None else None, duration_s=duration,
-                       requests=requests, prompt_tokens=prompt, output_tokens=output)
+                       requests=requests, prompt_tokens=prompt, output_tokens=output, prompt_pool=pool)
 
 
 def parse_arrival(text: str) -> tuple[str, float | None]:

@@ -139,23 +139,30 @@ class ServerView:
                 finally:
                     response.release()
         except TimeoutError:
-            return self._add(ServerSample(self._now(), None, error="timeout"))
+            return self.add(ServerSample(self._now(), None, error="timeout"))
         except Exception as exc:  # noqa: BLE001 - a failing scrape is a sample, never a crash
-            return self._add(ServerSample(self._now(), None, error=_error_class(exc)))
+            return self.add(ServerSample(self._now(), None, error=_error_class(exc)))
         arrived = self._now()
         if response.status != 200:
-            return self._add(ServerSample(arrived, arrived - asked, error=f"http_{response.status}"))
+            return self.add(ServerSample(arrived, arrived - asked, error=f"http_{response.status}"))
+        return self.ingest(body, asked, arrived)
+
+    def ingest(self, body: bytes | str, asked: float, arrived: float) -> ServerSample:
+        """Parse one /metrics body (fetched by us, or read in-process from a simulator)."""
         try:
             scrape = self._reader()(body)
         except Exception:  # noqa: BLE001
-            return self._add(ServerSample(arrived, arrived - asked, error="parse"))
+            return self.add(ServerSample(arrived, arrived - asked, error="parse"))
         sample = aggregate(ServerSample(arrived, arrived - asked, dialect=scrape.dialect,
                                         generation=scrape.generation, engines=tuple(scrape.engines)))
         if self._prev_good is not None:
             sample.queue_mean_s = _delta_mean(list(sample.engines), list(self._prev_good.engines), "queue")
-        return self._add(sample)
+        return self.add(sample)
 
-    def _add(self, sample: ServerSample) -> ServerSample:
+    def add_error(self, t: float, error: str) -> ServerSample:
+        return self.add(ServerSample(t, None, error=error))
+
+    def add(self, sample: ServerSample) -> ServerSample:
         self.samples.append(sample)
         if sample.error is None:
             if self._prev_good is not None and self._prev_good is not self.first_good:
