@@ -2,7 +2,7 @@
 target_restarted — on hand-built windows."""
 
 import pytest
-from timeline_builders import Timeline
+from tests.timeline_builders import Timeline
 
 from servewatch.detectors import DetectorConfig, run_detectors
 

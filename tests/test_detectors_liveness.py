@@ -1,6 +1,6 @@
 """engine_dead, process_exit, health_loss on hand-built windows."""
 
-from timeline_builders import API, ENGINE, WORKER, Timeline
+from tests.timeline_builders import API, ENGINE, WORKER, Timeline
 
 from servewatch.detectors import run_detectors
 

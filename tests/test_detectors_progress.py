@@ -3,7 +3,7 @@ long prefills do not."""
 
 from dataclasses import replace
 
-from timeline_builders import Timeline
+from tests.timeline_builders import Timeline
 
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
 
@@ -22,14 +22,14 @@ def stall_of(window):
 def test_stall_fires_after_the_adaptive_threshold_with_onset_at_last_progress():
     tl = Timeline(interval=0.5).ticks(40, running=8)
     last_progress_t = tl.samples[-2].t  # the last metrics sample that showed movement
-    tl.ticks(4, running=8, steps=0, gen=0)          # 2.0 s quiet: at the floor, not beyond
+    tl.ticks(3, running=8, steps=0, gen=0)          # 1.5 s quiet: below the floor
     assert stall_of(tl.window()) is None
-    tl.ticks(2, running=8, steps=0, gen=0)          # 3.0 s quiet
+    tl.ticks(1, running=8, steps=0, gen=0)          # 2.0 s quiet: at the threshold
     verdict = stall_of(tl.window())
     assert verdict is not None
     assert verdict.onset == last_progress_t
     assert verdict.details["threshold_s"] == 2.0     # max(floor 2 s, 4 x 0.5 s cadence)
-    assert verdict.details["quiet_s"] == 3.0
+    assert verdict.details["quiet_s"] == 2.0
     assert "8 running" in verdict.why and "/health 200" in verdict.why
     fields = {e.field for e in verdict.evidence}
     assert {"counters.steps", "counters.generation_tokens", "running", "status", "alive"} <= fields
@@ -97,7 +97,7 @@ def test_without_pid_process_is_unknown_and_the_stall_still_fires():
 
 
 def test_stopped_worker_is_named_in_the_evidence():
-    from timeline_builders import API, ENGINE, WORKER
+    from tests.timeline_builders import API, ENGINE, WORKER
     stopped = replace(WORKER, status="stopped")
     tl = Timeline().ticks(20, running=4).ticks(10, running=4, steps=0, gen=0, members=(API, ENGINE, stopped))
     verdict = stall_of(tl.window())

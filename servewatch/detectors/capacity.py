@@ -58,9 +58,12 @@ def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
         if progress(first_state) == progress(points[-1][1]):
             continue  # a queue behind an engine that does nothing is a stall, not an overload
         run = [p for p in points if first.t <= p[0].t <= last.t]
+        mean_waiting = _time_mean([(p[0].t, p[1].waiting or 0.0) for p in run])
+        if mean_waiting < config.overload_min_mean_waiting:
+            continue
         cause, because = _overload_cause(run, config)
         why = (f"{num(state.waiting)} waiting{where(key)}, waiting > 0 for {sustained:.1f} s "
-               f"(≥ {config.overload_sustain_s:g} s); cause {cause}: {because}")
+               f"(≥ {config.overload_sustain_s:g} s, {mean_waiting:.1f} on average); cause {cause}: {because}")
         evidence = (Evidence("metrics", first.t, "waiting", first_state.waiting),
                     Evidence("metrics", last.t, "waiting", state.waiting),
                     Evidence("metrics", last.t, "running", state.running),
@@ -68,8 +71,17 @@ def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
                     Evidence("metrics", last.t, "slot_limit", state.slot_limit))
         verdicts.append(Verdict("overload", last.t, first.t, why, evidence,
                                 {"engine": key, "cause": cause, "waiting": state.waiting, "running": state.running,
-                                 "slot_limit": state.slot_limit, "kv_usage": state.kv_usage, "sustained_s": sustained}))
+                                 "slot_limit": state.slot_limit, "kv_usage": state.kv_usage, "sustained_s": sustained,
+                                 "mean_waiting": mean_waiting}))
     return verdicts
+
+
+def _time_mean(values: list[tuple[float, float]]) -> float:
+    """Time-weighted mean of a step function sampled at the given times."""
+    if len(values) < 2:
+        return values[0][1] if values else 0.0
+    total = sum((t2 - t1) * v for (t1, v), (t2, _) in zip(values, values[1:]))
+    return total / (values[-1][0] - values[0][0])
 
 
 def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]:

@@ -16,7 +16,7 @@ class DetectorConfig:
     lookback_s: float = 180.0
 
     # alive_health_ok_no_progress: no progress counter (steps, generation tokens, prompt tokens) moved
-    # while work was admitted for longer than
+    # while work was admitted for at least
     #   clamp(stall_k x max(longest recent gap between counter movements, scrape cadence),
     #         stall_floor_s, stall_ceiling_s).
     # The gap is learned from the target's own recent step cadence (busy periods only), so a slow
@@ -38,6 +38,9 @@ class DetectorConfig:
     # through dips to 0 shorter than overload_clear_s (so a queue hovering at 0/1 fires once).
     overload_sustain_s: float = 10.0
     overload_clear_s: float = 5.0
+    # ...and a time-averaged queue of at least this many requests over that stretch: one request that
+    # comes and goes while its prefill is admitted is not overload.
+    overload_min_mean_waiting: float = 2.0
     # kv_pressure: KV usage >= kv_high in every scrape for at least kv_sustain_s; it holds until KV
     # falls below kv_clear (hysteresis). kv_high is also where overload's cause is "kv", not "slots".
     kv_high: float = 0.90

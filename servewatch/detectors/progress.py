@@ -67,7 +67,7 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     scrape_gap = cadence(points) or 0.0
     basis = max(longest_gap, scrape_gap)
     threshold = min(config.stall_ceiling_s, max(config.stall_floor_s, config.stall_k * basis))
-    if quiet_s <= threshold:
+    if quiet_s < threshold:
         return None
 
     stopped = [m for m in (process.members if process is not None else ()) if m.status in ("stopped", "tracing-stop")]
