@@ -23,6 +23,7 @@ SUFFIXES_BY_TYPE: dict[str, frozenset[str]] = {
 }
 KNOWN_TYPES = frozenset(SUFFIXES_BY_TYPE)
 SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
+_SUFFIX_SET = frozenset(SUFFIXES)
 
 
 def is_metric_name(name: str) -> bool:
@@ -45,12 +46,12 @@ def owning_family(sample_name: str, types: dict[str, str]) -> str | None:
         if "" in SUFFIXES_BY_TYPE[kind]:
             return sample_name
         raise ValueError(f"sample {sample_name} has no suffix its {kind} family allows")
-    for suffix in SUFFIXES:
-        if sample_name.endswith(suffix):
-            base = sample_name[: -len(suffix)]
-            kind = types.get(base)
-            if kind is not None and suffix in SUFFIXES_BY_TYPE[kind]:
-                return base
+    suffix = "_" + sample_name.rpartition("_")[2]   # every known suffix is "_" + one word
+    if suffix in _SUFFIX_SET:
+        base = sample_name[: -len(suffix)]
+        kind = types.get(base)
+        if kind is not None and suffix in SUFFIXES_BY_TYPE[kind]:
+            return base
     return None
 
 

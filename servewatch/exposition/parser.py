@@ -24,6 +24,8 @@ set_value = Sample.value.__set__
 set_timestamp = Sample.timestamp.__set__
 SAMPLE_FIELDS = ("name", "labels", "value", "timestamp")
 
+_BLANKS = " \t"
+
 DEFAULT_MAX_BYTES = 16 * 2**20
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
 
@@ -108,24 +110,17 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
             first = line[0]
         if first == "#":
             last_name = None
-            if line.startswith("# HELP "):
-                if wanted is not None:
-                    name_end = line.find(" ", 7)
-                    if line[7:name_end if name_end != -1 else None] not in wanted:
-                        continue
-            elif not line.startswith("# TYPE "):
+            if not line.startswith("# TYPE ") and not line.startswith("# HELP "):
                 if line == "# EOF" and openmetrics:
                     _check_nothing_after_eof(lines, line_no)
                     break
                 if not line.startswith("#\t") and not line.startswith("#  "):
                     continue               # a plain comment
-            parts = line.split(None, 3)
-            if len(parts) > 2 and parts[0] == "#":
-                keyword = parts[1]
-                if keyword == "TYPE":
-                    _type_line(parts, line, line_no, wanted, out, types, typed, helps)
-                elif keyword == "HELP" and (wanted is None or parts[2] in wanted):
-                    _help_line(parts, line, line_no, out, helps, openmetrics)
+            keyword, name, rest = _comment_fields(line)
+            if keyword == "TYPE":
+                _type_line(name, rest, line, line_no, wanted, out, types, typed, helps)
+            elif keyword == "HELP" and (wanted is None or name in wanted):
+                _help_line(name, rest, line, line_no, out, helps, openmetrics)
             continue
 
         brace = line.find("{")
@@ -240,12 +235,27 @@ def _number(token: str, what: str, name: str, line_no: int) -> float:
     return number
 
 
-def _type_line(parts: list[str], line: str, line_no: int, wanted: frozenset[str] | None,
+def _comment_fields(line: str) -> tuple[str, str, str]:
+    """(keyword, name, rest) of a comment line; tokens are separated by blanks (space or tab) only."""
+    keyword, rest = _first_word(line[1:].lstrip(_BLANKS))
+    name, rest = _first_word(rest)
+    return keyword, name, rest
+
+
+def _first_word(text: str) -> tuple[str, str]:
+    end = len(text)
+    for blank in _BLANKS:
+        at = text.find(blank, 0, end)
+        if at != -1:
+            end = at
+    return text[:end], text[end:].lstrip(_BLANKS)
+
+
+def _type_line(name: str, kind: str, line: str, line_no: int, wanted: frozenset[str] | None,
                out: dict[str, Family], types: dict[str, str], typed: set[str], helps: dict[str, str]) -> None:
-    name = parts[2]
     if not is_metric_name(name):
         raise ExpositionError(f"invalid metric name in TYPE line: {_snippet(line)}", line_no)
-    kind = parts[3].strip() if len(parts) == 4 else ""
+    kind = kind.rstrip()
     if kind not in KNOWN_TYPES:
         raise ExpositionError(f"unknown type {kind[:40]!r} for {name}", line_no)
     if name in typed:
@@ -258,12 +268,11 @@ def _type_line(parts: list[str], line: str, line_no: int, wanted: frozenset[str]
         out[name] = Family(name, kind, helps.pop(name, ""), [])
 
 
-def _help_line(parts: list[str], line: str, line_no: int, out: dict[str, Family], helps: dict[str, str],
+def _help_line(name: str, text: str, line: str, line_no: int, out: dict[str, Family], helps: dict[str, str],
                openmetrics: bool) -> None:
-    name = parts[2]
     if not is_metric_name(name):
         raise ExpositionError(f"invalid metric name in HELP line: {_snippet(line)}", line_no)
-    text = unescape_help(parts[3].strip(), openmetrics) if len(parts) == 4 else ""
+    text = unescape_help(text.rstrip(), openmetrics)
     family = out.get(name)
     if family is not None:
         family.help = text
