@@ -1,0 +1,44 @@
+"""The demo's script: four load scenarios (seed 002 §3), then two faults that health checks miss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servewatch.load.scenarios import PRESETS
+
+SCENARIOS = ("normal", "overload", "long-prompt", "long-output")
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    name: str                        # scenario name, or "stall" / "engine-death"
+    rate: float                      # requests per second (Poisson)
+    prompt_tokens: int
+    output_tokens: int
+    duration_s: float                # how long requests arrive
+    fault: dict | None = None        # injected `fault_after_s` into the phase
+    fault_after_s: float = 0.0
+    expect: tuple[str, ...] = ()     # verdicts the phase exists to show
+    wait_for_verdicts_s: float = 0.0  # after the fault, how long to wait for `expect` at most
+    drain_s: float = 0.0             # quiet time after arrivals stop, for in-flight requests to finish
+    shared_prompt: bool = False      # every request sends the same prompt (seed 002's long-prompt run did)
+
+    @property
+    def is_fault(self) -> bool:
+        return self.fault is not None
+
+
+def demo_plan(fast: bool) -> list[Phase]:
+    """Virtual time (`fast`) runs the seed's 60 s per scenario; real time scales them to fit 5 minutes."""
+    duration = 60.0 if fast else 20.0
+    phases = [Phase(name, PRESETS[name].rate, PRESETS[name].prompt_tokens, PRESETS[name].output_tokens,
+                    duration, drain_s=30.0 if fast else 8.0, shared_prompt=name == "long-prompt")
+              for name in SCENARIOS]
+    normal = PRESETS["normal"]
+    phases.append(Phase("stall", normal.rate, normal.prompt_tokens, 512, duration_s=30.0 if fast else 14.0,
+                        fault={"kind": "stall"}, fault_after_s=4.0,
+                        expect=("alive_health_ok_no_progress",), wait_for_verdicts_s=20.0, drain_s=20.0 if fast else 8.0))
+    phases.append(Phase("engine-death", normal.rate, normal.prompt_tokens, 512, duration_s=10.0,
+                        fault={"kind": "engine-death", "exit_code": 0}, fault_after_s=4.0,
+                        expect=("engine_dead", "process_exit"), wait_for_verdicts_s=15.0))
+    return phases
