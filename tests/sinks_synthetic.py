@@ -139,7 +139,8 @@ class Ticker:
                                      status="sleeping"),
                        ProcessMember(pid=root_pid + 1, create_time=root_ct + 1, role="engine_core", title=title,
                                      status="running"))
-            self.samples.append(ProcessSample(t=t + 0.02, root_pid=root_pid, root_create_time=root_ct if alive else None,
+            self.samples.append(ProcessSample(t=t + 0.02, root_pid=root_pid,
+                                              root_create_time=root_ct if alive else None,
                                               alive=alive, members=members if alive else (),
                                               error=None if alive else "no_such_process"))
             self.t += self.interval

@@ -276,3 +276,9 @@ def test_verdicts_with_mixed_values_round_trip():
     assert serialize.verdict_from_dict(stored) == verdict
     log = LogEvent(t=1.0, kind="stats", fields={"ok": True, "running": 3, "dialect": "vllm"})
     assert serialize.sample_from_dict(json.loads(layout.encode(serialize.sample_to_dict(log)))) == log
+
+
+def test_verdict_text_keeps_endpoints_and_units_but_not_paths_or_urls():
+    text = "/health 200, 12 tokens/s (/metrics) on /models/secret via http://h:1/v1?k=v user@host C:\\x"
+    assert serialize.scrub_text(text) == ("/health 200, 12 tokens/s (/metrics) on [redacted] via [redacted] "
+                                          "[redacted] [redacted]")

@@ -28,7 +28,8 @@ MUTATIONS = 1200
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundles")
     window = stall_window(n=24, stalled_from=12)
-    writer = BundleWriter(out, stderr=io.StringIO(), recompute=synthetic_recompute, max_file_bytes=8192, max_sample_files=8)
+    writer = BundleWriter(out, stderr=io.StringIO(), recompute=synthetic_recompute, max_file_bytes=8192,
+                          max_sample_files=8)
     path = writer.write(window, synthetic_stall_verdicts(window),
                         BundleContext(target_url="http://127.0.0.1:8000", detector_config={"min_stall_s": 3.0}))
     assert path is not None

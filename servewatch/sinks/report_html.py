@@ -63,7 +63,9 @@ def fmt(value: float | None, digits: int = 3) -> str:
         return str(value)
     if float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
-    return f"{value:.{digits}g}" if abs(value) < 1e-2 or abs(value) >= 1e4 else f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+    if abs(value) < 1e-2 or abs(value) >= 1e4:
+        return f"{value:.{digits}g}"
+    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
 
 
 def utc(t: float | None) -> str:

@@ -319,6 +319,8 @@ def source_of(s: Sample) -> str:
 
 _DETAIL = re.compile(r"^[A-Za-z0-9_.:+=,-]{1,128}$")
 _PRIVATE_WORD = re.compile(r"[/?@\\]")
+# Words with a slash that are not private: the server's well-known endpoints and per-second units.
+_PUBLIC_SLASH_WORD = re.compile(r"^\(?(/(health|metrics|version|ready)|[A-Za-z]+/s)[,.;:)]*$")
 
 
 def _detail_value(value: Any) -> Any:
@@ -329,7 +331,8 @@ def _detail_value(value: Any) -> Any:
 
 def scrub_text(text: str, limit: int = 400) -> str:
     """One line; any word that could be a path, URL, query or address becomes "[redacted]"."""
-    words = ["[redacted]" if _PRIVATE_WORD.search(w) else w for w in str(text).split()]
+    words = ["[redacted]" if _PRIVATE_WORD.search(w) and not _PUBLIC_SLASH_WORD.match(w) else w
+             for w in str(text).split()]
     return " ".join(words)[:limit]
 
 
