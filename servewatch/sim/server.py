@@ -257,7 +257,14 @@ async def _serve_completion(request: web.Request, *, chat: bool) -> web.StreamRe
     created = int(time.time())
     try:
         if params.stream:
-            return await _stream(request, engine, handle, woke, params, chat, ident, created)
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                                   "Cache-Control": "no-cache"})
+            try:
+                await response.prepare(request)
+                await _stream(response, engine, handle, woke, params, chat, ident, created)
+            except ConnectionResetError:
+                pass   # the client went away mid-stream; the request is aborted below
+            return response
         while not handle.finished:
             woke.clear()
             await woke.wait()
@@ -288,13 +295,23 @@ def _full_body(engine: SimEngine, handle, chat: bool, ident: str, created: int) 
             "choices": [choice], "usage": _usage(handle)}
 
 
-async def _stream(request, engine, handle, woke, params, chat, ident, created) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
-                                           "Cache-Control": "no-cache"})
-    await response.prepare(request)
+async def _stream(response, engine, handle, woke, params, chat, ident, created) -> None:
     obj = "chat.completion.chunk" if chat else "text_completion"
     model = engine.config.model_name
     per_chunk = engine.config.tokens_per_chunk
+
+    head = json.dumps({"id": ident, "object": obj, "created": created, "model": model},
+                      separators=(",", ":"))[:-1].encode() + b',"choices":[{"index":0,'
+    plain_tail = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+
+    def token_chunk(text: str, reason: str | None, upto: int) -> bytes:
+        if reason is None and not chat and not params.continuous_usage:   # the hot path, pre-encoded
+            return b"data: " + head + b'"text":' + json.dumps(text).encode() + plain_tail
+        if chat:
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+        return chunk(choice, upto)
 
     def chunk(choice: dict, usage_upto: int | None) -> bytes:
         payload = {"id": ident, "object": obj, "created": created, "model": model, "choices": [choice]}
@@ -319,11 +336,7 @@ async def _stream(request, engine, handle, woke, params, chat, ident, created) -
             sent += take
             reason = handle.finish_reason if finished and sent == available else None
             reason_sent = reason is not None
-            if chat:
-                choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
-            else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
-            await response.write(chunk(choice, sent))
+            await response.write(token_chunk(text, reason, sent))
         if finished:
             if not reason_sent:
                 empty = {"index": 0, "delta": {}} if chat else {"index": 0, "text": "", "stop_reason": None}
@@ -338,7 +351,6 @@ async def _stream(request, engine, handle, woke, params, chat, ident, created) -
         await response.write(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
-    return response
 
 
 # --- running the server ------------------------------------------------------------------------------
@@ -363,9 +375,10 @@ async def serve(engine: SimEngine, host: str, port: int, *, on_listening=None, s
             engine.log.listening(host, bound)
             if on_listening is not None:
                 on_listening(bound)
+        announced = False
         while not stop.is_set() and not loop_task.done():
-            if engine.config.dialect == "sglang" and engine.state == READY and not getattr(engine, "_fired", False):
-                engine._fired = True
+            if engine.config.dialect == "sglang" and engine.state == READY and not announced:
+                announced = True
                 engine.log.fired_up()
             await _wait_any(stop, loop_task, 0.5)
         if loop_task.done():
