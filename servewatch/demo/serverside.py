@@ -26,3 +26,30 @@ def health_answers(samples: Sequence[HealthSample]) -> dict[str, int]:
         key = str(s.status) if s.status is not None else "no answer"
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def blindness_findings(samples: Sequence[MetricsSample]) -> list[dict]:
+    """Blindness of what the server's histograms recorded during the phase (the delta of the first and
+    last good scrapes, never the cumulative since start)."""
+    from servewatch.engine.histogram import delta
+    from servewatch.engine.summary import summarize
+
+    good = [m for m in samples if m.error is None and m.engines]
+    if len(good) < 2:
+        return []
+    before = {tuple(sorted(e.labels.items())): e for e in good[0].engines}
+    findings = []
+    for engine in good[-1].engines:
+        old = before.get(tuple(sorted(engine.labels.items())))
+        if old is None:
+            continue
+        for kind, h in engine.histograms.items():
+            if kind not in old.histograms:
+                continue
+            d = delta(h, old.histograms[kind])
+            if d is None or d.count <= 0:
+                continue
+            line = summarize(kind, d).finding()
+            if line:
+                findings.append({"histogram": kind, "finding": line})
+    return findings

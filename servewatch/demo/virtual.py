@@ -4,6 +4,7 @@ a ten-minute run takes seconds."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ from servewatch.demo.plan import Phase
 from servewatch.demo.records import record_of
 from servewatch.demo.result import PhaseResult
 from servewatch.demo.script import Arrival, phase_arrivals
-from servewatch.demo.serverside import health_answers, server_summary
+from servewatch.demo.serverside import blindness_findings, health_answers, server_summary
 from servewatch.load.scenarios import LoadConfig
 from servewatch.load.summary import summarize
 from servewatch.sim import DEAD, EXITED, EngineDeadError, RequestRejected, SimConfig, SimEngine
@@ -146,7 +147,7 @@ def run_virtual(plan: list[Phase], *, dialect: str, seed: int, interval: float, 
                 history_s: float, listeners=(), on_phase=lambda p: None) -> list[PhaseResult]:
     import asyncio
 
-    clock = VirtualClock()
+    clock = VirtualClock(start=time.time())
     engine = SimEngine(SimConfig(dialect=dialect, seed=seed), clock)
     sources = sim_sources(engine, clock, interval)
     recorder = Recorder(sources, clock, history_s=history_s, config=detector_config,
@@ -175,6 +176,7 @@ def _finish(script: VirtualScript, recorder: Recorder, interval: float) -> None:
                             prompt_tokens=result.phase.prompt_tokens).resolved()
         result.summary = summarize(config, result.records, wall_s=end - result.start, prompt_source="server",
                                    prompts_exact=True, server=server, client_name="in-process")
+        result.summary["server_blindness"] = blindness_findings(metrics)
         since = result.fault_at if result.fault_at is not None else result.start
         result.health = health_answers([h for h in window.health if since <= h.t <= end])
 

@@ -1,0 +1,119 @@
+"""`servewatch demo`: the whole product in one command, on the built-in engine (no GPU)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="run the built-in engine through four workloads and two silent failures, then report",
+        description="Start the built-in engine, run the four seed-002 load scenarios while the recorder "
+                    "watches, inject a health-green stall and an engine death, and end with the signature "
+                    "table, each verdict with its evidence and detection time, what /health said meanwhile, "
+                    "and report.html / report.md.")
+    parser.add_argument("--out", metavar="DIR", default="servewatch-demo",
+                        help="where bundles and reports go (default ./servewatch-demo)")
+    parser.add_argument("--fast", action="store_true",
+                        help="virtual time: the same script in-process, in well under a minute")
+    parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--interval", type=float, default=0.5, help="recorder cadence in seconds (default 0.5)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+    import time
+    from pathlib import Path
+
+    from servewatch.demo.plan import demo_plan
+    from servewatch.demo.report import write_reports
+    from servewatch.demo.result import DemoResult
+    from servewatch.demo.view import LiveView
+    from servewatch.detectors import DetectorConfig
+    from servewatch.errors import ServewatchError
+    from servewatch.watch.bundle_sink import bundle_sink
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServewatchError(f"--out {out}: {exc.strerror or exc}") from None
+    plan = demo_plan(args.fast)
+    config = DetectorConfig()
+    sink = bundle_sink(str(out / "bundles"), None, config, keep=100)
+    result = DemoResult(mode="virtual" if args.fast else "realtime", dialect=args.dialect, out_dir=str(out))
+    started = time.monotonic()
+    with LiveView(plan, enabled=not args.json) as view:
+        if args.fast:
+            from servewatch.demo.virtual import run_virtual
+
+            result.phases = run_virtual(plan, dialect=args.dialect, seed=args.seed, interval=args.interval,
+                                        sink=sink, detector_config=config, history_s=1800.0,
+                                        listeners=[view.on_fired], on_phase=view.on_phase)
+        else:
+            from servewatch.demo.realtime import run_realtime
+
+            result.phases = run_realtime(plan, dialect=args.dialect, seed=args.seed, interval=args.interval,
+                                         sink=sink, detector_config=config, listeners=[view.on_fired],
+                                         on_phase=view.on_phase, log_dir=out)
+    result.wall_s = time.monotonic() - started
+    result.bundles = [str(p) for p in sink.writer.bundles()]
+    result.bundle_failures = sink.failures
+    html_path, md_path = write_reports(result, out)
+    result.report_html, result.report_md = str(html_path), str(md_path)
+    if args.json:
+        json.dump(_json(result), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        _print(result)
+    missing = result.missing_verdicts()
+    if missing:
+        print(f"servewatch demo: expected verdicts did not fire: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _json(result) -> dict:
+    from servewatch.demo.report import signature_rows
+
+    return {
+        "mode": result.mode, "dialect": result.dialect, "wall_s": round(result.wall_s, 2),
+        "signature": {"scenarios": [p.phase.name for p in result.scenarios],
+                      "rows": signature_rows(result.scenarios)},
+        "verdicts": [{"phase": p.phase.name, "verdict": f.verdict.name, "why": f.verdict.why,
+                      "detection_s": p.detection_s(f), "since_s": round(f.verdict.since_s, 3),
+                      "bundle": f.bundle} for p in result.phases for f in p.fired],
+        "health_during_faults": {p.phase.name: p.health for p in result.incidents},
+        "bundles": result.bundles, "bundle_write_failures": result.bundle_failures,
+        "report_html": result.report_html, "report_md": result.report_md,
+    }
+
+
+def _print(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from servewatch.demo.report import signature_rows, verdict_rows
+
+    console = Console()
+    table = Table(title="Signatures of four workloads (seed 002 §3 shape)", title_justify="left")
+    table.add_column("")
+    for p in result.scenarios:
+        table.add_column(p.phase.name, justify="right")
+    for row in signature_rows(result.scenarios):
+        table.add_row(*row)
+    console.print(table)
+    console.print("[bold]What health checks missed[/bold]")
+    for phase, name, detected, _since, _health, why in verdict_rows(result):
+        console.print(f"  [red]{name}[/red] ({phase}, detected {detected}): {why}")
+    for p in result.incidents:
+        cut = sum(1 for r in p.records if r.error == "truncated")
+        console.print(f"[bold]{p.phase.name}[/bold]: /health said "
+                      + (", ".join(f"{k} ×{v}" for k, v in sorted(p.health.items())) or "nothing")
+                      + f" from the fault on; {cut} request(s) cut short (counted as 'truncated', not success)")
+    console.print(f"bundles ({len(result.bundles)}): {result.out_dir}/bundles — check each with `servewatch verify`")
+    console.print(f"report: {result.report_html}  and  {result.report_md}")

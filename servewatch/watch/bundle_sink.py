@@ -1,0 +1,51 @@
+"""The recorder's on_verdict hook → the incident bundle writer.
+
+Stores the evidence window (the slice the detectors read) with every verdict of that detection run and
+the detector config, so `servewatch verify` can recompute the verdicts from the bundle alone.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from servewatch.errors import ServewatchError
+
+
+class BundleSink:
+    def __init__(self, writer, target: str | None, config):
+        self.writer = writer
+        self.target = target
+        self.config = config
+        self.recorder = None          # set once the recorder exists: the ring's overwrite counts go in
+
+    @property
+    def failures(self) -> int:
+        return self.writer.failures
+
+    def write(self, verdict, window, verdicts):
+        from servewatch.detectors import evidence_window
+        from servewatch.sinks.bundle import BundleContext
+
+        recent = evidence_window(window, self.config)
+        metrics = next((m for m in reversed(recent.metrics) if m.dialect), None)
+        context = BundleContext(target_url=self.target, detector_config=self.config,
+                                dialect=metrics.dialect if metrics else None,
+                                generation=metrics.generation if metrics else None, trigger=verdict.name,
+                                overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {})
+        return self.writer.write(recent, list(verdicts), context)
+
+
+def bundle_sink(out: str, target: str | None, config, *, keep: int | None = None) -> BundleSink:
+    """A sink writing into `out`; one clear error now if `out` cannot be written at all (later failures
+    are counted by the writer and watching continues)."""
+    from servewatch.sinks.bundle import BundleWriter
+
+    try:
+        os.makedirs(out, mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".servewatch-probe-"):
+            pass
+    except OSError as exc:
+        raise ServewatchError(f"--out {out}: not writable ({exc.strerror or exc})") from None
+    writer = BundleWriter(out) if keep is None else BundleWriter(out, keep=keep)
+    return BundleSink(writer, target, config)
