@@ -36,7 +36,8 @@ WORDS = (
     "read", "sing", "grow", "pay", "meet", "send", "sit", "lead", "win", "hope", "talk", "rise",
 )
 
-MAX_ADJUST_STEPS = 12
+FILLERS = tuple("abcdefghijklmnopqrstuvwxyz") + WORDS
+MAX_FILL_TRIES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,30 +108,44 @@ def _words(rng: random.Random, n: int) -> list[str]:
 
 
 async def build_prompt(counter, target: int, rng: random.Random) -> Prompt:
-    """A prompt the counter measures at exactly `target` tokens (or the closest found)."""
+    """A prompt the counter measures at exactly `target` tokens (or the closest found).
+
+    Grow a word list until it reaches the target, binary-search the longest prefix that does not
+    exceed it (token counts grow with words), then top up with single letters and short words
+    whose added cost fits the remaining gap."""
     if counter.source == "approx":
         return Prompt(" ".join(_words(rng, target)), target, target, "approx")
-    words = _words(rng, target)
-    best: tuple[int, list[str], int] | None = None   # (distance, words, count)
-    for _ in range(MAX_ADJUST_STEPS):
-        n = await counter.count(" ".join(words))
-        dist = abs(n - target)
-        if best is None or dist < best[0]:
-            best = (dist, list(words), n)
-        if n == target:
-            break
-        if n < target:
-            words.extend(_words(rng, target - n))
+
+    async def count(ws: list[str]) -> int:
+        return await counter.count(" ".join(ws))
+
+    words = _words(rng, max(1, target))
+    n_all = await count(words)
+    while n_all < target and len(words) < 8 * target + 16:
+        words += _words(rng, len(words))
+        n_all = await count(words)
+    lo, hi = 0, len(words)                 # count(words[:lo]) <= target < count(words[:hi]) (or hi = all)
+    if n_all <= target:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if await count(words[:mid]) <= target:
+            lo = mid
         else:
-            excess = n - target
-            if excess >= len(words):
-                words = words[:1]
-            else:
-                del words[len(words) - excess:]
-            if excess == 1 and len(words) > 1 and best[2] == target - 1:
-                # a 2-token word crossed the target: swap the tail for a different 1-token guess
-                words[-1] = rng.choice(WORDS)
-    dist, words, n = best
+            hi = mid
+    words = words[:lo]
+    n = await count(words) if words else await counter.count("")
+    for _ in range(MAX_FILL_TRIES):
+        if n >= target:
+            break
+        candidate = rng.choice(FILLERS)
+        n2 = await count(words + [candidate])
+        if n2 <= target:
+            words.append(candidate)
+            n = n2
+    if not words:                           # the smallest non-empty prompt, even if over the target
+        words = [rng.choice(FILLERS)]
+        n = await count(words)
     return Prompt(" ".join(words), n, target, counter.source)
 
 
