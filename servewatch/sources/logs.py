@@ -120,6 +120,7 @@ class LogTail:
         self._max = max_bytes_per_poll
         self._handle = None
         self._inode = None
+        self._opened = False
         self._partial = b""
         self._missing_reported = False
         self.lines_read = 0
@@ -130,6 +131,7 @@ class LogTail:
         try:
             chunk = self._read()
         except OSError as exc:
+            self._opened = True  # a file that appears later is read from its start
             self._close()
             if self._missing_reported:
                 return []
@@ -149,12 +151,13 @@ class LogTail:
     def _read(self) -> bytes:
         stat = os.stat(self._path)
         if self._handle is None or stat.st_ino != self._inode or stat.st_size < self._handle.tell():
-            reopened = self._handle is not None
+            first_open = not self._opened
             self._close()
             self._handle = open(self._path, "rb")  # noqa: SIM115 - kept open between polls
             self._inode = stat.st_ino
-            if not reopened and not self._from_start:
-                self._handle.seek(0, os.SEEK_END)
+            self._opened = True
+            if first_open and not self._from_start:
+                self._handle.seek(0, os.SEEK_END)   # history before watching is not ours; new files are
         return self._handle.read(self._max)
 
     def _lines(self, chunk: bytes) -> list[bytes]:

@@ -1,0 +1,150 @@
+"""The bounded fetch and the HTTP sources against a local server: answers, failures as typed samples,
+and a slow scrape that does not delay the health probe."""
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from servewatch.clock import RealClock
+from servewatch.sources.health import HealthSource
+from servewatch.sources.http import FetchFailure, Response, fetch, http_transport
+from servewatch.sources.metrics import MetricsSource
+from servewatch.watch import Recorder
+from tests.conftest import FIXTURES
+
+VLLM_TEXT = (FIXTURES / "metrics" / "vllm_kv_pressure_t0.prom").read_text()
+
+
+async def serve(routes):
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+async def _handlers_case():
+    async def ok(request):
+        return web.Response(text="fine")
+
+    async def dead(request):
+        return web.Response(status=503)
+
+    async def slow(request):
+        await asyncio.sleep(1.5)
+        return web.Response(text="late")
+
+    async def huge(request):
+        return web.Response(body=b"x" * 300_000)
+
+    async def huge_chunked(request):
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(40):
+            await response.write(b"y" * 10_000)
+        return response
+
+    runner, base = await serve({"/ok": ok, "/dead": dead, "/slow": slow, "/huge": huge, "/chunked": huge_chunked})
+    try:
+        async with aiohttp.ClientSession() as session:
+            results = {name: await fetch(session, base + "/" + name, timeout_s=0.5, max_bytes=100_000)
+                       for name in ("ok", "dead", "slow", "huge", "chunked")}
+            results["refused"] = await fetch(session, "http://127.0.0.1:1/health", timeout_s=0.5)
+    finally:
+        await runner.cleanup()
+    return results
+
+
+def test_fetch_answers_and_typed_failures():
+    results = run(_handlers_case())
+    assert isinstance(results["ok"], Response) and results["ok"].body == b"fine" and results["ok"].status == 200
+    assert isinstance(results["dead"], Response) and results["dead"].status == 503
+    assert isinstance(results["slow"], FetchFailure) and results["slow"].kind == "timeout"
+    assert results["slow"].elapsed_s < 2.0
+    assert results["huge"].kind == "too_large"          # declared length over the bound
+    assert results["chunked"].kind == "too_large"       # no length: cut off while reading
+    assert results["refused"].kind == "connect"
+
+
+async def _sources_case():
+    async def health(request):
+        return web.Response(status=503)
+
+    async def metrics(request):
+        return web.Response(text=VLLM_TEXT)
+
+    async def garbage(request):
+        return web.Response(text="<html>not metrics{{{</html>\n")
+
+    async def broken(request):
+        return web.Response(text='vllm:num_requests_running{engine="0",model_name="t\n')
+
+    runner, base = await serve({"/health": health, "/metrics": metrics, "/garbage": garbage, "/broken": broken})
+    clock = RealClock()
+    try:
+        async with aiohttp.ClientSession() as session:
+            h = await HealthSource(http_transport(session, base + "/health", timeout_s=1), clock, 1).poll()
+            m = await MetricsSource(http_transport(session, base + "/metrics", timeout_s=1), clock, 1,
+                                    slot_limit=16).poll()
+            g = await MetricsSource(http_transport(session, base + "/garbage", timeout_s=1), clock, 1).poll()
+            b = await MetricsSource(http_transport(session, base + "/broken", timeout_s=1), clock, 1).poll()
+            small = await MetricsSource(http_transport(session, base + "/metrics", timeout_s=1, max_bytes=1000),
+                                        clock, 1).poll()
+            down = await HealthSource(http_transport(session, "http://127.0.0.1:1/health", timeout_s=1), clock, 1).poll()
+    finally:
+        await runner.cleanup()
+    return h[0], m[0], g[0], b[0], small[0], down[0]
+
+
+def test_http_sources_make_typed_samples():
+    health, metrics, garbage, broken, small, down = run(_sources_case())
+    assert health.status == 503 and health.error == "http_503" and not health.ok
+    assert metrics.error is None and metrics.dialect == "vllm"
+    (engine,) = metrics.engines
+    assert (engine.running, engine.waiting, engine.slot_limit) == (7, 9, 16)
+    assert engine.kv_usage == pytest.approx(0.8889, abs=1e-4)
+    assert garbage.error == "no_engine_metrics" and garbage.engines == ()   # HTML: no engine family in it
+    assert broken.error == "parse" and broken.engines == ()
+    assert small.error == "too_large"
+    assert down.status is None and down.error == "connect"
+
+
+async def _slow_scrape_case():
+    async def health(request):
+        return web.Response(text="")
+
+    async def metrics(request):
+        await asyncio.sleep(1.5)       # a saturated API server answering a scrape late
+        return web.Response(text=VLLM_TEXT)
+
+    runner, base = await serve({"/health": health, "/metrics": metrics})
+    clock = RealClock()
+    try:
+        async with aiohttp.ClientSession() as session:
+            sources = [HealthSource(http_transport(session, base + "/health", timeout_s=1), clock, 0.1),
+                       MetricsSource(http_transport(session, base + "/metrics", timeout_s=5), clock, 0.1)]
+            recorder = Recorder(sources, clock)
+            asked = time.time()
+            await recorder.run(duration=1.7)
+    finally:
+        await runner.cleanup()
+    return recorder.ring.window(), asked
+
+
+def test_a_slow_scrape_does_not_delay_health_probes_and_is_stamped_on_arrival():
+    window, asked = run(_slow_scrape_case())
+    during = [h for h in window.health if h.t < asked + 1.5]
+    assert len(during) >= 8                  # probes kept their 0.1 s cadence while the scrape hung
+    assert len(window.metrics) == 1
+    assert window.metrics[0].t >= asked + 1.5  # the time the answer arrived, not when it was asked

@@ -1,0 +1,123 @@
+"""The process source on real processes: identity, titles (never command lines), stopped and zombie
+status, exit codes of our own children, a wrong PID, a reused PID."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from servewatch.errors import SourceUnavailable
+from servewatch.sources.process import PsutilProbe, role_of, slot_limit_from_argv, title_of
+
+SECRET = "do-not-store-this-argument"
+
+
+@pytest.fixture
+def child():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--max-num-seqs", "24", SECRET])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def wait_for(predicate, timeout=10.0):
+    """Bounded wait on a condition the kernel reports (status changes are asynchronous)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_snapshot_identity_title_and_no_command_line(child):
+    probe = PsutilProbe(child.pid)
+    sample = probe.snapshot(1.0)
+    assert sample.alive and sample.root_pid == child.pid
+    assert sample.root_create_time == psutil.Process(child.pid).create_time()
+    (root,) = sample.members
+    assert root.role == "api" and root.pid == child.pid
+    assert root.title and SECRET not in repr(sample) and "time.sleep" not in repr(sample)
+    assert root.rss_bytes > 0 and root.threads >= 1
+
+
+def test_slot_limit_read_from_the_command_line_and_dropped(child):
+    probe = PsutilProbe(child.pid)
+    assert probe.slot_limit() == 24
+    assert SECRET not in repr(vars(probe))
+    assert slot_limit_from_argv(["x", "--max-running-requests=64"]) == 64
+    assert slot_limit_from_argv(["x", "--max-num-seqs", "abc"]) is None
+
+
+def test_stopped_member_is_reported(child):
+    probe = PsutilProbe(os.getpid())
+    os.kill(child.pid, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED)
+        sample = probe.snapshot(1.0)
+        member = next(m for m in sample.members if m.pid == child.pid)
+        assert member.status == "stopped"
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+
+
+def test_exit_of_our_child_with_its_signal(child):
+    probe = PsutilProbe(child.pid, exit_status=child.poll)
+    child.kill()
+    child.wait(timeout=10)
+    sample = probe.snapshot(2.0)
+    assert not sample.alive and sample.exit_signal == signal.SIGKILL and sample.exit_code is None
+    assert sample.error == "no_such_process"
+
+
+def test_zombie_root_is_not_alive(child):
+    probe = PsutilProbe(child.pid)
+    child.send_signal(signal.SIGTERM)
+    assert wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE)
+    sample = probe.snapshot(3.0)
+    assert not sample.alive
+
+
+def test_wrong_pid_is_one_line_error():
+    with pytest.raises(SourceUnavailable, match=r"^--pid 999999999: no such process$"):
+        PsutilProbe(999_999_999)
+    with pytest.raises(SourceUnavailable):
+        PsutilProbe(0)
+
+
+def test_reused_pid_shows_a_new_identity(child, monkeypatch):
+    probe = PsutilProbe(child.pid)
+    first = probe.snapshot(1.0)
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: first.root_create_time + 500.0)
+    second = probe.snapshot(2.0)
+    assert second.alive and second.root_create_time == first.root_create_time + 500.0
+    from servewatch.detectors import run_detectors
+    from servewatch.timeline.window import Window
+    verdicts = run_detectors(Window.from_samples([first, second]))
+    assert [v.name for v in verdicts] == ["target_restarted"]
+
+
+def test_titles_and_roles():
+    assert role_of("VLLM::EngineCore") == "engine_core"
+    assert role_of("VLLM::EngineCor") == "engine_core"     # the kernel's 15-byte name
+    assert role_of("VLLM::Worker_TP0") == "worker"
+    assert role_of("sglang::scheduler_TP1") == "engine_core"
+    assert role_of("python3") == "other"
+
+    class Fake:
+        def __init__(self, argv, name):
+            self._argv, self._name = argv, name
+
+        def cmdline(self):
+            return self._argv
+
+        def name(self):
+            return self._name
+
+    assert title_of(Fake(["VLLM::Worker_TP0"], "VLLM::Worker_TP")) == "VLLM::Worker_TP0"
+    assert title_of(Fake(["/opt/venv/bin/python", "-m", "vllm", "--model", "/models/x"], "python3")) == "python3"
