@@ -200,6 +200,26 @@ class VllmServer:
         except subprocess.TimeoutExpired:
             return None
 
+    def wait_exit_keep_zombie(self, timeout_s: float) -> int | None:
+        """The API server's exit code (negative: killed by that signal), without reaping it.
+
+        The process stays a zombie, so its pid and exit status remain readable from outside
+        (/proc/PID/stat) by a watcher, until wait_exit() or stop() reaps it.
+        """
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while self.proc.returncode is None:
+            try:
+                info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return self.proc.poll()
+            if info is not None:
+                return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)  # waitid has no timeout; a bounded poll of our own child
+        return self.proc.returncode
+
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """Stop the whole tree: SIGCONT (a stopped worker cannot exit), SIGTERM, then SIGKILL."""
         if self.proc is None:

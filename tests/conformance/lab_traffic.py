@@ -1,0 +1,75 @@
+"""A small asyncio client that puts a real vLLM into a known condition (busy, queued, KV-full).
+
+It is not the system under test: the load generator (`servewatch load`) is tested where its own
+behaviour matters. One event loop on one thread, so that on 2 cores the client does not starve the
+server (see real-vllm-cpu.md, "Driving load on 2 cores").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+
+import aiohttp
+
+PROMPT = "the quick brown fox jumps over the lazy dog and keeps running far away"
+
+
+@dataclass
+class TrafficResult:
+    statuses: list[int | str] = field(default_factory=list)   # HTTP status, or an error class name
+    completion_tokens: list[int | None] = field(default_factory=list)
+
+
+class Traffic:
+    """Fire `n` completions with `concurrency` in flight, in a background thread; bounded by `timeout_s`."""
+
+    def __init__(self, url: str, *, n: int, concurrency: int, max_tokens: int,
+                 prompt: str = PROMPT, timeout_s: float = 120.0, model: str = "tiny"):
+        self.url = url.rstrip("/") + "/v1/completions"
+        self.n, self.concurrency, self.max_tokens = n, concurrency, max_tokens
+        self.prompt, self.timeout_s, self.model = prompt, timeout_s, model
+        self.result = TrafficResult()
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="traffic", daemon=True)
+
+    def start(self) -> "Traffic":
+        self._thread.start()
+        return self
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.done.wait(timeout_s)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(asyncio.wait_for(self._run(), self.timeout_s))
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError):
+            pass
+        finally:
+            self.done.set()
+
+    async def _run(self) -> None:
+        gate = asyncio.Semaphore(self.concurrency)
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            await asyncio.gather(*(self._one(session, gate, i) for i in range(self.n)))
+
+    async def _one(self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, i: int) -> None:
+        body = {
+            "model": self.model,
+            "prompt": f"{i} {self.prompt}",
+            "max_tokens": self.max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+        async with gate:
+            try:
+                async with session.post(self.url, json=body) as response:
+                    payload = await response.json(content_type=None) if response.status == 200 else {}
+                    self.result.statuses.append(response.status)
+                    self.result.completion_tokens.append((payload.get("usage") or {}).get("completion_tokens"))
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+                self.result.statuses.append(type(exc).__name__)
+                self.result.completion_tokens.append(None)

@@ -1,0 +1,245 @@
+"""One vLLM (16 slots, 4 MiB KV = 8,192 tokens, max-model-len 2048) through idle, presets, a stall and
+KV pressure. The tests run in file order on one server; each is bounded by its own waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from lab_servers import start_ready
+from lab_cli import Watcher, assert_bundles_verify, bundles_under, cli_json, run_cli
+from lab_observations import log_excerpt
+from lab_scrape import first_bucket_fraction, health, scrape, wait_until
+from lab_traffic import Traffic
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+SLOTS = 16
+KV_BYTES = 4 * 2**20
+KV_TOKENS = KV_BYTES // 512
+ITL = "vllm:inter_token_latency_seconds"
+
+
+@pytest.fixture(scope="module")
+def server(lab):
+    server = start_ready(lab, "default", max_num_seqs=SLOTS, kv_cache_memory_bytes=KV_BYTES, max_model_len=2048)
+    yield server
+    server.stop()
+    lab.obs.save_text("default_server.log", log_excerpt(server.log_text(), max_lines=1500))
+
+
+# -- idle ----------------------------------------------------------------------------------------
+
+def test_idle_server_gives_no_verdict_for_60s(lab, server, run_dir):
+    lab.obs.save_text("idle.prom", scrape(server.url).text)
+    out = run_dir / "bundles"
+    watcher = Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path,
+                      extra=("--duration", "60"))
+    with watcher:
+        code = watcher.proc.wait(timeout=120)
+    assert code == 0, f"watch exited {code}: {watcher.stderr[-1000:]}"
+    assert watcher.verdicts() == [], [v.data for v in watcher.verdicts()]
+    assert bundles_under(out) == []
+    lab.obs.say("idle: 60 s of watch at --interval 0.5, no verdict")
+
+
+# -- inspect vs the raw scrape -----------------------------------------------------------------
+
+def test_inspect_agrees_with_raw_scrape(lab, server, run_dir):
+    traffic = Traffic(server.url, n=4, concurrency=4, max_tokens=32).start()
+    assert traffic.wait(120)
+    assert traffic.result.statuses == [200] * 4
+    before = scrape(server.url)
+    report = cli_json("inspect", server.url + "/metrics", "--json", timeout_s=60)
+    after = scrape(server.url)
+    assert before.values == after.values, "the idle server's numbers moved during the check"
+    raw = after.values
+    (path := run_dir / "after_traffic.prom").write_text(after.text)
+    lab.obs.save_text("after_traffic.prom", after.text)
+
+    assert report["dialect"] == "vllm"
+    assert report["generation"] == "vllm-0.32"
+    assert len(report["engines"]) == 1
+    engine = report["engines"][0]
+    assert engine["labels"] == {"model_name": "tiny", "engine": "0"}
+    assert engine["running"] == raw["vllm:num_requests_running"] == 0
+    assert engine["waiting"] == raw["vllm:num_requests_waiting"] == 0
+    assert engine["kv_usage"] == raw["vllm:kv_cache_usage_perc"]
+    assert engine["kv_total_tokens"] == KV_TOKENS
+    counters = engine["counters"]
+    assert counters["generation_tokens"] == raw["vllm:generation_tokens_total"] >= 4 * 32
+    assert counters["prompt_tokens"] == raw["vllm:prompt_tokens_total"] > 0
+    assert counters["preemptions"] == raw["vllm:num_preemptions_total"]
+    assert counters["steps"] == raw["vllm:iteration_tokens_total_count"] > 0
+    for kind, family in (("itl", ITL), ("ttft", "vllm:time_to_first_token_seconds"),
+                         ("e2e", "vllm:e2e_request_latency_seconds")):
+        summary = engine["histograms"][kind]
+        assert summary["count"] == raw[f"{family}_count"]
+        assert summary["mean_s"] == pytest.approx(raw[f"{family}_sum"] / raw[f"{family}_count"], rel=1e-9)
+    # The same numbers from the file as from the URL.
+    assert cli_json("inspect", str(path), "--json", timeout_s=60) == report
+
+
+# -- histogram blindness ---------------------------------------------------------------------------
+
+def test_itl_histogram_blind(lab, server, run_dir):
+    """Two streams of tiny-model decode: steps of a few ms, under vLLM's first ITL edge of 10 ms."""
+    out = run_dir / "bundles"
+    with Watcher(server.url, out, pid=server.pid, interval=0.5) as watcher:
+        old = scrape(server.url)
+        traffic = Traffic(server.url, n=4, concurrency=2, max_tokens=400).start()
+        assert traffic.wait(180)
+        new = wait_until(server.url, lambda r: r.get("vllm:num_requests_running") == 0, timeout_s=30)
+        assert new is not None
+        count, fraction = first_bucket_fraction(new, old, ITL, "0.01")
+        lab.obs.record("itl_window", {"observations": count, "first_bucket_fraction": round(fraction, 5)})
+        lab.obs.say(f"ITL: {count:.0f} observations, {fraction:.2%} in the first bucket (le=0.01)")
+        if fraction < 0.99:
+            pytest.skip(f"this machine's decode steps were slow: only {fraction:.2%} of ITL ≤ 10 ms, "
+                        "so the histogram was not blind in this run")
+        line = watcher.wait_for("histogram_blind", timeout_s=15)
+    assert line is not None, f"no histogram_blind; saw {[v.data for v in watcher.verdicts()]}"
+    assert "itl" in line.data["why"].lower() or "inter" in line.data["why"].lower()
+    assert_bundles_verify(out)
+
+
+# -- the four presets, scaled to the tiny model ---------------------------------------------------
+
+PRESET_RUNS = {
+    "normal": ("--scenario", "normal", "--requests", "8"),
+    "overload": ("--scenario", "overload", "--requests", "56", "--output-tokens", "256"),
+    "long-prompt": ("--scenario", "long-prompt", "--requests", "4", "--prompt-tokens", "1500"),
+    "long-output": ("--scenario", "long-output", "--requests", "4"),
+}
+
+
+def test_load_presets_give_seed_002_signature_shapes(lab, server, run_dir):
+    rows = {}
+    for name, args in PRESET_RUNS.items():
+        out = run_dir / name
+        done = run_cli("load", server.url, *args, "--tokenizer", str(lab.model.path), "--model", "tiny",
+                       "--json", "--out", str(out), timeout_s=240)
+        assert done.returncode == 0, f"load {name} exited {done.returncode}: {done.stderr[-1500:]}"
+        summary = json.loads(done.stdout)
+        assert summary["scenario"] == name
+        assert summary["errors"] == {} or not any(summary["errors"].values()), summary["errors"]
+        assert summary["ok"] == summary["requests"]
+        assert (out / "requests.jsonl").is_file() and (out / "server.jsonl").is_file()
+        rows[name] = summary["signature"]
+    lab.obs.record("signatures", rows)
+    lab.obs.save_text("signatures.json", json.dumps(rows, indent=1, sort_keys=True) + "\n")
+    for name, row in rows.items():
+        lab.obs.say(f"signature {name:12s} " + " ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+
+    normal, overload, long_prompt, long_output = (rows[n] for n in PRESET_RUNS)
+    # Only overload queues, with running pinned at the slot limit.
+    assert overload["max_running"] == SLOTS
+    assert overload["max_waiting"] > 0
+    for other in (normal, long_prompt, long_output):
+        assert other["max_waiting"] < overload["max_waiting"]
+        assert overload["queue_wait_s"] > 5 * other["queue_wait_s"]
+    # Long output: the worst E2E, with a TTFT of the normal kind.
+    assert long_output["e2e_s"] == max(r["e2e_s"] for r in rows.values())
+    assert long_output["ttft_s"] < overload["ttft_s"]
+    assert long_output["tokens_out"] == 1024
+    # Long prompt shows its input tokens; normal its short prompt.
+    assert abs(long_prompt["tokens_in"] - 1500) <= 2
+    assert abs(normal["tokens_in"] - 44) <= 2
+    assert long_prompt["tokens_in"] > 30 * normal["tokens_in"]
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+# -- SIGSTOP: health green, no progress ------------------------------------------------------------
+
+def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
+    tree = server.process_tree()
+    out = run_dir / "bundles"
+    detections = []
+    with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
+        for attempt in (1, 2):  # the second stall proves the first one cleared after SIGCONT
+            traffic = Traffic(server.url, n=4, concurrency=4, max_tokens=1800, timeout_s=240).start()
+            moving = _wait_for_progress(server.url)
+            assert moving is not None, "the requests never started generating"
+            time.sleep(1.5)  # let the recorder see the step cadence at --interval 0.5 (3 scrapes)
+            os.kill(tree.worker, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            try:
+                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20, after=stopped_at)
+                frozen = scrape(server.url)
+                statuses = [health(server.url)]
+                if attempt == 1:
+                    lab.obs.save_text("stall_sigstop.prom", frozen.text)
+                time.sleep(1.0)  # hold the stall a little longer: health must stay green throughout
+                statuses.append(health(server.url))
+                still = scrape(server.url)
+            finally:
+                os.kill(tree.worker, signal.SIGCONT)
+            assert line is not None, f"stall {attempt} not detected; saw {[v.data for v in watcher.verdicts()]}"
+            detection = line.arrived - stopped_at
+            detections.append(detection)
+            lab.obs.say(f"stall {attempt}: SIGSTOP → alive_health_ok_no_progress in {detection:.2f} s "
+                        f"(since_s {line.data.get('since_s')}) at --interval 0.5; /health {statuses}")
+            assert statuses == [200, 200]
+            assert frozen.get("vllm:num_requests_running") >= 1
+            for counter in ("vllm:generation_tokens_total", "vllm:iteration_tokens_total_count"):
+                assert still.get(counter) == frozen.get(counter), f"{counter} moved while the worker was stopped"
+            assert traffic.wait(240), "requests did not finish after SIGCONT"
+            assert traffic.result.statuses == [200] * 4
+            assert traffic.result.completion_tokens == [1800] * 4
+    lab.obs.record("stall_detection_seconds", [round(d, 2) for d in detections])
+    assert all(d <= 10.0 for d in detections), detections
+    assert_bundles_verify(out)
+
+
+def _wait_for_progress(url: str):
+    first = scrape(url)
+    return wait_until(url, lambda r: r.get("vllm:num_requests_running") >= 1
+                      and r.get("vllm:generation_tokens_total") > first.get("vllm:generation_tokens_total") + 50,
+                      timeout_s=60, every_s=0.25)
+
+
+# -- KV pressure and preemption --------------------------------------------------------------------
+
+def test_kv_pressure_and_preemption_from_the_counter_delta(lab, server, run_dir):
+    out = run_dir / "bundles"
+    with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
+        before = scrape(server.url)
+        lab.obs.save_text("kv_pressure_t0.prom", before.text)
+        started = time.monotonic()
+        traffic = Traffic(server.url, n=16, concurrency=16, max_tokens=1500, timeout_s=300).start()
+        peak = wait_until(server.url, lambda r: r.get("vllm:kv_cache_usage_perc") >= 0.9
+                          and r.get("vllm:num_preemptions_total") > before.get("vllm:num_preemptions_total"),
+                          timeout_s=180)
+        assert peak is not None, "KV never filled with preemptions"
+        lab.obs.save_text("kv_pressure_t1.prom", peak.text)
+        kv = watcher.wait_for("kv_pressure", timeout_s=60, after=started)
+        preemption = watcher.wait_for("preemption", timeout_s=60, after=started)
+        assert traffic.wait(300)
+        after = scrape(server.url)
+    delta = after.get("vllm:num_preemptions_total") - before.get("vllm:num_preemptions_total")
+    lab.obs.record("kv_pressure", {"kv_peak": peak.get("vllm:kv_cache_usage_perc"),
+                                   "waiting_peak": peak.get("vllm:num_requests_waiting"),
+                                   "preemptions_delta": delta, "statuses": sorted(set(map(str, traffic.result.statuses)))})
+    lab.obs.say(f"KV pressure: KV {peak.get('vllm:kv_cache_usage_perc'):.0%}, preemptions +{delta:.0f}; "
+                f"kv_pressure after {(kv.arrived - started) if kv else float('nan'):.1f} s, "
+                f"preemption after {(preemption.arrived - started) if preemption else float('nan'):.1f} s")
+    assert delta > 0
+    assert kv is not None, f"no kv_pressure; saw {[v.data for v in watcher.verdicts()]}"
+    assert preemption is not None, f"no preemption; saw {[v.data for v in watcher.verdicts()]}"
+    assert traffic.result.statuses == [200] * 16
+    assert_bundles_verify(out)
+
+    # Afterwards the cumulative counter is > 0 but nothing is preempted any more: a fresh watch must
+    # not call that preemption (a peer read the cumulative value as current pressure).
+    quiet_out = run_dir / "quiet"
+    with Watcher(server.url, quiet_out, pid=server.pid, interval=0.5, extra=("--duration", "10")) as quiet:
+        assert quiet.proc.wait(timeout=60) == 0
+    assert after.get("vllm:num_preemptions_total") > 0
+    assert [v.name for v in quiet.verdicts() if v.name in ("preemption", "kv_pressure")] == []

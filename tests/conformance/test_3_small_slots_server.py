@@ -1,0 +1,152 @@
+"""One vLLM with 4 slots: an overload out of slots, then the worker killed under load (which ends it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from lab_cli import SERVEWATCH, Watcher, assert_bundles_verify
+from lab_observations import log_excerpt
+from lab_scrape import health, scrape, wait_until
+from lab_servers import start_ready
+from lab_traffic import Traffic
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+SLOTS = 4
+
+
+@pytest.fixture(scope="module")
+def server(lab):
+    server = start_ready(lab, "small_slots", max_num_seqs=SLOTS, kv_cache_memory_bytes=4 * 2**20, max_model_len=2048)
+    yield server
+    server.stop()
+    lab.obs.save_text("small_slots_server.log", log_excerpt(server.log_text(), max_lines=1500))
+
+
+def _incident_verdict(line, name: str) -> dict | None:
+    bundle = line.data.get("bundle")
+    if not bundle:
+        return None
+    incident = json.loads((open(os.path.join(bundle, "incident.json"), encoding="utf-8")).read())
+    return next((v for v in incident["verdicts"] if v["name"] == name), None)
+
+
+def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
+    out = run_dir / "bundles"
+    with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
+        started = time.monotonic()
+        traffic = Traffic(server.url, n=64, concurrency=32, max_tokens=300, timeout_s=300).start()
+        queued = wait_until(server.url, lambda r: r.get("vllm:num_requests_waiting") >= 8, timeout_s=60)
+        assert queued is not None, "no queue formed"
+        lab.obs.save_text("overload_slots.prom", queued.text)
+        line = watcher.wait_for("overload", timeout_s=90, after=started)
+        during = scrape(server.url)
+        assert traffic.wait(300)
+    assert line is not None, f"no overload verdict; saw {[v.data for v in watcher.verdicts()]}"
+    lab.obs.record("overload", {"running": queued.get("vllm:num_requests_running"),
+                                "waiting": queued.get("vllm:num_requests_waiting"),
+                                "kv": queued.get("vllm:kv_cache_usage_perc"),
+                                "detected_after_s": round(line.arrived - started, 1)})
+    lab.obs.say(f"overload: running {queued.get('vllm:num_requests_running'):.0f}/{SLOTS}, waiting "
+                f"{queued.get('vllm:num_requests_waiting'):.0f}, KV {queued.get('vllm:kv_cache_usage_perc'):.0%}; "
+                f"verdict after {line.arrived - started:.1f} s: {line.data['why']}")
+    assert queued.get("vllm:num_requests_running") == SLOTS
+    assert during.get("vllm:kv_cache_usage_perc") < 0.9
+    assert "cause slots" in line.data["why"], line.data["why"]
+    stored = _incident_verdict(line, "overload")
+    if stored is not None:
+        assert stored["details"]["cause"] == "slots"
+    assert traffic.result.statuses == [200] * 64
+    assert_bundles_verify(out)
+
+
+class _HealthTimeline(threading.Thread):
+    """/health every 0.25 s (bounded) after the kill: when it turned 503, when the port closed."""
+
+    def __init__(self, url: str, seconds: float):
+        super().__init__(name="health-timeline", daemon=True)
+        self.url, self.seconds = url, seconds
+        self.points: list[tuple[float, int | str]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stop.is_set() and time.monotonic() - started < self.seconds:
+            self.points.append((round(time.monotonic() - started, 2), health(self.url, timeout_s=1.0)))
+            self.stop.wait(0.25)
+
+    def first(self, predicate) -> float | None:
+        return next((t for t, status in self.points if predicate(status)), None)
+
+
+def test_sigkill_worker_engine_dead_then_process_exit(lab, server, run_dir):
+    tree = server.process_tree()
+    out = run_dir / "bundles"
+    load_out = run_dir / "load"
+    with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
+        with open(run_dir / "load.stdout", "w") as load_stdout:
+            load = subprocess.Popen(
+                [*SERVEWATCH, "load", server.url, "--scenario", "custom", "--concurrency", str(SLOTS),
+                 "--requests", str(SLOTS), "--prompt-tokens", "16", "--output-tokens", "1800",
+                 "--tokenizer", str(lab.model.path), "--model", "tiny", "--json", "--out", str(load_out)],
+                stdout=load_stdout, stderr=subprocess.STDOUT)
+        try:
+            running = wait_until(server.url, lambda r: r.get("vllm:num_requests_running") == SLOTS
+                                 and r.get("vllm:generation_tokens_total") > 0, timeout_s=60, every_s=0.25)
+            assert running is not None, "the load never had all slots running"
+            time.sleep(1.5)  # a few recorder samples of a healthy, busy engine before the kill
+            lab.obs.save_text("before_worker_sigkill.prom", scrape(server.url).text)
+            timeline = _HealthTimeline(server.url, seconds=20)
+            os.kill(tree.worker, signal.SIGKILL)
+            killed = time.monotonic()
+            timeline.start()
+            dead = watcher.wait_for("engine_dead", timeout_s=20, after=killed)
+            # The API server is our child: keep it a zombie until the watcher has seen it go, so its
+            # exit status stays readable from outside (/proc/PID/stat) the way a supervisor's would.
+            code = server.wait_exit_keep_zombie(90)
+            exit_seen = time.monotonic()
+            exited = watcher.wait_for("process_exit", timeout_s=30, after=killed)
+            server.wait_exit(5)
+            load_code = load.wait(timeout=120)
+        finally:
+            if load.poll() is None:
+                load.kill()
+                load.wait(timeout=10)
+        timeline.stop.set()
+        timeline.join(timeout=5)
+    lab.obs.save_text("engine_death_by_worker_sigkill.log", log_excerpt(server.log_text()))
+    summary = json.loads((load_out / "summary.json").read_text())
+    first_503 = timeline.first(lambda s: s == 503)
+    refused = timeline.first(lambda s: isinstance(s, str))
+    lab.obs.record("worker_sigkill", {
+        "api_server_exit_code": code, "api_exit_after_s": round(exit_seen - killed, 1),
+        "health_first_503_after_s": first_503, "health_unreachable_after_s": refused,
+        "health_timeline": timeline.points[:80],
+        "load_errors": summary["errors"], "load_ok": summary["ok"],
+        "engine_dead_after_s": round(dead.arrived - killed, 2) if dead else None,
+        "process_exit_after_s": round(exited.arrived - killed, 2) if exited else None})
+    lab.obs.say(f"worker SIGKILL: /health 503 after {first_503} s, unreachable after {refused} s, API server exit "
+                f"code {code} after {exit_seen - killed:.1f} s; engine_dead after "
+                f"{(dead.arrived - killed) if dead else float('nan'):.1f} s, process_exit after "
+                f"{(exited.arrived - killed) if exited else float('nan'):.1f} s; load errors {summary['errors']}")
+
+    assert code is not None, "the API server did not exit after its engine died"
+    assert first_503 is not None and first_503 <= 5.0
+    assert load_code == 0
+    assert summary["errors"].get("truncated") == SLOTS, summary["errors"]
+    assert summary["ok"] == 0
+    assert dead is not None, f"no engine_dead; saw {[v.data for v in watcher.verdicts()]}"
+    assert exited is not None, f"no process_exit; saw {[v.data for v in watcher.verdicts()]}"
+    assert dead.arrived <= exited.arrived
+    stored = _incident_verdict(exited, "process_exit")
+    assert stored is not None, "process_exit wrote no bundle"
+    real = {"exit_code": code, "exit_signal": None} if code >= 0 else {"exit_code": None, "exit_signal": -code}
+    assert {k: stored["details"].get(k) for k in real} == real, (stored["details"], code)
+    assert_bundles_verify(out)
