@@ -33,43 +33,53 @@ from servewatch.clock import VirtualClock  # noqa: E402
 from servewatch.sim import SimConfig, SimEngine  # noqa: E402
 
 
-def expected_tokens(profile: str, streams: int, seconds: float, prompt: int, out: int) -> int:
-    """Tokens the engine generates for this closed-loop workload in virtual time."""
+def output_tokens(client: int, out: int) -> int:
+    """Per-client output length, spread over [out/2, 1.5*out) so the closed loop does not march in waves."""
+    return out // 2 + (client * 97) % out
+
+
+def expected_tokens(profile: str, streams: int, warmup: float, seconds: float, prompt: int, out: int) -> int:
+    """Tokens the engine generates in the measured window for this workload, in virtual time."""
     clock = VirtualClock()
     engine = SimEngine(SimConfig(profile=profile, max_num_seqs=256), clock)
-    handles = [engine.submit(prompt_tokens=prompt, max_tokens=out, ignore_eos=True) for _ in range(streams)]
-    total = 0
-    end = clock.now() + seconds
-    while clock.now() < end:
-        engine.run_until(min(end, clock.now() + 0.05))
-        for i, h in enumerate(handles):
+    t0 = clock.now()
+    window = (t0 + warmup, t0 + warmup + seconds)
+    current = [engine.submit(prompt_tokens=prompt, max_tokens=output_tokens(i, out), ignore_eos=True)
+               for i in range(streams)]
+    done = []
+    while clock.now() < window[1]:
+        engine.run_until(min(window[1], clock.now() + 0.02))
+        for i, h in enumerate(current):
             if h.finished:
-                total += h.output_len
-                handles[i] = engine.submit(prompt_tokens=prompt, max_tokens=out, ignore_eos=True)
-    return total + sum(h.output_len for h in handles)
+                done.append(h)
+                current[i] = engine.submit(prompt_tokens=prompt, max_tokens=output_tokens(i, out), ignore_eos=True)
+    return sum(1 for h in done + current for t in h.token_times if window[0] <= t < window[1])
 
 
-async def drive(port: int, streams: int, seconds: float, prompt: int, out: int) -> dict:
-    stop_at = time.monotonic() + seconds
+async def drive(port: int, streams: int, warmup: float, seconds: float, prompt: int, out: int) -> dict:
+    start = time.monotonic()
+    count_from, stop_at = start + warmup, start + warmup + seconds
     received = 0
     requests = 0
-    body = {"prompt": " ".join(["word"] * prompt), "max_tokens": out, "ignore_eos": True, "stream": True}
-    timeout = aiohttp.ClientTimeout(total=seconds + 60)
+    prompt_text = " ".join(["word"] * prompt)
+    timeout = aiohttp.ClientTimeout(total=warmup + seconds + 60)
     connector = aiohttp.TCPConnector(limit=streams + 8)
 
-    async def client(session: aiohttp.ClientSession) -> None:
+    async def client(session: aiohttp.ClientSession, index: int) -> None:
         nonlocal received, requests
+        body = {"prompt": prompt_text, "max_tokens": output_tokens(index, out), "ignore_eos": True, "stream": True}
         while time.monotonic() < stop_at:
             async with session.post("/v1/completions", json=body) as resp:
                 requests += 1
                 async for line in resp.content:
-                    if time.monotonic() >= stop_at:
+                    now = time.monotonic()
+                    if now >= stop_at:
                         return                    # stop counting at the deadline (closing aborts it)
-                    if line.startswith(b"data: {"):
+                    if line.startswith(b"data: {") and now >= count_from:
                         received += 1
 
     async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", timeout=timeout, connector=connector) as session:
-        await asyncio.gather(*(client(session) for _ in range(streams)))
+        await asyncio.gather(*(client(session, i) for i in range(streams)))
         async with session.get("/_sim/state") as resp:
             state = await resp.json()
     return {"received": received, "requests": requests, "state": state}
@@ -78,7 +88,8 @@ async def drive(port: int, streams: int, seconds: float, prompt: int, out: int) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=256)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured window")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds before the window (not counted)")
     parser.add_argument("--profile", default="rtx3060-7b")
     parser.add_argument("--prompt-tokens", type=int, default=44)
     parser.add_argument("--output-tokens", type=int, default=256)
@@ -99,7 +110,8 @@ def main() -> int:
             return 1
         port = int(match.group(1))
         cpu_before = _cpu_seconds(proc.pid)
-        result = asyncio.run(drive(port, args.streams, args.seconds, args.prompt_tokens, args.output_tokens))
+        result = asyncio.run(drive(port, args.streams, args.warmup, args.seconds, args.prompt_tokens,
+                                   args.output_tokens))
         server_cpu_s = _cpu_seconds(proc.pid) - cpu_before
     finally:
         proc.terminate()
@@ -107,8 +119,11 @@ def main() -> int:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-    expected = expected_tokens(args.profile, args.streams, args.seconds, args.prompt_tokens, args.output_tokens)
+    expected = expected_tokens(args.profile, args.streams, args.warmup, args.seconds, args.prompt_tokens,
+                               args.output_tokens)
     state = result["state"]
+    # CPU covers warm-up and window; scale the window's tokens to the whole run for the per-token cost
+    tokens_all = result["received"] * (args.warmup + args.seconds) / args.seconds
     report = {
         "profile": args.profile, "streams": args.streams, "seconds": args.seconds,
         "server_cpu": server_cpu, "tokens_received": result["received"], "tokens_expected": expected,
@@ -118,8 +133,8 @@ def main() -> int:
         "requests": result["requests"], "server_cpu_s": round(server_cpu_s, 2),
         "server_cpu_share": round(server_cpu_s / args.seconds, 2),
         # machine-load-independent: what one dedicated core could stream at this cost per token
-        "server_cpu_us_per_token": round(server_cpu_s / result["received"] * 1e6, 1) if result["received"] else None,
-        "one_core_capacity_tokens_per_s": round(result["received"] / server_cpu_s) if server_cpu_s > 0 else None,
+        "server_cpu_us_per_token": round(server_cpu_s / tokens_all * 1e6, 1) if tokens_all else None,
+        "one_core_capacity_tokens_per_s": round(tokens_all / server_cpu_s) if server_cpu_s > 0 else None,
         "step_lag_mean_ms": round(state["mean_lag_s"] * 1000, 2), "step_lag_max_ms": round(state["max_lag_s"] * 1000, 2),
         "client_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
