@@ -153,6 +153,8 @@ class ServerView:
             scrape = self._reader()(body)
         except Exception:  # noqa: BLE001
             return self.add(ServerSample(arrived, arrived - asked, error="parse"))
+        if scrape.dialect is None:
+            return self.add(ServerSample(arrived, arrived - asked, error="unrecognised"))
         sample = aggregate(ServerSample(arrived, arrived - asked, dialect=scrape.dialect,
                                         generation=scrape.generation, engines=tuple(scrape.engines)))
         if self._prev_good is not None:
