@@ -221,3 +221,27 @@ def test_stored_verdict_dicts_use_the_same_normalisation():
     verdict = synthetic_stall_verdicts(window)[0]
     stored = json.loads(layout.encode(serialize.verdict_to_dict(verdict)))
     assert serialize.verdict_to_dict(serialize.verdict_from_dict(stored)) == stored
+
+
+def test_shipped_schemas_are_closed_everywhere():
+    from importlib import resources
+
+    def walk(node, where):
+        if isinstance(node, list):
+            for i, x in enumerate(node):
+                walk(x, f"{where}[{i}]")
+            return
+        if not isinstance(node, dict):
+            return
+        if "properties" in node or "patternProperties" in node:
+            discriminated = "allOf" in node and all("then" in branch for branch in node["allOf"])
+            if discriminated:
+                assert all(b["then"].get("additionalProperties") is False for b in node["allOf"]), where
+            else:
+                assert node.get("additionalProperties") is False, where
+        for key, value in node.items():
+            walk(value, f"{where}/{key}")
+
+    for name in ("incident", "samples", "manifest"):
+        text = resources.files("servewatch.sinks").joinpath("schema", f"{name}.schema.json").read_text()
+        walk(json.loads(text), name)
