@@ -240,7 +240,8 @@ def test_shipped_schemas_are_closed_everywhere():
             else:
                 assert node.get("additionalProperties") is False, where
         for key, value in node.items():
-            walk(value, f"{where}/{key}")
+            if key != "if":          # a discriminator's condition, not a data contract
+                walk(value, f"{where}/{key}")
 
     for name in ("incident", "samples", "manifest"):
         text = resources.files("servewatch.sinks").joinpath("schema", f"{name}.schema.json").read_text()
