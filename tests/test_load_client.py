@@ -259,3 +259,92 @@ def test_keep_text_off_by_default_and_on_when_asked(tmp_path):
                 "ttft_s", "itl_s", "tpot_s", "e2e_s", "goodput", "tokens_in", "tokens_out", "signature",
                 "token_count_source"):
         assert key in summary
+
+
+# ---------------------------------------------------------------- the CLI
+
+class ThreadedFakeServer:
+    """FakeServer on its own loop in a thread, so the CLI can run its own asyncio.run()."""
+
+    def __init__(self, **behaviour):
+        import threading
+
+        self._behaviour = behaviour
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self.url = None
+
+    def _main(self):
+        async def serve():
+            async with FakeServer(**self._behaviour) as srv:
+                self.url = srv.url
+                self._stop = asyncio.Event()
+                self._loop = asyncio.get_running_loop()
+                self._ready.set()
+                await self._stop.wait()
+        asyncio.run(serve())
+
+    def __enter__(self):
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc):
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+def test_cli_writes_outputs_and_prints_json(tmp_path, capsys):
+    from servewatch.cli import main
+
+    out = tmp_path / "run"
+    with ThreadedFakeServer(tokens_per_chunk=2) as srv:
+        rc = main(["load", srv.url, "--scenario", "custom", "--rate", "40", "--requests", "3", "--output-tokens", "6",
+                   "--tokenizer", "approx", "--metrics-interval", "0", "--out", str(out), "--json",
+                   "--goodput", "ttft=5000,e2e=10000"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"] == 3 and summary["ok"] == 3 and summary["goodput_fraction"] == 1.0
+    assert summary["model"] == "fake-model" and summary["prompt_token_source"] == "approx"
+    assert any("APPROXIMATE" in n for n in summary["notes"])
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all("text" not in json.loads(x) for x in lines)
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert (out / "server.jsonl").exists()
+
+
+def test_cli_prints_a_summary_table(capsys):
+    from servewatch.cli import main
+
+    with ThreadedFakeServer() as srv:
+        rc = main(["load", srv.url, "--scenario", "custom", "--rate", "40", "--requests", "2", "--output-tokens", "4",
+                   "--tokenizer", "approx", "--metrics-interval", "0"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "signature" in out and "TTFT" in out and "2 ok" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--arrival", "burst"], "--arrival must be"),
+    (["--prompt-tokens", "x:y"], "--prompt-tokens"),
+    (["--goodput", "ttft=fast"], "--goodput"),
+    (["--scenario", "custom"], "needs --rate"),
+])
+def test_cli_bad_input_is_one_clear_line(argv, needle, capsys):
+    from servewatch.cli import main
+
+    rc = main(["load", "http://127.0.0.1:9", "--requests", "1", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and err[0].startswith("servewatch load:") and needle in err[0]
+
+
+def test_cli_unreachable_target_and_unwritable_out(tmp_path, capsys):
+    from servewatch.cli import main
+
+    rc = main(["load", f"http://127.0.0.1:{_dead_port()}", "--requests", "1", "--metrics-interval", "0"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "/v1/models" in err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc = main(["load", "http://127.0.0.1:9", "--requests", "1", "--out", str(blocker / "sub")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--out" in err
