@@ -246,3 +246,15 @@ def test_shipped_schemas_are_closed_everywhere():
     for name in ("incident", "samples", "manifest"):
         text = resources.files("servewatch.sinks").joinpath("schema", f"{name}.schema.json").read_text()
         walk(json.loads(text), name)
+
+
+def test_bundle_directory_name_must_match_its_incident(bundle, tmp_path):
+    renamed = tmp_path / "my-incident"          # a free name is fine
+    shutil.copytree(bundle, renamed)
+    verify_bundle(renamed, synthetic_recompute)
+    parts = bundle.name.split("-")
+    parts[-1] = "00000000" if parts[-1] != "00000000" else "11111111"
+    wrong = tmp_path / "-".join(parts)          # the writer's pattern, another incident's id
+    shutil.copytree(bundle, wrong)
+    with pytest.raises(BundleInvalid, match="does not match incident.json"):
+        verify_bundle(wrong, synthetic_recompute)

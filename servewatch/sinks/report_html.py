@@ -41,7 +41,8 @@ border-radius:6px;font-size:.9rem}.runbook{background:#f6f8fa;border:1px solid #
 padding:.5rem .9rem;margin:.6rem 0}.runbook dt{font-weight:600;margin-top:.4rem}.runbook dd{margin-left:1rem}
 figure{margin:.8rem 0}figcaption{color:#59636e;font-size:.85rem}code{font-size:.85rem}
 svg text{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif}
-nav ul{padding-left:1.2rem}
+nav ul{padding-left:1.2rem}.charts{display:flex;flex-wrap:wrap;gap:.5rem}
+.warn{background:#ffebe9;border:1px solid #ff8182;padding:.5rem .7rem;border-radius:6px}
 """
 
 

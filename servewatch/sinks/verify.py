@@ -47,7 +47,7 @@ def verify_bundle(path: str | Path, recompute: Recompute | None = None) -> Verif
     manifest = _check_manifest(files)
     incident = _document(files, layout.INCIDENT, "incident")
     samples = _check_samples_files(files, manifest, incident)
-    _check_identity(incident, samples, files)
+    _check_identity(incident, samples, path.name)
     checked, not_stored = _check_recomputation(incident, samples, recompute or detectors_recompute)
     return Verified(path=path, incident=incident, samples=samples, verdicts_checked=checked,
                     verdicts_not_stored=not_stored)
@@ -60,7 +60,7 @@ def load_bundle(path: str | Path) -> tuple[dict, list[dict]]:
     manifest = _check_manifest(files)
     incident = _document(files, layout.INCIDENT, "incident")
     samples = _check_samples_files(files, manifest, incident)
-    _check_identity(incident, samples, files)
+    _check_identity(incident, samples, path.name)
     return incident, samples
 
 
@@ -141,7 +141,23 @@ def _t(value: Any) -> float:
     return float(value)
 
 
-def _check_identity(incident: dict, samples: list[dict], files: dict[str, bytes]) -> None:
+def _check_name(incident: dict, name: str) -> None:
+    """A directory still named as the writer named it must name this incident (no files from another)."""
+    from datetime import datetime, timezone
+
+    from servewatch.sinks.bundle import BUNDLE_NAME
+
+    match = BUNDLE_NAME.match(name)
+    if not match:
+        return
+    stamp = datetime.fromtimestamp(_t(incident["created_t"]), tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    expected = f"incident-{stamp}-{incident['trigger']['verdict']}-{incident['incident_id'][:8]}"
+    if name != expected and not name.startswith(expected + "-"):
+        raise BundleInvalid(f"directory name {name} does not match incident.json (expected {expected})")
+
+
+def _check_identity(incident: dict, samples: list[dict], name: str) -> None:
+    _check_name(incident, name)
     window = incident["window"]
     times = [_t(s["t"]) for s in samples]
     if any(b < a for a, b in zip(times, times[1:])):
