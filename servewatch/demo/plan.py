@@ -30,9 +30,13 @@ class Phase:
 
 def demo_plan(fast: bool) -> list[Phase]:
     """Virtual time (`fast`) runs the seed's 60 s per scenario; real time scales them to fit 5 minutes."""
-    duration = 60.0 if fast else 20.0
+    def duration(name: str) -> float:
+        if fast:
+            return 60.0
+        return 30.0 if name == "overload" else 20.0   # overload needs ~20 s of arrivals to fill 256 slots
+
     phases = [Phase(name, PRESETS[name].rate, PRESETS[name].prompt_tokens, PRESETS[name].output_tokens,
-                    duration, drain_s=30.0 if fast else 8.0, shared_prompt=name == "long-prompt")
+                    duration(name), drain_s=30.0 if fast else 8.0, shared_prompt=name == "long-prompt")
               for name in SCENARIOS]
     normal = PRESETS["normal"]
     phases.append(Phase("stall", normal.rate, normal.prompt_tokens, 512, duration_s=30.0 if fast else 14.0,
