@@ -10,6 +10,7 @@ asyncio task that sleeps until the next due time or until a submission wakes it)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -48,7 +49,7 @@ class _InFlight:
 
 class SimEngine:
     def __init__(self, config: SimConfig | None = None, clock: Clock | None = None, *, log_stream=None):
-        self.config = cfg = config or SimConfig()
+        self.config = cfg = dataclasses.replace(config) if config is not None else SimConfig()  # ours to adjust
         self.clock = clock if clock is not None else VirtualClock()
         self.started_at = self.clock.now()
         self._auto_fit_from: int | None = None
