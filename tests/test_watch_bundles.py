@@ -4,12 +4,12 @@ window recomputes the very verdicts that fired."""
 import asyncio
 
 from servewatch.clock import VirtualClock
-from servewatch.commands.watch import _BundleSink
 from servewatch.detectors import DetectorConfig
 from servewatch.sim import SimConfig, SimEngine
 from servewatch.sinks.bundle import BundleWriter
 from servewatch.sinks.verify import verify_bundle
 from servewatch.watch import Recorder
+from servewatch.watch.bundle_sink import BundleSink
 from servewatch.watch.sim_target import sim_sources
 from tests.sim_harness import Phase, Workload
 
@@ -20,7 +20,7 @@ def record(tmp_path, phases, faults, config=None):
     for at, fault in faults:
         engine.inject({**fault, "at": at})
     detector_config = DetectorConfig()
-    sink = _BundleSink(BundleWriter(tmp_path, clock=clock), "http://127.0.0.1:8000", detector_config)
+    sink = BundleSink(BundleWriter(tmp_path, clock=clock), "http://127.0.0.1:8000", detector_config)
     recorder = Recorder(sim_sources(engine, clock, 0.5), clock, config=detector_config, on_verdict=sink.write)
     sink.recorder = recorder
     workload = Workload(engine, phases)

@@ -65,7 +65,7 @@ async def _watch(args) -> int:
     if args.log_file is not None and not os.path.isfile(args.log_file):
         raise ServewatchError(f"--log-file {args.log_file}: no such file")
     config = DetectorConfig()
-    sink = _bundle_sink(args.out, target, config) if args.out else None
+    sink = _bundle_sink(args.out, target, config) if args.out else None   # unwritable: one line, exit 2
 
     clock = RealClock()
     listeners = []
@@ -108,46 +108,10 @@ async def _run_live(recorder, started, status_table, duration) -> None:
     await asyncio.sleep(0)
 
 
-class _BundleSink:
-    """Adapts the recorder's on_verdict hook to the bundle writer: stores the evidence window (the
-    slice the detectors read) with every verdict of that run and the detector config."""
-
-    def __init__(self, writer, target: str, config):
-        self.writer = writer
-        self.target = target
-        self.config = config
-        self.recorder = None
-
-    @property
-    def failures(self) -> int:
-        return self.writer.failures
-
-    def write(self, verdict, window, verdicts):
-        from servewatch.detectors import evidence_window
-        from servewatch.sinks.bundle import BundleContext
-
-        recent = evidence_window(window, self.config)
-        metrics = next((m for m in reversed(recent.metrics) if m.dialect), None)
-        context = BundleContext(target_url=self.target, detector_config=self.config,
-                                dialect=metrics.dialect if metrics else None,
-                                generation=metrics.generation if metrics else None, trigger=verdict.name,
-                                overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {})
-        return self.writer.write(recent, list(verdicts), context)
-
-
 def _bundle_sink(out: str, target: str, config):
-    """The bundle writer for --out, or None when the sinks are not available (bundle stays null)."""
-    import os
-    import tempfile
-
+    """The bundle writer behind --out; None (bundle stays null) when the sinks are not installed."""
     try:
-        os.makedirs(out, mode=0o700, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".servewatch-probe-"):
-            pass
-    except OSError as exc:
-        raise ServewatchError(f"--out {out}: not writable ({exc.strerror or exc})") from None
-    try:
-        from servewatch.sinks.bundle import BundleWriter
+        from servewatch.watch.bundle_sink import bundle_sink
     except ImportError:
         return None
-    return _BundleSink(BundleWriter(out), target, config)
+    return bundle_sink(out, target, config)

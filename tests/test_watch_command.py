@@ -1,0 +1,129 @@
+"""`servewatch watch` end to end: bad inputs give one line and a non-zero exit; against `servewatch sim`
+over HTTP the stall and the engine death are reported as JSON lines, with bundles that verify."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from servewatch.sinks.verify import verify_bundle
+
+WATCH = [sys.executable, "-m", "servewatch", "watch"]
+
+
+def cli(*args, timeout=60):
+    return subprocess.run([*WATCH, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_wrong_pid_is_one_line_and_exit_2():
+    result = cli("http://127.0.0.1:1", "--pid", "999999999", "--json")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "servewatch watch: --pid 999999999: no such process"
+    assert result.stdout == ""
+
+
+def test_unwritable_out_is_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = cli("http://127.0.0.1:1", "--out", str(blocker / "bundles"), "--json")
+    assert result.returncode == 2
+    assert result.stderr.startswith("servewatch watch: --out ") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_url_and_missing_log_file():
+    assert cli("ftp://example", "--json").returncode == 2
+    result = cli("http://127.0.0.1:1", "--log-file", "/nonexistent/x.log", "--json")
+    assert result.returncode == 2 and "no such file" in result.stderr
+
+
+def test_target_down_at_start_keeps_watching_and_reports_health_loss():
+    result = cli("http://127.0.0.1:1", "--interval", "0.2", "--duration", "1.5", "--json")
+    assert result.returncode == 0
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["verdict"] for line in lines] == ["health_loss"]
+    assert set(lines[0]) == {"t", "verdict", "onset", "since_s", "why", "bundle"}
+    assert lines[0]["t"].endswith("Z") and lines[0]["since_s"] >= 0.3 and lines[0]["bundle"] is None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("simulator did not become healthy")
+
+
+@pytest.fixture
+def sim(tmp_path):
+    procs = []
+
+    def start(*args):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", str(port), "--max-num-seqs", "8",
+                                 "--model-name", "tiny", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url)
+        return proc, url
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def send_long_requests(url, n=4):
+    def one():
+        body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 1500, "ignore_eos": True}).encode()
+        request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=40) as response:
+                response.read()
+        except OSError:
+            pass
+    for _ in range(n):
+        threading.Thread(target=one, daemon=True).start()
+
+
+def test_stall_over_http_with_pid_fires_json_with_a_verifiable_bundle(sim, tmp_path):
+    proc, url = sim("--fault", "stall@6s")
+    send_long_requests(url)
+    out = tmp_path / "bundles"
+    result = cli(url, "--pid", str(proc.pid), "--interval", "0.5", "--json", "--stop-on-incident",
+                 "--duration", "30", "--out", str(out), timeout=60)
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.returncode == 1, result.stderr
+    stall = next(line for line in lines if line["verdict"] == "alive_health_ok_no_progress")
+    assert stall["since_s"] >= 2.0 and "/health 200" in stall["why"]
+    assert stall["bundle"] and verify_bundle(stall["bundle"]).verdicts_checked >= 1
+    assert stat_mode(stall["bundle"]) == 0o700
+
+
+def stat_mode(path):
+    return os.stat(path).st_mode & 0o777
+
+
+def test_engine_death_over_http_is_dead_then_exit(sim):
+    proc, url = sim("--fault", "engine-death@3s:exit=0", "--exit-delay", "1.5")
+    result = cli(url, "--pid", str(proc.pid), "--interval", "0.3", "--json", "--duration", "5", timeout=60)
+    names = [json.loads(line)["verdict"] for line in result.stdout.splitlines()]
+    assert names[0] == "engine_dead" and "process_exit" in names, result.stdout + result.stderr
+    exit_line = next(json.loads(line) for line in result.stdout.splitlines()
+                     if json.loads(line)["verdict"] == "process_exit")
+    assert "the engine died" in exit_line["why"]
