@@ -158,6 +158,12 @@ def test_bad_requests_get_the_servers_error_shapes():
                 assert (await r.json())["version"] == "0.32.0"
             async with http.get("/load") as r:
                 assert (await r.json()) == {"server_load": 0}
+            async with http.post("/tokenize", json={"model": "tiny", "prompt": "hello, world"}) as r:
+                answer = await r.json()
+                assert answer["count"] == tokens.count_tokens("hello, world") == 5
+                assert len(answer["tokens"]) == 5 and answer["max_model_len"] == 2048
+            async with http.post("/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}) as r:
+                assert (await r.json())["count"] == tokens.count_chat_tokens(["hi"])
     _run(go())
 
 

@@ -33,6 +33,8 @@ def build_app(engine: SimEngine) -> web.Application:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
+    if engine.config.dialect == "vllm":
+        app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/health", health)
     app.router.add_get("/ping", health)
     app.router.add_get("/health_generate", health)
@@ -111,6 +113,31 @@ async def _generation_probe(engine: SimEngine) -> int:
     finally:
         if not probe.finished:
             engine.abort(probe)
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's POST /tokenize with the simulator's token counter: {"count", "max_model_len", "tokens"}."""
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise RequestRejected("request body must be a JSON object")
+        if "messages" in body:
+            pieces = _Params({**body, "max_tokens": 1}, True, engine).pieces
+        elif isinstance(body.get("prompt"), str):
+            pieces = tokens.pieces(body["prompt"])
+        else:
+            raise RequestRejected("give a string prompt or messages")
+    except json.JSONDecodeError:
+        return _error(engine, 400, "request body is not valid JSON")
+    except LookupError as exc:
+        return _error(engine, 404, str(exc.args[0]))
+    except RequestRejected as exc:
+        return _error(engine, 400, str(exc))
+    vocab = engine.config.hw.vocab_size
+    ids = [tokens.piece_id(piece, vocab) for piece in pieces]
+    return web.json_response({"count": len(ids), "max_model_len": engine.config.max_model_len, "tokens": ids,
+                              "token_strs": None})
 
 
 async def ready(request: web.Request) -> web.Response:

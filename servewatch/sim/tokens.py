@@ -33,6 +33,14 @@ def pieces(text: str) -> list[str]:
     return out
 
 
+def piece_id(piece: str, vocab_size: int) -> int:
+    """A stable token id for a piece (for /tokenize answers): FNV-1a of its UTF-8 bytes, mod the vocab."""
+    h = 0xCBF29CE484222325
+    for byte in piece.encode("utf-8"):
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h % vocab_size
+
+
 def count_tokens(text: str) -> int:
     total = 0
     for match in _PIECE.finditer(text):
