@@ -145,17 +145,40 @@ def cpu_children() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_ours(url: str, args, client: str) -> dict:
+def idle_loop_lateness(seconds: float = 3.0, hz: float = 100.0) -> dict:
+    """How late an empty asyncio loop wakes for timers on this machine right now: the floor under
+    any client's schedule delay (other processes on a shared 2-core machine move it a lot)."""
+    async def probe() -> list[float]:
+        loop = asyncio.get_running_loop()
+        t0 = time.time()
+        late = []
+        for i in range(int(seconds * hz)):
+            due = t0 + i / hz
+            delay = due - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            late.append(time.time() - due)
+        return sorted(late)
+
+    late = asyncio.run(probe())
+    return {"p50": late[len(late) // 2], "p99": late[min(len(late) - 1, int(len(late) * 0.99))]}
+
+
+def run_ours(url: str, args, name: str) -> dict:
     from servewatch.load import LoadConfig, run_load
 
+    client, _, loop = name.partition("+")
     config = LoadConfig(url=url, scenario="custom", rate=args.rate, arrival="poisson", requests=args.requests,
                         prompt_tokens=5, output_tokens=args.output_tokens, tokenizer="approx", model="bench",
-                        metrics_interval_s=0.0, client=client, seed=1)
-    cpu0, wall0 = cpu_self(), time.perf_counter()
+                        metrics_interval_s=0.0, client=client, seed=1, event_loop=loop or "asyncio")
+    floor = idle_loop_lateness()
+    ru0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     result = run_load(config)
-    cpu, wall = cpu_self() - cpu0, time.perf_counter() - wall0
+    ru1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall0
+    user, system = ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime
+    cpu = user + system
     s = result.summary
-    return {"client": client, "cpu_s": cpu, "wall_s": wall, "tokens": s["tokens_out"], "ok": s["ok"],
+    return {"client": name, "cpu_s": cpu, "user_s": user, "sys_s": system, "floor": floor, "wall_s": wall, "tokens": s["tokens_out"], "ok": s["ok"],
             "errors": sum(s["errors"].values()), "delay_p50": s["schedule_delay_s"]["p50"],
             "delay_p99": s["schedule_delay_s"]["p99"], "achieved_rate": s["achieved_rate"],
             "cpu_per_100k": cpu / max(1, s["tokens_out"]) * 100_000}
@@ -202,7 +225,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--output-tokens", type=int, default=100)
-    ap.add_argument("--clients", default="http1,aiohttp")
+    ap.add_argument("--clients", default="http1+uvloop,http1,aiohttp",
+                    help="comma list of CLIENT[+uvloop]; the first is 'ours' for the ratios")
     ap.add_argument("--tokenizer", help="tokenizer for `vllm bench serve` (it needs one)")
     args = ap.parse_args()
     if args.serve:
@@ -234,10 +258,12 @@ def main() -> int:
     print(f"workload: {args.requests} requests x {args.output_tokens} tokens, Poisson {args.rate:g} req/s, "
           f"server step {args.itl_ms:g} ms, {os.cpu_count()} cores")
     for r in rows:
-        print(f"{r['client']:>8}: {r['cpu_per_100k']:.2f} CPU-s per 100k tokens "
-              f"(cpu {r['cpu_s']:.2f} s, wall {r['wall_s']:.1f} s, {r['tokens']} tokens, {r['ok']} ok, "
-              f"{r['errors']} errors); schedule delay p50 {1000 * r['delay_p50']:.3f} ms, "
-              f"p99 {1000 * r['delay_p99']:.3f} ms; achieved {r['achieved_rate']:.1f} req/s")
+        print(f"{r['client']:>12}: {r['cpu_per_100k']:.2f} CPU-s per 100k tokens "
+              f"(user {r['user_s']:.2f} + sys {r['sys_s']:.2f} s, wall {r['wall_s']:.1f} s, {r['tokens']} tokens, "
+              f"{r['ok']} ok, {r['errors']} errors); schedule delay p50 {1000 * r['delay_p50']:.3f} ms, "
+              f"p99 {1000 * r['delay_p99']:.3f} ms; achieved {r['achieved_rate']:.1f} req/s; "
+              f"empty-loop timer lateness just before: p50 {1000 * r['floor']['p50']:.3f} ms, "
+              f"p99 {1000 * r['floor']['p99']:.3f} ms")
     ours = rows[0]
     for r in rows[1:]:
         print(f"ratio {ours['client']} / {r['client']} CPU per token: {ours['cpu_per_100k'] / r['cpu_per_100k']:.2f}")

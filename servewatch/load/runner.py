@@ -292,6 +292,20 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
             await metrics_client.close()
 
 
+def loop_factory(kind: str):
+    """`auto`: uvloop when installed (its C transports roughly halve the per-read cost), else asyncio."""
+    if kind == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if kind == "uvloop":
+            raise ServewatchError("event loop uvloop asked for but not installed (pip install uvloop)") from None
+        return None
+    return uvloop.new_event_loop
+
+
 def run_load(config: LoadConfig, **kwargs) -> LoadResult:
-    """Blocking entry point: runs `run_load_async` in a fresh event loop."""
-    return asyncio.run(run_load_async(config, **kwargs))
+    """Blocking entry point: runs `run_load_async` in a fresh event loop (see loop_factory)."""
+    with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
+        return runner.run(run_load_async(config, **kwargs))

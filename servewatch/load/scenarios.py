@@ -88,6 +88,7 @@ class LoadConfig:
     idle_timeout_s: float = 120.0
     connect_timeout_s: float = 10.0
     client: str = "http1"                   # http1 (our own) | aiohttp
+    event_loop: str = "auto"                # auto (uvloop if installed) | asyncio | uvloop
     prompt_pool: int | None = None          # distinct prompts per run (cycled); None: the preset's
     extra: dict = field(default_factory=dict)
 
@@ -128,6 +129,8 @@ class LoadConfig:
         pool = self.prompt_pool if self.prompt_pool is not None else preset.prompt_pool
         if pool < 1:
             raise ValueError(f"--prompt-pool must be >= 1, got {pool}")
+        if self.event_loop not in ("auto", "asyncio", "uvloop"):
+            raise ValueError(f"event loop must be auto, asyncio or uvloop, got {self.event_loop!r}")
         if self.metrics_interval_s < 0:
             raise ValueError("--metrics-interval must be >= 0")
         return replace(self, rate=rate if self.concurrency is None else None, duration_s=duration,
