@@ -258,3 +258,26 @@ def test_bundle_directory_name_must_match_its_incident(bundle, tmp_path):
     shutil.copytree(bundle, wrong)
     with pytest.raises(BundleInvalid, match="does not match incident.json"):
         verify_bundle(wrong, synthetic_recompute)
+
+
+def test_out_of_range_numbers_and_odd_bundles_fail_in_one_line(copy, tmp_path):
+    incident = (copy / "incident.json").read_bytes()
+    (copy / "incident.json").write_bytes(incident.replace(b'"keep":4', b'"keep":1e999', 1))
+    reseal(copy)
+    with pytest.raises(BundleInvalid, match="out of range"):
+        verify_bundle(copy, synthetic_recompute)
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for i in range(70):
+        (crowded / f"f{i}").write_text("x")
+    with pytest.raises(BundleInvalid, match="more than a bundle can hold"):
+        verify_bundle(crowded, synthetic_recompute)
+
+
+def test_an_unexpected_error_is_still_one_line(bundle, monkeypatch):
+    def explode(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(verify, "_check_identity", explode)
+    with pytest.raises(BundleInvalid, match="unexpected KeyError"):
+        verify_bundle(bundle, synthetic_recompute)

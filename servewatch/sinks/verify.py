@@ -10,6 +10,7 @@ Any failure raises `BundleInvalid` whose message is the one line the user sees.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -22,6 +23,7 @@ from servewatch.sinks import layout, serialize
 from servewatch.sinks.recompute import Recompute, config_from_dict, detectors_recompute
 
 READ_LIMIT = 16 * 2**20            # no file a writer produces comes near this; anything larger is refused
+MAX_FILES = 66                     # incident.json, manifest.json and at most 64 samples files (the schema's limit)
 
 __all__ = ["Verified", "config_from_dict", "detectors_recompute", "load_bundle", "verify_bundle"]
 
@@ -42,20 +44,22 @@ class Verified:
 
 
 def verify_bundle(path: str | Path, recompute: Recompute | None = None) -> Verified:
+    """Every check, then the recomputation; raises BundleInvalid (one line) on the first failure."""
     path = Path(path)
-    files = _read_files(path)
-    manifest = _check_manifest(files)
-    incident = _document(files, layout.INCIDENT, "incident")
-    samples = _check_samples_files(files, manifest, incident)
-    _check_identity(incident, samples, path.name)
-    checked, not_stored = _check_recomputation(incident, samples, recompute or detectors_recompute)
+    with _fail_closed():
+        incident, samples = _checked(path)
+        checked, not_stored = _check_recomputation(incident, samples, recompute or detectors_recompute)
     return Verified(path=path, incident=incident, samples=samples, verdicts_checked=checked,
                     verdicts_not_stored=not_stored)
 
 
 def load_bundle(path: str | Path) -> tuple[dict, list[dict]]:
-    """incident.json and the sample dicts of a bundle that verifies (without recomputation)."""
-    path = Path(path)
+    """incident.json and the sample dicts of a bundle that passes every check but the recomputation."""
+    with _fail_closed():
+        return _checked(Path(path))
+
+
+def _checked(path: Path) -> tuple[dict, list[dict]]:
     files = _read_files(path)
     manifest = _check_manifest(files)
     incident = _document(files, layout.INCIDENT, "incident")
@@ -64,13 +68,29 @@ def load_bundle(path: str | Path) -> tuple[dict, list[dict]]:
     return incident, samples
 
 
+@contextmanager
+def _fail_closed():
+    """Anything unexpected while checking is a failed check, said in one line, never a traceback."""
+    try:
+        yield
+    except BundleInvalid:
+        raise
+    except OSError as exc:
+        raise BundleInvalid(f"cannot read the bundle: {exc.strerror or exc}") from None
+    except Exception as exc:
+        raise BundleInvalid(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:160]}") from None
+
+
 # --- files, manifest, hashes --------------------------------------------------------------------
 
 def _read_files(path: Path) -> dict[str, bytes]:
     if not path.is_dir():
         raise BundleInvalid(f"{path}: not a bundle directory")
     files: dict[str, bytes] = {}
-    for entry in sorted(path.iterdir()):
+    entries = sorted(path.iterdir())
+    if len(entries) > MAX_FILES:
+        raise BundleInvalid(f"{len(entries)} entries: more than a bundle can hold ({MAX_FILES})")
+    for entry in entries:
         if entry.is_symlink() or not entry.is_file():
             raise BundleInvalid(f"{entry.name}: unexpected entry (bundles hold regular files only)")
         with open(entry, "rb") as f:
@@ -252,10 +272,17 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"non-standard constant {name}")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number out of range {text[:20]}")
+    return value
+
+
 def _parse(data: bytes, name: str) -> Any:
     try:
         document = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates,
-                              parse_constant=_no_constants)
+                              parse_constant=_no_constants, parse_float=_finite_float)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BundleInvalid(f"{name}: not valid JSON ({' '.join(str(exc).split())[:120]})") from None
     if not isinstance(document, dict):
