@@ -84,6 +84,10 @@ def _json(result) -> dict:
         "mode": result.mode, "dialect": result.dialect, "wall_s": round(result.wall_s, 2),
         "signature": {"scenarios": [p.phase.name for p in result.scenarios],
                       "rows": signature_rows(result.scenarios)},
+        "signatures": {p.phase.name: {k: v for k, v in p.summary.get("signature", {}).items()
+                                      if k not in ("sources", "client")} for p in result.scenarios},
+        "errors": {p.phase.name: {k: v for k, v in p.summary.get("errors", {}).items() if v}
+                   for p in result.phases},
         "verdicts": [{"phase": p.phase.name, "verdict": f.verdict.name, "why": f.verdict.why,
                       "detection_s": p.detection_s(f), "since_s": round(f.verdict.since_s, 3),
                       "bundle": f.bundle} for p in result.phases for f in p.fired],
