@@ -181,3 +181,27 @@ def test_series_rate_and_counter_reset():
 def test_sparkline_shape():
     assert sparkline([0.0, 1.0, None, 2.0]) == "▁▅ █"
     assert len(sparkline([float(i) for i in range(500)], width=48)) == 48
+
+
+def test_reports_show_the_process_tree_and_log_events(tmp_path):
+    from servewatch.timeline.samples import LogEvent, ProcessMember, ProcessSample
+    from servewatch.timeline.window import Window
+
+    window = stall_window()
+    stopped = ProcessSample(t=window.end + 0.5, root_pid=4242, root_create_time=1.0, alive=True, members=(
+        ProcessMember(pid=4243, create_time=2.0, role="worker", title="VLLM::Worker_TP0", status="stopped",
+                      rss_bytes=3 * 2**20, threads=7, cpu_percent=0.0),))
+    died = LogEvent(t=window.end + 0.6, kind="engine_dead", fields={"dialect": "vllm", "reason": "EngineDeadError"})
+    window = Window.from_samples([*window.samples(), stopped, died])
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
+    path = writer.write(window, [Verdict("engine_dead", died.t, died.t, "log says the engine died",
+                                         (Evidence("process", stopped.t, "members[4243].status", "stopped"),
+                                          Evidence("log", died.t, "reason", "EngineDeadError")))],
+                        BundleContext())
+    incident = load_incident(path)
+    assert incident.verdicts[0].evidence[0].field == "members[4243].status"
+    md = render_markdown(incident)
+    assert "| 4243 | worker | VLLM::Worker_TP0 | stopped | 3 | 7 | 0 |" in md
+    assert "| engine_dead | dialect=vllm, reason=EngineDeadError |" in md
+    page = report_html.render_incident_page(incident)
+    assert "Process tree" in page and "VLLM::Worker_TP0" in page and "reason=EngineDeadError" in page

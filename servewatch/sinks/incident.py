@@ -37,3 +37,32 @@ def load_incident(path: str | Path) -> Incident:
         samples=tuple(serialize.sample_from_dict(d) for d in sample_dicts),
         verdicts=tuple(serialize.verdict_from_dict(d) for d in meta["verdicts"]),
     )
+
+
+PROCESS_HEADERS = ("pid", "role", "title", "status", "RSS (MiB)", "threads", "CPU %")
+LOG_HEADERS = ("time (s)", "kind", "fields")
+
+
+def process_rows(incident: Incident) -> tuple[float | None, list[tuple]]:
+    """(time, rows) of the newest process sample: each member's identity and state."""
+    from servewatch.timeline.samples import ProcessSample
+
+    last = next((s for s in reversed(incident.samples) if isinstance(s, ProcessSample)), None)
+    if last is None:
+        return None, []
+    rows = [(str(m.pid), m.role, m.title, m.status,
+             None if m.rss_bytes is None else round(m.rss_bytes / 2**20, 1), m.threads, m.cpu_percent)
+            for m in last.members]
+    if not last.alive:
+        rows.append((str(last.root_pid), "root", "–", "gone", None, None, None))
+    return last.t, rows
+
+
+def log_rows(incident: Incident, limit: int = 20) -> list[tuple]:
+    """The newest `limit` log events: time from the window start, kind, and their parsed fields."""
+    from servewatch.timeline.samples import LogEvent
+
+    start = incident.meta["window"]["start_t"] or 0.0
+    events = [s for s in incident.samples if isinstance(s, LogEvent)][-limit:]
+    return [(round(e.t - start, 3), e.kind, ", ".join(f"{k}={v}" for k, v in sorted(e.fields.items())))
+            for e in events]

@@ -349,8 +349,22 @@ def incident_section(incident, *, title: str | None = None, anchor: str | None =
     caption = ("Health, running, waiting, KV cache and generation rate; red bands run from each verdict's onset "
                f"to the moment it was concluded. Time in seconds from {utc(t0)}.")
     body = (f"{facts}<figure>{chart}<figcaption>{esc(caption)}</figcaption></figure>"
-            f"<h3>Verdicts</h3>{verdicts_html(incident.verdicts, t0)}")
+            f"<h3>Verdicts</h3>{verdicts_html(incident.verdicts, t0)}{_process_and_logs_html(incident, t0)}")
     return Section(title=title or f"Incident {incident.name}", body_html=body, anchor=anchor)
+
+
+def _process_and_logs_html(incident, t0: float | None) -> str:
+    from servewatch.sinks.incident import LOG_HEADERS, PROCESS_HEADERS, log_rows, process_rows
+
+    out = []
+    t, rows = process_rows(incident)
+    if rows:
+        at = f" at +{fmt(t - t0)} s" if t0 is not None else ""
+        out.append(f"<h3>Process tree{esc(at)} (newest sample)</h3>{render_table(PROCESS_HEADERS, rows)}")
+    logs = log_rows(incident)
+    if logs:
+        out.append(f"<h3>Log events (newest {len(logs)})</h3>{render_table(LOG_HEADERS, logs)}")
+    return "".join(out)
 
 
 def render_incident_page(incident) -> str:

@@ -318,6 +318,7 @@ def source_of(s: Sample) -> str:
 # --- verdicts ---------------------------------------------------------------------------------
 
 _DETAIL = re.compile(r"^[A-Za-z0-9_.:+=,-]{1,128}$")
+_FIELD = re.compile(r"^[A-Za-z0-9_.:\[\]-]{1,128}$")     # e.g. "counters.steps", "members[4243].status"
 _PRIVATE_WORD = re.compile(r"[/?@\\]")
 # Words with a slash that are not private: the server's well-known endpoints and per-second units.
 _PUBLIC_SLASH_WORD = re.compile(r"^\(?(/(health|metrics|version|ready)|[A-Za-z]+/s)[,.;:)]*$")
@@ -339,7 +340,7 @@ def scrub_text(text: str, limit: int = 400) -> str:
 def evidence_to_dict(e: Evidence) -> dict:
     value = e.value
     return {"source": e.source if e.source in SOURCES else "redacted", "t": number(e.t),
-            "field": safe_token(e.field, "redacted"),
+            "field": e.field if _FIELD.match(e.field) else "redacted",
             "value": _detail_value(value) if isinstance(value, str) else number(value)}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from servewatch.sinks import runbook
+from servewatch.sinks.incident import LOG_HEADERS, PROCESS_HEADERS, log_rows, process_rows
 from servewatch.sinks.report_html import fmt, utc
 from servewatch.sinks.series import LABELS, SERIES
 
@@ -79,7 +80,30 @@ def render_markdown(incident) -> str:
         branch = runbook.branch_for(v.name)
         if branch is not None:
             lines += markdown_runbook(branch)
+    lines += _process_and_logs(incident, t0)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _process_and_logs(incident, t0) -> list[str]:
+    lines: list[str] = []
+    t, rows = process_rows(incident)
+    if rows:
+        at = f" at +{fmt(t - t0)} s" if t0 is not None else ""
+        lines += [f"## Process tree{at} (newest sample)", "", _md_row(PROCESS_HEADERS),
+                  "|" + "---|" * len(PROCESS_HEADERS)]
+        lines += [_md_row(fmt(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else c for c in row)
+                  for row in rows]
+        lines.append("")
+    logs = log_rows(incident)
+    if logs:
+        lines += [f"## Log events (newest {len(logs)})", "", _md_row(LOG_HEADERS), "|---:|---|---|"]
+        lines += [_md_row(row) for row in logs]
+        lines.append("")
+    return lines
+
+
+def _md_row(cells) -> str:
+    return "| " + " | ".join(_cell("–" if c is None else c) for c in cells) + " |"
 
 
 def markdown_runbook(branch: runbook.RunbookBranch) -> list[str]:
