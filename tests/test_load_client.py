@@ -127,13 +127,16 @@ def test_chunk_packing_gives_exact_per_token_itl(client):
         assert rec.itl_token_s == pytest.approx(expected)
         assert len(rec.itl_token_s) == 12 - 3
         assert sum(rec.itl_token_s) == pytest.approx(rec.chunk_t_s[-1] - rec.chunk_t_s[0])
-        assert all(0.025 <= g < 0.5 for g in gaps)           # the server's 30 ms pacing, seen
+        # the server sleeps 30 ms between chunks, so the span is at least 90 ms even if a loaded
+        # machine delivers two chunks in one read
+        assert 0.085 <= rec.chunk_t_s[-1] - rec.chunk_t_s[0] < 2.0
         assert rec.tpot_s == pytest.approx((rec.chunk_t_s[-1] - rec.chunk_t_s[0]) / 11)
         assert rec.ttft_s == pytest.approx(rec.chunk_t_s[0])
     s = result.summary
     assert s["itl_s"]["count"] == 18 and s["itl_chunk_s"]["count"] == 6
-    # per-token ITL ~10 ms while per-chunk ITL ~30 ms: the per-chunk figure would be 3x off
+    # per-token ITL is a third of per-chunk ITL: the per-chunk figure would be 3x off
     assert s["itl_chunk_s"]["mean"] == pytest.approx(3 * s["itl_s"]["mean"])
+    assert s["itl_s"]["mean"] >= 0.085 / 9
 
 
 def test_request_body_controls_output_length_and_asks_for_usage():
@@ -227,7 +230,7 @@ def test_schedule_is_absolute_and_records_scheduled_and_sent():
     steps = [b - a for a, b in zip(sched, sched[1:])]
     assert steps == pytest.approx([0.05] * 9, abs=1e-6)
     assert all(r.sent >= r.scheduled for r in result.records)
-    assert all(r.schedule_delay_s < 0.5 for r in result.records)
+    assert all(r.schedule_delay_s < 5.0 for r in result.records)   # loose: a shared machine
     assert [r.id for r in result.records] == list(range(10))
 
 

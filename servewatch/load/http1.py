@@ -165,7 +165,7 @@ class _Conn(asyncio.Protocol):
 
     def _head(self, data: bytes) -> None:
         buf = self._buf + data if self._buf else data
-        end = buf.find(b"\r\n\r\n")
+        end = buf.find(b"\r\n\r\n", 0, MAX_HEADER_BYTES + 4)
         if end < 0:
             self._buf = buf
             if len(buf) > MAX_HEADER_BYTES:
@@ -250,6 +250,17 @@ class _Conn(asyncio.Protocol):
             if self._left == 0:
                 self.body_done = True
             return data
+        if not self._buf and not self._left and not self._need_crlf and not self._trailer:
+            # the common case on a stream: exactly one whole chunk per read
+            eol = data.find(b"\r\n", 0, 10)
+            if eol > 0:
+                try:
+                    size = int(data[:eol], 16)
+                except ValueError:
+                    size = 0
+                end = eol + 2 + size
+                if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
+                    return data[eol + 2:end]
         buf = self._buf + data if self._buf else data
         pos = 0
         size = len(buf)

@@ -13,6 +13,10 @@ class SseSplitter:
         self._max_event = max_event_bytes
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self._buf and data.endswith(b"\n\n") and data.startswith(b"data:"):
+            body = data[5:-2]
+            if b"\n" not in body and b"\r" not in body:      # the common case: one whole event
+                return [body.strip()]
         buf = self._buf + data if self._buf else data
         held = b""
         if b"\r" in buf:
