@@ -205,3 +205,12 @@ def test_reports_show_the_process_tree_and_log_events(tmp_path):
     assert "| engine_dead | dialect=vllm, reason=EngineDeadError |" in md
     page = report_html.render_incident_page(incident)
     assert "Process tree" in page and "VLLM::Worker_TP0" in page and "reason=EngineDeadError" in page
+
+
+def test_overload_runbook_branches_on_its_cause():
+    branch = runbook.branch_for("overload")
+    assert set(branch.by_cause) == {"slots", "kv", "deferred", "unknown"}
+    verdict = Verdict(name="overload", t=20.0, onset=5.0, why="31 waiting", details={"cause": "slots"})
+    html = report_html.verdicts_html([verdict])
+    assert "Cause slots:" in html and "Cause kv:" not in html
+    assert "Cause deferred:" in report_html.verdicts_html([Verdict("overload", 2.0, 1.0, "w", (), {"cause": "deferred"})])

@@ -268,9 +268,11 @@ def render_facts(rows: Sequence[tuple[str, object]]) -> str:
     return f'<table class="facts"><tbody>{body}</tbody></table>'
 
 
-def runbook_html(branch: runbook.RunbookBranch) -> str:
+def runbook_html(branch: runbook.RunbookBranch, cause: object = None) -> str:
     steps = "".join(f"<li>{esc(s)}</li>" for s in branch.check_next)
-    return (f'<div class="runbook"><p>{esc(branch.meaning)}</p><dl>'
+    note = branch.for_cause(cause)
+    lead = f"<p><b>{esc(note)}</b></p>" if note else ""
+    return (f'<div class="runbook"><p>{esc(branch.meaning)}</p>{lead}<dl>'
             f"<dt>Check next</dt><dd><ol>{steps}</ol></dd>"
             f"<dt>Expected range</dt><dd>{esc(branch.expected_range)}</dd>"
             f"<dt>Safe action</dt><dd>{esc(branch.safe_action)}</dd>"
@@ -295,7 +297,7 @@ def verdicts_html(verdicts: Sequence[Verdict], t0: float | None = None, *, with_
             out.append(render_table(("detail", "value"), [(k, _plain(x)) for k, x in sorted(v.details.items())]))
         branch = runbook.branch_for(v.name)
         if with_runbook and branch is not None:
-            out.append(runbook_html(branch))
+            out.append(runbook_html(branch, v.details.get("cause")))
     return "".join(out)
 
 

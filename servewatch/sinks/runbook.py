@@ -9,7 +9,7 @@ vLLM CPU runs in the project's reference notes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servewatch.detectors.verdict import VERDICT_NAMES
 
@@ -23,6 +23,10 @@ class RunbookBranch:
     safe_action: str
     rollback: str
     restart_destroys: str
+    by_cause: dict[str, str] = field(default_factory=dict)   # the branch to take for a verdict's "cause" detail
+
+    def for_cause(self, cause: object) -> str | None:
+        return self.by_cause.get(str(cause)) if cause is not None else None
 
 
 _BRANCHES = (
@@ -137,6 +141,19 @@ _BRANCHES = (
                  "stayed there for one full window - not 'eventually'.",
         restart_destroys="A restart adds no capacity: it drops every queued and running request and the prefix "
                          "cache, so the queue returns larger.",
+        by_cause={
+            "slots": "Cause slots: running sits at the slot limit while KV has room - the engine ran out of "
+                     "sequence slots, not memory. Add replicas or shed load; raise max-num-seqs only with "
+                     "memory headroom for the larger batch's activations.",
+            "kv": "Cause kv: the KV cache is full - admission waits for memory. Expect preemptions; cap output "
+                  "length or concurrency, or add KV capacity (see kv_pressure).",
+            "deferred": "Cause deferred: requests wait although there is room - the scheduler deferred them "
+                        "(waiting_by_reason=deferred). Find what they wait for (a KV transfer, an adapter, a "
+                        "dependency) before adding capacity, which would not help.",
+            "unknown": "Cause unknown: nothing is admitted though slots and KV are free - an admission deadlock "
+                       "or a frozen scheduler. Treat it like a stall: check the step counters and take a stack of "
+                       "the engine before restarting.",
+        },
     ),
     RunbookBranch(
         verdict="kv_pressure",

@@ -79,7 +79,7 @@ def render_markdown(incident) -> str:
             lines.append("")
         branch = runbook.branch_for(v.name)
         if branch is not None:
-            lines += markdown_runbook(branch)
+            lines += markdown_runbook(branch, v.details.get("cause"))
     lines += _process_and_logs(incident, t0)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -106,8 +106,12 @@ def _md_row(cells) -> str:
     return "| " + " | ".join(_cell("–" if c is None else c) for c in cells) + " |"
 
 
-def markdown_runbook(branch: runbook.RunbookBranch) -> list[str]:
-    lines = ["#### Runbook", "", branch.meaning, "", "Check next:"]
+def markdown_runbook(branch: runbook.RunbookBranch, cause: object = None) -> list[str]:
+    lines = ["#### Runbook", "", branch.meaning, ""]
+    note = branch.for_cause(cause)
+    if note:
+        lines += [f"**{note}**", ""]
+    lines.append("Check next:")
     lines += [f"{i}. {step}" for i, step in enumerate(branch.check_next, 1)]
     lines += ["", f"- **Expected range:** {branch.expected_range}",
               f"- **Safe action:** {branch.safe_action}",
