@@ -199,7 +199,7 @@ def test_stall_over_http_health_200_metrics_answering_counters_frozen_for_10_vir
         async with serving(engine, step_loop=False) as http:
             body = {"prompt": "x", "max_tokens": 1500, "ignore_eos": True, "stream": True}
             streams = [asyncio.create_task(_collect(http, body)) for _ in range(4)]
-            await _until(lambda: engine.num_waiting + engine.num_running == 4)
+            await _until(lambda: engine.in_flight == 4)
             engine.run_until(clock.now() + 0.5)
             async with http.post("/_sim/fault", json={"kind": "stall"}) as r:
                 assert r.status == 200 and (await r.json())["state"] == "ready"
@@ -233,7 +233,7 @@ def test_engine_death_over_http_503_and_in_flight_requests_end_200_with_a_short_
                                                          "stream": True}))
             plain = asyncio.create_task(http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1500,
                                                                           "ignore_eos": True}))
-            await _until(lambda: engine.num_waiting + engine.num_running == 2)
+            await _until(lambda: engine.in_flight == 2)
             engine.run_until(clock.now() + 0.3)
             async with http.post("/_sim/fault", json={"kind": "engine-death", "exit_code": 0}) as r:
                 assert r.status == 200

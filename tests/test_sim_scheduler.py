@@ -192,3 +192,57 @@ def test_rejects_requests_longer_than_the_context():
 def _request(rid: int, prompt: int) -> Request:
     return Request(rid=rid, arrival=0.0, prompt_len=prompt, max_tokens=100, ignore_eos=True, eos_at=None,
                    block_hashes=[], stream_seed=rid)
+
+
+def _scenario(rate: float, prompt: int, out: int, seconds: float = 30.0, prefix_key=None) -> dict:
+    """Poisson arrivals for `seconds`, then drain; averages and 0.5 s-sampled maxima (seed 002 §3)."""
+    import random
+    import statistics
+
+    clock = VirtualClock()
+    engine = SimEngine(SimConfig(profile="rtx3060-7b", seed=1), clock)
+    rng = random.Random(7)
+    start = clock.now()
+    arrivals, t = [], start
+    while True:
+        t += rng.expovariate(rate)
+        if t >= start + seconds:
+            break
+        arrivals.append(t)
+    handles, peak = [], {"running": 0, "waiting": 0, "kv": 0.0}
+    sample_at = start
+    for at in arrivals + [start + seconds + 120]:
+        while sample_at < at:
+            engine.run_until(sample_at)
+            peak = {"running": max(peak["running"], engine.num_running),
+                    "waiting": max(peak["waiting"], engine.num_waiting), "kv": max(peak["kv"], engine.kv_usage)}
+            sample_at += 0.5
+        if at < start + seconds:
+            engine.run_until(at)
+            handles.append(engine.submit(prompt_tokens=prompt, max_tokens=out, ignore_eos=True, prefix_key=prefix_key))
+    assert all(h.finished for h in handles)
+    mean = statistics.mean
+    return {"queue": mean(h.scheduled_ts - h.queued_ts for h in handles),
+            "ttft": mean(h.first_token_ts - h.arrival for h in handles),
+            "prefill": mean(h.first_token_ts - h.scheduled_ts for h in handles),
+            "itl": mean((h.last_token_ts - h.first_token_ts) / (h.output_len - 1) for h in handles),
+            "e2e": mean(h.finished_ts - h.arrival for h in handles), **peak}
+
+
+def test_the_four_seed_002_scenarios_leave_four_signatures():
+    normal = _scenario(2, 44, 128)
+    overload = _scenario(14, 44, 128, seconds=60.0)
+    long_prompt = _scenario(1, 2905, 64, prefix_key="same-document")
+    long_output = _scenario(1, 44, 1024)
+    # only overload queues, and it is out of slots, not memory
+    assert overload["queue"] > 0.1 and overload["waiting"] > 0
+    for calm in (normal, long_prompt, long_output):
+        assert calm["queue"] == 0 and calm["waiting"] == 0
+    assert overload["running"] == 256 and overload["kv"] < 0.5
+    assert overload["itl"] > 5 * normal["itl"]
+    # long output: the worst E2E with a normal TTFT
+    assert long_output["e2e"] == max(s["e2e"] for s in (normal, overload, long_prompt, long_output))
+    assert long_output["ttft"] < 0.2
+    # a repeated long prompt is mostly served from the prefix cache
+    assert long_prompt["prefill"] < 0.2
+    assert normal["running"] < 20 and normal["kv"] < 0.05

@@ -80,6 +80,8 @@ class SimEngine:
         self._startup_hang = False
         self._startup_oom = False
         self._pending: list[tuple[float, int, Fault]] = []
+        self._inbox: list[Request] = []       # submitted, not yet seen by the scheduler (mid-step arrivals)
+        self._polling = False
         self._inflight: _InFlight | None = None
         self._next_rid = 0
         self._next_log_at = self.started_at + cfg.log_stats_interval
@@ -126,7 +128,7 @@ class SimEngine:
 
     @property
     def in_flight(self) -> int:
-        return self.num_running + self.num_waiting
+        return self.num_running + self.num_waiting + len(self._inbox)
 
     def health(self) -> int:
         """The status GET /health would return now; NO_ANSWER (0) when nothing listens.
@@ -188,13 +190,18 @@ class SimEngine:
                           ignore_eos=ignore_eos, eos_at=eos_at, block_hashes=hashes,
                           stream_seed=cfg.seed * 7919 + rid, is_streaming=is_streaming,
                           count_in_metrics=count_in_metrics, listener=listener)
-        self.scheduler.add(request, self.clock.now())
+        self._inbox.append(request)
+        if self._inflight is None and not self._polling:
+            self.poll()          # an idle engine core picks a request up at once
         self._wake()
         return request
 
     def abort(self, request: Request) -> bool:
         """Abort a request (client disconnect). Its KV is freed; finish reason `abort`."""
-        if not self.scheduler.abort(request, self.clock.now()):
+        if request in self._inbox:
+            self._inbox.remove(request)
+            self.scheduler.finish(request, FINISH_ABORT, self.clock.now())
+        elif not self.scheduler.abort(request, self.clock.now()):
             return False
         self.metrics.on_finished(request)
         self._wake()
@@ -260,6 +267,9 @@ class SimEngine:
         log_lines()
         self._inflight = None
         self.stalled_since = None
+        inbox, self._inbox = self._inbox, []
+        for request in inbox:
+            self.scheduler.finish(request, FINISH_ABORT, now)
         self.scheduler.abort_all(FINISH_ABORT, now)
         self.exit_code = exit_code
         self.exit_at = now + self.config.exit_delay
@@ -267,11 +277,22 @@ class SimEngine:
     # --- time ------------------------------------------------------------------------------------
     def poll(self) -> float:
         """Process everything due at the clock's now; return when something is next due (inf: never)."""
-        now = self.clock.now()
+        self._polling = True
+        try:
+            return self._poll(self.clock.now())
+        finally:
+            self._polling = False
+
+    def _poll(self, now: float) -> float:
         self._fire_timers(now)
         flight = self._inflight
         if flight is not None and self.stalled_since is None and now >= flight.t_end and self.state == READY:
             self._finish_step(now)
+        if self._inflight is None and self.state == READY and self.stalled_since is None and self._inbox:
+            # the engine core takes new requests from its input queue between steps (vLLM: queued_ts)
+            inbox, self._inbox = self._inbox, []
+            for request in inbox:
+                self.scheduler.add(request, now)
         if self._inflight is None and self.state == READY and self.stalled_since is None \
                 and (self.scheduler.running or self.scheduler.waiting):
             self._begin_step(now)

@@ -221,6 +221,10 @@ class Scheduler:
             return FINISH_LENGTH
         return None
 
+    def finish(self, request: Request, reason: str, now: float) -> None:
+        """Finish a request the scheduler never saw (aborted before it was queued)."""
+        self._finish(request, reason, now)
+
     def _finish(self, request: Request, reason: str, now: float) -> None:
         if request.blocks:
             self.pool.release(request.blocks)
