@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import sys
 import time
@@ -71,9 +72,7 @@ class BundleWriter:
                 bundles_written=self.bundles_written, recompute=self.recompute)
             trigger = _trigger_name(files)
             self._ensure_out_dir()
-            tmp = self.out_dir / f"{TMP_PREFIX}{os.getpid()}-{ident[:8]}"
-            if tmp.exists():
-                shutil.rmtree(tmp)
+            tmp = self.out_dir / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
             os.mkdir(tmp, 0o700)
             os.chmod(tmp, 0o700)
             for name, data in files.items():
@@ -89,8 +88,11 @@ class BundleWriter:
             self.failures += 1
             self.last_failure = f"{type(exc).__name__}: {exc}"
             line = " ".join(self.last_failure.split())[:240]
-            print(f"servewatch: incident bundle not written ({self.failures} failure(s) so far): {line}",
-                  file=self.stderr or sys.stderr)
+            try:
+                print(f"servewatch: incident bundle not written ({self.failures} failure(s) so far): {line}",
+                      file=self.stderr or sys.stderr)
+            except Exception:   # noqa: BLE001 - not even a closed stderr may reach the recorder
+                pass
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             return None
