@@ -32,6 +32,8 @@ class FakeServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
+        if behaviour.get("tokenize"):
+            app.router.add_post("/tokenize", self.tokenize)
         self.server = TestServer(app, host="127.0.0.1")
 
     async def __aenter__(self) -> "FakeServer":
@@ -47,6 +49,10 @@ class FakeServer:
 
     async def models(self, request):
         return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    async def tokenize(self, request):
+        body = await request.json()
+        return web.json_response({"count": len(body["prompt"].split()) + 1, "max_model_len": 4096})  # + BOS
 
     async def metrics(self, request):
         return web.Response(text=self.metrics_text, content_type="text/plain")
@@ -137,6 +143,14 @@ def test_chunk_packing_gives_exact_per_token_itl(client):
     # per-token ITL is a third of per-chunk ITL: the per-chunk figure would be 3x off
     assert s["itl_chunk_s"]["mean"] == pytest.approx(3 * s["itl_s"]["mean"])
     assert s["itl_s"]["mean"] >= 0.085 / 9
+
+
+def test_tokenizer_auto_uses_the_servers_tokenize_for_exact_prompts():
+    srv, result = _run({"tokenize": True}, requests=2, tokenizer="auto", prompt_tokens=9)
+    assert [len(b["prompt"].split()) for b in srv.bodies] == [8, 8]      # 8 words + BOS = 9 tokens
+    assert result.summary["prompt_token_source"] == "server" and result.summary["prompts_exact"] is True
+    srv, result = _run({}, requests=1, tokenizer="auto", prompt_tokens=9)   # no /tokenize: approx, flagged
+    assert result.summary["prompt_token_source"] == "approx" and result.notes
 
 
 def test_request_body_controls_output_length_and_asks_for_usage():

@@ -83,6 +83,21 @@ def test_itl_exact_against_sim_packing_tokens_per_chunk():
     assert s["signature"]["tokens_out"] == pytest.approx(33)
 
 
+def test_chat_api_against_the_sim():
+    async def go():
+        async with SimServer(profile="h100-8b", tokens_per_chunk=2) as sim:
+            cfg = LoadConfig(url=sim.url, scenario="custom", api="chat", rate=20.0, arrival="constant", requests=2,
+                             prompt_tokens=12, output_tokens=9, tokenizer="approx", metrics_interval_s=0.0)
+            return await run_load_async(cfg)
+
+    result = asyncio.run(go())
+    for rec in result.records:
+        assert rec.ok and rec.output_tokens == 9 and rec.itl_exact
+        assert rec.chunk_tokens[0] == 0                 # the role chunk carries no token
+        assert rec.ttft_s == rec.chunk_t_s[1]           # TTFT is the first chunk with a token
+        assert rec.input_tokens > 12                    # the chat template adds tokens, as usage says
+
+
 def test_engine_death_turns_in_flight_requests_into_truncated_not_success():
     async def go():
         async with SimServer(profile="tiny-cpu", exit_delay=1.0) as sim:

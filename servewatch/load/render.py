@@ -77,19 +77,16 @@ def print_summary(summary: dict) -> None:
     sig = summary["signature"]
     srcs = sig["sources"]
     row = Table(title="signature (seed 002 §3)")
-    cells = []
-    for key, label, unit in (("tokens_in", "tokens in", "n"), ("tokens_out", "tokens out", "n"),
-                             ("queue_wait_s", "queue (s)", "s"), ("prefill_s", "prefill (s)", "s"),
-                             ("ttft_s", "TTFT (s)", "s"), ("itl_s", "ITL (s)", "s"),
-                             ("generation_s", "generation (s)", "s"), ("e2e_s", "E2E (s)", "s"),
-                             ("max_running", "max running", "n"), ("max_waiting", "max waiting", "n"),
-                             ("max_kv", "max KV", "%")):
-        row.add_column(label + ("" if srcs.get(key) != "client" else " *"), justify="right")
-        cells.append(_fmt(sig[key], unit))
-    row.add_row(*cells)
+    for col in ("field", "value", "from"):
+        row.add_column(col, justify="left" if col != "value" else "right")
+    for key, label, unit in (("tokens_in", "tokens in (mean)", "n"), ("tokens_out", "tokens out (mean)", "n"),
+                             ("queue_wait_s", "queue wait (s)", "s"), ("prefill_s", "prefill (s)", "s"),
+                             ("ttft_s", "TTFT (s)", "s"), ("itl_s", "between two tokens (s)", "s"),
+                             ("generation_s", "token generation (s)", "s"), ("e2e_s", "E2E (s)", "s"),
+                             ("max_running", "running, max", "n"), ("max_waiting", "waiting, max", "n"),
+                             ("max_kv", "KV cache, max", "%")):
+        row.add_row(label, _fmt(sig[key], unit), srcs.get(key) or "—")
     console.print(row)
-    if any(v == "client" for v in srcs.values()):
-        console.print("* measured by the client (the server did not expose it)")
     if summary.get("goodput") is not None:
         console.print(f"goodput {summary['goodput']:.2f} req/s ({100 * summary['goodput_fraction']:.1f}% of requests)")
     console.print(f"token counts: {summary['token_count_source']}; prompts built with "

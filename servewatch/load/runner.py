@@ -20,7 +20,7 @@ from servewatch.errors import ServewatchError, SourceUnavailable
 from servewatch.load import prompts as P
 from servewatch.load.client import Deadline, RequestSpec, build_body, run_request
 from servewatch.load.http1 import Endpoint, Http1Client
-from servewatch.load.records import RequestRecord
+from servewatch.load.records import STREAM_CUT, RequestRecord
 from servewatch.load.scenarios import LoadConfig, arrival_times, prompt_lengths
 from servewatch.load.server_view import ServerSample, ServerView
 from servewatch.load.summary import summarize
@@ -131,6 +131,10 @@ class _Run:
         try:
             rec = await run_request(self.client, spec, self.now, deadline, api=self.config.api,
                                     keep_text=self.config.keep_text)
+        except Exception as exc:  # noqa: BLE001 - a client bug costs one request, never the run
+            rec = RequestRecord(id=spec.id, scheduled=spec.scheduled, prompt_tokens_target=spec.prompt_tokens,
+                                max_tokens=spec.max_tokens, error=STREAM_CUT,
+                                error_detail=f"client error: {type(exc).__name__}")
         finally:
             self.watchdog.in_flight.pop(spec.id, None)
         self.records.append(rec)
