@@ -214,3 +214,16 @@ def test_overload_runbook_branches_on_its_cause():
     html = report_html.verdicts_html([verdict])
     assert "Cause slots:" in html and "Cause kv:" not in html
     assert "Cause deferred:" in report_html.verdicts_html([Verdict("overload", 2.0, 1.0, "w", (), {"cause": "deferred"})])
+
+
+def test_a_short_verdict_in_a_long_window_gets_a_close_up(tmp_path):
+    window = stall_window(n=400, stalled_from=390)          # 200 s of window, a 5 s stall at the end
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
+    path = writer.write(window, synthetic_stall_verdicts(window), BundleContext())
+    page = report_html.render_incident_page(load_incident(path))
+    assert page.count("<svg") == 2 and "Close-up of the last" in page
+    close_up = page[page.index("<svg", page.index("<svg") + 1):]
+    close_up = close_up[:close_up.index("</svg>") + 6]
+    root = ET.fromstring(close_up)
+    ticks = [t.text for t in root.iter(f"{SVG}text") if t.text and t.text.endswith(" s")]
+    assert ticks and float(ticks[0].split()[0]) >= 170     # the close-up starts near the verdict

@@ -334,6 +334,7 @@ def incident_section(incident, *, title: str | None = None, anchor: str | None =
     series = incident.series
     ordered = {name: series[name] for name in SERIES}
     chart = render_timeline_svg(ordered, incident.markers, t0=t0, title=f"timeline of {incident.name}")
+    zoom = _zoom_chart(ordered, incident.markers, t0, window["end_t"], incident.name)
     target = meta["target"]
     facts = render_facts([
         ("incident id", meta["incident_id"]),
@@ -350,9 +351,27 @@ def incident_section(incident, *, title: str | None = None, anchor: str | None =
     ])
     caption = ("Health, running, waiting, KV cache and generation rate; red bands run from each verdict's onset "
                f"to the moment it was concluded. Time in seconds from {utc(t0)}.")
-    body = (f"{facts}<figure>{chart}<figcaption>{esc(caption)}</figcaption></figure>"
+    body = (f"{facts}<figure>{chart}<figcaption>{esc(caption)}</figcaption></figure>{zoom}"
             f"<h3>Verdicts</h3>{verdicts_html(incident.verdicts, t0)}{_process_and_logs_html(incident, t0)}")
     return Section(title=title or f"Incident {incident.name}", body_html=body, anchor=anchor)
+
+
+def _zoom_chart(series: Mapping[str, Sequence[Point]], markers: Sequence[Marker], t0: float | None,
+                end: float | None, name: str) -> str:
+    """A close-up of the verdicts when they are a sliver of a long window."""
+    if not markers or t0 is None or end is None or end <= t0:
+        return ""
+    onset = min(m.onset for m in markers)
+    span = max(m.t for m in markers) - onset
+    if span > 0.1 * (end - t0):
+        return ""
+    lo = max(t0, onset - max(10.0, 3 * span))
+    if lo <= t0:
+        return ""
+    close = {k: [(t, v) for t, v in points if t >= lo] for k, points in series.items()}
+    chart = render_timeline_svg(close, markers, t0=t0, title=f"close-up of {name}")
+    return (f"<figure>{chart}<figcaption>Close-up of the last {esc(fmt(end - lo))} s, around the verdicts "
+            f"(same time origin).</figcaption></figure>")
 
 
 def _process_and_logs_html(incident, t0: float | None) -> str:
