@@ -7,6 +7,8 @@ from collections.abc import Callable
 from servewatch.errors import ExpositionError
 from servewatch.exposition.names import is_label_name
 
+MEMO_MAX_CHARS = 256      # longer names are validated every time rather than remembered
+
 _LABEL_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 
 
@@ -31,7 +33,8 @@ def parse_labels(line: str, start: int, line_no: int, known_names: set[str]) -> 
                 name = name.rstrip(" ")
                 if not is_label_name(name):
                     raise ExpositionError(f"invalid label name {name!r} in {_snippet(line)}", line_no)
-                known_names.add(name)
+                if len(name) <= MEMO_MAX_CHARS:
+                    known_names.add(name)
             j = eq + 1
             while line[j] == " ":
                 j += 1
@@ -79,7 +82,8 @@ def layout_builder(heads: list[str], known_names: set[str]) -> Callable[[list[st
         if name not in known_names:
             if not is_label_name(name):
                 return None
-            known_names.add(name)
+            if len(name) <= MEMO_MAX_CHARS:
+                known_names.add(name)
         names.append(name)
     if len(set(names)) != len(names):
         return None

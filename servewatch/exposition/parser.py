@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from servewatch.errors import BodyTooLarge, ExpositionError
-from servewatch.exposition.labels import _snippet, layout_builder, parse_labels, unescape_help
+from servewatch.exposition.labels import MEMO_MAX_CHARS, _snippet, layout_builder, parse_labels, unescape_help
 from servewatch.exposition.model import Family, Sample
 from servewatch.exposition.names import KNOWN_TYPES, is_metric_name, line_prefixes, owning_family, sample_names_of
 
@@ -87,9 +87,7 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
     candidates = None if wanted is None else sample_names_of(wanted)
     untyped = "unknown" if openmetrics else "untyped"
     timestamp_divisor = 1.0 if openmetrics else 1000.0
-    metric_names: set[str] = set()     # sample names already validated
-    label_names: set[str] = set()
-    layouts: dict = {}                 # label layouts met -> labels builder (None: not plain)
+    metric_names, label_names, layouts = _validated()
     last_heads: list[str] | None = None
     last_build = None
     last_name = None                   # the previous sample name, and its family (None: skipped)
@@ -127,12 +125,12 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
         if brace != -1:
             name = line[:brace]
             space = -1
-            if " " in name or "\t" in name:
-                brace, space, name = _split_name_slowly(line, line_no)
         else:
             brace, space, name = _split_name_slowly(line, line_no)
 
         if name != last_name:
+            if brace != -1 and (" " in name or "\t" in name):
+                brace, space, name = _split_name_slowly(line, line_no)
             last_name = name
             last_family = None
             if candidates is not None and name not in candidates:
@@ -140,7 +138,8 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
             if name not in metric_names:
                 if not is_metric_name(name):
                     raise ExpositionError(f"invalid metric name in {_snippet(line)}", line_no)
-                metric_names.add(name)
+                if len(name) <= MEMO_MAX_CHARS:
+                    metric_names.add(name)
             try:
                 family_name = owning_family(name, types)
             except ValueError as error:
@@ -167,7 +166,9 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
                     layout = tuple(heads)
                     build = layouts.get(layout)
                     if build is None:
-                        build = layouts[layout] = layout_builder(heads, label_names)
+                        build = layout_builder(heads, label_names)
+                        if build is not None and len(segment) <= _LAYOUT_MEMO_MAX_CHARS:
+                            layouts[layout] = build
                 if build is not None:
                     last_heads, last_build = heads, build
                     labels = build(parts)
@@ -193,6 +194,21 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
         set_timestamp(sample, timestamp)
         last_family.samples.append(sample)
     return out
+
+
+_VALIDATED_LIMIT = 4096              # entries, each at most a few KiB: a bounded memory cost
+_LAYOUT_MEMO_MAX_CHARS = 2048
+_METRIC_NAMES: set[str] = set()      # names found valid, kept across parses: scrapes of one server repeat
+_LABEL_NAMES: set[str] = set()       # them, and validating is a pure function of the string
+_LAYOUTS: dict = {}                  # plain label layout -> its labels builder
+
+
+def _validated() -> tuple[set[str], set[str], dict]:
+    if len(_METRIC_NAMES) + len(_LABEL_NAMES) + len(_LAYOUTS) > _VALIDATED_LIMIT:
+        _METRIC_NAMES.clear()
+        _LABEL_NAMES.clear()
+        _LAYOUTS.clear()
+    return _METRIC_NAMES, _LABEL_NAMES, _LAYOUTS
 
 
 def _split_name_slowly(line: str, line_no: int) -> tuple[int, int, str]:
