@@ -260,6 +260,26 @@ def test_fixed_concurrency_caps_in_flight():
     assert peak <= 3
 
 
+def test_interrupted_run_keeps_what_it_recorded():
+    async def go():
+        async with FakeServer(gap_s=0.005) as srv:
+            holder = {}
+
+            def on_progress(p):
+                if p.done >= 3 and "cancelled" not in holder:
+                    holder["cancelled"] = True
+                    holder["task"].cancel()
+
+            holder["task"] = asyncio.create_task(run_load_async(
+                _config(srv.url, rate=20.0, requests=1000), on_progress=on_progress, salvage_on_cancel=True))
+            return await holder["task"]
+
+    result = asyncio.run(go())
+    assert result.summary["interrupted"] is True
+    assert 3 <= result.summary["requests"] < 1000 and result.summary["ok"] == result.summary["requests"]
+    assert any("interrupted" in n for n in result.notes)
+
+
 def test_keep_text_off_by_default_and_on_when_asked(tmp_path):
     from servewatch.load.output import write_outputs
 

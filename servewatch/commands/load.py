@@ -90,7 +90,7 @@ def run(args) -> int:
             raise ServewatchError(f"--out {args.out}: {exc.strerror or exc}") from None
     show = not args.json and sys.stderr.isatty()
     with LiveProgress(enabled=show) as live:
-        result = run_load(config, on_progress=live.update)
+        result = run_load(config, on_progress=live.update, salvage_on_cancel=True)
     problems = output.write_outputs(result, args.out) if args.out else []
     if args.json:
         json.dump(result.summary, sys.stdout, indent=2, sort_keys=True)
@@ -99,4 +99,7 @@ def run(args) -> int:
         print_summary(result.summary)
     for problem in problems:
         print(f"servewatch load: {problem}", file=sys.stderr)
+    if result.summary.get("interrupted"):
+        print("servewatch load: interrupted; the summary covers the requests that finished", file=sys.stderr)
+        return 130
     return 1 if problems else 0

@@ -206,9 +206,12 @@ async def build_prompts(config: LoadConfig, counter, count: int) -> list[P.Promp
 
 async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                          on_progress: Callable[[Progress], None] | None = None,
-                         read_scrape: Callable | None = None, metrics_client=None) -> LoadResult:
+                         read_scrape: Callable | None = None, metrics_client=None,
+                         salvage_on_cancel: bool = False) -> LoadResult:
     """Run the load described by `config`. Errors of single requests are records, never raised;
-    a bad configuration or an unreachable target without --model raises ServewatchError."""
+    a bad configuration or an unreachable target without --model raises ServewatchError.
+    With `salvage_on_cancel` (the CLI's Ctrl-C), a cancelled run returns what it recorded so far,
+    with summary["interrupted"] set, instead of raising CancelledError."""
     try:
         config = config.resolved()
     except ValueError as exc:
@@ -267,19 +270,27 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
         sampler = loop.create_task(view.run(stop)) if view is not None else None
         t0 = clock.now() + START_MARGIN_S
         run.started = t0
+        interrupted = False
+        in_flight_at_stop = 0
         try:
             if config.concurrency is None:
                 await run.by_rate(offsets, t0)
             else:
                 await run.by_concurrency(t0)
+        except asyncio.CancelledError:
+            if not salvage_on_cancel:
+                raise
+            interrupted = True
+            in_flight_at_stop = len(run.watchdog.in_flight)
         finally:
             wall = clock.now() - t0
             stop.set()
             for task in list(run.tasks):
                 task.cancel()
+            ticker.cancel()
             await asyncio.gather(ticker, *([sampler] if sampler else []), return_exceptions=True)
             gc.unfreeze()
-        if view is not None:
+        if view is not None and not interrupted:
             await view.scrape_once()        # the final state, after the last request
         server = view.summary() if view is not None else None
         records = sorted(run.records, key=lambda r: r.id)
@@ -287,6 +298,10 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                             prompts_exact=all(p.exact for p in prompts), server=server,
                             client_name=config.client)
         summary["model"] = model
+        summary["interrupted"] = interrupted
+        if interrupted:
+            notes.append(f"interrupted after {len(records)} finished requests; "
+                         f"{in_flight_at_stop} in flight were dropped")
         summary["notes"] = notes
         return LoadResult(config, records, view.samples if view else [], summary, counter.source, model, notes)
     finally:
