@@ -91,7 +91,7 @@ def test_report_page_is_self_contained(bundle):
     collector = TagCollector()
     collector.feed(page)
     tags = [t for t, _ in collector.tags]
-    assert tags.count("svg") == 2 and "section" in tags and "nav" in tags
+    assert tags.count("svg") == 3 and "section" in tags and "nav" in tags    # timeline, window ITL, ITL
     assert not {"script", "link", "img", "iframe", "object", "embed"} & set(tags)
     for tag, attrs in collector.tags:
         assert "src" not in attrs
@@ -112,7 +112,8 @@ def test_untrusted_text_is_escaped():
 
 def test_incident_page_has_chart_verdicts_and_runbook(bundle):
     page = report_html.render_incident_page(load_incident(bundle))
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 1
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2     # timeline and the ITL histogram
+    assert "<title>timeline of " in page and "Server latency histograms" in page
     assert "alive_health_ok_no_progress" in page
     for heading in ("Check next", "Expected range", "Safe action", "Rollback (and when)",
                     "What a restart would destroy"):
@@ -221,9 +222,30 @@ def test_a_short_verdict_in_a_long_window_gets_a_close_up(tmp_path):
     writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
     path = writer.write(window, synthetic_stall_verdicts(window), BundleContext())
     page = report_html.render_incident_page(load_incident(path))
-    assert page.count("<svg") == 2 and "Close-up of the last" in page
-    close_up = page[page.index("<svg", page.index("<svg") + 1):]
+    assert page.count("<title>close-up of ") == 1 and "Close-up of the last" in page
+    close_up = page[page.rindex("<svg", 0, page.index("<title>close-up of ")):]
     close_up = close_up[:close_up.index("</svg>") + 6]
     root = ET.fromstring(close_up)
     ticks = [t.text for t in root.iter(f"{SVG}text") if t.text and t.text.endswith(" s")]
     assert ticks and float(ticks[0].split()[0]) >= 170     # the close-up starts near the verdict
+
+
+def test_incident_page_shows_window_latency_histograms_with_the_blindness_note(tmp_path):
+    from servewatch.detectors import DetectorConfig, run_detectors
+
+    try:
+        from tests.sinks_synthetic import scenario
+    except ModuleNotFoundError:
+        from sinks_synthetic import scenario
+    window = scenario("histogram_blind")
+    verdicts = run_detectors(window, DetectorConfig())
+    assert [v.name for v in verdicts] == ["histogram_blind"]
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
+    path = writer.write(window, verdicts, BundleContext(detector_config=DetectorConfig()))
+    incident = load_incident(path)
+    from servewatch.sinks.incident import latency_histograms
+
+    (name, kind, h), = latency_histograms(incident)
+    assert (name, kind) == ("engine=0", "itl") and h.count == 800.0     # 20 ticks x 40 new observations
+    page = report_html.render_incident_page(incident)
+    assert "Server latency histograms" in page and "Histogram blindness" in page

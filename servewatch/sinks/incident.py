@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servewatch.detectors.verdict import Verdict
+from servewatch.engine.state import Histogram
 from servewatch.sinks import serialize, series
 from servewatch.sinks.verify import load_bundle
 from servewatch.timeline.samples import Sample
@@ -66,3 +67,29 @@ def log_rows(incident: Incident, limit: int = 20) -> list[tuple]:
     events = [s for s in incident.samples if isinstance(s, LogEvent)][-limit:]
     return [(round(e.t - start, 3), e.kind, ", ".join(f"{k}={v}" for k, v in sorted(e.fields.items())))
             for e in events]
+
+
+def latency_histograms(incident: Incident) -> list[tuple[str, str, Histogram]]:
+    """(engine, kind, histogram of the window) for each latency histogram the bundle holds at both ends of
+    the window: the newest minus the oldest scrape (a counter reset in between gives nothing)."""
+    from servewatch.engine.histogram import delta
+    from servewatch.engine.state import HISTOGRAM_KINDS
+    from servewatch.timeline.samples import MetricsSample
+
+    first: dict[tuple[str, str], Histogram] = {}
+    last: dict[tuple[str, str], Histogram] = {}
+    for sample in incident.samples:
+        if not isinstance(sample, MetricsSample):
+            continue
+        for engine in sample.engines:
+            name = ",".join(f"{k}={v}" for k, v in sorted(engine.labels.items()) if k != "model_name") or "engine"
+            for kind, histogram in engine.histograms.items():
+                first.setdefault((name, kind), histogram)
+                last[(name, kind)] = histogram
+    out = []
+    for (name, kind), newest in sorted(last.items(), key=lambda x: (x[0][0], HISTOGRAM_KINDS.index(x[0][1])
+                                                                   if x[0][1] in HISTOGRAM_KINDS else 99)):
+        window = delta(newest, first[(name, kind)]) if first[(name, kind)] is not newest else None
+        if window is not None and window.count > 0:
+            out.append((name, kind, window))
+    return out

@@ -352,7 +352,8 @@ def incident_section(incident, *, title: str | None = None, anchor: str | None =
     caption = ("Health, running, waiting, KV cache and generation rate; red bands run from each verdict's onset "
                f"to the moment it was concluded. Time in seconds from {utc(t0)}.")
     body = (f"{facts}<figure>{chart}<figcaption>{esc(caption)}</figcaption></figure>{zoom}"
-            f"<h3>Verdicts</h3>{verdicts_html(incident.verdicts, t0)}{_process_and_logs_html(incident, t0)}")
+            f"<h3>Verdicts</h3>{verdicts_html(incident.verdicts, t0)}{_latency_html(incident)}"
+            f"{_process_and_logs_html(incident, t0)}")
     return Section(title=title or f"Incident {incident.name}", body_html=body, anchor=anchor)
 
 
@@ -372,6 +373,21 @@ def _zoom_chart(series: Mapping[str, Sequence[Point]], markers: Sequence[Marker]
     chart = render_timeline_svg(close, markers, t0=t0, title=f"close-up of {name}")
     return (f"<figure>{chart}<figcaption>Close-up of the last {esc(fmt(end - lo))} s, around the verdicts "
             f"(same time origin).</figcaption></figure>")
+
+
+def _latency_html(incident) -> str:
+    from servewatch.sinks.incident import latency_histograms
+
+    found = latency_histograms(incident)
+    if not found:
+        return ""
+    charts = "".join(render_histogram_svg(h.edges, bucket_counts(h), title=f"{kind} ({name})")
+                     for name, kind, h in found)
+    note = ""
+    if any(v.name == "histogram_blind" for v in incident.verdicts):
+        note = f'<p class="note">{esc(HISTOGRAM_BLINDNESS_NOTE)}</p>'
+    return ("<h3>Server latency histograms over the window</h3><p>Observations between the oldest and the newest "
+            f"scrape in the bundle, per bucket.</p><div class=\"charts\">{charts}</div>{note}")
 
 
 def _process_and_logs_html(incident, t0: float | None) -> str:
