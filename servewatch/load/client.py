@@ -1,8 +1,9 @@
 """One streaming completion request → one RequestRecord. Never raises for a failed request.
 
 Works on any client with `request(method, path, body, on_sent=...) -> response` where the response
-has `status`, `read_some()`, `read_all(limit)` and `release()` (http1.Http1Client, or the aiohttp
-adapter in aiohttp_client.py). ConnectFailed / StreamCut from http1 are the failure vocabulary.
+has `status`, `stream_into(callback)`, `read_all(limit)` and `release()` (http1.Http1Client, or the
+aiohttp adapter in aiohttp_client.py). ConnectFailed / StreamCut from http1 are the failure
+vocabulary. Each body read is stamped once, on arrival, and every SSE event in it shares that time.
 """
 
 from __future__ import annotations
