@@ -301,3 +301,17 @@ def test_absurd_line_names_the_line():
         parse("a 1\n# " + "ü" * 600 + "\n", max_line_bytes=1000)   # 1202 bytes in 602 characters
     assert error.value.line_no == 2
     assert parse("a 1\n# " + "ü" * 400 + "\n", max_line_bytes=1000)["a"].samples
+
+
+def test_families_must_be_a_collection_not_one_name():
+    with pytest.raises(TypeError):
+        parse(GOOD, "g")
+
+
+def test_remembered_names_are_bounded(monkeypatch):
+    monkeypatch.setattr(parser_module, "_VALIDATED_LIMIT", 10)
+    many = "m{" + ",".join(f'a{i}="v"' for i in range(30)) + "} 1\n"
+    assert len(parse(many)["m"].samples[0].labels) == 30
+    assert "a29" in parser_module._LABEL_NAMES
+    assert parse('n{z="v"} 1\n')["n"].samples[0].labels == {"z": "v"}
+    assert "a29" not in parser_module._LABEL_NAMES and "z" in parser_module._LABEL_NAMES

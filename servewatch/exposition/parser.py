@@ -43,6 +43,8 @@ def parse(text: str | bytes, families: Collection[str] | None = None, *, max_byt
     _check_line_lengths(lines, max_line_bytes)
     if openmetrics is None:
         openmetrics = text.rstrip().endswith("# EOF")
+    if isinstance(families, str):
+        raise TypeError("families must be a collection of family names, not one str")
     wanted = None if families is None else frozenset(families)
     return _parse_lines(lines, wanted, openmetrics)
 
@@ -61,7 +63,9 @@ def _bounded_text(text: str | bytes, max_bytes: int) -> str:
             raise ExpositionError(
                 f"not UTF-8 text (byte 0x{raw[error.start]:02x} at column {column})", line_no) from None
     size = len(text)
-    if size * 4 > max_bytes:  # a char is 1..4 UTF-8 bytes: measure only when it could matter
+    if size > max_bytes:      # a char is 1..4 UTF-8 bytes: too many chars is already too many bytes
+        raise BodyTooLarge(f"body is at least {size} bytes, over the {max_bytes}-byte limit")
+    if size * 4 > max_bytes:  # measure the bytes only when it could matter
         size = len(text.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise BodyTooLarge(f"body is {size} bytes, over the {max_bytes}-byte limit")
