@@ -249,3 +249,4 @@ def test_incident_page_shows_window_latency_histograms_with_the_blindness_note(t
     assert (name, kind) == ("engine=0", "itl") and h.count == 800.0     # 20 ticks x 40 new observations
     page = report_html.render_incident_page(incident)
     assert "Server latency histograms" in page and "Histogram blindness" in page
+    assert "| itl | engine=0 | 800 | 0.005 | 100.0% (≤ 0.01 s) |" in render_markdown(incident)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servewatch.sinks import runbook
-from servewatch.sinks.incident import LOG_HEADERS, PROCESS_HEADERS, log_rows, process_rows
+from servewatch.sinks.incident import LOG_HEADERS, PROCESS_HEADERS, latency_histograms, log_rows, process_rows
 from servewatch.sinks.report_html import fmt, utc
 from servewatch.sinks.series import LABELS, SERIES
 
@@ -80,8 +80,24 @@ def render_markdown(incident) -> str:
         branch = runbook.branch_for(v.name)
         if branch is not None:
             lines += markdown_runbook(branch, v.details.get("cause"))
+    lines += _latency(incident)
     lines += _process_and_logs(incident, t0)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _latency(incident) -> list[str]:
+    found = latency_histograms(incident)
+    if not found:
+        return []
+    lines = ["## Server latency histograms over the window", "",
+             "| histogram | engine | observations | mean (s) | in the first bucket |", "|---|---|---:|---:|---|"]
+    for name, kind, h in found:
+        first = h.cumulative[0] if h.cumulative else 0.0
+        edge = f"≤ {fmt(h.edges[0])} s" if h.edges else "–"
+        lines.append(f"| {kind} | {_cell(name)} | {fmt(h.count)} | {fmt(h.sum / h.count if h.count else None)} | "
+                     f"{100 * first / h.count:.1f}% ({edge}) |")
+    lines.append("")
+    return lines
 
 
 def _process_and_logs(incident, t0) -> list[str]:
