@@ -78,7 +78,7 @@ class VllmLog(_Base):
             self.sink.write(f"({process} pid={self.pid}) {level} {stamp} [{where}] {part}")
 
     # --- lifecycle -------------------------------------------------------------------------------
-    def startup(self, auto_fit_from: int | None = None) -> None:
+    def startup(self) -> None:
         cfg, hw = self.engine.config, self.engine.config.hw
         self._line("APIServer", "INFO", "api_utils.py:286", "non-default args: {'model': %r, 'max_num_seqs': %d, "
                    "'max_model_len': %d, 'served_model_name': [%r]}" % (hw.model_name, cfg.max_num_seqs,
@@ -197,7 +197,7 @@ class SglangLog(_Base):
         for part in message.split("\n"):
             self.sink.write(f"[{stamp}] {part}")
 
-    def startup(self, auto_fit_from: int | None = None) -> None:
+    def startup(self) -> None:
         cfg = self.engine.config
         self._line(f"server_args=ServerArgs(model_path='{cfg.hw.model_name}', served_model_name='{cfg.model_name}', "
                    f"max_running_requests={cfg.max_num_seqs}, page_size={cfg.block_size}, "

@@ -69,13 +69,13 @@ class SglangMetrics:
                                     "pp_rank": "0", "tp_rank": "0"})
         self.tok = sorted_labels({"engine_type": "unified", "model_name": cfg.model_name})
         self.pid = str(os.getpid())
+        self.cache_queries = self.cache_hits = 0.0
         self.snapshot = self._take_snapshot(gen_throughput=0.0)
         self.retracted_last = 0
         self.passes = dict.fromkeys(dialect.FORWARD_PASS_MODES, 0.0)
         self.realtime = dict.fromkeys(dialect.REALTIME_TOKEN_MODES, 0.0)
         self._pending_realtime = dict.fromkeys(dialect.REALTIME_TOKEN_MODES, 0.0)
         self.retracted_total = 0.0
-        self.cache_queries = self.cache_hits = 0.0
         self.per_stream: dict[str, dict] = {}        # is_streaming -> counters and histograms
         self.queue = Hist(dialect.BUCKETS["queue_time"])
         self.itl = Hist(dialect.BUCKETS["inter_token_latency"])
@@ -169,8 +169,7 @@ class SglangMetrics:
         return {
             "sglang:num_running_reqs": e.num_running, "sglang:num_queue_reqs": e.num_waiting,
             "sglang:num_grammar_queue_reqs": 0.0, "sglang:gen_throughput": round(gen_throughput, 2),
-            "sglang:cache_hit_rate": (self.cache_hits / self.cache_queries) if getattr(self, "cache_queries", 0)
-            else 0.0,
+            "sglang:cache_hit_rate": self.cache_hits / self.cache_queries if self.cache_queries else 0.0,
             "sglang:decode_sum_seq_lens": float(e.running_context_tokens),
             "sglang:token_usage": round(used / total, 2), "sglang:full_token_usage": used / total,
             "sglang:num_used_tokens": used, "sglang:kv_available_tokens": total - used,
