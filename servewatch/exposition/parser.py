@@ -120,9 +120,11 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
                     continue               # a plain comment
             keyword, name, rest = _comment_fields(line)
             if keyword == "TYPE":
-                _type_line(name, rest, line, line_no, wanted, out, types, typed, helps)
+                _check_metric_name(name, metric_names, "TYPE", line, line_no)
+                _type_line(name, rest, line_no, wanted, out, types, typed, helps)
             elif keyword == "HELP" and (wanted is None or name in wanted):
-                _help_line(name, rest, line, line_no, out, helps, openmetrics)
+                _check_metric_name(name, metric_names, "HELP", line, line_no)
+                _help_line(name, rest, out, helps, openmetrics)
             continue
 
         brace = line.find("{")
@@ -257,6 +259,11 @@ def _number(token: str, what: str, name: str, line_no: int) -> float:
 
 def _comment_fields(line: str) -> tuple[str, str, str]:
     """(keyword, name, rest) of a comment line; tokens are separated by blanks (space or tab) only."""
+    if line[:2] == "# " and line[2:7] in ("TYPE ", "HELP ") and line[7:8] not in _BLANKS:   # the usual form
+        end = line.find(" ", 8)
+        name = line[7:end] if end != -1 else line[7:]
+        if "\t" not in name:
+            return line[2:6], name, line[end + 1:].lstrip(_BLANKS) if end != -1 else ""
     keyword, rest = _first_word(line[1:].lstrip(_BLANKS))
     name, rest = _first_word(rest)
     return keyword, name, rest
@@ -271,10 +278,16 @@ def _first_word(text: str) -> tuple[str, str]:
     return text[:end], text[end:].lstrip(_BLANKS)
 
 
-def _type_line(name: str, kind: str, line: str, line_no: int, wanted: frozenset[str] | None,
+def _check_metric_name(name: str, known: set[str], keyword: str, line: str, line_no: int) -> None:
+    if name not in known:
+        if not is_metric_name(name):
+            raise ExpositionError(f"invalid metric name in {keyword} line: {_snippet(line)}", line_no)
+        if len(name) <= MEMO_MAX_CHARS:
+            known.add(name)
+
+
+def _type_line(name: str, kind: str, line_no: int, wanted: frozenset[str] | None,
                out: dict[str, Family], types: dict[str, str], typed: set[str], helps: dict[str, str]) -> None:
-    if not is_metric_name(name):
-        raise ExpositionError(f"invalid metric name in TYPE line: {_snippet(line)}", line_no)
     kind = kind.rstrip()
     if kind not in KNOWN_TYPES:
         raise ExpositionError(f"unknown type {kind[:40]!r} for {name}", line_no)
@@ -288,10 +301,7 @@ def _type_line(name: str, kind: str, line: str, line_no: int, wanted: frozenset[
         out[name] = Family(name, kind, helps.pop(name, ""), [])
 
 
-def _help_line(name: str, text: str, line: str, line_no: int, out: dict[str, Family], helps: dict[str, str],
-               openmetrics: bool) -> None:
-    if not is_metric_name(name):
-        raise ExpositionError(f"invalid metric name in HELP line: {_snippet(line)}", line_no)
+def _help_line(name: str, text: str, out: dict[str, Family], helps: dict[str, str], openmetrics: bool) -> None:
     text = unescape_help(text.rstrip(), openmetrics)
     family = out.get(name)
     if family is not None:
