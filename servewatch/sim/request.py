@@ -42,6 +42,11 @@ class Request:
     finish_reason: str | None = None
     token_times: list[float] = field(default_factory=list)
     listener: Callable[[Request], None] | None = None
+    stop_at: int = field(init=False)      # output length at which it finishes (EOS or max_tokens)
+
+    def __post_init__(self) -> None:
+        eos = self.eos_at if self.eos_at is not None and not self.ignore_eos else self.max_tokens
+        self.stop_at = min(self.max_tokens, eos)
 
     @property
     def num_tokens(self) -> int:

@@ -102,14 +102,20 @@ class Scheduler:
         scheduled: list[tuple[Request, int]] = []
         preempted: list[Request] = []
         admitted: list[Admission] = []
+        prefill = decode = context = 0
+        bs = self.block_size
+        running = self.running
         index = 0
-        while index < len(self.running) and budget > 0:
-            request = self.running[index]
-            n = min(request.num_tokens - request.num_computed, budget)
+        while index < len(running) and budget > 0:
+            request = running[index]
+            total = request.prompt_len + request.output_len
+            n = total - request.num_computed
+            if n > budget:
+                n = budget
             if n <= 0:
                 index += 1
                 continue
-            if not self._grow(request, n):
+            if request.num_computed + n > len(request.blocks) * bs and not self._grow(request, n):
                 victim = None
                 while not self._grow(request, n):
                     victim = self.running.pop()
@@ -122,6 +128,11 @@ class Scheduler:
             scheduled.append((request, n))
             budget -= n
             index += 1
+            if n == 1 and request.output_len > 0 and request.num_computed + 1 == total:
+                decode += 1
+            else:
+                prefill += n
+            context += request.num_computed + n
 
         if not preempted and not self.admission_blocked:
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -151,24 +162,21 @@ class Scheduler:
                 admitted.append(Admission(request, request.num_tokens, hit_tokens))
                 scheduled.append((request, n))
                 budget -= n
-
-        prefill = decode = context = 0
-        for request, n in scheduled:
-            if request.num_computed + n == request.num_tokens and n == 1 and request.output_len > 0:
-                decode += 1
-            else:
                 prefill += n
-            context += request.num_computed + n
+                context += request.num_computed + n
         return StepPlan(scheduled, preempted, admitted, prefill, decode, context)
 
     def apply(self, plan: StepPlan, now: float) -> StepResult:
         result = StepResult(t=now, plan=plan)
+        sampled, itl = result.sampled, result.itl_groups
+        max_model_len = self.max_model_len
         for request, n in plan.scheduled:
             if request.status != RUNNING:
                 continue  # aborted while the step ran
             request.num_computed += n
-            self._publish_prompt_blocks(request)
-            if request.num_computed < request.num_tokens:
+            if request.num_cached_blocks < len(request.block_hashes):
+                self._publish_prompt_blocks(request)
+            if request.num_computed < request.prompt_len + request.output_len:
                 continue  # a prefill chunk; no token yet
             request.output_len += 1
             request.token_times.append(now)
@@ -177,13 +185,12 @@ class Scheduler:
                 result.first_tokens.append(request)
             else:
                 gap = now - request.last_token_ts
-                result.itl_groups[gap] = result.itl_groups.get(gap, 0) + 1
+                itl[gap] = itl.get(gap, 0) + 1
             request.last_token_ts = now
-            result.sampled.append(request)
-            reason = self._finish_reason(request)
-            if reason is not None:
+            sampled.append(request)
+            if request.output_len >= request.stop_at or request.prompt_len + request.output_len >= max_model_len:
                 self.running.remove(request)
-                self._finish(request, reason, now)
+                self._finish(request, self._finish_reason(request), now)
                 result.finished.append(request)
         return result
 
@@ -214,12 +221,12 @@ class Scheduler:
             self.pool.cache(request.blocks[i], request.block_hashes[i])
             request.num_cached_blocks += 1
 
-    def _finish_reason(self, request: Request) -> str | None:
+    @staticmethod
+    def _finish_reason(request: Request) -> str:
+        """Why a request that reached its stop point stopped: EOS first, else a length limit."""
         if request.eos_at is not None and not request.ignore_eos and request.output_len >= request.eos_at:
             return FINISH_STOP
-        if request.output_len >= request.max_tokens or request.num_tokens >= self.max_model_len:
-            return FINISH_LENGTH
-        return None
+        return FINISH_LENGTH
 
     def finish(self, request: Request, reason: str, now: float) -> None:
         """Finish a request the scheduler never saw (aborted before it was queued)."""
