@@ -274,3 +274,27 @@ async def _collect(http, body) -> tuple[int, int, str | None]:
     content = [e for e in events if e != "[DONE]" and e["choices"]]
     text = "".join(e["choices"][0]["text"] for e in content)
     return resp.status, tokens.count_tokens(text), content[-1]["choices"][0]["finish_reason"]
+
+
+def test_sglang_health_probe_times_out_503_during_a_stall_and_recovers_after_clear():
+    async def go():
+        import io
+        log = io.StringIO()
+        engine = SimEngine(SimConfig(dialect="sglang", profile="tiny-cpu", health_timeout=0.3), RealClock(),
+                           log_stream=log)
+        async with serving(engine, step_loop=True) as http:
+            async with http.get("/health") as r:
+                assert r.status == 200
+            async with http.post("/_sim/fault", json={"kind": "stall"}) as r:
+                assert r.status == 200
+            async with http.get("/health") as r:
+                assert r.status == 503
+            async with http.get("/metrics") as r:
+                assert r.status == 200                   # served from the HTTP process, frozen
+            async with http.post("/_sim/fault", json={"kind": "clear"}) as r:
+                assert r.status == 200
+            async with http.get("/health") as r:
+                assert r.status == 200
+        assert "Health check failed. Server couldn't get a response from detokenizer for last 0.3 seconds." \
+            in log.getvalue()
+    _run(go())
