@@ -315,3 +315,10 @@ def test_remembered_names_are_bounded(monkeypatch):
     assert "a29" in parser_module._LABEL_NAMES
     assert parse('n{z="v"} 1\n')["n"].samples[0].labels == {"z": "v"}
     assert "a29" not in parser_module._LABEL_NAMES and "z" in parser_module._LABEL_NAMES
+
+
+@pytest.mark.parametrize("bad_line", ['g{a="x"",} 1', 'g{a="x"""} 1', 'g{a="x",b} 1', 'g{a="x"b="y"} 1'])
+def test_stray_quotes_after_a_good_line_of_the_same_layout_are_errors(bad_line):
+    with pytest.raises(ExpositionError) as error:
+        parse('g{a="ok"} 1\n' + bad_line + "\n")
+    assert error.value.line_no == 2

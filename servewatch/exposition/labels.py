@@ -63,8 +63,9 @@ def parse_labels(line: str, start: int, line_no: int, known_names: set[str]) -> 
 
 
 def layout_builder(heads: list[str], known_names: set[str]) -> Callable[[list[str]], dict[str, str]] | None:
-    """For a label segment without backslashes split on quotes, `heads` = parts[0::2]: everything
-    outside the quotes (`name=`, `,name=`, ..., and a tail '' or ','). Returns a function from the
+    """For a label segment without backslashes and with an even number of quotes, split on quotes,
+    `heads` = parts[0::2]: everything outside the quotes (`name=`, `,name=`, ..., and a tail '' or ',').
+    Returns a function from the
     split parts to the labels dict when that layout is valid, else None (the careful parser decides).
 
     Without backslashes every quote is a delimiter, so the layout alone says whether the segment is

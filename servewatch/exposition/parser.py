@@ -163,24 +163,27 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
             close = line.rfind("}")
             segment = line[brace + 1:close]
             parts = segment.split('"')
-            heads = parts[0::2]
-            if heads == last_heads and close > brace and "\\" not in segment:
-                labels = last_build(parts)
-            else:
-                build = None
-                if close > brace and "\\" not in segment:
+            build = None
+            # Without a backslash, an even number of quotes delimits every value: the text outside
+            # the quotes (the layout) is all that needs checking, and it repeats line after line.
+            if len(parts) & 1 and close > brace and "\\" not in segment:
+                heads = parts[0::2]
+                if heads == last_heads:
+                    build = last_build
+                else:
                     layout = tuple(heads)
                     build = layouts.get(layout)
                     if build is None:
                         build = layout_builder(heads, label_names)
                         if build is not None and len(segment) <= _LAYOUT_MEMO_MAX_CHARS:
                             layouts[layout] = build
-                if build is not None:
-                    last_heads, last_build = heads, build
-                    labels = build(parts)
-                else:
-                    labels, close = parse_labels(line, brace + 1, line_no, label_names)
-                    close -= 1
+                    if build is not None:
+                        last_heads, last_build = heads, build
+            if build is not None:
+                labels = build(parts)
+            else:
+                labels, close = parse_labels(line, brace + 1, line_no, label_names)
+                close -= 1
             tail = line[close + 1:]
         else:
             labels = {}
