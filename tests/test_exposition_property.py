@@ -177,3 +177,32 @@ def test_generated_openmetrics_equals_prometheus_client(text):
     assert multiset(s for family in ours.values() for s in family.samples) == expected
     for family in openmetrics_families(text):
         assert (ours[family.name].type, ours[family.name].help) == (family.type, family.documentation)
+
+
+def careful_labels(segment: str):
+    """The reference: the escape-aware label scanner alone, or the error it raises."""
+    from servewatch.errors import ExpositionError
+    from servewatch.exposition.labels import parse_labels
+
+    line = "m{" + segment + "} 1"
+    try:
+        labels, end = parse_labels(line, 2, 2, set())
+    except ExpositionError:
+        return "error"
+    return labels if line[end:] == " 1" else "error"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='ab=",\\ n}', max_size=16), st.sampled_from(['a="1"', 'a="1",b="2"', 'a="1",']))
+def test_label_fast_path_agrees_with_the_careful_scanner(segment, primer):
+    """Whatever the segment, after a line that primes a label layout, parse() gives the careful
+    scanner's labels or an error exactly when the careful scanner fails."""
+    from servewatch.errors import ExpositionError
+
+    expected = careful_labels(segment)
+    text = f"m{{{primer}}} 0\nm{{{segment}}} 1\n"
+    try:
+        got = parse(text)["m"].samples[-1].labels
+    except ExpositionError:
+        got = "error"
+    assert got == expected
