@@ -76,6 +76,31 @@ def test_quantile_flattens_float_noise_like_prometheus():
     assert histogram_quantile(0.5, h) == 2.25
 
 
+# The expected values Prometheus's own test suite states for histogram_quantile over these buckets
+# (promql/testdata/histograms.test, "testhistogram" at 50m: counts 50/70/110/120 and 10/20/20/30).
+POSITIVE = Histogram(edges=(0.1, 0.2, 1.0), cumulative=(50.0, 70.0, 110.0), count=120.0, sum=0.0)
+NEGATIVE = Histogram(edges=(-0.2, -0.1, 0.3), cumulative=(10.0, 20.0, 20.0), count=30.0, sum=0.0)
+
+
+@pytest.mark.parametrize("q, positive, negative", [
+    (0.0, 0.0, -0.2), (1.0, 1.0, 0.3), (0.2, 0.048, -0.2), (0.5, 0.15, -0.15), (0.8, 0.72, 0.3),
+])
+def test_quantile_matches_prometheus_test_data(q, positive, negative):
+    assert histogram_quantile(q, POSITIVE) == pytest.approx(positive, rel=1e-12, abs=1e-15)
+    assert histogram_quantile(q, NEGATIVE) == pytest.approx(negative, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("cumulative, count, q, expected", [
+    ((10.0, 30.0), 40.0, 0.3, 0.11), ((10.0, 30.0), 40.0, 0.5, 0.15),          # job1 ins1
+    ((20.0, 50.0), 60.0, 0.3, 0.09), ((20.0, 50.0), 60.0, 0.5, 0.13333333333333333),   # job1 ins2
+    ((30.0, 40.0), 60.0, 0.3, 0.06), ((30.0, 40.0), 60.0, 0.5, 0.1),           # job2 ins1
+    ((40.0, 70.0), 90.0, 0.3, 0.0675), ((40.0, 70.0), 90.0, 0.5, 0.11666666666666667),  # job2 ins2
+])
+def test_quantile_matches_prometheus_request_duration_cases(cumulative, count, q, expected):
+    h = Histogram(edges=(0.1, 0.2), cumulative=cumulative, count=count, sum=0.0)
+    assert histogram_quantile(q, h) == pytest.approx(expected, rel=1e-12)
+
+
 # --- mean, delta, counter_delta --------------------------------------------------------------------
 
 def test_mean_is_sum_over_count():
