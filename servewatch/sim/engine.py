@@ -27,6 +27,7 @@ from servewatch.sim.scheduler import Scheduler, StepPlan, StepResult
 
 STARTING, READY, DEAD, EXITED = "starting", "ready", "dead", "exited"
 NO_ANSWER = 0   # health(): the server would not answer at all (not listening)
+MAX_CARRY_S = 0.05
 
 
 class RequestRejected(ValueError):
@@ -286,8 +287,12 @@ class SimEngine:
     def _poll(self, now: float) -> float:
         self._fire_timers(now)
         flight = self._inflight
+        carry = 0.0
         if flight is not None and self.stalled_since is None and now >= flight.t_end and self.state == READY:
             self._finish_step(now)
+            # Host jitter (the sim's own process waiting for a CPU) is not the emulated GPU's time: a step
+            # that ends late lets the next, back-to-back step start that much earlier (bounded).
+            carry = min(now - flight.t_end, MAX_CARRY_S)
         if self._inflight is None and self.state == READY and self.stalled_since is None and self._inbox:
             # the engine core takes new requests from its input queue between steps (vLLM: queued_ts)
             inbox, self._inbox = self._inbox, []
@@ -295,7 +300,7 @@ class SimEngine:
                 self.scheduler.add(request, now)
         if self._inflight is None and self.state == READY and self.stalled_since is None \
                 and (self.scheduler.running or self.scheduler.waiting):
-            self._begin_step(now)
+            self._begin_step(now, carry)
         return self._next_due()
 
     def run_until(self, t: float) -> None:
@@ -397,7 +402,7 @@ class SimEngine:
         return min(candidates)
 
     # --- steps -----------------------------------------------------------------------------------
-    def _begin_step(self, now: float) -> None:
+    def _begin_step(self, now: float, carry: float = 0.0) -> None:
         plan = self.scheduler.schedule(now)
         for admission in plan.admitted:
             self.metrics.on_admitted(admission)
@@ -413,7 +418,7 @@ class SimEngine:
                 return
         duration = roofline.step_seconds(hw, tokens=plan.num_tokens, sequences=len(plan.scheduled),
                                          context_tokens=plan.context_tokens, slow_factor=self.slow_factor)
-        self._inflight = _InFlight(plan, now, now + duration)
+        self._inflight = _InFlight(plan, now - carry, now - carry + duration)
 
     def _finish_step(self, now: float) -> StepResult:
         flight = self._inflight
