@@ -119,3 +119,30 @@ def test_sglang_0410_names_one_state_per_rank():
 def test_unknown_families_are_ignored_and_non_engine_text_has_no_dialect():
     scrape = read_scrape("# TYPE foo_total counter\nfoo_total 1\n# TYPE bar gauge\nbar 2\n")
     assert scrape.dialect is None and scrape.engines == []
+
+
+def as_openmetrics(text: str) -> str:
+    """The same scrape as OpenMetrics text: counters typed without `_total`, `_created` samples inside the
+    counter/histogram family instead of separate gauge families, and `# EOF`."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("# HELP ", "# TYPE ")) and line.split()[2].endswith("_created"):
+            continue
+        if line.startswith("# TYPE ") and line.endswith(" counter"):
+            name = line.split()[2]
+            line = f"# TYPE {name[:-len('_total')]} counter" if name.endswith("_total") else line
+        if line.startswith("# HELP ") and line.split()[2].endswith("_total"):
+            parts = line.split(" ", 3)
+            line = " ".join([parts[0], parts[1], parts[2][:-len("_total")], *parts[3:]])
+        out.append(line)
+    return "\n".join(out) + "\n# EOF\n"
+
+
+def test_openmetrics_counters_are_read_like_text_004(metrics_fixture):
+    text = metrics_fixture(VLLM_KV)
+    plain, om = read_scrape(text), read_scrape(as_openmetrics(text))
+    assert (om.dialect, om.generation) == ("vllm", "vllm-0.32")
+    [a], [b] = plain.engines, om.engines
+    assert b.counters == a.counters
+    assert b.counters.generation_tokens == raw(text, "vllm:generation_tokens_total")
+    assert b.histograms == a.histograms and b.waiting_by_reason == a.waiting_by_reason

@@ -82,5 +82,17 @@ def histograms_by(family: Family | None, identity_labels: Iterable[str]) -> dict
     return result
 
 
+def counter_names(exposed: str) -> tuple[str, ...]:
+    """The family names a counter may be filed under: `x_total` in text 0.0.4, `x` in OpenMetrics."""
+    return (exposed, exposed[:-len("_total")]) if exposed.endswith("_total") else (exposed,)
+
+
+def sum_counter(families: Mapping[str, Family], exposed: str, identity_labels: Iterable[str], *,
+                label: str | None = None):
+    """`sum_by` over a counter's `_total` samples, whichever format filed them (never its `_created`)."""
+    family = first_family(families, *counter_names(exposed))
+    return sum_by(family, identity_labels, sample_name=exposed, label=label)
+
+
 def model_key(key: Key) -> str | None:
     return dict(key).get("model_name")

@@ -131,7 +131,7 @@ def wanted_families() -> tuple[str, ...]:
              *MARKERS_0_5_5, "sglang:num_prefill_infight_queue_reqs", "sglang:avg_request_queue_latency"]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
-    return tuple(dict.fromkeys(names))
+    return tuple(dict.fromkeys(n for name in names for n in base.counter_names(name)))
 
 
 def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
@@ -141,13 +141,14 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
     usage = base.sum_by(families.get(TOKEN_USAGE), ids)
     used = base.sum_by(base.first_family(families, KV_USED_TOKENS, NUM_USED_TOKENS), ids)
     total = base.sum_by(families.get(MAX_TOTAL_NUM_TOKENS), ids)
-    retracted = base.sum_by(base.first_family(families, RETRACTED_REQUESTS, RETRACTED_LEGACY), ids)
-    steps = base.sum_by(families.get(FORWARD_PASSES), ids)
+    retracted = (base.sum_counter(families, RETRACTED_REQUESTS, ids)
+                 or base.sum_by(families.get(RETRACTED_LEGACY), ids))
+    steps = base.sum_counter(families, FORWARD_PASSES, ids)
     # Tokenizer-process series are per model, not per rank: each engine of that model sees them.
-    prompt = _per_model(base.sum_by(families.get(PROMPT_TOKENS), MODEL_LABELS))
-    generated = _per_model(base.sum_by(families.get(GENERATION_TOKENS), MODEL_LABELS))
-    requests = _per_model(base.sum_by(families.get(NUM_REQUESTS), MODEL_LABELS))
-    aborted = _per_model(base.sum_by(families.get(NUM_ABORTED), MODEL_LABELS))
+    prompt = _per_model(base.sum_counter(families, PROMPT_TOKENS, MODEL_LABELS))
+    generated = _per_model(base.sum_counter(families, GENERATION_TOKENS, MODEL_LABELS))
+    requests = _per_model(base.sum_counter(families, NUM_REQUESTS, MODEL_LABELS))
+    aborted = _per_model(base.sum_counter(families, NUM_ABORTED, MODEL_LABELS))
     histograms = {kind: {base.model_key(k): h for k, h in
                          base.histograms_by(base.first_family(families, *names), MODEL_LABELS).items()}
                   for kind, names in HISTOGRAMS.items()}

@@ -131,7 +131,7 @@ def detect(families: Mapping[str, Family]) -> str | None:
     """The name generation, or None when this is not a vLLM exposition."""
     if not any(name.startswith(PREFIX) for name in families):
         return None
-    if any(name in families for name in GENERATION_032_MARKERS):
+    if any(n in families for name in GENERATION_032_MARKERS for n in base.counter_names(name)):
         return "vllm-0.32"
     if KV_USAGE in families:
         return "vllm-0.11"
@@ -144,7 +144,7 @@ def wanted_families() -> tuple[str, ...]:
              REQUEST_SUCCESS, ITERATION_TOKENS]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
-    return tuple(names)
+    return tuple(n for name in names for n in base.counter_names(name))
 
 
 def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
@@ -153,10 +153,10 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
     waiting = base.sum_by(families.get(WAITING), ids)
     by_reason = base.sum_by(families.get(WAITING_BY_REASON), ids, label="reason")
     kv = base.sum_by(base.first_family(families, KV_USAGE, KV_USAGE_LEGACY), ids)
-    prompt = base.sum_by(families.get(PROMPT_TOKENS), ids)
-    generated = base.sum_by(families.get(GENERATION_TOKENS), ids)
-    preempted = base.sum_by(families.get(PREEMPTIONS), ids)
-    finished = base.sum_by(families.get(REQUEST_SUCCESS), ids, label="finished_reason")
+    prompt = base.sum_counter(families, PROMPT_TOKENS, ids)
+    generated = base.sum_counter(families, GENERATION_TOKENS, ids)
+    preempted = base.sum_counter(families, PREEMPTIONS, ids)
+    finished = base.sum_counter(families, REQUEST_SUCCESS, ids, label="finished_reason")
     steps = base.sum_by(families.get(ITERATION_TOKENS), ids, sample_name=ITERATION_TOKENS + "_count")
     histograms = {kind: base.histograms_by(base.first_family(families, *names), ids)
                   for kind, names in HISTOGRAMS.items()}
