@@ -8,7 +8,6 @@ import contextlib
 import json
 
 import aiohttp
-import pytest
 from aiohttp import web
 
 from servewatch.clock import RealClock, VirtualClock
