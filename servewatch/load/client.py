@@ -128,8 +128,10 @@ class StreamState:
 
 
 async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None = None, *,
-                      api: str = "completions", keep_text: bool = False) -> R.RequestRecord:
-    """Run one request to its end. `now()` gives epoch seconds (injectable for virtual time)."""
+                      api: str = "completions", keep_text: bool = False,
+                      presend: tuple | None = None) -> R.RequestRecord:
+    """Run one request to its end. `now()` gives epoch seconds (injectable for virtual time).
+    `presend` = (pending, sent_time) when the dispatcher already wrote it with `client.send_now`."""
     rec = R.RequestRecord(id=spec.id, scheduled=spec.scheduled, prompt_tokens_target=spec.prompt_tokens,
                           max_tokens=spec.max_tokens)
     if keep_text:
@@ -141,7 +143,12 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
         rec.sent = now()
 
     try:
-        response = await client.request("POST", spec.path, spec.body, on_sent=on_sent)
+        if presend is not None:
+            pending, rec.sent = presend
+            pending.on_sent = on_sent          # a retry on a fresh connection re-stamps the send
+            response = await client.complete(pending)
+        else:
+            response = await client.request("POST", spec.path, spec.body, on_sent=on_sent)
         rec.http_status = response.status
         if response.status != 200:
             await response.read_all(ERROR_BODY_LIMIT)

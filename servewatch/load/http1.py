@@ -429,6 +429,37 @@ class Http1Client:
         except _EmptyHead:
             raise StreamCut("connection closed before the response") from None
 
+    def send_now(self, method: str, path: str, body: bytes | None = None,
+                 content_type: str = "application/json", on_sent=None) -> "Pending | None":
+        """Write the request at once on an idle pooled connection, without waiting for a task to
+        run (so a dispatcher's send time is its wake-up time); None when no connection is idle.
+        Finish with `await client.complete(pending)`."""
+        raw = self._encode(method, path, body, content_type)
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.closed:
+                continue
+            if on_sent is not None:
+                on_sent()
+            return Pending(conn, conn.start(raw), raw, on_sent)
+        return None
+
+    async def complete(self, pending: "Pending") -> Response:
+        """The response to a request written by `send_now` (retried on a fresh connection if the
+        pooled one turned out to be closed before answering)."""
+        try:
+            await pending.head
+        except _EmptyHead:
+            conn = await self._connect()
+            try:
+                return await self._exchange(conn, pending.raw, pending.on_sent)
+            except _EmptyHead:
+                raise StreamCut("connection closed before the response") from None
+        except BaseException:
+            pending.conn._abort()
+            raise
+        return Response(pending.conn, self)
+
     def _encode(self, method: str, path: str, body: bytes | None, content_type: str) -> bytes:
         target = self.endpoint.base_path + path
         head = f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._head
@@ -450,6 +481,14 @@ class Http1Client:
         idle, self._idle = self._idle, []
         for conn in idle:
             conn._abort()
+
+
+@dataclass(slots=True)
+class Pending:
+    conn: _Conn
+    head: asyncio.Future
+    raw: bytes
+    on_sent: Callable[[], None] | None
 
 
 class _EmptyHead(StreamCut):
