@@ -81,7 +81,8 @@ def main() -> None:
         latencies.append(latency)
         health.update(seen)
     detected = [x for x in latencies if x is not None]
-    print(f"stall detection at --interval {args.interval:g} s over {args.trials} stalls (virtual time, built-in engine):")
+    print(f"stall detection at --interval {args.interval:g} s over {args.trials} stalls "
+          "(virtual time, built-in engine):")
     if detected:
         print(f"  detected {len(detected)}/{args.trials}; latency mean {statistics.mean(detected):.2f} s, "
               f"max {max(detected):.2f} s (target <= 3 s: {'PASS' if max(detected) <= 3.0 else 'FAIL'})")

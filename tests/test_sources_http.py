@@ -101,7 +101,8 @@ async def _sources_case():
             b = await MetricsSource(http_transport(session, base + "/broken", timeout_s=1), clock, 1).poll()
             small = await MetricsSource(http_transport(session, base + "/metrics", timeout_s=1, max_bytes=1000),
                                         clock, 1).poll()
-            down = await HealthSource(http_transport(session, "http://127.0.0.1:1/health", timeout_s=1), clock, 1).poll()
+            refused = http_transport(session, "http://127.0.0.1:1/health", timeout_s=1)
+            down = await HealthSource(refused, clock, 1).poll()
     finally:
         await runner.cleanup()
     return h[0], m[0], g[0], b[0], small[0], down[0]

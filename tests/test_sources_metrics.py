@@ -33,7 +33,8 @@ def test_bad_scrapes_are_typed_samples():
     assert metrics_from((500, "oops")).error == "http_500"
     assert metrics_from(b"\xff\xfe vllm:x 1\n").error == "parse"
     assert metrics_from('vllm:num_requests_running{engine="0\n').error == "parse"
-    assert metrics_from("# HELP process_cpu_seconds_total x\nprocess_cpu_seconds_total 3\n").error == "no_engine_metrics"
+    process_only = "# HELP process_cpu_seconds_total x\nprocess_cpu_seconds_total 3\n"
+    assert metrics_from(process_only).error == "no_engine_metrics"
     big = (METRICS / "vllm_idle.prom").read_text()
     assert metrics_from(big, max_bytes=10_000).error == "too_large"
 

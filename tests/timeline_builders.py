@@ -51,11 +51,13 @@ class Timeline:
                 kv_usage=kv, counters=Counters(prompt_tokens=self.prompt, generation_tokens=self.gen,
                                                preemptions=self.preempt, steps=self.steps),
                 histograms={"itl": Histogram(edges=(0.01, 0.025, 0.05, 0.1), cumulative=tuple(self.itl),
-                                             count=self.itl[-1], sum=self.itl[0] * 0.005 + (self.itl[-1] - self.itl[0]) * 0.04)})
+                                             count=self.itl[-1],
+                                             sum=self.itl[0] * 0.005 + (self.itl[-1] - self.itl[0]) * 0.04)})
             self.samples.append(MetricsSample(t=t + 0.01, dialect=self.dialect, generation=f"{self.dialect}-test",
                                               engines=(state,), scrape_s=0.01))
         if self.with_process:
-            self.samples.append(ProcessSample(t=t + 0.02, root_pid=ROOT_PID, root_create_time=root_ct if alive else None,
+            self.samples.append(ProcessSample(t=t + 0.02, root_pid=ROOT_PID,
+                                              root_create_time=root_ct if alive else None,
                                               alive=alive, members=tuple(members) if alive else (),
                                               exit_code=exit_code, error=None if alive else "no_such_process"))
         self.t += self.interval

@@ -60,7 +60,8 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
             onsets.append(run[0].t)
             evidence += [Evidence("health", run[0].t, "status", run[0].status),
                          Evidence("health", run[-1].t, "status", run[-1].status)]
-            reasons.append(f"/health {config.engine_dead_status} for {len(run)} probe(s) over {run[-1].t - run[0].t:.1f} s")
+            reasons.append(f"/health {config.engine_dead_status} for {len(run)} probe(s) "
+                           f"over {run[-1].t - run[0].t:.1f} s")
 
     gone = _engine_children_gone(window.process)
     if gone is not None:
@@ -76,7 +77,8 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
     if dead_lines:
         onsets.append(dead_lines[0].t)
         evidence += [Evidence("log", e.t, "kind", e.kind) for e in dead_lines[:3]]
-        reasons.append(f"{len(dead_lines)} engine-death log line(s) ({dead_lines[0].fields.get('reason', 'engine_dead')})")
+        reason = dead_lines[0].fields.get("reason", "engine_dead")
+        reasons.append(f"{len(dead_lines)} engine-death log line(s) ({reason})")
     return (min(onsets) if onsets else None), evidence, reasons
 
 
@@ -193,7 +195,12 @@ def detect_health_loss(window: Window, config: DetectorConfig) -> list[Verdict]:
     kinds = sorted({_health_problem(h) for h in run})
     why = (f"{len(run)} consecutive health probes failed over {last.t - first.t:.1f} s "
            f"(≥ {config.health_fail_count}); last: {_health_problem(last)}; seen: {', '.join(kinds)}")
-    evidence = (Evidence("health", first.t, "error" if first.status is None else "status", first.error if first.status is None else first.status),
-                Evidence("health", last.t, "error" if last.status is None else "status", last.error if last.status is None else last.status))
+    evidence = (_probe_evidence(first), _probe_evidence(last))
     return [Verdict("health_loss", last.t, first.t, why, evidence,
                     {"failed_probes": len(run), "last_status": last.status, "last_error": last.error})]
+
+
+def _probe_evidence(sample: HealthSample) -> Evidence:
+    if sample.status is None:
+        return Evidence("health", sample.t, "error", sample.error)
+    return Evidence("health", sample.t, "status", sample.status)

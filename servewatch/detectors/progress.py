@@ -74,7 +74,8 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     counters = dict(zip(_COUNTER_FIELDS, progress(last_state)))
     shown = ", ".join(f"{f.split('.')[1].replace('_', ' ')} {num(v)}" for f, v in counters.items() if v is not None)
     since_what = "last counter movement" if start == last_move else "work was admitted"
-    why = (f"no progress for {quiet_s:.1f} s{where(key)} (threshold {threshold:.1f} s = max({config.stall_floor_s:g} s, "
+    why = (f"no progress for {quiet_s:.1f} s{where(key)} (threshold {threshold:.1f} s = "
+           f"max({config.stall_floor_s:g} s, "
            f"{config.stall_k:g} x {basis:.2f} s recent cadence)) since {since_what}, with {num(last_state.running)} "
            f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {health.status}")
     if stopped:

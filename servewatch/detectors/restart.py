@@ -32,7 +32,8 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
             values_b = progress(b) + (b.counters.preemptions,)
             for name, va, vb in zip(_COUNTERS, values_a, values_b):
                 if va is not None and vb is not None and vb < va:
-                    found.append((sb.t, f"counter {name} went down {num(va)} → {num(vb)}{where(key)}: the exporter restarted",
+                    found.append((sb.t, f"counter {name} went down {num(va)} → {num(vb)}{where(key)}: "
+                                        "the exporter restarted",
                                   (Evidence("metrics", sa.t, f"counters.{name}", va),
                                    Evidence("metrics", sb.t, f"counters.{name}", vb)),
                                   {"by": "counter_reset", "engine": key, "counter": name}))
