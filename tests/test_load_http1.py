@@ -27,6 +27,8 @@ async def _scripted(responses, *, split=None, close_after=False):
                         length = int(line.split(b":")[1])
                 if length:
                     await reader.readexactly(length)
+                if raw is None:                       # read the request, answer nothing, close
+                    break
                 if split:
                     for i in range(0, len(raw), split):
                         writer.write(raw[i:i + split])
@@ -175,3 +177,26 @@ def test_connect_refused_and_bad_urls():
     for bad in ("ftp://x", "http://", "http://h:notaport"):
         with pytest.raises(ValueError):
             Endpoint.parse(bad)
+
+
+def test_send_now_writes_at_once_and_complete_retries_a_stale_connection():
+    resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    async def go():
+        # on each connection: answer the first request, then close on the second without a word
+        server, port, conns = await _scripted([resp, None])
+        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
+        stamps = []
+        try:
+            assert client.send_now("POST", "/x", b"{}") is None          # nothing idle yet
+            assert await _collect(client) == (200, b"ok")               # leaves one pooled connection
+            pending = client.send_now("POST", "/x", b"{}", on_sent=lambda: stamps.append(1))
+            assert pending is not None and len(stamps) == 1             # written at once
+            response = await client.complete(pending)                   # stale: retried on a new one
+            body = await response.read_all(100)
+            response.release()
+            return response.status, body, len(stamps), len(conns)
+        finally:
+            await client.close()
+            server.close()
+    assert asyncio.run(go()) == (200, b"ok", 2, 2)
