@@ -164,13 +164,16 @@ def test_slow_multiplies_step_time_and_clear_restores_it():
     assert engine.step().duration == pytest.approx(normal)
 
 
-def test_admission_deadlock_grows_waiting_while_kv_is_free():
-    engine, clock, _ = _engine()
+@pytest.mark.parametrize("dialect,waiting_gauge", [("vllm", "vllm:num_requests_waiting"),
+                                                   ("sglang", "sglang:num_queue_reqs")])
+def test_admission_deadlock_grows_waiting_while_kv_is_free(dialect, waiting_gauge):
+    engine, clock, _ = _engine(dialect)
     engine.inject({"kind": "admission-deadlock"})
     for i in range(10):
         engine.submit(prompt_tokens=20, max_tokens=10)
         engine.run_until(clock.now() + 1)
     assert engine.num_waiting == 10 and engine.num_running == 0 and engine.kv_usage == 0.0
+    assert _value(engine.metrics_text(), waiting_gauge) == 10
     assert engine.health() == 200
     engine.inject({"kind": "clear"})
     engine.run_until(clock.now() + 2)

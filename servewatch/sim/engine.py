@@ -301,6 +301,10 @@ class SimEngine:
         if self._inflight is None and self.state == READY and self.stalled_since is None \
                 and (self.scheduler.running or self.scheduler.waiting):
             self._begin_step(now, carry)
+        if self._inflight is None and self.state == READY and self.stalled_since is None:
+            idle = getattr(self.metrics, "on_idle_loop", None)
+            if idle is not None:
+                idle(now)      # SGLang's scheduler keeps publishing while it has nothing to run
         return self._next_due()
 
     def run_until(self, t: float) -> None:

@@ -85,6 +85,7 @@ class SglangMetrics:
         self.aborted = 0.0
         self.decode_steps = 0
         self._gen_window = (engine.clock.now(), 0)
+        self._refreshed_at = engine.clock.now()
         self.registry = make_registry(self.families, with_process=False)
 
     # --- hooks -----------------------------------------------------------------------------------
@@ -121,11 +122,17 @@ class SglangMetrics:
     def on_idle(self, now: float) -> None:
         self.refresh(now)
 
+    def on_idle_loop(self, now: float) -> None:
+        """No batch to run (idle, or nothing admissible): refresh at most once a second."""
+        if now - self._refreshed_at >= 1.0:
+            self.refresh(now)
+
     def refresh(self, now: float) -> None:
         """The scheduler's log_stats: publish gauges and flush the realtime token counters."""
         start, tokens = self._gen_window
         throughput = tokens / (now - start) if now > start else 0.0
         self._gen_window = (now, 0)
+        self._refreshed_at = now
         self.snapshot = self._take_snapshot(gen_throughput=throughput)
         for mode, value in self._pending_realtime.items():
             self.realtime[mode] += value
