@@ -42,8 +42,13 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     import asyncio
+    import sys
 
-    return asyncio.run(_watch(args))
+    try:
+        return asyncio.run(_watch(args))
+    except KeyboardInterrupt:   # ^C is how a watch usually ends
+        print("servewatch watch: stopped", file=sys.stderr)
+        return 0
 
 
 async def _watch(args) -> int:

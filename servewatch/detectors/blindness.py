@@ -14,11 +14,8 @@ from servewatch.timeline.window import Window
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
-    try:
-        from servewatch.engine.histogram import delta
-        from servewatch.engine.summary import summarize
-    except ModuleNotFoundError:  # pragma: no cover - histogram truth lands with the Foundation
-        return []
+    from servewatch.engine.histogram import delta
+    from servewatch.engine.summary import summarize
 
     verdicts = []
     for key, points in sorted(engine_series(window.metrics).items()):

@@ -107,8 +107,8 @@ class Recorder:
         self._new_samples = asyncio.Event()
         tasks = [asyncio.create_task(self._source_loop(source)) for source in self.sources]
         detector = asyncio.create_task(self._detect_loop())
+        stop = asyncio.create_task(self._until_stopped())
         try:
-            stop = asyncio.create_task(self._until_stopped())
             done, _ = await asyncio.wait({stop, detector}, timeout=duration, return_when=asyncio.FIRST_COMPLETED)
             if detector in done and detector.exception() is not None:
                 raise detector.exception()
