@@ -122,7 +122,7 @@ def error_class(value: str | None) -> str | None:
 def process_title(value: str) -> str:
     """The process name only: first word, without any directory, no arguments."""
     words = value.split()
-    head = words[0].rstrip("/").rsplit("/", 1)[-1] if words else ""
+    head = words[0].rsplit("/", 1)[-1] if words else ""     # "dir/" names no program: it becomes "other"
     return head if _TOKEN.match(head) else "other"
 
 
