@@ -49,25 +49,29 @@ def build_app(engine: SimEngine) -> web.Application:
 
 @web.middleware
 async def _access_log(request: web.Request, handler):
-    engine = request.app[ENGINE_KEY]
+    """uvicorn-style access line and the instrumentator's counts; nothing for a vanished client."""
     started = time.monotonic()
-    status = 500
     try:
         response = await handler(request)
-        status = response.status
-        return response
     except web.HTTPException as exc:
-        status = exc.status
+        _record(request, exc.status, started)
         raise
-    finally:
-        peer = request.remote or "127.0.0.1"
-        port = (request.transport.get_extra_info("peername") or (None, 0))[1] if request.transport else 0
-        engine.log.access(f"{peer}:{port}", request.method, request.path_qs, status)
-        http = getattr(engine.metrics, "http", None)
-        route = request.match_info.route.resource
-        if http is not None and route is not None:
-            http.observe(route.canonical, request.method, status, time.monotonic() - started,
-                         request.content_length or 0)
+    except Exception:
+        _record(request, 500, started)
+        raise
+    _record(request, response.status, started)
+    return response
+
+
+def _record(request: web.Request, status: int, started: float) -> None:
+    engine = request.app[ENGINE_KEY]
+    peer = request.remote or "127.0.0.1"
+    port = (request.transport.get_extra_info("peername") or (None, 0))[1] if request.transport else 0
+    engine.log.access(f"{peer}:{port}", request.method, request.path_qs, status)
+    http = getattr(engine.metrics, "http", None)
+    route = request.match_info.route.resource
+    if http is not None and route is not None:
+        http.observe(route.canonical, request.method, status, time.monotonic() - started, request.content_length or 0)
 
 
 # --- errors ------------------------------------------------------------------------------------
