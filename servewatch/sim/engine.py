@@ -312,10 +312,14 @@ class SimEngine:
         set_time = getattr(self.clock, "set", None)
         if set_time is None:
             raise TypeError("run_until needs a VirtualClock")
+        stuck = 0
         while True:
             due = self.poll()
             if due > t:
                 break
+            stuck = stuck + 1 if due <= self.clock.now() else 0
+            if stuck > 10_000:
+                raise RuntimeError(f"simulator made no progress at t={self.clock.now():.6f}")
             set_time(max(due, self.clock.now()))
         if self.clock.now() < t:
             set_time(t)
