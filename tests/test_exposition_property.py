@@ -25,7 +25,6 @@ LABEL_NAME = st.builds(operator.add, st.sampled_from(LETTERS),
     lambda name: name not in ("le", "quantile"))
 LABEL_VALUE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=10)
 HELP_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc")), max_size=30)
-SPECIAL_SPELLINGS = {math.inf: ["+Inf", "Inf", "inf", "+inf"], -math.inf: ["-Inf", "-inf"]}
 
 
 def escape_label_value(value: str) -> str:
@@ -36,23 +35,31 @@ def escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-@st.composite
-def number(draw) -> str:
-    kind = draw(st.sampled_from(["int", "float", "special", "nan"]))
-    if kind == "int":
-        return str(draw(st.integers(-10**18, 10**18)))
-    if kind == "float":
-        value = draw(st.floats(allow_nan=False, allow_infinity=False))
-        return draw(st.sampled_from([repr(value), f"{value:.6e}", f"{value:.3f}"]))
-    if kind == "nan":
-        return draw(st.sampled_from(["NaN", "nan"]))
-    return draw(st.sampled_from(SPECIAL_SPELLINGS[draw(st.sampled_from([math.inf, -math.inf]))]))
+# Strategies are built once: building them inside the composites costs most of the run time.
+FLOAT_SPELLINGS = [repr, lambda value: f"{value:.6e}", lambda value: f"{value:.3f}"]
+NUMBER = st.one_of(
+    st.integers(-10**18, 10**18).map(str),
+    st.builds(lambda value, spell: spell(value), st.floats(allow_nan=False, allow_infinity=False),
+              st.sampled_from(FLOAT_SPELLINGS)),
+    st.sampled_from(["NaN", "nan", "+Inf", "Inf", "inf", "+inf", "-Inf", "-inf"]),
+)
+LABEL_NAMES = st.lists(LABEL_NAME, max_size=3, unique=True)
+TIMESTAMP = st.one_of(st.none(), st.integers(-10**12, 10**13))
+KIND_004 = st.sampled_from(["counter", "gauge", "histogram", "summary", "untyped", "none"])
+KIND_OPENMETRICS = st.sampled_from(["counter", "gauge", "histogram", "unknown"])
+EXEMPLAR = st.sampled_from(["", ' # {trace_id="t-1"} 0.5'])
+BOOLEAN = st.booleans()
+FAMILY_COUNT = st.integers(0, 5)
+SERIES_COUNT = st.integers(0, 2)
+
+
+def number():
+    return NUMBER
 
 
 @st.composite
-def label_sets(draw, extra: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    names = draw(st.lists(LABEL_NAME, max_size=3, unique=True))
-    return [(name, draw(LABEL_VALUE)) for name in names] + list(extra)
+def label_sets(draw) -> list[tuple[str, str]]:
+    return [(name, draw(LABEL_VALUE)) for name in draw(LABEL_NAMES)]
 
 
 def sample_line(name: str, labels: list[tuple[str, str]], value: str, timestamp: int | None) -> str:
@@ -70,18 +77,17 @@ def exposition_004(draw) -> str:
     """A Prometheus text 0.0.4 body as prometheus_client writes it (counters named *_total,
     _created as gauge families), with untyped samples mixed in."""
     lines: list[str] = []
-    timestamps = st.one_of(st.none(), st.integers(-10**12, 10**13))
-    for index in range(draw(st.integers(0, 5))):
+    for index in range(draw(FAMILY_COUNT)):
         stem = f"{draw(NAME_STEM)}{index}"
-        kind = draw(st.sampled_from(["counter", "gauge", "histogram", "summary", "untyped", "none"]))
+        kind = draw(KIND_004)
         name = stem + "_total" if kind == "counter" else stem
         if kind != "none":
-            if draw(st.booleans()):
+            if draw(BOOLEAN):
                 lines.append(f"# HELP {name} {escape_help(draw(HELP_TEXT))}".rstrip())
             lines.append(f"# TYPE {name} {kind}")
-        for _ in range(draw(st.integers(0 if kind != "none" else 1, 2))):
+        for _ in range(max(draw(SERIES_COUNT), kind == "none")):   # a family without TYPE needs a sample
             labels = draw(label_sets())
-            timestamp = draw(timestamps)
+            timestamp = draw(TIMESTAMP)
             if kind == "histogram":
                 for bound in ["0.1", "+Inf"]:
                     lines.append(sample_line(stem + "_bucket", labels + [("le", bound)], draw(number()), timestamp))
@@ -93,11 +99,11 @@ def exposition_004(draw) -> str:
                 lines.append(sample_line(stem + "_sum", labels, draw(number()), timestamp))
             else:
                 lines.append(sample_line(name, labels, draw(number()), timestamp))
-        if kind in ("counter", "histogram", "summary") and draw(st.booleans()):
+        if kind in ("counter", "histogram", "summary") and draw(BOOLEAN):
             lines.append(f"# TYPE {stem}_created gauge")
             lines.append(sample_line(stem + "_created", [], draw(number()), None))
     body = "\n".join(lines)
-    return body + "\n" if draw(st.booleans()) else body
+    return body + "\n" if draw(BOOLEAN) else body
 
 
 def multiset(samples) -> Counter:
@@ -140,11 +146,11 @@ def exposition_openmetrics(draw) -> str:
     lines: list[str] = []
     for index in range(draw(st.integers(0, 5))):
         name = f"{draw(NAME_STEM)}{index}"
-        kind = draw(st.sampled_from(["counter", "gauge", "histogram", "unknown"]))
+        kind = draw(KIND_OPENMETRICS)
         lines.append(f"# TYPE {name} {kind}")
-        if draw(st.booleans()):
+        if draw(BOOLEAN):
             lines.append(f"# HELP {name} {escape_help(draw(HELP_TEXT.filter(bool)))}")
-        exemplar = st.one_of(st.just(""), st.just(' # {trace_id="t-1"} 0.5'))
+        exemplar = EXEMPLAR
         label_names: list[list[tuple[str, str]]] = []
         for _ in range(draw(st.integers(0, 3))):
             labels = draw(label_sets())
@@ -154,7 +160,7 @@ def exposition_openmetrics(draw) -> str:
             if kind == "counter":
                 total = draw(st.integers(0, 10**9))
                 lines.append(sample_line(name + "_total", labels, str(total), None) + draw(exemplar))
-                if draw(st.booleans()):
+                if draw(BOOLEAN):
                     lines.append(sample_line(name + "_created", labels, f"{draw(st.integers(0, 2**31))}.5",
                                              None))
             elif kind == "histogram":
