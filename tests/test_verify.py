@@ -281,3 +281,14 @@ def test_an_unexpected_error_is_still_one_line(bundle, monkeypatch):
     monkeypatch.setattr(verify, "_check_identity", explode)
     with pytest.raises(BundleInvalid, match="unexpected KeyError"):
         verify_bundle(bundle, synthetic_recompute)
+
+
+def test_cli_checks_several_bundles_and_fails_if_any_fails(bundle, copy, capsys, monkeypatch):
+    monkeypatch.setattr(verify, "detectors_recompute", synthetic_recompute)
+    assert main(["verify", str(bundle), str(bundle)]) == 0
+    assert capsys.readouterr().out.count("OK ") == 2
+    (copy / "incident.json").write_bytes((copy / "incident.json").read_bytes() + b" ")
+    assert main(["verify", str(bundle), str(copy)]) == 1
+    out, err = capsys.readouterr()
+    assert out.count("OK ") == 1
+    assert err.count("\n") == 1 and err.startswith(f"servewatch verify: {copy}: incident.json: SHA-256")

@@ -1,22 +1,33 @@
-"""`servewatch verify BUNDLE`: offline check of an incident bundle; exit 0 only if everything matches."""
+"""`servewatch verify BUNDLE...`: offline check of incident bundles; exit 0 only if everything matches."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "verify", help="check an incident bundle offline and recompute its verdicts",
+        "verify", help="check incident bundles offline and recompute their verdicts",
         description="Check a bundle's manifest hashes, schema and identity, then recompute every stored "
-                    "verdict from the stored samples with the same detector code. Exit 0 only if all match; "
-                    "otherwise exit 1 with one line saying what failed.")
-    parser.add_argument("bundle", metavar="BUNDLE", help="the bundle directory")
+                    "verdict from the stored samples with the same detector code and configuration. Exit 0 only "
+                    "if all match; otherwise exit 1 with one line per failed bundle saying what failed.")
+    parser.add_argument("bundles", metavar="BUNDLE", nargs="+", help="a bundle directory")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from servewatch.errors import BundleInvalid
     from servewatch.sinks.verify import verify_bundle
 
-    print(verify_bundle(args.bundle).line())
-    return 0
+    if len(args.bundles) == 1:
+        print(verify_bundle(args.bundles[0]).line())   # a failure raises: the root prints its one line
+        return 0
+    failed = 0
+    for bundle in args.bundles:
+        try:
+            print(verify_bundle(bundle).line())
+        except BundleInvalid as exc:
+            failed += 1
+            print(f"servewatch verify: {bundle}: {exc}", file=sys.stderr)
+    return 1 if failed else 0

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from servewatch import __version__
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
 from servewatch.sinks import layout, serialize
@@ -247,6 +248,9 @@ def _check_recomputation(incident: dict, sample_dicts: list[dict], recompute: Re
         if key not in remaining:
             near = [v for v in recomputed if v.name == stored["name"]]
             hint = f" (recomputed: {_describe(near[0])})" if near else " (the detectors do not fire)"
+            written_by = incident["servewatch_version"]
+            if written_by != __version__:
+                hint += f"; bundle written by servewatch {written_by}, this is {__version__}"
             raise BundleInvalid(f"verdict {stored['name']} at t={stored['t']} does not follow from the stored "
                                 f"samples{hint}")
         remaining.remove(key)
