@@ -65,11 +65,16 @@ def test_exit_without_engine_death_and_unknown_code():
 
 def test_startup_failure_reason_from_the_log_rides_on_process_exit():
     tl = Timeline().ticks(2, running=0, health=None, health_error="connect")
-    tl.log("startup_failure", reason="To serve at least one request with the model's max seq len")
+    tl.log("startup_failure", reason="EngineCore failed to start.")
+    tl.log("startup_failure", reason="To serve at least one request with the model's max seq len",
+           max_model_len=2048, needed_gib=0.0, available_gib=0.0)
+    tl.log("startup_failure", reason="Engine core initialization failed.")
     tl.ticks(2, health=None, health_error="connect", alive=False, exit_code=1)
     verdict = by_name(tl.window())["process_exit"]
     assert verdict.details["startup_failure"].startswith("To serve at least one request")
     assert "exit code 1" in verdict.why
+    assert ("To serve at least one request with the model's max seq len (2048), (0.0 GiB KV cache is needed, "
+            "which is larger than the available KV cache memory (0.0 GiB))") in verdict.why
 
 
 def test_health_loss_needs_consecutive_failures_and_rearms():

@@ -103,3 +103,14 @@ def test_a_log_file_created_after_watching_began_is_read_from_its_start(tmp_path
     assert [e.kind for e in poll(tail)] == ["unavailable"]
     path.write_text("INFO:     Application startup complete.\n")
     assert [e.kind for e in poll(tail)] == ["startup"]
+
+
+def test_startup_failure_keeps_vllms_numbers_not_its_text():
+    line = ("(EngineCore pid=1) ERROR 11-29 13:43:09 [core.py:1] ValueError: To serve at least one request with the "
+            "model's max seq len (2048), (0.0 GiB KV cache is needed, which is larger than the available KV cache "
+            "memory (0.0 GiB). Based on the available memory, the estimated maximum model length is 1024. Try "
+            "increasing `gpu_memory_utilization` for /models/secret-model")
+    (event,) = parse_line(line, 1.0)
+    assert event.kind == "startup_failure"
+    assert event.fields == {"dialect": "vllm", "reason": "To serve at least one request with the model's max seq len",
+                            "max_model_len": 2048, "needed_gib": 0.0, "available_gib": 0.0}

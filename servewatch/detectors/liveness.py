@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.sources.log_grammar import describe_startup_failure
 from servewatch.timeline.samples import HealthSample, ProcessSample
 from servewatch.timeline.window import Window
 
@@ -151,8 +152,10 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
         if code == 0:
             why += " — an exit 0 after an engine death hides the failure from Restart=on-failure (vLLM #48966)"
     startup = [e for e in window.logs if e.kind == "startup_failure"]
+    # the line that carries the engine's numbers says most; else the first (the root cause comes first)
+    startup = [next((e for e in startup if len(e.fields) > 2), startup[0])] if startup else []
     if startup:
-        why += f"; startup failure in the log: {startup[-1].fields.get('reason', 'unknown')}"
+        why += f"; startup failure in the log: {describe_startup_failure(startup[-1].fields)}"
 
     evidence = [Evidence("process", first.t, "alive", False)]
     if code is not None or signal is not None:

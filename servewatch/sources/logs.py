@@ -12,6 +12,7 @@ import re
 
 from servewatch.clock import Clock
 from servewatch.dialects import sglang, vllm
+from servewatch.sources.log_grammar import startup_failure_numbers
 from servewatch.timeline.samples import LogEvent
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -86,7 +87,8 @@ def parse_line(line: str, t: float) -> list[LogEvent]:
     for dialect in (vllm, sglang):
         for literal in dialect.STARTUP_FAILURE_LINES:
             if literal in msg:
-                return [LogEvent(t, "startup_failure", {"dialect": dialect.NAME, "reason": literal})]
+                return [LogEvent(t, "startup_failure", {"dialect": dialect.NAME, "reason": literal,
+                                                        **startup_failure_numbers(msg)})]
         for literal in dialect.ENGINE_DEAD_LINES:
             if literal in msg:
                 return [LogEvent(t, "engine_dead", {"dialect": dialect.NAME, "reason": literal})]
