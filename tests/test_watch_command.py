@@ -39,7 +39,7 @@ def test_unwritable_out_is_one_line_and_exit_2(tmp_path):
 def test_bad_url_and_missing_log_file():
     assert cli("ftp://example", "--json").returncode == 2
     result = cli("http://127.0.0.1:1", "--log-file", "/nonexistent/x.log", "--json")
-    assert result.returncode == 2 and "no such file" in result.stderr
+    assert result.returncode == 2 and "no such directory" in result.stderr
 
 
 def test_target_down_at_start_keeps_watching_and_reports_health_loss():

@@ -68,7 +68,10 @@ async def _watch(args) -> int:
     target = base_url(args.url)
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
     if args.log_file is not None and not os.path.isfile(args.log_file):
-        raise ServewatchError(f"--log-file {args.log_file}: no such file")
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.log_file))):
+            raise ServewatchError(f"--log-file {args.log_file}: no such directory")
+        print(f"servewatch watch: --log-file {args.log_file}: not there yet; it will be read once it appears",
+              file=sys.stderr)
     config = DetectorConfig()
     sink = _bundle_sink(args.out, target, config) if args.out else None   # unwritable: one line, exit 2
 
