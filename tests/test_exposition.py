@@ -322,3 +322,22 @@ def test_stray_quotes_after_a_good_line_of_the_same_layout_are_errors(bad_line):
     with pytest.raises(ExpositionError) as error:
         parse('g{a="ok"} 1\n' + bad_line + "\n")
     assert error.value.line_no == 2
+
+
+@pytest.mark.parametrize("body, line_no", [
+    ("<!DOCTYPE html>\n<html><body>Bad Gateway</body></html>\n", 1),
+    ('\n{"detail": "Not Found"}\n', 2),
+    ("Internal Server Error\n", 1),
+])
+def test_families_fast_path_still_refuses_a_body_that_is_not_an_exposition(body, line_no):
+    for families in (None, {"vllm:num_requests_running"}):
+        with pytest.raises(ExpositionError) as error:
+            parse(body, families)
+        assert error.value.line_no == line_no
+
+
+def test_families_fast_path_accepts_an_exposition_without_the_families():
+    assert parse("# HELP other_metric Something else.\n# TYPE other_metric gauge\nother_metric 1\n",
+                 {"vllm:num_requests_running"}) == {}
+    assert parse("other_metric 1\n", {"vllm:num_requests_running"}) == {}
+    assert parse("", {"vllm:num_requests_running"}) == {}

@@ -202,6 +202,8 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
         set_value(sample, value)
         set_timestamp(sample, timestamp)
         last_family.samples.append(sample)
+    if wanted is not None and not out:
+        _check_first_sample_line(lines, openmetrics)
     return out
 
 
@@ -218,6 +220,17 @@ def _validated() -> tuple[set[str], set[str], dict]:
         _LABEL_NAMES.clear()
         _LAYOUTS.clear()
     return _METRIC_NAMES, _LABEL_NAMES, _LAYOUTS
+
+
+def _check_first_sample_line(lines: list[str], openmetrics: bool) -> None:
+    """When families= found nothing, make sure the body is an exposition at all: its first sample line
+    gets a full parse (an HTML error page or a JSON body raises here instead of reading as an engine
+    without metrics)."""
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped and stripped[0] != "#":
+            _parse_lines([""] * index + [line], None, openmetrics)
+            return
 
 
 def _split_name_slowly(line: str, line_no: int) -> tuple[int, int, str]:
