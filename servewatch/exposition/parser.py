@@ -3,7 +3,8 @@
 One hand-written pass over the lines with str methods. With `families=`, a line is first judged by its
 first few characters: lines that cannot concern the asked families (other families' samples, HELP and
 TYPE lines) are skipped unread, so errors inside them go unreported; the rest is parsed exactly as in a
-full parse, and the result equals the full parse restricted to those families.
+full parse, and the result equals the full parse restricted to those families. (When nothing is found,
+the first sample line gets a full parse, so a body that is not an exposition still raises.)
 """
 
 from __future__ import annotations
@@ -38,13 +39,13 @@ def parse(text: str | bytes, families: Collection[str] | None = None, *, max_byt
     (it decides whether timestamps are milliseconds (0.0.4) or seconds (OpenMetrics)).
     Raises BodyTooLarge over the bounds and ExpositionError (naming the line) on bad structure.
     """
+    if isinstance(families, str):
+        raise TypeError("families must be a collection of family names, not one str")
     text = _bounded_text(text, max_bytes)
     lines = text.split("\n")
     _check_line_lengths(lines, max_line_bytes)
     if openmetrics is None:
-        openmetrics = text.rstrip().endswith("# EOF")
-    if isinstance(families, str):
-        raise TypeError("families must be a collection of family names, not one str")
+        openmetrics = text[-256:].rstrip().endswith("# EOF")
     wanted = None if families is None else frozenset(families)
     return _parse_lines(lines, wanted, openmetrics)
 
