@@ -99,11 +99,19 @@ def test_itl_histogram_blind(lab, server, run_dir):
         lab.obs.record("itl_window", {"observations": count, "first_bucket_fraction": round(fraction, 5)})
         lab.obs.say(f"ITL: {count:.0f} observations, {fraction:.2%} in the first bucket (le=0.01)")
         if fraction < 0.99:
-            pytest.skip(f"this machine's decode steps were slow: only {fraction:.2%} of ITL ≤ 10 ms, "
-                        "so the histogram was not blind in this run")
-        line = watcher.wait_for("histogram_blind", timeout_s=15)
-    assert line is not None, f"no histogram_blind; saw {[v.data for v in watcher.verdicts()]}"
-    assert "itl" in line.data["why"].lower() or "inter" in line.data["why"].lower()
+            # Not blind in this window: servewatch must agree and stay silent about ITL.
+            time.sleep(2.0)  # two more scrapes at --interval 0.5 after the last token
+            itl_blind = [v.data for v in watcher.verdicts() if v.name == "histogram_blind" and _is_itl(v.data)]
+            assert itl_blind == [], itl_blind
+            pytest.skip(f"decode steps were slow on this machine: only {fraction:.2%} of {count:.0f} ITL "
+                        "observations ≤ 10 ms, so the ITL histogram was not blind in this run "
+                        "(servewatch agreed: no histogram_blind for ITL)")
+        line = watcher.wait_for("histogram_blind", timeout_s=15, where=_is_itl)
+    assert line is not None, f"no histogram_blind for ITL; saw {[v.data for v in watcher.verdicts()]}"
+
+
+def _is_itl(data: dict) -> bool:
+    return data.get("why", "").startswith("ITL:")
     assert_bundles_verify(out)
 
 
@@ -111,7 +119,9 @@ def test_itl_histogram_blind(lab, server, run_dir):
 
 PRESET_RUNS = {
     "normal": ("--scenario", "normal", "--requests", "8"),
-    "overload": ("--scenario", "overload", "--requests", "56", "--output-tokens", "256"),
+    # The tiny model decodes far faster per slot than seed 002's 7B: the overload rate is scaled up so
+    # that demand (30 req/s x 128 tokens) exceeds what 2 CPU cores can decode on any machine here.
+    "overload": ("--scenario", "overload", "--requests", "60", "--rate", "30"),
     "long-prompt": ("--scenario", "long-prompt", "--requests", "4", "--prompt-tokens", "1500"),
     "long-output": ("--scenario", "long-output", "--requests", "4"),
 }
@@ -133,7 +143,8 @@ def test_load_presets_give_seed_002_signature_shapes(lab, server, run_dir):
     lab.obs.record("signatures", rows)
     lab.obs.save_text("signatures.json", json.dumps(rows, indent=1, sort_keys=True) + "\n")
     for name, row in rows.items():
-        lab.obs.say(f"signature {name:12s} " + " ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+        lab.obs.say(f"signature {name:12s} " + " ".join(f"{k}={_fmt(v)}" for k, v in row.items()
+                                                        if not isinstance(v, dict)))
 
     normal, overload, long_prompt, long_output = (rows[n] for n in PRESET_RUNS)
     # Only overload queues, with running pinned at the slot limit.
@@ -142,10 +153,15 @@ def test_load_presets_give_seed_002_signature_shapes(lab, server, run_dir):
     for other in (normal, long_prompt, long_output):
         assert other["max_waiting"] < overload["max_waiting"]
         assert overload["queue_wait_s"] > 5 * other["queue_wait_s"]
-    # Long output: the worst E2E, with a TTFT of the normal kind.
-    assert long_output["e2e_s"] == max(r["e2e_s"] for r in rows.values())
+    # Long output: the longest generation and the worst E2E once queueing is set aside, with a TTFT
+    # of the normal kind (overload's E2E is mostly its queue wait).
+    assert long_output["generation_s"] == max(r["generation_s"] for r in rows.values())
+    assert long_output["e2e_s"] == max(r["e2e_s"] for r in (normal, long_prompt, long_output))
+    assert long_output["e2e_s"] > overload["e2e_s"] - overload["queue_wait_s"]
     assert long_output["ttft_s"] < overload["ttft_s"]
+    assert long_output["ttft_s"] <= 3 * normal["ttft_s"] + 0.05
     assert long_output["tokens_out"] == 1024
+    assert normal["tokens_out"] == overload["tokens_out"] == 128
     # Long prompt shows its input tokens; normal its short prompt.
     assert abs(long_prompt["tokens_in"] - 1500) <= 2
     assert abs(normal["tokens_in"] - 44) <= 2
@@ -194,7 +210,8 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             assert traffic.result.statuses == [200] * 4
             assert traffic.result.completion_tokens == [1800] * 4
     lab.obs.record("stall_detection_seconds", [round(d, 2) for d in detections])
-    assert all(d <= 10.0 for d in detections), detections
+    # Target ≤ 3 s at --interval 0.5 (printed above); the bounds leave room for a loaded machine.
+    assert detections[0] <= 5.0 and detections[1] <= 10.0, detections
     assert_bundles_verify(out)
 
 
