@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from servewatch.detectors.verdict import VERDICT_NAMES, Evidence, Verdict
