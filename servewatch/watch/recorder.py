@@ -58,6 +58,7 @@ class Recorder:
         self.sink_failures = 0
         self.stopped = False
         self._new_samples: asyncio.Event | None = None
+        self._stop_event: asyncio.Event | None = None
 
     # --- the parts both drivers share --------------------------------------------------------------
 
@@ -87,7 +88,7 @@ class Recorder:
             for listener in self.listeners:
                 listener(record)
             if self.stop_when is not None and self.stop_when(record):
-                self.stopped = True
+                self.stop()
         return fired
 
     def _sink(self, verdict: Verdict, window: Window, verdicts: Sequence[Verdict]) -> str | None:
@@ -101,13 +102,22 @@ class Recorder:
             return None
         return str(path) if path is not None else None
 
+    def stop(self) -> None:
+        """End the run (from a listener, a signal handler or stop_when)."""
+        self.stopped = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
     # --- real time ----------------------------------------------------------------------------------
 
     async def run(self, duration: float | None = None) -> None:
         self._new_samples = asyncio.Event()
+        self._stop_event = asyncio.Event()
+        if self.stopped:
+            self._stop_event.set()
         tasks = [asyncio.create_task(self._source_loop(source)) for source in self.sources]
         detector = asyncio.create_task(self._detect_loop())
-        stop = asyncio.create_task(self._until_stopped())
+        stop = asyncio.create_task(self._stop_event.wait())
         try:
             done, _ = await asyncio.wait({stop, detector}, timeout=duration, return_when=asyncio.FIRST_COMPLETED)
             if detector in done and detector.exception() is not None:
@@ -117,6 +127,7 @@ class Recorder:
                 task.cancel()
             await asyncio.gather(*tasks, detector, stop, return_exceptions=True)
             self._new_samples = None
+            self._stop_event = None
 
     async def _source_loop(self, source: Source) -> None:
         due = self.clock.now()
@@ -134,10 +145,6 @@ class Recorder:
             self._new_samples.clear()
             self.detect()
             await self.clock.sleep(self.detect_interval / 2)
-
-    async def _until_stopped(self) -> None:
-        while not self.stopped:
-            await asyncio.sleep(0.05)
 
     # --- virtual time -------------------------------------------------------------------------------
 
