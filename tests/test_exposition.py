@@ -341,3 +341,9 @@ def test_families_fast_path_accepts_an_exposition_without_the_families():
                  {"vllm:num_requests_running"}) == {}
     assert parse("other_metric 1\n", {"vllm:num_requests_running"}) == {}
     assert parse("", {"vllm:num_requests_running"}) == {}
+
+
+def test_long_escaped_values():
+    value = '\\"\\\\\\n' * 5000                     # \" \\ \n, 5000 times
+    samples = parse('m{a="' + value + '",b="x"} 1\n')["m"].samples
+    assert samples[0].labels == {"a": '"\\\n' * 5000, "b": "x"}

@@ -114,27 +114,30 @@ def _dict_builder(names: tuple[str, ...]) -> Callable[[list[str]], dict[str, str
 
 
 def _unescape_label_value(line: str, start: int, line_no: int) -> tuple[str, int]:
-    """A label value holding backslashes; returns it and the index of its closing quote."""
+    """A label value holding backslashes; returns it and the index of its closing quote.
+
+    Each search covers new text only (the next quote is searched again only once an escape used it),
+    so a line full of backslashes costs linear time.
+    """
     pieces: list[str] = []
     i = start
+    quote = line.find('"', i)
     while True:
-        quote = line.find('"', i)
-        backslash = line.find("\\", i)
-        if backslash != -1 and (quote == -1 or backslash < quote):
-            pieces.append(line[i:backslash])
-            if backslash + 1 >= len(line):
-                raise ExpositionError(f"unterminated label value in {_snippet(line)}", line_no)
-            escaped = _LABEL_ESCAPES.get(line[backslash + 1])
-            if escaped is None:
-                raise ExpositionError(
-                    f"bad escape '\\{line[backslash + 1]}' in label value in {_snippet(line)}", line_no)
-            pieces.append(escaped)
-            i = backslash + 2
-        elif quote == -1:
+        if quote == -1:
             raise ExpositionError(f"unterminated label value in {_snippet(line)}", line_no)
-        else:
+        backslash = line.find("\\", i, quote)
+        if backslash == -1:
             pieces.append(line[i:quote])
             return "".join(pieces), quote
+        pieces.append(line[i:backslash])
+        escaped = _LABEL_ESCAPES.get(line[backslash + 1])      # backslash + 1 <= quote: in range
+        if escaped is None:
+            raise ExpositionError(
+                f"bad escape '\\{line[backslash + 1]}' in label value in {_snippet(line)}", line_no)
+        pieces.append(escaped)
+        i = backslash + 2
+        if i > quote:                                           # that quote was escaped
+            quote = line.find('"', i)
 
 
 def unescape_help(text: str, openmetrics: bool) -> str:
