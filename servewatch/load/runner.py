@@ -12,6 +12,7 @@ import gc
 import json
 import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -113,7 +114,8 @@ class _Run:
         self.config = config
         self.client = client
         self.clock = clock
-        self.now = clock.now
+        # RealClock.now is time.time; calling it directly saves a Python frame on every body read
+        self.now = time.time if type(clock) is RealClock else clock.now
         self.specs_for = specs_for
         self.total = total
         self.on_progress = on_progress
