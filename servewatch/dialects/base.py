@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from servewatch.engine.histogram import histograms_by_labels
 from servewatch.engine.state import Histogram
 from servewatch.exposition.model import Family
 
@@ -48,38 +49,21 @@ def sum_by(family: Family | None, identity_labels: Iterable[str], *, sample_name
 
 
 def histograms_by(family: Family | None, identity_labels: Iterable[str]) -> dict[Key, Histogram]:
-    """Build one cumulative histogram per identity, summing label sets that differ only in other labels
-    (e.g. SGLang's `is_streaming`)."""
+    """One cumulative histogram per identity, adding up label sets that differ only in other labels
+    (e.g. SGLang's `is_streaming`); label sets with other bucket edges than the first are left out."""
     if family is None:
         return {}
     wanted = tuple(identity_labels)
-    base = family.name
-    buckets: dict[Key, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    sums: dict[Key, float] = defaultdict(float)
-    counts: dict[Key, float] = defaultdict(float)
-    for sample in family.samples:
-        key = identity(sample.labels, wanted)
-        suffix = sample.name[len(base):]
-        if suffix == "_bucket":
-            le = sample.labels.get("le")
-            if le is None:
-                continue
-            buckets[key][float(le)] += sample.value
-        elif suffix == "_sum":
-            sums[key] += sample.value
-        elif suffix == "_count":
-            counts[key] += sample.value
-    result: dict[Key, Histogram] = {}
-    for key, by_edge in buckets.items():
-        edges = sorted(e for e in by_edge if not math.isinf(e))
-        count = counts.get(key, by_edge.get(math.inf, 0.0))
-        result[key] = Histogram(
-            edges=tuple(edges),
-            cumulative=tuple(by_edge[e] for e in edges),
-            count=count,
-            sum=sums.get(key, 0.0),
-        )
-    return result
+    merged: dict[Key, Histogram] = {}
+    for labels, h in histograms_by_labels(family.samples, family.name).items():
+        key = identity(dict(labels), wanted)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = h
+        elif seen.edges == h.edges:
+            merged[key] = Histogram(edges=h.edges, cumulative=tuple(a + b for a, b in zip(seen.cumulative, h.cumulative)),
+                                    count=seen.count + h.count, sum=seen.sum + h.sum)
+    return merged
 
 
 def counter_names(exposed: str) -> tuple[str, ...]:
