@@ -40,8 +40,13 @@ def _split(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
     for sample in samples:
         if sample.error is not None:
             continue
+        seen: dict[str, int] = {}
         for state in sample.engines:
-            out.setdefault(engine_key(state.labels), []).append((sample, state))
+            key = engine_key(state.labels)
+            n = seen[key] = seen.get(key, 0) + 1
+            if n > 1:   # engines that differ only by model name: keep them apart, in scrape order
+                key = f"{key}#{n}"
+            out.setdefault(key, []).append((sample, state))
     return out
 
 
