@@ -119,11 +119,37 @@ def stat_mode(path):
     return os.stat(path).st_mode & 0o777
 
 
-def test_engine_death_over_http_is_dead_then_exit(sim):
-    proc, url = sim("--fault", "engine-death@3s:exit=0", "--exit-delay", "1.5")
-    result = cli(url, "--pid", str(proc.pid), "--interval", "0.3", "--json", "--duration", "5", timeout=60)
-    names = [json.loads(line)["verdict"] for line in result.stdout.splitlines()]
-    assert names[0] == "engine_dead" and "process_exit" in names, result.stdout + result.stderr
-    exit_line = next(json.loads(line) for line in result.stdout.splitlines()
-                     if json.loads(line)["verdict"] == "process_exit")
+def test_engine_death_over_http_is_dead_then_exit(sim, tmp_path):
+    log = tmp_path / "sim.log"
+    proc, url = sim("--exit-delay", "1.5", "--log-file", str(log))
+    watch = subprocess.Popen([*WATCH, url, "--pid", str(proc.pid), "--interval", "0.3", "--json", "--duration", "8"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # inject the death once the recorder is scraping (the simulator logs every request it serves)
+        assert wait_until(lambda: "GET /metrics" in log.read_text(errors="replace"), 30), "watch never scraped"
+        fault = json.dumps({"kind": "engine-death", "exit_code": 0}).encode()
+        request = urllib.request.Request(url + "/_sim/fault", fault, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 200
+        stdout, stderr = watch.communicate(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait(timeout=10)
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    names = [line["verdict"] for line in lines]
+    assert names[0] == "engine_dead" and "process_exit" in names, stdout + stderr
+    exit_line = next(line for line in lines if line["verdict"] == "process_exit")
     assert "the engine died" in exit_line["why"]
+
+
+def wait_until(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
