@@ -123,14 +123,14 @@ def test_chunk_packing_gives_exact_per_token_itl(client):
     srv, result = _run({"tokens_per_chunk": 3, "gap_s": 0.03}, requests=2, output_tokens=12, client=client)
     assert [r.error for r in result.records] == [None, None]
     for rec in result.records:
-        assert rec.chunk_tokens == [3, 3, 3, 3]
+        assert list(rec.chunk_tokens) == [3, 3, 3, 3]
         assert rec.output_tokens == 12 and rec.token_source == "server"
         assert rec.itl_exact is True
         gaps = [b - a for a, b in zip(rec.chunk_t_s, rec.chunk_t_s[1:])]
-        assert rec.itl_chunk_s == pytest.approx(gaps)
+        assert list(rec.itl_chunk_s) == pytest.approx(gaps)
         # the rule: each later chunk of k=3 tokens arriving Δ after the previous adds 3 × Δ/3
         expected = [g / 3 for g in gaps for _ in range(3)]
-        assert rec.itl_token_s == pytest.approx(expected)
+        assert list(rec.itl_token_s) == pytest.approx(expected)
         assert len(rec.itl_token_s) == 12 - 3
         assert sum(rec.itl_token_s) == pytest.approx(rec.chunk_t_s[-1] - rec.chunk_t_s[0])
         # the server sleeps 30 ms between chunks, so the span is at least 90 ms even if a loaded
@@ -234,7 +234,7 @@ def test_without_continuous_usage_falls_back_and_says_so():
     # each chunk counted as one token by the client, the final usage says 12: inexact, flagged
     assert rec.output_tokens == 12 and rec.token_source == "server"
     assert rec.itl_exact is False
-    assert rec.chunk_tokens == [1] * 6
+    assert list(rec.chunk_tokens) == [1] * 6
     assert result.summary["itl_exact"] is False
 
 

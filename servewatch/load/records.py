@@ -6,6 +6,7 @@ so records line up with the server samples in server.jsonl.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Error classes, one per request at most. A request with an error is never counted as a success.
@@ -36,10 +37,11 @@ class RequestRecord:
     ttft_s: float | None = None
     e2e_s: float | None = None                # sent -> end of stream (or of the error)
     tpot_s: float | None = None               # (last token - first token) / (output tokens - 1)
-    chunk_t_s: list[float] = field(default_factory=list)     # arrival of each chunk with choices
-    chunk_tokens: list[int] = field(default_factory=list)    # tokens each of those chunks carried
-    itl_token_s: list[float] = field(default_factory=list)   # per token, see itl.py for the rule
-    itl_chunk_s: list[float] = field(default_factory=list)   # per token-carrying chunk gap
+    # sequences (the client stores compact array('d') / array('I'); lists are accepted too)
+    chunk_t_s: Sequence[float] = field(default_factory=list)   # arrival of each chunk with choices
+    chunk_tokens: Sequence[int] = field(default_factory=list)  # tokens each of those chunks carried
+    itl_token_s: Sequence[float] = field(default_factory=list) # per token, see itl.py for the rule
+    itl_chunk_s: Sequence[float] = field(default_factory=list) # per token-carrying chunk gap
     itl_exact: bool | None = None             # per-token counts known for every chunk
     input_tokens: int | None = None
     output_tokens: int | None = None

@@ -11,7 +11,7 @@ sent exactly when scheduled (schedule delay 0: there is no client to be late).
 from __future__ import annotations
 
 import heapq
-import random
+from array import array
 from collections.abc import Callable
 
 from servewatch.errors import ServewatchError
@@ -115,8 +115,8 @@ def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None
         for i in [i for i, (_, _, h) in live.items() if h.finished or force_timeout]:
             spec, rec, handle = live.pop(i)
             state = StreamState(False, False)
-            state.chunk_t = [t - rec.sent for t in handle.token_times]
-            state.chunk_k = [1] * len(handle.token_times)
+            state.chunk_t = array("d", [t - rec.sent for t in handle.token_times])
+            state.chunk_k = array("I", [1]) * len(handle.token_times)
             state.completion_tokens = handle.output_len
             state.prompt_tokens = handle.prompt_len
             state.finish_reason = handle.finish_reason
