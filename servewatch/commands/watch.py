@@ -52,6 +52,7 @@ def run(args) -> int:
 
 
 async def _watch(args) -> int:
+    import asyncio
     import os
     import sys
     import time
@@ -63,6 +64,7 @@ async def _watch(args) -> int:
     from servewatch.sources.process import PsutilProbe
     from servewatch.watch.output import INCIDENT_VERDICTS, json_line, status_table
     from servewatch.watch.recorder import Recorder
+    from servewatch.watch.bundle_sink import bundle_sink
     from servewatch.watch.targets import base_url, http_sources
 
     target = base_url(args.url)
@@ -73,7 +75,7 @@ async def _watch(args) -> int:
         print(f"servewatch watch: --log-file {args.log_file}: not there yet; it will be read once it appears",
               file=sys.stderr)
     config = DetectorConfig()
-    sink = _bundle_sink(args.out, target, config) if args.out else None   # unwritable: one line, exit 2
+    sink = bundle_sink(args.out, target, config) if args.out else None   # unwritable: one line, exit 2
 
     clock = RealClock()
     listeners = []
@@ -114,12 +116,3 @@ async def _run_live(recorder, started, status_table, duration) -> None:
     with Live(get_renderable=view, refresh_per_second=2, transient=False):
         await recorder.run(duration)
     await asyncio.sleep(0)
-
-
-def _bundle_sink(out: str, target: str, config):
-    """The bundle writer behind --out; None (bundle stays null) when the sinks are not installed."""
-    try:
-        from servewatch.watch.bundle_sink import bundle_sink
-    except ImportError:
-        return None
-    return bundle_sink(out, target, config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.sources.log_grammar import describe_startup_failure
+from servewatch.dialects.vllm import describe_startup_failure
 from servewatch.timeline.samples import HealthSample, ProcessSample
 from servewatch.timeline.window import Window
 

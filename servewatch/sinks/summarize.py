@@ -43,7 +43,7 @@ def render_markdown(incident) -> str:
              f"- target versions: {', '.join(f'{k} {v}' for k, v in target['versions'].items()) or 'unknown'}",
              f"- window: {utc(window['start_t'])} → {utc(window['end_t'])}; samples: "
              + ", ".join(f"{k} {v}" for k, v in window["samples"].items()),
-             f"- thinned: " + ("yes, kept {samples_after} of {samples_before}".format(**window["thinned"])
+             "- thinned: " + ("yes, kept {samples_after} of {samples_before}".format(**window["thinned"])
                                if window["thinned"]["applied"] else "no"),
              f"- bundle writes that failed before this one: {meta['writer']['write_failures']}",
              f"- servewatch {meta['servewatch_version']}", ""]

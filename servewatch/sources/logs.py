@@ -12,7 +12,7 @@ import re
 
 from servewatch.clock import Clock
 from servewatch.dialects import sglang, vllm
-from servewatch.sources.log_grammar import startup_failure_numbers
+from servewatch.dialects.vllm import startup_failure_numbers
 from servewatch.timeline.samples import LogEvent
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
