@@ -8,5 +8,7 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 start=$(date +%s)
 "$PY" -m servewatch lab vllm --install-only
-"$PY" -m pytest -m vllm tests/conformance -v -rs "$@"
+status=0
+"$PY" -m pytest -m vllm tests/conformance -v -rs "$@" || status=$?
 echo "conformance: $(( $(date +%s) - start )) s in total"
+exit $status

@@ -161,7 +161,7 @@ class VllmServer:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> "VllmServer":
+    def start(self) -> VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -247,7 +247,7 @@ class VllmServer:
         _LIVE.discard(self)
         return self.proc.returncode
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         if self.proc is None:
             self.start()
         return self

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from lab_observations import Neutralizer, Observations
+from lab_servers import Lab
 
 from servewatch.lab.model_dir import ensure_tiny_model
 from servewatch.lab.venv import ensure_venv, resolve_cache_dir
-
-from lab_observations import Neutralizer, Observations
-from lab_servers import Lab
 
 _LAB_KEY = pytest.StashKey[Lab]()
 _STARTED_KEY = pytest.StashKey[float]()

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -66,8 +65,12 @@ class Watcher:
         self.stderr = ""
         self.started_at = 0.0
 
-    def start(self) -> "Watcher":
-        self._stderr_file = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could block watch
+    def start(self) -> Watcher:
+        # A file, not a pipe (a pipe nobody reads could block watch); kept next to the bundles.
+        out_dir = Path(self.args[self.args.index("--out") + 1])
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = out_dir.parent / f"{out_dir.name}.watch-stderr.txt"
+        self._stderr_file = open(self.stderr_path, "w+", encoding="utf-8")
         self.proc = subprocess.Popen(
             [*SERVEWATCH, *self.args], stdout=subprocess.PIPE, stderr=self._stderr_file, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -111,6 +114,15 @@ class Watcher:
         with self._cond:
             return [line for line in self.lines if line.arrived >= after]
 
+    def describe(self) -> str:
+        """For assertion messages: the verdicts so far, whether watch still runs, its stderr tail."""
+        code = self.proc.poll() if self.proc is not None else None
+        try:
+            tail = self.stderr_path.read_text(encoding="utf-8")[-1500:]
+        except (AttributeError, OSError):
+            tail = ""
+        return f"verdicts {[v.data for v in self.verdicts()]}; watch exit {code}; stderr: {tail!r}"
+
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None:
             return None
@@ -126,7 +138,7 @@ class Watcher:
         self._stderr_file.close()
         return self.proc.returncode
 
-    def __enter__(self) -> "Watcher":
+    def __enter__(self) -> Watcher:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

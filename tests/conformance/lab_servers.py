@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab_observations import Observations, log_excerpt
+
 from servewatch.lab.model_dir import TinyModel
 from servewatch.lab.server import ServerConfig, VllmServer
 from servewatch.lab.venv import LabVenv
-
-from lab_observations import Observations, log_excerpt
 
 
 @dataclass

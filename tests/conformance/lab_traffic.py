@@ -34,7 +34,7 @@ class Traffic:
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._main, name="traffic", daemon=True)
 
-    def start(self) -> "Traffic":
+    def start(self) -> Traffic:
         self._thread.start()
         return self
 

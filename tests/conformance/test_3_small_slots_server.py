@@ -8,12 +8,12 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
-
 from lab_cli import SERVEWATCH, Watcher, assert_bundles_verify
 from lab_observations import log_excerpt
-from lab_scrape import health, scrape, wait_until
+from lab_scrape import health, scrape, wait_for_steady_progress, wait_until
 from lab_servers import start_ready
 from lab_traffic import Traffic
 
@@ -34,7 +34,7 @@ def _incident_verdict(line, name: str) -> dict | None:
     bundle = line.data.get("bundle")
     if not bundle:
         return None
-    incident = json.loads((open(os.path.join(bundle, "incident.json"), encoding="utf-8")).read())
+    incident = json.loads((Path(bundle) / "incident.json").read_text(encoding="utf-8"))
     return next((v for v in incident["verdicts"] if v["name"] == name), None)
 
 
@@ -49,7 +49,7 @@ def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
         line = watcher.wait_for("overload", timeout_s=90, after=started)
         during = scrape(server.url)
         assert traffic.wait(300)
-    assert line is not None, f"no overload verdict; saw {[v.data for v in watcher.verdicts()]}"
+    assert line is not None, f"no overload verdict; {watcher.describe()}"
     lab.obs.record("overload", {"running": queued.get("vllm:num_requests_running"),
                                 "waiting": queued.get("vllm:num_requests_waiting"),
                                 "kv": queued.get("vllm:kv_cache_usage_perc"),
@@ -101,7 +101,8 @@ def test_sigkill_worker_engine_dead_then_process_exit(lab, server, run_dir):
             running = wait_until(server.url, lambda r: r.get("vllm:num_requests_running") == SLOTS
                                  and r.get("vllm:generation_tokens_total") > 0, timeout_s=60, every_s=0.25)
             assert running is not None, "the load never had all slots running"
-            time.sleep(1.5)  # a few recorder samples of a healthy, busy engine before the kill
+            # A few recorder samples of a healthy, busy engine before the kill.
+            assert wait_for_steady_progress(server.url, span_s=1.5) is not None
             lab.obs.save_text("before_worker_sigkill.prom", scrape(server.url).text)
             timeline = _HealthTimeline(server.url, seconds=20)
             os.kill(tree.worker, signal.SIGKILL)
@@ -142,8 +143,8 @@ def test_sigkill_worker_engine_dead_then_process_exit(lab, server, run_dir):
     assert load_code == 0
     assert summary["errors"].get("truncated") == SLOTS, summary["errors"]
     assert summary["ok"] == 0
-    assert dead is not None, f"no engine_dead; saw {[v.data for v in watcher.verdicts()]}"
-    assert exited is not None, f"no process_exit; saw {[v.data for v in watcher.verdicts()]}"
+    assert dead is not None, f"no engine_dead; {watcher.describe()}"
+    assert exited is not None, f"no process_exit; {watcher.describe()}"
     assert dead.arrived <= exited.arrived
     stored = _incident_verdict(exited, "process_exit")
     assert stored is not None, "process_exit wrote no bundle"

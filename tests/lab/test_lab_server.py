@@ -59,11 +59,10 @@ def test_ready_process_tree_and_teardown_of_a_stopped_worker(fake_env, tmp_path)
 
 
 def test_context_manager_tears_down_when_the_body_fails(fake_env, tmp_path):
-    with pytest.raises(RuntimeError, match="test body failed"):
-        with _server(tmp_path) as server:
-            server.wait_ready(timeout_s=30)
-            tree = server.process_tree(timeout_s=15)
-            raise RuntimeError("test body failed")
+    with pytest.raises(RuntimeError, match="test body failed"), _server(tmp_path) as server:
+        server.wait_ready(timeout_s=30)
+        tree = server.process_tree(timeout_s=15)
+        raise RuntimeError("test body failed")
     assert all(_gone(pid) for pid in (tree.api_server, tree.engine_core, tree.worker))
 
 

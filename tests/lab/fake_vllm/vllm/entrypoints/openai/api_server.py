@@ -27,11 +27,11 @@ def main() -> None:
     parser.add_argument("--kv-cache-memory-bytes", type=int, default=0)
     parser.add_argument("--max-model-len", type=int, default=2048)
     args, _ = parser.parse_known_args()
-    print("(APIServer pid=%d) INFO 11-29 13:42:04 [api_utils.py:347] fake vLLM" % os.getpid(), flush=True)
+    print(f"(APIServer pid={os.getpid()}) INFO 11-29 13:42:04 [api_utils.py:347] fake vLLM", flush=True)
     if args.kv_cache_memory_bytes <= 1048576:
         print("Traceback (most recent call last):\n  File \"core.py\", line 1, in <module>", file=sys.stderr)
-        print("ValueError: To serve at least one request with the model's max seq len (%d), (0.0 GiB KV cache "
-              "is needed, which is larger than the available KV cache memory (0.0 GiB)." % args.max_model_len,
+        print(f"ValueError: To serve at least one request with the model's max seq len ({args.max_model_len}), "
+              "(0.0 GiB KV cache is needed, which is larger than the available KV cache memory (0.0 GiB).",
               file=sys.stderr)
         print("RuntimeError: Engine core initialization failed. See root cause above.", file=sys.stderr, flush=True)
         sys.exit(1)
