@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from lab_cli import Watcher, assert_bundles_verify, bundles_under, cli_json, run_cli
 from lab_observations import log_excerpt
@@ -199,17 +200,21 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             os.kill(tree.worker, signal.SIGSTOP)
             stopped_at = time.monotonic()
             try:
+                worker_status = psutil.Process(tree.worker).status()
+                frozen = scrape(server.url)
                 # The recorder learns its threshold from recent step gaps, and the first stall is one
                 # of them: the second stall may take up to k x that gap (ceiling 60 s) to call.
                 line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20 if attempt == 1 else 65,
                                         after=stopped_at)
-                frozen = scrape(server.url)
-                if attempt == 1:
-                    lab.obs.save_text("stall_sigstop.prom", frozen.text)
                 statuses = health_over(server.url, seconds=1.0)  # health stays green during the stall
                 still = scrape(server.url)
             finally:
                 os.kill(tree.worker, signal.SIGCONT)
+            assert worker_status == psutil.STATUS_STOPPED, worker_status
+            assert frozen.get("vllm:num_requests_running") >= 1, (
+                f"nothing running when the worker was stopped; traffic so far {traffic.result.statuses}")
+            if attempt == 1:
+                lab.obs.save_text("stall_sigstop.prom", still.text)
             assert line is not None, f"stall {attempt} not detected; {watcher.describe()}"
             detection = line.arrived - stopped_at
             detections.append(detection)
@@ -217,7 +222,6 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
                         f"(since_s {line.data.get('since_s')}) at --interval 0.5; /health {sorted(set(statuses))} "
                         f"over {len(statuses)} probes")
             assert statuses and set(statuses) == {200}, statuses
-            assert frozen.get("vllm:num_requests_running") >= 1
             for counter in ("vllm:generation_tokens_total", "vllm:iteration_tokens_total_count"):
                 assert still.get(counter) == frozen.get(counter), f"{counter} moved while the worker was stopped"
             assert traffic.wait(240), "requests did not finish after SIGCONT"
