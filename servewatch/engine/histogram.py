@@ -20,7 +20,9 @@ _PRECISION_TOLERANCE = 1e-12   # Prometheus's correctPrecisionErrors tolerance
 
 def label_key(labels: Mapping[str, str], drop: str = "le") -> LabelKey:
     """A hashable, order-free identity for a label set, without `drop`."""
-    return tuple(sorted((name, value) for name, value in labels.items() if name != drop))
+    items = [item for item in labels.items() if item[0] != drop] if drop in labels else list(labels.items())
+    items.sort()
+    return tuple(items)
 
 
 def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[LabelKey, Histogram]:
