@@ -188,3 +188,49 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
 
 def _per_model(values: dict) -> dict[str | None, float]:
     return {base.model_key(k): v for k, v in values.items()}
+
+
+# --- the exposition's catalogue: HELP text of every family (the simulator writes it) -------------
+TOKENS_HISTOGRAM_EDGES = (100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000,
+                          12500, 15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000,
+                          100000, 200000, 300000, 400000, 600000, 800000, 1000000, 1100000)
+HELP = {
+    "sglang:num_running_reqs": "The number of running requests.",
+    "sglang:num_queue_reqs": "The number of requests in the waiting queue.",
+    "sglang:num_grammar_queue_reqs": "The number of requests in the grammar waiting queue.",
+    "sglang:gen_throughput": "The generation throughput (token/s).",
+    "sglang:cache_hit_rate": "The prefix cache hit rate.",
+    "sglang:decode_sum_seq_lens": "The sum of all sequence lengths in decode.",
+    "sglang:token_usage": "The token usage.",
+    "sglang:full_token_usage": "The token usage for full attention layers.",
+    "sglang:num_used_tokens": "The number of used tokens.",
+    "sglang:kv_available_tokens": "Number of free token slots in the KV cache pool.",
+    "sglang:kv_evictable_tokens": "Number of evictable (radix-cached) token slots in the KV cache pool.",
+    "sglang:kv_used_tokens": "Number of actively used token slots in the KV cache pool.",
+    "sglang:utilization": "The utilization.",
+    "sglang:new_token_ratio": "The new token ratio.",
+    "sglang:is_cuda_graph": "Whether the batch is using CUDA graph.",
+    "sglang:max_total_num_tokens": "Maximum total number of tokens in the KV cache pool.",
+    "sglang:page_size": "KV cache page size in tokens.",
+    "sglang:num_pages": "Number of KV cache pages.",
+    "sglang:context_len": "Maximum context length.",
+    "sglang:num_retracted_reqs": "The number of retracted requests.",
+    "sglang:num_paused_reqs": "The number of paused requests by async weight sync.",
+    "sglang:realtime_tokens": "Total number of tokens processed (updated on each log interval). mode: "
+                              "prefill_compute, prefill_cache, decode.",
+    "sglang:cuda_graph_passes": "Total number of forward passes categorized by CUDA graph.",
+    "sglang:num_retracted_requests": "Total number of retracted requests.",  # HELP not verified
+    "sglang:prompt_tokens": "Number of prefill tokens processed.",
+    "sglang:generation_tokens": "Number of generation tokens processed.",
+    "sglang:num_requests": "Number of requests processed.",
+    "sglang:num_aborted_requests": "Number of requests aborted.",  # HELP not verified
+    "sglang:queue_time_seconds": "Histogram of queueing time in seconds.",
+    "sglang:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "sglang:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "sglang:e2e_request_latency_seconds": "Histogram of End-to-end request latency in seconds",
+    "sglang:request_time_per_output_token_seconds": "Per-request TPOT in seconds: (finished_time - first_token_time)"
+                                                    " / (completion_tokens - 1).",
+    "sglang:prompt_tokens_histogram": "Histogram of prompt token length.",
+    "sglang:uncached_prompt_tokens_histogram": "Histogram of uncached (compute) prompt token length.",
+    "sglang:generation_tokens_histogram": "Histogram of generation token length.",
+}

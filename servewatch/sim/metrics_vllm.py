@@ -7,67 +7,9 @@ process/platform/GC collectors of a single-process server.
 from __future__ import annotations
 
 from servewatch.dialects import vllm as dialect
+from servewatch.dialects.vllm import HELP, PROMPT_SOURCES, CACHED_SOURCES, ADMISSION_REASONS, SLEEP_STATES
 from servewatch.sim.metrics import HttpStats, Hist, counter, gauge, histogram, make_registry, render, sorted_labels
 
-# HELP texts and the families the lead's dialect module does not name (yet).
-HELP = {
-    "vllm:estimated_flops_per_gpu": "Estimated number of floating point operations per GPU (for Model Flops "
-                                    "Utilization calculations).",
-    "vllm:estimated_read_bytes_per_gpu": "Estimated number of bytes read from memory per GPU (for Model Flops "
-                                         "Utilization calculations).",
-    "vllm:estimated_write_bytes_per_gpu": "Estimated number of bytes written to memory per GPU (for Model Flops "
-                                          "Utilization calculations).",
-    dialect.RUNNING: "Number of requests in model execution batches.",
-    dialect.WAITING: "Number of requests waiting to be processed.",
-    dialect.WAITING_BY_REASON: "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
-                               "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
-                               "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
-    dialect.ENGINE_SLEEP_STATE: "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
-                                "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
-                                "level 2.",
-    dialect.KV_USAGE: "KV-cache usage. 1 means 100 percent usage.",
-    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
-    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
-    "vllm:external_prefix_cache_queries": "External prefix cache queries from KV connector cross-instance cache "
-                                          "sharing, in terms of number of queried tokens.",
-    "vllm:external_prefix_cache_hits": "External prefix cache hits from KV connector cross-instance cache sharing, "
-                                       "in terms of number of cached tokens.",
-    "vllm:mm_cache_queries": "Multi-modal cache queries, in terms of number of queried items.",
-    "vllm:mm_cache_hits": "Multi-modal cache hits, in terms of number of cached items.",
-    "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
-    "vllm:prompt_tokens": "Number of prefill tokens processed.",
-    "vllm:prompt_tokens_by_source": "Number of prompt tokens by source.",
-    "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local + external).",
-    "vllm:prompt_tokens_cached_by_source": "Prefix-cache hit tokens by the cache tier that supplied them: device "
-                                           "(local HBM), host (offloaded to DRAM), disk, p2p (transferred from "
-                                           "another vLLM instance) or external_unspecified. Counted at admission; "
-                                           "sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
-    "vllm:generation_tokens": "Number of generation tokens processed.",
-    "vllm:request_success": "Count of successfully processed requests.",
-    "vllm:admission_rejections": "Number of admission attempts rejected by a queue limit, by reason.",
-    "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
-    "vllm:request_generation_tokens": "Number of generation tokens processed.",
-    "vllm:iteration_tokens_total": "Histogram of number of tokens per engine_step.",
-    "vllm:request_max_num_generation_tokens": "Histogram of maximum number of requested generation tokens.",
-    "vllm:request_params_n": "Histogram of the n request parameter.",
-    "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
-    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
-    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
-    "vllm:request_time_per_output_token_seconds": "Histogram of time_per_output_token_seconds per request.",
-    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
-    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
-    "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
-    "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
-    "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
-    "vllm:request_num_preemptions": "Histogram of the number of times a request was preempted.",
-    "vllm:request_prefill_kv_computed_tokens": "Histogram of new KV tokens computed during prefill (excluding "
-                                               "cached tokens).",
-    dialect.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
-}
-PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
-CACHED_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
-ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
-SLEEP_STATES = (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0))
 GPU_MEMORY_UTILIZATION = {"h100-8b": "0.9", "rtx3060-7b": "0.85", "tiny-cpu": "0.92"}
 
 # (histogram name, bucket family) in registration order
