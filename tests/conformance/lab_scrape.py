@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.error
 import urllib.request
@@ -38,10 +39,32 @@ def parse_raw(text: str) -> dict[str, float]:
     return values
 
 
-def scrape(url: str, timeout_s: float = 15.0) -> Raw:
+_KEY_LABEL = re.compile(r'\b(le|reason|finished_reason)="([^"]*)"')
+
+
+def parse_light(text: str) -> dict[str, float]:
+    """The same keys as parse_raw, by a plain line scan: cheap enough to run while vLLM saturates the
+    CPU (this process then gets a sliver of it; prometheus_client's parser took seconds there)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, brace, labels = head.partition("{")
+        if name.endswith("_created"):
+            continue
+        match = _KEY_LABEL.search(labels) if brace else None
+        key = f"{name}{{{match[1]}={match[2]}}}" if match else name
+        values[key] = float(value)
+    return values
+
+
+def scrape(url: str, timeout_s: float = 15.0, *, reference: bool = False) -> Raw:
+    """One /metrics body; `reference=True` reads it with prometheus_client (the independent check)."""
     with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=timeout_s) as response:
         text = response.read(16 * 2**20).decode("utf-8")
-    return Raw(text, time.monotonic(), parse_raw(text))
+    at = time.monotonic()
+    return Raw(text, at, parse_raw(text) if reference else parse_light(text))
 
 
 def health(url: str, timeout_s: float = 2.0) -> int | str:
@@ -61,18 +84,38 @@ def first_bucket_fraction(new: Raw, old: Raw, family: str, le: str) -> tuple[flo
     return count, (first / count if count else 0.0)
 
 
+class WaitLog:
+    """What the last bounded wait saw, for assertion messages."""
+    last: Raw | None = None
+    errors: list[str] = []
+    scrapes: int = 0
+
+
 def wait_until(url: str, predicate, *, timeout_s: float, every_s: float = 0.5) -> Raw | None:
     """Scrape (bounded) until predicate(raw) holds; the matching scrape, or None at the deadline."""
     deadline = time.monotonic() + timeout_s
+    WaitLog.errors, WaitLog.scrapes, WaitLog.last = [], 0, None
     while time.monotonic() < deadline:
+        started = time.monotonic()
         try:
             raw = scrape(url)
-        except OSError:
+        except OSError as exc:
+            WaitLog.errors.append(f"{type(exc).__name__} after {time.monotonic() - started:.1f} s")
             raw = None
-        if raw is not None and predicate(raw):
-            return raw
+        WaitLog.scrapes += 1
+        if raw is not None:
+            WaitLog.last = raw
+            if predicate(raw):
+                return raw
         time.sleep(every_s)  # polling a remote server: there is no event to wait on
     return None
+
+
+def describe_wait() -> str:
+    last = WaitLog.last
+    picture = {k: last.values.get(k) for k in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                                                "vllm:generation_tokens_total", "vllm:kv_cache_usage_perc")} if last else None
+    return f"{WaitLog.scrapes} scrapes, errors {WaitLog.errors[-5:]}, last {picture}"
 
 
 def wait_for_steady_progress(url: str, *, span_s: float = 1.5, timeout_s: float = 60.0) -> Raw | None:

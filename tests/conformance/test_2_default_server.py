@@ -14,6 +14,7 @@ import pytest
 from lab_cli import Watcher, assert_bundles_verify, bundles_under, cli_json, run_cli
 from lab_observations import log_excerpt
 from lab_scrape import (
+    describe_wait,
     first_bucket_fraction,
     health_over,
     scrape,
@@ -60,9 +61,9 @@ def test_inspect_agrees_with_raw_scrape(lab, server, run_dir):
     traffic = Traffic(server.url, n=4, concurrency=4, max_tokens=32).start()
     assert traffic.wait(120)
     assert traffic.result.statuses == [200] * 4
-    before = scrape(server.url)
+    before = scrape(server.url, reference=True)
     report = cli_json("inspect", server.url + "/metrics", "--json", timeout_s=60)
-    after = scrape(server.url)
+    after = scrape(server.url, reference=True)
     assert before.values == after.values, "the idle server's numbers moved during the check"
     raw = after.values
     (path := run_dir / "after_traffic.prom").write_text(after.text)
@@ -196,7 +197,7 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
         for attempt in (1, 2):  # the second stall proves the first one cleared after SIGCONT
             traffic = Traffic(server.url, n=4, concurrency=4, max_tokens=1800, timeout_s=240).start()
             moving = wait_for_steady_progress(server.url, span_s=1.5)
-            assert moving is not None, "the requests never started generating"
+            assert moving is not None, f"the requests never kept generating: {describe_wait()}; traffic {traffic.result}"
             os.kill(tree.worker, signal.SIGSTOP)
             stopped_at = time.monotonic()
             try:
@@ -243,9 +244,10 @@ def test_kv_pressure_and_preemption_from_the_counter_delta(lab, server, run_dir)
         started = time.monotonic()
         traffic = Traffic(server.url, n=16, concurrency=16, max_tokens=1500, timeout_s=300).start()
         peak = wait_until(server.url, lambda r: r.get("vllm:kv_cache_usage_perc") >= 0.9
+                          and r.get("vllm:num_requests_waiting") > 0
                           and r.get("vllm:num_preemptions_total") > before.get("vllm:num_preemptions_total"),
-                          timeout_s=180)
-        assert peak is not None, "KV never filled with preemptions"
+                          timeout_s=180, every_s=0.25)
+        assert peak is not None, f"KV never filled with a queue and preemptions: {describe_wait()}"
         lab.obs.save_text("kv_pressure_t1.prom", peak.text)
         kv = watcher.wait_for("kv_pressure", timeout_s=60, after=started)
         preemption = watcher.wait_for("preemption", timeout_s=60, after=started)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from lab_cli import SERVEWATCH, Watcher, assert_bundles_verify
 from lab_observations import log_excerpt
-from lab_scrape import health, scrape, wait_for_steady_progress, wait_until
+from lab_scrape import describe_wait, health, scrape, wait_for_steady_progress, wait_until
 from lab_servers import start_ready
 from lab_traffic import Traffic
 
@@ -43,8 +43,11 @@ def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
     with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
         started = time.monotonic()
         traffic = Traffic(server.url, n=64, concurrency=32, max_tokens=300, timeout_s=300).start()
-        queued = wait_until(server.url, lambda r: r.get("vllm:num_requests_waiting") >= 8, timeout_s=60)
-        assert queued is not None, "no queue formed"
+        # Requests that start together finish together: a single scrape can fall between a finish and
+        # the next admission, so wait for the picture itself (slots full, queue behind them).
+        queued = wait_until(server.url, lambda r: r.get("vllm:num_requests_waiting") >= 8
+                            and r.get("vllm:num_requests_running") == SLOTS, timeout_s=60, every_s=0.25)
+        assert queued is not None, f"no queue behind full slots: {describe_wait()}"
         lab.obs.save_text("overload_slots.prom", queued.text)
         line = watcher.wait_for("overload", timeout_s=90, after=started)
         during = scrape(server.url)

@@ -38,6 +38,14 @@ def test_every_recorded_scrape_reads_as_one_tiny_vllm_engine(path):
     assert engine.counters.steps is not None and engine.counters.generation_tokens is not None
 
 
+@pytest.mark.parametrize("path", PROMS, ids=[p.name for p in PROMS])
+def test_the_suites_light_scan_reads_what_prometheus_client_reads(path):
+    from lab_scrape import parse_light, parse_raw
+
+    text = path.read_text(encoding="utf-8")
+    assert parse_light(text) == parse_raw(text)
+
+
 def test_recorded_kv_pressure_shows_full_kv_and_new_preemptions():
     t0, t1 = _engine("kv_pressure_t0.prom"), _engine("kv_pressure_t1.prom")
     assert t1.kv_usage >= 0.9
