@@ -195,7 +195,9 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
     detections = []
     with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
         for attempt in (1, 2):  # the second stall proves the first one cleared after SIGCONT
-            traffic = Traffic(server.url, n=4, concurrency=4, max_tokens=1800, timeout_s=240).start()
+            # Three waves of 4 x 1800 tokens (~8,000 KV tokens each): enough work that the stop lands
+            # on running requests even when this process is starved of CPU for seconds at a time.
+            traffic = Traffic(server.url, n=12, concurrency=4, max_tokens=1800, timeout_s=300).start()
             moving = wait_for_steady_progress(server.url, span_s=1.5)
             assert moving is not None, f"the requests never kept generating: {describe_wait()}; traffic {traffic.result}"
             os.kill(tree.worker, signal.SIGSTOP)
@@ -225,9 +227,9 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             assert statuses and set(statuses) == {200}, statuses
             for counter in ("vllm:generation_tokens_total", "vllm:iteration_tokens_total_count"):
                 assert still.get(counter) == frozen.get(counter), f"{counter} moved while the worker was stopped"
-            assert traffic.wait(240), "requests did not finish after SIGCONT"
-            assert traffic.result.statuses == [200] * 4
-            assert traffic.result.completion_tokens == [1800] * 4
+            assert traffic.wait(300), "requests did not finish after SIGCONT"
+            assert traffic.result.statuses == [200] * 12
+            assert traffic.result.completion_tokens == [1800] * 12
     lab.obs.record("stall_detection_seconds", [round(d, 2) for d in detections])
     # Target ≤ 3 s at --interval 0.5 (printed above); the bound leaves room for a loaded machine.
     assert detections[0] <= 5.0, detections

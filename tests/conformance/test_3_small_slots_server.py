@@ -42,14 +42,14 @@ def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
     out = run_dir / "bundles"
     with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
         started = time.monotonic()
-        traffic = Traffic(server.url, n=64, concurrency=32, max_tokens=300, timeout_s=300).start()
+        traffic = Traffic(server.url, n=96, concurrency=32, max_tokens=300, timeout_s=300).start()
         # Requests that start together finish together: a single scrape can fall between a finish and
         # the next admission, so wait for the picture itself (slots full, queue behind them).
         queued = wait_until(server.url, lambda r: r.get("vllm:num_requests_waiting") >= 8
                             and r.get("vllm:num_requests_running") == SLOTS, timeout_s=60, every_s=0.25)
         assert queued is not None, f"no queue behind full slots: {describe_wait()}"
         lab.obs.save_text("overload_slots.prom", queued.text)
-        line = watcher.wait_for("overload", timeout_s=90, after=started)
+        line = watcher.wait_for("overload", timeout_s=120, after=started)
         during = scrape(server.url)
         assert traffic.wait(300)
     assert line is not None, f"no overload verdict; {watcher.describe()}"
@@ -66,7 +66,7 @@ def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
     stored = _incident_verdict(line, "overload")
     if stored is not None:
         assert stored["details"]["cause"] == "slots"
-    assert traffic.result.statuses == [200] * 64
+    assert traffic.result.statuses == [200] * 96
     assert_bundles_verify(out)
 
 
