@@ -52,7 +52,9 @@ class Traffic:
     async def _run(self) -> None:
         gate = asyncio.Semaphore(self.concurrency)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        # A fresh connection per request: uvicorn closes idle keep-alive connections after 5 s, and a
+        # request that waited longer in the pool would otherwise meet a closed socket.
+        connector = aiohttp.TCPConnector(limit=self.concurrency, force_close=True)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             await asyncio.gather(*(self._one(session, gate, i) for i in range(self.n)))
 
