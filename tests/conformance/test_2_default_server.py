@@ -207,7 +207,7 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
                 frozen = scrape(server.url)
                 # The recorder learns its threshold from recent step gaps, and the first stall is one
                 # of them: the second stall may take up to k x that gap (ceiling 60 s) to call.
-                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20 if attempt == 1 else 65,
+                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20 if attempt == 1 else 75,
                                         after=stopped_at)
                 statuses = health_over(server.url, seconds=1.0)  # health stays green during the stall
                 still = scrape(server.url)
