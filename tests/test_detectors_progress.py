@@ -73,6 +73,19 @@ def test_slow_engine_raises_the_threshold_from_its_own_cadence():
     assert verdict is not None and verdict.details["longest_gap_s"] == 5.0 and verdict.details["threshold_s"] == 20.0
 
 
+def test_an_earlier_stall_does_not_become_the_learned_cadence():
+    # Real vLLM, SIGSTOP twice: after the first stall clears, the engine steps every scrape again. The
+    # first stall's 10 s gap must not teach the detector that 10 s gaps are normal (4 x 10 s = 40 s).
+    tl = Timeline(interval=0.5).ticks(40, running=8)
+    tl.ticks(20, running=8, steps=0, gen=0)                  # the first stall, 10 s
+    assert stall_of(tl.window()) is not None
+    tl.ticks(30, running=8)                                  # SIGCONT: progress every scrape
+    assert stall_of(tl.window()) is None
+    tl.ticks(4, running=8, steps=0, gen=0)                   # the second stall, 2 s in
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["threshold_s"] == 2.0
+
+
 def test_ceiling_bounds_the_adaptive_threshold():
     config = DetectorConfig(stall_ceiling_s=10.0)
     tl = Timeline(interval=1.0)

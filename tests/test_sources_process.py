@@ -83,6 +83,29 @@ def test_zombie_root_is_not_alive(child):
     assert not sample.alive
 
 
+def test_exit_code_of_a_process_we_did_not_start_is_read_from_its_zombie():
+    # The watcher is not the parent (exit_status=None): the code comes from the kernel's wait status of
+    # the zombie, and is remembered once the parent reaps it.
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.2); sys.exit(7)"])
+    try:
+        probe = PsutilProbe(proc.pid)
+        assert wait_for(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE)
+        zombie = probe.snapshot(1.0)
+        assert not zombie.alive and zombie.exit_code == 7 and zombie.exit_signal is None
+    finally:
+        proc.wait(timeout=10)
+    reaped = probe.snapshot(2.0)
+    assert not reaped.alive and reaped.exit_code == 7
+
+
+def test_signal_of_a_killed_process_is_read_from_its_zombie(child):
+    probe = PsutilProbe(child.pid)
+    child.kill()
+    assert wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE)
+    sample = probe.snapshot(3.0)
+    assert sample.exit_signal == signal.SIGKILL and sample.exit_code is None
+
+
 def test_wrong_pid_is_one_line_error():
     with pytest.raises(SourceUnavailable, match=r"^--pid 999999999: no such process$"):
         PsutilProbe(999_999_999)

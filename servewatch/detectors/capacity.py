@@ -13,16 +13,6 @@ from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.window import Window
 
 
-def _trailing(points: list[Point], predicate) -> list[Point]:
-    run: list[Point] = []
-    for point in reversed(points):
-        if not predicate(point[1]):
-            break
-        run.append(point)
-    run.reverse()
-    return run
-
-
 def _sustained(points: list[Point], hot, grace_s: float) -> tuple[Point, Point] | None:
     """(first, last) hot point of the newest stretch where `hot` holds, cold dips shorter than grace_s
     included; None when the newest cold stretch has already lasted grace_s."""
@@ -90,8 +80,11 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
     capacity = state.waiting_by_reason.get("capacity", 0.0)
     if deferred > 0 and deferred >= capacity:
         return "deferred", f"{num(deferred)} of {num(state.waiting)} waiting are deferred (not for lack of room)"
-    if state.kv_usage is not None and state.kv_usage >= config.kv_high:
-        return "kv", f"KV {_pct(state.kv_usage)} ≥ {_pct(config.kv_high)} with {num(state.running)} running"
+    kv_values = [s.kv_usage for _, s in run if s.kv_usage is not None]
+    peak_kv = max(kv_values) if kv_values else None
+    if peak_kv is not None and peak_kv >= config.kv_high:
+        return "kv", (f"KV peaked at {_pct(peak_kv)} (≥ {_pct(config.kv_high)}) while requests waited, now "
+                      f"{_pct(state.kv_usage)} with {num(state.running)} running")
     if state.slot_limit is not None and state.running is not None and state.running >= state.slot_limit:
         return "slots", (f"running {num(state.running)} = slot limit {state.slot_limit} while KV is "
                          f"{_pct(state.kv_usage)}: out of slots, not memory")
@@ -106,35 +99,34 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
 # --- kv_pressure ---------------------------------------------------------------------------------
 
 def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
+    """KV ≥ kv_high in a stretch of at least kv_sustain_s, dips shorter than kv_grace_s included (a real
+    vLLM under pressure swings 60–100% as requests finish or are preempted), averaging ≥ kv_clear."""
     verdicts = []
     for key, points in sorted(engine_series(window.metrics).items()):
-        run = _trailing(points, lambda s: s.kv_usage is not None and s.kv_usage >= config.kv_clear)
-        onset_point = None
-        stretch_from = None
-        for i, (sample, s) in enumerate(run):
-            if s.kv_usage >= config.kv_high:
-                stretch_from = i if stretch_from is None else stretch_from
-                if sample.t - run[stretch_from][0].t >= config.kv_sustain_s:
-                    onset_point = run[stretch_from]
-                    break
-            else:
-                stretch_from = None
-        if onset_point is None:
+        known = [p for p in points if p[1].kv_usage is not None]
+        stretch = _sustained(known, lambda s: s.kv_usage >= config.kv_high, config.kv_grace_s)
+        if stretch is None:
             continue
-        (first, first_state), (last, state) = onset_point, run[-1]
+        (first, first_state), (last, state) = stretch
         sustained = last.t - first.t
+        if sustained < config.kv_sustain_s:
+            continue
+        run = [p for p in known if first.t <= p[0].t <= last.t]
+        mean = _time_mean([(p[0].t, p[1].kv_usage) for p in run])
+        if mean < config.kv_clear:
+            continue
         peak = max(s.kv_usage for _, s in run)
         tokens = ""
         if state.kv_used_tokens is not None and state.kv_total_tokens:
             tokens = f" ({num(state.kv_used_tokens)} of {num(state.kv_total_tokens)} tokens)"
-        why = (f"KV cache {_pct(state.kv_usage)}{tokens}{where(key)}: ≥ {_pct(config.kv_high)} for "
-               f"{config.kv_sustain_s:g} s or more and not below {_pct(config.kv_clear)} for {sustained:.1f} s "
-               f"(peak {_pct(peak)}), {num(state.running)} running, {num(state.waiting)} waiting")
+        why = (f"KV cache {_pct(state.kv_usage)}{tokens}{where(key)}: ≥ {_pct(config.kv_high)} over {sustained:.1f} s "
+               f"(dips under {config.kv_grace_s:g} s included; mean {_pct(mean)}, peak {_pct(peak)}), "
+               f"{num(state.running)} running, {num(state.waiting)} waiting")
         evidence = (Evidence("metrics", first.t, "kv_usage", first_state.kv_usage),
                     Evidence("metrics", last.t, "kv_usage", state.kv_usage),
                     Evidence("metrics", last.t, "waiting", state.waiting))
         verdicts.append(Verdict("kv_pressure", last.t, first.t, why, evidence,
-                                {"engine": key, "kv_usage": state.kv_usage, "peak_kv_usage": peak,
+                                {"engine": key, "kv_usage": state.kv_usage, "peak_kv_usage": peak, "mean_kv_usage": mean,
                                  "sustained_s": sustained, "kv_total_tokens": state.kv_total_tokens}))
     return verdicts
 

@@ -17,7 +17,8 @@ class DetectorConfig:
 
     # alive_health_ok_no_progress: no progress counter (steps, generation tokens, prompt tokens) moved
     # while work was admitted for at least
-    #   clamp(stall_k x max(longest recent gap between counter movements, scrape cadence),
+    #   clamp(stall_k x max(typical longest recent gap between counter movements (p90 of the last
+    #         stall_recent_movements gaps, so one earlier stall does not raise the bar), scrape cadence),
     #         stall_floor_s, stall_ceiling_s).
     # The gap is learned from the target's own recent step cadence (busy periods only), so a slow
     # engine or a long prefill that still steps raises the bar; idle (running = waiting = 0) never counts.
@@ -41,11 +42,14 @@ class DetectorConfig:
     # ...and a time-averaged queue of at least this many requests over that stretch: one request that
     # comes and goes while its prefill is admitted is not overload.
     overload_min_mean_waiting: float = 2.0
-    # kv_pressure: KV usage >= kv_high in every scrape for at least kv_sustain_s; it holds until KV
-    # falls below kv_clear (hysteresis). kv_high is also where overload's cause is "kv", not "slots".
+    # kv_pressure: KV usage >= kv_high over at least kv_sustain_s, holding through dips shorter than
+    # kv_grace_s (a real vLLM under pressure swings 60-100% as requests finish or are preempted), with a
+    # time-weighted mean of at least kv_clear over that stretch. kv_high is also where overload's cause
+    # is "kv", not "slots".
     kv_high: float = 0.90
     kv_clear: float = 0.80
     kv_sustain_s: float = 5.0
+    kv_grace_s: float = 5.0
 
     # preemption: the counter rose by at least preemption_min within preemption_window_s
     # (the delta, never the cumulative value).

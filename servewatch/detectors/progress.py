@@ -31,6 +31,18 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     return verdicts
 
 
+def typical_longest_gap(gaps: list[float]) -> float:
+    """The longest gap between counter movements that is typical of the target: with five or more gaps,
+    their 90th percentile, so one earlier stall (a single huge gap) does not teach the detector that
+    stalls are the normal cadence; with fewer, the longest."""
+    if not gaps:
+        return 0.0
+    ordered = sorted(gaps)
+    if len(ordered) < 5:
+        return ordered[-1]
+    return ordered[int(0.9 * (len(ordered) - 1))]
+
+
 def _engine_stall(key, points: list[Point], health, process, config: DetectorConfig) -> Verdict | None:
     if len(points) < 2 or not has_progress_counters(points[-1][1]):
         return None
@@ -63,7 +75,7 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     quiet_s = last_sample.t - onset_sample.t
 
     recent_gaps = gaps[-config.stall_recent_movements:]
-    longest_gap = max(recent_gaps) if recent_gaps else 0.0
+    longest_gap = typical_longest_gap(recent_gaps)
     scrape_gap = cadence(points) or 0.0
     basis = max(longest_gap, scrape_gap)
     threshold = min(config.stall_ceiling_s, max(config.stall_floor_s, config.stall_k * basis))

@@ -76,6 +76,7 @@ class PsutilProbe:
             raise SourceUnavailable(f"--pid {pid}: access denied") from None
         self.pid = pid
         self._exit_status = exit_status
+        self._reaped_status: tuple[int | None, int | None] | None = None   # (exit code, signal) seen on the zombie
         self._procs: dict[tuple[int, float], object] = {(pid, self.create_time): root}
 
     def slot_limit(self) -> int | None:
@@ -96,6 +97,8 @@ class PsutilProbe:
         except psutil.AccessDenied:
             return ProcessSample(t=t, root_pid=self.pid, root_create_time=None, alive=True, error="access_denied")
         if status == psutil.STATUS_ZOMBIE:
+            # Not reaped yet: the kernel still holds its wait status, readable by anyone (not only the parent).
+            self._reaped_status = zombie_wait_status(self.pid)
             return self._gone(t, create_time)
         key = (self.pid, create_time)
         root = self._procs.setdefault(key, root)  # keep the object: cpu_percent needs its previous call
@@ -144,8 +147,24 @@ class PsutilProbe:
                 signal = -status
             else:
                 code = status
+        elif self._reaped_status is not None:
+            code, signal = self._reaped_status
         return ProcessSample(t=t, root_pid=self.pid, root_create_time=create_time, alive=False,
                              exit_code=code, exit_signal=signal, error="no_such_process")
+
+
+def zombie_wait_status(pid: int) -> tuple[int | None, int | None] | None:
+    """(exit code, signal) of a zombie from /proc/PID/stat field 52 (Linux ≥ 3.5); None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        fields_after_comm = stat[stat.rindex(b")") + 2:].split()
+        wait_status = int(fields_after_comm[52 - 3])
+    except (OSError, ValueError, IndexError):
+        return None
+    if wait_status & 0x7F == 0:
+        return (wait_status >> 8) & 0xFF, None
+    return None, wait_status & 0x7F
 
 
 def _maybe(read):
