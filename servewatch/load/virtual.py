@@ -46,6 +46,21 @@ def _run_coro(coro):
     raise RuntimeError("virtual driver: unexpected await")
 
 
+def finish_from_engine(rec: RequestRecord, spec: RequestSpec, handle, now: float) -> None:
+    """Complete `rec` from the simulator's request handle as the HTTP client would have seen the stream:
+    one token per chunk at the engine's token times, the server's usage, its finish reason."""
+    state = StreamState(False, False)
+    state.chunk_t = array("d", [t - rec.sent for t in handle.token_times])
+    state.chunk_k = array("I", [1]) * len(handle.token_times)
+    state.completion_tokens = handle.output_len
+    state.prompt_tokens = handle.prompt_len
+    state.finish_reason = handle.finish_reason
+    state.saw_done = handle.finished
+    end = handle.finished_ts if handle.finished and handle.finished_ts is not None else now
+    rec.e2e_s = end - rec.sent
+    finish_record(rec, state, spec)
+
+
 def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None = None,
                      drain_s: float | None = None) -> LoadResult:
     """Run `config` against a `servewatch.sim.SimEngine` whose clock is a VirtualClock."""
@@ -114,19 +129,10 @@ def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None
     def collect(force_timeout: bool = False) -> None:
         for i in [i for i, (_, _, h) in live.items() if h.finished or force_timeout]:
             spec, rec, handle = live.pop(i)
-            state = StreamState(False, False)
-            state.chunk_t = array("d", [t - rec.sent for t in handle.token_times])
-            state.chunk_k = array("I", [1]) * len(handle.token_times)
-            state.completion_tokens = handle.output_len
-            state.prompt_tokens = handle.prompt_len
-            state.finish_reason = handle.finish_reason
-            state.saw_done = handle.finished
-            end = handle.finished_ts if handle.finished and handle.finished_ts is not None else clock.now()
-            rec.e2e_s = end - rec.sent
             if not handle.finished:
                 rec.error, rec.error_detail = TIMEOUT, f"no end within {config.request_timeout_s:g} s"
                 engine.abort(handle)
-            finish_record(rec, state, spec)
+            finish_from_engine(rec, spec, handle, clock.now())
             records.append(rec)
 
     # one merged timeline: ("arrival", t) and ("scrape", t)
