@@ -2,6 +2,7 @@
 over HTTP the stall and the engine death are reported as JSON lines, with bundles that verify."""
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -113,6 +114,9 @@ def test_stall_over_http_with_pid_fires_json_with_a_verifiable_bundle(sim, tmp_p
     assert stall["since_s"] >= 2.0 and "/health 200" in stall["why"]
     assert stall["bundle"] and verify_bundle(stall["bundle"]).verdicts_checked >= 1
     assert stat_mode(stall["bundle"]) == 0o700
+    # Before any verdict, one stderr line said the target was on the record, naming its dialect.
+    assert re.search(r"^servewatch watch: recording http://127\.0\.0\.1:\d+: /health 200, /metrics vllm \(vllm-0\.32\)$",
+                     result.stderr, re.M), result.stderr
 
 
 def stat_mode(path):

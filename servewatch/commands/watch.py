@@ -91,6 +91,7 @@ async def _watch(args) -> int:
         if sink is not None:
             sink.recorder = recorder
         started = time.monotonic()
+        announce = asyncio.create_task(_announce_recording(recorder, target))
         try:
             if args.json:
                 await recorder.run(args.duration)
@@ -98,9 +99,29 @@ async def _watch(args) -> int:
                 await _run_live(recorder, started, status_table, args.duration)
         except asyncio.CancelledError:
             pass
+        finally:
+            announce.cancel()
     if sink is not None and sink.failures:
         print(f"servewatch watch: {sink.failures} bundle(s) could not be written", file=sys.stderr)
     return 1 if recorder.stopped else 0
+
+
+async def _announce_recording(recorder, target: str) -> None:
+    """One stderr line once the first /health and /metrics answers are in: from here on, what happens
+    to the target is on the record (scripts can wait for this line before they start load)."""
+    import asyncio
+    import sys
+
+    while True:
+        window = recorder.ring.window()
+        if window.health and window.metrics:
+            health, metrics = window.health[-1], window.metrics[-1]
+            what = (f"{metrics.dialect} ({metrics.generation})" if metrics.dialect
+                    else (metrics.error or "no engine metrics"))
+            print(f"servewatch watch: recording {target}: /health {health.status or health.error}, "
+                  f"/metrics {what}", file=sys.stderr, flush=True)
+            return
+        await asyncio.sleep(0.1)
 
 
 async def _run_live(recorder, started, status_table, duration) -> None:

@@ -77,7 +77,20 @@ class Watcher:
         )
         self.started_at = time.monotonic()
         threading.Thread(target=self._read, name="watch-stdout", daemon=True).start()
+        self._wait_recording()
         return self
+
+    def _wait_recording(self, timeout_s: float = 120.0) -> None:
+        """Bounded wait until watch says it has its first /health and /metrics answers, so traffic a
+        test starts next is on the record (under a saturating vLLM, watch's start-up can take seconds)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if "servewatch watch: recording" in self.stderr_path.read_text(encoding="utf-8", errors="replace"):
+                return
+            if self.proc.poll() is not None:
+                return   # exited (e.g. --duration or a bad argument): the test reads its status
+            time.sleep(0.05)  # the line lands in a file; there is no event to wait on
+        raise AssertionError(f"servewatch watch did not start recording within {timeout_s:.0f} s")
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

@@ -245,10 +245,17 @@ def test_kv_pressure_and_preemption_from_the_counter_delta(lab, server, run_dir)
         lab.obs.save_text("kv_pressure_t0.prom", before.text)
         started = time.monotonic()
         traffic = Traffic(server.url, n=16, concurrency=16, max_tokens=1500, timeout_s=300).start()
-        peak = wait_until(server.url, lambda r: r.get("vllm:kv_cache_usage_perc") >= 0.9
-                          and r.get("vllm:num_requests_waiting") > 0
-                          and r.get("vllm:num_preemptions_total") > before.get("vllm:num_preemptions_total"),
-                          timeout_s=180, every_s=0.25)
+        # KV swings (62-100%) as requests finish or are preempted, and a starved client scrapes rarely:
+        # ask that KV ≥ 90%, a queue and new preemptions were each seen during the run, not in one scrape.
+        seen = {"kv": 0.0, "waiting": 0.0}
+
+        def pressure_seen(r) -> bool:
+            seen["kv"] = max(seen["kv"], r.get("vllm:kv_cache_usage_perc"))
+            seen["waiting"] = max(seen["waiting"], r.get("vllm:num_requests_waiting"))
+            return (seen["kv"] >= 0.9 and seen["waiting"] > 0
+                    and r.get("vllm:num_preemptions_total") > before.get("vllm:num_preemptions_total"))
+
+        peak = wait_until(server.url, pressure_seen, timeout_s=180, every_s=0.25)
         assert peak is not None, f"KV never filled with a queue and preemptions: {describe_wait()}"
         lab.obs.save_text("kv_pressure_t1.prom", peak.text)
         kv = watcher.wait_for("kv_pressure", timeout_s=60, after=started)
@@ -256,10 +263,10 @@ def test_kv_pressure_and_preemption_from_the_counter_delta(lab, server, run_dir)
         assert traffic.wait(300)
         after = scrape(server.url)
     delta = after.get("vllm:num_preemptions_total") - before.get("vllm:num_preemptions_total")
-    lab.obs.record("kv_pressure", {"kv_peak": peak.get("vllm:kv_cache_usage_perc"),
-                                   "waiting_peak": peak.get("vllm:num_requests_waiting"),
+    lab.obs.record("kv_pressure", {"kv_peak": seen["kv"],
+                                   "waiting_peak": seen["waiting"],
                                    "preemptions_delta": delta, "statuses": sorted(set(map(str, traffic.result.statuses)))})
-    lab.obs.say(f"KV pressure: KV {peak.get('vllm:kv_cache_usage_perc'):.0%}, preemptions +{delta:.0f}; "
+    lab.obs.say(f"KV pressure: KV peak {seen['kv']:.0%}, waiting peak {seen['waiting']:.0f}, preemptions +{delta:.0f}; "
                 f"kv_pressure after {(kv.arrived - started) if kv else float('nan'):.1f} s, "
                 f"preemption after {(preemption.arrived - started) if preemption else float('nan'):.1f} s")
     assert delta > 0
