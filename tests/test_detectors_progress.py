@@ -86,6 +86,24 @@ def test_an_earlier_stall_does_not_become_the_learned_cadence():
     assert verdict is not None and verdict.details["threshold_s"] == 2.0
 
 
+def test_a_slow_scrape_between_two_movements_is_not_the_engine_cadence():
+    # Real vLLM on 2 cores: while the engine is busy, its API server answers /metrics only every ~4 s,
+    # and every answer shows new steps. That 4 s is our view of the engine, not its cadence: when the
+    # worker is SIGSTOPped (and the CPU frees up, scrapes come every 0.5 s), the stall is due at the
+    # 2 s floor, not at 4 x 4 s.
+    tl = Timeline(interval=0.5).ticks(4, running=0).ticks(2, running=4)
+    tl.interval = 4.13                                       # the next scrape answers 4.13 s later...
+    tl.tick(running=4).tick(running=4)
+    tl.interval = 0.5
+    tl.tick(running=4)                                       # ...and so does this one; each has new steps
+    tl.ticks(3, running=4, steps=0, gen=0)
+    assert stall_of(tl.window()) is None                     # 1.5 s quiet
+    tl.ticks(1, running=4, steps=0, gen=0)
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["quiet_s"] == 2.0
+    assert verdict.details["longest_gap_s"] == 0.0 and verdict.details["threshold_s"] == 2.0
+
+
 def test_ceiling_bounds_the_adaptive_threshold():
     config = DetectorConfig(stall_ceiling_s=10.0)
     tl = Timeline(interval=1.0)

@@ -20,6 +20,8 @@ class DetectorConfig:
     #   clamp(stall_k x max(typical longest recent gap between counter movements (p90 of the last
     #         stall_recent_movements gaps, so one earlier stall does not raise the bar), scrape cadence),
     #         stall_floor_s, stall_ceiling_s).
+    # A movement seen again at the very next scrape counts as a gap of 0 (the engine steps faster than
+    # we look; a slow scrape of a saturated API server is not the engine's cadence).
     # The gap is learned from the target's own recent step cadence (busy periods only), so a slow
     # engine or a long prefill that still steps raises the bar; idle (running = waiting = 0) never counts.
     stall_k: float = 4.0

@@ -66,7 +66,9 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
             busy_from = i
         if i > 0 and progress(state) != progress(points[i - 1][1]):
             if prev_move_t is not None and not interrupted:
-                gaps.append(sample.t - prev_move_t)
+                # Moved again at the very next scrape: the engine steps faster than we look, and the
+                # scrape gap (a starved API server can take seconds to answer) is not its cadence.
+                gaps.append(sample.t - prev_move_t if last_move != i - 1 else 0.0)
             prev_move_t = sample.t
             interrupted = False
             last_move = i

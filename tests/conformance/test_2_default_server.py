@@ -40,6 +40,16 @@ def server(lab):
     lab.obs.save_text("default_server.log", log_excerpt(server.log_text(), max_lines=1500))
 
 
+def status_within(pid: int, wanted: str, *, timeout_s: float) -> str:
+    """The process's status once it is `wanted` (a signal takes effect asynchronously: a multi-threaded
+    worker is not "stopped" the instant SIGSTOP is sent), or its last status at the deadline."""
+    proc = psutil.Process(pid)
+    deadline = time.monotonic() + timeout_s
+    while (status := proc.status()) != wanted and time.monotonic() < deadline:
+        time.sleep(0.01)   # another process's state: nothing to wait on but /proc
+    return status
+
+
 # -- idle ----------------------------------------------------------------------------------------
 
 def test_idle_server_gives_no_verdict_for_60s(lab, server, run_dir):
@@ -203,12 +213,11 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             os.kill(tree.worker, signal.SIGSTOP)
             stopped_at = time.monotonic()
             try:
-                worker_status = psutil.Process(tree.worker).status()
+                worker_status = status_within(tree.worker, psutil.STATUS_STOPPED, timeout_s=2.0)
                 frozen = scrape(server.url)
-                # The recorder learns its threshold from recent step gaps, and the first stall is one
-                # of them: the second stall may take up to k x that gap (ceiling 60 s) to call.
-                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20 if attempt == 1 else 75,
-                                        after=stopped_at)
+                # The recorder learns its threshold from recent step gaps; neither the first stall (one
+                # huge gap) nor slow scrapes of the busy API server may teach it a slow cadence.
+                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20, after=stopped_at)
                 statuses = health_over(server.url, seconds=1.0)  # health stays green during the stall
                 still = scrape(server.url)
             finally:
@@ -234,7 +243,7 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
     # Target ≤ 3 s at --interval 0.5 (printed above; 2.5–3.1 s on a quiet run). The threshold adapts to
     # the cadence the engine shows, and a vLLM starving its own clients on 2 cores shows gaps above 1 s;
     # the bound is where a broken detector (the 60 s ceiling, or never) is told from a slow machine.
-    assert detections[0] <= 10.0, detections
+    assert max(detections) <= 10.0, detections
     assert_bundles_verify(out)
 
 
