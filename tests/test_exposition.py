@@ -347,3 +347,51 @@ def test_long_escaped_values():
     value = '\\"\\\\\\n' * 5000                     # \" \\ \n, 5000 times
     samples = parse('m{a="' + value + '",b="x"} 1\n')["m"].samples
     assert samples[0].labels == {"a": '"\\\n' * 5000, "b": "x"}
+
+
+# --- sample heads remembered across parses -------------------------------------------------------
+
+@pytest.mark.parametrize("path", PROM_FIXTURES, ids=lambda p: p.name)
+def test_a_second_parse_from_remembered_heads_equals_a_first_one(path):
+    text = path.read_text(encoding="utf-8")
+    parser_module.forget_memos()
+    first = parse(text)
+    assert parser_module._HEADS, "a parse remembers the heads it read"
+    second = parse(text)
+    parser_module.forget_memos()
+    assert canonical(second) == canonical(first) == canonical(parse(text))
+    wanted = {"vllm:inter_token_latency_seconds", "vllm:num_requests_running", "sglang:num_running_reqs"}
+    assert canonical(parse(text, wanted)) == {k: v for k, v in canonical(first).items() if k in wanted}
+
+
+def test_labels_of_a_remembered_head_are_each_samples_own():
+    text = 'h_bucket{le="0.1"} 1\nh_bucket{le="+Inf"} 2\n'
+    parse(text)["h_bucket"].samples[0].labels["le"] = "changed"
+    assert parse(text)["h_bucket"].samples[0].labels == {"le": "0.1"}
+
+
+@pytest.mark.parametrize("line, value, timestamp", [
+    ('g{a="x"} 7 1700000000000', 7.0, 1700000000.0),      # the same head, now with a timestamp
+    ('g{a="x"} 7 # {trace_id="t"} 1', 7.0, None),        # ...or with an exemplar
+    ('g{a="x"}  7', 7.0, None),                            # ...or two blanks
+])
+def test_a_remembered_head_with_another_tail_is_read_in_full(line, value, timestamp):
+    parse('# TYPE g gauge\ng{a="x"} 1\n')
+    (sample,) = parse(f"# TYPE g gauge\n{line}\n")["g"].samples
+    assert (sample.labels, sample.value, sample.timestamp) == ({"a": "x"}, value, timestamp)
+
+
+@pytest.mark.parametrize("tail", ["1_0", "abc", ""])
+def test_a_remembered_head_with_a_bad_value_names_the_line(tail):
+    parse('g{a="x"} 1\n')
+    with pytest.raises(ExpositionError) as error:
+        parse(f'# HELP g x\ng{{a="x"}} {tail}\n')
+    assert error.value.line_no == 2
+
+
+def test_remembered_heads_are_bounded(monkeypatch):
+    monkeypatch.setattr(parser_module, "_HEADS_LIMIT", 5)
+    parse("".join(f'm{{a="{i}"}} 1\n' for i in range(20)))
+    assert len(parser_module._HEADS) >= 20                  # over the bound only until the next parse...
+    parse('n{z="v"} 1\n')
+    assert set(parser_module._HEADS) == {'n{z="v"}'}        # ...which starts afresh

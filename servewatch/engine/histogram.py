@@ -36,16 +36,22 @@ def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[Labe
     buckets: dict[LabelKey, dict[float, float]] = {}
     sums: dict[LabelKey, float] = {}
     counts: dict[LabelKey, float] = {}
+    last_rest, last_by_bound = None, None   # consecutive buckets of one label set share their labels
     for sample in samples:
         if sample.name == bucket_name:
-            bound = sample.labels.get("le")
+            labels = sample.labels
+            bound = labels.get("le")
             if bound is None:
                 continue
             try:
                 upper = float(bound)
             except ValueError:
                 continue
-            by_bound = buckets.setdefault(label_key(sample.labels), {})
+            rest = [item for item in labels.items() if item[0] != "le"]
+            if rest != last_rest:
+                last_rest = rest
+                last_by_bound = buckets.setdefault(label_key(labels), {})
+            by_bound = last_by_bound
             by_bound[upper] = by_bound.get(upper, 0.0) + sample.value
         elif sample.name == sum_name:
             sums[label_key(sample.labels)] = sample.value

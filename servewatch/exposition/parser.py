@@ -92,7 +92,7 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
     candidates = None if wanted is None else sample_names_of(wanted)
     untyped = "unknown" if openmetrics else "untyped"
     timestamp_divisor = 1.0 if openmetrics else 1000.0
-    metric_names, label_names, layouts = _validated()
+    metric_names, label_names, layouts, heads_seen = _validated()
     last_heads: list[str] | None = None
     last_build = None
     last_name = None                   # the previous sample name, and its family (None: skipped)
@@ -127,6 +127,45 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
                 _check_metric_name(name, metric_names, "HELP", line, line_no)
                 _help_line(name, rest, out, helps, openmetrics)
             continue
+
+        # A sample line `head value` whose head (name and labels) an earlier parse already read: only
+        # the value is new. Scrapes of one server repeat their heads, so this is most lines after the first.
+        head_end = line.rfind(" ")
+        head = line[:head_end] if head_end > 0 else None
+        seen = heads_seen.get(head)
+        if seen is not None:
+            name, known_labels = seen
+            tail = line[head_end:]
+            if name != last_name:
+                last_name = name
+                last_family = None
+                if candidates is not None and name not in candidates:
+                    continue
+                try:
+                    family_name = owning_family(name, types)
+                except ValueError as error:
+                    raise ExpositionError(str(error), line_no) from None
+                if family_name is None:
+                    family_name = name
+                    types[name] = untyped
+                    if wanted is None or name in wanted:
+                        out[name] = Family(name, untyped, helps.pop(name, ""), [])
+                last_family = out.get(family_name)
+            if last_family is None:
+                continue
+            try:
+                value = float(tail)
+            except ValueError:
+                value = None
+            if value is not None and "_" not in tail:
+                sample = new_sample(Sample)
+                set_name(sample, name)
+                set_labels(sample, known_labels.copy())
+                set_value(sample, value)
+                set_timestamp(sample, None)
+                last_family.samples.append(sample)
+                continue
+            last_name = None               # not a lone value: the full reading below says what it is
 
         brace = line.find("{")
         if brace != -1:
@@ -197,6 +236,8 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
         else:
             if "_" in tail:
                 raise ExpositionError(f"non-numeric value {tail.strip()[:40]!r} for {name}", line_no)
+            if head_end == len(line) - len(tail) and head_end <= _HEAD_MEMO_MAX_CHARS:
+                heads_seen[head] = (name, labels.copy())
         sample = new_sample(Sample)
         set_name(sample, name)
         set_labels(sample, labels)
@@ -209,18 +250,27 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
 
 
 _VALIDATED_LIMIT = 4096              # entries, each at most a few KiB: a bounded memory cost
+_HEADS_LIMIT = 8192                  # heads of up to 256 chars: a few MiB at most
 _LAYOUT_MEMO_MAX_CHARS = 2048
+_HEAD_MEMO_MAX_CHARS = 256
 _METRIC_NAMES: set[str] = set()      # names found valid, kept across parses: scrapes of one server repeat
-_LABEL_NAMES: set[str] = set()       # them, and validating is a pure function of the string
+_LABEL_NAMES: set[str] = set()       # them, and reading them is a pure function of the string
 _LAYOUTS: dict = {}                  # plain label layout -> its labels builder
+_HEADS: dict = {}                    # sample head `name{labels}` (value cut off) -> (name, labels)
 
 
-def _validated() -> tuple[set[str], set[str], dict]:
-    if len(_METRIC_NAMES) + len(_LABEL_NAMES) + len(_LAYOUTS) > _VALIDATED_LIMIT:
-        _METRIC_NAMES.clear()
-        _LABEL_NAMES.clear()
-        _LAYOUTS.clear()
-    return _METRIC_NAMES, _LABEL_NAMES, _LAYOUTS
+def _validated() -> tuple[set[str], set[str], dict, dict]:
+    if len(_METRIC_NAMES) + len(_LABEL_NAMES) + len(_LAYOUTS) > _VALIDATED_LIMIT or len(_HEADS) > _HEADS_LIMIT:
+        forget_memos()
+    return _METRIC_NAMES, _LABEL_NAMES, _LAYOUTS, _HEADS
+
+
+def forget_memos() -> None:
+    """Forget every name, layout and sample head read so far (the next parse reads as the first one)."""
+    _METRIC_NAMES.clear()
+    _LABEL_NAMES.clear()
+    _LAYOUTS.clear()
+    _HEADS.clear()
 
 
 def _check_first_sample_line(lines: list[str], openmetrics: bool) -> None:
