@@ -76,20 +76,38 @@ class Recorder:
             self._new_samples.set()
 
     def detect(self) -> list[Fired]:
-        """Run the detectors over the current window; fire what started; re-arm what cleared."""
+        """Run the detectors over the current window; fire what started (the sink writes in this
+        thread); re-arm what cleared."""
+        window, verdicts, started = self._judge()
+        return [self._fire(verdict, self._sink(verdict, window, verdicts)) for verdict in started]
+
+    async def detect_in_background(self) -> list[Fired]:
+        """`detect` for the real-time loop: the sink (a bundle written and fsynced to a disk that may
+        be slow) runs in a worker thread, so the source tasks keep polling meanwhile."""
+        window, verdicts, started = self._judge()
+        loop = asyncio.get_running_loop()
+        fired = []
+        for verdict in started:
+            bundle = None
+            if self.on_verdict is not None:
+                bundle = await loop.run_in_executor(None, self._sink, verdict, window, verdicts)
+            fired.append(self._fire(verdict, bundle))
+        return fired
+
+    def _judge(self) -> tuple[Window, list[Verdict], list[Verdict]]:
         window = self.ring.window()
         verdicts = run_detectors(window, self.config)
         self.detection_runs += 1
-        fired = []
-        for verdict in self.latch.update(verdicts).fired:
-            record = Fired(verdict, self._sink(verdict, window, verdicts))
-            fired.append(record)
-            self.fired.append(record)
-            for listener in self.listeners:
-                listener(record)
-            if self.stop_when is not None and self.stop_when(record):
-                self.stop()
-        return fired
+        return window, verdicts, list(self.latch.update(verdicts).fired)
+
+    def _fire(self, verdict: Verdict, bundle: str | None) -> Fired:
+        record = Fired(verdict, bundle)
+        self.fired.append(record)
+        for listener in self.listeners:
+            listener(record)
+        if self.stop_when is not None and self.stop_when(record):
+            self.stop()
+        return record
 
     def _sink(self, verdict: Verdict, window: Window, verdicts: Sequence[Verdict]) -> str | None:
         if self.on_verdict is None:
@@ -143,7 +161,7 @@ class Recorder:
         while not self.stopped:
             await self._new_samples.wait()
             self._new_samples.clear()
-            self.detect()
+            await self.detect_in_background()
             await self.clock.sleep(self.detect_interval / 2)
 
     # --- virtual time -------------------------------------------------------------------------------
