@@ -141,16 +141,7 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
                 last_family = None
                 if candidates is not None and name not in candidates:
                     continue
-                try:
-                    family_name = owning_family(name, types)
-                except ValueError as error:
-                    raise ExpositionError(str(error), line_no) from None
-                if family_name is None:
-                    family_name = name
-                    types[name] = untyped
-                    if wanted is None or name in wanted:
-                        out[name] = Family(name, untyped, helps.pop(name, ""), [])
-                last_family = out.get(family_name)
+                last_family = _family_of(name, line_no, wanted, out, types, helps, untyped)
             if last_family is None:
                 continue
             try:
@@ -186,16 +177,7 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
                     raise ExpositionError(f"invalid metric name in {_snippet(line)}", line_no)
                 if len(name) <= MEMO_MAX_CHARS:
                     metric_names.add(name)
-            try:
-                family_name = owning_family(name, types)
-            except ValueError as error:
-                raise ExpositionError(str(error), line_no) from None
-            if family_name is None:
-                family_name = name
-                types[name] = untyped
-                if wanted is None or name in wanted:
-                    out[name] = Family(name, untyped, helps.pop(name, ""), [])
-            last_family = out.get(family_name)
+            last_family = _family_of(name, line_no, wanted, out, types, helps, untyped)
         if last_family is None:
             continue
 
@@ -247,6 +229,22 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
     if wanted is not None and not out:
         _check_first_sample_line(lines, openmetrics)
     return out
+
+
+def _family_of(name: str, line_no: int, wanted: frozenset[str] | None, out: dict[str, Family],
+               types: dict[str, str], helps: dict[str, str], untyped: str) -> Family | None:
+    """The family a sample name starts (or continues), or None when it is not one of those returned.
+    A name no declared family owns starts an untyped family of its own."""
+    try:
+        family_name = owning_family(name, types)
+    except ValueError as error:
+        raise ExpositionError(str(error), line_no) from None
+    if family_name is None:
+        family_name = name
+        types[name] = untyped
+        if wanted is None or name in wanted:
+            out[name] = Family(name, untyped, helps.pop(name, ""), [])
+    return out.get(family_name)
 
 
 _VALIDATED_LIMIT = 4096              # entries, each at most a few KiB: a bounded memory cost
