@@ -122,26 +122,35 @@ async def _generation_probe(engine: SimEngine) -> int:
 async def tokenize(request: web.Request) -> web.Response:
     """vLLM's POST /tokenize with the simulator's token counter: {"count", "max_model_len", "tokens"}."""
     engine = request.app[ENGINE_KEY]
-    try:
-        body = await request.json()
+
+    def prompt_pieces(body) -> list[str]:
         if not isinstance(body, dict):
             raise RequestRejected("request body must be a JSON object")
         if "messages" in body:
-            pieces = _Params({**body, "max_tokens": 1}, True, engine).pieces
-        elif isinstance(body.get("prompt"), str):
-            pieces = tokens.pieces(body["prompt"])
-        else:
-            raise RequestRejected("give a string prompt or messages")
-    except json.JSONDecodeError:
-        return _error(engine, 400, "request body is not valid JSON")
-    except LookupError as exc:
-        return _error(engine, 404, str(exc.args[0]))
-    except RequestRejected as exc:
-        return _error(engine, 400, str(exc))
+            return _Params({**body, "max_tokens": 1}, True, engine).pieces
+        if isinstance(body.get("prompt"), str):
+            return tokens.pieces(body["prompt"])
+        raise RequestRejected("give a string prompt or messages")
+
+    pieces, error = await _read_body(request, engine, prompt_pieces)
+    if error is not None:
+        return error
     vocab = engine.config.hw.vocab_size
     ids = [tokens.piece_id(piece, vocab) for piece in pieces]
     return web.json_response({"count": len(ids), "max_model_len": engine.config.max_model_len, "tokens": ids,
                               "token_strs": None})
+
+
+async def _read_body(request: web.Request, engine, read):
+    """(read(the request's JSON body), None), or (None, the OpenAI-style error response vLLM would give)."""
+    try:
+        return read(await request.json()), None
+    except json.JSONDecodeError:
+        return None, _error(engine, 400, "request body is not valid JSON")
+    except LookupError as exc:
+        return None, _error(engine, 404, str(exc.args[0]))
+    except RequestRejected as exc:
+        return None, _error(engine, 400, str(exc))
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -267,15 +276,9 @@ async def _serve_completion(request: web.Request, *, chat: bool) -> web.StreamRe
     engine = request.app[ENGINE_KEY]
     if engine.state in (DEAD, EXITED):
         return _error(engine, 500, str(EngineDeadError()))
-    try:
-        body = await request.json()
-        params = _Params(body, chat, engine)
-    except json.JSONDecodeError:
-        return _error(engine, 400, "request body is not valid JSON")
-    except LookupError as exc:
-        return _error(engine, 404, str(exc.args[0]))
-    except RequestRejected as exc:
-        return _error(engine, 400, str(exc))
+    params, error = await _read_body(request, engine, lambda body: _Params(body, chat, engine))
+    if error is not None:
+        return error
     woke = asyncio.Event()
     try:
         handle = engine.submit(prompt=params.pieces, max_tokens=params.max_tokens, ignore_eos=params.ignore_eos,
