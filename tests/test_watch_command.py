@@ -4,6 +4,8 @@ over HTTP the stall and the engine death are reported as JSON lines, with bundle
 import json
 import re
 import os
+import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -157,3 +159,71 @@ def wait_until(predicate, timeout):
             pass
         time.sleep(0.05)
     return False
+
+
+def read_stderr_until(proc, pattern, timeout_s):
+    """Lines of proc.stderr until one matches `pattern` (bounded by a timer that kills the watch)."""
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match, seen
+    finally:
+        timer.cancel()
+    raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s: {seen}")
+
+
+def test_sigusr1_writes_a_bundle_of_the_window_on_demand_and_watching_goes_on(sim, tmp_path):
+    proc, url = sim()
+    out = tmp_path / "bundles"
+    watch = subprocess.Popen([*WATCH, url, "--pid", str(proc.pid), "--interval", "0.2", "--json", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_stderr_until(watch, r"^servewatch watch: recording ", timeout_s=30)
+        watch.send_signal(signal.SIGUSR1)
+        first, _ = read_stderr_until(watch, r"^servewatch watch: bundle on demand: (\S+)$", timeout_s=30)
+        watch.send_signal(signal.SIGUSR1)     # a second request: a second bundle, the watch still running
+        second, _ = read_stderr_until(watch, r"^servewatch watch: bundle on demand: (\S+)$", timeout_s=30)
+        assert watch.poll() is None
+    finally:
+        watch.send_signal(signal.SIGINT)
+        stdout, _ = watch.communicate(timeout=30)
+    assert stdout == ""                       # an idle simulator: no verdict
+    for path in (first[1], second[1]):
+        assert "-on_demand-" in path and stat_mode(path) == 0o700
+        report = verify_bundle(path)          # hashes, schema, and the (absent) verdicts recomputed
+        assert report.verdicts_checked == 0
+    assert first[1] != second[1]
+    incident = json.loads((pathlib.Path(second[1]) / "incident.json").read_text())
+    assert incident["trigger"]["verdict"] == "on_demand"
+
+
+def test_sigusr1_without_out_says_so_and_keeps_watching(sim):
+    proc, url = sim()
+    watch = subprocess.Popen([*WATCH, url, "--interval", "0.2", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_stderr_until(watch, r"^servewatch watch: recording ", timeout_s=30)
+        watch.send_signal(signal.SIGUSR1)
+        read_stderr_until(watch, r"^servewatch watch: SIGUSR1: no --out DIR was given, no bundle written$",
+                          timeout_s=30)
+        assert watch.poll() is None
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.communicate(timeout=30)
+    assert watch.returncode == 0
+
+
+def test_sigterm_stops_the_watch_cleanly_with_exit_0(sim):
+    proc, url = sim()
+    watch = subprocess.Popen([*WATCH, url, "--interval", "0.2", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    read_stderr_until(watch, r"^servewatch watch: recording ", timeout_s=30)
+    watch.send_signal(signal.SIGTERM)
+    _, stderr = watch.communicate(timeout=30)
+    assert watch.returncode == 0, stderr
+    assert "servewatch watch: stopped (SIGTERM)" in stderr

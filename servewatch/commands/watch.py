@@ -27,7 +27,8 @@ def register(subparsers) -> None:
         "watch", help="record a server's health, metrics and processes; report verdicts health checks miss",
         description="Poll /health, /metrics, the process tree (--pid), GPUs and an optional log; keep a bounded "
                     "history; fire a verdict once when a condition starts (and write an incident bundle with "
-                    "--out). Exit status: 0, or 1 when --stop-on-incident stopped on an incident.")
+                    "--out; `kill -USR1 <watch pid>` writes one of the current window at any time). Exit status: "
+                    "0, or 1 when --stop-on-incident stopped on an incident.")
     parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
     parser.add_argument("--interval", type=duration, default=1.0, help="health/metrics/process cadence (default 1s)")
@@ -92,6 +93,8 @@ async def _watch(args) -> int:
             sink.recorder = recorder
         started = time.monotonic()
         announce = asyncio.create_task(_announce_recording(recorder, target))
+        on_demand = _OnDemand(recorder, sink)
+        terminated = _StopOnSigterm(recorder)
         try:
             if args.json:
                 await recorder.run(args.duration)
@@ -101,9 +104,75 @@ async def _watch(args) -> int:
             pass
         finally:
             announce.cancel()
+            on_demand.close()
+            terminated.close()
     if sink is not None and sink.failures:
         print(f"servewatch watch: {sink.failures} bundle(s) could not be written", file=sys.stderr)
+    if terminated.received:
+        print("servewatch watch: stopped (SIGTERM)", file=sys.stderr)
+        return 0
     return 1 if recorder.stopped else 0
+
+
+class _StopOnSigterm:
+    """SIGTERM (a service manager stopping the watch) ends it like ^C: bundles being written are
+    finished, exit status 0."""
+
+    def __init__(self, recorder):
+        import asyncio
+        import signal
+
+        self.received = False
+        self.recorder = recorder
+        self.loop = asyncio.get_running_loop()
+        self.loop.add_signal_handler(signal.SIGTERM, self._stop)
+
+    def _stop(self) -> None:
+        self.received = True
+        self.recorder.stop()
+
+    def close(self) -> None:
+        import signal
+
+        self.loop.remove_signal_handler(signal.SIGTERM)
+
+
+class _OnDemand:
+    """SIGUSR1 → a bundle of the current window, written off the event loop (the probes go on)."""
+
+    def __init__(self, recorder, sink):
+        import asyncio
+        import signal
+
+        self.recorder, self.sink = recorder, sink
+        self.loop = asyncio.get_running_loop()
+        self.tasks: set = set()
+        self.signal = getattr(signal, "SIGUSR1", None)
+        if self.signal is not None:
+            self.loop.add_signal_handler(self.signal, self._requested)
+
+    def _requested(self) -> None:
+        task = self.loop.create_task(self._write())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _write(self) -> None:
+        import sys
+
+        if self.sink is None:
+            print("servewatch watch: SIGUSR1: no --out DIR was given, no bundle written", file=sys.stderr, flush=True)
+            return
+        window = self.recorder.ring.window()
+        if not len(window):
+            print("servewatch watch: SIGUSR1: nothing recorded yet, no bundle written", file=sys.stderr, flush=True)
+            return
+        path = await self.loop.run_in_executor(None, self.sink.write_on_demand, window)
+        if path is not None:   # a failure was already said on stderr by the writer, and counted
+            print(f"servewatch watch: bundle on demand: {path}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.signal is not None:
+            self.loop.remove_signal_handler(self.signal)
 
 
 async def _announce_recording(recorder, target: str) -> None:

@@ -24,6 +24,18 @@ class BundleSink:
         return self.writer.failures
 
     def write(self, verdict, window, verdicts):
+        """The recorder's on_verdict: a bundle for `verdict` with every verdict of its detection run."""
+        return self._write(window, list(verdicts), verdict.name)
+
+    def write_on_demand(self, window):
+        """A bundle of the current window whatever it shows (trigger `on_demand`), with the verdicts the
+        window supports now; `verify` checks it like any other."""
+        from servewatch.detectors import run_detectors
+        from servewatch.sinks.layout import ON_DEMAND
+
+        return self._write(window, run_detectors(window, self.config), ON_DEMAND)
+
+    def _write(self, window, verdicts, trigger):
         from servewatch.detectors import evidence_window
         from servewatch.sinks.bundle import BundleContext
 
@@ -31,9 +43,9 @@ class BundleSink:
         metrics = next((m for m in reversed(recent.metrics) if m.dialect), None)
         context = BundleContext(target_url=self.target, detector_config=self.config,
                                 dialect=metrics.dialect if metrics else None,
-                                generation=metrics.generation if metrics else None, trigger=verdict.name,
+                                generation=metrics.generation if metrics else None, trigger=trigger,
                                 overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {})
-        return self.writer.write(recent, list(verdicts), context)
+        return self.writer.write(recent, verdicts, context)
 
 
 def bundle_sink(out: str, target: str | None, config, *, keep: int | None = None) -> BundleSink:
