@@ -55,6 +55,14 @@ def test_exit_zero_after_engine_death_is_flagged():
     assert "engine_dead" not in verdicts  # the whole target is gone: that is process_exit's story
 
 
+def test_a_masked_exit_on_sglang_is_flagged_without_citing_vllms_issue():
+    tl = Timeline(dialect="sglang").ticks(10, running=4).log("engine_dead", reason="scheduler exception").ticks(2)
+    tl.ticks(2, health=None, health_error="connect", alive=False, exit_code=0)
+    exit_verdict = by_name(tl.window())["process_exit"]
+    assert exit_verdict.details["masked_failure"] is True
+    assert "hides the failure from Restart=on-failure" in exit_verdict.why and "vLLM" not in exit_verdict.why
+
+
 def test_exit_without_engine_death_and_unknown_code():
     tl = Timeline().ticks(10, running=0).ticks(3, health=None, health_error="connect", alive=False)
     verdict = by_name(tl.window())["process_exit"]

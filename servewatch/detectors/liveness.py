@@ -150,7 +150,9 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
     if after_death:
         why += f"; the engine died {first.t - death_onset:.1f} s before"
         if code == 0:
-            why += " — an exit 0 after an engine death hides the failure from Restart=on-failure (vLLM #48966)"
+            why += " — an exit 0 after an engine death hides the failure from Restart=on-failure"
+            if _dialect(window) in (None, "vllm"):
+                why += " (vLLM #48966)"
     startup = [e for e in window.logs if e.kind == "startup_failure"]
     # the line that carries the engine's numbers says most; else the first (the root cause comes first)
     startup = [next((e for e in startup if len(e.fields) > 2), startup[0])] if startup else []
@@ -207,3 +209,8 @@ def _probe_evidence(sample: HealthSample) -> Evidence:
     if sample.status is None:
         return Evidence("health", sample.t, "error", sample.error)
     return Evidence("health", sample.t, "status", sample.status)
+
+
+def _dialect(window: Window) -> str | None:
+    """The engine the window's scrapes recognised most recently, if any."""
+    return next((m.dialect for m in reversed(window.metrics) if m.dialect), None)

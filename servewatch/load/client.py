@@ -130,9 +130,10 @@ class StreamState:
 
 async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None = None, *,
                       api: str = "completions", keep_text: bool = False,
-                      presend: tuple | None = None) -> R.RequestRecord:
+                      presend=None) -> R.RequestRecord:
     """Run one request to its end. `now()` gives epoch seconds (injectable for virtual time).
-    `presend` = (pending, sent_time) when the dispatcher already wrote it with `client.send_now`."""
+    `presend` = the http1.Pending when the dispatcher already wrote the request (`client.send_now`)
+    or handed it to a sender thread (`client.prepare`); its `sent` stamp is the send time."""
     rec = R.RequestRecord(id=spec.id, scheduled=spec.scheduled, prompt_tokens_target=spec.prompt_tokens,
                           max_tokens=spec.max_tokens)
     if keep_text:
@@ -145,9 +146,10 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
 
     try:
         if presend is not None:
-            pending, rec.sent = presend
-            pending.on_sent = on_sent          # a retry on a fresh connection re-stamps the send
-            response = await client.complete(pending)
+            presend.on_sent = on_sent          # a retry on a fresh connection re-stamps the send
+            response = await client.complete(presend)
+            if rec.sent is None:
+                rec.sent = presend.sent          # before the body: on_body measures from it
         else:
             response = await client.request("POST", spec.path, spec.body, on_sent=on_sent)
         rec.http_status = response.status
@@ -187,6 +189,8 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
         if response is not None:
             response.release()
     end = now()
+    if rec.sent is None and presend is not None:
+        rec.sent = presend.sent                  # sent, then failed before the response head
     if rec.sent is not None:
         rec.e2e_s = end - rec.sent
     finish_record(rec, state, spec)

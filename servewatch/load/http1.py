@@ -10,7 +10,9 @@ runner.Watchdog), so the hot path has no timer per read.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl as ssl_module
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -112,6 +114,12 @@ class _Conn(asyncio.Protocol):
 
     # -- request side
     def start(self, raw: bytes) -> asyncio.Future:
+        waiter = self.expect()
+        self.transport.write(raw)
+        return waiter
+
+    def expect(self) -> asyncio.Future:
+        """Await a response from now on, without writing anything (another thread writes it)."""
         self.state = _HEAD
         self._buf = b""
         self._pending = []
@@ -121,8 +129,18 @@ class _Conn(asyncio.Protocol):
         self._error = None
         self._head_waiter = self._loop.create_future()
         self._body_waiter = None
-        self.transport.write(raw)
         return self._head_waiter
+
+    def write_rest(self, rest: bytes) -> None:
+        """The part of a request another thread could not write at once (the transport has nothing
+        queued before it, so the order on the wire is kept)."""
+        if not self.closed:
+            self.transport.write(rest)
+
+    def unsent(self) -> None:
+        """Another thread could not write the request at all: safe to retry on a fresh connection."""
+        if self.state == _HEAD:
+            self._fail(_EmptyHead())
 
     def body_future(self) -> asyncio.Future:
         if self._body_waiter is None:
@@ -439,9 +457,32 @@ class Http1Client:
             conn = self._idle.pop()
             if conn.closed:
                 continue
+            sent = time.time()
             if on_sent is not None:
                 on_sent()
-            return Pending(conn, conn.start(raw), raw, on_sent)
+            return Pending(conn, conn.start(raw), raw, on_sent, sent=sent)
+        return None
+
+    def prepare(self, method: str, path: str, body: bytes | None = None,
+                content_type: str = "application/json", due: float | None = None) -> "Pending | None":
+        """Claim an idle plain-TCP pooled connection for a request that another thread will write
+        at `due` (epoch seconds; see sender.TimedSender), and expect its response from now on.
+        `Pending.fd` is a duplicate of the socket's descriptor for that writer, which closes it
+        (a duplicate, so the descriptor cannot be reused under it if the connection closes
+        meanwhile). None when nothing is idle or the endpoint is TLS."""
+        if self._ssl is not None:
+            return None
+        raw = self._encode(method, path, body, content_type)
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.closed:
+                continue
+            sock = conn.transport.get_extra_info("socket")
+            if sock is None:
+                self._give_back(conn)
+                return None
+            fd = os.dup(sock.fileno())
+            return Pending(conn, conn.expect(), raw, None, fd=fd, due=due)
         return None
 
     async def complete(self, pending: "Pending") -> Response:
@@ -450,6 +491,10 @@ class Http1Client:
         try:
             await pending.head
         except _EmptyHead:
+            if pending.due is not None:         # a prepared request is never sent before its time
+                early = pending.due - time.time()
+                if early > 0:
+                    await asyncio.sleep(early)
             conn = await self._connect()
             try:
                 return await self._exchange(conn, pending.raw, pending.on_sent)
@@ -485,10 +530,16 @@ class Http1Client:
 
 @dataclass(slots=True)
 class Pending:
+    """A request whose response is awaited by `Http1Client.complete`. `sent` is the epoch time its
+    bytes were handed to the socket (None until then); a retry on a fresh connection stamps the
+    send again through `on_sent`. `fd`/`due`: see `Http1Client.prepare`."""
     conn: _Conn
     head: asyncio.Future
     raw: bytes
     on_sent: Callable[[], None] | None
+    sent: float | None = None
+    fd: int = -1
+    due: float | None = None
 
 
 class _EmptyHead(StreamCut):

@@ -12,6 +12,7 @@ import gc
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from servewatch.load.client import Deadline, RequestSpec, build_body, run_reques
 from servewatch.load.http1 import Endpoint, Http1Client
 from servewatch.load.records import STREAM_CUT, RequestRecord
 from servewatch.load.scenarios import LoadConfig, arrival_times, prompt_lengths
+from servewatch.load.sender import TimedSender
 from servewatch.load.server_view import ServerSample, ServerView
 from servewatch.load.summary import summarize
 
@@ -31,6 +33,8 @@ WATCHDOG_TICK_S = 0.25
 PROGRESS_TICK_S = 0.25
 SERVER_TOKENIZE_POOL = 32
 MAX_PREWARM = 256
+SENDER_LEAD_S = 0.02        # a request is handed to the sender thread this long before its time
+SENDER_SWITCH_S = 0.0002    # interpreter switch interval while the sender runs (default 5 ms)
 
 
 @dataclass(slots=True)
@@ -125,8 +129,13 @@ class _Run:
         self.tokens_out = 0
         self.started = 0.0
         self.tasks: set[asyncio.Task] = set()
+        self.sender: TimedSender | None = None
 
-    async def one(self, spec: RequestSpec, presend: tuple | None = None) -> None:
+    async def one(self, spec: RequestSpec, presend=None, not_before: float | None = None) -> None:
+        if not_before is not None:
+            early = not_before - self.now()
+            if early > 0:
+                await self.clock.sleep(early)
         deadline = Deadline(self.now())
         task = asyncio.current_task()
         self.watchdog.in_flight[spec.id] = (task, deadline)
@@ -150,23 +159,55 @@ class _Run:
         if send_now is not None:
             # write it now, in the dispatcher's own turn of the loop, when a connection is idle
             stamp: list[float] = []
-            pending = send_now("POST", spec.path, spec.body, on_sent=lambda: stamp.append(self.now()))
-            if pending is not None:
-                presend = (pending, stamp[0])
-        task = asyncio.get_running_loop().create_task(self.one(spec, presend))
+            presend = send_now("POST", spec.path, spec.body, on_sent=lambda: stamp.append(self.now()))
+            if presend is not None:
+                presend.sent = stamp[0]
+        self._task(self.one(spec, presend))
+
+    def _hand_over(self, spec: RequestSpec) -> None:
+        """Give the request to the sender thread, which writes it at its time; without an idle
+        connection, a task sends it at its time through the loop."""
+        pending = self.client.prepare("POST", spec.path, spec.body, due=spec.scheduled)
+        if pending is None:
+            self._task(self.one(spec, None, not_before=spec.scheduled))
+            return
+        self.sender.submit(spec.scheduled, pending)
+        self._task(self.one(spec, pending))
+
+    def _task(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def use_sender(self) -> bool:
+        """A sender thread when the client can prepare requests and time is real."""
+        return hasattr(self.client, "prepare") and type(self.clock) is RealClock
 
     async def by_rate(self, offsets: list[float], t0: float) -> None:
         # Measured against a timer-callback dispatcher (loop.call_at sending from the callback): no
         # better under load, and uvloop's cached loop time skews the epoch -> loop-clock mapping.
+        # With a sender thread the loop only prepares each request SENDER_LEAD_S ahead; the thread
+        # writes it at its time even while the loop is busy reading streams.
         sleep, now = self.clock.sleep, self.now
-        for i, offset in enumerate(offsets):
-            due = t0 + offset
-            delay = due - now()
-            if delay > 0:
-                await sleep(delay)
-            self._spawn(self.specs_for(i, due))
+        lead = 0.0
+        switch = sys.getswitchinterval()
+        if self.use_sender():
+            self.sender = TimedSender(asyncio.get_running_loop(), time.time).start()
+            lead = SENDER_LEAD_S
+            sys.setswitchinterval(SENDER_SWITCH_S)
+        try:
+            for i, offset in enumerate(offsets):
+                due = t0 + offset
+                delay = due - lead - now()
+                if delay > 0:
+                    await sleep(delay)
+                spec = self.specs_for(i, due)
+                if self.sender is not None:
+                    self._hand_over(spec)
+                else:
+                    self._spawn(spec)
+        finally:
+            sys.setswitchinterval(switch)
         while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
@@ -299,6 +340,8 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
             stop.set()
             for task in list(run.tasks):
                 task.cancel()
+            if run.sender is not None:
+                run.sender.close()
             ticker.cancel()
             await asyncio.gather(ticker, *([sampler] if sampler else []), return_exceptions=True)
             gc.unfreeze()
