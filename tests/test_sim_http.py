@@ -297,3 +297,17 @@ def test_sglang_health_probe_times_out_503_during_a_stall_and_recovers_after_cle
         assert "Health check failed. Server couldn't get a response from detokenizer for last 0.3 seconds." \
             in log.getvalue()
     _run(go())
+
+
+def test_load_counts_in_flight_requests_only_with_vllms_tracking_flag():
+    async def in_flight_load(tracking: bool) -> int:
+        engine = _real_engine(enable_server_load_tracking=tracking)
+        async with serving(engine, step_loop=True) as http:
+            body = {"prompt": "hello", "max_tokens": 500, "ignore_eos": True, "stream": True}
+            async with http.post("/v1/completions", json=body) as stream:
+                await stream.content.readline()            # the first chunk: the request is in flight
+                async with http.get("/load") as r:
+                    return (await r.json())["server_load"]
+
+    assert _run(in_flight_load(True)) == 1
+    assert _run(in_flight_load(False)) == 0

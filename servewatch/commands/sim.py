@@ -32,6 +32,8 @@ def register(subparsers) -> None:
     parser.add_argument("--startup-seconds", type=float, default=0.0, help="time until the engine is ready")
     parser.add_argument("--exit-delay", type=float, default=2.0, help="engine death -> process exit, seconds")
     parser.add_argument("--health-timeout", type=float, default=20.0, help="SGLang /health generation timeout")
+    parser.add_argument("--enable-server-load-tracking", action="store_true",
+                        help="vLLM's flag: /load reports in-flight requests (without it, 0 as in vLLM)")
     parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
                         help="e.g. stall@30s, engine-death@20s:exit=0, slow@10s:factor=3, crash-oom:budget=80 "
                              "(repeatable)")
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
                            seed=args.seed, enable_prefix_caching=not args.no_prefix_caching,
                            tokens_per_chunk=args.tokens_per_chunk, log_stats_interval=args.log_stats_interval,
                            startup_seconds=args.startup_seconds, exit_delay=args.exit_delay,
-                           health_timeout=args.health_timeout, faults=list(args.fault))
+                           health_timeout=args.health_timeout, faults=list(args.fault),
+                           enable_server_load_tracking=args.enable_server_load_tracking)
     except ValueError as exc:
         raise SimUsageError(str(exc)) from None
     log_stream = sys.stdout

@@ -26,6 +26,7 @@ class SimConfig:
     decode_log_interval: int = 40          # SGLang's --decode-log-interval
     startup_seconds: float = 0.0           # time before the engine is ready (SGLang: 503 meanwhile)
     health_timeout: float = 20.0           # SGLang /health generation timeout
+    enable_server_load_tracking: bool = False   # vLLM: /load counts in-flight requests only with this flag
     watchdog_timeout: float = 300.0        # SGLang --watchdog-timeout: a hung batch kills the server
     exit_delay: float = 2.0                # engine death -> API process exit (vLLM: up to ~5 s)
     faults: list[str] = field(default_factory=list)   # start-time fault specs, e.g. "stall@30s"

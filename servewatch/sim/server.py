@@ -35,12 +35,12 @@ def build_app(engine: SimEngine) -> web.Application:
     app.router.add_get("/v1/models", models)
     if engine.config.dialect == "vllm":
         app.router.add_post("/tokenize", tokenize)
+        app.router.add_get("/load", load)
     app.router.add_get("/health", health)
     app.router.add_get("/ping", health)
     app.router.add_get("/health_generate", health)
     app.router.add_get("/ready", ready)
     app.router.add_get("/version", version)
-    app.router.add_get("/load", load)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/_sim/fault", sim_fault)
     app.router.add_get("/_sim/state", sim_state)
@@ -164,7 +164,9 @@ async def version(request: web.Request) -> web.Response:
 
 
 async def load(request: web.Request) -> web.Response:
-    return web.json_response({"server_load": request.app[ENGINE_KEY].in_flight})
+    """vLLM's /load: in-flight requests, counted only with --enable-server-load-tracking (else 0)."""
+    engine = request.app[ENGINE_KEY]
+    return web.json_response({"server_load": engine.in_flight if engine.config.enable_server_load_tracking else 0})
 
 
 async def metrics(request: web.Request) -> web.Response:
