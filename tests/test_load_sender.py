@@ -1,0 +1,188 @@
+"""The sender thread: prepared requests are written at their time (never before), a write that
+fails is retried on a fresh connection not before its time, a partial write is finished in order,
+and the runner uses it for rate-based runs."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import socket
+import time
+
+import pytest
+
+from servewatch.load import runner as runner_module
+from servewatch.load.http1 import Endpoint, Http1Client, StreamCut
+from servewatch.load.runner import run_load_async
+from servewatch.load.sender import TimedSender
+from tests.test_load_client import FakeServer, _config
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def _echo_server():
+    """Answers each request with the arrival time of its head and the sha1 of its body."""
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                arrived = time.time()
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                answer = b"%.6f %s" % (arrived, hashlib.sha1(body).hexdigest().encode())
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _answer(client, pending) -> tuple[float, str]:
+    response = await client.complete(pending)
+    body = await response.read_all(1000)
+    response.release()
+    arrived, digest = body.split()
+    return float(arrived), digest.decode()
+
+
+def test_prepared_requests_are_written_at_their_time_in_order():
+    async def go():
+        server, port = await _echo_server()
+        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
+        sender = TimedSender(asyncio.get_running_loop()).start()
+        try:
+            assert client.prepare("POST", "/x", b"{}") is None           # nothing idle yet
+            assert await client.prewarm(3) == 3
+            t0 = time.time() + 0.1
+            dues = [t0, t0 + 0.03, t0 + 0.06]
+            pendings = []
+            for i, due in enumerate(dues):
+                pending = client.prepare("POST", "/x", b'{"n":%d}' % i, due=due)
+                assert pending is not None and pending.sent is None and pending.fd >= 0
+                sender.submit(due, pending)
+                pendings.append(pending)
+            answers = [await _answer(client, p) for p in pendings]
+            return dues, pendings, answers, sender.written
+        finally:
+            sender.close()
+            await client.close()
+            server.close()
+
+    dues, pendings, answers, written = asyncio.run(go())
+    assert written == 3
+    for i, (due, pending, (arrived, digest)) in enumerate(zip(dues, pendings, answers)):
+        assert pending.sent >= due                     # stamped at the write, never before its time
+        assert arrived >= due                          # the server saw nothing early either
+        assert pending.fd == -1                        # the writer closed its descriptor
+        assert digest == hashlib.sha1(b'{"n":%d}' % i).hexdigest()
+    assert [p.sent for p in pendings] == sorted(p.sent for p in pendings)
+
+
+def test_a_failed_write_is_retried_on_a_fresh_connection_not_before_its_time():
+    async def go():
+        server, port = await _echo_server()
+        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
+        sender = TimedSender(asyncio.get_running_loop()).start()
+        a, b = socket.socketpair()
+        try:
+            await client.prewarm(1)
+            due = time.time() + 0.1
+            pending = client.prepare("POST", "/x", b"{}", due=due)
+            os.close(pending.fd)
+            b.close()
+            pending.fd = os.dup(a.fileno())               # a socket whose peer is gone: EPIPE
+            stamps = []
+            pending.on_sent = lambda: stamps.append(time.time())
+            sender.submit(due, pending)
+            arrived, _ = await _answer(client, pending)
+            return due, stamps, arrived, pending.sent, sender.failed
+        finally:
+            a.close()
+            sender.close()
+            await client.close()
+            server.close()
+
+    due, stamps, arrived, thread_stamp, failed = asyncio.run(go())
+    assert failed == 1 and thread_stamp is None         # the failed write left no send time
+    assert len(stamps) == 1 and stamps[0] >= due        # the retry stamped its own send
+    assert arrived >= due
+
+
+def test_a_partial_write_is_finished_by_the_loop_in_order():
+    body = os.urandom(4 << 20)                          # far over a fresh socket's send buffer
+
+    async def go():
+        server, port = await _echo_server()
+        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
+        sender = TimedSender(asyncio.get_running_loop()).start()
+        try:
+            await client.prewarm(1)
+            due = time.time() + 0.05
+            pending = client.prepare("POST", "/x", body, due=due)
+            rests = []
+            write_rest = pending.conn.write_rest
+            pending.conn.write_rest = lambda rest: (rests.append(len(rest)), write_rest(rest))
+            sender.submit(due, pending)
+            _, digest = await _answer(client, pending)
+            return digest, pending.sent, due, rests
+        finally:
+            sender.close()
+            await client.close()
+            server.close()
+
+    digest, sent, due, rests = asyncio.run(go())
+    assert len(rests) == 1 and 0 < rests[0] < len(body)   # the thread wrote part, the loop the rest
+    assert digest == hashlib.sha1(body).hexdigest()
+    assert sent is not None and sent >= due
+
+
+def test_close_fails_requests_not_yet_written():
+    async def go():
+        server, port = await _echo_server()
+        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
+        sender = TimedSender(asyncio.get_running_loop()).start()
+        try:
+            await client.prewarm(1)
+            pending = client.prepare("POST", "/x", b"{}", due=time.time() + 60)
+            sender.submit(time.time() + 60, pending)
+            sender.close()
+            with pytest.raises(StreamCut):
+                await asyncio.wait_for(asyncio.shield(pending.head), 5)
+            return pending.fd, pending.sent
+        finally:
+            await client.close()
+            server.close()
+
+    assert asyncio.run(go()) == (-1, None)
+
+
+def test_rate_runs_send_through_the_sender_and_restore_the_switch_interval(monkeypatch):
+    written = []
+    original_close = TimedSender.close
+
+    def close(self, timeout_s=5.0):
+        original_close(self, timeout_s)
+        written.append(self.written)
+
+    monkeypatch.setattr(TimedSender, "close", close)
+    import sys
+    before = sys.getswitchinterval()
+
+    async def go():
+        async with FakeServer() as srv:
+            return await run_load_async(_config(srv.url, requests=6, rate=30.0, arrival="constant"))
+
+    result = asyncio.run(go())
+    assert sys.getswitchinterval() == before
+    assert written == [6]                                 # every request went through the thread
+    assert [r.error for r in result.records] == [None] * 6
+    assert all(r.sent >= r.scheduled for r in result.records)
+    assert runner_module.SENDER_LEAD_S > 0
