@@ -292,3 +292,21 @@ def test_cli_checks_several_bundles_and_fails_if_any_fails(bundle, copy, capsys,
     out, err = capsys.readouterr()
     assert out.count("OK ") == 1
     assert err.count("\n") == 1 and err.startswith(f"servewatch verify: {copy}: incident.json: SHA-256")
+
+
+def test_cli_json_is_one_object_per_bundle_and_fails_if_any_fails(bundle, copy, capsys, monkeypatch):
+    monkeypatch.setattr(verify, "detectors_recompute", synthetic_recompute)
+    data = bytearray((copy / "samples-000.json").read_bytes())
+    data[100] ^= 0x01
+    (copy / "samples-000.json").write_bytes(bytes(data))
+    assert main(["verify", "--json", str(bundle), str(copy)]) == 1
+    out, err = capsys.readouterr()
+    good, bad = [json.loads(line) for line in out.splitlines()]
+    incident = json.loads((bundle / "incident.json").read_bytes())
+    assert good == {"bundle": str(bundle), "ok": True, "incident_id": incident["incident_id"],
+                    "trigger": incident["trigger"]["verdict"], "files_hashed": len(incident["window"]["files"]) + 2,
+                    "samples": len(verify_bundle(bundle, synthetic_recompute).samples), "verdicts_checked": 1,
+                    "verdicts_not_stored": 0}
+    assert bad["ok"] is False and bad["error"].startswith("samples-000.json: SHA-256 does not match")
+    assert err == ""
+    assert main(["verify", "--json", str(bundle)]) == 0

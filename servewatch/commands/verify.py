@@ -13,6 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "verdict from the stored samples with the same detector code and configuration. Exit 0 only "
                     "if all match; otherwise exit 1 with one line per failed bundle saying what failed.")
     parser.add_argument("bundles", metavar="BUNDLE", nargs="+", help="a bundle directory")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per bundle on stdout: {bundle, ok, ...counts | error}")
     parser.set_defaults(func=run)
 
 
@@ -20,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from servewatch.errors import BundleInvalid
     from servewatch.sinks.verify import verify_bundle
 
+    if args.json:
+        return _run_json(args.bundles)
     if len(args.bundles) == 1:
         print(verify_bundle(args.bundles[0]).line())   # a failure raises: the root prints its one line
         return 0
@@ -30,4 +34,27 @@ def run(args: argparse.Namespace) -> int:
         except BundleInvalid as exc:
             failed += 1
             print(f"servewatch verify: {bundle}: {exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _run_json(bundles: list[str]) -> int:
+    import json
+
+    from servewatch.errors import BundleInvalid
+    from servewatch.sinks.verify import verify_bundle
+
+    failed = 0
+    for bundle in bundles:
+        try:
+            verified = verify_bundle(bundle)
+        except BundleInvalid as exc:
+            failed += 1
+            print(json.dumps({"bundle": bundle, "ok": False, "error": str(exc)}), flush=True)
+            continue
+        incident = verified.incident
+        print(json.dumps({"bundle": bundle, "ok": True, "incident_id": incident["incident_id"],
+                          "trigger": incident["trigger"]["verdict"],
+                          "files_hashed": len(incident["window"]["files"]) + 2, "samples": len(verified.samples),
+                          "verdicts_checked": verified.verdicts_checked,
+                          "verdicts_not_stored": verified.verdicts_not_stored}), flush=True)
     return 1 if failed else 0
