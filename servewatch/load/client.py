@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from array import array
 from dataclasses import dataclass
 
@@ -21,6 +22,34 @@ from servewatch.load.sse import SseSplitter
 ERROR_BODY_LIMIT = 64 * 1024
 _raw_decode = json.JSONDecoder().raw_decode
 ABORT_REASONS = frozenset({"abort", "error"})
+
+
+def _completion_event_pattern() -> re.Pattern:
+    """One whole SSE read `data: {...}\n\n` holding a compact completions chunk in the shape vLLM
+    and the built-in simulator send, matched whole so that what it extracts is exactly what the
+    JSON path would: printable-ASCII strings without escapes, scalar values, no duplicate, error or
+    nested keys that the JSON path looks at. Anything else takes the JSON path."""
+    chars = rb'[\x20\x21\x23-\x5b\x5d-\x7e]*'          # printable ASCII but " and \
+    string = rb'"' + chars + rb'"'
+    number = rb'-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?'
+    scalar = rb'(?:' + string + rb'|' + number + rb'|null|true|false)'
+
+    def member(excluded: bytes) -> bytes:
+        return rb'"(?!(?:' + excluded + rb')")' + chars + rb'":' + scalar
+
+    top = rb'(?!"object":"error")' + member(rb'choices|usage|error')
+    in_choice = member(rb'text|finish_reason')
+    in_usage = member(rb'prompt_tokens|completion_tokens')
+    count = rb'(0|[1-9][0-9]*)'
+    choice = (rb'\{"index":0,"text":"(' + chars + rb')"(?:,' + in_choice + rb')*?'
+              rb'(?:,"finish_reason":(?:null|"([a-z_]*)"))?(?:,' + in_choice + rb')*\}')
+    usage = (rb'\{"prompt_tokens":' + count + rb',(?:' + in_usage + rb',)*?'
+             rb'"completion_tokens":' + count + rb'(?:,' + in_usage + rb')*\}')
+    return re.compile(rb'data: \{(?:' + top + rb',)*"choices":\[' + choice + rb'\]'
+                      rb'(?:,"usage":' + usage + rb')?(?:,' + top + rb')*\}\n\n')
+
+
+_completion_event = _completion_event_pattern().fullmatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +89,8 @@ class StreamState:
     """Per-request parse state, kept out of the hot loop's locals for clarity."""
 
     __slots__ = ("chat", "keep_text", "text", "completion_tokens", "prompt_tokens", "finish_reason",
-                 "saw_done", "stream_error", "counts_exact", "client_tokens", "chunk_t", "chunk_k")
+                 "saw_done", "stream_error", "counts_exact", "client_tokens", "chunk_t", "chunk_k",
+                 "splitter", "_fast")
 
     def __init__(self, chat: bool, keep_text: bool):
         self.chat = chat
@@ -75,6 +105,43 @@ class StreamState:
         self.client_tokens = 0
         self.chunk_t = array("d")     # 8 bytes a chunk instead of a float object and a pointer
         self.chunk_k = array("I")
+        self.splitter = SseSplitter()
+        self._fast = None if chat else _completion_event
+
+    def on_body(self, data: bytes, t: float) -> None:
+        """Body bytes read at offset `t`: every SSE event they complete."""
+        fast = self._fast
+        if fast is not None and not self.splitter.pending:
+            m = fast(data)
+            if m is not None:                 # one whole completions event: no JSON objects built
+                self._on_completion(m, t)
+                return
+        on_event = self.on_event
+        for payload in self.splitter.feed(data):
+            on_event(payload, t)
+
+    def _on_completion(self, m: re.Match, t: float) -> None:
+        """What `on_event` does for the same event, from the fields `_completion_event` matched."""
+        piece, reason, pt, ct = m.groups()
+        if pt is not None:
+            self.prompt_tokens = int(pt)
+        if reason:
+            self.finish_reason = reason.decode()
+        if piece:
+            self.client_tokens += 1
+            if self.keep_text:
+                self.text.append(piece.decode())
+        if ct is not None:
+            ct = int(ct)
+            k = ct - self.completion_tokens
+            if k < 0:
+                k = 0
+            self.completion_tokens = ct
+        else:
+            self.counts_exact = False
+            k = 1 if piece else 0
+        self.chunk_t.append(t)
+        self.chunk_k.append(k)
 
     def on_event(self, payload: bytes, t: float) -> None:
         if payload == b"[DONE]":
@@ -158,17 +225,14 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
             rec.error = R.error_for_status(response.status)
             rec.error_detail = f"HTTP {response.status}"
         else:
-            splitter = SseSplitter()
             sent = rec.sent
-            on_event = state.on_event
+            feed = state.on_body
 
             def on_body(data: bytes) -> None:
                 t = now()
                 if deadline is not None:
                     deadline.last = t
-                offset = t - sent
-                for payload in splitter.feed(data):
-                    on_event(payload, offset)
+                feed(data, t - sent)
 
             await response.stream_into(on_body)
     except ConnectFailed as exc:
