@@ -42,6 +42,7 @@ async def _echo_server():
             writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server.sockets[0].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # inherited on accept
     return server, server.sockets[0].getsockname()[1]
 
 
@@ -127,6 +128,8 @@ def test_a_partial_write_is_finished_by_the_loop_in_order():
             await client.prewarm(1)
             due = time.time() + 0.05
             pending = client.prepare("POST", "/x", body, due=due)
+            sock = pending.conn.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)          # so the write is partial
             rests = []
             write_rest = pending.conn.write_rest
             pending.conn.write_rest = lambda rest: (rests.append(len(rest)), write_rest(rest))
