@@ -4,7 +4,8 @@
 The server behaves like an engine stepping every --itl-ms: each step writes one chunk (one token,
 with continuous usage) to every running stream, each on its own connection, so the client does one
 read per chunk as it would against vLLM. Only the client process's CPU is counted
-(resource.getrusage(RUSAGE_SELF) around the run).
+(resource.getrusage(RUSAGE_SELF) around the run: all its threads, so the sender thread that writes
+rate-scheduled requests at their time is included).
 
 Both client implementations (our HTTP/1.1 + SSE client and aiohttp) run the same workload in the
 same process run, and, when installed, `vllm bench serve` and guidellm run it too (their CPU from
@@ -23,6 +24,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -174,8 +176,11 @@ def idle_loop_lateness(seconds: float = 3.0, hz: float = 100.0) -> dict:
 
 def run_ours(url: str, args, name: str) -> dict:
     from servewatch.load import LoadConfig, run_load
+    from servewatch.load import runner
 
     client, _, loop = name.partition("+")
+    loop, _, priority = loop.partition("+")
+    runner.SENDER_REALTIME = priority != "normal"      # "+normal": never ask real-time priority
     config = LoadConfig(url=url, scenario="custom", rate=args.rate, arrival="poisson", requests=args.requests,
                         prompt_tokens=5, output_tokens=args.output_tokens, tokenizer="approx", model="bench",
                         metrics_interval_s=0.0, client=client, seed=1, event_loop=loop or "asyncio")
@@ -189,6 +194,7 @@ def run_ours(url: str, args, name: str) -> dict:
     return {"client": name, "cpu_s": cpu, "user_s": user, "sys_s": system, "floor": floor, "wall_s": wall, "tokens": s["tokens_out"], "ok": s["ok"],
             "errors": sum(s["errors"].values()), "delay_p50": s["schedule_delay_s"]["p50"],
             "delay_p99": s["schedule_delay_s"]["p99"], "achieved_rate": s["achieved_rate"],
+            "send_thread": s.get("send_thread"),
             "cpu_per_100k": cpu / max(1, s["tokens_out"]) * 100_000}
 
 
@@ -292,8 +298,9 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--output-tokens", type=int, default=100)
-    ap.add_argument("--clients", default="http1+uvloop,http1,aiohttp",
-                    help="comma list of CLIENT[+uvloop]; the first is 'ours' for the ratios")
+    ap.add_argument("--clients", default="http1+uvloop,http1+uvloop+normal,http1,aiohttp",
+                    help="comma list of CLIENT[+LOOP[+normal]] (LOOP: uvloop|asyncio; +normal: no real-time "
+                         "priority for the sender thread); the first is 'ours' for the ratios")
     ap.add_argument("--tokenizer", help="tokenizer for `vllm bench serve` (it needs one)")
     ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats (best-of for the ratios)")
     args = ap.parse_args()
@@ -333,7 +340,7 @@ def main() -> int:
         print(f"{r['client']:>12} #{r['rep']}: {r['cpu_per_100k']:.2f} CPU-s per 100k tokens "
               f"(user {r['user_s']:.2f} + sys {r['sys_s']:.2f} s, wall {r['wall_s']:.1f} s, {r['tokens']} tokens, "
               f"{r['ok']} ok, {r['errors']} errors); schedule delay p50 {1000 * r['delay_p50']:.3f} ms, "
-              f"p99 {1000 * r['delay_p99']:.3f} ms; achieved {r['achieved_rate']:.1f} req/s; "
+              f"p99 {1000 * r['delay_p99']:.3f} ms (sender thread: {r['send_thread'] or 'none'}); achieved {r['achieved_rate']:.1f} req/s; "
               f"empty-loop timer lateness just before: p50 {1000 * r['floor']['p50']:.3f} ms, "
               f"p99 {1000 * r['floor']['p99']:.3f} ms")
     for p in peers:
@@ -353,13 +360,22 @@ def main() -> int:
         p = best(name, peers)
         print(f"  ratio {ours['client']} / {name} CPU per token: {ours['cpu_per_100k']:.2f} / "
               f"{p['cpu_per_100k']:.2f} = {ours['cpu_per_100k'] / p['cpu_per_100k']:.2f} (target <= 0.5)")
+    print(f"median of {args.repeat} per client (CPU per token):")
+    med_ours = statistics.median(r["cpu_per_100k"] for r in rows if r["client"] == clients[0])
+    for name, pool in [(c, rows) for c in clients[1:]] + [(n, peers) for n in sorted({p["client"] for p in peers})]:
+        med = statistics.median(r["cpu_per_100k"] for r in pool if r["client"] == name)
+        target = " (target <= 0.5)" if pool is peers else ""
+        print(f"  median ratio {clients[0]} / {name} CPU per token: {med_ours:.2f} / {med:.2f} = "
+              f"{med_ours / med:.2f}{target}")
     print(f"  vs the reference figure for `vllm bench serve` ({REFERENCE_VLLM_BENCH_CPU_PER_100K} CPU-s per 100k, "
           f"measured against real vLLM, not in this run): {ours['cpu_per_100k'] / REFERENCE_VLLM_BENCH_CPU_PER_100K:.2f}x")
-    p99s = sorted(r["delay_p99"] for r in rows if r["client"] == clients[0])
-    floors = sorted(r["floor"]["p99"] for r in rows if r["client"] == clients[0])
-    print(f"schedule-delay p99 at {args.rate:g} req/s, {clients[0]}: "
-          f"{', '.join(f'{1000 * x:.2f}' for x in p99s)} ms (target <= 2 ms); "
-          f"empty-loop floor p99 {', '.join(f'{1000 * x:.2f}' for x in floors)} ms")
+    for name in clients:
+        p99s = sorted(r["delay_p99"] for r in rows if r["client"] == name)
+        floors = sorted(r["floor"]["p99"] for r in rows if r["client"] == name)
+        modes = sorted({r["send_thread"] or "none" for r in rows if r["client"] == name})
+        print(f"schedule-delay p99 at {args.rate:g} req/s, {name} (sender thread: {', '.join(modes)}): "
+              f"{', '.join(f'{1000 * x:.2f}' for x in p99s)} ms, median {1000 * statistics.median(p99s):.2f} ms "
+              f"(target <= 2 ms); empty-loop floor p99 {', '.join(f'{1000 * x:.2f}' for x in floors)} ms")
     return 0
 
 

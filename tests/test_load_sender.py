@@ -185,7 +185,30 @@ def test_rate_runs_send_through_the_sender_and_restore_the_switch_interval(monke
 
     result = asyncio.run(go())
     assert sys.getswitchinterval() == before
+    assert result.summary["send_thread"] in ("realtime", "normal")
     assert written == [6]                                 # every request went through the thread
     assert [r.error for r in result.records] == [None] * 6
     assert all(r.sent >= r.scheduled for r in result.records)
     assert runner_module.SENDER_LEAD_S > 0
+
+
+def test_priority_is_real_time_only_when_asked_and_permitted():
+    async def go(realtime: bool):
+        server, port = await _echo_server()
+        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
+        sender = TimedSender(asyncio.get_running_loop(), realtime=realtime).start()
+        try:
+            await client.prewarm(1)
+            pending = client.prepare("POST", "/x", b"{}", due=time.time())
+            sender.submit(pending.due, pending)
+            await _answer(client, pending)                     # the thread is up and has written
+            return sender.priority, os.sched_getscheduler(sender._thread.native_id)
+        finally:
+            sender.close()
+            await client.close()
+            server.close()
+
+    assert asyncio.run(go(False)) == ("normal", os.SCHED_OTHER)
+    priority, policy = asyncio.run(go(True))
+    assert priority in ("realtime", "normal")                  # real-time only where permitted
+    assert policy == (os.SCHED_FIFO if priority == "realtime" else os.SCHED_OTHER)

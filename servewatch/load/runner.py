@@ -35,6 +35,7 @@ SERVER_TOKENIZE_POOL = 32
 MAX_PREWARM = 256
 SENDER_LEAD_S = 0.02        # a request is handed to the sender thread this long before its time
 SENDER_SWITCH_S = 0.0002    # interpreter switch interval while the sender runs (default 5 ms)
+SENDER_REALTIME = True      # ask real-time priority for the sender thread (granted only if permitted)
 
 
 @dataclass(slots=True)
@@ -192,7 +193,7 @@ class _Run:
         lead = 0.0
         switch = sys.getswitchinterval()
         if self.use_sender():
-            self.sender = TimedSender(asyncio.get_running_loop(), time.time).start()
+            self.sender = TimedSender(asyncio.get_running_loop(), time.time, SENDER_REALTIME).start()
             lead = SENDER_LEAD_S
             sys.setswitchinterval(SENDER_SWITCH_S)
         try:
@@ -353,6 +354,9 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                             prompts_exact=all(p.exact for p in prompts), server=server,
                             client_name=config.client)
         summary["model"] = model
+        # how rate-scheduled requests were written: by the sender thread at "realtime" or "normal"
+        # scheduling priority, or None (by the event loop)
+        summary["send_thread"] = run.sender.priority if run.sender is not None else None
         summary["interrupted"] = interrupted
         if interrupted:
             notes.append(f"interrupted after {len(records)} finished requests; "

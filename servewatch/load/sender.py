@@ -5,7 +5,13 @@ timers have millisecond granularity (uvloop). This thread sleeps on a precise ti
 only the GIL (the caller shortens the interpreter's switch interval) to stamp the time and write.
 
 Honest timing: `Pending.sent` is stamped immediately before the bytes are handed to the socket, and
-is cleared again if the write failed. What a failed write becomes is the loop's business: nothing
+is cleared again if the write failed.
+
+Priority: the thread asks for real-time scheduling (SCHED_FIFO, lowest priority) when the process
+may (root, CAP_SYS_NICE or an RLIMIT_RTPRIO): on a busy machine a woken normal thread can wait
+milliseconds for a core, a real-time one preempts at once. It sleeps almost always and does one
+write per request; the kernel's real-time throttling bounds it anyway. Without the privilege it
+runs at normal priority; `priority` says which. What a failed write becomes is the loop's business: nothing
 written → the connection fails as never-answered and `Http1Client.complete` retries on a fresh one
 (not before the request's time); part written → the rest goes through the transport, in order.
 """
@@ -25,8 +31,10 @@ class TimedSender:
     `due`. It sleeps until the next due time without being woken by later submissions (one thread
     wake-up per request), so a submission due before one already waiting would be written late."""
 
-    def __init__(self, loop, clock=time.time):
+    def __init__(self, loop, clock=time.time, realtime: bool = True):
         self._loop = loop
+        self._realtime = realtime
+        self.priority = "normal"
         self._clock = clock
         self._items: deque = deque()
         self._more = threading.Event()
@@ -50,6 +58,8 @@ class TimedSender:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
+        if self._realtime:
+            self.priority = _ask_realtime()
         items, more, clock, sleep = self._items, self._more, self._clock, time.sleep
         while True:
             if not items:
@@ -101,3 +111,11 @@ class TimedSender:
             self._loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:                 # the loop is closed: nobody awaits this request
             pass
+
+
+def _ask_realtime() -> str:
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))     # 0: the calling thread
+    except (OSError, AttributeError):
+        return "normal"
+    return "realtime"
