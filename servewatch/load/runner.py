@@ -207,10 +207,10 @@ class _Run:
                     self._hand_over(spec)
                 else:
                     self._spawn(spec)
+            while self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
         finally:
             sys.setswitchinterval(switch)
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
     async def by_concurrency(self, t0: float) -> None:
         config = self.config
