@@ -176,14 +176,13 @@ def idle_loop_lateness(seconds: float = 3.0, hz: float = 100.0) -> dict:
 
 def run_ours(url: str, args, name: str) -> dict:
     from servewatch.load import LoadConfig, run_load
-    from servewatch.load import runner
 
     client, _, loop = name.partition("+")
     loop, _, priority = loop.partition("+")
-    runner.SENDER_REALTIME = priority != "normal"      # "+normal": never ask real-time priority
     config = LoadConfig(url=url, scenario="custom", rate=args.rate, arrival="poisson", requests=args.requests,
                         prompt_tokens=5, output_tokens=args.output_tokens, tokenizer="approx", model="bench",
-                        metrics_interval_s=0.0, client=client, seed=1, event_loop=loop or "asyncio")
+                        metrics_interval_s=0.0, client=client, seed=1, event_loop=loop or "asyncio",
+                        sender_priority="normal" if priority == "normal" else "realtime")
     floor = idle_loop_lateness()
     ru0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     result = run_load(config)

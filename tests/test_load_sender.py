@@ -15,6 +15,7 @@ import pytest
 from servewatch.load import runner as runner_module
 from servewatch.load.http1 import Endpoint, Http1Client, StreamCut
 from servewatch.load.runner import run_load_async
+from servewatch.load.scenarios import LoadConfig
 from servewatch.load.sender import TimedSender
 from tests.test_load_client import FakeServer, _config
 
@@ -212,3 +213,19 @@ def test_priority_is_real_time_only_when_asked_and_permitted():
     priority, policy = asyncio.run(go(True))
     assert priority in ("realtime", "normal")                  # real-time only where permitted
     assert policy == (os.SCHED_FIFO if priority == "realtime" else os.SCHED_OTHER)
+
+
+def test_normal_sender_priority_is_honoured_and_reported():
+    async def go():
+        async with FakeServer() as srv:
+            return await run_load_async(_config(srv.url, requests=3, rate=30.0, arrival="constant",
+                                                sender_priority="normal"))
+
+    result = asyncio.run(go())
+    assert result.summary["send_thread"] == "normal"
+    assert [r.error for r in result.records] == [None] * 3
+
+
+def test_an_unknown_sender_priority_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown sender priority 'urgent'"):
+        LoadConfig(url="http://127.0.0.1:1", sender_priority="urgent").resolved()

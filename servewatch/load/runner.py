@@ -35,7 +35,6 @@ SERVER_TOKENIZE_POOL = 32
 MAX_PREWARM = 256
 SENDER_LEAD_S = 0.02        # a request is handed to the sender thread this long before its time
 SENDER_SWITCH_S = 0.0002    # interpreter switch interval while the sender runs (default 5 ms)
-SENDER_REALTIME = True      # ask real-time priority for the sender thread (granted only if permitted)
 
 
 @dataclass(slots=True)
@@ -193,7 +192,8 @@ class _Run:
         lead = 0.0
         switch = sys.getswitchinterval()
         if self.use_sender():
-            self.sender = TimedSender(asyncio.get_running_loop(), time.time, SENDER_REALTIME).start()
+            self.sender = TimedSender(asyncio.get_running_loop(), time.time,
+                                      self.config.sender_priority == "realtime").start()
             lead = SENDER_LEAD_S
             sys.setswitchinterval(SENDER_SWITCH_S)
         try:

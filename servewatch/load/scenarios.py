@@ -90,12 +90,15 @@ class LoadConfig:
     client: str = "http1"                   # http1 (our own) | aiohttp
     event_loop: str = "auto"                # auto (uvloop if installed) | asyncio | uvloop
     prompt_pool: int | None = None          # distinct prompts per run (cycled); None: the preset's
+    sender_priority: str = "realtime"       # realtime (SCHED_FIFO, only where permitted) | normal
     extra: dict = field(default_factory=dict)
 
     def resolved(self) -> "LoadConfig":
         """Fill preset values and validate; raises ValueError with one clear line."""
         if self.scenario not in PRESETS:
             raise ValueError(f"unknown scenario {self.scenario!r}; choose from {', '.join(SCENARIOS)}")
+        if self.sender_priority not in ("realtime", "normal"):
+            raise ValueError(f"unknown sender priority {self.sender_priority!r}; choose realtime or normal")
         preset = PRESETS[self.scenario]
         rate = self.rate if self.rate is not None else (None if self.concurrency else preset.rate)
         if rate is None and self.concurrency is None:
