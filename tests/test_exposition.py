@@ -395,3 +395,11 @@ def test_remembered_heads_are_bounded(monkeypatch):
     assert len(parser_module._HEADS) >= 20                  # over the bound only until the next parse...
     parse('n{z="v"} 1\n')
     assert set(parser_module._HEADS) == {'n{z="v"}'}        # ...which starts afresh
+
+
+@pytest.mark.parametrize("indent", [" ", "\t", "  \t"])
+def test_families_fast_path_reads_indented_lines_of_the_families_asked_for(indent):
+    text = (f"# TYPE a gauge\n{indent}a{{x=\"1\"}} 1\nb 2\n# TYPE c counter\nc_total 3\n{indent}c_total{{y=\"z\"}} 4\n")
+    full = parse(text)
+    assert canonical(parse(text, {"a", "c"})) == {k: v for k, v in canonical(full).items() if k in {"a", "c"}}
+    assert [s.value for s in parse(text, {"c"})["c"].samples] == [3.0, 4.0]

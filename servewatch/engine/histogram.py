@@ -47,7 +47,8 @@ def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[Labe
                 upper = float(bound)
             except ValueError:
                 continue
-            rest = [item for item in labels.items() if item[0] != "le"]
+            rest = labels.copy()
+            del rest["le"]
             if rest != last_rest:
                 last_rest = rest
                 last_by_bound = buckets.setdefault(label_key(labels), {})
