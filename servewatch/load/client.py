@@ -131,17 +131,7 @@ class StreamState:
             self.client_tokens += 1
             if self.keep_text:
                 self.text.append(piece.decode())
-        if ct is not None:
-            ct = int(ct)
-            k = ct - self.completion_tokens
-            if k < 0:
-                k = 0
-            self.completion_tokens = ct
-        else:
-            self.counts_exact = False
-            k = 1 if piece else 0
-        self.chunk_t.append(t)
-        self.chunk_k.append(k)
+        self._chunk(t, int(ct) if ct is not None else None, bool(piece))
 
     def on_event(self, payload: bytes, t: float) -> None:
         if payload == b"[DONE]":
@@ -183,14 +173,17 @@ class StreamState:
             self.client_tokens += 1
             if self.keep_text:
                 self.text.append(piece)
-        if isinstance(ct, int):
-            k = ct - self.completion_tokens
-            if k < 0:
-                k = 0
-            self.completion_tokens = ct
+        self._chunk(t, ct if isinstance(ct, int) else None, bool(piece))
+
+    def _chunk(self, t: float, completion_tokens: int | None, has_text: bool) -> None:
+        """One content chunk at t: how many tokens it carried, from the usage count when the server sends
+        one (continuous usage), else one per non-empty piece (and the counts are then not exact)."""
+        if completion_tokens is not None:
+            k = max(0, completion_tokens - self.completion_tokens)
+            self.completion_tokens = completion_tokens
         else:
             self.counts_exact = False
-            k = 1 if piece else 0
+            k = 1 if has_text else 0
         self.chunk_t.append(t)
         self.chunk_k.append(k)
 
