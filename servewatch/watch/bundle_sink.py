@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 
 from servewatch.errors import ServewatchError
 
@@ -18,6 +19,7 @@ class BundleSink:
         self.target = target
         self.config = config
         self.recorder = None          # set once the recorder exists: the ring's overwrite counts go in
+        self._writing = threading.Lock()   # verdict and on-demand bundles come from worker threads: one at a time
 
     @property
     def failures(self) -> int:
@@ -45,7 +47,8 @@ class BundleSink:
                                 dialect=metrics.dialect if metrics else None,
                                 generation=metrics.generation if metrics else None, trigger=trigger,
                                 overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {})
-        return self.writer.write(recent, verdicts, context)
+        with self._writing:
+            return self.writer.write(recent, verdicts, context)
 
 
 def bundle_sink(out: str, target: str | None, config, *, keep: int | None = None) -> BundleSink:
