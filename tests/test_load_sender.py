@@ -5,6 +5,7 @@ and the runner uses it for rate-based runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import socket
@@ -47,6 +48,20 @@ async def _echo_server():
     return server, server.sockets[0].getsockname()[1]
 
 
+@contextlib.asynccontextmanager
+async def _rig(realtime: bool = True):
+    """An echo server, a client of it and a started sender; closed in that order's reverse afterwards."""
+    server, port = await _echo_server()
+    client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
+    sender = TimedSender(asyncio.get_running_loop(), realtime=realtime).start()
+    try:
+        yield client, sender
+    finally:
+        sender.close()
+        await client.close()
+        server.close()
+
+
 async def _answer(client, pending) -> tuple[float, str]:
     response = await client.complete(pending)
     body = await response.read_all(1000)
@@ -57,10 +72,7 @@ async def _answer(client, pending) -> tuple[float, str]:
 
 def test_prepared_requests_are_written_at_their_time_in_order():
     async def go():
-        server, port = await _echo_server()
-        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
-        sender = TimedSender(asyncio.get_running_loop()).start()
-        try:
+        async with _rig() as (client, sender):
             assert client.prepare("POST", "/x", b"{}") is None           # nothing idle yet
             assert await client.prewarm(3) == 3
             t0 = time.time() + 0.1
@@ -73,10 +85,6 @@ def test_prepared_requests_are_written_at_their_time_in_order():
                 pendings.append(pending)
             answers = [await _answer(client, p) for p in pendings]
             return dues, pendings, answers, sender.written
-        finally:
-            sender.close()
-            await client.close()
-            server.close()
 
     dues, pendings, answers, written = asyncio.run(go())
     assert written == 3
@@ -90,27 +98,22 @@ def test_prepared_requests_are_written_at_their_time_in_order():
 
 def test_a_failed_write_is_retried_on_a_fresh_connection_not_before_its_time():
     async def go():
-        server, port = await _echo_server()
-        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
-        sender = TimedSender(asyncio.get_running_loop()).start()
-        a, b = socket.socketpair()
-        try:
-            await client.prewarm(1)
-            due = time.time() + 0.1
-            pending = client.prepare("POST", "/x", b"{}", due=due)
-            os.close(pending.fd)
-            b.close()
-            pending.fd = os.dup(a.fileno())               # a socket whose peer is gone: EPIPE
-            stamps = []
-            pending.on_sent = lambda: stamps.append(time.time())
-            sender.submit(due, pending)
-            arrived, _ = await _answer(client, pending)
-            return due, stamps, arrived, pending.sent, sender.failed
-        finally:
-            a.close()
-            sender.close()
-            await client.close()
-            server.close()
+        async with _rig() as (client, sender):
+            a, b = socket.socketpair()
+            try:
+                await client.prewarm(1)
+                due = time.time() + 0.1
+                pending = client.prepare("POST", "/x", b"{}", due=due)
+                os.close(pending.fd)
+                b.close()
+                pending.fd = os.dup(a.fileno())               # a socket whose peer is gone: EPIPE
+                stamps = []
+                pending.on_sent = lambda: stamps.append(time.time())
+                sender.submit(due, pending)
+                arrived, _ = await _answer(client, pending)
+                return due, stamps, arrived, pending.sent, sender.failed
+            finally:
+                a.close()
 
     due, stamps, arrived, thread_stamp, failed = asyncio.run(go())
     assert failed == 1 and thread_stamp is None         # the failed write left no send time
@@ -122,10 +125,7 @@ def test_a_partial_write_is_finished_by_the_loop_in_order():
     body = os.urandom(4 << 20)                          # far over a fresh socket's send buffer
 
     async def go():
-        server, port = await _echo_server()
-        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
-        sender = TimedSender(asyncio.get_running_loop()).start()
-        try:
+        async with _rig() as (client, sender):
             await client.prewarm(1)
             due = time.time() + 0.05
             pending = client.prepare("POST", "/x", body, due=due)
@@ -137,10 +137,6 @@ def test_a_partial_write_is_finished_by_the_loop_in_order():
             sender.submit(due, pending)
             _, digest = await _answer(client, pending)
             return digest, pending.sent, due, rests
-        finally:
-            sender.close()
-            await client.close()
-            server.close()
 
     digest, sent, due, rests = asyncio.run(go())
     assert len(rests) == 1 and 0 < rests[0] < len(body)   # the thread wrote part, the loop the rest
@@ -150,10 +146,7 @@ def test_a_partial_write_is_finished_by_the_loop_in_order():
 
 def test_close_fails_requests_not_yet_written():
     async def go():
-        server, port = await _echo_server()
-        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
-        sender = TimedSender(asyncio.get_running_loop()).start()
-        try:
+        async with _rig() as (client, sender):
             await client.prewarm(1)
             pending = client.prepare("POST", "/x", b"{}", due=time.time() + 60)
             sender.submit(time.time() + 60, pending)
@@ -161,9 +154,6 @@ def test_close_fails_requests_not_yet_written():
             with pytest.raises(StreamCut):
                 await asyncio.wait_for(asyncio.shield(pending.head), 5)
             return pending.fd, pending.sent
-        finally:
-            await client.close()
-            server.close()
 
     assert asyncio.run(go()) == (-1, None)
 
@@ -195,19 +185,12 @@ def test_rate_runs_send_through_the_sender_and_restore_the_switch_interval(monke
 
 def test_priority_is_real_time_only_when_asked_and_permitted():
     async def go(realtime: bool):
-        server, port = await _echo_server()
-        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"))
-        sender = TimedSender(asyncio.get_running_loop(), realtime=realtime).start()
-        try:
+        async with _rig(realtime=realtime) as (client, sender):
             await client.prewarm(1)
             pending = client.prepare("POST", "/x", b"{}", due=time.time())
             sender.submit(pending.due, pending)
             await _answer(client, pending)                     # the thread is up and has written
             return sender.priority, os.sched_getscheduler(sender._thread.native_id)
-        finally:
-            sender.close()
-            await client.close()
-            server.close()
 
     assert asyncio.run(go(False)) == ("normal", os.SCHED_OTHER)
     priority, policy = asyncio.run(go(True))
