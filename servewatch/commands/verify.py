@@ -54,7 +54,7 @@ def _run_json(bundles: list[str]) -> int:
         incident = verified.incident
         print(json.dumps({"bundle": bundle, "ok": True, "incident_id": incident["incident_id"],
                           "trigger": incident["trigger"]["verdict"],
-                          "files_hashed": len(incident["window"]["files"]) + 2, "samples": len(verified.samples),
+                          "files_hashed": verified.files_hashed, "samples": len(verified.samples),
                           "verdicts_checked": verified.verdicts_checked,
                           "verdicts_not_stored": verified.verdicts_not_stored}), flush=True)
     return 1 if failed else 0

@@ -40,10 +40,15 @@ class Verified:
     verdicts_checked: int
     verdicts_not_stored: int          # verdicts the samples imply that the bundle did not record
 
+    @property
+    def files_hashed(self) -> int:
+        """The sample files, incident.json and the manifest."""
+        return len(self.incident["window"]["files"]) + 2
+
     def line(self) -> str:
         extra = f"; {self.verdicts_not_stored} more verdict(s) follow but were not stored" \
             if self.verdicts_not_stored else ""
-        return (f"OK {self.path.name}: {len(self.incident['window']['files']) + 2} files hashed, "
+        return (f"OK {self.path.name}: {self.files_hashed} files hashed, "
                 f"{len(self.samples)} samples, {self.verdicts_checked} verdict(s) recomputed and matched{extra}")
 
 
