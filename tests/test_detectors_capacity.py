@@ -25,6 +25,22 @@ def test_overload_cause(kwargs, cause):
     assert verdict.details["sustained_s"] == 12.0
 
 
+def test_slots_cause_is_judged_over_the_stretch_not_the_last_scrape():
+    # Real vLLM, 4 slots: running dips to 3 for a step when a request finishes before the next is admitted.
+    # Caught on such a scrape, the queue is still out of slots: running sat at the limit most of the time.
+    tl = Timeline().ticks(10, running=2).ticks(24, waiting=20, running=4, slot_limit=4, kv=0.06)
+    tl.ticks(1, waiting=20, running=3, slot_limit=4, kv=0.05)
+    verdict = by_name(tl.window())["overload"]
+    assert verdict.details["cause"] == "slots"
+    assert "running at the slot limit 4 for 100% of the stretch (now 3)" in verdict.why
+
+
+def test_running_mostly_below_its_limit_is_not_blamed_on_slots():
+    tl = Timeline().ticks(10, running=2).ticks(4, waiting=6, running=4, slot_limit=4, kv=0.05)
+    tl.ticks(21, waiting=6, running=3, slot_limit=4, kv=0.05)
+    assert by_name(tl.window())["overload"].details["cause"] == "unknown"
+
+
 def test_a_queue_behind_an_engine_that_does_nothing_is_not_overload():
     tl = Timeline().ticks(10, running=2).ticks(30, running=0, waiting=6, steps=0, gen=0)
     verdicts = by_name(tl.window())

@@ -88,6 +88,11 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
     if state.slot_limit is not None and state.running is not None and state.running >= state.slot_limit:
         return "slots", (f"running {num(state.running)} = slot limit {state.slot_limit} while KV is "
                          f"{_pct(state.kv_usage)}: out of slots, not memory")
+    if state.slot_limit is not None:
+        at_limit = _time_mean([(p.t, 1.0 if (s.running or 0) >= state.slot_limit else 0.0) for p, s in run])
+        if at_limit >= config.overload_slots_share:
+            return "slots", (f"running at the slot limit {state.slot_limit} for {at_limit:.0%} of the stretch (now "
+                             f"{num(state.running)}) while KV peaked at {_pct(peak_kv)}: out of slots, not memory")
     runnings = {s.running for _, s in run}
     if state.slot_limit is None and len(runnings) == 1 and (state.running or 0) > 0:
         return "slots", (f"running flat at {num(state.running)} (slot limit unknown, inferred) while KV is "

@@ -44,6 +44,9 @@ class DetectorConfig:
     # ...and a time-averaged queue of at least this many requests over that stretch: one request that
     # comes and goes while its prefill is admitted is not overload.
     overload_min_mean_waiting: float = 2.0
+    # ...and its cause is `slots` when running sat at the slot limit for at least this share of the
+    # stretch (a real vLLM dips below it for a step whenever a request finishes before the next is admitted).
+    overload_slots_share: float = 0.5
     # kv_pressure: KV usage >= kv_high over at least kv_sustain_s, holding through dips shorter than
     # kv_grace_s (a real vLLM under pressure swings 60-100% as requests finish or are preempted), with a
     # time-weighted mean of at least kv_clear over that stretch. kv_high is also where overload's cause
