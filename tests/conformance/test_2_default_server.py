@@ -199,6 +199,27 @@ def _fmt(value) -> str:
 
 # -- SIGSTOP: health green, no progress ------------------------------------------------------------
 
+def stop_on_running_work(server, worker: int, traffic, tries: int = 3):
+    """SIGSTOP the worker while requests are running: (stopped_at, worker status, scrape while stopped).
+    A stop that lands between two waves of requests (running 0 in the frozen scrape) is undone at once
+    (well under the detector's 2 s floor) and tried again, up to `tries` times."""
+    for _ in range(tries):
+        moving = wait_for_steady_progress(server.url, span_s=1.5)
+        assert moving is not None, f"the requests never kept generating: {describe_wait()}; traffic {traffic.result}"
+        os.kill(worker, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            status = status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0)
+            frozen = scrape(server.url)
+        except BaseException:
+            os.kill(worker, signal.SIGCONT)
+            raise
+        if frozen.get("vllm:num_requests_running") >= 1:
+            return stopped_at, status, frozen
+        os.kill(worker, signal.SIGCONT)
+    raise AssertionError(f"nothing running at {tries} stops of the worker; traffic so far {traffic.result.statuses}")
+
+
 def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
     tree = server.process_tree()
     out = run_dir / "bundles"
@@ -208,13 +229,8 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             # Three waves of 4 x 1800 tokens (~8,000 KV tokens each): enough work that the stop lands
             # on running requests even when this process is starved of CPU for seconds at a time.
             traffic = Traffic(server.url, n=12, concurrency=4, max_tokens=1800, timeout_s=300).start()
-            moving = wait_for_steady_progress(server.url, span_s=1.5)
-            assert moving is not None, f"the requests never kept generating: {describe_wait()}; traffic {traffic.result}"
-            os.kill(tree.worker, signal.SIGSTOP)
-            stopped_at = time.monotonic()
+            stopped_at, worker_status, frozen = stop_on_running_work(server, tree.worker, traffic)
             try:
-                worker_status = status_within(tree.worker, psutil.STATUS_STOPPED, timeout_s=2.0)
-                frozen = scrape(server.url)
                 # The recorder learns its threshold from recent step gaps; neither the first stall (one
                 # huge gap) nor slow scrapes of the busy API server may teach it a slow cadence.
                 line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20, after=stopped_at)
