@@ -135,6 +135,32 @@ def test_kv_pressure_fires_on_the_swings_a_real_vllm_shows():
     assert verdict.details["mean_kv_usage"] >= 0.8 and verdict.details["peak_kv_usage"] == 1.0
 
 
+def _refill_swings(tl, cycles, **kwargs):
+    # A finished request frees its blocks at once; the admitted one refills them a token per step:
+    # 6 s around 78% for every 2 s at 97%, longer than the 5 s grace of the held rule.
+    for _ in range(cycles):
+        tl.ticks(12, running=4, kv=0.78, **kwargs).ticks(4, running=4, kv=0.97, **kwargs)
+    return tl
+
+
+def test_kv_pressure_from_refill_swings_with_a_queue():
+    tl = _refill_swings(Timeline().ticks(4, running=2, kv=0.3), 3, waiting=6)
+    verdict = by_name(tl.window())["kv_pressure"]
+    assert verdict.details["rule"] == "queued"
+    assert 0.8 <= verdict.details["mean_kv_usage"] < 0.9 and verdict.details["peak_kv_usage"] == 0.97
+    assert "6 waiting for room" in verdict.why
+    # The same swings with nobody waiting: the cache is not what holds demand back.
+    assert "kv_pressure" not in by_name(_refill_swings(Timeline().ticks(4, running=2, kv=0.3), 3).window())
+
+
+def test_kv_pressure_from_the_queued_rule_clears_once_the_window_has_moved_on():
+    tl = _refill_swings(Timeline().ticks(4, running=2, kv=0.3), 3, waiting=6)
+    tl.ticks(2, running=4, kv=0.6)                                      # 1 s after: the mean still holds
+    assert "kv_pressure" in by_name(tl.window())
+    tl.ticks(30, running=4, kv=0.6)                                     # 20 s after: mean 60%, no queue
+    assert "kv_pressure" not in by_name(tl.window())
+
+
 def test_kv_swings_that_stay_mostly_low_are_not_pressure():
     tl = Timeline().ticks(4, running=2, kv=0.3)
     for kv in (0.92, 0.5, 0.6, 0.91, 0.55, 0.5, 0.93, 0.6, 0.5, 0.92) * 2:

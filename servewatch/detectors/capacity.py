@@ -104,36 +104,73 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
 # --- kv_pressure ---------------------------------------------------------------------------------
 
 def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
-    """KV ≥ kv_high in a stretch of at least kv_sustain_s, dips shorter than kv_grace_s included (a real
-    vLLM under pressure swings 60–100% as requests finish or are preempted), averaging ≥ kv_clear."""
+    """KV near full, judged two ways (either fires):
+
+    - held: KV ≥ kv_high over a stretch of at least kv_sustain_s, dips shorter than kv_grace_s included,
+      averaging ≥ kv_clear (the cache pinned full, queue or not);
+    - queued: over the last kv_window_s, a time-weighted mean ≥ kv_clear, a peak ≥ kv_high and requests
+      waiting. A real vLLM under pressure swings 60–100%: a finished request frees its blocks at once and
+      the next admitted one refills them a token per step, so the dips outlast any grace time while the
+      queue says the cache, not demand, is the limit.
+    """
     verdicts = []
     for key, points in sorted(engine_series(window.metrics).items()):
         known = [p for p in points if p[1].kv_usage is not None]
-        stretch = _sustained(known, lambda s: s.kv_usage >= config.kv_high, config.kv_grace_s)
-        if stretch is None:
+        found = _kv_held(known, config) or _kv_queued(known, config)
+        if found is None:
             continue
-        (first, first_state), (last, state) = stretch
-        sustained = last.t - first.t
-        if sustained < config.kv_sustain_s:
-            continue
-        run = [p for p in known if first.t <= p[0].t <= last.t]
-        mean = _time_mean([(p[0].t, p[1].kv_usage) for p in run])
-        if mean < config.kv_clear:
-            continue
+        rule, run = found
+        (first, first_state), (last, state) = run[0], run[-1]
+        span = last.t - first.t
+        mean = _time_mean([(p.t, s.kv_usage) for p, s in run])
         peak = max(s.kv_usage for _, s in run)
         tokens = ""
         if state.kv_used_tokens is not None and state.kv_total_tokens:
             tokens = f" ({num(state.kv_used_tokens)} of {num(state.kv_total_tokens)} tokens)"
-        why = (f"KV cache {_pct(state.kv_usage)}{tokens}{where(key)}: ≥ {_pct(config.kv_high)} over {sustained:.1f} s "
-               f"(dips under {config.kv_grace_s:g} s included; mean {_pct(mean)}, peak {_pct(peak)}), "
+        if rule == "held":
+            how = (f"≥ {_pct(config.kv_high)} over {span:.1f} s (dips under {config.kv_grace_s:g} s included; "
+                   f"mean {_pct(mean)}, peak {_pct(peak)})")
+        else:
+            most_waiting = max(s.waiting or 0.0 for _, s in run)
+            how = (f"mean {_pct(mean)} over the last {span:.1f} s, peak {_pct(peak)}, with up to "
+                   f"{num(most_waiting)} waiting for room")
+        why = (f"KV cache {_pct(state.kv_usage)}{tokens}{where(key)}: {how}, "
                f"{num(state.running)} running, {num(state.waiting)} waiting")
         evidence = (Evidence("metrics", first.t, "kv_usage", first_state.kv_usage),
                     Evidence("metrics", last.t, "kv_usage", state.kv_usage),
                     Evidence("metrics", last.t, "waiting", state.waiting))
         verdicts.append(Verdict("kv_pressure", last.t, first.t, why, evidence,
-                                {"engine": key, "kv_usage": state.kv_usage, "peak_kv_usage": peak, "mean_kv_usage": mean,
-                                 "sustained_s": sustained, "kv_total_tokens": state.kv_total_tokens}))
+                                {"engine": key, "rule": rule, "kv_usage": state.kv_usage, "peak_kv_usage": peak,
+                                 "mean_kv_usage": mean, "sustained_s": span,
+                                 "kv_total_tokens": state.kv_total_tokens}))
     return verdicts
+
+
+def _kv_held(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point]] | None:
+    stretch = _sustained(known, lambda s: s.kv_usage >= config.kv_high, config.kv_grace_s)
+    if stretch is None:
+        return None
+    (first, _), (last, _) = stretch
+    if last.t - first.t < config.kv_sustain_s:
+        return None
+    run = [p for p in known if first.t <= p[0].t <= last.t]
+    if _time_mean([(p.t, s.kv_usage) for p, s in run]) < config.kv_clear:
+        return None
+    return "held", run
+
+
+def _kv_queued(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point]] | None:
+    if not known:
+        return None
+    end = known[-1][0].t
+    run = [p for p in known if p[0].t >= end - config.kv_window_s]
+    if end - run[0][0].t < config.kv_sustain_s:
+        return None
+    if not any((s.waiting or 0) > 0 for _, s in run) or max(s.kv_usage for _, s in run) < config.kv_high:
+        return None
+    if _time_mean([(p.t, s.kv_usage) for p, s in run]) < config.kv_clear:
+        return None
+    return "queued", run
 
 
 # --- preemption ----------------------------------------------------------------------------------

@@ -47,14 +47,17 @@ class DetectorConfig:
     # ...and its cause is `slots` when running sat at the slot limit for at least this share of the
     # stretch (a real vLLM dips below it for a step whenever a request finishes before the next is admitted).
     overload_slots_share: float = 0.5
-    # kv_pressure: KV usage >= kv_high over at least kv_sustain_s, holding through dips shorter than
-    # kv_grace_s (a real vLLM under pressure swings 60-100% as requests finish or are preempted), with a
-    # time-weighted mean of at least kv_clear over that stretch. kv_high is also where overload's cause
-    # is "kv", not "slots".
+    # kv_pressure, either of two rules. Held: KV usage >= kv_high over at least kv_sustain_s, holding
+    # through dips shorter than kv_grace_s, with a time-weighted mean of at least kv_clear over that
+    # stretch. Queued: over the last kv_window_s (at least kv_sustain_s of it seen), requests waiting,
+    # a peak >= kv_high and a time-weighted mean >= kv_clear (a real vLLM under pressure swings 60-100%
+    # as requests finish or are preempted, with dips longer than any grace). kv_high is also where
+    # overload's cause is "kv", not "slots".
     kv_high: float = 0.90
     kv_clear: float = 0.80
     kv_sustain_s: float = 5.0
     kv_grace_s: float = 5.0
+    kv_window_s: float = 20.0
 
     # preemption: the counter rose by at least preemption_min within preemption_window_s
     # (the delta, never the cumulative value).
