@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from servewatch.clock import Clock
 from servewatch.timeline.samples import GpuDevice, GpuSample
 
@@ -66,6 +68,7 @@ class GpuSource:
 
     async def poll(self) -> list[GpuSample]:
         try:
-            return [self._probe.snapshot(self._clock.now())]
+            # NVML can hang on a wedged GPU (as nvidia-smi does): never on the event loop.
+            return [await asyncio.to_thread(self._probe.snapshot, self._clock.now())]
         except Exception as exc:  # noqa: BLE001
             return [GpuSample(t=self._clock.now(), available=False, error=_reason(exc))]

@@ -7,6 +7,8 @@ have no year or zone.
 
 from __future__ import annotations
 
+import asyncio
+
 import os
 import re
 
@@ -131,7 +133,7 @@ class LogTail:
     async def poll(self) -> list[LogEvent]:
         t = self._clock.now()
         try:
-            chunk = self._read()
+            chunk = await asyncio.to_thread(self._read)   # a stuck disk or NFS must not stop the probes
         except OSError as exc:
             self._opened = True  # a file that appears later is read from its start
             self._close()

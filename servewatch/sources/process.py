@@ -7,6 +7,7 @@ only to find its slot limit (--max-num-seqs / --max-running-requests).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 
@@ -78,6 +79,7 @@ class PsutilProbe:
         self._exit_status = exit_status
         self._reaped_status: tuple[int | None, int | None] | None = None   # (exit code, signal) seen on the zombie
         self._procs: dict[tuple[int, float], object] = {(pid, self.create_time): root}
+        self._titles: dict[tuple[int, float], str] = {}
 
     def slot_limit(self) -> int | None:
         """From the target's command line, read in memory and dropped."""
@@ -120,19 +122,31 @@ class PsutilProbe:
                 members.append(member)
         for stale in set(self._procs) - live_keys:
             del self._procs[stale]
+            self._titles.pop(stale, None)
         return ProcessSample(t=t, root_pid=self.pid, root_create_time=create_time, alive=True,
                              members=tuple(members))
+
+    def _title(self, proc, key: tuple[int, float]) -> str:
+        """Read once per process once it has a setproctitle title. Reading /proc/PID/cmdline takes the
+        target's memory-map lock: next to a vLLM worker busy allocating, one read blocked for seconds."""
+        title = self._titles.get(key)
+        if title is None:
+            title = title_of(proc)
+            if _TITLE.match(title):
+                self._titles[key] = title
+        return title
 
     def _member(self, proc, role: str | None) -> ProcessMember | None:
         psutil = self._psutil
         try:
             with proc.oneshot():
-                title = title_of(proc)
+                key = (proc.pid, proc.create_time())
+                title = self._title(proc, key)
                 status = proc.status()
                 rss = _maybe(lambda: proc.memory_info().rss)
                 threads = _maybe(proc.num_threads)
                 cpu = _maybe(lambda: proc.cpu_percent(None))
-                return ProcessMember(pid=proc.pid, create_time=proc.create_time(), role=role or role_of(title),
+                return ProcessMember(pid=proc.pid, create_time=key[1], role=role or role_of(title),
                                      title=title, status=status, rss_bytes=rss, threads=threads, cpu_percent=cpu)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return None
@@ -183,8 +197,10 @@ class ProcessSource:
         self.interval = interval
 
     async def poll(self) -> list[ProcessSample]:
+        # In a worker thread: a /proc read can block for seconds (below), and the health and metrics
+        # probes share the event loop.
         try:
-            return [self._probe.snapshot(self._clock.now())]
+            return [await asyncio.to_thread(self._probe.snapshot, self._clock.now())]
         except Exception as exc:  # noqa: BLE001 - never raise out of a source
             return [ProcessSample(t=self._clock.now(), root_pid=getattr(self._probe, "pid", 0), root_create_time=None,
                                   alive=True, error=f"unavailable: {type(exc).__name__}")]
