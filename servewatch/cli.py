@@ -11,7 +11,7 @@ from servewatch.errors import ServewatchError
 
 # Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
 # `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
-COMMANDS = ("inspect", "sim", "load", "watch", "verify", "summarize", "demo", "lab")
+COMMANDS = ("inspect", "sim", "load", "watch", "guard", "verify", "summarize", "demo", "lab")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,9 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that take a command line of their own after `--` (`servewatch guard URL -- vllm serve ...`):
+# everything after the first `--` is that command line, untouched by this parser.
+TAKES_A_COMMAND_LINE = ("guard",)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    server_command: list[str] = []
+    if argv and argv[0] in TAKES_A_COMMAND_LINE and "--" in argv:
+        cut = argv.index("--")
+        argv, server_command = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    args.server_command = server_command
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -53,62 +53,32 @@ def run(args) -> int:
 
 
 async def _watch(args) -> int:
-    import asyncio
-    import os
     import sys
     import time
 
-    import aiohttp
-
-    from servewatch.clock import RealClock
-    from servewatch.detectors import DetectorConfig
     from servewatch.sources.process import PsutilProbe
     from servewatch.watch.output import INCIDENT_VERDICTS, json_line, status_table
-    from servewatch.watch.recorder import Recorder
-    from servewatch.watch.bundle_sink import bundle_sink
-    from servewatch.watch.targets import base_url, http_sources
+    from servewatch.watch.session import record
 
-    target = base_url(args.url)
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
-    if args.log_file is not None and not os.path.isfile(args.log_file):
-        if not os.path.isdir(os.path.dirname(os.path.abspath(args.log_file))):
-            raise ServewatchError(f"--log-file {args.log_file}: no such directory")
-        print(f"servewatch watch: --log-file {args.log_file}: not there yet; it will be read once it appears",
-              file=sys.stderr)
-    config = DetectorConfig()
-    sink = bundle_sink(args.out, target, config) if args.out else None   # unwritable: one line, exit 2
-
-    clock = RealClock()
-    listeners = []
-    if args.json:
-        listeners.append(lambda fired: print(json_line(fired), flush=True))
+    listeners = [lambda fired: print(json_line(fired), flush=True)] if args.json else []
     stop_when = (lambda fired: fired.verdict.name in INCIDENT_VERDICTS) if args.stop_on_incident else None
-    connector = aiohttp.TCPConnector(limit=8, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        sources = http_sources(session, target, clock, args.interval, process_probe=probe,
-                               slot_limit=probe.slot_limit() if probe else None, log_file=args.log_file)
-        recorder = Recorder(sources, clock, history_s=args.history, config=config,
-                            on_verdict=sink.write if sink else None, listeners=listeners, stop_when=stop_when)
-        if sink is not None:
-            sink.recorder = recorder
-        started = time.monotonic()
-        announce = asyncio.create_task(_announce_recording(recorder, target))
-        on_demand = _OnDemand(recorder, sink)
-        terminated = _StopOnSigterm(recorder)
-        try:
-            if args.json:
-                await recorder.run(args.duration)
-            else:
-                await _run_live(recorder, started, status_table, args.duration)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            announce.cancel()
-            on_demand.close()
-            terminated.close()
-    if sink is not None and sink.failures:
-        print(f"servewatch watch: {sink.failures} bundle(s) could not be written", file=sys.stderr)
-    if terminated.received:
+    started = time.monotonic()
+    terminated = []
+
+    def on_recorder(recorder) -> None:
+        terminated.append(_StopOnSigterm(recorder))
+
+    async def live(recorder) -> None:
+        await _run_live(recorder, started, status_table, args.duration)
+
+    try:
+        recorder = await record(args, probe, tool="watch", listeners=listeners, stop_when=stop_when,
+                                on_recorder=on_recorder, drive=None if args.json else live)
+    finally:
+        for handler in terminated:
+            handler.close()
+    if terminated and terminated[0].received:
         print("servewatch watch: stopped (SIGTERM)", file=sys.stderr)
         return 0
     return 1 if recorder.stopped else 0
@@ -135,62 +105,6 @@ class _StopOnSigterm:
         import signal
 
         self.loop.remove_signal_handler(signal.SIGTERM)
-
-
-class _OnDemand:
-    """SIGUSR1 → a bundle of the current window, written off the event loop (the probes go on)."""
-
-    def __init__(self, recorder, sink):
-        import asyncio
-        import signal
-
-        self.recorder, self.sink = recorder, sink
-        self.loop = asyncio.get_running_loop()
-        self.tasks: set = set()
-        self.signal = getattr(signal, "SIGUSR1", None)
-        if self.signal is not None:
-            self.loop.add_signal_handler(self.signal, self._requested)
-
-    def _requested(self) -> None:
-        task = self.loop.create_task(self._write())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def _write(self) -> None:
-        import sys
-
-        if self.sink is None:
-            print("servewatch watch: SIGUSR1: no --out DIR was given, no bundle written", file=sys.stderr, flush=True)
-            return
-        window = self.recorder.ring.window()
-        if not len(window):
-            print("servewatch watch: SIGUSR1: nothing recorded yet, no bundle written", file=sys.stderr, flush=True)
-            return
-        path = await self.loop.run_in_executor(None, self.sink.write_on_demand, window)
-        if path is not None:   # a failure was already said on stderr by the writer, and counted
-            print(f"servewatch watch: bundle on demand: {path}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.signal is not None:
-            self.loop.remove_signal_handler(self.signal)
-
-
-async def _announce_recording(recorder, target: str) -> None:
-    """One stderr line once the first /health and /metrics answers are in: from here on, what happens
-    to the target is on the record (scripts can wait for this line before they start load)."""
-    import asyncio
-    import sys
-
-    while True:
-        window = recorder.ring.window()
-        if window.health and window.metrics:
-            health, metrics = window.health[-1], window.metrics[-1]
-            what = (f"{metrics.dialect} ({metrics.generation})" if metrics.dialect
-                    else (metrics.error or "no engine metrics"))
-            print(f"servewatch watch: recording {target}: /health {health.status or health.error}, "
-                  f"/metrics {what}", file=sys.stderr, flush=True)
-            return
-        await asyncio.sleep(0.1)
 
 
 async def _run_live(recorder, started, status_table, duration) -> None:

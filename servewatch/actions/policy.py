@@ -1,0 +1,77 @@
+"""What `servewatch guard` does about a verdict, and the exit status it ends with: pure decisions,
+no I/O (the command carries them out).
+
+Exit status, so that an orchestrator's restart policy sees the truth:
+  the server's own code   it exited by itself (128 + N when signal N ended it); 0 only when that is true
+  3  EXIT_KILLED           guard killed the tree after a verdict (a stall, a dead engine)
+  4  EXIT_MASKED_FAILURE   the server exited 0 although its engine had died (vLLM #48966): a failure
+  5  EXIT_DRAIN_TIMEOUT    asked to stop (SIGTERM), the server was still up after the drain timeout
+  1  EXIT_GONE_UNKNOWN     an attached server (not our child) exited; its status could not be read
+  0                        an attached server is still running when guard stops (SIGTERM, --duration)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXIT_GONE_UNKNOWN = 1
+EXIT_KILLED = 3
+EXIT_MASKED_FAILURE = 4
+EXIT_DRAIN_TIMEOUT = 5
+
+DEFAULT_ACT_ON = ("alive_health_ok_no_progress", "engine_dead")
+
+
+@dataclass(frozen=True, slots=True)
+class GuardConfig:
+    act_on: tuple[str, ...] = DEFAULT_ACT_ON
+    # engine_dead: the time a server gets to exit by itself (a real vLLM's API server does, 1–5 s after
+    # its engine died) before guard kills it; a stalled server never will, so a stall is acted on at once.
+    exit_grace_s: float = 10.0
+    drain_timeout_s: float = 30.0
+    stacks: bool = True
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    verdict: str
+    wait_for_exit_s: float      # let the server exit by itself first
+    stacks: bool                # py-spy dump of the tree before the kill
+    kill: bool                  # False in a dry run: say what would be done
+
+
+def action_for(verdict: str, config: GuardConfig) -> Action | None:
+    if verdict not in config.act_on:
+        return None
+    wait = config.exit_grace_s if verdict == "engine_dead" else 0.0
+    return Action(verdict, wait, config.stacks and not config.dry_run, not config.dry_run)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    server_exit: int | None = None    # Popen.returncode style: >= 0 exit code, < 0 minus the signal
+    server_gone: bool = False         # the root process is gone (its status may be unknown)
+    engine_died: bool = False         # an engine_dead verdict, or process_exit after an engine death
+    killed_for: str | None = None     # the verdict guard killed the tree for
+    drain: str | None = None          # None, "drained" or "timeout"
+
+
+def exit_status(outcome: Outcome) -> tuple[int, str]:
+    """(guard's exit status, the one line that says why)."""
+    if outcome.killed_for is not None:
+        return EXIT_KILLED, f"killed the server after {outcome.killed_for}"
+    if outcome.drain == "timeout":
+        return EXIT_DRAIN_TIMEOUT, "the server did not stop within the drain timeout; killed"
+    code = outcome.server_exit
+    if code is None:
+        if outcome.server_gone:
+            return EXIT_GONE_UNKNOWN, "the server exited; its exit status is unknown (not guard's child)"
+        return 0, "stopped watching; the server is still running"
+    drained = " after the drain" if outcome.drain == "drained" else ""
+    if code < 0:
+        return 128 - code, f"the server was ended by signal {-code}{drained}"
+    if code == 0 and outcome.engine_died and outcome.drain is None:
+        return EXIT_MASKED_FAILURE, ("the server exited 0 although its engine had died (vLLM #48966); "
+                                     "reported as a failure")
+    return code, f"the server exited {code}{drained}"

@@ -1,0 +1,172 @@
+"""`Guard`: the recorder's verdicts turned into actions on one server's process tree.
+
+A verdict in `act_on` → (engine_dead: a grace for the server to exit by itself) → py-spy stacks of the
+tree → SIGKILL of the tree → stop. SIGTERM to guard, for a server guard started → SIGTERM to the server
+(it drains) → wait up to the drain timeout → kill what is left. Every step is said in one line on
+stderr (and as a JSON line with --json); blocking work (py-spy, waiting for processes) runs in worker
+threads so the recorder keeps probing meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from servewatch.actions import stacks as stack_dump
+from servewatch.actions import tree
+from servewatch.actions.policy import Action, GuardConfig, Outcome, action_for, exit_status
+
+ReturnCode = Callable[[], "int | None"]     # Popen.poll of a server guard started; None when attached
+
+
+class Guard:
+    def __init__(self, root: tree.Member, config: GuardConfig, stacks_dir: Path, *, returncode: ReturnCode | None,
+                 json_lines: bool = False):
+        self.root = root
+        self.config = config
+        self.stacks_dir = stacks_dir
+        self.returncode = returncode
+        self.json_lines = json_lines
+        self.outcome = Outcome()
+        self.recorder = None          # set by the command; stopped when guard is done
+        self.busy = False             # an action or a drain is under way: no second one
+        self.tasks: set[asyncio.Task] = set()
+        self.done = asyncio.Event()
+
+    # --- events ------------------------------------------------------------------------------------
+
+    def on_fired(self, fired) -> None:
+        """Recorder listener (event loop thread)."""
+        name = fired.verdict.name
+        if name == "engine_dead" or (name == "process_exit" and fired.verdict.details.get("after_engine_death")):
+            self.outcome = replace(self.outcome, engine_died=True)
+        if name == "process_exit":
+            self._server_gone()
+            return
+        action = action_for(name, self.config)
+        if action is None or self.busy:
+            return
+        self._spawn(self._act(action))
+
+    def drain(self) -> None:
+        """SIGTERM/SIGINT to guard. A server guard started is asked to drain; an attached one is left
+        alone (guard only stops watching). A second signal during a drain kills the tree at once."""
+        if self.returncode is None:
+            self.say("stopping; the attached server is left running", event="stop")
+            self._finish()
+            return
+        if self.outcome.drain is not None:
+            self.say("second signal during the drain: killing the tree now", event="drain")
+            self._spawn(self._kill_after_drain())
+            return
+        self.outcome = replace(self.outcome, drain="draining")
+        self.busy = True
+        self._spawn(self._drain())
+
+    # --- actions -----------------------------------------------------------------------------------
+
+    async def _act(self, action: Action) -> None:
+        self.busy = True
+        loop = asyncio.get_running_loop()
+        if action.wait_for_exit_s > 0:
+            self.say(f"{action.verdict}: giving the server {action.wait_for_exit_s:g} s to exit by itself",
+                     event="grace", verdict=action.verdict)
+            if await self._root_gone_within(action.wait_for_exit_s):
+                self.busy = False
+                return     # process_exit takes it from here
+        members = tree.snapshot(self.root.pid, self.root.create_time)
+        if not members:
+            self.busy = False
+            return
+        if not action.kill:
+            self.say(f"{action.verdict}: dry run: would dump the stacks of {len(members)} process(es) and kill the "
+                     f"tree ({_roles(members)})", event="dry_run", verdict=action.verdict)
+            self.busy = False
+            return
+        if action.stacks:
+            capture = await loop.run_in_executor(None, self._capture, members)
+            where = f" → {capture.path}" if capture.path else ""
+            self.say(f"{action.verdict}: stacks {capture.status}"
+                     f"{' (' + capture.reason + ')' if capture.reason else ''}{where}",
+                     event="stacks", verdict=action.verdict, path=capture.path, **capture.public())
+        killed = await loop.run_in_executor(None, tree.kill, members)
+        self.outcome = replace(self.outcome, killed_for=action.verdict)
+        self.say(f"{action.verdict}: killed the tree ({_roles(killed.members)})"
+                 + (f"; still there: {list(killed.survivors)}" if killed.survivors else ""),
+                 event="kill", verdict=action.verdict, killed=len(killed.members), survivors=list(killed.survivors))
+        self._finish()
+
+    def _capture(self, members):
+        return stack_dump.capture(members, self.stacks_dir, when=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+
+    async def _drain(self) -> None:
+        self.say(f"asking the server to drain (SIGTERM to pid {self.root.pid}); up to "
+                 f"{self.config.drain_timeout_s:g} s", event="drain")
+        if not tree.ask_to_stop(self.root):
+            self._server_gone()
+            return
+        if await self._root_gone_within(self.config.drain_timeout_s):
+            self.outcome = replace(self.outcome, drain="drained")
+            self._server_gone()
+            return
+        await self._kill_after_drain()
+
+    async def _kill_after_drain(self) -> None:
+        members = tree.snapshot(self.root.pid, self.root.create_time)
+        killed = await asyncio.get_running_loop().run_in_executor(None, tree.kill, members)
+        self.outcome = replace(self.outcome, drain="timeout")
+        self.say(f"drain: killed the tree ({_roles(killed.members)})", event="kill", killed=len(killed.members),
+                 survivors=list(killed.survivors))
+        self._finish()
+
+    async def _root_gone_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._root_gone():
+                return True
+            await asyncio.sleep(0.1)   # another process's state: polled
+        return self._root_gone()
+
+    def _root_gone(self) -> bool:
+        if self.returncode is not None:
+            return self.returncode() is not None
+        return not tree.snapshot(self.root.pid, self.root.create_time)
+
+    # --- the end -----------------------------------------------------------------------------------
+
+    def _server_gone(self) -> None:
+        code = self.returncode() if self.returncode is not None else None
+        drain = self.outcome.drain if self.outcome.drain != "draining" else "drained"
+        self.outcome = replace(self.outcome, server_gone=True, server_exit=code, drain=drain)
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.outcome.drain == "draining":
+            self.outcome = replace(self.outcome, drain=None)
+        self.done.set()
+        if self.recorder is not None:
+            self.recorder.stop()
+
+    def result(self) -> tuple[int, str]:
+        code, why = exit_status(self.outcome)
+        self.say(f"exit {code}: {why}", event="exit", code=code)
+        return code, why
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def say(self, line: str, *, event: str, **fields) -> None:
+        print(f"servewatch guard: {line}", file=sys.stderr, flush=True)
+        if self.json_lines:
+            print(json.dumps({"guard": event, **fields}, ensure_ascii=False), flush=True)
+
+
+def _roles(members) -> str:
+    return ", ".join(f"{m.role} {m.pid}" for m in members)

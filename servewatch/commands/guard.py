@@ -1,0 +1,176 @@
+"""`servewatch guard URL -- COMMAND...` (or `--pid PID`): the watchdog that acts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from servewatch.commands.watch import duration
+from servewatch.errors import ServewatchError
+
+EPILOG = """\
+exit status (what a restart policy should see):
+  N    the server exited N by itself (128+S when signal S ended it)
+  3    guard killed the server after a verdict (stall, dead engine)
+  4    the server exited 0 although its engine had died (vLLM #48966)
+  5    after SIGTERM, the server was still up at the drain timeout and was killed
+  1    an attached server exited and its status could not be read
+  0    the server exited 0, or guard stopped watching an attached server that still runs
+  2    bad arguments or input
+"""
+
+
+def default_stacks_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "servewatch" / "stacks"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "guard", usage="servewatch guard URL [options] (-- COMMAND... | --pid PID)",
+        help="supervise a server: on a stall or a dead engine, dump its stacks and kill its tree",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="Start the server (`-- COMMAND...`) or attach to it (--pid), record it like `watch`, and act "
+                    "on the verdicts named by --act-on: py-spy stacks of every process in the tree (to a private "
+                    "file, never into a bundle), then SIGKILL of the tree. An engine_dead server first gets "
+                    "--exit-grace to exit by itself. SIGTERM or ^C to guard: a server it started is sent SIGTERM "
+                    "and given --drain-timeout to finish its requests; an attached server is left alone.")
+    parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
+    parser.add_argument("--interval", type=duration, default=0.5, help="probe cadence (default 0.5s)")
+    parser.add_argument("--act-on", default=",".join(_default_act_on()), metavar="VERDICTS",
+                        help="comma-separated verdicts that make guard act (default: %(default)s)")
+    parser.add_argument("--exit-grace", type=duration, default=10.0, metavar="S",
+                        help="engine_dead: time the server gets to exit by itself before the kill (default 10s)")
+    parser.add_argument("--drain-timeout", type=duration, default=30.0, metavar="S",
+                        help="after SIGTERM, time the server gets to finish its requests (default 30s); set it "
+                             "from your e2e latency p99, not a platform default")
+    parser.add_argument("--stacks-dir", metavar="DIR", help=f"where py-spy dumps go (private; default "
+                                                            f"{default_stacks_dir()})")
+    parser.add_argument("--no-stacks", action="store_true", help="kill without dumping stacks first")
+    parser.add_argument("--dry-run", action="store_true", help="say what would be done; send no signal")
+    parser.add_argument("--out", metavar="DIR", help="write an incident bundle per verdict into DIR")
+    parser.add_argument("--log-file", metavar="F", help="the server's log file, tailed and parsed")
+    parser.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (a server guard "
+                                                                       "started is then drained)")
+    parser.add_argument("--json", action="store_true", help="JSON lines on stdout: verdicts and guard's actions "
+                                                            "(a started server's stdout then goes to stderr)")
+    parser.set_defaults(func=run)
+
+
+def _default_act_on() -> tuple[str, ...]:
+    from servewatch.actions.policy import DEFAULT_ACT_ON
+
+    return DEFAULT_ACT_ON
+
+
+def parse_act_on(text: str) -> tuple[str, ...]:
+    from servewatch.detectors.verdict import VERDICT_NAMES
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in VERDICT_NAMES]
+    if unknown or not names:
+        raise ServewatchError(f"--act-on {text!r}: unknown verdict(s) {', '.join(unknown) or '(none given)'} "
+                              f"(known: {', '.join(VERDICT_NAMES)})")
+    return names
+
+
+def run(args) -> int:
+    import asyncio
+
+    from servewatch.actions.policy import GuardConfig
+
+    command = args.server_command     # what followed `--` (servewatch.cli)
+    if bool(command) == (args.pid is not None):
+        raise ServewatchError("give either -- COMMAND (start the server) or --pid PID (attach), not both or neither")
+    config = GuardConfig(act_on=parse_act_on(args.act_on), exit_grace_s=args.exit_grace,
+                         drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
+    return asyncio.run(_guard(args, command, config))
+
+
+async def _guard(args, command: list[str], config) -> int:
+    import asyncio
+    import signal
+    import subprocess
+    import sys
+
+    from servewatch.actions.supervisor import Guard
+    from servewatch.actions.tree import Member
+    from servewatch.sources.process import PsutilProbe
+    from servewatch.watch.session import record
+
+    loop = asyncio.get_running_loop()
+    signalled: list[int] = []       # a signal before the guard exists is acted on once it does
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, signalled.append, sig)
+    server = None
+    try:
+        if command:
+            server = _start(command, json_lines=args.json)
+        pid = server.pid if server is not None else args.pid
+        probe = PsutilProbe(pid, exit_status=server.poll if server is not None else None)  # wrong PID: one line
+        guard = Guard(Member(pid, probe.create_time, "api"), config,
+                      Path(args.stacks_dir) if args.stacks_dir else default_stacks_dir(),
+                      returncode=server.poll if server is not None else None, json_lines=args.json)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, guard.drain)
+        if signalled:
+            guard.drain()
+        await record(args, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired],
+                     on_recorder=_attach(guard))
+        if not guard.done.is_set():          # --duration ran out
+            guard.drain()
+        await guard.done.wait()
+        while guard.tasks:
+            await asyncio.gather(*list(guard.tasks), return_exceptions=True)
+    except BaseException:     # e.g. an unwritable --out: a server guard started does not outlive it
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait(timeout=10)
+        raise
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    if server is not None:
+        try:
+            server.wait(timeout=5)     # reap a killed server (its status is already decided)
+        except subprocess.TimeoutExpired:
+            pass
+    code, _ = guard.result()
+    return code
+
+
+def _start(command: list[str], *, json_lines: bool):
+    import subprocess
+    import sys
+
+    # Its own session: a ^C in guard's terminal reaches guard, which drains the server. With --json,
+    # guard's stdout carries only JSON lines: the server's stdout goes to stderr with its logs.
+    try:
+        server = subprocess.Popen(command, start_new_session=True, stdout=sys.stderr if json_lines else None)
+    except OSError as exc:
+        raise ServewatchError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
+    print(f"servewatch guard: started {os.path.basename(command[0])} as pid {server.pid}", file=sys.stderr, flush=True)
+    return server
+
+
+def _verdict_printer(json_lines: bool):
+    import sys
+
+    from servewatch.watch.output import json_line
+
+    def show(fired) -> None:
+        if json_lines:
+            print(json_line(fired), flush=True)
+        else:
+            print(f"servewatch guard: {fired.verdict.name}: {fired.verdict.why}", file=sys.stderr, flush=True)
+    return show
+
+
+def _attach(guard):
+    def attach(recorder) -> None:
+        guard.recorder = recorder
+        if guard.done.is_set():
+            recorder.stop()
+    return attach

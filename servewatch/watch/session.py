@@ -1,0 +1,112 @@
+"""One recording session against a URL, as `watch` and `guard` run it: the sources, the recorder, the
+bundle sink, the "recording" announcement and SIGUSR1 on-demand bundles. The caller adds what it
+does with verdicts (listeners) and how the session ends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+from servewatch.errors import ServewatchError
+
+
+async def record(args, probe, *, tool: str, listeners: Sequence[Callable] = (), stop_when=None,
+                 on_recorder: Callable | None = None, drive: Callable[..., Awaitable[None]] | None = None):
+    """Record args.url (with args.interval, args.out, args.log_file, args.duration) until the duration
+    ends or the recorder is stopped; the recorder when done. `drive(recorder)` replaces the plain run
+    (the live table); `on_recorder(recorder)` is called once it exists."""
+    import aiohttp
+
+    from servewatch.clock import RealClock
+    from servewatch.detectors import DetectorConfig
+    from servewatch.watch.bundle_sink import bundle_sink
+    from servewatch.watch.recorder import Recorder
+    from servewatch.watch.targets import base_url, http_sources
+
+    target = base_url(args.url)
+    if args.log_file is not None and not os.path.isfile(args.log_file):
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.log_file))):
+            raise ServewatchError(f"--log-file {args.log_file}: no such directory")
+        print(f"servewatch {tool}: --log-file {args.log_file}: not there yet; it will be read once it appears",
+              file=sys.stderr)
+    config = DetectorConfig()
+    sink = bundle_sink(args.out, target, config) if args.out else None   # unwritable: one line, exit 2
+    clock = RealClock()
+    connector = aiohttp.TCPConnector(limit=8, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        sources = http_sources(session, target, clock, args.interval, process_probe=probe,
+                               slot_limit=probe.slot_limit() if probe else None, log_file=args.log_file)
+        recorder = Recorder(sources, clock, history_s=getattr(args, "history", 600.0), config=config,
+                            on_verdict=sink.write if sink else None, listeners=listeners, stop_when=stop_when)
+        if sink is not None:
+            sink.recorder = recorder
+        if on_recorder is not None:
+            on_recorder(recorder)
+        announce = asyncio.create_task(_announce_recording(recorder, target, tool))
+        on_demand = _OnDemand(recorder, sink, tool)
+        try:
+            if drive is not None:
+                await drive(recorder)
+            else:
+                await recorder.run(args.duration)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            announce.cancel()
+            on_demand.close()
+    if sink is not None and sink.failures:
+        print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
+    return recorder
+
+
+class _OnDemand:
+    """SIGUSR1 → a bundle of the current window, written off the event loop (the probes go on)."""
+
+    def __init__(self, recorder, sink, tool: str):
+        import signal
+
+        self.recorder, self.sink, self.tool = recorder, sink, tool
+        self.loop = asyncio.get_running_loop()
+        self.tasks: set = set()
+        self.signal = getattr(signal, "SIGUSR1", None)
+        if self.signal is not None:
+            self.loop.add_signal_handler(self.signal, self._requested)
+
+    def _requested(self) -> None:
+        task = self.loop.create_task(self._write())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _write(self) -> None:
+        say = f"servewatch {self.tool}: SIGUSR1:"
+        if self.sink is None:
+            print(f"{say} no --out DIR was given, no bundle written", file=sys.stderr, flush=True)
+            return
+        window = self.recorder.ring.window()
+        if not len(window):
+            print(f"{say} nothing recorded yet, no bundle written", file=sys.stderr, flush=True)
+            return
+        path = await self.loop.run_in_executor(None, self.sink.write_on_demand, window)
+        if path is not None:   # a failure was already said on stderr by the writer, and counted
+            print(f"servewatch {self.tool}: bundle on demand: {path}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.signal is not None:
+            self.loop.remove_signal_handler(self.signal)
+
+
+async def _announce_recording(recorder, target: str, tool: str) -> None:
+    """One stderr line once the first /health and /metrics answers are in: from here on, what happens
+    to the target is on the record (scripts can wait for this line before they start load)."""
+    while True:
+        window = recorder.ring.window()
+        if window.health and window.metrics:
+            health, metrics = window.health[-1], window.metrics[-1]
+            what = (f"{metrics.dialect} ({metrics.generation})" if metrics.dialect
+                    else (metrics.error or "no engine metrics"))
+            print(f"servewatch {tool}: recording {target}: /health {health.status or health.error}, "
+                  f"/metrics {what}", file=sys.stderr, flush=True)
+            return
+        await asyncio.sleep(0.1)
