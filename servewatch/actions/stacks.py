@@ -83,8 +83,17 @@ def capture(members: tuple[Member, ...], out_dir: Path, *, timeout_s: float = 10
 
 
 def _dump_one(py_spy: str, pid: int, timeout_s: float) -> tuple[str, str]:
+    status, text = _py_spy_dump(py_spy, pid, timeout_s, [])
+    if status == "failed" and "suspend" in text:
+        # A stopped process (SIGSTOP, a debugger) cannot be suspended again; it holds still for a
+        # nonblocking read all the same.
+        status, text = _py_spy_dump(py_spy, pid, timeout_s, ["--nonblocking"])
+    return status, text
+
+
+def _py_spy_dump(py_spy: str, pid: int, timeout_s: float, options: list[str]) -> tuple[str, str]:
     try:
-        done = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, timeout=timeout_s)
+        done = subprocess.run([py_spy, "dump", *options, "--pid", str(pid)], capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return "timeout", f"py-spy did not finish within {timeout_s:g} s"
     except OSError as exc:
