@@ -51,6 +51,7 @@ class Guard:
         action = action_for(name, self.config)
         if action is None or self.busy:
             return
+        self.busy = True      # a second verdict of the same detection run does not start a second action
         self._spawn(self._act(action))
 
     def drain(self) -> None:
@@ -71,7 +72,6 @@ class Guard:
     # --- actions -----------------------------------------------------------------------------------
 
     async def _act(self, action: Action) -> None:
-        self.busy = True
         loop = asyncio.get_running_loop()
         if action.wait_for_exit_s > 0:
             self.say(f"{action.verdict}: giving the server {action.wait_for_exit_s:g} s to exit by itself",

@@ -93,7 +93,6 @@ async def _guard(args, command: list[str], config) -> int:
     import asyncio
     import signal
     import subprocess
-    import sys
 
     from servewatch.actions.supervisor import Guard
     from servewatch.actions.tree import Member

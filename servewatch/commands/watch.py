@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import re
 
-from servewatch.errors import ServewatchError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
