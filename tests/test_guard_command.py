@@ -154,7 +154,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
                            text=True, timeout=30)
     missing = subprocess.run([*GUARD, "http://127.0.0.1:1", "--", str(tmp_path / "no-such-server")],
                              capture_output=True, text=True, timeout=30)
-    for result in (both, neither, wrong, missing):
+    gone = subprocess.run([*GUARD, "http://127.0.0.1:1", "--pid", "999999999"], capture_output=True, text=True,
+                          timeout=30)
+    assert gone.stderr.strip() == "servewatch guard: --pid 999999999: no such process"
+    for result in (both, neither, wrong, missing, gone):
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "either -- COMMAND" in both.stderr and "either -- COMMAND" in neither.stderr
     assert "unknown verdict(s) stall" in wrong.stderr
