@@ -8,11 +8,13 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
+import urllib.request
 
 import psutil
 import pytest
 
-from tests.test_watch_command import free_port, read_stderr_until, send_long_requests, wait_healthy
+from tests.test_watch_command import free_port, read_stderr_until, send_long_requests, wait_healthy, wait_until
 
 GUARD = [sys.executable, "-m", "servewatch", "guard"]
 SIM = [sys.executable, "-m", "servewatch", "sim", "--max-num-seqs", "8", "--model-name", "tiny"]
@@ -81,6 +83,16 @@ def test_a_stalled_server_gets_its_stacks_dumped_and_its_tree_killed_exit_3(tmp_
     assert all(dump.name not in p.read_text() and "Thread " not in p.read_text() for p in bundle.iterdir())
 
 
+def _completion(url, max_tokens, results):
+    body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True}).encode()
+    request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            results.append((response.status, json.loads(response.read())["usage"]["completion_tokens"]))
+    except OSError as exc:
+        results.append((type(exc).__name__, None))
+
+
 def test_sigterm_drains_a_server_guard_started_and_exits_with_its_status(tmp_path, reaper):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -88,11 +100,27 @@ def test_sigterm_drains_a_server_guard_started_and_exits_with_its_status(tmp_pat
     reaper(started_pid(proc))
     read_stderr_until(proc, r"^servewatch guard: recording ", timeout_s=30)
     wait_healthy(url)      # up, with its SIGTERM handler (before that, SIGTERM ends it: exit 143)
+    results: list = []
+    clients = [threading.Thread(target=_completion, args=(url, 200, results)) for _ in range(2)]
+    for client in clients:
+        client.start()
+    assert wait_until(lambda: _running(url) == 2, 30), "the two requests never ran"
     proc.send_signal(signal.SIGTERM)
     lines, stderr = finish(proc)
+    for client in clients:
+        client.join(timeout=60)
     assert proc.returncode == 0, stderr
     assert [line["guard"] for line in lines if "guard" in line] == ["drain", "exit"]
     assert "the server exited 0 after the drain" in stderr
+    assert results == [(200, 200), (200, 200)]      # the requests in flight at SIGTERM finished
+
+
+def _running(url) -> float:
+    from servewatch.exposition.parser import parse
+
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+        families = parse(response.read().decode())
+    return sum(s.value for f in families.values() if f.name == "vllm:num_requests_running" for s in f.samples)
 
 
 def test_a_server_that_ignores_sigterm_is_killed_at_the_drain_timeout_exit_5(tmp_path, reaper):

@@ -19,7 +19,8 @@ TIMEOUT = aiohttp.ClientTimeout(total=20)
 
 @contextlib.asynccontextmanager
 async def serving(engine: SimEngine, *, step_loop: bool):
-    runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None)
+    # A short drain: a test that leaves a stream unfinished must not wait aiohttp's default 60 s.
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -29,11 +30,11 @@ async def serving(engine: SimEngine, *, step_loop: bool):
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", timeout=TIMEOUT) as session:
             yield session
     finally:
+        await runner.cleanup()
         if loop_task is not None:
             loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await loop_task
-        await runner.cleanup()
 
 
 def _run(coro):

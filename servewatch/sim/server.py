@@ -25,6 +25,7 @@ from servewatch.sim.logs import SGLANG_VERSION, VLLM_VERSION
 
 ENGINE_KEY = web.AppKey("engine", SimEngine)
 MAX_BODY = 4 * 2**20
+SHUTDOWN_DRAIN_S = 10.0     # on SIGTERM, in-flight requests get this long to finish before they are cut
 
 
 def build_app(engine: SimEngine) -> web.Application:
@@ -403,7 +404,8 @@ async def serve(engine: SimEngine, host: str, port: int, *, on_listening=None, s
             while engine.state == STARTING and not stop.is_set():
                 await _wait_any(stop, loop_task, 0.05)
         if engine.state in (STARTING, READY) and not stop.is_set():
-            runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None)
+            runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None,
+                                   shutdown_timeout=SHUTDOWN_DRAIN_S)
             await runner.setup()
             site = web.TCPSite(runner, host, port)
             await site.start()
@@ -424,14 +426,16 @@ async def serve(engine: SimEngine, host: str, port: int, *, on_listening=None, s
             engine.log.shutdown()
         return 0
     finally:
+        # Stop listening, then drain: the engine keeps stepping while in-flight requests finish (up to
+        # SHUTDOWN_DRAIN_S), the way a server's graceful shutdown does; only then does the engine stop.
+        if runner is not None:
+            await runner.cleanup()
         if not loop_task.done():
             loop_task.cancel()
             try:
                 await loop_task
             except asyncio.CancelledError:
                 pass
-        if runner is not None:
-            await runner.cleanup()
 
 
 async def _wait_any(stop: asyncio.Event, task: asyncio.Task, timeout: float) -> None:
