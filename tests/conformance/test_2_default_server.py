@@ -18,10 +18,10 @@ from lab_scrape import (
     first_bucket_fraction,
     health_over,
     scrape,
-    wait_for_steady_progress,
     wait_until,
 )
 from lab_servers import start_ready
+from lab_signals import stop_on_running_work
 from lab_traffic import Traffic
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
@@ -38,16 +38,6 @@ def server(lab):
     yield server
     server.stop()
     lab.obs.save_text("default_server.log", log_excerpt(server.log_text(), max_lines=1500))
-
-
-def status_within(pid: int, wanted: str, *, timeout_s: float) -> str:
-    """The process's status once it is `wanted` (a signal takes effect asynchronously: a multi-threaded
-    worker is not "stopped" the instant SIGSTOP is sent), or its last status at the deadline."""
-    proc = psutil.Process(pid)
-    deadline = time.monotonic() + timeout_s
-    while (status := proc.status()) != wanted and time.monotonic() < deadline:
-        time.sleep(0.01)   # another process's state: nothing to wait on but /proc
-    return status
 
 
 # -- idle ----------------------------------------------------------------------------------------
@@ -198,27 +188,6 @@ def _fmt(value) -> str:
 
 
 # -- SIGSTOP: health green, no progress ------------------------------------------------------------
-
-def stop_on_running_work(server, worker: int, traffic, tries: int = 3):
-    """SIGSTOP the worker while requests are running: (stopped_at, worker status, scrape while stopped).
-    A stop that lands between two waves of requests (running 0 in the frozen scrape) is undone at once
-    (well under the detector's 2 s floor) and tried again, up to `tries` times."""
-    for _ in range(tries):
-        moving = wait_for_steady_progress(server.url, span_s=1.5)
-        assert moving is not None, f"the requests never kept generating: {describe_wait()}; traffic {traffic.result}"
-        os.kill(worker, signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        try:
-            status = status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0)
-            frozen = scrape(server.url)
-        except BaseException:
-            os.kill(worker, signal.SIGCONT)
-            raise
-        if frozen.get("vllm:num_requests_running") >= 1:
-            return stopped_at, status, frozen
-        os.kill(worker, signal.SIGCONT)
-    raise AssertionError(f"nothing running at {tries} stops of the worker; traffic so far {traffic.result.statuses}")
-
 
 def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
     tree = server.process_tree()

@@ -4,7 +4,6 @@ the tree killed → exit 3; SIGTERM → vLLM drains and guard exits with vLLM's 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -14,7 +13,8 @@ import psutil
 import pytest
 from lab_cli import SERVEWATCH, assert_bundles_verify
 from lab_observations import log_excerpt
-from lab_scrape import health, wait_for_steady_progress
+from lab_scrape import health
+from lab_signals import stop_on_running_work
 from lab_traffic import Traffic
 
 from servewatch.lab.server import ServerConfig, free_port, vllm_command, vllm_environment
@@ -109,11 +109,15 @@ def test_guard_dumps_the_stacks_of_a_stalled_vllm_and_kills_its_tree(lab, run_di
     with GuardedVllm(lab, run_dir, "stall") as guarded:
         ready = guarded.wait_ready()
         worker = guarded.role_pid("VLLM::Worker")
-        traffic = Traffic(guarded.url, n=4, concurrency=4, max_tokens=1800, timeout_s=300).start()
-        assert wait_for_steady_progress(guarded.url, span_s=1.5) is not None, "the requests never kept generating"
-        os.kill(worker, signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        code = guarded.proc.wait(timeout=120)
+        # Three waves of 4 x 1800 tokens: a starved client (this machine freezes everything but vLLM's
+        # worker for seconds at a time) still finds requests running when it stops the worker.
+        traffic = Traffic(guarded.url, n=12, concurrency=4, max_tokens=1800, timeout_s=300).start()
+        stopped_at, _, _ = stop_on_running_work(guarded, worker, traffic)
+        try:
+            code = guarded.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"guard did not act within 90 s of the stop; its lines: "
+                                 f"{[line for _, line in guarded.lines]}") from None
         events = guarded.events()
         tree = list(guarded.tree)
     traffic.wait(60)
@@ -134,7 +138,7 @@ def test_guard_dumps_the_stacks_of_a_stalled_vllm_and_kills_its_tree(lab, run_di
     assert kill["survivors"] == [] and kill["killed"] >= 3
     assert all(_gone(proc) for proc in tree), [(p.pid, p.status()) for p in tree if not _gone(p)]
     assert events["exit"][1]["code"] == 3
-    assert traffic.result.statuses != [200] * 4     # the stalled requests were cut, not completed
+    assert traffic.result.statuses != [200] * 12    # the stalled requests were cut, not completed
     assert_bundles_verify(guarded.out)
 
 
