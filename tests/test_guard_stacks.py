@@ -62,3 +62,12 @@ def test_a_pid_that_is_gone_or_reused_is_not_in_the_tree(sleeper):
     sleeper.kill()
     sleeper.wait(timeout=10)
     assert snapshot(sleeper.pid, create_time) == ()
+
+
+@pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not installed")
+def test_an_unwritable_stacks_directory_is_a_typed_failure_not_an_exception(tmp_path, sleeper):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = capture(snapshot(sleeper.pid), blocker / "stacks", timeout_s=20)
+    assert (result.status, result.path) == ("failed", None)
+    assert result.reason.startswith("cannot write ") and str(blocker) in result.reason

@@ -69,16 +69,20 @@ def capture(members: tuple[Member, ...], out_dir: Path, *, timeout_s: float = 10
     if py_spy is None:
         return StackCapture("unavailable", None, None, reason="py-spy is not installed (pip install py-spy)")
     producer = producer_version(py_spy)
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"stacks-{when or time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.txt"
     results = []
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        for member in members:
-            started = time.monotonic()
-            status, text = _dump_one(py_spy, member.pid, timeout_s)
-            results.append(ProcessStacks(member.pid, member.role, status, round(time.monotonic() - started, 3)))
-            out.write(f"=== pid {member.pid} ({member.role}): {status}\n{text}\n")
+    try:   # a full or read-only disk costs the stacks, never the action that follows them
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for member in members:
+                started = time.monotonic()
+                status, text = _dump_one(py_spy, member.pid, timeout_s)
+                results.append(ProcessStacks(member.pid, member.role, status, round(time.monotonic() - started, 3)))
+                out.write(f"=== pid {member.pid} ({member.role}): {status}\n{text}\n")
+    except OSError as exc:
+        return StackCapture("failed", producer, None, tuple(results),
+                            reason=f"cannot write {path}: {exc.strerror or exc}")
     return StackCapture(_overall(results), producer, str(path), tuple(results))
 
 

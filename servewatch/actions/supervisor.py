@@ -102,7 +102,10 @@ class Guard:
         self._finish()
 
     def _capture(self, members):
-        return stack_dump.capture(members, self.stacks_dir, when=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        try:
+            return stack_dump.capture(members, self.stacks_dir, when=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        except Exception as exc:  # noqa: BLE001 - the stacks are evidence; the kill that follows is the action
+            return stack_dump.StackCapture("failed", None, None, reason=f"{type(exc).__name__}: {exc}")
 
     async def _drain(self) -> None:
         self.say(f"asking the server to drain (SIGTERM to pid {self.root.pid}); up to "
