@@ -5,7 +5,7 @@ process that merely reuses a PID, and the two ways to end it: ask (SIGTERM to th
 from __future__ import annotations
 
 import signal as signals
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +19,7 @@ class Member:
 class Killed:
     members: tuple[Member, ...]                 # what was signalled
     survivors: tuple[int, ...] = ()             # still there after the wait
-    skipped: tuple[int, ...] = field(default=())   # gone or a different process by then
+    skipped: tuple[int, ...] = ()               # gone or a different process by then
 
 
 def snapshot(pid: int, create_time: float | None = None) -> tuple[Member, ...]:

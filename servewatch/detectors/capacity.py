@@ -119,10 +119,9 @@ def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
         found = _kv_held(known, config) or _kv_queued(known, config)
         if found is None:
             continue
-        rule, run = found
+        rule, run, mean = found
         (first, first_state), (last, state) = run[0], run[-1]
         span = last.t - first.t
-        mean = _time_mean([(p.t, s.kv_usage) for p, s in run])
         peak = max(s.kv_usage for _, s in run)
         tokens = ""
         if state.kv_used_tokens is not None and state.kv_total_tokens:
@@ -146,7 +145,7 @@ def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
     return verdicts
 
 
-def _kv_held(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point]] | None:
+def _kv_held(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point], float] | None:
     stretch = _sustained(known, lambda s: s.kv_usage >= config.kv_high, config.kv_grace_s)
     if stretch is None:
         return None
@@ -154,12 +153,11 @@ def _kv_held(known: list[Point], config: DetectorConfig) -> tuple[str, list[Poin
     if last.t - first.t < config.kv_sustain_s:
         return None
     run = [p for p in known if first.t <= p[0].t <= last.t]
-    if _time_mean([(p.t, s.kv_usage) for p, s in run]) < config.kv_clear:
-        return None
-    return "held", run
+    mean = _time_mean([(p.t, s.kv_usage) for p, s in run])
+    return ("held", run, mean) if mean >= config.kv_clear else None
 
 
-def _kv_queued(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point]] | None:
+def _kv_queued(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point], float] | None:
     if not known:
         return None
     end = known[-1][0].t
@@ -168,9 +166,8 @@ def _kv_queued(known: list[Point], config: DetectorConfig) -> tuple[str, list[Po
         return None
     if not any((s.waiting or 0) > 0 for _, s in run) or max(s.kv_usage for _, s in run) < config.kv_high:
         return None
-    if _time_mean([(p.t, s.kv_usage) for p, s in run]) < config.kv_clear:
-        return None
-    return "queued", run
+    mean = _time_mean([(p.t, s.kv_usage) for p, s in run])
+    return ("queued", run, mean) if mean >= config.kv_clear else None
 
 
 # --- preemption ----------------------------------------------------------------------------------
