@@ -11,7 +11,8 @@ from servewatch.errors import ServewatchError
 
 # Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
 # `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
-COMMANDS = ("inspect", "sim", "load", "watch", "guard", "verify", "summarize", "demo", "lab")
+COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summarize", "postmortem", "diagnose",
+            "advise", "rules", "dashboard", "demo", "lab")
 
 
 def build_parser() -> argparse.ArgumentParser:
