@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 
+# Settings earlier releases stored in bundles and that now live elsewhere (read and ignored).
+RETIRED = frozenset({"engine_dead_status"})    # now the dialect's health_dead_status
+
+
 @dataclass(frozen=True, slots=True)
 class DetectorConfig:
     # Detectors only read samples newer than (window end - lookback_s). A bundle that stores that
@@ -32,8 +36,7 @@ class DetectorConfig:
     # health_loss: this many consecutive failed probes (no answer or non-2xx).
     health_fail_count: int = 3
 
-    # engine_dead: the HTTP status that means "engine dead" on vLLM (and when the dialect is unknown).
-    engine_dead_status: int = 503
+    # engine_dead: the /health status that means "engine dead" is the dialect's (vLLM 503; SGLang none).
     # log lines of an engine death count for this long after they were read.
     log_evidence_s: float = 30.0
 
@@ -76,6 +79,7 @@ class DetectorConfig:
     @classmethod
     def from_dict(cls, data: dict) -> DetectorConfig:
         known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k not in RETIRED}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown detector settings: {', '.join(sorted(unknown))}")

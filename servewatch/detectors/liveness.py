@@ -7,27 +7,33 @@ died, which defeats Restart=on-failure.
 
 from __future__ import annotations
 
+from servewatch import dialects
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.dialects.vllm import describe_startup_failure
 from servewatch.timeline.samples import HealthSample, ProcessSample
 from servewatch.timeline.window import Window
 
 _ENGINE_ROLES = ("engine_core", "worker")
-_TITLE_DIALECTS = (("VLLM::", "vllm"), ("sglang::", "sglang"))
 
 
-def dialect_hint(window: Window) -> str | None:
+def dialect_hint(window: Window) -> dialects.Dialect | None:
     """The engine's dialect as the window shows it: from scrapes, else from process titles."""
     for sample in reversed(window.metrics):
         if sample.dialect:
-            return sample.dialect
+            return dialects.by_name(sample.dialect)
     for sample in reversed(window.process):
         for member in sample.members:
-            for prefix, dialect in _TITLE_DIALECTS:
-                if member.title.startswith(prefix):
+            for dialect in dialects.registered():
+                if dialect.role_of(member.title) is not None:
                     return dialect
     return None
+
+
+def _dead_status(window: Window) -> int | None:
+    """The /health status that means "engine dead" for this window's engine (None: it has none, or the
+    engine is not known)."""
+    dialect = dialect_hint(window)
+    return dialect.health_dead_status if dialect is not None else None
 
 
 def _trailing(samples, predicate) -> list:
@@ -55,13 +61,14 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
     evidence: list[Evidence] = []
     reasons: list[str] = []
 
-    if dialect_hint(window) == "vllm":
-        run = _trailing(window.health, lambda h: h.status == config.engine_dead_status)
+    dead_status = _dead_status(window)
+    if dead_status is not None:
+        run = _trailing(window.health, lambda h: h.status == dead_status)
         if run:
             onsets.append(run[0].t)
             evidence += [Evidence("health", run[0].t, "status", run[0].status),
                          Evidence("health", run[-1].t, "status", run[-1].status)]
-            reasons.append(f"/health {config.engine_dead_status} for {len(run)} probe(s) "
+            reasons.append(f"/health {dead_status} for {len(run)} probe(s) "
                            f"over {run[-1].t - run[0].t:.1f} s")
 
     gone = _engine_children_gone(window.process)
@@ -151,13 +158,14 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
         why += f"; the engine died {first.t - death_onset:.1f} s before"
         if code == 0:
             why += " — an exit 0 after an engine death hides the failure from Restart=on-failure"
-            if _dialect(window) in (None, "vllm"):
-                why += " (vLLM #48966)"
+            note = _exit_zero_note(window)
+            if note:
+                why += f" ({note})"
     startup = [e for e in window.logs if e.kind == "startup_failure"]
     # the line that carries the engine's numbers says most; else the first (the root cause comes first)
     startup = [next((e for e in startup if len(e.fields) > 2), startup[0])] if startup else []
     if startup:
-        why += f"; startup failure in the log: {describe_startup_failure(startup[-1].fields)}"
+        why += f"; startup failure in the log: {_describe_startup_failure(startup[-1].fields)}"
 
     evidence = [Evidence("process", first.t, "alive", False)]
     if code is not None or signal is not None:
@@ -176,9 +184,10 @@ def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[flo
     """The first engine-death sign in the window before `t`: a dead-status probe (vLLM), an engine
     child gone while the root lived, or an engine-death log line."""
     signs: list[Evidence] = []
-    if dialect_hint(window) == "vllm":
+    dead_status = _dead_status(window)
+    if dead_status is not None:
         signs += [Evidence("health", h.t, "status", h.status) for h in window.health
-                  if h.t < t and h.status == config.engine_dead_status][:1]
+                  if h.t < t and h.status == dead_status][:1]
     alive_before = tuple(p for p in window.process if p.t < t and p.alive)
     gone = _engine_children_gone(alive_before)
     if gone is not None:
@@ -211,6 +220,19 @@ def _probe_evidence(sample: HealthSample) -> Evidence:
     return Evidence("health", sample.t, "status", sample.status)
 
 
-def _dialect(window: Window) -> str | None:
-    """The engine the window's scrapes recognised most recently, if any."""
-    return next((m.dialect for m in reversed(window.metrics) if m.dialect), None)
+def _exit_zero_note(window: Window) -> str | None:
+    """The engine's known bug behind an exit 0 after its death: the scraped engine's, else (no scrape
+    recognised an engine) any registered engine's — the engine that could not be seen is most likely one."""
+    scraped = next((m.dialect for m in reversed(window.metrics) if m.dialect), None)
+    if scraped is not None:
+        dialect = dialects.by_name(scraped)
+        return dialect.exit_zero_after_death_note if dialect else None
+    notes = [d.exit_zero_after_death_note for d in dialects.registered() if d.exit_zero_after_death_note]
+    return ", ".join(notes) or None
+
+
+def _describe_startup_failure(fields) -> str:
+    """Through the dialect that logged it (or, for an event without one, whose grammar has the reason)."""
+    dialect = dialects.by_name(fields.get("dialect")) or next(
+        (d for d in dialects.registered() if fields.get("reason") in d.grammar_literals()), None)
+    return dialect.describe_startup_failure(fields) if dialect else str(fields.get("reason", "unknown"))

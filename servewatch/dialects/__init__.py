@@ -1,42 +1,72 @@
-"""Dialects: one module per engine holds every engine-specific name; all map to `EngineState`.
+"""Dialects: one module per engine holds every engine-specific fact, behind the `Dialect` interface
+(`dialects/base.py`); all map a scrape to `EngineState`.
 
-`read_scrape(text)` is the one entry point: parse only the families the dialects need, detect the
-engine and its name generation from the names, and return one canonical state per engine.
+`read_scrape(text)` is the one entry point for /metrics: parse only the families the dialects need,
+detect the engine and its name generation from the names, and return one canonical state per engine.
+Everything else that needs an engine fact iterates `registered()` or asks `by_name(name)`.
+
+A new engine: a module with a `Dialect` subclass, and one `register(...)` call (here, for a built-in).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servewatch.dialects import sglang, vllm
+from servewatch.dialects.base import Dialect
 from servewatch.engine.state import EngineState
 from servewatch.exposition.model import Family
 
-DIALECTS = (vllm, sglang)
+_REGISTRY: dict[str, Dialect] = {}
+_wanted: frozenset[str] | None = None
+
+
+def register(dialect: Dialect) -> Dialect:
+    """Add (or replace) an engine; scrapes, logs, process titles and bundles know it from now on."""
+    global _wanted
+    _REGISTRY[dialect.name] = dialect
+    _wanted = None
+    from servewatch.sinks.serialize import grammar_literals   # the bundle allow-list derives from the registry
+
+    grammar_literals.cache_clear()
+    return dialect
+
+
+def unregister(name: str) -> None:
+    global _wanted
+    _REGISTRY.pop(name, None)
+    _wanted = None
+    from servewatch.sinks.serialize import grammar_literals
+
+    grammar_literals.cache_clear()
+
+
+def registered() -> tuple[Dialect, ...]:
+    return tuple(_REGISTRY.values())
+
+
+def by_name(name: str | None) -> Dialect | None:
+    return _REGISTRY.get(name) if name else None
 
 
 @dataclass(slots=True)
 class Scrape:
-    dialect: str | None                 # "vllm" | "sglang" | None (no known engine families)
+    dialect: str | None                 # a registered dialect's name, or None (no known engine families)
     generation: str | None
     engines: list[EngineState] = field(default_factory=list)
 
 
 def wanted_families() -> frozenset[str]:
-    names: set[str] = set()
-    for dialect in DIALECTS:
-        names.update(dialect.wanted_families())
-    return frozenset(names)
-
-
-_WANTED = wanted_families()
+    global _wanted
+    if _wanted is None:
+        _wanted = frozenset(name for dialect in registered() for name in dialect.wanted_families())
+    return _wanted
 
 
 def read_families(families: dict[str, Family]) -> Scrape:
-    for dialect in DIALECTS:
+    for dialect in registered():
         generation = dialect.detect(families)
         if generation is not None:
-            return Scrape(dialect.NAME, generation, dialect.read(families, generation))
+            return Scrape(dialect.name, generation, dialect.read(families, generation))
     return Scrape(None, None, [])
 
 
@@ -44,11 +74,14 @@ def read_scrape(text: str | bytes, *, max_bytes: int = 16 * 2**20) -> Scrape:
     """Canonical engine states from one /metrics body. Raises ExpositionError on bad text."""
     from servewatch.exposition.parser import parse
 
-    return read_families(parse(text, _WANTED, max_bytes=max_bytes))
+    return read_families(parse(text, wanted_families(), max_bytes=max_bytes))
 
 
-def by_name(name: str):
-    for dialect in DIALECTS:
-        if dialect.NAME == name:
-            return dialect
-    raise KeyError(name)
+def _register_builtins() -> None:
+    from servewatch.dialects import sglang, vllm
+
+    for module in (vllm, sglang):
+        _REGISTRY[module.DIALECT.name] = module.DIALECT
+
+
+_register_builtins()

@@ -1,13 +1,17 @@
-"""Helpers shared by the dialects: grouping families into per-engine values."""
+"""The `Dialect` interface every engine implements, and the helpers dialects share (grouping families
+into per-engine values, reading grammar matches)."""
 
 from __future__ import annotations
 
 import math
+import re
+from abc import ABC, abstractmethod
+from functools import lru_cache
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from servewatch.engine.histogram import histograms_by_labels
-from servewatch.engine.state import Histogram
+from servewatch.engine.state import EngineState, Histogram
 from servewatch.exposition.model import Family
 
 Key = tuple[tuple[str, str], ...]
@@ -80,3 +84,91 @@ def sum_counter(families: Mapping[str, Family], exposed: str, identity_labels: I
 
 def model_key(key: Key) -> str | None:
     return dict(key).get("model_name")
+
+
+def numbers(match: re.Match, names: Mapping[str, type]) -> dict[str, float | int]:
+    """The named groups of a grammar match that are present, converted ("1,024" reads as 1024)."""
+    out: dict[str, float | int] = {}
+    for name, kind in names.items():
+        value = match.group(name)
+        if value is not None:
+            out[name] = kind(value.replace(",", ""))
+    return out
+
+
+LogFinding = tuple[str, dict]      # (event kind, fields) — fields hold numbers and grammar literals only
+
+
+class Dialect(ABC):
+    """Everything servewatch knows about one engine's outside. `sources/`, `detectors/`, `sinks/` and
+    `watch/` reach an engine only through this interface (via the registry in `servewatch.dialects`).
+
+    A new engine is one module defining a subclass and one `servewatch.dialects.register(...)` call.
+    """
+
+    name: str                                   # "vllm", "sglang": stored in samples and bundles
+    identity_labels: tuple[str, ...] = ()       # labels that tell one engine of a server from another
+    # Process titles the engine sets (setproctitle), by prefix → role ("engine_core", "worker", "api").
+    process_roles: Mapping[str, str] = {}
+    # The engine's own processes under the API server as a real one titles them: (title, role), in order.
+    engine_process_titles: tuple[tuple[str, str], ...] = ()
+    slot_limit_flag: str | None = None          # the command-line flag that caps running requests
+    health_path: str = "/health"
+    ready_path: str | None = None
+    version_path: str | None = None
+    # The /health status that means "the engine died behind a live API server"; None where the engine
+    # has no such status (its /health fails the same way for a slow, a stalled and a dead engine).
+    health_dead_status: int | None = None
+    # Latency histograms by kind ("ttft", "itl", "e2e", ...) → the engine's default bucket edges.
+    latency_edges: Mapping[str, tuple[float, ...]] = {}
+    # A known engine bug behind "exit 0 after the engine died" (said in process_exit's verdict), if any.
+    exit_zero_after_death_note: str | None = None
+    # Log: the line prefix (a regex with a `msg` group) and the literal that says the server is ready.
+    log_prefix: re.Pattern | None = None
+
+    @abstractmethod
+    def detect(self, families: Mapping[str, Family]) -> str | None:
+        """The metric-name generation of this engine's exposition, or None when it is not this engine's."""
+
+    @abstractmethod
+    def wanted_families(self) -> tuple[str, ...]:
+        """The families `read` needs (the parser skips every other one)."""
+
+    @abstractmethod
+    def read(self, families: Mapping[str, Family], generation: str) -> list[EngineState]:
+        """One canonical state per engine."""
+
+    def parse_log_message(self, msg: str) -> list[LogFinding]:
+        """The events one log message (prefix already stripped) carries, by this engine's grammar."""
+        return []
+
+    def describe_startup_failure(self, fields: Mapping) -> str:
+        """The engine's own startup-failure message, rebuilt from the grammar literal and parsed numbers."""
+        return str(fields.get("reason", "unknown"))
+
+    def grammar_literals(self) -> frozenset[str]:
+        """Fixed strings of this dialect's grammar: the only free text a bundle may keep from a log."""
+        return frozenset()
+
+    def role_of(self, title: str) -> str | None:
+        for prefix, role in self.process_roles.items():
+            if title.startswith(prefix) or (len(title) == COMM_LEN and prefix.startswith(title)):
+                return role
+        return None
+
+
+COMM_LEN = 15          # Linux truncates a process's kernel name to 15 bytes ("sglang::schedul")
+
+
+@lru_cache(maxsize=None)
+def module_literals(module) -> frozenset[str]:
+    """Every upper-case string constant (or tuple of them) of a dialect module."""
+    found: set[str] = set()
+    for attr, value in vars(module).items():
+        if not attr.isupper():
+            continue
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, (tuple, list, frozenset, set)):
+            found.update(v for v in value if isinstance(v, str))
+    return frozenset(found)

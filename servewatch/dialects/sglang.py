@@ -8,6 +8,7 @@ Sources: SGLang 0.5.23 `srt/observability/metrics_collector.py` (0.4.10 and 0.5.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 
 from servewatch.dialects import base
@@ -73,9 +74,7 @@ REALTIME_TOKEN_MODES = ("prefill_compute", "prefill_cache", "decode")
 # real one-token generation and returns 200 only if *any* output arrives within
 # SGLANG_HEALTH_CHECK_TIMEOUT (20 s), else 503 (status UnHealthy). /metrics is served by the HTTP
 # process from multiprocess files, so it keeps answering (frozen) while the scheduler hangs.
-HEALTH_PATH = "/health"
 HEALTH_CHECK_TIMEOUT_S = 20
-READY_PATH = "/ready"
 PROCESS_ROLES = {"sglang::scheduler": "engine_core", "sglang::detokenizer": "worker"}
 SLOT_LIMIT_FLAG = "--max-running-requests"
 
@@ -101,6 +100,11 @@ ENGINE_DEAD_LINES = (
     "SIGQUIT received.",
     "Received sigquit from a child process.",
     "crashed with exit code",
+)
+# SGLang's own health generation timed out: the scheduler is stalled, slow (a long chunked prefill can
+# do it) or dead — not by itself a death. A real 0.5.23 whose scheduler was stopped for 12 s wrote this
+# 20 s in and served normally after it was resumed.
+HEALTH_CHECK_FAILED_LINES = (
     "Health check failed. Server couldn't get a response from detokenizer",
 )
 STARTUP_FAILURE_LINES = (
@@ -234,3 +238,81 @@ HELP = {
     "sglang:uncached_prompt_tokens_histogram": "Histogram of uncached (compute) prompt token length.",
     "sglang:generation_tokens_histogram": "Histogram of generation token length.",
 }
+
+
+# --- the Dialect ---------------------------------------------------------------------------------
+
+_WATCHDOG_COMPONENTS = ("Scheduler", "TokenizerManager", "DetokenizerManager", "DataParallelController")
+WATCHDOG_REASON = "watchdog timeout"
+HEALTH_CHECK_FAILED_REASON = "health check failed"
+
+
+def parse_log_message(msg: str) -> list[base.LogFinding]:
+    """SGLang's log grammar: Decode and Prefill batch lines, retractions, watchdog timeouts, startup
+    failures, engine deaths, its own failed health generation, out-of-memory, ready."""
+    match = DECODE_LINE.search(msg)
+    if match:
+        fields = base.numbers(match, {"running": int, "tokens": int, "token_usage": float, "gen_tps": float,
+                                      "queue": int})
+        return [("stats", {"batch": "decode", **fields})]
+    match = PREFILL_LINE.search(msg)
+    if match:
+        fields = base.numbers(match, {"new_seq": int, "new_tokens": int, "cached_tokens": int, "token_usage": float,
+                                      "running": int, "queue": int})
+        return [("stats", {"batch": "prefill", **fields})]
+    match = RETRACTION_LINE.search(msg)
+    if match:
+        return [("retraction", base.numbers(match, {"retracted": int, "tokens_gained": int}))]
+    match = WATCHDOG_LINE.search(msg)
+    if match:
+        fields: dict = {"reason": WATCHDOG_REASON, "timeout_s": float(match.group("timeout"))}
+        if match.group("component") in _WATCHDOG_COMPONENTS:
+            fields["component"] = match.group("component")
+        return [("error", fields)]
+    for literal in STARTUP_FAILURE_LINES:
+        if literal in msg:
+            return [("startup_failure", {"reason": literal})]
+    for literal in ENGINE_DEAD_LINES:
+        if literal in msg:
+            return [("engine_dead", {"reason": literal})]
+    for literal in HEALTH_CHECK_FAILED_LINES:
+        if literal in msg:
+            return [("error", {"reason": HEALTH_CHECK_FAILED_REASON})]
+    for literal in OOM_LINES:
+        if literal in msg:
+            return [("error", {"reason": literal})]
+    if READY_LINE in msg:
+        return [("startup", {"stage": "ready"})]
+    return []
+
+
+class SglangDialect(base.Dialect):
+    name = NAME
+    identity_labels = IDENTITY_LABELS
+    process_roles = PROCESS_ROLES
+    engine_process_titles = (("sglang::scheduler", "engine_core"), ("sglang::detokenizer", "worker"))
+    slot_limit_flag = SLOT_LIMIT_FLAG
+    health_path = "/health"
+    ready_path = "/ready"
+    health_dead_status = None     # 503 while starting, draining, or when its health generation times out
+    latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
+                     "e2e": BUCKETS["e2e_request_latency"]}
+    log_prefix = LOG_PREFIX
+
+    def detect(self, families):
+        return detect(families)
+
+    def wanted_families(self):
+        return wanted_families()
+
+    def read(self, families, generation):
+        return read(families, generation)
+
+    def parse_log_message(self, msg):
+        return parse_log_message(msg)
+
+    def grammar_literals(self):
+        return base.module_literals(sys.modules[__name__])
+
+
+DIALECT = SglangDialect()

@@ -8,6 +8,7 @@ vLLM 0.32.0 CPU server for the log lines and behaviour.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 
 from servewatch.dialects import base
@@ -81,12 +82,9 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 # GET /health: empty body; 200 while the engine runs; 503 on EngineDeadError (the API server then
 # exits within ~5 s unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH). It does NOT check progress: a stopped
 # worker leaves /health at 200.
-HEALTH_PATH = "/health"
 HEALTH_DEAD_STATUS = 503
-VERSION_PATH = "/version"
 PROCESS_ROLES = {"VLLM::EngineCore": "engine_core", "VLLM::Worker": "worker", "VLLM::APIServer": "api"}
 SLOT_LIMIT_FLAG = "--max-num-seqs"
-DEFAULT_MAX_NUM_SEQS = 256
 
 # --- log grammar ----------------------------------------------------------------------------
 LOG_PREFIX = re.compile(
@@ -142,7 +140,7 @@ _NUMBERS = {VLLM_KV_TOO_SMALL: {"max_model_len": int, "needed_gib": float, "avai
                                     "desired_gib": float}}
 
 
-def startup_failure_numbers(message: str) -> dict[str, float | int]:
+def _startup_failure_numbers(message: str) -> dict[str, float | int]:
     """The numbers of a known startup-failure message (empty when it is not one we can read)."""
     for pattern, names in _NUMBERS.items():
         match = pattern.search(message)
@@ -151,7 +149,7 @@ def startup_failure_numbers(message: str) -> dict[str, float | int]:
     return {}
 
 
-def describe_startup_failure(fields: dict) -> str:
+def _describe_startup_failure(fields) -> str:
     """The engine's own message, rebuilt from the grammar literal and the parsed numbers only."""
     reason = str(fields.get("reason", "unknown"))
     if "max_model_len" in fields:
@@ -162,6 +160,7 @@ def describe_startup_failure(fields: dict) -> str:
                 f"{fields.get('total_gib')} GiB) on startup {reason} ({fields.get('utilization')}, "
                 f"{fields.get('desired_gib')} GiB)")
     return reason
+
 
 OOM_LINE = re.compile(r"OutOfMemoryError|out of memory\. Tried to allocate (?P<mib>[\d.]+) (?P<unit>[MG]iB)")
 
@@ -312,3 +311,87 @@ PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 CACHED_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 SLEEP_STATES = (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0))
+
+
+# --- the Dialect ---------------------------------------------------------------------------------
+
+_STATS_NUMBERS = {"engine": int, "prompt_tps": float, "gen_tps": float, "running": int, "waiting": int,
+                  "deferred": int, "preemptions": int, "kv_pct": float, "prefix_hit_pct": float}
+
+
+def parse_log_message(msg: str) -> list[base.LogFinding]:
+    """vLLM's log grammar: periodic stats, KV cache size, worker and engine deaths, startup failures,
+    out-of-memory, ready."""
+    match = STATS_LINE.search(msg)
+    if match:
+        fields = base.numbers(match, _STATS_NUMBERS)
+        found = [("stats", fields)]
+        if fields.get("preemptions"):
+            found.append(("preemption", {"count": fields["preemptions"]}))
+        return found
+    match = KV_CACHE_SIZE_LINE.search(msg)
+    if match:
+        return [("startup", {"stage": "kv_cache_size",
+                             **base.numbers(match, {"tokens": int, "per_request": int, "concurrency": float})})]
+    match = WORKER_DIED_LINE.search(msg)
+    if match:
+        fields: dict = {"reason": WORKER_DIED_REASON}
+        code = match.group("code")
+        if code and code.lstrip("-").isdigit():
+            fields["exit_code"] = int(code)
+        return [("engine_dead", fields)]
+    for literal in STARTUP_FAILURE_LINES:
+        if literal in msg:
+            return [("startup_failure", {"reason": literal, **_startup_failure_numbers(msg)})]
+    for literal in ENGINE_DEAD_LINES:
+        if literal in msg:
+            return [("engine_dead", {"reason": literal})]
+    match = OOM_LINE.search(msg)
+    if match:
+        fields = {"reason": OOM_REASON}
+        if match.group("mib"):
+            fields["mib"] = float(match.group("mib")) * (1024 if match.group("unit") == "GiB" else 1)
+        return [("error", fields)]
+    if READY_LINE in msg:
+        return [("startup", {"stage": "ready"})]
+    return []
+
+
+WORKER_DIED_REASON = "Worker proc died unexpectedly"
+OOM_REASON = "out of memory"
+
+
+class VllmDialect(base.Dialect):
+    name = NAME
+    identity_labels = IDENTITY_LABELS
+    process_roles = PROCESS_ROLES
+    engine_process_titles = (("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker"))
+    slot_limit_flag = SLOT_LIMIT_FLAG
+    health_path = "/health"
+    version_path = "/version"
+    health_dead_status = HEALTH_DEAD_STATUS
+    latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
+                     "e2e": BUCKETS["request_latency"]}
+    exit_zero_after_death_note = "vLLM #48966"
+    log_prefix = LOG_PREFIX
+
+    def detect(self, families):
+        return detect(families)
+
+    def wanted_families(self):
+        return wanted_families()
+
+    def read(self, families, generation):
+        return read(families, generation)
+
+    def parse_log_message(self, msg):
+        return parse_log_message(msg)
+
+    def describe_startup_failure(self, fields):
+        return _describe_startup_failure(fields)
+
+    def grammar_literals(self):
+        return base.module_literals(sys.modules[__name__])
+
+
+DIALECT = VllmDialect()

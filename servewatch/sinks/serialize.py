@@ -38,34 +38,21 @@ _NON_FINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 LABEL_KEYS = frozenset({
     "model_name", "engine", "engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank",
     "attn_cp_rank", "pp_size", "attn_cp_size",
-})
+})  # the schemas list these; a dialect's identity labels must be among them (tests/test_registry_seams.py)
 ROLES = frozenset({"api", "engine_core", "worker", "other"})
 # Log-event fields whose string values may be kept: a short token, or a fixed literal of a dialect's log
 # grammar (servewatch.dialects) or of the log source. Any other string is dropped.
 LOG_STRING_KEYS = frozenset({"level", "reason", "cause", "exception", "device", "unit", "signal", "phase",
                              "worker", "code", "process", "dialect", "state", "stage", "component", "batch",
                              "error"})
-SOURCE_LITERALS = frozenset({"Worker proc died unexpectedly", "out of memory", "watchdog timeout"})
 
 
 @lru_cache(maxsize=1)
 def grammar_literals() -> frozenset[str]:
-    """Every upper-case string constant (or tuple of them) in the dialect modules, plus the log source's own."""
-    import importlib
+    """The fixed strings of every registered dialect's grammar (cleared when the registry changes)."""
+    from servewatch import dialects
 
-    found = set(SOURCE_LITERALS)
-    for name in ("servewatch.dialects.vllm", "servewatch.dialects.sglang"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        for attr, value in vars(module).items():
-            if not attr.isupper():
-                continue
-            if isinstance(value, str):
-                found.add(value)
-            elif isinstance(value, (tuple, list, frozenset, set)):
-                found.update(v for v in value if isinstance(v, str))
+    found = {literal for dialect in dialects.registered() for literal in dialect.grammar_literals()}
     return frozenset(v for v in found if _LITERAL.match(v))
 
 

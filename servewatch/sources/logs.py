@@ -8,104 +8,39 @@ have no year or zone.
 from __future__ import annotations
 
 import asyncio
-
 import os
 import re
 
+from servewatch import dialects
 from servewatch.clock import Clock
-from servewatch.dialects import sglang, vllm
-from servewatch.dialects.vllm import startup_failure_numbers
 from servewatch.timeline.samples import LogEvent
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_BYTES_PER_POLL = 1 * 2**20
 MAX_LINE_BYTES = 64 * 1024
-_SGLANG_WATCHDOG_COMPONENTS = ("Scheduler", "TokenizerManager", "DetokenizerManager", "DataParallelController")
 
 
-def _numbers(match: re.Match, names: dict[str, type]) -> dict[str, float | int]:
-    out: dict[str, float | int] = {}
-    for name, kind in names.items():
-        value = match.group(name)
-        if value is not None:
-            out[name] = kind(value.replace(",", ""))
-    return out
-
-
-def _message(line: str) -> str:
+def _message(line: str) -> tuple[str, list]:
+    """The line's message without the engine's prefix, and the dialects to try (the prefix's owner first)."""
     line = _ANSI.sub("", line).rstrip("\r\n")
-    for prefix in (vllm.LOG_PREFIX, sglang.LOG_PREFIX):
-        match = prefix.match(line)
+    candidates = list(dialects.registered())
+    for dialect in candidates:
+        match = dialect.log_prefix.match(line) if dialect.log_prefix is not None else None
         if match:
-            return match.group("msg")
-    return line
+            candidates.remove(dialect)
+            return match.group("msg"), [dialect, *candidates]
+    return line, candidates
 
 
 def parse_line(line: str, t: float) -> list[LogEvent]:
-    """The events one log line carries (usually none)."""
-    msg = _message(line)
+    """The events one log line carries (usually none), by the first dialect whose grammar reads it."""
+    msg, candidates = _message(line)
     if not msg:
         return []
-
-    match = vllm.STATS_LINE.search(msg)
-    if match:
-        fields = _numbers(match, {"engine": int, "prompt_tps": float, "gen_tps": float, "running": int,
-                                  "waiting": int, "deferred": int, "preemptions": int, "kv_pct": float,
-                                  "prefix_hit_pct": float})
-        events = [LogEvent(t, "stats", {"dialect": "vllm", **fields})]
-        if fields.get("preemptions"):
-            events.append(LogEvent(t, "preemption", {"dialect": "vllm", "count": fields["preemptions"]}))
-        return events
-    match = sglang.DECODE_LINE.search(msg)
-    if match:
-        fields = _numbers(match, {"running": int, "tokens": int, "token_usage": float, "gen_tps": float, "queue": int})
-        return [LogEvent(t, "stats", {"dialect": "sglang", "batch": "decode", **fields})]
-    match = sglang.PREFILL_LINE.search(msg)
-    if match:
-        fields = _numbers(match, {"new_seq": int, "new_tokens": int, "cached_tokens": int, "token_usage": float,
-                                  "running": int, "queue": int})
-        return [LogEvent(t, "stats", {"dialect": "sglang", "batch": "prefill", **fields})]
-    match = sglang.RETRACTION_LINE.search(msg)
-    if match:
-        return [LogEvent(t, "retraction", {"dialect": "sglang",
-                                           **_numbers(match, {"retracted": int, "tokens_gained": int})})]
-    match = vllm.KV_CACHE_SIZE_LINE.search(msg)
-    if match:
-        return [LogEvent(t, "startup", {"dialect": "vllm", "stage": "kv_cache_size",
-                                        **_numbers(match, {"tokens": int, "per_request": int, "concurrency": float})})]
-    match = vllm.WORKER_DIED_LINE.search(msg)
-    if match:
-        fields: dict = {"dialect": "vllm", "reason": "Worker proc died unexpectedly"}
-        code = match.group("code")
-        if code and code.lstrip("-").isdigit():
-            fields["exit_code"] = int(code)
-        return [LogEvent(t, "engine_dead", fields)]
-    match = sglang.WATCHDOG_LINE.search(msg)
-    if match:
-        fields = {"dialect": "sglang", "reason": "watchdog timeout", "timeout_s": float(match.group("timeout"))}
-        if match.group("component") in _SGLANG_WATCHDOG_COMPONENTS:
-            fields["component"] = match.group("component")
-        return [LogEvent(t, "error", fields)]
-    for dialect in (vllm, sglang):
-        for literal in dialect.STARTUP_FAILURE_LINES:
-            if literal in msg:
-                return [LogEvent(t, "startup_failure", {"dialect": dialect.NAME, "reason": literal,
-                                                        **startup_failure_numbers(msg)})]
-        for literal in dialect.ENGINE_DEAD_LINES:
-            if literal in msg:
-                return [LogEvent(t, "engine_dead", {"dialect": dialect.NAME, "reason": literal})]
-    match = vllm.OOM_LINE.search(msg)
-    if match:
-        fields = {"dialect": "vllm", "reason": "out of memory"}
-        if match.group("mib"):
-            fields["mib"] = float(match.group("mib")) * (1024 if match.group("unit") == "GiB" else 1)
-        return [LogEvent(t, "error", fields)]
-    for literal in sglang.OOM_LINES:
-        if literal in msg:
-            return [LogEvent(t, "error", {"dialect": "sglang", "reason": literal})]
-    for dialect in (vllm, sglang):
-        if dialect.READY_LINE in msg:
-            return [LogEvent(t, "startup", {"dialect": dialect.NAME, "stage": "ready"})]
+    for dialect in candidates:
+        found = dialect.parse_log_message(msg)
+        if found:
+            return [LogEvent(t, kind, {"dialect": dialect.name, **fields}) for kind, fields in found]
     return []
 
 

@@ -12,21 +12,20 @@ import re
 from collections.abc import Callable
 
 from servewatch.clock import Clock
-from servewatch.dialects import sglang, vllm
+from servewatch import dialects
 from servewatch.errors import SourceUnavailable
 from servewatch.timeline.samples import ProcessMember, ProcessSample
 
 _TITLE = re.compile(r"^[A-Za-z][\w.-]*::[\w.:-]+$")   # setproctitle titles: VLLM::Worker_TP0, sglang::scheduler
-_COMM_LEN = 15                                        # Linux truncates the kernel name to 15 bytes
-ROLES = {**vllm.PROCESS_ROLES, **sglang.PROCESS_ROLES}
-SLOT_LIMIT_FLAGS = (vllm.SLOT_LIMIT_FLAG, sglang.SLOT_LIMIT_FLAG)
 
 ExitStatus = Callable[[], "int | None"]   # returncode of our own child: >= 0 exit code, < 0 -signal
 
 
 def role_of(title: str) -> str:
-    for prefix, role in ROLES.items():
-        if title.startswith(prefix) or (len(title) == _COMM_LEN and prefix.startswith(title)):
+    """The role a registered engine gives a process with this title ("other" when none claims it)."""
+    for dialect in dialects.registered():
+        role = dialect.role_of(title)
+        if role is not None:
             return role
     return "other"
 
@@ -47,8 +46,9 @@ def title_of(proc) -> str:
 
 
 def slot_limit_from_argv(argv: list[str]) -> int | None:
+    flags = [d.slot_limit_flag for d in dialects.registered() if d.slot_limit_flag]
     for i, arg in enumerate(argv):
-        for flag in SLOT_LIMIT_FLAGS:
+        for flag in flags:
             value = None
             if arg == flag and i + 1 < len(argv):
                 value = argv[i + 1]

@@ -3,6 +3,7 @@ read straight from a SimEngine, through the same sources and detectors as a real
 
 from __future__ import annotations
 
+from servewatch import dialects
 from servewatch.clock import Clock
 from servewatch.timeline.samples import ProcessMember, ProcessSample
 from servewatch.watch.targets import callable_sources
@@ -15,9 +16,7 @@ class SimProcessProbe:
     def __init__(self, engine, pid: int = 4000):
         self.engine = engine
         self.pid = pid
-        self._titles = (("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker")) \
-            if engine.config.dialect == "vllm" else (("sglang::scheduler", "engine_core"),
-                                                    ("sglang::detokenizer", "worker"))
+        self._titles = dialects.by_name(engine.config.dialect).engine_process_titles
 
     def snapshot(self, t: float) -> ProcessSample:
         from servewatch.sim import DEAD, EXITED
