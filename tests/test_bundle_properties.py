@@ -9,7 +9,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servewatch.detectors.verdict import VERDICT_NAMES, Evidence, Verdict
+from servewatch.detectors import registry
+from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState, Histogram
 from servewatch.sinks import layout, serialize
 from servewatch.sinks.verify import _validate
@@ -28,7 +29,7 @@ def _verdict_validator():
 
     from servewatch.sinks.verify import _validator
 
-    schema = _validator("incident").schema
+    schema = _validator("incident", registry.names()).schema
     verdict_schema = {**schema["$defs"]["verdict"], "$defs": schema["$defs"]}
     return jsonschema.validators.validator_for(schema)(verdict_schema)
 
@@ -71,7 +72,7 @@ samples = st.one_of(
         st.one_of(st.sampled_from(["reason", "running", "prompt", "exception"]), text),
         st.one_of(text, floats, st.integers(-10, 10), st.booleans()), max_size=4)),
 )
-verdicts = st.builds(Verdict, name=st.sampled_from(VERDICT_NAMES), t=times, onset=times, why=text,
+verdicts = st.builds(Verdict, name=st.sampled_from(registry.names()), t=times, onset=times, why=text,
                      evidence=st.lists(st.builds(Evidence, source=st.sampled_from(["health", "metrics"]), t=times,
                                                  field=text, value=st.one_of(text, floats, st.booleans())),
                                        max_size=3).map(tuple),

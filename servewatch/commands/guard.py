@@ -66,13 +66,13 @@ def _default_act_on() -> tuple[str, ...]:
 
 
 def parse_act_on(text: str) -> tuple[str, ...]:
-    from servewatch.detectors.verdict import VERDICT_NAMES
+    from servewatch.detectors import registry
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in VERDICT_NAMES]
+    unknown = [n for n in names if registry.spec(n) is None]
     if unknown or not names:
         raise ServewatchError(f"--act-on {text!r}: unknown verdict(s) {', '.join(unknown) or '(none given)'} "
-                              f"(known: {', '.join(VERDICT_NAMES)})")
+                              f"(known: {', '.join(registry.names())})")
     return names
 
 

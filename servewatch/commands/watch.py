@@ -56,12 +56,13 @@ async def _watch(args) -> int:
     import time
 
     from servewatch.sources.process import PsutilProbe
-    from servewatch.watch.output import INCIDENT_VERDICTS, json_line, status_table
+    from servewatch.detectors.registry import is_incident
+    from servewatch.watch.output import json_line, status_table
     from servewatch.watch.session import record
 
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
     listeners = [lambda fired: print(json_line(fired), flush=True)] if args.json else []
-    stop_when = (lambda fired: fired.verdict.name in INCIDENT_VERDICTS) if args.stop_on_incident else None
+    stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
     started = time.monotonic()
     terminated = []
 

@@ -90,11 +90,7 @@ def latency_section(result: DemoResult) -> str:
 
 
 def _client_edges(dialect) -> tuple[tuple[float, ...], ...]:
-    if dialect.NAME == "vllm":
-        b = dialect.BUCKETS
-        return b["time_to_first_token"], b["inter_token_latency"], b["request_latency"]
-    b = dialect.BUCKETS
-    return b["time_to_first_token"], b["inter_token_latency"], b["e2e_request_latency"]
+    return tuple(dialect.latency_edges[kind] for kind in ("ttft", "itl", "e2e"))
 
 
 def _blind_notes(p: PhaseResult) -> list[str]:

@@ -12,43 +12,27 @@ verdicts — what a bundle needs to store.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-from servewatch.detectors import blindness, capacity, liveness, progress, restart
+from servewatch.detectors import registry
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import engine_series
-from servewatch.detectors.verdict import VERDICT_NAMES, Evidence, Verdict
+from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import MetricsSample
 from servewatch.timeline.window import Window
 
-__all__ = ["DETECTORS", "DetectorConfig", "Evidence", "Verdict", "VERDICT_NAMES", "Window", "evidence_window",
-           "run_detectors", "verdict_key"]
-
-Detector = Callable[[Window, DetectorConfig], list[Verdict]]
-
-DETECTORS: dict[str, Detector] = {
-    "alive_health_ok_no_progress": progress.detect,
-    "engine_dead": liveness.detect_engine_dead,
-    "process_exit": liveness.detect_process_exit,
-    "health_loss": liveness.detect_health_loss,
-    "overload": capacity.detect_overload,
-    "kv_pressure": capacity.detect_kv_pressure,
-    "preemption": capacity.detect_preemption,
-    "histogram_blind": blindness.detect,
-    "target_restarted": restart.detect,
-}
-assert tuple(DETECTORS) == VERDICT_NAMES
+__all__ = ["DetectorConfig", "Evidence", "Verdict", "Window", "evidence_window", "registry", "run_detectors",
+           "verdict_key"]
 
 
 def run_detectors(window: Window, config: DetectorConfig | None = None) -> list[Verdict]:
-    """Every verdict the window supports, in VERDICT_NAMES order (then by engine)."""
+    """Every verdict the window supports, in registry order (then by engine)."""
     config = config or DetectorConfig()
     recent = _recent(window, config)
     if recent is None:
         return []
     verdicts: list[Verdict] = []
-    for detect in DETECTORS.values():
-        verdicts.extend(detect(recent, config))
+    for spec in registry.specs():
+        verdicts.extend(spec.detect(recent, config))
     return verdicts
 
 

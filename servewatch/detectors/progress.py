@@ -1,6 +1,6 @@
 """alive_health_ok_no_progress: /health green, process alive, work admitted, and no counter moves.
 
-Alive is not making progress (seed 003). On a real vLLM a SIGSTOPped worker left /health at 200 and
+Alive is not making progress. On a real vLLM a SIGSTOPped worker left /health at 200 and
 /metrics answering while `generation_tokens_total` and `iteration_tokens_total_count` froze.
 """
 

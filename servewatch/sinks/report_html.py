@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 
 from servewatch.detectors.verdict import Verdict
 from servewatch.engine.state import Histogram
-from servewatch.sinks import runbook
+from servewatch.detectors.registry import runbook_for
+from servewatch.detectors.verdict import RunbookBranch
 from servewatch.sinks.series import LABELS, SERIES, Marker, Point
 
 PALETTE = ("#1f6feb", "#8250df", "#bf3989", "#1a7f37", "#9a6700", "#cf222e")
@@ -268,7 +269,7 @@ def render_facts(rows: Sequence[tuple[str, object]]) -> str:
     return f'<table class="facts"><tbody>{body}</tbody></table>'
 
 
-def runbook_html(branch: runbook.RunbookBranch, cause: object = None) -> str:
+def runbook_html(branch: RunbookBranch, cause: object = None) -> str:
     steps = "".join(f"<li>{esc(s)}</li>" for s in branch.check_next)
     note = branch.for_cause(cause)
     lead = f"<p><b>{esc(note)}</b></p>" if note else ""
@@ -295,7 +296,7 @@ def verdicts_html(verdicts: Sequence[Verdict], t0: float | None = None, *, with_
                                      for e in v.evidence], caption="evidence (pointers into the stored samples)"))
         if v.details:
             out.append(render_table(("detail", "value"), [(k, _plain(x)) for k, x in sorted(v.details.items())]))
-        branch = runbook.branch_for(v.name)
+        branch = runbook_for(v.name)
         if with_runbook and branch is not None:
             out.append(runbook_html(branch, v.details.get("cause")))
     return "".join(out)

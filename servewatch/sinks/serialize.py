@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from servewatch.detectors.verdict import VERDICT_NAMES, Evidence, Verdict
+from servewatch.detectors import registry
+from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram
 from servewatch.timeline.samples import (
     GpuDevice,
@@ -337,7 +338,7 @@ def evidence_from_dict(d: Mapping) -> Evidence:
 
 def verdict_to_dict(v: Verdict) -> dict:
     return {
-        "name": v.name if v.name in VERDICT_NAMES else "redacted",
+        "name": v.name if registry.spec(v.name) is not None else "redacted",
         "t": number(v.t),
         "onset": number(v.onset),
         "why": scrub_text(v.why),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from servewatch.sinks import runbook
+from servewatch.detectors.registry import runbook_for
+from servewatch.detectors.verdict import RunbookBranch
 from servewatch.sinks.incident import LOG_HEADERS, PROCESS_HEADERS, latency_histograms, log_rows, process_rows
 from servewatch.sinks.report_html import fmt, utc
 from servewatch.sinks.series import LABELS, SERIES
@@ -77,7 +78,7 @@ def render_markdown(incident) -> str:
         if v.details:
             lines.append("Details: " + ", ".join(f"{k} = {x}" for k, x in sorted(v.details.items())))
             lines.append("")
-        branch = runbook.branch_for(v.name)
+        branch = runbook_for(v.name)
         if branch is not None:
             lines += markdown_runbook(branch, v.details.get("cause"))
     lines += _latency(incident)
@@ -122,7 +123,7 @@ def _md_row(cells) -> str:
     return "| " + " | ".join(_cell("–" if c is None else c) for c in cells) + " |"
 
 
-def markdown_runbook(branch: runbook.RunbookBranch, cause: object = None) -> list[str]:
+def markdown_runbook(branch: RunbookBranch, cause: object = None) -> list[str]:
     lines = ["#### Runbook", "", branch.meaning, ""]
     note = branch.for_cause(cause)
     if note:

@@ -16,14 +16,14 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from servewatch import __version__
+from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
-from servewatch.sinks import layout, serialize
+from servewatch.sinks import layout, schemas, serialize
 from servewatch.sinks.recompute import Recompute, config_from_dict, detectors_recompute
 
 READ_LIMIT = 16 * 2**20            # no file a writer produces comes near this; anything larger is refused
@@ -303,18 +303,17 @@ def _parse(data: bytes, name: str) -> Any:
     return document
 
 
-@lru_cache(maxsize=None)
-def _validator(schema: str):
+@lru_cache(maxsize=16)
+def _validator(schema: str, verdict_names: tuple[str, ...]):
     import jsonschema
 
-    text = resources.files("servewatch.sinks").joinpath("schema", f"{schema}.schema.json").read_text()
-    document = json.loads(text)
+    document = schemas.load(schema, verdict_names)
     cls = jsonschema.validators.validator_for(document)
     return cls(document)
 
 
 def _validate(document: Any, schema: str, name: str) -> None:
-    error = next(iter(_validator(schema).iter_errors(document)), None)
+    error = next(iter(_validator(schema, registry.names()).iter_errors(document)), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         raise BundleInvalid(f"{name}: schema violation at {where}: {' '.join(error.message.split())[:160]}")

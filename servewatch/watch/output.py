@@ -8,10 +8,6 @@ from datetime import datetime, timezone
 from servewatch.timeline.window import Window
 from servewatch.watch.recorder import Fired
 
-# Verdicts that are incidents (stop --stop-on-incident); histogram_blind is a standing finding.
-INCIDENT_VERDICTS = frozenset({"alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss",
-                               "overload", "kv_pressure", "preemption", "target_restarted"})
-
 
 def iso8601(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,74 @@
+"""The verdict registry: every verdict declared once, as a `VerdictSpec`.
+
+The detector list, the names a bundle may store, the schema enums, the output styles (incident or
+finding), the runbook sections and the labels an exporter may use all derive from here. A new verdict
+is its detector module and one `register(VerdictSpec(...))`.
+"""
+
+from __future__ import annotations
+
+from servewatch.detectors import blindness, capacity, liveness, progress, restart, runbooks
+from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
+
+_REGISTRY: dict[str, VerdictSpec] = {}
+
+
+def register(spec: VerdictSpec) -> VerdictSpec:
+    """Add (or replace) a verdict; detection, bundles, verify, reports and output know it from now on."""
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def specs() -> tuple[VerdictSpec, ...]:
+    """In declaration order, which is the order verdicts of one detection run are reported in."""
+    return tuple(_REGISTRY.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def spec(name: str) -> VerdictSpec | None:
+    return _REGISTRY.get(name)
+
+
+def runbook_for(name: str) -> RunbookBranch | None:
+    found = _REGISTRY.get(name)
+    return found.runbook if found else None
+
+
+def is_incident(name: str) -> bool:
+    found = _REGISTRY.get(name)
+    return found is not None and found.kind == INCIDENT
+
+
+for _spec in (
+    VerdictSpec("alive_health_ok_no_progress", progress.detect, INCIDENT, "page",
+                "health is green but no token has moved", runbooks.STALL,
+                ("metrics", "health", "process"), labels=("engine",)),
+    VerdictSpec("engine_dead", liveness.detect_engine_dead, INCIDENT, "page",
+                "the engine died behind a live API process", runbooks.ENGINE_DEAD,
+                ("health", "process", "log")),
+    VerdictSpec("process_exit", liveness.detect_process_exit, INCIDENT, "page",
+                "the server process exited", runbooks.PROCESS_EXIT, ("process", "health", "log")),
+    VerdictSpec("health_loss", liveness.detect_health_loss, INCIDENT, "page",
+                "/health stopped answering 2xx", runbooks.HEALTH_LOSS, ("health",)),
+    VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
+                "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics",),
+                labels=("engine", "cause")),
+    VerdictSpec("kv_pressure", capacity.detect_kv_pressure, INCIDENT, "ticket",
+                "the KV cache is near full", runbooks.KV_PRESSURE, ("metrics",), labels=("engine", "rule")),
+    VerdictSpec("preemption", capacity.detect_preemption, INCIDENT, "ticket",
+                "the engine preempted running requests", runbooks.PREEMPTION, ("metrics", "log"),
+                labels=("engine",)),
+    VerdictSpec("histogram_blind", blindness.detect, FINDING, "info",
+                "a latency histogram's first bucket swallows the observations", runbooks.HISTOGRAM_BLIND,
+                ("metrics",), labels=("engine", "histogram")),
+    VerdictSpec("target_restarted", restart.detect, INCIDENT, "ticket",
+                "the target restarted", runbooks.TARGET_RESTARTED, ("process", "metrics"), labels=("by",)),
+):
+    register(_spec)

@@ -1,0 +1,196 @@
+"""The runbook branch each verdict supports: what to check next, the expected range, the safe action and
+its rollback (and when), and what a restart would destroy.
+
+Written from a symptom, branching on evidence: each step names the metric or trace, its expected range,
+the safe action and its rollback, and never says "restart" without naming the state it loses. The
+figures are measured: the built-in engine's four workloads on an RTX 3060 7B profile, and real vLLM 0.32
+runs on a 2-core CPU machine with a tiny model.
+"""
+
+from __future__ import annotations
+
+from servewatch.detectors.verdict import RunbookBranch
+
+STALL = RunbookBranch(
+    meaning="/health answers 2xx and the process is alive with admitted work, but no progress counter "
+            "(engine steps, generation tokens, prompt tokens) moved for longer than the step cadence allows. "
+            "Alive is not making progress; health green is not serving healthy.",
+    check_next=(
+        "Process states in the bundle: an engine core or worker in status 'stopped' or 'zombie', or "
+        "running at ~0% CPU, explains a frozen engine (a SIGSTOPped vLLM worker gives exactly this "
+        "signature: /health 200, /metrics answering, running 4-8, tokens frozen).",
+        "Take a stack of the engine-core process before touching it (e.g. `py-spy dump --pid PID`; needs "
+        "ptrace rights): a blocked queue put or collective names the fault domain (vLLM #53859: "
+        "EngineCore blocked in ZmqEventPublisher.publish).",
+        "num_requests_running at onset vs now: unchanged means admitted requests are parked, not finishing.",
+        "num_requests_waiting and queue age: rising waiting with flat tokens means users are queueing "
+        "behind a frozen engine.",
+        "GPU utilisation when present: ~0% with running > 0 points at a blocked host thread; pinned "
+        "at 100% points at a hung kernel or collective.",
+    ),
+    expected_range="While running > 0, generation_tokens_total and the engine step count advance at every "
+                   "scrape (a long prefill still steps). A zero delta across the adaptive window is outside "
+                   "the range; idle (running = waiting = 0) is not a stall.",
+    safe_action="Keep this bundle and a stack dump, then stop routing new traffic to this replica (drain it at "
+                "the router / load balancer). Draining is reversible and keeps the evidence alive.",
+    rollback="Return the replica to routing once tokens move again for at least three consecutive scrapes "
+             "(e.g. after the blocked consumer recovers or a stopped process is continued).",
+    restart_destroys="Every in-flight request (the running count at the verdict) and its partial output, the KV "
+                     "and prefix cache contents (they must re-warm), and the frozen process state that "
+                     "shows where it blocked: take the stack before any restart.",
+)
+
+ENGINE_DEAD = RunbookBranch(
+    meaning="The engine is gone while the API may still answer: /health returned 503, or the engine child "
+            "disappeared under a living API process.",
+    check_next=(
+        "The log tail: EngineDeadError, 'Executor failed.', 'Worker proc ... died unexpectedly', "
+        "out-of-memory lines ('Tried to allocate N MiB') and the stack that raised them.",
+        "Running count and KV usage at the last good scrape. KV well below 100% at death rules the KV "
+        "cache out (a vLLM serving Qwen2.5-7B-Instruct-AWQ on one RTX 3060 died under overload with 193 running and KV at 15.9%).",
+        "Multiply before guessing: running x vocabulary x 4 bytes against the bytes the OOM asked for "
+        "(193 x 152,064 x 4 = 112 MiB: a logits-sized temporary in the sampler, an activation limit).",
+        "Client side: in-flight requests may have received HTTP 200 with short bodies (real vLLM: 4 requests "
+        "'succeeded' after 1.8 s instead of ~15 s) - lost work that a status-code count calls success.",
+        "The API process's exit code when it goes: exit 0 after an engine death defeats "
+        "Restart=on-failure (vLLM #48966).",
+    ),
+    expected_range="/health 200, the engine-core process present in the tree, no ERROR lines in the log.",
+    safe_action="Take the replica out of routing and keep its log. If the cause is an activation OOM, restart "
+                "with more memory left outside the engine's budget (e.g. memory utilisation 0.9 -> 0.85) or "
+                "a lower max-num-seqs, which bounds logits-sized temporaries.",
+    rollback="Restore the previous memory settings if the restarted server shows lower throughput and no "
+             "deaths across a full normal-day peak; the change is a flag, reversible at the next restart.",
+    restart_destroys="The dead engine's KV and prefix cache are already lost. A restart also discards the API "
+                     "process's in-memory state, its /metrics history and any response still being "
+                     "streamed; make sure the log is persisted first - if it dies with the server you "
+                     "must reproduce the incident to diagnose it.",
+)
+
+PROCESS_EXIT = RunbookBranch(
+    meaning="The watched process exited (with its exit code or signal when knowable).",
+    check_next=(
+        "Exit code and signal: SIGKILL without an operator usually means the kernel OOM killer "
+        "(check the kernel log); exit 0 right after an engine death is vLLM #48966.",
+        "Whether an engine_dead verdict or error lines preceded the exit in this window.",
+        "The supervisor's restart policy: Restart=on-failure does not restart an exit 0.",
+        "The last metrics before the exit: running, waiting and KV, to size the lost work.",
+    ),
+    expected_range="A serving process does not exit; exit 0 only on an intended shutdown.",
+    safe_action="Let the supervisor bring it back, with a policy that also restarts after exit 0 that "
+                "follows an engine death (Restart=always, rate-limited), and keep routing away until ready.",
+    rollback="Revert the supervisor policy if it causes a restart loop (cap the restart rate and alert).",
+    restart_destroys="The process is already gone: its KV and prefix cache and any graphs not cached on "
+                     "disk must re-warm; startup takes tens of seconds (30-50 s for the small CPU lab "
+                     "server) to minutes for large models, and requests during it fail or queue.",
+)
+
+HEALTH_LOSS = RunbookBranch(
+    meaning="/health stopped answering 2xx (refused, timed out, or an error status) while it had been fine.",
+    check_next=(
+        "Connection refused vs 503 vs timeout: refused with the process alive means it is shutting down "
+        "(real vLLM refused ~5 s after an engine death); 503 means the engine is dead; timeouts mean a "
+        "saturated API server.",
+        "Whether /metrics still answers, and how long scrapes take (a saturated API answers slowly).",
+        "Process states and exit information in the same window.",
+    ),
+    expected_range="/health 2xx within well under a second on every probe.",
+    safe_action="Remove the replica from routing and keep this bundle. Decide between engine death "
+                "(see engine_dead) and saturation (see overload) before restarting anything.",
+    rollback="Put it back in routing after /health is 2xx for several consecutive probes.",
+    restart_destroys="In-flight requests, KV and prefix cache, and the evidence of why the probe failed.",
+)
+
+OVERLOAD = RunbookBranch(
+    meaning="Requests wait for a sustained period; the cause names the limit: slots (running at the slot "
+            "limit), kv (cache full) or deferred (the scheduler deferred admission).",
+    check_next=(
+        "Queue wait (request_queue_time) and waiting count over time: overload is the only signature "
+        "with a queue (vLLM serving Qwen2.5-7B-Instruct-AWQ on one RTX 3060: 0.472 s wait and 44 waiting under overload, 0 otherwise).",
+        "Running vs the slot limit (max-num-seqs, default 256) and KV usage: running pinned at the limit "
+        "with KV well below 100% means out of slots, not memory (256 running, KV 28%).",
+        "Inter-token latency: a full batch slows every token (x9.2 at 256 running on the RTX 3060 above).",
+        "Arrival rate against the capacity measured on a normal day.",
+    ),
+    expected_range="Waiting 0 and queue wait ~0 under normal load (RTX 3060, normal load: 0.000 s, max 0 waiting); "
+                   "alert on waiting > 0 sustained, or on queue age against the TTFT budget.",
+    safe_action="Shed or limit admission at the router early, with an actionable rejection class, or add "
+                "replicas. Raising max-num-seqs when KV is low adds slots but also activation memory "
+                "(193 running crashed at 0.9 memory utilisation).",
+    rollback="Remove temporary capacity or admission limits once the waiting count has drained to 0 and "
+             "stayed there for one full window - not 'eventually'.",
+    restart_destroys="A restart adds no capacity: it drops every queued and running request and the prefix "
+                     "cache, so the queue returns larger.",
+    by_cause={
+        "slots": "Cause slots: running sits at the slot limit while KV has room - the engine ran out of "
+                 "sequence slots, not memory. Add replicas or shed load; raise max-num-seqs only with "
+                 "memory headroom for the larger batch's activations.",
+        "kv": "Cause kv: the KV cache is full - admission waits for memory. Expect preemptions; cap output "
+              "length or concurrency, or add KV capacity (see kv_pressure).",
+        "deferred": "Cause deferred: requests wait although there is room - the scheduler deferred them "
+                    "(waiting_by_reason=deferred). Find what they wait for (a KV transfer, an adapter, a "
+                    "dependency) before adding capacity, which would not help.",
+        "unknown": "Cause unknown: nothing is admitted though slots and KV are free - an admission deadlock "
+                   "or a frozen scheduler. Treat it like a stall: check the step counters and take a stack of "
+                   "the engine before restarting.",
+    },
+)
+
+KV_PRESSURE = RunbookBranch(
+    meaning="The KV cache is near full: admission stalls and the engine starts preempting.",
+    check_next=(
+        "KV usage and its trend, with the preemption delta in the same window.",
+        "Output and input token sizes: long outputs hold KV longer (1,024-token outputs on an RTX 3060 "
+        "serving a 7B model: KV 26.1% vs 1.4% for 128-token outputs).",
+        "Running and waiting: KV-bound waiting shows free slots but no memory.",
+    ),
+    expected_range="KV maximum well below 100% under normal load (RTX 3060, 7B: 1.4% normal, 28% overload; real "
+                   "vLLM CPU reached 95% with 16 long requests on 8,192 tokens of cache).",
+    safe_action="Limit concurrency or max output tokens at admission, or add replicas / KV capacity.",
+    rollback="Revert the limits when KV stays below the threshold for a full window at peak.",
+    restart_destroys="The KV and prefix cache (hit rate restarts at zero) and every in-flight request.",
+)
+
+PREEMPTION = RunbookBranch(
+    meaning="The engine preempted (vLLM) or retracted (SGLang) running requests within this window.",
+    check_next=(
+        "The preemption counter's delta in the window - never its cumulative value, which carries old "
+        "traffic (a peer tool reports cumulative preemptions as current pressure).",
+        "Whether tokens still progress: a preemption burst that still steps is degraded, not stalled.",
+        "KV usage at the same time, and recompute cost: a preempted request redoes its prefill.",
+    ),
+    expected_range="0 preemptions per window under normal load (real vLLM CPU: +16 at KV 95%, with 10 waiting).",
+    safe_action="Lower concurrency (max-num-seqs) or add KV capacity; cap max output tokens.",
+    rollback="Restore the previous limits after the preemption delta stays 0 across a peak window.",
+    restart_destroys="KV state of running and preempted requests, and the counters' baseline.",
+)
+
+HISTOGRAM_BLIND = RunbookBranch(
+    meaning="A latency histogram's buckets cannot resolve the latencies observed: almost every observation "
+            "sits in one bucket, so a quantile reads a bucket edge, not a measurement.",
+    check_next=(
+        "Which histogram, and the share of observations in its first (or last finite) bucket.",
+        "Measure the same latency another way: client-side per-request timings from the load "
+        "generator or the application's own logs.",
+    ),
+    expected_range="Observations spread over several buckets. Real vLLM CPU: 23,955 of 23,984 ITL "
+                   "observations in the first bucket (le=0.01), so histogram_quantile(0.99) reads ~9.9 ms "
+                   "whatever the true latency.",
+    safe_action="No action on the server. Do not alert on that quantile; use client-side measurements.",
+    rollback="Nothing to roll back: this branch is read-only.",
+    restart_destroys="A restart changes nothing about bucket layout; it only resets the counters.",
+)
+
+TARGET_RESTARTED = RunbookBranch(
+    meaning="The target's identity changed (PID + create time) or its counters reset: it restarted.",
+    check_next=(
+        "Whether a previous bundle shows an engine death, an exit or a stall just before: the restart "
+        "may have been the supervisor's answer to it.",
+        "Readiness after the restart: startup stages and the time to /health 200.",
+        "Counter deltas across the reset are meaningless: compare from the new baseline only.",
+    ),
+    expected_range="A stable identity between planned deploys.",
+    safe_action="Confirm the restart was intended; if not, read the previous bundle before anything else.",
+    rollback="Nothing to roll back: the restart already happened.",
+    restart_destroys="Already destroyed: KV and prefix cache, in-flight requests, cumulative counters.",
+)
