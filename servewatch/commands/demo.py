@@ -8,10 +8,10 @@ import argparse
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "demo", help="run the built-in engine through four workloads and two silent failures, then report",
-        description="Start the built-in engine, run the four seed-002 load scenarios while the recorder "
-                    "watches, inject a health-green stall and an engine death, and end with the signature "
-                    "table, each verdict with its evidence and detection time, what /health said meanwhile, "
-                    "and report.html / report.md.")
+        description="Start the built-in engine, run four load scenarios (normal, overload, long prompt, "
+                    "long output) while the recorder watches, inject a health-green stall and an engine "
+                    "death, and end with the signature table, each verdict with its evidence and detection "
+                    "time, what /health said meanwhile, and report.html / report.md.")
     parser.add_argument("--out", metavar="DIR", default="servewatch-demo",
                         help="where bundles and reports go (default ./servewatch-demo)")
     parser.add_argument("--fast", action="store_true",
@@ -104,7 +104,8 @@ def _print(result) -> None:
     from servewatch.demo.report import signature_rows, verdict_rows
 
     console = Console()
-    table = Table(title="Signatures of four workloads (seed 002 §3 shape)", title_justify="left")
+    table = Table(title="Signatures of four workloads (shape measured on an RTX 3060, Qwen2.5-7B-AWQ)",
+                  title_justify="left")
     table.add_column("")
     for p in result.scenarios:
         table.add_column(p.phase.name, justify="right")

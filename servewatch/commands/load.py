@@ -11,7 +11,7 @@ from servewatch.errors import ServewatchError
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "load", help="run a seed-002 load scenario and record every request",
+        "load", help="run a load scenario (normal, overload, long-prompt, long-output) and record every request",
         description="Run a load scenario (normal, overload, long-prompt, long-output, custom) against an "
                     "OpenAI-compatible server, record every request, and sample the server's /metrics "
                     "alongside. Errors are counted per request; the run never stops on them.")
@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-tokens", metavar="N[:STDEV]", help="prompt length in tokens")
     p.add_argument("--output-tokens", type=int, help="max_tokens, sent with ignore_eos")
     p.add_argument("--prompt-pool", type=int,
-                   help="distinct prompts, cycled (default 256; long-prompt sends one, as seed 002 did)")
+                   help="distinct prompts, cycled (default 256; long-prompt sends one, so the prefix cache "
+                        "serves most of its prefill)")
     p.add_argument("--tokenizer", default="auto",
                    help="DIR or tokenizer.json | auto (server /tokenize, else approx) | approx")
     p.add_argument("--model", help="model name (default: the first of /v1/models)")

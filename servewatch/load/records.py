@@ -1,4 +1,4 @@
-"""One record per request: what a client can know of seed 002's per-request field table.
+"""One record per request: what a client can know of it (times, token counts, stop reason, error class).
 
 Times are wall-clock epoch seconds (`scheduled`, `sent`) or seconds after `sent` (everything else),
 so records line up with the server samples in server.jsonl.

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servewatch.sim.behaviour import BEHAVIOURS
 from servewatch.sim.profiles import DEFAULT_PROFILE, Profile, get_profile
-
-DIALECTS = ("vllm", "sglang")
 
 
 @dataclass
@@ -32,8 +31,8 @@ class SimConfig:
     faults: list[str] = field(default_factory=list)   # start-time fault specs, e.g. "stall@30s"
 
     def __post_init__(self) -> None:
-        if self.dialect not in DIALECTS:
-            raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, not {self.dialect!r}")
+        if self.dialect not in BEHAVIOURS:
+            raise ValueError(f"dialect must be one of {', '.join(BEHAVIOURS)}, not {self.dialect!r}")
         hw = get_profile(self.profile)
         if self.model_name is None:
             self.model_name = hw.model_name

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from servewatch.clock import Clock, VirtualClock
 from servewatch.sim import roofline, tokens
+from servewatch.sim.behaviour import BEHAVIOURS
 from servewatch.sim.config import SimConfig
 from servewatch.sim.faults import STARTUP_KINDS, Fault, fault_from_json, parse_fault_spec
 from servewatch.sim.kvcache import BlockPool
-from servewatch.sim.logs import LogSink, SglangLog, VllmLog
+from servewatch.sim.logs import LogSink
 from servewatch.sim.request import FINISH_ABORT, RUNNING, Request
 from servewatch.sim.scheduler import Scheduler, StepPlan, StepResult
 
@@ -60,15 +61,9 @@ class SimEngine:
         self.pool = BlockPool(cfg.num_blocks, enable_prefix_caching=cfg.enable_prefix_caching)
         self.scheduler = Scheduler(pool=self.pool, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
                                    max_batched_tokens=cfg.max_batched_tokens, max_model_len=cfg.max_model_len)
-        sink = LogSink(log_stream)
-        if cfg.dialect == "vllm":
-            from servewatch.sim.metrics_vllm import VllmMetrics
-            self.metrics = VllmMetrics(self, created=self.started_at)
-            self.log = VllmLog(self, sink)
-        else:
-            from servewatch.sim.metrics_sglang import SglangMetrics
-            self.metrics = SglangMetrics(self, created=self.started_at)
-            self.log = SglangLog(self, sink)
+        self.behaviour = behaviour = BEHAVIOURS[cfg.dialect]
+        self.metrics = behaviour.make_metrics(self, self.started_at)
+        self.log = behaviour.make_log(self, LogSink(log_stream))
         self.state = STARTING
         self.exit_code: int | None = None
         self.exit_at: float | None = None
@@ -134,18 +129,17 @@ class SimEngine:
     def health(self) -> int:
         """The status GET /health would return now; NO_ANSWER (0) when nothing listens.
 
-        vLLM: 200 while the engine lives, stalled or not; 503 once it is dead; no answer during
-        startup and after exit. SGLang: 503 while starting; its probe is a real generation, so once a
-        stall has lasted its probe timeout (`health_timeout`) it is 503; 503 when dead."""
+        No answer after exit; 503 once dead. While starting: 503 if the server already listens (SGLang),
+        else no answer (vLLM). Once ready: 200, except that a generation probe (SGLang) is 503 once a
+        stall has lasted its timeout (`health_timeout`); vLLM's stays 200 through a stall."""
         if self.state == EXITED:
             return NO_ANSWER
         if self.state == DEAD:
             return 503
-        if self.config.dialect == "vllm":
-            return NO_ANSWER if self.state == STARTING else 200
         if self.state == STARTING:
-            return 503
-        if self.stalled and self.clock.now() - self.stalled_since >= self.config.health_timeout:
+            return 503 if self.behaviour.listens_while_starting else NO_ANSWER
+        if (self.behaviour.health_generates and self.stalled
+                and self.clock.now() - self.stalled_since >= self.config.health_timeout):
             return 503
         return 200
 
@@ -365,16 +359,16 @@ class SimEngine:
             self._become_ready(now)
         if self.stall_until is not None and now >= self.stall_until:
             self._clear_stall(now)
-        if (self.config.dialect == "sglang" and self.stalled_since is not None and self.state == READY
+        if (self.behaviour.stall_watchdog and self.stalled_since is not None and self.state == READY
                 and self.scheduler.running and now - self.stalled_since >= self.config.watchdog_timeout):
             self._die("watchdog", 137, self.log.stall_watchdog)
-        if self.config.dialect == "vllm" and self.state in (READY, DEAD) and now >= self._next_log_at:
+        if self.behaviour.periodic_stats_log and self.state in (READY, DEAD) and now >= self._next_log_at:
             self.log.stats(now)
             while self._next_log_at <= now:
                 self._next_log_at += self.config.log_stats_interval
         if self.state == DEAD and self.exit_at is not None and now >= self.exit_at:
             self.state = EXITED
-            if self.config.dialect == "vllm":
+            if self.behaviour.logs_shutdown:
                 self.log.shutdown()
             for callback in list(self.on_exit):
                 callback(self)
@@ -401,9 +395,9 @@ class SimEngine:
             candidates.append(self.started_at + self.config.startup_seconds)
         if self.stall_until is not None:
             candidates.append(self.stall_until)
-        if self.config.dialect == "sglang" and self.stalled_since is not None and self.scheduler.running:
+        if self.behaviour.stall_watchdog and self.stalled_since is not None and self.scheduler.running:
             candidates.append(self.stalled_since + self.config.watchdog_timeout)
-        if self.config.dialect == "vllm" and self.state in (READY, DEAD):
+        if self.behaviour.periodic_stats_log and self.state in (READY, DEAD):
             candidates.append(self._next_log_at)
         if self.state == DEAD and self.exit_at is not None:
             candidates.append(self.exit_at)

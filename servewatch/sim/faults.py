@@ -14,7 +14,9 @@ Kinds and their external signatures:
   engine-death        /health 503; in-flight requests end HTTP 200 with a short body (finish "abort");
                       the process exits with ``exit_code`` (default 1; 0 allowed) after ``exit_delay``.
   crash-oom           armed: the first step whose running x vocab x 4 bytes exceeds the budget dies
-                      with the OOM traceback naming that allocation (seed 002 §5), then as engine-death.
+                      with the OOM traceback naming that allocation, then as engine-death (as a vLLM
+                      on an RTX 3060 with Qwen2.5-7B-AWQ died with 193 running: 193 x 152,064 x 4 bytes
+                      = 112 MiB asked for in the sampler).
   slow                step time x factor.
   admission-deadlock  nothing is admitted; waiting grows while KV is free.
   startup-hang        the engine never becomes ready (vLLM: the port never opens; SGLang: /health 503).

@@ -1,16 +1,19 @@
 """Hardware/model profiles for the simulator's roofline step model.
 
 A profile says how many bytes a decode step streams (weights, plus KV per token of context), how many
-FLOPs a token costs, and what the device sustains. Figures are derived, not measured here:
+FLOPs a token costs, and what the device sustains. Where each figure comes from:
 
-* ``h100-8b``: Llama-3-8B bf16 on an H100 SXM. 15.0 GB of weights streamed per step (embedding table
-  excluded) over 3.35 TB/s = 4.48 ms/token at batch 1 (seed 000); 989 TFLOP/s dense bf16, so the ridge
-  is ~295 tokens per step; 128 KiB of KV per token; 428,569 KV token slots (seed 000's derived pool).
-* ``rtx3060-7b``: Qwen2.5-7B-Instruct-AWQ on an RTX 3060 12 GB at gpu_memory_utilization 0.85 (seed 002):
+* ``h100-8b``: Llama-3-8B bf16 on an H100 SXM, derived from the datasheet (not measured). 15.0 GB of
+  weights streamed per step (embedding table excluded) over 3.35 TB/s = 4.48 ms/token at batch 1;
+  989 TFLOP/s dense bf16, so the ridge is ~295 tokens per step; 128 KiB of KV per token; 428,569 KV
+  token slots (an 80 GB card's KV budget at 128 KiB per token).
+* ``rtx3060-7b``: Qwen2.5-7B-Instruct-AWQ on an RTX 3060 12 GB at gpu_memory_utilization 0.85:
   ~4.5 GB streamed per step over 360 GB/s, an effective 35 TFLOP/s for AWQ kernels, 56 KiB KV/token,
-  152,064-entry vocabulary, 102,400 KV token slots (28% used by 256 short requests, as seed 002 measured); gives ITL ~16 ms at 12 running and ~0.14 s at 256.
-* ``tiny-cpu``: the random-weight tiny Llama served by a real vLLM 0.32 CPU build on these machines
-  (real-vllm-cpu.md): 64 output tokens in ~0.1 s at batch 1; 512 bytes KV/token; 8,192 KV tokens
+  152,064-entry vocabulary, 102,400 KV token slots (a real vLLM on that card had 28% of its KV in use
+  with 256 short requests running); gives ITL ~16 ms at 12 running and ~0.14 s at 256, as that server
+  measured 0.016 s and 0.147 s.
+* ``tiny-cpu``: the random-weight tiny Llama served by a real vLLM 0.32 CPU build on this project's
+  test machines: 64 output tokens in ~0.1 s at batch 1; 512 bytes KV/token; 8,192 KV tokens
   in 128-token blocks; max_model_len 2048. Python overhead dominates, so the fixed overhead does too.
 """
 

@@ -13,7 +13,6 @@ import asyncio
 import ipaddress
 import json
 import time
-from http import HTTPStatus
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -21,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from servewatch.sim import tokens
 from servewatch.sim.engine import DEAD, EXITED, READY, STARTING, EngineDeadError, RequestRejected, SimEngine
 from servewatch.sim.faults import FaultSpecError, fault_from_json
-from servewatch.sim.logs import SGLANG_VERSION, VLLM_VERSION
+from servewatch.sim.behaviour import LOAD, TOKENIZE
 
 ENGINE_KEY = web.AppKey("engine", SimEngine)
 MAX_BODY = 4 * 2**20
@@ -34,9 +33,9 @@ def build_app(engine: SimEngine) -> web.Application:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
-    if engine.config.dialect == "vllm":
-        app.router.add_post("/tokenize", tokenize)
-        app.router.add_get("/load", load)
+    for name, (method, path, handler) in OPTIONAL_ROUTES.items():
+        if name in engine.behaviour.optional_endpoints:
+            app.router.add_route(method, path, handler)
     app.router.add_get("/health", health)
     app.router.add_get("/ping", health)
     app.router.add_get("/health_generate", health)
@@ -77,19 +76,13 @@ def _record(request: web.Request, status: int, started: float) -> None:
 
 # --- errors ------------------------------------------------------------------------------------
 def _error(engine: SimEngine, status: int, message: str) -> web.Response:
-    phrase = HTTPStatus(status).phrase
-    if engine.config.dialect == "vllm":
-        kind = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}.get(status, phrase)
-        body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
-    else:
-        body = {"object": "error", "message": message, "type": phrase, "code": status}
-    return web.json_response(body, status=status)
+    return web.json_response(engine.behaviour.error_body(status, message), status=status)
 
 
 # --- simple endpoints ----------------------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    if engine.config.dialect == "vllm" or engine.state != READY:
+    if not engine.behaviour.health_generates or engine.state != READY:
         return web.Response(status=engine.health() or 503)
     return web.Response(status=await _generation_probe(engine))
 
@@ -161,13 +154,17 @@ async def ready(request: web.Request) -> web.Response:
 
 async def version(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    return web.json_response({"version": VLLM_VERSION if engine.config.dialect == "vllm" else SGLANG_VERSION})
+    return web.json_response({"version": engine.behaviour.version})
 
 
 async def load(request: web.Request) -> web.Response:
     """vLLM's /load: in-flight requests, counted only with --enable-server-load-tracking (else 0)."""
     engine = request.app[ENGINE_KEY]
     return web.json_response({"server_load": engine.in_flight if engine.config.enable_server_load_tracking else 0})
+
+
+# endpoints only some engines serve (EngineBehaviour.optional_endpoints): name -> (method, path, handler)
+OPTIONAL_ROUTES = {TOKENIZE: ("POST", "/tokenize", tokenize), LOAD: ("GET", "/load", load)}
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -179,8 +176,8 @@ async def metrics(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     cfg = engine.config
-    owner = "vllm" if cfg.dialect == "vllm" else "sglang"
-    card = {"id": cfg.model_name, "object": "model", "created": int(time.time()), "owned_by": owner,
+    card = {"id": cfg.model_name, "object": "model", "created": int(time.time()),
+            "owned_by": engine.behaviour.model_owner,
             "root": cfg.hw.model_name, "parent": None, "max_model_len": cfg.max_model_len}
     return web.json_response({"object": "list", "data": [card]})
 
@@ -394,13 +391,13 @@ async def _stream(response, engine, handle, woke, params, chat, ident, created) 
 async def serve(engine: SimEngine, host: str, port: int, *, on_listening=None, stop: asyncio.Event | None = None) -> int:
     """Serve until the engine exits (return its exit code) or `stop` is set (return 0).
 
-    vLLM opens its port only once the engine is ready (so a startup hang never listens); SGLang
-    listens at once and answers /health 503 while starting."""
+    An engine that does not listen while starting (vLLM) opens its port only once ready, so a startup
+    hang never listens; one that does (SGLang) listens at once and answers /health 503 meanwhile."""
     loop_task = asyncio.create_task(engine.run_realtime())
     stop = stop or asyncio.Event()
     runner = None
     try:
-        if engine.config.dialect == "vllm":
+        if not engine.behaviour.listens_while_starting:
             while engine.state == STARTING and not stop.is_set():
                 await _wait_any(stop, loop_task, 0.05)
         if engine.state in (STARTING, READY) and not stop.is_set():
@@ -415,14 +412,14 @@ async def serve(engine: SimEngine, host: str, port: int, *, on_listening=None, s
                 on_listening(bound)
         announced = False
         while not stop.is_set() and not loop_task.done():
-            if engine.config.dialect == "sglang" and engine.state == READY and not announced:
+            if engine.behaviour.logs_ready_banner and engine.state == READY and not announced:
                 announced = True
                 engine.log.fired_up()
             await _wait_any(stop, loop_task, 0.5)
         if loop_task.done():
             loop_task.result()
             return engine.exit_code if engine.exit_code is not None else 0
-        if engine.config.dialect == "vllm" and engine.state != EXITED:
+        if engine.behaviour.logs_shutdown and engine.state != EXITED:
             engine.log.shutdown()
         return 0
     finally:

@@ -1,0 +1,79 @@
+"""What makes the simulated engine a vLLM or an SGLang: one `EngineBehaviour` per engine, looked up by
+dialect name in `BEHAVIOURS`. The engine, the scheduler and the HTTP server are shared; everything that
+differs between the engines is a field here, so a new engine's simulator is one object and one entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+
+from servewatch.sim.logs import SGLANG_VERSION, VLLM_VERSION, LogSink, SglangLog, VllmLog
+
+TOKENIZE, LOAD = "tokenize", "load"     # optional endpoints an engine may serve (see server.OPTIONAL_ROUTES)
+
+
+@dataclass(frozen=True)
+class EngineBehaviour:
+    name: str                                  # the dialect name: `--dialect`, SimConfig.dialect
+    version: str                               # GET /version
+    model_owner: str                           # GET /v1/models: owned_by
+    process_titles: tuple[tuple[str, str], ...]   # (title, role) of the engine's child processes
+    make_metrics: Callable[[object, float], object]   # (engine, created) -> the /metrics writer
+    make_log: Callable[[object, LogSink], object]     # (engine, sink) -> the log-line writer
+    error_body: Callable[[int, str], dict]     # (status, message) -> the JSON body of an error response
+    # Startup: whether the port opens at once (answering /health 503 until ready) or only once ready.
+    listens_while_starting: bool
+    # /health: a real one-token generation that fails once a stall outlasts `health_timeout`,
+    # instead of "200 while the engine lives, stalled or not".
+    health_generates: bool
+    # A batch hung for `watchdog_timeout` kills the server (a watchdog), instead of hanging forever.
+    stall_watchdog: bool
+    # Writes a throughput line every `log_stats_interval` while ready or dead.
+    periodic_stats_log: bool
+    # Writes the HTTP server's shutdown lines when the process exits or is stopped.
+    logs_shutdown: bool
+    # Writes a "ready" banner once the engine is ready to serve.
+    logs_ready_banner: bool
+    optional_endpoints: frozenset[str] = frozenset()
+
+
+def _vllm_metrics(engine, created: float):
+    from servewatch.sim.metrics_vllm import VllmMetrics
+    return VllmMetrics(engine, created=created)
+
+
+def _sglang_metrics(engine, created: float):
+    from servewatch.sim.metrics_sglang import SglangMetrics
+    return SglangMetrics(engine, created=created)
+
+
+def _openai_error(status: int, message: str) -> dict:
+    kind = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}.get(
+        status, HTTPStatus(status).phrase)
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def _sglang_error(status: int, message: str) -> dict:
+    return {"object": "error", "message": message, "type": HTTPStatus(status).phrase, "code": status}
+
+
+VLLM = EngineBehaviour(
+    name="vllm", version=VLLM_VERSION, model_owner="vllm",
+    process_titles=(("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker")),
+    make_metrics=_vllm_metrics, make_log=VllmLog, error_body=_openai_error,
+    listens_while_starting=False, health_generates=False, stall_watchdog=False,
+    periodic_stats_log=True, logs_shutdown=True, logs_ready_banner=False,
+    optional_endpoints=frozenset({TOKENIZE, LOAD}),
+)
+
+SGLANG = EngineBehaviour(
+    name="sglang", version=SGLANG_VERSION, model_owner="sglang",
+    process_titles=(("sglang::scheduler", "engine_core"), ("sglang::detokenizer", "worker")),
+    make_metrics=_sglang_metrics, make_log=SglangLog, error_body=_sglang_error,
+    listens_while_starting=True, health_generates=True, stall_watchdog=True,
+    periodic_stats_log=False, logs_shutdown=False, logs_ready_banner=True,
+)
+
+BEHAVIOURS: dict[str, EngineBehaviour] = {b.name: b for b in (VLLM, SGLANG)}
