@@ -138,6 +138,11 @@ def readings_from_window(window: Window, config: DetectorConfig | None = None) -
         length = last.counters.finished.get("length", 0.0) - (first.counters.finished.get("length", 0.0)
                                                                if len(good) >= 2 else 0.0)
         r.length_share = length / finished
+        if len(good) >= 2:
+            for name, counter in (("tokens_out", "generation_tokens"), ("tokens_in", "prompt_tokens")):
+                a, b = getattr(first.counters, counter), getattr(last.counters, counter)
+                if a is not None and b is not None:
+                    setattr(r, name, (b - a) / finished)
     for name, kind in (("queue_s", "queue"), ("ttft_s", "ttft"), ("itl_s", "itl"), ("e2e_s", "e2e")):
         setattr(r, name, _window_or_lifetime(first if len(good) >= 2 else _empty(last), last, kind))
     return r
