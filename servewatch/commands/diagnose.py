@@ -1,0 +1,124 @@
+"""`servewatch diagnose (URL | BUNDLE | LOAD_DIR)`: from a complaint to the quantity that decides it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+SYMPTOM_NAMES = ("slow-first-token", "slow-text", "long-answers", "hangs-under-load", "errors", "e2e-up")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "diagnose", help="ranked hypotheses for a complaint, from a live server, a bundle or a load run",
+        description="For a live server (URL) it records for --window seconds first (gauges must be sampled over "
+                    "time); for an incident bundle or a `servewatch load --out` directory it reads what was stored. "
+                    "It prints ranked hypotheses: the quantity read, its value and expected range, why it supports "
+                    "or rules out the hypothesis, the next check, the safe action and its rollback, and what a "
+                    "restart would destroy. For a dead server's log use `servewatch postmortem`.")
+    parser.add_argument("target", metavar="URL|BUNDLE|LOAD_DIR")
+    parser.add_argument("--symptom", choices=SYMPTOM_NAMES,
+                        help="the complaint: slow-first-token, slow-text, long-answers, hangs-under-load, errors, "
+                             "e2e-up (E2E up while TTFT and the queue look normal); none: say what it sees")
+    parser.add_argument("--window", type=float, default=30.0, metavar="S",
+                        help="seconds to record a live server before judging (default 30)")
+    parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="probe interval when recording")
+    parser.add_argument("--json", action="store_true", help="print the hypotheses as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from servewatch.doctor.diagnose import SYMPTOMS, diagnose
+    from servewatch.errors import ServewatchError
+
+    target = args.target
+    if target.startswith(("http://", "https://")):
+        readings = _record(args)
+    elif Path(target).is_dir() and (Path(target) / "summary.json").is_file():
+        readings = _load_dir(Path(target))
+    elif Path(target).is_dir():
+        readings = _bundle(Path(target))
+    else:
+        raise ServewatchError(f"{target}: not a URL, a bundle directory or a load directory (with summary.json)")
+    hypotheses = diagnose(readings, args.symptom)
+    if args.json:
+        json.dump({"symptom": args.symptom, "sources": readings.sources, "scrapes": readings.scrapes,
+                   "seconds": readings.seconds, "verdicts": [v.name for v in readings.verdicts],
+                   "hypotheses": [h.to_dict() for h in hypotheses]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    _print(hypotheses, readings, SYMPTOMS.get(args.symptom))
+    return 0
+
+
+def _record(args):
+    import asyncio
+
+    from servewatch.doctor.diagnose import readings_from_window
+    from servewatch.errors import ServewatchError
+    from servewatch.watch.session import record
+
+    if not 1.0 <= args.window <= 3600:
+        raise ServewatchError(f"--window {args.window:g}: between 1 and 3600 seconds")
+    session = argparse.Namespace(url=args.target, interval=args.interval, out=None, log_file=None,
+                                 duration=args.window, history=max(600.0, args.window * 2))
+    print(f"servewatch diagnose: recording {args.target} for {args.window:g} s", file=sys.stderr)
+    recorder = asyncio.run(record(session, None, tool="diagnose"))
+    window = recorder.ring.window()
+    if not window.good_metrics() and not window.health:
+        raise ServewatchError(f"{args.target}: nothing answered in {args.window:g} s (no /health, no /metrics)")
+    return readings_from_window(window, recorder.config)
+
+
+def _bundle(path):
+    from servewatch.doctor.diagnose import readings_from_window
+    from servewatch.errors import ServewatchError
+    from servewatch.sinks.incident import load_incident
+    from servewatch.timeline.window import Window
+
+    try:
+        incident = load_incident(path)
+    except ServewatchError as exc:
+        raise ServewatchError(f"{path}: not a readable bundle ({exc})") from None
+    readings = readings_from_window(Window.from_samples(incident.samples))
+    readings.sources = [f"bundle ({len(incident.samples)} samples)"]
+    return readings
+
+
+def _load_dir(path):
+    import json
+
+    from servewatch.doctor.diagnose import readings_from_load
+    from servewatch.errors import ServewatchError
+
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ServewatchError(f"{path / 'summary.json'}: unreadable ({exc})") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("signature"), dict):
+        raise ServewatchError(f"{path / 'summary.json'}: no signature row (not a `servewatch load` summary)")
+    return readings_from_load(summary)
+
+
+def _print(hypotheses, readings, complaint) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    seen = f"{readings.scrapes} scrape(s) over {readings.seconds:.0f} s" if readings.seconds is not None else ""
+    console.print(f"[bold]Diagnose[/bold] {('“' + complaint + '”') if complaint else '(no symptom: what it sees)'}"
+                  f" from {', '.join(readings.sources)} {seen}".rstrip())
+    if readings.verdicts:
+        console.print("recorder verdicts: " + ", ".join(v.name for v in readings.verdicts))
+    colour = {"supported": "red", "ruled out": "green", "not measured": "yellow"}
+    for i, h in enumerate(hypotheses, 1):
+        console.print(f"\n{i}. [bold]{h.title}[/bold] — [{colour[h.verdict]}]{h.verdict}[/{colour[h.verdict]}]"
+                      + (f" (confirmed by {h.confirmed_by})" if h.confirmed_by else ""))
+        console.print(f"   quantity: {h.quantity} = {h.value} (expected: {h.expected})")
+        console.print(f"   why: {h.why}")
+        if h.verdict != "ruled out":
+            console.print(f"   next check: {h.next_check}")
+            console.print(f"   safe action: {h.safe_action}\n   rollback: {h.rollback}")
+            console.print(f"   a restart would destroy: {h.restart_destroys}")

@@ -1,0 +1,293 @@
+"""From a LogRecord to a postmortem: how the server died, the arithmetic that names the culprit, and the
+safe actions the evidence supports (each with its rollback)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servewatch.detectors.config import DetectorConfig
+from servewatch.doctor import arithmetic
+from servewatch.doctor.log_record import LogRecord, StatsPoint, Traceback
+from servewatch.doctor.model_config import ModelShape
+from servewatch.sinks import runbook
+
+CLASSES = {
+    "startup_sizing_error": "startup sizing error",
+    "startup_failure": "startup failure",
+    "runtime_oom": "runtime out of memory",
+    "engine_death_behind_live_api": "engine death behind a live API",
+    "watchdog_timeout": "watchdog / timeout",
+    "signal": "killed by a signal",
+    "clean_shutdown": "clean shutdown",
+    "no_last_words": "no last words",
+    "still_running": "no death in the log",
+}
+ENGINE_PROCESSES = ("EngineCore", "Worker", "VllmWorker", "scheduler", "TP", "DP")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    action: str
+    why: str
+    rollback: str
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    classification: str
+    summary: str
+    t: float | None = None
+    clock: str | None = None
+    process: str | None = None
+    exception: str | None = None
+    innermost_engine_frame: str | None = None
+    engine_message: str | None = None
+    signal: str | None = None
+    exit: str | None = None
+
+    @property
+    def label(self) -> str:
+        return CLASSES[self.classification]
+
+
+@dataclass
+class Postmortem:
+    record: LogRecord
+    death: Death
+    at_death: StatsPoint | None
+    requested_bytes: float | None
+    arithmetic: list[arithmetic.SuspectTest]
+    conclusion: str | None
+    actions: list[Action]
+    partial: list[str] = field(default_factory=list)
+    vocab_size: int | None = None
+    vocab_source: str | None = None
+
+
+def _is_engine(process: str | None) -> bool:
+    return bool(process) and any(process.startswith(p) or p in process for p in ENGINE_PROCESSES)
+
+
+def _root_cause(record: LogRecord) -> Traceback | None:
+    """The traceback that explains the death: an OOM first, then the first engine-process one, then any."""
+    tracebacks = [tb for tb in record.tracebacks if tb.exception or tb.frames]
+    for tb in tracebacks:
+        if tb.is_oom:
+            return tb
+    for tb in tracebacks:
+        if _is_engine(tb.process):
+            return tb
+    return tracebacks[0] if tracebacks else None
+
+
+def _events(record: LogRecord, kind: str) -> list:
+    return [e for e in record.events if e.kind == kind]
+
+
+def _exit(record: LogRecord) -> str | None:
+    codes = _events(record, "exit_code")
+    parts = []
+    for e in codes:
+        code = e.fields["exit_code"]
+        name = arithmetic_signal(code)
+        parts.append(f"a process exited with code {code}" + (f" ({name})" if name else ""))
+    if _events(record, "force_kill"):
+        targets = sorted({e.fields["target"] for e in _events(record, "force_kill")})
+        parts.append("the API server force-killed " + ", ".join(targets))
+    if _events(record, "api_exit"):
+        parts.append("the API server finished its process (the exit code is not in the log)")
+    return "; ".join(parts) or None
+
+
+def arithmetic_signal(code: int) -> str | None:
+    from servewatch.doctor.log_grammar import SIGNAL_NUMBERS
+
+    return SIGNAL_NUMBERS.get(-code) if code < 0 else None
+
+
+def classify(record: LogRecord) -> Death:
+    served = record.ready_t is not None or bool(record.stats)
+    root = _root_cause(record)
+    failures = _events(record, "startup_failure")
+    ooms = [tb for tb in record.tracebacks if tb.is_oom] + _events(record, "oom")
+    exit_text = _exit(record)
+    frame = root.innermost_engine_frame if root else None
+    base = dict(process=root.process if root else None, exception=root.exception if root else None,
+                innermost_engine_frame=frame, exit=exit_text)
+    t = root.t if root else None
+    clock = root.clock if root else None
+
+    if not served and (failures or root):
+        sizing = [e for e in failures if "max_model_len" in e.fields or "desired_gib" in e.fields
+                  or "memory" in str(e.fields.get("reason", "")).lower()
+                  or "Not enough memory" in str(e.fields.get("reason", ""))]
+        message = next((tb.known_message for tb in record.tracebacks if tb.known_message), None)
+        if sizing or ooms:
+            first = sizing[0] if sizing else None
+            return Death("startup_sizing_error",
+                         "the engine could not size its memory at startup and never served" +
+                         (f": {message}" if message else ""),
+                         t=first.t if first else t, clock=first.clock if first else clock,
+                         engine_message=message, **base)
+        return Death("startup_failure", "the engine failed before it was ready",
+                     t=failures[0].t if failures else t, clock=failures[0].clock if failures else clock,
+                     engine_message=message, **base)
+    if ooms:
+        tb = next((x for x in record.tracebacks if x.is_oom), None)
+        where = f" in {tb.innermost_engine_frame}" if tb and tb.innermost_engine_frame else ""
+        requested = tb.numbers.get("requested_bytes") if tb else None
+        what = f" asking for {arithmetic.mib(requested)}" if requested else ""
+        return Death("runtime_oom", f"the engine ran out of device memory while serving{what}{where}",
+                     t=tb.t if tb else ooms[0].t, clock=tb.clock if tb else ooms[0].clock,
+                     engine_message="out of memory", **({**base, **({"process": tb.process,
+                                                                      "exception": tb.exception,
+                                                                      "innermost_engine_frame": tb.innermost_engine_frame}
+                                                                     if tb else {})}))
+    watchdog = _events(record, "watchdog") + _events(record, "timeout")
+    if watchdog:
+        first = watchdog[0]
+        reason = first.fields.get("reason") or first.fields.get("literal")
+        return Death("watchdog_timeout", f"a watchdog or timeout ended the engine ({reason})",
+                     t=first.t, clock=first.clock, **base)
+    dead = _events(record, "engine_dead")
+    if dead:
+        first = dead[0]
+        codes = [e.fields["exit_code"] for e in _events(record, "exit_code")] + \
+                [e.fields["exit_code"] for e in dead if "exit_code" in e.fields]
+        killed = next((arithmetic_signal(c) for c in codes if arithmetic_signal(c)), None)
+        outlived = any(s.t > (first.t or 0) for s in record.stats) or bool(_events(record, "api_exit"))
+        reasons = sorted({str(e.fields.get("reason")) for e in dead})
+        summary = ("the engine died while the API server lived on" if outlived else "the engine died") + \
+                  f" ({'; '.join(reasons)})"
+        if killed:
+            summary += f"; a child was killed by {killed}"
+        if _events(record, "api_exit"):
+            summary += "; vLLM's API server exits 0 after an engine death (Restart=on-failure does not restart it)"
+        return Death("engine_death_behind_live_api", summary, t=first.t, clock=first.clock,
+                     signal=killed, **{**base, "process": base["process"] or first.process})
+    signals = _events(record, "signal")
+    shutdown = _events(record, "shutdown")
+    codes = [e.fields["exit_code"] for e in _events(record, "exit_code")]
+    killed = next((arithmetic_signal(c) for c in codes if arithmetic_signal(c)), None)
+    if killed and not shutdown:
+        return Death("signal", f"a process was killed by {killed} without an orderly shutdown", signal=killed,
+                     **base)
+    if shutdown or signals:
+        first = (signals or shutdown)[0]
+        signal = signals[0].fields["signal"] if signals else None
+        cause = f" on {signal}" if signal else ""
+        return Death("clean_shutdown", f"an orderly shutdown{cause}: no error before it", t=first.t,
+                     clock=first.clock, signal=signal, **base)
+    if root is not None and root.exception:
+        return Death("engine_death_behind_live_api" if _is_engine(root.process) else "no_last_words",
+                     f"the last words are a {root.exception} in {root.process or 'an unnamed process'}",
+                     t=t, clock=clock, **base)
+    if served:
+        return Death("no_last_words", "the log ends while the server was serving, without an error, a shutdown "
+                     "or an exit: SIGKILL and the kernel's OOM killer leave no last words (or the log was cut)",
+                     t=record.duration_s, clock=record.last_clock, **base)
+    return Death("still_running", "no death and no serving in the log", **base)
+
+
+def _at(record: LogRecord, t: float | None) -> StatsPoint | None:
+    dump = [s for s in record.stats if s.source == "engine dump at death" and (t is None or s.t <= t + 1)]
+    if dump:
+        return dump[-1]
+    before = [s for s in record.stats if t is None or s.t <= t]
+    return before[-1] if before else None
+
+
+def postmortem(record: LogRecord, shape: ModelShape | None = None, *, vocab_size: int | None = None,
+               vocab_source: str | None = None, config: DetectorConfig | None = None) -> Postmortem:
+    config = config or DetectorConfig()
+    death = classify(record)
+    vocab = vocab_size if vocab_size is not None else (shape.vocab_size if shape else None)
+    at_death = _at(record, death.t)
+    partial: list[str] = []
+    requested = None
+    tests: list[arithmetic.SuspectTest] = []
+    conclusion = None
+    oom_tb = next((tb for tb in record.tracebacks if tb.is_oom), None)
+    if oom_tb is not None:
+        requested = oom_tb.numbers.get("requested_bytes")
+    truncated = [tb for tb in record.tracebacks if not tb.complete]
+    if truncated:
+        last = truncated[-1]
+        partial.append(f"a traceback of {last.process or 'an unnamed process'} at {last.clock or 'an unknown time'} "
+                       f"is cut off after {last.frames} frame(s): its exception is unknown")
+    if death.classification == "runtime_oom":
+        if requested is None:
+            partial.append("the out-of-memory message states no size: the suspects cannot be tested")
+        else:
+            running = at_death.running if at_death else None
+            kv_pct = at_death.kv_pct if at_death else None
+            tests.append(arithmetic.logits_temporary(requested, running, vocab))
+            if vocab is not None and running is not None:
+                tests.append(arithmetic.logits_temporary(requested, running, vocab, bytes_per_value=2,
+                                                         label="logits-sized temporary in half precision"))
+            tests.append(arithmetic.kv_cache(requested, kv_pct, 100 * config.kv_high,
+                                             shape.kv_bytes_per_token if shape else None, record.kv_cache_tokens))
+            if vocab is None:
+                partial.append("the vocabulary is unknown (no --model-config with vocab_size, no --vocab-size): "
+                               "the logits-sized suspect is untested")
+            if running is None:
+                partial.append("no stats line before the death: the running count at death is unknown")
+            logits, kv = tests[0], tests[-1]
+            if logits.verdict == "matches" and kv.verdict == "ruled out":
+                conclusion = "not the KV cache: a logits-sized temporary"
+            elif logits.verdict == "matches":
+                conclusion = "a logits-sized temporary (the KV cache was also nearly full)"
+            elif kv.verdict == "ruled out" and logits.verdict == "cannot test":
+                conclusion = "not the KV cache (the logits-sized suspect is untested)"
+            elif kv.verdict == "ruled out":
+                conclusion = "not the KV cache; no known suspect matches the bytes requested"
+    actions = _actions(record, death, at_death, tests, vocab)
+    return Postmortem(record, death, at_death, requested, tests, conclusion, actions, partial, vocab, vocab_source)
+
+
+def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests, vocab: int | None) -> list[Action]:
+    engine_dead = runbook.branch_for("engine_dead")
+    process_exit = runbook.branch_for("process_exit")
+    c = death.classification
+    if c == "runtime_oom":
+        utilisation = record.settings.get("gpu_memory_utilization")
+        current = f"{utilisation:g}" if utilisation else "the current value (0.9 by default)"
+        lower = f"{max(0.5, utilisation - 0.05):.2f}" if utilisation else "0.85"
+        running = at_death.running if at_death else None
+        actions = [Action(f"Restart with --gpu-memory-utilization lowered from {current} to {lower}",
+                          "leaves more device memory outside the engine's budget for activations such as the "
+                          "logits-sized temporaries (measured on a 7B model on one 12 GiB GPU: at 0.85 the same overload queued, running 256 and 44 waiting, instead of dying at 0.9)",
+                          engine_dead.rollback)]
+        matched = any(t.verdict == "matches" for t in tests)
+        if running:
+            per_seq = f" ({vocab * 4 / 2**10:,.0f} KiB per sequence for each such temporary)" if vocab else ""
+            actions.append(Action(f"Or cap concurrent sequences below {running} (--max-num-seqs)",
+                                  "the temporary grows with the running count" + per_seq +
+                                  ("; the arithmetic ties the failed allocation to it" if matched else ""),
+                                  "Raise the cap again when waiting grows at peak while no death recurs; the "
+                                  "cap is a flag, reversible at the next restart."))
+        return actions
+    if c in ("startup_sizing_error", "startup_failure"):
+        return [Action("Follow the engine's own message: raise the memory budget (--gpu-memory-utilization, or "
+                       "--kv-cache-memory-bytes / --mem-fraction-static) or lower --max-model-len until one request "
+                       "of the maximum length fits",
+                       death.engine_message or "the engine stopped before it was ready",
+                       "Nothing served yet, so nothing to roll back; keep the failing flags in the deploy record.")]
+    if c == "engine_death_behind_live_api":
+        return [Action(engine_dead.safe_action, engine_dead.meaning, engine_dead.rollback),
+                Action(process_exit.safe_action, "vLLM's API server exits 0 after an engine death, which "
+                       "Restart=on-failure does not restart", process_exit.rollback)]
+    if c == "watchdog_timeout":
+        stall = runbook.branch_for("alive_health_ok_no_progress")
+        return [Action(stall.safe_action, stall.meaning, stall.rollback)]
+    if c == "signal":
+        return [Action(process_exit.safe_action, process_exit.meaning, process_exit.rollback)]
+    if c == "no_last_words":
+        return [Action("Read the kernel log for the OOM killer (dmesg -T | grep -i oom) and the supervisor's record "
+                       "of the exit before restarting; persist the server's log outside the container",
+                       "a death without last words in the log is usually a SIGKILL from outside",
+                       "Nothing changed on the server: read-only.")]
+    if c == "clean_shutdown":
+        return [Action("No action on the server: it was stopped on purpose",
+                       "an orderly shutdown with no error before it", "Nothing to roll back.")]
+    return []
