@@ -36,10 +36,10 @@ def test_slot_overload_names_slots_not_memory():
 
 
 def test_safe_action_and_rollback_come_from_the_runbook():
-    from servewatch.sinks import runbook
+    from servewatch.detectors.registry import runbook_for
 
     top = diagnose(SCENARIOS["dead engine"][1], "errors")[0]
-    branch = runbook.branch_for("engine_dead")
+    branch = runbook_for("engine_dead")
     assert (top.safe_action, top.rollback, top.restart_destroys) == (branch.safe_action, branch.rollback,
                                                                      branch.restart_destroys)
 

@@ -26,17 +26,16 @@ def _register(monkeypatch, behaviour):
 
 
 def test_registry_names_match_the_engine_dialects():
-    assert set(BEHAVIOURS) == {module.NAME for module in dialects.DIALECTS}
+    assert set(BEHAVIOURS) == {dialect.name for dialect in dialects.registered()}
     for name, behaviour in BEHAVIOURS.items():
         assert behaviour.name == name
 
 
-@pytest.mark.parametrize("behaviour", [VLLM, SGLANG], ids=lambda b: b.name)
-def test_process_titles_map_to_the_dialects_roles(behaviour):
-    roles = next(module for module in dialects.DIALECTS if module.NAME == behaviour.name).PROCESS_ROLES
-    for title, role in behaviour.process_titles:
-        matches = [known_role for prefix, known_role in roles.items() if title.startswith(prefix)]
-        assert matches == [role], (title, roles)
+@pytest.mark.parametrize("name", ["vllm", "sglang"])
+def test_the_engine_process_titles_map_to_the_dialects_roles(name):
+    dialect = dialects.by_name(name)
+    for title, role in dialect.engine_process_titles:
+        assert dialect.role_of(title) == role, title
 
 
 def test_an_unregistered_dialect_is_refused_by_name():

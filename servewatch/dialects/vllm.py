@@ -140,7 +140,7 @@ _NUMBERS = {VLLM_KV_TOO_SMALL: {"max_model_len": int, "needed_gib": float, "avai
                                     "desired_gib": float}}
 
 
-def _startup_failure_numbers(message: str) -> dict[str, float | int]:
+def startup_failure_numbers(message: str) -> dict[str, float | int]:
     """The numbers of a known startup-failure message (empty when it is not one we can read)."""
     for pattern, names in _NUMBERS.items():
         match = pattern.search(message)
@@ -149,7 +149,7 @@ def _startup_failure_numbers(message: str) -> dict[str, float | int]:
     return {}
 
 
-def _describe_startup_failure(fields) -> str:
+def describe_startup_failure(fields) -> str:
     """The engine's own message, rebuilt from the grammar literal and the parsed numbers only."""
     reason = str(fields.get("reason", "unknown"))
     if "max_model_len" in fields:
@@ -342,7 +342,7 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
         return [("engine_dead", fields)]
     for literal in STARTUP_FAILURE_LINES:
         if literal in msg:
-            return [("startup_failure", {"reason": literal, **_startup_failure_numbers(msg)})]
+            return [("startup_failure", {"reason": literal, **startup_failure_numbers(msg)})]
     for literal in ENGINE_DEAD_LINES:
         if literal in msg:
             return [("engine_dead", {"reason": literal})]
@@ -388,7 +388,7 @@ class VllmDialect(base.Dialect):
         return parse_log_message(msg)
 
     def describe_startup_failure(self, fields):
-        return _describe_startup_failure(fields)
+        return describe_startup_failure(fields)
 
     def grammar_literals(self):
         return base.module_literals(sys.modules[__name__])

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors.verdict import Verdict
-from servewatch.sinks import runbook
+from servewatch.detectors.liveness import dialect_hint
+from servewatch.detectors.registry import runbook_for
 from servewatch.timeline.window import Window
 
 SYMPTOMS = {
@@ -53,6 +54,7 @@ class Readings:
     slot_limit: float | None = None
     tokens_moved: bool | None = None          # generation counter moved across the window
     health_last: int | None = None
+    health_dead_status: int | None = None     # the status that means "engine dead" for this engine, if any
     preemptions: float | None = None
     tokens_in: float | None = None            # per request
     tokens_out: float | None = None
@@ -119,6 +121,8 @@ def readings_from_window(window: Window, config: DetectorConfig | None = None) -
     r.verdicts = run_detectors(window, config)
     if window.health:
         r.health_last = window.health[-1].status
+    dialect = dialect_hint(window)
+    r.health_dead_status = dialect.health_dead_status if dialect is not None else None
     r.engine_dead_lines = sum(1 for e in window.logs if e.kind == "engine_dead")
     engines = [e for m in good for e in m.engines]
     if not engines:
@@ -185,14 +189,14 @@ def _verdict(readings: Readings, name: str) -> Verdict | None:
 
 
 def _from_runbook(name: str, **kw) -> Hypothesis:
-    branch = runbook.branch_for(RUNBOOK_OF[name])
+    branch = runbook_for(RUNBOOK_OF[name])
     return Hypothesis(name=name, next_check=branch.check_next[0], safe_action=branch.safe_action,
                       rollback=branch.rollback, restart_destroys=branch.restart_destroys, **kw)
 
 
 def _engine_dead(r: Readings, config: DetectorConfig) -> Hypothesis:
     verdict = _verdict(r, "engine_dead")
-    dead_status = r.health_last == config.engine_dead_status
+    dead_status = r.health_dead_status is not None and r.health_last == r.health_dead_status
     supported = verdict is not None or dead_status or r.engine_dead_lines > 0
     measured = r.health_last is not None or r.engine_dead_lines or verdict
     why = (verdict.why if verdict else

@@ -9,7 +9,7 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.doctor import arithmetic
 from servewatch.doctor.log_record import LogRecord, StatsPoint, Traceback
 from servewatch.doctor.model_config import ModelShape
-from servewatch.sinks import runbook
+from servewatch.detectors.registry import runbook_for
 
 CLASSES = {
     "startup_sizing_error": "startup sizing error",
@@ -246,8 +246,8 @@ def postmortem(record: LogRecord, shape: ModelShape | None = None, *, vocab_size
 
 
 def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests, vocab: int | None) -> list[Action]:
-    engine_dead = runbook.branch_for("engine_dead")
-    process_exit = runbook.branch_for("process_exit")
+    engine_dead = runbook_for("engine_dead")
+    process_exit = runbook_for("process_exit")
     c = death.classification
     if c == "runtime_oom":
         utilisation = record.settings.get("gpu_memory_utilization")
@@ -278,7 +278,7 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
                 Action(process_exit.safe_action, "vLLM's API server exits 0 after an engine death, which "
                        "Restart=on-failure does not restart", process_exit.rollback)]
     if c == "watchdog_timeout":
-        stall = runbook.branch_for("alive_health_ok_no_progress")
+        stall = runbook_for("alive_health_ok_no_progress")
         return [Action(stall.safe_action, stall.meaning, stall.rollback)]
     if c == "signal":
         return [Action(process_exit.safe_action, process_exit.meaning, process_exit.rollback)]

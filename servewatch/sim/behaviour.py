@@ -19,7 +19,6 @@ class EngineBehaviour:
     name: str                                  # the dialect name: `--dialect`, SimConfig.dialect
     version: str                               # GET /version
     model_owner: str                           # GET /v1/models: owned_by
-    process_titles: tuple[tuple[str, str], ...]   # (title, role) of the engine's child processes
     make_metrics: Callable[[object, float], object]   # (engine, created) -> the /metrics writer
     make_log: Callable[[object, LogSink], object]     # (engine, sink) -> the log-line writer
     error_body: Callable[[int, str], dict]     # (status, message) -> the JSON body of an error response
@@ -61,7 +60,6 @@ def _sglang_error(status: int, message: str) -> dict:
 
 VLLM = EngineBehaviour(
     name="vllm", version=VLLM_VERSION, model_owner="vllm",
-    process_titles=(("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker")),
     make_metrics=_vllm_metrics, make_log=VllmLog, error_body=_openai_error,
     listens_while_starting=False, health_generates=False, stall_watchdog=False,
     periodic_stats_log=True, logs_shutdown=True, logs_ready_banner=False,
@@ -70,7 +68,6 @@ VLLM = EngineBehaviour(
 
 SGLANG = EngineBehaviour(
     name="sglang", version=SGLANG_VERSION, model_owner="sglang",
-    process_titles=(("sglang::scheduler", "engine_core"), ("sglang::detokenizer", "worker")),
     make_metrics=_sglang_metrics, make_log=SglangLog, error_body=_sglang_error,
     listens_while_starting=True, health_generates=True, stall_watchdog=True,
     periodic_stats_log=False, logs_shutdown=False, logs_ready_banner=True,
