@@ -62,6 +62,7 @@ def test_canary_prompts_through_the_simulator_and_recorder_reach_no_file(tmp_pat
     from servewatch.sim import SimConfig, SimEngine
     from servewatch.sinks.verify import verify_bundle
     from servewatch.watch import Recorder
+    from servewatch.sinks.base import CallbackSink
     from servewatch.watch.sim_target import sim_sources
 
     clock = VirtualClock()
@@ -86,7 +87,7 @@ def test_canary_prompts_through_the_simulator_and_recorder_reach_no_file(tmp_pat
         engine.run_until(t)
 
     recorder = Recorder(sim_sources(engine, clock, 0.5), clock, history_s=120, config=config,
-                        on_verdict=on_verdict)
+                        sinks=[CallbackSink(on_verdict)])
     asyncio.run(recorder.run_virtual(40.0, advance=advance))
     assert submitted["n"] >= 60 and writer.failures == 0
     bundles = writer.bundles()

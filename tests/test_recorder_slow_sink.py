@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 from servewatch.clock import RealClock
+from servewatch.sinks.base import CallbackSink
 from servewatch.watch.recorder import Recorder
 from servewatch.watch.targets import callable_sources
 
@@ -31,7 +32,7 @@ def test_sources_keep_polling_while_a_bundle_is_written():
 
     clock = RealClock()
     sources = callable_sources(clock, 0.01, health=health, metrics=lambda: "# no engine here\n")
-    recorder = Recorder(sources, clock, on_verdict=slow_sink, stop_when=lambda fired: True)
+    recorder = Recorder(sources, clock, sinks=[CallbackSink(slow_sink)], stop_when=lambda fired: True)
     asyncio.run(recorder.run(duration=60))
 
     assert [f.verdict.name for f in recorder.fired] == ["health_loss"]
@@ -48,7 +49,7 @@ def test_a_sink_that_raises_in_the_worker_is_counted_and_watching_goes_on():
 
     clock = RealClock()
     sources = callable_sources(clock, 0.01, health=down, metrics=lambda: "# no engine here\n")
-    recorder = Recorder(sources, clock, on_verdict=failing_sink, stop_when=lambda fired: True)
+    recorder = Recorder(sources, clock, sinks=[CallbackSink(failing_sink)], stop_when=lambda fired: True)
     asyncio.run(recorder.run(duration=60))
     assert recorder.sink_failures == 1 and recorder.fired[0].bundle is None
 

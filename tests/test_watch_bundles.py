@@ -1,4 +1,4 @@
-"""The recorder's on_verdict hook writes incident bundles that `verify` accepts: the stored evidence
+"""The bundle sink writes incident bundles that `verify` accepts: the stored evidence
 window recomputes the very verdicts that fired."""
 
 import asyncio
@@ -21,7 +21,7 @@ def record(tmp_path, phases, faults, config=None):
         engine.inject({**fault, "at": at})
     detector_config = DetectorConfig()
     sink = BundleSink(BundleWriter(tmp_path, clock=clock), "http://127.0.0.1:8000", detector_config)
-    recorder = Recorder(sim_sources(engine, clock, 0.5), clock, config=detector_config, on_verdict=sink.write)
+    recorder = Recorder(sim_sources(engine, clock, 0.5), clock, config=detector_config, sinks=[sink])
     sink.recorder = recorder
     workload = Workload(engine, phases)
     asyncio.run(recorder.run_virtual(workload.end - clock.now(), advance=workload.advance))

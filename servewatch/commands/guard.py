@@ -6,8 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from servewatch.commands.watch import duration
 from servewatch.errors import ServewatchError
+from servewatch.watch.options import add_recording_arguments, duration
 
 EPILOG = """\
 exit status (what a restart policy should see):
@@ -36,9 +36,8 @@ def register(subparsers) -> None:
                     "file, never into a bundle), then SIGKILL of the tree. An engine_dead server first gets "
                     "--exit-grace to exit by itself. SIGTERM or ^C to guard: a server it started is sent SIGTERM "
                     "and given --drain-timeout to finish its requests; an attached server is left alone.")
-    parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    add_recording_arguments(parser, interval=0.5)
     parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
-    parser.add_argument("--interval", type=duration, default=0.5, help="probe cadence (default 0.5s)")
     parser.add_argument("--act-on", default=",".join(_default_act_on()), metavar="VERDICTS",
                         help="comma-separated verdicts that make guard act (default: %(default)s)")
     parser.add_argument("--exit-grace", type=duration, default=10.0, metavar="S",
@@ -50,8 +49,6 @@ def register(subparsers) -> None:
                                                             f"{default_stacks_dir()})")
     parser.add_argument("--no-stacks", action="store_true", help="kill without dumping stacks first")
     parser.add_argument("--dry-run", action="store_true", help="say what would be done; send no signal")
-    parser.add_argument("--out", metavar="DIR", help="write an incident bundle per verdict into DIR")
-    parser.add_argument("--log-file", metavar="F", help="the server's log file, tailed and parsed")
     parser.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (a server guard "
                                                                        "started is then drained)")
     parser.add_argument("--json", action="store_true", help="JSON lines on stdout: verdicts and guard's actions "
@@ -86,10 +83,12 @@ def run(args) -> int:
         raise ServewatchError("give either -- COMMAND (start the server) or --pid PID (attach), not both or neither")
     config = GuardConfig(act_on=parse_act_on(args.act_on), exit_grace_s=args.exit_grace,
                          drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
-    return asyncio.run(_guard(args, command, config))
+    from servewatch.watch.options import options_from_args
+
+    return asyncio.run(_guard(args, options_from_args(args), command, config))
 
 
-async def _guard(args, command: list[str], config) -> int:
+async def _guard(args, options, command: list[str], config) -> int:
     import asyncio
     import signal
     import subprocess
@@ -116,7 +115,7 @@ async def _guard(args, command: list[str], config) -> int:
             loop.add_signal_handler(sig, guard.drain)
         if signalled:
             guard.drain()
-        await record(args, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired],
+        await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired],
                      on_recorder=_attach(guard))
         if not guard.done.is_set():          # --duration ran out
             guard.drain()

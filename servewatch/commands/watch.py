@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-import re
+from servewatch.watch.options import add_recording_arguments, duration
 
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """"0.5", "500ms", "1s", "10m" → seconds (> 0)."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 0.5, 500ms, 1s, 10m)")
-    seconds = float(match.group(1)) * _UNIT[match.group(2)]
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero")
-    return seconds
+__all__ = ["duration", "register", "run"]
 
 
 def register(subparsers) -> None:
@@ -28,15 +14,12 @@ def register(subparsers) -> None:
                     "history; fire a verdict once when a condition starts (and write an incident bundle with "
                     "--out; `kill -USR1 <watch pid>` writes one of the current window at any time). Exit status: "
                     "0, or 1 when --stop-on-incident stopped on an incident.")
-    parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    add_recording_arguments(parser, interval=1.0)
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
-    parser.add_argument("--interval", type=duration, default=1.0, help="health/metrics/process cadence (default 1s)")
-    parser.add_argument("--history", type=duration, default=600.0, help="seconds of history kept (default 600)")
-    parser.add_argument("--out", metavar="DIR", help="write an incident bundle per verdict into DIR")
     parser.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (default: until ^C)")
     parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
-    parser.add_argument("--log-file", metavar="F", help="the server's log file, tailed and parsed")
-    parser.add_argument("--json", action="store_true", help="one JSON line per verdict instead of a live table")
+    parser.add_argument("--json", action="store_true",
+                        help="JSON lines instead of a live table: one when a verdict fires, one when it clears")
     parser.set_defaults(func=run)
 
 
@@ -57,11 +40,14 @@ async def _watch(args) -> int:
 
     from servewatch.sources.process import PsutilProbe
     from servewatch.detectors.registry import is_incident
-    from servewatch.watch.output import json_line, status_table
+    from servewatch.watch.options import options_from_args
+    from servewatch.watch.output import cleared_line, json_line, status_table
     from servewatch.watch.session import record
 
+    options = options_from_args(args)            # a bad --set / --detectors: one line, exit 2
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
     listeners = [lambda fired: print(json_line(fired), flush=True)] if args.json else []
+    clear_listeners = [lambda cleared: print(cleared_line(cleared), flush=True)] if args.json else []
     stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
     started = time.monotonic()
     terminated = []
@@ -73,7 +59,8 @@ async def _watch(args) -> int:
         await _run_live(recorder, started, status_table, args.duration)
 
     try:
-        recorder = await record(args, probe, tool="watch", listeners=listeners, stop_when=stop_when,
+        recorder = await record(options, probe, tool="watch", listeners=listeners, clear_listeners=clear_listeners,
+                                stop_when=stop_when,
                                 on_recorder=on_recorder, drive=None if args.json else live)
     finally:
         for handler in terminated:

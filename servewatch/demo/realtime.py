@@ -105,7 +105,7 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
             sources = http_sources(session, url, clock, interval, process_probe=probe,
                                    slot_limit=probe.slot_limit() or 256, log_file=str(log_file))
             recorder = Recorder(sources, clock, history_s=1800.0, config=detector_config,
-                                on_verdict=sink.write if sink is not None else None,
+                                sinks=[sink] if sink is not None else (),
                                 listeners=[tracker.on_fired, *listeners])
             if sink is not None:
                 sink.target, sink.recorder = url, recorder

@@ -151,7 +151,7 @@ def run_virtual(plan: list[Phase], *, dialect: str, seed: int, interval: float, 
     engine = SimEngine(SimConfig(dialect=dialect, seed=seed), clock)
     sources = sim_sources(engine, clock, interval)
     recorder = Recorder(sources, clock, history_s=history_s, config=detector_config,
-                        on_verdict=sink.write if sink is not None else None)
+                        sinks=[sink] if sink is not None else ())
     if sink is not None:
         sink.recorder = recorder
     script = VirtualScript(engine, plan, recorder, seed, on_phase=on_phase)

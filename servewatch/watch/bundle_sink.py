@@ -1,4 +1,4 @@
-"""The recorder's on_verdict hook → the incident bundle writer.
+"""The incident bundle writer as a sink: a bundle per fired verdict.
 
 Stores the evidence window (the slice the detectors read) with every verdict of that detection run and
 the detector config, so `servewatch verify` can recompute the verdicts from the bundle alone.
@@ -25,9 +25,15 @@ class BundleSink:
     def failures(self) -> int:
         return self.writer.failures
 
-    def write(self, verdict, window, verdicts):
-        """The recorder's on_verdict: a bundle for `verdict` with every verdict of its detection run."""
+    def on_fired(self, verdict, window, verdicts):
+        """A bundle for `verdict` with every verdict of its detection run."""
         return self._write(window, list(verdicts), verdict.name)
+
+    def on_cleared(self, cleared) -> None:
+        """A bundle freezes an onset; the end of a condition writes nothing."""
+
+    def close(self) -> None:
+        """Every bundle is complete (fsynced) when its write returns."""
 
     def write_on_demand(self, window):
         """A bundle of the current window whatever it shows (trigger `on_demand`), with the verdicts the

@@ -12,7 +12,7 @@ from servewatch.detectors.verdict import Verdict
 @dataclass(frozen=True, slots=True)
 class Update:
     fired: tuple[Verdict, ...]      # conditions that started with this detection run
-    cleared: tuple[tuple, ...]      # keys of conditions that ended
+    cleared: tuple[Verdict, ...]    # conditions that ended (each as it last held)
 
 
 class Latch:
@@ -33,6 +33,6 @@ class Latch:
             current[key] = verdict
             if key not in self._active:
                 fired.append(verdict)
-        cleared = tuple(key for key in self._active if key not in current)
+        cleared = tuple(verdict for key, verdict in self._active.items() if key not in current)
         self._active = current
         return Update(tuple(fired), cleared)

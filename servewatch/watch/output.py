@@ -1,12 +1,22 @@
-"""What `watch` prints: one JSON line per fired verdict, or a live table."""
+"""What `watch` prints: one JSON line per fired and per cleared verdict, or a live table."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 
+from servewatch.sinks.base import Cleared
 from servewatch.timeline.window import Window
 from servewatch.watch.recorder import Fired
+
+
+def cleared_line(cleared: Cleared) -> str:
+    """One JSON line when a verdict stops holding: its onset, how long it held, and the samples that ended it."""
+    v = cleared.verdict
+    return json.dumps({"event": "cleared", "t": iso8601(cleared.t), "verdict": v.name, "onset": iso8601(v.onset),
+                       "duration_s": round(cleared.duration_s, 3),
+                       "ended_by": [{"source": e.source, "t": iso8601(e.t), "field": e.field, "value": e.value}
+                                    for e in cleared.ended_by]}, ensure_ascii=False)
 
 
 def iso8601(t: float) -> str:
@@ -15,7 +25,7 @@ def iso8601(t: float) -> str:
 
 def json_line(fired: Fired) -> str:
     v = fired.verdict
-    return json.dumps({"t": iso8601(v.t), "verdict": v.name, "onset": iso8601(v.onset),
+    return json.dumps({"event": "fired", "t": iso8601(v.t), "verdict": v.name, "onset": iso8601(v.onset),
                        "since_s": round(v.since_s, 3), "why": v.why, "bundle": fired.bundle},
                       ensure_ascii=False)
 

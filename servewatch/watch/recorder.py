@@ -1,5 +1,6 @@
 """The recorder loop: each source on its own cadence, samples into the ring, detectors over the window,
-verdicts fired once each through the `on_verdict` sink (the bundle writer plugs in there).
+verdicts fired once each and cleared once each, told to the sinks (off the event loop) and then to the
+listeners (on it: printing, acting).
 
 Two drivers over the same parts:
 - `run()` — real time: one task per source, so a slow /metrics scrape never delays the next health
@@ -15,31 +16,28 @@ import heapq
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from servewatch.clock import Clock
 from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors.verdict import Verdict
+from servewatch.sinks.base import Cleared, Sink, ended_by
 from servewatch.sources.base import Source
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
 from servewatch.watch.firing import Latch
 
-# on_verdict(fired verdict, the window it was judged on, every verdict of that detection run)
-#   -> path of the bundle written, or None.
-OnVerdict = Callable[[Verdict, Window, Sequence[Verdict]], "str | Path | None"]
-
-
 @dataclass(frozen=True, slots=True)
 class Fired:
     verdict: Verdict
-    bundle: str | None
+    bundle: str | None      # the artifact a sink wrote for it (the incident bundle), if any
+
 
 
 class Recorder:
     def __init__(self, sources: Sequence[Source], clock: Clock, *, history_s: float = 600.0,
-                 config: DetectorConfig | None = None, on_verdict: OnVerdict | None = None,
-                 listeners: Sequence[Callable[[Fired], None]] = (), detect_interval: float | None = None,
+                 config: DetectorConfig | None = None, sinks: Sequence[Sink] = (),
+                 listeners: Sequence[Callable[[Fired], None]] = (),
+                 clear_listeners: Sequence[Callable[[Cleared], None]] = (), detect_interval: float | None = None,
                  stop_when: Callable[[Fired], bool] | None = None):
         if not sources:
             raise ValueError("a recorder needs at least one source")
@@ -48,11 +46,13 @@ class Recorder:
         self.config = config or DetectorConfig()
         self.ring = Ring.for_history(history_s, {s.kind: s.interval for s in self.sources})
         self.latch = Latch()
-        self.on_verdict = on_verdict
+        self.sinks = list(sinks)
         self.listeners = list(listeners)
+        self.clear_listeners = list(clear_listeners)
         self.detect_interval = detect_interval or min(s.interval for s in self.sources)
         self.stop_when = stop_when
         self.fired: list[Fired] = []
+        self.cleared: list[Cleared] = []
         self.detection_runs = 0
         self.samples_seen = 0
         self.sink_failures = 0
@@ -76,29 +76,39 @@ class Recorder:
             self._new_samples.set()
 
     def detect(self) -> list[Fired]:
-        """Run the detectors over the current window; fire what started (the sink writes in this
-        thread); re-arm what cleared."""
-        window, verdicts, started = self._judge()
-        return [self._fire(verdict, self._sink(verdict, window, verdicts)) for verdict in started]
+        """Run the detectors over the current window; tell the sinks (in this thread) and listeners
+        what started and what ended."""
+        window, verdicts, started, ended = self._judge()
+        for cleared in ended:
+            self._sink_cleared(cleared)
+            self._clear(cleared)
+        return [self._fire(verdict, self._sink_fired(verdict, window, verdicts)) for verdict in started]
 
     async def detect_in_background(self) -> list[Fired]:
-        """`detect` for the real-time loop: the sink (a bundle written and fsynced to a disk that may
-        be slow) runs in a worker thread, so the source tasks keep polling meanwhile."""
-        window, verdicts, started = self._judge()
+        """`detect` for the real-time loop: the sinks (a bundle written and fsynced to a disk that may
+        be slow) run in a worker thread, so the source tasks keep polling meanwhile."""
+        window, verdicts, started, ended = self._judge()
         loop = asyncio.get_running_loop()
+        for cleared in ended:
+            if self.sinks:
+                await loop.run_in_executor(None, self._sink_cleared, cleared)
+            self._clear(cleared)
         fired = []
         for verdict in started:
             bundle = None
-            if self.on_verdict is not None:
-                bundle = await loop.run_in_executor(None, self._sink, verdict, window, verdicts)
+            if self.sinks:
+                bundle = await loop.run_in_executor(None, self._sink_fired, verdict, window, verdicts)
             fired.append(self._fire(verdict, bundle))
         return fired
 
-    def _judge(self) -> tuple[Window, list[Verdict], list[Verdict]]:
+    def _judge(self) -> tuple[Window, list[Verdict], list[Verdict], list[Cleared]]:
         window = self.ring.window()
         verdicts = run_detectors(window, self.config)
         self.detection_runs += 1
-        return window, verdicts, list(self.latch.update(verdicts).fired)
+        update = self.latch.update(verdicts)
+        end = window.end if window.end is not None else self.clock.now()
+        ended = [Cleared(verdict, end, ended_by(verdict, window)) for verdict in update.cleared]
+        return window, verdicts, list(update.fired), ended
 
     def _fire(self, verdict: Verdict, bundle: str | None) -> Fired:
         record = Fired(verdict, bundle)
@@ -109,16 +119,34 @@ class Recorder:
             self.stop()
         return record
 
-    def _sink(self, verdict: Verdict, window: Window, verdicts: Sequence[Verdict]) -> str | None:
-        if self.on_verdict is None:
-            return None
+    def _clear(self, cleared: Cleared) -> None:
+        self.cleared.append(cleared)
+        for listener in self.clear_listeners:
+            listener(cleared)
+
+    def _sink_fired(self, verdict: Verdict, window: Window, verdicts: Sequence[Verdict]) -> str | None:
+        artifact = None
+        for sink in self.sinks:
+            path = self._call(sink.on_fired, verdict.name, verdict, window, verdicts)
+            if path is not None and artifact is None:
+                artifact = str(path)
+        return artifact
+
+    def _sink_cleared(self, cleared: Cleared) -> None:
+        for sink in self.sinks:
+            self._call(sink.on_cleared, cleared.verdict.name, cleared)
+
+    def _call(self, method, name: str, *args):
         try:
-            path = self.on_verdict(verdict, window, verdicts)
+            return method(*args)
         except Exception as exc:  # noqa: BLE001 - a failing sink is counted; watching continues (fail open)
             self.sink_failures += 1
-            print(f"servewatch watch: could not record {verdict.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"servewatch watch: could not record {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return None
-        return str(path) if path is not None else None
+
+    def close_sinks(self) -> None:
+        for sink in self.sinks:
+            self._call(sink.close, "close")
 
     def stop(self) -> None:
         """End the run (from a listener, a signal handler or stop_when)."""

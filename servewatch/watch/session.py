@@ -10,36 +10,39 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 from servewatch.errors import ServewatchError
+from servewatch.watch.options import RecordingOptions
 
 
-async def record(args, probe, *, tool: str, listeners: Sequence[Callable] = (), stop_when=None,
+async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequence[Callable] = (),
+                 clear_listeners: Sequence[Callable] = (), sinks: Sequence = (), stop_when=None,
                  on_recorder: Callable | None = None, drive: Callable[..., Awaitable[None]] | None = None):
-    """Record args.url (with args.interval, args.out, args.log_file, args.duration) until the duration
-    ends or the recorder is stopped; the recorder when done. `drive(recorder)` replaces the plain run
-    (the live table); `on_recorder(recorder)` is called once it exists."""
+    """Record options.url until options.duration ends or the recorder is stopped; the recorder when
+    done. `sinks` hear fired and cleared verdicts beside the bundle writer (--out); `drive(recorder)`
+    replaces the plain run (the live table); `on_recorder(recorder)` is called once it exists."""
     import aiohttp
 
     from servewatch.clock import RealClock
-    from servewatch.detectors import DetectorConfig
     from servewatch.watch.bundle_sink import bundle_sink
     from servewatch.watch.recorder import Recorder
     from servewatch.watch.targets import base_url, http_sources
 
-    target = base_url(args.url)
-    if args.log_file is not None and not os.path.isfile(args.log_file):
-        if not os.path.isdir(os.path.dirname(os.path.abspath(args.log_file))):
-            raise ServewatchError(f"--log-file {args.log_file}: no such directory")
-        print(f"servewatch {tool}: --log-file {args.log_file}: not there yet; it will be read once it appears",
+    target = base_url(options.url)
+    log_file = options.log_file
+    if log_file is not None and not os.path.isfile(log_file):
+        if not os.path.isdir(os.path.dirname(os.path.abspath(log_file))):
+            raise ServewatchError(f"--log-file {log_file}: no such directory")
+        print(f"servewatch {tool}: --log-file {log_file}: not there yet; it will be read once it appears",
               file=sys.stderr)
-    config = DetectorConfig()
-    sink = bundle_sink(args.out, target, config) if args.out else None   # unwritable: one line, exit 2
+    config = options.detectors
+    sink = bundle_sink(options.out, target, config) if options.out else None   # unwritable: one line, exit 2
     clock = RealClock()
     connector = aiohttp.TCPConnector(limit=8, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
-        sources = http_sources(session, target, clock, args.interval, process_probe=probe,
-                               slot_limit=probe.slot_limit() if probe else None, log_file=args.log_file)
-        recorder = Recorder(sources, clock, history_s=getattr(args, "history", 600.0), config=config,
-                            on_verdict=sink.write if sink else None, listeners=listeners, stop_when=stop_when)
+        sources = http_sources(session, target, clock, options.interval, process_probe=probe,
+                               slot_limit=probe.slot_limit() if probe else None, log_file=log_file)
+        recorder = Recorder(sources, clock, history_s=options.history_s, config=config,
+                            sinks=[*([sink] if sink else []), *sinks], listeners=listeners,
+                            clear_listeners=clear_listeners, stop_when=stop_when)
         if sink is not None:
             sink.recorder = recorder
         if on_recorder is not None:
@@ -50,12 +53,13 @@ async def record(args, probe, *, tool: str, listeners: Sequence[Callable] = (), 
             if drive is not None:
                 await drive(recorder)
             else:
-                await recorder.run(args.duration)
+                await recorder.run(options.duration)
         except asyncio.CancelledError:
             pass
         finally:
             announce.cancel()
             on_demand.close()
+            await asyncio.get_running_loop().run_in_executor(None, recorder.close_sinks)
     if sink is not None and sink.failures:
         print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
     return recorder

@@ -1,0 +1,58 @@
+"""What a recording session takes (`RecordingOptions`), and the one argument builder `watch`, `guard`
+and `serve` share to fill it from a command line."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+
+from servewatch.detectors.config import DetectorConfig
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """"0.5", "500ms", "1s", "10m" → seconds (> 0)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 0.5, 500ms, 1s, 10m)")
+    seconds = float(match.group(1)) * _UNIT[match.group(2)]
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero")
+    return seconds
+
+
+@dataclass(frozen=True)
+class RecordingOptions:
+    url: str
+    interval: float = 1.0               # health, /metrics and process cadence, seconds
+    history_s: float = 600.0            # how much of the timeline the ring keeps
+    out: str | None = None              # incident bundles go here
+    duration: float | None = None       # stop after this long (None: until stopped)
+    log_file: str | None = None         # the server's log, tailed and parsed
+    detectors: DetectorConfig = field(default_factory=DetectorConfig)
+
+
+def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float) -> None:
+    parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--interval", type=duration, default=interval,
+                        help=f"health/metrics/process cadence (default {interval:g}s)")
+    parser.add_argument("--history", type=duration, default=600.0, help="seconds of history kept (default 600)")
+    parser.add_argument("--out", metavar="DIR", help="write an incident bundle per verdict into DIR")
+    parser.add_argument("--log-file", metavar="F", help="the server's log file, tailed and parsed")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
+                        help="a detector threshold, e.g. --set stall.floor_s=5 (repeatable; names as in "
+                             "servewatch/detectors/config.py)")
+    parser.add_argument("--detectors", metavar="FILE", dest="detectors_file",
+                        help="detector thresholds from a TOML file ([stall] floor_s = 5); --set wins")
+
+
+def options_from_args(args) -> RecordingOptions:
+    """Raises ServewatchError naming a bad detector setting."""
+    from servewatch.detectors import settings
+
+    return RecordingOptions(url=args.url, interval=args.interval, history_s=args.history, out=args.out,
+                            duration=args.duration, log_file=args.log_file,
+                            detectors=settings.build(args.detector_settings, args.detectors_file))
