@@ -9,9 +9,11 @@ the first sample line gets a full parse, so a body that is not an exposition sti
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
+from itertools import islice
 
-from servewatch.errors import BodyTooLarge, ExpositionError
+from servewatch.errors import BodyTooLarge, ExpositionError, TooManySeries
 from servewatch.exposition.labels import MEMO_MAX_CHARS, _snippet, layout_builder, parse_labels, unescape_help
 from servewatch.exposition.model import Family, Sample
 from servewatch.exposition.names import KNOWN_TYPES, is_metric_name, line_prefixes, owning_family, sample_names_of
@@ -29,19 +31,26 @@ _BLANKS = " \t"
 
 DEFAULT_MAX_BYTES = 16 * 2**20
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
+DEFAULT_MAX_SERIES = 20_000          # a vLLM or SGLang server exposes about 600 series per engine
+
+_SAMPLE_LINE = re.compile(r"^[ \t]*[^#\s]", re.MULTILINE)   # a line that is neither blank nor a comment
 
 
 def parse(text: str | bytes, families: Collection[str] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
-          max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, openmetrics: bool | None = None) -> dict[str, Family]:
+          max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_series: int | None = None,
+          openmetrics: bool | None = None) -> dict[str, Family]:
     """Families keyed by the name on their TYPE line (or the sample name for untyped samples).
 
-    `families`: parse only these families. `openmetrics`: None detects the variant from a final `# EOF`
-    (it decides whether timestamps are milliseconds (0.0.4) or seconds (OpenMetrics)).
-    Raises BodyTooLarge over the bounds and ExpositionError (naming the line) on bad structure.
+    `families`: parse only these families. `max_series`: refuse a body with more sample lines than
+    this, before parsing any (None: no bound). `openmetrics`: None detects the variant from a final
+    `# EOF` (it decides whether timestamps are milliseconds (0.0.4) or seconds (OpenMetrics)).
+    Raises BodyTooLarge and TooManySeries over the bounds, ExpositionError (naming the line) on bad structure.
     """
     if isinstance(families, str):
         raise TypeError("families must be a collection of family names, not one str")
-    text = _bounded_text(text, max_bytes)
+    text = bounded_text(text, max_bytes)
+    if max_series is not None:
+        check_series(text, max_series)
     lines = text.split("\n")
     _check_line_lengths(lines, max_line_bytes)
     if openmetrics is None:
@@ -50,7 +59,20 @@ def parse(text: str | bytes, families: Collection[str] | None = None, *, max_byt
     return _parse_lines(lines, wanted, openmetrics)
 
 
-def _bounded_text(text: str | bytes, max_bytes: int) -> str:
+def check_series(text: str, max_series: int) -> None:
+    """Raise TooManySeries when `text` holds more than `max_series` series (sample lines: neither blank
+    nor a comment). The count stops at the first line over the bound, and a text with no more lines
+    than the bound is not counted at all, so a normal scrape pays one pass of `str.count`."""
+    if text.count("\n") < max_series:
+        return
+    over = next(islice(_SAMPLE_LINE.finditer(text), max_series, None), None)
+    if over is not None:
+        line_no = text.count("\n", 0, over.start()) + 1
+        raise TooManySeries(f"more than {max_series:,} series (the series bound)", line_no)
+
+
+def bounded_text(text: str | bytes, max_bytes: int) -> str:
+    """`text` as str, or BodyTooLarge over `max_bytes` (UTF-8 bytes), or ExpositionError when not UTF-8."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         size = len(text)
         if size > max_bytes:
