@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from servewatch.errors import BodyTooLarge, ExpositionError, ServewatchError, TooManySeries
-from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES, bounded_text, check_series
+from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES, bounded_text
 
 CONNECT = "connect"
 TIMEOUT = "timeout"
@@ -90,8 +90,7 @@ def read_metrics(status: int, body: bytes | str, bounds: ScrapeBounds = ScrapeBo
     if status != 200:
         return http_status_failure(status, elapsed_s)
     try:
-        text = bounded_text(body, bounds.max_bytes)
-        check_series(text, bounds.max_series)
+        text = bounded_text(body, bounds.max_bytes, bounds.max_series)
         scrape = read_scrape(text, max_bytes=bounds.max_bytes)
     except BodyTooLarge as error:
         return failed(TOO_LARGE, str(error))
@@ -102,5 +101,5 @@ def read_metrics(status: int, body: bytes | str, bounds: ScrapeBounds = ScrapeBo
     except Exception as error:  # noqa: BLE001 - whatever the body holds, a bad scrape is a failure, not a crash
         return failed(PARSE, f"unreadable exposition ({type(error).__name__})")
     if scrape.dialect is None or not scrape.engines:
-        return failed(NO_ENGINE_METRICS, "no vLLM or SGLang metrics in the exposition")
+        return failed(NO_ENGINE_METRICS, "no known engine's metrics in the exposition")
     return scrape
