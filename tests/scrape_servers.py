@@ -15,7 +15,7 @@ from tests.conftest import FIXTURES
 
 VLLM = (FIXTURES / "metrics" / "vllm_kv_pressure_t0.prom").read_bytes()
 MAX_BYTES = 200_000           # the fixture (51 KB) fits; /huge does not
-MAX_SERIES = 1_000            # the fixture (about 560 series) fits; /many does not
+MAX_SERIES = 1_000            # the fixture (430 series) fits; /many does not
 TIMEOUT_S = 0.5
 
 

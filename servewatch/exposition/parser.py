@@ -31,7 +31,7 @@ _BLANKS = " \t"
 
 DEFAULT_MAX_BYTES = 16 * 2**20
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
-DEFAULT_MAX_SERIES = 20_000          # a vLLM or SGLang server exposes about 600 series per engine
+DEFAULT_MAX_SERIES = 20_000          # one engine of vLLM 0.32 or SGLang 0.5.23 on CPU exposed 430-467 series
 
 # A sample line is neither blank nor a comment. Later lines are found from the newline before them,
 # which the regex engine scans for as a literal (several times faster than a multi-line `^`).

@@ -1,21 +1,12 @@
-"""One scrape for a one-shot command (`inspect`): a URL through the same bounded fetch the recorder
-uses, or a file, read into engine states under the same bounds, with the same failure kinds.
-A failure raises ScrapeFailed: one line naming the source."""
+"""The bytes of one scrape for a one-shot command (`inspect`): a URL through the same bounded fetch the
+recorder uses, or a file, under the same byte bound and failure kinds (`sources.scrape`; the answer is
+then read by `scrape.read_metrics`). A failure raises ScrapeFailed: one line naming the source."""
 
 from __future__ import annotations
 
 import asyncio
 
-from servewatch.sources.scrape import CONNECT, TOO_LARGE, ScrapeBounds, ScrapeFailed, ScrapeFailure, read_metrics
-
-
-def scrape_source(source: str, bounds: ScrapeBounds = ScrapeBounds(), *, timeout_s: float = 5.0):
-    """The dialects' Scrape of a URL or a file (with at least one engine), or ScrapeFailed."""
-    status, body = read_source(source, timeout_s=timeout_s, max_bytes=bounds.max_bytes)
-    answer = read_metrics(status, body, bounds)
-    if isinstance(answer, ScrapeFailure):
-        raise ScrapeFailed(source, answer)
-    return answer
+from servewatch.sources.scrape import CONNECT, TOO_LARGE, ScrapeFailed, ScrapeFailure
 
 
 def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int) -> tuple[int, bytes]:
