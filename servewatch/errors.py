@@ -21,7 +21,12 @@ class ExpositionError(ServewatchError):
 
 
 class BodyTooLarge(ExpositionError):
-    """A body or line over the configured bound."""
+    """A body or line over the configured byte bound: a /metrics scrape, or any HTTP response the load
+    generator reads (the one class for both)."""
+
+
+class TooManySeries(ExpositionError):
+    """A /metrics body with more series (sample lines) than the configured bound."""
 
 
 class BundleInvalid(ServewatchError):

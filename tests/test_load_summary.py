@@ -260,6 +260,6 @@ def test_server_view_on_the_real_vllm_fixture():
     assert (b.running, b.waiting, b.kv_usage) == (7, 4, 1.0)
     assert b.scrape_s == pytest.approx(0.3)
     s = view.summary()
-    assert s["samples"] == 3 and s["errors"] == {"unrecognised": 1}
+    assert s["samples"] == 3 and s["errors"] == {"no_engine_metrics": 1}
     assert (s["max_running"], s["max_waiting"], s["max_kv"]) == (7, 9, 1.0)
     assert s["dialect"] == "vllm"

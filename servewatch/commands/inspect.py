@@ -7,35 +7,55 @@ import argparse
 import json
 import sys
 
-DEFAULT_MAX_BYTES = 16 * 2**20
+from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES
+
+TABLE_ENGINES = 8          # the table shows this many engines; --json has them all
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "inspect", help="read one /metrics scrape (URL or file) into the canonical engine picture",
         description="Read one /metrics exposition from a URL or a file and show the engine dialect, its "
-                    "name generation, each engine's state and its latency histograms with blindness findings.")
+                    f"name generation, each engine's state (the first {TABLE_ENGINES} in the table, all of them "
+                    "with --json) and its latency histograms with blindness findings.")
     parser.add_argument("source", metavar="SOURCE", help="http(s)://host:port/metrics, or a file path")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds for the fetch (default 5)")
-    parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
+    parser.add_argument("--max-bytes", type=_positive, default=DEFAULT_MAX_BYTES,
                         help="refuse bodies larger than this (default 16 MiB)")
+    parser.add_argument("--max-series", type=_positive, default=DEFAULT_MAX_SERIES,
+                        help="refuse bodies with more series (sample lines) than this "
+                             f"(default {DEFAULT_MAX_SERIES:,}; one vLLM 0.32 engine on CPU exposed 430)")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from servewatch.dialects import read_scrape
-    from servewatch.errors import ExpositionError
-    from servewatch.exposition.parser import parse
-    from servewatch.sources.fetch import read_source
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
-    text = read_source(args.source, timeout_s=args.timeout, max_bytes=args.max_bytes)
-    scrape = read_scrape(text, max_bytes=args.max_bytes)
-    if scrape.dialect is None:
-        families = parse(text, max_bytes=args.max_bytes)  # raises on a body that is not an exposition
-        if not families:
-            raise ExpositionError(f"{args.source}: not a Prometheus exposition (no metric families)")
-        raise ExpositionError(f"{args.source}: no vLLM or SGLang metrics among {len(families)} families")
+
+def run(args: argparse.Namespace) -> int:
+    from servewatch.errors import ServewatchError
+    from servewatch.sources.fetch import read_source
+    from servewatch.sources.scrape import (NO_ENGINE_METRICS, TOO_MANY_SERIES, ScrapeBounds, ScrapeFailed,
+                                           ScrapeFailure, read_metrics)
+
+    if args.timeout <= 0:
+        raise ServewatchError(f"--timeout {args.timeout:g}: expected a positive number of seconds")
+    bounds = ScrapeBounds(max_bytes=args.max_bytes, max_series=args.max_series)
+    status, body = read_source(args.source, timeout_s=args.timeout, max_bytes=bounds.max_bytes)
+    scrape = read_metrics(status, body, bounds)
+    if isinstance(scrape, ScrapeFailure):
+        if scrape.kind == NO_ENGINE_METRICS:
+            scrape = ScrapeFailure(NO_ENGINE_METRICS, detail=_what_it_holds(body, bounds))
+        elif scrape.kind == TOO_MANY_SERIES:
+            scrape = ScrapeFailure(TOO_MANY_SERIES, detail=f"{scrape.detail}; --max-series sets it")
+        raise ScrapeFailed(args.source, scrape)
     report = build_report(scrape)
     if args.json:
         json.dump(report, sys.stdout, allow_nan=False)
@@ -43,6 +63,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(report)
     return 0
+
+
+def _what_it_holds(body: bytes, bounds) -> str:
+    """Why a readable exposition showed no engine: empty, or how many families of something else."""
+    from servewatch.exposition.parser import parse
+
+    families = parse(body, max_bytes=bounds.max_bytes, max_series=bounds.max_series)
+    if not families:
+        return "not a Prometheus exposition (no metric families)"
+    return f"no vLLM or SGLang metrics among {len(families)} families"
 
 
 def build_report(scrape) -> dict:
@@ -77,14 +107,17 @@ def build_report(scrape) -> dict:
     return {"dialect": scrape.dialect, "generation": scrape.generation, "engines": engines, "findings": findings}
 
 
-def print_report(report: dict) -> None:
+def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    console.print(f"[bold]{report['dialect']}[/bold] (names: {report['generation']}), "
-                  f"{len(report['engines'])} engine(s)")
-    for engine in report["engines"]:
+    engines = report["engines"]
+    shown = engines[:max_engines]
+    left_out = len(engines) - len(shown)
+    console.print(f"[bold]{report['dialect']}[/bold] (names: {report['generation']}), {len(engines)} engine(s)"
+                  + (f", the first {len(shown)} shown" if left_out else ""))
+    for engine in shown:
         labels = ", ".join(f"{k}={v}" for k, v in engine["labels"].items())
         state = Table(title=f"engine {labels}", show_header=False, title_justify="left")
         state.add_column("field")
@@ -115,8 +148,14 @@ def print_report(report: dict) -> None:
                          "[red]BLIND[/red]" if h["blind"] else "")
         console.print(hist)
     console.print("* p50/p99 as Prometheus histogram_quantile computes them from the buckets")
-    for finding in report["findings"]:
+    shown_labels = [engine["labels"] for engine in shown]
+    findings = [f for f in report["findings"] if f["labels"] in shown_labels]
+    for finding in findings:
         console.print(f"[yellow]finding[/yellow] {finding['finding']}")
+    if left_out:
+        hidden = len(report["findings"]) - len(findings)
+        console.print(f"{left_out:,} more engine(s) not shown"
+                      + (f" ({hidden:,} finding(s) about them)" if hidden else "") + "; --json lists them all")
 
 
 def _num(value) -> str:

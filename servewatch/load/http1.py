@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from servewatch.errors import BodyTooLarge
+
 MAX_HEADER_BYTES = 64 * 1024
 MAX_CHUNK_SIZE_LINE = 1024
 
@@ -29,8 +31,28 @@ class StreamCut(Exception):
     """The connection ended or broke before the response was complete, or was malformed."""
 
 
-class BodyTooLarge(StreamCut):
-    """A response over the configured size bound."""
+class NoAnswer(StreamCut):
+    """The connection closed before any byte of the response."""
+
+
+_BROKEN = (StreamCut, BodyTooLarge)      # what ends one response (BodyTooLarge: the one class, from errors)
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The scrape failure kind (see `servewatch.sources.scrape`) of an exception from this client."""
+    from servewatch.sources import scrape
+
+    if isinstance(exc, ConnectFailed):
+        return scrape.CONNECT
+    if isinstance(exc, BodyTooLarge):
+        return scrape.TOO_LARGE
+    if isinstance(exc, NoAnswer):
+        return scrape.CONNECT
+    if isinstance(exc, TimeoutError):
+        return scrape.TIMEOUT
+    if isinstance(exc, StreamCut | ValueError):
+        return scrape.PROTOCOL
+    return scrape.CONNECT           # an OSError from the socket
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +215,7 @@ class _Conn(asyncio.Protocol):
         try:
             self.status, self.headers = _parse_head(buf[:end])
             self._setup_body()
-        except StreamCut as exc:
+        except _BROKEN as exc:
             self._fail(exc)
             return
         self.state = _BODY
@@ -234,7 +256,7 @@ class _Conn(asyncio.Protocol):
     def _body(self, data: bytes) -> None:
         try:
             out = self._decode(data)
-        except StreamCut as exc:
+        except _BROKEN as exc:
             self._fail(exc)
             return
         if out:
@@ -248,7 +270,7 @@ class _Conn(asyncio.Protocol):
             else:
                 try:
                     sink(out)
-                except StreamCut as exc:
+                except _BROKEN as exc:
                     self._fail(exc)
                     return
                 except Exception as exc:  # noqa: BLE001 - a consumer failure ends this response only
@@ -445,7 +467,7 @@ class Http1Client:
         try:
             return await self._exchange(conn, raw, on_sent)
         except _EmptyHead:
-            raise StreamCut("connection closed before the response") from None
+            raise NoAnswer("connection closed before the response") from None
 
     def send_now(self, method: str, path: str, body: bytes | None = None,
                  content_type: str = "application/json", on_sent=None) -> "Pending | None":
@@ -499,7 +521,7 @@ class Http1Client:
             try:
                 return await self._exchange(conn, pending.raw, pending.on_sent)
             except _EmptyHead:
-                raise StreamCut("connection closed before the response") from None
+                raise NoAnswer("connection closed before the response") from None
         except BaseException:
             pending.conn._abort()
             raise
@@ -542,7 +564,7 @@ class Pending:
     due: float | None = None
 
 
-class _EmptyHead(StreamCut):
+class _EmptyHead(NoAnswer):
     """The connection closed before any byte of the response: safe to retry on a fresh one."""
 
 

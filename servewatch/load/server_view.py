@@ -4,6 +4,9 @@ Each sample is stamped when its answer arrives, not when it was asked for. A scr
 the next one: every tick starts its own scrape, at most two are in flight (a tick finding two still
 running is counted as skipped). Means over the run come from the deltas of the server's cumulative
 histograms and counters between the baseline scrape (before the first request) and the final one.
+
+A scrape runs over the load generator's own HTTP/1.1 client, under the same byte and series bounds
+and with the same failure kinds (`servewatch.sources.scrape`) as `inspect` and `watch`.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from servewatch.engine.state import EngineState
+from servewatch.sources.scrape import TIMEOUT, ScrapeBounds, ScrapeFailure, read_metrics
 
-MAX_SCRAPE_BYTES = 16 * 2**20
+MAX_SCRAPE_BYTES = ScrapeBounds().max_bytes
 MAX_IN_FLIGHT = 2
 MEAN_KINDS = ("queue", "prefill", "ttft", "itl", "decode", "e2e", "tpot")
 
@@ -108,12 +112,14 @@ class ServerView:
     """Samples `/metrics` of the target with its own connection pool."""
 
     def __init__(self, client, now: Callable[[], float], sleep, interval_s: float,
-                 read_scrape: Callable | None = None, timeout_s: float | None = None):
+                 read_scrape: Callable | None = None, timeout_s: float | None = None,
+                 bounds: ScrapeBounds = ScrapeBounds()):
         self._client = client
         self._now = now
         self._sleep = sleep
         self.interval_s = interval_s
-        self._read_scrape = read_scrape
+        self._read_scrape = read_scrape      # text -> Scrape; the dialects' when None
+        self.bounds = bounds
         self._timeout = timeout_s if timeout_s is not None else max(5.0, 4 * interval_s)
         self.samples: list[ServerSample] = []
         self.skipped = 0
@@ -122,39 +128,28 @@ class ServerView:
         self.first_good: ServerSample | None = None
         self.last_good: ServerSample | None = None
 
-    def _reader(self):
-        if self._read_scrape is None:
-            from servewatch.dialects import read_scrape
-
-            self._read_scrape = read_scrape
-        return self._read_scrape
-
     async def scrape_once(self) -> ServerSample:
         asked = self._now()
         try:
             async with asyncio.timeout(self._timeout):
                 response = await self._client.request("GET", "/metrics")
                 try:
-                    body = await response.read_all(MAX_SCRAPE_BYTES)
+                    body = await response.read_all(self.bounds.max_bytes)
                 finally:
                     response.release()
         except TimeoutError:
-            return self.add(ServerSample(self._now(), None, error="timeout"))
+            return self.add_error(self._now(), TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - a failing scrape is a sample, never a crash
-            return self.add(ServerSample(self._now(), None, error=_error_class(exc)))
-        arrived = self._now()
-        if response.status != 200:
-            return self.add(ServerSample(arrived, arrived - asked, error=f"http_{response.status}"))
-        return self.ingest(body, asked, arrived)
+            from servewatch.load.http1 import failure_kind
 
-    def ingest(self, body: bytes | str, asked: float, arrived: float) -> ServerSample:
-        """Parse one /metrics body (fetched by us, or read in-process from a simulator)."""
-        try:
-            scrape = self._reader()(body)
-        except Exception:  # noqa: BLE001
-            return self.add(ServerSample(arrived, arrived - asked, error="parse"))
-        if scrape.dialect is None:
-            return self.add(ServerSample(arrived, arrived - asked, error="unrecognised"))
+            return self.add_error(self._now(), failure_kind(exc))
+        return self.ingest(body, asked, self._now(), status=response.status)
+
+    def ingest(self, body: bytes | str, asked: float, arrived: float, status: int = 200) -> ServerSample:
+        """Read one /metrics answer (fetched by us, or read in-process from a simulator)."""
+        scrape = read_metrics(status, body, self.bounds, elapsed_s=arrived - asked, read_scrape=self._read_scrape)
+        if isinstance(scrape, ScrapeFailure):
+            return self.add(ServerSample(arrived, arrived - asked, error=scrape.label))
         sample = aggregate(ServerSample(arrived, arrived - asked, dialect=scrape.dialect,
                                         generation=scrape.generation, engines=tuple(scrape.engines)))
         if self._prev_good is not None:
@@ -231,15 +226,3 @@ class ServerView:
 def _max(values):
     values = [v for v in values if v is not None]
     return max(values) if values else None
-
-
-def _error_class(exc: Exception) -> str:
-    from servewatch.load.http1 import BodyTooLarge, ConnectFailed, StreamCut
-
-    if isinstance(exc, ConnectFailed):
-        return "connect"
-    if isinstance(exc, BodyTooLarge):
-        return "too_large"
-    if isinstance(exc, StreamCut):
-        return "stream_cut"
-    return "unavailable"

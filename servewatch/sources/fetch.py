@@ -1,56 +1,45 @@
-"""One bounded read of a text source for one-shot commands: a URL (timeout + size bound) or a file."""
+"""The bytes of one scrape for a one-shot command (`inspect`): a URL through the same bounded fetch the
+recorder uses, or a file, under the same byte bound and failure kinds (`sources.scrape`; the answer is
+then read by `scrape.read_metrics`). A failure raises ScrapeFailed: one line naming the source."""
 
 from __future__ import annotations
 
-import os
-import socket
-import urllib.error
-import urllib.request
+import asyncio
 
-from servewatch.errors import BodyTooLarge, SourceUnavailable
+from servewatch.sources.scrape import CONNECT, TOO_LARGE, ScrapeFailed, ScrapeFailure
 
 
-def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int = 16 * 2**20) -> bytes:
+def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int) -> tuple[int, bytes]:
+    """(HTTP status, body) of a URL, or (200, contents) of a file; ScrapeFailed when unreachable,
+    too slow or over `max_bytes`."""
     if source.startswith(("http://", "https://")):
         return fetch_url(source, timeout_s=timeout_s, max_bytes=max_bytes)
-    return read_file(source, max_bytes=max_bytes)
+    return 200, read_file(source, max_bytes=max_bytes)
 
 
-def fetch_url(url: str, *, timeout_s: float, max_bytes: int) -> bytes:
-    request = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (http only)
-            declared = response.headers.get("Content-Length")
-            if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise BodyTooLarge(f"{url}: body of {int(declared):,} bytes exceeds the {max_bytes:,}-byte bound")
-            body = response.read(max_bytes + 1)
-    except urllib.error.HTTPError as exc:
-        raise SourceUnavailable(f"{url}: HTTP {exc.code}") from None
-    except (socket.timeout, TimeoutError):
-        raise SourceUnavailable(f"{url}: no answer within {timeout_s:g} s") from None
-    except urllib.error.URLError as exc:
-        raise SourceUnavailable(f"{url}: {_reason(exc.reason)}") from None
-    except (ConnectionError, OSError) as exc:
-        raise SourceUnavailable(f"{url}: {_reason(exc)}") from None
-    if len(body) > max_bytes:
-        raise BodyTooLarge(f"{url}: body exceeds the {max_bytes:,}-byte bound")
-    return body
+def fetch_url(url: str, *, timeout_s: float, max_bytes: int) -> tuple[int, bytes]:
+    from servewatch.sources.http import Response, fetch
+
+    async def once():
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            return await fetch(session, url, timeout_s=timeout_s, max_bytes=max_bytes)
+
+    answer = asyncio.run(once())
+    if not isinstance(answer, Response):
+        raise ScrapeFailed(url, answer)
+    return answer.status, answer.body
 
 
 def read_file(path: str, *, max_bytes: int) -> bytes:
+    from servewatch.sources.http import too_large_detail
+
     try:
-        size = os.path.getsize(path)
-        if size > max_bytes:
-            raise BodyTooLarge(f"{path}: {size:,} bytes exceeds the {max_bytes:,}-byte bound")
         with open(path, "rb") as handle:
-            return handle.read(max_bytes + 1)
+            body = handle.read(max_bytes + 1)
     except OSError as exc:
-        raise SourceUnavailable(f"{path}: {exc.strerror or exc}") from None
-
-
-def _reason(reason) -> str:
-    if isinstance(reason, socket.timeout | TimeoutError):
-        return "timed out"
-    if isinstance(reason, ConnectionRefusedError):
-        return "connection refused"
-    return str(getattr(reason, "strerror", None) or reason)
+        raise ScrapeFailed(path, ScrapeFailure(CONNECT, detail=exc.strerror or type(exc).__name__)) from None
+    if len(body) > max_bytes:
+        raise ScrapeFailed(path, ScrapeFailure(TOO_LARGE, detail=too_large_detail(max_bytes)))
+    return body

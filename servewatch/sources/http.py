@@ -1,4 +1,5 @@
-"""One bounded async fetch: a timeout and a size bound, and a typed failure instead of an exception.
+"""One bounded async fetch over aiohttp: a timeout and a byte bound, and a typed failure (in the
+scrape vocabulary of `sources.scrape`) instead of an exception.
 
 Also the `Transport` seam: a source asks a transport for (status, body); over HTTP that is `fetch`,
 in-process (the simulator in virtual time) it is a plain callable.
@@ -12,8 +13,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-DEFAULT_MAX_BYTES = 16 * 2**20
+from servewatch.exposition.parser import DEFAULT_MAX_BYTES
+from servewatch.sources.scrape import CONNECT, PROTOCOL, TIMEOUT, TOO_LARGE, ScrapeFailure
+
 _CHUNK = 64 * 1024
+
+FetchFailure = ScrapeFailure       # the name transports and sources have always used
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,15 +28,14 @@ class Response:
     elapsed_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class FetchFailure:
-    kind: str            # "connect" | "timeout" | "too_large" | "protocol" | "unavailable"
-    elapsed_s: float
-    detail: str = ""     # one short line for the terminal; never stored in a bundle
-
-
-Answer = Response | FetchFailure
+Answer = Response | ScrapeFailure
 Transport = Callable[[], Awaitable[Answer]]
+
+
+def too_large_detail(max_bytes: int, declared: int | None = None) -> str:
+    if declared is not None:
+        return f"body of {declared:,} bytes exceeds the {max_bytes:,}-byte bound"
+    return f"body exceeds the {max_bytes:,}-byte bound"
 
 
 async def fetch(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> Answer:
@@ -40,14 +44,14 @@ async def fetch(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT
 
     started = time.monotonic()
 
-    def failed(kind: str, detail: str) -> FetchFailure:
-        return FetchFailure(kind, time.monotonic() - started, detail)
+    def failed(kind: str, detail: str) -> ScrapeFailure:
+        return ScrapeFailure(kind, time.monotonic() - started, detail)
 
     async def get() -> Answer:
-        async with session.get(url, allow_redirects=False) as response:
+        async with session.get(url, allow_redirects=False, headers=_ACCEPT) as response:
             declared = response.content_length
             if declared is not None and declared > max_bytes:
-                return failed("too_large", f"declared {declared:,} bytes > bound {max_bytes:,}")
+                return failed(TOO_LARGE, too_large_detail(max_bytes, declared))
             chunks, size = [], 0
             while True:
                 chunk = await response.content.read(_CHUNK)
@@ -55,20 +59,41 @@ async def fetch(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT
                     break
                 size += len(chunk)
                 if size > max_bytes:
-                    return failed("too_large", f"more than {max_bytes:,} bytes")
+                    return failed(TOO_LARGE, too_large_detail(max_bytes))
                 chunks.append(chunk)
             return Response(response.status, b"".join(chunks), time.monotonic() - started)
 
     try:
         return await asyncio.wait_for(get(), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
-        return failed("timeout", f"no answer within {timeout_s:g} s")
+        return failed(TIMEOUT, f"no answer within {timeout_s:g} s")
     except aiohttp.ClientConnectionError as exc:
-        return failed("connect", type(exc).__name__)
+        return failed(CONNECT, connect_reason(exc))
     except (aiohttp.ClientError, ValueError, UnicodeError) as exc:
-        return failed("protocol", type(exc).__name__)
+        return failed(PROTOCOL, f"malformed answer ({type(exc).__name__})")
     except OSError as exc:
-        return failed("connect", type(exc).__name__)
+        return failed(CONNECT, connect_reason(exc))
+
+
+_ACCEPT = {"Accept": "text/plain;version=0.0.4,*/*;q=0.1"}      # Prometheus text, not OpenMetrics
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why no connection could be made, in words ("connection refused", "name lookup failed", ...)."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "name lookup failed"
+    cause = getattr(exc, "os_error", None) or exc
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(cause, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection without answering"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return f"TLS failed ({type(exc).__name__})"
+    return getattr(cause, "strerror", None) or type(exc).__name__
 
 
 def http_transport(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> Transport:
@@ -79,7 +104,7 @@ def http_transport(session, url: str, *, timeout_s: float, max_bytes: int = DEFA
 
 def in_process_transport(call: Callable[[], object], *, max_bytes: int = DEFAULT_MAX_BYTES) -> Transport:
     """Wrap a callable (sync or async) returning a status int, a body (str/bytes, status 200), or a
-    (status, body) pair. An exception from it becomes a "connect" failure, as a dead server would."""
+    (status, body) pair. An exception from it becomes a `connect` failure, as a dead server would."""
     async def get() -> Answer:
         started = time.monotonic()
         try:
@@ -89,10 +114,10 @@ def in_process_transport(call: Callable[[], object], *, max_bytes: int = DEFAULT
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing target is data, not a crash
-            return FetchFailure("connect", time.monotonic() - started, type(exc).__name__)
+            return ScrapeFailure(CONNECT, time.monotonic() - started, type(exc).__name__)
         status, body = _split(value)
         if len(body) > max_bytes:
-            return FetchFailure("too_large", time.monotonic() - started, f"more than {max_bytes:,} bytes")
+            return ScrapeFailure(TOO_LARGE, time.monotonic() - started, too_large_detail(max_bytes))
         return Response(status, body, time.monotonic() - started)
     return get
 
