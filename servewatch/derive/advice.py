@@ -13,6 +13,7 @@ from servewatch.derive.capacity import Capacity, Deployment
 from servewatch.derive.observed import Observed
 
 BLIND_FRACTION = 0.99      # the share in bucket one at which quantiles stop meaning anything
+QUEUE_ALLOWANCE_S = 60.0   # e2e includes queueing, which no step time bounds: cover at least a minute
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +76,14 @@ def plan_edges(capacity: Capacity, slo: Slo, observed: Observed | None = None) -
     if floor or "e2e" in means:
         low_e = [v for v in (10 * floor if floor else None, means["e2e"] / 4 if "e2e" in means else None) if v]
         high_e = [v for v in (4 * means["e2e"] if "e2e" in means else None,) if v] or low_e
-        longest = capacity.max_model_len * full_step if full_step else 60.0
+        longest = capacity.max_model_len * full_step if full_step else 0.0
         plans["e2e"] = b.latency_edges(
-            "e2e", min(low_e), max(high_e), max(longest, 4 * (slo.e2e or 0)), slo.e2e,
-            f"from ten decode steps up to a maximum-length generation at the full-pool step "
-            f"({capacity.max_model_len:,} × {q.duration(full_step)} = {q.duration(longest)})" if full_step
-            else "around the observed mean e2e, up to 60 s")
+            "e2e", min(low_e), max(high_e), max(longest, QUEUE_ALLOWANCE_S, 4 * (slo.e2e or 0)), slo.e2e,
+            (f"from ten decode steps up to the longer of a maximum-length generation at the full-pool step "
+             f"({capacity.max_model_len:,} × {q.duration(full_step)} = {q.duration(longest)}) and "
+             f"{QUEUE_ALLOWANCE_S:g} s of queueing" if full_step
+             else f"around the observed mean e2e, up to {QUEUE_ALLOWANCE_S:g} s")
+            + (" (observed mean e2e: " + q.duration(means["e2e"]) + ")" if "e2e" in means and full_step else ""))
     if not plans:
         notes.append("no bucket edges: give --bandwidth (or a known --gpu) for the decode floor, or --against a "
                      "live server for its observed latencies")
@@ -123,8 +126,8 @@ def _cache_size_check(capacity: Capacity, observed: Observed) -> Check:
         if implied == seen:
             same_budget = observed.kv_cache_memory_bytes == capacity.kv_budget
             return Check(name, f"{implied:,} from the server's {budget_text} budget", f"{seen:,}", True,
-                         f"⌊{budget_text} ÷ {capacity.kv_bytes_per_token:,} B per token⌋ in {block}-token blocks "
-                         f"= {implied:,}: the KV bytes per token agree exactly"
+                         f"⌊{budget_text} ÷ {capacity.kv_bytes_per_token:,} B per token⌋"
+                         + (f" in whole {block}-token blocks" if block > 1 else "") + f" = {implied:,}: the KV bytes per token agree exactly"
                          + ("" if same_budget else f"; the estimated budget ({q.binary(capacity.kv_budget)}) differs "
                             f"from the server's ({q.binary(observed.kv_cache_memory_bytes)}), so rerun with "
                             f"--kv-cache-memory-bytes {observed.kv_cache_memory_bytes}"))

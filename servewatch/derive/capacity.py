@@ -133,7 +133,7 @@ def derive(d: Deployment) -> Capacity:
     figures: list[Figure] = []
 
     kv_per_token = 2 * m.layers * heads * m.head_dim * element
-    heads_text = f"{m.kv_heads} KV heads" + (f" ÷ TP {d.tp}" if d.tp > 1 else "")
+    heads_text = f"{m.kv_heads} KV head{'s' if m.kv_heads > 1 else ''}" + (f" ÷ TP {d.tp}" if d.tp > 1 else "")
     figures.append(Figure(
         "kv_bytes_per_token", "KV bytes per token", kv_per_token, q.binary(kv_per_token),
         "2 (K and V) × layers × KV heads per GPU × head dim × bytes per element",
@@ -227,9 +227,9 @@ def derive(d: Deployment) -> Capacity:
     fits = logits <= outside
     figures.append(Figure(
         "logits_temporary", "Logits-sized temporary at the slot limit", logits,
-        f"{q.binary(logits)}: {'fits' if fits else 'does NOT fit'} outside the budget",
+        f"{q.binary(logits, 3)}: {'fits' if fits else 'does NOT fit'} outside the budget",
         "running × vocabulary × 4 B (float32), against memory outside the engine's budget",
-        f"{d.max_num_seqs} × {m.vocab_size:,} × 4 B = {logits:,} B = {q.binary(logits)}; outside the budget: "
+        f"{d.max_num_seqs} × {m.vocab_size:,} × 4 B = {logits:,} B = {q.binary(logits, 3)}; outside the budget: "
         + (f"{q.binary(gpu.memory_bytes)} × (1 − {float(d.memory_utilization):g})" if d.kv_cache_memory_bytes is None
            else "GPU memory − weights − reserve − KV budget")
         + f" = {q.binary(max(outside, 0))}, shared with the CUDA context and other non-torch allocations"))
