@@ -13,6 +13,7 @@ from servewatch.derive.capacity import Capacity, Deployment
 from servewatch.derive.observed import Observed
 
 BLIND_FRACTION = 0.99      # the share in bucket one at which quantiles stop meaning anything
+DENSE_SPAN = 4.0           # around a live server's mean, dense edges cover mean ÷ 4 … mean × 4
 QUEUE_ALLOWANCE_S = 60.0   # e2e includes queueing, which no step time bounds: cover at least a minute
 
 
@@ -51,52 +52,45 @@ class Advice:
 
 
 def plan_edges(capacity: Capacity, slo: Slo, observed: Observed | None = None) -> tuple[dict[str, b.EdgePlan], list[str]]:
-    """ITL, TTFT and e2e edges around the decode floor, the full-pool step, the SLOs and (when a live
-    server was read) its honest means."""
+    """ITL, TTFT and e2e edges: the lowest below the decode floor, dense where healthy values live — around
+    a live server's honest mean when one was read, else from the floor to the full-pool step — and up to
+    a ceiling that covers the longest healthy value, with each SLO threshold an edge."""
     floor = float(capacity.decode_floor_s) if capacity.decode_floor_s is not None else None
     full_step = float(capacity.full_pool_step_s) if capacity.full_pool_step_s is not None else None
     means = {kind: s.mean_s for kind, s in (observed.histograms.items() if observed else ()) if s.mean_s}
-    notes: list[str] = []
     plans: dict[str, b.EdgePlan] = {}
+    floor_text = f"the decode floor ({q.duration(floor)})" if floor else ""
 
-    low = [v for v in (floor, means.get("itl")) if v]
-    if low:
-        high = [v for v in (full_step, 4 * means["itl"] if "itl" in means else None) if v]
-        plans["itl"] = b.latency_edges(
-            "itl", min(low) / 2, max(high or low) * 1.25, max(1.0, 4 * (slo.itl or 0)), slo.itl,
-            _reason("dense from half the lower of", floor, "the decode floor", means.get("itl"), "the observed mean ITL")
-            + (f" to 1.25 × the full-pool step ({q.duration(full_step)})" if full_step else ""))
-    if floor or "ttft" in means:
-        low_t = [v for v in (floor, means.get("ttft")) if v]
-        high_t = [v for v in (20 * floor if floor else None, 4 * means["ttft"] if "ttft" in means else None) if v]
-        plans["ttft"] = b.latency_edges(
-            "ttft", min(low_t) / 2, max(high_t), max(10.0, 4 * (slo.ttft or 0)), slo.ttft,
-            _reason("dense from half the lower of", floor, "one decode step", means.get("ttft"), "the observed mean TTFT")
-            + " (a first token takes at least one step)")
-    if floor or "e2e" in means:
-        low_e = [v for v in (10 * floor if floor else None, means["e2e"] / 4 if "e2e" in means else None) if v]
-        high_e = [v for v in (4 * means["e2e"] if "e2e" in means else None,) if v] or low_e
-        longest = capacity.max_model_len * full_step if full_step else 0.0
-        plans["e2e"] = b.latency_edges(
-            "e2e", min(low_e), max(high_e), max(longest, QUEUE_ALLOWANCE_S, 4 * (slo.e2e or 0)), slo.e2e,
-            (f"from ten decode steps up to the longer of a maximum-length generation at the full-pool step "
-             f"({capacity.max_model_len:,} × {q.duration(full_step)} = {q.duration(longest)}) and "
-             f"{QUEUE_ALLOWANCE_S:g} s of queueing" if full_step
-             else f"around the observed mean e2e, up to {QUEUE_ALLOWANCE_S:g} s")
-            + (" (observed mean e2e: " + q.duration(means["e2e"]) + ")" if "e2e" in means and full_step else ""))
-    if not plans:
-        notes.append("no bucket edges: give --bandwidth (or a known --gpu) for the decode floor, or --against a "
-                     "live server for its observed latencies")
+    def plan(kind: str, model_range: tuple[float, float] | None, model_text: str, ceiling: float,
+             ceiling_text: str) -> None:
+        mean = means.get(kind)
+        if mean:
+            dense = (mean / DENSE_SPAN, mean * DENSE_SPAN)
+            dense_text = f"dense within {DENSE_SPAN:g}× of the server's mean {kind.upper()} ({q.duration(mean)})"
+        elif model_range:
+            dense, dense_text = model_range, model_text
+        else:
+            return
+        lowest = min(dense[0], floor / 2 if floor else dense[0])
+        reason = (f"lowest edge below {floor_text}; " if floor else "") + dense_text + f"; up to {ceiling_text}"
+        plans[kind] = b.latency_edges(kind, lowest, dense[0], dense[1], ceiling, slo.get(kind), reason)
+
+    plan("itl", (floor / 2, full_step * 1.25) if floor and full_step else None,
+         f"dense from half the floor to 1.25 × the decode step with the whole pool resident "
+         f"({q.duration(full_step) if full_step else ''})",
+         max(1.0, 4 * (slo.itl or 0)), "1 s (preemption and recompute stalls)")
+    plan("ttft", (floor / 2, 20 * floor) if floor else None,
+         "dense from half a decode step (a first token takes at least one) to twenty steps",
+         max(10.0, 4 * (slo.ttft or 0)), "10 s")
+    longest = capacity.max_model_len * full_step if full_step else 0.0
+    plan("e2e", (10 * floor, 10 * floor) if floor else None, "from ten decode steps",
+         max(longest, QUEUE_ALLOWANCE_S, 4 * (slo.e2e or 0)),
+         f"the longer of a maximum-length generation at the full-pool step "
+         f"({capacity.max_model_len:,} × {q.duration(full_step)} = {q.duration(longest)}) and "
+         f"{QUEUE_ALLOWANCE_S:g} s of queueing" if full_step else f"{QUEUE_ALLOWANCE_S:g} s of queueing")
+    notes = [] if plans else ["no bucket edges: give --bandwidth (or a known --gpu) for the decode floor, or "
+                              "--against a live server for its observed latencies"]
     return plans, notes
-
-
-def _reason(prefix: str, floor: float | None, floor_name: str, mean: float | None, mean_name: str) -> str:
-    parts = []
-    if floor:
-        parts.append(f"{floor_name} ({q.duration(floor)})")
-    if mean:
-        parts.append(f"{mean_name} ({q.duration(mean)})")
-    return f"{prefix} {' and '.join(parts)}"
 
 
 def checks(deployment: Deployment, capacity: Capacity, observed: Observed) -> list[Check]:

@@ -61,10 +61,10 @@ def first_nice_at_or_above(value: float, mantissas: tuple[float, ...] = COARSE_S
     return candidates[0]
 
 
-def latency_edges(kind: str, dense_from: float, dense_to: float, ceiling: float, slo: float | None,
-                  reason: str) -> EdgePlan:
-    """Dense nice edges over [dense_from, dense_to], then 1-2-5 edges up to the first one covering
-    `ceiling`, plus the SLO threshold as an edge of its own."""
+def latency_edges(kind: str, lowest: float, dense_from: float, dense_to: float, ceiling: float,
+                  slo: float | None, reason: str) -> EdgePlan:
+    """1-2-5 edges from `lowest` up to the dense range, dense nice edges over [dense_from, dense_to],
+    then 1-2-5 edges up to the first one covering `ceiling`, plus the SLO threshold as an edge."""
     dense_to = max(dense_to, dense_from)
     fine: list[float] = []
     for series in FINE_SERIES:
@@ -73,9 +73,10 @@ def latency_edges(kind: str, dense_from: float, dense_to: float, ceiling: float,
             break
     if not fine:
         fine = [first_nice_at_or_above(dense_from)]
+    below = nice_values(min(lowest, fine[0]), fine[0] / 1.0001, COARSE_SERIES) if lowest < fine[0] else []
     top = max(ceiling, slo or 0.0, fine[-1])
-    coarse = nice_values(fine[-1] * 1.0001, first_nice_at_or_above(top), COARSE_SERIES)
-    edges = sorted(set(fine + coarse + ([_short(slo)] if slo else [])))
+    above = nice_values(fine[-1] * 1.0001, first_nice_at_or_above(top), COARSE_SERIES)
+    edges = sorted(set(below + fine + above + ([_short(slo)] if slo else [])))
     return EdgePlan(kind, tuple(edges), dense_from, dense_to, ceiling, slo, reason)
 
 
