@@ -161,7 +161,7 @@ def _itl_check(capacity: Capacity, observed: Observed) -> Check:
     if floor < edge and fraction >= BLIND_FRACTION:
         return Check(name, derived, seen, True,
                      f"as derived: healthy steps ({q.duration(floor)} and up) fall under the first edge "
-                     f"({q.duration(edge)}), so the quantile panels are blind; install the edges below")
+                     f"({q.duration(edge)}), so the quantile panels are blind; install the proposed edges")
     if floor < edge:
         return Check(name, derived, seen, True,
                      f"steps run at {mean / floor:.1f}× the floor on average (batching, scheduling and framework "
