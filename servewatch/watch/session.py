@@ -23,8 +23,7 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
 
     from servewatch.clock import RealClock
     from servewatch.watch.bundle_sink import bundle_sink
-    from servewatch.watch.recorder import Recorder
-    from servewatch.watch.targets import base_url, http_sources
+    from servewatch.watch.targets import base_url
 
     target = base_url(options.url)
     log_file = options.log_file
@@ -33,18 +32,12 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
             raise ServewatchError(f"--log-file {log_file}: no such directory")
         print(f"servewatch {tool}: --log-file {log_file}: not there yet; it will be read once it appears",
               file=sys.stderr)
-    config = options.detectors
-    sink = bundle_sink(options.out, target, config) if options.out else None   # unwritable: one line, exit 2
+    sink = bundle_sink(options.out, target, options.detectors) if options.out else None   # unwritable: exit 2
     clock = RealClock()
     connector = aiohttp.TCPConnector(limit=8, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
-        sources = http_sources(session, target, clock, options.interval, process_probe=probe,
-                               slot_limit=probe.slot_limit() if probe else None, log_file=log_file)
-        recorder = Recorder(sources, clock, history_s=options.history_s, config=config,
-                            sinks=[*([sink] if sink else []), *sinks], listeners=listeners,
-                            clear_listeners=clear_listeners, stop_when=stop_when)
-        if sink is not None:
-            sink.recorder = recorder
+        recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=sinks,
+                                  listeners=listeners, clear_listeners=clear_listeners, stop_when=stop_when)
         if on_recorder is not None:
             on_recorder(recorder)
         announce = asyncio.create_task(_announce_recording(recorder, target, tool))
@@ -62,6 +55,27 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
             await asyncio.get_running_loop().run_in_executor(None, recorder.close_sinks)
     if sink is not None and sink.failures:
         print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
+    return recorder
+
+
+def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bundles=None, sinks: Sequence = (),
+                   listeners: Sequence[Callable] = (), clear_listeners: Sequence[Callable] = (), stop_when=None,
+                   wrap_source: Callable | None = None):
+    """The recorder for one target, as `watch`, `guard` and `serve` all record one: the HTTP sources
+    (plus process and log sources when known), the detectors of options.detectors, the bundle sink
+    first and then `sinks`. `wrap_source(source)` may wrap each source (serve's backoff)."""
+    from servewatch.watch.recorder import Recorder
+    from servewatch.watch.targets import base_url, http_sources
+
+    sources = http_sources(session, base_url(options.url), clock, options.interval, process_probe=probe,
+                           slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file)
+    if wrap_source is not None:
+        sources = [wrap_source(source) for source in sources]
+    recorder = Recorder(sources, clock, history_s=options.history_s, config=options.detectors,
+                        sinks=[*([bundles] if bundles else []), *sinks], listeners=listeners,
+                        clear_listeners=clear_listeners, stop_when=stop_when)
+    if bundles is not None:
+        bundles.recorder = recorder
     return recorder
 
 

@@ -1,0 +1,50 @@
+"""`servewatch serve`: watch a fleet; speak Prometheus (/metrics), Alertmanager and Kubernetes probes."""
+
+from __future__ import annotations
+
+from servewatch.watch.options import duration
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="watch many servers in one process; export verdicts to Prometheus, Alertmanager and probes",
+        description="Record every target as `watch` does (the same detectors), from a YAML config, --target URLs "
+                    "and Prometheus file_sd files (re-read when they change). Serves /metrics, /api/v1/targets, "
+                    "/api/v1/verdicts and /targets/NAME/livez and /readyz on --listen (loopback by default). "
+                    "Runs until SIGINT or SIGTERM.")
+    parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, alertmanager, "
+                                                         "webhook, shard, targets, file_sd")
+    parser.add_argument("--target", action="append", default=[], metavar="URL",
+                        help="a server to watch, e.g. http://127.0.0.1:8000 (repeatable)")
+    parser.add_argument("--file-sd", action="append", default=[], metavar="FILE",
+                        help="a Prometheus file_sd file (JSON or YAML; a glob in the last part is allowed; repeatable)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="the HTTP surface (default 127.0.0.1:9464)")
+    parser.add_argument("--interval", type=duration, help="each target's probe and scrape cadence (default 2s)")
+    parser.add_argument("--history", type=duration, help="history kept per target (default 10m)")
+    parser.add_argument("--out", metavar="DIR", help="incident bundles, one directory per target")
+    parser.add_argument("--alertmanager", metavar="URL", help="post alerts to this Alertmanager (v2 API)")
+    parser.add_argument("--webhook", metavar="URL", help="post fired/cleared events as JSON to this URL")
+    parser.add_argument("--shard", metavar="I/N", help="watch only the targets whose stable hash falls on shard I of N")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import asyncio
+    import signal
+    import sys
+
+    from servewatch.serve.app import serve
+    from servewatch.serve.config import from_args
+
+    config = from_args(args)          # a bad config: one line naming file, line and key; exit 2
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await serve(config, stop=stop)
+
+    code = asyncio.run(main())
+    print("servewatch serve: stopped", file=sys.stderr)
+    return code

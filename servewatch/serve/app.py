@@ -1,0 +1,116 @@
+"""The serve process: discovery, the fleet, the alert clients and the HTTP surface, until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from servewatch.errors import ServewatchError
+from servewatch.serve.config import ServeConfig, parse_listen
+
+LAG_PERIOD_S = 0.5
+
+
+async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool: str = "serve") -> int:
+    import aiohttp
+    from aiohttp import web
+
+    from servewatch.clock import RealClock
+    from servewatch.serve.discovery import FileSd
+    from servewatch.serve.fleet import Fleet
+    from servewatch.serve.http_api import build_app
+    from servewatch.serve.signals import signals
+    from servewatch.serve.targets import merge
+    from servewatch.sinks.exporter import FleetExporter
+
+    say = f"servewatch {tool}:"
+    stop = stop or asyncio.Event()
+    file_sd = FileSd(config.file_sd)
+    discovered = file_sd.load_strict()                    # a bad file at start: one line, exit 2
+    specs, duplicates = merge([*config.targets, *discovered])
+    for line in duplicates:
+        print(f"{say} {line}", file=sys.stderr, flush=True)
+    clock = RealClock()
+    fleet: Fleet | None = None
+
+    def derived():
+        now = clock.now()
+        return [(name, signals(run.recorder.ring.window(), now)) for name, run in fleet.runs.items()]
+
+    exporter = FleetExporter(derived)
+    clients = []
+    if config.alertmanager:
+        from servewatch.sinks.alertmanager import AlertmanagerClient
+        clients.append(AlertmanagerClient(config.alertmanager,
+                                          on_give_up=exporter.sink_failures.labels("alertmanager").inc, tool=tool))
+    if config.webhook:
+        from servewatch.sinks.alertmanager import WebhookClient
+        clients.append(WebhookClient(config.webhook, on_give_up=exporter.sink_failures.labels("webhook").inc,
+                                     tool=tool))
+    host, port = parse_listen(config.listen)
+    # No connection-pool limit shared across targets: one slow target must not hold a slot another needs.
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
+    runner = None
+    try:
+        async with aiohttp.ClientSession(connector=connector) as session:
+            fleet = Fleet(config, session, clock, exporter,
+                          extra_sinks=lambda spec: [client.sink(spec.name) for client in clients], tool=tool)
+            runner = web.AppRunner(build_app(fleet, exporter), access_log=None, shutdown_timeout=2.0)
+            await runner.setup()
+            site = web.TCPSite(runner, host, port)
+            try:
+                await site.start()
+            except OSError as exc:
+                raise ServewatchError(f"--listen {config.listen}: {exc.strerror or exc}") from None
+            bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
+            await fleet.apply(specs)
+            shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
+            print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}",
+                  file=sys.stderr, flush=True)
+            lag = asyncio.create_task(_measure_lag(exporter))
+            try:
+                await _rediscover(config, file_sd, fleet, exporter, stop, say)
+            finally:
+                lag.cancel()
+                await fleet.close()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        for client in clients:
+            await asyncio.get_running_loop().run_in_executor(None, client.close)
+    return 0
+
+
+async def _rediscover(config, file_sd, fleet, exporter, stop: asyncio.Event, say: str) -> None:
+    from servewatch.serve.targets import merge
+
+    period = max(1.0, min(5.0, config.interval))
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), period)
+            return
+        except asyncio.TimeoutError:
+            pass
+        fleet.refresh_states()
+        if not config.file_sd:
+            continue
+        result = file_sd.refresh()
+        for line in result.errors:
+            exporter.config_errors.inc()
+            print(f"{say} {line}", file=sys.stderr, flush=True)
+        if result.changed:
+            specs, duplicates = merge([*config.targets, *file_sd.targets()])
+            for line in duplicates:
+                print(f"{say} {line}", file=sys.stderr, flush=True)
+            started, stopped = await fleet.apply(specs)
+            if started or stopped:
+                print(f"{say} targets changed: +{len(started)} -{len(stopped)}, watching {len(fleet.runs)}",
+                      file=sys.stderr, flush=True)
+
+
+async def _measure_lag(exporter) -> None:
+    while True:
+        asked = time.monotonic()
+        await asyncio.sleep(LAG_PERIOD_S)
+        exporter.loop_lag.set(max(0.0, time.monotonic() - asked - LAG_PERIOD_S))

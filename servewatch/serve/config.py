@@ -1,0 +1,132 @@
+"""What `serve` runs with (`ServeConfig`): from a YAML file, then the command line on top.
+
+    listen: 127.0.0.1:9464        # the HTTP surface (loopback unless said otherwise)
+    interval: 2s                  # each target's probe and scrape cadence
+    history: 10m                  # how much timeline each target keeps
+    out: /var/lib/servewatch      # incident bundles, one directory per target
+    alertmanager: http://alertmanager:9093
+    webhook: http://hooks.example/servewatch
+    shard: 0/3
+    targets:
+      - url: http://10.0.0.7:8000
+        name: llama-a             # optional; host:port otherwise
+    file_sd:
+      - /etc/servewatch/targets/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, replace
+
+from servewatch.errors import ServewatchError
+from servewatch.serve.document import read_document
+from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+_KEYS = ("listen", "interval", "history", "out", "alertmanager", "webhook", "shard", "targets", "file_sd")
+_TARGET_KEYS = ("url", "name", "pid", "log_file")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    targets: tuple[TargetSpec, ...] = ()
+    file_sd: tuple[str, ...] = ()          # paths or globs (in the last part), re-read on change
+    listen: str = DEFAULT_LISTEN
+    interval: float = 2.0
+    history_s: float = 600.0
+    out: str | None = None
+    alertmanager: str | None = None
+    webhook: str | None = None
+    shard: Shard = field(default_factory=lambda: Shard(0, 1))
+
+
+def load(path: str) -> ServeConfig:
+    """Raises a DocumentError naming file, line and key."""
+    from servewatch.watch.options import duration
+
+    doc = read_document(path)
+    value = doc.value if doc.value is not None else {}
+    if not isinstance(value, dict):
+        raise doc.error((), "the config is a mapping (listen, interval, targets, file_sd, ...)")
+    for key in value:
+        if key not in _KEYS:
+            raise doc.error((key,), f"unknown key (known: {', '.join(_KEYS)})")
+
+    def text(key: str) -> str | None:
+        item = value.get(key)
+        if item is not None and not isinstance(item, str):
+            raise doc.error((key,), "a string is expected")
+        return item
+
+    def seconds(key: str, default: float) -> float:
+        item = value.get(key)
+        if item is None:
+            return default
+        try:
+            return duration(str(item))
+        except argparse.ArgumentTypeError as exc:
+            raise doc.error((key,), str(exc)) from None
+
+    targets = []
+    for i, entry in enumerate(value.get("targets") or ()):
+        entry = {"url": entry} if isinstance(entry, str) else entry
+        if not isinstance(entry, dict):
+            raise doc.error(("targets", i), "a URL or a mapping with url (name, pid, log_file optional)")
+        for key in entry:
+            if key not in _TARGET_KEYS:
+                raise doc.error(("targets", i, key), f"unknown key (known: {', '.join(_TARGET_KEYS)})")
+        if not isinstance(entry.get("url"), str):
+            raise doc.error(("targets", i, "url"), "a URL is required")
+        pid = entry.get("pid")
+        if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
+            raise doc.error(("targets", i, "pid"), "a process id (a positive integer) is expected")
+        try:
+            targets.append(spec_for(entry["url"], entry.get("name"), pid, entry.get("log_file")))
+        except ServewatchError as exc:
+            raise doc.error(("targets", i, "url" if "name" not in str(exc) else "name"), str(exc)) from None
+    file_sd = value.get("file_sd") or ()
+    if isinstance(file_sd, str):
+        file_sd = (file_sd,)
+    if not isinstance(file_sd, (list, tuple)) or not all(isinstance(p, str) for p in file_sd):
+        raise doc.error(("file_sd",), "a list of file paths is expected")
+    shard = Shard(0, 1)
+    if value.get("shard") is not None:
+        try:
+            shard = parse_shard(str(value["shard"]))
+        except ServewatchError as exc:
+            raise doc.error(("shard",), str(exc).removeprefix("--shard ")) from None
+    return ServeConfig(targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
+                       interval=seconds("interval", 2.0), history_s=seconds("history", 600.0), out=text("out"),
+                       alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard)
+
+
+def from_args(args) -> ServeConfig:
+    """The config file (if any), then each command-line option over it; --target and --file-sd add."""
+    config = load(args.config) if args.config else ServeConfig()
+    changes: dict = {}
+    if args.target:
+        changes["targets"] = config.targets + tuple(spec_for(url) for url in args.target)
+    if args.file_sd:
+        changes["file_sd"] = config.file_sd + tuple(args.file_sd)
+    for key, attr in (("listen", "listen"), ("interval", "interval"), ("history", "history_s"), ("out", "out"),
+                      ("alertmanager", "alertmanager"), ("webhook", "webhook")):
+        if getattr(args, key) is not None:
+            changes[attr] = getattr(args, key)
+    if args.shard is not None:
+        changes["shard"] = parse_shard(args.shard)
+    config = replace(config, **changes)
+    if not config.targets and not config.file_sd:
+        raise ServewatchError("no targets: give --target URL, --file-sd FILE or a --config with targets/file_sd")
+    for url in (config.alertmanager, config.webhook):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ServewatchError(f"{url!r}: not an http(s) URL")
+    parse_listen(config.listen)
+    return config
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ServewatchError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    return host.strip("[]") or "127.0.0.1", int(port)

@@ -1,0 +1,189 @@
+"""The fleet: one recorder per target (built exactly as `watch` builds one), each on its own tasks,
+started with a jittered offset so scrapes do not align; targets come and go as discovery changes.
+
+A target whose health probe keeps failing without an answer backs off: each of its sources waits an
+exponentially growing delay (capped) before polling again, and it shows `up 0`. Its tasks are its own,
+so a slow or dead target never delays another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from servewatch.serve.targets import TargetSpec
+
+BACKOFF_AFTER = 3          # failed probes in a row (no answer at all) before backing off
+BACKOFF_CAP_S = 60.0
+
+
+def backoff_delay(consecutive_failures: int, interval: float) -> float:
+    """0 until BACKOFF_AFTER failures in a row, then interval, 2×, 4× ... up to BACKOFF_CAP_S."""
+    if consecutive_failures < BACKOFF_AFTER:
+        return 0.0
+    return min(BACKOFF_CAP_S, interval * 2 ** (consecutive_failures - BACKOFF_AFTER))
+
+
+@dataclass
+class TargetStatus:
+    health_answered: bool | None = None    # the newest /health probe got an HTTP answer
+    health_ok: bool | None = None          # ... and it was 2xx
+    scrape_ok: bool | None = None          # the newest /metrics scrape succeeded
+    last_error: str | None = None          # the newest failure's kind (scrape vocabulary)
+    consecutive_failures: int = 0
+    backoff_s: float = 0.0
+
+    @property
+    def up(self) -> bool:
+        return bool(self.health_answered and self.scrape_ok)
+
+    @property
+    def state(self) -> str:
+        return "backoff" if self.backoff_s > 0 else ("up" if self.up else "down")
+
+
+class BackedOffSource:
+    """A source that waits the target's backoff delay before each poll, and reports what it saw."""
+
+    def __init__(self, source, status: TargetStatus, clock, observe: Callable[[str, list], None]):
+        self.source, self.status, self.clock, self.observe = source, status, clock, observe
+        self.kind = source.kind
+        self.interval = source.interval
+
+    async def poll(self):
+        if self.status.backoff_s > 0:
+            await self.clock.sleep(self.status.backoff_s)
+        samples = list(await self.source.poll())
+        self.observe(self.kind, samples)
+        return samples
+
+
+class TargetRun:
+    def __init__(self, spec: TargetSpec, exporter, clock, interval: float, recorder_for: Callable):
+        """`recorder_for(spec, wrap_source)` builds the target's recorder."""
+        self.spec, self.exporter, self.clock, self.interval = spec, exporter, clock, interval
+        self.status = TargetStatus()
+        self.task: asyncio.Task | None = None
+        self.recorder = recorder_for(spec, self._wrap)
+
+    def _wrap(self, source):
+        if source.kind not in ("health", "metrics"):
+            return source
+        return BackedOffSource(source, self.status, self.clock, self._observe)
+
+    def _observe(self, kind: str, samples: list) -> None:
+        status, name = self.status, self.spec.name
+        for sample in samples:
+            if kind == "health":
+                status.health_answered = sample.status is not None
+                status.health_ok = sample.ok
+                if not sample.ok:
+                    self.exporter.probe_failures.labels(_label(name)).inc()
+                    status.last_error = sample.error
+                status.consecutive_failures = 0 if sample.status is not None else status.consecutive_failures + 1
+                status.backoff_s = backoff_delay(status.consecutive_failures, self.interval)
+            elif kind == "metrics":
+                status.scrape_ok = sample.error is None
+                if sample.scrape_s is not None:
+                    self.exporter.scrape_duration.observe(sample.scrape_s)
+                if sample.error is not None:
+                    status.last_error = sample.error
+                    self.exporter.scrape_failures.labels(_label(name), _label(_kind(sample.error))).inc()
+        self.exporter.target_up.labels(_label(name)).set(1 if status.up else 0)
+
+    def start(self, jitter_s: float) -> None:
+        self.task = asyncio.create_task(self._run(jitter_s))
+
+    async def _run(self, jitter_s: float) -> None:
+        await asyncio.sleep(jitter_s)
+        await self.recorder.run(None)
+
+    async def stop(self) -> None:
+        self.recorder.stop()
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.recorder.close_sinks)
+
+
+def _label(value: str) -> str:
+    from servewatch.sinks.exporter import label
+    return label(value)
+
+
+def _kind(error: str) -> str:
+    return "http_status" if error.startswith("http_") else error
+
+
+class Fleet:
+    """The running targets. `apply(specs)` starts the new ones and stops the gone ones."""
+
+    def __init__(self, config, session, clock, exporter, *, extra_sinks: Callable[[TargetSpec], list] = lambda s: [],
+                 rng: random.Random | None = None, tool: str = "serve"):
+        self.config, self.session, self.clock, self.exporter = config, session, clock, exporter
+        self.extra_sinks = extra_sinks
+        self.rng = rng or random.Random()
+        self.tool = tool
+        self.runs: dict[str, TargetRun] = {}
+
+    def _recorder_for(self, spec: TargetSpec, wrap):
+        from servewatch.detectors.config import DetectorConfig
+        from servewatch.sources.process import PsutilProbe
+        from servewatch.watch.bundle_sink import bundle_sink
+        from servewatch.watch.options import RecordingOptions
+        from servewatch.watch.session import build_recorder
+
+        options = RecordingOptions(url=spec.url, interval=self.config.interval, history_s=self.config.history_s,
+                                   log_file=spec.log_file, detectors=DetectorConfig())
+        probe = PsutilProbe(spec.pid) if spec.pid is not None else None
+        bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
+                   if self.config.out else None)
+        sinks = [self.exporter.sink(spec.name), *self.extra_sinks(spec)]
+        return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
+                              wrap_source=wrap)
+
+    def _new_run(self, spec: TargetSpec) -> TargetRun:
+        return TargetRun(spec, self.exporter, self.clock, self.config.interval, self._recorder_for)
+
+    async def apply(self, specs: list[TargetSpec]) -> tuple[list[str], list[str]]:
+        """The fleet becomes `specs`: (names started, names stopped). A target whose URL, PID or log
+        changed is restarted."""
+        wanted = {spec.name: spec for spec in specs if self.config.shard.owns(spec)}
+        stopped = [name for name, run in self.runs.items() if wanted.get(name) != run.spec]
+        for name in stopped:
+            run = self.runs.pop(name)
+            await run.stop()
+            self.exporter.remove_target(name)
+        started = []
+        for name, spec in wanted.items():
+            if name in self.runs:
+                continue
+            try:
+                run = self._new_run(spec)
+            except Exception as exc:  # noqa: BLE001 - one bad target (gone PID, unwritable out) never stops the fleet
+                print(f"servewatch {self.tool}: {name}: not watched: {exc}", file=sys.stderr, flush=True)
+                continue
+            self.exporter.add_target(name)
+            self.runs[name] = run
+            run.start(self.rng.uniform(0, self.config.interval))
+            started.append(name)
+        self._count_states()
+        return started, [name for name in stopped if name not in wanted]
+
+    def _count_states(self) -> None:
+        counts = {"up": 0, "down": 0, "backoff": 0}
+        for run in self.runs.values():
+            counts[run.status.state] += 1
+        for state, n in counts.items():
+            self.exporter.targets.labels(state).set(n)
+
+    def refresh_states(self) -> None:
+        self._count_states()
+
+    async def close(self) -> None:
+        for name in list(self.runs):
+            await self.runs.pop(name).stop()

@@ -1,0 +1,83 @@
+"""serve's HTTP surface (aiohttp): /metrics, /api/v1/targets, /api/v1/verdicts, and per-target
+/targets/NAME/livez and /targets/NAME/readyz for Kubernetes probes."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from servewatch.detectors import registry
+from servewatch.serve import probes
+from servewatch.watch.output import iso8601
+
+RECENT_PER_TARGET = 20
+
+
+def build_app(fleet, exporter) -> web.Application:
+    app = web.Application(client_max_size=1024)
+    app["fleet"], app["exporter"] = fleet, exporter
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/api/v1/targets", targets)
+    app.router.add_get("/api/v1/verdicts", verdicts)
+    app.router.add_get("/targets/{name}/livez", livez)
+    app.router.add_get("/targets/{name}/readyz", readyz)
+    return app
+
+
+async def metrics(request: web.Request) -> web.Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    request.app["fleet"].refresh_states()
+    body = generate_latest(request.app["exporter"].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def targets(request: web.Request) -> web.Response:
+    from servewatch.serve.signals import signals
+
+    fleet = request.app["fleet"]
+    out = []
+    for name, run in sorted(fleet.runs.items()):
+        s = run.status
+        values = signals(run.recorder.ring.window(), fleet.clock.now())
+        out.append({"name": name, "url": run.spec.url, "state": s.state, "up": s.up, "health_ok": s.health_ok,
+                    "scrape_ok": s.scrape_ok, "last_error": s.last_error, "backoff_s": s.backoff_s,
+                    "active": [v.name for v in run.recorder.latch.active],
+                    "signals": {k: v for k, v in vars(values).items() if v is not None}})
+    return web.json_response({"targets": out})
+
+
+def _verdict(name: str, verdict, bundle=None) -> dict:
+    spec = registry.spec(verdict.name)
+    return {"target": name, "verdict": verdict.name, "severity": spec.severity if spec else None,
+            "onset": iso8601(verdict.onset), "t": iso8601(verdict.t), "since_s": round(verdict.since_s, 3),
+            "why": verdict.why, "bundle": bundle,
+            "evidence": [{"source": e.source, "t": iso8601(e.t), "field": e.field, "value": e.value}
+                         for e in verdict.evidence]}
+
+
+async def verdicts(request: web.Request) -> web.Response:
+    active, recent = [], []
+    for name, run in sorted(request.app["fleet"].runs.items()):
+        active += [_verdict(name, v) for v in run.recorder.latch.active]
+        recent += [_verdict(name, f.verdict, f.bundle) for f in run.recorder.fired[-RECENT_PER_TARGET:]]
+    recent.sort(key=lambda item: item["t"], reverse=True)
+    return web.json_response({"active": active, "recent": recent})
+
+
+def _run(request: web.Request):
+    run = request.app["fleet"].runs.get(request.match_info["name"])
+    if run is None:
+        raise web.HTTPNotFound(text="no such target\n")
+    return run
+
+
+async def livez(request: web.Request) -> web.Response:
+    answer = probes.livez(_run(request).recorder.latch.active)
+    return web.Response(status=answer.status, text=answer.reason + "\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    run = _run(request)
+    s = run.status
+    answer = probes.readyz(run.recorder.latch.active, s.health_ok, s.scrape_ok, s.last_error)
+    return web.Response(status=answer.status, text=answer.reason + "\n")

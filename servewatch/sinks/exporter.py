@@ -1,0 +1,159 @@
+"""The Prometheus exporter: servewatch's verdicts and derived signals as `servewatch_*` metrics.
+
+Labels are few and bounded: target (a configured name or host:port), verdict and severity (from the
+verdict registry), kind (a scrape failure kind), state (a target state). Every label value passes
+`safe_token`; nothing request-level (prompts, ids, paths, headers) is ever a label.
+
+`ExporterSink` is the per-target sink the recorder calls (off the event loop); `FleetExporter` holds
+the metrics of the whole fleet, and a collector reads the derived signals from each target's window
+when /metrics is scraped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from servewatch.detectors import registry
+from servewatch.sinks.serialize import safe_token
+
+PREFIX = "servewatch_"
+SCRAPE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# The derived signals (servewatch.serve.signals.Signals fields) and how each is exported.
+DERIVED = {
+    "seconds_since_progress": ("seconds_since_progress",
+                               "Seconds since any progress counter (engine steps, generation or prompt tokens) "
+                               "last moved, over the kept history"),
+    "tokens_per_s": ("generation_tokens_per_second", "Generation tokens per second over the newest 10 s"),
+    "steps_per_s": ("engine_steps_per_second", "Engine steps per second over the newest 10 s"),
+    "preemptions_per_s": ("preemptions_per_second", "Preemptions (vLLM) or retractions (SGLang) per second"),
+    "kv_usage_mean": ("kv_usage_mean_ratio", "KV cache usage, 0..1, averaged over the kept history"),
+    "waiting": ("requests_waiting", "Requests waiting in the engine queue, newest scrape"),
+    "running_over_slot_limit": ("running_over_slot_limit_ratio",
+                                "Running requests divided by the slot limit (max_num_seqs), newest scrape"),
+    "queue_wait_mean_s": ("queue_wait_mean_seconds", "Mean time in queue of the requests seen over the history"),
+}
+
+
+def label(value: str) -> str:
+    return safe_token(value, "other") or "other"
+
+
+class FleetExporter:
+    def __init__(self, derived: Callable[[], Iterable[tuple[str, object]]] | None = None):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+        disable_created_metrics()         # the *_created series double the exposition and say nothing here
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.verdict_active = Gauge(PREFIX + "verdict_active", "1 while the verdict holds for the target, else 0",
+                                    ["target", "verdict", "severity"], registry=r)
+        self.verdicts_fired = Counter(PREFIX + "verdicts_fired", "Verdicts that started holding",
+                                      ["target", "verdict", "severity"], registry=r)
+        self.target_up = Gauge(PREFIX + "target_up", "1 when the newest /health probe got an HTTP answer and "
+                               "the newest /metrics scrape succeeded, else 0", ["target"], registry=r)
+        self.probe_failures = Counter(PREFIX + "probe_failures", "Health probes that failed (no answer, or not 2xx)",
+                                      ["target"], registry=r)
+        self.scrape_failures = Counter(PREFIX + "scrape_failures", "Failed /metrics scrapes by failure kind",
+                                       ["target", "kind"], registry=r)
+        self.scrape_duration = Histogram(PREFIX + "scrape_duration_seconds", "Time to fetch a target's /metrics",
+                                         buckets=SCRAPE_BUCKETS, registry=r)
+        self.targets = Gauge(PREFIX + "targets", "Targets by state (up, down, backoff)", ["state"], registry=r)
+        self.loop_lag = Gauge(PREFIX + "event_loop_lag_seconds", "How late the event loop woke a timer, newest "
+                              "measurement", registry=r)
+        self.config_errors = Counter(PREFIX + "config_reload_errors", "file_sd reloads that failed (the last good "
+                                     "targets were kept)", registry=r)
+        self.sink_failures = Counter(PREFIX + "sink_failures", "Alert or webhook deliveries given up",
+                                     ["sink"], registry=r)
+        self._lock = threading.Lock()
+        self._active: dict[tuple[str, str], int] = {}
+        if derived is not None:
+            r.register(_DerivedCollector(derived))
+
+    def add_target(self, target: str) -> None:
+        target = label(target)
+        for spec in registry.specs():
+            self.verdict_active.labels(target, spec.name, spec.severity).set(0)
+            self.verdicts_fired.labels(target, spec.name, spec.severity)
+        self.target_up.labels(target).set(0)
+        self.probe_failures.labels(target)
+
+    def remove_target(self, target: str) -> None:
+        target = label(target)
+        for metric in (self.verdict_active, self.verdicts_fired, self.target_up, self.probe_failures,
+                       self.scrape_failures):
+            for labels in [key for key in _label_sets(metric) if key[0] == target]:
+                metric.remove(*labels)
+        with self._lock:
+            for key in [key for key in self._active if key[0] == target]:
+                del self._active[key]
+
+    def fired(self, target: str, verdict_name: str) -> None:
+        target, severity = label(target), _severity(verdict_name)
+        with self._lock:
+            key = (target, verdict_name)
+            self._active[key] = self._active.get(key, 0) + 1
+        self.verdict_active.labels(target, label(verdict_name), severity).set(1)
+        self.verdicts_fired.labels(target, label(verdict_name), severity).inc()
+
+    def cleared(self, target: str, verdict_name: str) -> None:
+        target = label(target)
+        with self._lock:
+            key = (target, verdict_name)
+            left = self._active[key] = max(0, self._active.get(key, 0) - 1)   # one per engine it held on
+        if left == 0:
+            self.verdict_active.labels(target, label(verdict_name), _severity(verdict_name)).set(0)
+
+    def sink(self, target: str) -> ExporterSink:
+        return ExporterSink(self, target)
+
+
+class ExporterSink:
+    """A target's verdicts into the fleet exporter."""
+
+    def __init__(self, exporter: FleetExporter, target: str):
+        self.exporter, self.target = exporter, target
+
+    def on_fired(self, verdict, window, verdicts):
+        self.exporter.fired(self.target, verdict.name)
+        return None
+
+    def on_cleared(self, cleared) -> None:
+        self.exporter.cleared(self.target, cleared.verdict.name)
+
+    def close(self) -> None:
+        pass
+
+
+def _severity(verdict_name: str) -> str:
+    spec = registry.spec(verdict_name)
+    return spec.severity if spec else "info"
+
+
+def _label_sets(metric) -> list[tuple[str, ...]]:
+    with metric._lock:                     # prometheus_client keeps children under this lock
+        return list(metric._metrics)
+
+
+class _DerivedCollector:
+    """At each /metrics scrape: `derived()` yields (target, Signals) for every target."""
+
+    def __init__(self, derived):
+        self.derived = derived
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        families = {field: GaugeMetricFamily(PREFIX + name, help_text, labels=["target"])
+                    for field, (name, help_text) in DERIVED.items()}
+        for target, values in self.derived():
+            for field, family in families.items():
+                value = getattr(values, field)
+                if value is not None:
+                    family.add_metric([label(target)], float(value))
+        return list(families.values())
