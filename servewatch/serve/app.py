@@ -12,7 +12,9 @@ from servewatch.serve.config import ServeConfig, parse_listen
 LAG_PERIOD_S = 0.5
 
 
-async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool: str = "serve") -> int:
+async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool: str = "serve",
+                on_listening=None) -> int:
+    """Run until `stop` is set; `on_listening(port)` once the HTTP surface is up and the fleet started."""
     import aiohttp
     from aiohttp import web
 
@@ -68,6 +70,8 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
             shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
             print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}",
                   file=sys.stderr, flush=True)
+            if on_listening is not None:
+                on_listening(bound)
             lag = asyncio.create_task(_measure_lag(exporter))
             try:
                 await _rediscover(config, file_sd, fleet, exporter, stop, say)

@@ -10,11 +10,13 @@ from servewatch.serve import probes
 from servewatch.watch.output import iso8601
 
 RECENT_PER_TARGET = 20
+FLEET = web.AppKey("fleet", object)
+EXPORTER = web.AppKey("exporter", object)
 
 
 def build_app(fleet, exporter) -> web.Application:
     app = web.Application(client_max_size=1024)
-    app["fleet"], app["exporter"] = fleet, exporter
+    app[FLEET], app[EXPORTER] = fleet, exporter
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/targets", targets)
     app.router.add_get("/api/v1/verdicts", verdicts)
@@ -26,15 +28,15 @@ def build_app(fleet, exporter) -> web.Application:
 async def metrics(request: web.Request) -> web.Response:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    request.app["fleet"].refresh_states()
-    body = generate_latest(request.app["exporter"].registry)
+    request.app[FLEET].refresh_states()
+    body = generate_latest(request.app[EXPORTER].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def targets(request: web.Request) -> web.Response:
     from servewatch.serve.signals import signals
 
-    fleet = request.app["fleet"]
+    fleet = request.app[FLEET]
     out = []
     for name, run in sorted(fleet.runs.items()):
         s = run.status
@@ -57,7 +59,7 @@ def _verdict(name: str, verdict, bundle=None) -> dict:
 
 async def verdicts(request: web.Request) -> web.Response:
     active, recent = [], []
-    for name, run in sorted(request.app["fleet"].runs.items()):
+    for name, run in sorted(request.app[FLEET].runs.items()):
         active += [_verdict(name, v) for v in run.recorder.latch.active]
         recent += [_verdict(name, f.verdict, f.bundle) for f in run.recorder.fired[-RECENT_PER_TARGET:]]
     recent.sort(key=lambda item: item["t"], reverse=True)
@@ -65,7 +67,7 @@ async def verdicts(request: web.Request) -> web.Response:
 
 
 def _run(request: web.Request):
-    run = request.app["fleet"].runs.get(request.match_info["name"])
+    run = request.app[FLEET].runs.get(request.match_info["name"])
     if run is None:
         raise web.HTTPNotFound(text="no such target\n")
     return run

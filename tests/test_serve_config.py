@@ -1,0 +1,164 @@
+"""serve's pure parts: the config and file_sd files (errors name file, line and key), reloads that keep
+the last good set, duplicates, the stable shard hash, backoff, the derived signals and probe answers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from servewatch.detectors.verdict import Verdict
+from servewatch.engine.state import Counters, EngineState
+from servewatch.errors import ServewatchError
+from servewatch.serve import config as serve_config
+from servewatch.serve import probes
+from servewatch.serve.discovery import FileSd
+from servewatch.serve.fleet import BACKOFF_AFTER, BACKOFF_CAP_S, backoff_delay
+from servewatch.serve.signals import signals
+from servewatch.serve.targets import Shard, merge, parse_shard, read_file_sd, spec_for
+from servewatch.timeline.samples import MetricsSample
+from servewatch.timeline.window import Window
+
+
+def test_config_file_is_read(tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text("listen: 0.0.0.0:9000\ninterval: 500ms\nhistory: 5m\nshard: 1/3\n"
+                    "targets:\n  - url: http://10.0.0.7:8000/metrics\n    name: llama-a\n    pid: 42\n"
+                    "  - http://10.0.0.8:8000\nfile_sd:\n  - /etc/sd/*.json\n")
+    cfg = serve_config.load(str(path))
+    assert cfg.listen == "0.0.0.0:9000" and cfg.interval == 0.5 and cfg.history_s == 300.0
+    assert cfg.shard == Shard(1, 3) and cfg.file_sd == ("/etc/sd/*.json",)
+    assert [(t.name, t.url, t.pid) for t in cfg.targets] == [("llama-a", "http://10.0.0.7:8000", 42),
+                                                             ("10.0.0.8:8000", "http://10.0.0.8:8000", None)]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("targets:\n  - url: http://a:1\n    colour: red\n", ":3: targets[0].colour: unknown key"),
+    ("targets:\n  - url: ftp://a:1\n", ":2: targets[0].url: 'ftp://a:1': not an http(s) URL"),
+    ("interval: soon\n", ":1: interval: 'soon' is not a duration"),
+    ("listen: 1\nlisten2: x\n", ":2: listen2: unknown key"),
+    ("targets:\n  - url: http://a:1\n    pid: -3\n", ":3: targets[0].pid: a process id"),
+    ("targets: [\n", ":2: document: not valid YAML/JSON" ),
+    ("shard: 3/3\n", ":1: shard: '3/3': I must be in 0..N-1"),
+])
+def test_config_errors_name_file_line_and_key(tmp_path, text, expected):
+    path = tmp_path / "serve.yaml"
+    path.write_text(text)
+    with pytest.raises(ServewatchError) as error:
+        serve_config.load(str(path))
+    message = str(error.value)
+    assert message.startswith(str(path)) and "\n" not in message
+    assert expected.replace(": document", "") in message or expected in message, message
+
+
+def test_file_sd_json_and_yaml(tmp_path):
+    json_file = tmp_path / "a.json"
+    json_file.write_text('[\n\t{"targets": ["10.0.0.1:8000", "10.0.0.2:8000"], "labels": {"job": "vllm"}},\n'
+                         '\t{"targets": ["10.0.0.3:443"], "labels": {"__scheme__": "https"}}\n]\n')
+    yaml_file = tmp_path / "b.yaml"
+    yaml_file.write_text("- targets: ['10.0.1.1:30000']\n")
+    assert [t.url for t in read_file_sd(str(json_file))] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000",
+                                                            "https://10.0.0.3:443"]
+    assert [t.name for t in read_file_sd(str(yaml_file))] == ["10.0.1.1:30000"]
+
+
+def test_file_sd_error_names_the_line_of_the_bad_target(tmp_path):
+    path = tmp_path / "sd.json"
+    path.write_text('[\n  {"targets": [\n    "10.0.0.1:8000",\n    "http://10.0.0.2:8000"\n  ]}\n]\n')
+    with pytest.raises(ServewatchError, match=r"sd\.json:4: \[0\]\.targets\[1\]: 'http://10\.0\.0\.2:8000' is not host:port"):
+        read_file_sd(str(path))
+
+
+def test_file_sd_reload_keeps_the_last_good_set_and_counts_the_error(tmp_path):
+    path = tmp_path / "sd.json"
+    path.write_text('[{"targets": ["10.0.0.1:8000"]}]')
+    sd = FileSd((str(tmp_path / "*.json"),))
+    assert [t.url for t in sd.load_strict()] == ["http://10.0.0.1:8000"]
+
+    def rewrite(text):
+        before = os.stat(path).st_mtime_ns
+        path.write_text(text)
+        os.utime(path, ns=(before + 10**9, before + 10**9))   # a new mtime even on a coarse clock
+
+    rewrite('[{"targets": ["10.0.0.1:8000",\n "10.0.0.2:8000"], "lables": {}}]')
+    result = sd.refresh()
+    assert not result.changed and sd.errors == 1
+    assert result.errors == [f"{path}:2: [0].lables: unknown key (a group has `targets` and `labels`) "
+                             "(keeping its last 1 target(s))"]
+    assert [t.url for t in sd.targets()] == ["http://10.0.0.1:8000"]
+    assert sd.refresh().errors == []          # said once, not at every look
+    rewrite('[{"targets": ["10.0.0.1:8000", "10.0.0.2:8000"]}]')
+    assert sd.refresh().changed and len(sd.targets()) == 2
+    path.unlink()
+    assert sd.refresh().changed and sd.targets() == []
+
+
+def test_missing_or_bad_file_sd_at_start_is_an_error(tmp_path):
+    with pytest.raises(ServewatchError, match="no such file_sd file"):
+        FileSd((str(tmp_path / "nope.json"),)).load_strict()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"targets": []}')
+    with pytest.raises(ServewatchError, match=r"bad\.json:1: document: a file_sd file is a list"):
+        FileSd((str(bad),)).load_strict()
+
+
+def test_duplicates_are_merged_and_said_once():
+    specs = [spec_for("http://a:1"), spec_for("http://a:1/metrics"), spec_for("http://b:2", "x"),
+             spec_for("http://c:3", "x")]
+    kept, said = merge(specs)
+    assert [s.url for s in kept] == ["http://a:1", "http://b:2"]
+    assert said == ["http://a:1 is listed more than once; watched once",
+                    "target name x is used by two URLs; http://c:3 is not watched"]
+
+
+def test_shards_split_a_fleet_stably_and_completely():
+    fleet = [spec_for(f"http://10.0.{i // 250}.{i % 250}:8000") for i in range(600)]
+    owners = [[s for s in fleet if Shard(i, 3).owns(s)] for i in range(3)]
+    assert sum(map(len, owners)) == 600                              # every target on exactly one shard
+    assert all(150 <= len(o) <= 250 for o in owners)                # roughly even
+    assert all(Shard(i, 3).owns(s) for i, o in enumerate(owners) for s in o)   # same answer every time
+    assert parse_shard("2/3") == Shard(2, 3)
+    for bad in ("3/3", "x", "1/0", "-1/2"):
+        with pytest.raises(ServewatchError):
+            parse_shard(bad)
+
+
+def test_backoff_grows_and_is_capped():
+    assert [backoff_delay(n, 2.0) for n in range(BACKOFF_AFTER)] == [0.0] * BACKOFF_AFTER
+    assert backoff_delay(BACKOFF_AFTER, 2.0) == 2.0 and backoff_delay(BACKOFF_AFTER + 2, 2.0) == 8.0
+    assert backoff_delay(BACKOFF_AFTER + 40, 2.0) == BACKOFF_CAP_S
+
+
+def _sample(t, gen, steps, running=4.0, waiting=0.0, kv=0.5, slot_limit=8):
+    state = EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=running, waiting=waiting, kv_usage=kv,
+                        slot_limit=slot_limit, counters=Counters(generation_tokens=gen, steps=steps))
+    return MetricsSample(t=t, dialect="vllm", generation="vllm-0.32", engines=(state,))
+
+
+def test_signals_from_a_window():
+    samples = [_sample(100 + i, gen=10.0 * i, steps=float(i)) for i in range(6)]          # moving until t=105
+    samples += [_sample(106 + i, gen=50.0, steps=5.0, waiting=3.0, kv=0.9) for i in range(4)]  # frozen after
+    s = signals(Window(metrics=tuple(samples)), now=110.0)
+    assert s.seconds_since_progress == 5.0                    # the last movement arrived at t=105
+    assert s.tokens_per_s == pytest.approx(50 / 9)          # over the newest 10 s: t=100 (0) to t=109 (50)
+    assert s.waiting == 3.0 and s.running_over_slot_limit == 0.5
+    assert s.kv_usage_mean == pytest.approx((0.5 * 6 + 0.9 * 4) / 10)
+    moving = signals(Window(metrics=tuple(samples[:6])), now=105.0)
+    assert moving.tokens_per_s == pytest.approx(10.0) and moving.steps_per_s == pytest.approx(1.0)
+    assert moving.seconds_since_progress == 0.0
+    assert signals(Window(), now=1.0).seconds_since_progress is None
+
+
+def _verdict(name):
+    return Verdict(name, 10.0, 5.0, f"{name} why")
+
+
+def test_livez_fails_only_on_stall_or_dead_engine_and_readyz_follows_health():
+    assert probes.livez([]).ok and probes.livez([_verdict("health_loss"), _verdict("overload")]).ok
+    for name in probes.LIVENESS_FAILURES:
+        answer = probes.livez([_verdict(name)])
+        assert not answer.ok and answer.status == 503 and answer.reason == f"{name}: {name} why"
+    assert probes.readyz([], True, True, None).ok
+    assert probes.readyz([], False, True, "http_503").reason == "/health not 2xx (http_503)"
+    assert not probes.readyz([], True, False, "parse").ok
+    assert not probes.readyz([_verdict("engine_dead")], True, True, None).ok
