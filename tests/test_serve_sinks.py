@@ -1,0 +1,101 @@
+"""serve's sinks without a fleet: the exporter keeps one gauge per registered verdict and holds it at 1
+while any engine still has the verdict; deliveries never block, say an outage once, give up counted;
+the webhook posts one JSON event per fired and cleared verdict."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from servewatch.detectors import registry
+from servewatch.detectors.verdict import Verdict
+from servewatch.sinks.alertmanager import WebhookClient
+from servewatch.sinks.base import Cleared, Sink
+from servewatch.sinks.delivery import Delivery
+from servewatch.sinks.exporter import FleetExporter
+
+
+def value(exporter, name, **labels):
+    for family in text_string_to_metric_families(generate_latest(exporter.registry).decode()):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+def test_exporter_gauges_follow_fired_and_cleared_per_engine():
+    exporter = FleetExporter()
+    exporter.add_target("sim-a")
+    sink = exporter.sink("sim-a")
+    assert isinstance(sink, Sink)
+    for spec in registry.specs():
+        assert value(exporter, "servewatch_verdict_active", target="sim-a", verdict=spec.name,
+                     severity=spec.severity) == 0
+    engine0 = Verdict("kv_pressure", 10.0, 5.0, "why", details={"engine": "engine=0"})
+    engine1 = Verdict("kv_pressure", 10.0, 6.0, "why", details={"engine": "engine=1"})
+    sink.on_fired(engine0, None, [engine0, engine1])
+    sink.on_fired(engine1, None, [engine0, engine1])
+    assert value(exporter, "servewatch_verdict_active", target="sim-a", verdict="kv_pressure", severity="ticket") == 1
+    assert value(exporter, "servewatch_verdicts_fired_total", target="sim-a", verdict="kv_pressure") == 2
+    sink.on_cleared(Cleared(engine0, 12.0))
+    assert value(exporter, "servewatch_verdict_active", target="sim-a", verdict="kv_pressure") == 1
+    sink.on_cleared(Cleared(engine1, 13.0))
+    assert value(exporter, "servewatch_verdict_active", target="sim-a", verdict="kv_pressure") == 0
+    exporter.remove_target("sim-a")
+    assert value(exporter, "servewatch_verdict_active", target="sim-a") is None
+
+
+def test_a_label_value_that_is_not_a_token_is_never_exported():
+    exporter = FleetExporter()
+    exporter.add_target("/home/user/secret prompt")
+    assert value(exporter, "servewatch_target_up", target="other") == 0
+    assert b"secret" not in generate_latest(exporter.registry)
+
+
+def test_an_unreachable_endpoint_never_blocks_is_said_once_and_counted(capsys):
+    gave_up = threading.Event()
+    delivery = Delivery("http://127.0.0.1:1/api/v2/alerts", "alertmanager", timeout_s=1.0, attempts=2,
+                        first_backoff_s=0.01, on_give_up=gave_up.set)
+    started = time.monotonic()
+    for _ in range(3):
+        delivery.submit(b"[]")
+    assert time.monotonic() - started < 0.5          # submitting never waits on the network
+    assert gave_up.wait(20)
+    delivery.close()
+    assert delivery.delivered == 0 and delivery.given_up >= 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "alertmanager" in line]
+    assert lines == ["servewatch serve: alertmanager http://127.0.0.1:1/api/v2/alerts: unreachable "
+                     "(Connection refused); retrying with backoff, watching continues"]
+
+
+def test_webhook_posts_one_event_per_fired_and_cleared():
+    received = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = WebhookClient(f"http://127.0.0.1:{server.server_port}/hook")
+        sink = client.sink("sim-a")
+        verdict = Verdict("engine_dead", 20.0, 18.0, "/health 503 for 2.0 s")
+        sink.on_fired(verdict, None, [verdict])
+        sink.on_cleared(Cleared(verdict, 25.0))
+        client.close()
+    finally:
+        server.shutdown()
+    assert [(e["event"], e["verdict"], e["target"], e["severity"]) for e in received] == [
+        ("fired", "engine_dead", "sim-a", "page"), ("cleared", "engine_dead", "sim-a", "page")]
+    assert received[0]["why"] == "/health 503 for 2.0 s" and received[0]["safe_action"]
