@@ -14,8 +14,8 @@ def register(subparsers) -> None:
                     "Runs until SIGINT or SIGTERM.")
     parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, alertmanager, "
                                                          "webhook, shard, targets, file_sd")
-    parser.add_argument("--target", action="append", default=[], metavar="URL",
-                        help="a server to watch, e.g. http://127.0.0.1:8000 (repeatable)")
+    parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
+                        help="a server to watch, e.g. http://127.0.0.1:8000, or NAME=URL to name it (repeatable)")
     parser.add_argument("--file-sd", action="append", default=[], metavar="FILE",
                         help="a Prometheus file_sd file (JSON or YAML; a glob in the last part is allowed; repeatable)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="the HTTP surface (default 127.0.0.1:9464)")

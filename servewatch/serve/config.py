@@ -106,7 +106,7 @@ def from_args(args) -> ServeConfig:
     config = load(args.config) if args.config else ServeConfig()
     changes: dict = {}
     if args.target:
-        changes["targets"] = config.targets + tuple(spec_for(url) for url in args.target)
+        changes["targets"] = config.targets + tuple(target_from_arg(text) for text in args.target)
     if args.file_sd:
         changes["file_sd"] = config.file_sd + tuple(args.file_sd)
     for key, attr in (("listen", "listen"), ("interval", "interval"), ("history", "history_s"), ("out", "out"),
@@ -123,6 +123,14 @@ def from_args(args) -> ServeConfig:
             raise ServewatchError(f"{url!r}: not an http(s) URL")
     parse_listen(config.listen)
     return config
+
+
+def target_from_arg(text: str) -> TargetSpec:
+    """--target URL, or --target NAME=URL to name it (the name is the `target` label and the probe path)."""
+    name, sep, url = text.partition("=")
+    if sep and "/" not in name and ":" not in name:
+        return spec_for(url, name)
+    return spec_for(text)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -1,0 +1,71 @@
+"""The deployment files in deploy/: the Kubernetes manifests validate against the API schemas
+(kubernetes-validate, strict), their probes point at servewatch's livez/readyz for the target the
+servewatch container names, the ConfigMap's config and file_sd parse as serve reads them, and the
+systemd unit passes `systemd-analyze verify`."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from servewatch.serve import config as serve_config
+from servewatch.serve.targets import read_file_sd
+
+DEPLOY = pathlib.Path(__file__).resolve().parent.parent / "deploy"
+K8S_VERSION = "1.33.0"
+
+
+def documents(name):
+    return [doc for doc in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if doc]
+
+
+@pytest.mark.parametrize("name", ["sidecar.yaml", "fleet.yaml"])
+def test_manifests_validate_strictly(name):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    docs = documents(name)
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)     # raises on any schema error
+
+
+def test_sidecar_probes_point_at_the_named_target():
+    from servewatch.serve.config import parse_listen, target_from_arg
+
+    pod = documents("sidecar.yaml")[0]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    args = containers["servewatch"]["args"]
+    target = target_from_arg(args[args.index("--target") + 1])
+    _, port = parse_listen(args[args.index("--listen") + 1])
+    vllm = containers["vllm"]
+    assert vllm["livenessProbe"]["httpGet"] == {"path": f"/targets/{target.name}/livez", "port": port}
+    assert vllm["readinessProbe"]["httpGet"] == {"path": f"/targets/{target.name}/readyz", "port": port}
+    startup = vllm["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600     # model loading and compile
+
+
+def test_fleet_configmap_is_what_serve_reads(tmp_path):
+    config_map = documents("fleet.yaml")[0]
+    (tmp_path / "serve.yaml").write_text(config_map["data"]["serve.yaml"])
+    (tmp_path / "targets.json").write_text(config_map["data"]["targets.json"])
+    cfg = serve_config.load(str(tmp_path / "serve.yaml"))
+    assert cfg.file_sd == ("/etc/servewatch/targets.json",) and cfg.listen == "0.0.0.0:9464"
+    assert len(read_file_sd(str(tmp_path / "targets.json"))) == 3
+    example = serve_config.load(str(DEPLOY / "serve.example.yaml"))
+    assert [t.name for t in example.targets] == ["llama-a"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_unit_verifies(tmp_path):
+    unit = (DEPLOY / "systemd" / "servewatch.service").read_text()
+    assert "ExecStart=/usr/local/bin/servewatch serve --config" in unit
+    # verify checks that the binary exists: point it at this interpreter for the check
+    local = tmp_path / "servewatch.service"
+    local.write_text(unit.replace("/usr/local/bin/servewatch", f"{sys.executable} -m servewatch"))
+    result = subprocess.run(["systemd-analyze", "verify", str(local)], capture_output=True, text=True, timeout=60)
+    problems = [line for line in result.stderr.splitlines() if "servewatch.service" in line]
+    assert result.returncode == 0 and not problems, result.stderr
