@@ -1,0 +1,244 @@
+"""`servewatch serve` watching a fleet, against Prometheus scraping the same targets at the same cadence
+in the same run.
+
+    .venv/bin/python benchmarks/fleet.py [--targets 1000] [--interval 2] [--duration 60] [--stalled 3]
+                                         [--history 600]
+
+A separate process serves N fake vLLM targets (each its own loopback address, 127.0.x.y, on one port),
+each answering a real 51 kB vLLM 0.32 scrape whose progress counters move at every scrape; `--stalled`
+of them freeze their counters (with requests still running) once the measurement starts. Reported, from
+/proc for both processes over the same window: CPU per target-scrape (serve vs Prometheus, and the
+ratio), targets per core, RSS per target (serve; its ring holds min(duration, history) of samples), and
+how long after the freeze serve flagged each stalled target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURE = ROOT / "tests" / "fixtures" / "vllm_real" / "kv_pressure_t1.prom"
+MOVING = ("vllm:generation_tokens_total{", "vllm:prompt_tokens_total{", "vllm:iteration_tokens_total_count{")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def address(i: int) -> str:
+    return f"127.0.{1 + i // 250}.{1 + i % 250}"
+
+
+# --- the fake fleet (its own process) ---------------------------------------------------------------
+
+def serve_fleet(n: int, port: int, control_port: int) -> None:
+    from aiohttp import web
+
+    lines = CAPTURE.read_text().splitlines(keepends=True)
+    parts, moving = [], []
+    chunk = []
+    for line in lines:
+        if line.startswith(MOVING):
+            parts.append("".join(chunk))
+            chunk = []
+            name, value = line.rsplit(" ", 1)
+            moving.append((name, float(value)))
+        else:
+            chunk.append(line)
+    parts.append("".join(chunk))
+    scrapes = {"servewatch": 0, "prometheus": 0}
+    step = [0] * n
+    stalled: set[int] = set()
+
+    async def metrics(request):
+        i = _index(request.transport.get_extra_info("sockname")[0])
+        who = "prometheus" if "Prometheus" in request.headers.get("User-Agent", "") else "servewatch"
+        scrapes[who] += 1
+        if who == "servewatch" and i not in stalled:
+            step[i] += 1
+        body = [parts[0]]
+        for k, (name, value) in enumerate(moving):
+            body.append(f"{name} {value + 37.0 * step[i]}\n")
+            body.append(parts[k + 1])
+        return web.Response(text="".join(body), content_type="text/plain")
+
+    async def health(request):
+        return web.Response(text="")
+
+    async def control(request):
+        body = await request.json()
+        if "stall" in body:
+            stalled.update(body["stall"])
+        return web.json_response(scrapes)
+
+    def _index(ip: str) -> int:
+        _, _, c, d = (int(x) for x in ip.split("."))
+        return (c - 1) * 250 + (d - 1)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/health", health)
+    admin = web.Application()
+    admin.router.add_post("/control", control)
+
+    async def main():
+        runners = []
+        for application, host, p in ((app, "0.0.0.0", port), (admin, "127.0.0.1", control_port)):
+            runner = web.AppRunner(application, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, host, p, backlog=4096).start()
+            runners.append(runner)
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# --- measuring ---------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS      # utime + stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def control(port: int, body: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/control", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def wait_for(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"fleet benchmark: {what} not within {seconds} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", type=int, default=1000)
+    parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--duration", type=float, default=60.0, help="measurement window, seconds")
+    parser.add_argument("--stalled", type=int, default=3)
+    parser.add_argument("--history", type=float, default=600.0)
+    parser.add_argument("--serve-fleet", nargs=3, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fleet:
+        serve_fleet(*args.serve_fleet)
+        return
+    n = args.targets
+    work = Path(tempfile.mkdtemp(prefix="servewatch-fleet-"))
+    fleet_port, control_port, serve_port, prom_port = free_port(), free_port(), free_port(), free_port()
+    targets = [f"{address(i)}:{fleet_port}" for i in range(n)]
+    (work / "targets.json").write_text(json.dumps([{"targets": targets}]))
+    procs = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        fleet = subprocess.Popen([sys.executable, __file__, "--serve-fleet", str(n), str(fleet_port), str(control_port)],
+                                 stdout=subprocess.PIPE, text=True, env=env)
+        procs.append(fleet)
+        assert fleet.stdout.readline().strip() == "ready"
+        serve = subprocess.Popen([sys.executable, "-m", "servewatch", "serve", "--file-sd", str(work / "targets.json"),
+                                  "--listen", f"127.0.0.1:{serve_port}", "--interval", f"{args.interval}",
+                                  "--history", f"{args.history}"], stderr=subprocess.DEVNULL, env=env)
+        procs.append(serve)
+        prometheus = None
+        binary = shutil.which("prometheus")
+        if binary:
+            (work / "prometheus.yml").write_text(
+                f"global: {{scrape_interval: {args.interval:g}s, scrape_timeout: {args.interval:g}s}}\n"
+                "scrape_configs:\n  - job_name: fleet\n    file_sd_configs: [{files: ['"
+                f"{work / 'targets.json'}']}}]\n")
+            prometheus = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}",
+                                           f"--storage.tsdb.path={work / 'tsdb'}",
+                                           f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(prometheus)
+        api = f"http://127.0.0.1:{serve_port}"
+        wait_for(lambda: sum(t["up"] for t in get_json(api + "/api/v1/targets")["targets"]) == n, 120,
+                 "every target up in serve")
+        time.sleep(3 * args.interval)     # let every target's recorder reach its steady cadence
+        before = {"servewatch": cpu_s(serve.pid), **({"prometheus": cpu_s(prometheus.pid)} if prometheus else {})}
+        scrapes_before = control(control_port, {})
+        stalled = list(range(0, n, max(1, n // max(1, args.stalled))))[:args.stalled]
+        control(control_port, {"stall": stalled})
+        frozen_at = time.monotonic()
+        detected: dict[str, float] = {}
+        names = {targets[i] for i in stalled}
+        end = frozen_at + args.duration
+        while time.monotonic() < end:
+            active = get_json(api + "/api/v1/verdicts")["active"]
+            for v in active:
+                if v["verdict"] == "alive_health_ok_no_progress" and v["target"] in names and v["target"] not in detected:
+                    detected[v["target"]] = time.monotonic() - frozen_at
+            time.sleep(0.25)
+        after = {"servewatch": cpu_s(serve.pid), **({"prometheus": cpu_s(prometheus.pid)} if prometheus else {})}
+        scrapes_after = control(control_port, {})
+        rss = rss_mib(serve.pid)
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+    window = args.duration
+    print(f"fleet: {n} targets at {args.interval:g} s for {window:g} s (history {args.history:g} s; the ring holds "
+          f"{min(window + 3 * args.interval, args.history):.0f} s)")
+    per = {}
+    for who in before:
+        scrapes = scrapes_after[who] - scrapes_before[who]
+        cpu = after[who] - before[who]
+        per[who] = cpu / scrapes if scrapes else float("nan")
+        print(f"  {who:10s} {scrapes:7d} scrapes ({scrapes / window / n * args.interval:.2f} of the cadence), "
+              f"CPU {cpu:6.1f} s = {cpu / window:.2f} cores, {per[who] * 1e3:.2f} ms per target-scrape")
+    if "prometheus" in per:
+        print(f"  CPU per target-scrape, serve / Prometheus: {per['servewatch'] / per['prometheus']:.2f}x (goal <= 1.5x)")
+    cores = (after["servewatch"] - before["servewatch"]) / window
+    print(f"  targets per core at this cadence: {n / cores:.0f}" if cores else "")
+    print(f"  serve RSS {rss:.0f} MiB: {rss / n * 1024:.0f} KiB per target (goal <= 2 MB)")
+    threshold = max(2.0, 4 * args.interval)
+    times = sorted(detected.values())
+    print(f"  stalled {len(stalled)}, flagged {len(times)}: " + ", ".join(f"{t:.1f} s" for t in times) +
+          f" after the freeze (single-target threshold {threshold:g} s + one cadence = {threshold + args.interval:g} s)")
+
+
+if __name__ == "__main__":
+    main()
