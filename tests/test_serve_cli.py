@@ -64,3 +64,8 @@ def test_runs_until_sigterm_and_serves_metrics():
             proc.kill()
             proc.wait()
     assert proc.returncode == 0 and stderr.strip().endswith("servewatch serve: stopped")
+
+
+def test_a_bad_detector_setting_is_one_line():
+    line = one_line(cli("--target", "http://127.0.0.1:1", "--set", "stall.nope=3"))
+    assert line.startswith("servewatch serve: --set: unknown detector setting 'stall.nope'")

@@ -25,6 +25,10 @@ def register(subparsers) -> None:
     parser.add_argument("--alertmanager", metavar="URL", help="post alerts to this Alertmanager (v2 API)")
     parser.add_argument("--webhook", metavar="URL", help="post fired/cleared events as JSON to this URL")
     parser.add_argument("--shard", metavar="I/N", help="watch only the targets whose stable hash falls on shard I of N")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
+                        help="a detector threshold for every target, e.g. --set stall.floor_s=5 (repeatable)")
+    parser.add_argument("--detectors", metavar="FILE", dest="detectors_file",
+                        help="detector thresholds from a TOML file ([stall] floor_s = 5); --set wins")
     parser.set_defaults(func=run)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, replace
 
+from servewatch.detectors.config import DetectorConfig
 from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
 from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
@@ -39,6 +40,7 @@ class ServeConfig:
     alertmanager: str | None = None
     webhook: str | None = None
     shard: Shard = field(default_factory=lambda: Shard(0, 1))
+    detectors: DetectorConfig = field(default_factory=DetectorConfig)   # the same thresholds for every target
 
 
 def load(path: str) -> ServeConfig:
@@ -115,6 +117,10 @@ def from_args(args) -> ServeConfig:
             changes[attr] = getattr(args, key)
     if args.shard is not None:
         changes["shard"] = parse_shard(args.shard)
+    if args.detector_settings or args.detectors_file:
+        from servewatch.detectors import settings
+
+        changes["detectors"] = settings.build(args.detector_settings, args.detectors_file)
     config = replace(config, **changes)
     if not config.targets and not config.file_sd:
         raise ServewatchError("no targets: give --target URL, --file-sd FILE or a --config with targets/file_sd")

@@ -131,14 +131,13 @@ class Fleet:
         self.runs: dict[str, TargetRun] = {}
 
     def _recorder_for(self, spec: TargetSpec, wrap):
-        from servewatch.detectors.config import DetectorConfig
         from servewatch.sources.process import PsutilProbe
         from servewatch.watch.bundle_sink import bundle_sink
         from servewatch.watch.options import RecordingOptions
         from servewatch.watch.session import build_recorder
 
         options = RecordingOptions(url=spec.url, interval=self.config.interval, history_s=self.config.history_s,
-                                   log_file=spec.log_file, detectors=DetectorConfig())
+                                   log_file=spec.log_file, detectors=self.config.detectors)
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)

@@ -81,11 +81,18 @@ class FleetExporter:
         self.probe_failures.labels(target)
 
     def remove_target(self, target: str) -> None:
+        from servewatch.sources.scrape import KINDS
+
         target = label(target)
-        for metric in (self.verdict_active, self.verdicts_fired, self.target_up, self.probe_failures,
-                       self.scrape_failures):
-            for labels in [key for key in _label_sets(metric) if key[0] == target]:
+        children = [(metric, (target, spec.name, spec.severity)) for spec in registry.specs()
+                    for metric in (self.verdict_active, self.verdicts_fired)]
+        children += [(metric, (target,)) for metric in (self.target_up, self.probe_failures)]
+        children += [(self.scrape_failures, (target, kind)) for kind in KINDS]
+        for metric, labels in children:
+            try:
                 metric.remove(*labels)
+            except KeyError:
+                pass
         with self._lock:
             for key in [key for key in self._active if key[0] == target]:
                 del self._active[key]
@@ -130,11 +137,6 @@ class ExporterSink:
 def _severity(verdict_name: str) -> str:
     spec = registry.spec(verdict_name)
     return spec.severity if spec else "info"
-
-
-def _label_sets(metric) -> list[tuple[str, ...]]:
-    with metric._lock:                     # prometheus_client keeps children under this lock
-        return list(metric._metrics)
 
 
 class _DerivedCollector:
