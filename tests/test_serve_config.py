@@ -162,3 +162,30 @@ def test_livez_fails_only_on_stall_or_dead_engine_and_readyz_follows_health():
     assert probes.readyz([], False, True, "http_503").reason == "/health not 2xx (http_503)"
     assert not probes.readyz([], True, False, "parse").ok
     assert not probes.readyz([_verdict("engine_dead")], True, True, None).ok
+
+
+def test_prometheus_sd_keeps_active_targets_of_the_job_and_labels():
+    from servewatch.serve.prometheus_sd import PrometheusSdConfig, targets_from_api
+
+    body = {"status": "success", "data": {"activeTargets": [
+        {"scrapeUrl": "http://10.0.0.1:8000/metrics", "labels": {"job": "vllm", "namespace": "inference"}},
+        {"scrapeUrl": "http://10.0.0.2:8000/metrics", "labels": {"job": "vllm", "namespace": "test"}},
+        {"scrapeUrl": "http://10.0.0.3:9100/metrics", "labels": {"job": "node", "namespace": "inference"}},
+        {"scrapeUrl": "unix:///x", "labels": {"job": "vllm", "namespace": "inference"}},
+    ]}}
+    import json as _json
+    config = PrometheusSdConfig("http://prom:9090", job="vllm", labels={"namespace": "inference"})
+    assert [t.url for t in targets_from_api(_json.dumps(body), config)] == ["http://10.0.0.1:8000"]
+    assert len(targets_from_api(_json.dumps(body), PrometheusSdConfig("http://prom:9090"))) == 3
+    with pytest.raises(ServewatchError, match="not a Prometheus /api/v1/targets answer"):
+        targets_from_api("<html>", config)
+
+
+def test_prometheus_sd_config_errors_name_the_line(tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text("prometheus_sd:\n  url: http://prom:9090\n  job: vllm\n  refresh: often\n")
+    with pytest.raises(ServewatchError, match=r"serve\.yaml:4: prometheus_sd\.refresh: 'often' is not a duration"):
+        serve_config.load(str(path))
+    path.write_text("prometheus_sd:\n  url: http://prom:9090\n  job: vllm\n  labels: {namespace: inference}\n")
+    sd = serve_config.load(str(path)).prometheus_sd
+    assert (sd.url, sd.job, sd.labels, sd.refresh_s) == ("http://prom:9090", "vllm", {"namespace": "inference"}, 30.0)

@@ -106,6 +106,32 @@ def test_prometheus_sees_the_stall_in_a_promql_query(tmp_path):
     run(main())
 
 
+@pytest.mark.skipif(PROMETHEUS is None, reason="Prometheus not installed (Debian package prometheus)")
+def test_the_fleets_prometheus_is_service_discovery(tmp_path):
+    from servewatch.serve.prometheus_sd import PrometheusSdConfig
+
+    async def main():
+        async with sim_target() as a, sim_target() as b:
+            (tmp_path / "prometheus.yml").write_text(
+                "global: {scrape_interval: 1s}\nscrape_configs:\n"
+                f"  - job_name: vllm\n    static_configs: [{{targets: ['{a.url[7:]}', '{b.url[7:]}']}}]\n"
+                "  - job_name: prometheus\n    static_configs: [{targets: ['127.0.0.1:1']}]\n")
+            port = free_port()
+            api = f"http://127.0.0.1:{port}"
+            with open(tmp_path / "prometheus.log", "wb") as log:
+                async with process([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                    f"--storage.tsdb.path={tmp_path / 'data'}",
+                                    f"--web.listen-address=127.0.0.1:{port}"], api + "/-/ready", log):
+                    config = ServeConfig(prometheus_sd=PrometheusSdConfig(api, job="vllm", refresh_s=1.0),
+                                         listen="127.0.0.1:0", interval=0.5)
+                    async with running_serve(config) as serve:
+                        async def both():
+                            targets = (await serve.json("/api/v1/targets"))["targets"]
+                            return sorted(t["url"] for t in targets if t["up"])
+                        assert await until(both, 40, "both simulators discovered and up") == sorted([a.url, b.url])
+    run(main())
+
+
 @pytest.mark.skipif(ALERTMANAGER is None, reason="Alertmanager not installed (Debian package prometheus-alertmanager)")
 def test_alertmanager_delivers_the_alert_and_its_resolution(tmp_path):
     async def main():

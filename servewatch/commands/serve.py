@@ -13,11 +13,14 @@ def register(subparsers) -> None:
                     "/api/v1/verdicts and /targets/NAME/livez and /readyz on --listen (loopback by default). "
                     "Runs until SIGINT or SIGTERM.")
     parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, alertmanager, "
-                                                         "webhook, shard, targets, file_sd")
+                                                         "webhook, shard, targets, file_sd, prometheus_sd")
     parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
                         help="a server to watch, e.g. http://127.0.0.1:8000, or NAME=URL to name it (repeatable)")
     parser.add_argument("--file-sd", action="append", default=[], metavar="FILE",
                         help="a Prometheus file_sd file (JSON or YAML; a glob in the last part is allowed; repeatable)")
+    parser.add_argument("--prometheus-sd", metavar="URL",
+                        help="discover targets from this Prometheus server's active targets (/api/v1/targets)")
+    parser.add_argument("--prometheus-sd-job", metavar="JOB", help="...of this job only")
     parser.add_argument("--listen", metavar="HOST:PORT", help="the HTTP surface (default 127.0.0.1:9464)")
     parser.add_argument("--interval", type=duration, help="each target's probe and scrape cadence (default 2s)")
     parser.add_argument("--history", type=duration, help="history kept per target (default 10m)")

@@ -23,16 +23,16 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     from servewatch.serve.fleet import Fleet
     from servewatch.serve.http_api import build_app
     from servewatch.serve.signals import signals
-    from servewatch.serve.targets import merge
     from servewatch.sinks.exporter import FleetExporter
 
     say = f"servewatch {tool}:"
     stop = stop or asyncio.Event()
     file_sd = FileSd(config.file_sd)
-    discovered = file_sd.load_strict()                    # a bad file at start: one line, exit 2
-    specs, duplicates = merge([*config.targets, *discovered])
-    for line in duplicates:
-        print(f"{say} {line}", file=sys.stderr, flush=True)
+    file_sd.load_strict()                                 # a bad file at start: one line, exit 2
+    prometheus_sd = None
+    if config.prometheus_sd is not None:
+        from servewatch.serve.prometheus_sd import PrometheusSd
+        prometheus_sd = PrometheusSd(config.prometheus_sd)
     clock = RealClock()
     fleet: Fleet | None = None
 
@@ -66,7 +66,10 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
             except OSError as exc:
                 raise ServewatchError(f"--listen {config.listen}: {exc.strerror or exc}") from None
             bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
-            await fleet.apply(specs)
+            discovery = _Discovery(config, file_sd, prometheus_sd)
+            if prometheus_sd is not None:
+                await discovery.refresh_prometheus(session, exporter, say)
+            await fleet.apply(discovery.specs(say))
             shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
             print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}",
                   file=sys.stderr, flush=True)
@@ -74,7 +77,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                 on_listening(bound)
             lag = asyncio.create_task(_measure_lag(exporter))
             try:
-                await _rediscover(config, file_sd, fleet, exporter, stop, say)
+                await _rediscover(config, discovery, fleet, exporter, session, stop, say)
             finally:
                 lag.cancel()
                 await fleet.close()
@@ -86,10 +89,38 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     return 0
 
 
-async def _rediscover(config, file_sd, fleet, exporter, stop: asyncio.Event, say: str) -> None:
-    from servewatch.serve.targets import merge
+class _Discovery:
+    def __init__(self, config, file_sd, prometheus_sd):
+        self.config, self.file_sd, self.prometheus_sd = config, file_sd, prometheus_sd
+        self._said: set[str] = set()
 
+    async def refresh_prometheus(self, session, exporter, say: str) -> bool:
+        errors = self.prometheus_sd.errors
+        changed, problem = await self.prometheus_sd.refresh(session)
+        if self.prometheus_sd.errors > errors:
+            exporter.config_errors.inc()
+        if problem:
+            print(f"{say} {problem}", file=sys.stderr, flush=True)
+        return changed
+
+    def specs(self, say: str) -> list:
+        """Every source's targets, duplicates merged (and said)."""
+        from servewatch.serve.targets import merge
+
+        found = [*self.config.targets, *self.file_sd.targets(),
+                 *(self.prometheus_sd.targets() if self.prometheus_sd else ())]
+        specs, duplicates = merge(found)
+        for line in duplicates:
+            if line not in self._said:
+                self._said.add(line)
+                print(f"{say} {line}", file=sys.stderr, flush=True)
+        return specs
+
+
+async def _rediscover(config, discovery: _Discovery, fleet, exporter, session, stop: asyncio.Event, say: str) -> None:
     period = max(1.0, min(5.0, config.interval))
+    sd = discovery.prometheus_sd
+    next_sd = time.monotonic() + (sd.config.refresh_s if sd else 0)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), period)
@@ -97,17 +128,18 @@ async def _rediscover(config, file_sd, fleet, exporter, stop: asyncio.Event, say
         except asyncio.TimeoutError:
             pass
         fleet.refresh_states()
-        if not config.file_sd:
-            continue
-        result = file_sd.refresh()
-        for line in result.errors:
-            exporter.config_errors.inc()
-            print(f"{say} {line}", file=sys.stderr, flush=True)
-        if result.changed:
-            specs, duplicates = merge([*config.targets, *file_sd.targets()])
-            for line in duplicates:
+        changed = False
+        if config.file_sd:
+            result = discovery.file_sd.refresh()
+            for line in result.errors:
+                exporter.config_errors.inc()
                 print(f"{say} {line}", file=sys.stderr, flush=True)
-            started, stopped = await fleet.apply(specs)
+            changed = result.changed
+        if sd is not None and time.monotonic() >= next_sd:
+            next_sd = time.monotonic() + sd.config.refresh_s
+            changed = await discovery.refresh_prometheus(session, exporter, say) or changed
+        if changed:
+            started, stopped = await fleet.apply(discovery.specs(say))
             if started or stopped:
                 print(f"{say} targets changed: +{len(started)} -{len(stopped)}, watching {len(fleet.runs)}",
                       file=sys.stderr, flush=True)

@@ -12,6 +12,11 @@
         name: llama-a             # optional; host:port otherwise
     file_sd:
       - /etc/servewatch/targets/*.json
+    prometheus_sd:                # the fleet's Prometheus as discovery: its active targets of a job
+      url: http://prometheus:9090
+      job: vllm
+      labels: {namespace: inference}
+      refresh: 30s
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from dataclasses import dataclass, field, replace
 from servewatch.detectors.config import DetectorConfig
 from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
+from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
-_KEYS = ("listen", "interval", "history", "out", "alertmanager", "webhook", "shard", "targets", "file_sd")
+_KEYS = ("listen", "interval", "history", "out", "alertmanager", "webhook", "shard", "targets", "file_sd",
+         "prometheus_sd")
+_SD_KEYS = ("url", "job", "labels", "refresh")
 _TARGET_KEYS = ("url", "name", "pid", "log_file")
 
 
@@ -41,6 +49,7 @@ class ServeConfig:
     webhook: str | None = None
     shard: Shard = field(default_factory=lambda: Shard(0, 1))
     detectors: DetectorConfig = field(default_factory=DetectorConfig)   # the same thresholds for every target
+    prometheus_sd: PrometheusSdConfig | None = None
 
 
 def load(path: str) -> ServeConfig:
@@ -99,8 +108,36 @@ def load(path: str) -> ServeConfig:
         except ServewatchError as exc:
             raise doc.error(("shard",), str(exc).removeprefix("--shard ")) from None
     return ServeConfig(targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
+                       prometheus_sd=_prometheus_sd(doc, value.get("prometheus_sd"), duration),
                        interval=seconds("interval", 2.0), history_s=seconds("history", 600.0), out=text("out"),
                        alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard)
+
+
+def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:
+    if value is None:
+        return None
+    at = ("prometheus_sd",)
+    if not isinstance(value, dict):
+        raise doc.error(at, "a mapping with url (job, labels, refresh optional)")
+    for key in value:
+        if key not in _SD_KEYS:
+            raise doc.error((*at, key), f"unknown key (known: {', '.join(_SD_KEYS)})")
+    url = value.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise doc.error((*at, "url"), "the Prometheus server's http(s) URL is required")
+    job = value.get("job")
+    if job is not None and not isinstance(job, str):
+        raise doc.error((*at, "job"), "a string is expected")
+    labels = value.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise doc.error((*at, "labels"), "a mapping of label names to strings is expected")
+    refresh = 30.0
+    if value.get("refresh") is not None:
+        try:
+            refresh = duration(str(value["refresh"]))
+        except argparse.ArgumentTypeError as exc:
+            raise doc.error((*at, "refresh"), str(exc)) from None
+    return PrometheusSdConfig(url, job, {str(k): v for k, v in labels.items()}, refresh)
 
 
 def from_args(args) -> ServeConfig:
@@ -122,8 +159,13 @@ def from_args(args) -> ServeConfig:
 
         changes["detectors"] = settings.build(args.detector_settings, args.detectors_file)
     config = replace(config, **changes)
-    if not config.targets and not config.file_sd:
-        raise ServewatchError("no targets: give --target URL, --file-sd FILE or a --config with targets/file_sd")
+    if getattr(args, "prometheus_sd", None):
+        config = replace(config, prometheus_sd=PrometheusSdConfig(args.prometheus_sd, args.prometheus_sd_job))
+    if not config.targets and not config.file_sd and config.prometheus_sd is None:
+        raise ServewatchError("no targets: give --target URL, --file-sd FILE, --prometheus-sd URL or a --config "
+                              "with targets, file_sd or prometheus_sd")
+    if config.prometheus_sd is not None and not config.prometheus_sd.url.startswith(("http://", "https://")):
+        raise ServewatchError(f"--prometheus-sd {config.prometheus_sd.url!r}: not an http(s) URL")
     for url in (config.alertmanager, config.webhook):
         if url is not None and not url.startswith(("http://", "https://")):
             raise ServewatchError(f"{url!r}: not an http(s) URL")

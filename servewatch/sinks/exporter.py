@@ -63,8 +63,8 @@ class FleetExporter:
         self.targets = Gauge(PREFIX + "targets", "Targets by state (up, down, backoff)", ["state"], registry=r)
         self.loop_lag = Gauge(PREFIX + "event_loop_lag_seconds", "How late the event loop woke a timer, newest "
                               "measurement", registry=r)
-        self.config_errors = Counter(PREFIX + "config_reload_errors", "file_sd reloads that failed (the last good "
-                                     "targets were kept)", registry=r)
+        self.config_errors = Counter(PREFIX + "config_reload_errors", "Discovery refreshes that failed (a file_sd "
+                                     "file or Prometheus service discovery; the last good targets were kept)", registry=r)
         self.sink_failures = Counter(PREFIX + "sink_failures", "Alert or webhook deliveries given up",
                                      ["sink"], registry=r)
         self._lock = threading.Lock()
