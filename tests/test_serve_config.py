@@ -189,3 +189,23 @@ def test_prometheus_sd_config_errors_name_the_line(tmp_path):
     path.write_text("prometheus_sd:\n  url: http://prom:9090\n  job: vllm\n  labels: {namespace: inference}\n")
     sd = serve_config.load(str(path)).prometheus_sd
     assert (sd.url, sd.job, sd.labels, sd.refresh_s) == ("http://prom:9090", "vllm", {"namespace": "inference"}, 30.0)
+
+
+def test_bundle_quota_removes_the_oldest_bundles_of_any_target_and_keeps_the_newest(tmp_path):
+    from servewatch.serve.bundle_quota import FleetBundleQuota
+
+    def bundle(target, stamp, size):
+        path = tmp_path / target / f"incident-20261130T1200{stamp:02d}Z-engine_dead-0123abcd"
+        path.mkdir(parents=True)
+        (path / "samples.json").write_bytes(b"x" * size)
+        os.utime(path, (1000 + stamp, 1000 + stamp))
+        return path
+
+    old_a, old_b, mid_a, new_b = bundle("a", 1, 400), bundle("b", 2, 400), bundle("a", 3, 400), bundle("b", 4, 400)
+    (tmp_path / "a" / "notes.txt").write_text("not a bundle")
+    quota = FleetBundleQuota(str(tmp_path), cap_bytes=900)
+    quota.sink().on_fired(None, None, [])
+    assert [p.exists() for p in (old_a, old_b, mid_a, new_b)] == [False, False, True, True]
+    assert quota.removed == 2 and (tmp_path / "a" / "notes.txt").exists()
+    FleetBundleQuota(str(tmp_path), cap_bytes=10).enforce(keep=str(new_b))
+    assert new_b.exists() and not mid_a.exists()            # the bundle just written always stays

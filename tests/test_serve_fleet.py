@@ -14,6 +14,7 @@ import aiohttp
 from servewatch.detectors import registry
 from servewatch.serve.config import ServeConfig
 from servewatch.serve.targets import spec_for
+from servewatch.sinks.verify import verify_bundle
 from tests.serve_harness import hostile_target, running_serve, sim_target, until
 
 STALL = "alive_health_ok_no_progress"
@@ -28,7 +29,7 @@ def name_of(url: str) -> str:
     return url.split("://", 1)[1]
 
 
-def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and_delay_nothing():
+def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and_delay_nothing(tmp_path):
     async def main():
         async with contextlib.AsyncExitStack() as stack:
             a = await stack.enter_async_context(sim_target())
@@ -37,7 +38,7 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                        for kind in ("hang", "garbage", "huge", "series")}
             dead = "http://127.0.0.1:1"
             config = ServeConfig(targets=tuple(spec_for(u) for u in (a.url, b.url, *hostile.values(), dead)),
-                                 listen="127.0.0.1:0", interval=INTERVAL)
+                                 listen="127.0.0.1:0", interval=INTERVAL, out=str(tmp_path / "bundles"))
             session = await stack.enter_async_context(aiohttp.ClientSession())
             serve = await stack.enter_async_context(running_serve(config))
             load = a.load(session) + b.load(session)
@@ -72,6 +73,11 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                 active = [v for v in verdicts["active"] if v["verdict"] == STALL]
                 assert [v["target"] for v in active] == [name_of(a.url)] and active[0]["evidence"]
                 assert (await serve.get("/targets/nope/livez"))[0] == 404
+                # its incident bundle, under the target's own directory, verifies
+                recent = [v for v in verdicts["recent"] if v["verdict"] == STALL]
+                bundle = recent[0]["bundle"]
+                assert os.path.dirname(bundle) == str(tmp_path / "bundles" / name_of(a.url))
+                assert verify_bundle(bundle).verdicts_checked >= 1
 
                 # hostile targets: typed failures, up 0
                 for kind, failure in (("garbage", "parse"), ("huge", "too_large"), ("series", "too_many_series")):

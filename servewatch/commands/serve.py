@@ -25,6 +25,8 @@ def register(subparsers) -> None:
     parser.add_argument("--interval", type=duration, help="each target's probe and scrape cadence (default 2s)")
     parser.add_argument("--history", type=duration, help="history kept per target (default 10m)")
     parser.add_argument("--out", metavar="DIR", help="incident bundles, one directory per target")
+    parser.add_argument("--bundle-cap", type=float, metavar="MB", dest="bundle_cap",
+                        help="all targets' bundles together stay under MB MiB, the oldest go first (default 1024)")
     parser.add_argument("--alertmanager", metavar="URL", help="post alerts to this Alertmanager (v2 API)")
     parser.add_argument("--webhook", metavar="URL", help="post fired/cleared events as JSON to this URL")
     parser.add_argument("--shard", metavar="I/N", help="watch only the targets whose stable hash falls on shard I of N")

@@ -4,6 +4,7 @@
     interval: 2s                  # each target's probe and scrape cadence
     history: 10m                  # how much timeline each target keeps
     out: /var/lib/servewatch      # incident bundles, one directory per target
+    bundle_cap_mb: 1024           # all targets' bundles together; the oldest go first
     alertmanager: http://alertmanager:9093
     webhook: http://hooks.example/servewatch
     shard: 0/3
@@ -31,8 +32,8 @@ from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
-_KEYS = ("listen", "interval", "history", "out", "alertmanager", "webhook", "shard", "targets", "file_sd",
-         "prometheus_sd")
+_KEYS = ("listen", "interval", "history", "out", "bundle_cap_mb", "alertmanager", "webhook", "shard", "targets",
+         "file_sd", "prometheus_sd")
 _SD_KEYS = ("url", "job", "labels", "refresh")
 _TARGET_KEYS = ("url", "name", "pid", "log_file")
 
@@ -50,6 +51,7 @@ class ServeConfig:
     shard: Shard = field(default_factory=lambda: Shard(0, 1))
     detectors: DetectorConfig = field(default_factory=DetectorConfig)   # the same thresholds for every target
     prometheus_sd: PrometheusSdConfig | None = None
+    bundle_cap_bytes: int = 1024 * 2**20         # all targets' bundles under `out` together
 
 
 def load(path: str) -> ServeConfig:
@@ -107,7 +109,10 @@ def load(path: str) -> ServeConfig:
             shard = parse_shard(str(value["shard"]))
         except ServewatchError as exc:
             raise doc.error(("shard",), str(exc).removeprefix("--shard ")) from None
-    return ServeConfig(targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
+    cap = value.get("bundle_cap_mb", 1024)
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0:
+        raise doc.error(("bundle_cap_mb",), "a positive number of MiB is expected")
+    return ServeConfig(bundle_cap_bytes=int(cap * 2**20), targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
                        prometheus_sd=_prometheus_sd(doc, value.get("prometheus_sd"), duration),
                        interval=seconds("interval", 2.0), history_s=seconds("history", 600.0), out=text("out"),
                        alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard)
@@ -152,6 +157,10 @@ def from_args(args) -> ServeConfig:
                       ("alertmanager", "alertmanager"), ("webhook", "webhook")):
         if getattr(args, key) is not None:
             changes[attr] = getattr(args, key)
+    if args.bundle_cap is not None:
+        if args.bundle_cap <= 0:
+            raise ServewatchError(f"--bundle-cap {args.bundle_cap:g}: must be more than zero")
+        changes["bundle_cap_bytes"] = int(args.bundle_cap * 2**20)
     if args.shard is not None:
         changes["shard"] = parse_shard(args.shard)
     if args.detector_settings or args.detectors_file:

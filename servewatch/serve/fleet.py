@@ -129,6 +129,10 @@ class Fleet:
         self.rng = rng or random.Random()
         self.tool = tool
         self.runs: dict[str, TargetRun] = {}
+        self.quota = None
+        if config.out:
+            from servewatch.serve.bundle_quota import FleetBundleQuota
+            self.quota = FleetBundleQuota(config.out, config.bundle_cap_bytes)
 
     def _recorder_for(self, spec: TargetSpec, wrap):
         from servewatch.sources.process import PsutilProbe
@@ -141,7 +145,7 @@ class Fleet:
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
-        sinks = [self.exporter.sink(spec.name), *self.extra_sinks(spec)]
+        sinks = [*([self.quota.sink()] if bundles else []), self.exporter.sink(spec.name), *self.extra_sinks(spec)]
         return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
                               wrap_source=wrap)
 
