@@ -1,0 +1,77 @@
+"""`servewatch serve` watching a real vLLM: a SIGSTOPped worker turns the target's livez to failing while
+vLLM's own /health keeps answering 200, and livez passes again once the worker continues."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from lab_scrape import health_over
+from lab_servers import start_ready
+from lab_signals import stop_on_running_work
+from lab_traffic import Traffic
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+
+def status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def wait_status(url: str, wanted: int, timeout_s: float) -> float | None:
+    """Seconds until `url` answers `wanted`, or None at the deadline."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        try:
+            if status_of(url) == wanted:
+                return time.monotonic() - started
+        except OSError:
+            pass
+        time.sleep(0.2)   # another process's state over HTTP: nothing to wait on but polling
+    return None
+
+
+def test_serve_livez_fails_on_a_stopped_worker_while_health_says_200(lab, run_dir):
+    server = start_ready(lab, "serve", max_num_seqs=16, kv_cache_memory_bytes=4 * 2**20, max_model_len=2048)
+    serve = None
+    try:
+        tree = server.process_tree()
+        serve = subprocess.Popen([sys.executable, "-m", "servewatch", "serve", "--target", f"vllm={server.url}",
+                                  "--listen", "127.0.0.1:0", "--interval", "0.5", "--out", str(run_dir / "bundles")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        match = re.match(r"servewatch serve: listening on (http://\S+),", serve.stderr.readline())
+        assert match, "serve did not start"
+        livez = f"{match[1]}/targets/vllm/livez"
+        assert wait_status(livez, 200, 30) is not None
+        traffic = Traffic(server.url, n=12, concurrency=4, max_tokens=1800, timeout_s=300).start()
+        stop_on_running_work(server, tree.worker, traffic)
+        try:
+            failed_after = wait_status(livez, 503, 30)
+            statuses = health_over(server.url, seconds=1.0)
+        finally:
+            os.kill(tree.worker, signal.SIGCONT)
+        assert failed_after is not None, "livez never failed while the worker was stopped"
+        lab.obs.say(f"serve: SIGSTOP → livez 503 within {failed_after + 2.0:.1f} s (the stop itself takes up "
+                    f"to 2 s to confirm); vLLM /health {sorted(set(statuses))} meanwhile")
+        assert set(statuses) == {200}, statuses
+        assert wait_status(livez, 200, 60) is not None, "livez did not recover after SIGCONT"
+        assert traffic.wait(300)
+    finally:
+        if serve is not None:
+            serve.send_signal(signal.SIGTERM)
+            try:
+                serve.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+        server.stop()
