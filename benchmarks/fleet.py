@@ -130,6 +130,14 @@ def control(port: int, body: dict) -> dict:
         return json.loads(response.read())
 
 
+def loop_lag(api: str) -> float:
+    with urllib.request.urlopen(api + "/metrics", timeout=30) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("servewatch_event_loop_lag_seconds "):
+                return float(line.split()[1])
+    return float("nan")
+
+
 def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=30) as response:
         return json.loads(response.read())
@@ -200,7 +208,9 @@ def main() -> None:
         detected: dict[str, float] = {}
         names = {targets[i] for i in stalled}
         end = frozen_at + args.duration
+        lags = []
         while time.monotonic() < end:
+            lags.append(loop_lag(api))
             active = get_json(api + "/api/v1/verdicts")["active"]
             for v in active:
                 if v["verdict"] == "alive_health_ok_no_progress" and v["target"] in names and v["target"] not in detected:
@@ -234,6 +244,9 @@ def main() -> None:
     cores = (after["servewatch"] - before["servewatch"]) / window
     print(f"  targets per core at this cadence: {n / cores:.0f}" if cores else "")
     print(f"  serve RSS {rss:.0f} MiB: {rss / n * 1024:.0f} KiB per target (goal <= 2 MB)")
+    lags.sort()
+    print(f"  serve's event-loop lag (0.5 s timer), sampled {len(lags)}x: median {lags[len(lags) // 2] * 1e3:.0f} ms, "
+          f"max {lags[-1] * 1e3:.0f} ms")
     threshold = max(2.0, 4 * args.interval)
     times = sorted(detected.values())
     print(f"  stalled {len(stalled)}, flagged {len(times)}: " + ", ".join(f"{t:.1f} s" for t in times) +

@@ -29,7 +29,7 @@ def name_of(url: str) -> str:
     return url.split("://", 1)[1]
 
 
-def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and_delay_nothing(tmp_path):
+def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and_delay_nothing(tmp_path, capfd):
     async def main():
         async with contextlib.AsyncExitStack() as stack:
             a = await stack.enter_async_context(sim_target())
@@ -38,7 +38,8 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                        for kind in ("hang", "garbage", "huge", "series")}
             dead = "http://127.0.0.1:1"
             config = ServeConfig(targets=tuple(spec_for(u) for u in (a.url, b.url, *hostile.values(), dead)),
-                                 listen="127.0.0.1:0", interval=INTERVAL, out=str(tmp_path / "bundles"))
+                                 listen="127.0.0.1:0", interval=INTERVAL, out=str(tmp_path / "bundles"),
+                                 alertmanager="http://127.0.0.1:1")     # unreachable: said, watching goes on
             session = await stack.enter_async_context(aiohttp.ClientSession())
             serve = await stack.enter_async_context(running_serve(config))
             load = a.load(session) + b.load(session)
@@ -108,6 +109,9 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                     return await serve.metric("servewatch_verdict_active", target=name_of(a.url), verdict=STALL) == 0
                 await until(cleared, 30, "the stall gauge back at 0")
                 assert (await serve.get(f"/targets/{name_of(a.url)}/livez"))[0] == 200
+                said = [line for line in capfd.readouterr().err.splitlines() if "alertmanager" in line]
+                assert said == ["servewatch serve: alertmanager http://127.0.0.1:1/api/v2/alerts: unreachable "
+                                "(Connection refused); retrying with backoff, watching continues"]
             finally:
                 for task in load:
                     task.cancel()
