@@ -127,8 +127,10 @@ def test_the_fleets_prometheus_is_service_discovery(tmp_path):
                     async with running_serve(config) as serve:
                         async def both():
                             targets = (await serve.json("/api/v1/targets"))["targets"]
-                            return sorted(t["url"] for t in targets if t["up"])
+                            up = sorted(t["url"] for t in targets if t["up"])
+                            return up if len(up) == 2 else None
                         assert await until(both, 40, "both simulators discovered and up") == sorted([a.url, b.url])
+                        assert len((await serve.json("/api/v1/targets"))["targets"]) == 2   # not the other job
     run(main())
 
 
