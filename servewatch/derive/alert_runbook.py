@@ -28,7 +28,7 @@ def burn(kind: str, severity: str) -> AlertRunbook:
         "tpot": "requests whose time per output token exceeded the threshold",
         "e2e": "requests that took longer end to end than the threshold",
     }[kind]
-    pace = ("fast enough to empty the error budget within days" if severity == "page"
+    pace = ("fast enough to empty it within days" if severity == "page"
             else "faster than the budget allows over the SLO period")
     return AlertRunbook(
         summary=f"The {kind} SLO burns its error budget {pace} ({what}).",

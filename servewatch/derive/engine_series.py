@@ -32,6 +32,8 @@ class RatioSeries:
     bad: str                    # label matchers selecting the bad events, e.g. status="5xx"
     total: str                  # label matchers selecting all counted events ('' for every series)
     bad_counter: str = ""       # when bad events live in another counter (SGLang's aborted requests)
+    good_labels: tuple[tuple[str, str], ...] = ()   # what one good / one bad event's series carries
+    bad_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,12 @@ def _vllm(generation: str) -> EngineSeries:
         kv_usage=vllm.KV_USAGE_LEGACY if legacy else vllm.KV_USAGE,
         preemptions=vllm.PREEMPTIONS, preemptions_lazy=False,
         # prometheus-fastapi-instrumentator's counter on vLLM's API server: status is the class (2xx…5xx).
-        availability=RatioSeries("http_requests_total", bad='status="5xx"', total=""),
-        success=RatioSeries(vllm.REQUEST_SUCCESS, bad='finished_reason=~"abort|error"', total=""),
+        availability=RatioSeries(
+            "http_requests_total", bad='status="5xx"', total="",
+            good_labels=(("handler", "/v1/completions"), ("method", "POST"), ("status", "2xx")),
+            bad_labels=(("handler", "/v1/completions"), ("method", "POST"), ("status", "5xx"))),
+        success=RatioSeries(vllm.REQUEST_SUCCESS, bad='finished_reason=~"abort|error"', total="",
+                            good_labels=(("finished_reason", "stop"),), bad_labels=(("finished_reason", "error"),)),
         histograms={
             "ttft": _vllm_hist("ttft", vllm.HISTOGRAMS["ttft"][0], "time_to_first_token"),
             "tpot": _vllm_hist("tpot", vllm.HISTOGRAMS["tpot"][0], "inter_token_latency"),
@@ -106,8 +112,11 @@ def _sglang(generation: str) -> EngineSeries:
         preemptions=sglang.RETRACTED_REQUESTS, preemptions_lazy=True,
         # SGLang's HTTP middleware counts every route with its exact status code; probes and scrapes
         # are not user traffic.
-        availability=RatioSeries("sglang:http_responses_total", bad='status_code=~"5.."',
-                                 total='endpoint!~"/metrics|/health|/health_generate|/ready|/ping"'),
+        availability=RatioSeries(
+            "sglang:http_responses_total", bad='status_code=~"5.."',
+            total='endpoint!~"/metrics|/health|/health_generate|/ready|/ping"',
+            good_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "200")),
+            bad_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "503"))),
         success=RatioSeries(sglang.NUM_REQUESTS, bad="", total="", bad_counter=sglang.NUM_ABORTED),
         histograms={
             "ttft": _sglang_hist("ttft", sglang.HISTOGRAMS["ttft"][0], b["time_to_first_token"],
