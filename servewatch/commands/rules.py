@@ -49,13 +49,13 @@ def run(args: argparse.Namespace) -> int:
               f"Load with rule_files: in prometheus.yml; check with: promtool check rules FILE")
     output = render_rule_file(groups, header)
     if args.out:
-        _write(args.out, output)
+        write_atomically(args.out, output)
     else:
         print(output, end="")
     return 0
 
 
-def _write(path: str, text: str) -> None:
+def write_atomically(path: str, text: str) -> None:
     import os
     import tempfile
 
