@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servewatch.derive.engine_series import GENERATIONS, engine_series
-    from servewatch.derive.rules import build_rules, render_rule_file
+    from servewatch.derive.rules import build_rules, inhibit_rules_yaml, render_rule_file
     from servewatch.derive.slo import check_selector, check_thresholds, load_slo
     from servewatch.errors import ServewatchError
 
@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     check_selector(slo, series, args.slo)
     groups = build_rules(slo, series, with_serve=not args.no_serve)
     header = (f"servewatch rules for SLO '{slo.service}' on {series.dialect} ({series.generation} metric names).\n"
-              f"Load with rule_files: in prometheus.yml; check with: promtool check rules FILE")
+              f"Load with rule_files: in prometheus.yml; check with: promtool check rules FILE\n"
+              f"Severity labels page > ticket > warning; in alertmanager.yml, so that a page silences the "
+              f"same job's tickets and warnings:\n" + inhibit_rules_yaml())
     output = render_rule_file(groups, header)
     if args.out:
         write_atomically(args.out, output)

@@ -275,9 +275,15 @@ def render_rule_file(groups: list[RuleGroup], header: str) -> str:
     return comment + body
 
 
-# Alertmanager: a page for a job silences its tickets and warnings (burn alerts carry job; leading
-# indicators carry job and instance).
+# Alertmanager: a page for a job silences its tickets and warnings, a ticket its warnings (burn alerts
+# carry job; leading indicators carry job and instance).
 INHIBIT_RULES = (
     {"source_matchers": ['severity="page"'], "target_matchers": ['severity=~"ticket|warning"'], "equal": ["job"]},
     {"source_matchers": ['severity="ticket"'], "target_matchers": ['severity="warning"'], "equal": ["job"]},
 )
+
+
+def inhibit_rules_yaml() -> str:
+    import yaml
+
+    return yaml.safe_dump({"inhibit_rules": [dict(r) for r in INHIBIT_RULES]}, sort_keys=False, width=110)
