@@ -152,3 +152,22 @@ def test_the_written_file_is_valid_yaml_with_the_expected_groups(tmp_path, capsy
                       "servewatch-vllm-guards", "servewatch-serve"]
     code, _, out = _run(tmp_path, GOOD, "--no-serve", capsys=capsys)
     assert "servewatch-serve" not in out.read_text()
+
+
+def test_unreadable_or_broken_slo_files_are_one_line(tmp_path, capsys):
+    code, err, out = _run(tmp_path, "service: chat\nobjectives: [\n", capsys=capsys)
+    assert code == 2 and "not valid YAML" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    code = main(["rules", "--slo", str(tmp_path / "missing.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--slo: cannot read" in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_out_the_rules_go_to_stdout_with_the_inhibit_rules_in_the_header(tmp_path, capsys):
+    (tmp_path / "slo.yaml").write_text(GOOD)
+    assert main(["rules", "--slo", str(tmp_path / "slo.yaml"), "--dialect", "sglang"]) == 0
+    text = capsys.readouterr().out
+    header = "".join(line[2:] + "\n" for line in text.splitlines() if line.startswith("# "))
+    inhibit = yaml.safe_load(header[header.index("inhibit_rules:"):])["inhibit_rules"]
+    assert inhibit[0]["source_matchers"] == ['severity="page"']
+    assert yaml.safe_load(text)["groups"][0]["name"] == "servewatch-slo-chat-sli"
+    assert str(tmp_path) not in text

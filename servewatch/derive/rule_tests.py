@@ -228,6 +228,29 @@ def _leading_cases(slo: Slo, series: EngineSeries, groups, base: dict) -> list[_
     case.expect(19, rule.alert, [])
     case.expect(35, rule.alert, [_fired(rule, **target)])
     cases.append(case)
+
+    queue = series.histogram("queue")
+    if queue is not None:
+        rule = _rule(groups, "LLMQueueTimeRising")
+        ttft = slo.objective("ttft")
+        slow_wait = 4 * (ttft.threshold_s if ttft else 1.0)      # well above the floor and twice the hour's mean
+        case = _Case(f"queue wait jumping from 0.05 s to {slow_wait:g} s fires the queue indicator")
+        case.series(queue.name + "_count", base, counter_values((PER_MINUTE, 120)))
+        case.series(queue.name + "_sum", base,
+                    counter_values((PER_MINUTE * 0.05, 90), (PER_MINUTE * slow_wait, 30)))
+        case.expect(89, rule.alert, [])
+        case.expect(105, rule.alert, [_fired(rule, **target)])
+        cases.append(case)
+
+    if series.availability is not None:
+        rule = _rule(groups, "LLMServerErrors")
+        http = series.availability
+        case = _Case("a trickle of 5xx fires the server-error indicator; 2xx alone does not")
+        case.series(http.counter, {**base, **dict(http.good_labels)}, counter_values((PER_MINUTE, 40)))
+        case.series(http.counter, {**base, **dict(http.bad_labels)}, counter_values((0, 20), (1, 20)))
+        case.expect(19, rule.alert, [])
+        case.expect(30, rule.alert, [_fired(rule, **target)])
+        cases.append(case)
     return cases
 
 
