@@ -190,7 +190,7 @@ def _duration(value: object, key: str, fail) -> int:
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
-def _percent(value: object, key: str, fail) -> float:
+def _percent(value: object, key: str, fail, *, whole_allowed: bool = False) -> float:
     text = value.strip().rstrip("%") if isinstance(value, str) else value
     try:
         number = float(text)  # type: ignore[arg-type]
@@ -200,7 +200,7 @@ def _percent(value: object, key: str, fail) -> float:
         raise fail(key, f"{value!r} is not a percentage above 0")
     if number > 100:
         raise fail(key, f"{number:g} % is over 100 %")
-    if number == 100:
+    if number == 100 and not whole_allowed:
         raise fail(key, "100 % leaves no error budget to burn")
     return number
 
@@ -283,6 +283,6 @@ def _windows(value: object, fail) -> tuple[Window, ...]:
         short_s = _duration(spec.get("short"), key + ".short", fail)
         if short_s >= long_s:
             raise fail(key + ".short", "must be shorter than long")
-        spent = _percent(spec.get("budget_spent"), key + ".budget_spent", fail)
+        spent = _percent(spec.get("budget_spent"), key + ".budget_spent", fail, whole_allowed=True)
         out.append(Window(severity, long_s, short_s, spent))
     return tuple(out)
