@@ -43,6 +43,7 @@ class SglangMetrics:
         self.decode_steps = 0
         self._gen_window = (engine.clock.now(), 0)
         self._refreshed_at = engine.clock.now()
+        self.http = SglangHttpStats()
         self.registry = make_registry(self.families, with_process=False)
 
     # --- hooks -----------------------------------------------------------------------------------
@@ -189,4 +190,27 @@ class SglangMetrics:
                            ("sglang:generation_tokens_histogram", self.gen_hist)):
             if hist.count:
                 out.append(histogram(name, HELP[name], [(self.tok, hist)], None, sum_first=True))
+        out.extend(self.http.families())
         return [m for m in out if m.samples]
+
+
+class SglangHttpStats:
+    """SGLang's HTTP middleware counters (0.5.23, with --enable-metrics): every route, the exact status code."""
+
+    def __init__(self):
+        self.requests: dict[tuple[str, str], int] = {}
+        self.responses: dict[tuple[str, str, str], int] = {}
+
+    def observe(self, handler: str, method: str, status: int, seconds: float, request_bytes: int = 0) -> None:
+        self.requests[(handler, method)] = self.requests.get((handler, method), 0) + 1
+        key = (handler, method, str(status))
+        self.responses[key] = self.responses.get(key, 0) + 1
+
+    def families(self):
+        return [
+            counter("sglang:http_requests", "Total number of HTTP requests by endpoint and method",
+                    [({"endpoint": e, "method": m}, n) for (e, m), n in self.requests.items()], None),
+            counter("sglang:http_responses", "Total number of HTTP responses by endpoint and status code",
+                    [({"endpoint": e, "method": m, "status_code": c}, n) for (e, m, c), n in self.responses.items()],
+                    None),
+        ]
