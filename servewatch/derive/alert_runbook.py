@@ -117,73 +117,6 @@ ENGINE = {
 }
 
 SERVEWATCH = {
-    "alive_health_ok_no_progress": AlertRunbook(
-        summary="Stalled: /health is 200 and requests are admitted, but no token moved for longer than the "
-                "step cadence allows.",
-        check_next="The incident bundle servewatch wrote: process states, the frozen counters, a stack of the "
-                   "engine process (take it before any restart).",
-        expected_range="Generation tokens advance at every scrape while requests run.",
-        safe_action="Keep the bundle and a stack dump, then drain the replica at the router.",
-        rollback="Return it to routing once tokens move for three consecutive scrapes.",
-    ),
-    "engine_dead": AlertRunbook(
-        summary="The engine is gone while the API process may still answer.",
-        check_next="The log tail in the bundle: the fatal error, out-of-memory lines, the exit code.",
-        expected_range="/health 200 and the engine process present.",
-        safe_action="Take the replica out of routing and keep its log; restart with more memory headroom or a "
-                    "lower slot limit when the cause is an out-of-memory.",
-        rollback="Restore the previous settings if throughput drops and no death recurs over a full peak.",
-    ),
-    "process_exit": AlertRunbook(
-        summary="The watched server process exited.",
-        check_next="Exit code and signal; an engine death just before; the supervisor's restart policy.",
-        expected_range="A serving process does not exit outside a planned shutdown.",
-        safe_action="Let the supervisor restart it; keep routing away until it is ready.",
-        rollback="Revert a restart policy that loops.",
-    ),
-    "health_loss": AlertRunbook(
-        summary="/health stopped answering 2xx.",
-        check_next="Refused vs 503 vs timeout; whether /metrics still answers; process states.",
-        expected_range="/health 2xx well under a second on every probe.",
-        safe_action="Remove the replica from routing; decide between engine death and saturation first.",
-        rollback="Return it after several consecutive 2xx probes.",
-    ),
-    "overload": AlertRunbook(
-        summary="Requests wait for a sustained period; the cause label names the limit.",
-        check_next="Running vs slot limit, KV usage, queue wait, arrival rate.",
-        expected_range="0 waiting under normal load.",
-        safe_action="Shed or limit admission at the router, or add replicas.",
-        rollback="Remove the limits once waiting stays 0 for one window.",
-    ),
-    "kv_pressure": AlertRunbook(
-        summary="The KV cache is near full.",
-        check_next="KV trend and preemptions in the same window; output lengths.",
-        expected_range="KV maximum well below 100 % at normal peak.",
-        safe_action="Limit concurrency or max output tokens, or add KV capacity.",
-        rollback="Revert the limits once KV stays low for one peak window.",
-    ),
-    "preemption": AlertRunbook(
-        summary="The engine preempted or retracted running requests in this window.",
-        check_next="The preemption delta (not the cumulative count), KV usage, whether tokens still move.",
-        expected_range="0 preemptions per window under normal load.",
-        safe_action="Lower concurrency or cap output tokens; add KV capacity.",
-        rollback="Restore the limits once preemptions stay 0 across a peak window.",
-    ),
-    "histogram_blind": AlertRunbook(
-        summary="A latency histogram cannot resolve the observed latencies: quantiles read a bucket edge.",
-        check_next="Which histogram and the share of observations in its first or last bucket; client-side "
-                   "timings.",
-        expected_range="Observations spread over several buckets.",
-        safe_action="Do not alert on that quantile; use client-side measurements or add bucket edges.",
-        rollback="Nothing to roll back: read-only.",
-    ),
-    "target_restarted": AlertRunbook(
-        summary="The target restarted (new process identity or counter reset).",
-        check_next="The previous bundle: an engine death, exit or stall just before.",
-        expected_range="A stable identity between planned deploys.",
-        safe_action="Confirm the restart was intended; if not, read the previous bundle first.",
-        rollback="Nothing to roll back.",
-    ),
     "target_up": AlertRunbook(
         summary="servewatch cannot reach the target.",
         check_next="Network path from servewatch to the target; the target's process.",
@@ -206,3 +139,11 @@ SERVEWATCH = {
         rollback="Nothing to roll back.",
     ),
 }
+
+
+def for_verdict(spec) -> AlertRunbook:
+    """A verdict's alert text, from its one declaration in the verdict registry."""
+    branch = spec.runbook
+    return AlertRunbook(summary=f"{spec.summary[0].upper()}{spec.summary[1:]}: {branch.meaning}",
+                        check_next=" ".join(branch.check_next), expected_range=branch.expected_range,
+                        safe_action=branch.safe_action, rollback=branch.rollback)

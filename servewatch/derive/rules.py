@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from servewatch.derive import alert_runbook
 from servewatch.derive.engine_series import EngineSeries, LatencyHistogram
 from servewatch.derive.slo import Objective, Slo, duration_text
-from servewatch.detectors.verdict import VERDICT_NAMES
+from servewatch.detectors import registry
 
 SLI_BY = ("job",)
 TARGET_BY = ("job", "instance")
@@ -239,12 +239,12 @@ def servewatch_group() -> RuleGroup:
     """Alerts on the series `servewatch serve` exports; the only way to alert on tokens that stopped
     while /health stays 200. A verdict's severity comes from its series unless the verdict always pages."""
     rules = []
-    for verdict in VERDICT_NAMES:
-        pages = verdict in SERVEWATCH_ALERT_NAMES
+    for spec in registry.specs():
+        pages = spec.severity == "page"
         rules.append(Rule(
-            expr=f'servewatch_verdict_active{{verdict="{verdict}"}} == 1', alert=servewatch_alert_name(verdict),
+            expr=f'servewatch_verdict_active{{verdict="{spec.name}"}} == 1', alert=servewatch_alert_name(spec.name),
             for_="" if pages else "1m", labels={"severity": "page"} if pages else {},
-            annotations=alert_runbook.SERVEWATCH[verdict].annotations()))
+            annotations=alert_runbook.for_verdict(spec).annotations()))
     rules += [
         Rule(expr="servewatch_target_up == 0", alert="ServewatchTargetDown", for_="1m", labels={"severity": "page"},
              annotations=alert_runbook.SERVEWATCH["target_up"].annotations()),

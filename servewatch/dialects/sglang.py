@@ -299,17 +299,10 @@ class SglangDialect(base.Dialect):
                      "e2e": BUCKETS["e2e_request_latency"]}
     log_prefix = LOG_PREFIX
 
-    def detect(self, families):
-        return detect(families)
-
-    def wanted_families(self):
-        return wanted_families()
-
-    def read(self, families, generation):
-        return read(families, generation)
-
-    def parse_log_message(self, msg):
-        return parse_log_message(msg)
+    detect = staticmethod(detect)
+    wanted_families = staticmethod(wanted_families)
+    read = staticmethod(read)
+    parse_log_message = staticmethod(parse_log_message)
 
     def grammar_literals(self):
         return base.module_literals(sys.modules[__name__])

@@ -85,6 +85,7 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 HEALTH_DEAD_STATUS = 503
 PROCESS_ROLES = {"VLLM::EngineCore": "engine_core", "VLLM::Worker": "worker", "VLLM::APIServer": "api"}
 SLOT_LIMIT_FLAG = "--max-num-seqs"
+DEFAULT_MAX_NUM_SEQS = 256
 
 # --- log grammar ----------------------------------------------------------------------------
 LOG_PREFIX = re.compile(
@@ -375,20 +376,12 @@ class VllmDialect(base.Dialect):
     exit_zero_after_death_note = "vLLM #48966"
     log_prefix = LOG_PREFIX
 
-    def detect(self, families):
-        return detect(families)
+    detect = staticmethod(detect)
+    wanted_families = staticmethod(wanted_families)
+    read = staticmethod(read)
+    parse_log_message = staticmethod(parse_log_message)
 
-    def wanted_families(self):
-        return wanted_families()
-
-    def read(self, families, generation):
-        return read(families, generation)
-
-    def parse_log_message(self, msg):
-        return parse_log_message(msg)
-
-    def describe_startup_failure(self, fields):
-        return describe_startup_failure(fields)
+    describe_startup_failure = staticmethod(describe_startup_failure)
 
     def grammar_literals(self):
         return base.module_literals(sys.modules[__name__])
