@@ -125,13 +125,14 @@ def panels(series: EngineSeries, slot_limit: int | None = None) -> list[PanelSpe
 
 def _errors_panel(series: EngineSeries) -> PanelSpec:
     http, success = series.availability, series.success
-    if series.dialect == "vllm":
-        queries = (Query(f"sum by (status) (rate({http.counter}{_sel()}[{RATE}]))", "HTTP {{status}}"),
+    status = http.bad_labels[-1][0]        # the label that holds the status (class or code)
+    if not success.bad_counter:
+        queries = (Query(f"sum by ({status}) (rate({http.counter}{_sel()}[{RATE}]))", f"HTTP {{{{{status}}}}}"),
                    Query(f"sum by (finished_reason) (rate({success.counter}{_sel()}[{RATE}]))",
                          "finished {{finished_reason}}"))
     else:
-        queries = (Query(f"sum by (status_code) (rate({http.counter}{_sel(http.total)}[{RATE}]))",
-                         "HTTP {{status_code}}"),
+        queries = (Query(f"sum by ({status}) (rate({http.counter}{_sel(http.total)}[{RATE}]))",
+                         f"HTTP {{{{{status}}}}}"),
                    Query(f"sum(rate({success.bad_counter}{_sel()}[{RATE}])) or "
                          f"0 * sum(rate({success.counter}{_sel()}[{RATE}]))", "aborted"))
     return PanelSpec("Errors by class",

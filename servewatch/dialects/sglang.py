@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 
 from servewatch.dialects import base
+from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
 
@@ -240,6 +241,48 @@ HELP = {
 }
 
 
+# --- what alert rules and dashboards read, per name generation --------------------------------------
+
+ALERT_GENERATIONS = ("sglang-0.5.23",)      # newest first
+
+
+def _sglang_hist(kind: str, name: str, edges, flag: str) -> LatencyHistogram:
+    return LatencyHistogram(kind, name, tuple(float(e) for e in edges), flag)
+
+
+def alert_series(generation: str) -> EngineSeries:
+    if generation not in ALERT_GENERATIONS:
+        raise KeyError(generation)
+    b = BUCKETS
+    return EngineSeries(
+        dialect=NAME, generation=generation,
+        running=RUNNING, waiting=WAITING, kv_usage=TOKEN_USAGE,
+        preemptions=RETRACTED_REQUESTS, preemptions_lazy=True,
+        # SGLang's HTTP middleware counts every route with its exact status code; probes and scrapes
+        # are not user traffic.
+        availability=RatioSeries(
+            "sglang:http_responses_total", bad='status_code=~"5.."',
+            total='endpoint!~"/metrics|/health|/health_generate|/ready|/ping"',
+            good_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "200")),
+            bad_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "503"))),
+        success=RatioSeries(NUM_REQUESTS, bad="", total="", bad_counter=NUM_ABORTED),
+        histograms={
+            "ttft": _sglang_hist("ttft", HISTOGRAMS["ttft"][0], b["time_to_first_token"],
+                                 "--bucket-time-to-first-token"),
+            "itl": _sglang_hist("itl", HISTOGRAMS["itl"][0], b["inter_token_latency"],
+                                "--bucket-inter-token-latency"),
+            "tpot": _sglang_hist("tpot", HISTOGRAMS["tpot"][0], b["inter_token_latency"],
+                                 "--bucket-inter-token-latency"),
+            "e2e": _sglang_hist("e2e", HISTOGRAMS["e2e"][0], b["e2e_request_latency"],
+                                "--bucket-e2e-request-latency"),
+            "queue": _sglang_hist("queue", HISTOGRAMS["queue"][0], b["queue_time"],
+                                  "(none: fixed in SGLang's metrics collector)"),
+        },
+        slot_limit_flag=SLOT_LIMIT_FLAG, default_slot_limit=None,
+        engine_labels=IDENTITY_LABELS,
+    )
+
+
 # --- the Dialect ---------------------------------------------------------------------------------
 
 _WATCHDOG_COMPONENTS = ("Scheduler", "TokenizerManager", "DetokenizerManager", "DataParallelController")
@@ -298,6 +341,8 @@ class SglangDialect(base.Dialect):
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["e2e_request_latency"]}
     log_prefix = LOG_PREFIX
+    alert_generations = ALERT_GENERATIONS
+    alert_series = staticmethod(alert_series)
 
     detect = staticmethod(detect)
     wanted_families = staticmethod(wanted_families)
