@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from servewatch.derive.engine_series import GENERATION_HELP
+    from servewatch.derive.engine_series import add_series_arguments
 
     parser = subparsers.add_parser(
         "dashboard", help="write a Grafana dashboard for vLLM or SGLang",
@@ -15,9 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "waiting, running vs slot limit, KV usage, preemptions, unfinished requests, errors by "
                     "class, and servewatch serve's stall and verdict panels. Every panel's description says "
                     "which action it leads to.")
-    parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
-    parser.add_argument("--names", metavar="GENERATION", default=None,
-                        help=f"metric-name generation: {GENERATION_HELP} (default: the dialect's current names)")
+    add_series_arguments(parser)
     parser.add_argument("--slot-limit", type=int, default=None, metavar="N",
                         help="the engine's slot limit, drawn on the running panel (default: vLLM's 256; "
                              "none for SGLang)")
@@ -30,14 +28,10 @@ def run(args: argparse.Namespace) -> int:
 
     from servewatch.commands.rules import write_atomically
     from servewatch.derive.dashboard import panels, to_grafana
-    from servewatch.derive.engine_series import GENERATIONS, engine_series
+    from servewatch.derive.engine_series import series_from_args
     from servewatch.errors import ServewatchError
 
-    try:
-        series = engine_series(args.dialect, args.names)
-    except KeyError:
-        raise ServewatchError(f"--names: {args.names!r} is not a {args.dialect} name generation "
-                              f"(one of {', '.join(GENERATIONS[args.dialect])})") from None
+    series = series_from_args(args)
     if args.slot_limit is not None and args.slot_limit < 1:
         raise ServewatchError(f"--slot-limit: {args.slot_limit} is not a whole number >= 1")
     model = to_grafana(series, panels(series, args.slot_limit or series.default_slot_limit))

@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from servewatch.derive.engine_series import GENERATION_HELP
+    from servewatch.derive.engine_series import add_series_arguments
 
     parser = subparsers.add_parser(
         "rules", help="write Prometheus alert and recording rules for an SLO",
@@ -16,9 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "alerts on servewatch serve's series. Every alert carries its runbook branch. A latency "
                     "threshold must be a bucket edge of the engine's histogram.")
     parser.add_argument("--slo", required=True, metavar="FILE", help="the SLO file (YAML)")
-    parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
-    parser.add_argument("--names", metavar="GENERATION", default=None,
-                        help=f"metric-name generation: {GENERATION_HELP} (default: the dialect's current names)")
+    add_series_arguments(parser)
     parser.add_argument("--no-serve", action="store_true",
                         help="leave out the alerts on servewatch serve's series")
     parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
@@ -26,16 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servewatch.derive.engine_series import GENERATIONS, engine_series
+    from servewatch.derive.engine_series import series_from_args
     from servewatch.derive.rules import build_rules, inhibit_rules_yaml, render_rule_file
     from servewatch.derive.slo import check_selector, check_thresholds, load_slo
     from servewatch.errors import ServewatchError
 
-    try:
-        series = engine_series(args.dialect, args.names)
-    except KeyError:
-        raise ServewatchError(f"--names: {args.names!r} is not a {args.dialect} name generation "
-                              f"(one of {', '.join(GENERATIONS[args.dialect])})") from None
+    series = series_from_args(args)
     try:
         with open(args.slo, encoding="utf-8") as handle:
             text = handle.read(1 << 20)
