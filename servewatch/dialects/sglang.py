@@ -101,6 +101,11 @@ ENGINE_DEAD_LINES = (
     "SIGQUIT received.",
     "Received sigquit from a child process.",
     "crashed with exit code",
+)
+# Written about once a second while SGLang's own health generation gets no answer for 20 s: a stalled
+# or slow scheduler, not a dead one. Seen on a real 0.5.23 whose scheduler was SIGSTOPped for 12 s:
+# after SIGCONT it answered /health and /health_generate with 200 and served again.
+HEALTH_CHECK_FAILED_LINES = (
     "Health check failed. Server couldn't get a response from detokenizer",
 )
 STARTUP_FAILURE_LINES = (
