@@ -1,7 +1,8 @@
 """Start a real SGLang (CPU) on a loopback port with the test-only `sgl_kernel` stand-in first on its path.
 
-SGLang's files stay inside the lab cache (SGLANG_CACHE_DIR, TMPDIR: otherwise it leaves ZMQ sockets,
-temp dirs and the prometheus multiprocess folder in /tmp and ~/.cache). The idle scheduler sleeps
+SGLang's files stay inside the lab cache (SGLANG_CACHE_DIR, and a TMPDIR per server removed after it
+stops: otherwise it leaves ZMQ sockets, temp dirs and the prometheus multiprocess folder in /tmp and
+~/.cache). The idle scheduler sleeps
 (--sleep-on-idle; without it one core spins at 100 %). Stop is SIGTERM to the main process, which
 drains and stops its children (SIGTERM to the whole group makes it report a crashed child instead).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +61,13 @@ def sglang_command(python: Path, config: SglangConfig, port: int) -> list[str]:
     return [*command, *config.extra_args]
 
 
-def sglang_environment(config: SglangConfig) -> dict[str, str]:
+def sglang_tmp_dir(config: SglangConfig, port: int) -> Path:
+    return config.files_dir / "tmp" / f"port-{port}"
+
+
+def sglang_environment(config: SglangConfig, port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-    cache, tmp = config.files_dir / "cache", config.files_dir / "tmp"
+    cache, tmp = config.files_dir / "cache", sglang_tmp_dir(config, port)
     cache.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
     env.update(
@@ -96,7 +102,7 @@ class SglangServer(LabServer):
         return sglang_command(self.python, self.config, self.port)
 
     def environment(self) -> dict[str, str]:
-        return sglang_environment(self.config)
+        return sglang_environment(self.config, self.port)
 
     def error_message(self, log_text: str) -> str | None:
         return sglang_error_message(log_text)
@@ -106,4 +112,7 @@ class SglangServer(LabServer):
         return stand_in_calls(self.log_text())
 
     def stop(self, grace_s: float = SGLANG_STOP_GRACE_S) -> int | None:
-        return super().stop(grace_s)
+        code = super().stop(grace_s)
+        # Its ZMQ sockets and temp dirs outlive even a clean shutdown; the whole tree is gone by now.
+        shutil.rmtree(sglang_tmp_dir(self.config, self.port), ignore_errors=True)
+        return code
