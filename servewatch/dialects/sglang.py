@@ -102,9 +102,9 @@ ENGINE_DEAD_LINES = (
     "Received sigquit from a child process.",
     "crashed with exit code",
 )
-# SGLang's own health generation timed out: the scheduler is stalled, slow (a long chunked prefill can
-# do it) or dead — not by itself a death. A real 0.5.23 whose scheduler was stopped for 12 s wrote this
-# 20 s in and served normally after it was resumed.
+# Written about once a second while SGLang's own health generation gets no answer for 20 s: a stalled
+# or slow scheduler, not a dead one. Seen on a real 0.5.23 whose scheduler was SIGSTOPped for 12 s:
+# after SIGCONT it answered /health and /health_generate with 200 and served again.
 HEALTH_CHECK_FAILED_LINES = (
     "Health check failed. Server couldn't get a response from detokenizer",
 )
