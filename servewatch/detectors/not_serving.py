@@ -1,0 +1,106 @@
+"""not_serving: /health answers 2xx, yet a one-token probe gets no token and no counter moves.
+
+The idle wedge: an engine that hangs while nothing runs keeps its gauges at 0 running and 0 waiting,
+every counter flat and /health at 200 — to a passive reader, an idle server — while every request that
+arrives waits forever. Only asking the server for a token tells the two apart (see sources.probe).
+A probe that could not be asked (no /v1/models, the model 404s, a 4xx) proves nothing and never counts.
+"""
+
+from __future__ import annotations
+
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.series import engine_series, progress
+from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.timeline.samples import DEADLINE, ProbeSample
+from servewatch.timeline.window import Window
+
+NAME = "not_serving"
+
+
+def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+    run = _trailing_failures(window.probe)
+    if not run or len(run) < config.probe_fail_count:
+        return []
+    first, last = run[0], run[-1]
+    asked = asked_at(first)
+
+    health = [h for h in window.health if asked <= h.t <= last.t] or [h for h in window.health if h.t <= last.t][-1:]
+    if not health or not all(h.ok for h in health) or not window.health[-1].ok:
+        return []   # /health itself is failing: that is health_loss's (or engine_dead's) verdict
+
+    moved, newest = _counters_moved_since(window, asked)
+    if moved:
+        return []   # the engine makes tokens: slow to answer a probe, but serving (overload's territory)
+
+    what = (f"no token within {last.deadline_s:g} s" if last.outcome == DEADLINE
+            else f"failed ({_problem(last)})")
+    why = (f"a one-token probe {what}; {len(run)} probe(s) in a row over {last.t - asked:.1f} s did not get "
+           f"a token while /health answered {health[-1].status} ({len(health)} time(s))")
+    details: dict[str, float | int | str | bool | None] = {
+        "failed_probes": len(run), "last_outcome": last.outcome, "deadline_s": last.deadline_s,
+        "last_status": last.status, "last_error": last.error}
+    evidence = [Evidence("probe", first.t, "outcome", first.outcome),
+                Evidence("health", health[-1].t, "status", health[-1].status)]
+    if last is not first:
+        evidence.insert(1, Evidence("probe", last.t, "outcome", last.outcome))
+    if newest is not None:
+        sample, running, waiting = newest
+        why += f"; no counter moved (running {_count(running)}, waiting {_count(waiting)})"
+        details.update(running=running, waiting=waiting)
+        evidence += [Evidence("metrics", sample.t, "running", running),
+                     Evidence("metrics", sample.t, "waiting", waiting)]
+    return [Verdict(NAME, max(last.t, health[-1].t), asked, why, tuple(evidence), details)]
+
+
+def asked_at(probe: ProbeSample) -> float:
+    """When the probe was sent: its answer time minus the time it waited."""
+    waited = probe.latency_s if probe.latency_s is not None else probe.deadline_s
+    return probe.t - waited
+
+
+def _trailing_failures(probes: tuple[ProbeSample, ...]) -> list[ProbeSample]:
+    run: list[ProbeSample] = []
+    for probe in reversed(probes):
+        if not probe.failed:
+            break
+        run.append(probe)
+    run.reverse()
+    return run
+
+
+def _counters_moved_since(window: Window, t: float):
+    """(did any engine's progress counters move after t, (newest scrape, running, waiting) summed over
+    engines or None without a scrape after t). The scrape just before t is the baseline."""
+    moved = False
+    newest = None
+    running = waiting = None
+    for points in engine_series(window.metrics).values():
+        before = [p for p in points if p[0].t <= t][-1:]
+        after = [p for p in points if p[0].t > t]
+        if not after:
+            continue
+        series = before + after
+        if any(progress(a[1]) != progress(b[1]) for a, b in zip(series, series[1:])):
+            moved = True
+        sample, state = after[-1]
+        if newest is None or sample.t > newest.t:
+            newest = sample
+        running = _add(running, state.running)
+        waiting = _add(waiting, state.waiting)
+    return moved, ((newest, running, waiting) if newest is not None else None)
+
+
+def _add(total, value):
+    if value is None:
+        return total
+    return value if total is None else total + value
+
+
+def _count(value) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def _problem(probe: ProbeSample) -> str:
+    if probe.status is not None:
+        return f"HTTP {probe.status}"
+    return probe.error or "no answer"
