@@ -32,10 +32,11 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if moved:
         return []   # the engine makes tokens: slow to answer a probe, but serving (overload's territory)
 
-    what = (f"no token within {last.deadline_s:g} s" if last.outcome == DEADLINE
+    what = (f"got no token within {last.deadline_s:g} s" if last.outcome == DEADLINE
             else f"failed ({_problem(last)})")
-    why = (f"a one-token probe {what}; {len(run)} probe(s) in a row over {last.t - asked:.1f} s did not get "
-           f"a token while /health answered {health[-1].status} ({len(health)} time(s))")
+    streak = f" ({len(run)} probes in a row over {last.t - asked:.1f} s)" if len(run) > 1 else ""
+    why = (f"a one-token probe {what}{streak} while /health answered {health[-1].status} "
+           f"({len(health)} time(s) meanwhile)")
     details: dict[str, float | int | str | bool | None] = {
         "failed_probes": len(run), "last_outcome": last.outcome, "deadline_s": last.deadline_s,
         "last_status": last.status, "last_error": last.error}
