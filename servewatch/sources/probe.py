@@ -101,6 +101,11 @@ class ProbeSource:
         self._attempt = self.prober(self.deadline_s)
         return self._collect(now)
 
+    @property
+    def pending(self) -> Attempt | None:
+        """The probe sent and not yet answered, if any."""
+        return self._attempt
+
     def cancel_pending(self) -> None:
         if self._attempt is not None:
             self._attempt.cancel()
