@@ -1,4 +1,5 @@
-"""not_serving: /health answers 2xx, yet a one-token probe gets no token and no counter moves.
+"""not_serving: /health answers 2xx, yet a one-token probe gets no token, no counter moves and the gauges
+show no admitted work (with work admitted and frozen, that is alive_health_ok_no_progress's verdict).
 
 The idle wedge: an engine that hangs while nothing runs keeps its gauges at 0 running and 0 waiting,
 every counter flat and /health at 200 — to a passive reader, an idle server — while every request that
@@ -18,7 +19,8 @@ NAME = "not_serving"
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
-    run = _trailing_failures(window.probe)
+    # Only probes sent after the counters last moved count: one sent before proves nothing now.
+    run = _trailing_failures(window.probe, after=_last_counter_movement(window))
     if not run or len(run) < config.probe_fail_count:
         return []
     first, last = run[0], run[-1]
@@ -28,9 +30,9 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if not health or not all(h.ok for h in health) or not window.health[-1].ok:
         return []   # /health itself is failing: that is health_loss's (or engine_dead's) verdict
 
-    moved, newest = _counters_moved_since(window, asked)
-    if moved:
-        return []   # the engine makes tokens: slow to answer a probe, but serving (overload's territory)
+    newest = _newest_gauges(window)
+    if newest is not None and ((newest[1] or 0) > 0 or (newest[2] or 0) > 0):
+        return []   # the gauges show admitted work that does not move: alive_health_ok_no_progress says it
 
     what = (f"got no token within {last.deadline_s:g} s" if last.outcome == DEADLINE
             else f"failed ({_problem(last)})")
@@ -59,36 +61,38 @@ def asked_at(probe: ProbeSample) -> float:
     return probe.t - waited
 
 
-def _trailing_failures(probes: tuple[ProbeSample, ...]) -> list[ProbeSample]:
+def _trailing_failures(probes: tuple[ProbeSample, ...], after: float | None) -> list[ProbeSample]:
     run: list[ProbeSample] = []
     for probe in reversed(probes):
-        if not probe.failed:
+        if not probe.failed or (after is not None and asked_at(probe) < after):
             break
         run.append(probe)
     run.reverse()
     return run
 
 
-def _counters_moved_since(window: Window, t: float):
-    """(did any engine's progress counters move after t, (newest scrape, running, waiting) summed over
-    engines or None without a scrape after t). The scrape just before t is the baseline."""
-    moved = False
+def _last_counter_movement(window: Window) -> float | None:
+    """The time of the newest scrape whose progress counters differ from the scrape before (any engine)."""
     newest = None
-    running = waiting = None
     for points in engine_series(window.metrics).values():
-        before = [p for p in points if p[0].t <= t][-1:]
-        after = [p for p in points if p[0].t > t]
-        if not after:
-            continue
-        series = before + after
-        if any(progress(a[1]) != progress(b[1]) for a, b in zip(series, series[1:])):
-            moved = True
-        sample, state = after[-1]
-        if newest is None or sample.t > newest.t:
-            newest = sample
+        for (_, a), (sample, b) in zip(reversed(points[:-1]), reversed(points[1:])):
+            if progress(a) != progress(b):
+                newest = sample.t if newest is None else max(newest, sample.t)
+                break
+    return newest
+
+
+def _newest_gauges(window: Window):
+    """(newest scrape, running, waiting summed over its engines), or None without a good scrape."""
+    good = window.good_metrics()
+    if not good:
+        return None
+    sample = good[-1]
+    running = waiting = None
+    for state in sample.engines:
         running = _add(running, state.running)
         waiting = _add(waiting, state.waiting)
-    return moved, ((newest, running, waiting) if newest is not None else None)
+    return sample, running, waiting
 
 
 def _add(total, value):

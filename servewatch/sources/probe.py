@@ -65,11 +65,11 @@ class ProbeSource:
         self.interval = check_s        # how often it looks whether an answer came or a probe is due
         self.say = say
         self.sent = 0                  # probes asked (what the probe cost)
-        self.skipped = 0               # probe times when the counters had already proven progress
+        self.skipped = 0               # intervals in which the counters had already proven progress
         self._ring = None
         self._attempt: Attempt | None = None
         self._asked: float | None = None
-        self._next_due: float | None = None
+        self._last_skip: float | None = None
         self._said: set[str] = set()
         self._first_poll: float | None = None
 
@@ -89,12 +89,15 @@ class ProbeSource:
             self._first_poll = now
         if self._attempt is not None:
             return self._collect(now)
-        if self._next_due is not None and now < self._next_due:
+        if self._asked is not None and now - self._asked < self.every_s:
             return []
-        self._next_due = now + self.every_s
+        # Due: unless the counters moved over the last interval (looked at on every poll, so a probe goes
+        # out one interval after the last movement, not up to two).
         if self._ring is not None and progress_proven(self._ring.window(since=now - self.every_s - self.deadline_s),
                                                       now - self.every_s, self.deadline_s):
-            self.skipped += 1
+            if self._last_skip is None or now - self._last_skip >= self.every_s:
+                self.skipped += 1
+                self._last_skip = now
             return []
         self._asked = now
         self.sent += 1
