@@ -161,5 +161,7 @@ def test_the_canary_matches_a_restart_and_not_a_model_with_other_weights(lab, se
         different.stop()
     assert mismatch.returncode == 1, mismatch.stdout + mismatch.stderr
     assert mismatch.stdout.startswith("canary MISMATCH:") and len(mismatch.stdout.strip().splitlines()) == 1
+    lab.obs.record("canary", {"record": done.stdout.strip(), "restart": same.stdout.strip(),
+                              "other_weights": mismatch.stdout.strip()})
     lab.obs.say(f"canary: recorded {recorded['completion_tokens']} tokens on the tiny model; a restart: "
                 f"{same.stdout.strip()[:60]}; other weights (same tokenizer): {mismatch.stdout.strip()[:110]}")
