@@ -209,7 +209,8 @@ def fault(url, kind):
         assert response.status == 200
 
 
-BUILTIN_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss", "overload",
+BUILTIN_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss", "not_serving",
+                    "overload",
                     "kv_pressure", "preemption", "histogram_blind", "target_restarted")
 
 

@@ -24,6 +24,7 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
     from servewatch.clock import RealClock
     from servewatch.watch.bundle_sink import bundle_sink
     from servewatch.watch.recorder import Recorder
+    from servewatch.sources.probe import stderr_say
     from servewatch.watch.targets import base_url, http_sources
 
     target = base_url(options.url)
@@ -39,7 +40,9 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
     connector = aiohttp.TCPConnector(limit=8, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
         sources = http_sources(session, target, clock, options.interval, process_probe=probe,
-                               slot_limit=probe.slot_limit() if probe else None, log_file=log_file)
+                               slot_limit=probe.slot_limit() if probe else None, log_file=log_file,
+                               probe_every=options.probe_interval if options.probe else None,
+                               probe_deadline=options.probe_deadline, say=stderr_say(tool))
         recorder = Recorder(sources, clock, history_s=options.history_s, config=config,
                             sinks=[*([sink] if sink else []), *sinks], listeners=listeners,
                             clear_listeners=clear_listeners, stop_when=stop_when)
@@ -62,7 +65,15 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
             await asyncio.get_running_loop().run_in_executor(None, recorder.close_sinks)
     if sink is not None and sink.failures:
         print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
+    _say_probe_cost(recorder, tool)
     return recorder
+
+
+def _say_probe_cost(recorder, tool: str) -> None:
+    """What the active probe cost the server over the session, in one line."""
+    for source in recorder.sources:
+        if getattr(source, "kind", None) == "probe":
+            print(f"servewatch {tool}: probe cost: {source.cost_line()}", file=sys.stderr, flush=True)
 
 
 class _OnDemand:
