@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
 class Clock(Protocol):
     def now(self) -> float:
-        """Seconds on a monotonic scale (wall-clock epoch for RealClock)."""
+        """Seconds on a monotonic scale (reading as epoch seconds for RealClock)."""
 
     async def sleep(self, seconds: float) -> None: ...
 
 
 class RealClock:
+    """Real time measured on the monotonic clock: `now()` reads as epoch seconds (the wall clock is read
+    once, to anchor it), so every duration between two readings is monotonic — an NTP step or a manual
+    `date -s` can neither invent a stall nor hide one. The stamps drift from the wall clock by whatever
+    steps it takes after the start; they are labels, never used for arithmetic with the wall clock."""
+
+    def __init__(self, wall: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic):
+        self._monotonic = monotonic
+        self._offset = wall() - monotonic()
+
     def now(self) -> float:
-        return time.time()
+        return self._monotonic() + self._offset
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))

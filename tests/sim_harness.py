@@ -72,16 +72,18 @@ class Workload:
 
 def run(phases: list[Phase], *, interval: float = 0.5, faults: tuple[tuple[float, dict], ...] = (),
         config: SimConfig | None = None, detector_config: DetectorConfig | None = None, history: float = 600.0,
-        with_process: bool = True, seed: int = 1):
-    """Run the workload under the recorder; faults are (seconds after start, fault json). Returns
-    (recorder, engine, start time)."""
+        with_process: bool = True, seed: int = 1, probe: tuple[float, float] | None = None):
+    """Run the workload under the recorder; faults are (seconds after start, fault json); `probe` is
+    (interval, deadline) of the active probe (None: off). Returns (recorder, engine, start time)."""
     clock = VirtualClock()
     engine = SimEngine(config or SimConfig(seed=seed), clock)
     start = clock.now()
     for at, fault in faults:
         engine.inject({**fault, "at": at})
     workload = Workload(engine, phases, seed=seed)
-    recorder = Recorder(sim_sources(engine, clock, interval, with_process=with_process), clock,
+    every, deadline = probe if probe is not None else (None, 10.0)
+    recorder = Recorder(sim_sources(engine, clock, interval, with_process=with_process, probe_every=every,
+                                    probe_deadline=deadline), clock,
                         history_s=history, config=detector_config)
     asyncio.run(recorder.run_virtual(workload.end - start, advance=workload.advance))
     return recorder, engine, start

@@ -60,6 +60,18 @@ def test_demo_catches_the_engine_death_and_the_exit_zero(demo):
     assert report["errors"]["engine-death"].get("truncated", 0) > 0     # cut-short 200s are not successes
 
 
+def test_demo_catches_the_idle_wedge_with_the_probe_while_health_says_200_and_the_gauges_read_zero(demo):
+    from servewatch.demo.plan import PROBE_DEADLINE_S, PROBE_EVERY_S
+
+    _, report, _ = demo
+    wedge = {v["verdict"]: v for v in verdicts_in(report, "idle-wedge")}
+    assert set(wedge) == {"not_serving"}
+    # the wedge takes hold at the first idle moment after the fault, then one interval and one deadline
+    assert wedge["not_serving"]["detection_s"] <= 2.0 + PROBE_EVERY_S + PROBE_DEADLINE_S
+    assert "running 0, waiting 0" in wedge["not_serving"]["why"]
+    assert set(report["health_during_faults"]["idle-wedge"]) == {"200"}
+
+
 def test_no_false_alarm_during_the_load_scenarios(demo):
     _, report, _ = demo
     for phase in ("normal", "overload", "long-prompt", "long-output"):
@@ -97,7 +109,7 @@ def test_report_is_one_offline_file(demo):
     html = Path(report["report_html"]).read_text()
     assert html.count("<svg") >= 12                                  # timelines and distributions
     assert "<script" not in html and not re.search(r"""(src|href)=["']https?://""", html)
-    for verdict in ("alive_health_ok_no_progress", "engine_dead", "process_exit"):
+    for verdict in ("alive_health_ok_no_progress", "not_serving", "engine_dead", "process_exit"):
         assert verdict in html
     assert "What a restart would destroy" in html                     # the runbook branches
     md = Path(report["report_md"]).read_text()

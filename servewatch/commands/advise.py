@@ -124,7 +124,10 @@ def _observe(url: str | None, log_path: str | None):
             raise SourceUnavailable(f"--against {url!r}: not an http(s) URL")
         if urlsplit(url).path in ("", "/"):
             url = url.rstrip("/") + "/metrics"
-        observed = from_scrape(fetch_url(url, timeout_s=METRICS_TIMEOUT_S, max_bytes=METRICS_MAX_BYTES))
+        status, body = fetch_url(url, timeout_s=METRICS_TIMEOUT_S, max_bytes=METRICS_MAX_BYTES)
+        if status != 200:
+            raise SourceUnavailable(f"--against {url}: HTTP {status}")
+        observed = from_scrape(body)
     if log_path:
         try:
             with open(log_path, "rb") as handle:

@@ -7,10 +7,10 @@ import argparse
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="run the built-in engine through four workloads and two silent failures, then report",
+        "demo", help="run the built-in engine through four workloads and three silent failures, then report",
         description="Start the built-in engine, run four load scenarios (normal, overload, long prompt, "
-                    "long output) while the recorder watches, inject a health-green stall and an engine "
-                    "death, and end with the signature table, each verdict with its evidence and detection "
+                    "long output) while the recorder watches, inject a health-green stall, an engine that "
+                    "wedges while idle (caught by the active probe) and an engine death, and end with the signature table, each verdict with its evidence and detection "
                     "time, what /health said meanwhile, and report.html / report.md.")
     parser.add_argument("--out", metavar="DIR", default="servewatch-demo",
                         help="where bundles and reports go (default ./servewatch-demo)")

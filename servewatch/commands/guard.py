@@ -116,7 +116,7 @@ async def _guard(args, options, command: list[str], config) -> int:
         if signalled:
             guard.drain()
         await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired],
-                     on_recorder=_attach(guard))
+                     clear_listeners=[_cleared_printer(args.json)], on_recorder=_attach(guard))
         if not guard.done.is_set():          # --duration ran out
             guard.drain()
         await guard.done.wait()
@@ -163,6 +163,20 @@ def _verdict_printer(json_lines: bool):
             print(json_line(fired), flush=True)
         else:
             print(f"servewatch guard: {fired.verdict.name}: {fired.verdict.why}", file=sys.stderr, flush=True)
+    return show
+
+
+def _cleared_printer(json_lines: bool):
+    import sys
+
+    from servewatch.watch.output import cleared_line
+
+    def show(cleared) -> None:
+        if json_lines:
+            print(cleared_line(cleared), flush=True)
+        else:
+            print(f"servewatch guard: {cleared.verdict.name} cleared after {cleared.duration_s:.1f} s",
+                  file=sys.stderr, flush=True)
     return show
 
 

@@ -1,5 +1,6 @@
 """The demo's script: the four load scenarios measured on an RTX 3060 serving Qwen2.5-7B-AWQ (normal,
-overload, long prompt, long output), then two faults that health checks miss."""
+overload, long prompt, long output), then three faults that health checks miss: a stall under load, an
+engine that wedges while idle (only the active probe sees it), and an engine death."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from dataclasses import dataclass
 from servewatch.load.scenarios import PRESETS
 
 SCENARIOS = ("normal", "overload", "long-prompt", "long-output")
+PROBE_EVERY_S, PROBE_DEADLINE_S = 10.0, 5.0     # the demo's active probe (watch: --probe --probe-interval 10s)
+CLEARED_BY_SERVEWATCH = ("stall", "wedge-idle")  # faults the demo ends itself once their verdict fired
 
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    name: str                        # scenario name, or "stall" / "engine-death"
+    name: str                        # scenario name, or "stall" / "idle-wedge" / "engine-death"
     rate: float                      # requests per second (Poisson)
     prompt_tokens: int
     output_tokens: int
@@ -43,6 +46,9 @@ def demo_plan(fast: bool) -> list[Phase]:
     phases.append(Phase("stall", normal.rate, normal.prompt_tokens, 512, duration_s=30.0 if fast else 14.0,
                         fault={"kind": "stall"}, fault_after_s=4.0,
                         expect=("alive_health_ok_no_progress",), wait_for_verdicts_s=20.0, drain_s=20.0 if fast else 8.0))
+    phases.append(Phase("idle-wedge", 0.5, normal.prompt_tokens, 16, duration_s=30.0 if fast else 20.0,
+                        fault={"kind": "wedge-idle"}, fault_after_s=4.0, expect=("not_serving",),
+                        wait_for_verdicts_s=PROBE_EVERY_S + PROBE_DEADLINE_S + 10.0, drain_s=10.0 if fast else 6.0))
     phases.append(Phase("engine-death", normal.rate, normal.prompt_tokens, 512, duration_s=10.0,
                         fault={"kind": "engine-death", "exit_code": 0}, fault_after_s=4.0,
                         expect=("engine_dead", "process_exit"), wait_for_verdicts_s=15.0))

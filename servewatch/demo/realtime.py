@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from servewatch.clock import RealClock
-from servewatch.demo.plan import Phase
+from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_EVERY_S, Phase
 from servewatch.demo.result import PhaseResult
 from servewatch.demo.serverside import blindness_findings, health_answers
 from servewatch.errors import ServewatchError
@@ -103,7 +103,8 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
             await wait_ready(session, url, proc)
             probe = PsutilProbe(proc.pid, exit_status=proc.poll)
             sources = http_sources(session, url, clock, interval, process_probe=probe,
-                                   slot_limit=probe.slot_limit() or 256, log_file=str(log_file))
+                                   slot_limit=probe.slot_limit() or 256, log_file=str(log_file),
+                                   probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
             recorder = Recorder(sources, clock, history_s=1800.0, config=detector_config,
                                 sinks=[sink] if sink is not None else (),
                                 listeners=[tracker.on_fired, *listeners])
@@ -152,7 +153,7 @@ async def _phase(session, url, phase: Phase, result: PhaseResult, seed: int, int
         deadline = result.fault_at + phase.wait_for_verdicts_s
         while clock.now() < deadline and not _all_fired(result):
             await asyncio.sleep(WAIT_TICK_S)
-        if phase.fault.get("kind") == "stall":
+        if phase.fault.get("kind") in CLEARED_BY_SERVEWATCH:
             await inject(session, url, {"kind": "clear"})
             result.cleared_at = clock.now()
     outcome = await load

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from servewatch.clock import VirtualClock
-from servewatch.demo.plan import Phase
+from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_EVERY_S, Phase
 from servewatch.demo.records import record_of
 from servewatch.demo.result import PhaseResult
 from servewatch.demo.script import Arrival, phase_arrivals
@@ -121,7 +121,7 @@ class VirtualScript:
             waited_enough = result.fault_at is not None and t >= result.fault_at + phase.wait_for_verdicts_s
             if not (self._expected_fired(result) or waited_enough):
                 return
-            if phase.fault.get("kind") == "stall" and result.cleared_at is None:
+            if phase.fault.get("kind") in CLEARED_BY_SERVEWATCH and result.cleared_at is None:
                 self.engine.inject({"kind": "clear"})
                 result.cleared_at = t
         self._pending.clear()
@@ -149,7 +149,7 @@ def run_virtual(plan: list[Phase], *, dialect: str, seed: int, interval: float, 
 
     clock = VirtualClock(start=time.time())
     engine = SimEngine(SimConfig(dialect=dialect, seed=seed), clock)
-    sources = sim_sources(engine, clock, interval)
+    sources = sim_sources(engine, clock, interval, probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
     recorder = Recorder(sources, clock, history_s=history_s, config=detector_config,
                         sinks=[sink] if sink is not None else ())
     if sink is not None:

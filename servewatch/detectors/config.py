@@ -71,6 +71,10 @@ class DetectorConfig:
     blind_min_count: float = 100.0
     blind_kinds: tuple[str, ...] = ("itl", "ttft", "tpot")
 
+    # not_serving: this many active probes in a row got no token (deadline missed or an error) while
+    # /health answered 2xx and no counter moved. Probes run only with --probe.
+    probe_fail_count: int = 1
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["blind_kinds"] = list(self.blind_kinds)

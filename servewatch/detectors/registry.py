@@ -7,7 +7,7 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import blindness, capacity, liveness, progress, restart, runbooks
+from servewatch.detectors import blindness, capacity, liveness, not_serving, progress, restart, runbooks
 from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
 
 _REGISTRY: dict[str, VerdictSpec] = {}
@@ -57,6 +57,9 @@ for _spec in (
                 "the server process exited", runbooks.PROCESS_EXIT, ("process", "health", "log")),
     VerdictSpec("health_loss", liveness.detect_health_loss, INCIDENT, "page",
                 "/health stopped answering 2xx", runbooks.HEALTH_LOSS, ("health",)),
+    VerdictSpec("not_serving", not_serving.detect, INCIDENT, "page",
+                "health is green but a one-token probe gets no token", runbooks.NOT_SERVING,
+                ("probe", "health", "metrics")),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
                 "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics",),
                 labels=("engine", "cause")),

@@ -194,3 +194,32 @@ TARGET_RESTARTED = RunbookBranch(
     rollback="Nothing to roll back: the restart already happened.",
     restart_destroys="Already destroyed: KV and prefix cache, in-flight requests, cumulative counters.",
 )
+
+NOT_SERVING = RunbookBranch(
+    meaning="/health answers 2xx, but a one-token completion sent by the probe got no token within its "
+            "deadline (or failed) and no progress counter moved. An engine that hangs while idle keeps its "
+            "gauges at 0 running and 0 waiting and its counters flat, which reads exactly like an idle "
+            "server; every request that arrives waits forever.",
+    check_next=(
+        "Process states in the bundle: an engine core or worker in status 'stopped' or at ~0% CPU while "
+        "requests wait explains it (a SIGSTOPped vLLM worker with nothing running gives this signature: "
+        "/health 200, /metrics answering with 0 running, 0 waiting, frozen counters).",
+        "Take a stack of the engine-core process and its workers before touching them (e.g. `py-spy dump "
+        "--pid PID`): a blocked queue, collective or kernel launch names the fault domain.",
+        "Send one request yourself with a timeout (`curl -m 20 URL/v1/completions` with max_tokens 1): "
+        "no answer confirms the probe; an answer with a 4xx means the probe's request is wrong, not the "
+        "server.",
+        "The probe's latency over time in the bundle: answers that got slower before the first miss point "
+        "at a degrading engine; a sudden miss at a wedge.",
+    ),
+    expected_range="An idle server answers a one-token completion in well under a second (a real vLLM on "
+                   "a 2-core CPU with a tiny model: tens of milliseconds); the deadline (10 s by default) "
+                   "is far outside that range.",
+    safe_action="Keep this bundle and a stack dump, then stop routing new traffic to this replica (drain it at "
+                "the router / load balancer); the requests already waiting on it will not finish by "
+                "themselves. Draining is reversible and keeps the evidence alive.",
+    rollback="Return the replica to routing once probes are served again for several intervals in a row.",
+    restart_destroys="The requests waiting on the hung engine (they are lost either way), the KV and prefix "
+                     "cache contents, and the frozen process state that shows where it hung: take the stack "
+                     "before any restart.",
+)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 class Evidence:
     """A pointer to one stored sample and the field of it that matters."""
 
-    source: str            # "health" | "metrics" | "process" | "gpu" | "log"
+    source: str            # "health" | "metrics" | "process" | "gpu" | "log" | "probe"
     t: float               # the sample's time: with `source` it identifies the sample
     field: str             # e.g. "status", "counters.generation_tokens", "running"
     value: float | int | str | bool | None
@@ -51,7 +51,7 @@ class RunbookBranch:
 INCIDENT = "incident"      # something is wrong now: stops `watch --stop-on-incident`, pages
 FINDING = "finding"        # a standing property of the target (e.g. a blind histogram): a ticket
 SEVERITIES = ("page", "ticket", "info")
-SOURCES = ("health", "metrics", "process", "gpu", "log")
+SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
 
 
 @dataclass(frozen=True)

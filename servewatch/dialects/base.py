@@ -125,6 +125,8 @@ class Dialect(ABC):
     exit_zero_after_death_note: str | None = None
     # Log: the line prefix (a regex with a `msg` group) and the literal that says the server is ready.
     log_prefix: re.Pattern | None = None
+    # Metric-name generations alert rules and dashboards can be written for (newest first).
+    alert_generations: tuple[str, ...] = ()
 
     @abstractmethod
     def detect(self, families: Mapping[str, Family]) -> str | None:
@@ -145,6 +147,10 @@ class Dialect(ABC):
     def describe_startup_failure(self, fields: Mapping) -> str:
         """The engine's own startup-failure message, rebuilt from the grammar literal and parsed numbers."""
         return str(fields.get("reason", "unknown"))
+
+    def alert_series(self, generation: str):
+        """The series rules and dashboards read at `generation` (a `dialects.series.EngineSeries`)."""
+        raise KeyError(generation)
 
     def grammar_literals(self) -> frozenset[str]:
         """Fixed strings of this dialect's grammar: the only free text a bundle may keep from a log."""

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 
 from servewatch.dialects import base
+from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
 
@@ -101,9 +102,9 @@ ENGINE_DEAD_LINES = (
     "Received sigquit from a child process.",
     "crashed with exit code",
 )
-# SGLang's own health generation timed out: the scheduler is stalled, slow (a long chunked prefill can
-# do it) or dead — not by itself a death. A real 0.5.23 whose scheduler was stopped for 12 s wrote this
-# 20 s in and served normally after it was resumed.
+# Written about once a second while SGLang's own health generation gets no answer for 20 s: a stalled
+# or slow scheduler, not a dead one. Seen on a real 0.5.23 whose scheduler was SIGSTOPped for 12 s:
+# after SIGCONT it answered /health and /health_generate with 200 and served again.
 HEALTH_CHECK_FAILED_LINES = (
     "Health check failed. Server couldn't get a response from detokenizer",
 )
@@ -240,6 +241,48 @@ HELP = {
 }
 
 
+# --- what alert rules and dashboards read, per name generation --------------------------------------
+
+ALERT_GENERATIONS = ("sglang-0.5.23",)      # newest first
+
+
+def _sglang_hist(kind: str, name: str, edges, flag: str) -> LatencyHistogram:
+    return LatencyHistogram(kind, name, tuple(float(e) for e in edges), flag)
+
+
+def alert_series(generation: str) -> EngineSeries:
+    if generation not in ALERT_GENERATIONS:
+        raise KeyError(generation)
+    b = BUCKETS
+    return EngineSeries(
+        dialect=NAME, generation=generation,
+        running=RUNNING, waiting=WAITING, kv_usage=TOKEN_USAGE,
+        preemptions=RETRACTED_REQUESTS, preemptions_lazy=True,
+        # SGLang's HTTP middleware counts every route with its exact status code; probes and scrapes
+        # are not user traffic.
+        availability=RatioSeries(
+            "sglang:http_responses_total", bad='status_code=~"5.."',
+            total='endpoint!~"/metrics|/health|/health_generate|/ready|/ping"',
+            good_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "200")),
+            bad_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "503"))),
+        success=RatioSeries(NUM_REQUESTS, bad="", total="", bad_counter=NUM_ABORTED),
+        histograms={
+            "ttft": _sglang_hist("ttft", HISTOGRAMS["ttft"][0], b["time_to_first_token"],
+                                 "--bucket-time-to-first-token"),
+            "itl": _sglang_hist("itl", HISTOGRAMS["itl"][0], b["inter_token_latency"],
+                                "--bucket-inter-token-latency"),
+            "tpot": _sglang_hist("tpot", HISTOGRAMS["tpot"][0], b["inter_token_latency"],
+                                 "--bucket-inter-token-latency"),
+            "e2e": _sglang_hist("e2e", HISTOGRAMS["e2e"][0], b["e2e_request_latency"],
+                                "--bucket-e2e-request-latency"),
+            "queue": _sglang_hist("queue", HISTOGRAMS["queue"][0], b["queue_time"],
+                                  "(none: fixed in SGLang's metrics collector)"),
+        },
+        slot_limit_flag=SLOT_LIMIT_FLAG, default_slot_limit=None,
+        engine_labels=IDENTITY_LABELS,
+    )
+
+
 # --- the Dialect ---------------------------------------------------------------------------------
 
 _WATCHDOG_COMPONENTS = ("Scheduler", "TokenizerManager", "DetokenizerManager", "DataParallelController")
@@ -298,18 +341,13 @@ class SglangDialect(base.Dialect):
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["e2e_request_latency"]}
     log_prefix = LOG_PREFIX
+    alert_generations = ALERT_GENERATIONS
+    alert_series = staticmethod(alert_series)
 
-    def detect(self, families):
-        return detect(families)
-
-    def wanted_families(self):
-        return wanted_families()
-
-    def read(self, families, generation):
-        return read(families, generation)
-
-    def parse_log_message(self, msg):
-        return parse_log_message(msg)
+    detect = staticmethod(detect)
+    wanted_families = staticmethod(wanted_families)
+    read = staticmethod(read)
+    parse_log_message = staticmethod(parse_log_message)
 
     def grammar_literals(self):
         return base.module_literals(sys.modules[__name__])

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 
 from servewatch.dialects import base
+from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
 
@@ -85,6 +86,7 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 HEALTH_DEAD_STATUS = 503
 PROCESS_ROLES = {"VLLM::EngineCore": "engine_core", "VLLM::Worker": "worker", "VLLM::APIServer": "api"}
 SLOT_LIMIT_FLAG = "--max-num-seqs"
+DEFAULT_MAX_NUM_SEQS = 256
 
 # --- log grammar ----------------------------------------------------------------------------
 LOG_PREFIX = re.compile(
@@ -313,6 +315,47 @@ ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 SLEEP_STATES = (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0))
 
 
+# --- what alert rules and dashboards read, per name generation --------------------------------------
+
+ALERT_GENERATIONS = ("vllm-0.32", "vllm-0.11", "vllm-legacy")      # newest first
+# How to add a bucket edge (vLLM 0.33 `--custom-histogram-buckets` replaces one whole bucket family).
+_VLLM_BUCKET_FLAG = "--custom-histogram-buckets '{{\"{family}\": [...]}}'"
+
+
+def _vllm_hist(kind: str, name: str, family: str) -> LatencyHistogram:
+    return LatencyHistogram(kind, name, tuple(float(e) for e in BUCKETS[family]),
+                            _VLLM_BUCKET_FLAG.format(family=family))
+
+
+def alert_series(generation: str) -> EngineSeries:
+    if generation not in ALERT_GENERATIONS:
+        raise KeyError(generation)
+    legacy = generation == "vllm-legacy"
+    itl = HISTOGRAMS["itl"][1 if legacy else 0]
+    return EngineSeries(
+        dialect=NAME, generation=generation,
+        running=RUNNING, waiting=WAITING,
+        kv_usage=KV_USAGE_LEGACY if legacy else KV_USAGE,
+        preemptions=PREEMPTIONS, preemptions_lazy=False,
+        # prometheus-fastapi-instrumentator's counter on vLLM's API server: status is the class (2xx…5xx).
+        availability=RatioSeries(
+            "http_requests_total", bad='status="5xx"', total="",
+            good_labels=(("handler", "/v1/completions"), ("method", "POST"), ("status", "2xx")),
+            bad_labels=(("handler", "/v1/completions"), ("method", "POST"), ("status", "5xx"))),
+        success=RatioSeries(REQUEST_SUCCESS, bad='finished_reason=~"abort|error"', total="",
+                            good_labels=(("finished_reason", "stop"),), bad_labels=(("finished_reason", "error"),)),
+        histograms={
+            "ttft": _vllm_hist("ttft", HISTOGRAMS["ttft"][0], "time_to_first_token"),
+            "tpot": _vllm_hist("tpot", HISTOGRAMS["tpot"][0], "inter_token_latency"),
+            "itl": _vllm_hist("itl", itl, "inter_token_latency"),
+            "e2e": _vllm_hist("e2e", HISTOGRAMS["e2e"][0], "request_latency"),
+            "queue": _vllm_hist("queue", HISTOGRAMS["queue"][0], "request_latency"),
+        },
+        slot_limit_flag=SLOT_LIMIT_FLAG, default_slot_limit=DEFAULT_MAX_NUM_SEQS,
+        engine_labels=IDENTITY_LABELS,
+    )
+
+
 # --- the Dialect ---------------------------------------------------------------------------------
 
 _STATS_NUMBERS = {"engine": int, "prompt_tps": float, "gen_tps": float, "running": int, "waiting": int,
@@ -374,21 +417,15 @@ class VllmDialect(base.Dialect):
                      "e2e": BUCKETS["request_latency"]}
     exit_zero_after_death_note = "vLLM #48966"
     log_prefix = LOG_PREFIX
+    alert_generations = ALERT_GENERATIONS
+    alert_series = staticmethod(alert_series)
 
-    def detect(self, families):
-        return detect(families)
+    detect = staticmethod(detect)
+    wanted_families = staticmethod(wanted_families)
+    read = staticmethod(read)
+    parse_log_message = staticmethod(parse_log_message)
 
-    def wanted_families(self):
-        return wanted_families()
-
-    def read(self, families, generation):
-        return read(families, generation)
-
-    def parse_log_message(self, msg):
-        return parse_log_message(msg)
-
-    def describe_startup_failure(self, fields):
-        return describe_startup_failure(fields)
+    describe_startup_failure = staticmethod(describe_startup_failure)
 
     def grammar_literals(self):
         return base.module_literals(sys.modules[__name__])

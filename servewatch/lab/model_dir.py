@@ -22,17 +22,23 @@ class TinyModel:
     seconds: float
 
 
-def model_path(cache_dir: Path, seed: int = 0) -> Path:
-    return cache_dir / "models" / f"tiny-llama-seed{seed}"
+def model_path(cache_dir: Path, seed: int = 0, weights_seed: int | None = None) -> Path:
+    if weights_seed is None or weights_seed == seed:
+        return cache_dir / "models" / f"tiny-llama-seed{seed}"
+    return cache_dir / "models" / f"tiny-llama-seed{seed}-weights{weights_seed}"
 
 
-def ensure_tiny_model(venv: LabVenv, cache_dir: Path, seed: int = 0) -> TinyModel:
+def ensure_tiny_model(venv: LabVenv, cache_dir: Path, seed: int = 0, weights_seed: int | None = None) -> TinyModel:
+    """The tiny model for `seed` (tokenizer and weights), or with the same tokenizer and the weights of
+    `weights_seed`."""
     started = time.monotonic()
-    path = model_path(cache_dir, seed)
+    path = model_path(cache_dir, seed, weights_seed)
     done = path / tiny_model.DONE_MARKER
     if done.is_file():
         return TinyModel(path, json.loads(done.read_text(encoding="utf-8")), True, time.monotonic() - started)
     cmd = [str(venv.python), tiny_model.__file__, "--out", str(path), "--seed", str(seed)]
+    if weights_seed is not None and weights_seed != seed:
+        cmd += ["--weights-seed", str(weights_seed)]
     try:
         completed = subprocess.run(cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired as exc:

@@ -1,8 +1,10 @@
-"""Start a real vLLM (CPU) on a loopback port, wait for it, name its processes, and always tear it down.
+"""Start a real engine on a loopback port, wait for it, name its processes, and always tear it down.
 
-Teardown is guaranteed three ways: `with VllmServer(...)` (also when the body raises), an atexit hook
-for anything still running when the interpreter exits, and `stop()` which a pytest fixture finalizer
-calls. The server runs in its own session, so the whole process group can be swept at the end.
+LabServer is the lifecycle every engine shares; VllmServer (here) and SglangServer (sglang_server.py)
+say how to start theirs and how its processes are titled. Teardown is guaranteed three ways:
+`with VllmServer(...)` (also when the body raises), an atexit hook for anything still running when the
+interpreter exits, and `stop()` which a pytest fixture finalizer calls. The server runs in its own
+session, so the whole process group can be swept at the end.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ _EXCEPTION_LINE = re.compile(r"^(?:\([\w:]+ pid=\d+\) )?(?P<cls>[A-Za-z_][\w.]*(
 
 
 class StartupFailed(ServewatchError):
-    """vLLM exited or never became ready; str() carries vLLM's own message."""
+    """The engine exited or never became ready; str() carries the engine's own message."""
 
     def __init__(self, message: str, *, exit_code: int | None, log_path: Path, vllm_message: str | None):
         super().__init__(message)
@@ -128,8 +130,23 @@ def _title(proc: psutil.Process) -> str:
         return ""
 
 
-class VllmServer:
-    def __init__(self, python: Path, config: ServerConfig, log_path: Path):
+class LabServer:
+    """One engine process tree on loopback. Subclasses give the command, environment and titles."""
+
+    engine = "engine"
+    core_title = ""          # title prefix of the process that schedules (EngineCore, scheduler)
+    worker_title = ""        # title prefix of the second engine process (Worker, detokenizer)
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def error_message(self, log_text: str) -> str | None:
+        return vllm_error_message(log_text)
+
+    def __init__(self, python: Path, config, log_path: Path):
         self.python = python
         self.config = config
         self.log_path = log_path
@@ -161,15 +178,15 @@ class VllmServer:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> VllmServer:
+    def start(self) -> LabServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                vllm_command(self.python, self.config, self.port),
+                self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=vllm_environment(self.config),
+                env=self.environment(),
                 start_new_session=True,
             )
         self._started_at = time.monotonic()
@@ -190,8 +207,8 @@ class VllmServer:
                 code = self.proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
                 continue
-            raise self._startup_failure(f"vLLM exited with code {code} before becoming ready", code)
-        raise self._startup_failure(f"vLLM not ready after {timeout_s:.0f}s", None)
+            raise self._startup_failure(f"{self.engine} exited with code {code} before becoming ready", code)
+        raise self._startup_failure(f"{self.engine} not ready after {timeout_s:.0f}s", None)
 
     def wait_exit(self, timeout_s: float) -> int | None:
         assert self.proc is not None
@@ -247,7 +264,7 @@ class VllmServer:
         _LIVE.discard(self)
         return self.proc.returncode
 
-    def __enter__(self) -> VllmServer:
+    def __enter__(self) -> LabServer:
         if self.proc is None:
             self.start()
         return self
@@ -271,7 +288,7 @@ class VllmServer:
             return response.read(max_bytes).decode("utf-8", errors="replace")
 
     def process_tree(self, timeout_s: float = 30.0) -> ProcessTree:
-        """The API server and its descendants, waiting (bounded) until EngineCore and Worker appear."""
+        """The main process and its descendants, waiting (bounded) until the two engine processes appear."""
         deadline = time.monotonic() + timeout_s
         while True:
             tree = self._snapshot_tree()
@@ -289,9 +306,9 @@ class VllmServer:
         for child in children:
             self._tracked.setdefault(child.pid, child)
             title = _title(child)
-            if title.startswith(ENGINE_CORE_TITLE) and engine_core is None:
+            if title.startswith(self.core_title) and engine_core is None:
                 engine_core = child.pid
-            elif title.startswith(WORKER_TITLE) and worker is None:
+            elif title.startswith(self.worker_title) and worker is None:
                 worker = child.pid
             else:
                 try:
@@ -319,7 +336,7 @@ class VllmServer:
     def _startup_failure(self, what: str, code: int | None) -> StartupFailed:
         if code is None:
             self.stop()
-        vllm_message = vllm_error_message(self.log_text())
+        vllm_message = self.error_message(self.log_text())
         detail = f": {vllm_message}" if vllm_message else ""
         return StartupFailed(
             f"{what}{detail} (log: {self.log_path})", exit_code=code, log_path=self.log_path, vllm_message=vllm_message
@@ -340,7 +357,19 @@ def _signal(proc: psutil.Process, sig: int) -> None:
         pass
 
 
-_LIVE: set[VllmServer] = set()
+class VllmServer(LabServer):
+    engine = "vLLM"
+    core_title = ENGINE_CORE_TITLE
+    worker_title = WORKER_TITLE
+
+    def command(self) -> list[str]:
+        return vllm_command(self.python, self.config, self.port)
+
+    def environment(self) -> dict[str, str]:
+        return vllm_environment(self.config)
+
+
+_LIVE: set[LabServer] = set()
 
 
 @atexit.register

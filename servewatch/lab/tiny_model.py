@@ -3,7 +3,10 @@
 This file runs as a script INSIDE the lab venv's interpreter (which has torch, transformers and
 tokenizers); it must not import servewatch. Usage:
 
-    <lab-python> tiny_model.py --out DIR [--seed 0]
+    <lab-python> tiny_model.py --out DIR [--seed 0] [--weights-seed N]
+
+--seed makes the tokenizer and the weights; --weights-seed (default: --seed) the weights alone, so two
+models can share a tokenizer and differ only in their weights (the output canary's proof).
 
 The shape is the smallest one vLLM's CPU attention accepts: head_dim must be 64 (with 16 the first
 request kills the engine). KV per token = layers x kv_heads x head_dim x 2 (K,V) x 2 bytes = 512 B.
@@ -64,7 +67,7 @@ def build_tokenizer(seed: int):
     return tokenizer
 
 
-def generate(out: Path, seed: int) -> dict:
+def generate(out: Path, seed: int, weights_seed: int | None = None) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -76,7 +79,8 @@ def generate(out: Path, seed: int) -> dict:
     fast.model_max_length = SHAPE["max_position_embeddings"]
     fast.save_pretrained(out)
 
-    torch.manual_seed(seed)
+    weights_seed = seed if weights_seed is None else weights_seed
+    torch.manual_seed(weights_seed)
     config = LlamaConfig(
         vocab_size=len(fast),
         bos_token_id=fast.bos_token_id,
@@ -89,6 +93,7 @@ def generate(out: Path, seed: int) -> dict:
     model.save_pretrained(out, safe_serialization=True)
     info = {
         "seed": seed,
+        "weights_seed": weights_seed,
         "vocab_size": len(fast),
         "head_dim": SHAPE["hidden_size"] // SHAPE["num_attention_heads"],
         "kv_bytes_per_token": SHAPE["num_hidden_layers"] * SHAPE["num_key_value_heads"]
@@ -104,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--weights-seed", type=int, default=None)
     args = parser.parse_args(argv)
-    info = generate(args.out, args.seed)
+    info = generate(args.out, args.seed, args.weights_seed)
     print(json.dumps(info))
     return 0
 

@@ -148,7 +148,7 @@ class Fleet:
                    if self.config.out else None)
         sinks = [*([self.quota.sink()] if bundles else []), self.exporter.sink(spec.name), *self.extra_sinks(spec)]
         return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
-                              wrap_source=wrap)
+                              wrap_source=wrap, tool=self.tool)
 
     def _new_run(self, spec: TargetSpec) -> TargetRun:
         return TargetRun(spec, self.exporter, self.clock, self.config.interval, self._recorder_for)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -74,6 +75,8 @@ class SimEngine:
         self.oom_budget_mib: float | None = None
         self.oom_exit_code = 1
         self._startup_hang = False
+        self._wedge_when_idle = False
+        self._wedge_duration: float | None = None
         self._startup_oom = False
         self._pending: list[tuple[float, int, Fault]] = []
         self._inbox: list[Request] = []       # submitted, not yet seen by the scheduler (mid-step arrivals)
@@ -150,10 +153,13 @@ class SimEngine:
     def submit(self, prompt_tokens: int | None = None, max_tokens: int = 16, *,
                prompt: str | Sequence[str] | None = None, ignore_eos: bool = False,
                prefix_key: object = None, is_streaming: bool = True,
-               listener: Callable[[Request], None] | None = None, count_in_metrics: bool = True) -> Request:
+               listener: Callable[[Request], None] | None = None, count_in_metrics: bool = True,
+               greedy: bool = False) -> Request:
         """Queue a request. Give `prompt_tokens` (with an optional `prefix_key`: requests with the same
         key share their prompt's leading blocks, i.e. prefix-cache hits), or `prompt` text / pre-split
-        pieces (hashed for real prefix matching). Returns the live Request (the handle)."""
+        pieces (hashed for real prefix matching). `greedy` (temperature 0): the completion depends only
+        on the prompt and the engine's seed (its "weights"), as greedy decoding does. Returns the live
+        Request (the handle)."""
         if self.state in (DEAD, EXITED):
             raise EngineDeadError()
         cfg = self.config
@@ -179,11 +185,15 @@ class SimEngine:
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
                 f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
                 "Please reduce the length of the messages or completion.")
+        stream_seed = cfg.seed * 7919 + rid
         rng = random.Random(cfg.seed * 1_000_003 + rid)
+        if greedy and prompt is not None:
+            stream_seed = _greedy_seed(cfg.seed, pieces)
+            rng = random.Random(stream_seed)
         eos_at = rng.randint(max(1, max_tokens // 2), max(1, max_tokens * 3 // 2))
         request = Request(rid=rid, arrival=self.clock.now(), prompt_len=prompt_len, max_tokens=max_tokens,
                           ignore_eos=ignore_eos, eos_at=eos_at, block_hashes=hashes,
-                          stream_seed=cfg.seed * 7919 + rid, is_streaming=is_streaming,
+                          stream_seed=stream_seed, is_streaming=is_streaming,
                           count_in_metrics=count_in_metrics, listener=listener)
         self._inbox.append(request)
         if self._inflight is None and not self._polling:
@@ -234,7 +244,12 @@ class SimEngine:
             if self.stalled_since is None:
                 self.stalled_since = now
             self.stall_until = now + fault.duration if fault.duration else None
+        elif kind == "wedge-idle":
+            self._wedge_when_idle = True
+            self._wedge_duration = fault.duration
+            self._wedge_if_idle(now)
         elif kind == "clear":
+            self._wedge_when_idle = False
             self._clear_stall(now)
             self.slow_factor = 1.0
             self.scheduler.admission_blocked = False
@@ -248,6 +263,15 @@ class SimEngine:
             self.oom_exit_code = fault.exit_code if fault.exit_code is not None else 1
         elif kind == "engine-death":
             self._die("engine-death", fault.exit_code if fault.exit_code is not None else 1, self.log.engine_death)
+
+    def _wedge_if_idle(self, now: float) -> None:
+        """An armed idle wedge takes hold once nothing runs, waits or is in flight: the engine stops
+        stepping (as a stall does), so what arrives next stays in its input queue, in no gauge."""
+        if (self._wedge_when_idle and self.state == READY and self._inflight is None and not self._inbox
+                and not self.scheduler.running and not self.scheduler.waiting):
+            self._wedge_when_idle = False
+            self.stalled_since = now
+            self.stall_until = now + self._wedge_duration if self._wedge_duration else None
 
     def _clear_stall(self, now: float) -> None:
         if self.stalled_since is not None and self._inflight is not None:
@@ -280,6 +304,8 @@ class SimEngine:
 
     def _poll(self, now: float) -> float:
         self._fire_timers(now)
+        if self._wedge_when_idle:
+            self._wedge_if_idle(now)
         flight = self._inflight
         carry = 0.0
         if flight is not None and self.stalled_since is None and now >= flight.t_end and self.state == READY:
@@ -445,7 +471,13 @@ class SimEngine:
             on_idle = getattr(self.metrics, "on_idle", None)
             if on_idle is not None:
                 on_idle(now)
+            self._wedge_if_idle(now)
         return result
+
+
+def _greedy_seed(seed: int, pieces: Sequence[str]) -> int:
+    digest = hashlib.sha256("\x00".join([str(seed), *pieces]).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 def _chain(blocks) -> list:

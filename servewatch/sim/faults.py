@@ -21,7 +21,12 @@ Kinds and their external signatures:
   admission-deadlock  nothing is admitted; waiting grows while KV is free.
   startup-hang        the engine never becomes ready (vLLM: the port never opens; SGLang: /health 503).
   startup-oom         startup fails with the dialect's KV sizing error; exit code 1.
-  clear               ends stall, slow and admission-deadlock, disarms crash-oom.
+  wedge-idle          the engine stops stepping once it is idle (at once if it is idle now): /health stays
+                      200 (vLLM), /metrics answers with 0 running, 0 waiting and frozen counters, and new
+                      requests wait forever without showing in any gauge. Only a request that needs a
+                      token (an active probe) tells it from an idle server. SGLang: its generating /health
+                      turns 503 after its probe timeout.
+  clear               ends stall, slow, admission-deadlock and wedge-idle, disarms crash-oom.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import re
 from dataclasses import dataclass
 
 KINDS = ("stall", "engine-death", "crash-oom", "slow", "admission-deadlock", "startup-hang", "startup-oom",
-         "clear")
+         "clear", "wedge-idle")
 STARTUP_KINDS = ("startup-hang", "startup-oom")
 
 
@@ -45,7 +50,7 @@ class Fault:
     exit_code: int | None = None     # engine-death / crash-oom; default 1
     factor: float = 4.0              # slow
     budget_mib: float | None = None  # crash-oom; default: the profile's free memory
-    duration: float | None = None    # stall: clears itself after this long
+    duration: float | None = None    # stall, wedge-idle: clears itself after this long
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -256,6 +256,8 @@ class _Params:
         if body.get("n", 1) != 1:
             raise RequestRejected("the simulator supports n=1 only")
         self.ignore_eos = bool(body.get("ignore_eos", False))
+        temperature = body.get("temperature")
+        self.greedy = isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0
         self.stream = bool(body.get("stream", False))
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
@@ -282,7 +284,7 @@ async def _serve_completion(request: web.Request, *, chat: bool) -> web.StreamRe
     woke = asyncio.Event()
     try:
         handle = engine.submit(prompt=params.pieces, max_tokens=params.max_tokens, ignore_eos=params.ignore_eos,
-                               is_streaming=params.stream, listener=lambda _r: woke.set())
+                               is_streaming=params.stream, listener=lambda _r: woke.set(), greedy=params.greedy)
     except RequestRejected as exc:
         return _error(engine, 400, str(exc))
     except EngineDeadError as exc:

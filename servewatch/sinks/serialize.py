@@ -21,14 +21,16 @@ from servewatch.timeline.samples import (
     GpuDevice,
     GpuSample,
     HealthSample,
+    PROBE_OUTCOMES,
     LogEvent,
     MetricsSample,
+    ProbeSample,
     ProcessMember,
     ProcessSample,
     Sample,
 )
 
-SOURCES = ("health", "metrics", "process", "gpu", "log")
+SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -262,6 +264,11 @@ def sample_to_dict(s: Sample) -> dict:
                 "error": error_class(s.error)}
     if isinstance(s, LogEvent):
         return {"source": "log", "t": number(s.t), "kind": safe_token(s.kind), "fields": _log_fields(s.fields)}
+    if isinstance(s, ProbeSample):
+        return {"source": "probe", "t": number(s.t),
+                "outcome": s.outcome if s.outcome in PROBE_OUTCOMES else "unavailable",
+                "latency_s": number(s.latency_s), "deadline_s": number(s.deadline_s), "status": s.status,
+                "tokens": s.tokens, "error": error_class(s.error)}
     raise TypeError(f"not a sample: {type(s).__name__}")
 
 
@@ -290,13 +297,17 @@ def sample_from_dict(d: Mapping) -> Sample:
                              error=d["error"])
         if source == "log":
             return LogEvent(t=t, kind=d["kind"], fields={k: unvalue(v) for k, v in d["fields"].items()})
+        if source == "probe":
+            return ProbeSample(t=t, outcome=d["outcome"], latency_s=unnumber(d["latency_s"]),
+                               deadline_s=unnumber(d["deadline_s"]), status=d["status"], tokens=d["tokens"],
+                               error=d["error"])
     except (KeyError, TypeError) as exc:
         raise DecodeError(f"malformed {d.get('source', '?')} sample: {exc}") from None
     raise DecodeError(f"unknown sample source {source!r}")
 
 
 _SOURCE_BY_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                   GpuSample: "gpu", LogEvent: "log"}
+                   GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
 
 
 def source_of(s: Sample) -> str:

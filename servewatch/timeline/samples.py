@@ -86,4 +86,30 @@ class LogEvent:
     fields: dict[str, float | int | str] = field(default_factory=dict)  # parsed numbers / fixed literals only
 
 
-Sample = HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent
+# How an active probe (a one-token completion asked of an idle server) ended.
+SERVED = "served"              # a token came back within the deadline
+DEADLINE = "deadline"          # no answer within the deadline
+FAILED = "failed"              # the server answered, but with an error (5xx, no token, a dropped connection)
+UNAVAILABLE = "unavailable"    # the probe could not be asked (no /v1/models, model 404, 4xx): says nothing
+PROBE_OUTCOMES = (SERVED, DEADLINE, FAILED, UNAVAILABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSample:
+    """One active probe. Its outcome and timing only: never the prompt, the completion or the model name."""
+
+    t: float                       # when the answer arrived, or when the deadline passed
+    outcome: str                   # one of PROBE_OUTCOMES
+    latency_s: float | None        # request sent -> answer (None without an answer)
+    deadline_s: float              # the deadline it was asked with
+    status: int | None = None      # HTTP status of the completion request
+    tokens: int | None = None      # completion tokens the answer reported
+    error: str | None = None       # a short class: "timeout", "http_503", "no_models", "http_404", ...
+
+    @property
+    def failed(self) -> bool:
+        """The server was asked and did not serve (a probe that could not be asked is not a failure)."""
+        return self.outcome in (DEADLINE, FAILED)
+
+
+Sample = HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent | ProbeSample

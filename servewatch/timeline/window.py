@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from servewatch.timeline.samples import GpuSample, HealthSample, LogEvent, MetricsSample, ProcessSample, Sample
+from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
+                                         Sample)
 
 # The name of each sample kind; also the `source` of an Evidence pointer.
-KINDS = ("health", "metrics", "process", "gpu", "log")
+KINDS = ("health", "metrics", "process", "gpu", "log", "probe")
 _KIND_OF_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                 GpuSample: "gpu", LogEvent: "log"}
+                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
 
 
 def kind_of(sample: Sample) -> str:
@@ -32,6 +33,7 @@ class Window:
     process: tuple[ProcessSample, ...] = ()
     gpu: tuple[GpuSample, ...] = ()
     logs: tuple[LogEvent, ...] = ()
+    probe: tuple[ProbeSample, ...] = ()
 
     @classmethod
     def from_samples(cls, samples: Iterable[Sample]) -> Window:

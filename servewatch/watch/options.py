@@ -33,6 +33,9 @@ class RecordingOptions:
     duration: float | None = None       # stop after this long (None: until stopped)
     log_file: str | None = None         # the server's log, tailed and parsed
     detectors: DetectorConfig = field(default_factory=DetectorConfig)
+    probe: bool = False                 # ask an idle server for one token now and then (sources.probe)
+    probe_interval: float = 30.0        # at most one probe per this many seconds
+    probe_deadline: float = 10.0        # a probe without a token after this long has missed
 
 
 def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float) -> None:
@@ -47,6 +50,16 @@ def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float)
                              "servewatch/detectors/config.py)")
     parser.add_argument("--detectors", metavar="FILE", dest="detectors_file",
                         help="detector thresholds from a TOML file ([stall] floor_s = 5); --set wins")
+    parser.add_argument("--probe", action="store_true",
+                        help="actively probe: when the counters have not moved for --probe-interval, ask the "
+                             "server for one token (a fixed few-token prompt, max_tokens 1, the model /v1/models "
+                             "names) and fire not_serving if none comes back within --probe-deadline while "
+                             "/health is 2xx. Cost: one 1-token request per interval on an idle server, none "
+                             "on a busy one. Off by default")
+    parser.add_argument("--probe-interval", type=duration, default=30.0, metavar="S",
+                        help="at most one probe per S seconds (default 30s: at most 120 requests an hour)")
+    parser.add_argument("--probe-deadline", type=duration, default=10.0, metavar="S",
+                        help="a probe without a token after S seconds has missed (default 10s)")
 
 
 def options_from_args(args) -> RecordingOptions:
@@ -55,4 +68,6 @@ def options_from_args(args) -> RecordingOptions:
 
     return RecordingOptions(url=args.url, interval=args.interval, history_s=args.history, out=args.out,
                             duration=args.duration, log_file=args.log_file,
-                            detectors=settings.build(args.detector_settings, args.detectors_file))
+                            detectors=settings.build(args.detector_settings, args.detectors_file),
+                            probe=args.probe, probe_interval=args.probe_interval,
+                            probe_deadline=args.probe_deadline)

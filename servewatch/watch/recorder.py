@@ -45,6 +45,10 @@ class Recorder:
         self.clock = clock
         self.config = config or DetectorConfig()
         self.ring = Ring.for_history(history_s, {s.kind: s.interval for s in self.sources})
+        for source in self.sources:
+            bind = getattr(source, "bind_timeline", None)   # a source that reads the timeline (the probe)
+            if bind is not None:
+                bind(self.ring)
         self.latch = Latch()
         self.sinks = list(sinks)
         self.listeners = list(listeners)
@@ -172,6 +176,10 @@ class Recorder:
             for task in [*tasks, detector, stop]:
                 task.cancel()
             await asyncio.gather(*tasks, detector, stop, return_exceptions=True)
+            for source in self.sources:
+                cancel_pending = getattr(source, "cancel_pending", None)   # e.g. a probe still waiting
+                if cancel_pending is not None:
+                    cancel_pending()
             self._new_samples = None
             self._stop_event = None
 

@@ -37,7 +37,8 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
     connector = aiohttp.TCPConnector(limit=8, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
         recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=sinks,
-                                  listeners=listeners, clear_listeners=clear_listeners, stop_when=stop_when)
+                                  listeners=listeners, clear_listeners=clear_listeners, stop_when=stop_when,
+                                  tool=tool)
         if on_recorder is not None:
             on_recorder(recorder)
         announce = asyncio.create_task(_announce_recording(recorder, target, tool))
@@ -55,20 +56,31 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
             await asyncio.get_running_loop().run_in_executor(None, recorder.close_sinks)
     if sink is not None and sink.failures:
         print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
+    _say_probe_cost(recorder, tool)
     return recorder
+
+
+def _say_probe_cost(recorder, tool: str) -> None:
+    """What the active probe cost the server over the session, in one line."""
+    for source in recorder.sources:
+        if getattr(source, "kind", None) == "probe":
+            print(f"servewatch {tool}: probe cost: {source.cost_line()}", file=sys.stderr, flush=True)
 
 
 def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bundles=None, sinks: Sequence = (),
                    listeners: Sequence[Callable] = (), clear_listeners: Sequence[Callable] = (), stop_when=None,
-                   wrap_source: Callable | None = None):
+                   wrap_source: Callable | None = None, tool: str = "watch"):
     """The recorder for one target, as `watch`, `guard` and `serve` all record one: the HTTP sources
-    (plus process and log sources when known), the detectors of options.detectors, the bundle sink
-    first and then `sinks`. `wrap_source(source)` may wrap each source (serve's backoff)."""
+    (plus process, log and active-probe sources when asked for), the detectors of options.detectors,
+    the bundle sink first and then `sinks`. `wrap_source(source)` may wrap each source (serve's backoff)."""
+    from servewatch.sources.probe import stderr_say
     from servewatch.watch.recorder import Recorder
     from servewatch.watch.targets import base_url, http_sources
 
     sources = http_sources(session, base_url(options.url), clock, options.interval, process_probe=probe,
-                           slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file)
+                           slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file,
+                           probe_every=options.probe_interval if options.probe else None,
+                           probe_deadline=options.probe_deadline, say=stderr_say(tool))
     if wrap_source is not None:
         sources = [wrap_source(source) for source in sources]
     recorder = Recorder(sources, clock, history_s=options.history_s, config=options.detectors,

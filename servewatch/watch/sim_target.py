@@ -53,7 +53,71 @@ def sim_metrics(engine):
     return get
 
 
-def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = True) -> list:
-    return callable_sources(clock, interval, health=sim_health(engine), metrics=sim_metrics(engine),
-                            process_probe=SimProcessProbe(engine) if with_process else None,
-                            slot_limit=engine.config.max_num_seqs)
+class SimProber:
+    """The active probe against the in-process engine: the same one-token request a real server gets,
+    answered in the engine's (virtual) time."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __call__(self, deadline_s: float):
+        from servewatch.sim import EngineDeadError, RequestRejected
+        from servewatch.sources.probe import FAILED, PROMPT, UNAVAILABLE, ProbeAnswer
+
+        engine = self.engine
+        if not engine.health():
+            return _Answered(ProbeAnswer(UNAVAILABLE, None, error="connect"))
+        try:
+            request = engine.submit(prompt=PROMPT, max_tokens=1, is_streaming=False, greedy=True)
+        except EngineDeadError:
+            return _Answered(ProbeAnswer(FAILED, 0.0, 500, error="http_500", at=engine.clock.now()))
+        except RequestRejected as exc:
+            return _Answered(ProbeAnswer(UNAVAILABLE, 0.0, 400, error="http_400", detail=str(exc)))
+        return _SimAttempt(engine, request, deadline_s)
+
+
+class _Answered:
+    def __init__(self, answer):
+        self._answer = answer
+
+    def answer(self):
+        return self._answer
+
+    def cancel(self) -> None:
+        pass
+
+
+class _SimAttempt:
+    def __init__(self, engine, request, deadline_s: float):
+        self.engine, self.request, self.deadline_s = engine, request, deadline_s
+
+    def answer(self):
+        from servewatch.sources.probe import DEADLINE, FAILED, SERVED, ProbeAnswer
+
+        request, now = self.request, self.engine.clock.now()
+        if request.first_token_ts is not None and request.first_token_ts - request.arrival <= self.deadline_s:
+            latency = request.first_token_ts - request.arrival
+            return ProbeAnswer(SERVED, latency, 200, request.output_len, at=request.first_token_ts)
+        if request.finished and request.output_len == 0:   # aborted (the engine died under it)
+            return ProbeAnswer(FAILED, now - request.arrival, 200, 0, "no_token", at=now)
+        if now - request.arrival >= self.deadline_s:
+            self.cancel()
+            return ProbeAnswer(DEADLINE, self.deadline_s, error="timeout", at=request.arrival + self.deadline_s)
+        return None
+
+    def cancel(self) -> None:
+        if not self.request.finished:
+            self.engine.abort(self.request)
+
+
+def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = True,
+                probe_every: float | None = None, probe_deadline: float = 10.0) -> list:
+    from servewatch.sources.probe import ProbeSource
+
+    sources = callable_sources(clock, interval, health=sim_health(engine), metrics=sim_metrics(engine),
+                               process_probe=SimProcessProbe(engine) if with_process else None,
+                               slot_limit=engine.config.max_num_seqs)
+    if probe_every is not None:
+        sources.append(ProbeSource(SimProber(engine), clock, every_s=probe_every, deadline_s=probe_deadline,
+                                   check_s=interval))
+    return sources

@@ -13,6 +13,7 @@ from servewatch.sources.health import HealthSource
 from servewatch.sources.http import http_transport, in_process_transport
 from servewatch.sources.logs import LogTail
 from servewatch.sources.metrics import MetricsSource
+from servewatch.sources.probe import HttpProber, ProbeSource
 from servewatch.sources.process import ProcessSource
 
 
@@ -43,7 +44,9 @@ def gpu_interval(interval: float) -> float:
 
 def http_sources(session, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
                  log_file: str | None = None, gpu: bool = True, health_path: str = "/health",
-                 metrics_path: str = "/metrics") -> list:
+                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = 10.0,
+                 say=None) -> list:
+    """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
     base = base_url(url)
     sources = [
         HealthSource(http_transport(session, base + health_path, timeout_s=health_timeout(interval),
@@ -51,6 +54,9 @@ def http_sources(session, url: str, clock: Clock, interval: float, *, process_pr
         MetricsSource(http_transport(session, base + metrics_path, timeout_s=metrics_timeout(interval)),
                       clock, interval, slot_limit=slot_limit),
     ]
+    if probe_every is not None:
+        sources.append(ProbeSource(HttpProber(session, base, clock), clock, every_s=probe_every,
+                                   deadline_s=probe_deadline, check_s=interval, say=say))
     return sources + _local_sources(clock, interval, process_probe, log_file, gpu)
 
 

@@ -1,8 +1,9 @@
-"""Conformance against a real vLLM (CPU build): the lab is prepared once, before any test's timeout runs.
+"""Conformance against a real vLLM (CPU build) or SGLang: the lab is prepared once, before any test's
+timeout runs.
 
-Run: `pytest -m vllm tests/conformance` (the default addopts deselect the `vllm` marker).
-One vLLM runs at a time (the machines have 2 cores); every server is torn down by its fixture's
-finalizer, by VllmServer's atexit hook, and by its own context manager.
+Run: `pytest -m vllm tests/conformance` or `pytest -m sglang tests/conformance` (the default addopts
+deselect both markers). One engine runs at a time (the machines have 2 cores); every server is torn
+down by its fixture's finalizer, by LabServer's atexit hook, and by its own context manager.
 """
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ from pathlib import Path
 
 import pytest
 from lab_observations import Neutralizer, Observations
-from lab_servers import Lab
+from lab_servers import Lab, SglangLab
 
 from servewatch.lab.model_dir import ensure_tiny_model
 from servewatch.lab.venv import ensure_venv, resolve_cache_dir
 
 _LAB_KEY = pytest.StashKey[Lab]()
+_SGLANG_LAB_KEY = pytest.StashKey[SglangLab]()
 _STARTED_KEY = pytest.StashKey[float]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Install the lab only when `vllm` cases were selected, outside every test's timeout."""
-    if session.config.option.collectonly or not any(item.get_closest_marker("vllm") for item in session.items):
+    """Install a lab only when its engine's cases were selected, outside every test's timeout."""
+    if session.config.option.collectonly:
+        return
+    if any(item.get_closest_marker("sglang") for item in session.items):
+        _prepare_sglang(session)
+    if not any(item.get_closest_marker("vllm") for item in session.items):
         return
     cache_dir = resolve_cache_dir(None)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -46,6 +52,47 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 
+def _prepare_sglang(session: pytest.Session) -> None:
+    from servewatch.lab.sgl_kernel_stand_in import write_stand_in
+    from servewatch.lab.sglang_venv import ensure_sglang_venv
+
+    cache_dir = resolve_cache_dir(None)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"[sglang lab] {line}")
+
+    venv = ensure_sglang_venv(cache_dir, progress=say)
+    say(f"venv {venv.root}: {'reused' if venv.reused else 'installed'} in {venv.seconds:.1f}s")
+    model = ensure_tiny_model(venv, cache_dir)
+    say(f"model {model.path}: {'reused' if model.reused else 'generated'} in {model.seconds:.1f}s")
+    stand_in = write_stand_in(cache_dir)
+    say(f"test-only sgl_kernel stand-in {stand_in}")
+    run_dir = Path(tempfile.mkdtemp(prefix="servewatch-sglang-conformance-"))
+    obs = Observations(run_dir, Neutralizer(venv=venv.root, model=model.path, cache=cache_dir, tmp=run_dir))
+    obs.record("setup", {"venv_seconds": round(venv.seconds, 1), "venv_reused": venv.reused,
+                         "model_seconds": round(model.seconds, 1)})
+    session.config.stash[_SGLANG_LAB_KEY] = SglangLab(cache_dir, venv, model, stand_in, run_dir, obs)
+    session.config.stash[_STARTED_KEY] = time.monotonic()
+
+
+@pytest.fixture(scope="session")
+def sglang_lab(request: pytest.FixtureRequest) -> SglangLab:
+    prepared = request.config.stash.get(_SGLANG_LAB_KEY, None)
+    if prepared is None:
+        pytest.fail("the SGLang lab was not prepared (run with -m sglang)")
+    yield prepared
+    prepared.obs.flush()
+
+
+@pytest.fixture
+def sglang_run_dir(sglang_lab: SglangLab, request: pytest.FixtureRequest) -> Path:
+    path = sglang_lab.run_dir / request.node.name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def lab(request: pytest.FixtureRequest) -> Lab:
     prepared = request.config.stash.get(_LAB_KEY, None)
@@ -56,17 +103,18 @@ def lab(request: pytest.FixtureRequest) -> Lab:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    prepared = config.stash.get(_LAB_KEY, None)
-    if prepared is None:
-        return
-    prepared.obs.flush()
     started = config.stash.get(_STARTED_KEY, None)
-    terminalreporter.section("vLLM conformance figures")
-    for line in prepared.obs.summary_lines:
-        terminalreporter.write_line(line)
-    if started is not None:
-        terminalreporter.write_line(f"suite wall time after setup: {time.monotonic() - started:.0f} s")
-    terminalreporter.write_line(f"run directory (logs, observations.json): {prepared.run_dir}")
+    for key, title in ((_LAB_KEY, "vLLM conformance figures"), (_SGLANG_LAB_KEY, "SGLang conformance figures")):
+        prepared = config.stash.get(key, None)
+        if prepared is None:
+            continue
+        prepared.obs.flush()
+        terminalreporter.section(title)
+        for line in prepared.obs.summary_lines:
+            terminalreporter.write_line(line)
+        if started is not None:
+            terminalreporter.write_line(f"suite wall time after setup: {time.monotonic() - started:.0f} s")
+        terminalreporter.write_line(f"run directory (logs, observations.json): {prepared.run_dir}")
 
 
 @pytest.fixture

@@ -58,7 +58,8 @@ class Watcher:
         if log_file is not None:
             args += ["--log-file", str(log_file)]
         self.args = args
-        self.lines: list[VerdictLine] = []
+        self.lines: list[VerdictLine] = []          # fired verdicts
+        self.cleared: list[VerdictLine] = []        # verdicts that stopped holding
         self.other_stdout: list[str] = []
         self._cond = threading.Condition()
         self.proc: subprocess.Popen | None = None
@@ -101,7 +102,9 @@ class Watcher:
             except ValueError:
                 data = None
             with self._cond:
-                if isinstance(data, dict) and "verdict" in data:
+                if isinstance(data, dict) and data.get("event") == "cleared":
+                    self.cleared.append(VerdictLine(arrived, data))
+                elif isinstance(data, dict) and "verdict" in data:
                     self.lines.append(VerdictLine(arrived, data))
                 else:
                     self.other_stdout.append(raw.rstrip("\n"))

@@ -78,7 +78,8 @@ class GuardedVllm:
         raise AssertionError(f"no {prefix} process under guard: {[p.pid for p in self.tree]}")
 
     def events(self) -> dict[str, tuple[float, dict]]:
-        return {(line.get("guard") or line.get("verdict")): (at, line) for at, line in self.lines}
+        return {(line.get("guard") or line.get("verdict")): (at, line) for at, line in self.lines
+                if line.get("event") != "cleared"}
 
     def stderr_tail(self) -> str:
         self._stderr.flush()

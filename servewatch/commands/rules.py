@@ -1,0 +1,67 @@
+"""`servewatch rules --slo FILE`: a Prometheus rule file derived from an SLO and the engine's series."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from servewatch.derive.engine_series import add_series_arguments
+
+    parser = subparsers.add_parser(
+        "rules", help="write Prometheus alert and recording rules for an SLO",
+        description="Write a Prometheus rule file: SLI recording rules, multi-window multi-burn-rate alerts "
+                    "(page at 14.4x over 1 h and 5 m and at 6x over 6 h and 30 m; ticket at 3x over 1 d and 2 h "
+                    "and at 1x over 3 d and 6 h, for a 30-day budget), leading indicators, absent() guards and "
+                    "alerts on servewatch serve's series. Every alert carries its runbook branch. A latency "
+                    "threshold must be a bucket edge of the engine's histogram.")
+    parser.add_argument("--slo", required=True, metavar="FILE", help="the SLO file (YAML)")
+    add_series_arguments(parser)
+    parser.add_argument("--no-serve", action="store_true",
+                        help="leave out the alerts on servewatch serve's series")
+    parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from servewatch.derive.engine_series import series_from_args
+    from servewatch.derive.rules import build_rules, inhibit_rules_yaml, render_rule_file
+    from servewatch.derive.slo import check_selector, check_thresholds, load_slo
+    from servewatch.errors import ServewatchError
+
+    series = series_from_args(args)
+    try:
+        with open(args.slo, encoding="utf-8") as handle:
+            text = handle.read(1 << 20)
+    except OSError as exc:
+        raise ServewatchError(f"--slo: cannot read {args.slo}: {exc.strerror}") from None
+    slo = load_slo(text, args.slo)
+    check_thresholds(slo, series, args.slo)
+    check_selector(slo, series, args.slo)
+    groups = build_rules(slo, series, with_serve=not args.no_serve)
+    header = (f"servewatch rules for SLO '{slo.service}' on {series.dialect} ({series.generation} metric names).\n"
+              f"Load with rule_files: in prometheus.yml; check with: promtool check rules FILE\n"
+              f"Severity labels page > ticket > warning; in alertmanager.yml, so that a page silences the "
+              f"same job's tickets and warnings:\n" + inhibit_rules_yaml())
+    output = render_rule_file(groups, header)
+    if args.out:
+        write_atomically(args.out, output)
+    else:
+        print(output, end="")
+    return 0
+
+
+def write_atomically(path: str, text: str) -> None:
+    import os
+    import tempfile
+
+    from servewatch.errors import ServewatchError
+
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".servewatch-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ServewatchError(f"--out: cannot write {path}: {exc.strerror}") from None

@@ -1,0 +1,48 @@
+"""What an alert rule or a dashboard reads from an engine, per metric-name generation: the series of
+each signal (running, waiting, KV, preemptions, availability, request success, latency histograms), the
+flag that changes a histogram's edges, and the slot-limit flag. Each dialect describes itself with these
+(`Dialect.alert_series`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LatencyHistogram:
+    kind: str                   # ttft | tpot | itl | e2e | queue
+    name: str                   # the family name, without _bucket/_count/_sum
+    edges: tuple[float, ...]
+    edge_flag: str              # the engine flag that sets these edges
+
+
+@dataclass(frozen=True)
+class RatioSeries:
+    """A counter split into bad and all events by one label (an SLI's numerator and denominator)."""
+
+    counter: str                # exposed sample name (…_total)
+    bad: str                    # label matchers selecting the bad events, e.g. status="5xx"
+    total: str                  # label matchers selecting all counted events ('' for every series)
+    bad_counter: str = ""       # when bad events live in another counter (SGLang's aborted requests)
+    good_labels: tuple[tuple[str, str], ...] = ()   # what one good / one bad event's series carries
+    bad_labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineSeries:
+    dialect: str
+    generation: str
+    running: str
+    waiting: str
+    kv_usage: str
+    preemptions: str            # a counter (or cumulative gauge) of preempted / retracted requests
+    preemptions_lazy: bool      # the engine creates the series only at the first preemption
+    availability: RatioSeries | None
+    success: RatioSeries | None
+    histograms: dict[str, LatencyHistogram] = field(default_factory=dict)
+    slot_limit_flag: str = ""
+    default_slot_limit: int | None = None
+    engine_labels: tuple[str, ...] = ()   # labels the engine adds (never on its HTTP counters)
+
+    def histogram(self, kind: str) -> LatencyHistogram | None:
+        return self.histograms.get(kind)

@@ -1,0 +1,240 @@
+"""The active probe: ask the server for one token, with a deadline, when nothing else proves it serves.
+
+A passive reader cannot tell an idle server from one that hangs while idle: both show 0 running,
+0 waiting, flat counters and /health 200. So, at most every `every_s` seconds, and only when the
+counters have not moved in that span (a busy server pays nothing), the probe sends one completion of
+`max_tokens` 1 for a fixed short prompt to the model /v1/models names, and records how it ended
+(`ProbeSample`: served, deadline, failed, unavailable) and how long it took. Cost on an idle server:
+one request of a few prompt tokens and 1 output token per interval.
+
+Never stored: the prompt, the completion, the model's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from servewatch.clock import Clock
+from servewatch.detectors.series import engine_series
+from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, UNAVAILABLE, ProbeSample
+from servewatch.timeline.window import Window
+
+PROMPT = "The sky is"        # a few tokens in any tokenizer
+DEFAULT_EVERY_S = 30.0
+DEFAULT_DEADLINE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeAnswer:
+    outcome: str                    # SERVED, DEADLINE, FAILED or UNAVAILABLE
+    latency_s: float | None         # sent -> answered (or -> given up at the deadline)
+    status: int | None = None
+    tokens: int | None = None
+    error: str | None = None        # short class, stored
+    detail: str = ""                # one line for a terminal, never stored
+    at: float | None = None         # when it ended, on the source's clock (None: when it was collected)
+
+
+class Attempt(Protocol):
+    def answer(self) -> ProbeAnswer | None:
+        """How it ended, or None while it is still waiting. An attempt keeps its own deadline."""
+
+    def cancel(self) -> None: ...
+
+
+Prober = Callable[[float], Attempt]     # start one probe with this deadline (seconds)
+
+
+class ProbeSource:
+    kind = "probe"
+
+    def __init__(self, prober: Prober, clock: Clock, *, every_s: float = DEFAULT_EVERY_S,
+                 deadline_s: float = DEFAULT_DEADLINE_S, check_s: float = 1.0,
+                 say: Callable[[str], None] | None = None):
+        if every_s <= 0 or deadline_s <= 0 or check_s <= 0:
+            raise ValueError("probe interval, deadline and check cadence must be positive")
+        self.prober = prober
+        self.clock = clock
+        self.every_s = every_s
+        self.deadline_s = deadline_s
+        self.interval = check_s        # how often it looks whether an answer came or a probe is due
+        self.say = say
+        self.sent = 0                  # probes asked (what the probe cost)
+        self.skipped = 0               # intervals in which the counters had already proven progress
+        self._ring = None
+        self._attempt: Attempt | None = None
+        self._asked: float | None = None
+        self._last_skip: float | None = None
+        self._said: set[str] = set()
+        self._first_poll: float | None = None
+
+    def bind_timeline(self, ring) -> None:
+        """The recorder's ring: where the probe reads whether the counters already proved progress."""
+        self._ring = ring
+
+    def cost_line(self) -> str:
+        span = self.clock.now() - self._first_poll if self._first_poll is not None else 0.0
+        per_hour = f" ({self.sent * 3600 / span:.0f} an hour)" if span >= 60 else ""
+        return (f"{self.sent} one-token request(s) in {span:.0f} s{per_hour}; {self.skipped} skipped because "
+                f"the counters had moved")
+
+    async def poll(self) -> list[ProbeSample]:
+        now = self.clock.now()
+        if self._first_poll is None:
+            self._first_poll = now
+        if self._attempt is not None:
+            return self._collect(now)
+        if self._asked is not None and now - self._asked < self.every_s:
+            return []
+        # Due: unless the counters moved over the last interval (looked at on every poll, so a probe goes
+        # out one interval after the last movement, not up to two).
+        if self._ring is not None and progress_proven(self._ring.window(since=now - self.every_s - self.deadline_s),
+                                                      now - self.every_s, self.deadline_s):
+            if self._last_skip is None or now - self._last_skip >= self.every_s:
+                self.skipped += 1
+                self._last_skip = now
+            return []
+        self._asked = now
+        self.sent += 1
+        self._attempt = self.prober(self.deadline_s)
+        return self._collect(now)
+
+    @property
+    def pending(self) -> Attempt | None:
+        """The probe sent and not yet answered, if any."""
+        return self._attempt
+
+    def cancel_pending(self) -> None:
+        if self._attempt is not None:
+            self._attempt.cancel()
+            self._attempt = None
+
+    def _collect(self, now: float) -> list[ProbeSample]:
+        answer = self._attempt.answer()
+        if answer is None:
+            # A backstop only: the attempt keeps its deadline (a model lookup may come before it).
+            if now - self._asked < 2 * self.deadline_s + self.interval:
+                return []
+            self._attempt.cancel()
+            answer = ProbeAnswer(DEADLINE, now - self._asked, error="timeout",
+                                 detail=f"no token within {self.deadline_s:g} s")
+        self._attempt = None
+        self._tell(answer)
+        t = min(now, answer.at) if answer.at is not None else now
+        return [ProbeSample(t=t, outcome=answer.outcome, latency_s=answer.latency_s, deadline_s=self.deadline_s,
+                            status=answer.status, tokens=answer.tokens, error=answer.error)]
+
+    def _tell(self, answer: ProbeAnswer) -> None:
+        """One line per kind of trouble that makes the probe useless (said again only after it worked)."""
+        if answer.outcome == SERVED:
+            self._said.clear()
+            return
+        if answer.outcome != UNAVAILABLE or not answer.detail or answer.error in self._said:
+            return
+        self._said.add(answer.error or "")
+        if self.say is not None:
+            self.say(f"probe unavailable: {answer.detail}; no probe verdict until it answers")
+
+
+def progress_proven(window: Window, since: float, deadline_s: float) -> bool:
+    """Did the engines generate more tokens after `since` than the probes themselves asked for?
+
+    The baseline is each engine's last scrape at or before `since`. A probe's own token shows up in the
+    counters too, so tokens of probes answered in the span (or just before it, by up to a deadline:
+    their token may be counted late) do not count as proof."""
+    delta = 0.0
+    for points in engine_series(window.metrics).values():
+        before = [p for p in points if p[0].t <= since]
+        after = [p for p in points if p[0].t > since]
+        if not before or not after:
+            continue
+        old, new = before[-1][1].counters.generation_tokens, after[-1][1].counters.generation_tokens
+        if old is not None and new is not None and new > old:
+            delta += new - old
+    own = sum(p.tokens if p.tokens is not None else 1 for p in window.probe
+              if p.outcome == SERVED and p.t >= since - deadline_s)
+    return delta > own
+
+
+# --- over HTTP ---------------------------------------------------------------------------------------
+
+class HttpProber:
+    """Probes over HTTP: the model from /v1/models (looked up again after a 404), then one completion."""
+
+    def __init__(self, session, base: str, clock: Clock):
+        self.session = session
+        self.base = base
+        self.clock = clock
+        self.model: str | None = None
+
+    def __call__(self, deadline_s: float) -> Attempt:
+        return _TaskAttempt(asyncio.ensure_future(self._ask(deadline_s)))
+
+    async def _ask(self, deadline_s: float) -> ProbeAnswer:
+        answer = await self._outcome(deadline_s)
+        return dataclasses.replace(answer, at=self.clock.now())
+
+    async def _outcome(self, deadline_s: float) -> ProbeAnswer:
+        from servewatch.sources import completions
+
+        if self.model is None:
+            found = await completions.served_model(self.session, self.base, timeout_s=max(deadline_s, 2.0))
+            if found.model is None:
+                return ProbeAnswer(UNAVAILABLE, None, error=found.error or "no_models",
+                                   detail=found.detail if found.error != completions.CONNECT else "")
+            self.model = found.model
+        request = {"model": self.model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0, "stream": False}
+        done = await completions.complete(self.session, self.base, request, timeout_s=deadline_s)
+        if done.status == 404:
+            self.model = None      # renamed or reloaded: look it up again next time
+        return classify(done, deadline_s)
+
+
+def classify(done, deadline_s: float) -> ProbeAnswer:
+    """A completion's answer as a probe outcome. Only a missed deadline or a server-side failure counts
+    against the server; anything that says the probe's own request was wrong says nothing."""
+    from servewatch.sources import completions
+
+    if done.error == completions.TIMEOUT:
+        return ProbeAnswer(DEADLINE, done.elapsed_s, error="timeout", detail=f"no token within {deadline_s:g} s")
+    if done.status is not None and 200 <= done.status < 300 and done.error is None:
+        if done.tokens == 0:
+            return ProbeAnswer(FAILED, done.elapsed_s, done.status, 0, "no_token", "an answer without a token")
+        return ProbeAnswer(SERVED, done.elapsed_s, done.status, done.tokens)
+    if done.status is not None and done.status >= 500:
+        return ProbeAnswer(FAILED, done.elapsed_s, done.status, error=done.error, detail=done.detail)
+    if done.error == completions.DISCONNECTED:
+        return ProbeAnswer(FAILED, done.elapsed_s, done.status, error=done.error, detail=done.detail)
+    # 4xx (a wrong model, an API key, a rejected prompt), refused connections, answers that are not the
+    # API's JSON, oversized answers
+    detail = "" if done.error == completions.CONNECT else done.detail
+    return ProbeAnswer(UNAVAILABLE, done.elapsed_s, done.status, error=done.error, detail=detail)
+
+
+class _TaskAttempt:
+    def __init__(self, task: asyncio.Future):
+        self.task = task
+
+    def answer(self) -> ProbeAnswer | None:
+        if not self.task.done():
+            return None
+        if self.task.cancelled():
+            return ProbeAnswer(UNAVAILABLE, None, error="cancelled")
+        error = self.task.exception()
+        if error is not None:   # the HTTP helpers never raise; if they did, that is not the server's fault
+            return ProbeAnswer(UNAVAILABLE, None, error=type(error).__name__[:40])
+        return self.task.result()
+
+    def cancel(self) -> None:
+        self.task.cancel()
+
+
+def stderr_say(tool: str) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        print(f"servewatch {tool}: {line}", file=sys.stderr, flush=True)
+    return say

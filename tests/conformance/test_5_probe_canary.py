@@ -1,0 +1,167 @@
+"""The active probe and the output canary on a real vLLM (4 slots): an idle server under the probe stays
+quiet and its cost is measured; a worker stopped while nothing runs (gauges 0, /health 200) is caught by
+the probe; the canary recorded on the tiny model matches a restart and not a model with other weights.
+The tests run in file order on one server; the last one restarts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+
+import psutil
+import pytest
+from lab_cli import Watcher, assert_bundles_verify, run_cli
+from lab_observations import log_excerpt
+from lab_scrape import describe_wait, health, health_over, scrape, wait_until
+from lab_servers import start_ready
+from lab_signals import status_within
+from lab_traffic import Traffic
+
+from servewatch.lab.model_dir import ensure_tiny_model
+from servewatch.lab.server import ServerConfig, VllmServer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+EVERY_S, DEADLINE_S = 5.0, 5.0
+PROBE_ARGS = ("--probe", "--probe-interval", f"{EVERY_S:g}", "--probe-deadline", f"{DEADLINE_S:g}")
+GEN = "vllm:generation_tokens_total"
+
+
+@pytest.fixture(scope="module")
+def server(lab):
+    server = start_ready(lab, "probe", max_num_seqs=4)
+    yield server
+    server.stop()
+    lab.obs.save_text("probe_server.log", log_excerpt(server.log_text(), max_lines=800))
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its descendants so far."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def one_token(url: str) -> int:
+    body = json.dumps({"model": "tiny", "prompt": "The sky is", "max_tokens": 1, "temperature": 0}).encode()
+    request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.status
+
+
+def probe_cost_line(watcher: Watcher) -> str:
+    return next((line for line in watcher.stderr.splitlines() if "probe cost:" in line), "")
+
+
+def test_idle_server_under_the_probe_gives_no_verdict_and_each_probe_is_one_token(lab, server, run_dir):
+    before = scrape(server.url).get(GEN)
+    watcher = Watcher(server.url, run_dir / "bundles", pid=server.pid, interval=0.5,
+                      extra=("--duration", "60", *PROBE_ARGS))
+    with watcher:
+        code = watcher.proc.wait(timeout=120)
+    assert code == 0, f"watch exited {code}: {watcher.describe()}"
+    assert watcher.verdicts() == [], [v.data for v in watcher.verdicts()]
+    cost = probe_cost_line(watcher)
+    sent = int(cost.split("probe cost: ")[1].split()[0])
+    assert 60 / EVERY_S - 1 <= sent <= 60 / EVERY_S + 1, cost
+    tokens = scrape(server.url).get(GEN) - before
+    assert tokens == sent, f"{tokens} tokens generated for {sent} probes"   # nothing else ran meanwhile
+
+    # What one probe costs the server: 20 one-token requests back to back, CPU of the whole tree.
+    cpu0, wall0 = tree_cpu_s(server.pid), time.monotonic()
+    assert [one_token(server.url) for _ in range(20)] == [200] * 20
+    per_probe_s = (tree_cpu_s(server.pid) - cpu0) / 20
+    per_probe_wall = (time.monotonic() - wall0) / 20
+    per_hour = 3600 / EVERY_S
+    lab.obs.record("probe_cost", {"probes_in_60s": sent, "tokens": tokens, "cpu_s_per_probe": round(per_probe_s, 4),
+                                  "wall_s_per_probe": round(per_probe_wall, 4)})
+    lab.obs.say(f"probe: 60 s idle at --probe-interval {EVERY_S:g}s: {sent} probes, {tokens:.0f} tokens, no "
+                f"verdict; one probe costs the server {per_probe_s * 1000:.0f} ms CPU ({per_probe_wall * 1000:.0f} ms "
+                f"wall) -> at the default 30 s interval: 120 requests/hour, {120 * per_probe_s:.1f} CPU-s/hour; "
+                f"at {EVERY_S:g} s: {per_hour:.0f}/hour, {per_hour * per_probe_s:.1f} CPU-s/hour")
+
+
+def test_a_worker_stopped_while_idle_is_caught_by_the_probe_while_health_says_200(lab, server, run_dir):
+    worker = server.process_tree().worker
+    assert worker
+    out = run_dir / "bundles"
+    with Watcher(server.url, out, pid=server.pid, interval=0.5, extra=PROBE_ARGS) as watcher:
+        before = scrape(server.url).get(GEN)
+        served = wait_until(server.url, lambda r: r.get(GEN) > before, timeout_s=EVERY_S + 10)
+        assert served is not None, f"the first probe was not served: {describe_wait()}"
+        idle = scrape(server.url)
+        assert idle.get("vllm:num_requests_running") == 0 and idle.get("vllm:num_requests_waiting") == 0
+        os.kill(worker, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            assert status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0) == psutil.STATUS_STOPPED
+            clients = Traffic(server.url, n=2, concurrency=2, max_tokens=8, timeout_s=120).start()
+            line = watcher.wait_for("not_serving", timeout_s=EVERY_S + DEADLINE_S + 20, after=stopped_at)
+            statuses = health_over(server.url, 1.0)
+            wedged = scrape(server.url)
+            clients_done_while_stopped = clients.done.is_set()
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        assert line is not None, f"no not_serving; {watcher.describe()}"
+        detected_s = line.arrived - stopped_at
+        assert set(statuses) == {200}, statuses
+        assert not clients_done_while_stopped
+        assert clients.wait(120) and clients.result.statuses == [200, 200], clients.result
+        cleared_by = time.monotonic() + EVERY_S + DEADLINE_S + 10
+        while time.monotonic() < cleared_by and not any(c.name == "not_serving" for c in watcher.cleared):
+            time.sleep(0.2)  # the watcher's stdout lands in another thread; a bounded poll of its list
+        cleared = [c for c in watcher.cleared if c.name == "not_serving"]
+    assert detected_s <= EVERY_S + DEADLINE_S + 3.0, f"not_serving after {detected_s:.1f} s"
+    assert cleared, f"not_serving never cleared after SIGCONT; {watcher.describe()}"
+    stored = line.data
+    running, waiting = wedged.get("vllm:num_requests_running"), wedged.get("vllm:num_requests_waiting")
+    others = sorted({v.name for v in watcher.verdicts(after=stopped_at)} - {"not_serving"})
+    lab.obs.record("idle_wedge", {"detected_s": round(detected_s, 2), "health": sorted(set(statuses)),
+                                  "running": running, "waiting": waiting, "why": stored.get("why"),
+                                  "other_verdicts": others})
+    lab.obs.say(f"idle wedge (SIGSTOP of the Worker with nothing running, then 2 requests): not_serving after "
+                f"{detected_s:.1f} s (probe interval {EVERY_S:g} s + deadline {DEADLINE_S:g} s), /health "
+                f"{sorted(set(statuses))}, gauges running {running:g} waiting {waiting:g}; other verdicts: "
+                f"{others or 'none'}; cleared after SIGCONT")
+    assert_bundles_verify(out)
+
+
+def test_the_canary_matches_a_restart_and_not_a_model_with_other_weights(lab, server, run_dir):
+    path = run_dir / "canary.json"
+    done = run_cli("canary", "record", server.url, "--out", str(path), timeout_s=120)
+    assert done.returncode == 0, done.stderr
+    recorded = json.loads(path.read_text())
+    assert "text" not in recorded and recorded["completion_tokens"] >= 1
+    server.stop()
+
+    restarted = start_ready(lab, "probe-restart", max_num_seqs=4)
+    try:
+        same = run_cli("canary", "check", restarted.url, str(path), timeout_s=120)
+    finally:
+        restarted.stop()
+    assert same.returncode == 0 and same.stdout.startswith("canary matches:"), same.stdout + same.stderr
+
+    other = ensure_tiny_model(lab.venv, lab.cache_dir, seed=0, weights_seed=1)
+    config = ServerConfig(model_dir=other.path, cache_root=lab.cache_dir / "vllm-cache", max_num_seqs=4)
+    different = VllmServer(lab.venv.python, config, lab.run_dir / "probe-other-weights.log").start()
+    try:
+        different.wait_ready()
+        assert health(different.url) == 200
+        mismatch = run_cli("canary", "check", different.url, str(path), timeout_s=120)
+    finally:
+        different.stop()
+    assert mismatch.returncode == 1, mismatch.stdout + mismatch.stderr
+    assert mismatch.stdout.startswith("canary MISMATCH:") and len(mismatch.stdout.strip().splitlines()) == 1
+    lab.obs.record("canary", {"record": done.stdout.strip(), "restart": same.stdout.strip(),
+                              "other_weights": mismatch.stdout.strip()})
+    lab.obs.say(f"canary: recorded {recorded['completion_tokens']} tokens on the tiny model; a restart: "
+                f"{same.stdout.strip()[:60]}; other weights (same tokenizer): {mismatch.stdout.strip()[:110]}")

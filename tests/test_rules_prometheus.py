@@ -1,0 +1,155 @@
+"""A real Prometheus (the Debian package) scrapes `servewatch sim` under load from `servewatch load`, with
+the generated rules loaded; every rule expression and every dashboard query is executed through its HTTP
+API and must return data (alert conditions are executed whole, and the series they compare must return
+data). Rules and panels on `servewatch serve`'s own series are covered by the promtool cases instead.
+Every wait is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servewatch.derive.dashboard import dashboard_queries, panels, to_grafana
+from servewatch.derive.engine_series import engine_series
+from servewatch.derive.rules import SERVEWATCH_GROUP, build_rules, render_rule_file
+from servewatch.derive.slo import load_slo
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)"),
+]
+SLO = (ROOT / "tests" / "rules" / "slo.yaml").read_text()
+MAX_BODY = 8 * 2**20
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read(MAX_BODY)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(MAX_BODY)
+    except OSError:
+        return 0, b""
+
+
+def _query(base: str, expr: str) -> dict:
+    status, body = _get(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=10)
+    reply = json.loads(body or b"{}")
+    assert status == 200 and reply.get("status") == "success", f"{expr}\n-> {status} {body[:300]!r}"
+    return reply["data"]
+
+
+def _until(what: str, seconds: float, check) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"not within {seconds:g} s: {what}")
+
+
+def _start_sim(dialect: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", "0", "--dialect", dialect,
+                             "--profile", "tiny-cpu", "--log-file", os.devnull],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+    if not match:
+        proc.kill()
+        raise AssertionError(f"sim printed no address: {line!r}")
+    return proc, int(match.group(1))
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_every_rule_and_dashboard_query_returns_data_from_a_real_prometheus(tmp_path, dialect):
+    series = engine_series(dialect)
+    slo = load_slo(SLO, "slo.yaml")
+    groups = build_rules(slo, series)
+    (tmp_path / "rules.yml").write_text(render_rule_file(groups, "live test"))
+    dashboard = to_grafana(series, panels(series, slo.slot_limit))
+
+    sim, sim_port = _start_sim(dialect)
+    prom_port = _free_port()
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        "rule_files": [str(tmp_path / "rules.yml")],
+        "scrape_configs": [{"job_name": slo.selector["job"], "static_configs": [{"targets": [f"127.0.0.1:{sim_port}"]}]}],
+    }))
+    prom = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}",
+                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{prom_port}"
+    try:
+        _until("Prometheus ready", 30, lambda: _get(f"{base}/-/ready")[0] == 200)
+        load = subprocess.run([sys.executable, "-m", "servewatch", "load", f"http://127.0.0.1:{sim_port}",
+                               "--scenario", "normal", "--duration", "6", "--timeout", "20",
+                               "--out", str(tmp_path / "load")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=90)
+        assert load.returncode == 0, load.stderr[-2000:]
+        # the last requests' series scraped, and the SLI rules evaluated on them
+        _until("SLI rules produce data", 30, lambda: all(
+            _query(base, f'slo:sli_error:ratio_rate5m{{sli="{o.kind}"}}')["result"] for o in slo.objectives))
+
+        empty = []
+        for group in groups:
+            if group.name == SERVEWATCH_GROUP:
+                continue   # servewatch serve's series: covered by the promtool cases
+            for rule in group.rules:
+                result = _query(base, rule.expr)       # the whole expression runs
+                if rule.record and not result["result"]:
+                    empty.append(f"{group.name}/{rule.record}{rule.labels}: {rule.expr}")
+                for probe in rule.probes:
+                    if not _query(base, probe)["result"]:
+                        empty.append(f"{group.name}/{rule.name}: {probe}")
+        checked_panels = 0
+        for title, expr in dashboard_queries(dashboard):
+            if "servewatch_" in expr:
+                continue   # servewatch serve's panels
+            concrete = expr.replace("$__rate_interval", "1m").replace("$job", ".*").replace("$instance", ".*")
+            if not _query(base, concrete)["result"]:
+                empty.append(f"panel {title!r}: {concrete}")
+            checked_panels += 1
+        assert not empty, "no data for:\n" + "\n".join(empty)
+        assert checked_panels >= 14
+        # the availability SLI read real traffic: the sim answered the load with 2xx, so its error ratio is 0
+        ratio = _query(base, 'slo:sli_error:ratio_rate5m{sli="availability"}')["result"]
+        requests = _query(base, 'slo:sli_requests:rate5m{sli="availability"}')["result"]
+        assert [float(r["value"][1]) for r in ratio] == [0.0]
+        assert float(requests[0]["value"][1]) > 0
+    finally:
+        _stop(prom)
+        _stop(sim)
+        prom.stderr.close()
+        sim.stderr.close()
