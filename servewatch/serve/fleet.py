@@ -19,7 +19,6 @@ from servewatch.serve.targets import TargetSpec
 
 BACKOFF_AFTER = 3          # failed probes in a row (no answer at all) before backing off
 BACKOFF_CAP_S = 60.0
-RECENT_KEPT = 100          # fired / cleared verdicts remembered per target for /api/v1/verdicts
 
 
 def backoff_delay(consecutive_failures: int, interval: float) -> float:
@@ -186,13 +185,8 @@ class Fleet:
             self.exporter.targets.labels(state).set(n)
 
     def refresh_states(self) -> None:
-        """Targets by state into the exporter; each recorder's record of fired and cleared verdicts
-        trimmed to the newest RECENT_KEPT (a fleet runs for months)."""
+        """Targets by state into the exporter (each recorder bounds its own record of verdicts)."""
         self._count_states()
-        for run in self.runs.values():
-            for record in (run.recorder.fired, run.recorder.cleared):
-                if len(record) > RECENT_KEPT:
-                    del record[:-RECENT_KEPT]
 
     async def close(self) -> None:
         for name in list(self.runs):

@@ -26,6 +26,9 @@ from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
 from servewatch.watch.firing import Latch
 
+RECORDS_KEPT = 1000       # fired and cleared verdicts remembered (the newest; sinks and listeners heard all)
+
+
 @dataclass(frozen=True, slots=True)
 class Fired:
     verdict: Verdict
@@ -117,6 +120,8 @@ class Recorder:
     def _fire(self, verdict: Verdict, bundle: str | None) -> Fired:
         record = Fired(verdict, bundle)
         self.fired.append(record)
+        if len(self.fired) > 2 * RECORDS_KEPT:          # a watch runs for months: keep the newest
+            del self.fired[:-RECORDS_KEPT]
         for listener in self.listeners:
             listener(record)
         if self.stop_when is not None and self.stop_when(record):
@@ -125,6 +130,8 @@ class Recorder:
 
     def _clear(self, cleared: Cleared) -> None:
         self.cleared.append(cleared)
+        if len(self.cleared) > 2 * RECORDS_KEPT:
+            del self.cleared[:-RECORDS_KEPT]
         for listener in self.clear_listeners:
             listener(cleared)
 
