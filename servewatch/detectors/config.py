@@ -67,6 +67,18 @@ class DetectorConfig:
     preemption_window_s: float = 60.0
     preemption_min: float = 1.0
 
+    # server_errors, client_errors, requests_aborted: increases over the last outcome_window_s (never the
+    # cumulative counts). server_errors: at least server_error_min 5xx responses (or requests the engine
+    # finished with reason error) and at least server_error_fraction of the responses; client_errors the
+    # same for 4xx; requests_aborted: aborted requests against all finished ones.
+    outcome_window_s: float = 60.0
+    server_error_min: float = 3.0
+    server_error_fraction: float = 0.05
+    client_error_min: float = 5.0
+    client_error_fraction: float = 0.25
+    abort_min: float = 5.0
+    abort_fraction: float = 0.25
+
     # histogram_blind: at least this many observations in the window's histogram delta.
     blind_min_count: float = 100.0
     blind_kinds: tuple[str, ...] = ("itl", "ttft", "tpot")

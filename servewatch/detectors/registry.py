@@ -7,7 +7,7 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import blindness, capacity, liveness, progress, restart, runbooks
+from servewatch.detectors import blindness, capacity, liveness, outcomes, progress, restart, runbooks
 from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
 
 _REGISTRY: dict[str, VerdictSpec] = {}
@@ -70,5 +70,13 @@ for _spec in (
                 ("metrics",), labels=("engine", "histogram")),
     VerdictSpec("target_restarted", restart.detect, INCIDENT, "ticket",
                 "the target restarted", runbooks.TARGET_RESTARTED, ("process", "metrics"), labels=("by",)),
+    VerdictSpec("server_errors", outcomes.detect_server_errors, INCIDENT, "page",
+                "requests fail with server errors (5xx)", runbooks.SERVER_ERRORS, ("metrics",)),
+    VerdictSpec("client_errors", outcomes.detect_client_errors, FINDING, "ticket",
+                "clients send requests the server refuses (4xx)", runbooks.CLIENT_ERRORS, ("metrics",),
+                labels=("cause",)),
+    VerdictSpec("requests_aborted", outcomes.detect_requests_aborted, INCIDENT, "ticket",
+                "clients abort their requests before the answer is complete", runbooks.REQUESTS_ABORTED,
+                ("metrics",)),
 ):
     register(_spec)

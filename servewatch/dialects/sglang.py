@@ -39,6 +39,15 @@ RETRACTED_LEGACY = "sglang:total_retracted_reqs"           # 0.4.10 gauge (cumul
 FORWARD_PASSES = "sglang:cuda_graph_passes_total"          # 0.5.23: label mode; sum over modes = steps
 REALTIME_TOKENS = "sglang:realtime_tokens_total"           # 0.5.23: label mode
 NUM_RETRACTED_REQS_GAUGE = "sglang:num_retracted_reqs"     # gauge, multiprocess mode "all": extra pid label
+# The HTTP middleware's counter (with --enable-metrics): labels endpoint (the route, or the raw path of
+# an unmatched one), method, status_code (the exact code).
+HTTP_RESPONSES = "sglang:http_responses_total"
+HTTP_HANDLER_LABEL = "endpoint"
+HTTP_STATUS_LABEL = "status_code"
+# Endpoints a watcher, a load balancer or the launcher itself calls: not the clients' requests.
+HTTP_MONITORING_HANDLERS = ("/health", "/health_generate", "/metrics", "/ready", "/model_info", "/get_model_info",
+                            "/server_info", "/get_server_info", "/v1/models", "/version", "/get_load", "/v1/loads",
+                            "/freeze_gc")
 
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("sglang:time_to_first_token_seconds",),
@@ -131,7 +140,7 @@ def detect(families: Mapping[str, Family]) -> str | None:
 def wanted_families() -> tuple[str, ...]:
     names = [RUNNING, WAITING, TOKEN_USAGE, KV_USED_TOKENS, NUM_USED_TOKENS, KV_AVAILABLE_TOKENS,
              MAX_TOTAL_NUM_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED,
-             RETRACTED_REQUESTS, RETRACTED_LEGACY, FORWARD_PASSES, REALTIME_TOKENS,
+             RETRACTED_REQUESTS, RETRACTED_LEGACY, FORWARD_PASSES, REALTIME_TOKENS, HTTP_RESPONSES,
              *MARKERS_0_5_5, "sglang:num_prefill_infight_queue_reqs", "sglang:avg_request_queue_latency"]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
@@ -156,6 +165,8 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
     histograms = {kind: {base.model_key(k): h for k, h in
                          base.histograms_by(base.first_family(families, *names), MODEL_LABELS).items()}
                   for kind, names in HISTOGRAMS.items()}
+    responses = base.responses_by_status(families, HTTP_RESPONSES, handler_label=HTTP_HANDLER_LABEL,
+                                         status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS)
     queue_hist = base.histograms_by(base.first_family(families, *HISTOGRAMS["queue"]), ids)
 
     states = []
@@ -184,6 +195,7 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
                 preemptions=retracted.get(key),
                 steps=steps.get(key),
                 finished=finished,
+                responses=dict(responses),
             ),
             histograms=engine_histograms,
         ))

@@ -35,6 +35,16 @@ REQUEST_SUCCESS = "vllm:request_success_total"                   # label finishe
 ITERATION_TOKENS = "vllm:iteration_tokens_total"                 # histogram: _count = engine steps
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+# The API server's HTTP counter (prometheus-fastapi-instrumentator, no "vllm:" prefix, the same name in
+# 0.11 and 0.32): labels handler (the route, "none" for a path without one), method, status ("2xx", ...).
+HTTP_REQUESTS = "http_requests_total"
+HTTP_HANDLER_LABEL = "handler"
+HTTP_STATUS_LABEL = "status"
+HTTP_UNROUTED_HANDLER = "none"
+HTTP_REQUEST_SIZE = "http_request_size_bytes"      # summary by handler: the request bodies' bytes
+# Endpoints a watcher or a load balancer polls: not the clients' requests.
+HTTP_MONITORING_HANDLERS = ("/health", "/metrics", "/ping", "/version", "/v1/models", "/load", "/is_sleeping",
+                            "/server_info")
 
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("vllm:time_to_first_token_seconds",),
@@ -179,7 +189,7 @@ def detect(families: Mapping[str, Family]) -> str | None:
 def wanted_families() -> tuple[str, ...]:
     names = [RUNNING, WAITING, WAITING_BY_REASON, KV_USAGE, KV_USAGE_LEGACY, CACHE_CONFIG_INFO,
              ENGINE_SLEEP_STATE, PROMPT_TOKENS, PROMPT_TOKENS_BY_SOURCE, GENERATION_TOKENS, PREEMPTIONS,
-             REQUEST_SUCCESS, ITERATION_TOKENS]
+             REQUEST_SUCCESS, ITERATION_TOKENS, HTTP_REQUESTS, HTTP_REQUEST_SIZE]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
     return tuple(n for name in names for n in base.counter_names(name))
@@ -199,6 +209,11 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
     histograms = {kind: base.histograms_by(base.first_family(families, *names), ids)
                   for kind, names in HISTOGRAMS.items()}
     kv_total = _kv_total_tokens(families.get(CACHE_CONFIG_INFO))
+    responses = base.responses_by_status(families, HTTP_REQUESTS, handler_label=HTTP_HANDLER_LABEL,
+                                         status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS,
+                                         unrouted_handler=HTTP_UNROUTED_HANDLER)
+    body_bytes, bodies = base.summary_by_handler(families, HTTP_REQUEST_SIZE, handler_label=HTTP_HANDLER_LABEL,
+                                                 skip_handlers=(*HTTP_MONITORING_HANDLERS, HTTP_UNROUTED_HANDLER))
 
     keys = set(running) | set(waiting) | set(kv) | set(generated)
     states = []
@@ -222,6 +237,9 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
                 preemptions=preempted.get(key),
                 steps=steps.get(key),
                 finished=finished.get(key, {}),
+                responses=dict(responses),
+                request_bytes=body_bytes,
+                request_bytes_count=bodies,
             ),
             histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
         ))
