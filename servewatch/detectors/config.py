@@ -79,6 +79,14 @@ class DetectorConfig:
     abort_min: float = 5.0
     abort_fraction: float = 0.25
 
+    # startup_stalled: no new startup stage for max(startup_stall_k x the longest gap between the stages
+    # so far, startup_stall_floor_s) while /health has not yet succeeded since the start. A target whose
+    # process is younger than startup_max_s and was never healthy since counts as starting (no
+    # health_loss then), also without a log.
+    startup_stall_k: float = 4.0
+    startup_stall_floor_s: float = 120.0
+    startup_max_s: float = 900.0
+
     # histogram_blind: at least this many observations in the window's histogram delta.
     blind_min_count: float = 100.0
     blind_kinds: tuple[str, ...] = ("itl", "ttft", "tpot")

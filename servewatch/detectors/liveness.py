@@ -8,6 +8,7 @@ died, which defeats Restart=on-failure.
 from __future__ import annotations
 
 from servewatch import dialects
+from servewatch.detectors import startup
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import HealthSample, ProcessSample
@@ -205,6 +206,8 @@ def detect_health_loss(window: Window, config: DetectorConfig) -> list[Verdict]:
     run = _trailing(window.health, lambda h: not h.ok)
     if len(run) < config.health_fail_count:
         return []
+    if startup.in_startup(window, config):
+        return []   # a starting target is not healthy yet, not unhealthy: startup_stalled covers a stuck start
     first, last = run[0], run[-1]
     kinds = sorted({_health_problem(h) for h in run})
     why = (f"{len(run)} consecutive health probes failed over {last.t - first.t:.1f} s "

@@ -7,7 +7,7 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import blindness, capacity, liveness, outcomes, progress, restart, runbooks
+from servewatch.detectors import blindness, capacity, liveness, outcomes, progress, restart, runbooks, startup
 from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
 
 _REGISTRY: dict[str, VerdictSpec] = {}
@@ -78,5 +78,8 @@ for _spec in (
     VerdictSpec("requests_aborted", outcomes.detect_requests_aborted, INCIDENT, "ticket",
                 "clients abort their requests before the answer is complete", runbooks.REQUESTS_ABORTED,
                 ("metrics",)),
+    VerdictSpec("startup_stalled", startup.detect_startup_stalled, INCIDENT, "page",
+                "the start stopped at a stage", runbooks.STARTUP_STALLED, ("log", "process", "health"),
+                labels=("stage",)),
 ):
     register(_spec)

@@ -258,3 +258,28 @@ REQUESTS_ABORTED = RunbookBranch(
     rollback="Restore previous limits once the abort share stays low across a peak window.",
     restart_destroys="The requests still running, which would then be aborted too.",
 )
+
+STARTUP_STALLED = RunbookBranch(
+    meaning="The target is starting and has not reached its next startup stage for longer than its earlier "
+            "stages allow: the start is stuck at the stage the verdict names (it is not 'health lost': it was "
+            "never healthy since it started).",
+    check_next=(
+        "The stage it stopped after and what comes next: loading weights (storage, a download, a full "
+        "disk), compiling (a compile cache that fails to load makes every start compile again: ~20 s on a "
+        "2-core CPU for a tiny model), sizing the KV cache (memory profiling), capturing graphs, or the API "
+        "server's start.",
+        "Process states in the bundle: a member in status 'stopped' or at 0% CPU is not working; one "
+        "at 100% is still working and the bound may be too tight for this model (raise "
+        "startup_stall_floor_s).",
+        "A stack of the engine process (e.g. `py-spy dump --pid PID`) shows where it waits.",
+        "The previous starts of the same deployment: how long each stage took then (the stage table of "
+        "the report).",
+    ),
+    expected_range="Each stage follows the previous one within a few times the longest earlier stage; a real "
+                   "vLLM 0.32 on 2 CPU cores reached /health 200 in 30–50 s (imports ~16 s, compile ~20 s).",
+    safe_action="Keep the bundle and a stack, then stop the start and start again; if the same stage hangs "
+                "again, fix its cause (storage, memory, compile cache) before retrying.",
+    rollback="Nothing to roll back: the replica never served.",
+    restart_destroys="Only the progress of this start (weights already read, compile results not yet cached); "
+                     "no request was served yet.",
+)

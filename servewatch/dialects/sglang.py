@@ -124,6 +124,25 @@ STARTUP_FAILURE_LINES = (
 OOM_LINES = ("Prefill out of memory.", "Decode out of memory.", "Out of memory. Try to lower your batch size.")
 READY_LINE = "The server is fired up and ready to roll!"
 
+# Startup stages, in the order a 0.5.23 CPU server logged them; uvicorn serves (and /health answers 503)
+# from api_listening until the warm-up request has finished ("ready").
+STARTUP_STAGE_LINES = (
+    ("server_args=", "process_up"),
+    ("Init parallel begin.", "engine_start"),
+    ("Load weight begin.", "weights_loading"),
+    ("Application startup complete.", "api_listening"),
+    ("Uvicorn running on", "api_listening"),
+)
+WEIGHTS_LOADED_LINE = re.compile(r"Load weight end\. elapsed=(?P<seconds>[\d.]+) s")
+KV_ALLOCATED_LINE = re.compile(r"KV Cache is allocated\..*#tokens: (?P<tokens>\d+)")
+KV_LIMITS_LINE = re.compile(r"max_total_num_tokens=(?P<tokens>\d+),.*max_running_requests=(?P<max_running>\d+)"
+                            r"(?:, context_len=(?P<per_request>\d+))?")
+# From the 0.5 source (scheduler's model runner); a CPU server does not capture graphs and was not seen to log it.
+GRAPHS_CAPTURING_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph begin")
+GRAPHS_CAPTURED_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph end\. Time elapsed: (?P<seconds>[\d.]+) s")
+ENGINE_READY_LINE = re.compile(r"Engine startup timings \(s\): load_weight=[\d.]+, kv_cache_allocation=[\d.]+, "
+                               r"scheduler_e2e=(?P<seconds>[\d.]+)")
+
 
 def detect(families: Mapping[str, Family]) -> str | None:
     if not any(name.startswith(PREFIX) for name in families):
@@ -295,6 +314,27 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
             return [("error", {"reason": literal})]
     if READY_LINE in msg:
         return [("startup", {"stage": "ready"})]
+    return _startup_stage(msg)
+
+
+def _startup_stage(msg: str) -> list[base.LogFinding]:
+    for literal, stage in STARTUP_STAGE_LINES:
+        if literal in msg:
+            return [("startup", {"stage": stage})]
+    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
+                           (ENGINE_READY_LINE, "engine_ready")):
+        match = pattern.search(msg)
+        if match:
+            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    if GRAPHS_CAPTURING_LINE.search(msg):
+        return [("startup", {"stage": "graphs_capturing"})]
+    match = KV_LIMITS_LINE.search(msg)
+    if match:
+        return [("startup", {"stage": "kv_cache_size", **base.numbers(match, {"tokens": int, "max_running": int,
+                                                                               "per_request": int})})]
+    match = KV_ALLOCATED_LINE.search(msg)
+    if match:
+        return [("startup", {"stage": "kv_cache_size", "tokens": int(match.group("tokens"))})]
     return []
 
 

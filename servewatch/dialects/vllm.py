@@ -133,6 +133,23 @@ STARTUP_FAILURE_LINES = (
 )
 READY_LINE = "Application startup complete."
 
+# Startup stages, in the order a 0.32 CPU server logged them (a GPU server profiles memory and captures
+# CUDA graphs between weights_loaded and engine_ready). Literal → stage; patterns carry the seconds.
+STARTUP_STAGE_LINES = (
+    ("non-default args: ", "process_up"),                      # api_utils.py (0.11: arg_utils) — the API server
+    ("Initializing a V1 LLM engine", "engine_start"),          # core.py: the engine core process
+    ("Starting to load model", "weights_loading"),             # gpu_/cpu_model_runner.py
+    ("Warming up model for the compilation", "compiling"),     # cpu_model_runner.py
+    ("Warming up done.", "compiled"),
+)
+WEIGHTS_LOADED_LINE = re.compile(r"Loading weights took (?P<seconds>[\d.]+) seconds")
+COMPILED_LINE = re.compile(r"torch\.compile takes (?P<seconds>[\d.]+) s in total")
+GRAPHS_CAPTURED_LINE = re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs")
+ENGINE_READY_LINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s")
+KV_CONCURRENCY_LINE = re.compile(r"^Maximum concurrency for (?P<per_request>[\d,]+) tokens per request: "
+                                 r"(?P<concurrency>[\d.]+)x")        # 0.11: its own line after the KV size
+API_LISTENING_LINE = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on ")   # the address is not kept
+
 # vLLM 0.32/0.33 startup failures, with the numbers that make the message useful
 # (v1/core/kv_cache_planning.py:67-87; v1/worker/cpu_worker.py:205-248). The literal prefixes are the
 # dialect's STARTUP_FAILURE_LINES.
@@ -372,6 +389,24 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
         return [("error", fields)]
     if READY_LINE in msg:
         return [("startup", {"stage": "ready"})]
+    return _startup_stage(msg)
+
+
+def _startup_stage(msg: str) -> list[base.LogFinding]:
+    for literal, stage in STARTUP_STAGE_LINES:
+        if literal in msg:
+            return [("startup", {"stage": stage})]
+    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (COMPILED_LINE, "compiled"),
+                           (GRAPHS_CAPTURED_LINE, "graphs_captured"), (ENGINE_READY_LINE, "engine_ready")):
+        match = pattern.search(msg)
+        if match:
+            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    match = KV_CONCURRENCY_LINE.search(msg)
+    if match:
+        return [("startup", {"stage": "kv_cache_size", **base.numbers(match, {"per_request": int,
+                                                                               "concurrency": float})})]
+    if API_LISTENING_LINE.search(msg):
+        return [("startup", {"stage": "api_listening"})]
     return []
 
 
