@@ -87,6 +87,12 @@ class DetectorConfig:
     startup_stall_floor_s: float = 120.0
     startup_max_s: float = 900.0
 
+    # crash_loop: at least crash_loop_count restarts or deaths within crash_loop_window_s (at most the
+    # lookback); engine-death lines closer than crash_loop_burst_s are one death.
+    crash_loop_count: int = 3
+    crash_loop_window_s: float = 180.0
+    crash_loop_burst_s: float = 10.0
+
     # histogram_blind: at least this many observations in the window's histogram delta.
     blind_min_count: float = 100.0
     blind_kinds: tuple[str, ...] = ("itl", "ttft", "tpot")

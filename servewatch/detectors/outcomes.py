@@ -197,15 +197,28 @@ def _client_cause(o: Outcomes, window: Window) -> tuple[str, str]:
         return "unknown_path", ""
     if top != "4xx":
         return CAUSE_BY_CODE.get(top, "other"), ""
-    # The engine counts classes only: a rejected request's body size tells long inputs apart.
-    if o.request_bytes is None or not o.request_bytes_count:
+    # The engine counts classes only: the rejected requests' body size tells long inputs apart.
+    rejected_bytes = _rejected_body_bytes(o, counts["4xx"])
+    if rejected_bytes is None:
         return "invalid_request", ""
-    mean_bytes = o.request_bytes / o.request_bytes_count
     max_len = max_model_len(window.logs)
-    if max_len and mean_bytes > BYTES_PER_TOKEN * max_len:
-        return "input_too_long", (f"request bodies averaged {mean_bytes:,.0f} bytes, over {BYTES_PER_TOKEN} bytes "
-                                  f"× the maximum length of {max_len:,} tokens the log gave")
-    return "invalid_request", f"request bodies averaged {mean_bytes:,.0f} bytes"
+    if max_len and rejected_bytes > BYTES_PER_TOKEN * max_len:
+        return "input_too_long", (f"the rejected request bodies averaged ~{rejected_bytes:,.0f} bytes, over "
+                                  f"{BYTES_PER_TOKEN} bytes × the maximum length of {max_len:,} tokens the log gave")
+    return "invalid_request", f"the rejected request bodies averaged ~{rejected_bytes:,.0f} bytes"
+
+
+def _rejected_body_bytes(o: Outcomes, rejected: float) -> float | None:
+    """The mean body of the window's rejected requests: the window's bytes less what its other requests
+    sent, counted at the mean body of the requests before the window (all of the window's when none)."""
+    if o.request_bytes is None or not o.request_bytes_count or rejected <= 0:
+        return None
+    before = o.first.engines[0].counters
+    if before.request_bytes_count:
+        others = max(o.request_bytes_count - rejected, 0.0)
+        typical = before.request_bytes / before.request_bytes_count
+        return max(o.request_bytes - others * typical, 0.0) / min(rejected, o.request_bytes_count)
+    return o.request_bytes / o.request_bytes_count
 
 
 def max_model_len(logs: Iterable) -> int | None:

@@ -81,5 +81,8 @@ for _spec in (
     VerdictSpec("startup_stalled", startup.detect_startup_stalled, INCIDENT, "page",
                 "the start stopped at a stage", runbooks.STARTUP_STALLED, ("log", "process", "health"),
                 labels=("stage",)),
+    VerdictSpec("crash_loop", restart.detect_crash_loop, INCIDENT, "page",
+                "the target dies or restarts again and again", runbooks.CRASH_LOOP, ("process", "metrics", "log"),
+                labels=("by",)),
 ):
     register(_spec)

@@ -283,3 +283,23 @@ STARTUP_STALLED = RunbookBranch(
     restart_destroys="Only the progress of this start (weights already read, compile results not yet cached); "
                      "no request was served yet.",
 )
+
+CRASH_LOOP = RunbookBranch(
+    meaning="The target died or was restarted several times within a few minutes: one failure repeating "
+            "under a supervisor (systemd, Kubernetes, a wrapper script), not unrelated restarts.",
+    check_next=(
+        "The first failure the verdict names (its engine-death or startup-failure line, or its exit code): "
+        "the later ones usually repeat it, and later restarts overwrite its log and counters.",
+        "How far each start gets (the startup stages): dying at the same stage every time is a "
+        "configuration or resource fault (KV sizing, memory, a missing file), not load.",
+        "Whether the deaths follow traffic: an engine that dies a fixed time after ready under load points "
+        "at a request pattern (an activation out-of-memory at high concurrency).",
+        "The supervisor's restart policy and back-off: a loop without back-off hides the cause in churn.",
+    ),
+    expected_range="No restart between planned deploys.",
+    safe_action="Stop the supervisor from restarting this replica (or give it a back-off), keep its log and "
+                "the first failure's bundle, and fix the cause before the next start.",
+    rollback="Re-enable the restarts once one start has stayed up through a peak window.",
+    restart_destroys="Each restart already destroyed the previous start's evidence: in-flight requests, the "
+                     "KV cache, counters and the tail of the log if it is not kept.",
+)

@@ -115,7 +115,9 @@ def stall_bound(found: list[Stage], config: DetectorConfig) -> tuple[float, floa
 
 
 def detect_startup_stalled(window: Window, config: DetectorConfig) -> list[Verdict]:
-    if not in_startup(window, config):
+    from servewatch.detectors.restart import in_crash_loop
+
+    if not in_startup(window, config) or in_crash_loop(window, config):
         return []
     found = stages(window, config)
     last = found[-1]

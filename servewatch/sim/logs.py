@@ -78,11 +78,17 @@ class VllmLog(_Base):
             self.sink.write(f"({process} pid={self.pid}) {level} {stamp} [{where}] {part}")
 
     # --- lifecycle -------------------------------------------------------------------------------
-    # The startup stages a real vLLM 0.32 logged, at their share of the start as a CPU start spread them
-    # (imports 20 %, torch.compile 55 %); a GPU start logs compile and graph capture lines instead.
-    STAGES = (("process_up", 0.0), ("engine_start", 0.2), ("weights_loading", 0.4), ("weights_loaded", 0.42),
-              ("compiling", 0.43), ("compiled", 0.96), ("kv_cache_size", 0.97), ("engine_ready", 0.98))
+    # The startup stages a real vLLM 0.32 CPU start logged, at their share of the start (imports 20 %,
+    # torch.compile 55 %); a GPU start compiles while profiling memory and captures graphs after sizing KV.
+    CPU_STAGES = (("process_up", 0.0), ("engine_start", 0.2), ("weights_loading", 0.4), ("weights_loaded", 0.42),
+                  ("compiling", 0.43), ("compiled", 0.96), ("kv_cache_size", 0.97), ("engine_ready", 0.98))
+    GPU_STAGES = (("process_up", 0.0), ("engine_start", 0.2), ("weights_loading", 0.3), ("weights_loaded", 0.45),
+                  ("compiled", 0.7), ("kv_cache_size", 0.75), ("graphs_captured", 0.95), ("engine_ready", 0.98))
     FAILS_AT = "kv_cache_size"      # startup-oom: the KV sizing fails
+
+    @property
+    def STAGES(self):   # noqa: N802 - the same name as SglangLog's constant
+        return self.CPU_STAGES if self.engine.config.hw.device == "CPU" else self.GPU_STAGES
 
     def stage(self, name: str, auto_fit_from: int | None = None) -> None:
         cfg, hw = self.engine.config, self.engine.config.hw
@@ -102,14 +108,13 @@ class VllmLog(_Base):
             self._line("Worker", "INFO", "default_loader.py:501", "Loading weights took 0.01 seconds")
         elif name == "compiling" and cpu:
             self._line("Worker", "INFO", "cpu_model_runner.py:87", "Warming up model for the compilation...")
+        elif name == "compiled" and cpu:
+            self._line("Worker", "INFO", "cpu_model_runner.py:91", "Warming up done.")
         elif name == "compiled":
-            if cpu:
-                self._line("Worker", "INFO", "cpu_model_runner.py:91", "Warming up done.")
-            else:
-                seconds = 0.5 * cfg.startup_seconds
-                self._line("Worker", "INFO", "monitor.py:34", f"torch.compile takes {seconds:.2f} s in total")
-                self._line("Worker", "INFO", "gpu_model_runner.py:6516", "Graph capturing finished in "
-                           f"{max(1, round(0.1 * cfg.startup_seconds))} secs, took 0.50 GiB")
+            self._line("Worker", "INFO", "monitor.py:34", f"torch.compile takes {0.25 * cfg.startup_seconds:.2f} s in total")
+        elif name == "graphs_captured":
+            self._line("Worker", "INFO", "gpu_model_runner.py:6516", "Graph capturing finished in "
+                       f"{max(1, round(0.2 * cfg.startup_seconds))} secs, took 0.50 GiB")
         elif name == "kv_cache_size":
             tokens = cfg.num_blocks * cfg.block_size
             if auto_fit_from is not None:
