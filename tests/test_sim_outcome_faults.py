@@ -89,3 +89,11 @@ def test_a_crash_loop_is_one_crash_loop_verdict_and_then_no_more_per_restart_ver
         assert "engine death" in verdict.why and "Worker proc died unexpectedly" in verdict.why
     else:
         assert "restarts (new process)" in verdict.why
+
+
+def test_servewatch_sim_refuses_an_unknown_stage_in_one_line(capsys):
+    from servewatch.cli import main
+
+    assert main(["sim", "--fault", "startup-hang@warp_drive", "--startup-seconds", "5", "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "startup-hang@warp_drive" in err[0] and "known: process_up" in err[0]
