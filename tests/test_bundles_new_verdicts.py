@@ -50,6 +50,8 @@ def test_the_new_verdicts_bundles_verify(tmp_path, config, faults, verdict):
     for path in bundles.values():
         if Path(path).is_dir():              # the writer keeps the newest bundles only
             assert verify_bundle(path).verdicts_checked >= 1
+    stored = next(v for v in load_incident(bundles[verdict]).verdicts if v.name == verdict)
+    assert "[redacted]" not in stored.why     # its words (rates, stages, causes) survive the bundle's scrubbing
 
 
 def test_the_report_of_a_hung_start_has_its_stage_table(tmp_path):

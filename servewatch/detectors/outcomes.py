@@ -152,7 +152,7 @@ def detect_server_errors(window: Window, config: DetectorConfig) -> list[Verdict
         return []
     keys = sorted(k for k in o.responses if status_class(k) == "5xx" and o.responses[k] > 0)
     why = (f"{_n(errors_5xx)} of {_n(o.total_responses)} responses in the last {o.span_s:.0f} s were 5xx "
-           f"({_pct(errors_5xx, o.total_responses)}, {o.rate(errors_5xx):.2f}/s; ≥ {config.server_error_fraction:.0%}"
+           f"({_pct(errors_5xx, o.total_responses)}, {o.rate(errors_5xx):.2f} per s; ≥ {config.server_error_fraction:.0%}"
            f" and ≥ {config.server_error_min:g})")
     if keys and not all(k == "5xx" for k in keys):
         why += ": " + ", ".join(f"{_n(o.responses[k])} × {k}" for k in keys)
@@ -179,7 +179,7 @@ def detect_client_errors(window: Window, config: DetectorConfig) -> list[Verdict
     cause, because = _client_cause(o, window)
     keys = sorted(k for k in o.responses if status_class(k) == "4xx" and o.responses[k] > 0)
     why = (f"{_n(errors)} of {_n(total)} responses in the last {o.span_s:.0f} s were 4xx ({_pct(errors, total)}, "
-           f"{o.rate(errors):.2f}/s; ≥ {config.client_error_fraction:.0%} and ≥ {config.client_error_min:g}): "
+           f"{o.rate(errors):.2f} per s; ≥ {config.client_error_fraction:.0%} and ≥ {config.client_error_min:g}): "
            + ", ".join(f"{_n(o.responses[k])} × {'404 (no route)' if k == 'unrouted' else k}" for k in keys)
            + f"; likely cause: {CAUSE_TEXT[cause]}")
     if because:
@@ -242,7 +242,7 @@ def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verd
     if engine_death_evidence(window, config)[0] is not None:
         return []   # requests a dying engine ends are that death's consequence: engine_dead says it
     why = (f"{_n(aborted)} of {_n(finished)} requests finished in the last {o.span_s:.0f} s were aborted "
-           f"({_pct(aborted, finished)}, {o.rate(aborted):.2f}/s; ≥ {config.abort_fraction:.0%} and "
+           f"({_pct(aborted, finished)}, {o.rate(aborted):.2f} per s; ≥ {config.abort_fraction:.0%} and "
            f"≥ {config.abort_min:g}): clients gave up or timed out before their answer was complete")
     evidence = (Evidence("metrics", o.first.t, "counters.finished.abort", _engine_sum(o.first.engines, "abort")),
                 Evidence("metrics", o.last.t, "counters.finished.abort", _engine_sum(o.last.engines, "abort")))
