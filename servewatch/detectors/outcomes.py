@@ -152,8 +152,8 @@ def detect_server_errors(window: Window, config: DetectorConfig) -> list[Verdict
         return []
     keys = sorted(k for k in o.responses if status_class(k) == "5xx" and o.responses[k] > 0)
     why = (f"{_n(errors_5xx)} of {_n(o.total_responses)} responses in the last {o.span_s:.0f} s were 5xx "
-           f"({_pct(errors_5xx, o.total_responses)}, {o.rate(errors_5xx):.2f} per s; ≥ {config.server_error_fraction:.0%}"
-           f" and ≥ {config.server_error_min:g})")
+           f"({_pct(errors_5xx, o.total_responses)}, {o.rate(errors_5xx):.2f} per s; "
+           f"≥ {config.server_error_fraction:.0%} and ≥ {config.server_error_min:g})")
     if keys and not all(k == "5xx" for k in keys):
         why += ": " + ", ".join(f"{_n(o.responses[k])} × {k}" for k in keys)
     if engine_errors:

@@ -35,13 +35,14 @@ In-process API (no HTTP, no sleeping; this is what the load generator, recorder 
   `exit_code` at `exit_at` (the HTTP server does exit; in-process, callbacks in `engine.on_exit` run).
 
 Faults (servewatch.sim.faults): stall, engine-death, crash-oom, slow, admission-deadlock,
-startup-hang (or startup-hang@STAGE), startup-oom, error-storm (5xx or 4xx), crash-loop, clear. Profiles (servewatch.sim.profiles): h100-8b, rtx3060-7b (default),
+startup-hang (or startup-hang@STAGE), startup-oom, error-storm (5xx or 4xx), crash-loop, clear.
+Profiles (servewatch.sim.profiles): h100-8b, rtx3060-7b (default),
 tiny-cpu. Deterministic for a given config and seed.
 """
 
 from servewatch.sim.config import SimConfig
-from servewatch.sim.engine import (DEAD, EXITED, NO_ANSWER, READY, STARTING, EngineDeadError, RequestFailed, RequestRejected,
-                                   SimEngine)
+from servewatch.sim.engine import (DEAD, EXITED, NO_ANSWER, READY, STARTING, EngineDeadError, RequestFailed,
+                                   RequestRejected, SimEngine)
 from servewatch.sim.faults import Fault, FaultSpecError, parse_fault_spec
 from servewatch.sim.profiles import PROFILES, Profile
 from servewatch.sim.request import Request

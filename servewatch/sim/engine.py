@@ -418,7 +418,8 @@ class SimEngine:
             self.log.stats(now)
             while self._next_log_at <= now:
                 self._next_log_at += self.config.log_stats_interval
-        if self.state == DEAD and self.exit_at is not None and now >= self.exit_at and self.death_reason == "crash-loop":
+        if (self.state == DEAD and self.exit_at is not None and now >= self.exit_at
+                and self.death_reason == "crash-loop"):
             self._restart(now)
         if self.state == DEAD and self.exit_at is not None and now >= self.exit_at:
             self.state = EXITED
