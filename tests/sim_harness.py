@@ -9,9 +9,12 @@ from dataclasses import dataclass
 
 from servewatch.clock import VirtualClock
 from servewatch.detectors import DetectorConfig
-from servewatch.sim import EngineDeadError, RequestRejected, SimConfig, SimEngine
+from servewatch.sim import EngineDeadError, RequestFailed, RequestRejected, SimConfig, SimEngine
 from servewatch.watch import Recorder
-from servewatch.watch.sim_target import sim_sources
+from servewatch.watch.sim_target import LogLines, sim_sources
+
+
+BODY_BYTES, BYTES_PER_PROMPT_TOKEN = 60, 5      # a completion request's JSON body, as the HTTP layer counts it
 
 
 @dataclass(frozen=True)
@@ -61,29 +64,37 @@ class Workload:
         while self._next is not None and self._next <= t:
             engine.run_until(self._next)
             _, _, phase = self._phase_at(self._next)
+            status, prompt_tokens = 200, phase.prompt_tokens
             try:
                 engine.submit(prompt_tokens=phase.prompt_tokens, max_tokens=phase.max_tokens, ignore_eos=True)
                 self.submitted += 1
-            except (EngineDeadError, RequestRejected):
+            except (RequestRejected, RequestFailed) as exc:
+                status, prompt_tokens = exc.status, getattr(exc, "prompt_tokens", prompt_tokens)
                 self.rejected += 1
+            except EngineDeadError:
+                status = 500
+                self.rejected += 1
+            engine.record_response(status, request_bytes=BODY_BYTES + BYTES_PER_PROMPT_TOKEN * prompt_tokens)
             self._next = self._arrival_after(self._next)
         engine.run_until(t)
 
 
 def run(phases: list[Phase], *, interval: float = 0.5, faults: tuple[tuple[float, dict], ...] = (),
         config: SimConfig | None = None, detector_config: DetectorConfig | None = None, history: float = 600.0,
-        with_process: bool = True, seed: int = 1, probe: tuple[float, float] | None = None):
+        with_process: bool = True, seed: int = 1, probe: tuple[float, float] | None = None,
+        with_log: bool = False):
     """Run the workload under the recorder; faults are (seconds after start, fault json); `probe` is
     (interval, deadline) of the active probe (None: off). Returns (recorder, engine, start time)."""
     clock = VirtualClock()
-    engine = SimEngine(config or SimConfig(seed=seed), clock)
+    lines = LogLines() if with_log else None
+    engine = SimEngine(config or SimConfig(seed=seed), clock, log_stream=lines)
     start = clock.now()
     for at, fault in faults:
         engine.inject({**fault, "at": at})
     workload = Workload(engine, phases, seed=seed)
     every, deadline = probe if probe is not None else (None, 10.0)
     recorder = Recorder(sim_sources(engine, clock, interval, with_process=with_process, probe_every=every,
-                                    probe_deadline=deadline), clock,
+                                    probe_deadline=deadline, log_lines=lines), clock,
                         history_s=history, config=detector_config)
     asyncio.run(recorder.run_virtual(workload.end - start, advance=workload.advance))
     return recorder, engine, start

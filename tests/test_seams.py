@@ -210,8 +210,8 @@ def fault(url, kind):
 
 
 BUILTIN_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss", "not_serving",
-                    "overload",
-                    "kv_pressure", "preemption", "histogram_blind", "target_restarted")
+                    "overload", "kv_pressure", "preemption", "histogram_blind", "target_restarted", "server_errors",
+                    "client_errors", "requests_aborted", "startup_stalled", "crash_loop")
 
 
 def test_the_shipped_schemas_list_exactly_the_registered_builtin_verdicts():
@@ -226,7 +226,7 @@ def test_the_shipped_schemas_list_exactly_the_registered_builtin_verdicts():
 def test_every_verdict_has_a_complete_runbook_and_a_valid_spec():
     for spec in registry.specs():
         assert len(spec.runbook.check_next) >= 2 and spec.summary
-        assert set(spec.labels) <= {"engine", "cause", "rule", "histogram", "by"}
+        assert set(spec.labels) <= {"engine", "cause", "rule", "histogram", "by", "stage"}
     with pytest.raises(ValueError, match="severity 'urgent'"):
         VerdictSpec("x_y", detect_busy, FINDING, "urgent", "s", BUSY_RUNBOOK, ("metrics",))
     with pytest.raises(ValueError, match="unknown evidence sources"):

@@ -91,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        engine = SimEngine(config, RealClock(), log_stream=log_stream)
+        try:
+            engine = SimEngine(config, RealClock(), log_stream=log_stream)
+        except FaultSpecError as exc:       # e.g. startup-hang@STAGE with a stage this engine does not log
+            raise SimUsageError(f"--fault: {exc}") from None
         try:
             return await serve(engine, args.host, args.port, on_listening=listening, stop=stop)
         except OSError as exc:

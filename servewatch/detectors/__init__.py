@@ -60,10 +60,17 @@ def evidence_window(window: Window, config: DetectorConfig | None = None) -> Win
 
 
 def _recent(window: Window, config: DetectorConfig) -> Window | None:
+    """The lookback slice, plus the startup stage lines before it (a few lines per start, which a start
+    that hangs longer than the lookback still needs to name its stage)."""
     end = window.end
     if end is None:
         return None
-    return window.since(end - config.lookback_s)
+    since = end - config.lookback_s
+    recent = window.since(since)
+    older_stages = tuple(e for e in window.logs if e.t < since and e.kind == "startup")
+    if older_stages:
+        recent = dataclasses.replace(recent, logs=older_stages + recent.logs)
+    return recent
 
 
 def _strip(i: int, sample: MetricsSample, keep: set[tuple[int, str]]) -> MetricsSample:

@@ -67,6 +67,32 @@ class DetectorConfig:
     preemption_window_s: float = 60.0
     preemption_min: float = 1.0
 
+    # server_errors, client_errors, requests_aborted: increases over the last outcome_window_s (never the
+    # cumulative counts). server_errors: at least server_error_min 5xx responses (or requests the engine
+    # finished with reason error) and at least server_error_fraction of the responses; client_errors the
+    # same for 4xx; requests_aborted: aborted requests against all finished ones.
+    outcome_window_s: float = 60.0
+    server_error_min: float = 3.0
+    server_error_fraction: float = 0.05
+    client_error_min: float = 5.0
+    client_error_fraction: float = 0.25
+    abort_min: float = 5.0
+    abort_fraction: float = 0.25
+
+    # startup_stalled: no new startup stage for max(startup_stall_k x the longest gap between the stages
+    # so far, startup_stall_floor_s) while /health has not yet succeeded since the start. A target whose
+    # process is younger than startup_max_s and was never healthy since counts as starting (no
+    # health_loss then), also without a log.
+    startup_stall_k: float = 4.0
+    startup_stall_floor_s: float = 120.0
+    startup_max_s: float = 900.0
+
+    # crash_loop: at least crash_loop_count restarts or deaths within crash_loop_window_s (at most the
+    # lookback); engine-death lines closer than crash_loop_burst_s are one death.
+    crash_loop_count: int = 3
+    crash_loop_window_s: float = 180.0
+    crash_loop_burst_s: float = 10.0
+
     # histogram_blind: at least this many observations in the window's histogram delta.
     blind_min_count: float = 100.0
     blind_kinds: tuple[str, ...] = ("itl", "ttft", "tpot")

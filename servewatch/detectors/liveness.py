@@ -8,6 +8,7 @@ died, which defeats Restart=on-failure.
 from __future__ import annotations
 
 from servewatch import dialects
+from servewatch.detectors import restart, startup
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import HealthSample, ProcessSample
@@ -121,6 +122,8 @@ def _engine_children_gone(samples: tuple[ProcessSample, ...]):
 
 
 def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
+    if restart.in_crash_loop(window, config):
+        return []   # one crash_loop verdict, not a death verdict per start
     onset, evidence, reasons = engine_death_evidence(window, config)
     if onset is None:
         return []
@@ -138,7 +141,7 @@ def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
 # --- process_exit --------------------------------------------------------------------------------
 
 def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]:
-    if not window.process or window.process[-1].alive:
+    if not window.process or window.process[-1].alive or restart.in_crash_loop(window, config):
         return []
     run = _trailing(window.process, lambda p: not p.alive)
     first, last = run[0], run[-1]
@@ -204,6 +207,10 @@ def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[flo
 def detect_health_loss(window: Window, config: DetectorConfig) -> list[Verdict]:
     run = _trailing(window.health, lambda h: not h.ok)
     if len(run) < config.health_fail_count:
+        return []
+    if startup.in_startup(window, config):
+        return []   # a starting target is not healthy yet, not unhealthy: startup_stalled covers a stuck start
+    if restart.in_crash_loop(window, config):
         return []
     first, last = run[0], run[-1]
     kinds = sorted({_health_problem(h) for h in run})

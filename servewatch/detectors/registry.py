@@ -7,7 +7,8 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import blindness, capacity, liveness, not_serving, progress, restart, runbooks
+from servewatch.detectors import (blindness, capacity, liveness, not_serving, outcomes, progress, restart, runbooks,
+                                  startup)
 from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
 
 _REGISTRY: dict[str, VerdictSpec] = {}
@@ -73,5 +74,19 @@ for _spec in (
                 ("metrics",), labels=("engine", "histogram")),
     VerdictSpec("target_restarted", restart.detect, INCIDENT, "ticket",
                 "the target restarted", runbooks.TARGET_RESTARTED, ("process", "metrics"), labels=("by",)),
+    VerdictSpec("server_errors", outcomes.detect_server_errors, INCIDENT, "page",
+                "requests fail with server errors (5xx)", runbooks.SERVER_ERRORS, ("metrics",)),
+    VerdictSpec("client_errors", outcomes.detect_client_errors, FINDING, "ticket",
+                "clients send requests the server refuses (4xx)", runbooks.CLIENT_ERRORS, ("metrics",),
+                labels=("cause",)),
+    VerdictSpec("requests_aborted", outcomes.detect_requests_aborted, INCIDENT, "ticket",
+                "clients abort their requests before the answer is complete", runbooks.REQUESTS_ABORTED,
+                ("metrics",)),
+    VerdictSpec("startup_stalled", startup.detect_startup_stalled, INCIDENT, "page",
+                "the start stopped at a stage", runbooks.STARTUP_STALLED, ("log", "process", "health"),
+                labels=("stage",)),
+    VerdictSpec("crash_loop", restart.detect_crash_loop, INCIDENT, "page",
+                "the target dies or restarts again and again", runbooks.CRASH_LOOP, ("process", "metrics", "log"),
+                labels=("by",)),
 ):
     register(_spec)

@@ -1,7 +1,9 @@
-"""target_restarted: the thing we watch is not the thing we were watching.
+"""target_restarted, crash_loop: the thing we watch is not the thing we were watching.
 
 Identity is pid + create time: a reused PID is a different process. Counters that go down mean the
-exporter restarted (Prometheus counters only reset with their process).
+exporter restarted (Prometheus counters only reset with their process). Several restarts or deaths in a
+short window are one crash loop, reported once with the first failure's evidence, instead of a
+restart verdict per start.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ _COUNTERS = ("steps", "generation_tokens", "prompt_tokens", "preemptions")
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+    if in_crash_loop(window, config):
+        return []    # one crash_loop verdict instead of one restart verdict per start
+    return _restarts(window)
+
+
+def _restarts(window: Window) -> list[Verdict]:
     found: list[tuple[float, str, tuple[Evidence, ...], dict]] = []
 
     identities = [p for p in window.process if p.alive and p.root_create_time is not None]
@@ -50,3 +58,106 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     details = {**details, "restarts_seen": len(found)}
     details.pop("engine", None)  # one restart verdict for the target, whichever engine showed it
     return [Verdict("target_restarted", onset, onset, why, evidence, details)]
+
+
+# --- crash_loop ----------------------------------------------------------------------------------
+
+Episode = tuple[float, Evidence]
+
+
+def _identity_changes(window: Window) -> list[Episode]:
+    alive = [p for p in window.process if p.alive and p.root_create_time is not None]
+    return [(b.t, Evidence("process", b.t, "root_create_time", b.root_create_time))
+            for a, b in zip(alive, alive[1:])
+            if (a.root_pid, a.root_create_time) != (b.root_pid, b.root_create_time)]
+
+
+def _counter_resets(window: Window) -> list[Episode]:
+    resets: list[Episode] = []
+    for _, points in sorted(engine_series(window.metrics).items())[:1]:    # one engine tells a server restart
+        for (_, a), (sb, b) in zip(points, points[1:]):
+            for name, va, vb in zip(_COUNTERS, progress(a) + (a.counters.preemptions,),
+                                    progress(b) + (b.counters.preemptions,)):
+                if va is not None and vb is not None and vb < va:
+                    resets.append((sb.t, Evidence("metrics", sb.t, f"counters.{name}", vb)))
+                    break
+    return resets
+
+
+def _later_starts(window: Window) -> list[Episode]:
+    ups = [e for e in window.logs if e.kind == "startup" and e.fields.get("stage") == "process_up"]
+    return [(e.t, Evidence("log", e.t, "stage", "process_up")) for e in ups[1:]]
+
+
+def _exits(window: Window) -> list[Episode]:
+    out: list[Episode] = []
+    previous = None
+    for p in window.process:
+        if previous is not None and previous.alive and not p.alive:
+            out.append((p.t, Evidence("process", p.t, "alive", False)))
+        previous = p
+    return out
+
+
+def _engine_deaths(window: Window, config: DetectorConfig) -> list[Episode]:
+    """engine_dead log lines, one episode per burst (a traceback repeats its death over several lines)."""
+    out: list[Episode] = []
+    for event in window.logs:
+        if event.kind != "engine_dead":
+            continue
+        if not out or event.t - out[-1][0] > config.crash_loop_burst_s:
+            out.append((event.t, Evidence("log", event.t, "kind", "engine_dead")))
+    return out
+
+
+def crash_loop_episodes(window: Window, config: DetectorConfig) -> tuple[str, list[Episode]] | None:
+    """(what repeats, its episodes) when the target restarted or died at least crash_loop_count times in
+    the last crash_loop_window_s; the signal with the most episodes speaks (one restart shows as a new
+    process, a counter reset and a new startup line at once: they are not added up)."""
+    since = (window.end or 0.0) - config.crash_loop_window_s
+    signals = {
+        "restarts (new process)": _identity_changes(window),
+        "restarts (counters reset)": _counter_resets(window),
+        "restarts (startup lines)": _later_starts(window),
+        "exits": _exits(window),
+        "engine deaths": _engine_deaths(window, config),
+    }
+    best = None
+    for what, episodes in signals.items():
+        recent = [e for e in episodes if e[0] >= since]
+        if len(recent) >= config.crash_loop_count and (best is None or len(recent) > len(best[1])):
+            best = (what, recent)
+    return best
+
+
+def in_crash_loop(window: Window, config: DetectorConfig) -> bool:
+    return crash_loop_episodes(window, config) is not None
+
+
+def detect_crash_loop(window: Window, config: DetectorConfig) -> list[Verdict]:
+    found = crash_loop_episodes(window, config)
+    if found is None:
+        return []
+    what, episodes = found
+    first, last = episodes[0][0], episodes[-1][0]
+    why = (f"{len(episodes)} {what} in {last - first:.0f} s (≥ {config.crash_loop_count:g} within "
+           f"{config.crash_loop_window_s:g} s): a crash loop")
+    first_failure = _first_failure(window, first)
+    if first_failure:
+        why += f"; the first: {first_failure[0]}"
+    evidence = tuple(e for _, e in episodes[:3]) + tuple(first_failure[1] if first_failure else ())
+    return [Verdict("crash_loop", last, first, why, evidence,
+                    {"episodes": len(episodes), "by": what.split(" ")[0], "span_s": round(last - first, 1)})]
+
+
+def _first_failure(window: Window, before: float) -> tuple[str, tuple[Evidence, ...]] | None:
+    """What the window says about the first failure of the loop: its engine-death or startup-failure
+    line, or the first exit's code."""
+    for event in window.logs:
+        if event.kind in ("engine_dead", "startup_failure") and event.t <= before + 1.0:
+            return (f"{event.kind.replace('_', ' ')} ({event.fields.get('reason', 'unknown')})",
+                    (Evidence("log", event.t, "reason", event.fields.get("reason")),))
+    for p in window.process:
+        if not p.alive and p.exit_code is not None:
+            return f"exit code {p.exit_code}", (Evidence("process", p.t, "exit_code", p.exit_code),)
+    return None

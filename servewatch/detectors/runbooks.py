@@ -223,3 +223,112 @@ NOT_SERVING = RunbookBranch(
                      "cache contents, and the frozen process state that shows where it hung: take the stack "
                      "before any restart.",
 )
+
+SERVER_ERRORS = RunbookBranch(
+    meaning="A share of the requests of the last minute ended in a 5xx (or the engine finished them with "
+            "reason error): the server, not the client, failed them.",
+    check_next=(
+        "Which status: 500 is an exception in the API server or the engine; 503 is a server that refuses "
+        "work (starting, draining, its engine dead, or SGLang's own request timeouts); 502/504 come from a "
+        "proxy in front of the server.",
+        "Whether engine_dead, health_loss or a stall fired at the same time: 5xx that follow an engine "
+        "death are its consequence; 5xx on a healthy engine point at a request pattern or a software fault.",
+        "The log tail at the verdict's onset for tracebacks (the bundle keeps the engine's grammar "
+        "literals, not the request text).",
+        "Whether the errors follow one client or one kind of request (the client's own logs).",
+    ),
+    expected_range="0 5xx responses per window on a healthy server.",
+    safe_action="Keep the bundle and the log; take the replica out of routing if other replicas serve, so "
+                "clients stop receiving errors while the cause is read.",
+    rollback="Return it to routing once a window passes with no 5xx.",
+    restart_destroys="In-flight requests and the KV and prefix cache; an exception that repeats on the next "
+                     "request of the same kind survives a restart.",
+)
+
+CLIENT_ERRORS = RunbookBranch(
+    meaning="A share of the requests of the last minute were refused as the client's error (4xx): the server "
+            "works and is doing its job; the clients send what it cannot serve.",
+    check_next=(
+        "The cause the verdict names: inputs over the model's maximum length (a real vLLM answers 400 "
+        "before the engine sees the request), an unknown model name (404), a path without a route (404), "
+        "max_tokens out of range (400), credentials (401/403), a rate limit (429).",
+        "The model's maximum length (vLLM's 'Maximum concurrency for N tokens per request' startup line) "
+        "against what the clients send: prompt plus max_tokens must fit.",
+        "Which client or release started sending them: the onset time against deploys of the clients.",
+    ),
+    expected_range="A few 4xx are normal; a quarter of all responses in a minute is not.",
+    safe_action="No action on the server. Tell the clients' owners the cause; if longer inputs are "
+                "intended, raise the maximum length only where the KV cache still fits it.",
+    rollback="Nothing to roll back on the server: this branch is read-only.",
+    restart_destroys="A restart fixes nothing here and drops in-flight requests and the KV cache.",
+    by_cause={
+        "input_too_long": "Clients send prompts over the model's maximum length: truncate or chunk on the "
+                          "client, or raise --max-model-len where the KV cache still holds it.",
+        "unknown_path": "Clients call a path the server has no route for: check the client's base URL and "
+                        "API version (/v1/...).",
+        "not_found": "Clients name a model the server does not serve, or call a path it has no route for: "
+                     "compare the client's model name with GET /v1/models.",
+        "rate_limited": "The server's own limit refuses work: read it together with overload.",
+    },
+)
+
+REQUESTS_ABORTED = RunbookBranch(
+    meaning="A share of the requests the engine finished in the last minute were aborted: the client went "
+            "away (a timeout, a cancel, a disconnect) before the answer was complete.",
+    check_next=(
+        "Latency at the same time (TTFT and queue time): clients give up when the wait exceeds their "
+        "timeout, so aborts usually follow overload or a slow engine.",
+        "The clients' timeout against the e2e latency p99: a timeout below it aborts normal requests.",
+        "Whether an engine death or a restart is in the window: requests it ends count as aborted too.",
+    ),
+    expected_range="Close to 0 aborted per window; a quarter of the finished requests is not normal.",
+    safe_action="Relieve the latency that makes clients give up (see overload); align client timeouts "
+                "with the measured latency.",
+    rollback="Restore previous limits once the abort share stays low across a peak window.",
+    restart_destroys="The requests still running, which would then be aborted too.",
+)
+
+STARTUP_STALLED = RunbookBranch(
+    meaning="The target is starting and has not reached its next startup stage for longer than its earlier "
+            "stages allow: the start is stuck at the stage the verdict names (it is not 'health lost': it was "
+            "never healthy since it started).",
+    check_next=(
+        "The stage it stopped after and what comes next: loading weights (storage, a download, a full "
+        "disk), compiling (a compile cache that fails to load makes every start compile again: ~20 s on a "
+        "2-core CPU for a tiny model), sizing the KV cache (memory profiling), capturing graphs, or the API "
+        "server's start.",
+        "Process states in the bundle: a member in status 'stopped' or at 0% CPU is not working; one "
+        "at 100% is still working and the bound may be too tight for this model (raise "
+        "startup_stall_floor_s).",
+        "A stack of the engine process (e.g. `py-spy dump --pid PID`) shows where it waits.",
+        "The previous starts of the same deployment: how long each stage took then (the stage table of "
+        "the report).",
+    ),
+    expected_range="Each stage follows the previous one within a few times the longest earlier stage; a real "
+                   "vLLM 0.32 on 2 CPU cores reached /health 200 in 30–50 s (imports ~16 s, compile ~20 s).",
+    safe_action="Keep the bundle and a stack, then stop the start and start again; if the same stage hangs "
+                "again, fix its cause (storage, memory, compile cache) before retrying.",
+    rollback="Nothing to roll back: the replica never served.",
+    restart_destroys="Only the progress of this start (weights already read, compile results not yet cached); "
+                     "no request was served yet.",
+)
+
+CRASH_LOOP = RunbookBranch(
+    meaning="The target died or was restarted several times within a few minutes: one failure repeating "
+            "under a supervisor (systemd, Kubernetes, a wrapper script), not unrelated restarts.",
+    check_next=(
+        "The first failure the verdict names (its engine-death or startup-failure line, or its exit code): "
+        "the later ones usually repeat it, and later restarts overwrite its log and counters.",
+        "How far each start gets (the startup stages): dying at the same stage every time is a "
+        "configuration or resource fault (KV sizing, memory, a missing file), not load.",
+        "Whether the deaths follow traffic: an engine that dies a fixed time after ready under load points "
+        "at a request pattern (an activation out-of-memory at high concurrency).",
+        "The supervisor's restart policy and back-off: a loop without back-off hides the cause in churn.",
+    ),
+    expected_range="No restart between planned deploys.",
+    safe_action="Stop the supervisor from restarting this replica (or give it a back-off), keep its log and "
+                "the first failure's bundle, and fix the cause before the next start.",
+    rollback="Re-enable the restarts once one start has stayed up through a peak window.",
+    restart_destroys="Each restart already destroyed the previous start's evidence: in-flight requests, the "
+                     "KV cache, counters and the tail of the log if it is not kept.",
+)

@@ -82,6 +82,51 @@ def sum_counter(families: Mapping[str, Family], exposed: str, identity_labels: I
     return sum_by(family, identity_labels, sample_name=exposed, label=label)
 
 
+def responses_by_status(families: Mapping[str, Family], exposed: str, *, handler_label: str, status_label: str,
+                        skip_handlers: Iterable[str] = (), unrouted_handler: str | None = None) -> dict[str, float]:
+    """An HTTP response counter summed per status over the request handlers (`skip_handlers`, e.g. the
+    health and metrics endpoints a watcher polls itself, left out); responses of `unrouted_handler`
+    (the label a server gives paths it has no route for) are counted under "unrouted"."""
+    family = first_family(families, *counter_names(exposed))
+    if family is None:
+        return {}
+    skip = frozenset(skip_handlers)
+    out: dict[str, float] = defaultdict(float)
+    for sample in family.samples:
+        if sample.name != exposed or math.isnan(sample.value):
+            continue
+        handler = sample.labels.get(handler_label, "")
+        if handler in skip:
+            continue
+        status = sample.labels.get(status_label, "")
+        if unrouted_handler is not None and handler == unrouted_handler:
+            out["unrouted"] += sample.value
+        elif STATUS_KEY.match(status):
+            out[status] += sample.value
+    return dict(out)
+
+
+def summary_by_handler(families: Mapping[str, Family], name: str, *, handler_label: str,
+                       skip_handlers: Iterable[str] = ()) -> tuple[float | None, float | None]:
+    """(sum, count) of a summary over the request handlers; (None, None) when it is not exported."""
+    family = families.get(name)
+    if family is None or not family.samples:
+        return None, None
+    skip = frozenset(skip_handlers)
+    total = count = 0.0
+    for sample in family.samples:
+        if sample.labels.get(handler_label, "") in skip or math.isnan(sample.value):
+            continue
+        if sample.name == name + "_sum":
+            total += sample.value
+        elif sample.name == name + "_count":
+            count += sample.value
+    return total, count
+
+
+STATUS_KEY = re.compile(r"^[1-5](?:xx|[0-9][0-9])$")     # "4xx" (a class) or "404" (a code)
+
+
 def model_key(key: Key) -> str | None:
     return dict(key).get("model_name")
 

@@ -40,6 +40,15 @@ RETRACTED_LEGACY = "sglang:total_retracted_reqs"           # 0.4.10 gauge (cumul
 FORWARD_PASSES = "sglang:cuda_graph_passes_total"          # 0.5.23: label mode; sum over modes = steps
 REALTIME_TOKENS = "sglang:realtime_tokens_total"           # 0.5.23: label mode
 NUM_RETRACTED_REQS_GAUGE = "sglang:num_retracted_reqs"     # gauge, multiprocess mode "all": extra pid label
+# The HTTP middleware's counter (with --enable-metrics): labels endpoint (the route, or the raw path of
+# an unmatched one), method, status_code (the exact code).
+HTTP_RESPONSES = "sglang:http_responses_total"
+HTTP_HANDLER_LABEL = "endpoint"
+HTTP_STATUS_LABEL = "status_code"
+# Endpoints a watcher, a load balancer or the launcher itself calls: not the clients' requests.
+HTTP_MONITORING_HANDLERS = ("/health", "/health_generate", "/metrics", "/ready", "/model_info", "/get_model_info",
+                            "/server_info", "/get_server_info", "/v1/models", "/version", "/get_load", "/v1/loads",
+                            "/freeze_gc")
 
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("sglang:time_to_first_token_seconds",),
@@ -116,6 +125,25 @@ STARTUP_FAILURE_LINES = (
 OOM_LINES = ("Prefill out of memory.", "Decode out of memory.", "Out of memory. Try to lower your batch size.")
 READY_LINE = "The server is fired up and ready to roll!"
 
+# Startup stages, in the order a 0.5.23 CPU server logged them; uvicorn serves (and /health answers 503)
+# from api_listening until the warm-up request has finished ("ready").
+STARTUP_STAGE_LINES = (
+    ("server_args=", "process_up"),
+    ("Init parallel begin.", "engine_start"),
+    ("Load weight begin.", "weights_loading"),
+    ("Application startup complete.", "api_listening"),
+    ("Uvicorn running on", "api_listening"),
+)
+WEIGHTS_LOADED_LINE = re.compile(r"Load weight end\. elapsed=(?P<seconds>[\d.]+) s")
+KV_ALLOCATED_LINE = re.compile(r"KV Cache is allocated\..*#tokens: (?P<tokens>\d+)")
+KV_LIMITS_LINE = re.compile(r"max_total_num_tokens=(?P<tokens>\d+),.*max_running_requests=(?P<max_running>\d+)"
+                            r"(?:, context_len=(?P<per_request>\d+))?")
+# From the 0.5 source (scheduler's model runner); a CPU server does not capture graphs and was not seen to log it.
+GRAPHS_CAPTURING_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph begin")
+GRAPHS_CAPTURED_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph end\. Time elapsed: (?P<seconds>[\d.]+) s")
+ENGINE_READY_LINE = re.compile(r"Engine startup timings \(s\): load_weight=[\d.]+, kv_cache_allocation=[\d.]+, "
+                               r"scheduler_e2e=(?P<seconds>[\d.]+)")
+
 
 def detect(families: Mapping[str, Family]) -> str | None:
     if not any(name.startswith(PREFIX) for name in families):
@@ -132,7 +160,7 @@ def detect(families: Mapping[str, Family]) -> str | None:
 def wanted_families() -> tuple[str, ...]:
     names = [RUNNING, WAITING, TOKEN_USAGE, KV_USED_TOKENS, NUM_USED_TOKENS, KV_AVAILABLE_TOKENS,
              MAX_TOTAL_NUM_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED,
-             RETRACTED_REQUESTS, RETRACTED_LEGACY, FORWARD_PASSES, REALTIME_TOKENS,
+             RETRACTED_REQUESTS, RETRACTED_LEGACY, FORWARD_PASSES, REALTIME_TOKENS, HTTP_RESPONSES,
              *MARKERS_0_5_5, "sglang:num_prefill_infight_queue_reqs", "sglang:avg_request_queue_latency"]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
@@ -157,6 +185,8 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
     histograms = {kind: {base.model_key(k): h for k, h in
                          base.histograms_by(base.first_family(families, *names), MODEL_LABELS).items()}
                   for kind, names in HISTOGRAMS.items()}
+    responses = base.responses_by_status(families, HTTP_RESPONSES, handler_label=HTTP_HANDLER_LABEL,
+                                         status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS)
     queue_hist = base.histograms_by(base.first_family(families, *HISTOGRAMS["queue"]), ids)
 
     states = []
@@ -185,6 +215,7 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
                 preemptions=retracted.get(key),
                 steps=steps.get(key),
                 finished=finished,
+                responses=dict(responses),
             ),
             histograms=engine_histograms,
         ))
@@ -326,6 +357,27 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
             return [("error", {"reason": literal})]
     if READY_LINE in msg:
         return [("startup", {"stage": "ready"})]
+    return _startup_stage(msg)
+
+
+def _startup_stage(msg: str) -> list[base.LogFinding]:
+    for literal, stage in STARTUP_STAGE_LINES:
+        if literal in msg:
+            return [("startup", {"stage": stage})]
+    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
+                           (ENGINE_READY_LINE, "engine_ready")):
+        match = pattern.search(msg)
+        if match:
+            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    if GRAPHS_CAPTURING_LINE.search(msg):
+        return [("startup", {"stage": "graphs_capturing"})]
+    match = KV_LIMITS_LINE.search(msg)
+    if match:
+        return [("startup", {"stage": "kv_cache_size", **base.numbers(match, {"tokens": int, "max_running": int,
+                                                                               "per_request": int})})]
+    match = KV_ALLOCATED_LINE.search(msg)
+    if match:
+        return [("startup", {"stage": "kv_cache_size", "tokens": int(match.group("tokens"))})]
     return []
 
 

@@ -36,6 +36,16 @@ REQUEST_SUCCESS = "vllm:request_success_total"                   # label finishe
 ITERATION_TOKENS = "vllm:iteration_tokens_total"                 # histogram: _count = engine steps
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+# The API server's HTTP counter (prometheus-fastapi-instrumentator, no "vllm:" prefix, the same name in
+# 0.11 and 0.32): labels handler (the route, "none" for a path without one), method, status ("2xx", ...).
+HTTP_REQUESTS = "http_requests_total"
+HTTP_HANDLER_LABEL = "handler"
+HTTP_STATUS_LABEL = "status"
+HTTP_UNROUTED_HANDLER = "none"
+HTTP_REQUEST_SIZE = "http_request_size_bytes"      # summary by handler: the request bodies' bytes
+# Endpoints a watcher or a load balancer polls: not the clients' requests.
+HTTP_MONITORING_HANDLERS = ("/health", "/metrics", "/ping", "/version", "/v1/models", "/load", "/is_sleeping",
+                            "/server_info")
 
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("vllm:time_to_first_token_seconds",),
@@ -125,6 +135,23 @@ STARTUP_FAILURE_LINES = (
 )
 READY_LINE = "Application startup complete."
 
+# Startup stages, in the order a 0.32 CPU server logged them (a GPU server profiles memory and captures
+# CUDA graphs between weights_loaded and engine_ready). Literal → stage; patterns carry the seconds.
+STARTUP_STAGE_LINES = (
+    ("non-default args: ", "process_up"),                      # api_utils.py (0.11: arg_utils) — the API server
+    ("Initializing a V1 LLM engine", "engine_start"),          # core.py: the engine core process
+    ("Starting to load model", "weights_loading"),             # gpu_/cpu_model_runner.py
+    ("Warming up model for the compilation", "compiling"),     # cpu_model_runner.py
+    ("Warming up done.", "compiled"),
+)
+WEIGHTS_LOADED_LINE = re.compile(r"Loading weights took (?P<seconds>[\d.]+) seconds")
+COMPILED_LINE = re.compile(r"torch\.compile takes (?P<seconds>[\d.]+) s in total")
+GRAPHS_CAPTURED_LINE = re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs")
+ENGINE_READY_LINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s")
+KV_CONCURRENCY_LINE = re.compile(r"^Maximum concurrency for (?P<per_request>[\d,]+) tokens per request: "
+                                 r"(?P<concurrency>[\d.]+)x")        # 0.11: its own line after the KV size
+API_LISTENING_LINE = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on ")   # the address is not kept
+
 # vLLM 0.32/0.33 startup failures, with the numbers that make the message useful
 # (v1/core/kv_cache_planning.py:67-87; v1/worker/cpu_worker.py:205-248). The literal prefixes are the
 # dialect's STARTUP_FAILURE_LINES.
@@ -181,7 +208,7 @@ def detect(families: Mapping[str, Family]) -> str | None:
 def wanted_families() -> tuple[str, ...]:
     names = [RUNNING, WAITING, WAITING_BY_REASON, KV_USAGE, KV_USAGE_LEGACY, CACHE_CONFIG_INFO,
              ENGINE_SLEEP_STATE, PROMPT_TOKENS, PROMPT_TOKENS_BY_SOURCE, GENERATION_TOKENS, PREEMPTIONS,
-             REQUEST_SUCCESS, ITERATION_TOKENS]
+             REQUEST_SUCCESS, ITERATION_TOKENS, HTTP_REQUESTS, HTTP_REQUEST_SIZE]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
     return tuple(n for name in names for n in base.counter_names(name))
@@ -201,6 +228,11 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
     histograms = {kind: base.histograms_by(base.first_family(families, *names), ids)
                   for kind, names in HISTOGRAMS.items()}
     kv_total = _kv_total_tokens(families.get(CACHE_CONFIG_INFO))
+    responses = base.responses_by_status(families, HTTP_REQUESTS, handler_label=HTTP_HANDLER_LABEL,
+                                         status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS,
+                                         unrouted_handler=HTTP_UNROUTED_HANDLER)
+    body_bytes, bodies = base.summary_by_handler(families, HTTP_REQUEST_SIZE, handler_label=HTTP_HANDLER_LABEL,
+                                                 skip_handlers=(*HTTP_MONITORING_HANDLERS, HTTP_UNROUTED_HANDLER))
 
     keys = set(running) | set(waiting) | set(kv) | set(generated)
     states = []
@@ -224,6 +256,9 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
                 preemptions=preempted.get(key),
                 steps=steps.get(key),
                 finished=finished.get(key, {}),
+                responses=dict(responses),
+                request_bytes=body_bytes,
+                request_bytes_count=bodies,
             ),
             histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
         ))
@@ -397,6 +432,24 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
         return [("error", fields)]
     if READY_LINE in msg:
         return [("startup", {"stage": "ready"})]
+    return _startup_stage(msg)
+
+
+def _startup_stage(msg: str) -> list[base.LogFinding]:
+    for literal, stage in STARTUP_STAGE_LINES:
+        if literal in msg:
+            return [("startup", {"stage": stage})]
+    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (COMPILED_LINE, "compiled"),
+                           (GRAPHS_CAPTURED_LINE, "graphs_captured"), (ENGINE_READY_LINE, "engine_ready")):
+        match = pattern.search(msg)
+        if match:
+            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    match = KV_CONCURRENCY_LINE.search(msg)
+    if match:
+        return [("startup", {"stage": "kv_cache_size", **base.numbers(match, {"per_request": int,
+                                                                               "concurrency": float})})]
+    if API_LISTENING_LINE.search(msg):
+        return [("startup", {"stage": "api_listening"})]
     return []
 
 

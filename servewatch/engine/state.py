@@ -31,6 +31,13 @@ class Counters:
     preemptions: float | None = None          # vLLM preemptions / SGLang retractions
     steps: float | None = None                # engine iterations (vllm:iteration_tokens_total_count)
     finished: dict[str, float] = field(default_factory=dict)  # by finish reason
+    # HTTP responses of the API server's request handlers (its health, metrics and model-list endpoints
+    # left out) by status: a class such as "4xx" where the engine counts classes, else the code ("404").
+    # Server-wide: every engine of one scrape carries the same counts.
+    responses: dict[str, float] = field(default_factory=dict)
+    # Request bodies those handlers received: total bytes and how many (None where not exported).
+    request_bytes: float | None = None
+    request_bytes_count: float | None = None
 
 
 @dataclass(slots=True)

@@ -19,7 +19,8 @@ In-process API (no HTTP, no sleeping; this is what the load generator, recorder 
 * `submit(prompt_tokens, max_tokens, *, prompt=None, ignore_eos=False, prefix_key=None,
   is_streaming=True, listener=None)`: `prefix_key` makes requests share prompt blocks (prefix-cache
   hits); `prompt` text is counted by the documented token counter (servewatch.sim.tokens) and hashed
-  per block. Raises `RequestRejected` (HTTP 400 in the server) or `EngineDeadError`. The returned
+  per block. Raises `RequestRejected` (HTTP 400 in the server), `RequestFailed` (a 5xx, during an
+  error storm) or `EngineDeadError`; `record_response(status)` counts a status as the HTTP layer would. The returned
   `Request` is live: `output_len`, `token_times` (one timestamp per token), `first_token_ts`,
   `finish_reason` (`stop` / `length` / `abort`), `preemptions`, `prefix_hit_tokens`; `listener(request)`
   is called on every new token and at finish.
@@ -34,12 +35,14 @@ In-process API (no HTTP, no sleeping; this is what the load generator, recorder 
   `exit_code` at `exit_at` (the HTTP server does exit; in-process, callbacks in `engine.on_exit` run).
 
 Faults (servewatch.sim.faults): stall, engine-death, crash-oom, slow, admission-deadlock,
-startup-hang, startup-oom, clear. Profiles (servewatch.sim.profiles): h100-8b, rtx3060-7b (default),
+startup-hang (or startup-hang@STAGE), startup-oom, error-storm (5xx or 4xx), crash-loop, clear.
+Profiles (servewatch.sim.profiles): h100-8b, rtx3060-7b (default),
 tiny-cpu. Deterministic for a given config and seed.
 """
 
 from servewatch.sim.config import SimConfig
-from servewatch.sim.engine import DEAD, EXITED, NO_ANSWER, READY, STARTING, EngineDeadError, RequestRejected, SimEngine
+from servewatch.sim.engine import (DEAD, EXITED, NO_ANSWER, READY, STARTING, EngineDeadError, RequestFailed,
+                                   RequestRejected, SimEngine)
 from servewatch.sim.faults import Fault, FaultSpecError, parse_fault_spec
 from servewatch.sim.profiles import PROFILES, Profile
 from servewatch.sim.request import Request
@@ -47,5 +50,5 @@ from servewatch.sim.scheduler import StepResult
 
 __all__ = [
     "DEAD", "EXITED", "NO_ANSWER", "READY", "STARTING", "EngineDeadError", "Fault", "FaultSpecError", "PROFILES",
-    "Profile", "Request", "RequestRejected", "SimConfig", "SimEngine", "StepResult", "parse_fault_spec",
+    "Profile", "Request", "RequestFailed", "RequestRejected", "SimConfig", "SimEngine", "StepResult", "parse_fault_spec",
 ]

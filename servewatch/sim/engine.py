@@ -21,7 +21,7 @@ from servewatch.clock import Clock, VirtualClock
 from servewatch.sim import roofline, tokens
 from servewatch.sim.behaviour import BEHAVIOURS
 from servewatch.sim.config import SimConfig
-from servewatch.sim.faults import STARTUP_KINDS, Fault, fault_from_json, parse_fault_spec
+from servewatch.sim.faults import STARTUP_KINDS, Fault, FaultSpecError, fault_from_json, parse_fault_spec
 from servewatch.sim.kvcache import BlockPool
 from servewatch.sim.logs import LogSink
 from servewatch.sim.request import FINISH_ABORT, RUNNING, Request
@@ -36,6 +36,14 @@ class RequestRejected(ValueError):
     """A request the real server would refuse with HTTP 400 (message in the server's words)."""
 
     status = 400
+
+
+class RequestFailed(RuntimeError):
+    """A request the server fails with a 5xx (the error-storm fault)."""
+
+    def __init__(self, status: int = 500):
+        super().__init__("Internal Server Error" if status == 500 else f"HTTP {status}")
+        self.status = status
 
 
 class EngineDeadError(RuntimeError):
@@ -78,6 +86,12 @@ class SimEngine:
         self._wedge_when_idle = False
         self._wedge_duration: float | None = None
         self._startup_oom = False
+        self._stages = self._stage_plan()      # (due, stage): the startup log lines still to write
+        self.error_status: int | None = None   # error-storm: what every completion request gets
+        self.error_until: float | None = None
+        self.crash_every: float | None = None  # crash-loop: ready → death interval
+        self._crash_at: float | None = None
+        self.restarts = 0                      # crash-loop: how often the supervisor started it again
         self._pending: list[tuple[float, int, Fault]] = []
         self._inbox: list[Request] = []       # submitted, not yet seen by the scheduler (mid-step arrivals)
         self._polling = False
@@ -91,7 +105,6 @@ class SimEngine:
         self.total_lag = 0.0
         self._wake_event: asyncio.Event | None = None
         self.on_exit: list[Callable[[SimEngine], None]] = []
-        self.log.startup()
         for spec in cfg.faults:
             self.inject(parse_fault_spec(spec))
         self.poll()
@@ -163,6 +176,15 @@ class SimEngine:
         if self.state in (DEAD, EXITED):
             raise EngineDeadError()
         cfg = self.config
+        if self.error_status is not None and self.error_status >= 500:
+            raise RequestFailed(self.error_status)
+        if self.error_status is not None:
+            rejected = RequestRejected(
+                f"This model's maximum context length is {cfg.max_model_len} tokens. However, your prompt contains "
+                "more tokens. Please reduce the length of the input prompt.")
+            rejected.status = self.error_status
+            rejected.prompt_tokens = cfg.max_model_len + 1     # the storm: clients send prompts over the limit
+            raise rejected
         rid = self._next_rid
         self._next_rid += 1
         if prompt is not None:
@@ -201,6 +223,13 @@ class SimEngine:
         self._wake()
         return request
 
+    def record_response(self, status: int, request_bytes: int = 0) -> None:
+        """Count one completion request's HTTP status, as the server's middleware does: for drivers that
+        call `submit` in-process, bypassing HTTP."""
+        http = getattr(self.metrics, "http", None)
+        if http is not None:
+            http.observe("/v1/completions", "POST", status, 0.0, request_bytes)
+
     def abort(self, request: Request) -> bool:
         """Abort a request (client disconnect). Its KV is freed; finish reason `abort`."""
         if request in self._inbox:
@@ -222,10 +251,18 @@ class SimEngine:
         if fault.kind in STARTUP_KINDS:
             if self.state != STARTING:
                 raise ValueError(f"{fault.kind} only applies at startup")
+            names = [name for _, name in self._stages]
             if fault.kind == "startup-hang":
                 self._startup_hang = True
+                last = fault.stage or "weights_loaded"
+                if last not in names:
+                    raise FaultSpecError(f"startup-hang@{last}: not a startup stage of this engine "
+                                         f"(known: {', '.join(names)})")
+                self._stages = self._stages[:names.index(last) + 1]
             else:
                 self._startup_oom = True
+                if self.log.FAILS_AT in names:
+                    self._stages = self._stages[:names.index(self.log.FAILS_AT)]
             return
         due = self.started_at + fault.at if fault.at is not None else self.clock.now()
         if due > self.clock.now():
@@ -251,6 +288,7 @@ class SimEngine:
         elif kind == "clear":
             self._wedge_when_idle = False
             self._clear_stall(now)
+            self.error_status = self.error_until = None
             self.slow_factor = 1.0
             self.scheduler.admission_blocked = False
             self.oom_budget_mib = None
@@ -261,6 +299,13 @@ class SimEngine:
         elif kind == "crash-oom":
             self.oom_budget_mib = fault.budget_mib if fault.budget_mib is not None else self.config.hw.oom_budget_mib
             self.oom_exit_code = fault.exit_code if fault.exit_code is not None else 1
+        elif kind == "error-storm":
+            self.error_status = fault.status if fault.status is not None else 500
+            self.error_until = now + fault.duration if fault.duration else None
+        elif kind == "crash-loop":
+            self.crash_every = fault.every if fault.every is not None else 10.0
+            if self.state == READY:
+                self._crash_at = now + self.crash_every
         elif kind == "engine-death":
             self._die("engine-death", fault.exit_code if fault.exit_code is not None else 1, self.log.engine_death)
 
@@ -381,6 +426,13 @@ class SimEngine:
         while self._pending and self._pending[0][0] <= now:
             _, _, fault = self._pending.pop(0)
             self._apply(fault)
+        while self.state == STARTING and self._stages and self._stages[0][0] <= now:
+            self.log.stage(self._stages.pop(0)[1], self._auto_fit_from)
+        if self.error_until is not None and now >= self.error_until:
+            self.error_status = self.error_until = None
+        if self._crash_at is not None and self.state == READY and now >= self._crash_at:
+            self._crash_at = None
+            self._die("crash-loop", 1, self.log.engine_death)
         if self.state == STARTING and not self._startup_hang and now >= self.started_at + self.config.startup_seconds:
             self._become_ready(now)
         if self.stall_until is not None and now >= self.stall_until:
@@ -392,6 +444,9 @@ class SimEngine:
             self.log.stats(now)
             while self._next_log_at <= now:
                 self._next_log_at += self.config.log_stats_interval
+        if (self.state == DEAD and self.exit_at is not None and now >= self.exit_at
+                and self.death_reason == "crash-loop"):
+            self._restart(now)
         if self.state == DEAD and self.exit_at is not None and now >= self.exit_at:
             self.state = EXITED
             if self.behaviour.logs_shutdown:
@@ -399,7 +454,29 @@ class SimEngine:
             for callback in list(self.on_exit):
                 callback(self)
 
+    def _stage_plan(self) -> list[tuple[float, str]]:
+        return [(self.started_at + share * self.config.startup_seconds, name) for name, share in self.log.STAGES]
+
+    def _restart(self, now: float) -> None:
+        """The supervisor starts the crashed server again: a new process, its counters from zero."""
+        cfg = self.config
+        self.restarts += 1
+        self.started_at = now
+        self.pool = BlockPool(cfg.num_blocks, enable_prefix_caching=cfg.enable_prefix_caching)
+        self.scheduler = Scheduler(pool=self.pool, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
+                                   max_batched_tokens=cfg.max_batched_tokens, max_model_len=cfg.max_model_len)
+        self.metrics = self.behaviour.make_metrics(self, now)
+        self.log = self.behaviour.make_log(self, self.log.sink)
+        self.state = STARTING
+        self.exit_code = self.exit_at = self.death_reason = None
+        self._inflight = None
+        self._stages = self._stage_plan()
+        self._next_log_at = now + cfg.log_stats_interval
+        self.last_output_at = now
+
     def _become_ready(self, now: float) -> None:
+        while self._stages:
+            self.log.stage(self._stages.pop(0)[1], self._auto_fit_from)
         if self._startup_oom:
             self.log.startup_oom()
             self.state = DEAD
@@ -410,6 +487,8 @@ class SimEngine:
         self.state = READY
         self.log.ready(self._auto_fit_from)
         self.last_output_at = now
+        if self.crash_every is not None:
+            self._crash_at = now + self.crash_every
 
     def _next_due(self) -> float:
         candidates = [math.inf]
@@ -417,6 +496,12 @@ class SimEngine:
             candidates.append(self._inflight.t_end)
         if self._pending:
             candidates.append(self._pending[0][0])
+        if self.state == STARTING and self._stages:
+            candidates.append(self._stages[0][0])
+        if self.error_until is not None:
+            candidates.append(self.error_until)
+        if self._crash_at is not None and self.state == READY:
+            candidates.append(self._crash_at)
         if self.state == STARTING and not self._startup_hang:
             candidates.append(self.started_at + self.config.startup_seconds)
         if self.stall_until is not None:

@@ -20,6 +20,13 @@ Kinds and their external signatures:
   slow                step time x factor.
   admission-deadlock  nothing is admitted; waiting grows while KV is free.
   startup-hang        the engine never becomes ready (vLLM: the port never opens; SGLang: /health 503).
+                      ``startup-hang@STAGE``: its log goes as far as that startup stage (e.g. ``compiling``,
+                      ``weights_loading``) and no further.
+  error-storm         every completion request fails: ``error-storm:5xx`` (HTTP 500, the default; or an
+                      exact code such as ``503``) or ``error-storm:4xx`` (HTTP 400: prompts over the
+                      model's maximum length, as a real vLLM rejects them); ``for`` ends it.
+  crash-loop          once ready, the engine dies every ``every`` seconds (default 10) and its supervisor
+                      starts it again at once: a new process, counters from zero, the startup log again.
   startup-oom         startup fails with the dialect's KV sizing error; exit code 1.
   wedge-idle          the engine stops stepping once it is idle (at once if it is idle now): /health stays
                       200 (vLLM), /metrics answers with 0 running, 0 waiting and frozen counters, and new
@@ -35,8 +42,9 @@ import re
 from dataclasses import dataclass
 
 KINDS = ("stall", "engine-death", "crash-oom", "slow", "admission-deadlock", "startup-hang", "startup-oom",
-         "clear", "wedge-idle")
+         "clear", "wedge-idle", "error-storm", "crash-loop")
 STARTUP_KINDS = ("startup-hang", "startup-oom")
+_STATUS = re.compile(r"^[45](?:xx|[0-9][0-9])$")
 
 
 class FaultSpecError(ValueError):
@@ -50,7 +58,10 @@ class Fault:
     exit_code: int | None = None     # engine-death / crash-oom; default 1
     factor: float = 4.0              # slow
     budget_mib: float | None = None  # crash-oom; default: the profile's free memory
-    duration: float | None = None    # stall, wedge-idle: clears itself after this long
+    duration: float | None = None    # stall, wedge-idle, error-storm: clears itself after this long
+    status: int | None = None        # error-storm: the HTTP status every request gets (default 500)
+    stage: str | None = None         # startup-hang: the last startup stage the log reaches
+    every: float | None = None       # crash-loop: seconds from ready to the next death (default 10)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -59,6 +70,10 @@ class Fault:
             raise FaultSpecError("slow factor must be positive")
         if self.exit_code is not None and not 0 <= self.exit_code <= 255:
             raise FaultSpecError("exit code must be 0..255")
+        if self.status is not None and not 400 <= self.status <= 599:
+            raise FaultSpecError("error-storm status must be 400..599")
+        if self.every is not None and self.every <= 0:
+            raise FaultSpecError("crash-loop every must be positive")
 
 
 _TIME = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)?$")
@@ -75,9 +90,16 @@ def parse_seconds(text: str) -> float:
 def parse_fault_spec(spec: str) -> Fault:
     head, _, options = spec.partition(":")
     kind, _, when = head.partition("@")
-    kwargs: dict = {"kind": kind.strip(), "at": parse_seconds(when) if when else None}
+    kwargs: dict = {"kind": kind.strip()}
+    if when and kwargs["kind"] == "startup-hang" and not _TIME.match(when.strip()):
+        kwargs["stage"] = when.strip()
+    else:
+        kwargs["at"] = parse_seconds(when) if when else None
     for item in filter(None, (part.strip() for part in options.split(","))):
         key, sep, value = item.partition("=")
+        if not sep and kwargs["kind"] == "error-storm" and _STATUS.match(item):
+            kwargs["status"] = _status(item)
+            continue
         if not sep:
             raise FaultSpecError(f"bad fault option {item!r} in {spec!r} (use key=value)")
         try:
@@ -89,6 +111,8 @@ def parse_fault_spec(spec: str) -> Fault:
                 kwargs["budget_mib"] = float(value)
             elif key == "for":
                 kwargs["duration"] = parse_seconds(value)
+            elif key == "every":
+                kwargs["every"] = parse_seconds(value)
             else:
                 raise FaultSpecError(f"unknown fault option {key!r} in {spec!r}")
         except ValueError as exc:
@@ -98,17 +122,23 @@ def parse_fault_spec(spec: str) -> Fault:
     return Fault(**kwargs)
 
 
+def _status(text: str) -> int:
+    """ "5xx" → 500, "4xx" → 400, "503" → 503."""
+    return int(text[0]) * 100 if text.endswith("xx") else int(text)
+
+
 def fault_from_json(body: object) -> Fault:
     if not isinstance(body, dict) or not isinstance(body.get("kind"), str):
         raise FaultSpecError('body must be a JSON object with a string "kind"')
-    allowed = {"kind", "at", "exit_code", "factor", "budget_mib", "duration"}
+    allowed = {"kind", "at", "exit_code", "factor", "budget_mib", "duration", "status", "stage", "every"}
     unknown = set(body) - allowed
     if unknown:
         raise FaultSpecError(f"unknown field(s): {', '.join(sorted(unknown))}")
     try:
         return Fault(kind=body["kind"], at=_opt(body, "at", float), exit_code=_opt(body, "exit_code", int),
                      factor=float(body.get("factor", 4.0)), budget_mib=_opt(body, "budget_mib", float),
-                     duration=_opt(body, "duration", float))
+                     duration=_opt(body, "duration", float), status=_opt(body, "status", int),
+                     stage=_opt(body, "stage", str), every=_opt(body, "every", float))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, FaultSpecError):
             raise

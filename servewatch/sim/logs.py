@@ -78,29 +78,57 @@ class VllmLog(_Base):
             self.sink.write(f"({process} pid={self.pid}) {level} {stamp} [{where}] {part}")
 
     # --- lifecycle -------------------------------------------------------------------------------
-    def startup(self) -> None:
+    # The startup stages a real vLLM 0.32 CPU start logged, at their share of the start (imports 20 %,
+    # torch.compile 55 %); a GPU start compiles while profiling memory and captures graphs after sizing KV.
+    CPU_STAGES = (("process_up", 0.0), ("engine_start", 0.2), ("weights_loading", 0.4), ("weights_loaded", 0.42),
+                  ("compiling", 0.43), ("compiled", 0.96), ("kv_cache_size", 0.97), ("engine_ready", 0.98))
+    GPU_STAGES = (("process_up", 0.0), ("engine_start", 0.2), ("weights_loading", 0.3), ("weights_loaded", 0.45),
+                  ("compiled", 0.7), ("kv_cache_size", 0.75), ("graphs_captured", 0.95), ("engine_ready", 0.98))
+    FAILS_AT = "kv_cache_size"      # startup-oom: the KV sizing fails
+
+    @property
+    def STAGES(self):   # noqa: N802 - the same name as SglangLog's constant
+        return self.CPU_STAGES if self.engine.config.hw.device == "CPU" else self.GPU_STAGES
+
+    def stage(self, name: str, auto_fit_from: int | None = None) -> None:
         cfg, hw = self.engine.config, self.engine.config.hw
-        self._line("APIServer", "INFO", "api_utils.py:286", "non-default args: {'model': %r, 'max_num_seqs': %d, "
-                   "'max_model_len': %d, 'served_model_name': [%r]}" % (hw.model_name, cfg.max_num_seqs,
-                                                                       cfg.max_model_len, cfg.model_name))
-        self._line("EngineCore", "INFO", "core.py:133", f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: "
-                   f"model='{hw.model_name}', max_seq_len={cfg.max_model_len}, served_model_name={cfg.model_name}, "
-                   f"enable_prefix_caching={cfg.enable_prefix_caching}, enable_chunked_prefill=True")
-        runner = "cpu_model_runner.py:68" if hw.device == "CPU" else "gpu_model_runner.py:4978"
-        self._line("Worker", "INFO", runner, f"Starting to load model {hw.model_name}...")
-        self._line("Worker", "INFO", "default_loader.py:501", "Loading weights took 0.01 seconds")
+        cpu = hw.device == "CPU"
+        if name == "process_up":
+            self._line("APIServer", "INFO", "api_utils.py:286", "non-default args: {'model': %r, 'max_num_seqs': %d, "
+                       "'max_model_len': %d, 'served_model_name': [%r]}" % (hw.model_name, cfg.max_num_seqs,
+                                                                           cfg.max_model_len, cfg.model_name))
+        elif name == "engine_start":
+            self._line("EngineCore", "INFO", "core.py:133", f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with "
+                       f"config: model='{hw.model_name}', max_seq_len={cfg.max_model_len}, served_model_name="
+                       f"{cfg.model_name}, enable_prefix_caching={cfg.enable_prefix_caching}, enable_chunked_prefill=True")
+        elif name == "weights_loading":
+            runner = "cpu_model_runner.py:68" if cpu else "gpu_model_runner.py:4978"
+            self._line("Worker", "INFO", runner, f"Starting to load model {hw.model_name}...")
+        elif name == "weights_loaded":
+            self._line("Worker", "INFO", "default_loader.py:501", "Loading weights took 0.01 seconds")
+        elif name == "compiling" and cpu:
+            self._line("Worker", "INFO", "cpu_model_runner.py:87", "Warming up model for the compilation...")
+        elif name == "compiled" and cpu:
+            self._line("Worker", "INFO", "cpu_model_runner.py:91", "Warming up done.")
+        elif name == "compiled":
+            self._line("Worker", "INFO", "monitor.py:34", f"torch.compile takes {0.25 * cfg.startup_seconds:.2f} s in total")
+        elif name == "graphs_captured":
+            self._line("Worker", "INFO", "gpu_model_runner.py:6516", "Graph capturing finished in "
+                       f"{max(1, round(0.2 * cfg.startup_seconds))} secs, took 0.50 GiB")
+        elif name == "kv_cache_size":
+            tokens = cfg.num_blocks * cfg.block_size
+            if auto_fit_from is not None:
+                self._line("EngineCore", "INFO", "kv_cache_planning.py:1405", "Auto-fit max_model_len: reduced from "
+                           f"{auto_fit_from} to {cfg.max_model_len} to fit in available KV cache memory "
+                           f"({tokens * hw.kv_bytes_per_token / 2**30:.2f} GiB)")
+            self._line("EngineCore", "INFO", "kv_cache_utils.py:2327", f"{hw.device} KV cache size: {tokens:,} tokens, "
+                       f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: "
+                       f"{tokens / cfg.max_model_len:.2f}x")
+        elif name == "engine_ready":
+            self._line("EngineCore", "INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) took "
+                       f"{self.engine.config.startup_seconds:.2f} s")
 
     def ready(self, auto_fit_from: int | None = None) -> None:
-        cfg, hw = self.engine.config, self.engine.config.hw
-        tokens = cfg.num_blocks * cfg.block_size
-        if auto_fit_from is not None:
-            self._line("EngineCore", "INFO", "kv_cache_planning.py:1405", "Auto-fit max_model_len: reduced from "
-                       f"{auto_fit_from} to {cfg.max_model_len} to fit in available KV cache memory "
-                       f"({tokens * hw.kv_bytes_per_token / 2**30:.2f} GiB)")
-        self._line("EngineCore", "INFO", "kv_cache_utils.py:2327", f"{hw.device} KV cache size: {tokens:,} tokens, "
-                   f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: {tokens / cfg.max_model_len:.2f}x")
-        self._line("EngineCore", "INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) took "
-                   f"{self.engine.config.startup_seconds:.2f} s")
         self._line("APIServer", "INFO", "entry.py:136", "Supported tasks: ['generate']")
 
     def listening(self, host: str, port: int) -> None:
@@ -197,19 +225,38 @@ class SglangLog(_Base):
         for part in message.split("\n"):
             self.sink.write(f"[{stamp}] {part}")
 
-    def startup(self) -> None:
-        cfg = self.engine.config
-        self._line(f"server_args=ServerArgs(model_path='{cfg.hw.model_name}', served_model_name='{cfg.model_name}', "
-                   f"max_running_requests={cfg.max_num_seqs}, page_size={cfg.block_size}, "
-                   f"context_length={cfg.max_model_len}, enable_metrics=True)")
-        self._line("Load weight begin.")
+    # The startup stages a real SGLang 0.5.23 logged, at their share of the start as a CPU start spread them.
+    STAGES = (("process_up", 0.0), ("engine_start", 0.8), ("weights_loading", 0.95), ("weights_loaded", 0.96),
+              ("kv_cache_size", 0.98), ("engine_ready", 1.0))
+    FAILS_AT = "kv_cache_size"
 
-    def ready(self, auto_fit_from: int | None = None) -> None:
+    def stage(self, name: str, auto_fit_from: int | None = None) -> None:
         cfg = self.engine.config
         total = cfg.num_blocks * cfg.block_size
-        self._line(f"max_total_num_tokens={total}, chunked_prefill_size={cfg.max_batched_tokens}, "
-                   f"max_prefill_tokens={cfg.max_batched_tokens}, max_running_requests={cfg.max_num_seqs}, "
-                   f"context_len={cfg.max_model_len}")
+        if name == "process_up":
+            self._line(f"server_args=ServerArgs(model_path='{cfg.hw.model_name}', served_model_name='{cfg.model_name}', "
+                       f"max_running_requests={cfg.max_num_seqs}, page_size={cfg.block_size}, "
+                       f"context_length={cfg.max_model_len}, enable_metrics=True)")
+        elif name == "engine_start":
+            self._line("Init parallel begin.")
+        elif name == "weights_loading":
+            self._line("Load weight begin. avail mem=20.88 GB")
+        elif name == "weights_loaded":
+            self._line("Load weight end. elapsed=0.05 s, type=LlamaForCausalLM, avail mem=20.87 GB, mem usage=0.01 GB.")
+        elif name == "kv_cache_size":
+            self._line(f"KV Cache is allocated. dtype: torch.float16, #tokens: {total}, K size: 0.00 GB, V size: 0.00 GB")
+            self._line(f"max_total_num_tokens={total}, chunked_prefill_size={cfg.max_batched_tokens}, "
+                       f"max_prefill_tokens={cfg.max_batched_tokens}, max_running_requests={cfg.max_num_seqs}, "
+                       f"context_len={cfg.max_model_len}")
+        elif name == "engine_ready":
+            self._line(f"Engine startup timings (s): load_weight=0.05, kv_cache_allocation=0.75, "
+                       f"scheduler_e2e={cfg.startup_seconds:.2f}")
+
+    def ready(self, auto_fit_from: int | None = None) -> None:
+        pass
+
+    def uvicorn(self, message: str, level: str = "INFO") -> None:
+        self._line(f"{level}:{' ' * (9 - len(level))}{message}")     # SGLang stamps uvicorn's lines too
 
     def listening(self, host: str, port: int) -> None:
         self.serving(host, port)

@@ -18,7 +18,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from servewatch.sim import tokens
-from servewatch.sim.engine import DEAD, EXITED, READY, STARTING, EngineDeadError, RequestRejected, SimEngine
+from servewatch.sim.engine import (DEAD, EXITED, READY, STARTING, EngineDeadError, RequestFailed, RequestRejected,
+                                   SimEngine)
 from servewatch.sim.faults import FaultSpecError, fault_from_json
 from servewatch.sim.behaviour import LOAD, TOKENIZE
 
@@ -286,7 +287,9 @@ async def _serve_completion(request: web.Request, *, chat: bool) -> web.StreamRe
         handle = engine.submit(prompt=params.pieces, max_tokens=params.max_tokens, ignore_eos=params.ignore_eos,
                                is_streaming=params.stream, listener=lambda _r: woke.set(), greedy=params.greedy)
     except RequestRejected as exc:
-        return _error(engine, 400, str(exc))
+        return _error(engine, exc.status, str(exc))
+    except RequestFailed as exc:
+        return _error(engine, exc.status, str(exc))
     except EngineDeadError as exc:
         return _error(engine, 500, str(exc))
     ident = f"{'chatcmpl' if chat else 'cmpl'}-{engine.config.seed:04x}{handle.rid:028x}"

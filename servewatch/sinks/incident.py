@@ -40,6 +40,27 @@ def load_incident(path: str | Path) -> Incident:
     )
 
 
+STAGE_HEADERS = ("stage", "at (s from the start)", "since the previous stage (s)", "the log said")
+
+
+def stage_rows(incident: Incident) -> list[tuple]:
+    """The newest start's stages in the bundle (process up, weights loaded, KV cache sized, ..., first
+    /health 200): when each came and what its line said; empty when the bundle shows no start."""
+    from servewatch.detectors.startup import stages
+    from servewatch.timeline.window import Window
+
+    found = stages(Window.from_samples(incident.samples))
+    if len(found) < 2:
+        return []
+    start = found[0].t
+    rows, previous = [], start
+    for stage in found:
+        said = ", ".join(f"{k}={v}" for k, v in sorted(stage.fields.items()))
+        rows.append((stage.name, round(stage.t - start, 1), round(stage.t - previous, 1), said or "–"))
+        previous = stage.t
+    return rows
+
+
 PROCESS_HEADERS = ("pid", "role", "title", "status", "RSS (MiB)", "threads", "CPU %")
 LOG_HEADERS = ("time (s)", "kind", "fields")
 

@@ -392,9 +392,13 @@ def _latency_html(incident) -> str:
 
 
 def _process_and_logs_html(incident, t0: float | None) -> str:
-    from servewatch.sinks.incident import LOG_HEADERS, PROCESS_HEADERS, log_rows, process_rows
+    from servewatch.sinks.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, log_rows, process_rows,
+                                           stage_rows)
 
     out = []
+    stages = stage_rows(incident)
+    if stages:
+        out.append(f"<h3>Startup stages</h3>{render_table(STAGE_HEADERS, stages)}")
     t, rows = process_rows(incident)
     if rows:
         at = f" at +{fmt(t - t0)} s" if t0 is not None else ""

@@ -34,6 +34,7 @@ SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_STATUS_KEY = re.compile(r"^(?:[1-5](?:xx|[0-9][0-9])|unrouted)$")   # an HTTP status class or code
 _LITERAL = re.compile(r"^[A-Za-z0-9_.:,'()% -]{1,160}$")   # the shape a grammar literal may have in a bundle
 _ERROR_CLASS = re.compile(r"[A-Za-z0-9_]+")
 _NON_FINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
@@ -179,6 +180,9 @@ def engine_to_dict(e: EngineState) -> dict:
             "preemptions": number(c.preemptions),
             "steps": number(c.steps),
             "finished": _str_map(c.finished),
+            "responses": {k: number(v) for k, v in sorted(c.responses.items()) if _STATUS_KEY.match(k)},
+            "request_bytes": number(c.request_bytes),
+            "request_bytes_count": number(c.request_bytes_count),
         },
         "histograms": {kind: histogram_to_dict(e.histograms[kind]) for kind in HISTOGRAM_KINDS
                        if kind in e.histograms},
@@ -204,6 +208,9 @@ def engine_from_dict(d: Mapping) -> EngineState:
             preemptions=unnumber(c["preemptions"]),
             steps=unnumber(c["steps"]),
             finished={k: unnumber(v) for k, v in c["finished"].items()},
+            responses={k: unnumber(v) for k, v in c.get("responses", {}).items()},   # older bundles lack these
+            request_bytes=unnumber(c.get("request_bytes")),
+            request_bytes_count=unnumber(c.get("request_bytes_count")),
         ),
         histograms={k: histogram_from_dict(v) for k, v in d["histograms"].items()},
     )

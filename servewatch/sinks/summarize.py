@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from servewatch.detectors.registry import runbook_for
 from servewatch.detectors.verdict import RunbookBranch
-from servewatch.sinks.incident import LOG_HEADERS, PROCESS_HEADERS, latency_histograms, log_rows, process_rows
+from servewatch.sinks.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, latency_histograms, log_rows,
+                                       process_rows, stage_rows)
 from servewatch.sinks.report_html import fmt, utc
 from servewatch.sinks.series import LABELS, SERIES
 
@@ -103,6 +104,11 @@ def _latency(incident) -> list[str]:
 
 def _process_and_logs(incident, t0) -> list[str]:
     lines: list[str] = []
+    stages = stage_rows(incident)
+    if stages:
+        lines += ["## Startup stages", "", _md_row(STAGE_HEADERS), "|---|---:|---:|---|"]
+        lines += [_md_row(row) for row in stages]
+        lines.append("")
     t, rows = process_rows(incident)
     if rows:
         at = f" at +{fmt(t - t0)} s" if t0 is not None else ""

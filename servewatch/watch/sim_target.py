@@ -23,16 +23,17 @@ class SimProcessProbe:
 
         engine = self.engine
         created = engine.started_at
+        pid = self.pid + 10 * engine.restarts    # a crash loop's supervisor starts a new process
         if engine.state == EXITED:
-            return ProcessSample(t=t, root_pid=self.pid, root_create_time=None, alive=False,
+            return ProcessSample(t=t, root_pid=pid, root_create_time=None, alive=False,
                                  exit_code=engine.exit_code, error="no_such_process")
-        members = [ProcessMember(pid=self.pid, create_time=created, role="api", title="python3", status="sleeping")]
+        members = [ProcessMember(pid=pid, create_time=created, role="api", title="python3", status="sleeping")]
         if engine.state != DEAD:
             busy = engine.num_running > 0 and not engine.stalled
             for offset, (title, role) in enumerate(self._titles, start=1):
-                members.append(ProcessMember(pid=self.pid + offset, create_time=created + offset, role=role,
+                members.append(ProcessMember(pid=pid + offset, create_time=created + offset, role=role,
                                              title=title, status="running" if busy else "sleeping"))
-        return ProcessSample(t=t, root_pid=self.pid, root_create_time=created, alive=True, members=tuple(members))
+        return ProcessSample(t=t, root_pid=pid, root_create_time=created, alive=True, members=tuple(members))
 
 
 def sim_health(engine):
@@ -110,8 +111,51 @@ class _SimAttempt:
             self.engine.abort(self.request)
 
 
+class LogLines:
+    """A text stream the simulator writes its log to (`SimEngine(..., log_stream=LogLines())`), kept in
+    memory for `SimLogSource`."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        parts = (self._partial + text).split("\n")
+        self._partial = parts.pop()
+        self.lines.extend(parts)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class SimLogSource:
+    """The simulator's log read in virtual time: the lines written since the last poll, parsed by the
+    dialects' grammar like a tailed file."""
+
+    kind = "log"
+
+    def __init__(self, lines: LogLines, clock: Clock, interval: float):
+        self._lines = lines
+        self._clock = clock
+        self.interval = interval
+        self._read = 0
+
+    async def poll(self) -> list:
+        from servewatch.sources.logs import parse_line
+
+        t = self._clock.now()
+        new = self._lines.lines[self._read:]
+        self._read += len(new)
+        return [event for line in new for event in parse_line(line, t)]
+
+    def close(self) -> None:
+        pass
+
+
 def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = True,
-                probe_every: float | None = None, probe_deadline: float = 10.0) -> list:
+                probe_every: float | None = None, probe_deadline: float = 10.0,
+                log_lines: LogLines | None = None) -> list:
     from servewatch.sources.probe import ProbeSource
 
     sources = callable_sources(clock, interval, health=sim_health(engine), metrics=sim_metrics(engine),
@@ -120,4 +164,6 @@ def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = T
     if probe_every is not None:
         sources.append(ProbeSource(SimProber(engine), clock, every_s=probe_every, deadline_s=probe_deadline,
                                    check_s=interval))
+    if log_lines is not None:
+        sources.append(SimLogSource(log_lines, clock, interval))
     return sources

@@ -1,0 +1,252 @@
+"""server_errors, client_errors, requests_aborted: how the requests of the last minute ended.
+
+Read as increases over `outcome_window_s` of the API server's responses by status and the engine's
+finished requests by reason, never as cumulative values (a counter that went down is a restart: what
+it counts after is the increase). A real vLLM 0.32 rejects a prompt over its maximum length with 400,
+an unknown model name with 404 and a path it has no route for with 404 under handler "none"; none of
+them reaches the engine, and none is written to its log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.liveness import engine_death_evidence
+from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.engine.state import EngineState
+from servewatch.timeline.samples import MetricsSample
+from servewatch.timeline.window import Window
+
+# The likely cause of client errors, by exact status code (engines that count codes, not classes).
+CAUSE_BY_CODE = {"400": "invalid_request", "401": "unauthorized", "403": "unauthorized", "404": "not_found",
+                 "405": "not_found", "413": "input_too_long", "422": "invalid_request", "429": "rate_limited"}
+CAUSE_TEXT = {
+    "input_too_long": "inputs over the model's maximum length",
+    "not_found": "an unknown model name or a path the server has no route for",
+    "unknown_path": "requests to a path the server has no route for",
+    "invalid_request": "requests the server's validation rejects (a prompt plus max_tokens over the model's "
+                       "maximum length, max_tokens out of range, an unknown model name or a malformed body)",
+    "unauthorized": "requests without valid credentials",
+    "rate_limited": "the server's rate or queue limit",
+    "other": "client errors",
+}
+# A token is at least one byte of text, and usually about four in English: request bodies averaging more
+# bytes than this many times the model's maximum length carry prompts over it.
+BYTES_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """The increases over one stretch of good scrapes."""
+
+    first: MetricsSample
+    last: MetricsSample
+    responses: dict[str, float] = field(default_factory=dict)   # by status key ("4xx", "404", "unrouted")
+    finished: dict[str, float] = field(default_factory=dict)    # by finish reason
+    request_bytes: float | None = None
+    request_bytes_count: float | None = None
+
+    @property
+    def span_s(self) -> float:
+        return self.last.t - self.first.t
+
+    def by_class(self, cls: str) -> float:
+        return sum(v for k, v in self.responses.items() if status_class(k) == cls)
+
+    @property
+    def total_responses(self) -> float:
+        return sum(self.responses.values())
+
+    def rate(self, count: float) -> float:
+        return count / self.span_s if self.span_s > 0 else 0.0
+
+
+def status_class(key: str) -> str:
+    """ "404" → "4xx"; "4xx" stays; "unrouted" (a path without a route: 404) → "4xx"."""
+    if key == "unrouted":
+        return "4xx"
+    return f"{key[0]}xx"
+
+
+def increase(values: Iterable[float | None]) -> float:
+    """A counter's increase over a series, across resets (after a drop the new value is all increase)."""
+    total = 0.0
+    previous = None
+    for value in values:
+        if value is None:
+            continue
+        if previous is not None:
+            total += value - previous if value >= previous else value
+        previous = value
+    return total
+
+
+def _server_counts(state: EngineState) -> tuple[dict[str, float], float | None, float | None]:
+    c = state.counters
+    return c.responses, c.request_bytes, c.request_bytes_count
+
+
+def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
+    """The increases over the last `outcome_window_s` of good scrapes (None with fewer than two)."""
+    end = window.end or 0.0
+    scrapes = [m for m in window.good_metrics() if m.t >= end - config.outcome_window_s]
+    if len(scrapes) < 2:
+        return None
+    responses: dict[str, float] = {}
+    for key in sorted({k for m in scrapes for k in m.engines[0].counters.responses}):
+        # server-wide counts: every engine of a scrape carries the same, the first one speaks for them
+        responses[key] = increase(m.engines[0].counters.responses.get(key, 0.0) for m in scrapes)
+    finished: dict[str, float] = {}
+    for reason in sorted({r for m in scrapes for e in m.engines for r in e.counters.finished}):
+        finished[reason] = increase(_engine_sum(m.engines, reason) for m in scrapes)
+    body_bytes = _optional_increase(m.engines[0].counters.request_bytes for m in scrapes)
+    bodies = _optional_increase(m.engines[0].counters.request_bytes_count for m in scrapes)
+    return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies)
+
+
+def _engine_sum(engines: Iterable[EngineState], reason: str) -> float | None:
+    values = [e.counters.finished[reason] for e in engines if reason in e.counters.finished]
+    return sum(values) if values else None
+
+
+def _optional_increase(values: Iterable[float | None]) -> float | None:
+    values = list(values)
+    return increase(values) if any(v is not None for v in values) else None
+
+
+def _finished_total(o: Outcomes) -> float:
+    """Requests finished over the stretch: SGLang counts them all ("all"), vLLM by reason."""
+    return o.finished["all"] if "all" in o.finished else sum(o.finished.values())
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole > 0 else "n/a"
+
+
+def _n(x: float) -> str:
+    return f"{int(x)}" if float(x).is_integer() else f"{x:.1f}"
+
+
+def _status_evidence(o: Outcomes, keys: Iterable[str]) -> tuple[Evidence, ...]:
+    out = []
+    for key in keys:
+        field_name = f"counters.responses.{key}"
+        out += [Evidence("metrics", o.first.t, field_name, o.first.engines[0].counters.responses.get(key)),
+                Evidence("metrics", o.last.t, field_name, o.last.engines[0].counters.responses.get(key))]
+    return tuple(out)
+
+
+# --- server_errors -------------------------------------------------------------------------------
+
+def detect_server_errors(window: Window, config: DetectorConfig) -> list[Verdict]:
+    o = window_outcomes(window, config)
+    if o is None:
+        return []
+    errors_5xx = o.by_class("5xx")
+    engine_errors = o.finished.get("error", 0.0)
+    errors = max(errors_5xx, engine_errors)
+    total = o.total_responses or _finished_total(o)
+    if errors < config.server_error_min or total <= 0 or errors / total < config.server_error_fraction:
+        return []
+    keys = sorted(k for k in o.responses if status_class(k) == "5xx" and o.responses[k] > 0)
+    why = (f"{_n(errors_5xx)} of {_n(o.total_responses)} responses in the last {o.span_s:.0f} s were 5xx "
+           f"({_pct(errors_5xx, o.total_responses)}, {o.rate(errors_5xx):.2f} per s; "
+           f"≥ {config.server_error_fraction:.0%} and ≥ {config.server_error_min:g})")
+    if keys and not all(k == "5xx" for k in keys):
+        why += ": " + ", ".join(f"{_n(o.responses[k])} × {k}" for k in keys)
+    if engine_errors:
+        why += f"; the engine finished {_n(engine_errors)} request(s) with reason error"
+    evidence = _status_evidence(o, keys or ["5xx"])
+    if engine_errors:
+        evidence += (Evidence("metrics", o.last.t, "counters.finished.error", _engine_sum(o.last.engines, "error")),)
+    return [Verdict("server_errors", o.last.t, o.first.t, why, evidence,
+                    {"errors": errors, "responses": o.total_responses, "fraction": round(errors / total, 4),
+                     "per_s": round(o.rate(errors), 4), "engine_errors": engine_errors})]
+
+
+# --- client_errors -------------------------------------------------------------------------------
+
+def detect_client_errors(window: Window, config: DetectorConfig) -> list[Verdict]:
+    o = window_outcomes(window, config)
+    if o is None:
+        return []
+    errors = o.by_class("4xx")
+    total = o.total_responses
+    if errors < config.client_error_min or total <= 0 or errors / total < config.client_error_fraction:
+        return []
+    cause, because = _client_cause(o, window)
+    keys = sorted(k for k in o.responses if status_class(k) == "4xx" and o.responses[k] > 0)
+    why = (f"{_n(errors)} of {_n(total)} responses in the last {o.span_s:.0f} s were 4xx ({_pct(errors, total)}, "
+           f"{o.rate(errors):.2f} per s; ≥ {config.client_error_fraction:.0%} and ≥ {config.client_error_min:g}): "
+           + ", ".join(f"{_n(o.responses[k])} × {'404 (no route)' if k == 'unrouted' else k}" for k in keys)
+           + f"; likely cause: {CAUSE_TEXT[cause]}")
+    if because:
+        why += f" ({because})"
+    return [Verdict("client_errors", o.last.t, o.first.t, why, _status_evidence(o, keys),
+                    {"cause": cause, "errors": errors, "responses": total, "fraction": round(errors / total, 4),
+                     "per_s": round(o.rate(errors), 4)})]
+
+
+def _client_cause(o: Outcomes, window: Window) -> tuple[str, str]:
+    """The likely cause of the window's client errors, and the figures that say so."""
+    counts = {k: v for k, v in o.responses.items() if status_class(k) == "4xx" and v > 0}
+    top = max(counts, key=lambda k: (counts[k], k))
+    if top == "unrouted":
+        return "unknown_path", ""
+    if top != "4xx":
+        return CAUSE_BY_CODE.get(top, "other"), ""
+    # The engine counts classes only: the rejected requests' body size tells long inputs apart.
+    rejected_bytes = _rejected_body_bytes(o, counts["4xx"])
+    if rejected_bytes is None:
+        return "invalid_request", ""
+    max_len = max_model_len(window.logs)
+    if max_len and rejected_bytes > BYTES_PER_TOKEN * max_len:
+        return "input_too_long", (f"the rejected request bodies averaged ~{rejected_bytes:,.0f} bytes, over "
+                                  f"{BYTES_PER_TOKEN} bytes × the maximum length of {max_len:,} tokens the log gave")
+    return "invalid_request", f"the rejected request bodies averaged ~{rejected_bytes:,.0f} bytes"
+
+
+def _rejected_body_bytes(o: Outcomes, rejected: float) -> float | None:
+    """The mean body of the window's rejected requests: the window's bytes less what its other requests
+    sent, counted at the mean body of the requests before the window (all of the window's when none)."""
+    if o.request_bytes is None or not o.request_bytes_count or rejected <= 0:
+        return None
+    before = o.first.engines[0].counters
+    if before.request_bytes_count:
+        others = max(o.request_bytes_count - rejected, 0.0)
+        typical = before.request_bytes / before.request_bytes_count
+        return max(o.request_bytes - others * typical, 0.0) / min(rejected, o.request_bytes_count)
+    return o.request_bytes / o.request_bytes_count
+
+
+def max_model_len(logs: Iterable) -> int | None:
+    """The model's maximum length as the startup log stated it (the KV-size line's tokens per request)."""
+    for event in reversed(tuple(logs)):
+        if event.kind == "startup" and event.fields.get("per_request"):
+            return int(event.fields["per_request"])
+    return None
+
+
+# --- requests_aborted ----------------------------------------------------------------------------
+
+def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verdict]:
+    o = window_outcomes(window, config)
+    if o is None:
+        return []
+    aborted = o.finished.get("abort", 0.0)
+    finished = _finished_total(o)
+    if aborted < config.abort_min or finished <= 0 or aborted / finished < config.abort_fraction:
+        return []
+    if engine_death_evidence(window, config)[0] is not None:
+        return []   # requests a dying engine ends are that death's consequence: engine_dead says it
+    why = (f"{_n(aborted)} of {_n(finished)} requests finished in the last {o.span_s:.0f} s were aborted "
+           f"({_pct(aborted, finished)}, {o.rate(aborted):.2f} per s; ≥ {config.abort_fraction:.0%} and "
+           f"≥ {config.abort_min:g}): clients gave up or timed out before their answer was complete")
+    evidence = (Evidence("metrics", o.first.t, "counters.finished.abort", _engine_sum(o.first.engines, "abort")),
+                Evidence("metrics", o.last.t, "counters.finished.abort", _engine_sum(o.last.engines, "abort")))
+    return [Verdict("requests_aborted", o.last.t, o.first.t, why, evidence,
+                    {"aborted": aborted, "finished": finished, "fraction": round(aborted / finished, 4),
+                     "per_s": round(o.rate(aborted), 4)})]
+

@@ -1,0 +1,209 @@
+"""server_errors, client_errors, requests_aborted: read from real expositions (a vLLM 0.32 that answered
+200, 400, 404 and a 404 without route; an SGLang 0.5.23 CPU server) with their counters moved, through
+the dialects and the detectors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from servewatch import dialects
+from servewatch.detectors import DetectorConfig, run_detectors
+from servewatch.detectors.outcomes import increase, window_outcomes
+from servewatch.engine.state import Counters, EngineState
+from servewatch.sinks.serialize import sample_from_dict, sample_to_dict
+from servewatch.timeline.samples import LogEvent, MetricsSample
+from servewatch.timeline.window import Window
+
+FIXTURES = Path(__file__).parent / "fixtures"
+VLLM = (FIXTURES / "vllm_real" / "client_errors.prom").read_text()
+SGLANG = (FIXTURES / "metrics" / "sglang_cpu_after.prom").read_text()
+T0 = 1_800_000_000.0
+OUTCOME_VERDICTS = {"server_errors", "client_errors", "requests_aborted"}
+
+
+def vllm_text(*, ok=1.0, client=0.0, unrouted=0.0, server=0.0, body_bytes=100.0, bodies=1.0, abort=0.0,
+              length=1.0, error=0.0, generation_032=True) -> str:
+    text = VLLM
+    text = re.sub(r'(http_requests_total\{handler="/v1/completions",method="POST",status="2xx"\}) \S+', rf"\1 {ok}", text)
+    text = re.sub(r'(http_requests_total\{handler="/v1/completions",method="POST",status="4xx"\}) \S+',
+                  rf"\1 {client}\n" f'http_requests_total{{handler="/v1/completions",method="POST",status="5xx"}} {server}',
+                  text)
+    text = re.sub(r'(http_requests_total\{handler="none",method="POST",status="4xx"\}) \S+', rf"\1 {unrouted}", text)
+    text = re.sub(r'(http_request_size_bytes_count\{handler="/v1/completions"\}) \S+', rf"\1 {bodies}", text)
+    text = re.sub(r'(http_request_size_bytes_sum\{handler="/v1/completions"\}) \S+', rf"\1 {body_bytes}", text)
+    for reason, value in (("abort", abort), ("length", length), ("error", error)):
+        text = re.sub(rf'(vllm:request_success_total\{{engine="0",finished_reason="{reason}",model_name="tiny"\}}) \S+',
+                      rf"\1 {value}", text)
+    if not generation_032:   # the 0.11 names: no waiting-by-reason, sleep state or prompt-by-source families
+        text = "\n".join(line for line in text.splitlines()
+                         if not re.search(r"waiting_by_reason|engine_sleep_state|prompt_tokens_by_source", line))
+    return text
+
+
+def sglang_text(codes: dict[str, float], *, requests: float = 21.0, aborted: float | None = None) -> str:
+    lines = [line for line in SGLANG.splitlines() if 'endpoint="/v1/completions"' not in line
+             or not line.startswith("sglang:http_responses_total")]
+    i = lines.index("# TYPE sglang:http_responses_total counter") + 1
+    lines[i:i] = [f'sglang:http_responses_total{{endpoint="/v1/completions",method="POST",status_code="{code}"}} {n}'
+                  for code, n in codes.items()]
+    text = "\n".join(lines)
+    text = re.sub(r"(sglang:num_requests_total\{[^}]*\}) \S+", rf"\1 {requests}", text)
+    if aborted is not None:
+        text += ("\n# TYPE sglang:num_aborted_requests_total counter\n"
+                 f'sglang:num_aborted_requests_total{{engine_type="unified",model_name="/models/tiny"}} {aborted}\n')
+    return text + "\n"
+
+
+def scrape(t: float, text: str) -> MetricsSample:
+    read = dialects.read_scrape(text)
+    return MetricsSample(t=t, dialect=read.dialect, generation=read.generation, engines=tuple(read.engines))
+
+
+def series(texts, step: float = 5.0) -> list[MetricsSample]:
+    return [scrape(T0 + i * step, text) for i, text in enumerate(texts)]
+
+
+def verdicts(samples, config: DetectorConfig | None = None) -> dict:
+    found = run_detectors(Window.from_samples(samples), config or DetectorConfig())
+    return {v.name: v for v in found if v.name in OUTCOME_VERDICTS}
+
+
+def test_the_real_vllm_scrape_reads_status_classes_without_the_watchers_own_endpoints():
+    counters = dialects.read_scrape(VLLM).engines[0].counters
+    assert counters.responses == {"2xx": 1.0, "4xx": 4.0, "unrouted": 1.0}   # /health, /metrics polls left out
+    assert (counters.request_bytes, counters.request_bytes_count) == (4261.0, 5.0)
+    assert counters.finished["length"] == 1.0
+
+
+def test_the_older_vllm_generation_reads_the_same_counters():
+    read = dialects.read_scrape(vllm_text(ok=3, client=2, generation_032=False))
+    assert read.generation == "vllm-0.11"
+    assert read.engines[0].counters.responses == {"2xx": 3.0, "4xx": 2.0, "5xx": 0.0, "unrouted": 0.0}
+
+
+def test_sglang_reads_exact_codes_of_request_endpoints_only():
+    counters = dialects.read_scrape(SGLANG).engines[0].counters
+    assert counters.responses == {"200": 21.0}     # /generate + /v1/completions; /health, /metrics, ... left out
+    assert counters.finished == {"all": 21.0}
+
+
+def test_a_storm_of_over_length_prompts_is_a_client_error_finding_naming_the_input_limit():
+    # 40 requests of ~4,000 bytes rejected in 30 s, 5 served; the log said the model takes 512 tokens
+    texts = [vllm_text(ok=10 + i, client=8 * i, body_bytes=1000 + 4060 * 8 * i + 80 * i, bodies=10 + 9 * i)
+             for i in range(6)]
+    samples = series(texts) + [LogEvent(T0 - 60, "startup", {"stage": "kv_cache_size", "tokens": 8192,
+                                                             "per_request": 512, "concurrency": 16.0})]
+    found = verdicts(samples)
+    assert set(found) == {"client_errors"}
+    verdict = found["client_errors"]
+    assert verdict.details["cause"] == "input_too_long"
+    assert verdict.details["errors"] == 40 and verdict.details["responses"] == 45
+    assert "40 × 4xx" in verdict.why and "maximum length" in verdict.why and "512 tokens" in verdict.why
+
+
+def test_without_the_models_length_the_cause_is_the_servers_validation():
+    texts = [vllm_text(ok=10 + i, client=8 * i, body_bytes=1000 + 4060 * 8 * i, bodies=10 + 9 * i) for i in range(6)]
+    found = verdicts(series(texts))
+    assert found["client_errors"].details["cause"] == "invalid_request"
+
+
+def test_requests_to_a_path_without_route_name_the_path():
+    texts = [vllm_text(ok=10 + i, unrouted=10 * i) for i in range(6)]
+    found = verdicts(series(texts))
+    assert found["client_errors"].details["cause"] == "unknown_path"
+    assert "404 (no route)" in found["client_errors"].why
+
+
+def test_server_errors_are_an_incident_with_the_rate_and_share():
+    texts = [vllm_text(ok=100 + 10 * i, server=3 * i) for i in range(6)]   # 15 of 65 in 25 s
+    found = verdicts(series(texts))
+    assert set(found) == {"server_errors"}
+    verdict = found["server_errors"]
+    assert verdict.details["errors"] == 15 and verdict.details["responses"] == 65
+    assert verdict.details["per_s"] == pytest.approx(15 / 25)
+    assert "15 of 65 responses" in verdict.why and "5xx" in verdict.why
+
+
+def test_engine_side_errors_count_as_server_errors():
+    texts = [vllm_text(ok=10 + 10 * i, length=10 + 6 * i, error=4 * i) for i in range(6)]
+    found = verdicts(series(texts))
+    assert found["server_errors"].details["engine_errors"] == 20
+    assert "reason error" in found["server_errors"].why
+
+
+def test_a_few_errors_among_many_responses_raise_nothing():
+    texts = [vllm_text(ok=1000 + 200 * i, server=i // 3, client=i) for i in range(6)]
+    assert verdicts(series(texts)) == {}
+
+
+def test_cumulative_errors_from_before_the_window_raise_nothing():
+    # 500 client and 80 server errors happened long ago; in the window only successes arrive
+    texts = [vllm_text(ok=10 + 5 * i, client=500, server=80, unrouted=40) for i in range(6)]
+    assert verdicts(series(texts)) == {}
+
+
+def test_errors_older_than_the_outcome_window_have_cleared():
+    storm = [vllm_text(ok=10, server=5 * i) for i in range(6)]
+    calm = [vllm_text(ok=10 + 10 * i, server=25) for i in range(1, 20)]
+    samples = series(storm + calm)
+    assert "server_errors" in verdicts(samples[:6])
+    assert verdicts(samples) == {}        # 95 s later: the last 60 s hold only successes
+
+
+def test_a_counter_reset_counts_what_came_after_it():
+    assert increase([10, 12, 3, 5]) == 2 + 3 + 2
+    texts = [vllm_text(ok=50, server=40), vllm_text(ok=50, server=44), vllm_text(ok=1, server=6),
+             vllm_text(ok=2, server=12)]
+    outcomes = window_outcomes(Window.from_samples(series(texts)), DetectorConfig())
+    assert outcomes.by_class("5xx") == 4 + 6 + 6
+
+
+def test_aborted_requests_are_clients_giving_up():
+    texts = [vllm_text(ok=10 + 8 * i, length=10 + 4 * i, abort=4 * i) for i in range(6)]
+    found = verdicts(series(texts))
+    assert set(found) == {"requests_aborted"}
+    assert found["requests_aborted"].details["aborted"] == 20
+    assert "gave up" in found["requests_aborted"].why
+
+
+def test_aborts_of_a_dying_engine_are_left_to_engine_dead():
+    texts = [vllm_text(ok=10 + 8 * i, length=10 + 4 * i, abort=4 * i) for i in range(6)]
+    death = LogEvent(T0 + 24, "engine_dead", {"reason": "EngineCore encountered a fatal error."})
+    names = {v.name for v in run_detectors(Window.from_samples([*series(texts), death]), DetectorConfig())}
+    assert "engine_dead" in names and "requests_aborted" not in names
+
+
+def test_sglang_codes_name_the_cause_and_5xx_is_a_server_error():
+    not_found = [sglang_text({"200": 20 + i, "404": 6 * i}) for i in range(6)]
+    assert verdicts(series(not_found))["client_errors"].details["cause"] == "not_found"
+    failing = [sglang_text({"200": 20 + 5 * i, "500": 2 * i, "503": i}) for i in range(6)]
+    verdict = verdicts(series(failing))["server_errors"]
+    assert verdict.details["errors"] == 15 and "10 × 500" in verdict.why and "5 × 503" in verdict.why
+
+
+def test_sglang_aborted_requests_against_all_finished():
+    texts = [sglang_text({"200": 20 + 4 * i}, requests=21 + 4 * i, aborted=2 * i) for i in range(6)]
+    assert verdicts(series(texts))["requests_aborted"].details["finished"] == 20
+
+
+def test_the_thresholds_are_settings():
+    texts = [vllm_text(ok=100 + 10 * i, server=3 * i) for i in range(6)]
+    assert verdicts(series(texts), DetectorConfig(server_error_fraction=0.5)) == {}
+    assert verdicts(series(texts), DetectorConfig(server_error_min=16)) == {}
+
+
+def test_response_counts_survive_a_bundle_round_trip():
+    sample = scrape(T0, vllm_text(ok=7, client=3, server=1, unrouted=2))
+    back = sample_from_dict(sample_to_dict(sample))
+    assert back.engines[0].counters.responses == {"2xx": 7.0, "4xx": 3.0, "5xx": 1.0, "unrouted": 2.0}
+    assert back.engines[0].counters.request_bytes == sample.engines[0].counters.request_bytes
+
+
+def test_a_bundle_keeps_no_status_key_of_another_shape():
+    state = EngineState(dialect="vllm", generation="vllm-0.32", labels={},
+                        counters=Counters(responses={"4xx": 1.0, "/v1/secret-path": 5.0}))
+    stored = sample_to_dict(MetricsSample(t=T0, dialect="vllm", generation="vllm-0.32", engines=(state,)))
+    assert stored["engines"][0]["counters"]["responses"] == {"4xx": 1.0}
