@@ -23,6 +23,13 @@ def register(subparsers) -> None:
     parser.add_argument("--prometheus-sd-job", metavar="JOB", help="...of this job only")
     parser.add_argument("--listen", metavar="HOST:PORT", help="the HTTP surface (default 127.0.0.1:9464)")
     parser.add_argument("--interval", type=duration, help="each target's probe and scrape cadence (default 2s)")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="turn off the active probe (on by default in serve: when a target's counters have not "
+                             "moved for --probe-interval, one completion of 1 token asks it to serve; cost: at most "
+                             "one 1-token request per idle target per interval, 120 an hour at the default)")
+    parser.add_argument("--probe-interval", type=duration, metavar="S", help="at most one probe per S (default 30s)")
+    parser.add_argument("--probe-deadline", type=duration, metavar="S",
+                        help="a probe without a token after S has missed (default 10s)")
     parser.add_argument("--history", type=duration, help="history kept per target (default 10m)")
     parser.add_argument("--out", metavar="DIR", help="incident bundles, one directory per target")
     parser.add_argument("--bundle-cap", type=float, metavar="MB", dest="bundle_cap",

@@ -16,7 +16,7 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import engine_death_evidence
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import EngineState
-from servewatch.timeline.samples import MetricsSample
+from servewatch.timeline.samples import DEADLINE, MetricsSample
 from servewatch.timeline.window import Window
 
 # The likely cause of client errors, by exact status code (engines that count codes, not classes).
@@ -235,8 +235,10 @@ def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verd
     o = window_outcomes(window, config)
     if o is None:
         return []
-    aborted = o.finished.get("abort", 0.0)
-    finished = _finished_total(o)
+    # A probe that missed its deadline hangs up: the engine counts that request aborted. Our own.
+    own = sum(1 for p in window.probe if p.outcome == DEADLINE and o.first.t < p.t <= o.last.t)
+    aborted = max(0.0, o.finished.get("abort", 0.0) - own)
+    finished = max(0.0, _finished_total(o) - own)
     if aborted < config.abort_min or finished <= 0 or aborted / finished < config.abort_fraction:
         return []
     if engine_death_evidence(window, config)[0] is not None:

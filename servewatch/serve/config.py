@@ -1,7 +1,10 @@
 """What `serve` runs with (`ServeConfig`): from a YAML file, then the command line on top.
 
     listen: 127.0.0.1:9464        # the HTTP surface (loopback unless said otherwise)
-    interval: 2s                  # each target's probe and scrape cadence
+    interval: 2s                  # each target's health and scrape cadence
+    probe: true                   # the active one-token probe of an idle target (default on; false turns it off)
+    probe_interval: 30s           # at most one probe per target per this long: 120 requests an hour when idle
+    probe_deadline: 10s
     history: 10m                  # how much timeline each target keeps
     out: /var/lib/servewatch      # incident bundles, one directory per target
     bundle_cap_mb: 1024           # all targets' bundles together; the oldest go first
@@ -33,7 +36,7 @@ from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 _KEYS = ("listen", "interval", "history", "out", "bundle_cap_mb", "alertmanager", "webhook", "shard", "targets",
-         "file_sd", "prometheus_sd")
+         "file_sd", "prometheus_sd", "probe", "probe_interval", "probe_deadline")
 _SD_KEYS = ("url", "job", "labels", "refresh")
 _TARGET_KEYS = ("url", "name", "pid", "log_file")
 
@@ -52,6 +55,11 @@ class ServeConfig:
     detectors: DetectorConfig = field(default_factory=DetectorConfig)   # the same thresholds for every target
     prometheus_sd: PrometheusSdConfig | None = None
     bundle_cap_bytes: int = 1024 * 2**20         # all targets' bundles under `out` together
+    # The active probe is on by default in a fleet: an idle replica wedged with empty gauges is invisible
+    # to every passive reader. Cost: one 1-token request per idle target per probe_interval.
+    probe: bool = True
+    probe_interval: float = 30.0
+    probe_deadline: float = 10.0
 
 
 def load(path: str) -> ServeConfig:
@@ -109,13 +117,17 @@ def load(path: str) -> ServeConfig:
             shard = parse_shard(str(value["shard"]))
         except ServewatchError as exc:
             raise doc.error(("shard",), str(exc).removeprefix("--shard ")) from None
+    probe = value.get("probe", True)
+    if not isinstance(probe, bool):
+        raise doc.error(("probe",), "true or false is expected")
     cap = value.get("bundle_cap_mb", 1024)
     if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0:
         raise doc.error(("bundle_cap_mb",), "a positive number of MiB is expected")
     return ServeConfig(bundle_cap_bytes=int(cap * 2**20), targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
                        prometheus_sd=_prometheus_sd(doc, value.get("prometheus_sd"), duration),
                        interval=seconds("interval", 2.0), history_s=seconds("history", 600.0), out=text("out"),
-                       alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard)
+                       alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard, probe=probe,
+                       probe_interval=seconds("probe_interval", 30.0), probe_deadline=seconds("probe_deadline", 10.0))
 
 
 def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:
@@ -154,9 +166,12 @@ def from_args(args) -> ServeConfig:
     if args.file_sd:
         changes["file_sd"] = config.file_sd + tuple(args.file_sd)
     for key, attr in (("listen", "listen"), ("interval", "interval"), ("history", "history_s"), ("out", "out"),
-                      ("alertmanager", "alertmanager"), ("webhook", "webhook")):
+                      ("alertmanager", "alertmanager"), ("webhook", "webhook"), ("probe_interval", "probe_interval"),
+                      ("probe_deadline", "probe_deadline")):
         if getattr(args, key) is not None:
             changes[attr] = getattr(args, key)
+    if args.no_probe:
+        changes["probe"] = False
     if args.bundle_cap is not None:
         if args.bundle_cap <= 0:
             raise ServewatchError(f"--bundle-cap {args.bundle_cap:g}: must be more than zero")

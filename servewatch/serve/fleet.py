@@ -141,7 +141,9 @@ class Fleet:
         from servewatch.watch.session import build_recorder
 
         options = RecordingOptions(url=spec.url, interval=self.config.interval, history_s=self.config.history_s,
-                                   log_file=spec.log_file, detectors=self.config.detectors)
+                                   log_file=spec.log_file, detectors=self.config.detectors, probe=self.config.probe,
+                                   probe_interval=self.config.probe_interval,
+                                   probe_deadline=self.config.probe_deadline)
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
