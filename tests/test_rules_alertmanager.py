@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from servewatch.derive.rules import inhibit_rules_yaml
+from tests.processes import stop
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 AMTOOL = shutil.which("amtool")
@@ -84,9 +85,4 @@ def test_a_page_inhibits_the_same_jobs_ticket_and_warning_in_a_real_alertmanager
         assert seen[("LLMRequestsWaiting", "llm")]["inhibitedBy"] != []
         assert seen[("LLMRequestsWaiting", "other")]["inhibitedBy"] == []
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop(proc)

@@ -18,6 +18,7 @@ from aiohttp import web
 from servewatch.serve.config import ServeConfig
 from servewatch.serve.targets import spec_for
 from tests.serve_harness import running_serve, sim_target, until
+from tests.processes import stop
 
 pytestmark = pytest.mark.prometheus
 PROMETHEUS = shutil.which("prometheus")
@@ -47,12 +48,7 @@ async def process(args, ready_url: str, log):
             await until(ready, 60, f"{args[0]} ready")
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout=20)
 
 
 def run(coro):
