@@ -9,6 +9,8 @@ import json
 import time
 from dataclasses import dataclass
 
+from servewatch.sources.deadline import within
+
 MAX_MODELS_BYTES = 1 * 2**20
 MAX_COMPLETION_BYTES = 256 * 2**10
 
@@ -84,7 +86,7 @@ async def exchange(session, method: str, url: str, *, timeout_s: float, max_byte
                           f"HTTP {response.status}" if error else "")
 
     try:
-        return await asyncio.wait_for(ask(), timeout_s)
+        return await within(ask(), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
         return failed(TIMEOUT, f"no answer within {timeout_s:g} s")
     except aiohttp.ClientConnectorError as exc:

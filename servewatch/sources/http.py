@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES
+from servewatch.sources.deadline import within
 from servewatch.sources.scrape import CONNECT, PROTOCOL, TIMEOUT, TOO_LARGE, ScrapeFailure
 
 _CHUNK = 64 * 1024
@@ -64,7 +65,7 @@ async def fetch(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT
             return Response(response.status, b"".join(chunks), time.monotonic() - started)
 
     try:
-        return await asyncio.wait_for(get(), timeout_s)
+        return await within(get(), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
         return failed(TIMEOUT, f"no answer within {timeout_s:g} s")
     except aiohttp.ClientConnectionError as exc:
