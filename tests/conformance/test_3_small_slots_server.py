@@ -42,9 +42,9 @@ def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
     out = run_dir / "bundles"
     with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
         started = time.monotonic()
-        # 96 x 600 tokens through 4 slots: ~25 s of queue on this machine's vLLM (~2,000 tokens/s), longer
-        # than overload's 10 s sustain even when the watcher's scrapes arrive seconds apart.
-        traffic = Traffic(server.url, n=96, concurrency=32, max_tokens=600, timeout_s=300).start()
+        # 96 x 1500 tokens through 4 slots: a queue for well over overload's 10 s sustain on the Intel VMs,
+        # where 96 x 600 drained in ~10 s, even when the watcher's scrapes arrive seconds apart.
+        traffic = Traffic(server.url, n=96, concurrency=32, max_tokens=1500, timeout_s=300).start()
         # Requests that start together finish together: a single scrape can fall between a finish and
         # the next admission, so wait for the picture itself (slots full, queue behind them).
         queued = wait_until(server.url, lambda r: r.get("vllm:num_requests_waiting") >= 8
