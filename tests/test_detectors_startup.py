@@ -194,3 +194,16 @@ def test_the_real_sglang_start_has_its_stages_and_no_verdict():
     samples = [HealthSample(s.t, 503, 0.01, "http_503") if isinstance(s, HealthSample) and listening <= s.t
                < events[-1].t + 1 else s for s in samples]
     assert names_over_time(samples) == set()
+
+
+def test_a_young_server_that_has_generated_tokens_is_not_starting_even_with_health_timing_out():
+    # A watch attached to a vLLM started 2 minutes ago, under a load that blocks its API loop: /health
+    # times out for 200 s while its /metrics shows the tokens it generated. That is not a stuck start.
+    from tests.timeline_builders import Timeline
+
+    timeline = Timeline(interval=1.0, t0=1_800_000_000.0)
+    for _ in range(200):
+        timeline.tick(health=None, health_error="timeout", root_ct=1_800_000_000.0 - 120)
+    names = {v.name for v in run_detectors(timeline.window(), DetectorConfig())}
+    assert "startup_stalled" not in names
+    assert "health_loss" in names

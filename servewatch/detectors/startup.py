@@ -102,6 +102,11 @@ def in_startup(window: Window, config: DetectorConfig) -> bool:
     start = found[0].t
     if any(e.kind == "startup_failure" and e.t >= start for e in window.logs):
         return False
+    # An engine that has generated tokens has started, whatever /health says: a watch attached to a
+    # running vLLM under load saw no /health 200 for minutes (its API loop blocked) and must not call
+    # that a start stuck since the process began.
+    if any(m.t >= start and any((e.counters.generation_tokens or 0) > 0 for e in m.engines) for m in window.metrics):
+        return False
     if window.process and not window.process[-1].alive:
         return False
     return not (found[-1].name == "ready" and not window.health)   # a log-only watch ends at "ready"
