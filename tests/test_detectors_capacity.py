@@ -177,3 +177,21 @@ def test_overload_holds_through_short_dips_and_clears_after_the_clear_time():
     assert "overload" in by_name(tl.window())
     tl.ticks(2, running=16, slot_limit=16, waiting=0)     # 5 s at zero: cleared
     assert "overload" not in by_name(tl.window())
+
+
+def test_kv_pressure_from_preemptions_seen_in_a_few_scrapes_seconds_apart():
+    # A starved watcher sees three scrapes 2 s apart while the engine preempts at a full cache with a queue:
+    # too short for the held and queued rules, and the preemptions say the cache is the limit.
+    tl = Timeline(interval=2.0).ticks(1, running=4, kv=0.4)
+    tl.tick(running=16, waiting=12, kv=1.0, preempt=4).tick(running=16, waiting=8, kv=0.95, preempt=5)
+    verdict = by_name(tl.window())["kv_pressure"]
+    assert verdict.details["rule"] == "preempting"
+    assert "+9 preemptions" in verdict.why and "evicts running requests" in verdict.why
+    # The same full cache and queue without a preemption is not enough in so short a look...
+    quiet = Timeline(interval=2.0).ticks(1, running=4, kv=0.4)
+    quiet.tick(running=16, waiting=12, kv=1.0).tick(running=16, waiting=8, kv=0.95)
+    assert "kv_pressure" not in by_name(quiet.window())
+    # ...and preemptions with free cache and no queue are not this rule's either.
+    roomy = Timeline(interval=2.0).ticks(1, running=4, kv=0.4)
+    roomy.tick(running=16, waiting=0, kv=0.5, preempt=4).tick(running=16, waiting=0, kv=0.5, preempt=5)
+    assert "kv_pressure" not in by_name(roomy.window())
