@@ -279,7 +279,7 @@ def test_kv_pressure_and_preemption_from_the_counter_delta(lab, server, run_dir)
     assert delta > 0
     assert kv is not None, f"no kv_pressure; {watcher.describe()}"
     assert preemption is not None, f"no preemption; {watcher.describe()}"
-    assert traffic.result.statuses == [200] * 16
+    assert traffic.result.statuses == [200] * 24
     assert_bundles_verify(out)
 
     # Afterwards the cumulative counter is > 0 but nothing is preempted any more: a fresh watch must
