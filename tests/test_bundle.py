@@ -13,7 +13,7 @@ import pytest
 
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.sinks import layout, serialize
-from servewatch.sinks.bundle import BUNDLE_NAME, TMP_PREFIX, BundleContext, BundleWriter
+from servewatch.sinks.bundle import BUNDLE_NAME, TMP_PREFIX, BundleContext, BundleWriter, pin, pinned
 from servewatch.sinks.verify import verify_bundle
 from servewatch.timeline.samples import HealthSample, LogEvent
 from servewatch.timeline.window import Window
@@ -127,6 +127,19 @@ def test_rotation_keeps_the_newest(tmp_path):
     left = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert left == sorted(p.name for p in paths[2:])
     assert writer.bundles() == paths[2:]
+
+
+def test_a_pinned_bundle_outlives_every_rotation_and_the_others_still_rotate(tmp_path):
+    writer = BundleWriter(tmp_path / "out", keep=2, stderr=io.StringIO(), recompute=synthetic_recompute)
+    window = stall_window()
+    verdicts = synthetic_stall_verdicts(window)
+    first = writer.write(window, verdicts, BundleContext(created_t=window.end))
+    assert pin(tmp_path / "out", first.name) is None
+    later = [writer.write(window, verdicts, BundleContext(created_t=window.end + 60 * i)) for i in range(1, 6)]
+    assert writer.bundles() == [first, *later[-2:]]
+    assert pinned(tmp_path / "out") == {first.name}
+    assert verify_bundle(first, synthetic_recompute).verdicts_checked == 1   # the pin changed nothing inside it
+    assert pin(tmp_path / "out", "../../etc") == "'../../etc' is not a bundle name"
 
 
 def test_same_incident_twice_gets_distinct_directories(tmp_path):

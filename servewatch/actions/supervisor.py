@@ -33,6 +33,7 @@ class Guard:
         self.returncode = returncode
         self.json_lines = json_lines
         self.outcome = Outcome()
+        self.first: tuple[str, str | None] | None = None   # the life's first verdict and its bundle
         self.recorder = None          # set by the command; stopped when guard is done
         self.busy = False             # an action or a drain is under way: no second one
         self.tasks: set[asyncio.Task] = set()
@@ -43,6 +44,8 @@ class Guard:
     def on_fired(self, fired) -> None:
         """Recorder listener (event loop thread)."""
         name = fired.verdict.name
+        if self.first is None:
+            self.first = (name, fired.bundle)
         if name == "engine_dead" or (name == "process_exit" and fired.verdict.details.get("after_engine_death")):
             self.outcome = replace(self.outcome, engine_died=True)
         if name == "process_exit":

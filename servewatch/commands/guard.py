@@ -53,6 +53,12 @@ def register(subparsers) -> None:
                                                                        "started is then drained)")
     parser.add_argument("--json", action="store_true", help="JSON lines on stdout: verdicts and guard's actions "
                                                             "(a started server's stdout then goes to stderr)")
+    parser.add_argument("--lives", metavar="FILE",
+                        help="guard's private record of this server's earlier runs, kept across guard's own restarts "
+                             "so that repeated failed starts are reported once as crash_loop (crash_loop_count "
+                             "failures within crash_loop_window_s, see --set) naming the first failure, whose bundle "
+                             "in --out is then pinned against rotation (default: one file per URL and command "
+                             "under $XDG_STATE_HOME/servewatch/guard)")
     parser.set_defaults(func=run)
 
 
@@ -92,6 +98,7 @@ async def _guard(args, options, command: list[str], config) -> int:
     import asyncio
     import signal
     import subprocess
+    import time
 
     from servewatch.actions.supervisor import Guard
     from servewatch.actions.tree import Member
@@ -99,6 +106,7 @@ async def _guard(args, options, command: list[str], config) -> int:
     from servewatch.watch.session import record
 
     loop = asyncio.get_running_loop()
+    started = time.time()
     signalled: list[int] = []       # a signal before the guard exists is acted on once it does
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, signalled.append, sig)
@@ -135,8 +143,36 @@ async def _guard(args, options, command: list[str], config) -> int:
             server.wait(timeout=5)     # reap a killed server (its status is already decided)
         except subprocess.TimeoutExpired:
             pass
-    code, _ = guard.result()
+    code, why = guard.result()
+    _remember_life(args, options, command, guard, started, code, why)
     return code
+
+
+def _remember_life(args, options, command, guard, started: float, code: int, why: str) -> None:
+    """Add this run to the ledger of the server's lives; a crash loop across guard's restarts is said once,
+    with the first failure named and its bundle pinned."""
+    import sys
+    import time
+
+    from servewatch.actions import lives
+    from servewatch.sinks.bundle import pin
+
+    path = Path(args.lives) if args.lives else lives.default_path(options.url, command)
+    past, problem = lives.load(path)
+    first_verdict, bundle = guard.first or (None, None)
+    life = lives.Life(started, time.time(), code, why, stopped=guard.outcome.drain is not None,
+                      first_verdict=first_verdict, bundle=os.path.basename(bundle) if bundle else None)
+    history = [*past, life]
+    loop = lives.crash_loop(history, count=options.detectors.crash_loop_count,
+                            window_s=options.detectors.crash_loop_window_s)
+    problems = [problem, lives.save(path, history)]
+    if loop is not None:
+        if loop[0].bundle and options.out:
+            problems.append(pin(options.out, loop[0].bundle))
+        guard.say(f"crash_loop: {lives.describe(loop)}", event="crash_loop", failures=len(loop),
+                  first_exit=loop[0].exit_status, first_verdict=loop[0].first_verdict, first_bundle=loop[0].bundle)
+    for line in filter(None, problems):
+        print(f"servewatch guard: {line}", file=sys.stderr, flush=True)
 
 
 def _start(command: list[str], *, json_lines: bool):

@@ -26,6 +26,7 @@ from servewatch.timeline.samples import Sample
 BUNDLE_NAME = re.compile(r"^incident-\d{8}T\d{6}Z-[a-z_]+-[0-9a-f]{8}(-\d+)?$")
 TMP_PREFIX = ".incident-tmp-"
 DEFAULT_KEEP = 4
+PINS = ".pinned"     # in the out dir: names of bundles that rotation keeps, one per line
 
 __all__ = ["BundleContext", "BundleWriter", "BUNDLE_NAME"]
 
@@ -129,10 +130,36 @@ class BundleWriter:
         return candidate
 
     def _rotate(self) -> None:
-        """Keep the newest `keep` bundles; a bundle that cannot be removed is left (and costs nothing)."""
-        existing = self.bundles()
+        """Keep the newest `keep` bundles besides the pinned ones; a bundle that cannot be removed is left
+        (and costs nothing)."""
+        kept = pinned(self.out_dir)
+        existing = [b for b in self.bundles() if b.name not in kept]
         for old in existing[:max(0, len(existing) - self.keep)]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def pinned(out_dir: str | os.PathLike) -> set[str]:
+    """The bundle names in out_dir that rotation keeps (see `pin`)."""
+    try:
+        text = (Path(out_dir) / PINS).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {line.strip() for line in text.splitlines() if BUNDLE_NAME.match(line.strip())}
+
+
+def pin(out_dir: str | os.PathLike, name: str) -> str | None:
+    """Keep bundle `name` through every rotation from now on; the one line that says why not, or None."""
+    if not BUNDLE_NAME.match(name):
+        return f"{name!r} is not a bundle name"
+    names = pinned(out_dir) | {name}
+    tmp = Path(out_dir) / f".pinned-tmp-{secrets.token_hex(4)}"
+    try:
+        _write_private(tmp, "".join(f"{n}\n" for n in sorted(names)).encode())
+        os.replace(tmp, Path(out_dir) / PINS)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        return f"{Path(out_dir) / PINS}: cannot pin {name} ({exc.strerror or exc})"
+    return None
 
 
 def _trigger_name(files: dict[str, bytes]) -> str:
