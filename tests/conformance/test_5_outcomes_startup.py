@@ -63,6 +63,13 @@ def test_watched_from_its_first_second_then_served_and_rejected_requests(lab, ru
             assert line is not None, watcher.describe()
             assert "30 × 4xx" in line.data["why"] and "inputs over the model's maximum length" in line.data["why"]
             assert {v.name for v in watcher.verdicts()} == {"client_errors"}, watcher.describe()
+
+            abort_at = time.monotonic()
+            firsts = [hang_up_after_first_chunk(server.url) for _ in range(8)]
+            assert all(firsts), firsts                  # each stream had begun: the engine was working on it
+            aborted = watcher.wait_for("requests_aborted", timeout_s=60, after=abort_at)
+            assert aborted is not None, watcher.describe()
+            assert aborted.data["why"].startswith("8 of "), aborted.data["why"]
         bundle = line.data["bundle"]
     finally:
         server.stop()
@@ -79,7 +86,19 @@ def test_watched_from_its_first_second_then_served_and_rejected_requests(lab, ru
                 f"storm began; stages (s from the start): "
                 + ", ".join(f"{name} {row[1]:g}" for name, row in stages.items()))
     lab.obs.say(f"outcomes: {line.data['why']}")
+    lab.obs.say(f"outcomes: 8 streams closed by the client after their first chunk → requests_aborted "
+                f"{aborted.arrived - abort_at:.1f} s after the first hang-up: {aborted.data['why']}")
     assert_bundles_verify(out)
+
+
+def hang_up_after_first_chunk(url: str) -> bool:
+    """A streaming completion closed by the client once its first chunk arrived: the engine aborts it."""
+    body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 480, "stream": True,
+            "ignore_eos": True}
+    request = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.readline(1 << 12).startswith(b"data:")
 
 
 class GuardedStart:

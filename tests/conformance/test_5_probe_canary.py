@@ -74,7 +74,8 @@ def test_idle_server_under_the_probe_gives_no_verdict_and_each_probe_is_one_toke
     assert watcher.verdicts() == [], [v.data for v in watcher.verdicts()]
     cost = probe_cost_line(watcher)
     sent = int(cost.split("probe cost: ")[1].split()[0])
-    assert IDLE_S / EVERY_S - 1 <= sent <= IDLE_S / EVERY_S + 1, cost
+    # never more than one per interval (the promised cost); freezes of the VM only ever space them out
+    assert 0.8 * IDLE_S / EVERY_S <= sent <= IDLE_S / EVERY_S + 1, cost
     tokens = scrape(server.url).get(GEN) - before
     assert tokens == sent, f"{tokens} tokens generated for {sent} probes"   # nothing else ran meanwhile
 
