@@ -59,22 +59,30 @@ class Workload:
                 return nxt
             t = end
 
+    def _answered_at_finish(self, request_bytes: int):
+        def on_token(request) -> None:
+            if request.finish_reason is not None:
+                self.engine.record_response(200, request_bytes=request_bytes)
+        return on_token
+
     def advance(self, t: float) -> None:
         engine = self.engine
         while self._next is not None and self._next <= t:
             engine.run_until(self._next)
             _, _, phase = self._phase_at(self._next)
-            status, prompt_tokens = 200, phase.prompt_tokens
+            body = BODY_BYTES + BYTES_PER_PROMPT_TOKEN * phase.prompt_tokens
             try:
-                engine.submit(prompt_tokens=phase.prompt_tokens, max_tokens=phase.max_tokens, ignore_eos=True)
+                # the HTTP layer counts a streamed 200 once the stream has ended, as vLLM's middleware does
+                engine.submit(prompt_tokens=phase.prompt_tokens, max_tokens=phase.max_tokens, ignore_eos=True,
+                              listener=self._answered_at_finish(body))
                 self.submitted += 1
             except (RequestRejected, RequestFailed) as exc:
-                status, prompt_tokens = exc.status, getattr(exc, "prompt_tokens", prompt_tokens)
+                prompt_tokens = getattr(exc, "prompt_tokens", phase.prompt_tokens)
+                engine.record_response(exc.status, request_bytes=BODY_BYTES + BYTES_PER_PROMPT_TOKEN * prompt_tokens)
                 self.rejected += 1
             except EngineDeadError:
-                status = 500
+                engine.record_response(500, request_bytes=body)
                 self.rejected += 1
-            engine.record_response(status, request_bytes=BODY_BYTES + BYTES_PER_PROMPT_TOKEN * prompt_tokens)
             self._next = self._arrival_after(self._next)
         engine.run_until(t)
 

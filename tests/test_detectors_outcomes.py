@@ -25,7 +25,10 @@ OUTCOME_VERDICTS = {"server_errors", "client_errors", "requests_aborted"}
 
 
 def vllm_text(*, ok=1.0, client=0.0, unrouted=0.0, server=0.0, body_bytes=100.0, bodies=1.0, abort=0.0,
-              length=1.0, error=0.0, generation_032=True) -> str:
+              length=1.0, error=0.0, hung_up=0.0, generation_032=True) -> str:
+    """As a real vLLM counts: every 2xx answer is a finished request (by default a "stop"), except those
+    whose client hung up, which the engine counts nowhere."""
+    stop = max(0.0, ok - length - abort - error - hung_up)
     text = VLLM
     text = re.sub(r'(http_requests_total\{handler="/v1/completions",method="POST",status="2xx"\}) \S+', rf"\1 {ok}", text)
     text = re.sub(r'(http_requests_total\{handler="/v1/completions",method="POST",status="4xx"\}) \S+',
@@ -34,7 +37,7 @@ def vllm_text(*, ok=1.0, client=0.0, unrouted=0.0, server=0.0, body_bytes=100.0,
     text = re.sub(r'(http_requests_total\{handler="none",method="POST",status="4xx"\}) \S+', rf"\1 {unrouted}", text)
     text = re.sub(r'(http_request_size_bytes_count\{handler="/v1/completions"\}) \S+', rf"\1 {bodies}", text)
     text = re.sub(r'(http_request_size_bytes_sum\{handler="/v1/completions"\}) \S+', rf"\1 {body_bytes}", text)
-    for reason, value in (("abort", abort), ("length", length), ("error", error)):
+    for reason, value in (("stop", stop), ("abort", abort), ("length", length), ("error", error)):
         text = re.sub(rf'(vllm:request_success_total\{{engine="0",finished_reason="{reason}",model_name="tiny"\}}) \S+',
                       rf"\1 {value}", text)
     if not generation_032:   # the 0.11 names: no waiting-by-reason, sleep state or prompt-by-source families
@@ -167,6 +170,23 @@ def test_aborted_requests_are_clients_giving_up():
     assert set(found) == {"requests_aborted"}
     assert found["requests_aborted"].details["aborted"] == 20
     assert "gave up" in found["requests_aborted"].why
+
+
+def test_clients_hanging_up_are_aborts_although_vllm_counts_them_nowhere():
+    # answered 2xx by the API server, never counted finished: 24 of 40 answers in 20 s
+    texts = [vllm_text(ok=10 + 8 * i, hung_up=6 * i) for i in range(5)]
+    found = verdicts(series(texts))
+    assert set(found) == {"requests_aborted"}
+    verdict = found["requests_aborted"]
+    assert verdict.details["hung_up"] == 24 and verdict.details["aborted"] == 24 and verdict.details["finished"] == 32
+    assert "24 answered by the API server but never counted finished" in verdict.why
+    assert {e.field for e in verdict.evidence} >= {"counters.answered"}
+
+
+def test_answers_the_engine_counted_finished_are_no_hang_ups():
+    texts = [vllm_text(ok=10 + 8 * i, length=1 + 8 * i) for i in range(5)]
+    assert verdicts(series(texts)) == {}
+    assert window_outcomes(Window.from_samples(series(texts)), DetectorConfig()).answered == 32
 
 
 def test_aborts_of_a_dying_engine_are_left_to_engine_dead():

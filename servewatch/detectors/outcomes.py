@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import engine_death_evidence
+from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import EngineState
 from servewatch.timeline.samples import DEADLINE, MetricsSample
@@ -47,6 +48,7 @@ class Outcomes:
     finished: dict[str, float] = field(default_factory=dict)    # by finish reason
     request_bytes: float | None = None
     request_bytes_count: float | None = None
+    answered: float | None = None          # 2xx responses of the handlers that run the engine
 
     @property
     def span_s(self) -> float:
@@ -103,7 +105,14 @@ def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
         finished[reason] = increase(_engine_sum(m.engines, reason) for m in scrapes)
     body_bytes = _optional_increase(m.engines[0].counters.request_bytes for m in scrapes)
     bodies = _optional_increase(m.engines[0].counters.request_bytes_count for m in scrapes)
-    return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies)
+    answered = _optional_increase(m.engines[0].counters.answered for m in scrapes)
+    return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies, answered)
+
+
+def engine_failing(window: Window, config: DetectorConfig) -> bool:
+    """A dead or crash-looping engine fails and ends the requests it holds: engine_dead or crash_loop says
+    it, not the outcome verdicts."""
+    return engine_death_evidence(window, config)[0] is not None or in_crash_loop(window, config)
 
 
 def _engine_sum(engines: Iterable[EngineState], reason: str) -> float | None:
@@ -149,6 +158,8 @@ def detect_server_errors(window: Window, config: DetectorConfig) -> list[Verdict
     errors = max(errors_5xx, engine_errors)
     total = o.total_responses or _finished_total(o)
     if errors < config.server_error_min or total <= 0 or errors / total < config.server_error_fraction:
+        return []
+    if engine_failing(window, config):
         return []
     keys = sorted(k for k in o.responses if status_class(k) == "5xx" and o.responses[k] > 0)
     why = (f"{_n(errors_5xx)} of {_n(o.total_responses)} responses in the last {o.span_s:.0f} s were 5xx "
@@ -237,18 +248,28 @@ def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verd
         return []
     # A probe that missed its deadline hangs up: the engine counts that request aborted. Our own.
     own = sum(1 for p in window.probe if p.outcome == DEADLINE and o.first.t < p.t <= o.last.t)
-    aborted = max(0.0, o.finished.get("abort", 0.0) - own)
-    finished = max(0.0, _finished_total(o) - own)
+    reported = o.finished.get("abort", 0.0)
+    # Answered by the API server yet never counted finished by the engine: the client hung up (an engine
+    # finishes a request a moment before its response ends, so this can only undercount).
+    hung_up = max(0.0, o.answered - _finished_total(o)) if o.answered is not None else 0.0
+    aborted = max(0.0, reported + hung_up - own)
+    finished = max(0.0, _finished_total(o) + hung_up - own)
     if aborted < config.abort_min or finished <= 0 or aborted / finished < config.abort_fraction:
         return []
-    if engine_death_evidence(window, config)[0] is not None:
-        return []   # requests a dying engine ends are that death's consequence: engine_dead says it
+    if engine_failing(window, config):
+        return []
     why = (f"{_n(aborted)} of {_n(finished)} requests finished in the last {o.span_s:.0f} s were aborted "
            f"({_pct(aborted, finished)}, {o.rate(aborted):.2f} per s; ≥ {config.abort_fraction:.0%} and "
            f"≥ {config.abort_min:g}): clients gave up or timed out before their answer was complete")
+    if hung_up:
+        why += (f" ({_n(hung_up)} answered by the API server but never counted finished by the engine: "
+                f"the client hung up mid-answer)")
     evidence = (Evidence("metrics", o.first.t, "counters.finished.abort", _engine_sum(o.first.engines, "abort")),
                 Evidence("metrics", o.last.t, "counters.finished.abort", _engine_sum(o.last.engines, "abort")))
+    if hung_up:
+        evidence += (Evidence("metrics", o.first.t, "counters.answered", o.first.engines[0].counters.answered),
+                     Evidence("metrics", o.last.t, "counters.answered", o.last.engines[0].counters.answered))
     return [Verdict("requests_aborted", o.last.t, o.first.t, why, evidence,
                     {"aborted": aborted, "finished": finished, "fraction": round(aborted / finished, 4),
-                     "per_s": round(o.rate(aborted), 4)})]
+                     "per_s": round(o.rate(aborted), 4), "hung_up": hung_up})]
 

@@ -83,20 +83,22 @@ def sum_counter(families: Mapping[str, Family], exposed: str, identity_labels: I
 
 
 def responses_by_status(families: Mapping[str, Family], exposed: str, *, handler_label: str, status_label: str,
-                        skip_handlers: Iterable[str] = (), unrouted_handler: str | None = None) -> dict[str, float]:
+                        skip_handlers: Iterable[str] = (), unrouted_handler: str | None = None,
+                        only_handlers: Iterable[str] | None = None) -> dict[str, float]:
     """An HTTP response counter summed per status over the request handlers (`skip_handlers`, e.g. the
-    health and metrics endpoints a watcher polls itself, left out); responses of `unrouted_handler`
-    (the label a server gives paths it has no route for) are counted under "unrouted"."""
+    health and metrics endpoints a watcher polls itself, left out; or just `only_handlers`); responses of
+    `unrouted_handler` (the label a server gives paths it has no route for) are counted under "unrouted"."""
     family = first_family(families, *counter_names(exposed))
     if family is None:
         return {}
     skip = frozenset(skip_handlers)
+    only = None if only_handlers is None else frozenset(only_handlers)
     out: dict[str, float] = defaultdict(float)
     for sample in family.samples:
         if sample.name != exposed or math.isnan(sample.value):
             continue
         handler = sample.labels.get(handler_label, "")
-        if handler in skip:
+        if handler in skip or (only is not None and handler not in only):
             continue
         status = sample.labels.get(status_label, "")
         if unrouted_handler is not None and handler == unrouted_handler:

@@ -43,6 +43,10 @@ HTTP_HANDLER_LABEL = "handler"
 HTTP_STATUS_LABEL = "status"
 HTTP_UNROUTED_HANDLER = "none"
 HTTP_REQUEST_SIZE = "http_request_size_bytes"      # summary by handler: the request bodies' bytes
+# Handlers whose requests run on the engine. A client that hangs up is answered 2xx here, but vLLM 0.32
+# counts its abort nowhere (the API server drops the request before any finished-request statistic):
+# on a real vLLM, 8 streams closed after their first chunk left request_success_total unchanged.
+HTTP_GENERATION_HANDLERS = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 # Endpoints a watcher or a load balancer polls: not the clients' requests.
 HTTP_MONITORING_HANDLERS = ("/health", "/metrics", "/ping", "/version", "/v1/models", "/load", "/is_sleeping",
                             "/server_info")
@@ -231,6 +235,8 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
     responses = base.responses_by_status(families, HTTP_REQUESTS, handler_label=HTTP_HANDLER_LABEL,
                                          status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS,
                                          unrouted_handler=HTTP_UNROUTED_HANDLER)
+    answered = base.responses_by_status(families, HTTP_REQUESTS, handler_label=HTTP_HANDLER_LABEL,
+                                        status_label=HTTP_STATUS_LABEL, only_handlers=HTTP_GENERATION_HANDLERS)
     body_bytes, bodies = base.summary_by_handler(families, HTTP_REQUEST_SIZE, handler_label=HTTP_HANDLER_LABEL,
                                                  skip_handlers=(*HTTP_MONITORING_HANDLERS, HTTP_UNROUTED_HANDLER))
 
@@ -259,6 +265,7 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
                 responses=dict(responses),
                 request_bytes=body_bytes,
                 request_bytes_count=bodies,
+                answered=answered.get("2xx") if answered else None,
             ),
             histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
         ))

@@ -38,6 +38,9 @@ class Counters:
     # Request bodies those handlers received: total bytes and how many (None where not exported).
     request_bytes: float | None = None
     request_bytes_count: float | None = None
+    # 2xx responses of the handlers that run the engine (completions, chat), where the engine counts its
+    # finished requests without those whose client hung up (vLLM): the difference is the hang-ups.
+    answered: float | None = None
 
 
 @dataclass(slots=True)

@@ -183,6 +183,7 @@ def engine_to_dict(e: EngineState) -> dict:
             "responses": {k: number(v) for k, v in sorted(c.responses.items()) if _STATUS_KEY.match(k)},
             "request_bytes": number(c.request_bytes),
             "request_bytes_count": number(c.request_bytes_count),
+            "answered": number(c.answered),
         },
         "histograms": {kind: histogram_to_dict(e.histograms[kind]) for kind in HISTOGRAM_KINDS
                        if kind in e.histograms},
@@ -211,6 +212,7 @@ def engine_from_dict(d: Mapping) -> EngineState:
             responses={k: unnumber(v) for k, v in c.get("responses", {}).items()},   # older bundles lack these
             request_bytes=unnumber(c.get("request_bytes")),
             request_bytes_count=unnumber(c.get("request_bytes_count")),
+            answered=unnumber(c.get("answered")),
         ),
         histograms={k: histogram_from_dict(v) for k, v in d["histograms"].items()},
     )
