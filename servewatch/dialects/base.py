@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from functools import lru_cache
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from servewatch.engine.histogram import histograms_by_labels
 from servewatch.engine.state import EngineState, Histogram
@@ -144,6 +145,41 @@ def numbers(match: re.Match, names: Mapping[str, type]) -> dict[str, float | int
 LogFinding = tuple[str, dict]      # (event kind, fields) — fields hold numbers and grammar literals only
 
 
+@dataclass(frozen=True)
+class StatsReading:
+    """One stats line in the units of a log's timeline."""
+
+    source: str                 # the line's shape in words: "stats line", "decode batch", "engine dump at death"
+    generation: str | None      # the log generation that writes this shape; None when the shape tells none
+    values: Mapping[str, float | int | None]   # of running, waiting, kv_pct, prompt_tps, gen_tps, preemptions,
+    #                                            prefix_hit_pct: those the line states
+
+
+@dataclass(frozen=True)
+class RecordGrammar:
+    """What reading a whole log after the fact (the postmortem) needs of an engine's log beyond
+    `Dialect.parse_log_message`. Every pattern yields numbers and fixed literals, never free text."""
+
+    # Line prefixes other than `Dialect.log_prefix` (older versions, other processes); named groups as
+    # there, all optional but `msg`: process, pid, level, ts.
+    older_prefixes: tuple[re.Pattern, ...] = ()
+    engine_processes: tuple[str, ...] = ()   # process names (or their prefixes) in line prefixes that are the engine
+    api_process: str | None = None           # the API server's process name, for the exit line that names none
+    packages: tuple[str, ...] = ()           # top-level Python packages whose traceback frames are the engine's
+    # (stage, pattern): a `seconds` group for the stage's duration, other named groups are numbers.
+    startup_stages: tuple[tuple[str, re.Pattern], ...] = ()
+    settings_marker: str | None = None       # a literal of the line that lists the launch settings
+    settings: tuple[tuple[str, re.Pattern, type], ...] = ()   # (setting, pattern with a `value` group, type)
+    oom_exceptions: tuple[str, ...] = ()     # exception type names that mean out of memory
+    oom_literals: tuple[str, ...] = ()       # message literals that mean out of memory
+    oom_details: re.Pattern | None = None    # sizes: requested, total, free (each with a `_unit`), device
+    signal_lines: tuple[re.Pattern, ...] = ()       # a `signal` group
+    shutdown_lines: tuple[str, ...] = ()
+    force_kill_line: re.Pattern | None = None       # a `process` group: the process killed
+    exit_code_lines: tuple[re.Pattern, ...] = ()    # a `code` group
+    timeout_lines: tuple[re.Pattern, ...] = ()
+
+
 class Dialect(ABC):
     """Everything servewatch knows about one engine's outside. `sources/`, `detectors/`, `sinks/` and
     `watch/` reach an engine only through this interface (via the registry in `servewatch.dialects`).
@@ -168,10 +204,12 @@ class Dialect(ABC):
     latency_edges: Mapping[str, tuple[float, ...]] = {}
     # A known engine bug behind "exit 0 after the engine died" (said in process_exit's verdict), if any.
     exit_zero_after_death_note: str | None = None
-    # Log: the line prefix (a regex with a `msg` group) and the literal that says the server is ready.
+    # Log: the line prefix, a regex with a `msg` group (and, where the prefix states them, process, pid,
+    # level and ts groups).
     log_prefix: re.Pattern | None = None
     # Metric-name generations alert rules and dashboards can be written for (newest first).
     alert_generations: tuple[str, ...] = ()
+    record_grammar: RecordGrammar = RecordGrammar()
 
     @abstractmethod
     def detect(self, families: Mapping[str, Family]) -> str | None:
@@ -192,6 +230,14 @@ class Dialect(ABC):
     def describe_startup_failure(self, fields: Mapping) -> str:
         """The engine's own startup-failure message, rebuilt from the grammar literal and parsed numbers."""
         return str(fields.get("reason", "unknown"))
+
+    def stats_reading(self, fields: Mapping) -> StatsReading | None:
+        """A `stats` finding of `parse_log_message` in a log timeline's units (None: not a timeline point)."""
+        return None
+
+    def record_stats(self, msg: str) -> StatsReading | None:
+        """A stats line only a whole-log reading knows (an older generation's, a dump at death)."""
+        return None
 
     def alert_series(self, generation: str):
         """The series rules and dashboards read at `generation` (a `dialects.series.EngineSeries`)."""

@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from servewatch.dialects import base
+from servewatch.dialects import base, pytorch
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
@@ -89,7 +89,8 @@ PROCESS_ROLES = {"sglang::scheduler": "engine_core", "sglang::detokenizer": "wor
 SLOT_LIMIT_FLAG = "--max-running-requests"
 
 # --- log grammar --------------------------------------------------------------------------------
-LOG_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?P<ranks>(?: [A-Z_]+\d+)*)\] (?P<msg>.*)$")
+LOG_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
+                        r"(?: (?P<process>[A-Z_]+\d+(?: [A-Z_]+\d+)*))?\] (?P<msg>.*)$")   # process: the ranks
 DECODE_LINE = re.compile(
     r"Decode batch(?: \[\d+\])?[,.] #running-req: (?P<running>\d+), (?:#token: (?P<tokens>\d+), )?"
     r"(?:full )?token usage: (?P<token_usage>[\d.]+).*?gen throughput \(token/s\): (?P<gen_tps>[\d.]+), "
@@ -143,6 +144,32 @@ GRAPHS_CAPTURING_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph begin")
 GRAPHS_CAPTURED_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph end\. Time elapsed: (?P<seconds>[\d.]+) s")
 ENGINE_READY_LINE = re.compile(r"Engine startup timings \(s\): load_weight=[\d.]+, kv_cache_allocation=[\d.]+, "
                                r"scheduler_e2e=(?P<seconds>[\d.]+)")
+
+# What reading a whole log after the fact needs beyond parse_log_message (the postmortem).
+RECORD_GRAMMAR = base.RecordGrammar(
+    engine_processes=("scheduler", "TP", "DP"),
+    packages=("sglang",),
+    startup_stages=(
+        ("weights", WEIGHTS_LOADED_LINE),
+        ("KV sizing", re.compile(r"KV Cache is allocated\. .*?#tokens: (?P<tokens>\d+)")),
+        ("KV sizing", re.compile(r"max_total_num_tokens=(?P<tokens>\d+), .*?max_running_requests=(?P<max_running>\d+)"
+                                 r".*?context_len=(?P<context_len>\d+)")),
+        ("graph capture", re.compile(r"Capture cuda graph end\. Time elapsed: (?P<seconds>[\d.]+) s")),
+        ("engine init", re.compile(r"Engine startup timings \(s\): load_weight=(?P<load_weight_s>[\d.]+), "
+                                   r"kv_cache_allocation=(?P<kv_allocation_s>[\d.]+), "
+                                   r"scheduler_e2e=(?P<seconds>[\d.]+)")),
+    ),
+    settings_marker="server_args=",
+    settings=(("max_running_requests", re.compile(r"max_running_requests=(?P<value>\d+)"), int),
+              ("mem_fraction_static", re.compile(r"'mem_fraction_static': (?P<value>[\d.]+)"), float)),
+    oom_exceptions=pytorch.OOM_EXCEPTIONS, oom_literals=(*pytorch.OOM_LITERALS, *OOM_LINES),
+    oom_details=pytorch.OOM_DETAILS,
+    signal_lines=(re.compile(r"(?P<signal>SIGTERM|SIGINT|SIGQUIT) received"),
+                  re.compile(r"Received (?P<signal>sigquit) from a child process")),
+    shutdown_lines=("Gracefully exiting...",),
+    exit_code_lines=(re.compile(r"crashed with exit code:? (?P<code>-?\d+)"),),
+    timeout_lines=tuple(re.compile(re.escape(line)) for line in HEALTH_CHECK_FAILED_LINES),
+)
 
 
 def detect(families: Mapping[str, Family]) -> str | None:
@@ -381,6 +408,13 @@ def _startup_stage(msg: str) -> list[base.LogFinding]:
     return []
 
 
+def stats_reading(fields: Mapping) -> base.StatsReading:
+    usage = fields.get("token_usage")
+    return base.StatsReading(f"{fields.get('batch')} batch", f"sglang {fields.get('batch')} batch", {
+        "running": fields.get("running"), "waiting": fields.get("queue"),
+        "kv_pct": None if usage is None else 100.0 * usage, "gen_tps": fields.get("gen_tps")})
+
+
 class SglangDialect(base.Dialect):
     name = NAME
     identity_labels = IDENTITY_LABELS
@@ -400,6 +434,8 @@ class SglangDialect(base.Dialect):
     wanted_families = staticmethod(wanted_families)
     read = staticmethod(read)
     parse_log_message = staticmethod(parse_log_message)
+    record_grammar = RECORD_GRAMMAR
+    stats_reading = staticmethod(stats_reading)
 
     def grammar_literals(self):
         return base.module_literals(sys.modules[__name__])

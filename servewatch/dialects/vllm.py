@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from servewatch.dialects import base
+from servewatch.dialects import base, pytorch
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
@@ -192,6 +192,76 @@ def describe_startup_failure(fields) -> str:
 
 
 OOM_LINE = re.compile(r"OutOfMemoryError|out of memory\. Tried to allocate (?P<mib>[\d.]+) (?P<unit>[MG]iB)")
+
+# --- what reading a whole log after the fact needs beyond parse_log_message (the postmortem) ----------
+# Before "Engine 000: ", V1 wrote the stats line without the engine part, and the V0 engine wrote
+# Swapped/Pending and both KV pools.
+OLDER_STATS_LINE = re.compile(
+    r"^Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, Avg generation throughput: (?P<gen_tps>[\d.]+) "
+    r"tokens/s, Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, )?"
+    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs, (?P<device>\w+) KV cache usage: (?P<kv_pct>[\d.]+)%"
+    r"(?:, CPU KV cache usage: (?P<cpu_kv_pct>[\d.]+)%)?(?:, Prefix cache hit rate: (?P<prefix_hit_pct>[\d.]+)%)?")
+# V1's dump when the engine core dies mid-step (dump_input.py): the scheduler's state at death. The
+# "Dumping scheduler output" line next to it carries request ids and token ids: never read.
+SCHEDULER_STATS_DUMP = re.compile(
+    r"Dumping scheduler stats: SchedulerStats\(num_running_reqs=(?P<running>\d+), "
+    r"num_waiting_reqs=(?P<waiting>\d+).*?(?:kv_cache_usage|gpu_cache_usage)=(?P<kv>[\d.eE-]+)")
+# Older and multi-rank prefixes: "(VllmWorker rank=0 pid=7)", "(EngineCore_0 pid=7)" (0.8-0.11 wrote the
+# process part through a stdout hook, in ANSI colour), API-server lines with no process part at all, and a
+# process part before a bare message.
+_process_part = r"\((?P<process>[A-Za-z][\w:.-]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\) "
+OLDER_LOG_PREFIXES = (
+    re.compile(r"^(?:" + _process_part + r")?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+               r"(?P<ts>(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[(?P<where>[^\]]+)\] (?P<msg>.*)$"),
+    re.compile(r"^" + _process_part + r"(?P<msg>.*)$", re.DOTALL),
+)
+RECORD_GRAMMAR = base.RecordGrammar(
+    older_prefixes=OLDER_LOG_PREFIXES,
+    engine_processes=("EngineCore", "Worker", "VllmWorker"),
+    api_process="APIServer",
+    packages=("vllm",),
+    startup_stages=(
+        ("weights", WEIGHTS_LOADED_LINE),
+        ("weights", re.compile(r"Model loading took (?P<gib>[\d.]+) GiB(?: memory)? and (?P<seconds>[\d.]+) seconds")),
+        ("memory profiling", re.compile(r"Memory profiling takes (?P<seconds>[\d.]+) seconds")),
+        ("memory profiling", re.compile(r"Initial profiling/warmup run took (?P<seconds>[\d.]+) s")),
+        ("KV sizing", re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")),
+        ("compile", COMPILED_LINE),
+        ("compile", re.compile(r"Compiling model again due to a load failure")),
+        ("graph capture", re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")),
+        ("engine init", ENGINE_READY_LINE),
+    ),
+    settings_marker="non-default args: ",
+    settings=(("max_num_seqs", re.compile(r"'max_num_seqs': (?P<value>\d+)"), int),
+              ("gpu_memory_utilization", re.compile(r"'gpu_memory_utilization': (?P<value>[\d.]+)"), float)),
+    oom_exceptions=pytorch.OOM_EXCEPTIONS, oom_literals=pytorch.OOM_LITERALS, oom_details=pytorch.OOM_DETAILS,
+    signal_lines=(re.compile(r"received signal=(?P<signal>SIG[A-Z]+)"),),            # 0.32 engine core
+    shutdown_lines=("[shutdown] API server: shutdown triggered",),
+    force_kill_line=re.compile(r"force killing remaining process (?P<process>[A-Za-z][\w:.-]*)"),
+    exit_code_lines=(re.compile(r"(?:died|terminated) with exit code:? (?P<code>-?\d+)"),),
+    timeout_lines=(re.compile(r"RPC call to \w+ timed out"), re.compile(r"Timed out waiting for engine core processes to start")),
+)
+
+
+def record_stats(msg: str) -> base.StatsReading | None:
+    older = OLDER_STATS_LINE.match(msg)
+    if older and not STATS_LINE.search(msg):
+        generation = "vllm, before the engine index" if older["swapped"] is None else "vllm V0 (Swapped/Pending)"
+        return base.StatsReading("older stats line", generation, base.numbers(older, {
+            "running": int, "waiting": int, "kv_pct": float, "prompt_tps": float, "gen_tps": float,
+            "prefix_hit_pct": float}))
+    dump = SCHEDULER_STATS_DUMP.search(msg)
+    if dump:
+        return base.StatsReading("engine dump at death", None, {"running": int(dump["running"]),
+                                                                "waiting": int(dump["waiting"]),
+                                                                "kv_pct": 100.0 * float(dump["kv"])})
+    return None
+
+
+def stats_reading(fields: Mapping) -> base.StatsReading:
+    return base.StatsReading("stats line", "vllm, with the engine index", {
+        name: fields.get(name) for name in ("running", "waiting", "kv_pct", "prompt_tps", "gen_tps", "preemptions",
+                                            "prefix_hit_pct")})
 
 
 def detect(families: Mapping[str, Family]) -> str | None:
@@ -479,6 +549,9 @@ class VllmDialect(base.Dialect):
     parse_log_message = staticmethod(parse_log_message)
 
     describe_startup_failure = staticmethod(describe_startup_failure)
+    record_grammar = RECORD_GRAMMAR
+    record_stats = staticmethod(record_stats)
+    stats_reading = staticmethod(stats_reading)
 
     def grammar_literals(self):
         return base.module_literals(sys.modules[__name__])
