@@ -8,7 +8,7 @@ import re
 from abc import ABC, abstractmethod
 from functools import lru_cache
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from servewatch.engine.histogram import histograms_by_labels
@@ -202,6 +202,8 @@ class Dialect(ABC):
     health_dead_status: int | None = None
     # Latency histograms by kind ("ttft", "itl", "e2e", ...) → the engine's default bucket edges.
     latency_edges: Mapping[str, tuple[float, ...]] = {}
+    # Latency histograms by kind → the command-line flag that replaces their bucket edges.
+    bucket_flags: Mapping[str, str] = {}
     # A known engine bug behind "exit 0 after the engine died" (said in process_exit's verdict), if any.
     exit_zero_after_death_note: str | None = None
     # Log: the line prefix, a regex with a `msg` group (and, where the prefix states them, process, pid,
@@ -238,6 +240,15 @@ class Dialect(ABC):
     def record_stats(self, msg: str) -> StatsReading | None:
         """A stats line only a whole-log reading knows (an older generation's, a dump at death)."""
         return None
+
+    def bucket_args(self, edges: Mapping[str, Sequence[float]]) -> list[str]:
+        """The command-line arguments that install `edges` (by histogram kind): each kind's flag followed by
+        its edges, in the order of `bucket_flags`."""
+        args: list[str] = []
+        for kind, flag in self.bucket_flags.items():
+            if kind in edges:
+                args += [flag, *(repr(edge) for edge in edges[kind])]
+        return args
 
     def alert_series(self, generation: str):
         """The series rules and dashboards read at `generation` (a `dialects.series.EngineSeries`)."""

@@ -76,6 +76,10 @@ BUCKETS = {
                    60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800,
                    2000, 2500, 3000),
 }
+# One flag per histogram replaces its edges (server_args), each followed by its edges; the queue-time edges
+# are fixed in the metrics collector, and TPOT shares ITL's.
+BUCKET_FLAGS = {"ttft": "--bucket-time-to-first-token", "itl": "--bucket-inter-token-latency",
+                "e2e": "--bucket-e2e-request-latency"}
 FORWARD_PASS_MODES = ("prefill_cuda_graph", "prefill_none", "decode_cuda_graph", "decode_none")
 REALTIME_TOKEN_MODES = ("prefill_compute", "prefill_cache", "decode")
 
@@ -325,14 +329,10 @@ def alert_series(generation: str) -> EngineSeries:
             bad_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "503"))),
         success=RatioSeries(NUM_REQUESTS, bad="", total="", bad_counter=NUM_ABORTED),
         histograms={
-            "ttft": _sglang_hist("ttft", HISTOGRAMS["ttft"][0], b["time_to_first_token"],
-                                 "--bucket-time-to-first-token"),
-            "itl": _sglang_hist("itl", HISTOGRAMS["itl"][0], b["inter_token_latency"],
-                                "--bucket-inter-token-latency"),
-            "tpot": _sglang_hist("tpot", HISTOGRAMS["tpot"][0], b["inter_token_latency"],
-                                 "--bucket-inter-token-latency"),
-            "e2e": _sglang_hist("e2e", HISTOGRAMS["e2e"][0], b["e2e_request_latency"],
-                                "--bucket-e2e-request-latency"),
+            "ttft": _sglang_hist("ttft", HISTOGRAMS["ttft"][0], b["time_to_first_token"], BUCKET_FLAGS["ttft"]),
+            "itl": _sglang_hist("itl", HISTOGRAMS["itl"][0], b["inter_token_latency"], BUCKET_FLAGS["itl"]),
+            "tpot": _sglang_hist("tpot", HISTOGRAMS["tpot"][0], b["inter_token_latency"], BUCKET_FLAGS["itl"]),
+            "e2e": _sglang_hist("e2e", HISTOGRAMS["e2e"][0], b["e2e_request_latency"], BUCKET_FLAGS["e2e"]),
             "queue": _sglang_hist("queue", HISTOGRAMS["queue"][0], b["queue_time"],
                                   "(none: fixed in SGLang's metrics collector)"),
         },
@@ -426,6 +426,7 @@ class SglangDialect(base.Dialect):
     health_dead_status = None     # 503 while starting, draining, or when its health generation times out
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["e2e_request_latency"]}
+    bucket_flags = BUCKET_FLAGS
     log_prefix = LOG_PREFIX
     alert_generations = ALERT_GENERATIONS
     alert_series = staticmethod(alert_series)

@@ -7,9 +7,10 @@ vLLM 0.32.0 CPU server for the log lines and behaviour.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from servewatch.dialects import base, pytorch
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
@@ -423,13 +424,23 @@ SLEEP_STATES = (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)
 # --- what alert rules and dashboards read, per name generation --------------------------------------
 
 ALERT_GENERATIONS = ("vllm-0.32", "vllm-0.11", "vllm-legacy")      # newest first
-# How to add a bucket edge (vLLM 0.33 `--custom-histogram-buckets` replaces one whole bucket family).
-_VLLM_BUCKET_FLAG = "--custom-histogram-buckets '{{\"{family}\": [...]}}'"
+# Bucket edges are replaced per bucket family, by one flag taking a JSON object keyed by family (0.33,
+# vllm/v1/metrics/buckets.py); request_latency is shared by e2e, queue, prefill, decode and inference time.
+BUCKET_FAMILIES = {"itl": "inter_token_latency", "ttft": "time_to_first_token", "e2e": "request_latency",
+                   "tpot": "inter_token_latency", "queue": "request_latency"}
+BUCKET_FLAGS = dict.fromkeys(BUCKET_FAMILIES, "--custom-histogram-buckets")
 
 
-def _vllm_hist(kind: str, name: str, family: str) -> LatencyHistogram:
+def bucket_args(edges: Mapping[str, Sequence[float]]) -> list[str]:
+    """The flag and its JSON value: {"inter_token_latency": [...], ...}."""
+    families = {BUCKET_FAMILIES[kind]: list(kind_edges) for kind, kind_edges in edges.items() if kind in BUCKET_FAMILIES}
+    return [BUCKET_FLAGS["itl"], json.dumps(families, separators=(",", ":"))]
+
+
+def _vllm_hist(kind: str, name: str) -> LatencyHistogram:
+    family = BUCKET_FAMILIES[kind]
     return LatencyHistogram(kind, name, tuple(float(e) for e in BUCKETS[family]),
-                            _VLLM_BUCKET_FLAG.format(family=family))
+                            f"{BUCKET_FLAGS[kind]} '{{\"{family}\": [...]}}'")
 
 
 def alert_series(generation: str) -> EngineSeries:
@@ -450,11 +461,11 @@ def alert_series(generation: str) -> EngineSeries:
         success=RatioSeries(REQUEST_SUCCESS, bad='finished_reason=~"abort|error"', total="",
                             good_labels=(("finished_reason", "stop"),), bad_labels=(("finished_reason", "error"),)),
         histograms={
-            "ttft": _vllm_hist("ttft", HISTOGRAMS["ttft"][0], "time_to_first_token"),
-            "tpot": _vllm_hist("tpot", HISTOGRAMS["tpot"][0], "inter_token_latency"),
-            "itl": _vllm_hist("itl", itl, "inter_token_latency"),
-            "e2e": _vllm_hist("e2e", HISTOGRAMS["e2e"][0], "request_latency"),
-            "queue": _vllm_hist("queue", HISTOGRAMS["queue"][0], "request_latency"),
+            "ttft": _vllm_hist("ttft", HISTOGRAMS["ttft"][0]),
+            "tpot": _vllm_hist("tpot", HISTOGRAMS["tpot"][0]),
+            "itl": _vllm_hist("itl", itl),
+            "e2e": _vllm_hist("e2e", HISTOGRAMS["e2e"][0]),
+            "queue": _vllm_hist("queue", HISTOGRAMS["queue"][0]),
         },
         slot_limit_flag=SLOT_LIMIT_FLAG, default_slot_limit=DEFAULT_MAX_NUM_SEQS,
         engine_labels=IDENTITY_LABELS,
@@ -539,6 +550,8 @@ class VllmDialect(base.Dialect):
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["request_latency"]}
     exit_zero_after_death_note = "vLLM #48966"
+    bucket_flags = BUCKET_FLAGS
+    bucket_args = staticmethod(bucket_args)
     log_prefix = LOG_PREFIX
     alert_generations = ALERT_GENERATIONS
     alert_series = staticmethod(alert_series)
