@@ -10,6 +10,7 @@ from functools import lru_cache
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import FunctionType, ModuleType
 
 from servewatch.engine.histogram import histograms_by_labels
 from servewatch.engine.state import EngineState, Histogram
@@ -185,6 +186,9 @@ class Dialect(ABC):
     `watch/` reach an engine only through this interface (via the registry in `servewatch.dialects`).
 
     A new engine is one module defining a subclass and one `servewatch.dialects.register(...)` call.
+    A subclass declared with `module=` takes from that module every attribute below whose upper-cased name
+    it defines (NAME, LOG_PREFIX, ...), every method below it defines as a function of the same name, and
+    its upper-case string constants as `grammar_literals`; the class body states only what differs.
     """
 
     name: str                                   # "vllm", "sglang": stored in samples and bundles
@@ -258,6 +262,23 @@ class Dialect(ABC):
         """Fixed strings of this dialect's grammar: the only free text a bundle may keep from a log."""
         return frozenset()
 
+    def __init_subclass__(cls, module: ModuleType | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if module is None:
+            return
+        declared = vars(module)
+        for attr in Dialect.__annotations__:
+            if attr not in vars(cls) and attr.upper() in declared:
+                setattr(cls, attr, declared[attr.upper()])
+        for method in _METHODS:
+            if method not in vars(cls) and isinstance(declared.get(method), FunctionType):
+                setattr(cls, method, staticmethod(declared[method]))
+        if "grammar_literals" not in vars(cls):
+            def grammar_literals(self) -> frozenset[str]:
+                return module_literals(module)
+
+            cls.grammar_literals = grammar_literals
+
     def role_of(self, title: str) -> str | None:
         for prefix, role in self.process_roles.items():
             if title.startswith(prefix) or (len(title) == COMM_LEN and prefix.startswith(title)):
@@ -265,6 +286,8 @@ class Dialect(ABC):
         return None
 
 
+_METHODS = tuple(name for name, value in vars(Dialect).items()
+                 if isinstance(value, FunctionType) and not name.startswith("_") and name != "grammar_literals")
 COMM_LEN = 15          # Linux truncates a process's kernel name to 15 bytes ("sglang::schedul")
 
 

@@ -415,31 +415,12 @@ def stats_reading(fields: Mapping) -> base.StatsReading:
         "kv_pct": None if usage is None else 100.0 * usage, "gen_tps": fields.get("gen_tps")})
 
 
-class SglangDialect(base.Dialect):
-    name = NAME
-    identity_labels = IDENTITY_LABELS
-    process_roles = PROCESS_ROLES
+class SglangDialect(base.Dialect, module=sys.modules[__name__]):
     engine_process_titles = (("sglang::scheduler", "engine_core"), ("sglang::detokenizer", "worker"))
-    slot_limit_flag = SLOT_LIMIT_FLAG
-    health_path = "/health"
     ready_path = "/ready"
     health_dead_status = None     # 503 while starting, draining, or when its health generation times out
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["e2e_request_latency"]}
-    bucket_flags = BUCKET_FLAGS
-    log_prefix = LOG_PREFIX
-    alert_generations = ALERT_GENERATIONS
-    alert_series = staticmethod(alert_series)
-
-    detect = staticmethod(detect)
-    wanted_families = staticmethod(wanted_families)
-    read = staticmethod(read)
-    parse_log_message = staticmethod(parse_log_message)
-    record_grammar = RECORD_GRAMMAR
-    stats_reading = staticmethod(stats_reading)
-
-    def grammar_literals(self):
-        return base.module_literals(sys.modules[__name__])
 
 
 DIALECT = SglangDialect()

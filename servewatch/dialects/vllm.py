@@ -538,36 +538,12 @@ WORKER_DIED_REASON = "Worker proc died unexpectedly"
 OOM_REASON = "out of memory"
 
 
-class VllmDialect(base.Dialect):
-    name = NAME
-    identity_labels = IDENTITY_LABELS
-    process_roles = PROCESS_ROLES
+class VllmDialect(base.Dialect, module=sys.modules[__name__]):
     engine_process_titles = (("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker"))
-    slot_limit_flag = SLOT_LIMIT_FLAG
-    health_path = "/health"
     version_path = "/version"
-    health_dead_status = HEALTH_DEAD_STATUS
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["request_latency"]}
     exit_zero_after_death_note = "vLLM #48966"
-    bucket_flags = BUCKET_FLAGS
-    bucket_args = staticmethod(bucket_args)
-    log_prefix = LOG_PREFIX
-    alert_generations = ALERT_GENERATIONS
-    alert_series = staticmethod(alert_series)
-
-    detect = staticmethod(detect)
-    wanted_families = staticmethod(wanted_families)
-    read = staticmethod(read)
-    parse_log_message = staticmethod(parse_log_message)
-
-    describe_startup_failure = staticmethod(describe_startup_failure)
-    record_grammar = RECORD_GRAMMAR
-    record_stats = staticmethod(record_stats)
-    stats_reading = staticmethod(stats_reading)
-
-    def grammar_literals(self):
-        return base.module_literals(sys.modules[__name__])
 
 
 DIALECT = VllmDialect()
