@@ -146,6 +146,20 @@ def numbers(match: re.Match, names: Mapping[str, type]) -> dict[str, float | int
 LogFinding = tuple[str, dict]      # (event kind, fields) — fields hold numbers and grammar literals only
 
 
+def startup_stage(msg: str, literal_stages: Iterable[tuple[str, str]],
+                  timed_stages: Iterable[tuple[re.Pattern, str]]) -> list[LogFinding]:
+    """The startup stage a message announces: by a literal (literal, stage), or by a pattern whose
+    `seconds` group says how long the stage took (pattern, stage); [] for neither."""
+    for literal, stage in literal_stages:
+        if literal in msg:
+            return [("startup", {"stage": stage})]
+    for pattern, stage in timed_stages:
+        match = pattern.search(msg)
+        if match:
+            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    return []
+
+
 @dataclass(frozen=True)
 class StatsReading:
     """One stats line in the units of a log's timeline."""

@@ -388,14 +388,11 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
 
 
 def _startup_stage(msg: str) -> list[base.LogFinding]:
-    for literal, stage in STARTUP_STAGE_LINES:
-        if literal in msg:
-            return [("startup", {"stage": stage})]
-    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
-                           (ENGINE_READY_LINE, "engine_ready")):
-        match = pattern.search(msg)
-        if match:
-            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    found = base.startup_stage(msg, STARTUP_STAGE_LINES, (
+        (WEIGHTS_LOADED_LINE, "weights_loaded"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
+        (ENGINE_READY_LINE, "engine_ready")))
+    if found:
+        return found
     if GRAPHS_CAPTURING_LINE.search(msg):
         return [("startup", {"stage": "graphs_capturing"})]
     match = KV_LIMITS_LINE.search(msg)

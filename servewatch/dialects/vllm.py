@@ -517,14 +517,11 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
 
 
 def _startup_stage(msg: str) -> list[base.LogFinding]:
-    for literal, stage in STARTUP_STAGE_LINES:
-        if literal in msg:
-            return [("startup", {"stage": stage})]
-    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (COMPILED_LINE, "compiled"),
-                           (GRAPHS_CAPTURED_LINE, "graphs_captured"), (ENGINE_READY_LINE, "engine_ready")):
-        match = pattern.search(msg)
-        if match:
-            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    found = base.startup_stage(msg, STARTUP_STAGE_LINES, (
+        (WEIGHTS_LOADED_LINE, "weights_loaded"), (COMPILED_LINE, "compiled"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
+        (ENGINE_READY_LINE, "engine_ready")))
+    if found:
+        return found
     match = KV_CONCURRENCY_LINE.search(msg)
     if match:
         return [("startup", {"stage": "kv_cache_size", **base.numbers(match, {"per_request": int,
