@@ -201,11 +201,13 @@ def test_every_slo_threshold_is_an_edge(llama3, kind, flag):
 
 def test_vllm_value_uses_vllm_bucket_families_and_sglang_its_bucket_flags(llama3):
     plans, _ = plan_edges(worked_example(llama3), Slo(itl=0.05))
-    value = json.loads(b.vllm_value(plans))
+    edges = {kind: plan.edges for kind, plan in plans.items()}
+    _, value_text = vllm.DIALECT.bucket_args(edges)
+    value = json.loads(value_text)
     assert set(value) == {"inter_token_latency", "time_to_first_token", "request_latency"}
     assert set(value) <= set(vllm.BUCKETS)                       # families vLLM defines
     assert value["inter_token_latency"] == list(plans["itl"].edges)
-    args = b.sglang_args(plans)
+    args = sglang.DIALECT.bucket_args(edges)
     flags = [a for a in args if a.startswith("--")]
     assert flags == ["--bucket-time-to-first-token", "--bucket-inter-token-latency", "--bucket-e2e-request-latency"]
     itl_values = args[args.index("--bucket-inter-token-latency") + 1: args.index("--bucket-e2e-request-latency")]

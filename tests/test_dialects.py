@@ -146,3 +146,24 @@ def test_openmetrics_counters_are_read_like_text_004(metrics_fixture):
     assert b.counters == a.counters
     assert b.counters.generation_tokens == raw(text, "vllm:generation_tokens_total")
     assert b.histograms == a.histograms and b.waiting_by_reason == a.waiting_by_reason
+
+
+def test_a_subclass_declared_with_its_module_takes_the_modules_declarations_and_states_only_what_differs():
+    import types
+
+    from servewatch.dialects.base import Dialect
+
+    module = types.ModuleType("fake_engine")
+    exec('NAME = "fake"\nSLOT_LIMIT_FLAG = "--slots"\nREADY_LINE = "fake ready"\n'
+         'def detect(families):\n    return "fake-1"\n'
+         'def wanted_families():\n    return ("fake_running",)\n'
+         'def read(families, generation):\n    return []\n', vars(module))
+
+    class FakeDialect(Dialect, module=module):
+        slot_limit_flag = "--max-fakes"          # the class body wins over the module
+
+    fake = FakeDialect()                          # detect, wanted_families and read bound: not abstract
+    assert (fake.name, fake.slot_limit_flag) == ("fake", "--max-fakes")
+    assert fake.detect({}) == "fake-1" and fake.wanted_families() == ("fake_running",)
+    assert fake.grammar_literals() == frozenset({"fake", "--slots", "fake ready"})
+    assert fake.parse_log_message("fake ready") == []            # not declared: the interface's default

@@ -2,7 +2,8 @@
 
 - A third dialect needs 2 files: its module (tests/toy_dialect.py) and its registration (one
   `dialects.register(...)` call, here in the `toy_engine` fixture). `inspect` reads it, `watch` records it
-  against a tiny fake server, and its bundle passes `verify`.
+  against a tiny fake server, and its bundle passes `verify`; `postmortem` reads its log (stats, startup,
+  settings, its traceback frames and its death) and `advise` prints its bucket flags.
 - A new verdict needs 1 registry entry with its detector (the `busy_verdict` fixture): it appears in
   `watch --json`, in a bundle that validates against the schema, in verify's recomputation and in
   summarize's runbook section.
@@ -146,6 +147,56 @@ def test_a_third_dialect_and_a_new_verdict_go_through_watch_bundles_verify_and_s
     assert main(["summarize", stall_bundle, "--md", str(md)]) == 0
     text = md.read_text()
     assert "busy_replica" in text and BUSY_RUNBOOK.meaning in text and BUSY_RUNBOOK.safe_action in text
+
+
+TOY_LOG = """\
+toy| 2026-01-01 00:00:00 [api] toy args: slots=8 model=/srv/models/secret
+toy| 2026-01-01 00:00:02 [core] toy weights loaded in 1.5 s
+toy| 2026-01-01 00:00:03 [api] toy engine ready
+toy| 2026-01-01 00:00:13 [core] toy stats: busy=3 queued=0
+toy| 2026-01-01 00:00:23 [core] toy stats: busy=8 queued=5
+toy| 2026-01-01 00:00:25 [core] Traceback (most recent call last):
+toy| 2026-01-01 00:00:25 [core]   File "/home/ops/venv/site-packages/toyengine/core.py", line 41, in step
+toy| 2026-01-01 00:00:25 [core]   File "/home/ops/venv/site-packages/toyengine/slots.py", line 9, in reserve
+toy| 2026-01-01 00:00:25 [core] toyengine.SlotsExhaustedError: no slot for request req-7f3e
+toy| 2026-01-01 00:00:26 [api] toy core died
+"""
+
+
+def test_a_third_dialects_log_is_read_by_postmortem(toy_engine, tmp_path, capsys):
+    log = tmp_path / "toy.log"
+    log.write_text(TOY_LOG)
+    assert main(["postmortem", str(log), "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert report["dialect"] == "toy" and report["stats_line_generations"] == ["toy-1"]
+    assert [(p["stamp"], p["running"], p["waiting"]) for p in report["timeline"]] == [
+        ("2026-01-01 00:00:13", 3, 0), ("2026-01-01 00:00:23", 8, 5)]
+    stages = {s["stage"]: s for s in report["startup"]["stages"]}
+    assert stages["weights"]["seconds"] == 1.5 and report["startup"]["ready_after_s"] == 3.0
+    assert report["startup"]["settings"] == {"slots": 8}
+    death = report["death"]
+    assert death["classification"] == "engine_death_behind_live_api" and "toy core died" in death["summary"]
+    assert (death["process"], death["exception"], death["innermost_engine_frame"]) == (
+        "core", "toyengine.SlotsExhaustedError", "toyengine.slots.reserve")
+    for secret in ("/srv/models", "/home/ops", "req-7f3e"):
+        assert secret not in out
+
+
+def test_a_third_dialects_bucket_flags_are_printed_by_advise(toy_engine, tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+        "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "tie_word_embeddings": False}))
+    assert main(["advise", "--model", str(model), "--gpu", "H100", "--dialect", "toy", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["flags"]) == ["toy"]
+    args = report["flags"]["toy"]["args"]
+    assert [a for a in args if a.startswith("--")] == ["--toy-ttft-buckets", "--toy-itl-buckets", "--toy-e2e-buckets"]
+    itl = args[args.index("--toy-itl-buckets") + 1:args.index("--toy-e2e-buckets")]
+    assert [float(edge) for edge in itl] == report["buckets"]["itl"]["edges"]
 
 
 def test_a_bundle_naming_an_unregistered_verdict_fails_verify(toy_engine, tmp_path, capsys):

@@ -50,8 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     slo.add_argument("--slo-ttft", metavar="SECONDS", help="e.g. 0.5 or 500ms")
     slo.add_argument("--slo-itl", metavar="SECONDS", help="e.g. 0.05 or 50ms")
     slo.add_argument("--slo-e2e", metavar="SECONDS", help="e.g. 30")
-    parser.add_argument("--dialect", choices=("vllm", "sglang", "both"), default="both",
-                        help="which engine's flags to print (default both)")
+    from servewatch import dialects
+
+    parser.add_argument("--dialect", choices=(*(d.name for d in dialects.registered()), "both"), default="both",
+                        help="which engine's flags to print (default both: every known engine's)")
     parser.add_argument("--against", metavar="URL",
                         help="a live server (base URL or its /metrics URL) to compare with")
     parser.add_argument("--log", metavar="FILE", help="the live server's startup log (slot limit, cache size)")
@@ -103,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
     observed = _observe(args.against, args.log) if args.against or args.log else None
     plans, notes = adv.plan_edges(capacity, slo, observed)
     advice = adv.Advice(capacity, plans, adv.checks(deployment, capacity, observed) if observed else [], notes)
-    dialects = ("vllm", "sglang") if args.dialect == "both" else (args.dialect,)
+    from servewatch.dialects import registered
+
+    dialects = tuple(d.name for d in registered()) if args.dialect == "both" else (args.dialect,)
     if args.json:
         print(json.dumps(_as_json(model, gpu, advice, observed, dialects), indent=1))
     else:

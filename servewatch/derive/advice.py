@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from servewatch import dialects
 from servewatch.derive import buckets as b
 from servewatch.derive import quantities as q
 from servewatch.derive.capacity import Capacity, Deployment
@@ -48,7 +49,8 @@ class Advice:
     notes: list[str] = field(default_factory=list)
 
     def flags(self, dialect: str) -> list[str]:
-        return b.vllm_args(self.plans) if dialect == "vllm" else b.sglang_args(self.plans)
+        """The arguments that install the planned edges on the named engine."""
+        return dialects.by_name(dialect).bucket_args({kind: plan.edges for kind, plan in self.plans.items()})
 
 
 def plan_edges(capacity: Capacity, slo: Slo, observed: Observed | None = None) -> tuple[dict[str, b.EdgePlan], list[str]]:

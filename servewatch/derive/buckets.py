@@ -1,4 +1,5 @@
-"""Histogram bucket edges placed around derived latencies, and the engine flags that install them.
+"""Histogram bucket edges placed around derived latencies (each dialect states the flags that install them,
+`Dialect.bucket_args`).
 
 A classic histogram forgets where inside a bucket an observation fell, and histogram_quantile
 interpolates from 0 in the first bucket. So the lowest edge must sit below the fastest healthy value
@@ -8,7 +9,6 @@ an edge (otherwise "fraction under the SLO" is itself an interpolation).
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from dataclasses import dataclass
@@ -18,14 +18,6 @@ from decimal import Decimal
 FINE_SERIES = ((1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8), (1, 1.5, 2, 3, 4, 6, 8), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,))
 COARSE_SERIES = (1, 2, 5)
 MAX_FINE_EDGES = 12
-
-# Flags that replace bucket edges. vLLM: one JSON object keyed by bucket family (vllm/v1/metrics/buckets.py);
-# request_latency is shared by e2e, queue, prefill, decode and inference time. SGLang: one flag per
-# histogram (server_args / fields/observability.py), each a list of floats.
-VLLM_FLAG = "--custom-histogram-buckets"
-VLLM_FAMILIES = {"itl": "inter_token_latency", "ttft": "time_to_first_token", "e2e": "request_latency"}
-SGLANG_FLAGS = {"ttft": "--bucket-time-to-first-token", "itl": "--bucket-inter-token-latency",
-                "e2e": "--bucket-e2e-request-latency"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,27 +76,5 @@ def _short(value: float) -> float:
     return float(f"{value:.6g}")
 
 
-def vllm_value(plans: dict[str, EdgePlan]) -> str:
-    """The JSON value of vLLM's flag: {"inter_token_latency": [...], ...}."""
-    return json.dumps({VLLM_FAMILIES[kind]: list(plan.edges) for kind, plan in plans.items()
-                       if kind in VLLM_FAMILIES}, separators=(",", ":"))
-
-
-def vllm_args(plans: dict[str, EdgePlan]) -> list[str]:
-    return [VLLM_FLAG, vllm_value(plans)]
-
-
-def sglang_args(plans: dict[str, EdgePlan]) -> list[str]:
-    args: list[str] = []
-    for kind, flag in SGLANG_FLAGS.items():
-        if kind in plans:
-            args += [flag, *(_edge_text(edge) for edge in plans[kind].edges)]
-    return args
-
-
 def command_line(args: list[str]) -> str:
     return " ".join(shlex.quote(arg) for arg in args)
-
-
-def _edge_text(edge: float) -> str:
-    return repr(edge)

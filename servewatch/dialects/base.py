@@ -8,7 +8,9 @@ import re
 from abc import ABC, abstractmethod
 from functools import lru_cache
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FunctionType, ModuleType
 
 from servewatch.engine.histogram import histograms_by_labels
 from servewatch.engine.state import EngineState, Histogram
@@ -146,11 +148,63 @@ def numbers(match: re.Match, names: Mapping[str, type]) -> dict[str, float | int
 LogFinding = tuple[str, dict]      # (event kind, fields) — fields hold numbers and grammar literals only
 
 
+def startup_stage(msg: str, literal_stages: Iterable[tuple[str, str]],
+                  timed_stages: Iterable[tuple[re.Pattern, str]]) -> list[LogFinding]:
+    """The startup stage a message announces: by a literal (literal, stage), or by a pattern whose
+    `seconds` group says how long the stage took (pattern, stage); [] for neither."""
+    for literal, stage in literal_stages:
+        if literal in msg:
+            return [("startup", {"stage": stage})]
+    for pattern, stage in timed_stages:
+        match = pattern.search(msg)
+        if match:
+            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    return []
+
+
+@dataclass(frozen=True)
+class StatsReading:
+    """One stats line in the units of a log's timeline."""
+
+    source: str                 # the line's shape in words: "stats line", "decode batch", "engine dump at death"
+    generation: str | None      # the log generation that writes this shape; None when the shape tells none
+    values: Mapping[str, float | int | None]   # of running, waiting, kv_pct, prompt_tps, gen_tps, preemptions,
+    #                                            prefix_hit_pct: those the line states
+
+
+@dataclass(frozen=True)
+class RecordGrammar:
+    """What reading a whole log after the fact (the postmortem) needs of an engine's log beyond
+    `Dialect.parse_log_message`. Every pattern yields numbers and fixed literals, never free text."""
+
+    # Line prefixes other than `Dialect.log_prefix` (older versions, other processes); named groups as
+    # there, all optional but `msg`: process, pid, level, ts.
+    older_prefixes: tuple[re.Pattern, ...] = ()
+    engine_processes: tuple[str, ...] = ()   # process names (or their prefixes) in line prefixes that are the engine
+    api_process: str | None = None           # the API server's process name, for the exit line that names none
+    packages: tuple[str, ...] = ()           # top-level Python packages whose traceback frames are the engine's
+    # (stage, pattern): a `seconds` group for the stage's duration, other named groups are numbers.
+    startup_stages: tuple[tuple[str, re.Pattern], ...] = ()
+    settings_marker: str | None = None       # a literal of the line that lists the launch settings
+    settings: tuple[tuple[str, re.Pattern, type], ...] = ()   # (setting, pattern with a `value` group, type)
+    oom_exceptions: tuple[str, ...] = ()     # exception type names that mean out of memory
+    oom_literals: tuple[str, ...] = ()       # message literals that mean out of memory
+    oom_details: re.Pattern | None = None    # sizes: requested, total, free (each with a `_unit`), device
+    signal_lines: tuple[re.Pattern, ...] = ()       # a `signal` group
+    shutdown_lines: tuple[str, ...] = ()
+    force_kill_line: re.Pattern | None = None       # a `process` group: the process killed
+    exit_code_lines: tuple[re.Pattern, ...] = ()    # a `code` group
+    timeout_lines: tuple[re.Pattern, ...] = ()
+
+
 class Dialect(ABC):
     """Everything servewatch knows about one engine's outside. `sources/`, `detectors/`, `sinks/` and
     `watch/` reach an engine only through this interface (via the registry in `servewatch.dialects`).
 
     A new engine is one module defining a subclass and one `servewatch.dialects.register(...)` call.
+    A subclass declared with `module=` takes from that module every attribute below whose upper-cased name
+    it defines (NAME, LOG_PREFIX, ...), every method below it defines as a function of the same name, and
+    its upper-case string constants as `grammar_literals`; the class body states only what differs.
     """
 
     name: str                                   # "vllm", "sglang": stored in samples and bundles
@@ -168,12 +222,16 @@ class Dialect(ABC):
     health_dead_status: int | None = None
     # Latency histograms by kind ("ttft", "itl", "e2e", ...) → the engine's default bucket edges.
     latency_edges: Mapping[str, tuple[float, ...]] = {}
+    # Latency histograms by kind → the command-line flag that replaces their bucket edges.
+    bucket_flags: Mapping[str, str] = {}
     # A known engine bug behind "exit 0 after the engine died" (said in process_exit's verdict), if any.
     exit_zero_after_death_note: str | None = None
-    # Log: the line prefix (a regex with a `msg` group) and the literal that says the server is ready.
+    # Log: the line prefix, a regex with a `msg` group (and, where the prefix states them, process, pid,
+    # level and ts groups).
     log_prefix: re.Pattern | None = None
     # Metric-name generations alert rules and dashboards can be written for (newest first).
     alert_generations: tuple[str, ...] = ()
+    record_grammar: RecordGrammar = RecordGrammar()
 
     @abstractmethod
     def detect(self, families: Mapping[str, Family]) -> str | None:
@@ -195,6 +253,23 @@ class Dialect(ABC):
         """The engine's own startup-failure message, rebuilt from the grammar literal and parsed numbers."""
         return str(fields.get("reason", "unknown"))
 
+    def stats_reading(self, fields: Mapping) -> StatsReading | None:
+        """A `stats` finding of `parse_log_message` in a log timeline's units (None: not a timeline point)."""
+        return None
+
+    def record_stats(self, msg: str) -> StatsReading | None:
+        """A stats line only a whole-log reading knows (an older generation's, a dump at death)."""
+        return None
+
+    def bucket_args(self, edges: Mapping[str, Sequence[float]]) -> list[str]:
+        """The command-line arguments that install `edges` (by histogram kind): each kind's flag followed by
+        its edges, in the order of `bucket_flags`."""
+        args: list[str] = []
+        for kind, flag in self.bucket_flags.items():
+            if kind in edges:
+                args += [flag, *(repr(edge) for edge in edges[kind])]
+        return args
+
     def alert_series(self, generation: str):
         """The series rules and dashboards read at `generation` (a `dialects.series.EngineSeries`)."""
         raise KeyError(generation)
@@ -203,6 +278,23 @@ class Dialect(ABC):
         """Fixed strings of this dialect's grammar: the only free text a bundle may keep from a log."""
         return frozenset()
 
+    def __init_subclass__(cls, module: ModuleType | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if module is None:
+            return
+        declared = vars(module)
+        for attr in Dialect.__annotations__:
+            if attr not in vars(cls) and attr.upper() in declared:
+                setattr(cls, attr, declared[attr.upper()])
+        for method in _METHODS:
+            if method not in vars(cls) and isinstance(declared.get(method), FunctionType):
+                setattr(cls, method, staticmethod(declared[method]))
+        if "grammar_literals" not in vars(cls):
+            def grammar_literals(self) -> frozenset[str]:
+                return module_literals(module)
+
+            cls.grammar_literals = grammar_literals
+
     def role_of(self, title: str) -> str | None:
         for prefix, role in self.process_roles.items():
             if title.startswith(prefix) or (len(title) == COMM_LEN and prefix.startswith(title)):
@@ -210,6 +302,8 @@ class Dialect(ABC):
         return None
 
 
+_METHODS = tuple(name for name, value in vars(Dialect).items()
+                 if isinstance(value, FunctionType) and not name.startswith("_") and name != "grammar_literals")
 COMM_LEN = 15          # Linux truncates a process's kernel name to 15 bytes ("sglang::schedul")
 
 

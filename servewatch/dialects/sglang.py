@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from servewatch.dialects import base
+from servewatch.dialects import base, pytorch
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
@@ -76,6 +76,10 @@ BUCKETS = {
                    60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800,
                    2000, 2500, 3000),
 }
+# One flag per histogram replaces its edges (server_args), each followed by its edges; the queue-time edges
+# are fixed in the metrics collector, and TPOT shares ITL's.
+BUCKET_FLAGS = {"ttft": "--bucket-time-to-first-token", "itl": "--bucket-inter-token-latency",
+                "e2e": "--bucket-e2e-request-latency"}
 FORWARD_PASS_MODES = ("prefill_cuda_graph", "prefill_none", "decode_cuda_graph", "decode_none")
 REALTIME_TOKEN_MODES = ("prefill_compute", "prefill_cache", "decode")
 
@@ -89,7 +93,8 @@ PROCESS_ROLES = {"sglang::scheduler": "engine_core", "sglang::detokenizer": "wor
 SLOT_LIMIT_FLAG = "--max-running-requests"
 
 # --- log grammar --------------------------------------------------------------------------------
-LOG_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?P<ranks>(?: [A-Z_]+\d+)*)\] (?P<msg>.*)$")
+LOG_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
+                        r"(?: (?P<process>[A-Z_]+\d+(?: [A-Z_]+\d+)*))?\] (?P<msg>.*)$")   # process: the ranks
 DECODE_LINE = re.compile(
     r"Decode batch(?: \[\d+\])?[,.] #running-req: (?P<running>\d+), (?:#token: (?P<tokens>\d+), )?"
     r"(?:full )?token usage: (?P<token_usage>[\d.]+).*?gen throughput \(token/s\): (?P<gen_tps>[\d.]+), "
@@ -143,6 +148,32 @@ GRAPHS_CAPTURING_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph begin")
 GRAPHS_CAPTURED_LINE = re.compile(r"Capture (?:cuda |cpu |npu )?graph end\. Time elapsed: (?P<seconds>[\d.]+) s")
 ENGINE_READY_LINE = re.compile(r"Engine startup timings \(s\): load_weight=[\d.]+, kv_cache_allocation=[\d.]+, "
                                r"scheduler_e2e=(?P<seconds>[\d.]+)")
+
+# What reading a whole log after the fact needs beyond parse_log_message (the postmortem).
+RECORD_GRAMMAR = base.RecordGrammar(
+    engine_processes=("scheduler", "TP", "DP"),
+    packages=("sglang",),
+    startup_stages=(
+        ("weights", WEIGHTS_LOADED_LINE),
+        ("KV sizing", re.compile(r"KV Cache is allocated\. .*?#tokens: (?P<tokens>\d+)")),
+        ("KV sizing", re.compile(r"max_total_num_tokens=(?P<tokens>\d+), .*?max_running_requests=(?P<max_running>\d+)"
+                                 r".*?context_len=(?P<context_len>\d+)")),
+        ("graph capture", re.compile(r"Capture cuda graph end\. Time elapsed: (?P<seconds>[\d.]+) s")),
+        ("engine init", re.compile(r"Engine startup timings \(s\): load_weight=(?P<load_weight_s>[\d.]+), "
+                                   r"kv_cache_allocation=(?P<kv_allocation_s>[\d.]+), "
+                                   r"scheduler_e2e=(?P<seconds>[\d.]+)")),
+    ),
+    settings_marker="server_args=",
+    settings=(("max_running_requests", re.compile(r"max_running_requests=(?P<value>\d+)"), int),
+              ("mem_fraction_static", re.compile(r"'mem_fraction_static': (?P<value>[\d.]+)"), float)),
+    oom_exceptions=pytorch.OOM_EXCEPTIONS, oom_literals=(*pytorch.OOM_LITERALS, *OOM_LINES),
+    oom_details=pytorch.OOM_DETAILS,
+    signal_lines=(re.compile(r"(?P<signal>SIGTERM|SIGINT|SIGQUIT) received"),
+                  re.compile(r"Received (?P<signal>sigquit) from a child process")),
+    shutdown_lines=("Gracefully exiting...",),
+    exit_code_lines=(re.compile(r"crashed with exit code:? (?P<code>-?\d+)"),),
+    timeout_lines=tuple(re.compile(re.escape(line)) for line in HEALTH_CHECK_FAILED_LINES),
+)
 
 
 def detect(families: Mapping[str, Family]) -> str | None:
@@ -298,14 +329,10 @@ def alert_series(generation: str) -> EngineSeries:
             bad_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "503"))),
         success=RatioSeries(NUM_REQUESTS, bad="", total="", bad_counter=NUM_ABORTED),
         histograms={
-            "ttft": _sglang_hist("ttft", HISTOGRAMS["ttft"][0], b["time_to_first_token"],
-                                 "--bucket-time-to-first-token"),
-            "itl": _sglang_hist("itl", HISTOGRAMS["itl"][0], b["inter_token_latency"],
-                                "--bucket-inter-token-latency"),
-            "tpot": _sglang_hist("tpot", HISTOGRAMS["tpot"][0], b["inter_token_latency"],
-                                 "--bucket-inter-token-latency"),
-            "e2e": _sglang_hist("e2e", HISTOGRAMS["e2e"][0], b["e2e_request_latency"],
-                                "--bucket-e2e-request-latency"),
+            "ttft": _sglang_hist("ttft", HISTOGRAMS["ttft"][0], b["time_to_first_token"], BUCKET_FLAGS["ttft"]),
+            "itl": _sglang_hist("itl", HISTOGRAMS["itl"][0], b["inter_token_latency"], BUCKET_FLAGS["itl"]),
+            "tpot": _sglang_hist("tpot", HISTOGRAMS["tpot"][0], b["inter_token_latency"], BUCKET_FLAGS["itl"]),
+            "e2e": _sglang_hist("e2e", HISTOGRAMS["e2e"][0], b["e2e_request_latency"], BUCKET_FLAGS["e2e"]),
             "queue": _sglang_hist("queue", HISTOGRAMS["queue"][0], b["queue_time"],
                                   "(none: fixed in SGLang's metrics collector)"),
         },
@@ -361,14 +388,11 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
 
 
 def _startup_stage(msg: str) -> list[base.LogFinding]:
-    for literal, stage in STARTUP_STAGE_LINES:
-        if literal in msg:
-            return [("startup", {"stage": stage})]
-    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
-                           (ENGINE_READY_LINE, "engine_ready")):
-        match = pattern.search(msg)
-        if match:
-            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    found = base.startup_stage(msg, STARTUP_STAGE_LINES, (
+        (WEIGHTS_LOADED_LINE, "weights_loaded"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
+        (ENGINE_READY_LINE, "engine_ready")))
+    if found:
+        return found
     if GRAPHS_CAPTURING_LINE.search(msg):
         return [("startup", {"stage": "graphs_capturing"})]
     match = KV_LIMITS_LINE.search(msg)
@@ -381,28 +405,19 @@ def _startup_stage(msg: str) -> list[base.LogFinding]:
     return []
 
 
-class SglangDialect(base.Dialect):
-    name = NAME
-    identity_labels = IDENTITY_LABELS
-    process_roles = PROCESS_ROLES
+def stats_reading(fields: Mapping) -> base.StatsReading:
+    usage = fields.get("token_usage")
+    return base.StatsReading(f"{fields.get('batch')} batch", f"sglang {fields.get('batch')} batch", {
+        "running": fields.get("running"), "waiting": fields.get("queue"),
+        "kv_pct": None if usage is None else 100.0 * usage, "gen_tps": fields.get("gen_tps")})
+
+
+class SglangDialect(base.Dialect, module=sys.modules[__name__]):
     engine_process_titles = (("sglang::scheduler", "engine_core"), ("sglang::detokenizer", "worker"))
-    slot_limit_flag = SLOT_LIMIT_FLAG
-    health_path = "/health"
     ready_path = "/ready"
     health_dead_status = None     # 503 while starting, draining, or when its health generation times out
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["e2e_request_latency"]}
-    log_prefix = LOG_PREFIX
-    alert_generations = ALERT_GENERATIONS
-    alert_series = staticmethod(alert_series)
-
-    detect = staticmethod(detect)
-    wanted_families = staticmethod(wanted_families)
-    read = staticmethod(read)
-    parse_log_message = staticmethod(parse_log_message)
-
-    def grammar_literals(self):
-        return base.module_literals(sys.modules[__name__])
 
 
 DIALECT = SglangDialect()

@@ -7,11 +7,12 @@ vLLM 0.32.0 CPU server for the log lines and behaviour.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from servewatch.dialects import base
+from servewatch.dialects import base, pytorch
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
@@ -197,6 +198,76 @@ def describe_startup_failure(fields) -> str:
 
 OOM_LINE = re.compile(r"OutOfMemoryError|out of memory\. Tried to allocate (?P<mib>[\d.]+) (?P<unit>[MG]iB)")
 
+# --- what reading a whole log after the fact needs beyond parse_log_message (the postmortem) ----------
+# Before "Engine 000: ", V1 wrote the stats line without the engine part, and the V0 engine wrote
+# Swapped/Pending and both KV pools.
+OLDER_STATS_LINE = re.compile(
+    r"^Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, Avg generation throughput: (?P<gen_tps>[\d.]+) "
+    r"tokens/s, Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, )?"
+    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs, (?P<device>\w+) KV cache usage: (?P<kv_pct>[\d.]+)%"
+    r"(?:, CPU KV cache usage: (?P<cpu_kv_pct>[\d.]+)%)?(?:, Prefix cache hit rate: (?P<prefix_hit_pct>[\d.]+)%)?")
+# V1's dump when the engine core dies mid-step (dump_input.py): the scheduler's state at death. The
+# "Dumping scheduler output" line next to it carries request ids and token ids: never read.
+SCHEDULER_STATS_DUMP = re.compile(
+    r"Dumping scheduler stats: SchedulerStats\(num_running_reqs=(?P<running>\d+), "
+    r"num_waiting_reqs=(?P<waiting>\d+).*?(?:kv_cache_usage|gpu_cache_usage)=(?P<kv>[\d.eE-]+)")
+# Older and multi-rank prefixes: "(VllmWorker rank=0 pid=7)", "(EngineCore_0 pid=7)" (0.8-0.11 wrote the
+# process part through a stdout hook, in ANSI colour), API-server lines with no process part at all, and a
+# process part before a bare message.
+_process_part = r"\((?P<process>[A-Za-z][\w:.-]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\) "
+OLDER_LOG_PREFIXES = (
+    re.compile(r"^(?:" + _process_part + r")?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+               r"(?P<ts>(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[(?P<where>[^\]]+)\] (?P<msg>.*)$"),
+    re.compile(r"^" + _process_part + r"(?P<msg>.*)$", re.DOTALL),
+)
+RECORD_GRAMMAR = base.RecordGrammar(
+    older_prefixes=OLDER_LOG_PREFIXES,
+    engine_processes=("EngineCore", "Worker", "VllmWorker"),
+    api_process="APIServer",
+    packages=("vllm",),
+    startup_stages=(
+        ("weights", WEIGHTS_LOADED_LINE),
+        ("weights", re.compile(r"Model loading took (?P<gib>[\d.]+) GiB(?: memory)? and (?P<seconds>[\d.]+) seconds")),
+        ("memory profiling", re.compile(r"Memory profiling takes (?P<seconds>[\d.]+) seconds")),
+        ("memory profiling", re.compile(r"Initial profiling/warmup run took (?P<seconds>[\d.]+) s")),
+        ("KV sizing", re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")),
+        ("compile", COMPILED_LINE),
+        ("compile", re.compile(r"Compiling model again due to a load failure")),
+        ("graph capture", re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")),
+        ("engine init", ENGINE_READY_LINE),
+    ),
+    settings_marker="non-default args: ",
+    settings=(("max_num_seqs", re.compile(r"'max_num_seqs': (?P<value>\d+)"), int),
+              ("gpu_memory_utilization", re.compile(r"'gpu_memory_utilization': (?P<value>[\d.]+)"), float)),
+    oom_exceptions=pytorch.OOM_EXCEPTIONS, oom_literals=pytorch.OOM_LITERALS, oom_details=pytorch.OOM_DETAILS,
+    signal_lines=(re.compile(r"received signal=(?P<signal>SIG[A-Z]+)"),),            # 0.32 engine core
+    shutdown_lines=("[shutdown] API server: shutdown triggered",),
+    force_kill_line=re.compile(r"force killing remaining process (?P<process>[A-Za-z][\w:.-]*)"),
+    exit_code_lines=(re.compile(r"(?:died|terminated) with exit code:? (?P<code>-?\d+)"),),
+    timeout_lines=(re.compile(r"RPC call to \w+ timed out"), re.compile(r"Timed out waiting for engine core processes to start")),
+)
+
+
+def record_stats(msg: str) -> base.StatsReading | None:
+    older = OLDER_STATS_LINE.match(msg)
+    if older and not STATS_LINE.search(msg):
+        generation = "vllm, before the engine index" if older["swapped"] is None else "vllm V0 (Swapped/Pending)"
+        return base.StatsReading("older stats line", generation, base.numbers(older, {
+            "running": int, "waiting": int, "kv_pct": float, "prompt_tps": float, "gen_tps": float,
+            "prefix_hit_pct": float}))
+    dump = SCHEDULER_STATS_DUMP.search(msg)
+    if dump:
+        return base.StatsReading("engine dump at death", None, {"running": int(dump["running"]),
+                                                                "waiting": int(dump["waiting"]),
+                                                                "kv_pct": 100.0 * float(dump["kv"])})
+    return None
+
+
+def stats_reading(fields: Mapping) -> base.StatsReading:
+    return base.StatsReading("stats line", "vllm, with the engine index", {
+        name: fields.get(name) for name in ("running", "waiting", "kv_pct", "prompt_tps", "gen_tps", "preemptions",
+                                            "prefix_hit_pct")})
+
 
 def detect(families: Mapping[str, Family]) -> str | None:
     """The name generation, or None when this is not a vLLM exposition."""
@@ -360,13 +431,23 @@ SLEEP_STATES = (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)
 # --- what alert rules and dashboards read, per name generation --------------------------------------
 
 ALERT_GENERATIONS = ("vllm-0.32", "vllm-0.11", "vllm-legacy")      # newest first
-# How to add a bucket edge (vLLM 0.33 `--custom-histogram-buckets` replaces one whole bucket family).
-_VLLM_BUCKET_FLAG = "--custom-histogram-buckets '{{\"{family}\": [...]}}'"
+# Bucket edges are replaced per bucket family, by one flag taking a JSON object keyed by family (0.33,
+# vllm/v1/metrics/buckets.py); request_latency is shared by e2e, queue, prefill, decode and inference time.
+BUCKET_FAMILIES = {"itl": "inter_token_latency", "ttft": "time_to_first_token", "e2e": "request_latency",
+                   "tpot": "inter_token_latency", "queue": "request_latency"}
+BUCKET_FLAGS = dict.fromkeys(BUCKET_FAMILIES, "--custom-histogram-buckets")
 
 
-def _vllm_hist(kind: str, name: str, family: str) -> LatencyHistogram:
+def bucket_args(edges: Mapping[str, Sequence[float]]) -> list[str]:
+    """The flag and its JSON value: {"inter_token_latency": [...], ...}."""
+    families = {BUCKET_FAMILIES[kind]: list(kind_edges) for kind, kind_edges in edges.items() if kind in BUCKET_FAMILIES}
+    return [BUCKET_FLAGS["itl"], json.dumps(families, separators=(",", ":"))]
+
+
+def _vllm_hist(kind: str, name: str) -> LatencyHistogram:
+    family = BUCKET_FAMILIES[kind]
     return LatencyHistogram(kind, name, tuple(float(e) for e in BUCKETS[family]),
-                            _VLLM_BUCKET_FLAG.format(family=family))
+                            f"{BUCKET_FLAGS[kind]} '{{\"{family}\": [...]}}'")
 
 
 def alert_series(generation: str) -> EngineSeries:
@@ -387,11 +468,11 @@ def alert_series(generation: str) -> EngineSeries:
         success=RatioSeries(REQUEST_SUCCESS, bad='finished_reason=~"abort|error"', total="",
                             good_labels=(("finished_reason", "stop"),), bad_labels=(("finished_reason", "error"),)),
         histograms={
-            "ttft": _vllm_hist("ttft", HISTOGRAMS["ttft"][0], "time_to_first_token"),
-            "tpot": _vllm_hist("tpot", HISTOGRAMS["tpot"][0], "inter_token_latency"),
-            "itl": _vllm_hist("itl", itl, "inter_token_latency"),
-            "e2e": _vllm_hist("e2e", HISTOGRAMS["e2e"][0], "request_latency"),
-            "queue": _vllm_hist("queue", HISTOGRAMS["queue"][0], "request_latency"),
+            "ttft": _vllm_hist("ttft", HISTOGRAMS["ttft"][0]),
+            "tpot": _vllm_hist("tpot", HISTOGRAMS["tpot"][0]),
+            "itl": _vllm_hist("itl", itl),
+            "e2e": _vllm_hist("e2e", HISTOGRAMS["e2e"][0]),
+            "queue": _vllm_hist("queue", HISTOGRAMS["queue"][0]),
         },
         slot_limit_flag=SLOT_LIMIT_FLAG, default_slot_limit=DEFAULT_MAX_NUM_SEQS,
         engine_labels=IDENTITY_LABELS,
@@ -443,14 +524,11 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
 
 
 def _startup_stage(msg: str) -> list[base.LogFinding]:
-    for literal, stage in STARTUP_STAGE_LINES:
-        if literal in msg:
-            return [("startup", {"stage": stage})]
-    for pattern, stage in ((WEIGHTS_LOADED_LINE, "weights_loaded"), (COMPILED_LINE, "compiled"),
-                           (GRAPHS_CAPTURED_LINE, "graphs_captured"), (ENGINE_READY_LINE, "engine_ready")):
-        match = pattern.search(msg)
-        if match:
-            return [("startup", {"stage": stage, "seconds": float(match.group("seconds"))})]
+    found = base.startup_stage(msg, STARTUP_STAGE_LINES, (
+        (WEIGHTS_LOADED_LINE, "weights_loaded"), (COMPILED_LINE, "compiled"), (GRAPHS_CAPTURED_LINE, "graphs_captured"),
+        (ENGINE_READY_LINE, "engine_ready")))
+    if found:
+        return found
     match = KV_CONCURRENCY_LINE.search(msg)
     if match:
         return [("startup", {"stage": "kv_cache_size", **base.numbers(match, {"per_request": int,
@@ -464,31 +542,12 @@ WORKER_DIED_REASON = "Worker proc died unexpectedly"
 OOM_REASON = "out of memory"
 
 
-class VllmDialect(base.Dialect):
-    name = NAME
-    identity_labels = IDENTITY_LABELS
-    process_roles = PROCESS_ROLES
+class VllmDialect(base.Dialect, module=sys.modules[__name__]):
     engine_process_titles = (("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker"))
-    slot_limit_flag = SLOT_LIMIT_FLAG
-    health_path = "/health"
     version_path = "/version"
-    health_dead_status = HEALTH_DEAD_STATUS
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["request_latency"]}
     exit_zero_after_death_note = "vLLM #48966"
-    log_prefix = LOG_PREFIX
-    alert_generations = ALERT_GENERATIONS
-    alert_series = staticmethod(alert_series)
-
-    detect = staticmethod(detect)
-    wanted_families = staticmethod(wanted_families)
-    read = staticmethod(read)
-    parse_log_message = staticmethod(parse_log_message)
-
-    describe_startup_failure = staticmethod(describe_startup_failure)
-
-    def grammar_literals(self):
-        return base.module_literals(sys.modules[__name__])
 
 
 DIALECT = VllmDialect()

@@ -1,7 +1,6 @@
-"""Log grammar the postmortem needs beyond what servewatch.sources.logs.parse_line reads.
-
-engine grammar: moves into the dialect. Everything here is engine knowledge (vLLM and SGLang log
-formats); the dialects' constants are reused by import, and what they do not have yet lives here.
+"""Log grammar the postmortem needs beyond what servewatch.sources.logs.parse_line reads: the engine-neutral
+part (Python tracebacks, the uvicorn server in front of the engines, stamps, signal numbers), and the
+questions it asks every registered dialect's `RecordGrammar` (`servewatch.dialects.base`).
 
 Every function returns parsed numbers and fixed literals only, never the line's free text: a log line
 can carry prompts, request ids or paths.
@@ -13,18 +12,10 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from servewatch.dialects import sglang, vllm
+from servewatch import dialects
+from servewatch.dialects.base import Dialect, StatsReading
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-# --- line prefixes ---------------------------------------------------------------------------------
-# vLLM 0.32+: "(APIServer pid=1) INFO 11-29 15:53:12 [loggers.py:335] msg" is the dialect's LOG_PREFIX.
-# Older vLLM and multi-rank workers: "(VllmWorker rank=0 pid=7)", "(EngineCore_0 pid=7)" (0.8-0.11 wrote the
-# process part through a stdout hook, in ANSI colour), and API-server lines with no process part at all.
-_PROCESS_PART = re.compile(r"^\((?P<process>[A-Za-z][\w:.-]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\) ")
-_LEVEL_STAMP = re.compile(
-    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? "
-    r"\[(?P<where>[^\]]+)\] (?P<msg>.*)$")
 # uvicorn's own lines: "INFO:     Shutting down"
 _UVICORN = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(?P<msg>.*)$")
 
@@ -44,33 +35,34 @@ class Line:
 
 
 def split(raw: str) -> Line:
+    """By the first dialect whose current prefix reads the line, else by the first whose older ones do."""
     text = ANSI.sub("", raw).rstrip("\r\n")
-    match = vllm.LOG_PREFIX.match(text)
-    if match:
-        return Line("vllm", match["process"], int(match["pid"]), match["level"], match["ts"], match["msg"], True)
-    match = sglang.LOG_PREFIX.match(text)
-    if match:
-        ranks = match["ranks"].strip() or None
-        return Line("sglang", ranks, None, None, match["ts"], match["msg"], True)
-    process = pid = None
-    rest = text
-    part = _PROCESS_PART.match(text)
-    if part:
-        process, pid, rest = part["process"], int(part["pid"]), text[part.end():]
-    match = _LEVEL_STAMP.match(rest)
-    if match:
-        return Line("vllm", process, pid, match["level"], match["ts"], match["msg"], True)
-    if part:
-        return Line("vllm", process, pid, None, None, rest, True)
+    registered = dialects.registered()
+    for dialect in registered:
+        match = dialect.log_prefix.match(text) if dialect.log_prefix is not None else None
+        if match:
+            return _prefixed(dialect, match)
+    for dialect in registered:
+        for prefix in dialect.record_grammar.older_prefixes:
+            match = prefix.match(text)
+            if match:
+                return _prefixed(dialect, match)
     match = _UVICORN.match(text)
     if match:
         return Line(None, None, None, match["level"], None, match["msg"], False)
     return Line(None, None, None, None, None, text, False)
 
 
+def _prefixed(dialect: Dialect, match: re.Match) -> Line:
+    parts = match.groupdict()
+    pid = parts.get("pid")
+    return Line(dialect.name, parts.get("process"), int(pid) if pid else None, parts.get("level"), parts.get("ts"),
+                parts["msg"], True)
+
+
 # --- year-less stamps ------------------------------------------------------------------------------
-# vLLM writes "%m-%d %H:%M:%S" with no year or zone. Times are laid on an assumed leap year (so 02-29
-# parses) and a month going backwards (12-31 → 01-01) moves to the next year.
+# A stamp may be "%m-%d %H:%M:%S", with no year or zone. Such times are laid on an assumed leap year (so
+# 02-29 parses) and a month going backwards (12-31 → 01-01) moves to the next year.
 ASSUMED_YEAR = 2000
 
 
@@ -86,7 +78,7 @@ class StampClock:
         if not stamp:
             return None
         try:
-            if len(stamp) > 14:           # "2026-11-30 13:51:14": SGLang states the year
+            if len(stamp) > 14:           # "2026-11-30 13:51:14": the year is stated
                 when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S")
             else:
                 when = datetime.strptime(f"{self.year}-{stamp}", "%Y-%m-%d %H:%M:%S")
@@ -101,64 +93,23 @@ class StampClock:
         return (when - self.first).total_seconds()
 
 
-# --- periodic stats: the older vLLM generation ----------------------------------------------------------
-# The dialect's STATS_LINE reads "Engine 000: Avg prompt throughput ..." (0.9+). Before it, V1 wrote the
-# same fields without the engine part, and the V0 engine wrote Swapped/Pending and both KV pools.
-OLDER_STATS_LINE = re.compile(
-    r"^Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, Avg generation throughput: (?P<gen_tps>[\d.]+) "
-    r"tokens/s, Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, )?"
-    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs, (?P<device>\w+) KV cache usage: (?P<kv_pct>[\d.]+)%"
-    r"(?:, CPU KV cache usage: (?P<cpu_kv_pct>[\d.]+)%)?(?:, Prefix cache hit rate: (?P<prefix_hit_pct>[\d.]+)%)?")
-# V1's dump when the engine core dies mid-step (dump_input.py): the scheduler's state at death. The
-# "Dumping scheduler output" line next to it carries request ids and token ids: never read.
-SCHEDULER_STATS_DUMP = re.compile(
-    r"Dumping scheduler stats: SchedulerStats\(num_running_reqs=(?P<running>\d+), "
-    r"num_waiting_reqs=(?P<waiting>\d+).*?(?:kv_cache_usage|gpu_cache_usage)=(?P<kv>[\d.eE-]+)")
-
-# --- startup stages ------------------------------------------------------------------------------------
-STARTUP_STAGES: tuple[tuple[str, re.Pattern], ...] = (
-    ("weights", re.compile(r"Loading weights took (?P<seconds>[\d.]+) seconds")),
-    ("weights", re.compile(r"Model loading took (?P<gib>[\d.]+) GiB(?: memory)? and (?P<seconds>[\d.]+) seconds")),
-    ("weights", re.compile(r"Load weight end\. elapsed=(?P<seconds>[\d.]+) s")),                     # SGLang
-    ("memory profiling", re.compile(r"Memory profiling takes (?P<seconds>[\d.]+) seconds")),
-    ("memory profiling", re.compile(r"Initial profiling/warmup run took (?P<seconds>[\d.]+) s")),
-    ("KV sizing", re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")),
-    ("KV sizing", re.compile(r"KV Cache is allocated\. .*?#tokens: (?P<tokens>\d+)")),               # SGLang
-    ("KV sizing", re.compile(r"max_total_num_tokens=(?P<tokens>\d+), .*?max_running_requests=(?P<max_running>\d+)"
-                             r".*?context_len=(?P<context_len>\d+)")),                                 # SGLang
-    ("compile", re.compile(r"torch\.compile takes (?P<seconds>[\d.]+) s in total")),
-    ("compile", re.compile(r"Compiling model again due to a load failure")),
-    ("graph capture", re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")),
-    ("graph capture", re.compile(r"Capture cuda graph end\. Time elapsed: (?P<seconds>[\d.]+) s")),  # SGLang
-    ("engine init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s")),
-    ("engine init", re.compile(r"Engine startup timings \(s\): load_weight=(?P<load_weight_s>[\d.]+), "
-                               r"kv_cache_allocation=(?P<kv_allocation_s>[\d.]+), "
-                               r"scheduler_e2e=(?P<seconds>[\d.]+)")),                                # SGLang
-)
-MAX_NUM_SEQS_ARG = re.compile(r"'max_num_seqs': (?P<value>\d+)")
-MEMORY_UTILIZATION_ARG = re.compile(r"'gpu_memory_utilization': (?P<value>[\d.]+)")
-MAX_RUNNING_REQUESTS_ARG = re.compile(r"max_running_requests=(?P<value>\d+)")
-MEM_FRACTION_ARG = re.compile(r"'mem_fraction_static': (?P<value>[\d.]+)")
-NON_DEFAULT_ARGS = "non-default args: "      # vLLM
-SERVER_ARGS = "server_args="                 # SGLang
-
 # --- tracebacks --------------------------------------------------------------------------------------
 TRACEBACK_START = "Traceback (most recent call last):"
 FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>[\w<>.]+)')
 # "torch.OutOfMemoryError: CUDA out of memory. ..." / "RuntimeError: cancelled" / "KeyboardInterrupt"
 EXCEPTION_LINE = re.compile(r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning"
                             r"|Timeout))(?::\s|$)")
-ENGINE_PACKAGES = ("vllm", "sglang")
 # The multiprocessing header that precedes a child's bare traceback: "Process EngineCore:"
 CHILD_PROCESS_HEADER = re.compile(r"^Process (?P<process>[A-Za-z][\w:.-]*):$")
 
 
 def engine_frame(path: str, function: str) -> str | None:
-    """'vllm.v1.sample.sampler.apply_penalties' for a frame inside an engine package; None otherwise.
-    Only the module path from the package down is kept: the install location is the user's."""
+    """'package.module.function' for a frame inside a registered engine's package; None otherwise. Only
+    the module path from the package down is kept: the install location is the user's."""
+    packages = {package for dialect in dialects.registered() for package in dialect.record_grammar.packages}
     parts = path.replace("\\", "/").split("/")
     for i in range(len(parts) - 1, -1, -1):
-        if parts[i] in ENGINE_PACKAGES and i < len(parts) - 1:
+        if parts[i] in packages and i < len(parts) - 1:
             module = "/".join(parts[i:])
             if module.endswith(".py"):
                 module = module[:-3]
@@ -168,21 +119,24 @@ def engine_frame(path: str, function: str) -> str | None:
     return None
 
 
+def is_engine_process(process: str | None) -> bool:
+    """Whether a line prefix's process name is an engine's (not its API server's)."""
+    return bool(process) and any(process.startswith(name) or name in process for dialect in dialects.registered()
+                                 for name in dialect.record_grammar.engine_processes)
+
+
 # --- out of memory -----------------------------------------------------------------------------------
-# PyTorch's text: "CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a total capacity of
-# 11.63 GiB of which 84.88 MiB is free." (the dialect's OOM_LINE reads the first number).
-_SIZE = r"(?P<{0}>[\d.]+) (?P<{0}_unit>[KMGT]?i?B)"
-OOM_DETAILS = re.compile(
-    r"Tried to allocate " + _SIZE.format("requested") +
-    r"(?:\.? ?(?:GPU|Device) (?P<device>\d+) has a total capacity of " + _SIZE.format("total") +
-    r" of which " + _SIZE.format("free") + r" is free)?")
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
 def oom_details(msg: str) -> dict[str, float | int]:
     """Bytes requested (and the device's total and free bytes when stated) of an OOM message."""
-    match = OOM_DETAILS.search(msg)
-    if not match:
+    for dialect in dialects.registered():
+        pattern = dialect.record_grammar.oom_details
+        match = pattern.search(msg) if pattern is not None else None
+        if match:
+            break
+    else:
         return {}
     out: dict[str, float | int] = {}
     for name in ("requested", "total", "free"):
@@ -193,27 +147,98 @@ def oom_details(msg: str) -> dict[str, float | int]:
     return out
 
 
-OOM_EXCEPTIONS = ("OutOfMemoryError",)
-OOM_LITERALS = ("CUDA out of memory", "out of memory. Tried to allocate", *sglang.OOM_LINES)
+def is_oom_exception(exception: str) -> bool:
+    return any(name in exception for dialect in dialects.registered() for name in dialect.record_grammar.oom_exceptions)
+
+
+def is_oom_message(msg: str) -> bool:
+    return any(literal in msg for dialect in dialects.registered() for literal in dialect.record_grammar.oom_literals)
+
+
+def known_startup_failure(msg: str) -> str | None:
+    """The engine's own startup-failure message, rebuilt from the grammar, when the line is one with the
+    numbers that make it useful."""
+    for dialect in dialects.registered():
+        for kind, fields in dialect.parse_log_message(msg):
+            if kind == "startup_failure" and len(fields) > 1:
+                return dialect.describe_startup_failure(fields)
+    return None
+
+
+# --- stats, startup, settings --------------------------------------------------------------------------
+
+def record_stats(msg: str) -> tuple[Dialect, StatsReading] | None:
+    for dialect in dialects.registered():
+        reading = dialect.record_stats(msg)
+        if reading is not None:
+            return dialect, reading
+    return None
+
+
+def startup_stage(msg: str) -> tuple[str, re.Match] | None:
+    for dialect in dialects.registered():
+        for name, pattern in dialect.record_grammar.startup_stages:
+            match = pattern.search(msg)
+            if match:
+                return name, match
+    return None
+
+
+def settings(msg: str) -> dict[str, float | int]:
+    """The launch settings a settings line states."""
+    found: dict[str, float | int] = {}
+    for dialect in dialects.registered():
+        grammar = dialect.record_grammar
+        if grammar.settings_marker is not None and grammar.settings_marker in msg:
+            for name, pattern, kind in grammar.settings:
+                match = pattern.search(msg)
+                if match:
+                    found[name] = kind(match["value"])
+    return found
+
 
 # --- signals, shutdown, watchdogs, exits -----------------------------------------------------------------
-SIGNAL_LINES = (
-    re.compile(r"received signal=(?P<signal>SIG[A-Z]+)"),                  # vLLM 0.32 engine core
-    re.compile(r"(?P<signal>SIGTERM|SIGINT|SIGQUIT) received"),           # SGLang
-    re.compile(r"Received (?P<signal>sigquit) from a child process"),     # SGLang
-)
-SHUTDOWN_LINES = (
-    "[shutdown] API server: shutdown triggered",
-    "Shutting down",
-    "Gracefully exiting...",
-    "Application shutdown complete.",
-)
-API_EXIT_LINE = re.compile(r"Finished server process \[\d+\]")
-FORCE_KILL_LINE = re.compile(r"force killing remaining process (?P<process>[A-Za-z][\w:.-]*)")
-EXIT_CODE_LINE = re.compile(r"(?:died|crashed|terminated) with exit code:? (?P<code>-?\d+)")
-TIMEOUT_LINES = (
-    re.compile(r"RPC call to \w+ timed out"),
-    re.compile(r"Timed out waiting for engine core processes to start"),
-    re.compile(r"Health check failed\. Server couldn't get a response from detokenizer"),
-)
+UVICORN_SHUTDOWN_LINES = ("Shutting down", "Application shutdown complete.")
+API_EXIT_LINE = re.compile(r"Finished server process \[\d+\]")          # uvicorn
 SIGNAL_NUMBERS = {9: "SIGKILL", 15: "SIGTERM", 2: "SIGINT", 6: "SIGABRT", 11: "SIGSEGV", 3: "SIGQUIT"}
+
+
+def signals(msg: str) -> list[str]:
+    return [match["signal"].upper() for dialect in dialects.registered()
+            for pattern in dialect.record_grammar.signal_lines if (match := pattern.search(msg))]
+
+
+def shutdown_literals(msg: str) -> list[str]:
+    lines = (*(line for dialect in dialects.registered() for line in dialect.record_grammar.shutdown_lines),
+             *UVICORN_SHUTDOWN_LINES)
+    return [literal for literal in lines if literal in msg]
+
+
+def force_killed(msg: str) -> str | None:
+    """The process a force-kill line names."""
+    for dialect in dialects.registered():
+        pattern = dialect.record_grammar.force_kill_line
+        match = pattern.search(msg) if pattern is not None else None
+        if match:
+            return match["process"]
+    return None
+
+
+def exit_code(msg: str) -> int | None:
+    for dialect in dialects.registered():
+        for pattern in dialect.record_grammar.exit_code_lines:
+            match = pattern.search(msg)
+            if match:
+                return int(match["code"])
+    return None
+
+
+def timeout_literals(msg: str) -> list[str]:
+    return [pattern.pattern.replace("\\", "") for dialect in dialects.registered()
+            for pattern in dialect.record_grammar.timeout_lines if pattern.search(msg)]
+
+
+def api_process(dialect_name: str | None, process: str | None) -> str | None:
+    """The API server's name for its exit line: the engine's own name for it where it has one."""
+    dialect = dialects.by_name(dialect_name)
+    return (dialect.record_grammar.api_process if dialect else None) or process

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from servewatch.dialects import sglang, vllm
+from servewatch import dialects
+from servewatch.dialects.base import StatsReading
 from servewatch.doctor import log_grammar as g
 from servewatch.sources.logs import parse_line
 
@@ -43,7 +44,7 @@ class Traceback:
     t: float | None
     clock: str | None
     exception: str | None = None           # the exception's type name, e.g. "torch.OutOfMemoryError"
-    engine_frames: list[str] = field(default_factory=list)   # module.function of frames inside vllm/sglang
+    engine_frames: list[str] = field(default_factory=list)   # module.function of frames inside an engine
     frames: int = 0
     complete: bool = False                 # ended with its exception line
     numbers: dict = field(default_factory=dict)              # e.g. OOM bytes
@@ -55,7 +56,7 @@ class Traceback:
 
     @property
     def is_oom(self) -> bool:
-        return bool(self.exception) and any(name in self.exception for name in g.OOM_EXCEPTIONS) \
+        return bool(self.exception) and g.is_oom_exception(self.exception) \
             or "requested_bytes" in self.numbers
 
 
@@ -154,11 +155,8 @@ class _Reader:
             tb.exception = exception["type"]
             tb.complete = True
             tb.numbers.update(g.oom_details(msg))
-            numbers = vllm.startup_failure_numbers(msg)
-            if numbers:
-                literal = next((lit for lit in vllm.STARTUP_FAILURE_LINES if lit in msg), None)
-                tb.known_message = vllm.describe_startup_failure({"reason": literal, **numbers})
-            elif any(lit in msg for lit in g.OOM_LITERALS) and "requested_bytes" in tb.numbers:
+            tb.known_message = g.known_startup_failure(msg)
+            if tb.known_message is None and g.is_oom_message(msg) and "requested_bytes" in tb.numbers:
                 tb.known_message = "out of memory"
             return False            # the exception line may also carry a literal parse_line knows
         if tb is not None and (msg.startswith((" ", "\t")) or not stripped):
@@ -180,56 +178,41 @@ class _Reader:
     def _engine_line(self, line: g.Line, msg: str, process: str | None) -> bool:
         rec, t, clock = self.record, self.t, self.stamp
         known = False
-        older = g.OLDER_STATS_LINE.match(msg)
-        if older and not vllm.STATS_LINE.search(msg):
-            rec.stats.append(StatsPoint(t or 0.0, clock or "", "older stats line", running=int(older["running"]),
-                                        waiting=int(older["waiting"]), kv_pct=float(older["kv_pct"]),
-                                        prompt_tps=float(older["prompt_tps"]), gen_tps=float(older["gen_tps"]),
-                                        prefix_hit_pct=_float(older["prefix_hit_pct"])))
-            rec.stats_generations.add("vllm, before the engine index" if older["swapped"] is None
-                                      else "vllm V0 (Swapped/Pending)")
-            rec.dialect = rec.dialect or "vllm"
+        found = g.record_stats(msg)
+        if found:
+            dialect, reading = found
+            self._stats(t or 0.0, clock, reading, dialect.name)
             return True
-        dump = g.SCHEDULER_STATS_DUMP.search(msg)
-        if dump:
-            rec.stats.append(StatsPoint(t or 0.0, clock or "", "engine dump at death", running=int(dump["running"]),
-                                        waiting=int(dump["waiting"]), kv_pct=100.0 * float(dump["kv"])))
-            return True
-        for name, pattern in g.STARTUP_STAGES:
-            match = pattern.search(msg)
-            if match:
-                numbers = {k: _number(v) for k, v in match.groupdict().items() if v is not None and k != "seconds"}
-                seconds = _float(match.groupdict().get("seconds"))
-                rec.startup.append(StartupStage(name, t, clock, seconds, numbers))
-                if "tokens" in numbers:
-                    rec.kv_cache_tokens = int(numbers["tokens"])
-                if "max_running" in numbers:
-                    rec.settings.setdefault("max_running_requests", int(numbers["max_running"]))
-                known = True
-                break
-        self._settings(msg)
-        for pattern in g.SIGNAL_LINES:
-            match = pattern.search(msg)
-            if match:
-                rec.events.append(Event(t, clock, "signal", process, {"signal": match["signal"].upper()}))
-                known = True
-        for literal in g.SHUTDOWN_LINES:
-            if literal in msg:
-                rec.events.append(Event(t, clock, "shutdown", process, {"literal": literal}))
-                known = True
-        if g.API_EXIT_LINE.search(msg):
-            rec.events.append(Event(t, clock, "api_exit", "APIServer" if rec.dialect != "sglang" else process, {}))
+        stage = g.startup_stage(msg)
+        if stage:
+            name, match = stage
+            numbers = {k: _number(v) for k, v in match.groupdict().items() if v is not None and k != "seconds"}
+            seconds = _float(match.groupdict().get("seconds"))
+            rec.startup.append(StartupStage(name, t, clock, seconds, numbers))
+            if "tokens" in numbers:
+                rec.kv_cache_tokens = int(numbers["tokens"])
+            if "max_running" in numbers:
+                rec.settings.setdefault("max_running_requests", int(numbers["max_running"]))
             known = True
-        match = g.FORCE_KILL_LINE.search(msg)
-        if match:
-            rec.events.append(Event(t, clock, "force_kill", process, {"target": match["process"]}))
-        match = g.EXIT_CODE_LINE.search(msg)
-        if match:
-            rec.events.append(Event(t, clock, "exit_code", process, {"exit_code": int(match["code"])}))
-        for pattern in g.TIMEOUT_LINES:
-            if pattern.search(msg):
-                rec.events.append(Event(t, clock, "timeout", process, {"literal": pattern.pattern.replace("\\", "")}))
-                known = True
+        rec.settings.update(g.settings(msg))
+        for signal in g.signals(msg):
+            rec.events.append(Event(t, clock, "signal", process, {"signal": signal}))
+            known = True
+        for literal in g.shutdown_literals(msg):
+            rec.events.append(Event(t, clock, "shutdown", process, {"literal": literal}))
+            known = True
+        if g.API_EXIT_LINE.search(msg):
+            rec.events.append(Event(t, clock, "api_exit", g.api_process(rec.dialect, process), {}))
+            known = True
+        target = g.force_killed(msg)
+        if target:
+            rec.events.append(Event(t, clock, "force_kill", process, {"target": target}))
+        code = g.exit_code(msg)
+        if code is not None:
+            rec.events.append(Event(t, clock, "exit_code", process, {"exit_code": code}))
+        for literal in g.timeout_literals(msg):
+            rec.events.append(Event(t, clock, "timeout", process, {"literal": literal}))
+            known = True
         for event in parse_line(msg, t or 0.0):
             known = True
             self._event(event, process, clock)
@@ -238,18 +221,10 @@ class _Reader:
     def _event(self, event, process, clock) -> None:
         rec, f = self.record, event.fields
         if event.kind == "stats":
-            if f.get("dialect") == "vllm":
-                rec.stats_generations.add("vllm, with the engine index")
-                rec.stats.append(StatsPoint(event.t, clock or "", "stats line", running=f.get("running"),
-                                            waiting=f.get("waiting"), kv_pct=f.get("kv_pct"),
-                                            prompt_tps=f.get("prompt_tps"), gen_tps=f.get("gen_tps"),
-                                            preemptions=f.get("preemptions"), prefix_hit_pct=f.get("prefix_hit_pct")))
-            else:
-                rec.stats_generations.add(f"sglang {f.get('batch')} batch")
-                usage = f.get("token_usage")
-                rec.stats.append(StatsPoint(event.t, clock or "", f"{f.get('batch')} batch", running=f.get("running"),
-                                            waiting=f.get("queue"), kv_pct=None if usage is None else 100.0 * usage,
-                                            gen_tps=f.get("gen_tps")))
+            dialect = dialects.by_name(f.get("dialect"))
+            reading = dialect.stats_reading(f) if dialect else None
+            if reading is not None:
+                self._stats(event.t, clock, reading, dialect.name)
             rec.dialect = rec.dialect or f.get("dialect")
         elif event.kind == "startup" and f.get("stage") == "ready":
             if rec.ready_t is None:
@@ -268,16 +243,12 @@ class _Reader:
             if not _repeat(rec.events, kind, f):
                 rec.events.append(Event(event.t, clock, kind, process, dict(f)))
 
-    def _settings(self, msg: str) -> None:
-        settings = self.record.settings
-        if g.NON_DEFAULT_ARGS in msg or g.SERVER_ARGS in msg:
-            for name, pattern, kind in (("max_num_seqs", g.MAX_NUM_SEQS_ARG, int),
-                                        ("gpu_memory_utilization", g.MEMORY_UTILIZATION_ARG, float),
-                                        ("max_running_requests", g.MAX_RUNNING_REQUESTS_ARG, int),
-                                        ("mem_fraction_static", g.MEM_FRACTION_ARG, float)):
-                match = pattern.search(msg)
-                if match:
-                    settings[name] = kind(match["value"])
+    def _stats(self, t: float, clock: str | None, reading: StatsReading, dialect: str) -> None:
+        rec = self.record
+        rec.stats.append(StatsPoint(t, clock or "", reading.source, **reading.values))
+        if reading.generation is not None:       # a shape that names its generation names the engine
+            rec.stats_generations.add(reading.generation)
+            rec.dialect = rec.dialect or dialect
 
 
 def _repeat(events: list[Event], kind: str, fields: dict) -> bool:
@@ -300,4 +271,4 @@ def read_record(lines: Iterable[str]) -> LogRecord:
     return reader.finish()
 
 
-__all__ = ["Event", "LogRecord", "StartupStage", "StatsPoint", "Traceback", "read_record", "sglang"]
+__all__ = ["Event", "LogRecord", "StartupStage", "StatsPoint", "Traceback", "read_record"]

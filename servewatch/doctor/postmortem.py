@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.doctor import arithmetic
+from servewatch.doctor.log_grammar import SIGNAL_NUMBERS, is_engine_process
 from servewatch.doctor.log_record import LogRecord, StatsPoint, Traceback
 from servewatch.doctor.model_config import ModelShape
 from servewatch.detectors.registry import runbook_for
@@ -22,7 +23,6 @@ CLASSES = {
     "no_last_words": "no last words",
     "still_running": "no death in the log",
 }
-ENGINE_PROCESSES = ("EngineCore", "Worker", "VllmWorker", "scheduler", "TP", "DP")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +64,6 @@ class Postmortem:
     vocab_source: str | None = None
 
 
-def _is_engine(process: str | None) -> bool:
-    return bool(process) and any(process.startswith(p) or p in process for p in ENGINE_PROCESSES)
-
-
 def _root_cause(record: LogRecord) -> Traceback | None:
     """The traceback that explains the death: an OOM first, then the first engine-process one, then any."""
     tracebacks = [tb for tb in record.tracebacks if tb.exception or tb.frames]
@@ -75,7 +71,7 @@ def _root_cause(record: LogRecord) -> Traceback | None:
         if tb.is_oom:
             return tb
     for tb in tracebacks:
-        if _is_engine(tb.process):
+        if is_engine_process(tb.process):
             return tb
     return tracebacks[0] if tracebacks else None
 
@@ -100,8 +96,6 @@ def _exit(record: LogRecord) -> str | None:
 
 
 def arithmetic_signal(code: int) -> str | None:
-    from servewatch.doctor.log_grammar import SIGNAL_NUMBERS
-
     return SIGNAL_NUMBERS.get(-code) if code < 0 else None
 
 
@@ -179,7 +173,7 @@ def classify(record: LogRecord) -> Death:
         return Death("clean_shutdown", f"an orderly shutdown{cause}: no error before it", t=first.t,
                      clock=first.clock, signal=signal, **base)
     if root is not None and root.exception:
-        return Death("engine_death_behind_live_api" if _is_engine(root.process) else "no_last_words",
+        return Death("engine_death_behind_live_api" if is_engine_process(root.process) else "no_last_words",
                      f"the last words are a {root.exception} in {root.process or 'an unnamed process'}",
                      t=t, clock=clock, **base)
     if served:
