@@ -214,6 +214,9 @@ class Dialect(ABC):
     # The engine's own processes under the API server as a real one titles them: (title, role), in order.
     engine_process_titles: tuple[tuple[str, str], ...] = ()
     slot_limit_flag: str | None = None          # the command-line flag that caps running requests
+    context_length_flag: str | None = None      # the flag that caps one request's tokens
+    # The engine's share of device memory: (its key in the log's settings, its flag, its default or None).
+    memory_budget: tuple[str, str, float | None] | None = None
     health_path: str = "/health"
     ready_path: str | None = None
     version_path: str | None = None

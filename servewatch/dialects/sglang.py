@@ -91,6 +91,8 @@ REALTIME_TOKEN_MODES = ("prefill_compute", "prefill_cache", "decode")
 HEALTH_CHECK_TIMEOUT_S = 20
 PROCESS_ROLES = {"sglang::scheduler": "engine_core", "sglang::detokenizer": "worker"}
 SLOT_LIMIT_FLAG = "--max-running-requests"
+CONTEXT_LENGTH_FLAG = "--context-length"
+MEMORY_BUDGET = ("mem_fraction_static", "--mem-fraction-static", None)   # its default depends on the GPU
 
 # --- log grammar --------------------------------------------------------------------------------
 LOG_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"

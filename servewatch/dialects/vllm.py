@@ -101,6 +101,8 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 HEALTH_DEAD_STATUS = 503
 PROCESS_ROLES = {"VLLM::EngineCore": "engine_core", "VLLM::Worker": "worker", "VLLM::APIServer": "api"}
 SLOT_LIMIT_FLAG = "--max-num-seqs"
+CONTEXT_LENGTH_FLAG = "--max-model-len"
+MEMORY_BUDGET = ("gpu_memory_utilization", "--gpu-memory-utilization", 0.9)
 DEFAULT_MAX_NUM_SEQS = 256
 
 # --- log grammar ----------------------------------------------------------------------------

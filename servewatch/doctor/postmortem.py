@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servewatch import dialects
 from servewatch.detectors.config import DetectorConfig
 from servewatch.doctor import arithmetic
 from servewatch.doctor.log_grammar import SIGNAL_NUMBERS, is_engine_process
@@ -156,7 +157,7 @@ def classify(record: LogRecord) -> Death:
         if killed:
             summary += f"; a child was killed by {killed}"
         if _events(record, "api_exit"):
-            summary += "; vLLM's API server exits 0 after an engine death (Restart=on-failure does not restart it)"
+            summary += f"; {_exit_zero_words(record)}"
         return Death("engine_death_behind_live_api", summary, t=first.t, clock=first.clock,
                      signal=killed, **{**base, "process": base["process"] or first.process})
     signals = _events(record, "signal")
@@ -243,34 +244,40 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
     engine_dead = runbook_for("engine_dead")
     process_exit = runbook_for("process_exit")
     c = death.classification
+    dialect = dialects.by_name(record.dialect) if record.dialect else None
+    budget_key, budget_flag, budget_default = (dialect.memory_budget if dialect and dialect.memory_budget
+                                               else (None, "the engine's memory-budget flag", None))
     if c == "runtime_oom":
-        utilisation = record.settings.get("gpu_memory_utilization")
-        current = f"{utilisation:g}" if utilisation else "the current value (0.9 by default)"
-        lower = f"{max(0.5, utilisation - 0.05):.2f}" if utilisation else "0.85"
+        utilisation = record.settings.get(budget_key) if budget_key else None
+        utilisation = utilisation or budget_default
+        current = f"{utilisation:g}" if utilisation else "its current value"
+        lower = f"{max(0.5, utilisation - 0.05):.2f}" if utilisation else "5 points lower"
+        if utilisation and not record.settings.get(budget_key):
+            current += " (the default)"
         running = at_death.running if at_death else None
-        actions = [Action(f"Restart with --gpu-memory-utilization lowered from {current} to {lower}",
+        actions = [Action(f"Restart with {budget_flag} lowered from {current} to {lower}",
                           "leaves more device memory outside the engine's budget for activations such as the "
                           "logits-sized temporaries (measured on a 7B model on one 12 GiB GPU: at 0.85 the same overload queued, running 256 and 44 waiting, instead of dying at 0.9)",
                           engine_dead.rollback)]
         matched = any(t.verdict == "matches" for t in tests)
         if running:
             per_seq = f" ({vocab * 4 / 2**10:,.0f} KiB per sequence for each such temporary)" if vocab else ""
-            actions.append(Action(f"Or cap concurrent sequences below {running} (--max-num-seqs)",
+            slot_flag = dialect.slot_limit_flag if dialect and dialect.slot_limit_flag else "the engine's slot limit"
+            actions.append(Action(f"Or cap concurrent sequences below {running} ({slot_flag})",
                                   "the temporary grows with the running count" + per_seq +
                                   ("; the arithmetic ties the failed allocation to it" if matched else ""),
                                   "Raise the cap again when waiting grows at peak while no death recurs; the "
                                   "cap is a flag, reversible at the next restart."))
         return actions
     if c in ("startup_sizing_error", "startup_failure"):
-        return [Action("Follow the engine's own message: raise the memory budget (--gpu-memory-utilization, or "
-                       "--kv-cache-memory-bytes / --mem-fraction-static) or lower --max-model-len until one request "
-                       "of the maximum length fits",
+        length_flag = dialect.context_length_flag if dialect and dialect.context_length_flag else "the maximum length"
+        return [Action(f"Follow the engine's own message: raise the memory budget ({budget_flag}) or lower "
+                       f"{length_flag} until one request of the maximum length fits",
                        death.engine_message or "the engine stopped before it was ready",
                        "Nothing served yet, so nothing to roll back; keep the failing flags in the deploy record.")]
     if c == "engine_death_behind_live_api":
         return [Action(engine_dead.safe_action, engine_dead.meaning, engine_dead.rollback),
-                Action(process_exit.safe_action, "vLLM's API server exits 0 after an engine death, which "
-                       "Restart=on-failure does not restart", process_exit.rollback)]
+                Action(process_exit.safe_action, _exit_zero_words(record), process_exit.rollback)]
     if c == "watchdog_timeout":
         stall = runbook_for("alive_health_ok_no_progress")
         return [Action(stall.safe_action, stall.meaning, stall.rollback)]
@@ -285,3 +292,11 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
         return [Action("No action on the server: it was stopped on purpose",
                        "an orderly shutdown with no error before it", "Nothing to roll back.")]
     return []
+
+
+def _exit_zero_words(record: LogRecord) -> str:
+    dialect = dialects.by_name(record.dialect) if record.dialect else None
+    if dialect and dialect.exit_zero_after_death_note:
+        return (f"the API server exits 0 after an engine death ({dialect.exit_zero_after_death_note}), which "
+                f"Restart=on-failure does not restart")
+    return "the API server exited after the engine died; check its exit status reaches the restart policy"
