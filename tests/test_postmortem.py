@@ -209,3 +209,23 @@ def test_command_missing_file_and_bad_config(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["postmortem", str(OOM_LOG), "--model-config", str(bad)]) == 2
     assert "not JSON" in capsys.readouterr().err
+
+
+def test_an_sglang_runtime_oom_names_sglangs_own_flags(tmp_path):
+    path = SHARED / "sglang-0.5.23-cpu" / "server_run2.log"
+    if not path.exists():
+        pytest.skip("shared SGLang capture not on this machine")
+    lines = path.read_text().splitlines()
+    decode = max(i for i, line in enumerate(lines) if "Decode batch" in line)
+    oom = ["[2026-11-30 13:53:22] Scheduler hit an exception: Traceback (most recent call last):",
+           '  File "/sglang/srt/managers/scheduler.py", line 2900, in run_batch',
+           "    logits = self.model_runner.forward(batch)",
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of "
+           "11.63 GiB of which 1.02 GiB is free."]
+    log = tmp_path / "sglang.log"
+    log.write_text("\n".join([*lines[:decode + 1], *oom]) + "\n")
+    pm = _pm(log)
+    assert pm.record.dialect == "sglang" and pm.death.classification == "runtime_oom"
+    first, second = pm.actions[:2]
+    assert first.action.startswith("Restart with --mem-fraction-static lowered") and "--gpu-memory" not in first.action
+    assert second.action.endswith("(--max-running-requests)")
