@@ -231,13 +231,15 @@ class SimEngine:
             http.observe("/v1/completions", "POST", status, 0.0, request_bytes)
 
     def abort(self, request: Request) -> bool:
-        """Abort a request (client disconnect). Its KV is freed; finish reason `abort`."""
+        """Abort a request (client disconnect). Its KV is freed; finish reason `abort`, counted in /metrics
+        only where the engine counts client aborts."""
         if request in self._inbox:
             self._inbox.remove(request)
             self.scheduler.finish(request, FINISH_ABORT, self.clock.now())
         elif not self.scheduler.abort(request, self.clock.now()):
             return False
-        self.metrics.on_finished(request)
+        if self.behaviour.counts_client_aborts:
+            self.metrics.on_finished(request)
         self._wake()
         return True
 

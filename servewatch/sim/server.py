@@ -24,6 +24,7 @@ from servewatch.sim.faults import FaultSpecError, fault_from_json
 from servewatch.sim.behaviour import LOAD, TOKENIZE
 
 ENGINE_KEY = web.AppKey("engine", SimEngine)
+STREAM_STATUS = web.RequestKey("stream_status", int)   # on the request: the status a stream began with
 MAX_BODY = 4 * 2**20
 SHUTDOWN_DRAIN_S = 10.0     # on SIGTERM, in-flight requests get this long to finish before they are cut
 
@@ -50,10 +51,15 @@ def build_app(engine: SimEngine) -> web.Application:
 
 @web.middleware
 async def _access_log(request: web.Request, handler):
-    """uvicorn-style access line and the instrumentator's counts; nothing for a vanished client."""
+    """uvicorn-style access line and the instrumentator's counts: a stream whose client vanished counts
+    with the status it had begun with (as vLLM's middleware counts it); nothing for any other vanished client."""
     started = time.monotonic()
     try:
         response = await handler(request)
+    except asyncio.CancelledError:
+        if STREAM_STATUS in request:
+            _record(request, request[STREAM_STATUS], started)
+        raise
     except web.HTTPException as exc:
         _record(request, exc.status, started)
         raise
@@ -300,6 +306,7 @@ async def _serve_completion(request: web.Request, *, chat: bool) -> web.StreamRe
                                                    "Cache-Control": "no-cache"})
             try:
                 await response.prepare(request)
+                request[STREAM_STATUS] = response.status
                 await _stream(response, engine, handle, woke, params, chat, ident, created)
             except ConnectionResetError:
                 pass   # the client went away mid-stream; the request is aborted below
