@@ -55,6 +55,7 @@ class Readings:
     tokens_moved: bool | None = None          # generation counter moved across the window
     health_last: int | None = None
     health_dead_status: int | None = None     # the status that means "engine dead" for this engine, if any
+    slot_limit_flag: str | None = None        # the engine's flag that caps running requests
     preemptions: float | None = None
     tokens_in: float | None = None            # per request
     tokens_out: float | None = None
@@ -123,6 +124,7 @@ def readings_from_window(window: Window, config: DetectorConfig | None = None) -
         r.health_last = window.health[-1].status
     dialect = dialect_hint(window)
     r.health_dead_status = dialect.health_dead_status if dialect is not None else None
+    r.slot_limit_flag = dialect.slot_limit_flag if dialect is not None else None
     r.engine_dead_lines = sum(1 for e in window.logs if e.kind == "engine_dead")
     engines = [e for m in good for e in m.engines]
     if not engines:
@@ -309,7 +311,8 @@ def _contention(r: Readings, _config) -> Hypothesis:
                       f"ITL {_fmt(r.itl_s, 's')}, running {_fmt(r.max_running)}",
                       f"below {CONTENTION_ITL_S * 1000:.0f} ms between tokens", why,
                       "ITL over time against running: if they rise together the batch is the cause",
-                      "Lower the concurrent-sequence limit (--max-num-seqs) or add replicas.",
+                      f"Lower the concurrent-sequence limit ({r.slot_limit_flag or 'the slot limit'}) or add "
+                      "replicas.",
                       "Raise the limit again when waiting grows while ITL stays in range.",
                       "In-flight requests and the KV / prefix cache.", 55 if slow else 0)
 
