@@ -3,9 +3,10 @@ long prefills do not."""
 
 from dataclasses import replace
 
-from tests.timeline_builders import Timeline
+from tests.timeline_builders import T0, Timeline
 
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
+from servewatch.timeline.samples import ProcessMember
 
 NAME = "alive_health_ok_no_progress"
 
@@ -149,3 +150,51 @@ def test_recomputed_from_the_evidence_window_gives_identical_verdicts():
     small = evidence_window(window)
     assert len(small) < len(window)
     assert run_detectors(small) == run_detectors(window)
+
+
+# -- an engine whose /health waits on the engine itself (SGLang 0.5.23 runs a generation through its
+# scheduler): a stalled scheduler takes /health down with it ------------------------------------------
+
+def _sglang(**kwargs) -> tuple[Timeline, tuple[ProcessMember, ...]]:
+    from tests.timeline_builders import API
+    scheduler = ProcessMember(pid=4343, create_time=T0 - 99.0, role="engine_core", title="sglang::scheduler",
+                              status="running")
+    detokenizer = ProcessMember(pid=4344, create_time=T0 - 98.0, role="worker", title="sglang::detokenizer",
+                                status="sleeping")
+    return Timeline(dialect="sglang", **kwargs), (API, scheduler, detokenizer)
+
+
+def test_sglang_stall_with_health_timing_out_is_still_a_stall():
+    tl, members = _sglang()
+    tl.ticks(20, running=5, members=members)
+    tl.ticks(5, running=5, steps=0, gen=0, health=None, health_error="timeout", members=members)
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["threshold_s"] == 2.0
+    assert "/health failing (timeout" in verdict.why
+    assert ("health", "error", "timeout") in {(e.source, e.field, e.value) for e in verdict.evidence}
+
+
+def test_sglang_slow_steps_with_health_timing_out_are_not_a_stall():
+    # A long chunked prefill: /health times out (it waits for the running batch) while every step still
+    # moves the counters.
+    tl, members = _sglang()
+    tl.ticks(20, running=2, members=members)
+    for _ in range(10):
+        tl.tick(running=2, steps=1, gen=0, prompt=4096, health=None, health_error="timeout", members=members)
+        tl.tick(running=2, steps=0, gen=0, health=None, health_error="timeout", members=members)
+    assert NAME not in names(tl.window())
+    assert "health_loss" in names(tl.window())     # /health did stop answering in time: that is true
+
+
+def test_sglang_dead_scheduler_is_engine_dead_not_a_stall():
+    tl, members = _sglang()
+    tl.ticks(20, running=5, members=members)
+    tl.ticks(8, running=5, steps=0, gen=0, health=None, health_error="timeout", members=members[:1])
+    found = names(tl.window())
+    assert "engine_dead" in found and NAME not in found
+
+
+def test_vllm_health_timing_out_is_not_this_verdict():
+    # vLLM's /health does not wait on the engine: there a failed probe is health_loss's business.
+    tl = Timeline().ticks(20, running=4).ticks(10, running=4, steps=0, gen=0, health=None, health_error="timeout")
+    assert NAME not in names(tl.window())

@@ -2,10 +2,13 @@
 
 Alive is not making progress. On a real vLLM a SIGSTOPped worker left /health at 200 and
 /metrics answering while `generation_tokens_total` and `iteration_tokens_total_count` froze.
+Where /health itself waits on the engine (SGLang 0.5.23 runs a generation through its scheduler), a
+stall takes /health down too: there a failed probe does not stop the verdict, the counters decide.
 """
 
 from __future__ import annotations
 
+from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import (Point, admitted, cadence, engine_series, has_progress_counters, num,
                                          progress, where)
@@ -18,17 +21,28 @@ _COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.pro
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     health = window.health[-1] if window.health else None
-    if health is None or not health.ok:
+    if health is None:
+        return []
+    if not health.ok and not _health_runs_through_engine(window):
         return []
     process = window.process[-1] if window.process else None
     if process is not None and not process.alive:
         return []
+    if liveness.engine_death_evidence(window, config)[0] is not None:
+        return []   # an engine that died makes no progress: that is engine_dead's verdict, not a stall
     verdicts = []
     for key, points in sorted(engine_series(window.metrics).items()):
         verdict = _engine_stall(key, points, health, process, config)
         if verdict is not None:
             verdicts.append(verdict)
     return verdicts
+
+
+def _health_runs_through_engine(window: Window) -> bool:
+    """Whether this engine's /health waits on the engine itself (SGLang): then a stalled engine takes
+    /health down with it, and the stall is still told by its progress counters."""
+    dialect = liveness.dialect_hint(window)
+    return dialect is not None and dialect.health_runs_through_engine
 
 
 def typical_longest_gap(gaps: list[float]) -> float:
@@ -91,7 +105,7 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     why = (f"no progress for {quiet_s:.1f} s{where(key)} (threshold {threshold:.1f} s = "
            f"max({config.stall_floor_s:g} s, "
            f"{config.stall_k:g} x {basis:.2f} s recent cadence)) since {since_what}, with {num(last_state.running)} "
-           f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {health.status}")
+           f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {_health_said(health)}")
     if stopped:
         why += f"; {len(stopped)} process(es) stopped ({', '.join(sorted({m.title for m in stopped}))})"
 
@@ -99,7 +113,8 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     evidence += [Evidence("metrics", last_sample.t, f, v) for f, v in counters.items() if v is not None]
     evidence += [Evidence("metrics", last_sample.t, "running", last_state.running),
                  Evidence("metrics", last_sample.t, "waiting", last_state.waiting),
-                 Evidence("health", health.t, "status", health.status)]
+                 Evidence("health", health.t, "status", health.status) if health.ok
+                 else Evidence("health", health.t, "error", health.error)]
     if process is not None:
         evidence.append(Evidence("process", process.t, "alive", process.alive))
         evidence += [Evidence("process", process.t, f"members[{m.pid}].status", m.status) for m in stopped]
@@ -110,3 +125,10 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
                  "scrape_gap_s": scrape_gap, "running": last_state.running, "waiting": last_state.waiting,
                  "stopped_processes": len(stopped), "process_known": process is not None},
     )
+
+
+def _health_said(health) -> str:
+    if health.ok:
+        return str(health.status)
+    return (f"failing ({health.error or health.status}; this engine's /health waits on the engine, "
+            "so a stall takes it down too)")
