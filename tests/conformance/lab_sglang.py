@@ -105,14 +105,24 @@ def stop_scheduler_on_running_work(url: str, scheduler: int, tries: int = 3) -> 
     raise AssertionError(f"nothing running at {tries} stops of the scheduler")
 
 
+@dataclass(frozen=True)
+class ProbeAnswer:
+    asked: float          # monotonic, when the request was sent
+    answered: float       # monotonic, when its answer (or the client timeout) came back
+    path: str
+    status: int | str     # HTTP status, "timeout" or an error class name
+
+
 class HealthProbes(threading.Thread):
     """/health and /health_generate, each with a 2 s client timeout, one round a second (bounded):
-    what a load balancer or an orchestrator's probe saw meanwhile."""
+    what a load balancer or an orchestrator's probe saw meanwhile. Each answer keeps when it was asked
+    and when it came back, so a test can tell an answer given while a process was stopped from one a
+    frozen VM delivered after the process was resumed."""
 
     def __init__(self, url: str, seconds: float, timeout_s: float = 2.0):
         super().__init__(name="health-probes", daemon=True)
         self.url, self.seconds, self.timeout_s = url, seconds, timeout_s
-        self.points: list[tuple[float, str, int | str]] = []     # (monotonic when asked, path, status)
+        self.points: list[ProbeAnswer] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -120,11 +130,18 @@ class HealthProbes(threading.Thread):
         while not self.stop.is_set() and time.monotonic() - started < self.seconds:
             for path in ("/health", "/health_generate"):
                 asked = time.monotonic()
-                self.points.append((asked, path, probe(self.url, path, self.timeout_s)))
+                status = probe(self.url, path, self.timeout_s)
+                self.points.append(ProbeAnswer(asked, time.monotonic(), path, status))
             self.stop.wait(1.0)
 
     def statuses(self, path: str, start: float, end: float) -> list[int | str]:
-        return [status for at, p, status in self.points if p == path and start <= at <= end]
+        """Every answer to probes of `path` asked between start and end."""
+        return [p.status for p in self.points if p.path == path and start <= p.asked <= end]
 
-    def timeline(self, since: float) -> list[tuple[float, str, int | str]]:
-        return [(round(at - since, 1), path, status) for at, path, status in self.points]
+    def answered_inside(self, path: str, start: float, end: float) -> list[int | str]:
+        """Answers to probes of `path` both asked after `start` and answered before `end`: what the
+        server said wholly inside that stretch."""
+        return [p.status for p in self.points if p.path == path and start <= p.asked and p.answered <= end]
+
+    def timeline(self, since: float) -> list[tuple[float, float, str, int | str]]:
+        return [(round(p.asked - since, 1), round(p.answered - since, 1), p.path, p.status) for p in self.points]
