@@ -3,7 +3,8 @@
 Alive is not making progress. On a real vLLM a SIGSTOPped worker left /health at 200 and
 /metrics answering while `generation_tokens_total` and `iteration_tokens_total_count` froze.
 Where /health itself waits on the engine (SGLang 0.5.23 runs a generation through its scheduler), a
-stall takes /health down too: there a failed probe does not stop the verdict, the counters decide.
+stall takes /health down too: there a failed probe does not stop the verdict, the counters decide, and
+an engine that keeps using CPU is computing one long step (a huge prefill) until the ceiling says otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from servewatch.timeline.window import Window
 
 NAME = "alive_health_ok_no_progress"
 _COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.prompt_tokens")
+_ENGINE_ROLES = ("engine_core", "worker")
+_STOPPED = ("stopped", "tracing-stop")
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
@@ -43,6 +46,17 @@ def _health_runs_through_engine(window: Window) -> bool:
     /health down with it, and the stall is still told by its progress counters."""
     dialect = liveness.dialect_hint(window)
     return dialect is not None and dialect.health_runs_through_engine
+
+
+def engine_busy(process, config: DetectorConfig) -> bool:
+    """The engine is computing: an engine process used at least stall_busy_cpu_percent since the last
+    process sample, and none of them is stopped. Unknown (no --pid) is not busy."""
+    if process is None:
+        return False
+    engine = [m for m in process.members if m.role in _ENGINE_ROLES]
+    if any(m.status in _STOPPED for m in engine):
+        return False
+    return any((m.cpu_percent or 0.0) >= config.stall_busy_cpu_percent for m in engine)
 
 
 def typical_longest_gap(gaps: list[float]) -> float:
@@ -95,10 +109,13 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     scrape_gap = cadence(points) or 0.0
     basis = max(longest_gap, scrape_gap)
     threshold = min(config.stall_ceiling_s, max(config.stall_floor_s, config.stall_k * basis))
+    busy = not health.ok and engine_busy(process, config)
+    if busy:
+        threshold = config.stall_ceiling_s   # computing one long step, not stalled (below)
     if quiet_s < threshold:
         return None
 
-    stopped = [m for m in (process.members if process is not None else ()) if m.status in ("stopped", "tracing-stop")]
+    stopped = [m for m in (process.members if process is not None else ()) if m.status in _STOPPED]
     counters = dict(zip(_COUNTER_FIELDS, progress(last_state)))
     shown = ", ".join(f"{f.split('.')[1].replace('_', ' ')} {num(v)}" for f, v in counters.items() if v is not None)
     since_what = "last counter movement" if start == last_move else "work was admitted"
@@ -108,6 +125,8 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
            f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {_health_said(health)}")
     if stopped:
         why += f"; {len(stopped)} process(es) stopped ({', '.join(sorted({m.title for m in stopped}))})"
+    if busy:
+        why += f"; its engine kept using CPU, so this waited for the {threshold:g} s ceiling (no step takes that long)"
 
     evidence = [Evidence("metrics", onset_sample.t, f, v) for f, v in counters.items() if v is not None]
     evidence += [Evidence("metrics", last_sample.t, f, v) for f, v in counters.items() if v is not None]
@@ -123,7 +142,7 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
         name=NAME, t=t, onset=onset_sample.t, why=why, evidence=tuple(evidence),
         details={"engine": key, "quiet_s": quiet_s, "threshold_s": threshold, "longest_gap_s": longest_gap,
                  "scrape_gap_s": scrape_gap, "running": last_state.running, "waiting": last_state.waiting,
-                 "stopped_processes": len(stopped), "process_known": process is not None},
+                 "stopped_processes": len(stopped), "process_known": process is not None, "engine_busy": busy},
     )
 
 
