@@ -34,8 +34,9 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if liveness.engine_death_evidence(window, config)[0] is not None:
         return []   # an engine that died makes no progress: that is engine_dead's verdict, not a stall
     verdicts = []
+    busy = not health.ok and engine_busy(window.process, config)
     for key, points in sorted(engine_series(window.metrics).items()):
-        verdict = _engine_stall(key, points, health, process, config)
+        verdict = _engine_stall(key, points, health, process, busy, config)
         if verdict is not None:
             verdicts.append(verdict)
     return verdicts
@@ -48,15 +49,18 @@ def _health_runs_through_engine(window: Window) -> bool:
     return dialect is not None and dialect.health_runs_through_engine
 
 
-def engine_busy(process, config: DetectorConfig) -> bool:
-    """The engine is computing: an engine process used at least stall_busy_cpu_percent since the last
-    process sample, and none of them is stopped. Unknown (no --pid) is not busy."""
-    if process is None:
+def engine_busy(process_samples, config: DetectorConfig) -> bool:
+    """The engine is computing: no engine process is stopped now, and one of them used at least
+    stall_busy_cpu_percent in some process sample of the last stall_floor_s (one sample on a shared
+    machine can read low). No process samples (no --pid) is not busy."""
+    if not process_samples:
         return False
-    engine = [m for m in process.members if m.role in _ENGINE_ROLES]
-    if any(m.status in _STOPPED for m in engine):
+    newest = process_samples[-1]
+    if any(m.role in _ENGINE_ROLES and m.status in _STOPPED for m in newest.members):
         return False
-    return any((m.cpu_percent or 0.0) >= config.stall_busy_cpu_percent for m in engine)
+    recent = [p for p in process_samples if p.t >= newest.t - config.stall_floor_s]
+    return any((m.cpu_percent or 0.0) >= config.stall_busy_cpu_percent
+               for p in recent for m in p.members if m.role in _ENGINE_ROLES)
 
 
 def typical_longest_gap(gaps: list[float]) -> float:
@@ -71,7 +75,7 @@ def typical_longest_gap(gaps: list[float]) -> float:
     return ordered[int(0.9 * (len(ordered) - 1))]
 
 
-def _engine_stall(key, points: list[Point], health, process, config: DetectorConfig) -> Verdict | None:
+def _engine_stall(key, points: list[Point], health, process, busy: bool, config: DetectorConfig) -> Verdict | None:
     if len(points) < 2 or not has_progress_counters(points[-1][1]):
         return None
     last_sample, last_state = points[-1]
@@ -109,7 +113,6 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     scrape_gap = cadence(points) or 0.0
     basis = max(longest_gap, scrape_gap)
     threshold = min(config.stall_ceiling_s, max(config.stall_floor_s, config.stall_k * basis))
-    busy = not health.ok and engine_busy(process, config)
     if busy:
         threshold = config.stall_ceiling_s   # computing one long step, not stalled (below)
     if quiet_s < threshold:

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 from lab_cli import SERVEWATCH
 from lab_observations import log_excerpt
+from lab_scrape import health
 
 
 class GuardProcess:
@@ -25,6 +26,7 @@ class GuardProcess:
                      "--out", str(self.out), *args]
         self.lines: list[tuple[float, dict]] = []      # (monotonic arrival, JSON line)
         self.proc: subprocess.Popen | None = None
+        self.tree: list[psutil.Process] = []            # a started server's processes, once it is ready
 
     def __enter__(self) -> GuardProcess:
         self._stderr = open(self.stderr_path, "w+", encoding="utf-8")
@@ -43,6 +45,17 @@ class GuardProcess:
         while "recording" not in self.stderr_text() and self.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)  # the line lands in a file; there is no event to wait on
         assert self.proc.poll() is None, f"guard exited {self.proc.returncode}: {self.stderr_tail()}"
+
+    def wait_server_ready(self, url: str, timeout_s: float = 240.0) -> float:
+        """A server guard started: /health 200 (bounded); then its tree is recorded for the cleanup."""
+        deadline = self.started + timeout_s
+        while time.monotonic() < deadline:
+            if health(url, timeout_s=2.0) == 200:
+                self.tree = psutil.Process(self.proc.pid).children(recursive=True)
+                return time.monotonic() - self.started
+            assert self.proc.poll() is None, f"guard exited {self.proc.returncode}: {self.stderr_tail()}"
+            time.sleep(0.5)    # the engine's start-up: nothing to wait on but its port
+        raise AssertionError(f"the server under guard was not ready after {timeout_s:.0f} s: {self.stderr_tail()}")
 
     def events(self) -> dict[str, tuple[float, dict]]:
         """The first line of each kind (a verdict's name, or guard's action: stacks, kill, drain, exit)."""
@@ -66,6 +79,13 @@ class GuardProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        for member in self.tree:       # whatever guard left of a server it started
+            try:
+                member.resume()
+                member.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(self.tree, timeout=10)
         self._stderr.close()
 
 
@@ -75,3 +95,4 @@ def gone(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
