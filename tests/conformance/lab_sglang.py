@@ -155,12 +155,16 @@ class HealthProbes(threading.Thread):
 # -- an engine process SIGKILLed under load: what SGLang did and what servewatch said ------------------
 
 SGLANG_CRASH_LINES = ("crashed with exit code -9", "SIGQUIT received")   # SGLang's own subprocess watchdog
+# ...and its crash handling before it kills its own tree (it waits for CUDA coredumps of a scheduler that
+# still runs: 60 s after a killed detokenizer, on a CPU-only machine too).
+SGLANG_CRASH_HANDLING_LINES = ("Waiting ", "kill_process_tree called")
 
 
-def kill_under_load(lab, server, run_dir, pid: int, what: str) -> dict:
+def kill_under_load(lab, server, run_dir, pid: int, what: str, *, exit_within_s: float = 60.0) -> dict:
     """SIGKILL `pid` (an SGLang engine process) while six requests run, under `watch --pid --log-file`:
-    engine_dead, process_exit with the main process's real exit status, SGLang's own watchdog lines,
-    /health meanwhile. Records and prints the figures under `what`; asserts what servewatch claims."""
+    engine_dead, process_exit with the main process's real exit status (SGLang's own watchdog takes the
+    server down within `exit_within_s`), SGLang's own lines, /health meanwhile. Records and prints the
+    figures under `what`; asserts what servewatch claims."""
     out = run_dir / "bundles"
     with Watcher(server.url, out, pid=server.pid, interval=0.5, log_file=server.log_path) as watcher:
         traffic = Traffic(server.url, model=str(lab.model.path), n=6, concurrency=6, max_tokens=1500,
@@ -173,7 +177,7 @@ def kill_under_load(lab, server, run_dir, pid: int, what: str) -> dict:
         dead = watcher.wait_for("engine_dead", timeout_s=30, after=killed)
         # SGLang's main process is our child: kept a zombie until the watcher saw it go, so its exit
         # status stays readable from outside the way a supervisor's would.
-        code = server.wait_exit_keep_zombie(60)
+        code = server.wait_exit_keep_zombie(exit_within_s)
         exit_seen = time.monotonic()
         exited = watcher.wait_for("process_exit", timeout_s=30, after=killed)
         server.wait_exit(5)
@@ -185,7 +189,7 @@ def kill_under_load(lab, server, run_dir, pid: int, what: str) -> dict:
     log = server.log_text()
     lab.obs.save_text(f"{what}_sigkill.log", log_excerpt(log[-20000:]))
     own_lines = [line.split("] ", 1)[-1][:160] for line in log.splitlines()
-                 if any(literal in line for literal in SGLANG_CRASH_LINES)]
+                 if any(literal in line for literal in SGLANG_CRASH_LINES + SGLANG_CRASH_HANDLING_LINES)]
     firsts = {name: round(next(v.arrived for v in verdicts if v.name == name) - killed, 2)
               for name in dict.fromkeys(v.name for v in verdicts)}
     record = {"main_exit_code": code, "main_exit_after_s": round(exit_seen - killed, 1), "sglang_lines": own_lines,
