@@ -157,7 +157,7 @@ class HealthProbes(threading.Thread):
 SGLANG_CRASH_LINES = ("crashed with exit code -9", "SIGQUIT received")   # SGLang's own subprocess watchdog
 # ...and its crash handling before it kills its own tree (it waits for CUDA coredumps of a scheduler that
 # still runs: 60 s after a killed detokenizer, on a CPU-only machine too).
-SGLANG_CRASH_HANDLING_LINES = ("Waiting ", "kill_process_tree called")
+SGLANG_CRASH_HANDLING_LINES = ("seconds for CUDA coredumps", "kill_process_tree called")
 
 
 def kill_under_load(lab, server, run_dir, pid: int, what: str, *, exit_within_s: float = 60.0) -> dict:
