@@ -242,3 +242,14 @@ def test_one_low_cpu_reading_in_a_long_step_does_not_make_it_a_stall():
         tl.ticks(3, running=4, steps=0, gen=0, health=None, health_error="timeout", members=busy)
         tl.tick(running=4, steps=0, gen=0, health=None, health_error="timeout", members=dip)
     assert NAME not in names(tl.window())
+
+
+def test_sglang_long_step_ending_with_health_answered_before_the_counters_show_it_is_not_a_stall():
+    # Real SGLang: the step's end answers the pending /health (200) a scrape before /metrics shows the
+    # step's counters; the scheduler was at ~186 % CPU throughout.
+    _, idle = _sglang()
+    tl, busy = _sglang(scheduler_status="running", scheduler_cpu=186.0)
+    tl.ticks(20, running=2, members=idle)
+    tl.ticks(8, running=2, steps=0, gen=0, health=None, health_error="timeout", members=busy)
+    tl.tick(running=2, steps=0, gen=0, health=200, members=busy)
+    assert NAME not in names(tl.window())

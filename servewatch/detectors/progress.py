@@ -26,7 +26,8 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     health = window.health[-1] if window.health else None
     if health is None:
         return []
-    if not health.ok and not _health_runs_through_engine(window):
+    through_engine = _health_runs_through_engine(window)
+    if not health.ok and not through_engine:
         return []
     process = window.process[-1] if window.process else None
     if process is not None and not process.alive:
@@ -34,7 +35,9 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if liveness.engine_death_evidence(window, config)[0] is not None:
         return []   # an engine that died makes no progress: that is engine_dead's verdict, not a stall
     verdicts = []
-    busy = not health.ok and engine_busy(window.process, config)
+    # Not only while /health fails: the probe that the long step's end answers can arrive before the
+    # scrape that shows the step's counters (seen on a real SGLang).
+    busy = through_engine and engine_busy(window.process, config)
     for key, points in sorted(engine_series(window.metrics).items()):
         verdict = _engine_stall(key, points, health, process, busy, config)
         if verdict is not None:
