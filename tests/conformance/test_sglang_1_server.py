@@ -180,7 +180,7 @@ def test_log_tail_turns_prefill_and_decode_lines_into_events(sglang_lab, server)
 # long-output requests take 11-20 s in all.
 PRESET_RUNS = {
     "normal": ("--scenario", "normal", "--requests", "8"),
-    "overload": ("--scenario", "overload", "--requests", "96", "--rate", "40"),
+    "overload": ("--scenario", "overload", "--requests", "64", "--rate", "40"),
     "long-prompt": ("--scenario", "long-prompt", "--requests", "4", "--prompt-tokens", "1500"),
     "long-output": ("--scenario", "long-output", "--requests", "4"),
 }
