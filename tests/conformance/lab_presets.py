@@ -45,12 +45,17 @@ def assert_signature_shapes(rows: dict[str, dict], *, slots: int, normal_prompt_
         assert other["max_waiting"] < overload["max_waiting"], (other, overload)
         assert overload["queue_wait_s"] > 5 * other["queue_wait_s"], (other, overload)
     # Long output: the longest generation and the worst E2E once queueing is set aside, with a TTFT of
-    # the normal kind (overload's E2E is mostly its queue wait).
-    assert long_output["generation_s"] == max(r["generation_s"] for r in rows.values())
-    assert long_output["e2e_s"] == max(r["e2e_s"] for r in (normal, long_prompt, long_output))
-    assert long_output["e2e_s"] > overload["e2e_s"] - overload["queue_wait_s"]
-    assert long_output["ttft_s"] < overload["ttft_s"]
-    assert long_output["ttft_s"] <= 3 * normal["ttft_s"] + 0.05
+    # the normal kind (overload's E2E is mostly its queue wait). Times are compared in units of each run's
+    # own time per output token: the presets run one after another on a shared machine whose speed
+    # changed 10-fold within a minute here (normal's ITL 53 ms, long output's 5 ms a minute later).
+    def per_token(row: dict, key: str) -> float:
+        return row[key] / row["itl_s"]
+
+    assert per_token(long_output, "generation_s") == max(per_token(r, "generation_s") for r in rows.values())
+    assert per_token(long_output, "e2e_s") == max(per_token(r, "e2e_s") for r in (normal, long_prompt, long_output))
+    assert per_token(long_output, "e2e_s") > (overload["e2e_s"] - overload["queue_wait_s"]) / overload["itl_s"]
+    assert per_token(long_output, "ttft_s") < per_token(overload, "ttft_s")
+    assert per_token(long_output, "ttft_s") <= 3 * per_token(normal, "ttft_s") + 1
     assert long_output["tokens_out"] == 1024
     assert normal["tokens_out"] == overload["tokens_out"] == 128
     # Long prompt shows its input tokens; normal its short prompt.
