@@ -227,3 +227,17 @@ def test_a_bundle_keeps_no_status_key_of_another_shape():
                         counters=Counters(responses={"4xx": 1.0, "/v1/secret-path": 5.0}))
     stored = sample_to_dict(MetricsSample(t=T0, dialect="vllm", generation="vllm-0.32", engines=(state,)))
     assert stored["engines"][0]["counters"]["responses"] == {"4xx": 1.0}
+
+
+def test_sglang_health_probes_that_timed_out_are_not_clients_giving_up():
+    # SGLang 0.5.23's /health runs a generation; a probe that times out hangs up on it, and SGLang counts
+    # that aborted (never finished). A scheduler stopped for 26 s under our watch: 19 aborts, 5 finished.
+    from servewatch.timeline.samples import HealthSample
+    texts = [sglang_text({"200": 20 + i}, requests=21 + i, aborted=4 * i) for i in range(6)]
+    samples = series(texts)
+    timeouts = [HealthSample(t=T0 + 0.5 + k, status=None, latency_s=None, error="timeout") for k in range(21)]
+    assert "requests_aborted" in verdicts(samples)
+    assert "requests_aborted" not in verdicts([*samples, *timeouts])
+    # vLLM's /health runs no generation: its timeouts are not requests.
+    vllm = series([vllm_text(ok=10 + 8 * i, length=10 + 4 * i, abort=4 * i) for i in range(6)])
+    assert "requests_aborted" in verdicts([*vllm, *timeouts])

@@ -3,9 +3,10 @@ long prefills do not."""
 
 from dataclasses import replace
 
-from tests.timeline_builders import Timeline
+from tests.timeline_builders import T0, Timeline
 
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
+from servewatch.timeline.samples import ProcessMember
 
 NAME = "alive_health_ok_no_progress"
 
@@ -149,3 +150,106 @@ def test_recomputed_from_the_evidence_window_gives_identical_verdicts():
     small = evidence_window(window)
     assert len(small) < len(window)
     assert run_detectors(small) == run_detectors(window)
+
+
+# -- an engine whose /health waits on the engine itself (SGLang 0.5.23 runs a generation through its
+# scheduler): a stalled scheduler takes /health down with it ------------------------------------------
+
+def _sglang(scheduler_status: str = "sleeping", scheduler_cpu: float = 3.0) -> tuple[Timeline, tuple]:
+    from tests.timeline_builders import API
+    scheduler = ProcessMember(pid=4343, create_time=T0 - 99.0, role="engine_core", title="sglang::scheduler",
+                              status=scheduler_status, cpu_percent=scheduler_cpu)
+    detokenizer = ProcessMember(pid=4344, create_time=T0 - 98.0, role="worker", title="sglang::detokenizer",
+                                status="sleeping", cpu_percent=1.0)
+    return Timeline(dialect="sglang"), (API, scheduler, detokenizer)
+
+
+def test_sglang_stall_with_health_timing_out_is_still_a_stall():
+    tl, members = _sglang(scheduler_status="stopped", scheduler_cpu=0.0)   # a SIGSTOPped scheduler
+    tl.ticks(20, running=5, members=members)
+    tl.ticks(5, running=5, steps=0, gen=0, health=None, health_error="timeout", members=members)
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["threshold_s"] == 2.0 and not verdict.details["engine_busy"]
+    assert "/health failing (timeout" in verdict.why
+    assert ("health", "error", "timeout") in {(e.source, e.field, e.value) for e in verdict.evidence}
+
+
+def test_sglang_slow_steps_with_health_timing_out_are_not_a_stall():
+    # A long chunked prefill: /health times out (it waits for the running batch) while every step still
+    # moves the counters.
+    tl, members = _sglang()
+    tl.ticks(20, running=2, members=members)
+    for _ in range(10):
+        tl.tick(running=2, steps=1, gen=0, prompt=4096, health=None, health_error="timeout", members=members)
+        tl.tick(running=2, steps=0, gen=0, health=None, health_error="timeout", members=members)
+    assert NAME not in names(tl.window())
+    assert "health_loss" in names(tl.window())     # /health did stop answering in time: that is true
+
+
+def test_sglang_dead_scheduler_is_engine_dead_not_a_stall():
+    tl, members = _sglang()
+    tl.ticks(20, running=5, members=members)
+    tl.ticks(8, running=5, steps=0, gen=0, health=None, health_error="timeout", members=members[:1])
+    found = names(tl.window())
+    assert "engine_dead" in found and NAME not in found
+
+
+def test_vllm_health_timing_out_is_not_this_verdict():
+    # vLLM's /health does not wait on the engine: there a failed probe is health_loss's business.
+    tl = Timeline().ticks(20, running=4).ticks(10, running=4, steps=0, gen=0, health=None, health_error="timeout")
+    assert NAME not in names(tl.window())
+
+
+def test_sglang_hung_idle_scheduler_is_a_stall():
+    # Deadlocked, not stopped: asleep at a few % CPU with requests admitted and nothing moving.
+    tl, members = _sglang(scheduler_status="sleeping", scheduler_cpu=2.0)
+    tl.ticks(20, running=5, members=members)
+    tl.ticks(5, running=5, steps=0, gen=0, health=None, health_error="timeout", members=members)
+    assert stall_of(tl.window()) is not None
+
+
+def test_sglang_one_long_step_that_keeps_the_scheduler_busy_waits_for_the_ceiling():
+    # A real SGLang computing one 200,000-token prefill step: counters frozen for 15 s, /health timing
+    # out, the scheduler at 95-180 % CPU. Slow, not stalled - until no step could take that long.
+    _, idle = _sglang()
+    tl, busy = _sglang(scheduler_status="running", scheduler_cpu=140.0)
+    tl.ticks(20, running=4, members=idle)
+    tl.ticks(40, running=4, steps=0, gen=0, health=None, health_error="timeout", members=busy)   # 20 s
+    assert NAME not in names(tl.window())
+    assert "health_loss" in names(tl.window())
+    tl.ticks(81, running=4, steps=0, gen=0, health=None, health_error="timeout", members=busy)   # 60.5 s
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["threshold_s"] == 60.0 and verdict.details["engine_busy"]
+    assert "kept using CPU" in verdict.why
+
+
+def test_busy_cpu_does_not_lift_the_threshold_when_health_is_green():
+    # vLLM's /health does not wait on the engine: the rule is unchanged there.
+    from tests.timeline_builders import API, ENGINE, WORKER
+    busy_worker = replace(WORKER, status="running", cpu_percent=150.0)
+    tl = Timeline().ticks(20, running=4).ticks(5, running=4, steps=0, gen=0, members=(API, ENGINE, busy_worker))
+    verdict = stall_of(tl.window())
+    assert verdict is not None and verdict.details["threshold_s"] == 2.0
+
+
+def test_one_low_cpu_reading_in_a_long_step_does_not_make_it_a_stall():
+    # On 2 shared cores a busy scheduler read 47-104 % per sample; one sample can read low.
+    _, idle = _sglang()
+    tl, busy = _sglang(scheduler_status="running", scheduler_cpu=90.0)
+    _, dip = _sglang(scheduler_status="running", scheduler_cpu=5.0)
+    tl.ticks(20, running=4, members=idle)
+    for _ in range(10):
+        tl.ticks(3, running=4, steps=0, gen=0, health=None, health_error="timeout", members=busy)
+        tl.tick(running=4, steps=0, gen=0, health=None, health_error="timeout", members=dip)
+    assert NAME not in names(tl.window())
+
+
+def test_sglang_long_step_ending_with_health_answered_before_the_counters_show_it_is_not_a_stall():
+    # Real SGLang: the step's end answers the pending /health (200) a scrape before /metrics shows the
+    # step's counters; the scheduler was at ~186 % CPU throughout.
+    _, idle = _sglang()
+    tl, busy = _sglang(scheduler_status="running", scheduler_cpu=186.0)
+    tl.ticks(20, running=2, members=idle)
+    tl.ticks(8, running=2, steps=0, gen=0, health=None, health_error="timeout", members=busy)
+    tl.tick(running=2, steps=0, gen=0, health=200, members=busy)
+    assert NAME not in names(tl.window())

@@ -32,6 +32,12 @@ class DetectorConfig:
     stall_floor_s: float = 2.0
     stall_ceiling_s: float = 60.0
     stall_recent_movements: int = 32     # how many recent counter movements define "recent cadence"
+    # Where /health itself waits on the engine (SGLang), a long step and a stall look alike from /health
+    # and the counters; the engine's own CPU tells them apart. While an engine process used
+    # at least this much CPU (% of one core) in the last stall_floor_s and none is stopped, the threshold
+    # is stall_ceiling_s. A real SGLang computing one 170,000-token prefill step read 47-104 % per 0.5 s
+    # sample on 2 shared cores (95-180 % alone); idle with --sleep-on-idle 3-18 %; SIGSTOPped 0 %.
+    stall_busy_cpu_percent: float = 30.0
 
     # health_loss: this many consecutive failed probes (no answer or non-2xx).
     health_fail_count: int = 3

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.liveness import engine_death_evidence
+from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
 from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import EngineState
+from servewatch.sources.scrape import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, MetricsSample
 from servewatch.timeline.window import Window
 
@@ -123,6 +124,13 @@ def _engine_sum(engines: Iterable[EngineState], reason: str) -> float | None:
 def _optional_increase(values: Iterable[float | None]) -> float | None:
     values = list(values)
     return increase(values) if any(v is not None for v in values) else None
+
+
+def _own_health_hangups(window: Window, o: Outcomes) -> int:
+    dialect = dialect_hint(window)
+    if dialect is None or not dialect.health_runs_through_engine:
+        return 0
+    return sum(1 for h in window.health if h.error == TIMEOUT and o.first.t < h.t <= o.last.t)
 
 
 def _finished_total(o: Outcomes) -> float:
@@ -248,12 +256,16 @@ def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verd
         return []
     # A probe that missed its deadline hangs up: the engine counts that request aborted. Our own.
     own = sum(1 for p in window.probe if p.outcome == DEADLINE and o.first.t < p.t <= o.last.t)
-    reported = o.finished.get("abort", 0.0)
+    # Where /health runs a generation (SGLang), each of our health probes that timed out hung up on one:
+    # the engine counts it aborted, and never as a finished request.
+    own_health = _own_health_hangups(window, o)
+    reported = max(0.0, o.finished.get("abort", 0.0) - own_health)
     # Answered by the API server yet never counted finished by the engine: the client hung up (an engine
     # finishes a request a moment before its response ends, so this can only undercount).
     hung_up = max(0.0, o.answered - _finished_total(o)) if o.answered is not None else 0.0
     aborted = max(0.0, reported + hung_up - own)
-    finished = max(0.0, _finished_total(o) + hung_up - own)
+    # SGLang counts aborted requests apart from its finished ones: the share is of both, at most all
+    finished = max(aborted, _finished_total(o) + hung_up - own)
     if aborted < config.abort_min or finished <= 0 or aborted / finished < config.abort_fraction:
         return []
     if engine_failing(window, config):

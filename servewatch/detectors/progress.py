@@ -2,10 +2,14 @@
 
 Alive is not making progress. On a real vLLM a SIGSTOPped worker left /health at 200 and
 /metrics answering while `generation_tokens_total` and `iteration_tokens_total_count` froze.
+Where /health itself waits on the engine (SGLang 0.5.23 runs a generation through its scheduler), a
+stall takes /health down too: there a failed probe does not stop the verdict, the counters decide, and
+an engine that keeps using CPU is computing one long step (a huge prefill) until the ceiling says otherwise.
 """
 
 from __future__ import annotations
 
+from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import (Point, admitted, cadence, engine_series, has_progress_counters, num,
                                          progress, where)
@@ -14,21 +18,52 @@ from servewatch.timeline.window import Window
 
 NAME = "alive_health_ok_no_progress"
 _COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.prompt_tokens")
+_ENGINE_ROLES = ("engine_core", "worker")
+_STOPPED = ("stopped", "tracing-stop")
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     health = window.health[-1] if window.health else None
-    if health is None or not health.ok:
+    if health is None:
+        return []
+    through_engine = _health_runs_through_engine(window)
+    if not health.ok and not through_engine:
         return []
     process = window.process[-1] if window.process else None
     if process is not None and not process.alive:
         return []
+    if liveness.engine_death_evidence(window, config)[0] is not None:
+        return []   # an engine that died makes no progress: that is engine_dead's verdict, not a stall
     verdicts = []
+    # Not only while /health fails: the probe that the long step's end answers can arrive before the
+    # scrape that shows the step's counters (seen on a real SGLang).
+    busy = through_engine and engine_busy(window.process, config)
     for key, points in sorted(engine_series(window.metrics).items()):
-        verdict = _engine_stall(key, points, health, process, config)
+        verdict = _engine_stall(key, points, health, process, busy, config)
         if verdict is not None:
             verdicts.append(verdict)
     return verdicts
+
+
+def _health_runs_through_engine(window: Window) -> bool:
+    """Whether this engine's /health waits on the engine itself (SGLang): then a stalled engine takes
+    /health down with it, and the stall is still told by its progress counters."""
+    dialect = liveness.dialect_hint(window)
+    return dialect is not None and dialect.health_runs_through_engine
+
+
+def engine_busy(process_samples, config: DetectorConfig) -> bool:
+    """The engine is computing: no engine process is stopped now, and one of them used at least
+    stall_busy_cpu_percent in some process sample of the last stall_floor_s (one sample on a shared
+    machine can read low). No process samples (no --pid) is not busy."""
+    if not process_samples:
+        return False
+    newest = process_samples[-1]
+    if any(m.role in _ENGINE_ROLES and m.status in _STOPPED for m in newest.members):
+        return False
+    recent = [p for p in process_samples if p.t >= newest.t - config.stall_floor_s]
+    return any((m.cpu_percent or 0.0) >= config.stall_busy_cpu_percent
+               for p in recent for m in p.members if m.role in _ENGINE_ROLES)
 
 
 def typical_longest_gap(gaps: list[float]) -> float:
@@ -43,7 +78,7 @@ def typical_longest_gap(gaps: list[float]) -> float:
     return ordered[int(0.9 * (len(ordered) - 1))]
 
 
-def _engine_stall(key, points: list[Point], health, process, config: DetectorConfig) -> Verdict | None:
+def _engine_stall(key, points: list[Point], health, process, busy: bool, config: DetectorConfig) -> Verdict | None:
     if len(points) < 2 or not has_progress_counters(points[-1][1]):
         return None
     last_sample, last_state = points[-1]
@@ -81,25 +116,30 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
     scrape_gap = cadence(points) or 0.0
     basis = max(longest_gap, scrape_gap)
     threshold = min(config.stall_ceiling_s, max(config.stall_floor_s, config.stall_k * basis))
+    if busy:
+        threshold = config.stall_ceiling_s   # computing one long step, not stalled (below)
     if quiet_s < threshold:
         return None
 
-    stopped = [m for m in (process.members if process is not None else ()) if m.status in ("stopped", "tracing-stop")]
+    stopped = [m for m in (process.members if process is not None else ()) if m.status in _STOPPED]
     counters = dict(zip(_COUNTER_FIELDS, progress(last_state)))
     shown = ", ".join(f"{f.split('.')[1].replace('_', ' ')} {num(v)}" for f, v in counters.items() if v is not None)
     since_what = "last counter movement" if start == last_move else "work was admitted"
     why = (f"no progress for {quiet_s:.1f} s{where(key)} (threshold {threshold:.1f} s = "
            f"max({config.stall_floor_s:g} s, "
            f"{config.stall_k:g} x {basis:.2f} s recent cadence)) since {since_what}, with {num(last_state.running)} "
-           f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {health.status}")
+           f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {_health_said(health)}")
     if stopped:
         why += f"; {len(stopped)} process(es) stopped ({', '.join(sorted({m.title for m in stopped}))})"
+    if busy:
+        why += f"; its engine kept using CPU, so this waited for the {threshold:g} s ceiling (no step takes that long)"
 
     evidence = [Evidence("metrics", onset_sample.t, f, v) for f, v in counters.items() if v is not None]
     evidence += [Evidence("metrics", last_sample.t, f, v) for f, v in counters.items() if v is not None]
     evidence += [Evidence("metrics", last_sample.t, "running", last_state.running),
                  Evidence("metrics", last_sample.t, "waiting", last_state.waiting),
-                 Evidence("health", health.t, "status", health.status)]
+                 Evidence("health", health.t, "status", health.status) if health.ok
+                 else Evidence("health", health.t, "error", health.error)]
     if process is not None:
         evidence.append(Evidence("process", process.t, "alive", process.alive))
         evidence += [Evidence("process", process.t, f"members[{m.pid}].status", m.status) for m in stopped]
@@ -108,5 +148,12 @@ def _engine_stall(key, points: list[Point], health, process, config: DetectorCon
         name=NAME, t=t, onset=onset_sample.t, why=why, evidence=tuple(evidence),
         details={"engine": key, "quiet_s": quiet_s, "threshold_s": threshold, "longest_gap_s": longest_gap,
                  "scrape_gap_s": scrape_gap, "running": last_state.running, "waiting": last_state.waiting,
-                 "stopped_processes": len(stopped), "process_known": process is not None},
+                 "stopped_processes": len(stopped), "process_known": process is not None, "engine_busy": busy},
     )
+
+
+def _health_said(health) -> str:
+    if health.ok:
+        return str(health.status)
+    return (f"failing ({health.error or health.status}; this engine's /health waits on the engine, "
+            "so a stall takes it down too)")

@@ -223,6 +223,10 @@ class Dialect(ABC):
     # The /health status that means "the engine died behind a live API server"; None where the engine
     # has no such status (its /health fails the same way for a slow, a stalled and a dead engine).
     health_dead_status: int | None = None
+    # True where /health itself waits on the engine (SGLang 0.5.23 runs a one-token generation through its
+    # scheduler): a stalled engine then takes /health down with it, so a failed probe is no sign of life
+    # or death, and the stall is told by the progress counters alone.
+    health_runs_through_engine: bool = False
     # Latency histograms by kind ("ttft", "itl", "e2e", ...) → the engine's default bucket edges.
     latency_edges: Mapping[str, tuple[float, ...]] = {}
     # Latency histograms by kind → the command-line flag that replaces their bucket edges.

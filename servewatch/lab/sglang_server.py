@@ -36,6 +36,7 @@ class SglangConfig:
     host: str = "127.0.0.1"
     served_model_name: str | None = None     # None: SGLang names the model by its path, as a user's would be
     extra_args: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()   # SGLang's own settings, e.g. SGLANG_HEALTH_CHECK_TIMEOUT
 
 
 def sglang_command(python: Path, config: SglangConfig, port: int) -> list[str]:
@@ -65,22 +66,39 @@ def sglang_tmp_dir(config: SglangConfig, port: int) -> Path:
     return config.files_dir / "tmp" / f"port-{port}"
 
 
-def sglang_environment(config: SglangConfig, port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+_DROPPED_VARIABLES = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+
+
+def sglang_variables(config: SglangConfig, port: int) -> dict[str, str]:
+    """The variables the lab sets for SGLang (its cache and temp dirs are created here)."""
     cache, tmp = config.files_dir / "cache", sglang_tmp_dir(config, port)
     cache.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
-    env.update(
-        SGLANG_USE_CPU_ENGINE="1",
-        PYTHONPATH=str(config.stand_in_dir),
-        SGLANG_CACHE_DIR=str(cache),
-        TMPDIR=str(tmp),
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        DO_NOT_TRACK="1",
-        PYTHONUNBUFFERED="1",
-    )
+    return {
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "PYTHONPATH": str(config.stand_in_dir),
+        "SGLANG_CACHE_DIR": str(cache),
+        "TMPDIR": str(tmp),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "DO_NOT_TRACK": "1",
+        "PYTHONUNBUFFERED": "1",
+        **dict(config.extra_env),
+    }
+
+
+def sglang_environment(config: SglangConfig, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_VARIABLES}
+    env.update(sglang_variables(config, port))
     return env
+
+
+def sglang_supervised_command(python: Path, config: SglangConfig, port: int) -> list[str]:
+    """SGLang's command for a supervisor that starts it (`servewatch guard -- COMMAND`): the lab's
+    environment is set by env(1), which execs SGLang in the same process, so the supervisor keeps its own."""
+    unset = [arg for name in _DROPPED_VARIABLES if name != "PYTHONPATH" for arg in ("-u", name)]
+    assignments = [f"{name}={value}" for name, value in sglang_variables(config, port).items()]
+    return ["env", *unset, *assignments, *sglang_command(python, config, port)]
 
 
 def sglang_error_message(log_text: str) -> str | None:

@@ -22,11 +22,19 @@ class TrafficResult:
     completion_tokens: list[int | None] = field(default_factory=list)
 
 
+def _numbered(prompt: str | list[int], i: int) -> str | list[int]:
+    """Request i's prompt: its number first, so no two requests share a cached prefix. A list is token
+    ids (exactly that many tokens reach the engine)."""
+    if isinstance(prompt, str):
+        return f"{i} {prompt}"
+    return [10 + i % 1000, *prompt[1:]]
+
+
 class Traffic:
     """Fire `n` completions with `concurrency` in flight, in a background thread; bounded by `timeout_s`."""
 
     def __init__(self, url: str, *, n: int, concurrency: int, max_tokens: int,
-                 prompt: str = PROMPT, timeout_s: float = 120.0, model: str = "tiny"):
+                 prompt: str | list[int] = PROMPT, timeout_s: float = 120.0, model: str = "tiny"):
         self.url = url.rstrip("/") + "/v1/completions"
         self.n, self.concurrency, self.max_tokens = n, concurrency, max_tokens
         self.prompt, self.timeout_s, self.model = prompt, timeout_s, model
@@ -61,7 +69,7 @@ class Traffic:
     async def _one(self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, i: int) -> None:
         body = {
             "model": self.model,
-            "prompt": f"{i} {self.prompt}",
+            "prompt": _numbered(self.prompt, i),
             "max_tokens": self.max_tokens,
             "ignore_eos": True,
             "temperature": 0,

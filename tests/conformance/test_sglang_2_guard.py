@@ -1,85 +1,51 @@
-"""`servewatch guard --pid` supervising a real SGLang: a stopped scheduler → the stall verdict → stacks of
-every process → the tree killed → exit 3.
+"""`servewatch guard` on a real SGLang, with its default --act-on:
 
-Attached, not started by guard: on SGLang 0.5.23 /health waits on a generation through the scheduler,
-so a stopped scheduler shows as health_loss (no /health answer), not alive_health_ok_no_progress
-(/health green), and guard acts on it only when told to; told so, a guard that started SGLang itself
-acted on the closed port of its 45 s start-up (seen in this suite's first run)."""
+- attached (--pid) to a server whose scheduler is stopped under load → the stall verdict → stacks of every
+  process → the tree killed → exit 3. SGLang 0.5.23's /health waits on a generation through the
+  scheduler, so the stall takes /health down too; the stall verdict still comes from the counters.
+- started by guard, one prefill step so long that SGLang's own health check fails → guard does nothing
+  (slow is not stalled); then SIGTERM to guard → SGLang drains its running requests and exits 0 → guard
+  exits 0.
+"""
 
 from __future__ import annotations
 
-import json
+import re
+import shutil
+import signal
 import subprocess
-import threading
 import time
 
 import psutil
 import pytest
-from lab_cli import SERVEWATCH, assert_bundles_verify
+from lab_cli import assert_bundles_verify
+from lab_guard import GuardProcess, gone
 from lab_observations import log_excerpt
 from lab_servers import assert_no_stand_in_call, start_sglang_ready
-from lab_sglang import stop_scheduler_on_running_work
+from lab_sglang import HealthProbes, stop_scheduler_on_running_work, wait_steady_steps
 from lab_traffic import Traffic
+
+from servewatch.dialects.sglang import HEALTH_CHECK_FAILED_LINES
+from servewatch.lab.server import free_port
+from servewatch.lab.sgl_kernel_stand_in import stand_in_calls
+from servewatch.lab.sglang_server import sglang_supervised_command, sglang_tmp_dir
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(600)]
 
-ACT_ON = "alive_health_ok_no_progress,health_loss,engine_dead"
+STALL = "alive_health_ok_no_progress"
+DEATHS = ("engine_dead", "process_exit")
 
 
-class Guard:
-    """`servewatch guard URL --pid PID --json ...`; its JSON lines collected as they arrive."""
-
-    def __init__(self, server, run_dir, *guard_args: str):
-        self.stderr_path = run_dir / "guard-stderr.txt"
-        self.stacks_dir = run_dir / "stacks"
-        self.out = run_dir / "bundles"
-        self.args = ["guard", server.url, "--pid", str(server.pid), "--json", "--interval", "0.5",
-                     "--stacks-dir", str(self.stacks_dir), "--out", str(self.out),
-                     "--log-file", str(server.log_path), *guard_args]
-        self.lines: list[tuple[float, dict]] = []
-
-    def __enter__(self) -> Guard:
-        self._stderr = open(self.stderr_path, "w+", encoding="utf-8")
-        self.proc = subprocess.Popen([*SERVEWATCH, *self.args], stdout=subprocess.PIPE, stderr=self._stderr, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-        deadline = time.monotonic() + 120
-        while "recording" not in self.stderr_text() and self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # the line lands in a file; there is no event to wait on
-        assert self.proc.poll() is None, f"guard exited {self.proc.returncode}: {self.stderr_text()[-1500:]}"
-        return self
-
-    def _read(self) -> None:
-        for raw in self.proc.stdout:
-            self.lines.append((time.monotonic(), json.loads(raw)))
-
-    def events(self) -> dict[str, tuple[float, dict]]:
-        return {(line.get("guard") or line.get("verdict")): (at, line) for at, line in self.lines}
-
-    def stderr_text(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace")
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self._stderr.close()
-
-
-def _gone(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def test_guard_dumps_the_stacks_of_a_stalled_sglang_and_kills_its_tree(sglang_lab, sglang_run_dir):
+def test_guard_defaults_dump_the_stacks_of_a_stalled_sglang_and_kill_its_tree(sglang_lab, sglang_run_dir):
     server = start_sglang_ready(sglang_lab, "sglang_guarded")
     try:
         tree = server.process_tree()
         members = [psutil.Process(tree.api_server), *psutil.Process(tree.api_server).children(recursive=True)]
-        with Guard(server, sglang_run_dir, "--act-on", ACT_ON) as guard:
-            traffic = Traffic(server.url, n=6, concurrency=6, max_tokens=1500, timeout_s=300).start()
+        with GuardProcess(server.url, sglang_run_dir, "stall", "--pid", str(server.pid),
+                          "--log-file", str(server.log_path)) as guard:
+            guard.wait_recording()
+            traffic = Traffic(server.url, model=str(sglang_lab.model.path), n=6, concurrency=6, max_tokens=1500,
+                              timeout_s=300).start()
             stopped_at, _ = stop_scheduler_on_running_work(server.url, tree.engine_core)
             try:
                 code = guard.proc.wait(timeout=90)
@@ -93,26 +59,120 @@ def test_guard_dumps_the_stacks_of_a_stalled_sglang_and_kills_its_tree(sglang_la
     finally:
         server.stop()
     assert code == 3, log_excerpt(stderr, max_lines=40)
-    verdict = next(name for name in ("alive_health_ok_no_progress", "health_loss", "engine_dead") if name in events)
+    kill_at, kill = events["kill"]
+    verdict = kill["verdict"]
     verdict_at, _ = events[verdict]
     stacks_at, stacks = events["stacks"]
-    kill_at, kill = events["kill"]
-    sglang_lab.obs.record("guard_stall", {"verdict": verdict, "verdict_after_s": round(verdict_at - stopped_at, 2),
+    seen = {name: round(at - stopped_at, 2) for name, (at, line) in events.items() if "verdict" in line}
+    sglang_lab.obs.record("guard_stall", {"acted_on": verdict, "verdicts_after_s": seen,
                                           "stacks": stacks["processes"],
                                           "stacks_after_s": round(stacks_at - stopped_at, 2),
                                           "killed": kill["killed"], "killed_after_s": round(kill_at - stopped_at, 2),
                                           "server_exit": server_code})
-    sglang_lab.obs.say(f"guard: scheduler SIGSTOP → {verdict} {verdict_at - stopped_at:.2f} s → stacks "
-                       f"{stacks['processes']} {stacks_at - stopped_at:.2f} s → {kill['killed']} processes killed "
-                       f"{kill_at - stopped_at:.2f} s; guard exit {code}, SGLang exit {server_code}")
-    assert verdict != "engine_dead", "a stopped SGLang was acted on as dead"
+    sglang_lab.obs.say(f"guard (default --act-on): scheduler SIGSTOP → {verdict} {verdict_at - stopped_at:.2f} s → "
+                       f"stacks {stacks['processes']} {stacks_at - stopped_at:.2f} s → {kill['killed']} processes "
+                       f"killed {kill_at - stopped_at:.2f} s; verdicts seen {seen}; guard exit {code}, SGLang exit "
+                       f"{server_code}")
+    assert verdict == STALL, f"guard's default acted on {verdict}, not the stall verdict"
     assert stacks["status"] == "captured", stacks
     assert {"engine_core", "worker"} <= set(stacks["processes"]), stacks
     text = open(stacks["path"], encoding="utf-8").read()
     assert f"=== pid {tree.engine_core} (engine_core): captured" in text and "sglang" in text  # the stopped scheduler
     assert kill["survivors"] == [] and kill["killed"] >= 3
-    assert all(_gone(proc) for proc in members), [(p.pid, p.status()) for p in members if not _gone(p)]
+    assert all(gone(proc) for proc in members), [(p.pid, p.status()) for p in members if not gone(p)]
     assert events["exit"][1]["code"] == 3
     assert traffic.result.statuses != [200] * 6    # the stalled requests were cut, not completed
     assert_no_stand_in_call(server)
+    assert_bundles_verify(guard.out)
+
+
+# -- started by guard: one very long prefill step, then SIGTERM ------------------------------------------
+
+# 48 prompts of 4,000 tokens sent at once, prefill chunks up to 200,000 tokens: SGLang forms one or two
+# forward steps of up to ~190,000 tokens, which the tiny model computes on 2 CPU cores in 4-19 s (by the
+# machine's load), the scheduler at 95-190 % CPU. SGLang's health check is answered after every batch, so
+# only a step longer than SGLANG_HEALTH_CHECK_TIMEOUT fails it: 20 s by default, 2 s here, so the tiny
+# model's step is "too long" the way a huge prefill is on a GPU.
+LONG_PROMPTS, LONG_PROMPT_TOKENS = 48, 4000
+# Token ids inside the tiny model's 2,048-token vocabulary (SGLang 0.5.23 does not check them: an id past
+# the vocabulary kills its scheduler with an IndexError).
+LONG_PROMPT = [10 + (7 * j) % 2000 for j in range(LONG_PROMPT_TOKENS)]
+LONG_STEP_SERVER = {
+    "max_total_tokens": 200_000, "context_length": 4096, "max_running_requests": 64,
+    "extra_args": ("--chunked-prefill-size", "200000", "--max-prefill-tokens", "200000",
+                   "--mem-fraction-static", "0.5"),
+    "extra_env": (("SGLANG_HEALTH_CHECK_TIMEOUT", "2"),),
+}
+_PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: (?P<seqs>\d+), #new-token: (?P<tokens>\d+), .*"
+                           r"input throughput \(token/s\): (?P<tps>[\d.]+)")
+
+
+def test_guard_leaves_a_slow_sglang_alone_and_drains_it_on_sigterm(sglang_lab, sglang_run_dir):
+    port = free_port()
+    config = sglang_lab.config(port=port, **LONG_STEP_SERVER)
+    url = f"http://127.0.0.1:{port}"
+    model = str(sglang_lab.model.path)
+    with GuardProcess(url, sglang_run_dir, "slow", "--drain-timeout", "90s",
+                      "--log-file", str(sglang_run_dir / "slow.guard-stderr.txt"), "--",
+                      *sglang_supervised_command(sglang_lab.venv.python, config, port)) as guard:
+        try:
+            ready = guard.wait_server_ready(url)
+            decoding = Traffic(url, model=model, n=2, concurrency=2, max_tokens=1500, timeout_s=300).start()
+            assert wait_steady_steps(url) is not None, "the decode requests never kept the scheduler stepping"
+            probes = HealthProbes(url, seconds=120)
+            probes.start()
+            burst_at = time.monotonic()
+            burst = Traffic(url, model=model, n=LONG_PROMPTS, concurrency=LONG_PROMPTS, max_tokens=4,
+                            prompt=LONG_PROMPT, timeout_s=300).start()
+            assert burst.wait(300), "the long prompts were not answered"
+            assert decoding.wait(300), "the decode requests did not finish"
+            probes.stop.set()
+            probes.join(timeout=10)
+            slow_lines = list(guard.lines)
+            slow_verdicts = guard.verdict_names()
+            log = guard.stderr_text()
+
+            # SIGTERM with requests running: SGLang finishes them, then exits.
+            draining = Traffic(url, model=model, n=4, concurrency=4, max_tokens=600, timeout_s=300).start()
+            assert wait_steady_steps(url) is not None, "the drain's requests never ran"
+            guard.proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            code = guard.proc.wait(timeout=150)
+            ended = time.monotonic()
+            draining.wait(60)
+            events = guard.events()
+            tree = list(guard.tree)
+            stderr = guard.stderr_text()
+        finally:
+            shutil.rmtree(sglang_tmp_dir(config, port), ignore_errors=True)
+
+    steps = [(int(m["seqs"]), int(m["tokens"]), float(m["tps"])) for m in _PREFILL_LINE.finditer(log)]
+    longest = max(steps, key=lambda s: s[1])
+    health_failed = sum(log.count(line) for line in HEALTH_CHECK_FAILED_LINES)
+    health_answers = [p for p in probes.points if p.path == "/health" and p.asked >= burst_at]
+    slowest = max((p.answered - p.asked, p.status) for p in health_answers)
+    record = {"ready_s": round(ready, 1), "verdicts_while_slow": sorted(set(slow_verdicts)),
+              "longest_prefill_step": {"seqs": longest[0], "tokens": longest[1], "seconds": round(longest[1] / longest[2], 1)},
+              "sglang_health_check_failed_lines": health_failed,
+              "health_timeouts": sum(1 for p in health_answers if p.status == "timeout"),
+              "health_probes": len(health_answers), "slowest_health_answer": [round(slowest[0], 1), str(slowest[1])],
+              "drain_s": round(ended - signalled, 1), "guard_exit": code,
+              "drained_requests": sorted(set(map(str, draining.result.statuses)))}
+    sglang_lab.obs.record("guard_slow_then_drain", record)
+    sglang_lab.obs.say(f"guard, one {longest[1]:,}-token prefill step (~{longest[1] / longest[2]:.0f} s): SGLang logged "
+                       f"'Health check failed' {health_failed} times, /health timed out {record['health_timeouts']} of "
+                       f"{len(health_answers)} probes; verdicts {record['verdicts_while_slow']}, no action. SIGTERM → "
+                       f"drained {len(draining.result.statuses)} requests, exit {code} after {ended - signalled:.1f} s")
+    assert health_failed >= 1, "the step never outlasted SGLang's own health check: the case proves nothing"
+    assert burst.result.statuses == [200] * LONG_PROMPTS and burst.result.completion_tokens == [4] * LONG_PROMPTS
+    assert decoding.result.completion_tokens == [1500] * 2, decoding.result.statuses
+    assert not [v for v in slow_verdicts if v == STALL or v in DEATHS], f"a slow SGLang was called {slow_verdicts}"
+    assert not [line for _, line in slow_lines if line.get("guard") in ("stacks", "kill")], slow_lines
+    assert "drain" in events and "kill" not in events, events
+    assert events["exit"][1]["code"] == code == 0, log_excerpt(stderr, max_lines=40)
+    assert "the server exited 0 after the drain" in stderr
+    assert draining.result.statuses == [200] * 4 and draining.result.completion_tokens == [600] * 4, \
+        "SIGTERM cut the running requests instead of draining them"
+    assert all(gone(proc) for proc in tree), [(p.pid, p.status()) for p in tree if not gone(p)]
+    assert stand_in_calls(stderr) == [], "SGLang called a stubbed sgl_kernel op"
     assert_bundles_verify(guard.out)

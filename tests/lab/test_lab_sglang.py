@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from servewatch.lab.sgl_kernel_stand_in import DIR_NAME, STAND_IN_CALLED, stand_in_calls, write_stand_in
-from servewatch.lab.sglang_server import SglangConfig, sglang_command, sglang_environment, sglang_tmp_dir
+from servewatch.lab.sglang_server import (SglangConfig, sglang_command, sglang_environment, sglang_supervised_command,
+                                         sglang_tmp_dir)
 from servewatch.lab.sglang_venv import SGLANG_RECIPE, sglang_venv_dir
 
 
@@ -47,6 +49,22 @@ def test_environment_keeps_sglangs_files_in_the_lab_and_puts_only_the_stand_in_o
     assert Path(env["SGLANG_CACHE_DIR"]).is_dir() and Path(env["SGLANG_CACHE_DIR"]).is_relative_to(config.files_dir)
     assert Path(env["TMPDIR"]) == sglang_tmp_dir(config, 30001) and Path(env["TMPDIR"]).is_dir()
     assert env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_supervised_command_gives_sglang_the_lab_environment_through_env(tmp_path, monkeypatch):
+    # A supervisor (`servewatch guard -- COMMAND`) keeps its own environment; env(1) sets SGLang's and
+    # execs it in the same process. Run for real, with a python that prints what it got.
+    monkeypatch.setenv("VIRTUAL_ENV", "/supervisors/venv")
+    config = _config(tmp_path, extra_env=(("SGLANG_HEALTH_CHECK_TIMEOUT", "2"),))
+    command = sglang_supervised_command(Path(sys.executable), config, 30001)
+    assert command[0] == "env" and command[command.index(sys.executable):] == sglang_command(
+        Path(sys.executable), config, 30001)
+    probe = command[:command.index(sys.executable) + 1] + [
+        "-c", "import json, os, sys; print(json.dumps({k: os.environ.get(k) for k in sys.argv[1:]}))",
+        "PYTHONPATH", "SGLANG_HEALTH_CHECK_TIMEOUT", "TMPDIR", "VIRTUAL_ENV"]
+    seen = json.loads(subprocess.run(probe, capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert seen == {"PYTHONPATH": str(config.stand_in_dir), "SGLANG_HEALTH_CHECK_TIMEOUT": "2",
+                    "TMPDIR": str(sglang_tmp_dir(config, 30001)), "VIRTUAL_ENV": None}
 
 
 def test_venv_recipe_is_pinned_beside_the_vllm_one(tmp_path):
