@@ -209,8 +209,11 @@ def main() -> None:
         names = {targets[i] for i in stalled}
         end = frozen_at + args.duration
         lags = []
+        next_lag = time.monotonic()
         while time.monotonic() < end:
-            lags.append(loop_lag(api))
+            if time.monotonic() >= next_lag:      # /metrics as a Prometheus scraping serve at the fleet's cadence
+                lags.append(loop_lag(api))
+                next_lag += args.interval
             active = get_json(api + "/api/v1/verdicts")["active"]
             for v in active:
                 if v["verdict"] == "alive_health_ok_no_progress" and v["target"] in names and v["target"] not in detected:
