@@ -88,8 +88,21 @@ def _server_counts(state: EngineState) -> tuple[dict[str, float], float | None, 
     return c.responses, c.request_bytes, c.request_bytes_count
 
 
+_last_outcomes: tuple[object, float, Outcomes | None] | None = None   # three detectors read one window's
+
+
 def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     """The increases over the last `outcome_window_s` of good scrapes (None with fewer than two)."""
+    global _last_outcomes
+    cached = _last_outcomes
+    if cached is not None and cached[0] is window.metrics and cached[1] == config.outcome_window_s:
+        return cached[2]
+    found = _outcomes(window, config)
+    _last_outcomes = (window.metrics, config.outcome_window_s, found)   # holding the tuple keeps its id unique
+    return found
+
+
+def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     end = window.end or 0.0
     scrapes = [m for m in window.good_metrics() if m.t >= end - config.outcome_window_s]
     if len(scrapes) < 2:
