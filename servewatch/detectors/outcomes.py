@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import engine_death_evidence
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.series import once_per_window
 from servewatch.engine.state import EngineState
 from servewatch.timeline.samples import DEADLINE, MetricsSample
 from servewatch.timeline.window import Window
@@ -88,18 +89,10 @@ def _server_counts(state: EngineState) -> tuple[dict[str, float], float | None, 
     return c.responses, c.request_bytes, c.request_bytes_count
 
 
-_last_outcomes: tuple[object, float, Outcomes | None] | None = None   # three detectors read one window's
-
-
+@once_per_window          # three detectors read one window's outcomes
 def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     """The increases over the last `outcome_window_s` of good scrapes (None with fewer than two)."""
-    global _last_outcomes
-    cached = _last_outcomes
-    if cached is not None and cached[0] is window.metrics and cached[1] == config.outcome_window_s:
-        return cached[2]
-    found = _outcomes(window, config)
-    _last_outcomes = (window.metrics, config.outcome_window_s, found)   # holding the tuple keeps its id unique
-    return found
+    return _outcomes(window, config)
 
 
 def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
