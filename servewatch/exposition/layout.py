@@ -171,5 +171,23 @@ class RepeatingParser:
         origins: list = []
         found = parse(text, wanted, max_bytes=max_bytes, max_line_bytes=max_line_bytes, origins=origins)
         self.full_reads += 1
-        self.layout, self.wanted = Layout.learn(text, found, origins), wanted
+        self.layout, self.wanted = shared(Layout.learn(text, found, origins), wanted), wanted
         return found
+
+
+_SHARED: dict[tuple, Layout] = {}
+_SHARED_KEPT = 256
+
+
+def shared(layout: Layout | None, wanted: frozenset[str]) -> Layout | None:
+    """One object for equal layouts: the replicas of a fleet serve the same layout, and a layout holds
+    the constant text of a whole scrape (its pieces decide the rest: the families are read from them)."""
+    if layout is None:
+        return None
+    key = (wanted, layout.pieces, layout.tail, layout.slots, layout.openmetrics)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_KEPT:
+            _SHARED.clear()
+        found = _SHARED[key] = layout
+    return found

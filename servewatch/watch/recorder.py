@@ -26,7 +26,7 @@ from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
 from servewatch.watch.firing import Latch
 
-SETTLE_FRACTION = 0.1     # of the detect interval: how long detection waits for the rest of a round
+SETTLE_FRACTION = 0.05    # of the detect interval: how long detection waits for the rest of a round
 RECORDS_KEPT = 1000       # fired and cleared verdicts remembered (the newest; sinks and listeners heard all)
 
 
