@@ -7,7 +7,10 @@ overwritten and counted (the count goes into bundles so a reader knows history w
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
+from itertools import islice
+from operator import attrgetter
 from collections.abc import Iterable, Mapping
 
 from servewatch.timeline.samples import Sample
@@ -15,6 +18,7 @@ from servewatch.timeline.window import KINDS, Window, _field, kind_of
 
 DEFAULT_LOG_CAPACITY = 4096   # parsed log events (not raw lines) kept whatever the history
 MARGIN = 2                    # extra slots so a full --history span always fits
+_time = attrgetter("t")
 
 
 def capacity_for(history_s: float, interval_s: float) -> int:
@@ -70,6 +74,6 @@ class Ring:
                 self._deques[kind] = items
                 self._unordered.discard(kind)
             if since is not None and items and items[0].t < since:
-                return tuple(s for s in items if s.t >= since)
+                return tuple(islice(items, bisect_left(items, since, key=_time), None))
             return tuple(items)
         return Window(**{_field(kind): pick(kind) for kind in KINDS})
