@@ -17,13 +17,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from servewatch.exposition.model import Family, Sample
-from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, bounded_text, parse
-
-new_sample = object.__new__
-set_name = Sample.name.__set__
-set_labels = Sample.labels.__set__
-set_value = Sample.value.__set__
-set_timestamp = Sample.timestamp.__set__
+from servewatch.exposition.parser import (DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, bounded_text, new_sample, parse,
+                                          set_labels, set_name, set_timestamp, set_value)
 
 
 @dataclass(frozen=True, slots=True)
