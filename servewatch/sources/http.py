@@ -106,8 +106,7 @@ def http_transport(session, url: str, *, timeout_s: float, max_bytes: int = DEFA
 def http1_transport(client, path: str, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> Transport:
     """GET `path` through the project's own HTTP/1.1 client (`load.http1.Http1Client`, one keep-alive
     pool per server): the answers and failure kinds of `fetch`, for about half aiohttp's client CPU
-    per scrape (measured with benchmarks/fleet.py's fake vLLM: 131 vs 292 µs a 51 kB /metrics,
-    78 vs 203 µs a /health)."""
+    per scrape (benchmarks/scrape_client.py: 145 vs 272 µs a 51 kB /metrics, 99 vs 183 µs a /health)."""
     from servewatch.errors import BodyTooLarge
     from servewatch.load.http1 import failure_kind
 
