@@ -167,3 +167,33 @@ def test_a_slow_scrape_does_not_delay_health_probes_and_is_stamped_on_arrival():
     assert len(during) >= 8                  # probes kept their 0.1 s cadence while the scrape hung
     assert len(window.metrics) == 1
     assert window.metrics[0].t >= asked + 1.5  # the time the answer arrived, not when it was asked
+
+
+async def _connections_after_a_recording():
+    from servewatch.watch.targets import http_sources
+
+    async def health(request):
+        return web.Response(text="")
+
+    async def metrics(request):
+        return web.Response(text=VLLM_TEXT)
+
+    runner, base = await serve({"/health": health, "/metrics": metrics})
+    clock = RealClock()
+    try:
+        async with aiohttp.ClientSession() as session:
+            recorder = Recorder(http_sources(session, base, clock, 0.1, gpu=False), clock)
+            await recorder.run(duration=0.5)
+            open_during = len(recorder.ring.window().metrics)
+            deadline = time.monotonic() + 5
+            while runner.server.connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)          # the server notices the closes on its own loop turns
+            return open_during, len(runner.server.connections)
+    finally:
+        await runner.cleanup()
+
+
+def test_a_recording_that_ends_closes_its_keep_alive_connections():
+    scraped, still_open = run(_connections_after_a_recording())
+    assert scraped >= 2            # keep-alive connections were used...
+    assert still_open == 0         # ... and none is left open once the recording is over

@@ -46,3 +46,9 @@ class MetricsSource:
                 state.slot_limit = self.slot_limit
         return [MetricsSample(t=t, dialect=scrape.dialect, generation=scrape.generation,
                               engines=tuple(scrape.engines), scrape_s=answer.elapsed_s)]
+
+    async def close_connections(self) -> None:
+        """Let go of the transport's idle connections (when the recording ends)."""
+        close = getattr(self._transport, "close", None)
+        if close is not None:
+            await close()

@@ -188,6 +188,9 @@ class Recorder:
                 cancel_pending = getattr(source, "cancel_pending", None)   # e.g. a probe still waiting
                 if cancel_pending is not None:
                     cancel_pending()
+                close_connections = getattr(source, "close_connections", None)   # idle keep-alive ones
+                if close_connections is not None:
+                    await close_connections()
             self._new_samples = None
             self._stop_event = None
 
