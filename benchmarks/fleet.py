@@ -5,11 +5,14 @@ in the same run.
                                          [--history 600]
 
 A separate process serves N fake vLLM targets (each its own loopback address, 127.0.x.y, on one port),
-each answering a real 51 kB vLLM 0.32 scrape whose progress counters move at every scrape; `--stalled`
-of them freeze their counters (with requests still running) once the measurement starts. Reported, from
-/proc for both processes over the same window: CPU per target-scrape (serve vs Prometheus, and the
-ratio), targets per core, RSS per target (serve; its ring holds min(duration, history) of samples), and
-how long after the freeze serve flagged each stalled target.
+each answering a real 51 kB vLLM 0.32 scrape in which every counter moves at every scrape (each
+`_total`, histogram bucket, `_count` and `_sum`: a busy server, the worst case for serve's history);
+`--stalled` of them freeze their counters (with requests still running) once the measurement starts.
+Reported, from /proc for both processes over the same window: CPU per target-scrape (serve vs
+Prometheus, and the ratio), targets per core, RSS per target (serve's whole RSS / N; its ring holds
+min(duration, history) of samples), serve's event-loop lag (its own gauge, read from its /metrics every
+`--serve-scrape` seconds, as a Prometheus scraping serve would) and how long after the freeze serve
+turned each stalled target's livez to 503 (polled four times a second).
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm_real" / "kv_pressure_t1.prom"
-MOVING = ("vllm:generation_tokens_total{", "vllm:prompt_tokens_total{", "vllm:iteration_tokens_total_count{")
+MOVING = ("_total{", "_bucket{", "_count{", "_sum{")       # what moves in a busy server's scrape
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -47,7 +51,7 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
     parts, moving = [], []
     chunk = []
     for line in lines:
-        if line.startswith(MOVING):
+        if not line.startswith("#") and any(suffix in line.partition(" ")[0][:line.find("{") + 1] for suffix in MOVING):
             parts.append("".join(chunk))
             chunk = []
             name, value = line.rsplit(" ", 1)
@@ -65,11 +69,21 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
         scrapes[who] += 1
         if who == "servewatch" and i not in stalled:
             step[i] += 1
-        body = [parts[0]]
-        for k, (name, value) in enumerate(moving):
-            body.append(f"{name} {value + 37.0 * step[i]}\n")
-            body.append(parts[k + 1])
-        return web.Response(text="".join(body), content_type="text/plain")
+        return web.Response(text=body_at(step[i]), content_type="text/plain")
+
+    bodies: dict[int, str] = {}
+
+    def body_at(at: int) -> str:
+        body = bodies.get(at)
+        if body is None:
+            if len(bodies) > 64:
+                bodies.clear()
+            chunks = [parts[0]]
+            for k, (name, value) in enumerate(moving):      # every count grows 0.1% a step: shapes kept
+                chunks.append(f"{name} {value * (1 + at / 1000):.10g}\n")
+                chunks.append(parts[k + 1])
+            body = bodies[at] = "".join(chunks)
+        return body
 
     async def health(request):
         return web.Response(text="")
@@ -138,6 +152,16 @@ def loop_lag(api: str) -> float:
     return float("nan")
 
 
+def live(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=30):
+            return True
+    except urllib.error.HTTPError as error:
+        if error.code == 503:
+            return False
+        raise
+
+
 def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=30) as response:
         return json.loads(response.read())
@@ -163,6 +187,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="measurement window, seconds")
     parser.add_argument("--stalled", type=int, default=3)
     parser.add_argument("--history", type=float, default=600.0)
+    parser.add_argument("--serve-scrape", type=float, default=5.0, help="seconds between reads of serve's /metrics")
     parser.add_argument("--serve-fleet", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fleet:
@@ -209,12 +234,14 @@ def main() -> None:
         names = {targets[i] for i in stalled}
         end = frozen_at + args.duration
         lags = []
+        next_lag = time.monotonic()
         while time.monotonic() < end:
-            lags.append(loop_lag(api))
-            active = get_json(api + "/api/v1/verdicts")["active"]
-            for v in active:
-                if v["verdict"] == "alive_health_ok_no_progress" and v["target"] in names and v["target"] not in detected:
-                    detected[v["target"]] = time.monotonic() - frozen_at
+            if time.monotonic() >= next_lag:      # serve's /metrics, as a Prometheus scraping serve would
+                lags.append(loop_lag(api))
+                next_lag += args.serve_scrape
+            for name in names - set(detected):    # livez turns 503 on a sustained stall, as a kubelet sees it
+                if not live(f"{api}/targets/{name}/livez"):
+                    detected[name] = time.monotonic() - frozen_at
             time.sleep(0.25)
         after = {"servewatch": cpu_s(serve.pid), **({"prometheus": cpu_s(prometheus.pid)} if prometheus else {})}
         scrapes_after = control(control_port, {})
@@ -246,7 +273,7 @@ def main() -> None:
     print(f"  serve RSS {rss:.0f} MiB: {rss / n * 1024:.0f} KiB per target (goal <= 2 MB)")
     lags.sort()
     print(f"  serve's event-loop lag (0.5 s timer), sampled {len(lags)}x: median {lags[len(lags) // 2] * 1e3:.0f} ms, "
-          f"max {lags[-1] * 1e3:.0f} ms")
+          f"p90 {lags[int(0.9 * (len(lags) - 1))] * 1e3:.0f} ms, max {lags[-1] * 1e3:.0f} ms")
     threshold = max(2.0, 4 * args.interval)
     times = sorted(detected.values())
     print(f"  stalled {len(stalled)}, flagged {len(times)}: " + ", ".join(f"{t:.1f} s" for t in times) +

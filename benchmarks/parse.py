@@ -1,6 +1,9 @@
 """Parse speed against prometheus_client, and scrape text -> canonical state, on the real vLLM captures.
 
 Run: .venv/bin/python benchmarks/parse.py [--reps N]
+Contenders: prometheus_client's parser; ours asked for the dialects' families (memos warm or cold), in
+full, and through the layout of the same server's previous scrape (`exposition.layout`); then scrape
+text -> canonical engine states by each route.
 Every contender runs on the same text, interleaved round by round (so machine load hits all of them
 alike); the figures are medians of time.perf_counter() over the rounds, with the best round (min, the
 least load-sensitive figure on a shared machine) alongside.
@@ -20,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from servewatch.exposition.layout import RepeatingParser  # noqa: E402
 from servewatch.exposition.parser import parse  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
@@ -45,6 +49,12 @@ def wanted_families() -> tuple[frozenset[str], str]:
     except ImportError:
         return FALLBACK_FAMILIES, "the benchmark's own list"
     return frozenset(from_dialects()), "servewatch.dialects.wanted_families()"
+
+
+def read_families(families):
+    from servewatch.dialects import read_families as read
+
+    return read(families)
 
 
 def read_scrape_or_none():
@@ -87,9 +97,11 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("warm: the parser remembers the sample heads (name + labels) of an earlier scrape of the same server, "
           "as in `watch` after its first scrape; cold: forgotten before the round (a first scrape)")
-    columns = ("prometheus_client", "fast", "fast_cold", "full", "state", "state_cold")
+    print("layout: the scrape read through the layout of the same server's previous scrape (what `watch` and "
+          "`serve` do from the second scrape on; the full parse when the layout changed)")
+    columns = ("prometheus_client", "fast", "fast_cold", "full", "layout", "state", "state_cold", "state_layout")
     print(f"{'fixture':26} {'prometheus_client':>17} {'families= warm':>21} {'families= cold':>21} "
-          f"{'parse() warm':>21} {'state warm':>11} {'state cold':>11}")
+          f"{'parse() warm':>21} {'layout':>21} {'state warm':>11} {'state cold':>11} {'state layout':>12}")
     figures_by: dict[str, dict[str, list[float]]] = {"median": {c: [] for c in columns},
                                                      "best": {c: [] for c in columns}}
     nothing = lambda: None  # noqa: E731
@@ -101,9 +113,13 @@ def main() -> int:
             "fast_cold": (forget_memos, lambda: parse(text, families)),
             "full": (nothing, lambda: parse(text)),
         }
+        repeating = RepeatingParser()
+        repeating.parse(text, families)
+        contenders["layout"] = (nothing, lambda: repeating.parse(text, families))
         if read_scrape is not None:
             contenders["state"] = (nothing, lambda: read_scrape(text))
             contenders["state_cold"] = (forget_memos, lambda: read_scrape(text))
+            contenders["state_layout"] = (nothing, lambda: read_families(repeating.parse(text, families)))
         times = interleaved_times(contenders, args.reps)
         for statistic, reduce in (("median", statistics.median), ("best", min)):
             figures = {name: reduce(values) for name, values in times.items()}
@@ -121,16 +137,18 @@ def main() -> int:
 
             label = fixture if statistic == "median" else "  (best round)"
             print(f"{label:26} {base * 1e3:14.3f} ms {cell('fast')} {cell('fast_cold')} {cell('full')} "
-                  f"{state('state')} {state('state_cold')}")
+                  f"{cell('layout')} {state('state')} {state('state_cold')} {state('state_layout'):>12}")
     for statistic in ("median", "best"):
         got = {name: values for name, values in figures_by[statistic].items() if values}
         ratio = {name: statistics.median(b / v for b, v in zip(got["prometheus_client"], values))
                  for name, values in got.items()}
         line = (f"[{statistic}] speed ratio vs prometheus_client: parse(families=…) {ratio['fast']:.1f}x warm, "
-                f"{ratio['fast_cold']:.1f}x cold (target >= 10x); full parse() {ratio['full']:.1f}x (target > 1x)")
+                f"{ratio['fast_cold']:.1f}x cold (target >= 10x); through the layout {ratio['layout']:.1f}x; "
+                f"full parse() {ratio['full']:.1f}x (target > 1x)")
         if "state" in got:
             line += (f"; scrape text -> canonical state {statistics.median(got['state']) * 1e3:.3f} ms warm, "
-                     f"{statistics.median(got['state_cold']) * 1e3:.3f} ms cold (target <= 2 ms)")
+                     f"{statistics.median(got['state_cold']) * 1e3:.3f} ms cold, "
+                     f"{statistics.median(got['state_layout']) * 1e3:.3f} ms through the layout (target <= 2 ms)")
         print(line)
     if read_scrape is not None:
         consecutive_scrapes(read_scrape, args.reps)

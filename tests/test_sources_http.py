@@ -10,7 +10,9 @@ from aiohttp import web
 
 from servewatch.clock import RealClock
 from servewatch.sources.health import HealthSource
-from servewatch.sources.http import FetchFailure, Response, fetch, http_transport
+from servewatch.load.http1 import Endpoint, Http1Client
+from servewatch.sources.http import FetchFailure, Response, fetch, http1_transport, http_transport
+from servewatch.sources.http import http_transport as aiohttp_transport
 from servewatch.sources.metrics import MetricsSource
 from servewatch.watch import Recorder
 from tests.conftest import FIXTURES
@@ -34,7 +36,7 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
-async def _handlers_case():
+async def _handlers_case(kind: str = "aiohttp"):
     async def ok(request):
         return web.Response(text="fine")
 
@@ -58,16 +60,22 @@ async def _handlers_case():
     runner, base = await serve({"/ok": ok, "/dead": dead, "/slow": slow, "/huge": huge, "/chunked": huge_chunked})
     try:
         async with aiohttp.ClientSession() as session:
-            results = {name: await fetch(session, base + "/" + name, timeout_s=0.5, max_bytes=100_000)
+            def get(url: str, **bounds):
+                if kind == "aiohttp":
+                    return fetch(session, url, **bounds)
+                return http1_transport(Http1Client(Endpoint.parse(url.rsplit("/", 1)[0])), "/" + url.rsplit("/", 1)[1],
+                                       **bounds)()
+            results = {name: await get(base + "/" + name, timeout_s=0.5, max_bytes=100_000)
                        for name in ("ok", "dead", "slow", "huge", "chunked")}
-            results["refused"] = await fetch(session, "http://127.0.0.1:1/health", timeout_s=0.5)
+            results["refused"] = await get("http://127.0.0.1:1/health", timeout_s=0.5)
     finally:
         await runner.cleanup()
     return results
 
 
-def test_fetch_answers_and_typed_failures():
-    results = run(_handlers_case())
+@pytest.mark.parametrize("kind", ["aiohttp", "http1"])
+def test_fetch_answers_and_typed_failures(kind):
+    results = run(_handlers_case(kind))
     assert isinstance(results["ok"], Response) and results["ok"].body == b"fine" and results["ok"].status == 200
     assert isinstance(results["dead"], Response) and results["dead"].status == 503
     assert isinstance(results["slow"], FetchFailure) and results["slow"].kind == "timeout"
@@ -77,7 +85,7 @@ def test_fetch_answers_and_typed_failures():
     assert results["refused"].kind == "connect"
 
 
-async def _sources_case():
+async def _sources_case(kind: str):
     async def health(request):
         return web.Response(status=503)
 
@@ -94,6 +102,14 @@ async def _sources_case():
     clock = RealClock()
     try:
         async with aiohttp.ClientSession() as session:
+            client = Http1Client(Endpoint.parse(base))
+
+            def http_transport(session, url, **bounds):      # the transport `watch` and `serve` use, or aiohttp's
+                if kind == "aiohttp":
+                    return aiohttp_transport(session, url, **bounds)
+                origin, path = url.rsplit("/", 1)
+                return http1_transport(client if origin == base else Http1Client(Endpoint.parse(origin)), "/" + path,
+                                       **bounds)
             h = await HealthSource(http_transport(session, base + "/health", timeout_s=1), clock, 1).poll()
             m = await MetricsSource(http_transport(session, base + "/metrics", timeout_s=1), clock, 1,
                                     slot_limit=16).poll()
@@ -108,8 +124,9 @@ async def _sources_case():
     return h[0], m[0], g[0], b[0], small[0], down[0]
 
 
-def test_http_sources_make_typed_samples():
-    health, metrics, garbage, broken, small, down = run(_sources_case())
+@pytest.mark.parametrize("kind", ["aiohttp", "http1"])
+def test_http_sources_make_typed_samples(kind):
+    health, metrics, garbage, broken, small, down = run(_sources_case(kind))
     assert health.status == 503 and health.error == "http_503" and not health.ok
     assert metrics.error is None and metrics.dialect == "vllm"
     (engine,) = metrics.engines
@@ -150,3 +167,33 @@ def test_a_slow_scrape_does_not_delay_health_probes_and_is_stamped_on_arrival():
     assert len(during) >= 8                  # probes kept their 0.1 s cadence while the scrape hung
     assert len(window.metrics) == 1
     assert window.metrics[0].t >= asked + 1.5  # the time the answer arrived, not when it was asked
+
+
+async def _connections_after_a_recording():
+    from servewatch.watch.targets import http_sources
+
+    async def health(request):
+        return web.Response(text="")
+
+    async def metrics(request):
+        return web.Response(text=VLLM_TEXT)
+
+    runner, base = await serve({"/health": health, "/metrics": metrics})
+    clock = RealClock()
+    try:
+        async with aiohttp.ClientSession() as session:
+            recorder = Recorder(http_sources(session, base, clock, 0.1, gpu=False), clock)
+            await recorder.run(duration=0.5)
+            open_during = len(recorder.ring.window().metrics)
+            deadline = time.monotonic() + 5
+            while runner.server.connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)          # the server notices the closes on its own loop turns
+            return open_during, len(runner.server.connections)
+    finally:
+        await runner.cleanup()
+
+
+def test_a_recording_that_ends_closes_its_keep_alive_connections():
+    scraped, still_open = run(_connections_after_a_recording())
+    assert scraped >= 2            # keep-alive connections were used...
+    assert still_open == 0         # ... and none is left open once the recording is over

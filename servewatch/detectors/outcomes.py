@@ -16,6 +16,7 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
 from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.series import once_per_window
 from servewatch.engine.state import EngineState
 from servewatch.sources.scrape import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, MetricsSample
@@ -91,8 +92,13 @@ def _server_counts(state: EngineState) -> tuple[dict[str, float], float | None, 
     return c.responses, c.request_bytes, c.request_bytes_count
 
 
+@once_per_window          # three detectors read one window's outcomes
 def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     """The increases over the last `outcome_window_s` of good scrapes (None with fewer than two)."""
+    return _outcomes(window, config)
+
+
+def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     end = window.end or 0.0
     scrapes = [m for m in window.good_metrics() if m.t >= end - config.outcome_window_s]
     if len(scrapes) < 2:

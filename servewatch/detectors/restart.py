@@ -9,7 +9,7 @@ restart verdict per start.
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import engine_series, num, progress, where
+from servewatch.detectors.series import engine_series, num, once_per_window, progress, where
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.window import Window
 
@@ -110,6 +110,7 @@ def _engine_deaths(window: Window, config: DetectorConfig) -> list[Episode]:
     return out
 
 
+@once_per_window          # restart, engine_dead and crash_loop all ask
 def crash_loop_episodes(window: Window, config: DetectorConfig) -> tuple[str, list[Episode]] | None:
     """(what repeats, its episodes) when the target restarted or died at least crash_loop_count times in
     the last crash_loop_window_s; the signal with the most episodes speaks (one restart shows as a new

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from statistics import median
+from typing import TypeVar
 
 from servewatch.engine.state import EngineState
 from servewatch.timeline.samples import MetricsSample
+from servewatch.timeline.window import Window
+
+R = TypeVar("R")
 
 # Labels that name a model rather than an engine/rank; left out of engine keys (a model name can be a path).
 _MODEL_LABELS = frozenset({"model_name"})
@@ -33,6 +37,21 @@ def engine_series(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
         _last_series = (samples, result)  # holding the tuple keeps its identity from being reused
         return result
     return _split(samples)
+
+
+def once_per_window(compute: Callable[[Window, object], R]) -> Callable[[Window, object], R]:
+    """For a helper several detectors call with the same window and config in one run: computed once.
+    Callers must not mutate the result."""
+    last: list = [None]
+
+    def cached(window: Window, config) -> R:
+        seen = last[0]
+        if seen is not None and seen[0] is window and seen[1] is config:
+            return seen[2]
+        result = compute(window, config)
+        last[0] = (window, config, result)    # holding the window keeps its identity from being reused
+        return result
+    return cached
 
 
 def _split(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:

@@ -7,6 +7,7 @@ precision and monotonicity fixes, so the numbers equal what a Grafana panel over
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -60,13 +61,28 @@ def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[Labe
             counts[label_key(sample.labels)] = sample.value
     result: dict[LabelKey, Histogram] = {}
     for key, by_bound in buckets.items():
-        edges = sorted(bound for bound in by_bound if bound != math.inf)
+        edges = shared_edges(tuple(sorted(bound for bound in by_bound if bound != math.inf)))
         count = by_bound.get(math.inf)
         if count is None:
             count = counts.get(key, by_bound[edges[-1]] if edges else 0.0)
-        result[key] = Histogram(edges=tuple(edges), cumulative=tuple(by_bound[e] for e in edges),
+        result[key] = Histogram(edges=edges, cumulative=array("d", [by_bound[e] for e in edges]),
                                 count=count, sum=sums.get(key, math.nan))
     return result
+
+
+_EDGES: dict[tuple[float, ...], tuple[float, ...]] = {}
+_EDGES_KEPT = 1024
+
+
+def shared_edges(edges: tuple[float, ...]) -> tuple[float, ...]:
+    """One tuple object for equal bucket edges: a recorder holds hundreds of scrapes of the same
+    histograms, whose edges never change."""
+    found = _EDGES.get(edges)
+    if found is None:
+        if len(_EDGES) >= _EDGES_KEPT:
+            _EDGES.clear()
+        found = _EDGES[edges] = edges
+    return found
 
 
 def histogram_from_samples(samples: Iterable[Sample], base_name: str,
@@ -179,7 +195,7 @@ def delta(new: Histogram, old: Histogram) -> Histogram | None:
         return None
     return Histogram(
         edges=new.edges,
-        cumulative=tuple(after - before for after, before in zip(new.cumulative, old.cumulative)),
+        cumulative=array("d", [after - before for after, before in zip(new.cumulative, old.cumulative)]),
         count=new.count - old.count,
         sum=new.sum - old.sum,
     )

@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Canonical histogram keys. A dialect maps its families onto these.
 HISTOGRAM_KINDS = ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Histogram:
     """A cumulative Prometheus histogram for one label set.
 
     `edges` are the finite upper bounds, ascending; `cumulative[i]` is the count of observations
-    <= edges[i]; `count` includes the +Inf bucket.
+    <= edges[i]; `count` includes the +Inf bucket. A scrape's histograms hold `cumulative` as an
+    `array("d")` (8 bytes a bucket: a recorder keeps hundreds of scrapes); any float sequence will do.
     """
 
     edges: tuple[float, ...]
-    cumulative: tuple[float, ...]
+    cumulative: Sequence[float]
     count: float
     sum: float
+
+    def _values(self) -> tuple:
+        return (self.edges, tuple(self.cumulative), self.count, self.sum)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self):
+        return hash(self._values())
 
 
 @dataclass(slots=True)

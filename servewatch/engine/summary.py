@@ -39,13 +39,13 @@ class HistogramSummary:
 
 
 def summarize(kind: str, histogram: Histogram) -> HistogramSummary:
-    finding = blindness(histogram)
+    finding = blindness(histogram)      # computes both quantiles when there is an observation to rank
     return HistogramSummary(
         kind=kind,
         count=histogram.count,
         mean_s=_finite(mean(histogram)),
-        p50_s=_finite(histogram_quantile(0.5, histogram)),
-        p99_s=_finite(histogram_quantile(0.99, histogram)),
+        p50_s=_finite(finding.p50 if finding else histogram_quantile(0.5, histogram)),
+        p99_s=_finite(finding.p99 if finding else histogram_quantile(0.99, histogram)),
         first_bucket_le=histogram.edges[0] if histogram.edges else None,
         first_bucket_fraction=(histogram.cumulative[0] / histogram.count
                                if histogram.edges and histogram.count > 0 else None),

@@ -44,13 +44,16 @@ _LATER_SAMPLE_LINE_BYTES = re.compile(_LATER_SAMPLE_LINE.pattern.encode())
 
 def parse(text: str | bytes, families: Collection[str] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_series: int | None = None,
-          openmetrics: bool | None = None) -> dict[str, Family]:
+          openmetrics: bool | None = None, origins: list | None = None) -> dict[str, Family]:
     """Families keyed by the name on their TYPE line (or the sample name for untyped samples).
 
     `families`: parse only these families. `max_series`: refuse a body with more sample lines than
     this, before parsing any (None: no bound). `openmetrics`: None detects the variant from a final
     `# EOF` (it decides whether timestamps are milliseconds (0.0.4) or seconds (OpenMetrics)).
     Raises BodyTooLarge and TooManySeries over the bounds, ExpositionError (naming the line) on bad structure.
+    `origins`: a list that receives, for each sample returned (in the order they were read), its
+    (line index in text.split("\n"), family, where its value starts in that line, or None when the line
+    carried more than a lone value): what `exposition.layout` learns a scrape's layout from.
     """
     if isinstance(families, str):
         raise TypeError("families must be a collection of family names, not one str")
@@ -60,7 +63,7 @@ def parse(text: str | bytes, families: Collection[str] | None = None, *, max_byt
     if openmetrics is None:
         openmetrics = text[-256:].rstrip().endswith("# EOF")
     wanted = None if families is None else frozenset(families)
-    return _parse_lines(lines, wanted, openmetrics)
+    return _parse_lines(lines, wanted, openmetrics, origins)
 
 
 def check_series(text: str | bytes, max_series: int) -> None:
@@ -126,7 +129,8 @@ def _check_line_lengths(lines: list[str], max_line_bytes: int) -> None:
                 raise BodyTooLarge(f"line is {size} bytes, over the {max_line_bytes}-byte line limit", line_no)
 
 
-def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: bool) -> dict[str, Family]:
+def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: bool,
+                 origins: list | None = None) -> dict[str, Family]:
     out: dict[str, Family] = {}        # the families returned
     types: dict[str, str] = {}         # every family met so far -> its type
     typed: set[str] = set()            # families declared by a TYPE line
@@ -197,6 +201,8 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
                 set_value(sample, value)
                 set_timestamp(sample, None)
                 last_family.samples.append(sample)
+                if origins is not None:
+                    origins.append((line_no - 1, last_family, head_end))
                 continue
             last_name = None               # not a lone value: the full reading below says what it is
 
@@ -257,7 +263,11 @@ def _parse_lines(lines: list[str], wanted: frozenset[str] | None, openmetrics: b
             timestamp = None
         except ValueError:
             value, timestamp = _value_and_timestamp(tail, name, line, line_no, timestamp_divisor)
+            if origins is not None:
+                origins.append((line_no - 1, last_family, None))
         else:
+            if origins is not None:
+                origins.append((line_no - 1, last_family, len(line) - len(tail)))
             if "_" in tail:
                 raise ExpositionError(f"non-numeric value {tail.strip()[:40]!r} for {name}", line_no)
             if head_end == len(line) - len(tail) and head_end <= _HEAD_MEMO_MAX_CHARS:

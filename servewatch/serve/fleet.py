@@ -61,6 +61,9 @@ class BackedOffSource:
         self.observe(self.kind, samples)
         return samples
 
+    async def close_connections(self) -> None:
+        await self.source.close_connections()
+
 
 class TargetRun:
     def __init__(self, spec: TargetSpec, exporter, clock, interval: float, recorder_for: Callable):

@@ -53,9 +53,13 @@ def signals(window: Window, now: float) -> Signals:
     if not good:
         return Signals()
     last_move = good[0].t
-    for before, after in zip(good, good[1:]):
-        if _progress(before) != _progress(after):
-            last_move = after.t
+    after = _progress(good[-1])
+    for i in range(len(good) - 1, 0, -1):        # from the newest back to the last movement
+        before = _progress(good[i - 1])
+        if before != after:
+            last_move = good[i].t
+            break
+        after = before
     newest = good[-1]
     kv = [v for v in (_mean([e.kv_usage for e in s.engines]) for s in good) if v is not None]
     running, slots = _total(newest, lambda s: s.running), _total(newest, lambda s: s.slot_limit)

@@ -24,3 +24,9 @@ class HealthSource:
             return [HealthSample(t=t, status=None, latency_s=None, error=answer.label)]
         error = None if 200 <= answer.status < 300 else http_status_failure(answer.status).label
         return [HealthSample(t=t, status=answer.status, latency_s=answer.elapsed_s, error=error)]
+
+    async def close_connections(self) -> None:
+        """Let go of the transport's idle connections (when the recording ends)."""
+        close = getattr(self._transport, "close", None)
+        if close is not None:
+            await close()

@@ -7,7 +7,10 @@ overwritten and counted (the count goes into bundles so a reader knows history w
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
+from itertools import islice
+from operator import attrgetter
 from collections.abc import Iterable, Mapping
 
 from servewatch.timeline.samples import Sample
@@ -15,6 +18,7 @@ from servewatch.timeline.window import KINDS, Window, _field, kind_of
 
 DEFAULT_LOG_CAPACITY = 4096   # parsed log events (not raw lines) kept whatever the history
 MARGIN = 2                    # extra slots so a full --history span always fits
+_time = attrgetter("t")
 
 
 def capacity_for(history_s: float, interval_s: float) -> int:
@@ -30,6 +34,7 @@ class Ring:
             raise ValueError(f"unknown sample kinds: {sorted(unknown)}")
         self._deques = {kind: deque(maxlen=max(1, int(capacity.get(kind, 1)))) for kind in KINDS}
         self.overwritten = {kind: 0 for kind in KINDS}
+        self._unordered: set[str] = set()      # kinds holding a sample older than one added before it
 
     @classmethod
     def for_history(cls, history_s: float, intervals: Mapping[str, float],
@@ -48,6 +53,8 @@ class Ring:
         d = self._deques[kind]
         if len(d) == d.maxlen:
             self.overwritten[kind] += 1
+        if d and sample.t < d[-1].t:
+            self._unordered.add(kind)
         d.append(sample)
 
     def extend(self, samples: Iterable[Sample]) -> None:
@@ -61,8 +68,12 @@ class Ring:
         """A frozen copy of what the ring holds (optionally only samples at or after `since`)."""
         def pick(kind: str) -> tuple:
             items = self._deques[kind]
-            if since is not None:
-                items = [s for s in items if s.t >= since]
-            # Sorted like Window.from_samples, so a window rebuilt from stored samples is identical.
-            return tuple(sorted(items, key=lambda s: s.t))
+            if kind in self._unordered:
+                # Sorted like Window.from_samples, so a window rebuilt from stored samples is identical.
+                items = deque(sorted(items, key=lambda s: s.t), maxlen=items.maxlen)
+                self._deques[kind] = items
+                self._unordered.discard(kind)
+            if since is not None and items and items[0].t < since:
+                return tuple(islice(items, bisect_left(items, since, key=_time), None))
+            return tuple(items)
         return Window(**{_field(kind): pick(kind) for kind in KINDS})

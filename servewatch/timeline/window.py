@@ -7,11 +7,15 @@ the same window always gives the same verdicts (that is what `verify` relies on)
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
                                          Sample)
+
+_time = attrgetter("t")
 
 # The name of each sample kind; also the `source` of an Evidence pointer.
 KINDS = ("health", "metrics", "process", "gpu", "log", "probe")
@@ -67,11 +71,17 @@ class Window:
 
     def since(self, t: float) -> Window:
         """The samples at or after `t`."""
-        return Window(**{_field(kind): tuple(s for s in self.of(kind) if s.t >= t) for kind in KINDS})
+        return Window(**{_field(kind): _since(self.of(kind), t) for kind in KINDS})
 
     def good_metrics(self) -> tuple[MetricsSample, ...]:
         """Scrapes that answered and were understood."""
         return tuple(m for m in self.metrics if m.error is None and m.engines)
+
+
+def _since(samples: tuple, t: float) -> tuple:
+    if not samples or samples[0].t >= t:
+        return samples
+    return samples[bisect_left(samples, t, key=_time):]      # each kind's tuple is in time order
 
 
 def _field(kind: str) -> str:

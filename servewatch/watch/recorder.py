@@ -26,6 +26,7 @@ from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
 from servewatch.watch.firing import Latch
 
+SETTLE_FRACTION = 0.05    # of the detect interval: how long detection waits for the rest of a round
 RECORDS_KEPT = 1000       # fired and cleared verdicts remembered (the newest; sinks and listeners heard all)
 
 
@@ -187,6 +188,9 @@ class Recorder:
                 cancel_pending = getattr(source, "cancel_pending", None)   # e.g. a probe still waiting
                 if cancel_pending is not None:
                     cancel_pending()
+                close_connections = getattr(source, "close_connections", None)   # idle keep-alive ones
+                if close_connections is not None:
+                    await close_connections()
             self._new_samples = None
             self._stop_event = None
 
@@ -203,6 +207,9 @@ class Recorder:
     async def _detect_loop(self) -> None:
         while not self.stopped:
             await self._new_samples.wait()
+            # Sources polled at the same moment answer within moments of each other: judge them together
+            # (one detection per round instead of one per source).
+            await self.clock.sleep(self.detect_interval * SETTLE_FRACTION)
             self._new_samples.clear()
             await self.detect_in_background()
             await self.clock.sleep(self.detect_interval / 2)

@@ -10,7 +10,7 @@ from servewatch.clock import Clock
 from servewatch.errors import ServewatchError
 from servewatch.sources.gpu import GpuSource, NvmlProbe
 from servewatch.sources.health import HealthSource
-from servewatch.sources.http import http_transport, in_process_transport
+from servewatch.sources.http import http1_transport, in_process_transport
 from servewatch.sources.logs import LogTail
 from servewatch.sources.metrics import MetricsSource
 from servewatch.sources.probe import HttpProber, ProbeSource
@@ -47,11 +47,15 @@ def http_sources(session, url: str, clock: Clock, interval: float, *, process_pr
                  metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = 10.0,
                  say=None) -> list:
     """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
+    from servewatch.load.http1 import Endpoint, Http1Client
+
     base = base_url(url)
+    endpoint = Endpoint.parse(base)
+    client = Http1Client(endpoint, connect_timeout=health_timeout(interval), max_idle=2)   # health and metrics
     sources = [
-        HealthSource(http_transport(session, base + health_path, timeout_s=health_timeout(interval),
-                                    max_bytes=64 * 1024), clock, interval),
-        MetricsSource(http_transport(session, base + metrics_path, timeout_s=metrics_timeout(interval)),
+        HealthSource(http1_transport(client, health_path, timeout_s=health_timeout(interval),
+                                     max_bytes=64 * 1024), clock, interval),
+        MetricsSource(http1_transport(client, metrics_path, timeout_s=metrics_timeout(interval)),
                       clock, interval, slot_limit=slot_limit),
     ]
     if probe_every is not None:

@@ -1,0 +1,188 @@
+"""Reading a scrape whose layout repeats: consecutive scrapes of one server are the same text except for
+their sample values, so once a scrape has been parsed, the next one is checked against it piece by piece
+(C-speed `startswith`) and only the values of the asked-for samples are read.
+
+A `Layout` is learned from one text and the full parse of it (`parse(..., origins=)`): the text cut at
+the value of every sample line into constant pieces. A later text is read through the layout only when
+every constant piece is found again where expected, each asked-for value is a lone number, and the
+variant (0.0.4 / OpenMetrics) and the line bound are unchanged; the families are then exactly what
+`parse(text, families)` returns (the same names, types, help, labels and values), because everything
+`parse` reads from the other lines is in the constant pieces. Anything else (a new series, a timestamp,
+a malformed value) is not read here: `RepeatingParser` parses it in full, with the full parse's errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from servewatch.exposition.model import Family, Sample
+from servewatch.exposition.parser import (DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, bounded_text, new_sample, parse,
+                                          set_labels, set_name, set_timestamp, set_value)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    pieces: tuple[str, ...]           # the constant text before each sample line's value
+    tail: str                         # the constant text after the last value
+    sizes: tuple[int, ...]            # len() of each piece
+    slots: tuple[bool, ...]           # for each value: whether it is a kept sample's
+    families: tuple[tuple[str, str, str, int], ...]   # (name, type, help, how many samples), in parse order
+    samples: tuple[tuple[str, dict[str, str]], ...]   # (name, labels) of each sample kept, family by family
+    order: tuple[int, ...]            # the kept values (in text order) rearranged family by family
+    openmetrics: bool
+    longest_line: int                 # characters of the longest constant line part
+
+    @classmethod
+    def learn(cls, text: str, families: dict[str, Family], origins: list) -> Layout | None:
+        """The layout of `text`, given its parse and the parse's `origins`; None when a kept sample line
+        carries more than a lone value (a timestamp, an exemplar) or a sample line starts with a blank."""
+        if not families:
+            return None
+        lines = text.split("\n")
+        order = {id(family): i for i, family in enumerate(families.values())}
+        first_index, at = [], 0
+        for family in families.values():
+            first_index.append(at)
+            at += len(family.samples)
+        seen_in = [0] * len(families)
+        kept: dict[int, tuple[int, int]] = {}          # line index -> (sample index, value column)
+        for line_index, family, column in origins:
+            if column is None:
+                return None
+            i = order[id(family)]
+            kept[line_index] = (first_index[i] + seen_in[i], column)
+            seen_in[i] += 1
+        pieces: list[str] = []
+        slots: list[int] = []
+        constant: list[str] = []
+        longest = 0
+        for line_index, line in enumerate(lines):
+            if line_index:
+                constant.append("\n")
+            if not line or line[0] == "#":
+                constant.append(line)
+                longest = max(longest, len(line))
+                continue
+            if line[0] in " \t\r":
+                if line.strip():
+                    return None
+                constant.append(line)
+                continue
+            sample_at = kept.get(line_index)
+            if sample_at is not None:
+                index, column = sample_at
+                while column < len(line) and line[column] in " \t":   # the blanks before the value stay
+                    column += 1                                         # constant: they end the name
+            else:
+                index, column = -1, line.rfind(" ") + 1
+                if column == 0:                 # no value at all: a line `parse` skipped unread
+                    constant.append(line)
+                    longest = max(longest, len(line))
+                    continue
+            constant.append(line[:column])
+            longest = max(longest, column)
+            pieces.append("".join(constant))
+            constant = []
+            slots.append(index)
+        in_text_order = [slot for slot in slots if slot >= 0]
+        if len(in_text_order) != len(kept) or len(kept) != at:
+            return None
+        position_of = {index: position for position, index in enumerate(in_text_order)}
+        samples = tuple((s.name, s.labels) for family in families.values() for s in family.samples)
+        return cls(pieces=tuple(pieces), sizes=tuple(map(len, pieces)), tail="".join(constant),
+                   slots=tuple(slot >= 0 for slot in slots),
+                   order=tuple(position_of[index] for index in range(at)),
+                   families=tuple((f.name, f.type, f.help, len(f.samples)) for f in families.values()),
+                   samples=samples, openmetrics=text[-256:].rstrip().endswith("# EOF"), longest_line=longest)
+
+    def read(self, text: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> dict[str, Family] | None:
+        """The families of `text` when it has this layout (equal to a full parse of it), else None."""
+        variable = len(text) - self.constant_chars
+        if variable < 0 or self.longest_line + variable > max_line_bytes // 4:
+            return None                   # a line could be over the line bound: the full parse decides
+        tokens: list[str] = []
+        keep = tokens.append
+        startswith, find = text.startswith, text.find
+        position = 0
+        for piece, size, slot in zip(self.pieces, self.sizes, self.slots):
+            if not startswith(piece, position):
+                return None
+            position += size
+            end = find("\n", position)
+            if end == -1:
+                end = len(text)
+            if slot:
+                keep(text[position:end])
+            position = end
+        if text[position:] != self.tail or text[-256:].rstrip().endswith("# EOF") != self.openmetrics:
+            return None
+        try:
+            values = [float(tokens[position]) for position in self.order]
+        except ValueError:
+            return None
+        if "_" in "".join(tokens):
+            return None
+        out: dict[str, Family] = {}
+        at = 0
+        samples = self.samples
+        for name, kind, help_text, count in self.families:
+            built = []
+            for index in range(at, at + count):
+                sample_name, labels = samples[index]
+                sample = new_sample(Sample)
+                set_name(sample, sample_name)
+                set_labels(sample, labels.copy())
+                set_value(sample, values[index])
+                set_timestamp(sample, None)
+                built.append(sample)
+            at += count
+            out[name] = Family(name, kind, help_text, built)
+        return out
+
+    @property
+    def constant_chars(self) -> int:
+        return sum(self.sizes) + len(self.tail)
+
+class RepeatingParser:
+    """`parse(text, families)` for one server's successive scrapes: through the layout of the previous
+    scrape when the text still has it, else in full (learning the new layout)."""
+
+    def __init__(self):
+        self.layout: Layout | None = None
+        self.wanted: frozenset[str] | None = None
+        self.fast_reads = 0
+        self.full_reads = 0
+
+    def parse(self, text: str | bytes, families: Collection[str], *, max_bytes: int = DEFAULT_MAX_BYTES,
+              max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> dict[str, Family]:
+        text = bounded_text(text, max_bytes)
+        wanted = frozenset(families)
+        if self.layout is not None and wanted == self.wanted:
+            found = self.layout.read(text, max_line_bytes)
+            if found is not None:
+                self.fast_reads += 1
+                return found
+        origins: list = []
+        found = parse(text, wanted, max_bytes=max_bytes, max_line_bytes=max_line_bytes, origins=origins)
+        self.full_reads += 1
+        self.layout, self.wanted = shared(Layout.learn(text, found, origins), wanted), wanted
+        return found
+
+
+_SHARED: dict[tuple, Layout] = {}
+_SHARED_KEPT = 256
+
+
+def shared(layout: Layout | None, wanted: frozenset[str]) -> Layout | None:
+    """One object for equal layouts: the replicas of a fleet serve the same layout, and a layout holds
+    the constant text of a whole scrape (its pieces decide the rest: the families are read from them)."""
+    if layout is None:
+        return None
+    key = (wanted, layout.pieces, layout.tail, layout.slots, layout.openmetrics)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_KEPT:
+            _SHARED.clear()
+        found = _SHARED[key] = layout
+    return found
