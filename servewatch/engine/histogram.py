@@ -11,6 +11,7 @@ from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from servewatch.engine.interning import Interner
 from servewatch.engine.state import Histogram
 from servewatch.exposition.model import Sample
 
@@ -70,19 +71,13 @@ def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[Labe
     return result
 
 
-_EDGES: dict[tuple[float, ...], tuple[float, ...]] = {}
-_EDGES_KEPT = 1024
+_EDGES: Interner[tuple[float, ...]] = Interner(kept=1024)
 
 
 def shared_edges(edges: tuple[float, ...]) -> tuple[float, ...]:
     """One tuple object for equal bucket edges: a recorder holds hundreds of scrapes of the same
     histograms, whose edges never change."""
-    found = _EDGES.get(edges)
-    if found is None:
-        if len(_EDGES) >= _EDGES_KEPT:
-            _EDGES.clear()
-        found = _EDGES[edges] = edges
-    return found
+    return _EDGES.get(edges, edges)
 
 
 def histogram_from_samples(samples: Iterable[Sample], base_name: str,

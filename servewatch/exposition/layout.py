@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from servewatch.engine.interning import Interner
 from servewatch.exposition.model import Family, Sample
 from servewatch.exposition.parser import (DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, bounded_text, new_sample, parse,
                                           set_labels, set_name, set_timestamp, set_value)
@@ -170,8 +171,7 @@ class RepeatingParser:
         return found
 
 
-_SHARED: dict[tuple, Layout] = {}
-_SHARED_KEPT = 256
+_SHARED: Interner[Layout] = Interner(kept=256)
 
 
 def shared(layout: Layout | None, wanted: frozenset[str]) -> Layout | None:
@@ -179,10 +179,4 @@ def shared(layout: Layout | None, wanted: frozenset[str]) -> Layout | None:
     the constant text of a whole scrape (its pieces decide the rest: the families are read from them)."""
     if layout is None:
         return None
-    key = (wanted, layout.pieces, layout.tail, layout.slots, layout.openmetrics)
-    found = _SHARED.get(key)
-    if found is None:
-        if len(_SHARED) >= _SHARED_KEPT:
-            _SHARED.clear()
-        found = _SHARED[key] = layout
-    return found
+    return _SHARED.get((wanted, layout.pieces, layout.tail, layout.slots, layout.openmetrics), layout)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from lab_cli import Watcher, assert_bundles_verify, bundles_under, cli_json, run_cli
+from lab_cli import Watcher, assert_bundles_verify, bundles_under, cli_json
 from lab_observations import log_excerpt
+from lab_presets import run_presets
 from lab_scrape import (
     describe_wait,
     first_bucket_fraction,
@@ -144,18 +145,7 @@ PRESET_RUNS = {
 
 
 def test_load_presets_give_seed_002_signature_shapes(lab, server, run_dir):
-    rows = {}
-    for name, args in PRESET_RUNS.items():
-        out = run_dir / name
-        done = run_cli("load", server.url, *args, "--tokenizer", str(lab.model.path), "--model", "tiny",
-                       "--json", "--out", str(out), timeout_s=240)
-        assert done.returncode == 0, f"load {name} exited {done.returncode}: {done.stderr[-1500:]}"
-        summary = json.loads(done.stdout)
-        assert summary["scenario"] == name
-        assert summary["errors"] == {} or not any(summary["errors"].values()), summary["errors"]
-        assert summary["ok"] == summary["requests"]
-        assert (out / "requests.jsonl").is_file() and (out / "server.jsonl").is_file()
-        rows[name] = summary["signature"]
+    rows = run_presets(server.url, PRESET_RUNS, run_dir, tokenizer=lab.model.path, model="tiny", timeout_s=240)
     lab.obs.record("signatures", rows)
     lab.obs.save_text("signatures.json", json.dumps(rows, indent=1, sort_keys=True) + "\n")
     for name, row in rows.items():
