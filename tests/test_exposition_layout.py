@@ -28,6 +28,16 @@ def moved(text: str, seed: int) -> str:
                      if m.group(2) not in ("NaN", "+Inf", "-Inf") else m.group(0), text)
 
 
+@pytest.fixture(autouse=True, params=["piece by piece", "compiled matcher"])
+def reading(request, monkeypatch):
+    """Every case twice: through the piece-by-piece loop, and through the compiled matcher a layout gets
+    once it has been read often."""
+    import servewatch.exposition.layout as layout
+
+    monkeypatch.setattr(layout, "COMPILE_AFTER", 10**9 if request.param == "piece by piece" else 1)
+    return request.param
+
+
 def outcome(read, text):
     """("ok", result) or (the failure's type, its one line, its line number)."""
     try:

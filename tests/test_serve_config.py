@@ -229,3 +229,23 @@ def test_bundle_quota_removes_the_oldest_bundles_of_any_target_and_keeps_the_new
     assert quota.removed == 2 and (tmp_path / "a" / "notes.txt").exists()
     FleetBundleQuota(str(tmp_path), cap_bytes=10).enforce(keep=str(new_b))
     assert new_b.exists() and not mid_a.exists()            # the bundle just written always stays
+
+
+def test_only_a_target_running_on_this_machine_gets_a_gpu_source():
+    """A remote replica's GPUs are not this machine's: sampling NVML once per remote target would report
+    the wrong devices (and cost a thread hop per target)."""
+    from servewatch.clock import RealClock
+    from servewatch.serve.config import ServeConfig
+    from servewatch.serve.fleet import Fleet
+    from servewatch.serve.targets import TargetSpec
+    from servewatch.sinks.exporter import FleetExporter
+
+    fleet = Fleet(ServeConfig(probe=False), None, RealClock(), FleetExporter(lambda: []),
+                  extra_sinks=lambda spec: [])
+
+    def kinds(spec):
+        return sorted(source.kind for source in fleet._recorder_for(spec, lambda source: source).sources)
+
+    assert kinds(TargetSpec("remote", "http://10.0.0.7:8000")) == ["health", "metrics"]
+    assert kinds(TargetSpec("local", "http://127.0.0.1:8000", pid=os.getpid())) == ["gpu", "health", "metrics",
+                                                                                   "process"]

@@ -49,10 +49,12 @@ def run(args) -> int:
     import signal
     import sys
 
+    from servewatch.serve import heap
     from servewatch.serve.app import serve
     from servewatch.serve.config import from_args
 
     config = from_args(args)          # a bad config: one line naming file, line and key; exit 2
+    heap.settle()
 
     async def main() -> int:
         stop = asyncio.Event()

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FunctionType, ModuleType
 
-from servewatch.engine.histogram import histograms_by_labels
+from servewatch.engine.histogram import Plan, apply_plan, histogram_plan
+from servewatch.engine.interning import Interner
 from servewatch.engine.state import EngineState, Histogram
 from servewatch.exposition.model import Family
 
@@ -60,16 +61,17 @@ def histograms_by(family: Family | None, identity_labels: Iterable[str]) -> dict
     if family is None:
         return {}
     wanted = tuple(identity_labels)
-    merged: dict[Key, Histogram] = {}
-    for labels, h in histograms_by_labels(family.samples, family.name).items():
-        key = identity(dict(labels), wanted)
-        seen = merged.get(key)
-        if seen is None:
-            merged[key] = h
-        elif seen.edges == h.edges:
-            merged[key] = Histogram(edges=h.edges, cumulative=tuple(a + b for a, b in zip(seen.cumulative, h.cumulative)),
-                                    count=seen.count + h.count, sum=seen.sum + h.sum)
-    return merged
+
+    def plan() -> Plan:
+        return histogram_plan(family.samples, family.name, lambda labels: identity(dict(labels), wanted))
+
+    if family.shape is None:
+        return apply_plan(plan(), [sample.value for sample in family.samples])
+    # read through a known scrape layout: the same plan as last time
+    return apply_plan(_PLANS.made((family.shape, family.name, wanted), plan), [s.value for s in family.samples])
+
+
+_PLANS: Interner[Plan] = Interner(kept=1024)
 
 
 def counter_names(exposed: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from servewatch.engine.interning import Interner
@@ -34,12 +34,27 @@ def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[Labe
     them); the count is the +Inf bucket, or `_count` when the +Inf bucket is missing. A missing `_sum`
     gives a NaN sum. Label sets with no bucket are left out.
     """
+    samples = list(samples)
+    return apply_plan(histogram_plan(samples, base_name), [sample.value for sample in samples])
+
+
+# Which samples make each histogram, by index: (identity, edges, for each edge / for the count / for the
+# sum: one tuple of sample indexes per label set added into it). A family read through one scrape layout
+# has the same plan at every scrape; only the values change.
+Indexes = tuple[tuple[int, ...], ...]
+Plan = tuple[tuple[Hashable, tuple[float, ...], tuple[Indexes, ...], Indexes, Indexes | None], ...]
+
+
+def histogram_plan(samples: Sequence[Sample], base_name: str,
+                   identity: Callable[[LabelKey], Hashable] | None = None) -> Plan:
+    """The plan of histograms_by_labels; with `identity`, label sets of one identity are added together
+    (those with other bucket edges than the identity's first are left out)."""
     bucket_name, sum_name, count_name = base_name + "_bucket", base_name + "_sum", base_name + "_count"
-    buckets: dict[LabelKey, dict[float, float]] = {}
-    sums: dict[LabelKey, float] = {}
-    counts: dict[LabelKey, float] = {}
+    buckets: dict[LabelKey, dict[float, list[int]]] = {}
+    sums: dict[LabelKey, int] = {}
+    counts: dict[LabelKey, int] = {}
     last_rest, last_by_bound = None, None   # consecutive buckets of one label set share their labels
-    for sample in samples:
+    for index, sample in enumerate(samples):
         if sample.name == bucket_name:
             labels = sample.labels
             bound = labels.get("le")
@@ -49,26 +64,57 @@ def histograms_by_labels(samples: Iterable[Sample], base_name: str) -> dict[Labe
                 upper = float(bound)
             except ValueError:
                 continue
-            rest = labels.copy()
+            rest = dict(labels)
             del rest["le"]
             if rest != last_rest:
                 last_rest = rest
                 last_by_bound = buckets.setdefault(label_key(labels), {})
-            by_bound = last_by_bound
-            by_bound[upper] = by_bound.get(upper, 0.0) + sample.value
+            last_by_bound.setdefault(upper, []).append(index)
         elif sample.name == sum_name:
-            sums[label_key(sample.labels)] = sample.value
+            sums[label_key(sample.labels)] = index
         elif sample.name == count_name:
-            counts[label_key(sample.labels)] = sample.value
-    result: dict[LabelKey, Histogram] = {}
+            counts[label_key(sample.labels)] = index
+    merged: dict[Hashable, tuple] = {}
     for key, by_bound in buckets.items():
         edges = shared_edges(tuple(sorted(bound for bound in by_bound if bound != math.inf)))
-        count = by_bound.get(math.inf)
-        if count is None:
-            count = counts.get(key, by_bound[edges[-1]] if edges else 0.0)
-        result[key] = Histogram(edges=edges, cumulative=array("d", [by_bound[e] for e in edges]),
-                                count=count, sum=sums.get(key, math.nan))
-    return result
+        if math.inf in by_bound:
+            count = tuple(by_bound[math.inf])
+        elif key in counts:
+            count = (counts[key],)
+        else:
+            count = tuple(by_bound[edges[-1]]) if edges else ()
+        total = (sums[key],) if key in sums else None
+        into = key if identity is None else identity(key)
+        seen = merged.get(into)
+        if seen is None:
+            merged[into] = (edges, [[tuple(by_bound[e])] for e in edges], [count], [total])
+        elif seen[0] == edges:
+            for per_edge, edge in zip(seen[1], edges):
+                per_edge.append(tuple(by_bound[edge]))
+            seen[2].append(count)
+            seen[3].append(total)
+    return tuple((into, edges, tuple(map(tuple, per_edge)), tuple(count),
+                  None if any(t is None for t in total) else tuple(total))
+                 for into, (edges, per_edge, count, total) in merged.items())
+
+
+def apply_plan(plan: Plan, values: Sequence[float]) -> dict:
+    """The histograms a plan makes of one scrape's sample values."""
+    return {into: Histogram(edges=edges, cumulative=array("d", [_added(groups, values) for groups in per_edge]),
+                            count=_added(count, values),
+                            sum=_added(total, values) if total is not None else math.nan)
+            for into, edges, per_edge, count, total in plan}
+
+
+def _added(groups: Indexes, values: Sequence[float]) -> float:
+    """Each label set's samples added in order, then the label sets in order."""
+    total = None
+    for group in groups:
+        part = 0.0
+        for index in group:
+            part += values[index]
+        total = part if total is None else total + part
+    return total
 
 
 _EDGES: Interner[tuple[float, ...]] = Interner(kept=1024)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -21,4 +21,11 @@ class Interner(Generic[V]):
             if len(self._found) >= self.kept:
                 self._found.clear()
             found = self._found[key] = value
+        return found
+
+    def made(self, key: Hashable, make: Callable[[], V]) -> V:
+        """The value for `key`, made by `make()` the first time (the map is emptied once it holds `kept`)."""
+        found = self._found.get(key)
+        if found is None:
+            found = self.get(key, make())
         return found

@@ -19,3 +19,7 @@ class Family:
     type: str                      # counter | gauge | histogram | summary | info | stateset | gaugehistogram | unknown | untyped
     help: str = ""
     samples: list[Sample] = field(default_factory=list)
+    # Equal for two families read through one scrape layout (same samples, names and labels in the same
+    # order; only values differ), so work that depends only on the labels can be done once per shape.
+    # None after a full parse.
+    shape: tuple[int, int] | None = field(default=None, compare=False, repr=False)

@@ -146,7 +146,8 @@ class Fleet:
         options = RecordingOptions(url=spec.url, interval=self.config.interval, history_s=self.config.history_s,
                                    log_file=spec.log_file, detectors=self.config.detectors, probe=self.config.probe,
                                    probe_interval=self.config.probe_interval,
-                                   probe_deadline=self.config.probe_deadline)
+                                   probe_deadline=self.config.probe_deadline,
+                                   gpu=spec.pid is not None)    # a remote server's GPUs are not this machine's
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)

@@ -36,6 +36,7 @@ class RecordingOptions:
     probe: bool = False                 # ask an idle server for one token now and then (sources.probe)
     probe_interval: float = 30.0        # at most one probe per this many seconds
     probe_deadline: float = 10.0        # a probe without a token after this long has missed
+    gpu: bool = True                    # sample this machine's GPUs (NVML): only when the server runs here
 
 
 def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float) -> None:

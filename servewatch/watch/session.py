@@ -78,7 +78,7 @@ def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bun
     from servewatch.watch.targets import base_url, http_sources
 
     sources = http_sources(session, base_url(options.url), clock, options.interval, process_probe=probe,
-                           slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file,
+                           slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file, gpu=options.gpu,
                            probe_every=options.probe_interval if options.probe else None,
                            probe_deadline=options.probe_deadline, say=stderr_say(tool))
     if wrap_source is not None:
