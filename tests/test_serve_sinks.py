@@ -21,7 +21,7 @@ from servewatch.sinks.exporter import FleetExporter
 
 
 def value(exporter, name, **labels):
-    for family in text_string_to_metric_families(generate_latest(exporter.registry).decode()):
+    for family in text_string_to_metric_families(exporter.exposition().decode()):
         for sample in family.samples:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return sample.value
@@ -99,3 +99,35 @@ def test_webhook_posts_one_event_per_fired_and_cleared():
     assert [(e["event"], e["verdict"], e["target"], e["severity"]) for e in received] == [
         ("fired", "engine_dead", "sim-a", "page"), ("cleared", "engine_dead", "sim-a", "page")]
     assert received[0]["why"] == "/health 503 for 2.0 s" and received[0]["safe_action"]
+
+
+def test_the_cached_verdict_series_are_the_text_prometheus_client_writes_for_the_same_state():
+    from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
+
+    disable_created_metrics()
+    exporter = FleetExporter()
+    reference = CollectorRegistry()
+    active = Gauge("servewatch_verdict_active", "1 while the verdict holds for the target, else 0",
+                   ["target", "verdict", "severity"], registry=reference)
+    fired = Counter("servewatch_verdicts_fired", "Verdicts that started holding",
+                    ["target", "verdict", "severity"], registry=reference)
+    for target in ("sim-a", "10.0.0.7:8000"):
+        exporter.add_target(target)
+        for spec in registry.specs():
+            active.labels(target, spec.name, spec.severity).set(0)
+            fired.labels(target, spec.name, spec.severity)
+    for _ in range(3):                    # fired three times, held now
+        exporter.fired("sim-a", "kv_pressure")
+        exporter.cleared("sim-a", "kv_pressure")
+    exporter.fired("sim-a", "kv_pressure")
+    active.labels("sim-a", "kv_pressure", "ticket").set(1)
+    fired.labels("sim-a", "kv_pressure", "ticket").inc(4)
+    exporter.remove_target("10.0.0.7:8000")
+    for spec in registry.specs():
+        active.remove("10.0.0.7:8000", spec.name, spec.severity)
+        fired.remove("10.0.0.7:8000", spec.name, spec.severity)
+
+    ours = exporter.verdicts.exposition()
+    theirs = generate_latest(reference).decode()
+    assert sorted(ours.splitlines()) == sorted(theirs.splitlines())
+    assert "10.0.0.7" not in ours and 'verdict="kv_pressure"} 4.0' in ours

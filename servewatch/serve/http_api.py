@@ -26,10 +26,10 @@ def build_app(fleet, exporter) -> web.Application:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from prometheus_client import CONTENT_TYPE_LATEST
 
     request.app[FLEET].refresh_states()
-    body = generate_latest(request.app[EXPORTER].registry)
+    body = request.app[EXPORTER].exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 from servewatch.detectors import registry
 from servewatch.sinks.serialize import safe_token
+from servewatch.sinks.verdict_series import VerdictSeries
 
 PREFIX = "servewatch_"
 SCRAPE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -48,10 +49,7 @@ class FleetExporter:
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.verdict_active = Gauge(PREFIX + "verdict_active", "1 while the verdict holds for the target, else 0",
-                                    ["target", "verdict", "severity"], registry=r)
-        self.verdicts_fired = Counter(PREFIX + "verdicts_fired", "Verdicts that started holding",
-                                      ["target", "verdict", "severity"], registry=r)
+        self.verdicts = VerdictSeries(_severity)
         self.target_up = Gauge(PREFIX + "target_up", "1 when the newest /health probe got an HTTP answer and "
                                "the newest /metrics scrape succeeded, else 0", ["target"], registry=r)
         self.probe_failures = Counter(PREFIX + "probe_failures", "Health probes that failed (no answer, or not 2xx)",
@@ -74,9 +72,7 @@ class FleetExporter:
 
     def add_target(self, target: str) -> None:
         target = label(target)
-        for spec in registry.specs():
-            self.verdict_active.labels(target, spec.name, spec.severity).set(0)
-            self.verdicts_fired.labels(target, spec.name, spec.severity)
+        self.verdicts.add_target(target, [label(spec.name) for spec in registry.specs()])
         self.target_up.labels(target).set(0)
         self.probe_failures.labels(target)
 
@@ -84,9 +80,8 @@ class FleetExporter:
         from servewatch.sources.scrape import KINDS
 
         target = label(target)
-        children = [(metric, (target, spec.name, spec.severity)) for spec in registry.specs()
-                    for metric in (self.verdict_active, self.verdicts_fired)]
-        children += [(metric, (target,)) for metric in (self.target_up, self.probe_failures)]
+        self.verdicts.remove_target(target)
+        children = [(metric, (target,)) for metric in (self.target_up, self.probe_failures)]
         children += [(self.scrape_failures, (target, kind)) for kind in KINDS]
         for metric, labels in children:
             try:
@@ -98,12 +93,11 @@ class FleetExporter:
                 del self._active[key]
 
     def fired(self, target: str, verdict_name: str) -> None:
-        target, severity = label(target), _severity(verdict_name)
+        target = label(target)
         with self._lock:
             key = (target, verdict_name)
             self._active[key] = self._active.get(key, 0) + 1
-        self.verdict_active.labels(target, label(verdict_name), severity).set(1)
-        self.verdicts_fired.labels(target, label(verdict_name), severity).inc()
+        self.verdicts.set_active(target, label(verdict_name), True, fired=True)
 
     def cleared(self, target: str, verdict_name: str) -> None:
         target = label(target)
@@ -111,7 +105,13 @@ class FleetExporter:
             key = (target, verdict_name)
             left = self._active[key] = max(0, self._active.get(key, 0) - 1)   # one per engine it held on
         if left == 0:
-            self.verdict_active.labels(target, label(verdict_name), _severity(verdict_name)).set(0)
+            self.verdicts.set_active(target, label(verdict_name), False)
+
+    def exposition(self) -> bytes:
+        """serve's /metrics body: the registry's metrics and the verdict series."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry) + self.verdicts.exposition().encode()
 
     def sink(self, target: str) -> ExporterSink:
         return ExporterSink(self, target)
