@@ -66,9 +66,9 @@ def histograms_by(family: Family | None, identity_labels: Iterable[str]) -> dict
         return histogram_plan(family.samples, family.name, lambda labels: identity(dict(labels), wanted))
 
     if family.shape is None:
-        return apply_plan(plan(), [sample.value for sample in family.samples])
+        return apply_plan(plan(), family.values)
     # read through a known scrape layout: the same plan as last time
-    return apply_plan(_PLANS.made((family.shape, family.name, wanted), plan), [s.value for s in family.samples])
+    return apply_plan(_PLANS.made((family.shape, family.name, wanted), plan), family.values)
 
 
 _PLANS: Interner[Plan] = Interner(kept=1024)

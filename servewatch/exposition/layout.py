@@ -116,20 +116,22 @@ class Layout:
             return None
         out: dict[str, Family] = {}
         at = 0
-        samples = self.samples
-        for name, kind, help_text, count in self.families:
-            built = []
-            for index in range(at, at + count):
-                sample_name, labels = samples[index]
-                sample = new_sample(Sample)
-                set_name(sample, sample_name)
-                set_labels(sample, labels.copy())
-                set_value(sample, values[index])
-                set_timestamp(sample, None)
-                built.append(sample)
-            out[name] = Family(name, kind, help_text, built, (self.serial, at))
+        for (name, kind, help_text, count), heads in zip(self.families, self.heads):
+            out[name] = LaidOutFamily(name, kind, help_text, heads, values[at:at + count], (self.serial, at))
             at += count
         return out
+
+    @property
+    def heads(self) -> tuple[tuple[tuple[str, dict[str, str]], ...], ...]:
+        """`samples` cut family by family."""
+        def cut() -> tuple:
+            heads, at = [], 0
+            for *_, count in self.families:
+                heads.append(self.samples[at:at + count])
+                at += count
+            return tuple(heads)
+
+        return _HEADS.made(self.serial, cut)
 
     def _tokens(self, text: str) -> list[str] | tuple[str, ...] | None:
         """The kept samples' value texts, in text order, when every constant piece is where expected."""
@@ -184,6 +186,48 @@ def compile_matcher(layout: Layout) -> re.Pattern:
         parts.append(r"([^\n]*+)" if slot else r"[^\n]*+")
     parts.append(re.escape(layout.tail) + r"\Z")
     return re.compile("".join(parts))
+
+
+_HEADS: Interner[tuple] = Interner(kept=1024)
+
+
+class LaidOutFamily(Family):
+    """A family read through a layout: its values are at hand, its Sample objects made when first asked
+    for (a dialect reading a histogram through its plan needs only the values)."""
+
+    __slots__ = ("_heads", "_values", "_built")
+
+    def __init__(self, name: str, kind: str, help_text: str, heads, values: list[float], shape):
+        Family.name.__set__(self, name)
+        Family.type.__set__(self, kind)
+        Family.help.__set__(self, help_text)
+        Family.shape.__set__(self, shape)
+        self._heads, self._values, self._built = heads, values, None
+
+    @property
+    def samples(self) -> list[Sample]:
+        built = self._built
+        if built is None:
+            built = self._built = []
+            for (sample_name, labels), value in zip(self._heads, self._values):
+                sample = new_sample(Sample)
+                set_name(sample, sample_name)
+                set_labels(sample, labels.copy())
+                set_value(sample, value)
+                set_timestamp(sample, None)
+                built.append(sample)
+        return built
+
+    @property
+    def values(self) -> list[float]:
+        return self._values
+
+    def __eq__(self, other):
+        if not isinstance(other, Family):
+            return NotImplemented
+        return (self.name, self.type, self.help, self.samples) == (other.name, other.type, other.help, other.samples)
+
+    __hash__ = None
 
 
 class RepeatingParser:

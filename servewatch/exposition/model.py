@@ -23,3 +23,8 @@ class Family:
     # order; only values differ), so work that depends only on the labels can be done once per shape.
     # None after a full parse.
     shape: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def values(self) -> list[float]:
+        """The samples' values, in order."""
+        return [sample.value for sample in self.samples]
