@@ -28,7 +28,7 @@ def first_family(families: Mapping[str, Family], *names: str) -> Family | None:
     """The first of `names` present (a dialect lists a metric's names across versions, newest first)."""
     for name in names:
         family = families.get(name)
-        if family is not None and family.samples:
+        if family is not None and family.values:
             return family
     return None
 

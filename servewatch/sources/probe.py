@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from bisect import bisect_right
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,11 +150,10 @@ def progress_proven(window: Window, since: float, deadline_s: float) -> bool:
     their token may be counted late) do not count as proof."""
     delta = 0.0
     for points in engine_series(window.metrics).values():
-        before = [p for p in points if p[0].t <= since]
-        after = [p for p in points if p[0].t > since]
-        if not before or not after:
+        split = bisect_right(points, since, key=lambda point: point[0].t)     # points are in time order
+        if split == 0 or split == len(points):
             continue
-        old, new = before[-1][1].counters.generation_tokens, after[-1][1].counters.generation_tokens
+        old, new = points[split - 1][1].counters.generation_tokens, points[-1][1].counters.generation_tokens
         if old is not None and new is not None and new > old:
             delta += new - old
     own = sum(p.tokens if p.tokens is not None else 1 for p in window.probe
