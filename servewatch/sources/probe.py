@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from bisect import bisect_right
 import sys
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
