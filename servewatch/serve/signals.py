@@ -37,10 +37,12 @@ def _progress(sample: MetricsSample) -> tuple:
 
 def _rate(good: list[MetricsSample], read) -> float | None:
     newest = good[-1]
-    older = [s for s in good[:-1] if newest.t - s.t <= RATE_SPAN_S] or good[-2:-1]
-    if not older:
+    if len(good) < 2:
         return None
-    first = older[0]
+    at = len(good) - 2          # the oldest good scrape within RATE_SPAN_S of the newest, else the one before it
+    while at > 0 and newest.t - good[at - 1].t <= RATE_SPAN_S:
+        at -= 1
+    first = good[at]
     a, b = _total(first, read), _total(newest, read)
     span = newest.t - first.t
     if a is None or b is None or span <= 0 or b < a:     # b < a: a counter reset (restart)
