@@ -62,3 +62,20 @@ def test_an_answer_in_time_is_returned_and_a_failure_raised():
     assert asyncio.run(within(answer(), 1.0)) == 42
     with pytest.raises(ValueError):
         asyncio.run(within(fail(), 1.0))
+
+
+def test_cancelling_the_caller_cancels_the_work():
+    async def main():
+        release, unwound = asyncio.Event(), []
+        release.set()
+        caller = asyncio.ensure_future(within(_stubborn(release, unwound), 60))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return list(unwound)                 # before asyncio.run cancels whatever is left
+
+    assert asyncio.run(main()) == [True]     # the work saw the cancellation and unwound
