@@ -45,8 +45,9 @@ def address(i: int) -> str:
 # --- the fake fleet (its own process) ---------------------------------------------------------------
 
 def serve_fleet(n: int, port: int, control_port: int) -> None:
-    from aiohttp import web
-
+    """N fake targets on one port (told apart by the address they were reached at), as a bare asyncio
+    protocol answering from prepared bytes: the fleet must cost less than what it measures, or 1,000
+    targets at 2 s do not fit a 2-core machine beside serve and Prometheus."""
     lines = CAPTURE.read_text().splitlines(keepends=True)
     parts, moving = [], []
     chunk = []
@@ -62,55 +63,64 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
     scrapes = {"servewatch": 0, "prometheus": 0}
     step = [0] * n
     stalled: set[int] = set()
+    answers: dict[int, bytes] = {}
 
-    async def metrics(request):
-        i = _index(request.transport.get_extra_info("sockname")[0])
-        who = "prometheus" if "Prometheus" in request.headers.get("User-Agent", "") else "servewatch"
-        scrapes[who] += 1
-        if who == "servewatch" and i not in stalled:
-            step[i] += 1
-        return web.Response(text=body_at(step[i]), content_type="text/plain")
-
-    bodies: dict[int, str] = {}
-
-    def body_at(at: int) -> str:
-        body = bodies.get(at)
-        if body is None:
-            if len(bodies) > 64:
-                bodies.clear()
+    def answer_at(at: int) -> bytes:
+        answer = answers.get(at)
+        if answer is None:
+            if len(answers) > 64:
+                answers.clear()
             chunks = [parts[0]]
             for k, (name, value) in enumerate(moving):      # every count grows 0.1% a step: shapes kept
                 chunks.append(f"{name} {value * (1 + at / 1000):.10g}\n")
                 chunks.append(parts[k + 1])
-            body = bodies[at] = "".join(chunks)
-        return body
+            answer = answers[at] = response(200, "".join(chunks).encode(), b"text/plain; version=0.0.4")
+        return answer
 
-    async def health(request):
-        return web.Response(text="")
+    def response(status: int, body: bytes, content_type: bytes) -> bytes:
+        return (b"HTTP/1.1 %d OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+                % (status, content_type, len(body)) + body)
 
-    async def control(request):
-        body = await request.json()
-        if "stall" in body:
-            stalled.update(body["stall"])
-        return web.json_response(scrapes)
+    health = response(200, b"", b"text/plain")
+    missing = response(404, b"", b"text/plain")
+
+    class Target(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.buffer = transport, b""
+            self.index = _index(transport.get_extra_info("sockname")[0])
+
+        def data_received(self, data):
+            self.buffer += data
+            while b"\r\n\r\n" in self.buffer:
+                head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+                path = head.split(b" ", 2)[1]
+                if path == b"/metrics":
+                    who = "prometheus" if b"Prometheus" in head else "servewatch"
+                    scrapes[who] += 1
+                    if who == "servewatch" and self.index not in stalled:
+                        step[self.index] += 1
+                    self.transport.write(answer_at(step[self.index]))
+                else:
+                    self.transport.write(health if path == b"/health" else missing)
 
     def _index(ip: str) -> int:
         _, _, c, d = (int(x) for x in ip.split("."))
         return (c - 1) * 250 + (d - 1)
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/health", health)
-    admin = web.Application()
-    admin.router.add_post("/control", control)
+    async def control(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        body = json.loads(await reader.readexactly(length))
+        if "stall" in body:
+            stalled.update(body["stall"])
+        writer.write(response(200, json.dumps(scrapes).encode(), b"application/json"))
+        await writer.drain()
+        writer.close()
 
     async def main():
-        runners = []
-        for application, host, p in ((app, "0.0.0.0", port), (admin, "127.0.0.1", control_port)):
-            runner = web.AppRunner(application, access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, host, p, backlog=4096).start()
-            runners.append(runner)
+        loop = asyncio.get_running_loop()
+        await loop.create_server(Target, "0.0.0.0", port, backlog=4096)
+        await asyncio.start_server(control, "127.0.0.1", control_port)
         print("ready", flush=True)
         await asyncio.Event().wait()
 
@@ -226,6 +236,7 @@ def main() -> None:
                  "every target up in serve")
         time.sleep(3 * args.interval)     # let every target's recorder reach its steady cadence
         before = {"servewatch": cpu_s(serve.pid), **({"prometheus": cpu_s(prometheus.pid)} if prometheus else {})}
+        fleet_before = cpu_s(fleet.pid)
         scrapes_before = control(control_port, {})
         stalled = list(range(0, n, max(1, n // max(1, args.stalled))))[:args.stalled]
         control(control_port, {"stall": stalled})
@@ -244,6 +255,7 @@ def main() -> None:
                     detected[name] = time.monotonic() - frozen_at
             time.sleep(0.25)
         after = {"servewatch": cpu_s(serve.pid), **({"prometheus": cpu_s(prometheus.pid)} if prometheus else {})}
+        fleet_cores = (cpu_s(fleet.pid) - fleet_before) / args.duration
         scrapes_after = control(control_port, {})
         rss = rss_mib(serve.pid)
     finally:
@@ -259,6 +271,7 @@ def main() -> None:
     window = args.duration
     print(f"fleet: {n} targets at {args.interval:g} s for {window:g} s (history {args.history:g} s; the ring holds "
           f"{min(window + 3 * args.interval, args.history):.0f} s)")
+    print(f"  (the fake fleet itself: {fleet_cores:.2f} cores)")
     per = {}
     for who in before:
         scrapes = scrapes_after[who] - scrapes_before[who]
