@@ -9,8 +9,11 @@ them reaches the engine, and none is written to its log.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import add, attrgetter, ge, sub
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
@@ -38,6 +41,7 @@ CAUSE_TEXT = {
 # A token is at least one byte of text, and usually about four in English: request bodies averaging more
 # bytes than this many times the model's maximum length carry prompts over it.
 BYTES_PER_TOKEN = 4
+_time = attrgetter("t")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +80,12 @@ def status_class(key: str) -> str:
 
 def increase(values: Iterable[float | None]) -> float:
     """A counter's increase over a series, across resets (after a drop the new value is all increase)."""
+    present = [value for value in values if value is not None]
+    if all(map(ge, present[1:], present)):      # no reset: the same sum of steps, in C
+        return reduce(add, map(sub, present[1:], present), 0.0)
     total = 0.0
     previous = None
-    for value in values:
-        if value is None:
-            continue
+    for value in present:
         if previous is not None:
             total += value - previous if value >= previous else value
         previous = value
@@ -100,19 +105,26 @@ def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
 
 def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     end = window.end or 0.0
-    scrapes = [m for m in window.good_metrics() if m.t >= end - config.outcome_window_s]
+    metrics = window.metrics       # in time order
+    recent = metrics[bisect_left(metrics, end - config.outcome_window_s, key=_time):]
+    scrapes = [m for m in recent if m.error is None and m.engines]
     if len(scrapes) < 2:
         return None
+    # server-wide counts: every engine of a scrape carries the same, the first one speaks for them
+    server = [m.engines[0].counters for m in scrapes]
     responses: dict[str, float] = {}
-    for key in sorted({k for m in scrapes for k in m.engines[0].counters.responses}):
-        # server-wide counts: every engine of a scrape carries the same, the first one speaks for them
-        responses[key] = increase(m.engines[0].counters.responses.get(key, 0.0) for m in scrapes)
+    for key in sorted(set().union(*[c.responses for c in server])):
+        responses[key] = increase([c.responses.get(key, 0.0) for c in server])
     finished: dict[str, float] = {}
-    for reason in sorted({r for m in scrapes for e in m.engines for r in e.counters.finished}):
-        finished[reason] = increase(_engine_sum(m.engines, reason) for m in scrapes)
-    body_bytes = _optional_increase(m.engines[0].counters.request_bytes for m in scrapes)
-    bodies = _optional_increase(m.engines[0].counters.request_bytes_count for m in scrapes)
-    answered = _optional_increase(m.engines[0].counters.answered for m in scrapes)
+    one_engine = all(len(m.engines) == 1 for m in scrapes)
+    for reason in sorted(set().union(*[e.counters.finished for m in scrapes for e in m.engines])):
+        if one_engine:   # the sum over one engine is its value
+            finished[reason] = increase([c.finished.get(reason) for c in server])
+        else:
+            finished[reason] = increase([_engine_sum(m.engines, reason) for m in scrapes])
+    body_bytes = _optional_increase([c.request_bytes for c in server])
+    bodies = _optional_increase([c.request_bytes_count for c in server])
+    answered = _optional_increase([c.answered for c in server])
     return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies, answered)
 
 
@@ -127,9 +139,8 @@ def _engine_sum(engines: Iterable[EngineState], reason: str) -> float | None:
     return sum(values) if values else None
 
 
-def _optional_increase(values: Iterable[float | None]) -> float | None:
-    values = list(values)
-    return increase(values) if any(v is not None for v in values) else None
+def _optional_increase(values: list[float | None]) -> float | None:
+    return None if values.count(None) == len(values) else increase(values)
 
 
 def _own_health_hangups(window: Window, o: Outcomes) -> int:

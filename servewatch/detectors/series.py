@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import cached_property, wraps
+from operator import lt
 from statistics import median
 from typing import TypeVar
 
@@ -18,25 +20,101 @@ _MODEL_LABELS = frozenset({"model_name"})
 Point = tuple[MetricsSample, EngineState]
 
 
+_KEYS: dict[tuple, str] = {}     # label items → engine key: every scrape of an engine repeats its labels
+_KEYS_KEPT = 4096
+
+
 def engine_key(labels: dict[str, str]) -> str:
     """A stable, path-free name for one engine: its non-model identity labels, e.g. "engine=0"."""
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in _MODEL_LABELS)
+    items = tuple(labels.items())
+    key = _KEYS.get(items)
+    if key is None:
+        if len(_KEYS) >= _KEYS_KEPT:
+            _KEYS.clear()
+        key = _KEYS[items] = ",".join(f"{k}={v}" for k, v in sorted(items) if k not in _MODEL_LABELS)
+    return key
 
 
-_last_series: tuple[object, dict] | None = None   # (the samples tuple, its series): detectors share one split
+class Track:
+    """One engine's good scrapes over a window, and the columns several detectors read (each computed
+    once, on first use). Read-only, like the points."""
+
+    def __init__(self, points: list[Point]):
+        self.points = points
+
+    @cached_property
+    def times(self) -> list[float]:
+        return [sample.t for sample, _ in self.points]
+
+    @cached_property
+    def states(self) -> list[EngineState]:
+        return [state for _, state in self.points]
+
+    @cached_property
+    def counter_columns(self) -> tuple[list, list, list, list]:
+        """steps, generation tokens, prompt tokens and preemptions, one list each (None where unknown)."""
+        counters = [state.counters for state in self.states]
+        return ([c.steps for c in counters], [c.generation_tokens for c in counters],
+                [c.prompt_tokens for c in counters], [c.preemptions for c in counters])
+
+    @cached_property
+    def progress(self) -> list[tuple[float | None, float | None, float | None]]:
+        """`progress(state)` of every point."""
+        steps, generation, prompt, _ = self.counter_columns
+        return list(zip(steps, generation, prompt))
+
+    @cached_property
+    def counter_drops(self) -> list[tuple[int, int]]:
+        """(i, c) for each pair of consecutive points (i - 1, i) where a counter went down (steps,
+        generation tokens, prompt tokens, preemptions: c is its index), the first such counter only."""
+        columns = self.counter_columns
+        if not any(_may_drop(column) for column in columns):
+            return []
+        drops = []
+        for i in range(1, len(self.points)):
+            for c, column in enumerate(columns):
+                before, after = column[i - 1], column[i]
+                if before is not None and after is not None and after < before:
+                    drops.append((i, c))
+                    break
+        return drops
+
+
+def _may_drop(column: list) -> bool:
+    missing = column.count(None)
+    if missing == len(column):
+        return False
+    if missing:
+        return any(b < a for a, b in zip(column, column[1:]) if a is not None and b is not None)
+    return any(map(lt, column[1:], column))
+
+
+_last_series: tuple[object, dict, dict | None] | None = None   # (samples tuple, its series, its tracks)
 
 
 def engine_series(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
     """Good scrapes split per engine, in time order. Callers must not mutate the result."""
-    global _last_series
     if isinstance(samples, tuple):
-        cached = _last_series
-        if cached is not None and cached[0] is samples:
-            return cached[1]
-        result = _split(samples)
-        _last_series = (samples, result)  # holding the tuple keeps its identity from being reused
-        return result
+        return _cached_split(samples)[1]
     return _split(samples)
+
+
+def tracks(samples: tuple[MetricsSample, ...]) -> dict[str, Track]:
+    """`engine_series` as Tracks, shared by the detectors of one run."""
+    global _last_series
+    cached = _cached_split(samples)
+    if cached[2] is None:
+        cached = _last_series = (cached[0], cached[1], {key: Track(points) for key, points in cached[1].items()})
+    return cached[2]
+
+
+def _cached_split(samples: tuple[MetricsSample, ...]) -> tuple[object, dict, dict | None]:
+    global _last_series
+    cached = _last_series
+    if cached is not None and cached[0] is samples:
+        return cached
+    cached = _last_series = (samples, _split(samples), None)  # holding the tuple keeps its identity unused
+    return cached
 
 
 def once_per_window(compute: Callable[[Window, object], R]) -> Callable[[Window, object], R]:
@@ -44,6 +122,7 @@ def once_per_window(compute: Callable[[Window, object], R]) -> Callable[[Window,
     Callers must not mutate the result."""
     last: list = [None]
 
+    @wraps(compute)
     def cached(window: Window, config) -> R:
         seen = last[0]
         if seen is not None and seen[0] is window and seen[1] is config:
