@@ -8,7 +8,7 @@ read as the counter's delta in the window (a peer read the cumulative value as c
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from operator import gt
+from operator import gt, mul, sub
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import Point, Track, num, tracks, where
@@ -58,7 +58,7 @@ def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
         if track.progress[stretch[0]] == track.progress[-1]:
             continue  # a queue behind an engine that does nothing is a stall, not an overload
         span = _between(times, *stretch)
-        mean_waiting = _time_mean(list(zip(times[span], [w or 0.0 for w in waiting[span]])))
+        mean_waiting = _time_mean(times[span], [w or 0.0 for w in waiting[span]])
         if mean_waiting < config.overload_min_mean_waiting:
             continue
         cause, because = _overload_cause(points[span], config)
@@ -76,12 +76,12 @@ def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
     return verdicts
 
 
-def _time_mean(values: list[tuple[float, float]]) -> float:
-    """Time-weighted mean of a step function sampled at the given times."""
+def _time_mean(times: list[float], values: list[float]) -> float:
+    """Time-weighted mean of a step function: values[i] holds from times[i] to times[i + 1]."""
     if len(values) < 2:
-        return values[0][1] if values else 0.0
-    total = sum((t2 - t1) * v for (t1, v), (t2, _) in zip(values, values[1:]))
-    return total / (values[-1][0] - values[0][0])
+        return values[0] if values else 0.0
+    total = sum(map(mul, map(sub, times[1:], times), values))    # (t2 - t1) * v, in order
+    return total / (times[-1] - times[0])
 
 
 def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]:
@@ -99,7 +99,8 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
         return "slots", (f"running {num(state.running)} = slot limit {state.slot_limit} while KV is "
                          f"{_pct(state.kv_usage)}: out of slots, not memory")
     if state.slot_limit is not None:
-        at_limit = _time_mean([(p.t, 1.0 if (s.running or 0) >= state.slot_limit else 0.0) for p, s in run])
+        at_limit = _time_mean([p.t for p, _ in run],
+                              [1.0 if (s.running or 0) >= state.slot_limit else 0.0 for _, s in run])
         if at_limit >= config.overload_slots_share:
             return "slots", (f"running at the slot limit {state.slot_limit} for {at_limit:.0%} of the stretch (now "
                              f"{num(state.running)}) while KV peaked at {_pct(peak_kv)}: out of slots, not memory")
@@ -175,7 +176,7 @@ class _KvSeries:
         self.waiting = [state.waiting for _, state in self.points]
 
     def mean(self, span: slice) -> float:
-        return _time_mean(list(zip(self.times[span], self.kv[span])))
+        return _time_mean(self.times[span], self.kv[span])
 
     def last_seconds(self, seconds: float) -> slice:
         """The points of the last `seconds` (at least the newest one)."""

@@ -80,12 +80,17 @@ def status_class(key: str) -> str:
 
 def increase(values: Iterable[float | None]) -> float:
     """A counter's increase over a series, across resets (after a drop the new value is all increase)."""
-    present = [value for value in values if value is not None]
-    if all(map(ge, present[1:], present)):      # no reset: the same sum of steps, in C
-        return reduce(add, map(sub, present[1:], present), 0.0)
+    values = values if isinstance(values, list) else list(values)
+    try:
+        if all(map(ge, values[1:], values)):      # no reset: the same sum of steps, in C
+            return reduce(add, map(sub, values[1:], values), 0.0)
+    except TypeError:   # None (not exported) among them: the walk below skips it
+        pass
     total = 0.0
     previous = None
-    for value in present:
+    for value in values:
+        if value is None:
+            continue
         if previous is not None:
             total += value - previous if value >= previous else value
         previous = value
@@ -111,13 +116,15 @@ def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     if len(scrapes) < 2:
         return None
     # server-wide counts: every engine of a scrape carries the same, the first one speaks for them
-    server = [m.engines[0].counters for m in scrapes]
+    engines = [m.engines for m in scrapes]
+    server = [e[0].counters for e in engines]
     responses: dict[str, float] = {}
     for key in sorted(set().union(*[c.responses for c in server])):
         responses[key] = increase([c.responses.get(key, 0.0) for c in server])
     finished: dict[str, float] = {}
-    one_engine = all(len(m.engines) == 1 for m in scrapes)
-    for reason in sorted(set().union(*[e.counters.finished for m in scrapes for e in m.engines])):
+    one_engine = sum(map(len, engines)) == len(engines)
+    for reason in sorted(set().union(*[c.finished for c in server] if one_engine else
+                                     [e.counters.finished for m in engines for e in m])):
         if one_engine:   # the sum over one engine is its value
             finished[reason] = increase([c.finished.get(reason) for c in server])
         else:
@@ -140,7 +147,9 @@ def _engine_sum(engines: Iterable[EngineState], reason: str) -> float | None:
 
 
 def _optional_increase(values: list[float | None]) -> float | None:
-    return None if values.count(None) == len(values) else increase(values)
+    if values and values[0] is None and values.count(None) == len(values):
+        return None
+    return increase(values) if values else None
 
 
 def _own_health_hangups(window: Window, o: Outcomes) -> int:

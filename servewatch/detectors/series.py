@@ -81,12 +81,10 @@ class Track:
 
 
 def _may_drop(column: list) -> bool:
-    missing = column.count(None)
-    if missing == len(column):
-        return False
-    if missing:
+    try:
+        return any(map(lt, column[1:], column))
+    except TypeError:   # None (not exported) among them
         return any(b < a for a, b in zip(column, column[1:]) if a is not None and b is not None)
-    return any(map(lt, column[1:], column))
 
 
 _last_series: tuple[object, dict, dict | None] | None = None   # (samples tuple, its series, its tracks)
@@ -137,6 +135,15 @@ def _split(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
     out: dict[str, list[Point]] = {}
     for sample in samples:
         if sample.error is not None:
+            continue
+        if len(sample.engines) == 1:    # most servers: one engine, no name to tell apart
+            state = sample.engines[0]
+            key = engine_key(state.labels)
+            points = out.get(key)
+            if points is None:
+                out[key] = [(sample, state)]
+            else:
+                points.append((sample, state))
             continue
         seen: dict[str, int] = {}
         for state in sample.engines:
