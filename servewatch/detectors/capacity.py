@@ -47,7 +47,7 @@ def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
     verdicts = []
     for key, track in sorted(tracks(window.metrics).items()):
         points, times = track.points, track.times
-        waiting = [state.waiting for state in track.states]
+        waiting = track.column("waiting")
         stretch = _sustained(times, [(w or 0) > 0 for w in waiting], config.overload_clear_s)
         if stretch is None:
             continue
@@ -165,15 +165,15 @@ class _KvSeries:
     """The points of a track whose KV usage is known, with their times, KV usage and waiting."""
 
     def __init__(self, track: Track):
-        kv = [state.kv_usage for state in track.states]
+        kv, waiting = track.column("kv_usage"), track.column("waiting")
         if None in kv:
             keep = [i for i, value in enumerate(kv) if value is not None]
             self.points = [track.points[i] for i in keep]
             self.times = [track.times[i] for i in keep]
             self.kv = [kv[i] for i in keep]
+            self.waiting = [waiting[i] for i in keep]
         else:
-            self.points, self.times, self.kv = track.points, track.times, kv
-        self.waiting = [state.waiting for _, state in self.points]
+            self.points, self.times, self.kv, self.waiting = track.points, track.times, kv, waiting
 
     def mean(self, span: slice) -> float:
         return _time_mean(self.times[span], self.kv[span])

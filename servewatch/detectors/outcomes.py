@@ -19,7 +19,7 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
 from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.detectors.series import once_per_window
+from servewatch.detectors.series import Track, once_per_window, tracks
 from servewatch.engine.state import EngineState
 from servewatch.sources.scrape import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, MetricsSample
@@ -110,6 +110,9 @@ def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
 
 def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     end = window.end or 0.0
+    engines = tracks(window.metrics)
+    if len(engines) == 1:
+        return _one_engine_outcomes(next(iter(engines.values())), end - config.outcome_window_s)
     metrics = window.metrics       # in time order
     recent = metrics[bisect_left(metrics, end - config.outcome_window_s, key=_time):]
     scrapes = [m for m in recent if m.error is None and m.engines]
@@ -135,6 +138,27 @@ def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies, answered)
 
 
+def _one_engine_outcomes(track: Track, since: float) -> Outcomes | None:
+    """`_outcomes` where every good scrape holds one engine (its track's points are the good scrapes),
+    from the track's columns."""
+    start = bisect_left(track.times, since)
+    if len(track.points) - start < 2:
+        return None
+    counters = track.column("counters")[start:]
+    responses = {key: increase(track.column("responses", key)[start:])
+                 for key in sorted(set().union(*[c.responses for c in counters]))}
+    finished = {reason: increase(track.column("finished", reason)[start:])
+                for reason in sorted(set().union(*[c.finished for c in counters]))}
+    body_bytes, bodies, answered = (
+        None if _none_but(track.column(name)[start:]) else increase(track.column(name)[start:])
+        for name in ("request_bytes", "request_bytes_count", "answered"))
+    return Outcomes(track.points[start][0], track.points[-1][0], responses, finished, body_bytes, bodies, answered)
+
+
+def _none_but(values: list) -> bool:
+    return values[0] is None and values.count(None) == len(values)
+
+
 def engine_failing(window: Window, config: DetectorConfig) -> bool:
     """A dead or crash-looping engine fails and ends the requests it holds: engine_dead or crash_loop says
     it, not the outcome verdicts."""
@@ -147,9 +171,7 @@ def _engine_sum(engines: Iterable[EngineState], reason: str) -> float | None:
 
 
 def _optional_increase(values: list[float | None]) -> float | None:
-    if values and values[0] is None and values.count(None) == len(values):
-        return None
-    return increase(values) if values else None
+    return None if not values or _none_but(values) else increase(values)
 
 
 def _own_health_hangups(window: Window, o: Outcomes) -> int:
