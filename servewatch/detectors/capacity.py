@@ -236,24 +236,23 @@ def detect_preemption(window: Window, config: DetectorConfig) -> list[Verdict]:
         return []
     verdicts = []
     for key, track in sorted(tracks(window.metrics).items()):
-        preemptions = track.counter_columns[3]
+        preemptions = track.column("preemptions")
         keep = [i for i in range(bisect_left(track.times, end - config.preemption_window_s), len(track.times))
                 if preemptions[i] is not None]
         counts = [preemptions[i] for i in keep]
         if not any(map(gt, counts[1:], counts)):
             continue  # no rise: nothing to add up
-        recent = [track.points[i] for i in keep]
         delta = 0.0
         onset = None
-        for (_, a), (sample, b) in zip(recent, recent[1:]):
-            step = b.counters.preemptions - a.counters.preemptions
+        for j in range(1, len(counts)):
+            step = counts[j] - counts[j - 1]
             if step > 0:  # a decrease is a counter reset (target_restarted), never negative pressure
                 delta += step
                 if onset is None:
-                    onset = sample.t
+                    onset = track.times[keep[j]]
         if onset is None or delta < config.preemption_min:
             continue
-        (first, first_state), (last, state) = recent[0], recent[-1]
+        (first, first_state), (last, state) = track.points[keep[0]], track.points[keep[-1]]
         why = (f"+{num(delta)} preemptions in the last {last.t - first.t:.0f} s{where(key)} (counter "
                f"{num(first_state.counters.preemptions)} → {num(state.counters.preemptions)}; the delta, not the "
                f"cumulative value); KV {_pct(state.kv_usage)}, {num(state.waiting)} waiting")
