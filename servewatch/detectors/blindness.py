@@ -9,8 +9,9 @@ while we watched), not on the cumulative histogram since process start.
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import engine_series, num, where
+from servewatch.detectors.series import num, tracks, where
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.engine.state import Histogram
 from servewatch.timeline.window import Window
 
 
@@ -19,12 +20,18 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     from servewatch.engine.summary import summarize
 
     verdicts = []
-    for key, points in sorted(engine_series(window.metrics).items()):
+    for key, track in sorted(tracks(window.metrics).items()):
+        states = track.states
         for kind in config.blind_kinds:
-            having = [p for p in points if kind in p[1].histograms]
-            if len(having) < 2:
+            first = next((i for i, state in enumerate(states) if kind in state.histograms), None)
+            if first is None:
                 continue
-            (old_sample, old), (new_sample, new) = having[0], having[-1]
+            last = next(i for i in range(len(states) - 1, first - 1, -1) if kind in states[i].histograms)
+            if last == first:
+                continue
+            (old_sample, old), (new_sample, new) = track.points[first], track.points[last]
+            if _surely_not_blind(new.histograms[kind], old.histograms[kind], config.blind_min_count):
+                continue
             diff = delta(new.histograms[kind], old.histograms[kind])
             if diff is None or diff.count < config.blind_min_count:
                 continue
@@ -43,3 +50,17 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
                                      "first_bucket_le": summary.first_bucket_le, "mean_s": summary.mean_s,
                                      "p50_s": summary.p50_s, "p99_s": summary.p99_s}))
     return verdicts
+
+
+def _surely_not_blind(new: Histogram, old: Histogram, min_count: float) -> bool:
+    """What the delta and its summary would conclude, from the first bucket alone, when that is "not
+    blind": too few observations, other bucket edges, or a first-bucket share under BLIND_FRACTION
+    (computed with the very operations the delta and the summary use)."""
+    from servewatch.engine.summary import BLIND_FRACTION
+
+    count = new.count - old.count
+    if count < min_count or new.edges != old.edges:
+        return True
+    if not new.edges or not count > 0:
+        return False     # let the delta and the summary say
+    return (new.cumulative[0] - old.cumulative[0]) / count < BLIND_FRACTION

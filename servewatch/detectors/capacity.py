@@ -7,26 +7,34 @@ read as the counter's delta in the window (a peer read the cumulative value as c
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from operator import gt, mul, sub
+
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import Point, engine_series, num, progress, where
+from servewatch.detectors.series import Point, Track, num, tracks, where
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.window import Window
 
 
-def _sustained(points: list[Point], hot, grace_s: float) -> tuple[Point, Point] | None:
-    """(first, last) hot point of the newest stretch where `hot` holds, cold dips shorter than grace_s
-    included; None when the newest cold stretch has already lasted grace_s."""
+def _sustained(times: list[float], hot: list[bool], grace_s: float) -> tuple[int, int] | None:
+    """(first, last) index of the hot points of the newest stretch where `hot` holds, cold dips shorter
+    than grace_s included; None when the newest cold stretch has already lasted grace_s."""
     first = last = None
-    boundary_t = points[-1][0].t if points else 0.0
-    for point in reversed(points):
-        sample, state = point
-        if hot(state):
-            last = last or point
-            first = point
-            boundary_t = sample.t
-        elif boundary_t - sample.t >= grace_s:
+    boundary_t = times[-1] if times else 0.0
+    for i in range(len(times) - 1, -1, -1):
+        if hot[i]:
+            if last is None:
+                last = i
+            first = i
+            boundary_t = times[i]
+        elif boundary_t - times[i] >= grace_s:
             break
     return (first, last) if last is not None else None
+
+
+def _between(times: list[float], first: int, last: int) -> slice:
+    """The points whose time lies within [times[first], times[last]] (times in order)."""
+    return slice(bisect_left(times, times[first]), bisect_right(times, times[last]))
 
 
 def _pct(x: float | None) -> str:
@@ -37,21 +45,23 @@ def _pct(x: float | None) -> str:
 
 def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
     verdicts = []
-    for key, points in sorted(engine_series(window.metrics).items()):
-        stretch = _sustained(points, lambda s: (s.waiting or 0) > 0, config.overload_clear_s)
+    for key, track in sorted(tracks(window.metrics).items()):
+        points, times = track.points, track.times
+        waiting = track.column("waiting")
+        stretch = _sustained(times, [(w or 0) > 0 for w in waiting], config.overload_clear_s)
         if stretch is None:
             continue
-        (first, first_state), (last, state) = stretch
+        (first, first_state), (last, state) = points[stretch[0]], points[stretch[1]]
         sustained = last.t - first.t
         if sustained < config.overload_sustain_s:
             continue
-        if progress(first_state) == progress(points[-1][1]):
+        if track.progress[stretch[0]] == track.progress[-1]:
             continue  # a queue behind an engine that does nothing is a stall, not an overload
-        run = [p for p in points if first.t <= p[0].t <= last.t]
-        mean_waiting = _time_mean([(p[0].t, p[1].waiting or 0.0) for p in run])
+        span = _between(times, *stretch)
+        mean_waiting = _time_mean(times[span], [w or 0.0 for w in waiting[span]])
         if mean_waiting < config.overload_min_mean_waiting:
             continue
-        cause, because = _overload_cause(run, config)
+        cause, because = _overload_cause(points[span], config)
         why = (f"{num(state.waiting)} waiting{where(key)}, waiting > 0 for {sustained:.1f} s "
                f"(≥ {config.overload_sustain_s:g} s, {mean_waiting:.1f} on average); cause {cause}: {because}")
         evidence = (Evidence("metrics", first.t, "waiting", first_state.waiting),
@@ -66,12 +76,12 @@ def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
     return verdicts
 
 
-def _time_mean(values: list[tuple[float, float]]) -> float:
-    """Time-weighted mean of a step function sampled at the given times."""
+def _time_mean(times: list[float], values: list[float]) -> float:
+    """Time-weighted mean of a step function: values[i] holds from times[i] to times[i + 1]."""
     if len(values) < 2:
-        return values[0][1] if values else 0.0
-    total = sum((t2 - t1) * v for (t1, v), (t2, _) in zip(values, values[1:]))
-    return total / (values[-1][0] - values[0][0])
+        return values[0] if values else 0.0
+    total = sum(map(mul, map(sub, times[1:], times), values))    # (t2 - t1) * v, in order
+    return total / (times[-1] - times[0])
 
 
 def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]:
@@ -89,7 +99,8 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
         return "slots", (f"running {num(state.running)} = slot limit {state.slot_limit} while KV is "
                          f"{_pct(state.kv_usage)}: out of slots, not memory")
     if state.slot_limit is not None:
-        at_limit = _time_mean([(p.t, 1.0 if (s.running or 0) >= state.slot_limit else 0.0) for p, s in run])
+        at_limit = _time_mean([p.t for p, _ in run],
+                              [1.0 if (s.running or 0) >= state.slot_limit else 0.0 for _, s in run])
         if at_limit >= config.overload_slots_share:
             return "slots", (f"running at the slot limit {state.slot_limit} for {at_limit:.0%} of the stretch (now "
                              f"{num(state.running)}) while KV peaked at {_pct(peak_kv)}: out of slots, not memory")
@@ -115,8 +126,8 @@ def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
     - preempting: the engine preempted requests while a scrape showed KV ≥ kv_high and a queue.
     """
     verdicts = []
-    for key, points in sorted(engine_series(window.metrics).items()):
-        known = [p for p in points if p[1].kv_usage is not None]
+    for key, track in sorted(tracks(window.metrics).items()):
+        known = _KvSeries(track)
         found = _kv_held(known, config) or _kv_queued(known, config) or _kv_preempting(known, config)
         if found is None:
             continue
@@ -150,44 +161,65 @@ def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
     return verdicts
 
 
-def _kv_held(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point], float] | None:
-    stretch = _sustained(known, lambda s: s.kv_usage >= config.kv_high, config.kv_grace_s)
+class _KvSeries:
+    """The points of a track whose KV usage is known, with their times, KV usage and waiting."""
+
+    def __init__(self, track: Track):
+        kv, waiting = track.column("kv_usage"), track.column("waiting")
+        if None in kv:
+            keep = [i for i, value in enumerate(kv) if value is not None]
+            self.points = [track.points[i] for i in keep]
+            self.times = [track.times[i] for i in keep]
+            self.kv = [kv[i] for i in keep]
+            self.waiting = [waiting[i] for i in keep]
+        else:
+            self.points, self.times, self.kv, self.waiting = track.points, track.times, kv, waiting
+
+    def mean(self, span: slice) -> float:
+        return _time_mean(self.times[span], self.kv[span])
+
+    def last_seconds(self, seconds: float) -> slice:
+        """The points of the last `seconds` (at least the newest one)."""
+        return slice(bisect_left(self.times, self.times[-1] - seconds), len(self.times))
+
+
+def _kv_held(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Point], float] | None:
+    stretch = _sustained(known.times, [value >= config.kv_high for value in known.kv], config.kv_grace_s)
     if stretch is None:
         return None
-    (first, _), (last, _) = stretch
-    if last.t - first.t < config.kv_sustain_s:
+    if known.times[stretch[1]] - known.times[stretch[0]] < config.kv_sustain_s:
         return None
-    run = [p for p in known if first.t <= p[0].t <= last.t]
-    mean = _time_mean([(p.t, s.kv_usage) for p, s in run])
-    return ("held", run, mean) if mean >= config.kv_clear else None
+    span = _between(known.times, *stretch)
+    mean = known.mean(span)
+    return ("held", known.points[span], mean) if mean >= config.kv_clear else None
 
 
-def _kv_queued(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point], float] | None:
-    if not known:
+def _kv_queued(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Point], float] | None:
+    if not known.points:
         return None
-    end = known[-1][0].t
-    run = [p for p in known if p[0].t >= end - config.kv_window_s]
-    if end - run[0][0].t < config.kv_sustain_s:
+    span = known.last_seconds(config.kv_window_s)
+    if known.times[-1] - known.times[span.start] < config.kv_sustain_s:
         return None
-    if not any((s.waiting or 0) > 0 for _, s in run) or max(s.kv_usage for _, s in run) < config.kv_high:
+    if not any((w or 0) > 0 for w in known.waiting[span]) or max(known.kv[span]) < config.kv_high:
         return None
-    mean = _time_mean([(p.t, s.kv_usage) for p, s in run])
-    return ("queued", run, mean) if mean >= config.kv_clear else None
+    mean = known.mean(span)
+    return ("queued", known.points[span], mean) if mean >= config.kv_clear else None
 
 
-def _kv_preempting(known: list[Point], config: DetectorConfig) -> tuple[str, list[Point], float] | None:
+def _kv_preempting(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Point], float] | None:
     """Preemptions within the last kv_window_s, at a scrape with KV ≥ kv_high and requests waiting: an
     engine preempts only when it cannot find KV blocks, so this is pressure however briefly a starved
     watcher saw it (a real vLLM on a 2-core VM drained 24 long requests with +9 preemptions at KV 100%
     in 4 s, between scrapes seconds apart)."""
-    if not known:
+    if not known.points:
         return None
-    end = known[-1][0].t
-    run = [p for p in known if p[0].t >= end - config.kv_window_s]
-    full_with_queue = any(s.kv_usage >= config.kv_high and (s.waiting or 0) > 0 for _, s in run)
+    span = known.last_seconds(config.kv_window_s)
+    full_with_queue = any(value >= config.kv_high and (w or 0) > 0
+                          for value, w in zip(known.kv[span], known.waiting[span]))
+    run = known.points[span]
     if not full_with_queue or _preempted(run) < config.preemption_min:
         return None
-    return "preempting", run, _time_mean([(p.t, s.kv_usage) for p, s in run])
+    return "preempting", run, known.mean(span)
 
 
 def _preempted(run: list[Point]) -> float:
@@ -203,20 +235,24 @@ def detect_preemption(window: Window, config: DetectorConfig) -> list[Verdict]:
     if end is None:
         return []
     verdicts = []
-    for key, points in sorted(engine_series(window.metrics).items()):
-        recent = [p for p in points if p[0].t >= end - config.preemption_window_s
-                  and p[1].counters.preemptions is not None]
+    for key, track in sorted(tracks(window.metrics).items()):
+        preemptions = track.column("preemptions")
+        keep = [i for i in range(bisect_left(track.times, end - config.preemption_window_s), len(track.times))
+                if preemptions[i] is not None]
+        counts = [preemptions[i] for i in keep]
+        if not any(map(gt, counts[1:], counts)):
+            continue  # no rise: nothing to add up
         delta = 0.0
         onset = None
-        for (_, a), (sample, b) in zip(recent, recent[1:]):
-            step = b.counters.preemptions - a.counters.preemptions
+        for j in range(1, len(counts)):
+            step = counts[j] - counts[j - 1]
             if step > 0:  # a decrease is a counter reset (target_restarted), never negative pressure
                 delta += step
                 if onset is None:
-                    onset = sample.t
+                    onset = track.times[keep[j]]
         if onset is None or delta < config.preemption_min:
             continue
-        (first, first_state), (last, state) = recent[0], recent[-1]
+        (first, first_state), (last, state) = track.points[keep[0]], track.points[keep[-1]]
         why = (f"+{num(delta)} preemptions in the last {last.t - first.t:.0f} s{where(key)} (counter "
                f"{num(first_state.counters.preemptions)} → {num(state.counters.preemptions)}; the delta, not the "
                f"cumulative value); KV {_pct(state.kv_usage)}, {num(state.waiting)} waiting")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from servewatch import dialects
 from servewatch.detectors import restart, startup
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.series import once_per_window
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import HealthSample, ProcessSample
 from servewatch.timeline.window import Window
@@ -56,6 +57,7 @@ def _health_problem(sample: HealthSample) -> str:
 
 # --- engine_dead ---------------------------------------------------------------------------------
 
+@once_per_window          # engine_dead, alive_health_ok_no_progress and the outcome verdicts all ask
 def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float | None, list[Evidence], list[str]]:
     """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], [])."""
     onsets: list[float] = []

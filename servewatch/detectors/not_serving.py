@@ -10,7 +10,7 @@ A probe that could not be asked (no /v1/models, the model 404s, a 4xx) proves no
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import engine_series, progress
+from servewatch.detectors.series import tracks
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import DEADLINE, ProbeSample
 from servewatch.timeline.window import Window
@@ -19,6 +19,8 @@ NAME = "not_serving"
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+    if not window.probe or not window.probe[-1].failed:
+        return []
     # Only probes sent after the counters last moved count: one sent before proves nothing now.
     run = _trailing_failures(window.probe, after=_last_counter_movement(window))
     if not run or len(run) < config.probe_fail_count:
@@ -74,10 +76,11 @@ def _trailing_failures(probes: tuple[ProbeSample, ...], after: float | None) -> 
 def _last_counter_movement(window: Window) -> float | None:
     """The time of the newest scrape whose progress counters differ from the scrape before (any engine)."""
     newest = None
-    for points in engine_series(window.metrics).values():
-        for (_, a), (sample, b) in zip(reversed(points[:-1]), reversed(points[1:])):
-            if progress(a) != progress(b):
-                newest = sample.t if newest is None else max(newest, sample.t)
+    for track in tracks(window.metrics).values():
+        moves = track.progress
+        for i in range(len(moves) - 1, 0, -1):
+            if moves[i] != moves[i - 1]:
+                newest = track.times[i] if newest is None else max(newest, track.times[i])
                 break
     return newest
 

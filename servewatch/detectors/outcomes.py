@@ -9,14 +9,17 @@ them reaches the engine, and none is written to its log.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import add, attrgetter, ge, sub
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
 from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.detectors.series import once_per_window
+from servewatch.detectors.series import Track, once_per_window, tracks
 from servewatch.engine.state import EngineState
 from servewatch.sources.scrape import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, MetricsSample
@@ -38,6 +41,7 @@ CAUSE_TEXT = {
 # A token is at least one byte of text, and usually about four in English: request bodies averaging more
 # bytes than this many times the model's maximum length carry prompts over it.
 BYTES_PER_TOKEN = 4
+_time = attrgetter("t")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,12 @@ def status_class(key: str) -> str:
 
 def increase(values: Iterable[float | None]) -> float:
     """A counter's increase over a series, across resets (after a drop the new value is all increase)."""
+    values = values if isinstance(values, list) else list(values)
+    try:
+        if all(map(ge, values[1:], values)):      # no reset: the same sum of steps, in C
+            return reduce(add, map(sub, values[1:], values), 0.0)
+    except TypeError:   # None (not exported) among them: the walk below skips it
+        pass
     total = 0.0
     previous = None
     for value in values:
@@ -100,20 +110,53 @@ def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
 
 def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     end = window.end or 0.0
-    scrapes = [m for m in window.good_metrics() if m.t >= end - config.outcome_window_s]
+    engines = tracks(window.metrics)
+    if len(engines) == 1:
+        return _one_engine_outcomes(next(iter(engines.values())), end - config.outcome_window_s)
+    metrics = window.metrics       # in time order
+    recent = metrics[bisect_left(metrics, end - config.outcome_window_s, key=_time):]
+    scrapes = [m for m in recent if m.error is None and m.engines]
     if len(scrapes) < 2:
         return None
+    # server-wide counts: every engine of a scrape carries the same, the first one speaks for them
+    engines = [m.engines for m in scrapes]
+    server = [e[0].counters for e in engines]
     responses: dict[str, float] = {}
-    for key in sorted({k for m in scrapes for k in m.engines[0].counters.responses}):
-        # server-wide counts: every engine of a scrape carries the same, the first one speaks for them
-        responses[key] = increase(m.engines[0].counters.responses.get(key, 0.0) for m in scrapes)
+    for key in sorted(set().union(*[c.responses for c in server])):
+        responses[key] = increase([c.responses.get(key, 0.0) for c in server])
     finished: dict[str, float] = {}
-    for reason in sorted({r for m in scrapes for e in m.engines for r in e.counters.finished}):
-        finished[reason] = increase(_engine_sum(m.engines, reason) for m in scrapes)
-    body_bytes = _optional_increase(m.engines[0].counters.request_bytes for m in scrapes)
-    bodies = _optional_increase(m.engines[0].counters.request_bytes_count for m in scrapes)
-    answered = _optional_increase(m.engines[0].counters.answered for m in scrapes)
+    one_engine = sum(map(len, engines)) == len(engines)
+    for reason in sorted(set().union(*[c.finished for c in server] if one_engine else
+                                     [e.counters.finished for m in engines for e in m])):
+        if one_engine:   # the sum over one engine is its value
+            finished[reason] = increase([c.finished.get(reason) for c in server])
+        else:
+            finished[reason] = increase([_engine_sum(m.engines, reason) for m in scrapes])
+    body_bytes = _optional_increase([c.request_bytes for c in server])
+    bodies = _optional_increase([c.request_bytes_count for c in server])
+    answered = _optional_increase([c.answered for c in server])
     return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies, answered)
+
+
+def _one_engine_outcomes(track: Track, since: float) -> Outcomes | None:
+    """`_outcomes` where every good scrape holds one engine (its track's points are the good scrapes),
+    from the track's columns."""
+    start = bisect_left(track.times, since)
+    if len(track.points) - start < 2:
+        return None
+    counters = track.column("counters")[start:]
+    responses = {key: increase(track.column("responses", key)[start:])
+                 for key in sorted(set().union(*[c.responses for c in counters]))}
+    finished = {reason: increase(track.column("finished", reason)[start:])
+                for reason in sorted(set().union(*[c.finished for c in counters]))}
+    body_bytes, bodies, answered = (
+        None if _none_but(track.column(name)[start:]) else increase(track.column(name)[start:])
+        for name in ("request_bytes", "request_bytes_count", "answered"))
+    return Outcomes(track.points[start][0], track.points[-1][0], responses, finished, body_bytes, bodies, answered)
+
+
+def _none_but(values: list) -> bool:
+    return values[0] is None and values.count(None) == len(values)
 
 
 def engine_failing(window: Window, config: DetectorConfig) -> bool:
@@ -127,9 +170,8 @@ def _engine_sum(engines: Iterable[EngineState], reason: str) -> float | None:
     return sum(values) if values else None
 
 
-def _optional_increase(values: Iterable[float | None]) -> float | None:
-    values = list(values)
-    return increase(values) if any(v is not None for v in values) else None
+def _optional_increase(values: list[float | None]) -> float | None:
+    return None if not values or _none_but(values) else increase(values)
 
 
 def _own_health_hangups(window: Window, o: Outcomes) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import (Point, admitted, cadence, engine_series, has_progress_counters, num,
-                                         progress, where)
+from servewatch.detectors.series import (Track, admitted, cadence, has_progress_counters, num, progress, tracks,
+                                         where)
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.window import Window
 
@@ -38,8 +38,8 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     # Not only while /health fails: the probe that the long step's end answers can arrive before the
     # scrape that shows the step's counters (seen on a real SGLang).
     busy = through_engine and engine_busy(window.process, config)
-    for key, points in sorted(engine_series(window.metrics).items()):
-        verdict = _engine_stall(key, points, health, process, busy, config)
+    for key, track in sorted(tracks(window.metrics).items()):
+        verdict = _engine_stall(key, track, health, process, busy, config)
         if verdict is not None:
             verdicts.append(verdict)
     return verdicts
@@ -78,11 +78,25 @@ def typical_longest_gap(gaps: list[float]) -> float:
     return ordered[int(0.9 * (len(ordered) - 1))]
 
 
-def _engine_stall(key, points: list[Point], health, process, busy: bool, config: DetectorConfig) -> Verdict | None:
+def _quiet_since(track: Track) -> int:
+    """The index of the point the current quiet began at: the newest counter movement within the trailing
+    stretch of admitted work, else that stretch's first point (the newest point must be admitted)."""
+    moves, states = track.progress, track.states
+    i = len(moves) - 1
+    while i > 0 and moves[i] == moves[i - 1] and admitted(states[i - 1]):
+        i -= 1
+    return i
+
+
+def _engine_stall(key, track: Track, health, process, busy: bool, config: DetectorConfig) -> Verdict | None:
+    points = track.points
     if len(points) < 2 or not has_progress_counters(points[-1][1]):
         return None
     last_sample, last_state = points[-1]
     if not admitted(last_state):
+        return None
+    # The threshold is never under min(ceiling, floor): a quiet shorter than that needs no cadence.
+    if track.times[-1] - track.times[_quiet_since(track)] < min(config.stall_ceiling_s, config.stall_floor_s):
         return None
 
     # Walk the series once: where the current busy stretch began, where the counters last moved, and
@@ -92,6 +106,7 @@ def _engine_stall(key, points: list[Point], health, process, busy: bool, config:
     gaps: list[float] = []
     prev_move_t = None
     interrupted = True
+    moves = track.progress
     for i, (sample, state) in enumerate(points):
         if not admitted(state):
             busy_from = None
@@ -99,7 +114,7 @@ def _engine_stall(key, points: list[Point], health, process, busy: bool, config:
             continue
         if busy_from is None:
             busy_from = i
-        if i > 0 and progress(state) != progress(points[i - 1][1]):
+        if i > 0 and moves[i] != moves[i - 1]:
             if prev_move_t is not None and not interrupted:
                 # Moved again at the very next scrape: the engine steps faster than we look, and the
                 # scrape gap (a starved API server can take seconds to answer) is not its cadence.

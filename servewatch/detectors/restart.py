@@ -9,7 +9,7 @@ restart verdict per start.
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import engine_series, num, once_per_window, progress, where
+from servewatch.detectors.series import num, once_per_window, tracks, where
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.window import Window
 
@@ -34,18 +34,14 @@ def _restarts(window: Window) -> list[Verdict]:
                            Evidence("process", b.t, "root_create_time", b.root_create_time)),
                           {"by": "pid_identity", "old_pid": a.root_pid, "new_pid": b.root_pid}))
 
-    for key, points in sorted(engine_series(window.metrics).items()):
-        for (sa, a), (sb, b) in zip(points, points[1:]):
-            values_a = progress(a) + (a.counters.preemptions,)
-            values_b = progress(b) + (b.counters.preemptions,)
-            for name, va, vb in zip(_COUNTERS, values_a, values_b):
-                if va is not None and vb is not None and vb < va:
-                    found.append((sb.t, f"counter {name} went down {num(va)} → {num(vb)}{where(key)}: "
-                                        "the exporter restarted",
-                                  (Evidence("metrics", sa.t, f"counters.{name}", va),
-                                   Evidence("metrics", sb.t, f"counters.{name}", vb)),
-                                  {"by": "counter_reset", "engine": key, "counter": name}))
-                    break
+    for key, track in sorted(tracks(window.metrics).items()):
+        for i, c in track.counter_drops:
+            name, va, vb = _COUNTERS[c], track.counter_columns[c][i - 1], track.counter_columns[c][i]
+            ta, tb = track.times[i - 1], track.times[i]
+            found.append((tb, f"counter {name} went down {num(va)} → {num(vb)}{where(key)}: the exporter restarted",
+                          (Evidence("metrics", ta, f"counters.{name}", va),
+                           Evidence("metrics", tb, f"counters.{name}", vb)),
+                          {"by": "counter_reset", "engine": key, "counter": name}))
 
     if not found:
         return []
@@ -74,13 +70,10 @@ def _identity_changes(window: Window) -> list[Episode]:
 
 def _counter_resets(window: Window) -> list[Episode]:
     resets: list[Episode] = []
-    for _, points in sorted(engine_series(window.metrics).items())[:1]:    # one engine tells a server restart
-        for (_, a), (sb, b) in zip(points, points[1:]):
-            for name, va, vb in zip(_COUNTERS, progress(a) + (a.counters.preemptions,),
-                                    progress(b) + (b.counters.preemptions,)):
-                if va is not None and vb is not None and vb < va:
-                    resets.append((sb.t, Evidence("metrics", sb.t, f"counters.{name}", vb)))
-                    break
+    for _, track in sorted(tracks(window.metrics).items())[:1]:    # one engine tells a server restart
+        for i, c in track.counter_drops:
+            t = track.times[i]
+            resets.append((t, Evidence("metrics", t, f"counters.{_COUNTERS[c]}", track.counter_columns[c][i])))
     return resets
 
 

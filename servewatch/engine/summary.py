@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from servewatch.engine.histogram import blindness, histogram_quantile, mean
 from servewatch.engine.state import Histogram
 
+# The share of a histogram's observations in its first bucket from which its quantiles are blind.
+BLIND_FRACTION = 0.99
+
 LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E", "queue": "queue time",
           "prefill": "prefill time", "decode": "decode time"}
 
@@ -39,7 +42,7 @@ class HistogramSummary:
 
 
 def summarize(kind: str, histogram: Histogram) -> HistogramSummary:
-    finding = blindness(histogram)      # computes both quantiles when there is an observation to rank
+    finding = blindness(histogram, BLIND_FRACTION)      # computes both quantiles when there is an observation to rank
     return HistogramSummary(
         kind=kind,
         count=histogram.count,
