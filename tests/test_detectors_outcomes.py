@@ -284,3 +284,15 @@ def test_sglang_aborts_while_its_scheduler_is_stopped_belong_to_the_stall():
     assert "alive_health_ok_no_progress" in stall or "health_loss" in stall, stall
     # The same aborts while the engine generates and /health fails are clients giving up.
     assert _fired_as_watched(_stopped_scheduler(progress_while_stopped=True), "requests_aborted")
+
+
+def test_hang_ups_right_after_a_fresh_vllm_served_its_first_requests_are_seen_at_once():
+    # A real vLLM 0.32 declares http_requests_total with no series until its first answer; its engine's
+    # finished counters read 0 from the start. Watched from startup: 12 served, then 8 streams closed by
+    # their client after the first chunk. Reading the missing series as "unknown" left the first answers
+    # out of the count, and requests_aborted waited a whole outcome window (55 s) to fire.
+    fresh = (FIXTURES / "vllm_real" / "idle.prom").read_text()
+    texts = [fresh, vllm_text(ok=10, length=10), vllm_text(ok=12, length=12), vllm_text(ok=20, length=12, hung_up=8)]
+    assert scrape(T0, fresh).engines[0].counters.answered == 0
+    verdict = verdicts(series(texts))["requests_aborted"]
+    assert verdict.details["hung_up"] == 8 and verdict.details["finished"] == 20
