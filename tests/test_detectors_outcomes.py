@@ -46,7 +46,8 @@ def vllm_text(*, ok=1.0, client=0.0, unrouted=0.0, server=0.0, body_bytes=100.0,
     return text
 
 
-def sglang_text(codes: dict[str, float], *, requests: float = 21.0, aborted: float | None = None) -> str:
+def sglang_text(codes: dict[str, float], *, requests: float = 21.0, aborted: float | None = None,
+                generated: float | None = None) -> str:
     lines = [line for line in SGLANG.splitlines() if 'endpoint="/v1/completions"' not in line
              or not line.startswith("sglang:http_responses_total")]
     i = lines.index("# TYPE sglang:http_responses_total counter") + 1
@@ -54,6 +55,8 @@ def sglang_text(codes: dict[str, float], *, requests: float = 21.0, aborted: flo
                   for code, n in codes.items()]
     text = "\n".join(lines)
     text = re.sub(r"(sglang:num_requests_total\{[^}]*\}) \S+", rf"\1 {requests}", text)
+    if generated is not None:
+        text = re.sub(r"(sglang:generation_tokens_total\{[^}]*\}) \S+", rf"\1 {generated}", text)
     if aborted is not None:
         text += ("\n# TYPE sglang:num_aborted_requests_total counter\n"
                  f'sglang:num_aborted_requests_total{{engine_type="unified",model_name="/models/tiny"}} {aborted}\n')
@@ -241,3 +244,55 @@ def test_sglang_health_probes_that_timed_out_are_not_clients_giving_up():
     # vLLM's /health runs no generation: its timeouts are not requests.
     vllm = series([vllm_text(ok=10 + 8 * i, length=10 + 4 * i, abort=4 * i) for i in range(6)])
     assert "requests_aborted" in verdicts([*vllm, *timeouts])
+
+
+def _stopped_scheduler(*, progress_while_stopped: bool) -> list:
+    """A real SGLang 0.5.23 whose scheduler was SIGSTOPped for 26 s with 6 requests running, scraped
+    every second: generation tokens still, our /health probes timing out every 2 s, and 20 requests
+    counted aborted one by one (our health probes and those of a 2 s health poller, each of which runs a
+    generation and hangs up on it); after SIGCONT it generates again and counts no more aborts."""
+    from servewatch.timeline.samples import HealthSample
+    samples, generated, aborted = [], 14_000.0, 0.0
+    for i in range(40):
+        t = T0 + i
+        stopped = 4 <= i < 30
+        if not stopped or progress_while_stopped:
+            generated += 300
+        if stopped and i >= 7 and aborted < 20:
+            aborted += 1
+        samples.append(scrape(t, sglang_text({"200": 93}, requests=93, aborted=aborted, generated=generated)))
+        if stopped and i >= 6 and i % 2 == 0:
+            samples.append(HealthSample(t=t + 0.5, status=None, latency_s=None, error="timeout"))
+        elif not stopped:
+            samples.append(HealthSample(t=t + 0.5, status=200, latency_s=0.05))
+    return samples
+
+
+def _fired_as_watched(samples, name: str) -> list[float]:
+    """When `name` held, evaluating the window at every scrape as watch does."""
+    found = []
+    for i, sample in enumerate(samples):
+        if isinstance(sample, MetricsSample) and name in verdicts(samples[:i + 1]):
+            found.append(sample.t - T0)
+    return found
+
+
+def test_sglang_aborts_while_its_scheduler_is_stopped_belong_to_the_stall():
+    samples = _stopped_scheduler(progress_while_stopped=False)
+    assert _fired_as_watched(samples, "requests_aborted") == []
+    stall = [v.name for v in run_detectors(Window.from_samples([s for s in samples if s.t < T0 + 30]))]
+    assert "alive_health_ok_no_progress" in stall or "health_loss" in stall, stall
+    # The same aborts while the engine generates and /health fails are clients giving up.
+    assert _fired_as_watched(_stopped_scheduler(progress_while_stopped=True), "requests_aborted")
+
+
+def test_hang_ups_right_after_a_fresh_vllm_served_its_first_requests_are_seen_at_once():
+    # A real vLLM 0.32 declares http_requests_total with no series until its first answer; its engine's
+    # finished counters read 0 from the start. Watched from startup: 12 served, then 8 streams closed by
+    # their client after the first chunk. Reading the missing series as "unknown" left the first answers
+    # out of the count, and requests_aborted waited a whole outcome window (55 s) to fire.
+    fresh = (FIXTURES / "vllm_real" / "idle.prom").read_text()
+    texts = [fresh, vllm_text(ok=10, length=10), vllm_text(ok=12, length=12), vllm_text(ok=20, length=12, hung_up=8)]
+    assert scrape(T0, fresh).engines[0].counters.answered == 0
+    verdict = verdicts(series(texts))["requests_aborted"]
+    assert verdict.details["hung_up"] == 8 and verdict.details["finished"] == 20

@@ -144,3 +144,87 @@ def test_titles_and_roles():
 
     assert title_of(Fake(["VLLM::Worker_TP0"], "VLLM::Worker_TP")) == "VLLM::Worker_TP0"
     assert title_of(Fake(["/opt/venv/bin/python", "-m", "vllm", "--model", "/models/x"], "python3")) == "python3"
+
+
+# A stand-in EngineCore: titled like vLLM's, it forks a copy of itself that never execs (as a vfork'd
+# `/bin/sh` is before its exec) and waits; the test ends both.
+_FORKING_CORE = """
+import os, signal
+if os.fork() == 0:
+    signal.pause()
+    os._exit(0)
+signal.pause()
+"""
+
+
+def _titled(title: str, code: str, **popen) -> subprocess.Popen:
+    """A Python process whose argv[0], hence its title as a process tree reads it, is `title`."""
+    return subprocess.Popen([title, "-c", code], executable=sys.executable, **popen)
+
+
+def test_a_fork_carrying_its_parents_title_is_not_an_engine_process_and_its_exit_is_no_death():
+    from servewatch.detectors import run_detectors
+    from servewatch.timeline.window import Window
+
+    api = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, signal\n"
+                            f"subprocess.Popen(['VLLM::EngineCore', '-c', {_FORKING_CORE!r}], executable=sys.executable)\n"
+                            f"signal.pause()"])
+    try:
+        assert wait_for(lambda: len(psutil.Process(api.pid).children(recursive=True)) == 2)
+        core = psutil.Process(api.pid).children()[0]
+        (copy,) = core.children()
+        probe = PsutilProbe(api.pid)
+        first = probe.snapshot(1.0)
+        roles = {m.pid: (m.title, m.role) for m in first.members}
+        assert roles[core.pid] == ("VLLM::EngineCore", "engine_core")
+        assert roles[copy.pid] == ("VLLM::EngineCore", "other")
+
+        copy.kill()
+        assert wait_for(lambda: not copy.is_running() or copy.status() == psutil.STATUS_ZOMBIE)
+        second = probe.snapshot(2.0)
+        assert "engine_dead" not in [v.name for v in run_detectors(Window.from_samples([first, second]))]
+
+        core.kill()
+        assert wait_for(lambda: not core.is_running() or core.status() == psutil.STATUS_ZOMBIE)
+        third = probe.snapshot(3.0)
+        dead = [v for v in run_detectors(Window.from_samples([first, second, third])) if v.name == "engine_dead"]
+        assert dead and f"members[{core.pid}]" in {e.field for e in dead[0].evidence}
+    finally:
+        for proc in psutil.Process(api.pid).children(recursive=True):
+            proc.kill()
+        api.kill()
+        api.wait(timeout=10)
+
+
+def test_a_titled_process_that_execs_is_read_again():
+    # Before its exec a vfork'd child reads with its parent's title; afterwards it is the program it ran.
+    proc = _titled("VLLM::Worker_TP0", "import os, sys; sys.stdin.readline(); os.execv('/bin/sleep', ['sleep', '30'])",
+                   stdin=subprocess.PIPE, text=True)
+    try:
+        # Just after an exec the kernel shows an empty command line for an instant.
+        assert wait_for(lambda: psutil.Process(proc.pid).cmdline()[:1] == ["VLLM::Worker_TP0"])
+        probe = PsutilProbe(proc.pid)
+        assert probe.snapshot(1.0).members[0].title == "VLLM::Worker_TP0"
+        proc.stdin.write("exec\n")
+        proc.stdin.flush()
+        assert wait_for(lambda: psutil.Process(proc.pid).name() == "sleep")
+        assert probe.snapshot(2.0).members[0].title == "sleep"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_inherited_titles_in_the_tree_a_real_vllm_start_showed():
+    # From a bundle of a real vLLM 0.32 start watched with --pid: EngineCore (waiting in a vfork) and, 40 ms
+    # old, its child with the same title and the same 587 MB (the shell running lscpu, not yet exec'd).
+    from servewatch.sources.process import without_inherited_roles
+    from servewatch.timeline.samples import ProcessMember
+
+    def member(pid, role, title, status, rss_mb):
+        return ProcessMember(pid=pid, create_time=0.0, role=role, title=title, status=status, rss_bytes=rss_mb << 20)
+
+    members = [member(1131, "api", "python", "sleeping", 595), member(1146, "other", "python", "sleeping", 12),
+               member(1147, "engine_core", "VLLM::EngineCore", "disk-sleep", 587),
+               member(1157, "engine_core", "VLLM::EngineCore", "running", 587)]
+    parents = {1146: 1131, 1147: 1131, 1157: 1147}
+    assert [m.role for m in without_inherited_roles(members, parents)] == ["api", "other", "engine_core", "other"]

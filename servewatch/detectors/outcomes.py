@@ -19,10 +19,10 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
 from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.detectors.series import Track, once_per_window, tracks
+from servewatch.detectors.series import Track, once_per_window, progress, tracks
 from servewatch.engine.state import EngineState
 from servewatch.sources.scrape import TIMEOUT
-from servewatch.timeline.samples import DEADLINE, MetricsSample
+from servewatch.timeline.samples import DEADLINE, HealthSample, MetricsSample
 from servewatch.timeline.window import Window
 
 # The likely cause of client errors, by exact status code (engines that count codes, not classes).
@@ -55,6 +55,7 @@ class Outcomes:
     request_bytes: float | None = None
     request_bytes_count: float | None = None
     answered: float | None = None          # 2xx responses of the handlers that run the engine
+    scrapes: tuple[MetricsSample, ...] = ()
 
     @property
     def span_s(self) -> float:
@@ -135,7 +136,7 @@ def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     body_bytes = _optional_increase([c.request_bytes for c in server])
     bodies = _optional_increase([c.request_bytes_count for c in server])
     answered = _optional_increase([c.answered for c in server])
-    return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies, answered)
+    return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies, answered, tuple(scrapes))
 
 
 def _one_engine_outcomes(track: Track, since: float) -> Outcomes | None:
@@ -152,7 +153,8 @@ def _one_engine_outcomes(track: Track, since: float) -> Outcomes | None:
     body_bytes, bodies, answered = (
         None if _none_but(track.column(name)[start:]) else increase(track.column(name)[start:])
         for name in ("request_bytes", "request_bytes_count", "answered"))
-    return Outcomes(track.points[start][0], track.points[-1][0], responses, finished, body_bytes, bodies, answered)
+    scrapes = tuple(point[0] for point in track.points[start:])
+    return Outcomes(scrapes[0], scrapes[-1], responses, finished, body_bytes, bodies, answered, scrapes)
 
 
 def _none_but(values: list) -> bool:
@@ -174,11 +176,47 @@ def _optional_increase(values: list[float | None]) -> float | None:
     return None if not values or _none_but(values) else increase(values)
 
 
-def _own_health_hangups(window: Window, o: Outcomes) -> int:
+def _own_health_hangups(window: Window, o: Outcomes, not_serving: list[tuple[float, float]]) -> int:
+    """Our health probes that timed out, outside the stretches whose aborts are already set aside."""
     dialect = dialect_hint(window)
     if dialect is None or not dialect.health_runs_through_engine:
         return 0
-    return sum(1 for h in window.health if h.error == TIMEOUT and o.first.t < h.t <= o.last.t)
+    return sum(1 for h in window.health if h.error == TIMEOUT and o.first.t < h.t <= o.last.t
+               and not _inside(h.t, not_serving))
+
+
+def _inside(t: float, stretches: list[tuple[float, float]]) -> bool:
+    return any(start < t <= end for start, end in stretches)
+
+
+def aborts_while_not_serving(window: Window, o: Outcomes) -> tuple[float, list[tuple[float, float]]]:
+    """(aborts, stretches): where /health runs through the engine, the aborts counted between two
+    scrapes while the engine was not serving — no progress counter of any engine moved and /health was
+    failing. Those requests never got served because of the stall, which the stall verdicts tell. On a
+    real SGLang 0.5.23 whose /health runs a generation, a scheduler stopped for 26 s had 20 requests
+    counted aborted: every health probe that gave up meanwhile (ours, a load balancer's, an
+    orchestrator's) hangs up on one."""
+    stretches: list[tuple[float, float]] = []
+    aborts = 0.0
+    dialect = dialect_hint(window)
+    if dialect is None or not dialect.health_runs_through_engine:
+        return aborts, stretches
+    for a, b in zip(o.scrapes, o.scrapes[1:]):
+        if _progress_totals(a) != _progress_totals(b) or not _health_failing(window.health, a.t, b.t):
+            continue
+        stretches.append((a.t, b.t))
+        aborts += increase((_engine_sum(a.engines, "abort"), _engine_sum(b.engines, "abort")))
+    return aborts, stretches
+
+
+def _progress_totals(sample: MetricsSample) -> tuple[float, ...]:
+    return tuple(sum(v for e in sample.engines if (v := progress(e)[i]) is not None) for i in range(3))
+
+
+def _health_failing(health: tuple[HealthSample, ...], start: float, end: float) -> bool:
+    """A health answer in (start, end] failed, or the last one before it did."""
+    before = [h for h in health if h.t <= start]
+    return any(not h.ok for h in health if start < h.t <= end) or bool(before and not before[-1].ok)
 
 
 def _finished_total(o: Outcomes) -> float:
@@ -302,12 +340,15 @@ def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verd
     o = window_outcomes(window, config)
     if o is None:
         return []
+    # Aborts while the engine was not serving belong to the stall; the rest are weighed below.
+    stalled, not_serving = aborts_while_not_serving(window, o)
     # A probe that missed its deadline hangs up: the engine counts that request aborted. Our own.
-    own = sum(1 for p in window.probe if p.outcome == DEADLINE and o.first.t < p.t <= o.last.t)
+    own = sum(1 for p in window.probe if p.outcome == DEADLINE and o.first.t < p.t <= o.last.t
+              and not _inside(p.t, not_serving))
     # Where /health runs a generation (SGLang), each of our health probes that timed out hung up on one:
     # the engine counts it aborted, and never as a finished request.
-    own_health = _own_health_hangups(window, o)
-    reported = max(0.0, o.finished.get("abort", 0.0) - own_health)
+    own_health = _own_health_hangups(window, o, not_serving)
+    reported = max(0.0, o.finished.get("abort", 0.0) - stalled - own_health)
     # Answered by the API server yet never counted finished by the engine: the client hung up (an engine
     # finishes a request a moment before its response ends, so this can only undercount).
     hung_up = max(0.0, o.answered - _finished_total(o)) if o.answered is not None else 0.0

@@ -310,6 +310,11 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
                                          unrouted_handler=HTTP_UNROUTED_HANDLER)
     answered = base.responses_by_status(families, HTTP_REQUESTS, handler_label=HTTP_HANDLER_LABEL,
                                         status_label=HTTP_STATUS_LABEL, only_handlers=HTTP_GENERATION_HANDLERS)
+    # The 2xx series of a handler appears with its first answer: before it, the exposed family counts 0
+    # (read as "unknown", the first requests a fresh server answered were never weighed against the
+    # requests its engine finished, and hang-ups right after them went unseen for a whole window).
+    http_exposed = any(name in families for name in base.counter_names(HTTP_REQUESTS))
+    answered_2xx = answered.get("2xx", 0.0) if http_exposed else None
     body_bytes, bodies = base.summary_by_handler(families, HTTP_REQUEST_SIZE, handler_label=HTTP_HANDLER_LABEL,
                                                  skip_handlers=(*HTTP_MONITORING_HANDLERS, HTTP_UNROUTED_HANDLER))
 
@@ -338,7 +343,7 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
                 responses=dict(responses),
                 request_bytes=body_bytes,
                 request_bytes_count=bodies,
-                answered=answered.get("2xx") if answered else None,
+                answered=answered_2xx,
             ),
             histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
         ))

@@ -8,6 +8,7 @@ only to find its slot limit (--max-num-seqs / --max-running-requests).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Callable
 
@@ -79,7 +80,7 @@ class PsutilProbe:
         self._exit_status = exit_status
         self._reaped_status: tuple[int | None, int | None] | None = None   # (exit code, signal) seen on the zombie
         self._procs: dict[tuple[int, float], object] = {(pid, self.create_time): root}
-        self._titles: dict[tuple[int, float], str] = {}
+        self._titles: dict[tuple[int, float], tuple[str | None, str]] = {}   # (kernel name read with it, title)
 
     def slot_limit(self) -> int | None:
         """From the target's command line, read in memory and dropped."""
@@ -105,6 +106,7 @@ class PsutilProbe:
         key = (self.pid, create_time)
         root = self._procs.setdefault(key, root)  # keep the object: cpu_percent needs its previous call
         members = [m for m in [self._member(root, "api")] if m is not None]
+        parents: dict[int, int | None] = {}
         try:
             children = root.children(recursive=True)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -120,20 +122,27 @@ class PsutilProbe:
             member = self._member(proc, None)
             if member is not None:
                 members.append(member)
+                parents[member.pid] = _maybe(proc.ppid)
         for stale in set(self._procs) - live_keys:
             del self._procs[stale]
             self._titles.pop(stale, None)
         return ProcessSample(t=t, root_pid=self.pid, root_create_time=create_time, alive=True,
-                             members=tuple(members))
+                             members=without_inherited_roles(members, parents))
 
     def _title(self, proc, key: tuple[int, float]) -> str:
-        """Read once per process once it has a setproctitle title. Reading /proc/PID/cmdline takes the
-        target's memory-map lock: next to a vLLM worker busy allocating, one read blocked for seconds."""
-        title = self._titles.get(key)
-        if title is None:
-            title = title_of(proc)
-            if _TITLE.match(title):
-                self._titles[key] = title
+        """Read once per process and kernel name once it has a setproctitle title. Reading
+        /proc/PID/cmdline takes the target's memory-map lock: next to a vLLM worker busy allocating, one
+        read blocked for seconds. The kernel name changes on exec and on setproctitle, so a fork read
+        with its parent's title and then exec'd (a shell, a compiler) or retitled is read again."""
+        name = kernel_name(proc.pid)
+        cached = self._titles.get(key)
+        if cached is not None and cached[0] == name:
+            return cached[1]
+        title = title_of(proc)
+        if _TITLE.match(title):
+            self._titles[key] = (name, title)
+        else:
+            self._titles.pop(key, None)
         return title
 
     def _member(self, proc, role: str | None) -> ProcessMember | None:
@@ -165,6 +174,29 @@ class PsutilProbe:
             code, signal = self._reaped_status
         return ProcessSample(t=t, root_pid=self.pid, root_create_time=create_time, alive=False,
                              exit_code=code, exit_signal=signal, error="no_such_process")
+
+
+def without_inherited_roles(members: list[ProcessMember], parents: dict[int, int | None]) -> tuple[ProcessMember, ...]:
+    """A child carrying its parent's exact title is a copy of it (fork, or vfork before exec), not one of
+    the engine's processes: right after titling itself, a real vLLM EngineCore runs `lscpu` through
+    `/bin/sh`, and a snapshot that caught that shell before its exec saw a second "VLLM::EngineCore"
+    (same memory size, parent waiting in the vfork) that was gone half a second later."""
+    titles = {m.pid: m.title for m in members}
+    return tuple(
+        dataclasses.replace(m, role="other")
+        if m.role != "other" and parents.get(m.pid) in titles and titles[parents[m.pid]] == m.title
+        else m
+        for m in members
+    )
+
+
+def kernel_name(pid: int) -> str | None:
+    """/proc/PID/comm: the kernel's name of the process, readable without the memory-map lock."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            return handle.read(64).rstrip(b"\n").decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def zombie_wait_status(pid: int) -> tuple[int | None, int | None] | None:

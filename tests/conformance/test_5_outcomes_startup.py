@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
@@ -67,11 +68,15 @@ def test_watched_from_its_first_second_then_served_and_rejected_requests(lab, ru
             assert {v.name for v in watcher.verdicts()} == {"client_errors"}, watcher.describe()
 
             abort_at = time.monotonic()
-            firsts = [hang_up_after_first_chunk(server.url) for _ in range(8)]
+            # Side by side, so each stream gets an eighth of the engine: one alone generated its 480 tokens
+            # in ~0.2 s here, sometimes before its client had hung up, and was counted finished.
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                firsts = list(pool.map(lambda _: hang_up_after_first_chunk(server.url), range(8)))
             assert all(firsts), firsts                  # each stream had begun: the engine was working on it
             aborted = watcher.wait_for("requests_aborted", timeout_s=60, after=abort_at)
             assert aborted is not None, watcher.describe()
-            assert aborted.data["why"].startswith("8 of "), aborted.data["why"]
+            hung_up = int(re.match(r"(\d+) of ", aborted.data["why"])[1])   # fired once the threshold was met
+            assert 5 <= hung_up <= 8 and "the client hung up mid-answer" in aborted.data["why"], aborted.data["why"]
         bundle = line.data["bundle"]
     finally:
         server.stop()
