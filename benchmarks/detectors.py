@@ -34,9 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+from moving_scrape import body_at, split_capture
+
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURE = ROOT / "tests" / "fixtures" / "vllm_real" / "kv_pressure_t1.prom"
-MOVING = ("_total{", "_bucket{", "_count{", "_sum{")
 SCENARIOS = ("healthy", "stalled", "erroring")
 FIVE_XX = 'http_requests_total{handler="/v1/completions",method="POST",status="5xx"}'
 STALLED_FOR_S = 60.0
@@ -44,30 +44,9 @@ STALLED_FOR_S = 60.0
 
 # --- the scenario's scrapes --------------------------------------------------------------------------
 
-def split_capture() -> tuple[list[str], list[tuple[str, float]]]:
-    """The capture as fixed text between the lines whose value moves, and those lines (name, value)."""
-    parts, moving, chunk = [], [], []
-    for line in CAPTURE.read_text().splitlines(keepends=True):
-        head = line.partition(" ")[0]
-        if not line.startswith("#") and any(suffix in head[:line.find("{") + 1] for suffix in MOVING):
-            parts.append("".join(chunk))
-            chunk = []
-            name, value = line.rsplit(" ", 1)
-            moving.append((name, float(value)))
-        else:
-            chunk.append(line)
-    parts.append("".join(chunk))
-    return parts, moving
-
-
-def body_at(parts, moving, at: int, scenario: str) -> str:
-    chunks = [parts[0]]
-    for k, (name, value) in enumerate(moving):
-        chunks.append(f"{name} {value * (1 + at / 1000):.10g}\n")
-        chunks.append(parts[k + 1])
-    if scenario == "erroring":
-        chunks.append(f"{FIVE_XX} {float(at):.10g}\n")
-    return "".join(chunks)
+def scenario_body(parts, moving, at: int, scenario: str) -> str:
+    body = body_at(parts, moving, at)
+    return body + f"{FIVE_XX} {float(at):.10g}\n" if scenario == "erroring" else body
 
 
 class Scenario:
@@ -87,7 +66,7 @@ class Scenario:
         self.pending = []
         for i in range(warm + calls):
             at = min(i, frozen_from) if name == "stalled" else i
-            scrape = read_scrape(body_at(parts, moving, at, name))
+            scrape = read_scrape(scenario_body(parts, moving, at, name))
             t = t0 + i * interval
             samples = (HealthSample(t=t - 0.3, status=200, latency_s=0.002),
                        MetricsSample(t=t, dialect=scrape.dialect, generation=scrape.generation,

@@ -32,9 +32,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from moving_scrape import body_at, split_capture
+
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURE = ROOT / "tests" / "fixtures" / "vllm_real" / "kv_pressure_t1.prom"
-MOVING = ("_total{", "_bucket{", "_count{", "_sum{")       # what moves in a busy server's scrape
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -48,18 +48,7 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
     """N fake targets on one port (told apart by the address they were reached at), as a bare asyncio
     protocol answering from prepared bytes: the fleet must cost less than what it measures, or 1,000
     targets at 2 s do not fit a 2-core machine beside serve and Prometheus."""
-    lines = CAPTURE.read_text().splitlines(keepends=True)
-    parts, moving = [], []
-    chunk = []
-    for line in lines:
-        if not line.startswith("#") and any(suffix in line.partition(" ")[0][:line.find("{") + 1] for suffix in MOVING):
-            parts.append("".join(chunk))
-            chunk = []
-            name, value = line.rsplit(" ", 1)
-            moving.append((name, float(value)))
-        else:
-            chunk.append(line)
-    parts.append("".join(chunk))
+    parts, moving = split_capture()
     scrapes = {"servewatch": 0, "prometheus": 0}
     step = [0] * n
     stalled: set[int] = set()
@@ -70,11 +59,7 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
         if answer is None:
             if len(answers) > 64:
                 answers.clear()
-            chunks = [parts[0]]
-            for k, (name, value) in enumerate(moving):      # every count grows 0.1% a step: shapes kept
-                chunks.append(f"{name} {value * (1 + at / 1000):.10g}\n")
-                chunks.append(parts[k + 1])
-            answer = answers[at] = response(200, "".join(chunks).encode(), b"text/plain; version=0.0.4")
+            answer = answers[at] = response(200, body_at(parts, moving, at).encode(), b"text/plain; version=0.0.4")
         return answer
 
     def response(status: int, body: bytes, content_type: bytes) -> bytes:
