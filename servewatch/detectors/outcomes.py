@@ -85,8 +85,13 @@ def increase(values: Iterable[float | None]) -> float:
     try:
         if all(map(ge, values[1:], values)):      # no reset: the same sum of steps, in C
             return reduce(add, map(sub, values[1:], values), 0.0)
-    except TypeError:   # None (not exported) among them: the walk below skips it
+    except TypeError:   # None (not exported) among them: the walk skips it
         pass
+    return walked_increase(values)
+
+
+def walked_increase(values: Iterable[float | None]) -> float:
+    """`increase` by its definition, one step at a time."""
     total = 0.0
     previous = None
     for value in values:
