@@ -70,6 +70,8 @@ class Guard:
             return
         self.outcome = replace(self.outcome, drain="draining")
         self.busy = True
+        if self.recorder is not None:     # a server shutting down on request is not an incident
+            self.recorder.hold_verdicts()
         self._spawn(self._drain())
 
     # --- actions -----------------------------------------------------------------------------------

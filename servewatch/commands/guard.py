@@ -219,6 +219,8 @@ def _cleared_printer(json_lines: bool):
 def _attach(guard):
     def attach(recorder) -> None:
         guard.recorder = recorder
+        if guard.outcome.drain is not None:      # asked to stop before the recording began
+            recorder.hold_verdicts()
         if guard.done.is_set():
             recorder.stop()
     return attach

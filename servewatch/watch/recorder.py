@@ -65,6 +65,7 @@ class Recorder:
         self.samples_seen = 0
         self.sink_failures = 0
         self.stopped = False
+        self.held = False
         self._new_samples: asyncio.Event | None = None
         self._stop_event: asyncio.Event | None = None
 
@@ -109,8 +110,15 @@ class Recorder:
             fired.append(self._fire(verdict, bundle))
         return fired
 
+    def hold_verdicts(self) -> None:
+        """From now on no verdict starts or ends (the samples are still recorded): the server is being
+        stopped on purpose (guard's drain), and what a shutdown looks like is not an incident."""
+        self.held = True
+
     def _judge(self) -> tuple[Window, list[Verdict], list[Verdict], list[Cleared]]:
         window = self.ring.window()
+        if self.held:
+            return window, [], [], []
         verdicts = run_detectors(window, self.config)
         self.detection_runs += 1
         update = self.latch.update(verdicts)
