@@ -169,6 +169,10 @@ def test_guard_leaves_a_slow_sglang_alone_and_drains_it_on_sigterm(sglang_lab, s
     assert not [v for v in slow_verdicts if v == STALL or v in DEATHS], f"a slow SGLang was called {slow_verdicts}"
     assert not [line for _, line in slow_lines if line.get("guard") in ("stacks", "kill")], slow_lines
     assert "drain" in events and "kill" not in events, events
+    drain_at = events["drain"][0]
+    said_while_draining = [line["verdict"] for at, line in guard.lines
+                           if at >= drain_at and "verdict" in line and "guard" not in line]
+    assert said_while_draining == [], f"the drain guard asked for was reported as {said_while_draining}"
     assert events["exit"][1]["code"] == code == 0, log_excerpt(stderr, max_lines=40)
     assert "the server exited 0 after the drain" in stderr
     assert draining.result.statuses == [200] * 4 and draining.result.completion_tokens == [600] * 4, \
