@@ -110,9 +110,10 @@ def test_guard_dumps_the_stacks_of_a_stalled_vllm_and_kills_its_tree(lab, run_di
     with GuardedVllm(lab, run_dir, "stall") as guarded:
         ready = guarded.wait_ready()
         worker = guarded.role_pid("VLLM::Worker")
-        # Three waves of 4 x 1800 tokens: a starved client (this machine freezes everything but vLLM's
-        # worker for seconds at a time) still finds requests running when it stops the worker.
-        traffic = Traffic(guarded.url, n=12, concurrency=4, max_tokens=1800, timeout_s=300).start()
+        # Sixteen waves of 4 x 1800 tokens: a starved client (this machine freezes everything but vLLM's
+        # worker for seconds at a time) still finds requests running when it stops the worker; three
+        # waves (21,600 tokens) were all done in ~7 s by the CPU vLLM here before a stop could land.
+        traffic = Traffic(guarded.url, n=64, concurrency=4, max_tokens=1800, timeout_s=300).start()
         stopped_at, _, _ = stop_on_running_work(guarded, worker, traffic)
         try:
             code = guarded.proc.wait(timeout=90)
@@ -139,7 +140,7 @@ def test_guard_dumps_the_stacks_of_a_stalled_vllm_and_kills_its_tree(lab, run_di
     assert kill["survivors"] == [] and kill["killed"] >= 3
     assert all(_gone(proc) for proc in tree), [(p.pid, p.status()) for p in tree if not _gone(p)]
     assert events["exit"][1]["code"] == 3
-    assert traffic.result.statuses != [200] * 12    # the stalled requests were cut, not completed
+    assert any(status != 200 for status in traffic.result.statuses)   # the stalled requests were cut
     assert_bundles_verify(guarded.out)
 
 

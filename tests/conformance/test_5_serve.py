@@ -54,7 +54,9 @@ def test_serve_livez_fails_on_a_stopped_worker_while_health_says_200(lab, run_di
         assert match, "serve did not start"
         livez = f"{match[1]}/targets/vllm/livez"
         assert wait_status(livez, 200, 30) is not None
-        traffic = Traffic(server.url, n=12, concurrency=4, max_tokens=1800, timeout_s=300).start()
+        # Sixteen waves of 4 x 1800 tokens: three (21,600 tokens) were done in ~7 s by the CPU vLLM here,
+        # before a stop could land on running work.
+        traffic = Traffic(server.url, n=64, concurrency=4, max_tokens=1800, timeout_s=300).start()
         stop_on_running_work(server, tree.worker, traffic)
         try:
             failed_after = wait_status(livez, 503, 30)
