@@ -2,6 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import check_tools
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -25,3 +27,7 @@ def private_state_home(tmp_path_factory):
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = old
+
+
+def pytest_runtest_setup(item):
+    check_tools(item)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +17,9 @@ try:
 except ModuleNotFoundError:
     from test_report_chromium import decode_png
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from tests.tools import needs_tool, tool_path
+
+CHROMIUM = tool_path("chromium")
 SCENARIO_VERDICTS_ALLOWED = {"overload", "kv_pressure", "preemption", "histogram_blind"}
 
 
@@ -117,7 +118,7 @@ def test_report_is_one_offline_file(demo):
 
 
 @pytest.mark.chromium
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian package chromium)")
+@needs_tool("chromium")
 def test_report_renders_in_chromium_without_console_errors(demo, tmp_path):
     _, report, _ = demo
     shot = tmp_path / "shot.png"

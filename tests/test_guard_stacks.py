@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from servewatch.actions.stacks import capture, find_py_spy
+from servewatch.actions.stacks import capture
 from servewatch.actions.tree import Member, snapshot
+from tests.tools import needs_tool
 
 SLEEPER = [sys.executable, "-c", "import time\ndef waiting_for_the_guard():\n    time.sleep(60)\n"
                                  "print('up', flush=True)\nwaiting_for_the_guard()"]
@@ -24,7 +25,7 @@ def sleeper():
     proc.wait(timeout=10)
 
 
-@pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not installed")
+@needs_tool("py-spy")
 @pytest.mark.parametrize("stopped", [False, True])
 def test_a_real_dump_of_a_running_and_of_a_stopped_process(tmp_path, sleeper, stopped):
     if stopped:
@@ -64,7 +65,7 @@ def test_a_pid_that_is_gone_or_reused_is_not_in_the_tree(sleeper):
     assert snapshot(sleeper.pid, create_time) == ()
 
 
-@pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not installed")
+@needs_tool("py-spy")
 def test_an_unwritable_stacks_directory_is_a_typed_failure_not_an_exception(tmp_path, sleeper):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

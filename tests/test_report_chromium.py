@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 import struct
 import subprocess
 import zlib
@@ -18,8 +17,10 @@ try:  # tests/ imported as a package or as a plain directory
 except ModuleNotFoundError:
     from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 
-pytestmark = pytest.mark.chromium
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from tests.tools import needs_tool, tool_path
+
+pytestmark = [pytest.mark.chromium, needs_tool("chromium")]
+CHROMIUM = tool_path("chromium")
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytearray]]:
@@ -61,7 +62,6 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytearray]]:
     return width, channels, rows
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian package chromium)")
 def test_summary_html_renders_offline_without_console_errors(tmp_path):
     window = stall_window()
     writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)

@@ -5,7 +5,6 @@ and its leading-indicator warning, and nothing of another job. Every wait is bou
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -18,11 +17,11 @@ import yaml
 from servewatch.derive.rules import inhibit_rules_yaml
 from tests.processes import stop
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-AMTOOL = shutil.which("amtool")
-pytestmark = [pytest.mark.prometheus,
-              pytest.mark.skipif(ALERTMANAGER is None or AMTOOL is None,
-                                 reason="alertmanager not installed (Debian package prometheus-alertmanager)")]
+from tests.tools import needs_tool, tool_path
+
+ALERTMANAGER = tool_path("alertmanager")
+AMTOOL = tool_path("amtool")
+pytestmark = [pytest.mark.prometheus, needs_tool("alertmanager", "amtool")]
 
 
 def _config() -> dict:

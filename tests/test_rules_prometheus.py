@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -28,13 +27,11 @@ from servewatch.derive.engine_series import engine_series
 from servewatch.derive.rules import build_rules, render_rule_file
 from servewatch.derive.slo import load_slo
 from tests.processes import stop
+from tests.tools import needs_tool, tool_path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)"),
-]
+PROMETHEUS = tool_path("prometheus")
+pytestmark = [pytest.mark.prometheus, needs_tool("prometheus")]
 SLO = (ROOT / "tests" / "rules" / "slo.yaml").read_text()
 MAX_BODY = 8 * 2**20
 

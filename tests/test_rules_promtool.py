@@ -13,10 +13,11 @@ import pytest
 
 from servewatch.derive.engine_series import GENERATIONS
 from servewatch.derive.rule_tests import kept_files
+from tests.tools import needs_tool, tool_path
 
 RULES_DIR = Path(__file__).parent / "rules"
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+PROMTOOL = tool_path("promtool")
+needs_promtool = needs_tool("promtool")
 ALL_GENERATIONS = [g for gens in GENERATIONS.values() for g in gens]
 
 

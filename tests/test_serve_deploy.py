@@ -6,7 +6,6 @@ systemd unit passes `systemd-analyze verify`."""
 from __future__ import annotations
 
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import yaml
 
 from servewatch.serve import config as serve_config
 from servewatch.serve.targets import read_file_sd
+from tests.tools import needs_tool
 
 DEPLOY = pathlib.Path(__file__).resolve().parent.parent / "deploy"
 K8S_VERSION = "1.33.0"
@@ -26,7 +26,7 @@ def documents(name):
 
 @pytest.mark.parametrize("name", ["sidecar.yaml", "fleet.yaml"])
 def test_manifests_validate_strictly(name):
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    import kubernetes_validate   # a test dependency: missing, the test fails
     docs = documents(name)
     assert docs
     for doc in docs:
@@ -59,7 +59,7 @@ def test_fleet_configmap_is_what_serve_reads(tmp_path):
     assert [t.name for t in example.targets] == ["llama-a"]
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@needs_tool("systemd-analyze")
 def test_systemd_unit_verifies(tmp_path):
     unit = (DEPLOY / "systemd" / "servewatch.service").read_text()
     assert "ExecStart=/usr/local/bin/servewatch serve --config" in unit

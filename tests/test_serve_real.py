@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import socket
 import subprocess
 
@@ -19,10 +18,11 @@ from servewatch.serve.config import ServeConfig
 from servewatch.serve.targets import spec_for
 from tests.serve_harness import running_serve, sim_target, until
 from tests.processes import stop
+from tests.tools import needs_tool, tool_path
 
 pytestmark = pytest.mark.prometheus
-PROMETHEUS = shutil.which("prometheus")
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+PROMETHEUS = tool_path("prometheus")
+ALERTMANAGER = tool_path("alertmanager")
 STALL = "alive_health_ok_no_progress"
 
 
@@ -55,7 +55,7 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, timeout=150))
 
 
-@pytest.mark.skipif(PROMETHEUS is None, reason="Prometheus not installed (Debian package prometheus)")
+@needs_tool("prometheus")
 def test_prometheus_sees_the_stall_in_a_promql_query(tmp_path):
     async def main():
         async with sim_target() as a, sim_target() as b, aiohttp.ClientSession() as session:
@@ -102,7 +102,7 @@ def test_prometheus_sees_the_stall_in_a_promql_query(tmp_path):
     run(main())
 
 
-@pytest.mark.skipif(PROMETHEUS is None, reason="Prometheus not installed (Debian package prometheus)")
+@needs_tool("prometheus")
 def test_the_fleets_prometheus_is_service_discovery(tmp_path):
     from servewatch.serve.prometheus_sd import PrometheusSdConfig
 
@@ -130,7 +130,7 @@ def test_the_fleets_prometheus_is_service_discovery(tmp_path):
     run(main())
 
 
-@pytest.mark.skipif(ALERTMANAGER is None, reason="Alertmanager not installed (Debian package prometheus-alertmanager)")
+@needs_tool("alertmanager")
 def test_alertmanager_delivers_the_alert_and_its_resolution(tmp_path):
     async def main():
         received: list[dict] = []
