@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timezone
 
 from servewatch.sinks.base import Cleared
+from servewatch.sinks.serialize import verdict_to_dict
 from servewatch.timeline.window import Window
 from servewatch.watch.recorder import Fired
 
@@ -24,10 +25,12 @@ def iso8601(t: float) -> str:
 
 
 def json_line(fired: Fired) -> str:
+    """One JSON line per fired verdict; `details` are the detector's own figures (e.g. the stall's
+    `threshold_s`), cleaned as a bundle cleans them."""
     v = fired.verdict
     return json.dumps({"event": "fired", "t": iso8601(v.t), "verdict": v.name, "onset": iso8601(v.onset),
-                       "since_s": round(v.since_s, 3), "why": v.why, "bundle": fired.bundle},
-                      ensure_ascii=False)
+                       "since_s": round(v.since_s, 3), "why": v.why, "details": verdict_to_dict(v)["details"],
+                       "bundle": fired.bundle}, ensure_ascii=False)
 
 
 def status_table(window: Window, fired: list[Fired], active_names: list[str], elapsed_s: float):
