@@ -150,7 +150,7 @@ def detect_startup_stalled(window: Window, config: DetectorConfig) -> list[Verdi
                                  failing[-1].status if failing[-1].status else failing[-1].error))
     return [Verdict("startup_stalled", end, last.t, why, tuple(evidence),
                     {"stage": last.name, "waited_s": round(waited, 1), "bound_s": round(bound, 1),
-                     "stages": len(found)})]
+                     "longest_gap_s": round(longest, 1), "stages": len(found)})]
 
 
 def _describe(stage: Stage) -> str:

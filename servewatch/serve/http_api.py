@@ -7,6 +7,7 @@ from aiohttp import web
 
 from servewatch.detectors import registry
 from servewatch.serve import probes
+from servewatch.sinks.serialize import verdict_to_dict
 from servewatch.watch.output import iso8601
 
 RECENT_PER_TARGET = 20
@@ -52,7 +53,7 @@ def _verdict(name: str, verdict, bundle=None) -> dict:
     spec = registry.spec(verdict.name)
     return {"target": name, "verdict": verdict.name, "severity": spec.severity if spec else None,
             "onset": iso8601(verdict.onset), "t": iso8601(verdict.t), "since_s": round(verdict.since_s, 3),
-            "why": verdict.why, "bundle": bundle,
+            "why": verdict.why, "details": verdict_to_dict(verdict)["details"], "bundle": bundle,
             "evidence": [{"source": e.source, "t": iso8601(e.t), "field": e.field, "value": e.value}
                          for e in verdict.evidence]}
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import lab_timing
 from lab_observations import Neutralizer, Observations
 from lab_servers import Lab, SglangLab
 
@@ -28,6 +29,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Install a lab only when its engine's cases were selected, outside every test's timeout."""
     if session.config.option.collectonly:
         return
+    if any(item.get_closest_marker("sglang") or item.get_closest_marker("vllm") for item in session.items):
+        # The freeze meter runs for the whole session, so every timing bound can be judged against it.
+        lab_timing.start_meter(Path(tempfile.mkdtemp(prefix="servewatch-freezes-")) / "freezes.txt")
     if any(item.get_closest_marker("sglang") for item in session.items):
         _prepare_sglang(session)
     if not any(item.get_closest_marker("vllm") for item in session.items):
@@ -100,6 +104,31 @@ def lab(request: pytest.FixtureRequest) -> Lab:
         pytest.fail("the vLLM lab was not prepared (run with -m vllm)")
     yield prepared
     prepared.obs.flush()
+
+
+_attempt_started: dict[str, float] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _attempt_started[item.nodeid] = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """One line per attempt of a case (a freeze-explained miss is retried once): outcome, longest freeze."""
+    if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return
+    started = _attempt_started.get(report.nodeid, time.monotonic())
+    failure = ""
+    if report.failed or report.outcome == "rerun":
+        lines = [line for line in report.longreprtext.splitlines() if line.startswith("E ")]
+        failure = lines[0][1:].strip()[:300] if lines else ""
+    lab_timing.record_case(report.nodeid, report.outcome, started, time.monotonic(),
+                           rerun=report.outcome == "rerun", failure=failure)
+
+
+def pytest_unconfigure(config) -> None:
+    lab_timing.stop_meter()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

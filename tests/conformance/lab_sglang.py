@@ -17,6 +17,7 @@ import psutil
 from lab_cli import Watcher, assert_bundles_verify
 from lab_observations import log_excerpt
 from lab_signals import status_within
+from lab_timing import check_within
 from lab_traffic import Traffic
 
 RUNNING = "sglang:num_running_reqs"
@@ -202,6 +203,8 @@ def kill_under_load(lab, server, run_dir, pid: int, what: str, *, exit_within_s:
     assert code is not None, f"SGLang's main process did not exit after its {what} died"
     assert dead is not None, f"no engine_dead; {described}"
     assert exited is not None, f"no process_exit; {described}"
+    # A process gone is seen at the next process sample: within two 0.5 s cadences (0.46-0.49 s measured).
+    check_within("engine_dead after the kill", dead.arrived - killed, 2 * 0.5, since=killed)
     assert dead.arrived <= exited.arrived
     assert "alive_health_ok_no_progress" not in firsts, f"a dead {what} was called a stall: {firsts}"
     stored = incident_verdict(exited, "process_exit")

@@ -23,6 +23,7 @@ from lab_scrape import (
 )
 from lab_servers import start_ready
 from lab_signals import stop_on_running_work
+from lab_timing import expect_stall
 from lab_traffic import Traffic
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
@@ -192,8 +193,10 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             stopped_at, worker_status, frozen = stop_on_running_work(server, tree.worker, traffic)
             try:
                 # The recorder learns its threshold from recent step gaps; neither the first stall (one
-                # huge gap) nor slow scrapes of the busy API server may teach it a slow cadence.
-                line = watcher.wait_for("alive_health_ok_no_progress", timeout_s=20, after=stopped_at)
+                # huge gap) nor slow scrapes of the busy API server may teach it a slow cadence. The
+                # verdict must come within the threshold it reports — the documented max(2 s, 4 x recent
+                # cadence) — plus two 0.5 s cadences plus any freeze the meter measured meanwhile.
+                line = expect_stall(watcher, after=stopped_at, cadence_s=0.5)
                 # A step the worker finished just before the stop is still on its way through the engine
                 # core to the API server, so the counters may move once after the stop; by the time the
                 # verdict arrives (≥ 2 s later) that has drained, and from then on nothing may move.
@@ -207,11 +210,11 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
                 f"nothing running when the worker was stopped; traffic so far {traffic.result.statuses}")
             if attempt == 1:
                 lab.obs.save_text("stall_sigstop.prom", still.text)
-            assert line is not None, f"stall {attempt} not detected; {watcher.describe()}"
             detection = line.arrived - stopped_at
             detections.append(detection)
             lab.obs.say(f"stall {attempt}: SIGSTOP → alive_health_ok_no_progress in {detection:.2f} s "
-                        f"(since_s {line.data.get('since_s')}) at --interval 0.5; /health {sorted(set(statuses))} "
+                        f"(threshold {line.data['details']['threshold_s']:.2f} s, since_s {line.data.get('since_s')}) "
+                        f"at --interval 0.5; /health {sorted(set(statuses))} "
                         f"over {len(statuses)} probes")
             assert statuses and set(statuses) == {200}, statuses
             in_flight = settled.get("vllm:generation_tokens_total") - frozen.get("vllm:generation_tokens_total")
@@ -225,10 +228,6 @@ def test_sigstop_worker_is_a_stall_with_health_green(lab, server, run_dir):
             assert traffic.result.statuses == [200] * 24
             assert traffic.result.completion_tokens == [1800] * 24
     lab.obs.record("stall_detection_seconds", [round(d, 2) for d in detections])
-    # Target ≤ 3 s at --interval 0.5 (printed above; 2.5–3.1 s on a quiet run). The threshold adapts to
-    # the cadence the engine shows, and a vLLM starving its own clients on 2 cores shows gaps above 1 s;
-    # the bound is where a broken detector (the 60 s ceiling, or never) is told from a slow machine.
-    assert max(detections) <= 10.0, detections
     assert_bundles_verify(out)
 
 

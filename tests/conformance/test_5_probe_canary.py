@@ -18,6 +18,7 @@ from lab_observations import log_excerpt
 from lab_scrape import describe_wait, health, health_over, scrape, wait_until
 from lab_servers import start_ready
 from lab_signals import status_within
+from lab_timing import expect_verdict
 from lab_traffic import Traffic
 
 from servewatch.lab.model_dir import ensure_tiny_model
@@ -108,13 +109,15 @@ def test_a_worker_stopped_while_idle_is_caught_by_the_probe_while_health_says_20
         try:
             assert status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0) == psutil.STATUS_STOPPED
             clients = Traffic(server.url, n=2, concurrency=2, max_tokens=8, timeout_s=120).start()
-            line = watcher.wait_for("not_serving", timeout_s=EVERY_S + DEADLINE_S + 20, after=stopped_at)
+            # The next probe goes out within one interval of the stop, misses its deadline, and the next
+            # two 0.5 s cadences judge it: the bound, plus any freeze the meter measured meanwhile.
+            line = expect_verdict(watcher, "not_serving", after=stopped_at, bound_s=EVERY_S + DEADLINE_S + 2 * 0.5,
+                                  wait_s=EVERY_S + DEADLINE_S + 20)
             statuses = health_over(server.url, 1.0)
             wedged = scrape(server.url)
             clients_done_while_stopped = clients.done.is_set()
         finally:
             os.kill(worker, signal.SIGCONT)
-        assert line is not None, f"no not_serving; {watcher.describe()}"
         detected_s = line.arrived - stopped_at
         assert set(statuses) == {200}, statuses
         assert not clients_done_while_stopped
@@ -123,7 +126,6 @@ def test_a_worker_stopped_while_idle_is_caught_by_the_probe_while_health_says_20
         while time.monotonic() < cleared_by and not any(c.name == "not_serving" for c in watcher.cleared):
             time.sleep(0.2)  # the watcher's stdout lands in another thread; a bounded poll of its list
         cleared = [c for c in watcher.cleared if c.name == "not_serving"]
-    assert detected_s <= EVERY_S + DEADLINE_S + 3.0, f"not_serving after {detected_s:.1f} s"
     assert cleared, f"not_serving never cleared after SIGCONT; {watcher.describe()}"
     stored = line.data
     running, waiting = wedged.get("vllm:num_requests_running"), wedged.get("vllm:num_requests_waiting")

@@ -8,14 +8,17 @@ import re
 import signal
 import subprocess
 import sys
+import json
 import time
 import urllib.error
 import urllib.request
 
 import pytest
+from lab_cli import VerdictLine
 from lab_scrape import health_over
 from lab_servers import start_ready
 from lab_signals import stop_on_running_work
+from lab_timing import STALL_FLOOR_S, FreezeExplainedMiss, check_within, longest_freeze, stall_bound
 from lab_traffic import Traffic
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
@@ -29,17 +32,23 @@ def status_of(url: str) -> int:
         return exc.code
 
 
-def wait_status(url: str, wanted: int, timeout_s: float) -> float | None:
-    """Seconds until `url` answers `wanted`, or None at the deadline."""
-    started = time.monotonic()
+def wait_status(url: str, wanted: int, timeout_s: float, *, since: float | None = None) -> float | None:
+    """When (monotonic) `url` answered `wanted`, or None at the deadline `timeout_s` after `since` (now)."""
+    started = time.monotonic() if since is None else since
     while time.monotonic() - started < timeout_s:
         try:
             if status_of(url) == wanted:
-                return time.monotonic() - started
+                return time.monotonic()
         except OSError:
             pass
         time.sleep(0.2)   # another process's state over HTTP: nothing to wait on but polling
     return None
+
+
+def _active_stall(base: str) -> dict | None:
+    with urllib.request.urlopen(f"{base}/api/v1/verdicts", timeout=5) as response:
+        active = json.load(response)["active"]
+    return next((v for v in active if v["verdict"] == "alive_health_ok_no_progress"), None)
 
 
 def test_serve_livez_fails_on_a_stopped_worker_while_health_says_200(lab, run_dir):
@@ -57,15 +66,23 @@ def test_serve_livez_fails_on_a_stopped_worker_while_health_says_200(lab, run_di
         # Sixteen waves of 4 x 1800 tokens: three (21,600 tokens) were done in ~7 s by the CPU vLLM here,
         # before a stop could land on running work.
         traffic = Traffic(server.url, n=64, concurrency=4, max_tokens=1800, timeout_s=300).start()
-        stop_on_running_work(server, tree.worker, traffic)
+        stopped_at, _, _ = stop_on_running_work(server, tree.worker, traffic)
         try:
-            failed_after = wait_status(livez, 503, 30)
+            failed_at = wait_status(livez, 503, 30, since=stopped_at)
+            stall = _active_stall(match[1])
             statuses = health_over(server.url, seconds=1.0)
         finally:
             os.kill(tree.worker, signal.SIGCONT)
-        assert failed_after is not None, "livez never failed while the worker was stopped"
-        lab.obs.say(f"serve: SIGSTOP → livez 503 within {failed_after + 2.0:.1f} s (the stop itself takes up "
-                    f"to 2 s to confirm); vLLM /health {sorted(set(statuses))} meanwhile")
+        if failed_at is None:
+            raise (FreezeExplainedMiss if longest_freeze(stopped_at) >= 30 - STALL_FLOOR_S else AssertionError)(
+                f"livez never failed within 30 s of the stop; longest freeze {longest_freeze(stopped_at):.1f} s")
+        assert stall is not None, "livez failed without an active stall verdict"
+        # livez fails within the stall's own threshold plus two 0.5 s cadences plus one 0.2 s poll of livez.
+        bound = stall_bound(VerdictLine(failed_at, stall), 0.5) + 0.2
+        check_within("serve livez 503 after the stop", failed_at - stopped_at, bound, since=stopped_at)
+        lab.obs.say(f"serve: SIGSTOP → livez 503 after {failed_at - stopped_at:.2f} s (bound {bound:.2f} s: stall "
+                    f"threshold {stall['details']['threshold_s']:.2f} s + 2 cadences + a poll); vLLM /health "
+                    f"{sorted(set(statuses))} meanwhile")
         assert set(statuses) == {200}, statuses
         assert wait_status(livez, 200, 60) is not None, "livez did not recover after SIGCONT"
         assert traffic.wait(300)
