@@ -50,6 +50,7 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
     targets at 2 s do not fit a 2-core machine beside serve and Prometheus."""
     parts, moving = split_capture()
     scrapes = {"servewatch": 0, "prometheus": 0}
+    per_target = {"servewatch": [0] * n, "prometheus": [0] * n}   # for the warm-up: every target twice
     step = [0] * n
     stalled: set[int] = set()
     answers: dict[int, bytes] = {}
@@ -82,6 +83,7 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
                 if path == b"/metrics":
                     who = "prometheus" if b"Prometheus" in head else "servewatch"
                     scrapes[who] += 1
+                    per_target[who][self.index] += 1
                     if who == "servewatch" and self.index not in stalled:
                         step[self.index] += 1
                     self.transport.write(answer_at(step[self.index]))
@@ -98,7 +100,8 @@ def serve_fleet(n: int, port: int, control_port: int) -> None:
         body = json.loads(await reader.readexactly(length))
         if "stall" in body:
             stalled.update(body["stall"])
-        writer.write(response(200, json.dumps(scrapes).encode(), b"application/json"))
+        answer = {**scrapes, "least": {who: min(counts) for who, counts in per_target.items()}}
+        writer.write(response(200, json.dumps(answer).encode(), b"application/json"))
         await writer.drain()
         writer.close()
 
@@ -179,7 +182,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", type=int, default=1000)
     parser.add_argument("--interval", type=float, default=2.0)
-    parser.add_argument("--duration", type=float, default=60.0, help="measurement window, seconds")
+    parser.add_argument("--duration", type=float, default=600.0,
+                        help="measurement window, seconds (default 600: serve's full history is in the figures)")
     parser.add_argument("--stalled", type=int, default=3)
     parser.add_argument("--history", type=float, default=600.0)
     parser.add_argument("--serve-scrape", type=float, default=5.0, help="seconds between reads of serve's /metrics")
@@ -219,7 +223,11 @@ def main() -> None:
         api = f"http://127.0.0.1:{serve_port}"
         wait_for(lambda: sum(t["up"] for t in get_json(api + "/api/v1/targets")["targets"]) == n, 120,
                  "every target up in serve")
-        time.sleep(3 * args.interval)     # let every target's recorder reach its steady cadence
+        scrapers = ["servewatch"] + (["prometheus"] if prometheus else [])
+        # Warm-up: both scrapers have scraped every target twice (each recorder has its cadence; Prometheus
+        # has found every target), so neither side's start-up cost is counted in the window.
+        wait_for(lambda: all(control(control_port, {})["least"][who] >= 2 for who in scrapers),
+                 120 + 4 * args.interval, "every target scraped twice by both scrapers")
         before = {"servewatch": cpu_s(serve.pid), **({"prometheus": cpu_s(prometheus.pid)} if prometheus else {})}
         fleet_before = cpu_s(fleet.pid)
         scrapes_before = control(control_port, {})
@@ -243,6 +251,11 @@ def main() -> None:
         fleet_cores = (cpu_s(fleet.pid) - fleet_before) / args.duration
         scrapes_after = control(control_port, {})
         rss = rss_mib(serve.pid)
+        # Every live target's livez, at the end: a live target must pass; one that does not is printed
+        # with what serve says of it (state, last error, active verdicts), so the cause is on the page.
+        live_names = [name for i, name in enumerate(targets) if i not in set(stalled)]
+        not_live = [name for name in live_names if not live(f"{api}/targets/{name}/livez")]
+        described = {t["name"]: t for t in get_json(api + "/api/v1/targets")["targets"]} if not_live else {}
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
@@ -258,11 +271,13 @@ def main() -> None:
           f"{min(window + 3 * args.interval, args.history):.0f} s)")
     print(f"  (the fake fleet itself: {fleet_cores:.2f} cores)")
     per = {}
+    cadence_share = {}
     for who in before:
         scrapes = scrapes_after[who] - scrapes_before[who]
+        cadence_share[who] = scrapes / window / n * args.interval
         cpu = after[who] - before[who]
         per[who] = cpu / scrapes if scrapes else float("nan")
-        print(f"  {who:10s} {scrapes:7d} scrapes ({scrapes / window / n * args.interval:.2f} of the cadence), "
+        print(f"  {who:10s} {scrapes:7d} scrapes ({cadence_share[who]:.2f} of the cadence), "
               f"CPU {cpu:6.1f} s = {cpu / window:.2f} cores, {per[who] * 1e3:.2f} ms per target-scrape")
     if "prometheus" in per:
         print(f"  CPU per target-scrape, serve / Prometheus: {per['servewatch'] / per['prometheus']:.2f}x (goal <= 1.5x)")
@@ -276,6 +291,16 @@ def main() -> None:
     times = sorted(detected.values())
     print(f"  stalled {len(stalled)}, flagged {len(times)}: " + ", ".join(f"{t:.1f} s" for t in times) +
           f" after the freeze (single-target threshold {threshold:g} s + one cadence = {threshold + args.interval:g} s)")
+    print(f"  livez of the {len(live_names)} live targets at the end: {len(live_names) - len(not_live)} answered 200")
+    for name in not_live[:20]:
+        t = described.get(name, {})
+        print(f"    {name}: state {t.get('state')}, last error {t.get('last_error') or 'none'}, "
+              f"active {', '.join(t.get('active') or []) or 'none'}")
+    problems = [f"{who} kept {share:.2f} of its cadence (< 0.98)" for who, share in cadence_share.items() if share < 0.98]
+    problems += [f"{len(not_live)} live target(s) failed livez"] if not_live else []
+    problems += [f"{len(stalled) - len(times)} stalled target(s) never flagged"] if len(times) < len(stalled) else []
+    if problems:
+        raise SystemExit("fleet benchmark FAILED: " + "; ".join(problems))
 
 
 if __name__ == "__main__":
