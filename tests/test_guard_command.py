@@ -73,6 +73,8 @@ def test_a_stalled_server_gets_its_stacks_dumped_and_its_tree_killed_exit_3(tmp_
     assert stack_line["processes"] == {"api": "captured"}
     assert kill_line["killed"] == 1 and kill_line["survivors"] == []
     assert events["exit"]["code"] == 3
+    assert events["identity"]["verified"] is True and events["identity"]["override"] is False   # proven once it listened
+    assert events["identity"]["listener_pid"] == pid
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     dump = pathlib.Path(stack_line["path"])
     assert dump.parent == stacks and (os.stat(dump).st_mode & 0o777) == 0o600
@@ -81,6 +83,9 @@ def test_a_stalled_server_gets_its_stacks_dumped_and_its_tree_killed_exit_3(tmp_
     # The bundle is written before the kill, and it carries no stack and no path of the dump.
     bundle = pathlib.Path(events["alive_health_ok_no_progress"]["bundle"])
     assert all(dump.name not in p.read_text() and "Thread " not in p.read_text() for p in bundle.iterdir())
+    identity = json.loads((bundle / "incident.json").read_text())["target"]["identity"]
+    assert identity == {"verified": True, "override": False,
+                        "how": f"pid {pid} listens on port {port} itself, in servewatch's network namespace"}
 
 
 def _completion(url, max_tokens, results):
@@ -110,7 +115,7 @@ def test_sigterm_drains_a_server_guard_started_and_exits_with_its_status(tmp_pat
     for client in clients:
         client.join(timeout=60)
     assert proc.returncode == 0, stderr
-    assert [line["guard"] for line in lines if "guard" in line] == ["drain", "exit"]
+    assert [line["guard"] for line in lines if "guard" in line] == ["identity", "drain", "exit"]
     assert "the server exited 0 after the drain" in stderr
     assert results == [(200, 200), (200, 200)]      # the requests in flight at SIGTERM finished
 

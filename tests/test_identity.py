@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from servewatch.actions.identity import ServerIdentityError, ServerProof, prove_server, reprove
+from servewatch.actions.identity import ServerIdentityError, ServerProof, prove_server, reprove, unverifiable_reason
 from tests.processes import stop
 
 # A parent that starts an HTTP server child on 127.0.0.1:0 and prints the child's pid and port.
@@ -20,6 +20,7 @@ PARENT = textwrap.dedent("""
     child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
     print(child.pid, child.stdout.readline().strip(), flush=True)
     child.wait()
+    sys.stdin.read()        # outlives its child: until the test closes stdin (or kills it)
 """)
 SERVER = textwrap.dedent("""
     import http.server, sys
@@ -32,7 +33,8 @@ SERVER = textwrap.dedent("""
 @pytest.fixture
 def served():
     """(parent pid, listener pid, url): the listener is the parent's child."""
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, SERVER], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         child_pid, port = (int(x) for x in parent.stdout.readline().split())
         yield parent.pid, child_pid, f"http://127.0.0.1:{port}"
@@ -84,6 +86,9 @@ def test_a_sleep_is_refused_naming_who_listens(served, sleeper):
     assert line.startswith(f"pid {sleeper.pid} (sleep) does not serve {url}: ")
     assert f"is held by pid {child} (python" in line
     assert "600" not in line and "-c" not in line           # the name, never the arguments
+    assert not err.value.unverifiable                        # a mismatch: no override accepts it
+    with pytest.raises(ServerIdentityError):
+        prove_server(sleeper.pid, url, allow_unverifiable=True)
 
 
 def test_a_sleep_on_a_dead_port_says_nothing_listens(sleeper):
@@ -128,7 +133,9 @@ def test_a_non_local_url_is_refused_unless_allowed(sleeper):
     with pytest.raises(ServerIdentityError) as err:
         prove_server(sleeper.pid, url)
     assert re.search(r"192\.0\.2\.10 is not an address of this machine", str(err.value))
-    assert "--unverified-pid-ok" in str(err.value)
+    assert "--unverified-pid-ok" in str(err.value) and err.value.unverifiable
+    assert unverifiable_reason(url) == "192.0.2.10 is not an address of this machine"
+    assert unverifiable_reason("http://localhost:1") is None
     proof = prove_server(sleeper.pid, url, allow_unverifiable=True)
     assert not proof.verified and proof.listener_pid is None
     assert proof.how.startswith("not verified: ")

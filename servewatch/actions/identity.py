@@ -25,9 +25,15 @@ CREATE_TIME_TOLERANCE_S = 0.01     # as in actions.tree: psutil's create time is
 
 
 class ServerIdentityError(ServewatchError):
-    """The PID is not proven to be the server behind the URL; str() is the one line the user sees."""
+    """The PID is not proven to be the server behind the URL; str() is the one line the user sees.
+    `unverifiable` is True when nothing could be proven from here (not a mismatch): the user's explicit
+    override (allow_unverifiable) would accept it."""
 
     exit_code = 2
+
+    def __init__(self, message: str, *, unverifiable: bool = False):
+        super().__init__(message)
+        self.unverifiable = unverifiable
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +57,14 @@ def prove_server(pid: int, url: str, *, allow_unverifiable: bool = False) -> Ser
     def unverifiable(why: str) -> ServerProof:
         if not allow_unverifiable:
             raise ServerIdentityError(f"pid {pid} ({name}) cannot be proven to serve {base}: {why} "
-                                      f"(pass --unverified-pid-ok to act on it anyway)")
+                                      f"(pass --unverified-pid-ok to act on it anyway)", unverifiable=True)
         return ServerProof(pid, create_time, None, port, False,
                            f"not verified: {why}; pid {pid} was accepted on the user's explicit override")
 
+    why = unverifiable_reason(url)
+    if why is not None:
+        return unverifiable(why)
     addresses = _resolve(host, port)
-    if addresses is None:
-        return unverifiable(f"{host} does not resolve here")
-    if not _is_local(addresses):
-        return unverifiable(f"{host} is not an address of this machine")
     same = _same_netns(pid)
     if same is None:
         return unverifiable("its network namespace cannot be read by this user")
@@ -107,6 +112,18 @@ def reprove(proof: ServerProof, url: str) -> ServerProof:
         raise ServerIdentityError(f"pid {proof.pid} is no longer the process proven to serve {base}: "
                                   f"the server exited and its PID was reused")
     return again
+
+
+def unverifiable_reason(url: str) -> str | None:
+    """Why no PID can be proven to serve this URL from here (its host is not this machine, or does not
+    resolve), or None when one can."""
+    _, host, port = _parse(url)
+    addresses = _resolve(host, port)
+    if addresses is None:
+        return f"{host} does not resolve here"
+    if not _is_local(addresses):
+        return f"{host} is not an address of this machine"
+    return None
 
 
 # --- helpers -----------------------------------------------------------------------------------------
