@@ -190,7 +190,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     gone = subprocess.run([*GUARD, "http://127.0.0.1:1", "--pid", "999999999"], capture_output=True, text=True,
                           timeout=30)
     assert gone.stderr.strip() == "servewatch guard: --pid 999999999: no such process"
-    for result in (both, neither, wrong, missing, gone):
+    stacks = subprocess.run([*GUARD, "http://127.0.0.1:1", "--stacks-dir", "/proc/x", "--", "sleep", "30"],
+                            capture_output=True, text=True, timeout=30)
+    assert stacks.stderr.strip() == "servewatch guard: --stacks-dir /proc/x: not writable (No such file or directory)"
+    assert "started" not in stacks.stderr          # refused before the server was started
+    for result in (both, neither, wrong, missing, gone, stacks):
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "either -- COMMAND" in both.stderr and "either -- COMMAND" in neither.stderr
     assert "unknown verdict(s) stall" in wrong.stderr

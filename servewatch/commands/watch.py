@@ -80,7 +80,22 @@ async def _watch(args) -> int:
     if terminated and terminated[0].received:
         print("servewatch watch: stopped (SIGTERM)", file=sys.stderr)
         return 0
-    return 1 if recorder.stopped else 0
+    if recorder.stopped:
+        return 1
+    if args.duration is not None and never_answered(recorder.ring):      # a dead URL is bad input: non-zero, as every command
+        print(f"servewatch watch: {options.url}: nothing answered /health or /metrics in {args.duration:g} s",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def never_answered(ring) -> bool:
+    """No /health status and no /metrics body in the whole session (all of it still in the ring)."""
+    window = ring.window()
+    if any(ring.overwritten.values()) or not window.health:
+        return False
+    return (all(h.status is None for h in window.health)
+            and all(m.error is not None for m in window.metrics))
 
 
 class _StopOnSigterm:
