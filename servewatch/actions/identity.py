@@ -57,7 +57,7 @@ def prove_server(pid: int, url: str, *, allow_unverifiable: bool = False) -> Ser
     def unverifiable(why: str) -> ServerProof:
         if not allow_unverifiable:
             raise ServerIdentityError(f"pid {pid} ({name}) cannot be proven to serve {base}: {why} "
-                                      f"(pass --unverified-pid-ok to act on it anyway)", unverifiable=True)
+                                      f"(pass --unverified-pid-ok to go on anyway)", unverifiable=True)
         return ServerProof(pid, create_time, None, port, False,
                            f"not verified: {why}; pid {pid} was accepted on the user's explicit override")
 

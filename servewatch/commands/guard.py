@@ -120,7 +120,7 @@ async def _guard(args, options, command: list[str], config) -> int:
     stacks_dir = _stacks_dir(args, check=config.stacks and not config.dry_run)
     if command and not override and (why := unverifiable_reason(options.url)):    # before starting anything
         raise ServerIdentityError(f"cannot prove that the server started will serve {options.url}: {why} "
-                                  f"(pass --unverified-pid-ok to act on it anyway)", unverifiable=True)
+                                  f"(pass --unverified-pid-ok to go on anyway)", unverifiable=True)
     try:
         if command:
             server = _start(command, json_lines=args.json)
