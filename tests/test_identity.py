@@ -11,7 +11,8 @@ import textwrap
 
 import pytest
 
-from servewatch.actions.identity import ServerIdentityError, ServerProof, prove_server, reprove, unverifiable_reason
+from servewatch.actions.identity import (ServerIdentityError, ServerProof, prove_server, reprove, tree_listens,
+                                         unverifiable_reason)
 from tests.processes import stop
 
 # A parent that starts an HTTP server child on 127.0.0.1:0 and prints the child's pid and port.
@@ -70,6 +71,12 @@ def test_the_parent_of_the_listener_is_proven(served):
     assert proof.verified and proof.pid == parent and proof.listener_pid == child
     assert "descendant" in proof.how
     assert reprove(proof, url).listener_pid == child
+
+
+def test_tree_listens_is_the_cheap_check_a_poll_uses(served, sleeper):
+    parent, child, url = served
+    assert tree_listens(parent, url) and tree_listens(child, url)
+    assert not tree_listens(sleeper.pid, url)
 
 
 def test_localhost_counts_as_local(served):

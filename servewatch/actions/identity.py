@@ -114,6 +114,28 @@ def reprove(proof: ServerProof, url: str) -> ServerProof:
     return again
 
 
+def tree_listens(pid: int, url: str) -> bool:
+    """Whether pid or a descendant holds a LISTEN socket on the URL's port now: the cheap part of the proof
+    (a fraction of a millisecond; naming another holder reads every process's sockets, a tenth of a second
+    or more), for polling until a started server listens. Never a proof by itself: prove_server is."""
+    import psutil
+
+    _, host, port = _parse(url)
+    addresses = _resolve(host, port) or set()
+    try:
+        proc = psutil.Process(pid)
+        members = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for member in members:
+        try:
+            if any(_listens_on(conn, port, addresses) for conn in _connections(member)):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def unverifiable_reason(url: str) -> str | None:
     """Why no PID can be proven to serve this URL from here (its host is not this machine, or does not
     resolve), or None when one can."""

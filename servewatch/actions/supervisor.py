@@ -27,7 +27,8 @@ from pathlib import Path
 
 from servewatch.actions import stacks as stack_dump
 from servewatch.actions import tree
-from servewatch.actions.identity import ServerIdentityError, ServerProof, prove_server, reprove
+from servewatch.actions.identity import (ServerIdentityError, ServerProof, prove_server, reprove, tree_listens,
+                                         unverifiable_reason)
 from servewatch.actions.policy import Action, GuardConfig, Outcome, action_for, exit_status
 
 ReturnCode = Callable[[], "int | None"]     # Popen.poll of a server guard started; None when attached
@@ -41,6 +42,7 @@ class Guard:
         self.proof = proof            # None until a server guard started listens on the URL's port
         self.override = override      # the user's --unverified-pid-ok
         self.refused: list[str] = []  # signals not sent: the proof failed
+        self._visible = unverifiable_reason(url) is None
         self.config = config
         self.stacks_dir = stacks_dir
         self.returncode = returncode
@@ -173,6 +175,8 @@ class Guard:
         """A server guard started: proven once it listens (called until it is). True once proven."""
         if self.proof is not None:
             return True
+        if self._visible and not tree_listens(self.root.pid, self.url):
+            return False      # not listening yet (the full proof would also name who else listens: costly)
         try:
             self.proof = prove_server(self.root.pid, self.url, allow_unverifiable=self.override)
         except ServerIdentityError:
