@@ -89,11 +89,17 @@ def parse(text: str, where: str) -> Canary:
                   recorded_t=float(data["recorded_t"]), text=text_kept)
 
 
-def compare(canary: Canary, text: str, tokens: int | None) -> Check:
-    """The answer against the recording, as one line."""
+def compare(canary: Canary, text: str, tokens: int | None, model: str | None = None) -> Check:
+    """The answer (from `model`, when known) against the recording, as one line. Another model is never a
+    match, whatever it answered: the canary vouches for the model it was recorded from."""
     n = f"{tokens} token(s)" if tokens is not None else f"{len(text)} character(s)"
-    if digest(text) == canary.completion_sha256 and (tokens is None or canary.completion_tokens is None
-                                                     or tokens == canary.completion_tokens):
+    same_text = digest(text) == canary.completion_sha256 and (tokens is None or canary.completion_tokens is None
+                                                              or tokens == canary.completion_tokens)
+    if model is not None and model_label(model) != canary.model:
+        what = "the same completion" if same_text else "a different completion"
+        return Check(False, f"canary MISMATCH: the model differs: the server answered as model {model_label(model)}, "
+                            f"the canary was recorded from model {canary.model} ({what}, {n})")
+    if same_text:
         return Check(True, f"canary matches: {n}, the same completion as recorded from model {canary.model}")
     why = [f"the completion differs from the one recorded from model {canary.model}"]
     if tokens is not None and canary.completion_tokens is not None and tokens != canary.completion_tokens:

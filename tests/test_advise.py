@@ -309,6 +309,18 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys, config, ex
     assert captured.out == ""
 
 
+def test_weights_bytes_stands_for_an_awq_checkpoint_without_intermediate_size(tmp_path, capsys):
+    """A quantised config without intermediate_size: the parameter count cannot be estimated, and need not be."""
+    awq = {k: v for k, v in LLAMA3_8B.items() if k != "intermediate_size"}
+    awq["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    directory = write_config(tmp_path / "awq", awq)
+    assert main(["advise", "--model", str(directory), "--gpu", "H100"]) == 2       # nothing to size the weights by
+    assert "give --weights-bytes" in capsys.readouterr().err
+    assert main(["advise", "--model", str(directory), "--gpu", "H100", "--weights-bytes", "5.2GiB", "--json"]) == 0
+    model = json.loads(capsys.readouterr().out)["model"]
+    assert model["weight_bytes"] == int(5.2 * 2**30) and "--weights-bytes" in model["weight_source"]
+
+
 def test_unknown_gpu_with_both_overrides_is_fine(llama3, capsys):
     assert main(["advise", "--model", str(llama3), "--gpu", "B300", "--gpu-memory", "180GiB",
                  "--bandwidth", "8TB/s", "--json"]) == 0

@@ -4,6 +4,7 @@ reports a mismatch on a model with other weights (another seed); bad files and s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import threading
@@ -20,8 +21,9 @@ from servewatch.sim.server import serve
 class SimServer:
     """The simulator serving HTTP on its own loop in a thread, so the CLI can run its own asyncio.run()."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, model_name: str | None = None):
         self.seed = seed
+        self.model_name = model_name
         self.url = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
@@ -30,7 +32,10 @@ class SimServer:
         async def run():
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            engine = SimEngine(SimConfig(seed=self.seed), RealClock())
+            config = SimConfig(seed=self.seed)
+            if self.model_name is not None:
+                config = dataclasses.replace(config, model_name=self.model_name)
+            engine = SimEngine(config, RealClock())
             await serve(engine, "127.0.0.1", 0, on_listening=self._listening, stop=self._stop)
         asyncio.run(run())
 
@@ -68,6 +73,21 @@ def test_the_canary_matches_a_restart_of_the_same_model_and_not_a_model_with_oth
         assert main(["canary", "check", other_weights.url, str(path)]) == 1
     line = capsys.readouterr().out.strip()
     assert line.startswith("canary MISMATCH:") and "\n" not in line
+
+
+def test_a_server_serving_another_model_is_a_mismatch_that_says_so(tmp_path, capsys):
+    """Same weights (seed), so the same completion; the model name differs: not a match, and said."""
+    path = tmp_path / "canary.json"
+    with SimServer(seed=7) as first:
+        assert record(first.url, path) == 0
+    recorded_model = json.loads(path.read_text())["model"]
+    capsys.readouterr()
+    with SimServer(seed=7, model_name="another-model") as other:
+        assert main(["canary", "check", other.url, str(path)]) == 1
+    assert capsys.readouterr().out.strip() == (
+        f"canary MISMATCH: the model differs: the server answered as model another-model, the canary was recorded "
+        f"from model {recorded_model} (the same completion, {json.loads(path.read_text())['completion_tokens']} "
+        f"token(s))")
 
 
 def test_keep_text_stores_the_completion_and_locates_the_first_difference(tmp_path, capsys):

@@ -73,6 +73,8 @@ def test_a_stalled_server_gets_its_stacks_dumped_and_its_tree_killed_exit_3(tmp_
     assert stack_line["processes"] == {"api": "captured"}
     assert kill_line["killed"] == 1 and kill_line["survivors"] == []
     assert events["exit"]["code"] == 3
+    assert events["identity"]["verified"] is True and events["identity"]["override"] is False   # proven once it listened
+    assert events["identity"]["listener_pid"] == pid
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     dump = pathlib.Path(stack_line["path"])
     assert dump.parent == stacks and (os.stat(dump).st_mode & 0o777) == 0o600
@@ -81,6 +83,9 @@ def test_a_stalled_server_gets_its_stacks_dumped_and_its_tree_killed_exit_3(tmp_
     # The bundle is written before the kill, and it carries no stack and no path of the dump.
     bundle = pathlib.Path(events["alive_health_ok_no_progress"]["bundle"])
     assert all(dump.name not in p.read_text() and "Thread " not in p.read_text() for p in bundle.iterdir())
+    identity = json.loads((bundle / "incident.json").read_text())["target"]["identity"]
+    assert identity == {"verified": True, "override": False,
+                        "how": f"pid {pid} listens on port {port} itself, in servewatch's network namespace"}
 
 
 def _completion(url, max_tokens, results):
@@ -110,7 +115,7 @@ def test_sigterm_drains_a_server_guard_started_and_exits_with_its_status(tmp_pat
     for client in clients:
         client.join(timeout=60)
     assert proc.returncode == 0, stderr
-    assert [line["guard"] for line in lines if "guard" in line] == ["drain", "exit"]
+    assert [line["guard"] for line in lines if "guard" in line] == ["identity", "drain", "exit"]
     assert "the server exited 0 after the drain" in stderr
     assert results == [(200, 200), (200, 200)]      # the requests in flight at SIGTERM finished
 
@@ -185,7 +190,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     gone = subprocess.run([*GUARD, "http://127.0.0.1:1", "--pid", "999999999"], capture_output=True, text=True,
                           timeout=30)
     assert gone.stderr.strip() == "servewatch guard: --pid 999999999: no such process"
-    for result in (both, neither, wrong, missing, gone):
+    stacks = subprocess.run([*GUARD, "http://127.0.0.1:1", "--stacks-dir", "/proc/x", "--", "sleep", "30"],
+                            capture_output=True, text=True, timeout=30)
+    assert stacks.stderr.strip() == "servewatch guard: --stacks-dir /proc/x: not writable (No such file or directory)"
+    assert "started" not in stacks.stderr          # refused before the server was started
+    for result in (both, neither, wrong, missing, gone, stacks):
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "either -- COMMAND" in both.stderr and "either -- COMMAND" in neither.stderr
     assert "unknown verdict(s) stall" in wrong.stderr

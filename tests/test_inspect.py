@@ -52,6 +52,9 @@ class _Handler(BaseHTTPRequestHandler):
     body = b""
 
     def do_GET(self):  # noqa: N802
+        if self.path != "/metrics":      # as vLLM and SGLang: the exposition lives at /metrics only
+            self.send_error(404)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(self.body)))
@@ -83,6 +86,29 @@ def test_url_source_is_fetched_once(serve, capsys):
     url = serve(open(KV, "rb").read())
     code, report = run_json(capsys, url)
     assert code == 0 and report["engines"][0]["waiting"] == 9
+
+
+@pytest.mark.parametrize("tail", ["", "/"])
+def test_a_base_url_reads_its_metrics(serve, capsys, tail):
+    url = serve(open(KV, "rb").read()).removesuffix("/metrics") + tail
+    code, report = run_json(capsys, url)
+    assert code == 0 and report["engines"][0]["waiting"] == 9
+
+
+def test_a_reader_that_goes_away_is_no_traceback(monkeypatch, capsys):
+    """`servewatch inspect --json URL | head -c 1`: stdout's reader is gone; exit 1 without a word."""
+    import os
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)                             # the reader went away
+    gone = open(write, "w", buffering=1)
+    monkeypatch.setattr(sys, "stdout", gone)
+    try:
+        assert main(["inspect", KV, "--json"]) == 1
+    finally:
+        gone.close()
+    assert capsys.readouterr().err == ""
 
 
 def one_error_line(capsys) -> str:

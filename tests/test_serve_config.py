@@ -55,6 +55,8 @@ def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_p
 @pytest.mark.parametrize("text, expected", [
     ("targets:\n  - url: http://a:1\n    colour: red\n", ":3: targets[0].colour: unknown key"),
     ("targets:\n  - url: ftp://a:1\n", ":2: targets[0].url: 'ftp://a:1': not an http(s) URL"),
+    ("targets:\n  - url: not-a-url\n", ":2: targets[0].url: 'not-a-url': not an http(s) URL (write http://HOST:PORT)"),
+    ("targets:\n  - not-a-url\n", ":2: targets[0].url: 'not-a-url': not an http(s) URL"),
     ("interval: soon\n", ":1: interval: 'soon' is not a duration"),
     ("listen: 1\nlisten2: x\n", ":2: listen2: unknown key"),
     ("targets:\n  - url: http://a:1\n    pid: -3\n", ":3: targets[0].pid: a process id"),
@@ -69,6 +71,21 @@ def test_config_errors_name_file_line_and_key(tmp_path, text, expected):
     message = str(error.value)
     assert message.startswith(str(path)) and "\n" not in message
     assert expected.replace(": document", "") in message or expected in message, message
+
+
+@pytest.mark.parametrize("where", ["--out", "out:"])
+def test_an_unwritable_out_is_refused_before_anything_is_watched(tmp_path, where):
+    import argparse
+
+    from servewatch.commands.serve import register
+
+    path = tmp_path / "serve.yaml"
+    path.write_text("targets: [http://127.0.0.1:1]\n" + ("out: /proc/x\n" if where == "out:" else ""))
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--config", str(path), *(["--out", "/proc/x"] if where == "--out" else [])])
+    with pytest.raises(ServewatchError, match=r"^--out /proc/x: not writable \(No such file or directory\)$"):
+        serve_config.from_args(args)
 
 
 def test_file_sd_json_and_yaml(tmp_path):

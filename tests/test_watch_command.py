@@ -47,7 +47,10 @@ def test_bad_url_and_missing_log_file():
 
 def test_target_down_at_start_keeps_watching_and_reports_health_loss():
     result = cli("http://127.0.0.1:1", "--interval", "0.2", "--duration", "1.5", "--json")
-    assert result.returncode == 0
+    # it kept watching to the end; a URL that never answered is bad input all the same (README: non-zero)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == ("servewatch watch: http://127.0.0.1:1: nothing answered /health or "
+                                              "/metrics in 1.5 s")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["verdict"] for line in lines] == ["health_loss"]
     assert set(lines[0]) == {"event", "t", "verdict", "onset", "since_s", "why", "details", "bundle"} and lines[0]["event"] == "fired"

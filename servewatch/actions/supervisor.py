@@ -5,6 +5,14 @@ tree → SIGKILL of the tree → stop. SIGTERM to guard, for a server guard star
 (it drains) → wait up to the drain timeout → kill what is left. Every step is said in one line on
 stderr (and as a JSON line with --json); blocking work (py-spy, waiting for processes) runs in worker
 threads so the recorder keeps probing meanwhile.
+
+No signal reaches a process not proven to be the server behind the URL (servewatch.actions.identity):
+an attached server is proven before guard starts; a server guard started is proven once it listens.
+Before every signal the proof is run again (the PID may have been reused, the port handed over); when
+it fails, nothing is signalled and guard says so. One exception, for a server guard started itself: a
+drain it was asked for (SIGTERM to guard) reaches its own child even when the child does not listen (yet,
+or any more, while it drains); that child is pinned by its create time, and its PID cannot be reused
+while guard has not reaped it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from pathlib import Path
 
 from servewatch.actions import stacks as stack_dump
 from servewatch.actions import tree
+from servewatch.actions.identity import (ServerIdentityError, ServerProof, prove_server, reprove, tree_listens,
+                                         unverifiable_reason)
 from servewatch.actions.policy import Action, GuardConfig, Outcome, action_for, exit_status
 
 ReturnCode = Callable[[], "int | None"]     # Popen.poll of a server guard started; None when attached
@@ -26,8 +36,13 @@ ReturnCode = Callable[[], "int | None"]     # Popen.poll of a server guard start
 
 class Guard:
     def __init__(self, root: tree.Member, config: GuardConfig, stacks_dir: Path, *, returncode: ReturnCode | None,
-                 json_lines: bool = False):
+                 url: str, proof: ServerProof | None = None, override: bool = False, json_lines: bool = False):
         self.root = root
+        self.url = url
+        self.proof = proof            # None until a server guard started listens on the URL's port
+        self.override = override      # the user's --unverified-pid-ok
+        self.refused: list[str] = []  # signals not sent: the proof failed
+        self._visible = unverifiable_reason(url) is None
         self.config = config
         self.stacks_dir = stacks_dir
         self.returncode = returncode
@@ -88,6 +103,9 @@ class Guard:
         if not members:
             self.busy = False
             return
+        if action.kill and not self._proven(action.verdict):
+            self.busy = False      # keep watching; a later verdict is checked again
+            return
         if not action.kill:
             self.say(f"{action.verdict}: dry run: would dump the stacks of {len(members)} process(es) and kill the "
                      f"tree ({_roles(members)})", event="dry_run", verdict=action.verdict)
@@ -99,6 +117,9 @@ class Guard:
             self.say(f"{action.verdict}: stacks {capture.status}"
                      f"{' (' + capture.reason + ')' if capture.reason else ''}{where}",
                      event="stacks", verdict=action.verdict, path=capture.path, **capture.public())
+        if not self._proven(action.verdict):      # again: the stacks took seconds
+            self.busy = False
+            return
         killed = await loop.run_in_executor(None, tree.kill, members)
         self.outcome = replace(self.outcome, killed_for=action.verdict)
         self.say(f"{action.verdict}: killed the tree ({_roles(killed.members)})"
@@ -115,6 +136,9 @@ class Guard:
     async def _drain(self) -> None:
         self.say(f"asking the server to drain (SIGTERM to pid {self.root.pid}); up to "
                  f"{self.config.drain_timeout_s:g} s", event="drain")
+        if not self._proven("drain", own_child_ok=True):
+            self._finish()
+            return
         if not tree.ask_to_stop(self.root):
             self._server_gone()
             return
@@ -125,12 +149,73 @@ class Guard:
         await self._kill_after_drain()
 
     async def _kill_after_drain(self) -> None:
+        if not self._proven("drain", own_child_ok=True):
+            self._finish()
+            return
         members = tree.snapshot(self.root.pid, self.root.create_time)
         killed = await asyncio.get_running_loop().run_in_executor(None, tree.kill, members)
         self.outcome = replace(self.outcome, drain="timeout")
         self.say(f"drain: killed the tree ({_roles(killed.members)})", event="kill", killed=len(killed.members),
                  survivors=list(killed.survivors))
         self._finish()
+
+    # --- identity ----------------------------------------------------------------------------------
+
+    def prove_when_listening(self) -> None:
+        """A server guard started: proven as soon as its tree listens on the URL's port."""
+        self._spawn(self._prove_when_listening())
+
+    async def _prove_when_listening(self) -> None:
+        while not self.done.is_set() and not self.try_prove():
+            if self.returncode is not None and self.returncode() is not None:
+                return
+            await asyncio.sleep(0.2)   # another process's state: polled (one psutil read)
+
+    def try_prove(self) -> bool:
+        """A server guard started: proven once it listens (called until it is). True once proven."""
+        if self.proof is not None:
+            return True
+        if self._visible and not tree_listens(self.root.pid, self.url):
+            return False      # not listening yet (the full proof would also name who else listens: costly)
+        try:
+            self.proof = prove_server(self.root.pid, self.url, allow_unverifiable=self.override)
+        except ServerIdentityError:
+            return False
+        if abs(self.proof.create_time - self.root.create_time) > 0.01:    # cannot happen to an unreaped child
+            self.proof = None
+            return False
+        self.say_proof()
+        return True
+
+    def say_proof(self) -> None:
+        proof = self.proof
+        given = "; --unverified-pid-ok was given" if self.override else ""
+        self.say(f"identity: {proof.how}{given}", event="identity", verified=proof.verified, override=self.override,
+                 listener_pid=proof.listener_pid)
+
+    def identity_record(self) -> dict | None:
+        """What a bundle says about the server's identity (target.identity), or None before any proof."""
+        if self.proof is None:
+            return None
+        return {"verified": self.proof.verified, "override": self.override, "how": self.proof.how}
+
+    def _proven(self, what: str, *, own_child_ok: bool = False) -> bool:
+        """The proof run again just before a signal; False (and said, and kept in self.refused) if it fails."""
+        try:
+            if self.proof is None:
+                self.proof = prove_server(self.root.pid, self.url, allow_unverifiable=self.override)
+                self.say_proof()
+            else:
+                self.proof = reprove(self.proof, self.url)
+            return True
+        except ServerIdentityError as exc:
+            problem = str(exc)
+        if own_child_ok and self.returncode is not None and self.returncode() is None and tree.snapshot(
+                self.root.pid, self.root.create_time):
+            return True      # guard's own child, unreaped, same create time (see the module docstring)
+        self.refused.append(f"{what}: {problem}")
+        self.say(f"{what}: sending no signal: {problem}", event="refused", verdict=what, reason=problem)
+        return False
 
     async def _root_gone_within(self, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
@@ -162,6 +247,8 @@ class Guard:
 
     def result(self) -> tuple[int, str]:
         code, why = exit_status(self.outcome)
+        if self.refused:
+            why += f"; {len(self.refused)} signal(s) not sent, the process was not proven to be the server"
         self.say(f"exit {code}: {why}", event="exit", code=code)
         return code, why
 

@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ServewatchError(f"{flag}: {exc}") from None
 
-    model = read_model(args.model)
+    weights = quantity(parse_bytes, args.weights_bytes, "--weights-bytes")
+    model = read_model(args.model, weights_bytes=weights)
     gpu = resolve(args.gpu, quantity(parse_bytes, args.gpu_memory, "--gpu-memory"),
                   quantity(parse_rate, args.bandwidth, "--bandwidth"))
     try:
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         model=model, gpu=gpu, tp=args.tp, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         memory_utilization=utilization, kv_cache_dtype=args.kv_cache_dtype,
         kv_cache_memory_bytes=quantity(parse_bytes, args.kv_cache_memory_bytes, "--kv-cache-memory-bytes"),
-        weights_bytes=quantity(parse_bytes, args.weights_bytes, "--weights-bytes"),
+        weights_bytes=weights,
         reserve_bytes=reserve if reserve is not None else cap.DEFAULT_RESERVE, reserve_given=reserve is not None,
         block_size=args.block_size, headroom_requests=args.headroom)
     if args.block_size < 1 or args.headroom < 0:
@@ -116,18 +117,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _observe(url: str | None, log_path: str | None):
-    from urllib.parse import urlsplit
-
     from servewatch.derive.observed import Observed, add_log, from_scrape
     from servewatch.errors import SourceUnavailable
     from servewatch.sources.fetch import fetch_url
+    from servewatch.watch.targets import metrics_url
 
     observed = Observed()
     if url:
         if not url.startswith(("http://", "https://")):
             raise SourceUnavailable(f"--against {url!r}: not an http(s) URL")
-        if urlsplit(url).path in ("", "/"):
-            url = url.rstrip("/") + "/metrics"
+        url = metrics_url(url)
         status, body = fetch_url(url, timeout_s=METRICS_TIMEOUT_S, max_bytes=METRICS_MAX_BYTES)
         if status != 200:
             raise SourceUnavailable(f"--against {url}: HTTP {status}")

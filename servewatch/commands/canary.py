@@ -66,7 +66,7 @@ def run_check(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ServewatchError(f"{args.file}: {exc.strerror or exc}") from None
     recorded = canary.parse(content, args.file)
-    text, tokens, _ = asyncio.run(canary.ask(args.url, recorded, args.model))
-    result = canary.compare(recorded, text, tokens)
+    text, tokens, model = asyncio.run(canary.ask(args.url, recorded, args.model))
+    result = canary.compare(recorded, text, tokens, model)
     print(result.line)
     return 0 if result.matches else 1

@@ -38,6 +38,10 @@ def register(subparsers) -> None:
                     "and given --drain-timeout to finish its requests; an attached server is left alone.")
     add_recording_arguments(parser, interval=0.5)
     parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
+    parser.add_argument("--unverified-pid-ok", action="store_true",
+                        help="act on the server although its PID cannot be proven, from here, to hold the URL's port "
+                             "(another host or network namespace); said in guard's output and kept in every bundle. "
+                             "A PID proven NOT to serve the URL is refused all the same")
     parser.add_argument("--act-on", default=",".join(_default_act_on()), metavar="VERDICTS",
                         help="comma-separated verdicts that make guard act (default: %(default)s)")
     parser.add_argument("--exit-grace", type=duration, default=10.0, metavar="S",
@@ -100,6 +104,7 @@ async def _guard(args, options, command: list[str], config) -> int:
     import subprocess
     import time
 
+    from servewatch.actions.identity import ServerIdentityError, prove_server, unverifiable_reason
     from servewatch.actions.supervisor import Guard
     from servewatch.actions.tree import Member
     from servewatch.sources.process import PsutilProbe
@@ -111,20 +116,32 @@ async def _guard(args, options, command: list[str], config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, signalled.append, sig)
     server = None
+    override = args.unverified_pid_ok
+    stacks_dir = _stacks_dir(args, check=config.stacks and not config.dry_run)
+    if command and not override and (why := unverifiable_reason(options.url)):    # before starting anything
+        raise ServerIdentityError(f"cannot prove that the server started will serve {options.url}: {why} "
+                                  f"(pass --unverified-pid-ok to go on anyway)", unverifiable=True)
     try:
         if command:
             server = _start(command, json_lines=args.json)
         pid = server.pid if server is not None else args.pid
         probe = PsutilProbe(pid, exit_status=server.poll if server is not None else None)  # wrong PID: one line
-        guard = Guard(Member(pid, probe.create_time, "api"), config,
-                      Path(args.stacks_dir) if args.stacks_dir else default_stacks_dir(),
-                      returncode=server.poll if server is not None else None, json_lines=args.json)
+        # An attached server is proven now (a mismatch: one line, exit 2); a started one once it listens.
+        proof = prove_server(pid, options.url, allow_unverifiable=override) if server is None else None
+        guard = Guard(Member(pid, probe.create_time, "api"), config, stacks_dir,
+                      returncode=server.poll if server is not None else None, url=options.url, proof=proof,
+                      override=override, json_lines=args.json)
+        if proof is not None:
+            guard.say_proof()
+        else:
+            guard.prove_when_listening()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, guard.drain)
         if signalled:
             guard.drain()
         await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired],
-                     clear_listeners=[_cleared_printer(args.json)], on_recorder=_attach(guard))
+                     clear_listeners=[_cleared_printer(args.json)], on_recorder=_attach(guard),
+                     identity=guard.identity_record)
         if not guard.done.is_set():          # --duration ran out
             guard.drain()
         await guard.done.wait()
@@ -146,6 +163,23 @@ async def _guard(args, options, command: list[str], config) -> int:
     code, why = guard.result()
     _remember_life(args, options, command, guard, started, code, why)
     return code
+
+
+def _stacks_dir(args, *, check: bool) -> Path:
+    """--stacks-dir, checked now: an unwritable one is one line and exit 2 before anything runs (the dump is
+    evidence a kill destroys; finding out at the kill is too late)."""
+    import tempfile
+
+    path = Path(args.stacks_dir) if args.stacks_dir else default_stacks_dir()
+    if not check:
+        return path
+    try:
+        path.mkdir(parents=True, mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".servewatch-probe-"):
+            pass
+    except OSError as exc:
+        raise ServewatchError(f"--stacks-dir {path}: not writable ({exc.strerror or exc})") from None
+    return path
 
 
 def _remember_life(args, options, command, guard, started: float, code: int, why: str) -> None:

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
         description="Read one /metrics exposition from a URL or a file and show the engine dialect, its "
                     f"name generation, each engine's state (the first {TABLE_ENGINES} in the table, all of them "
                     "with --json) and its latency histograms with blindness findings.")
-    parser.add_argument("source", metavar="SOURCE", help="http(s)://host:port/metrics, or a file path")
+    parser.add_argument("source", metavar="SOURCE", help="http(s)://host:port (its /metrics is read), http(s)://host:port/metrics, or a file path")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds for the fetch (default 5)")
     parser.add_argument("--max-bytes", type=_positive, default=DEFAULT_MAX_BYTES,

@@ -16,6 +16,9 @@ def register(subparsers) -> None:
                     "0, or 1 when --stop-on-incident stopped on an incident.")
     add_recording_arguments(parser, interval=1.0)
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
+    parser.add_argument("--unverified-pid-ok", action="store_true",
+                        help="record --pid although it cannot be proven, from here, to hold the URL's port (another "
+                             "host or network namespace); kept in every bundle")
     parser.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (default: until ^C)")
     parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
     parser.add_argument("--json", action="store_true",
@@ -46,6 +49,14 @@ async def _watch(args) -> int:
 
     options = options_from_args(args)            # a bad --set / --detectors: one line, exit 2
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
+    identity = None
+    if probe is not None:    # its process tree is recorded only once it is proven to be the server
+        from servewatch.actions.identity import prove_server
+
+        proof = prove_server(args.pid, options.url, allow_unverifiable=args.unverified_pid_ok)  # mismatch: exit 2
+        identity = {"verified": proof.verified, "override": args.unverified_pid_ok, "how": proof.how}
+        given = "; --unverified-pid-ok was given" if args.unverified_pid_ok else ""
+        print(f"servewatch watch: identity: {proof.how}{given}", file=sys.stderr, flush=True)
     listeners = [lambda fired: print(json_line(fired), flush=True)] if args.json else []
     clear_listeners = [lambda cleared: print(cleared_line(cleared), flush=True)] if args.json else []
     stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
@@ -61,14 +72,30 @@ async def _watch(args) -> int:
     try:
         recorder = await record(options, probe, tool="watch", listeners=listeners, clear_listeners=clear_listeners,
                                 stop_when=stop_when,
-                                on_recorder=on_recorder, drive=None if args.json else live)
+                                on_recorder=on_recorder, drive=None if args.json else live,
+                                identity=(lambda: identity) if identity else None)
     finally:
         for handler in terminated:
             handler.close()
     if terminated and terminated[0].received:
         print("servewatch watch: stopped (SIGTERM)", file=sys.stderr)
         return 0
-    return 1 if recorder.stopped else 0
+    if recorder.stopped:
+        return 1
+    if args.duration is not None and never_answered(recorder.ring):      # a dead URL is bad input: non-zero, as every command
+        print(f"servewatch watch: {options.url}: nothing answered /health or /metrics in {args.duration:g} s",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def never_answered(ring) -> bool:
+    """No /health status and no /metrics body in the whole session (all of it still in the ring)."""
+    window = ring.window()
+    if any(ring.overwritten.values()) or not window.health:
+        return False
+    return (all(h.status is None for h in window.health)
+            and all(m.error is not None for m in window.metrics))
 
 
 class _StopOnSigterm:

@@ -60,7 +60,7 @@ class ModelFacts:
     max_position_embeddings: int | None
     weight_bytes: int                 # all tensors of the checkpoint
     embedding_bytes: int              # the input embedding table (gathered, not streamed, when untied)
-    weight_source: str                # "safetensors headers" | "parameter count from config.json"
+    weight_source: str                # "safetensors headers" | "parameter count from config.json" | "given ..."
 
     @property
     def streamed_bytes(self) -> int:
@@ -69,12 +69,15 @@ class ModelFacts:
         return self.weight_bytes if self.tied_embeddings else self.weight_bytes - self.embedding_bytes
 
 
-def read_model(location: str | Path) -> ModelFacts:
-    """ModelFacts from a model directory (config.json + optional safetensors) or a config.json file."""
+def read_model(location: str | Path, *, weights_bytes: int | None = None) -> ModelFacts:
+    """ModelFacts from a model directory (config.json + optional safetensors) or a config.json file.
+    `weights_bytes` (the user's --weights-bytes) stands for the checkpoint's size: nothing is estimated."""
     path = Path(location)
     config_path = path / "config.json" if path.is_dir() else path
     config = _load_config(config_path)
-    facts = facts_from_config(config, where=str(config_path))
+    facts = facts_from_config(config, where=str(config_path), weights_bytes=weights_bytes)
+    if weights_bytes is not None:
+        return facts
     tensors = safetensors_sizes(config_path.parent) if config_path.name == "config.json" else {}
     if tensors:
         embedding = next((size for name, size in tensors.items() if name.endswith(EMBEDDING_NAMES)), None)
@@ -84,8 +87,9 @@ def read_model(location: str | Path) -> ModelFacts:
     return facts
 
 
-def facts_from_config(config: dict, *, where: str = "config.json") -> ModelFacts:
-    """The arithmetic's inputs from a parsed config.json; weight bytes estimated from the parameter count."""
+def facts_from_config(config: dict, *, where: str = "config.json", weights_bytes: int | None = None) -> ModelFacts:
+    """The arithmetic's inputs from a parsed config.json; weight bytes as given, else estimated from the
+    parameter count."""
     if not isinstance(config, dict):
         raise ModelConfigError(f"{where}: not a JSON object")
     text = config.get("text_config")
@@ -117,14 +121,18 @@ def facts_from_config(config: dict, *, where: str = "config.json") -> ModelFacts
     architecture = (config.get("architectures") or [config.get("model_type") or "unknown"])[0]
     dtype_bytes = DTYPE_BYTES[dtype]
     embedding_bytes = vocab * hidden * dtype_bytes
-    weight_bytes = _estimate_parameters(config, layers, heads, kv_heads, head_dim, hidden, intermediate, vocab,
-                                        tied, where) * dtype_bytes
+    if weights_bytes is not None:
+        weight_bytes, source = int(weights_bytes), "given with --weights-bytes"
+    else:
+        weight_bytes = _estimate_parameters(config, layers, heads, kv_heads, head_dim, hidden, intermediate, vocab,
+                                            tied, where) * dtype_bytes
+        source = "parameter count from config.json"
     max_positions = config.get("max_position_embeddings")
     return ModelFacts(
         architecture=str(architecture), layers=layers, attention_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         hidden_size=hidden, intermediate_size=intermediate, vocab_size=vocab, dtype=dtype, dtype_bytes=dtype_bytes,
         tied_embeddings=tied, max_position_embeddings=int(max_positions) if isinstance(max_positions, int) else None,
-        weight_bytes=weight_bytes, embedding_bytes=embedding_bytes, weight_source="parameter count from config.json",
+        weight_bytes=weight_bytes, embedding_bytes=embedding_bytes, weight_source=source,
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from servewatch.timeline.window import KINDS
+
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
@@ -51,7 +53,7 @@ class RunbookBranch:
 INCIDENT = "incident"      # something is wrong now: stops `watch --stop-on-incident`, pages
 FINDING = "finding"        # a standing property of the target (e.g. a blind histogram): a ticket
 SEVERITIES = ("page", "ticket", "info")
-SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
+SOURCES = KINDS      # the `source` of an Evidence pointer: a kind of timeline sample
 
 
 @dataclass(frozen=True)

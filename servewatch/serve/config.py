@@ -99,6 +99,8 @@ def load(path: str) -> ServeConfig:
                 raise doc.error(("targets", i, key), f"unknown key (known: {', '.join(_TARGET_KEYS)})")
         if not isinstance(entry.get("url"), str):
             raise doc.error(("targets", i, "url"), "a URL is required")
+        if not entry["url"].startswith(("http://", "https://")):
+            raise doc.error(("targets", i, "url"), f"{entry['url']!r}: not an http(s) URL (write http://HOST:PORT)")
         pid = entry.get("pid")
         if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
             raise doc.error(("targets", i, "pid"), "a process id (a positive integer) is expected")
@@ -194,7 +196,22 @@ def from_args(args) -> ServeConfig:
         if url is not None and not url.startswith(("http://", "https://")):
             raise ServewatchError(f"{url!r}: not an http(s) URL")
     parse_listen(config.listen)
+    if config.out:
+        _check_writable(config.out)
     return config
+
+
+def _check_writable(out: str) -> None:
+    """--out / out:, checked before anything is watched: one line and exit 2, never a fleet of unwatched targets."""
+    import os
+    import tempfile
+
+    try:
+        os.makedirs(out, mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".servewatch-probe-"):
+            pass
+    except OSError as exc:
+        raise ServewatchError(f"--out {out}: not writable ({exc.strerror or exc})") from None
 
 
 def target_from_arg(text: str) -> TargetSpec:

@@ -46,14 +46,13 @@ def ended_by(verdict: Verdict, window: Window) -> tuple[Evidence, ...]:
     """For each (source, field) the verdict's evidence named, the newest sample of that source now and
     the field's value there (None where the field cannot be read from it)."""
     from servewatch.detectors.series import engine_key
+    from servewatch.timeline.window import KINDS
 
-    newest = {"health": window.health, "metrics": window.metrics, "process": window.process,
-              "gpu": window.gpu, "log": window.logs}
     out: list[Evidence] = []
     seen: set[tuple[str, str]] = set()
     for pointer in verdict.evidence:
         key = (pointer.source, pointer.field)
-        samples = newest.get(pointer.source) or ()
+        samples = window.of(pointer.source) if pointer.source in KINDS else ()
         if key in seen or not samples:
             continue
         seen.add(key)

@@ -67,6 +67,7 @@ class BundleContext:
     trigger: Any = None                           # the Verdict (or verdict name) that caused the bundle; None = first
     created_t: float | None = None                # defaults to the writer's clock
     overwritten: Mapping[str, int] = field(default_factory=dict)   # samples the ring dropped, per source
+    identity: Mapping[str, Any] | None = None     # guard/watch --pid: how the PID was tied to the URL (actions.identity)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             "dialect": serialize.safe_token(context.dialect),
             "generation": serialize.safe_token(context.generation),
             "versions": _versions(context.target_versions),
+            **({"identity": identity} if (identity := _identity(context.identity)) else {}),
         },
         "window": {
             "start_t": min(times) if times else None,
@@ -224,6 +226,21 @@ def _trigger(verdicts: Sequence[dict], wanted: Any, stored: Sequence[dict], crea
             return {"verdict": v["name"], "onset": v["onset"]}
     end = max((d["t"] for d in stored), default=None)
     return {"verdict": ON_DEMAND, "onset": serialize.number(end if end is not None else created_t)}
+
+
+def _identity(identity: Mapping[str, Any] | None) -> dict | None:
+    """{"verified", "override", "how"}: how the PID acted on (or recorded) was tied to the URL; the
+    sentence only when it is plain words and numbers."""
+    import re
+
+    if not identity:
+        return None
+    how = str(identity.get("how") or "")
+    return {"verified": bool(identity.get("verified")), "override": bool(identity.get("override")),
+            "how": how if re.match(IDENTITY_HOW_PATTERN, how) else None}
+
+
+IDENTITY_HOW_PATTERN = r"^[A-Za-z0-9 .,:;'()\[\]_-]{1,300}$"
 
 
 def _versions(versions: Mapping[str, str] | None) -> dict[str, str]:

@@ -29,8 +29,9 @@ from servewatch.timeline.samples import (
     ProcessSample,
     Sample,
 )
+from servewatch.timeline.window import KINDS
 
-SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
+SOURCES = KINDS      # one list of source kinds (servewatch.timeline.window)
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")

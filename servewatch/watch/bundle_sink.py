@@ -19,6 +19,7 @@ class BundleSink:
         self.target = target
         self.config = config
         self.recorder = None          # set once the recorder exists: the ring's overwrite counts go in
+        self.identity = None          # () -> {"verified", "override", "how"} | None: how --pid was tied to the URL
         self._writing = threading.Lock()   # verdict and on-demand bundles come from worker threads: one at a time
 
     @property
@@ -52,7 +53,8 @@ class BundleSink:
         context = BundleContext(target_url=self.target, detector_config=self.config,
                                 dialect=metrics.dialect if metrics else None,
                                 generation=metrics.generation if metrics else None, trigger=trigger,
-                                overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {})
+                                overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {},
+                                identity=self.identity() if self.identity is not None else None)
         with self._writing:
             return self.writer.write(recent, verdicts, context)
 

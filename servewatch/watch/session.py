@@ -15,10 +15,12 @@ from servewatch.watch.options import RecordingOptions
 
 async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequence[Callable] = (),
                  clear_listeners: Sequence[Callable] = (), sinks: Sequence = (), stop_when=None,
-                 on_recorder: Callable | None = None, drive: Callable[..., Awaitable[None]] | None = None):
+                 on_recorder: Callable | None = None, drive: Callable[..., Awaitable[None]] | None = None,
+                 identity: Callable[[], dict | None] | None = None):
     """Record options.url until options.duration ends or the recorder is stopped; the recorder when
     done. `sinks` hear fired and cleared verdicts beside the bundle writer (--out); `drive(recorder)`
-    replaces the plain run (the live table); `on_recorder(recorder)` is called once it exists."""
+    replaces the plain run (the live table); `on_recorder(recorder)` is called once it exists; `identity()`
+    says how the PID was tied to the URL, for every bundle (actions.identity)."""
     import aiohttp
 
     from servewatch.clock import RealClock
@@ -33,6 +35,8 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
         print(f"servewatch {tool}: --log-file {log_file}: not there yet; it will be read once it appears",
               file=sys.stderr)
     sink = bundle_sink(options.out, target, options.detectors) if options.out else None   # unwritable: exit 2
+    if sink is not None:
+        sink.identity = identity
     clock = RealClock()
     connector = aiohttp.TCPConnector(limit=8, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:

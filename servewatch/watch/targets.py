@@ -29,6 +29,15 @@ def base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
 
 
+def metrics_url(url: str) -> str:
+    """The /metrics URL of what the user gave: a base URL (scheme://host:port, with or without a trailing
+    slash) gets /metrics; a URL with a path of its own (/metrics, or an exporter's other path) is kept."""
+    parts = urlsplit(url)
+    if parts.path in ("", "/"):
+        return f"{base_url(url)}/metrics"
+    return url
+
+
 def health_timeout(interval: float) -> float:
     return min(10.0, max(2.0, 4 * interval))
 
