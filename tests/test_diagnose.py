@@ -8,7 +8,7 @@ import pytest
 
 from tests.diagnose_scenarios import scenarios
 from servewatch.cli import main
-from servewatch.doctor.diagnose import Readings, diagnose
+from servewatch.doctor.diagnose import Readings, diagnose, readings_from_window
 
 SCENARIOS = scenarios()
 
@@ -114,3 +114,118 @@ def test_command_bad_bundle_is_one_line(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a readable bundle" in err[0]
+
+
+# --- a dead or failing server is the first finding (issue 22) --------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_command_on_a_dead_port_is_one_line_and_exit_2(capsys):
+    url = f"http://127.0.0.1:{_free_port()}"
+    assert main(["diagnose", url, "--window", "1", "--interval", "0.25"]) == 2
+    err = capsys.readouterr()
+    assert err.out == ""
+    last = err.err.strip().splitlines()[-1]
+    assert "did not answer" in last and "connection refused" in last, last
+
+
+def test_failed_probes_rank_first_and_are_said_in_words():
+    from servewatch.timeline.samples import HealthSample
+    from servewatch.timeline.window import Window
+
+    samples = [HealthSample(float(t), 200, 0.01) for t in range(0, 5)]
+    samples += [HealthSample(float(t), None, None, error="timeout") for t in range(5, 8)]
+    readings = readings_from_window(Window.from_samples(samples))
+    top = diagnose(readings, "slow-first-token")[0]
+    assert (top.name, top.verdict) == ("not_answering", "supported")
+    assert "/health timed out ×3" in top.value
+
+
+def test_exit_1_when_the_window_has_failed_probes(tmp_path, capsys, monkeypatch):
+    from servewatch.commands import diagnose as command
+    from servewatch.timeline.samples import HealthSample
+    from servewatch.timeline.window import Window
+
+    window = Window.from_samples([HealthSample(0.0, 200, 0.01), HealthSample(1.0, None, None, error="connect")])
+    monkeypatch.setattr(command, "_record", lambda args: readings_from_window(window))
+    assert main(["diagnose", "http://127.0.0.1:1", "--window", "1"]) == 1
+    assert "1. the server does not answer" in capsys.readouterr().out
+
+
+# --- words, never Python values ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["empty", *SCENARIOS])
+def test_no_python_value_leaks_into_the_text(name):
+    import re
+
+    readings = Readings() if name == "empty" else SCENARIOS[name][1]
+    for symptom in (None, "slow-first-token", "errors", "slow-text", "long-answers", "e2e-up"):
+        for h in diagnose(readings, symptom):
+            text = " ".join(str(getattr(h, k)) for k in ("title", "value", "why", "expected", "next_check",
+                                                         "safe_action"))
+            assert not re.search(r"\b(None|True|False)\b", text), (h.name, text)
+            assert "not measured tokens" not in text and "+not measured" not in text, (h.name, text)
+
+
+# --- the same window read live and from a recording gives the same quantities ----------------------------
+
+QUANTITIES = ("tokens_in", "tokens_out", "queue_s", "ttft_s", "itl_s", "e2e_s", "max_running", "max_waiting",
+              "max_kv", "slot_limit", "preemptions")
+
+
+def _overload_window(engines: int):
+    """An overloaded simulated vLLM (its slot limit 16) recorded in virtual time; `engines` copies of its
+    engine per scrape, as a data-parallel server shows them."""
+    import dataclasses
+
+    from servewatch.sim import SimConfig
+    from servewatch.timeline.samples import MetricsSample
+    from servewatch.timeline.window import Window
+    from tests.sim_harness import Phase, run
+
+    recorder, _, _ = run([Phase(12.0, rate=14.0, prompt_tokens=44, max_tokens=128)], interval=0.5,
+                         config=SimConfig(max_num_seqs=16), with_process=False)
+    window = recorder.ring.window()
+    copied = []
+    for m in window.samples():
+        if isinstance(m, MetricsSample) and m.engines:
+            e = m.engines[0]
+            m = dataclasses.replace(m, engines=tuple(
+                dataclasses.replace(e, labels={**e.labels, "engine": str(i)}) for i in range(engines)))
+        copied.append(m)
+    return Window.from_samples(copied)
+
+
+def _as_load_dir(window) -> dict:
+    """The window's scrapes through `servewatch load`'s server view, as its summary.json holds them."""
+    from servewatch.load.server_view import ServerSample, ServerView, aggregate
+    from servewatch.load.summary import signature
+
+    view = ServerView(None, lambda: 0.0, None, 0.5)
+    for m in window.good_metrics():
+        view.add(aggregate(ServerSample(m.t, m.scrape_s, dialect=m.dialect, generation=m.generation,
+                                        engines=m.engines)))
+    server = view.summary()
+    return {"signature": signature({}, server), "server_view": server}
+
+
+@pytest.mark.parametrize("engines", [1, 2])
+def test_a_window_read_live_and_from_a_load_run_gives_the_same_quantities(engines):
+    from servewatch.doctor.diagnose import readings_from_load
+
+    window = _overload_window(engines)
+    live = readings_from_window(window)
+    stored = readings_from_load(_as_load_dir(window))
+    assert live.max_waiting and live.max_waiting > 0 and live.queue_s and live.queue_s > 0   # it is an overload
+    assert live.slot_limit == 16 * engines
+    for name in QUANTITIES:
+        assert getattr(live, name) == pytest.approx(getattr(stored, name)), name
+    live_top = diagnose(live, "slow-first-token")[0]
+    stored_top = diagnose(stored, "slow-first-token")[0]
+    assert (live_top.name, live_top.value) == (stored_top.name, stored_top.value)

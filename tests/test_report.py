@@ -205,9 +205,9 @@ def test_reports_show_the_process_tree_and_log_events(tmp_path):
     assert incident.verdicts[0].evidence[0].field == "members[4243].status"
     md = render_markdown(incident)
     assert "| 4243 | worker | VLLM::Worker_TP0 | stopped | 3 | 7 | 0 |" in md
-    assert "| engine_dead | dialect=vllm, reason=EngineDeadError |" in md
+    assert "| engine dead | vllm log, EngineDeadError |" in md
     page = report_html.render_incident_page(incident)
-    assert "Process tree" in page and "VLLM::Worker_TP0" in page and "reason=EngineDeadError" in page
+    assert "Process tree" in page and "VLLM::Worker_TP0" in page and "vllm log, EngineDeadError" in page
 
 
 def test_overload_runbook_branches_on_its_cause():
@@ -251,4 +251,4 @@ def test_incident_page_shows_window_latency_histograms_with_the_blindness_note(t
     assert (name, kind) == ("engine=0", "itl") and h.count == 800.0     # 20 ticks x 40 new observations
     page = report_html.render_incident_page(incident)
     assert "Server latency histograms" in page and "Histogram blindness" in page
-    assert "| itl | engine=0 | 800 | 0.005 | 100.0% (≤ 0.01 s) |" in render_markdown(incident)
+    assert "| itl | engine 0 | 800 | 0.005 | 100.0% (≤ 0.01 s) |" in render_markdown(incident)

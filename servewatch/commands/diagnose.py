@@ -44,14 +44,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise ServewatchError(f"{target}: not a URL, a bundle directory or a load directory (with summary.json)")
     hypotheses = diagnose(readings, args.symptom)
+    # A server that failed probes in the window is the first finding, and the exit says so.
+    code = 1 if hypotheses and hypotheses[0].name == "not_answering" and hypotheses[0].verdict == "supported" else 0
     if args.json:
         json.dump({"symptom": args.symptom, "sources": readings.sources, "scrapes": readings.scrapes,
                    "seconds": readings.seconds, "verdicts": [v.name for v in readings.verdicts],
                    "hypotheses": [h.to_dict() for h in hypotheses]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return code
     _print(hypotheses, readings, SYMPTOMS.get(args.symptom))
-    return 0
+    return code
 
 
 def _record(args):
@@ -69,9 +71,23 @@ def _record(args):
     print(f"servewatch diagnose: recording {args.target} for {args.window:g} s", file=sys.stderr)
     recorder = asyncio.run(record(session, None, tool="diagnose"))
     window = recorder.ring.window()
-    if not window.good_metrics() and not window.health:
-        raise ServewatchError(f"{args.target}: nothing answered in {args.window:g} s (no /health, no /metrics)")
+    if not window.good_metrics() and not any(h.status is not None for h in window.health):
+        raise ServewatchError(f"{args.target}: the server did not answer in {args.window:g} s: "
+                              f"{_failures(window)}")
     return readings_from_window(window, recorder.config)
+
+
+def _failures(window) -> str:
+    from servewatch.doctor.diagnose import failure_words
+
+    said = []
+    for path, samples in (("/health", window.health), ("/metrics", window.metrics)):
+        kinds: dict[str, int] = {}
+        for s in samples:
+            if s.error is not None:
+                kinds[s.error] = kinds.get(s.error, 0) + 1
+        said.append(f"{path} " + (", ".join(f"{failure_words(k)} ×{n}" for k, n in kinds.items()) or "no attempt"))
+    return "; ".join(said)
 
 
 def _bundle(path):
@@ -111,6 +127,8 @@ def _print(hypotheses, readings, complaint) -> None:
     seen = f"{readings.scrapes} scrape(s) over {readings.seconds:.0f} s" if readings.seconds is not None else ""
     console.print(f"[bold]Diagnose[/bold] {('“' + complaint + '”') if complaint else '(no symptom: what it sees)'}"
                   f" from {', '.join(readings.sources)} {seen}".rstrip())
+    if readings.lifetime_means:
+        console.print("no request finished in the window: the latency means are the server's lifetime ones")
     if readings.verdicts:
         console.print("recorder verdicts: " + ", ".join(v.name for v in readings.verdicts))
     colour = {"supported": "red", "ruled out": "green", "not measured": "yellow"}

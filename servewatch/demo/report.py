@@ -72,6 +72,9 @@ def latency_section(result: DemoResult) -> str:
     edges = _client_edges(dialect)
     parts = [f"<p>Client-side exact values of every successful request, binned on {result.dialect}'s own bucket "
              "edges so you can see what the server's histograms can and cannot resolve.</p>"]
+    if any(_blind_notes(p) for p in result.scenarios):
+        # The note once; under each workload only what its own histograms could not resolve.
+        parts.append("<p class=\"note\">" + H.esc(H.HISTOGRAM_BLINDNESS_NOTE) + "</p>")
     for p in result.scenarios:
         ok = [r for r in p.records if r.ok]
         values = {"TTFT": [r.ttft_s for r in ok if r.ttft_s is not None],
@@ -84,7 +87,7 @@ def latency_section(result: DemoResult) -> str:
         parts.append(f"<h3>{H.esc(p.phase.name)}</h3><div class=\"charts\">{''.join(charts)}</div>")
         blind = _blind_notes(p)
         if blind:
-            parts.append("<p class=\"note\">" + H.esc(H.HISTOGRAM_BLINDNESS_NOTE) + "</p><ul>"
+            parts.append("<p>Blind histograms in this workload:</p><ul>"
                          + "".join(f"<li>{H.esc(line)}</li>" for line in blind) + "</ul>")
     return "".join(parts)
 

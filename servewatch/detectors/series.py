@@ -11,7 +11,7 @@ from servewatch.detectors.tracks import Point, Track, engine_key, engine_series,
 from servewatch.engine.state import EngineState
 from servewatch.timeline.window import Window
 
-__all__ = ["Point", "Track", "admitted", "cadence", "engine_key", "engine_series", "has_progress_counters", "num",
+__all__ = ["Point", "Track", "admitted", "cadence", "engine_key", "engine_words", "engine_series", "has_progress_counters", "num",
            "once_per_window", "progress", "tracks", "where"]
 
 R = TypeVar("R")
@@ -55,8 +55,25 @@ def cadence(points: list[Point], last: int = 16) -> float | None:
     return median(gaps) if gaps else None
 
 
+_LABEL_WORDS = {"engine": "engine", "dp_rank": "DP rank", "tp_rank": "TP rank", "pp_rank": "PP rank",
+                "moe_ep_rank": "EP rank", "engine_type": "engine type"}
+
+
+def engine_words(key: str) -> str:
+    """An engine's key as a reader says it: "engine=0" -> "engine 0"; SGLang's
+    "dp_rank=0,engine_type=unified,moe_ep_rank=0,..." -> "the unified engine (DP rank 0, EP rank 0, ...)"."""
+    if not key:
+        return "the engine"
+    pairs = [part.partition("=") for part in key.split(",")]
+    kind = next((v for k, _, v in pairs if k == "engine_type"), None)
+    rest = [f"{_LABEL_WORDS.get(k, k.replace('_', ' '))} {v}" for k, _, v in pairs if k != "engine_type"]
+    if kind is None:
+        return ", ".join(rest)
+    return f"the {kind} engine" + (f" ({', '.join(rest)})" if rest else "")
+
+
 def where(key: str) -> str:
-    return f" on {key}" if key else ""
+    return f" on {engine_words(key)}" if key else ""
 
 
 def num(value: float | None) -> str:

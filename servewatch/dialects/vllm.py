@@ -253,8 +253,9 @@ RECORD_GRAMMAR = base.RecordGrammar(
 def record_stats(msg: str) -> base.StatsReading | None:
     older = OLDER_STATS_LINE.match(msg)
     if older and not STATS_LINE.search(msg):
-        generation = "vllm, before the engine index" if older["swapped"] is None else "vllm V0 (Swapped/Pending)"
-        return base.StatsReading("older stats line", generation, base.numbers(older, {
+        generation = ("vLLM stats lines without an engine number" if older["swapped"] is None else
+                      "vLLM V0 stats lines (with Swapped and Pending)")
+        return base.StatsReading("stats line without an engine number", generation, base.numbers(older, {
             "running": int, "waiting": int, "kv_pct": float, "prompt_tps": float, "gen_tps": float,
             "prefix_hit_pct": float}))
     dump = SCHEDULER_STATS_DUMP.search(msg)

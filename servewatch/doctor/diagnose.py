@@ -13,6 +13,7 @@ from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors.verdict import Verdict
 from servewatch.detectors.liveness import dialect_hint
 from servewatch.detectors.registry import runbook_for
+from servewatch.engine.served import run_means, served, totals
 from servewatch.timeline.window import Window
 
 SYMPTOMS = {
@@ -25,13 +26,13 @@ SYMPTOMS = {
 }
 # Which explanations each complaint opens, in the order an operator checks them.
 CANDIDATES = {
-    "slow-first-token": ("overload", "long_prompt", "stall", "engine_dead"),
-    "slow-text": ("contention", "kv_pressure", "stall"),
-    "long-answers": ("long_output", "contention"),
-    "hangs-under-load": ("overload", "kv_pressure", "stall", "engine_dead"),
-    "errors": ("engine_dead", "stall", "overload"),
-    "e2e-up": ("long_output", "contention", "long_prompt"),
-    None: ("engine_dead", "stall", "kv_pressure", "overload", "long_output", "long_prompt", "contention", "idle"),
+    "slow-first-token": ("not_answering", "overload", "long_prompt", "stall", "engine_dead"),
+    "slow-text": ("not_answering", "contention", "kv_pressure", "stall"),
+    "long-answers": ("not_answering", "long_output", "contention"),
+    "hangs-under-load": ("not_answering", "overload", "kv_pressure", "stall", "engine_dead"),
+    "errors": ("not_answering", "engine_dead", "stall", "overload"),
+    "e2e-up": ("not_answering", "long_output", "contention", "long_prompt"),
+    None: ("not_answering", "engine_dead", "stall", "kv_pressure", "overload", "long_output", "long_prompt", "contention", "idle"),
 }
 # The doctor's own ranges, for quantities no detector judges (measured on a 7B model on one GPU: a normal
 # request was 44 tokens in / 128 out; the long-output run 1,024 out, the long-prompt run 2,905 in).
@@ -65,6 +66,10 @@ class Readings:
     itl_s: float | None = None
     e2e_s: float | None = None
     engine_dead_lines: int = 0
+    health_answers: int = 0                   # /health probes that got an HTTP answer
+    health_failures: dict[str, int] = field(default_factory=dict)    # failure kind -> probes ("connect", "http_503")
+    metrics_failures: dict[str, int] = field(default_factory=dict)   # failure kind -> scrapes
+    lifetime_means: bool = False              # the latency means are the server's lifetime ones
     verdicts: list[Verdict] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
 
@@ -113,6 +118,9 @@ def _window_or_lifetime(first, last, kind: str) -> float | None:
 
 
 def readings_from_window(window: Window, config: DetectorConfig | None = None) -> Readings:
+    """The quantities of a window of samples, by the same definition `servewatch load` writes to its
+    summary (`servewatch.engine.served`); with one scrape the means are the server's lifetime ones, and a
+    window in which no request finished falls back to the lifetime latency means (said in `sources`)."""
     config = config or DetectorConfig()
     r = Readings(sources=["recorded samples"])
     good = window.good_metrics()
@@ -120,44 +128,66 @@ def readings_from_window(window: Window, config: DetectorConfig | None = None) -
     if window.start is not None and window.end is not None:
         r.seconds = window.end - window.start
     r.verdicts = run_detectors(window, config)
-    if window.health:
-        r.health_last = window.health[-1].status
+    answered = [h for h in window.health if h.status is not None]
+    if answered:
+        r.health_last = answered[-1].status
+    r.health_failures = _failures(window.health)
+    r.metrics_failures = _failures(window.metrics)
+    r.health_answers = len(answered)
     dialect = dialect_hint(window)
     r.health_dead_status = dialect.health_dead_status if dialect is not None else None
     r.slot_limit_flag = dialect.slot_limit_flag if dialect is not None else None
     r.engine_dead_lines = sum(1 for e in window.logs if e.kind == "engine_dead")
-    engines = [e for m in good for e in m.engines]
-    if not engines:
+    if not any(m.engines for m in good):
         return r
-    r.max_running = max((e.running for e in engines if e.running is not None), default=None)
-    r.max_waiting = max((e.waiting for e in engines if e.waiting is not None), default=None)
-    r.max_kv = max((e.kv_usage for e in engines if e.kv_usage is not None), default=None)
-    r.slot_limit = next((e.slot_limit for e in reversed(engines) if e.slot_limit is not None), None)
-    first, last = good[0].engines[0], good[-1].engines[0]
-    if len(good) >= 2 and first.counters.generation_tokens is not None and last.counters.generation_tokens is not None:
-        r.tokens_moved = last.counters.generation_tokens > first.counters.generation_tokens
-    if first.counters.preemptions is not None and last.counters.preemptions is not None:
-        r.preemptions = last.counters.preemptions - first.counters.preemptions
-    finished_first = sum(first.counters.finished.values()) if len(good) >= 2 else 0.0
-    finished = sum(last.counters.finished.values()) - finished_first
-    if finished > 0:
-        length = last.counters.finished.get("length", 0.0) - (first.counters.finished.get("length", 0.0)
-                                                               if len(good) >= 2 else 0.0)
-        r.length_share = length / finished
-        if len(good) >= 2:
-            for name, counter in (("tokens_out", "generation_tokens"), ("tokens_in", "prompt_tokens")):
-                a, b = getattr(first.counters, counter), getattr(last.counters, counter)
-                if a is not None and b is not None:
-                    setattr(r, name, (b - a) / finished)
-    for name, kind in (("queue_s", "queue"), ("ttft_s", "ttft"), ("itl_s", "itl"), ("e2e_s", "e2e")):
-        setattr(r, name, _window_or_lifetime(first if len(good) >= 2 else _empty(last), last, kind))
+    last = list(good[-1].engines)
+    if len(good) >= 2:
+        _fill(r, served(list(good[0].engines), last, (totals(m.engines) for m in good), len(good)))
+    else:
+        _fill(r, served(None, last, [totals(last)], 1))
+    if all(getattr(r, name) is None for name, _ in LATENCY_KINDS):
+        # No request finished in the window (or one scrape): the server's lifetime means, said as such.
+        lifetime = served([_empty(e) for e in last], last, [totals(last)], 2)
+        for name, kind in LATENCY_KINDS:
+            setattr(r, name, lifetime.means.get(kind))
+        r.lifetime_means = any(getattr(r, name) is not None for name, _ in LATENCY_KINDS)
+        if r.length_share is None and lifetime.means.get("finished") and lifetime.length_finished is not None:
+            r.length_share = lifetime.length_finished / lifetime.means["finished"]
     return r
 
 
+LATENCY_KINDS = (("queue_s", "queue"), ("ttft_s", "ttft"), ("itl_s", "itl"), ("e2e_s", "e2e"))
+
+
+def _fill(r: Readings, quantities) -> None:
+    r.max_running, r.max_waiting, r.max_kv = quantities.max_running, quantities.max_waiting, quantities.max_kv
+    r.slot_limit, r.preemptions, r.tokens_moved = quantities.slot_limit, quantities.preemptions, quantities.tokens_moved
+    means = quantities.means
+    r.tokens_in, r.tokens_out = means.get("tokens_in"), means.get("tokens_out")
+    for name, kind in LATENCY_KINDS:
+        setattr(r, name, means.get(kind))
+    if means.get("finished") and quantities.length_finished is not None:
+        r.length_share = quantities.length_finished / means["finished"]
+
+
+def _failures(samples) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in samples:
+        if s.error is not None:
+            out[s.error] = out.get(s.error, 0) + 1
+    return out
+
+
 def _empty(state):
+    """The engine as it was at its start: no observation, every counter at zero."""
     import dataclasses
 
-    return dataclasses.replace(state, histograms={})
+    c = state.counters
+    zero = dataclasses.replace(c, prompt_tokens=0.0, generation_tokens=0.0, preemptions=0.0,
+                               finished={reason: 0.0 for reason in c.finished})
+    return dataclasses.replace(state, counters=zero, histograms={
+        kind: dataclasses.replace(h, cumulative=tuple(0.0 for _ in h.cumulative), count=0.0, sum=0.0)
+        for kind, h in state.histograms.items()})
 
 
 def readings_from_load(summary: dict) -> Readings:
@@ -168,6 +198,10 @@ def readings_from_load(summary: dict) -> Readings:
     r.queue_s, r.ttft_s, r.itl_s, r.e2e_s = (row.get("queue_wait_s"), row.get("ttft_s"), row.get("itl_s"),
                                             row.get("e2e_s"))
     r.max_running, r.max_waiting, r.max_kv = row.get("max_running"), row.get("max_waiting"), row.get("max_kv")
+    view = summary.get("server_view") or {}
+    r.slot_limit, r.preemptions = view.get("slot_limit"), view.get("preemptions")
+    r.scrapes = int(view.get("samples") or 0) - sum((view.get("errors") or {}).values())
+    r.metrics_failures = dict(view.get("errors") or {})
     requested = summary.get("output_tokens_requested")
     if requested and r.tokens_out is not None and r.tokens_out >= requested:
         r.length_share = 1.0
@@ -196,18 +230,68 @@ def _from_runbook(name: str, **kw) -> Hypothesis:
                       rollback=branch.rollback, restart_destroys=branch.restart_destroys, **kw)
 
 
+FAILURE_WORDS = {"connect": "connection refused", "timeout": "timed out", "protocol": "broken HTTP answer",
+                 "too_large": "answer over the size bound", "too_many_series": "too many series",
+                 "parse": "not Prometheus text", "no_engine_metrics": "no engine metrics"}
+
+
+def failure_words(kind: str) -> str:
+    """A failure kind as a reader says it: "connect" -> "connection refused", "http_503" -> "HTTP 503"."""
+    if kind.startswith("http_"):
+        return "HTTP " + kind.removeprefix("http_")
+    return FAILURE_WORDS.get(kind, kind.replace("_", " "))
+
+
+def _failure_list(failures: dict[str, int]) -> str:
+    return ", ".join(f"{failure_words(kind)} ×{n}" for kind, n in sorted(failures.items(), key=lambda kv: -kv[1]))
+
+
+def _health_words(r: Readings) -> str:
+    if r.health_last is not None:
+        return f"/health answered {r.health_last}"
+    if r.health_failures:
+        return f"/health never answered ({_failure_list(r.health_failures)})"
+    return "/health not probed"
+
+
+def _limit_words(r: Readings) -> str:
+    if r.slot_limit is not None:
+        return f"of the slot limit {_fmt(r.slot_limit)}"
+    flag = f" ({r.slot_limit_flag})" if r.slot_limit_flag else ""
+    return f"(its slot limit{flag} is not in /metrics)"
+
+
+def _not_answering(r: Readings, _config) -> Hypothesis:
+    failures = {**{f"/health {failure_words(k)}": n for k, n in r.health_failures.items()},
+                **{f"/metrics {failure_words(k)}": n for k, n in r.metrics_failures.items()}}
+    unreachable = any(not k.startswith("http_") for k in (*r.health_failures, *r.metrics_failures))
+    listed = ", ".join(f"{k} ×{n}" for k, n in failures.items())
+    why = (f"{listed}: the server did not answer every probe in the window" if failures else
+           "every probe got an answer" if (r.scrapes or r.health_answers) else "no probe was made")
+    return Hypothesis("not_answering", "the server does not answer (or answers with errors)",
+                      _v(bool(failures), bool(r.scrapes or r.health_answers or failures or r.max_running is not None)),
+                      "failed /health probes and /metrics scrapes by kind",
+                      listed or "none", "every /health and /metrics answered 2xx", why,
+                      "whether the process is up and listening on that port (ss -ltnp), its log's last lines, "
+                      "and the router or firewall in between",
+                      "Take the replica out of routing until /health answers 200 again; keep its log.",
+                      "Return it to routing once /health and /metrics answer for a full window.",
+                      "Nothing the server still holds if it is not running; if it is, in-flight requests and "
+                      "the KV / prefix cache.",
+                      120 if unreachable else 95 if failures else 0)
+
+
 def _engine_dead(r: Readings, config: DetectorConfig) -> Hypothesis:
     verdict = _verdict(r, "engine_dead")
     dead_status = r.health_dead_status is not None and r.health_last == r.health_dead_status
     supported = verdict is not None or dead_status or r.engine_dead_lines > 0
     measured = r.health_last is not None or r.engine_dead_lines or verdict
-    why = (verdict.why if verdict else
-           f"/health answered {r.health_last}" + (f" and the log has {r.engine_dead_lines} engine-death line(s)"
-                                                  if r.engine_dead_lines else "") if supported else
-           "/health answered 2xx and the log has no engine-death line")
+    lines = f" and the log has {r.engine_dead_lines} engine-death line(s)" if r.engine_dead_lines else ""
+    why = (verdict.why if verdict else _health_words(r) + lines if supported else
+           f"{_health_words(r)} and the log has no engine-death line")
     return _from_runbook("engine_dead", title="the engine died", verdict=_v(supported, measured),
                          quantity="/health status and engine-death log lines",
-                         value=f"/health {r.health_last}, {r.engine_dead_lines} death line(s)",
+                         value=f"{_health_words(r)}, {r.engine_dead_lines} death line(s)",
                          expected="/health 200, no EngineDeadError / 'Worker proc ... died' lines", why=why,
                          score=100 if supported else 0, confirmed_by=verdict.name if verdict else None)
 
@@ -224,9 +308,12 @@ def _stall(r: Readings, config: DetectorConfig) -> Hypothesis:
            "no admitted work" if not admitted else "progress not measured (one scrape)")
     return _from_runbook("stall", title="alive but not progressing (a stalled engine or worker)",
                          verdict=_v(supported, measured), quantity="generation tokens across the window, running",
-                         value=f"moved: {r.tokens_moved}, running {_fmt(r.max_running)}",
+                         value=f"{_MOVED[r.tokens_moved]}, running {_fmt(r.max_running)}",
                          expected="tokens advance at every scrape while running > 0", why=why,
                          score=90 if supported else 0, confirmed_by=verdict.name if verdict else None)
+
+
+_MOVED = {True: "tokens moved", False: "tokens did not move", None: "token movement not measured (one scrape)"}
 
 
 def _overload(r: Readings, config: DetectorConfig) -> Hypothesis:
@@ -243,11 +330,11 @@ def _overload(r: Readings, config: DetectorConfig) -> Hypothesis:
            if supported and at_limit else
            f"{_fmt(r.max_waiting)} waiting, queue wait {_fmt(r.queue_s, 's')}" if supported else
            f"no queue: waiting {_fmt(r.max_waiting)}, queue wait {_fmt(r.queue_s, 's')}")
-    return _from_runbook("overload", title=f"overload: demand above capacity (cause {cause})",
+    return _from_runbook("overload", title="overload: demand above capacity" + (f" (cause {cause})" if supported else ""),
                          verdict=_v(supported, r.max_waiting is not None or r.queue_s is not None),
                          quantity="waiting, queue wait, running against the slot limit, KV",
-                         value=f"waiting {_fmt(r.max_waiting)}, running {_fmt(r.max_running)} of "
-                               f"{_fmt(r.slot_limit)}, KV {_fmt(r.max_kv, pct=True)}",
+                         value=f"waiting {_fmt(r.max_waiting)}, queue wait {_fmt(r.queue_s, 's')}, running "
+                               f"{_fmt(r.max_running)} {_limit_words(r)}, KV {_fmt(r.max_kv, pct=True)}",
                          expected="waiting 0 and queue wait ~0 (overload is the only signature with a queue)",
                          why=why, score=(80 if verdict else 70) if supported else 0,
                          confirmed_by=verdict.name if verdict else None)
@@ -260,12 +347,19 @@ def _kv_pressure(r: Readings, config: DetectorConfig) -> Hypothesis:
     supported = verdict is not None or high and ((r.max_waiting or 0) > 0 or preempted)
     why = (verdict.why if verdict else f"KV peaked at {_fmt(r.max_kv, pct=True)} with {_fmt(r.max_waiting)} waiting "
            f"and {_fmt(r.preemptions)} preemption(s)" if supported else
-           f"KV peaked at {_fmt(r.max_kv, pct=True)} (< {config.kv_high:.0%})")
+           f"KV peaked at {_fmt(r.max_kv, pct=True)} (< {config.kv_high:.0%})" if r.max_kv is not None else
+           "KV usage not measured")
     return _from_runbook("kv_pressure", title="KV cache pressure (preemptions)", verdict=_v(supported, r.max_kv is not None),
                          quantity="KV usage, preemption delta, waiting",
-                         value=f"KV {_fmt(r.max_kv, pct=True)}, preemptions +{_fmt(r.preemptions)}",
+                         value=f"KV {_fmt(r.max_kv, pct=True)}, preemptions "
+                               f"{'+' + _fmt(r.preemptions) if r.preemptions is not None else 'not measured'}",
                          expected=f"KV below {config.kv_high:.0%}, no preemption in the window", why=why,
                          score=(85 if verdict else 75) if supported else 0, confirmed_by=verdict.name if verdict else None)
+
+
+def _per_request(value: float | None, which: str) -> str:
+    return f"{_fmt(value)} {which} tokens per request" if value is not None else \
+        f"{which} tokens per request not measured (no request finished in the window)"
 
 
 def _long_output(r: Readings, _config) -> Hypothesis:
@@ -275,9 +369,9 @@ def _long_output(r: Readings, _config) -> Hypothesis:
     why = (f"{_fmt(r.tokens_out)} output tokens per request with queue wait {_fmt(r.queue_s, 's')} and TTFT "
            f"{_fmt(r.ttft_s, 's')}: the system does what it is asked, the job is long"
            + (f"; {r.length_share:.0%} stopped at max_tokens" if r.length_share is not None else "")
-           if supported else f"{_fmt(r.tokens_out)} output tokens per request")
+           if supported else _per_request(r.tokens_out, "output"))
     return Hypothesis("long_output", "long answers (a long-output workload)", _v(supported, r.tokens_out is not None),
-                      "output tokens per request, stop reason", f"{_fmt(r.tokens_out)} tokens out",
+                      "output tokens per request, stop reason", _per_request(r.tokens_out, "output"),
                       f"below {LONG_OUTPUT_TOKENS} tokens for chat-sized answers", why,
                       "the stop reason (finished_reason=length means cut at max_tokens), max_tokens and the prompt "
                       "or model version that changed",
@@ -290,9 +384,9 @@ def _long_output(r: Readings, _config) -> Hypothesis:
 def _long_prompt(r: Readings, _config) -> Hypothesis:
     long = r.tokens_in is not None and r.tokens_in >= LONG_PROMPT_TOKENS
     why = (f"{_fmt(r.tokens_in)} input tokens per request (prefill {_fmt(r.ttft_s, 's')} TTFT; a repeated prompt "
-           f"hides its cost in the prefix cache)" if long else f"{_fmt(r.tokens_in)} input tokens per request")
+           f"hides its cost in the prefix cache)" if long else _per_request(r.tokens_in, "input"))
     return Hypothesis("long_prompt", "long prompts", _v(long, r.tokens_in is not None),
-                      "input tokens per request, prefix-cache hits", f"{_fmt(r.tokens_in)} tokens in",
+                      "input tokens per request, prefix-cache hits", _per_request(r.tokens_in, "input"),
                       f"below {LONG_PROMPT_TOKENS} tokens", why,
                       "prefix-cache hit rate and the prompt template version: different long prompts cost far more "
                       "prefill than a repeated one",
@@ -305,7 +399,8 @@ def _long_prompt(r: Readings, _config) -> Hypothesis:
 def _contention(r: Readings, _config) -> Hypothesis:
     slow = r.itl_s is not None and r.itl_s >= CONTENTION_ITL_S
     why = (f"{_fmt(r.itl_s, 's')} between tokens with up to {_fmt(r.max_running)} running: a large batch slows "
-           f"every stream" if slow else f"{_fmt(r.itl_s, 's')} between tokens")
+           f"every stream" if slow else f"{_fmt(r.itl_s, 's')} between tokens" if r.itl_s is not None else
+           "time between tokens not measured")
     return Hypothesis("contention", "contention in generation (a batch too large)", _v(slow, r.itl_s is not None),
                       "time between tokens against the running count",
                       f"ITL {_fmt(r.itl_s, 's')}, running {_fmt(r.max_running)}",
@@ -332,7 +427,7 @@ def _v(supported: bool, measured) -> str:
     return "supported" if supported else ("ruled out" if measured else "not measured")
 
 
-CHECKS = {"engine_dead": _engine_dead, "stall": _stall, "overload": _overload, "kv_pressure": _kv_pressure,
+CHECKS = {"not_answering": _not_answering, "engine_dead": _engine_dead, "stall": _stall, "overload": _overload, "kv_pressure": _kv_pressure,
           "long_output": _long_output, "long_prompt": _long_prompt, "contention": _contention, "idle": _idle}
 
 

@@ -19,7 +19,7 @@ MAX_FRAMES = 400          # per traceback: a runaway stack must not grow without
 class StatsPoint:
     t: float
     clock: str                     # the stamp as the log wrote it
-    source: str                    # "stats line" | "older stats line" | "engine dump at death" | "decode batch" | "prefill batch"
+    source: str                    # "stats line" | "stats line without an engine number" | "engine dump at death" | "decode batch" | "prefill batch"
     running: int | None = None
     waiting: int | None = None
     kv_pct: float | None = None

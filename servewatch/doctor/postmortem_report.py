@@ -7,6 +7,7 @@ names leave here; never a log line's text, a prompt, a request id or a path.
 from __future__ import annotations
 
 from servewatch.doctor.postmortem import Postmortem
+from servewatch.words import field_words
 
 SCHEMA = "servewatch.postmortem/1"
 TIMELINE_FIELDS = ("running", "waiting", "kv_pct", "gen_tps", "prompt_tps", "preemptions", "prefix_hit_pct")
@@ -67,7 +68,7 @@ def print_text(pm: Postmortem, console=None) -> None:
         for col in ("stage", "stamp", "took (s)", "numbers"):
             table.add_column(col)
         for s in r.startup:
-            numbers = ", ".join(f"{k} {_n(v, 2)}" for k, v in s.numbers.items())
+            numbers = field_words(s.numbers)
             table.add_row(s.name, s.clock or "–", _n(s.seconds, 2), numbers)
         console.print(table)
     if r.stats:
@@ -161,7 +162,7 @@ def render_html(pm: Postmortem) -> str:
     if r.startup:
         sections.append(h.Section("Startup", h.render_table(
             ("stage", "stamp", "took (s)", "numbers"),
-            [(s.name, s.clock, s.seconds, ", ".join(f"{k} {v}" for k, v in s.numbers.items())) for s in r.startup])))
+            [(s.name, s.clock, s.seconds, field_words(s.numbers)) for s in r.startup])))
     facts = [("classification", d.label), ("summary", d.summary), ("when", d.clock), ("process", d.process),
              ("exception", d.exception), ("innermost engine frame", d.innermost_engine_frame),
              ("engine's message", d.engine_message), ("signal", d.signal), ("exit", d.exit)]

@@ -16,12 +16,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from servewatch.engine.served import MEAN_KINDS, delta_mean as _delta_mean, run_means, served, totals
 from servewatch.engine.state import EngineState
 from servewatch.sources.scrape import TIMEOUT, ScrapeBounds, ScrapeFailure, read_metrics
 
 MAX_SCRAPE_BYTES = ScrapeBounds().max_bytes
 MAX_IN_FLIGHT = 2
-MEAN_KINDS = ("queue", "prefill", "ttft", "itl", "decode", "e2e", "tpot")
 
 
 @dataclass(slots=True)
@@ -49,63 +49,15 @@ def _r(x):
     return None if x is None else round(x, 7)
 
 
-def _key(engine: EngineState) -> tuple:
-    return tuple(sorted(engine.labels.items()))
+def aggregate(sample: ServerSample) -> ServerSample:
+    sample.running, sample.waiting, sample.kv_usage = totals(sample.engines)
+    sample.preemptions = _sum(e.counters.preemptions for e in sample.engines)
+    return sample
 
 
 def _sum(values) -> float | None:
     values = [v for v in values if v is not None]
     return math.fsum(values) if values else None
-
-
-def aggregate(sample: ServerSample) -> ServerSample:
-    engines = sample.engines
-    sample.running = _sum(e.running for e in engines)
-    sample.waiting = _sum(e.waiting for e in engines)
-    kvs = [e.kv_usage for e in engines if e.kv_usage is not None]
-    sample.kv_usage = max(kvs) if kvs else None
-    sample.preemptions = _sum(e.counters.preemptions for e in engines)
-    return sample
-
-
-def _delta_mean(new: list[EngineState], old: list[EngineState], kind: str) -> float | None:
-    """Mean of the observations made between two scrapes, summed over engines present in both."""
-    before = {_key(e): e for e in old}
-    total_sum = total_count = 0.0
-    for engine in new:
-        prev = before.get(_key(engine))
-        h1 = engine.histograms.get(kind)
-        h0 = prev.histograms.get(kind) if prev is not None else None
-        if h1 is None or h0 is None or h1.count < h0.count:
-            continue                       # missing, or reset between the scrapes
-        total_sum += h1.sum - h0.sum
-        total_count += h1.count - h0.count
-    return total_sum / total_count if total_count > 0 else None
-
-
-def _counter_delta(new: list[EngineState], old: list[EngineState], get) -> float | None:
-    before = {_key(e): e for e in old}
-    total = None
-    for engine in new:
-        prev = before.get(_key(engine))
-        if prev is None:
-            continue
-        a, b = get(prev), get(engine)
-        if a is None or b is None or b < a:
-            continue
-        total = (total or 0.0) + (b - a)
-    return total
-
-
-def run_means(first: list[EngineState], last: list[EngineState]) -> dict:
-    means = {kind: _delta_mean(last, first, kind) for kind in MEAN_KINDS}
-    finished = _counter_delta(last, first, lambda e: sum(e.counters.finished.values()) if e.counters.finished else None)
-    prompt = _counter_delta(last, first, lambda e: e.counters.prompt_tokens)
-    generated = _counter_delta(last, first, lambda e: e.counters.generation_tokens)
-    means["tokens_in"] = prompt / finished if prompt is not None and finished else None
-    means["tokens_out"] = generated / finished if generated is not None and finished else None
-    means["finished"] = finished
-    return means
 
 
 class ServerView:
@@ -198,31 +150,22 @@ class ServerView:
         for s in self.samples:
             if s.error is not None:
                 errors[s.error] = errors.get(s.error, 0) + 1
-        out = {
+        first, last = self.first_good, self.last_good
+        both = first is not None and last is not None and last is not first
+        quantities = served(list(first.engines) if first is not None else None,
+                            list(last.engines) if last is not None else None,
+                            ((s.running, s.waiting, s.kv_usage) for s in good), len(good) if both else 1)
+        return {
             "samples": len(self.samples),
             "errors": errors,
             "skipped_ticks": self.skipped,
             "interval_s": self.interval_s,
             "dialect": good[-1].dialect if good else None,
             "generation": good[-1].generation if good else None,
-            "max_running": _max(s.running for s in good),
-            "max_waiting": _max(s.waiting for s in good),
-            "max_kv": _max(s.kv_usage for s in good),
-            "slot_limit": None,
-            "preemptions": None,
-            "means": {},
+            "max_running": quantities.max_running,
+            "max_waiting": quantities.max_waiting,
+            "max_kv": quantities.max_kv,
+            "slot_limit": quantities.slot_limit,
+            "preemptions": quantities.preemptions,
+            "means": quantities.means,
         }
-        first, last = self.first_good, self.last_good
-        if first is not None and last is not None and last is not first:
-            out["means"] = run_means(list(first.engines), list(last.engines))
-            out["preemptions"] = _counter_delta(list(last.engines), list(first.engines),
-                                                lambda e: e.counters.preemptions)
-        if last is not None:
-            limits = [e.slot_limit for e in last.engines if e.slot_limit is not None]
-            out["slot_limit"] = sum(limits) if limits else None
-        return out
-
-
-def _max(values):
-    values = [v for v in values if v is not None]
-    return max(values) if values else None

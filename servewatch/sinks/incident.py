@@ -10,6 +10,7 @@ from servewatch.engine.state import Histogram
 from servewatch.sinks import serialize, series
 from servewatch.sinks.verify import load_bundle
 from servewatch.timeline.samples import Sample
+from servewatch.words import field_words
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,28 @@ def load_incident(path: str | Path) -> Incident:
     )
 
 
+def detail_words(key: str, value) -> str:
+    """A verdict detail's value as a reader says it (the engine key in words, no Python None or True)."""
+    from servewatch.detectors.series import engine_words
+
+    if key == "engine" and isinstance(value, str):
+        return engine_words(value)
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(x) for x in value) or "none"
+    return str(value)
+
+
+STAGE_WORDS = {"process_up": "process up", "engine_start": "engine starting", "weights_loading": "loading weights",
+               "weights_loaded": "weights loaded", "compiling": "compiling", "compiled": "compiled",
+               "kv_cache_size": "KV cache sized", "graphs_capturing": "capturing graphs",
+               "graphs_captured": "graphs captured", "engine_ready": "engine ready",
+               "api_listening": "API listening", "ready": "ready", "health_ok": "first /health 200"}
 STAGE_HEADERS = ("stage", "at (s from the start)", "since the previous stage (s)", "the log said")
 
 
@@ -49,14 +72,20 @@ def stage_rows(incident: Incident) -> list[tuple]:
     from servewatch.detectors.startup import stages
     from servewatch.timeline.window import Window
 
-    found = stages(Window.from_samples(incident.samples))
+    window = Window.from_samples(incident.samples)
+    found = stages(window)
+    if found and found[-1].name == "health_ok":
+        # A /health that answered 200 at its first ask is when the watch began, not a stage of the start.
+        first = next((h for h in window.health if h.t >= found[0].t), None)
+        if first is not None and first.ok:
+            found = found[:-1]
     if len(found) < 2:
         return []
     start = found[0].t
     rows, previous = [], start
     for stage in found:
-        said = ", ".join(f"{k}={v}" for k, v in sorted(stage.fields.items()))
-        rows.append((stage.name, round(stage.t - start, 1), round(stage.t - previous, 1), said or "–"))
+        rows.append((STAGE_WORDS.get(stage.name, stage.name.replace("_", " ")), round(stage.t - start, 1),
+                     round(stage.t - previous, 1), field_words(stage.fields) or "–"))
         previous = stage.t
     return rows
 
@@ -86,7 +115,7 @@ def log_rows(incident: Incident, limit: int = 20) -> list[tuple]:
 
     start = incident.meta["window"]["start_t"] or 0.0
     events = [s for s in incident.samples if isinstance(s, LogEvent)][-limit:]
-    return [(round(e.t - start, 3), e.kind, ", ".join(f"{k}={v}" for k, v in sorted(e.fields.items())))
+    return [(round(e.t - start, 3), e.kind.replace("_", " "), field_words(e.fields))
             for e in events]
 
 

@@ -295,7 +295,10 @@ def verdicts_html(verdicts: Sequence[Verdict], t0: float | None = None, *, with_
                                     [(e.source, round(e.t - base, 3), e.field, _plain(e.value))
                                      for e in v.evidence], caption="evidence (pointers into the stored samples)"))
         if v.details:
-            out.append(render_table(("detail", "value"), [(k, _plain(x)) for k, x in sorted(v.details.items())]))
+            from servewatch.sinks.incident import detail_words
+
+            out.append(render_table(("detail", "value"), [(k.replace("_", " "), detail_words(k, x))
+                                                          for k, x in sorted(v.details.items())]))
         branch = runbook_for(v.name)
         if with_runbook and branch is not None:
             out.append(runbook_html(branch, v.details.get("cause")))
@@ -345,8 +348,8 @@ def incident_section(incident, *, title: str | None = None, anchor: str | None =
         ("target versions", ", ".join(f"{k} {v}" for k, v in target["versions"].items()) or "unknown"),
         ("window", f"{utc(window['start_t'])} → {utc(window['end_t'])}"),
         ("samples", ", ".join(f"{k} {v}" for k, v in window["samples"].items())),
-        ("thinned", "yes: kept {samples_after} of {samples_before}".format(**window["thinned"])
-         if window["thinned"]["applied"] else "no"),
+        ("samples kept", "{samples_after} of {samples_before} (thinned to fit the bundle)".format(**window["thinned"])
+         if window["thinned"]["applied"] else "all (none thinned)"),
         ("bundle writes that failed before this one", meta["writer"]["write_failures"]),
         ("servewatch", meta["servewatch_version"]),
     ])
@@ -382,7 +385,10 @@ def _latency_html(incident) -> str:
     found = latency_histograms(incident)
     if not found:
         return ""
-    charts = "".join(render_histogram_svg(h.edges, bucket_counts(h), title=f"{kind} ({name})")
+    from servewatch.detectors.series import engine_words
+
+    charts = "".join(render_histogram_svg(h.edges, bucket_counts(h),
+                                          title=f"{kind} ({engine_words(name) if '=' in name else name})")
                      for name, kind, h in found)
     note = ""
     if any(v.name == "histogram_blind" for v in incident.verdicts):

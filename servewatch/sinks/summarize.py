@@ -6,6 +6,8 @@ from servewatch.detectors.registry import runbook_for
 from servewatch.detectors.verdict import RunbookBranch
 from servewatch.sinks.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, latency_histograms, log_rows,
                                        process_rows, stage_rows)
+from servewatch.detectors.series import engine_words
+from servewatch.sinks.incident import detail_words
 from servewatch.sinks.report_html import fmt, utc
 from servewatch.sinks.series import LABELS, SERIES
 
@@ -45,8 +47,8 @@ def render_markdown(incident) -> str:
              f"- target versions: {', '.join(f'{k} {v}' for k, v in target['versions'].items()) or 'unknown'}",
              f"- window: {utc(window['start_t'])} → {utc(window['end_t'])}; samples: "
              + ", ".join(f"{k} {v}" for k, v in window["samples"].items()),
-             "- thinned: " + ("yes, kept {samples_after} of {samples_before}".format(**window["thinned"])
-                               if window["thinned"]["applied"] else "no"),
+             "- samples kept: " + ("{samples_after} of {samples_before} (thinned to fit the bundle)".format(
+                 **window["thinned"]) if window["thinned"]["applied"] else "all (none thinned)"),
              f"- bundle writes that failed before this one: {meta['writer']['write_failures']}",
              f"- servewatch {meta['servewatch_version']}", ""]
 
@@ -77,7 +79,8 @@ def render_markdown(incident) -> str:
                       for e in v.evidence]
             lines.append("")
         if v.details:
-            lines.append("Details: " + ", ".join(f"{k} = {x}" for k, x in sorted(v.details.items())))
+            lines.append("Details: " + ", ".join(f"{k.replace('_', ' ')} {detail_words(k, x)}"
+                                                 for k, x in sorted(v.details.items())))
             lines.append("")
         branch = runbook_for(v.name)
         if branch is not None:
@@ -96,7 +99,7 @@ def _latency(incident) -> list[str]:
     for name, kind, h in found:
         first = h.cumulative[0] if h.cumulative else 0.0
         edge = f"≤ {fmt(h.edges[0])} s" if h.edges else "–"
-        lines.append(f"| {kind} | {_cell(name)} | {fmt(h.count)} | {fmt(h.sum / h.count if h.count else None)} | "
+        lines.append(f"| {kind} | {_cell(engine_words(name) if '=' in name else name)} | {fmt(h.count)} | {fmt(h.sum / h.count if h.count else None)} | "
                      f"{100 * first / h.count:.1f}% ({edge}) |")
     lines.append("")
     return lines

@@ -42,10 +42,11 @@ class Recorder:
                  config: DetectorConfig | None = None, sinks: Sequence[Sink] = (),
                  listeners: Sequence[Callable[[Fired], None]] = (),
                  clear_listeners: Sequence[Callable[[Cleared], None]] = (), detect_interval: float | None = None,
-                 stop_when: Callable[[Fired], bool] | None = None):
+                 stop_when: Callable[[Fired], bool] | None = None, tool: str = "watch"):
         if not sources:
             raise ValueError("a recorder needs at least one source")
         self.sources = list(sources)
+        self.tool = tool                  # the command running it, as its messages name it
         self.clock = clock
         self.config = config or DetectorConfig()
         self.ring = Ring.for_history(history_s, {s.kind: s.interval for s in self.sources})
@@ -77,7 +78,7 @@ class Recorder:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - sources never raise; if one does, it must not stop the others
-            print(f"servewatch watch: {source.kind} source failed: {type(exc).__name__}", file=sys.stderr)
+            print(f"servewatch {self.tool}: {source.kind} source failed: {type(exc).__name__}", file=sys.stderr)
             return
         self.ring.extend(samples)
         self.samples_seen += len(samples)
@@ -161,7 +162,7 @@ class Recorder:
             return method(*args)
         except Exception as exc:  # noqa: BLE001 - a failing sink is counted; watching continues (fail open)
             self.sink_failures += 1
-            print(f"servewatch watch: could not record {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"servewatch {self.tool}: could not record {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return None
 
     def close_sinks(self) -> None:

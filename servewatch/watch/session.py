@@ -89,7 +89,7 @@ def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bun
         sources = [wrap_source(source) for source in sources]
     recorder = Recorder(sources, clock, history_s=options.history_s, config=options.detectors,
                         sinks=[*([bundles] if bundles else []), *sinks], listeners=listeners,
-                        clear_listeners=clear_listeners, stop_when=stop_when)
+                        clear_listeners=clear_listeners, stop_when=stop_when, tool=tool)
     if bundles is not None:
         bundles.recorder = recorder
     return recorder

@@ -85,8 +85,8 @@ def test_watched_from_its_first_second_then_served_and_rejected_requests(lab, ru
     verdict = next(v for v in incident.verdicts if v.name == "client_errors")
     assert verdict.details["cause"] == "input_too_long"
     stages = {row[0]: row for row in stage_rows(incident)}
-    assert {"process_up", "weights_loaded", "kv_cache_size", "engine_ready", "ready", "health_ok"} <= set(stages)
-    assert "per_request=512" in stages["kv_cache_size"][3]
+    assert {"process up", "weights loaded", "KV cache sized", "engine ready", "ready", "first /health 200"} <= set(stages)
+    assert "512 tokens per request" in stages["KV cache sized"][3]
     lab.obs.record("outcomes", {"ready_s": round(ready, 1), "client_errors_after_s": round(line.arrived - storm_at, 1),
                                 "stages": {name: row[1] for name, row in stages.items()}})
     lab.obs.say(f"outcomes: ready {ready:.1f} s, no verdict while loading or serving; 30 prompts over "
