@@ -97,3 +97,12 @@ def test_a_bundle_of_it_verifies_offline(tmp_path):
     assert path is not None and writer.failures == 0
     assert "overload" in {v.name for v in verdicts}
     assert verify_bundle(path).verdicts_checked == len(verdicts)
+
+
+def test_one_verdict_when_the_scrapes_saw_the_queue_before_they_went_silent():
+    tl = Timeline(interval=1.0).ticks(3, running=0, waiting=0, slot_limit=4, kv=0.0)
+    for i in range(30):
+        tl.samples.extend(parse_line(QUEUED[i % len(QUEUED)], tl.t + 0.3))
+        tl.tick(running=4, waiting=24, slot_limit=4, kv=0.1, metrics_error="timeout" if i >= 15 else None)
+    [verdict] = overloads(tl.window())
+    assert {e.source for e in verdict.evidence} == {"metrics"}
