@@ -79,3 +79,50 @@ def test_cancelling_the_caller_cancels_the_work():
         return list(unwound)                 # before asyncio.run cancels whatever is left
 
     assert asyncio.run(main()) == [True]     # the work saw the cancellation and unwound
+
+
+def _answer_after_a_few_steps(answer: asyncio.Future) -> object:
+    async def read():
+        value = await answer
+        for _ in range(3):            # a response is read in several steps (status line, headers, body)
+            await asyncio.sleep(0)
+        return value
+    return read()
+
+
+def test_an_answer_that_arrived_while_this_process_did_not_run_is_kept():
+    """The timer fires late when the process was frozen or starved at the deadline: the server answered
+    in time, and the answer waiting in the socket is read, not thrown away as a timeout."""
+    import time
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+
+        def frozen():
+            answer.set_result("scrape")   # the server answers at once...
+            time.sleep(0.6)               # ...while this process does not run (a freeze), past the deadline
+
+        loop.call_soon(frozen)
+        started = loop.time()
+        value = await within(_answer_after_a_few_steps(answer), 0.1)
+        return value, loop.time() - started
+
+    value, took = asyncio.run(main())
+    assert value == "scrape"
+    assert took < 0.6 + 0.1 + 1.0
+
+
+def test_a_server_that_does_not_answer_still_times_out_after_a_freeze():
+    import time
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_soon(time.sleep, 0.6)                      # frozen past the deadline
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await within(_answer_after_a_few_steps(loop.create_future()), 0.1)
+        return loop.time() - started
+
+    took = asyncio.run(main())
+    assert 0.6 <= took < 0.6 + 0.1 + 1.0      # the time given back is at most timeout_s more

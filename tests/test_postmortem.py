@@ -17,7 +17,7 @@ TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures"
 OOM_LOG = FIXTURES / "postmortem" / "vllm_overload_oom_reconstructed.log"
 CONFIG = FIXTURES / "postmortem" / "qwen2.5-7b-instruct-awq.config.json"
-SHARED = Path("/work/shared/fixtures")
+SGLANG = FIXTURES / "sglang_real"
 
 
 def _pm(path: Path, **kw):
@@ -75,12 +75,10 @@ def test_without_a_vocabulary_the_arithmetic_is_partial_and_says_why():
     (FIXTURES / "vllm_real" / "startup_failure_undersized_kv.log", "startup_sizing_error"),
     (FIXTURES / "vllm_real" / "default_server.log", "clean_shutdown"),
     (FIXTURES / "logs" / "vllm_kv_pressure_run.log", "no_last_words"),
-    (SHARED / "sglang-0.5.23-cpu" / "server.log", "clean_shutdown"),
-    (SHARED / "sglang-0.5.23-cpu" / "server_run2.log", "clean_shutdown"),
+    (SGLANG / "server.log", "clean_shutdown"),
+    (SGLANG / "server_run2.log", "clean_shutdown"),
 ], ids=lambda v: v.name if isinstance(v, Path) else v)
 def test_each_real_log_is_classified(path, expected):
-    if not path.exists():
-        pytest.skip(f"{path} not on this machine")
     assert _pm(path).death.classification == expected
 
 
@@ -109,9 +107,7 @@ def test_real_default_server_startup_stages_and_sigterm():
 
 
 def test_sglang_stats_and_startup_timings():
-    path = SHARED / "sglang-0.5.23-cpu" / "server_run2.log"
-    if not path.exists():
-        pytest.skip("shared SGLang capture not on this machine")
+    path = SGLANG / "server_run2.log"
     pm = _pm(path)
     assert pm.record.dialect == "sglang"
     assert max(s.running for s in pm.record.stats) == 20
@@ -212,9 +208,7 @@ def test_command_missing_file_and_bad_config(tmp_path, capsys):
 
 
 def test_an_sglang_runtime_oom_names_sglangs_own_flags(tmp_path):
-    path = SHARED / "sglang-0.5.23-cpu" / "server_run2.log"
-    if not path.exists():
-        pytest.skip("shared SGLang capture not on this machine")
+    path = SGLANG / "server_run2.log"
     lines = path.read_text().splitlines()
     decode = max(i for i, line in enumerate(lines) if "Decode batch" in line)
     oom = ["[2026-11-30 13:53:22] Scheduler hit an exception: Traceback (most recent call last):",

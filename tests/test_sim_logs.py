@@ -12,8 +12,7 @@ from servewatch.dialects import sglang as sglang_dialect
 from servewatch.dialects import vllm as vllm_dialect
 from servewatch.sim import SimConfig, SimEngine
 
-REAL_LOG = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "vllm-0.32.0-cpu" / \
-    "vllm_kv_pressure_run.log"
+REAL_LOG = Path(__file__).resolve().parent / "fixtures" / "logs" / "vllm_kv_pressure_run.log"
 
 
 def _run(dialect: str, **kw) -> tuple[SimEngine, list[str]]:
@@ -33,9 +32,8 @@ def test_vllm_startup_kv_line_matches_the_real_server():
     kv_line = next(line for line in lines if "KV cache size" in line)
     assert kv_line.endswith("[kv_cache_utils.py:2327] CPU KV cache size: 8,192 tokens, Maximum concurrency for "
                             "2,048 tokens per request: 4.00x")
-    if REAL_LOG.exists():
-        real = next(line for line in REAL_LOG.read_text().splitlines() if "KV cache size" in line)
-        assert kv_line.split("] ", 1)[1] == real.split("] ", 1)[1]
+    real = next(line for line in REAL_LOG.read_text().splitlines() if "KV cache size" in line)
+    assert kv_line.split("] ", 1)[1] == real.split("] ", 1)[1]
 
 
 def test_vllm_stats_lines_parse_and_preemptions_appear_only_when_non_zero():

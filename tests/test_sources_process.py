@@ -228,3 +228,78 @@ def test_inherited_titles_in_the_tree_a_real_vllm_start_showed():
                member(1157, "engine_core", "VLLM::EngineCore", "running", 587)]
     parents = {1146: 1131, 1147: 1131, 1157: 1147}
     assert [m.role for m in without_inherited_roles(members, parents)] == ["api", "other", "engine_core", "other"]
+
+
+class _FakePsutil:
+    """A psutil with one API process (pid 500) whose worker child's PID 501 can be handed to a new process."""
+
+    NoSuchProcess, AccessDenied, ZombieProcess = psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess
+    STATUS_ZOMBIE = psutil.STATUS_ZOMBIE
+
+    def __init__(self):
+        self.table = {500: (1000.0, ["python3"], "python3"), 501: (1001.0, ["VLLM::Worker_TP0"], "python3")}
+        fake = self
+
+        class Process:
+            def __init__(self, pid):
+                if pid not in fake.table:
+                    raise psutil.NoSuchProcess(pid)
+                self.pid = pid
+                self._born = fake.table[pid][0]   # psutil binds an object to the process it found
+
+            def _row(self):
+                row = fake.table.get(self.pid)
+                if row is None or row[0] != self._born:
+                    raise psutil.NoSuchProcess(self.pid)
+                return row
+
+            def create_time(self):
+                return self._row()[0]
+
+            def cmdline(self):
+                return self._row()[1]
+
+            def name(self):
+                return self._row()[2]
+
+            def status(self):
+                self._row()
+                return psutil.STATUS_SLEEPING
+
+            def children(self, recursive=False):
+                return [Process(pid) for pid in fake.table if pid != 500]
+
+            def oneshot(self):
+                import contextlib
+                return contextlib.nullcontext()
+
+            def memory_info(self):
+                raise psutil.AccessDenied(self.pid)
+
+            num_threads = cpu_percent = memory_info
+
+            def ppid(self):
+                return 500
+
+        self.Process = Process
+
+
+def test_a_reused_child_pid_is_a_new_process_not_the_old_title(monkeypatch):
+    import servewatch.sources.process as process
+
+    fake = _FakePsutil()
+    monkeypatch.setattr(process, "kernel_name", lambda pid: "python3")   # the same kernel name for both
+    monkeypatch.setitem(sys.modules, "psutil", fake)     # the real probe, over the fake process table
+    probe = PsutilProbe(500)
+    before = probe.snapshot(1.0)
+    assert [(m.pid, m.title, m.role) for m in before.members] == [(500, "python3", "api"), (501, "VLLM::Worker_TP0",
+                                                                                            "worker")]
+    fake.table[501] = (1050.0, ["bash", "-c", "do-not-store"], "bash")   # the worker died; a shell got its PID
+    after = probe.snapshot(2.0)
+    reused = next(m for m in after.members if m.pid == 501)
+    assert (reused.create_time, reused.title, reused.role) == (1050.0, "bash", "other")
+    assert "do-not-store" not in repr(after)
+    from servewatch.detectors import run_detectors
+    from servewatch.timeline.window import Window
+    verdicts = {v.name: v for v in run_detectors(Window.from_samples([before, after]))}
+    assert "engine_dead" in verdicts and "VLLM::Worker_TP0" in verdicts["engine_dead"].why

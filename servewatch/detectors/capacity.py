@@ -8,11 +8,15 @@ read as the counter's delta in the window (a peer read the cumulative value as c
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from operator import gt, mul, sub
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import Point, Track, num, tracks, where
+from servewatch.detectors.series import Point, Track, engine_key, num, tracks, where
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.engine.state import EngineState
+from servewatch.timeline.samples import LogEvent
 from servewatch.timeline.window import Window
 
 
@@ -44,36 +48,138 @@ def _pct(x: float | None) -> str:
 # --- overload ------------------------------------------------------------------------------------
 
 def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
+    """From the scrapes; and, for an engine whose /metrics went unanswered for long stretches (a saturated
+    API server, a starved watcher), from the engine's own periodic stats lines in its log."""
     verdicts = []
-    for key, track in sorted(tracks(window.metrics).items()):
-        points, times = track.points, track.times
-        waiting = track.column("waiting")
-        stretch = _sustained(times, [(w or 0) > 0 for w in waiting], config.overload_clear_s)
-        if stretch is None:
-            continue
-        (first, first_state), (last, state) = points[stretch[0]], points[stretch[1]]
-        sustained = last.t - first.t
-        if sustained < config.overload_sustain_s:
-            continue
-        if track.progress[stretch[0]] == track.progress[-1]:
-            continue  # a queue behind an engine that does nothing is a stall, not an overload
-        span = _between(times, *stretch)
-        mean_waiting = _time_mean(times[span], [w or 0.0 for w in waiting[span]])
-        if mean_waiting < config.overload_min_mean_waiting:
-            continue
-        cause, because = _overload_cause(points[span], config)
-        why = (f"{num(state.waiting)} waiting{where(key)}, waiting > 0 for {sustained:.1f} s "
-               f"(≥ {config.overload_sustain_s:g} s, {mean_waiting:.1f} on average); cause {cause}: {because}")
-        evidence = (Evidence("metrics", first.t, "waiting", first_state.waiting),
-                    Evidence("metrics", last.t, "waiting", state.waiting),
-                    Evidence("metrics", last.t, "running", state.running),
-                    Evidence("metrics", last.t, "kv_usage", state.kv_usage),
-                    Evidence("metrics", last.t, "slot_limit", state.slot_limit))
-        verdicts.append(Verdict("overload", last.t, first.t, why, evidence,
-                                {"engine": key, "cause": cause, "waiting": state.waiting, "running": state.running,
-                                 "slot_limit": state.slot_limit, "kv_usage": state.kv_usage, "sustained_s": sustained,
-                                 "mean_waiting": mean_waiting}))
+    by_engine = tracks(window.metrics)
+    for key, track in sorted(by_engine.items()):
+        verdict = _overload_from_scrapes(key, track, config)
+        if verdict is not None:
+            verdicts.append(verdict)
+    seen = {v.details["engine"] for v in verdicts}
+    for key, lines in sorted(_stats_lines(window).items()):
+        if key in seen or (key not in by_engine and seen):
+            continue   # the scrapes already tell it (a line naming no engine may be any of them)
+        scraped = by_engine[key].times if key in by_engine else [m.t for m in window.good_metrics()]
+        limit = by_engine[key].states[-1].slot_limit if key in by_engine else None
+        verdict = _overload_from_stats_lines(key, lines, scraped, limit, config)
+        if verdict is not None:
+            verdicts.append(verdict)
     return verdicts
+
+
+def _overload_from_scrapes(key: str, track: Track, config: DetectorConfig) -> Verdict | None:
+    points, times = track.points, track.times
+    waiting = track.column("waiting")
+    stretch = _sustained(times, [(w or 0) > 0 for w in waiting], config.overload_clear_s)
+    if stretch is None:
+        return None
+    (first, first_state), (last, state) = points[stretch[0]], points[stretch[1]]
+    sustained = last.t - first.t
+    if sustained < config.overload_sustain_s:
+        return None
+    if track.progress[stretch[0]] == track.progress[-1]:
+        return None  # a queue behind an engine that does nothing is a stall, not an overload
+    span = _between(times, *stretch)
+    mean_waiting = _time_mean(times[span], [w or 0.0 for w in waiting[span]])
+    if mean_waiting < config.overload_min_mean_waiting:
+        return None
+    cause, because = _overload_cause(points[span], config)
+    why = (f"{num(state.waiting)} waiting{where(key)}, waiting > 0 for {sustained:.1f} s "
+           f"(≥ {config.overload_sustain_s:g} s, {mean_waiting:.1f} on average); cause {cause}: {because}")
+    evidence = (Evidence("metrics", first.t, "waiting", first_state.waiting),
+                Evidence("metrics", last.t, "waiting", state.waiting),
+                Evidence("metrics", last.t, "running", state.running),
+                Evidence("metrics", last.t, "kv_usage", state.kv_usage),
+                Evidence("metrics", last.t, "slot_limit", state.slot_limit))
+    return Verdict("overload", last.t, first.t, why, evidence,
+                   {"engine": key, "cause": cause, "waiting": state.waiting, "running": state.running,
+                    "slot_limit": state.slot_limit, "kv_usage": state.kv_usage, "sustained_s": sustained,
+                    "mean_waiting": mean_waiting})
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """One engine stats line read from the log, as a point the overload rules read like a scrape's."""
+
+    t: float                  # when it was read
+    event: LogEvent
+    title: str                # the engine's name in words
+    source: str               # the line's shape in words ("stats line")
+    state: EngineState        # running, waiting, KV usage (and the slot limit the scrapes know)
+    moved: bool               # the line states tokens computed since the previous one
+
+
+def _stats_lines(window: Window) -> dict[str, list[_Line]]:
+    """Each engine's stats lines that state its queue, by engine key (the key of its scrapes)."""
+    from servewatch.dialects import by_name
+
+    found: dict[str, list[_Line]] = {}
+    for event in window.logs:
+        if event.kind != "stats":
+            continue
+        dialect = by_name(str(event.fields.get("dialect")))
+        reading = dialect.stats_reading(event.fields) if dialect is not None else None
+        if reading is None or reading.values.get("waiting") is None:
+            continue
+        values = reading.values
+        kv_pct = values.get("kv_pct")
+        state = EngineState(dialect=dialect.name, generation=reading.generation or "", labels=dict(reading.labels),
+                            running=values.get("running"), waiting=values.get("waiting"),
+                            kv_usage=None if kv_pct is None else kv_pct / 100.0)
+        moved = (values.get("gen_tps") or 0) > 0 or (values.get("prompt_tps") or 0) > 0
+        found.setdefault(engine_key(dict(reading.labels)), []).append(
+            _Line(event.t, event, dialect.title or dialect.name, reading.source, state, moved))
+    return found
+
+
+def _longest_silence(scraped: list[float], start: float, end: float) -> float:
+    """The longest time within [start, end] with no good scrape (`scraped`: their times, in order); a
+    silence that began before `start` counts from its last good scrape."""
+    before = scraped[:bisect_right(scraped, start)][-1:] or [start]
+    inside = scraped[bisect_right(scraped, start):bisect_left(scraped, end)]
+    marks = [*before, *inside, end]
+    return max((b - a for a, b in zip(marks, marks[1:])), default=0.0)
+
+
+def _overload_from_stats_lines(key: str, lines: list[_Line], scraped: list[float], slot_limit: int | None,
+                               config: DetectorConfig) -> Verdict | None:
+    """The overload rules over the engine's own stats lines, for a stretch in which /metrics left the
+    detector blind for at least overload_metrics_silent_s (a saturated API server answers a scrape in
+    seconds or not at all, and a watcher starved of CPU asks late; the engine's log lines still come)."""
+    times = [line.t for line in lines]
+    stretch = _sustained(times, [(line.state.waiting or 0) > 0 for line in lines], config.overload_clear_s)
+    if stretch is None:
+        return None
+    first, last = lines[stretch[0]], lines[stretch[1]]
+    sustained = last.t - first.t
+    if sustained < config.overload_sustain_s:
+        return None
+    span = _between(times, *stretch)
+    if not any(line.moved for line in lines[span][1:]):
+        return None  # a queue behind an engine that computes nothing is a stall, not an overload
+    mean_waiting = _time_mean(times[span], [line.state.waiting or 0.0 for line in lines[span]])
+    if mean_waiting < config.overload_min_mean_waiting:
+        return None
+    silent = _longest_silence(scraped, first.t, last.t)
+    if silent < config.overload_metrics_silent_s:
+        return None   # the scrapes saw this stretch: they, not the log, decide
+    for line in lines[span]:
+        line.state.slot_limit = slot_limit
+    cause, because = _overload_cause([(line, line.state) for line in lines[span]], config)
+    state = last.state
+    clock = datetime.fromtimestamp(last.t, tz=timezone.utc).strftime("%H:%M:%S")
+    why = (f"{num(state.waiting)} waiting{where(key)}, waiting > 0 for {sustained:.1f} s "
+           f"(≥ {config.overload_sustain_s:g} s, {mean_waiting:.1f} on average), from {last.title}'s own "
+           f"{last.source} at {clock} UTC; /metrics did not answer for {silent:.0f} s; cause {cause}: {because}")
+    evidence = (Evidence("log", first.t, "waiting", first.state.waiting),
+                Evidence("log", last.t, "waiting", state.waiting),
+                Evidence("log", last.t, "running", state.running),
+                Evidence("log", last.t, "kv_pct", last.event.fields.get("kv_pct")))
+    return Verdict("overload", last.t, first.t, why, evidence,
+                   {"engine": key, "cause": cause, "waiting": state.waiting, "running": state.running,
+                    "slot_limit": slot_limit, "kv_usage": state.kv_usage, "sustained_s": sustained,
+                    "mean_waiting": mean_waiting, "seen_in": "log", "metrics_silent_s": silent})
 
 
 def _time_mean(times: list[float], values: list[float]) -> float:

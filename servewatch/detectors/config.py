@@ -56,6 +56,11 @@ class DetectorConfig:
     # ...and its cause is `slots` when running sat at the slot limit for at least this share of the
     # stretch (a real vLLM dips below it for a step whenever a request finishes before the next is admitted).
     overload_slots_share: float = 0.5
+    # ...and where /metrics gave no good answer for at least this long within such a stretch (a saturated
+    # API server answers a scrape in seconds or not at all; a watcher starved of CPU asks late), the same
+    # rules read the engine's own periodic stats lines in its log instead (vLLM's "Running: 4 reqs,
+    # Waiting: 28 reqs, ..." every VLLM_LOG_STATS_INTERVAL s).
+    overload_metrics_silent_s: float = 5.0
     # kv_pressure, either of two rules. Held: KV usage >= kv_high over at least kv_sustain_s, holding
     # through dips shorter than kv_grace_s, with a time-weighted mean of at least kv_clear over that
     # stretch. Queued: over the last kv_window_s (at least kv_sustain_s of it seen), requests waiting,

@@ -62,7 +62,7 @@ for _spec in (
                 "health is green but a one-token probe gets no token", runbooks.NOT_SERVING,
                 ("probe", "health", "metrics")),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
-                "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics",),
+                "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics", "log"),
                 labels=("engine", "cause")),
     VerdictSpec("kv_pressure", capacity.detect_kv_pressure, INCIDENT, "ticket",
                 "the KV cache is near full", runbooks.KV_PRESSURE, ("metrics",), labels=("engine", "rule")),

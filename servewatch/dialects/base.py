@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from functools import lru_cache
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FunctionType, ModuleType
 
 from servewatch.engine.histogram import Plan, apply_plan, histogram_plan
@@ -172,6 +172,9 @@ class StatsReading:
     generation: str | None      # the log generation that writes this shape; None when the shape tells none
     values: Mapping[str, float | int | None]   # of running, waiting, kv_pct, prompt_tps, gen_tps, preemptions,
     #                                            prefix_hit_pct: those the line states
+    # The identity labels of the engine the line is about, as its /metrics states them ({"engine": "0"}):
+    # what ties a stats line to that engine's scrapes. Empty when the line names no engine.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,7 @@ class Dialect(ABC):
     """
 
     name: str                                   # "vllm", "sglang": stored in samples and bundles
+    title: str = ""                             # the engine's name in words ("vLLM"); `name` when empty
     identity_labels: tuple[str, ...] = ()       # labels that tell one engine of a server from another
     # Process titles the engine sets (setproctitle), by prefix → role ("engine_core", "worker", "api").
     process_roles: Mapping[str, str] = {}

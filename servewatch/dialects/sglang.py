@@ -17,6 +17,7 @@ from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
 
 NAME = "sglang"
+TITLE = "SGLang"
 PREFIX = "sglang:"
 # Scheduler series carry rank labels; tokenizer-process series only model_name (+ engine_type).
 IDENTITY_LABELS = ("model_name", "engine_type", "dp_rank", "tp_rank", "pp_rank", "moe_ep_rank")

@@ -18,6 +18,7 @@ from servewatch.engine.state import Counters, EngineState
 from servewatch.exposition.model import Family
 
 NAME = "vllm"
+TITLE = "vLLM"
 PREFIX = "vllm:"
 IDENTITY_LABELS = ("model_name", "engine")
 
@@ -267,9 +268,13 @@ def record_stats(msg: str) -> base.StatsReading | None:
 
 
 def stats_reading(fields: Mapping) -> base.StatsReading:
+    """The periodic stats line (every VLLM_LOG_STATS_INTERVAL s, written by the API server): "Engine 000:"
+    is the `engine` label of that engine's /metrics series."""
+    engine = fields.get("engine")
     return base.StatsReading("stats line", "vllm, with the engine index", {
         name: fields.get(name) for name in ("running", "waiting", "kv_pct", "prompt_tps", "gen_tps", "preemptions",
-                                            "prefix_hit_pct")})
+                                            "prefix_hit_pct")},
+        labels={} if engine is None else {"engine": str(int(engine))})
 
 
 def detect(families: Mapping[str, Family]) -> str | None:

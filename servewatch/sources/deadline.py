@@ -4,6 +4,12 @@
 server whose event loop is blocked can take that long to unwind (a real vLLM under 32 concurrent
 requests stopped answering /health for 25 s, and a 2 s health probe returned after 11 s). Here the
 late work is cancelled and left to unwind on its own, so one stuck server never delays the next probe.
+
+A deadline measures the server, not us: when the timer fires late, this process was not running at the
+deadline (frozen, or starved of CPU by the engine it watches), and an answer may be sitting unread in
+its socket. Then the time it did not run is given back (at most `timeout_s` in all) before the work is
+abandoned: a watcher frozen for 6 s while a /metrics answer arrived in 0.2 s had discarded that answer
+as a timeout.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from collections.abc import Coroutine
 from typing import TypeVar
 
 T = TypeVar("T")
+
+LATE_S = 0.25    # a timer this late means the process did not run at its deadline
 
 
 async def within(work: Coroutine[object, object, T], timeout_s: float) -> T:
@@ -28,7 +36,21 @@ async def within(work: Coroutine[object, object, T], timeout_s: float) -> T:
             waiter.set_result(None)
 
     task.add_done_callback(wake)
-    timer = loop.call_later(timeout_s, wake)
+    due = loop.time() + timeout_s
+    given_back = 0.0
+
+    def expire() -> None:
+        nonlocal due, given_back, timer
+        late = loop.time() - due
+        if late >= LATE_S and given_back < timeout_s and not task.done():
+            extra = min(late, timeout_s - given_back)
+            given_back += extra
+            due = loop.time() + extra
+            timer = loop.call_at(due, expire)
+            return
+        wake()
+
+    timer = loop.call_at(due, expire)
     try:
         await waiter
     except asyncio.CancelledError:

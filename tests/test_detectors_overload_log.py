@@ -1,0 +1,108 @@
+"""overload read from the engine's own stats lines when /metrics answers are starved: a real vLLM's
+lines (tests/fixtures/vllm_real/small_slots_server.log, 4 slots under 32 in flight) through the log
+source's parser, beside scrapes that time out."""
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from tests.timeline_builders import T0, Timeline
+
+from servewatch.detectors import DetectorConfig, run_detectors
+from servewatch.sources.logs import parse_line
+
+LOG = Path(__file__).parent / "fixtures" / "vllm_real" / "small_slots_server.log"
+QUEUED = [line for line in LOG.read_text(encoding="utf-8").splitlines() if "Waiting: 2" in line]
+IDLE = "(APIServer pid=5246) INFO 11-29 15:52:40 [loggers.py:335] Engine 000: Avg prompt throughput: 0.0 " \
+       "tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, CPU KV cache " \
+       "usage: 0.0%, Prefix cache hit rate: 0.0%"
+STALLED = QUEUED[0].replace("Avg prompt throughput: 83.3", "Avg prompt throughput: 0.0").replace(
+    "Avg generation throughput: 143.8", "Avg generation throughput: 0.0")
+
+
+def overloads(window, config=None):
+    return [v for v in run_detectors(window, config or DetectorConfig()) if v.name == "overload"]
+
+
+def starved(lines, *, seconds=20, metrics_error="timeout", waiting_scraped=0):
+    """Three good scrapes (an idle engine, slot limit 4), then `seconds` of /metrics that times out (one
+    error sample a tick) while the log says what the engine does, a stats line a second."""
+    tl = Timeline(interval=1.0).ticks(3, running=0, waiting=0, slot_limit=4, kv=0.0)
+    for i in range(seconds):
+        tl.samples.extend(parse_line(lines[i % len(lines)], tl.t + 0.3))
+        tl.tick(running=4, waiting=waiting_scraped, slot_limit=4, kv=0.1, metrics_error=metrics_error)
+    return tl
+
+
+def test_the_queue_is_read_from_vllms_stats_lines_while_metrics_times_out():
+    assert len(QUEUED) >= 10, "the fixture holds the queued stretch"
+    tl = starved(QUEUED)
+    [verdict] = overloads(tl.window())
+    assert verdict.details["engine"] == "engine=0"              # the key of the same engine's scrapes
+    assert verdict.details["cause"] == "slots"
+    assert verdict.details["running"] == 4 and verdict.details["waiting"] >= 24
+    assert verdict.details["seen_in"] == "log"
+    assert verdict.details["sustained_s"] >= DetectorConfig().overload_sustain_s
+    clock = datetime.fromtimestamp(verdict.t, tz=timezone.utc).strftime("%H:%M:%S")
+    assert f"from vLLM's own stats line at {clock} UTC" in verdict.why
+    silent = verdict.details["metrics_silent_s"]
+    last_good_scrape, last_line = T0 + 2.01, tl.t - 1.0 + 0.3
+    assert silent == pytest.approx(last_line - last_good_scrape)
+    assert f"/metrics did not answer for {silent:.0f} s" in verdict.why
+    assert "running 4 = slot limit 4" in verdict.why           # the slot limit the scrapes knew
+    assert {e.source for e in verdict.evidence} == {"log"}
+    assert verdict.onset < verdict.t
+
+
+def test_no_verdict_before_the_sustain_time():
+    assert overloads(starved(QUEUED, seconds=9).window()) == []
+
+
+def test_a_queue_behind_an_engine_that_computes_nothing_is_not_overload():
+    assert overloads(starved([STALLED], seconds=20).window()) == []
+
+
+def test_an_idle_engine_is_not_overloaded():
+    assert overloads(starved([IDLE], seconds=20).window()) == []
+
+
+def test_scrapes_that_answer_decide_and_the_log_does_not_add_a_second_verdict():
+    # /metrics answers every second and sees no queue: the log's queue is not believed over it.
+    assert overloads(starved(QUEUED, seconds=20, metrics_error=None, waiting_scraped=0).window()) == []
+    # /metrics answers and sees the queue: one verdict, from the scrapes.
+    [verdict] = overloads(starved(QUEUED, seconds=20, metrics_error=None, waiting_scraped=20).window())
+    assert "seen_in" not in verdict.details
+    assert {e.source for e in verdict.evidence} == {"metrics"}
+
+
+def test_the_silence_must_last_overload_metrics_silent_s():
+    config = DetectorConfig(overload_metrics_silent_s=60.0)
+    assert overloads(starved(QUEUED, seconds=20).window(), config) == []
+
+
+def test_a_bundle_of_it_verifies_offline(tmp_path):
+    import dataclasses
+    import io
+
+    from servewatch.detectors import evidence_window
+    from servewatch.sinks.bundle import BundleContext, BundleWriter
+    from servewatch.sinks.verify import verify_bundle
+
+    config = DetectorConfig()
+    window = starved(QUEUED).window()
+    verdicts = run_detectors(window, config)
+    writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
+    path = writer.write(evidence_window(window, config), verdicts,
+                        BundleContext(target_url="http://127.0.0.1:8000", detector_config=dataclasses.asdict(config)))
+    assert path is not None and writer.failures == 0
+    assert "overload" in {v.name for v in verdicts}
+    assert verify_bundle(path).verdicts_checked == len(verdicts)
+
+
+def test_one_verdict_when_the_scrapes_saw_the_queue_before_they_went_silent():
+    tl = Timeline(interval=1.0).ticks(3, running=0, waiting=0, slot_limit=4, kv=0.0)
+    for i in range(30):
+        tl.samples.extend(parse_line(QUEUED[i % len(QUEUED)], tl.t + 0.3))
+        tl.tick(running=4, waiting=24, slot_limit=4, kv=0.1, metrics_error="timeout" if i >= 15 else None)
+    [verdict] = overloads(tl.window())
+    assert {e.source for e in verdict.evidence} == {"metrics"}
