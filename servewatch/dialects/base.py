@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import FunctionType, ModuleType
 
 from servewatch.engine.histogram import Plan, apply_plan, histogram_plan
-from servewatch.engine.interning import Interner
+from servewatch.interning import Interner
 from servewatch.engine.state import EngineState, Histogram
 from servewatch.exposition.model import Family
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from typing import Any
 
+from servewatch import dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram
@@ -51,13 +51,9 @@ LOG_STRING_KEYS = frozenset({"level", "reason", "cause", "exception", "device", 
                              "error"})
 
 
-@lru_cache(maxsize=1)
-def grammar_literals() -> frozenset[str]:
-    """The fixed strings of every registered dialect's grammar (cleared when the registry changes)."""
-    from servewatch import dialects
-
-    found = {literal for dialect in dialects.registered() for literal in dialect.grammar_literals()}
-    return frozenset(v for v in found if _LITERAL.match(v))
+def grammar_literal(value: str) -> bool:
+    """Is `value` a fixed string of a registered dialect's grammar, of a shape a bundle may hold?"""
+    return value in dialects.grammar_literals() and _LITERAL.match(value) is not None
 
 
 class DecodeError(ValueError):
@@ -245,7 +241,7 @@ def _log_fields(fields: Mapping[str, Any]) -> dict:
         if isinstance(value, bool) or isinstance(value, (int, float)):
             out[key] = number(value)
         elif isinstance(value, str) and key in LOG_STRING_KEYS and (
-                _TOKEN.match(value) or value in grammar_literals()):
+                _TOKEN.match(value) or grammar_literal(value)):
             out[key] = value
     return out
 

@@ -47,7 +47,7 @@ def http_sources(session, url: str, clock: Clock, interval: float, *, process_pr
                  metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = 10.0,
                  say=None) -> list:
     """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
-    from servewatch.load.http1 import Endpoint, Http1Client
+    from servewatch.http1 import Endpoint, Http1Client
 
     base = base_url(url)
     endpoint = Endpoint.parse(base)
