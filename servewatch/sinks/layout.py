@@ -19,6 +19,7 @@ from typing import Any
 
 from servewatch import __version__
 from servewatch.detectors.verdict import Verdict
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.sinks import serialize
 from servewatch.timeline.samples import Sample
 
@@ -142,7 +143,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
     trigger = _trigger(verdict_dicts, context.trigger, stored, created_t)
     ident = incident_id(trigger["verdict"], trigger["onset"], target, key)
     times = [d["t"] for d in stored]
-    counts = {source: sum(1 for d in stored if d["source"] == source) for source in serialize.SOURCES}
+    counts = {source: sum(1 for d in stored if d["source"] == source) for source in SOURCE_KINDS}
     files: dict[str, bytes] = {}
     for i, part in enumerate(parts):
         files[part_name(i)] = encode({"schema": SAMPLES_SCHEMA, "part": i, "parts": len(parts), "samples": part})
@@ -162,7 +163,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             "start_t": min(times) if times else None,
             "end_t": max(times) if times else None,
             "samples": counts,
-            "overwritten": {s: int(context.overwritten.get(s, 0)) for s in serialize.SOURCES},
+            "overwritten": {s: int(context.overwritten.get(s, 0)) for s in SOURCE_KINDS},
             "files": list(files),
             "thinned": thinning.to_dict(),
         },

@@ -17,6 +17,7 @@ from servewatch import dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (
     GpuDevice,
     GpuSample,
@@ -30,7 +31,6 @@ from servewatch.timeline.samples import (
     Sample,
 )
 
-SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -311,14 +311,6 @@ def sample_from_dict(d: Mapping) -> Sample:
     raise DecodeError(f"unknown sample source {source!r}")
 
 
-_SOURCE_BY_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                   GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
-
-
-def source_of(s: Sample) -> str:
-    return _SOURCE_BY_TYPE[type(s)]
-
-
 # --- verdicts ---------------------------------------------------------------------------------
 
 _DETAIL = re.compile(r"^[A-Za-z0-9_.:+=,-]{1,128}$")
@@ -343,7 +335,7 @@ def scrub_text(text: str, limit: int = 400) -> str:
 
 def evidence_to_dict(e: Evidence) -> dict:
     value = e.value
-    return {"source": e.source if e.source in SOURCES else "redacted", "t": number(e.t),
+    return {"source": e.source if e.source in SOURCE_KINDS else "redacted", "t": number(e.t),
             "field": e.field if _FIELD.match(e.field) else "redacted",
             "value": _detail_value(value) if isinstance(value, str) else number(value)}
 

@@ -23,6 +23,7 @@ from servewatch import __version__
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.sinks import layout, schemas, serialize
 from servewatch.sinks.recompute import Recompute, config_from_dict, detectors_recompute
 
@@ -192,7 +193,7 @@ def _check_identity(incident: dict, samples: list[dict], name: str) -> None:
     times = [_t(s["t"]) for s in samples]
     if any(b < a for a, b in zip(times, times[1:])):
         raise BundleInvalid("samples: not in time order")
-    counts = {source: 0 for source in serialize.SOURCES}
+    counts = {source: 0 for source in SOURCE_KINDS}
     for s in samples:
         counts[s["source"]] += 1
     if counts != window["samples"]:
