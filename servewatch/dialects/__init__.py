@@ -27,6 +27,8 @@ def register(dialect: Dialect) -> Dialect:
     _REGISTRY[dialect.name] = dialect
     _wanted = None
     grammar_literals.cache_clear()
+    identity_labels.cache_clear()
+    identity_labels.cache_clear()
     return dialect
 
 
@@ -35,6 +37,7 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
     _wanted = None
     grammar_literals.cache_clear()
+    identity_labels.cache_clear()
 
 
 def registered() -> tuple[Dialect, ...]:
@@ -50,6 +53,13 @@ def grammar_literals() -> frozenset[str]:
     """The fixed strings of every registered dialect's grammar (cleared when the registry changes); the
     bundle keeps a log field's string only when it is one of these (`servewatch.sinks.serialize`)."""
     return frozenset(literal for dialect in registered() for literal in dialect.grammar_literals())
+
+
+@lru_cache(maxsize=1)
+def identity_labels() -> tuple[str, ...]:
+    """Every registered dialect's identity labels, in registration order without repeats: the engine
+    labels a bundle keeps and its schemas allow (cleared when the registry changes)."""
+    return tuple(dict.fromkeys(label for dialect in registered() for label in dialect.identity_labels))
 
 
 @dataclass(slots=True)

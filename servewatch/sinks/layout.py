@@ -187,8 +187,9 @@ def restate(verdict_dicts: Sequence[dict], stored: Sequence[dict], config: Mappi
     except Exception:   # the writer fails open; verify reports a verdict that does not follow
         return list(verdict_dicts)
 
-    def identity(v: dict) -> tuple:
-        return v["name"], v["t"], v["onset"], tuple((e["source"], e["t"], e["field"]) for e in v["evidence"])
+    def identity(v: dict) -> tuple:      # the engine too: two replicas may stall at the very same times
+        return (v["name"], v["t"], v["onset"], v["details"].get("engine"),
+                tuple((e["source"], e["t"], e["field"]) for e in v["evidence"]))
 
     by_identity = {identity(v): v for v in again}
     return [by_identity.get(identity(v), v) for v in verdict_dicts]

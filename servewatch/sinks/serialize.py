@@ -39,10 +39,6 @@ _LITERAL = re.compile(r"^[A-Za-z0-9_.:,'()% -]{1,160}$")   # the shape a grammar
 _ERROR_CLASS = re.compile(r"[A-Za-z0-9_]+")
 _NON_FINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 
-LABEL_KEYS = frozenset({
-    "model_name", "engine", "engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank",
-    "attn_cp_rank", "pp_size", "attn_cp_size",
-})  # the schemas list these; a dialect's identity labels must be among them (tests/test_registry_seams.py)
 ROLES = frozenset({"api", "engine_core", "worker", "other"})
 # Log-event fields whose string values may be kept: a short token, or a fixed literal of a dialect's log
 # grammar (servewatch.dialects) or of the log source. Any other string is dropped.
@@ -162,7 +158,8 @@ def engine_to_dict(e: EngineState) -> dict:
     return {
         "dialect": safe_token(e.dialect),
         "generation": safe_token(e.generation),
-        "labels": {k: label_value(k, str(v)) for k, v in sorted(e.labels.items()) if k in LABEL_KEYS},
+        "labels": {k: label_value(k, str(v)) for k, v in sorted(e.labels.items())
+                   if k in dialects.identity_labels()},   # the schemas list the same (sinks/schemas.py)
         "running": number(e.running),
         "waiting": number(e.waiting),
         "waiting_by_reason": _str_map(e.waiting_by_reason),

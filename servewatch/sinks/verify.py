@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from servewatch import __version__
+from servewatch import __version__, dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
@@ -305,16 +305,16 @@ def _parse(data: bytes, name: str) -> Any:
 
 
 @lru_cache(maxsize=16)
-def _validator(schema: str, verdict_names: tuple[str, ...]):
+def _validator(schema: str, verdict_names: tuple[str, ...], label_keys: tuple[str, ...]):
     import jsonschema
 
-    document = schemas.load(schema, verdict_names)
+    document = schemas.load(schema, verdict_names, label_keys)
     cls = jsonschema.validators.validator_for(document)
     return cls(document)
 
 
 def _validate(document: Any, schema: str, name: str) -> None:
-    error = next(iter(_validator(schema, registry.names()).iter_errors(document)), None)
+    error = next(iter(_validator(schema, registry.names(), dialects.identity_labels()).iter_errors(document)), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         raise BundleInvalid(f"{name}: schema violation at {where}: {' '.join(error.message.split())[:160]}")
