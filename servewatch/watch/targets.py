@@ -13,7 +13,7 @@ from servewatch.sources.health import HealthSource
 from servewatch.sources.http import http1_transport, in_process_transport
 from servewatch.sources.logs import LogTail
 from servewatch.sources.metrics import MetricsSource
-from servewatch.sources.probe import HttpProber, ProbeSource
+from servewatch.sources.probe import DEFAULT_DEADLINE_S, HttpProber, ProbeSource
 from servewatch.sources.process import ProcessSource
 
 
@@ -44,7 +44,7 @@ def gpu_interval(interval: float) -> float:
 
 def http_sources(session, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
                  log_file: str | None = None, gpu: bool = True, health_path: str = "/health",
-                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = 10.0,
+                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = DEFAULT_DEADLINE_S,
                  say=None) -> list:
     """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
     from servewatch.http1 import Endpoint, Http1Client
