@@ -5,7 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Protocol
+
+
+def iso8601(t: float) -> str:
+    """An epoch-seconds stamp as UTC ISO 8601 to the millisecond ("2024-05-01T12:00:00.000Z")."""
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Clock(Protocol):

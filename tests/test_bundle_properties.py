@@ -9,6 +9,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servewatch import dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState, Histogram
@@ -29,7 +30,7 @@ def _verdict_validator():
 
     from servewatch.sinks.verify import _validator
 
-    schema = _validator("incident", registry.names()).schema
+    schema = _validator("incident", registry.names(), dialects.identity_labels()).schema
     verdict_schema = {**schema["$defs"]["verdict"], "$defs": schema["$defs"]}
     return jsonschema.validators.validator_for(schema)(verdict_schema)
 

@@ -1,6 +1,6 @@
 """The detectors' shortcuts give what the plain computation gives.
 
-The split per engine and its columns are carried over from the window judged before (detectors/tracks.py);
+The split per engine and its columns are carried over from the window judged before (timeline/tracks.py);
 detectors take cheap exits before full walks. Over a recorder-like run of real vLLM and SGLang scrapes
 (counters moving, a stall, errors, a counter reset, two engines, SGLang), every window's verdicts equal
 those of the same samples copied (new objects: nothing carried over), and every carried column equals
@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servewatch.detectors import DetectorConfig, _recent, run_detectors
-from servewatch.detectors import blindness, capacity, outcomes, progress, tracks
+from servewatch.detectors import blindness, capacity, outcomes, progress
+from servewatch.timeline import tracks
 from servewatch.detectors.series import admitted
 from servewatch.dialects import read_scrape
 from servewatch.engine.histogram import delta

@@ -1,8 +1,11 @@
 """Dialects map each engine's names onto one EngineState; values must agree with the raw scrape."""
 
+import re
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from servewatch.dialects import read_scrape
+from servewatch.dialects import base, read_scrape
 
 VLLM_KV = "vllm_kv_pressure_t0.prom"
 SGLANG = "synthetic_from_registration_code.prom"
@@ -167,3 +170,27 @@ def test_a_subclass_declared_with_its_module_takes_the_modules_declarations_and_
     assert fake.detect({}) == "fake-1" and fake.wanted_families() == ("fake_running",)
     assert fake.grammar_literals() == frozenset({"fake", "--slots", "fake ready"})
     assert fake.parse_log_message("fake ready") == []            # not declared: the interface's default
+
+
+@pytest.mark.parametrize("source, said", [
+    ("IDENTITY_LABEL = ('replica',)", "fake_module.IDENTITY_LABEL is not a Dialect name; did you mean IDENTITY_LABELS?"),
+    ("def parse_log_messages(msg):\n    return []",
+     "fake_module.parse_log_messages is not a Dialect name; did you mean parse_log_message?"),
+])
+def test_a_misspelled_dialect_constant_fails_at_class_creation(source, said):
+    import types
+
+    module = types.ModuleType("fake_module")
+    exec(source, vars(module))
+    for value in vars(module).values():
+        if isinstance(value, types.FunctionType):
+            value.__module__ = "fake_module"
+    with pytest.raises(TypeError, match=re.escape(said)):
+        class Misspelled(base.Dialect, module=module):
+            name = "misspelled"
+
+
+def test_a_misspelled_class_attribute_fails_at_class_creation():
+    with pytest.raises(TypeError, match="health_dead_stauts is not a Dialect name; did you mean health_dead_status"):
+        class Misspelled(base.Dialect):
+            health_dead_stauts = 503

@@ -6,7 +6,8 @@ from __future__ import annotations
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.sinks.base import ended_by
 from servewatch.timeline.samples import DEADLINE, SERVED, HealthSample, ProbeSample
-from servewatch.timeline.window import KINDS, Window
+from servewatch.kinds import SOURCE_KINDS as KINDS
+from servewatch.timeline.window import Window
 
 
 def test_a_not_serving_verdict_clears_with_its_probe_evidence():

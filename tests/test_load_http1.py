@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from servewatch.load.http1 import BodyTooLarge, ConnectFailed, Endpoint, Http1Client, StreamCut
+from servewatch.http1 import BodyTooLarge, ConnectFailed, Endpoint, Http1Client, StreamCut
 
 pytestmark = pytest.mark.timeout(30)
 

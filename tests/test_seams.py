@@ -284,11 +284,14 @@ def test_every_verdict_has_a_complete_runbook_and_a_valid_spec():
         VerdictSpec("x_y", detect_busy, FINDING, "info", "s", BUSY_RUNBOOK, ("tea_leaves",))
 
 
-def test_every_dialects_identity_labels_may_enter_a_bundle():
-    from servewatch.sinks.serialize import LABEL_KEYS
+def test_the_shipped_schemas_list_exactly_the_builtin_dialects_identity_labels():
+    from servewatch.sinks import schemas
 
-    for dialect in dialects.registered():
-        assert set(dialect.identity_labels) <= LABEL_KEYS, dialect.name
+    assert [d.name for d in dialects.registered()] == ["vllm", "sglang"]
+    labels = list(dict.fromkeys(label for d in dialects.registered() for label in d.identity_labels))
+    for name in ("incident", "samples"):
+        objects = schemas.engine_label_objects(schemas._shipped(name))
+        assert objects and all(list(o["properties"]) == labels for o in objects), name
 
 
 @pytest.mark.parametrize("args, message", [

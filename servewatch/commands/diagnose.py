@@ -61,13 +61,13 @@ def _record(args):
 
     from servewatch.doctor.diagnose import readings_from_window
     from servewatch.errors import ServewatchError
-    from servewatch.watch.options import RecordingOptions
+    from servewatch.watch.options import DEFAULT_HISTORY_S, RecordingOptions
     from servewatch.watch.session import record
 
     if not 1.0 <= args.window <= 3600:
         raise ServewatchError(f"--window {args.window:g}: between 1 and 3600 seconds")
     session = RecordingOptions(url=args.target, interval=args.interval, duration=args.window,
-                               history_s=max(600.0, args.window * 2))
+                               history_s=max(DEFAULT_HISTORY_S, args.window * 2))
     print(f"servewatch diagnose: recording {args.target} for {args.window:g} s", file=sys.stderr)
     recorder = asyncio.run(record(session, None, tool="diagnose"))
     window = recorder.ring.window()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servewatch.watch.options import duration
+from servewatch.watch.options import DEFAULT_HISTORY_S, DEFAULT_PROBE_DEADLINE_S, DEFAULT_PROBE_INTERVAL_S, duration
 
 
 def register(subparsers) -> None:
@@ -27,10 +27,10 @@ def register(subparsers) -> None:
                         help="turn off the active probe (on by default in serve: when a target's counters have not "
                              "moved for --probe-interval, one completion of 1 token asks it to serve; cost: at most "
                              "one 1-token request per idle target per interval, 120 an hour at the default)")
-    parser.add_argument("--probe-interval", type=duration, metavar="S", help="at most one probe per S (default 30s)")
+    parser.add_argument("--probe-interval", type=duration, metavar="S", help=f"at most one probe per S (default {DEFAULT_PROBE_INTERVAL_S:g}s)")
     parser.add_argument("--probe-deadline", type=duration, metavar="S",
-                        help="a probe without a token after S has missed (default 10s)")
-    parser.add_argument("--history", type=duration, help="history kept per target (default 10m)")
+                        help=f"a probe without a token after S has missed (default {DEFAULT_PROBE_DEADLINE_S:g}s)")
+    parser.add_argument("--history", type=duration, help=f"history kept per target (default {DEFAULT_HISTORY_S / 60:g}m)")
     parser.add_argument("--out", metavar="DIR", help="incident bundles, one directory per target")
     parser.add_argument("--bundle-cap", type=float, metavar="MB", dest="bundle_cap",
                         help="all targets' bundles together stay under MB MiB, the oldest go first (default 1024)")

@@ -21,7 +21,7 @@ from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.detectors.series import Track, once_per_window, progress, tracks
 from servewatch.engine.state import EngineState
-from servewatch.sources.scrape import TIMEOUT
+from servewatch.kinds import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, HealthSample, MetricsSample
 from servewatch.timeline.window import Window
 

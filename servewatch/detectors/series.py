@@ -7,7 +7,7 @@ from functools import wraps
 from statistics import median
 from typing import TypeVar
 
-from servewatch.detectors.tracks import Point, Track, engine_key, engine_series, tracks
+from servewatch.timeline.tracks import Point, Track, engine_key, engine_series, tracks
 from servewatch.engine.state import EngineState
 from servewatch.timeline.window import Window
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from servewatch.timeline.window import KINDS
+from servewatch.kinds import SOURCE_KINDS
 
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """A pointer to one stored sample and the field of it that matters."""
 
-    source: str            # "health" | "metrics" | "process" | "gpu" | "log" | "probe"
+    source: str            # one of servewatch.kinds.SOURCE_KINDS
     t: float               # the sample's time: with `source` it identifies the sample
     field: str             # e.g. "status", "counters.generation_tokens", "running"
     value: float | int | str | bool | None
@@ -53,7 +53,6 @@ class RunbookBranch:
 INCIDENT = "incident"      # something is wrong now: stops `watch --stop-on-incident`, pages
 FINDING = "finding"        # a standing property of the target (e.g. a blind histogram): a ticket
 SEVERITIES = ("page", "ticket", "info")
-SOURCES = KINDS      # the `source` of an Evidence pointer: a kind of timeline sample
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ class VerdictSpec:
             problems.append(f"severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
         if not self.name.isidentifier() or not self.name.islower():
             problems.append("the name must be a lower-case identifier")
-        unknown = set(self.evidence_sources) - set(SOURCES)
+        unknown = set(self.evidence_sources) - set(SOURCE_KINDS)
         if unknown:
             problems.append(f"unknown evidence sources {sorted(unknown)}")
         if problems:

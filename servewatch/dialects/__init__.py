@@ -11,6 +11,7 @@ A new engine: a module with a `Dialect` subclass, and one `register(...)` call (
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from servewatch.dialects.base import Dialect
 from servewatch.engine.state import EngineState
@@ -25,9 +26,9 @@ def register(dialect: Dialect) -> Dialect:
     global _wanted
     _REGISTRY[dialect.name] = dialect
     _wanted = None
-    from servewatch.sinks.serialize import grammar_literals   # the bundle allow-list derives from the registry
-
     grammar_literals.cache_clear()
+    identity_labels.cache_clear()
+    identity_labels.cache_clear()
     return dialect
 
 
@@ -35,9 +36,8 @@ def unregister(name: str) -> None:
     global _wanted
     _REGISTRY.pop(name, None)
     _wanted = None
-    from servewatch.sinks.serialize import grammar_literals
-
     grammar_literals.cache_clear()
+    identity_labels.cache_clear()
 
 
 def registered() -> tuple[Dialect, ...]:
@@ -46,6 +46,20 @@ def registered() -> tuple[Dialect, ...]:
 
 def by_name(name: str | None) -> Dialect | None:
     return _REGISTRY.get(name) if name else None
+
+
+@lru_cache(maxsize=1)
+def grammar_literals() -> frozenset[str]:
+    """The fixed strings of every registered dialect's grammar (cleared when the registry changes); the
+    bundle keeps a log field's string only when it is one of these (`servewatch.sinks.serialize`)."""
+    return frozenset(literal for dialect in registered() for literal in dialect.grammar_literals())
+
+
+@lru_cache(maxsize=1)
+def identity_labels() -> tuple[str, ...]:
+    """Every registered dialect's identity labels, in registration order without repeats: the engine
+    labels a bundle keeps and its schemas allow (cleared when the registry changes)."""
+    return tuple(dict.fromkeys(label for dialect in registered() for label in dialect.identity_labels))
 
 
 @dataclass(slots=True)

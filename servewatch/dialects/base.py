@@ -3,6 +3,7 @@ into per-engine values, reading grammar matches)."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from abc import ABC, abstractmethod
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from types import FunctionType, ModuleType
 
 from servewatch.engine.histogram import Plan, apply_plan, histogram_plan
-from servewatch.engine.interning import Interner
+from servewatch.interning import Interner
 from servewatch.engine.state import EngineState, Histogram
 from servewatch.exposition.model import Family
 
@@ -210,6 +211,8 @@ class Dialect(ABC):
     A subclass declared with `module=` takes from that module every attribute below whose upper-cased name
     it defines (NAME, LOG_PREFIX, ...), every method below it defines as a function of the same name, and
     its upper-case string constants as `grammar_literals`; the class body states only what differs.
+    A name that is almost one of the interface's (`IDENTITY_LABEL`, `parse_log_messages`) is taken for a
+    misspelling: the class is not created.
     """
 
     name: str                                   # "vllm", "sglang": stored in samples and bundles
@@ -223,9 +226,6 @@ class Dialect(ABC):
     context_length_flag: str | None = None      # the flag that caps one request's tokens
     # The engine's share of device memory: (its key in the log's settings, its flag, its default or None).
     memory_budget: tuple[str, str, float | None] | None = None
-    health_path: str = "/health"
-    ready_path: str | None = None
-    version_path: str | None = None
     # The /health status that means "the engine died behind a live API server"; None where the engine
     # has no such status (its /health fails the same way for a slow, a stalled and a dead engine).
     health_dead_status: int | None = None
@@ -293,6 +293,7 @@ class Dialect(ABC):
 
     def __init_subclass__(cls, module: ModuleType | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
+        _refuse_misspellings(cls, module)
         if module is None:
             return
         declared = vars(module)
@@ -317,6 +318,29 @@ class Dialect(ABC):
 
 _METHODS = tuple(name for name, value in vars(Dialect).items()
                  if isinstance(value, FunctionType) and not name.startswith("_") and name != "grammar_literals")
+_INTERFACE = (*Dialect.__annotations__, *_METHODS, "grammar_literals")
+
+
+def _refuse_misspellings(cls: type, module: ModuleType | None) -> None:
+    """TypeError for a class-body name, a module constant or a module function that is not one of the
+    interface's names but nearly is (it would silently leave the default in place)."""
+    candidates = [(name, _INTERFACE, name) for name in vars(cls) if not name.startswith("_")]
+    if module is not None:
+        for name, value in vars(module).items():
+            if name.isupper():
+                candidates.append((name, tuple(a.upper() for a in Dialect.__annotations__), name))
+            elif (isinstance(value, FunctionType) and not name.startswith("_")
+                  and value.__module__ == module.__name__):
+                candidates.append((name, _METHODS, name))
+    for name, interface, said in candidates:
+        if name in interface:
+            continue
+        close = difflib.get_close_matches(name, interface, n=1, cutoff=0.85)
+        if close:
+            where = f"{module.__name__}.{said}" if module is not None and said not in vars(cls) else said
+            raise TypeError(f"{cls.__name__}: {where} is not a Dialect name; did you mean {close[0]}?")
+
+
 COMM_LEN = 15          # Linux truncates a process's kernel name to 15 bytes ("sglang::schedul")
 
 

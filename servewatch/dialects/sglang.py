@@ -417,7 +417,6 @@ def stats_reading(fields: Mapping) -> base.StatsReading:
 
 class SglangDialect(base.Dialect, module=sys.modules[__name__]):
     engine_process_titles = (("sglang::scheduler", "engine_core"), ("sglang::detokenizer", "worker"))
-    ready_path = "/ready"
     health_dead_status = None     # 503 while starting, draining, or when its health generation times out
     health_runs_through_engine = True
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],

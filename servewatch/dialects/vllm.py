@@ -557,7 +557,6 @@ OOM_REASON = "out of memory"
 
 class VllmDialect(base.Dialect, module=sys.modules[__name__]):
     engine_process_titles = (("VLLM::EngineCore", "engine_core"), ("VLLM::Worker_TP0", "worker"))
-    version_path = "/version"
     latency_edges = {"ttft": BUCKETS["time_to_first_token"], "itl": BUCKETS["inter_token_latency"],
                      "e2e": BUCKETS["request_latency"]}
     exit_zero_after_death_note = "vLLM #48966"

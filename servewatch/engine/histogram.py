@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from servewatch.engine.interning import Interner
+from servewatch.interning import Interner
 from servewatch.engine.state import Histogram
 from servewatch.exposition.model import Sample
 

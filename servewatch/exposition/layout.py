@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from servewatch.engine.interning import Interner
+from servewatch.interning import Interner
 from servewatch.exposition.model import Family, Sample
 from servewatch.exposition.parser import (DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, bounded_text, new_sample, parse,
                                           set_labels, set_name, set_timestamp, set_value)

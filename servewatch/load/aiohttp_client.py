@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from servewatch.load.http1 import BodyTooLarge, ConnectFailed, Endpoint, StreamCut
+from servewatch.http1 import BodyTooLarge, ConnectFailed, Endpoint, StreamCut
 
 
 class _Response:

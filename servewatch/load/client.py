@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass
 
 from servewatch.load import records as R
-from servewatch.load.http1 import BodyTooLarge, ConnectFailed, StreamCut
+from servewatch.http1 import BodyTooLarge, ConnectFailed, StreamCut
 from servewatch.load.itl import compute_timings
 from servewatch.load.sse import SseSplitter
 

@@ -21,7 +21,7 @@ from servewatch.clock import RealClock
 from servewatch.errors import ServewatchError, SourceUnavailable
 from servewatch.load import prompts as P
 from servewatch.load.client import Deadline, RequestSpec, build_body, run_request
-from servewatch.load.http1 import Endpoint, Http1Client
+from servewatch.http1 import Endpoint, Http1Client
 from servewatch.load.records import STREAM_CUT, RequestRecord
 from servewatch.load.scenarios import LoadConfig, arrival_times, prompt_lengths
 from servewatch.load.sender import TimedSender

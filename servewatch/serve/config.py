@@ -33,6 +33,7 @@ from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
 from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
+from servewatch.watch.options import DEFAULT_HISTORY_S, DEFAULT_PROBE_DEADLINE_S, DEFAULT_PROBE_INTERVAL_S
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 _KEYS = ("listen", "interval", "history", "out", "bundle_cap_mb", "alertmanager", "webhook", "shard", "targets",
@@ -47,7 +48,7 @@ class ServeConfig:
     file_sd: tuple[str, ...] = ()          # paths or globs (in the last part), re-read on change
     listen: str = DEFAULT_LISTEN
     interval: float = 2.0
-    history_s: float = 600.0
+    history_s: float = DEFAULT_HISTORY_S
     out: str | None = None
     alertmanager: str | None = None
     webhook: str | None = None
@@ -58,8 +59,8 @@ class ServeConfig:
     # The active probe is on by default in a fleet: an idle replica wedged with empty gauges is invisible
     # to every passive reader. Cost: one 1-token request per idle target per probe_interval.
     probe: bool = True
-    probe_interval: float = 30.0
-    probe_deadline: float = 10.0
+    probe_interval: float = DEFAULT_PROBE_INTERVAL_S
+    probe_deadline: float = DEFAULT_PROBE_DEADLINE_S
 
 
 def load(path: str) -> ServeConfig:
@@ -127,9 +128,10 @@ def load(path: str) -> ServeConfig:
         raise doc.error(("bundle_cap_mb",), "a positive number of MiB is expected")
     return ServeConfig(bundle_cap_bytes=int(cap * 2**20), targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
                        prometheus_sd=_prometheus_sd(doc, value.get("prometheus_sd"), duration),
-                       interval=seconds("interval", 2.0), history_s=seconds("history", 600.0), out=text("out"),
+                       interval=seconds("interval", 2.0), history_s=seconds("history", DEFAULT_HISTORY_S), out=text("out"),
                        alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard, probe=probe,
-                       probe_interval=seconds("probe_interval", 30.0), probe_deadline=seconds("probe_deadline", 10.0))
+                       probe_interval=seconds("probe_interval", DEFAULT_PROBE_INTERVAL_S),
+                       probe_deadline=seconds("probe_deadline", DEFAULT_PROBE_DEADLINE_S))
 
 
 def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:

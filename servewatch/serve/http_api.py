@@ -8,7 +8,7 @@ from aiohttp import web
 from servewatch.detectors import registry
 from servewatch.serve import probes
 from servewatch.sinks.serialize import verdict_to_dict
-from servewatch.watch.output import iso8601
+from servewatch.clock import iso8601
 
 RECENT_PER_TARGET = 20
 FLEET = web.AppKey("fleet", object)

@@ -18,7 +18,7 @@ import time
 from servewatch.detectors import registry
 from servewatch.sinks.delivery import Delivery
 from servewatch.sinks.serialize import safe_token
-from servewatch.watch.output import iso8601
+from servewatch.clock import iso8601
 
 RESEND_S = 60.0
 

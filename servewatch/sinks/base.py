@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.window import Window
 
 
@@ -46,13 +47,12 @@ def ended_by(verdict: Verdict, window: Window) -> tuple[Evidence, ...]:
     """For each (source, field) the verdict's evidence named, the newest sample of that source now and
     the field's value there (None where the field cannot be read from it)."""
     from servewatch.detectors.series import engine_key
-    from servewatch.timeline.window import KINDS
 
     out: list[Evidence] = []
     seen: set[tuple[str, str]] = set()
     for pointer in verdict.evidence:
         key = (pointer.source, pointer.field)
-        samples = window.of(pointer.source) if pointer.source in KINDS else ()
+        samples = window.of(pointer.source) if pointer.source in SOURCE_KINDS else ()
         if key in seen or not samples:
             continue
         seen.add(key)

@@ -77,7 +77,7 @@ class FleetExporter:
         self.probe_failures.labels(target)
 
     def remove_target(self, target: str) -> None:
-        from servewatch.sources.scrape import KINDS
+        from servewatch.kinds import FAILURE_KINDS as KINDS
 
         target = label(target)
         self.verdicts.remove_target(target)

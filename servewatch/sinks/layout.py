@@ -19,6 +19,7 @@ from typing import Any
 
 from servewatch import __version__
 from servewatch.detectors.verdict import Verdict
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.sinks import serialize
 from servewatch.timeline.samples import Sample
 
@@ -143,7 +144,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
     trigger = _trigger(verdict_dicts, context.trigger, stored, created_t)
     ident = incident_id(trigger["verdict"], trigger["onset"], target, key)
     times = [d["t"] for d in stored]
-    counts = {source: sum(1 for d in stored if d["source"] == source) for source in serialize.SOURCES}
+    counts = {source: sum(1 for d in stored if d["source"] == source) for source in SOURCE_KINDS}
     files: dict[str, bytes] = {}
     for i, part in enumerate(parts):
         files[part_name(i)] = encode({"schema": SAMPLES_SCHEMA, "part": i, "parts": len(parts), "samples": part})
@@ -164,7 +165,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             "start_t": min(times) if times else None,
             "end_t": max(times) if times else None,
             "samples": counts,
-            "overwritten": {s: int(context.overwritten.get(s, 0)) for s in serialize.SOURCES},
+            "overwritten": {s: int(context.overwritten.get(s, 0)) for s in SOURCE_KINDS},
             "files": list(files),
             "thinned": thinning.to_dict(),
         },
@@ -188,8 +189,9 @@ def restate(verdict_dicts: Sequence[dict], stored: Sequence[dict], config: Mappi
     except Exception:   # the writer fails open; verify reports a verdict that does not follow
         return list(verdict_dicts)
 
-    def identity(v: dict) -> tuple:
-        return v["name"], v["t"], v["onset"], tuple((e["source"], e["t"], e["field"]) for e in v["evidence"])
+    def identity(v: dict) -> tuple:      # the engine too: two replicas may stall at the very same times
+        return (v["name"], v["t"], v["onset"], v["details"].get("engine"),
+                tuple((e["source"], e["t"], e["field"]) for e in v["evidence"]))
 
     by_identity = {identity(v): v for v in again}
     return [by_identity.get(identity(v), v) for v in verdict_dicts]

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from typing import Any
 
+from servewatch import dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (
     GpuDevice,
     GpuSample,
@@ -29,9 +30,7 @@ from servewatch.timeline.samples import (
     ProcessSample,
     Sample,
 )
-from servewatch.timeline.window import KINDS
 
-SOURCES = KINDS      # one list of source kinds (servewatch.timeline.window)
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -40,10 +39,6 @@ _LITERAL = re.compile(r"^[A-Za-z0-9_.:,'()% -]{1,160}$")   # the shape a grammar
 _ERROR_CLASS = re.compile(r"[A-Za-z0-9_]+")
 _NON_FINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 
-LABEL_KEYS = frozenset({
-    "model_name", "engine", "engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank",
-    "attn_cp_rank", "pp_size", "attn_cp_size",
-})  # the schemas list these; a dialect's identity labels must be among them (tests/test_registry_seams.py)
 ROLES = frozenset({"api", "engine_core", "worker", "other"})
 # Log-event fields whose string values may be kept: a short token, or a fixed literal of a dialect's log
 # grammar (servewatch.dialects) or of the log source. Any other string is dropped.
@@ -52,13 +47,9 @@ LOG_STRING_KEYS = frozenset({"level", "reason", "cause", "exception", "device", 
                              "error"})
 
 
-@lru_cache(maxsize=1)
-def grammar_literals() -> frozenset[str]:
-    """The fixed strings of every registered dialect's grammar (cleared when the registry changes)."""
-    from servewatch import dialects
-
-    found = {literal for dialect in dialects.registered() for literal in dialect.grammar_literals()}
-    return frozenset(v for v in found if _LITERAL.match(v))
+def grammar_literal(value: str) -> bool:
+    """Is `value` a fixed string of a registered dialect's grammar, of a shape a bundle may hold?"""
+    return value in dialects.grammar_literals() and _LITERAL.match(value) is not None
 
 
 class DecodeError(ValueError):
@@ -167,7 +158,8 @@ def engine_to_dict(e: EngineState) -> dict:
     return {
         "dialect": safe_token(e.dialect),
         "generation": safe_token(e.generation),
-        "labels": {k: label_value(k, str(v)) for k, v in sorted(e.labels.items()) if k in LABEL_KEYS},
+        "labels": {k: label_value(k, str(v)) for k, v in sorted(e.labels.items())
+                   if k in dialects.identity_labels()},   # the schemas list the same (sinks/schemas.py)
         "running": number(e.running),
         "waiting": number(e.waiting),
         "waiting_by_reason": _str_map(e.waiting_by_reason),
@@ -246,7 +238,7 @@ def _log_fields(fields: Mapping[str, Any]) -> dict:
         if isinstance(value, bool) or isinstance(value, (int, float)):
             out[key] = number(value)
         elif isinstance(value, str) and key in LOG_STRING_KEYS and (
-                _TOKEN.match(value) or value in grammar_literals()):
+                _TOKEN.match(value) or grammar_literal(value)):
             out[key] = value
     return out
 
@@ -316,14 +308,6 @@ def sample_from_dict(d: Mapping) -> Sample:
     raise DecodeError(f"unknown sample source {source!r}")
 
 
-_SOURCE_BY_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                   GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
-
-
-def source_of(s: Sample) -> str:
-    return _SOURCE_BY_TYPE[type(s)]
-
-
 # --- verdicts ---------------------------------------------------------------------------------
 
 _DETAIL = re.compile(r"^[A-Za-z0-9_.:+=,-]{1,128}$")
@@ -348,7 +332,7 @@ def scrub_text(text: str, limit: int = 400) -> str:
 
 def evidence_to_dict(e: Evidence) -> dict:
     value = e.value
-    return {"source": e.source if e.source in SOURCES else "redacted", "t": number(e.t),
+    return {"source": e.source if e.source in SOURCE_KINDS else "redacted", "t": number(e.t),
             "field": e.field if _FIELD.match(e.field) else "redacted",
             "value": _detail_value(value) if isinstance(value, str) else number(value)}
 

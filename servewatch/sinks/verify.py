@@ -19,10 +19,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from servewatch import __version__
+from servewatch import __version__, dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.sinks import layout, schemas, serialize
 from servewatch.sinks.recompute import Recompute, config_from_dict, detectors_recompute
 
@@ -192,7 +193,7 @@ def _check_identity(incident: dict, samples: list[dict], name: str) -> None:
     times = [_t(s["t"]) for s in samples]
     if any(b < a for a, b in zip(times, times[1:])):
         raise BundleInvalid("samples: not in time order")
-    counts = {source: 0 for source in serialize.SOURCES}
+    counts = {source: 0 for source in SOURCE_KINDS}
     for s in samples:
         counts[s["source"]] += 1
     if counts != window["samples"]:
@@ -304,16 +305,16 @@ def _parse(data: bytes, name: str) -> Any:
 
 
 @lru_cache(maxsize=16)
-def _validator(schema: str, verdict_names: tuple[str, ...]):
+def _validator(schema: str, verdict_names: tuple[str, ...], label_keys: tuple[str, ...]):
     import jsonschema
 
-    document = schemas.load(schema, verdict_names)
+    document = schemas.load(schema, verdict_names, label_keys)
     cls = jsonschema.validators.validator_for(document)
     return cls(document)
 
 
 def _validate(document: Any, schema: str, name: str) -> None:
-    error = next(iter(_validator(schema, registry.names()).iter_errors(document)), None)
+    error = next(iter(_validator(schema, registry.names(), dialects.identity_labels()).iter_errors(document)), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         raise BundleInvalid(f"{name}: schema violation at {where}: {' '.join(error.message.split())[:160]}")

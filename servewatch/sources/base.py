@@ -9,7 +9,7 @@ from servewatch.timeline.samples import Sample
 
 
 class Source(Protocol):
-    kind: str          # "health" | "metrics" | "process" | "gpu" | "log"
+    kind: str          # one of servewatch.kinds.SOURCE_KINDS
     interval: float    # seconds between polls
 
     async def poll(self) -> Sequence[Sample]:

@@ -13,7 +13,7 @@ def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int) -> tuple
     """(HTTP status, body) of a URL (a base URL means its /metrics), or (200, contents) of a file; ScrapeFailed when unreachable,
     too slow or over `max_bytes`."""
     if source.startswith(("http://", "https://")):
-        from servewatch.watch.targets import metrics_url
+        from servewatch.sources.urls import metrics_url
 
         return fetch_url(metrics_url(source), timeout_s=timeout_s, max_bytes=max_bytes)
     return 200, read_file(source, max_bytes=max_bytes)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from servewatch.clock import Clock
-from servewatch.detectors.series import engine_series
+from servewatch.timeline.tracks import engine_series
 from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, UNAVAILABLE, ProbeSample
 from servewatch.timeline.window import Window
 

@@ -15,7 +15,7 @@ scrape is a `ScrapeFailure` whose `kind` is one of `KINDS`:
     parse              the body is not Prometheus / OpenMetrics text (or not UTF-8)
     no_engine_metrics  valid text without any engine's families (e.g. vLLM run with --disable-log-stats)
 
-Transports (aiohttp in `sources.http`, the load generator's own HTTP/1.1 client in `load.http1`, a
+Transports (aiohttp in `sources.http`, the shared HTTP/1.1 client in `servewatch.http1`, a
 file) report only the first four kinds and `too_large`; `read_metrics` reports the rest. A failure's
 `detail` is one short line for a terminal: it never enters a bundle, only `label` does.
 """
@@ -27,16 +27,8 @@ from dataclasses import dataclass
 
 from servewatch.errors import BodyTooLarge, ExpositionError, ServewatchError, TooManySeries
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES, bounded_text
-
-CONNECT = "connect"
-TIMEOUT = "timeout"
-HTTP_STATUS = "http_status"
-PROTOCOL = "protocol"
-TOO_LARGE = "too_large"
-TOO_MANY_SERIES = "too_many_series"
-PARSE = "parse"
-NO_ENGINE_METRICS = "no_engine_metrics"
-KINDS = (CONNECT, TIMEOUT, HTTP_STATUS, PROTOCOL, TOO_LARGE, TOO_MANY_SERIES, PARSE, NO_ENGINE_METRICS)
+from servewatch.kinds import (CONNECT, FAILURE_KINDS as KINDS, HTTP_STATUS, NO_ENGINE_METRICS, PARSE,  # noqa: F401
+                              PROTOCOL, TIMEOUT, TOO_LARGE, TOO_MANY_SERIES)   # the kinds, re-exported for readers
 
 
 @dataclass(frozen=True, slots=True)

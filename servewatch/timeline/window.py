@@ -12,13 +12,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
                                          Sample)
 
 _time = attrgetter("t")
 
-# The name of each sample kind; also the `source` of an Evidence pointer.
-KINDS = ("health", "metrics", "process", "gpu", "log", "probe")
 _KIND_OF_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
                  GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
 
@@ -42,7 +41,7 @@ class Window:
     @classmethod
     def from_samples(cls, samples: Iterable[Sample]) -> Window:
         """Group samples by kind, each kind sorted by time (stable for equal times)."""
-        by_kind: dict[str, list] = {kind: [] for kind in KINDS}
+        by_kind: dict[str, list] = {kind: [] for kind in SOURCE_KINDS}
         for sample in samples:
             by_kind[kind_of(sample)].append(sample)
         return cls(**{_field(kind): tuple(sorted(items, key=lambda s: s.t)) for kind, items in by_kind.items()})
@@ -51,27 +50,27 @@ class Window:
         return getattr(self, _field(kind))
 
     def samples(self) -> Iterator[Sample]:
-        """Every sample, ordered by time (kinds in KINDS order for equal times)."""
-        merged = [s for kind in KINDS for s in self.of(kind)]
+        """Every sample, ordered by time (kinds in SOURCE_KINDS order for equal times)."""
+        merged = [s for kind in SOURCE_KINDS for s in self.of(kind)]
         return iter(sorted(merged, key=lambda s: s.t))
 
     def __len__(self) -> int:
-        return sum(len(self.of(kind)) for kind in KINDS)
+        return sum(len(self.of(kind)) for kind in SOURCE_KINDS)
 
     @property
     def start(self) -> float | None:
-        firsts = [self.of(kind)[0].t for kind in KINDS if self.of(kind)]
+        firsts = [self.of(kind)[0].t for kind in SOURCE_KINDS if self.of(kind)]
         return min(firsts) if firsts else None
 
     @property
     def end(self) -> float | None:
         """The time of the newest sample: the window's "now"."""
-        lasts = [self.of(kind)[-1].t for kind in KINDS if self.of(kind)]
+        lasts = [self.of(kind)[-1].t for kind in SOURCE_KINDS if self.of(kind)]
         return max(lasts) if lasts else None
 
     def since(self, t: float) -> Window:
         """The samples at or after `t`."""
-        return Window(**{_field(kind): _since(self.of(kind), t) for kind in KINDS})
+        return Window(**{_field(kind): _since(self.of(kind), t) for kind in SOURCE_KINDS})
 
     def good_metrics(self) -> tuple[MetricsSample, ...]:
         """Scrapes that answered and were understood."""

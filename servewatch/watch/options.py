@@ -8,9 +8,15 @@ import re
 from dataclasses import dataclass, field
 
 from servewatch.detectors.config import DetectorConfig
+from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_EVERY_S
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+# The recording defaults, written once: watch, guard, diagnose and serve (and the recorder itself) read these.
+DEFAULT_HISTORY_S = 600.0            # how much of the timeline the ring keeps
+DEFAULT_PROBE_INTERVAL_S = DEFAULT_EVERY_S      # at most one probe per this many seconds (sources.probe)
+DEFAULT_PROBE_DEADLINE_S = DEFAULT_DEADLINE_S   # a probe without a token after this long has missed
 
 
 def duration(text: str) -> float:
@@ -28,14 +34,14 @@ def duration(text: str) -> float:
 class RecordingOptions:
     url: str
     interval: float = 1.0               # health, /metrics and process cadence, seconds
-    history_s: float = 600.0            # how much of the timeline the ring keeps
+    history_s: float = DEFAULT_HISTORY_S
     out: str | None = None              # incident bundles go here
     duration: float | None = None       # stop after this long (None: until stopped)
     log_file: str | None = None         # the server's log, tailed and parsed
     detectors: DetectorConfig = field(default_factory=DetectorConfig)
     probe: bool = False                 # ask an idle server for one token now and then (sources.probe)
-    probe_interval: float = 30.0        # at most one probe per this many seconds
-    probe_deadline: float = 10.0        # a probe without a token after this long has missed
+    probe_interval: float = DEFAULT_PROBE_INTERVAL_S
+    probe_deadline: float = DEFAULT_PROBE_DEADLINE_S
     gpu: bool = True                    # sample this machine's GPUs (NVML): only when the server runs here
 
 
@@ -43,7 +49,8 @@ def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float)
     parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     parser.add_argument("--interval", type=duration, default=interval,
                         help=f"health/metrics/process cadence (default {interval:g}s)")
-    parser.add_argument("--history", type=duration, default=600.0, help="seconds of history kept (default 600)")
+    parser.add_argument("--history", type=duration, default=DEFAULT_HISTORY_S,
+                        help=f"seconds of history kept (default {DEFAULT_HISTORY_S:g})")
     parser.add_argument("--out", metavar="DIR", help="write an incident bundle per verdict into DIR")
     parser.add_argument("--log-file", metavar="F", help="the server's log file, tailed and parsed")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
@@ -57,10 +64,11 @@ def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float)
                              "names) and fire not_serving if none comes back within --probe-deadline while "
                              "/health is 2xx. Cost: one 1-token request per interval on an idle server, none "
                              "on a busy one. Off by default")
-    parser.add_argument("--probe-interval", type=duration, default=30.0, metavar="S",
-                        help="at most one probe per S seconds (default 30s: at most 120 requests an hour)")
-    parser.add_argument("--probe-deadline", type=duration, default=10.0, metavar="S",
-                        help="a probe without a token after S seconds has missed (default 10s)")
+    parser.add_argument("--probe-interval", type=duration, default=DEFAULT_PROBE_INTERVAL_S, metavar="S",
+                        help=f"at most one probe per S seconds (default {DEFAULT_PROBE_INTERVAL_S:g}s: at most "
+                             f"{3600 / DEFAULT_PROBE_INTERVAL_S:g} requests an hour)")
+    parser.add_argument("--probe-deadline", type=duration, default=DEFAULT_PROBE_DEADLINE_S, metavar="S",
+                        help=f"a probe without a token after S seconds has missed (default {DEFAULT_PROBE_DEADLINE_S:g}s)")
 
 
 def options_from_args(args) -> RecordingOptions:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
+from servewatch.clock import iso8601
 from servewatch.sinks.base import Cleared
 from servewatch.sinks.serialize import verdict_to_dict
 from servewatch.timeline.window import Window
@@ -18,10 +18,6 @@ def cleared_line(cleared: Cleared) -> str:
                        "duration_s": round(cleared.duration_s, 3),
                        "ended_by": [{"source": e.source, "t": iso8601(e.t), "field": e.field, "value": e.value}
                                     for e in cleared.ended_by]}, ensure_ascii=False)
-
-
-def iso8601(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def json_line(fired: Fired) -> str:

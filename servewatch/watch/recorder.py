@@ -25,6 +25,7 @@ from servewatch.sources.base import Source
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
 from servewatch.watch.firing import Latch
+from servewatch.watch.options import DEFAULT_HISTORY_S
 
 SETTLE_FRACTION = 0.05    # of the detect interval: how long detection waits for the rest of a round
 RECORDS_KEPT = 1000       # fired and cleared verdicts remembered (the newest; sinks and listeners heard all)
@@ -38,7 +39,7 @@ class Fired:
 
 
 class Recorder:
-    def __init__(self, sources: Sequence[Source], clock: Clock, *, history_s: float = 600.0,
+    def __init__(self, sources: Sequence[Source], clock: Clock, *, history_s: float = DEFAULT_HISTORY_S,
                  config: DetectorConfig | None = None, sinks: Sequence[Sink] = (),
                  listeners: Sequence[Callable[[Fired], None]] = (),
                  clear_listeners: Sequence[Callable[[Cleared], None]] = (), detect_interval: float | None = None,

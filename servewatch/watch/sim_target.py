@@ -6,6 +6,7 @@ from __future__ import annotations
 from servewatch import dialects
 from servewatch.clock import Clock
 from servewatch.timeline.samples import ProcessMember, ProcessSample
+from servewatch.sources.probe import DEFAULT_DEADLINE_S
 from servewatch.watch.targets import callable_sources
 
 
@@ -154,7 +155,7 @@ class SimLogSource:
 
 
 def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = True,
-                probe_every: float | None = None, probe_deadline: float = 10.0,
+                probe_every: float | None = None, probe_deadline: float = DEFAULT_DEADLINE_S,
                 log_lines: LogLines | None = None) -> list:
     from servewatch.sources.probe import ProbeSource
 

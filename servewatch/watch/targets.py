@@ -13,29 +13,9 @@ from servewatch.sources.health import HealthSource
 from servewatch.sources.http import http1_transport, in_process_transport
 from servewatch.sources.logs import LogTail
 from servewatch.sources.metrics import MetricsSource
-from servewatch.sources.probe import HttpProber, ProbeSource
+from servewatch.sources.probe import DEFAULT_DEADLINE_S, HttpProber, ProbeSource
 from servewatch.sources.process import ProcessSource
-
-
-def base_url(url: str) -> str:
-    """scheme://host:port of what the user gave (a path such as /metrics or a query is dropped)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ServewatchError(f"{url!r}: not an http(s) URL")
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError:
-        raise ServewatchError(f"{url!r}: bad port") from None
-    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
-
-
-def metrics_url(url: str) -> str:
-    """The /metrics URL of what the user gave: a base URL (scheme://host:port, with or without a trailing
-    slash) gets /metrics; a URL with a path of its own (/metrics, or an exporter's other path) is kept."""
-    parts = urlsplit(url)
-    if parts.path in ("", "/"):
-        return f"{base_url(url)}/metrics"
-    return url
+from servewatch.sources.urls import base_url, metrics_url  # noqa: F401 (imported from here too)
 
 
 def health_timeout(interval: float) -> float:
@@ -53,10 +33,10 @@ def gpu_interval(interval: float) -> float:
 
 def http_sources(session, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
                  log_file: str | None = None, gpu: bool = True, health_path: str = "/health",
-                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = 10.0,
+                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = DEFAULT_DEADLINE_S,
                  say=None) -> list:
     """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
-    from servewatch.load.http1 import Endpoint, Http1Client
+    from servewatch.http1 import Endpoint, Http1Client
 
     base = base_url(url)
     endpoint = Endpoint.parse(base)

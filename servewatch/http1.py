@@ -1,10 +1,13 @@
-"""A minimal HTTP/1.1 client on asyncio protocols, built for many concurrent streaming POSTs on one
+"""The one HTTP/1.1 client of the project, shared by the load generator (`servewatch.load`) and the
+recorder's scrapes (`servewatch.sources.http`).
+
+A minimal HTTP/1.1 client on asyncio protocols, built for many concurrent streaming POSTs on one
 light event loop: a keep-alive pool, incremental chunked decoding inside `data_received`, bounded
 sizes. A streamed body is pushed to the caller's callback as it arrives, with no task wake-up per
 read (measured: this and skipping json per chunk halve the client CPU per token against aiohttp).
 
 It does no timing of its own: deadlines are enforced by the caller cancelling the task (see
-runner.Watchdog), so the hot path has no timer per read.
+`servewatch.load.runner.Watchdog`), so the hot path has no timer per read.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from servewatch import kinds
 from servewatch.errors import BodyTooLarge
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -39,20 +43,18 @@ _BROKEN = (StreamCut, BodyTooLarge)      # what ends one response (BodyTooLarge:
 
 
 def failure_kind(exc: BaseException) -> str:
-    """The scrape failure kind (see `servewatch.sources.scrape`) of an exception from this client."""
-    from servewatch.sources import scrape
-
+    """The scrape failure kind (see `servewatch.kinds`) of an exception from this client."""
     if isinstance(exc, ConnectFailed):
-        return scrape.CONNECT
+        return kinds.CONNECT
     if isinstance(exc, BodyTooLarge):
-        return scrape.TOO_LARGE
+        return kinds.TOO_LARGE
     if isinstance(exc, NoAnswer):
-        return scrape.CONNECT
+        return kinds.CONNECT
     if isinstance(exc, TimeoutError):
-        return scrape.TIMEOUT
+        return kinds.TIMEOUT
     if isinstance(exc, StreamCut | ValueError):
-        return scrape.PROTOCOL
-    return scrape.CONNECT           # an OSError from the socket
+        return kinds.PROTOCOL
+    return kinds.CONNECT           # an OSError from the socket
 
 
 @dataclass(frozen=True, slots=True)

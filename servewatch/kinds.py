@@ -1,0 +1,23 @@
+"""The words every layer shares, written once on the ground floor.
+
+Source kinds: where a sample comes from. A timeline `Window` holds one tuple per kind, an `Evidence`
+pointer names one as its `source`, and a bundle tags each stored sample and counts them by it.
+
+Scrape failure kinds: how a scrape of /metrics (or /health) failed; the meaning of each is in
+`servewatch.sources.scrape`. Transports (`servewatch.http1`, aiohttp in `sources.http`, a file) report
+`connect`, `timeout`, `protocol` and `too_large`; `sources.scrape.read_metrics` reports the rest.
+"""
+
+from __future__ import annotations
+
+SOURCE_KINDS = ("health", "metrics", "process", "gpu", "log", "probe")
+
+CONNECT = "connect"
+TIMEOUT = "timeout"
+HTTP_STATUS = "http_status"
+PROTOCOL = "protocol"
+TOO_LARGE = "too_large"
+TOO_MANY_SERIES = "too_many_series"
+PARSE = "parse"
+NO_ENGINE_METRICS = "no_engine_metrics"
+FAILURE_KINDS = (CONNECT, TIMEOUT, HTTP_STATUS, PROTOCOL, TOO_LARGE, TOO_MANY_SERIES, PARSE, NO_ENGINE_METRICS)
