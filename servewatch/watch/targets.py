@@ -4,10 +4,8 @@ e.g. the simulator in virtual time)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from servewatch.clock import Clock
-from servewatch.errors import ServewatchError
 from servewatch.sources.gpu import GpuSource, NvmlProbe
 from servewatch.sources.health import HealthSource
 from servewatch.sources.http import http1_transport, in_process_transport
