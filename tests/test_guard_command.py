@@ -103,7 +103,10 @@ def test_sigterm_drains_a_server_guard_started_and_exits_with_its_status(tmp_pat
     url = f"http://127.0.0.1:{port}"
     proc = guard(url, server=[*SIM, "--port", str(port)])
     reaper(started_pid(proc))
-    read_stderr_until(proc, r"^servewatch guard: recording ", timeout_s=30)
+    # guard records, and proves the server it started once it listens: both lines, in either order
+    _, seen = read_stderr_until(proc, r"^servewatch guard: (recording |identity: )", timeout_s=30)
+    other = "identity: " if "recording" in seen[-1] else "recording "
+    read_stderr_until(proc, rf"^servewatch guard: {other}", timeout_s=30)
     wait_healthy(url)      # up, with its SIGTERM handler (before that, SIGTERM ends it: exit 143)
     results: list = []
     clients = [threading.Thread(target=_completion, args=(url, 200, results)) for _ in range(2)]
