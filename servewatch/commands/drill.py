@@ -71,6 +71,10 @@ def run(args) -> int:
     from servewatch.drill import report
     from servewatch.drill.run import DrillRun
 
+    if plan.target.existing:
+        from servewatch.drill.target import ExistingTarget
+
+        ExistingTarget(plan.target).start()     # proof and consent before anything is written
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -130,8 +130,8 @@ class DrillRun:
     def run(self) -> list[StepResult]:
         self.started = time.time()
         self.target = make_target(self.plan.target, self.out_dir / "logs")
-        self.say(f"target: {self.plan.target.describe()}")
         self.target.start()                 # proves the PID; an existing server needs consent
+        self.say(f"target: {self.plan.target.describe()}")
         self.model = self.target.model()
         try:
             for i, step in enumerate(self.plan.steps):
