@@ -1,0 +1,152 @@
+"""`servewatch drill PLAN.yaml | --plan standard | --fault KIND --target URL --pid PID`: fault drills."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from servewatch.errors import ServewatchError
+
+EPILOG = """\
+exit status:
+  0    every fault ran and met its expectations, nothing leaked
+  1    an expectation failed, a fault could not run, or something leaked (see drill.md)
+  2    bad arguments, a bad plan, a PID not proven to serve the URL, or no consent for an existing server
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "drill", help="fault drills: inject faults into a server, measure detection, impact and recovery",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="Run a drill plan against a server the drill starts itself (the built-in simulator, the lab "
+                    "vLLM or SGLang) or an existing one (URL and PID, proven to serve that URL, with --consent): "
+                    "each fault injected under a workload while servewatch records, then drill.json, drill.md and "
+                    "drill.html in --out.")
+    parser.add_argument("plan_file", nargs="?", metavar="PLAN.yaml", help="the plan (see --plan for shipped ones)")
+    parser.add_argument("--plan", choices=("standard",), help="a shipped plan, for --engine")
+    parser.add_argument("--engine", choices=("vllm", "sglang", "sim"), default="vllm",
+                        help="the engine a shipped plan is for (default vllm)")
+    parser.add_argument("--fault", metavar="KIND", help="one fault against --target/--pid instead of a plan")
+    parser.add_argument("--target", metavar="URL", help="the existing server's URL (with --fault)")
+    parser.add_argument("--pid", type=int, help="the existing server's API server PID (with --fault)")
+    parser.add_argument("--role", choices=("api", "engine_core", "worker"), help="the process --fault acts on")
+    parser.add_argument("--hold", type=float, metavar="S", help="how long --fault holds (default 10 s)")
+    parser.add_argument("--consent", action="store_true",
+                        help="I own this server and accept that the drill signals its processes (recorded in the "
+                             "report; needed for an existing server)")
+    parser.add_argument("--out", default="drill-out", metavar="DIR", help="where the report goes (default drill-out)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan and the processes it would touch; touch nothing")
+    parser.set_defaults(func=run)
+
+
+def _plan(args):
+    from servewatch.drill.plan import PlanError, load_plan, shipped_path, single_fault_plan
+
+    given = [x for x in (args.plan_file, args.plan, args.fault) if x]
+    if len(given) != 1:
+        raise PlanError("give one of PLAN.yaml, --plan standard or --fault KIND")
+    if args.fault:
+        if not args.target or args.pid is None:
+            raise PlanError("--fault needs --target URL and --pid PID of the server")
+        return single_fault_plan(args.fault, args.target, args.pid, consent=args.consent, role=args.role,
+                                 hold_s=args.hold)
+    if args.target or args.pid is not None:
+        raise PlanError("--target and --pid go with --fault; a plan names its target itself")
+    plan = load_plan(shipped_path(args.plan, args.engine) if args.plan else args.plan_file)
+    if plan.target.existing and args.consent and not plan.target.consent:
+        from dataclasses import replace
+
+        plan = replace(plan, target=replace(plan.target, consent=True))
+    return plan
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    plan = _plan(args)
+    if args.dry_run:
+        return dry_run(plan)
+    from servewatch.drill import report
+    from servewatch.drill.run import DrillRun
+
+    if plan.target.existing:
+        from servewatch.drill.target import ExistingTarget
+
+        ExistingTarget(plan.target).start()     # proof and consent before anything is written
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServewatchError(f"--out {args.out}: {exc.strerror or exc}") from None
+    drill = DrillRun(plan, out, say=lambda line: print(f"servewatch drill: {line}", file=sys.stderr, flush=True))
+    try:
+        drill.run()
+    finally:
+        if drill.results:
+            doc = report.document(drill)
+            paths = report.write(doc, out)
+            print(report.markdown(doc).split("\n## Checks")[0])
+            print(f"servewatch drill: report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    doc = report.document(drill)
+    return 0 if doc["expectations_met"] else 1
+
+
+def dry_run(plan) -> int:
+    """The plan, and the processes each fault would touch (for an existing server: proven first)."""
+    from servewatch.drill.faults import FAULTS
+    from servewatch.drill.target import ExistingTarget
+
+    print(f"plan: {plan.name}" + (f" — {plan.description}" if plan.description else ""))
+    print(f"target: {plan.target.describe()}")
+    print(f"workload: {', '.join(f'{k} {v}' for k, v in sorted(plan.workload.items()))}")
+    print(f"recorder: every {plan.interval_s:g} s" + (f", {', '.join(plan.settings)}" if plan.settings else ""))
+    processes = None
+    if plan.target.existing:
+        target = ExistingTarget(plan.target)
+        target.start()          # proof and consent, as the real run: a wrong PID stops here
+        processes = target.processes()
+        print("processes:")
+        for p in processes:
+            print(f"  pid {p.pid}  {p.title}  role {p.role} rank {p.rank}")
+    else:
+        from servewatch.dialects import by_name
+
+        titles = ", ".join(f"{title} ({role})" for title, role in
+                           (by_name(plan.dialect).engine_process_titles if plan.target.engine != "sim" else ()))
+        print(f"processes: started by the drill; the API server (api){', ' + titles if titles else ''}")
+    print(f"faults ({len(plan.steps)}, about {plan.budget_s() / 60:.1f} min of fault windows):")
+    for i, step in enumerate(plan.steps, 1):
+        fault = FAULTS[step.kind](step)
+        aim = ""
+        if fault.default_role is not None or step.role != fault.default_role:
+            aim = f" → {step.role} rank {step.rank}"
+            if processes is not None:
+                chosen = [p for p in processes if p.role == step.role and p.rank == step.rank] or processes[:1]
+                aim += f" (pid {chosen[0].pid}, {chosen[0].title})"
+        extra = fault.touches()
+        expect = step.expect.to_json()
+        print(f"  {i:2d}. {step.name}: {fault.summary}{aim}; warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, "
+              f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else ""))
+        if expect:
+            print(f"      expect: {_expect_words(expect)}")
+    return 0
+
+
+def _expect_words(expect: dict) -> str:
+    parts = [f"{v} within {s:g} s" for v, s in expect.get("fire", {}).items()]
+    if "fire_any" in expect:
+        parts.append(f"one of {', '.join(expect['fire_any']['verdicts'])} within {expect['fire_any']['within_s']:g} s")
+    parts += [f"no {v}" for v in expect.get("not_fire", [])]
+    if expect.get("no_incident"):
+        parts.append("no incident verdict")
+    if "health" in expect:
+        parts.append("/health stays 200" if expect["health"] == "ok" else "/health fails")
+    if "max_error_rate" in expect:
+        parts.append(f"at most {expect['max_error_rate']:.0%} of requests fail")
+    if "recover_within_s" in expect:
+        parts.append(f"a good request within {expect['recover_within_s']:g} s after")
+    if "bundle_write_fails" in expect:
+        parts.append("unwritable bundles reported" if expect["bundle_write_fails"] else "every bundle written")
+    return "; ".join(parts)

@@ -1,0 +1,50 @@
+"""Clients that give up: streaming requests whose connections are closed after the first bytes arrive."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from servewatch.drill.faults.base import Fault, register
+
+
+@register
+class ClientAbort(Fault):
+    kind = "client_abort"
+    summary = "streaming requests closed by the client after their first bytes"
+    params_known = {"requests": int, "output_tokens": int}
+
+    def inject(self, ctx) -> None:
+        count = int(self.param("requests", 24))
+        tokens = int(self.param("output_tokens", 512))
+        self.done = {"aborted": 0, "not_started": 0}
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._one, args=(ctx, tokens), daemon=True) for _ in range(count)]
+        for i, thread in enumerate(self.threads):
+            thread.start()
+
+    def _one(self, ctx, tokens: int) -> None:
+        import http.client
+        import json
+
+        body = json.dumps({"model": ctx.model, "prompt": "Count slowly from one upwards.", "max_tokens": tokens,
+                           "ignore_eos": True, "stream": True}).encode()
+        started = False
+        conn = http.client.HTTPConnection(ctx.host, ctx.port, timeout=self.step.hold_s + 5)
+        try:
+            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            started = response.status == 200 and bool(response.read1(64) if hasattr(response, "read1")
+                                                       else response.read(64))
+            time.sleep(0.2)   # a few tokens on the wire: the request is running in the engine when we leave
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        with self.lock:
+            self.done["aborted" if started else "not_started"] += 1
+
+    def revert(self, ctx) -> None:
+        for thread in self.threads:
+            thread.join(timeout=self.step.hold_s + 10)
+        self.facts.update(self.done)

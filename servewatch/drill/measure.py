@@ -1,0 +1,340 @@
+"""What a drill records during one fault, and the figures it derives from the records.
+
+Recording: the recorder (`servewatch watch --json` in a subprocess: its verdict lines, read as they come),
+an HTTP prober (/health and /v1/models every PROBE_PERIOD_S), and the workload (servewatch.load).
+Derived (pure functions, tested on their own): detection times, when a Kubernetes liveness probe would
+have restarted the pod, client impact, recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+PROBE_PERIOD_S = 0.5
+PROBE_TIMEOUT_S = 5.0           # a slower answer is recorded as no answer (its latency says how slow)
+KUBELET_PERIOD_S = 10.0
+KUBELET_FAILURE_THRESHOLD = 3
+KUBELET_TIMEOUT_S = 1.0         # timeoutSeconds' default: a slower answer is a failed probe
+
+
+# -- recording ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ProbeAnswer:
+    t: float                 # epoch seconds the request was sent
+    path: str
+    status: int | None       # None: no answer (refused, timed out)
+    latency_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 400
+
+
+class Prober:
+    """/health and /v1/models every PROBE_PERIOD_S, each probe on a worker of its own, so that a server
+    that does not answer does not slow the cadence (a kubelet does not wait for one probe to send the next)."""
+
+    def __init__(self, url: str):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.url = url
+        self.answers: list[ProbeAnswer] = []
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=int(2 * PROBE_TIMEOUT_S / PROBE_PERIOD_S) + 2,
+                                        thread_name_prefix="drill-probe")
+        self._thread = threading.Thread(target=self._run, name="drill-prober", daemon=True)
+
+    def start(self) -> "Prober":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=PROBE_PERIOD_S + 1)
+        self._pool.shutdown(wait=True)
+        self.answers.sort(key=lambda a: a.t)
+
+    def _probe(self, path: str) -> None:
+        from servewatch.drill.target import health
+
+        t = time.time()
+        status = health(self.url, path, timeout_s=PROBE_TIMEOUT_S)
+        self.answers.append(ProbeAnswer(t, path, status, time.time() - t))
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            for path in ("/health", "/v1/models"):
+                self._pool.submit(self._probe, path)
+            next_t += PROBE_PERIOD_S
+            if self._stop.wait(max(0.0, next_t - time.monotonic())):
+                return
+
+
+@dataclass
+class VerdictEvent:
+    event: str               # fired | cleared
+    verdict: str
+    t: float                 # epoch seconds the recorder concluded it (fired) or saw it end (cleared)
+    onset: float
+    bundle: str | None = None
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def parse_watch_line(line: str) -> VerdictEvent | None:
+    try:
+        data = json.loads(line)
+        return VerdictEvent(data["event"], data["verdict"], _epoch(data["t"]), _epoch(data["onset"]),
+                            data.get("bundle"))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class Watcher:
+    """`servewatch watch URL --pid PID --json --out DIR` as a subprocess; its verdict lines as events."""
+
+    def __init__(self, url: str, pid: int, out: Path, *, interval_s: float, settings: tuple[str, ...],
+                 log_path: Path, wrapper: list[str] | None = None):
+        self.events: list[VerdictEvent] = []
+        self.log_path = log_path
+        self.recording = threading.Event()
+        command = [*(wrapper or [sys.executable, "-m", "servewatch"]), "watch", url, "--pid", str(pid), "--json",
+                   "--out", str(out), "--interval", f"{interval_s:g}"]
+        for setting in settings:
+            command += ["--set", setting]
+        self.command = command
+        self.proc: subprocess.Popen | None = None
+        self._threads: list[threading.Thread] = []
+        self.stderr_lines: list[str] = []
+
+    def start(self, ready_timeout_s: float = 30.0) -> bool:
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True, bufsize=1)
+        self._threads = [threading.Thread(target=self._read_out, daemon=True),
+                         threading.Thread(target=self._read_err, daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        return self.recording.wait(ready_timeout_s)
+
+    def _read_out(self) -> None:
+        for line in self.proc.stdout:
+            event = parse_watch_line(line)
+            if event is not None:
+                self.events.append(event)
+
+    def _read_err(self) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            for line in self.proc.stderr:
+                log.write(line)
+                self.stderr_lines.append(line.rstrip("\n"))
+                if ": recording " in line:
+                    self.recording.set()
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)     # watch ends like ^C: bundles being written are finished
+        try:
+            code = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(5)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        return code
+
+    def bundle_failures(self) -> int:
+        for line in self.stderr_lines:
+            if "bundle(s) could not be written" in line:
+                try:
+                    return int(line.split(": ")[-1].split()[0])
+                except (ValueError, IndexError):
+                    return 1
+        return 0
+
+
+class Workload:
+    """The plan's load scenario (servewatch.load) in a thread of its own, for a given window."""
+
+    def __init__(self, url: str, model: str, workload: dict, *, duration_s: float, after_s: float = 0.0,
+                 request_timeout_s: float = 60.0, seed: int = 0):
+        self.url, self.model, self.spec = url, model, dict(workload)
+        self.duration_s, self.after_s = duration_s, after_s
+        self.request_timeout_s = request_timeout_s
+        self.seed = seed
+        self.records: list = []
+        self.problem: str | None = None
+        self._thread = threading.Thread(target=self._run, name="drill-workload", daemon=True)
+
+    def start(self) -> "Workload":
+        self._thread.start()
+        return self
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        from servewatch.errors import ServewatchError
+        from servewatch.load.runner import run_load
+        from servewatch.load.scenarios import LoadConfig
+
+        if self.after_s > 0:
+            time.sleep(self.after_s)   # the drill's own timeline: traffic starts this long after the fault
+        spec = self.spec
+        config = LoadConfig(url=self.url, scenario=spec.get("scenario", "custom"), rate=spec.get("rate"),
+                            concurrency=spec.get("concurrency"), arrival=spec.get("arrival", "poisson"),
+                            duration_s=self.duration_s, prompt_tokens=spec.get("prompt_tokens"),
+                            output_tokens=spec.get("output_tokens"), tokenizer=spec.get("tokenizer", "approx"),
+                            model=self.model, metrics_interval_s=0.0, seed=self.seed,
+                            request_timeout_s=self.request_timeout_s, idle_timeout_s=self.request_timeout_s,
+                            connect_timeout_s=5.0, sender_priority="normal")
+        try:
+            self.records = run_load(config).records
+        except ServewatchError as exc:
+            self.problem = str(exc)
+
+
+# -- derived figures (pure) ----------------------------------------------------------------------------
+
+def kubelet_restart(answers: list[tuple[float, bool]], start: float, end: float, *,
+                    period_s: float = KUBELET_PERIOD_S, threshold: int = KUBELET_FAILURE_THRESHOLD) -> float | None:
+    """When a kubelet probing every period_s from `start` would have restarted the pod: the time of the
+    threshold-th failed probe in a row, or None. A probe at T reads the first recorded answer at or
+    after T (within one period); a probe with nothing recorded near it is skipped, not counted."""
+    answers = sorted(answers)
+    failures = 0
+    k = 1
+    i = 0
+    while (probe_t := start + k * period_s) <= end:
+        while i < len(answers) and answers[i][0] < probe_t:
+            i += 1
+        if i < len(answers) and answers[i][0] < probe_t + period_s:
+            if answers[i][1]:
+                failures = 0
+            else:
+                failures += 1
+                if failures >= threshold:
+                    return probe_t
+        k += 1
+    return None
+
+
+def health_answers(probes: list[ProbeAnswer], path: str = "/health") -> list[tuple[float, bool]]:
+    return [(p.t, p.ok and p.latency_s <= KUBELET_TIMEOUT_S) for p in probes if p.path == path]
+
+
+def livez_answers(events: list[VerdictEvent], start: float, end: float,
+                  step_s: float = PROBE_PERIOD_S) -> list[tuple[float, bool]]:
+    """servewatch's livez over time, from the recorder's fired/cleared lines: it fails while a liveness
+    verdict (serve.probes.LIVENESS_FAILURES) holds."""
+    from servewatch.serve.probes import LIVENESS_FAILURES
+
+    intervals = []
+    for e in events:
+        if e.event == "fired" and e.verdict in LIVENESS_FAILURES:
+            cleared = next((c.t for c in events if c.event == "cleared" and c.verdict == e.verdict and c.t >= e.t),
+                           float("inf"))
+            intervals.append((e.t, cleared))
+    out = []
+    t = start
+    while t <= end:
+        out.append((t, not any(a <= t < b for a, b in intervals)))
+        t += step_s
+    return out
+
+
+def detections(events: list[VerdictEvent], injected: float) -> dict[str, float]:
+    """verdict -> seconds from the injection to the recorder's conclusion (first firing at or after it)."""
+    out: dict[str, float] = {}
+    for e in sorted(events, key=lambda e: e.t):
+        if e.event == "fired" and e.t >= injected and e.verdict not in out:
+            out[e.verdict] = round(e.t - injected, 2)
+    return out
+
+
+def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health") -> dict:
+    """What `path` answered between start and end: counts by answer ("200", "503", "no answer")."""
+    counts: dict[str, int] = {}
+    for p in probes:
+        if p.path == path and start <= p.t <= end:
+            key = "no answer" if p.status is None else str(p.status)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def first_ok_after(probes: list[ProbeAnswer], t0: float, path: str = "/health") -> float | None:
+    for p in sorted(probes, key=lambda p: p.t):
+        if p.path == path and p.t >= t0 and p.status == 200:
+            return round(p.t + p.latency_s - t0, 2)
+    return None
+
+
+@dataclass
+class Impact:
+    requests: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    truncated: int = 0
+    ttft_before_s: float | None = None
+    ttft_during_s: float | None = None
+
+    @property
+    def error_rate(self) -> float:
+        return self.failed / self.requests if self.requests else 0.0
+
+    @property
+    def ttft_inflation(self) -> float | None:
+        if not self.ttft_before_s or self.ttft_during_s is None:
+            return None
+        return round(self.ttft_during_s / self.ttft_before_s, 2)
+
+    def to_json(self) -> dict:
+        return {"requests": self.requests, "failed": self.failed, "error_rate": round(self.error_rate, 3),
+                "errors": dict(sorted(self.errors.items())), "truncated": self.truncated,
+                "ttft_before_s": self.ttft_before_s, "ttft_during_s": self.ttft_during_s,
+                "ttft_inflation": self.ttft_inflation}
+
+
+def impact(records, injected: float, reverted: float) -> Impact:
+    """Client impact from the load's own records: errors by class, truncated streams, TTFT before the
+    fault against TTFT of requests sent while it held (p50 each)."""
+    out = Impact(requests=len(records))
+    before, during = [], []
+    for r in records:
+        if r.error:
+            out.failed += 1
+            out.errors[r.error] = out.errors.get(r.error, 0) + 1
+            if r.error == "truncated":
+                out.truncated += 1
+        elif r.http_status != 200:
+            out.failed += 1
+        sent = r.sent if r.sent is not None else r.scheduled
+        if r.ttft_s is not None:
+            if sent < injected:
+                before.append(r.ttft_s)
+            elif sent <= max(reverted, injected + 1.0):
+                during.append(r.ttft_s)
+    out.ttft_before_s = round(statistics.median(before), 4) if before else None
+    out.ttft_during_s = round(statistics.median(during), 4) if during else None
+    return out
+
+
+def recovery(records, reverted: float) -> float | None:
+    """Seconds from the end of the fault to the first good request completed after it (sent after it)."""
+    ends = [r.sent + r.e2e_s for r in records
+            if r.ok and r.sent is not None and r.e2e_s is not None and r.sent >= reverted]
+    return round(min(ends) - reverted, 2) if ends else None

@@ -1,0 +1,233 @@
+"""A drill plan: the target, the workload, the recorder settings and the faults in order, each with its
+timing and its expectations. Read from YAML, checked against schema/plan.schema.json, then against what
+servewatch knows (fault kinds, verdict names, detector settings). Any problem is one line (PlanError)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from servewatch.errors import ServewatchError
+
+SHIPPED = ("standard",)
+DEFAULT_TIMING = {"warmup_s": 6.0, "hold_s": 10.0, "observe_s": 10.0}
+
+
+class PlanError(ServewatchError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Expect:
+    fire: dict[str, float] = field(default_factory=dict)        # verdict -> must fire within S of injection
+    fire_any: tuple[tuple[str, ...], float] | None = None         # one of these within S
+    not_fire: tuple[str, ...] = ()                               # must not fire from injection to the end
+    no_incident: bool = False                                    # no incident verdict at all after injection
+    health: str = "any"                                          # ok | failing | any, while the fault holds
+    max_error_rate: float | None = None                          # failed / sent in the step
+    recover_within_s: float | None = None                        # first good request after the fault ends
+    bundle_write_fails: bool | None = None                       # disk_full: the recorder says so
+
+    def to_json(self) -> dict:
+        out: dict = {}
+        if self.fire:
+            out["fire"] = dict(self.fire)
+        if self.fire_any:
+            out["fire_any"] = {"verdicts": list(self.fire_any[0]), "within_s": self.fire_any[1]}
+        if self.not_fire:
+            out["not_fire"] = list(self.not_fire)
+        if self.no_incident:
+            out["no_incident"] = True
+        if self.health != "any":
+            out["health"] = self.health
+        for key in ("max_error_rate", "recover_within_s", "bundle_write_fails"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
+class FaultStep:
+    kind: str
+    name: str
+    role: str | None
+    rank: int
+    warmup_s: float
+    hold_s: float
+    observe_s: float
+    params: dict
+    expect: Expect
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
+                "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
+                "params": self.params, "expect": self.expect.to_json()}
+
+
+@dataclass(frozen=True)
+class Target:
+    engine: str | None = None          # vllm | sglang | sim: the drill starts and stops it
+    sim_dialect: str = "vllm"
+    args: tuple[str, ...] = ()
+    max_model_len: int = 2048
+    url: str | None = None             # or an existing server: URL + PID (+ consent)
+    pid: int | None = None
+    consent: bool = False
+    ready_timeout_s: float = 240.0
+
+    @property
+    def existing(self) -> bool:
+        return self.url is not None
+
+    def describe(self) -> str:
+        if self.existing:
+            return f"existing server {self.url} (pid {self.pid})"
+        what = f"built-in simulator ({self.sim_dialect})" if self.engine == "sim" else f"lab {self.engine}"
+        return what + (f" {' '.join(self.args)}" if self.args else "")
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    description: str
+    target: Target
+    workload: dict
+    interval_s: float
+    settings: tuple[str, ...]
+    steps: tuple[FaultStep, ...]
+
+    @property
+    def dialect(self) -> str:
+        if self.target.engine == "sim":
+            return self.target.sim_dialect
+        return self.target.engine or "unknown"
+
+    def budget_s(self) -> float:
+        return sum(s.warmup_s + s.hold_s + s.observe_s for s in self.steps)
+
+    def to_json(self) -> dict:
+        t = self.target
+        target = ({"url": t.url, "pid": t.pid, "consent": t.consent} if t.existing else
+                  {"engine": t.engine, "sim_dialect": t.sim_dialect if t.engine == "sim" else None,
+                   "args": list(t.args), "max_model_len": t.max_model_len})
+        return {"name": self.name, "description": self.description, "target": target, "workload": self.workload,
+                "recorder": {"interval_s": self.interval_s, "set": list(self.settings)},
+                "faults": [s.to_json() for s in self.steps]}
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("servewatch.drill").joinpath("schema/plan.schema.json").read_text())
+
+
+def shipped_path(name: str, engine: str) -> Path:
+    path = Path(str(resources.files("servewatch.drill").joinpath(f"plans/{name}-{engine}.yaml")))
+    if not path.is_file():
+        raise PlanError(f"--plan {name}: no shipped plan for {engine} (known: vllm, sglang, sim)")
+    return path
+
+
+def load_plan(path: str | Path) -> Plan:
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PlanError(f"plan {Path(path).name}: not valid YAML{where}") from None
+    return plan_from_dict(data, source=Path(path).name)
+
+
+def plan_from_dict(data, *, source: str = "plan") -> Plan:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "top level"
+        raise PlanError(f"{source}: {where}: {_readable(err)}")
+    return _build(data, source)
+
+
+def _readable(err) -> str:
+    if err.validator == "oneOf" and list(err.absolute_path) == ["target"]:
+        return "give either engine (vllm, sglang or sim) or url and pid of an existing server"
+    if err.validator == "additionalProperties":
+        return err.message.replace("Additional properties are not allowed", "unknown key(s)")
+    return err.message
+
+
+def _build(data: dict, source: str) -> Plan:
+    from servewatch.detectors import registry
+    from servewatch.detectors import settings as detector_settings
+    from servewatch.drill.faults import FAULTS
+
+    t = data["target"]
+    target = Target(engine=t.get("engine"), sim_dialect=t.get("sim_dialect", "vllm"), args=tuple(t.get("args", ())),
+                    max_model_len=t.get("max_model_len", 2048), url=t.get("url"), pid=t.get("pid"),
+                    consent=bool(t.get("consent", False)), ready_timeout_s=t.get("ready_timeout_s", 240.0))
+    recorder = data.get("recorder", {})
+    settings = tuple(recorder.get("set", ()))
+    try:
+        detector_settings.build(list(settings), None)
+    except ServewatchError as exc:
+        raise PlanError(f"{source}: recorder/set: {exc}") from None
+    timing = {**DEFAULT_TIMING, **data.get("defaults", {})}
+    known = set(registry.names())
+    steps = []
+    for i, f in enumerate(data["faults"]):
+        where = f"{source}: faults/{i}"
+        fault = FAULTS.get(f["kind"])
+        if fault is None:
+            raise PlanError(f"{where}: unknown fault kind {f['kind']!r} (known: {', '.join(sorted(FAULTS))})")
+        e = f.get("expect", {})
+        named = [*e.get("fire", {}), *e.get("not_fire", []), *e.get("fire_any", {}).get("verdicts", [])]
+        unknown = [n for n in named if n not in known]
+        if unknown:
+            raise PlanError(f"{where}: unknown verdict(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        fire_any = e.get("fire_any")
+        expect = Expect(fire=dict(e.get("fire", {})),
+                        fire_any=(tuple(fire_any["verdicts"]), float(fire_any["within_s"])) if fire_any else None,
+                        not_fire=tuple(e.get("not_fire", ())), no_incident=bool(e.get("no_incident", False)),
+                        health=e.get("health", "any"), max_error_rate=e.get("max_error_rate"),
+                        recover_within_s=e.get("recover_within_s"), bundle_write_fails=e.get("bundle_write_fails"))
+        params = dict(f.get("params", {}))
+        try:
+            fault.check_params(params)
+        except ValueError as exc:
+            raise PlanError(f"{where} ({f['kind']}): {exc}") from None
+        role = f.get("role", fault.default_role)
+        steps.append(FaultStep(kind=f["kind"], name=f.get("name", f["kind"]), role=role, rank=f.get("rank", 0),
+                               warmup_s=float(f.get("warmup_s", timing["warmup_s"])),
+                               hold_s=float(f.get("hold_s", timing["hold_s"])),
+                               observe_s=float(f.get("observe_s", timing["observe_s"])),
+                               params=params, expect=expect))
+    workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
+    return Plan(name=data["name"], description=data.get("description", ""), target=target, workload=workload,
+                interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps))
+
+
+def single_fault_plan(kind: str, url: str, pid: int, *, consent: bool, role: str | None, hold_s: float | None,
+                      workload: dict | None = None) -> Plan:
+    """`--fault KIND --target URL --pid PID`: one fault, no expectation but what the fault itself states."""
+    from servewatch.drill.faults import FAULTS
+
+    fault = FAULTS.get(kind)
+    if fault is None:
+        raise PlanError(f"--fault {kind}: unknown fault kind (known: {', '.join(sorted(FAULTS))})")
+    entry: dict = {"kind": kind}
+    if role:
+        entry["role"] = role
+    if hold_s is not None:
+        entry["hold_s"] = hold_s
+    data = {"name": f"single {kind}", "target": {"url": url, "pid": pid, "consent": consent}, "faults": [entry]}
+    if workload:
+        data["workload"] = workload
+    return plan_from_dict(data, source=f"--fault {kind}")

@@ -1,0 +1,173 @@
+"""The drill's report: drill.json (checked against schema/drill.schema.json), drill.md and drill.html
+(in the style of the demo's report.html: servewatch.sinks.report_html). One row per fault: what was
+injected, what detected it and when, /health meanwhile, when a kubelet would have restarted the pod,
+client impact, recovery, and whether the expectations were met. No prompt, completion, request id or
+path goes into any of them."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from servewatch.drill.expect import describe_answers
+
+COLUMNS = ("#", "fault", "injected on", "detected by (s after injection)", "/health meanwhile",
+           "kubelet restart: /health", "kubelet restart: livez", "client impact", "recovery", "expectations")
+
+COLUMN_MEANINGS = (
+    ("injected on", "the process signalled (role, rank, pid) or what else the fault acted on"),
+    ("detected by", "each servewatch verdict the recorder concluded after the injection, with its delay"),
+    ("/health meanwhile", "what /health answered while the fault held (probed every 0.5 s)"),
+    ("kubelet restart: /health", "when a liveness probe on /health (period 10 s, timeout 1 s, failureThreshold 3) "
+                                 "would have restarted the pod, after the injection; – never"),
+    ("kubelet restart: livez", "the same probe on servewatch's livez (fails only while a stall or a dead engine "
+                               "holds)"),
+    ("client impact", "requests failed of those sent in the step, by error class; TTFT p50 during the fault "
+                      "against before it"),
+    ("recovery", "from the end of the fault to the first good request completed after it; the drill's own "
+                 "restart of a server it had to start again"),
+    ("expectations", "met when every expectation of the plan held"),
+)
+
+
+def document(run) -> dict:
+    plan = run.plan
+    results = [r.to_json() for r in run.results]
+    failed = [r.index for r in run.results if not r.met]
+    return {
+        "schema": "servewatch.drill/1",
+        "plan": plan.to_json(),
+        "target": {"description": plan.target.describe(), "dialect": run.target.dialect if run.target else None,
+                   "existing": plan.target.existing,
+                   "consent": run.consent, "restarts_by_drill": len(run.target.restarts) if run.target else 0},
+        "started": run.started, "ended": run.ended,
+        "duration_s": round((run.ended or 0) - (run.started or 0), 1),
+        "faults": results,
+        "leaks": run.leaks,
+        "expectations_met": not failed and bool(run.leaks.get("ok", False)),
+        "failed_faults": failed,
+    }
+
+
+def validate(doc: dict) -> None:
+    import jsonschema
+
+    schema = json.loads(resources.files("servewatch.drill").joinpath("schema/drill.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+
+
+def _injected(r: dict) -> str:
+    parts = [f"{t['signal']} {t['role']} {t['rank']} (pid {t['pid']})" for t in r["touched"]]
+    facts = r.get("facts") or {}
+    parts += [f"{k.replace('_', ' ')} {v}" for k, v in sorted(facts.items()) if not isinstance(v, dict)]
+    parts += [f"{k.replace('_', ' ')}: {describe_answers(v)}" for k, v in sorted(facts.items()) if isinstance(v, dict)]
+    return "; ".join(parts) or "–"
+
+
+def _detected(r: dict) -> str:
+    if not r["detected"]:
+        return "nothing"
+    return ", ".join(f"{v} {s:g}" for v, s in sorted(r["detected"].items(), key=lambda kv: kv[1]))
+
+
+def _s(value) -> str:
+    return "–" if value is None else f"{value:g} s"
+
+
+def _impact(r: dict) -> str:
+    i = r["impact"]
+    if not i or not i.get("requests"):
+        return "no requests"
+    errors = ", ".join(f"{k} {n}" for k, n in i["errors"].items())
+    text = f"{i['failed']}/{i['requests']} failed" + (f" ({errors})" if errors else "")
+    if i.get("ttft_inflation") is not None:
+        text += f"; TTFT x{i['ttft_inflation']:g}"
+    return text
+
+
+def _recovery(r: dict) -> str:
+    parts = []
+    if r["recovery_s"] is not None:
+        parts.append(f"good request after {r['recovery_s']:g} s")
+    if r["restarted_by_drill_s"] is not None:
+        parts.append(f"restarted by the drill in {r['restarted_by_drill_s']:g} s")
+    return "; ".join(parts) or "–"
+
+
+def _verdict(r: dict) -> str:
+    if r["not_run"]:
+        return f"NOT RUN: {r['not_run']}"
+    missed = [c for c in r["checks"] if not c["met"]]
+    if not missed:
+        return f"met ({len(r['checks'])})"
+    return "FAILED: " + "; ".join(f"{c['expectation']} ({c['observed']})" for c in missed)
+
+
+def rows(doc: dict) -> list[list[str]]:
+    return [[str(r["index"]), r["name"], _injected(r), _detected(r), describe_answers(r["health"]),
+             _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _impact(r), _recovery(r), _verdict(r)]
+            for r in doc["faults"]]
+
+
+def _summary_line(doc: dict) -> str:
+    met = sum(1 for r in doc["faults"] if r["met"])
+    leaks = doc["leaks"]
+    leak = ("no leaks" if leaks.get("ok") else
+            f"leaks: {leaks.get('processes_left', 0)} process(es) left, {leaks.get('ports_held', 0)} port(s) held")
+    return (f"{doc['plan']['name']} on {doc['target']['description']}: {met} of {len(doc['faults'])} faults met "
+            f"their expectations in {doc['duration_s']:g} s; {leak}")
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# Drill: {doc['plan']['name']}", "", _summary_line(doc), ""]
+    if doc["target"]["existing"]:
+        lines += [f"Existing server, drilled with the operator's consent: {'yes' if doc['target']['consent'] else 'no'}.",
+                  ""]
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows(doc):
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
+    lines += ["", "## Checks", ""]
+    for r in doc["faults"]:
+        for c in r["checks"]:
+            lines.append(f"- {r['index']}. {r['name']}: {c['expectation']}: {'met' if c['met'] else 'NOT MET'} "
+                         f"({c['observed']})")
+        for note in r["notes"]:
+            lines.append(f"- {r['index']}. {r['name']}: note: {note}")
+    lines += ["", "## Bundles", ""]
+    for r in doc["faults"]:
+        b = r["bundles"]
+        if b:
+            lines.append(f"- {r['index']}. {r['name']}: {b['written']} written, {b['verified']} verified, "
+                         f"{b['write_failures']} could not be written")
+    lines += ["", "## Columns", ""] + [f"- **{k}**: {v}" for k, v in COLUMN_MEANINGS]
+    return "\n".join(lines) + "\n"
+
+
+def html(doc: dict) -> str:
+    from servewatch.sinks import report_html as H
+
+    sections = [
+        H.Section("Faults", H.render_table(COLUMNS, rows(doc)), anchor="faults"),
+        H.Section("Checks", H.render_table(("#", "fault", "expectation", "met", "observed"),
+                                           [(r["index"], r["name"], c["expectation"], "met" if c["met"] else "NOT MET",
+                                             c["observed"]) for r in doc["faults"] for c in r["checks"]]),
+                  anchor="checks"),
+        H.Section("Leaks and bundles", H.render_facts(
+            [("processes left", doc["leaks"].get("processes_left")), ("ports held", doc["leaks"].get("ports_held")),
+             *((f"{r['index']}. {r['name']}", f"{r['bundles'].get('written', 0)} bundle(s) written, "
+                f"{r['bundles'].get('verified', 0)} verified, {r['bundles'].get('write_failures', 0)} not written")
+               for r in doc["faults"] if r["bundles"])]), anchor="leaks"),
+        H.Section("What the columns mean", H.render_facts(COLUMN_MEANINGS), anchor="columns"),
+    ]
+    return H.render_report(f"servewatch drill: {doc['plan']['name']}", sections, subtitle=_summary_line(doc))
+
+
+def write(doc: dict, out_dir: Path) -> list[Path]:
+    validate(doc)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "drill.json", out_dir / "drill.md", out_dir / "drill.html"]
+    paths[0].write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    paths[1].write_text(markdown(doc), encoding="utf-8")
+    paths[2].write_text(html(doc), encoding="utf-8")
+    return paths

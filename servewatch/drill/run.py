@@ -1,0 +1,314 @@
+"""Run a plan: start (or prove) the target, then each fault in turn — recorder, prober and workload
+started, the fault injected after its warm-up, held, reverted, observed — measure, check the
+expectations, and at the end look for leaks (processes, ports, bundles)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servewatch.drill import measure as M
+from servewatch.drill.faults import FAULTS
+from servewatch.drill.target import DrillTarget, TargetError, make_target, pid_alive, port_held
+from servewatch.errors import ServewatchError
+
+
+class FaultNotRun(ServewatchError):
+    pass
+
+
+@dataclass
+class StepResult:
+    index: int
+    kind: str
+    name: str
+    touched: list[dict] = field(default_factory=list)     # {pid, title, role, rank}
+    injected_at: float | None = None
+    reverted_at: float | None = None
+    not_run: str | None = None
+    detected: dict[str, float] = field(default_factory=dict)
+    fired_before: list[str] = field(default_factory=list)   # verdicts concluded before the injection
+    health: dict[str, int] = field(default_factory=dict)
+    models: dict[str, int] = field(default_factory=dict)
+    kubelet_health_s: float | None = None
+    kubelet_livez_s: float | None = None
+    impact: dict = field(default_factory=dict)
+    recovery_s: float | None = None
+    health_back_s: float | None = None
+    restarted_by_drill_s: float | None = None
+    bundles: dict = field(default_factory=dict)
+    facts: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)      # {expectation, met, observed}
+
+    @property
+    def met(self) -> bool:
+        return self.not_run is None and all(c["met"] for c in self.checks)
+
+    def to_json(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items()}
+        out["met"] = self.met
+        return out
+
+
+class Context:
+    """What a fault may use: the target's processes (proven before every signal), helpers it starts,
+    the workload, the proxy."""
+
+    def __init__(self, target: DrillTarget, step, result: StepResult, run):
+        self.target, self.step, self.result, self.run = target, step, result, run
+        self.url, self.host, self.port = target.url, target.host, target.port
+        self.model = run.model
+        self.max_model_len = run.plan.target.max_model_len
+        self.proxy = None
+        self.spawned: list[subprocess.Popen] = []
+
+    def cannot(self, why: str) -> FaultNotRun:
+        return FaultNotRun(why)
+
+    def member(self, role, rank):
+        proc, note = self.target.member(role, rank)
+        if note:
+            self.result.notes.append(note)
+        return proc
+
+    def signal(self, role, rank, sig: int):
+        proc = self.member(role, rank)
+        self.target.send(proc, sig)
+        self.result.touched.append({"pid": proc.pid, "title": proc.title, "role": proc.role, "rank": proc.rank,
+                                    "signal": signal.Signals(sig).name})
+        return proc
+
+    def signal_member(self, proc, sig: int) -> None:
+        self.target.undo(proc, sig)
+
+    def spawn(self, command: list[str]) -> subprocess.Popen:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.spawned.append(proc)
+        self.run.helpers.append(proc)
+        return proc
+
+    def end_spawned(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def start_workload(self, *, after_s: float, duration_s: float) -> None:
+        self.run.start_workload(self, after_s=after_s, duration_s=duration_s)
+
+    def restart_target(self) -> float:
+        if not self.target.owned:
+            raise FaultNotRun("the drill restarts only a server it started itself")
+        took = self.target.restart()
+        self.run.watch_pid_changed = True
+        return round(took, 1)
+
+
+class DrillRun:
+    def __init__(self, plan, out_dir: Path, say=lambda line: None):
+        self.plan, self.out_dir, self.say = plan, out_dir, say
+        self.helpers: list[subprocess.Popen] = []
+        self.proxies = []
+        self.results: list[StepResult] = []
+        self.model = "unknown"
+        self.workloads: list[M.Workload] = []
+        self.watch_pid_changed = False
+        self.target: DrillTarget | None = None
+        self.started = self.ended = None
+        self.leaks: dict = {}
+        self.consent = plan.target.consent if plan.target.existing else None
+
+    # -- the whole drill
+    def run(self) -> list[StepResult]:
+        self.started = time.time()
+        self.target = make_target(self.plan.target, self.out_dir / "logs")
+        self.target.start()                 # proves the PID; an existing server needs consent
+        self.say(f"target: {self.plan.target.describe()}")
+        self.model = self.target.model()
+        try:
+            for i, step in enumerate(self.plan.steps):
+                self.results.append(self.run_step(i, step))
+        finally:
+            self.target.stop()
+            for proxy in self.proxies:
+                proxy.close()
+            for proc in self.helpers:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(5)
+        self.ended = time.time()
+        self.leaks = self.find_leaks()
+        return self.results
+
+    def start_workload(self, ctx: Context, *, after_s: float, duration_s: float) -> None:
+        url = ctx.proxy.url if ctx.proxy is not None else self.target.url
+        step = ctx.step
+        timeout = step.hold_s + step.observe_s + 10.0
+        workload = M.Workload(url, self.model, self.plan.workload, duration_s=duration_s, after_s=after_s,
+                              request_timeout_s=timeout, seed=ctx.result.index).start()
+        self.workloads.append(workload)
+        ctx.workload = workload
+
+    # -- one fault
+    def run_step(self, index: int, step) -> StepResult:
+        from servewatch.drill import full_disk
+        from servewatch.drill.proxy import DelayProxy
+
+        result = StepResult(index=index + 1, kind=step.kind, name=step.name)
+        fault = FAULTS[step.kind](step)
+        self.say(f"[{index + 1}/{len(self.plan.steps)}] {step.name}: {fault.summary}")
+        if not self._ensure_up(result):
+            return result
+        bundle_dir = self.out_dir / "bundles" / f"{index + 1:02d}-{step.kind}"
+        disk_mode = None
+        wrapper = None
+        if fault.full_bundle_dir:
+            disk_mode = full_disk.make_full(bundle_dir)
+            result.facts["full_disk"] = ("a 1 MiB tmpfs, filled" if disk_mode == "tmpfs"
+                                         else "simulated: every write below the directory fails with ENOSPC")
+            if disk_mode == "simulated":
+                wrapper = full_disk.wrapper(bundle_dir)
+        else:
+            bundle_dir.mkdir(parents=True, exist_ok=True)
+        ctx = Context(self.target, step, result, self)
+        ctx.workload = None
+        if fault.via_proxy:
+            ctx.proxy = DelayProxy(self.target.host, self.target.port).start()
+            self.proxies.append(ctx.proxy)
+        watcher = M.Watcher(self.target.url, self.target.pid, bundle_dir, interval_s=self.plan.interval_s,
+                            settings=self.plan.settings, log_path=self.out_dir / "logs" / f"watch-{index + 1:02d}.log",
+                            wrapper=wrapper)
+        prober = M.Prober(self.target.url)
+        try:
+            if not watcher.start():
+                result.not_run = "the recorder did not start recording within 30 s"
+                return result
+            prober.start()
+            step_s = step.warmup_s + step.hold_s + step.observe_s
+            begun = time.time()
+            if fault.workload:
+                self.start_workload(ctx, after_s=0.0, duration_s=step_s)
+            self._sleep_until(begun + step.warmup_s)
+            result.injected_at = time.time()
+            try:
+                fault.inject(ctx)
+            except (FaultNotRun, TargetError) as exc:
+                result.not_run = str(exc)
+                result.injected_at = None
+                return result
+            self._sleep_until(result.injected_at + step.hold_s)
+            fault.revert(ctx)
+            result.reverted_at = time.time()
+            self._sleep_until(result.reverted_at + step.observe_s)
+        finally:
+            prober.stop()
+            watcher.stop()
+            if ctx.workload is not None:
+                ctx.workload.join(step.hold_s + step.observe_s + 30.0)
+            for proc in ctx.spawned:
+                ctx.end_spawned(proc)
+            if ctx.proxy is not None:
+                ctx.proxy.close()
+            if disk_mode is not None:
+                full_disk.release(bundle_dir, disk_mode)
+        result.facts.update(fault.facts)
+        self._measure(result, step, watcher, prober, ctx)
+        if fault.takes_server_down and self.target.owned:
+            result.restarted_by_drill_s = self._restart(result)
+        return result
+
+    def _sleep_until(self, t: float) -> None:
+        while (left := t - time.time()) > 0:
+            time.sleep(min(left, 0.5))   # the drill's own timeline (warm-up, hold, observation)
+
+    def _ensure_up(self, result: StepResult) -> bool:
+        if self.target.healthy() and self.target.processes():
+            return True
+        if not self.target.owned:
+            result.not_run = "the server is not healthy and the drill did not start it, so cannot start it again"
+            return False
+        self._restart(result)
+        return result.not_run is None
+
+    def _restart(self, result: StepResult) -> float | None:
+        try:
+            took = self.target.restart()
+        except ServewatchError as exc:
+            result.not_run = result.not_run or f"the server could not be started again: {exc}"
+            return None
+        self.model = self.target.model()
+        return round(took, 1)
+
+    def _measure(self, result: StepResult, step, watcher, prober, ctx) -> None:
+        from servewatch.drill.expect import check
+        from servewatch.sinks.verify import verify_bundle
+
+        injected, reverted = result.injected_at, result.reverted_at or result.injected_at
+        events, probes = watcher.events, prober.answers
+        result.detected = M.detections(events, injected)
+        result.fired_before = sorted({e.verdict for e in events if e.event == "fired" and e.t < injected})
+        result.health = M.health_during(probes, injected, reverted)
+        result.models = M.health_during(probes, injected, reverted, path="/v1/models")
+        end = reverted + step.observe_s
+        start = injected - step.warmup_s
+        restart = M.kubelet_restart(M.health_answers(probes), start, end)
+        result.kubelet_health_s = None if restart is None else round(restart - injected, 1)
+        restart = M.kubelet_restart(M.livez_answers(events, start, end), start, end)
+        result.kubelet_livez_s = None if restart is None else round(restart - injected, 1)
+        records = ctx.workload.records if ctx.workload is not None else []
+        if ctx.workload is not None and ctx.workload.problem:
+            result.notes.append(f"workload: {ctx.workload.problem}")
+        result.impact = M.impact(records, injected, reverted).to_json()
+        result.recovery_s = M.recovery(records, reverted)
+        result.health_back_s = M.first_ok_after(probes, reverted)
+        bundles = sorted(p for p in Path(watcher.command[watcher.command.index("--out") + 1]).glob("*")
+                         if p.is_dir() and not p.name.startswith("."))
+        verified = 0
+        for bundle in bundles:
+            try:
+                verify_bundle(bundle)
+                verified += 1
+            except ServewatchError:
+                pass
+        result.bundles = {"written": len(bundles), "verified": verified,
+                          "write_failures": watcher.bundle_failures()}
+        result.checks = check(step.expect, result)
+
+    # -- after the drill
+    def find_leaks(self) -> dict:
+        target = self.target
+        left = sorted(pid for pid, created in target.seen_pids.items() if pid_alive(pid, created))
+        if not target.owned:
+            left = []       # an existing server is left running on purpose
+        helpers = [p.pid for p in self.helpers if p.poll() is None]
+        ports = []
+        if target.owned and port_held(target.host, target.port):
+            ports.append(target.port)
+        for proxy in self.proxies:
+            if proxy.port and port_held(proxy.host, proxy.port):
+                ports.append(proxy.port)
+        stress = _stress_left()
+        return {"processes_left": len(left) + len(helpers) + stress, "ports_held": len(ports),
+                "ok": not (left or helpers or ports or stress)}
+
+
+def _stress_left() -> int:
+    import psutil
+
+    count = 0
+    me = psutil.Process()
+    for child in me.children(recursive=True):
+        try:
+            if child.name().startswith("stress-ng"):
+                count += 1
+        except psutil.Error:
+            pass
+    return count

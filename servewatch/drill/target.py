@@ -1,0 +1,367 @@
+"""The server a drill acts on: one the drill starts and stops itself (the built-in simulator or a lab
+engine), or an existing one given by URL and PID, accepted only once its PID is proven to serve the URL
+(actions.identity) and with the user's explicit consent. Every signal is preceded by a fresh proof."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from servewatch.errors import ServewatchError
+
+HEALTH_TIMEOUT_S = 2.0
+SIM_READY_TIMEOUT_S = 30.0
+_RANK = re.compile(r"(?:TP|DP|PP|rank|_)(\d+)$")
+
+
+class TargetError(ServewatchError):
+    exit_code = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    pid: int
+    create_time: float
+    title: str
+    role: str
+    rank: int
+
+
+def health(url: str, path: str = "/health", timeout_s: float = HEALTH_TIMEOUT_S) -> int | None:
+    try:
+        with urllib.request.urlopen(f"{url}{path}", timeout=timeout_s) as response:
+            response.read(1 << 16)
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError):
+        return None
+
+
+def wait_healthy(url: str, timeout_s: float, alive=lambda: True) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        if health(url) == 200:
+            return True
+        time.sleep(0.2)   # a server starting up: nothing to wait on but its /health
+    return False
+
+
+class DrillTarget:
+    """Common part: URL, proof, process listing by role and rank, signals."""
+
+    owned = True
+    dialect = "vllm"
+
+    def __init__(self, plan_target):
+        self.spec = plan_target
+        self.proof = None
+        self.seen_pids: dict[int, float] = {}     # every process of the server seen: for the leak check
+        self.restarts: list[float] = []
+
+    # -- to be given by subclasses
+    url: str = ""
+    pid: int = 0
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def restart(self) -> float:
+        raise TargetError("this target cannot be restarted by the drill")
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 80
+
+    def prove(self) -> None:
+        from servewatch.actions.identity import prove_server
+
+        self.proof = prove_server(self.pid, self.url)
+
+    def reprove(self) -> None:
+        from servewatch.actions.identity import reprove
+
+        if self.proof is None or self.proof.pid != self.pid:
+            self.prove()
+        else:
+            self.proof = reprove(self.proof, self.url)
+
+    def processes(self) -> list[Process]:
+        import psutil
+
+        from servewatch.dialects import by_name
+        from servewatch.sources.process import title_of
+
+        dialect = by_name(self.dialect)
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+        out: list[Process] = []
+        counts: dict[str, int] = {}
+        for i, proc in enumerate(procs):
+            try:
+                title = title_of(proc)
+                created = proc.create_time()
+            except psutil.Error:
+                continue
+            role = "api" if i == 0 else ((dialect.role_of(title) if dialect else None) or "other")
+            match = _RANK.search(title)
+            rank = int(match.group(1)) if match and role != "api" else counts.get(role, 0)
+            counts[role] = counts.get(role, 0) + 1
+            self.seen_pids[proc.pid] = created
+            out.append(Process(proc.pid, created, title, role, rank))
+        return out
+
+    def member(self, role: str | None, rank: int) -> tuple[Process, str]:
+        """The process a fault aims at, and a note when the role has no process of its own here."""
+        procs = self.processes()
+        if not procs:
+            raise TargetError(f"the server behind {self.url} is not running")
+        role = role or "api"
+        chosen = [p for p in procs if p.role == role]
+        if not chosen:
+            return procs[0], f"no {role} process of its own here: the API server's process"
+        by_rank = [p for p in chosen if p.rank == rank]
+        if not by_rank:
+            ranks = ", ".join(str(p.rank) for p in chosen)
+            raise TargetError(f"no {role} of rank {rank} (ranks here: {ranks})")
+        return by_rank[0], ""
+
+    def send(self, proc: Process, sig: int) -> None:
+        """Signal one process of the server, proven again right before."""
+        import psutil
+
+        self.reprove()
+        members = {p.pid: p for p in self.processes()}
+        current = members.get(proc.pid)
+        if current is None or abs(current.create_time - proc.create_time) > 0.01:
+            raise TargetError(f"pid {proc.pid} is no longer part of the server behind {self.url}")
+        psutil.Process(proc.pid).send_signal(sig)
+
+    def undo(self, proc: Process, sig: int) -> None:
+        """SIGCONT to the very process the drill stopped (pid and create time as when it was proven)."""
+        import psutil
+
+        try:
+            p = psutil.Process(proc.pid)
+            if abs(p.create_time() - proc.create_time) <= 0.01:
+                p.send_signal(sig)
+        except psutil.Error:
+            pass
+
+    def healthy(self) -> bool:
+        return health(self.url) == 200
+
+    def model(self) -> str:
+        import json
+
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=5) as response:
+                return json.load(response)["data"][0]["id"]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return "unknown"
+
+
+class SimTarget(DrillTarget):
+    """`servewatch sim` in a subprocess of its own session, on a fixed loopback port."""
+
+    def __init__(self, plan_target, log_dir: Path):
+        super().__init__(plan_target)
+        from servewatch.lab.server import free_port
+
+        self.dialect = plan_target.sim_dialect
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else 0
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / "sim.log", "ab")
+        command = [sys.executable, "-m", "servewatch", "sim", "--dialect", self.dialect, "--port", str(self.port),
+                   "--profile", "tiny-cpu", "--log-stats-interval", "1", "--max-model-len",
+                   str(self.spec.max_model_len), *self.spec.args]
+        self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        log.close()
+        if not wait_healthy(self.url, SIM_READY_TIMEOUT_S, alive=lambda: self.proc.poll() is None):
+            self.stop()
+            raise TargetError(f"the simulator did not become healthy on {self.url} (log: {self.log_dir / 'sim.log'})")
+        self.prove()
+        self.processes()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.undo(Process(self.proc.pid, self.seen_pids.get(self.proc.pid, 0.0), "", "api", 0), 18)  # SIGCONT
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        else:
+            self.proc.wait(5)
+
+    def restart(self) -> float:
+        started = time.monotonic()
+        self.stop()
+        self.start()
+        took = time.monotonic() - started
+        self.restarts.append(took)
+        return took
+
+
+class LabTarget(DrillTarget):
+    """A lab vLLM or SGLang (servewatch.lab), started on a loopback port the drill keeps across restarts."""
+
+    def __init__(self, plan_target, log_dir: Path):
+        super().__init__(plan_target)
+        from servewatch.lab.server import free_port
+
+        self.dialect = plan_target.engine
+        self.port_fixed = free_port()
+        self.url = f"http://127.0.0.1:{self.port_fixed}"
+        self.log_dir = log_dir
+        self.server = None
+        self.lives = 0
+
+    @property
+    def pid(self) -> int:
+        return self.server.pid if self.server is not None and self.server.proc is not None else 0
+
+    def _build(self):
+        from servewatch.lab.model_dir import ensure_tiny_model
+        from servewatch.lab.venv import resolve_cache_dir
+
+        cache_dir = resolve_cache_dir(None)
+        self.lives += 1
+        log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
+        if self.dialect == "vllm":
+            from servewatch.lab.server import ServerConfig, VllmServer
+            from servewatch.lab.venv import ensure_venv
+
+            venv = ensure_venv(cache_dir)
+            model = ensure_tiny_model(venv, cache_dir)
+            config = ServerConfig(model_dir=model.path, max_model_len=self.spec.max_model_len, port=self.port_fixed,
+                                  cache_root=cache_dir / "vllm-cache", extra_args=tuple(self.spec.args))
+            return VllmServer(venv.python, config, log_path)
+        from servewatch.lab.sgl_kernel_stand_in import write_stand_in
+        from servewatch.lab.sglang_server import SglangConfig, SglangServer
+        from servewatch.lab.sglang_venv import ensure_sglang_venv
+
+        venv = ensure_sglang_venv(cache_dir)
+        model = ensure_tiny_model(venv, cache_dir)
+        config = SglangConfig(model_dir=model.path, stand_in_dir=write_stand_in(cache_dir),
+                              files_dir=cache_dir / "sglang-files", context_length=self.spec.max_model_len,
+                              port=self.port_fixed, served_model_name="tiny", extra_args=tuple(self.spec.args))
+        return SglangServer(venv.python, config, log_path)
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.server = self._build()
+        self.server.start()
+        try:
+            self.server.wait_ready(self.spec.ready_timeout_s)
+        except ServewatchError:
+            self.server.stop()
+            raise
+        self.server.process_tree()
+        self.prove()
+        self.processes()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.processes()
+            self.server.stop()
+
+    def restart(self) -> float:
+        started = time.monotonic()
+        self.stop()
+        self.start()
+        took = time.monotonic() - started
+        self.restarts.append(took)
+        return took
+
+
+class ExistingTarget(DrillTarget):
+    """A server the drill did not start: proven by PID and port, drilled only with consent."""
+
+    owned = False
+
+    def __init__(self, plan_target):
+        super().__init__(plan_target)
+        self.url = plan_target.url.rstrip("/")
+        self._pid = plan_target.pid
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def start(self) -> None:
+        self.prove()        # a PID that does not serve the URL: ServerIdentityError, one line, exit 2
+        if not self.spec.consent:
+            raise TargetError(f"drilling {self.url} signals its processes: pass --consent (or consent: true in the "
+                              f"plan's target) to confirm this server may be disrupted")
+        self.dialect = _detect_dialect(self.url)
+        self.processes()
+
+    def stop(self) -> None:
+        pass
+
+
+def _detect_dialect(url: str) -> str:
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+            text = response.read(4 << 20).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return "vllm"
+    return "sglang" if "sglang:" in text else "vllm"
+
+
+def make_target(plan_target, log_dir: Path) -> DrillTarget:
+    if plan_target.existing:
+        return ExistingTarget(plan_target)
+    if plan_target.engine == "sim":
+        return SimTarget(plan_target, log_dir)
+    return LabTarget(plan_target, log_dir)
+
+
+def pid_alive(pid: int, create_time: float) -> bool:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return abs(p.create_time() - create_time) <= 0.01 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def port_held(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+

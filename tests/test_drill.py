@@ -1,0 +1,207 @@
+"""servewatch drill: plan checking, the derived figures, the PID proof and consent gate, and a short
+drill against the built-in simulator end to end."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from servewatch.cli import main
+from servewatch.drill import measure as M
+from servewatch.drill.faults import FAULTS
+from servewatch.drill.plan import PlanError, load_plan, plan_from_dict, shipped_path
+from servewatch.load.records import RequestRecord
+
+
+def _plan(**over) -> dict:
+    data = {"name": "t", "target": {"engine": "sim"}, "faults": [{"kind": "stop"}]}
+    data.update(over)
+    return data
+
+
+# -- plans -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "sim"])
+def test_shipped_standard_plans_are_valid_with_at_least_twelve_faults_within_fifteen_minutes(engine):
+    plan = load_plan(shipped_path("standard", engine))
+    assert len(plan.steps) >= 12
+    restarts = sum(1 for s in plan.steps if FAULTS[s.kind].takes_server_down or s.kind == "restart")
+    start_s = {"vllm": 50, "sglang": 60, "sim": 3}[engine]       # measured ready times, generously
+    assert plan.budget_s() + restarts * start_s < 15 * 60
+    assert all(s.expect.to_json() for s in plan.steps), "every shipped fault states what must happen"
+
+
+@pytest.mark.parametrize("data, words", [
+    (_plan(faults=[{"kind": "nap"}]), "unknown fault kind 'nap'"),
+    (_plan(faults=[{"kind": "stop", "expect": {"fire": {"stalled": 5}}}]), "unknown verdict(s) stalled"),
+    (_plan(faults=[{"kind": "stop", "colour": 1}]), "unknown key(s)"),
+    (_plan(target={"engine": "sim", "url": "http://127.0.0.1:1", "pid": 3}), "give either engine"),
+    (_plan(faults=[{"kind": "slow_net", "params": {"delay": 5}}]), "unknown parameter 'delay'"),
+    (_plan(recorder={"set": ["stall.nope=3"]}), "recorder/set"),
+])
+def test_a_bad_plan_is_one_line(data, words):
+    with pytest.raises(PlanError) as exc:
+        plan_from_dict(data)
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_plan_file_that_is_not_yaml_is_one_line_and_exit_2(tmp_path, capsys):
+    bad = tmp_path / "plan.yaml"
+    bad.write_text("name: [unclosed\n")
+    assert main(["drill", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not valid YAML" in err[0]
+
+
+# -- derived figures ---------------------------------------------------------------------------------
+
+def test_kubelet_restarts_at_the_third_failed_probe_in_a_row():
+    # answers every 0.5 s; failing from t=25 on: probes at 30, 40, 50 fail -> restart at 50
+    answers = [(t / 2, t / 2 < 25) for t in range(0, 140)]
+    assert M.kubelet_restart(answers, 0.0, 70.0) == 50.0
+    # one success between failures resets the count
+    # (probes at 30 fail, 40 passes, 50, 60, 70 fail)
+    flapping = [(t / 2, not (25 <= t / 2 < 35) and not (41 <= t / 2)) for t in range(0, 200)]
+    assert M.kubelet_restart(flapping, 0.0, 90.0) == 70.0
+    assert M.kubelet_restart(answers, 0.0, 45.0) is None        # the window ends before the third failure
+
+
+def test_slow_health_answers_fail_a_kubelet_probe():
+    probes = [M.ProbeAnswer(t, "/health", 200, 1.5) for t in range(0, 40)]
+    assert all(not ok for _, ok in M.health_answers(probes))
+
+
+def test_livez_fails_only_while_a_liveness_verdict_holds():
+    events = [M.VerdictEvent("fired", "health_loss", 5.0, 4.0),
+              M.VerdictEvent("fired", "alive_health_ok_no_progress", 10.0, 8.0),
+              M.VerdictEvent("cleared", "alive_health_ok_no_progress", 20.0, 8.0)]
+    answers = dict(M.livez_answers(events, 0.0, 30.0, step_s=1.0))
+    assert answers[6.0] is True and answers[10.0] is False and answers[19.0] is False and answers[20.0] is True
+
+
+def _record(i, sent, *, ttft=0.1, e2e=0.5, error=None):
+    return RequestRecord(id=i, scheduled=sent, prompt_tokens_target=44, max_tokens=64, sent=sent,
+                         http_status=None if error else 200, ttft_s=None if error else ttft,
+                         e2e_s=e2e, error=error)
+
+
+def test_impact_and_recovery_from_the_load_records():
+    records = [_record(0, 1.0), _record(1, 2.0), _record(2, 10.5, ttft=2.0, e2e=3.0),
+               _record(3, 11.0, error="connect"), _record(4, 12.0, error="truncated"), _record(5, 21.0, e2e=0.4)]
+    impact = M.impact(records, injected=10.0, reverted=20.0)
+    assert (impact.requests, impact.failed) == (6, 2)
+    assert impact.errors == {"connect": 1, "truncated": 1} and impact.truncated == 1
+    assert impact.ttft_inflation == 20.0
+    assert M.recovery(records, 20.0) == pytest.approx(1.4)
+    assert M.detections([M.VerdictEvent("fired", "health_loss", 9.0, 8.0),
+                         M.VerdictEvent("fired", "health_loss", 13.5, 12.0)], 10.0) == {"health_loss": 3.5}
+
+
+def test_the_simulated_full_disk_refuses_writes_below_its_directory_only(tmp_path):
+    full = tmp_path / "bundles"
+    full.mkdir()
+    code = textwrap.dedent(f"""
+        import os, errno
+        from servewatch.drill.full_disk import _install
+        _install({str(full)!r})
+        open({str(tmp_path / 'elsewhere')!r}, 'w').close()
+        for attempt in (lambda: open({str(full / 'x')!r}, 'w'),
+                        lambda: os.open({str(full / 'y')!r}, os.O_WRONLY | os.O_CREAT)):
+            try:
+                attempt()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+            else:
+                raise SystemExit('written')
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+    assert not any(full.iterdir())
+
+
+# -- the PID proof and consent -------------------------------------------------------------------------
+
+@pytest.fixture
+def listener():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+def test_a_pid_that_does_not_own_the_port_is_refused_in_one_line_with_exit_2(listener, capsys):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        code = main(["drill", "--fault", "stop", "--target", listener, "--pid", str(other.pid), "--consent",
+                     "--hold", "1"])
+        assert other.poll() is None, "the process was not touched"
+        import psutil
+
+        assert psutil.Process(other.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        other.kill()
+        other.wait()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("servewatch drill: ") and str(other.pid) in err[0]
+
+
+def test_an_existing_server_needs_consent_and_dry_run_lists_what_it_would_touch(listener, capsys):
+    import os
+
+    assert main(["drill", "--fault", "stop", "--target", listener, "--pid", str(os.getpid()), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--consent" in err[0]
+    assert main(["drill", "--fault", "stop", "--target", listener, "--pid", str(os.getpid()), "--consent",
+                 "--dry-run", "--role", "api"]) == 0
+    out = capsys.readouterr().out
+    assert f"pid {os.getpid()}" in out and "role api rank 0" in out and "SIGSTOP" in out
+
+
+# -- a short drill against the simulator ----------------------------------------------------------------
+
+def test_a_short_drill_against_the_simulator_measures_and_fails_on_an_unmet_expectation(tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent("""
+        name: short
+        target: {engine: sim}
+        workload: {scenario: custom, rate: 4, output_tokens: 32}
+        defaults: {warmup_s: 3, hold_s: 9, observe_s: 3}
+        faults:
+          - name: frozen
+            kind: stop
+            role: api
+            expect:
+              fire: {health_loss: 9}
+              health: failing
+              recover_within_s: 5
+          - name: killed, wrongly expected quiet
+            kind: kill
+            role: api
+            hold_s: 3
+            expect:
+              not_fire: [process_exit]
+    """))
+    out = tmp_path / "out"
+    assert main(["drill", str(plan), "--out", str(out)]) == 1
+    doc = json.loads((out / "drill.json").read_text())
+    first, second = doc["faults"]
+    assert first["met"], first["checks"]
+    assert first["touched"][0]["signal"] == "SIGSTOP" and first["touched"][0]["role"] == "api"
+    assert "no answer" in first["health"]
+    assert first["impact"]["requests"] > 0 and first["recovery_s"] is not None
+    assert not second["met"] and second["detected"].get("process_exit") is not None
+    assert second["restarted_by_drill_s"] is not None
+    assert doc["leaks"] == {"processes_left": 0, "ports_held": 0, "ok": True}
+    assert doc["failed_faults"] == [2] and not doc["expectations_met"]
+    html = (out / "drill.html").read_text()
+    md = (out / "drill.md").read_text()
+    assert "killed, wrongly expected quiet" in html and "FAILED: no process_exit" in md
+    for text in (html, md, json.dumps(doc)):
+        assert str(tmp_path) not in text and "None" not in text.replace("null", "")
