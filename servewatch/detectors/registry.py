@@ -13,6 +13,11 @@ from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, Verdi
 
 _REGISTRY: dict[str, VerdictSpec] = {}
 
+# The verdicts after which only a restart helps: serve's livez fails while one holds, and a drill's
+# kubelet on livez restarts on them. Both wait out startup and prefill by construction (the stall needs
+# admitted work and a frozen step counter past the adaptive window).
+LIVENESS_FAILURES = ("alive_health_ok_no_progress", "engine_dead")
+
 
 def register(spec: VerdictSpec) -> VerdictSpec:
     """Add (or replace) a verdict; detection, bundles, verify, reports and output know it from now on."""

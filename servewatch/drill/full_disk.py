@@ -78,9 +78,14 @@ def main(argv: list[str]) -> int:
     directory, sep, rest = argv[0], argv[1], argv[2:]
     assert sep == "--"
     _install(directory)
-    from servewatch.cli import main as servewatch_main
+    import runpy   # then run servewatch exactly as `python -m servewatch ARGS` (an entry point, not a layer)
 
-    return servewatch_main(rest)
+    sys.argv = ["servewatch", *rest]
+    try:
+        runpy.run_module("servewatch", run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
 
 
 if __name__ == "__main__":

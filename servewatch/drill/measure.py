@@ -240,8 +240,8 @@ def health_answers(probes: list[ProbeAnswer], path: str = "/health") -> list[tup
 def livez_answers(events: list[VerdictEvent], start: float, end: float,
                   step_s: float = PROBE_PERIOD_S) -> list[tuple[float, bool]]:
     """servewatch's livez over time, from the recorder's fired/cleared lines: it fails while a liveness
-    verdict (serve.probes.LIVENESS_FAILURES) holds."""
-    from servewatch.serve.probes import LIVENESS_FAILURES
+    verdict (detectors.registry.LIVENESS_FAILURES) holds."""
+    from servewatch.detectors.registry import LIVENESS_FAILURES
 
     intervals = []
     for e in events:

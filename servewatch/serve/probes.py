@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 
-# The verdicts after which only a restart helps; both wait out startup and prefill by construction
-# (the stall needs admitted work and a frozen step counter past the adaptive window).
-LIVENESS_FAILURES = ("alive_health_ok_no_progress", "engine_dead")
+LIVENESS_FAILURES = registry.LIVENESS_FAILURES   # declared with the verdicts
 assert all(registry.spec(name) for name in LIVENESS_FAILURES), "a liveness verdict is not registered"
 
 
