@@ -12,7 +12,7 @@ from servewatch.errors import ServewatchError
 # Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
 # `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
 COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summarize", "postmortem", "diagnose",
-            "advise", "rules", "dashboard", "demo", "lab", "canary")
+            "advise", "rules", "dashboard", "demo", "lab", "canary", "proxy")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,314 @@
+"""`servewatch proxy` against the built-in simulator over real loopback HTTP: bytes unchanged, one
+record per request in load's format, errors by layer, bounded bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from servewatch.load import records as R
+from servewatch.proxy import Proxy, ProxyConfig
+from tests.test_load_sim import SimServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Running:
+    """A proxy on an ephemeral loopback port in this loop, its records collected."""
+
+    def __init__(self, upstream: str, **config):
+        self.records: list[R.RequestRecord] = []
+        self.exchanges = []
+        self.proxy = Proxy(ProxyConfig(upstream=upstream, **config), on_record=self._on_record)
+        self.port = None
+
+    def _on_record(self, ex, rec) -> None:
+        self.exchanges.append(ex)
+        self.records.append(rec)
+
+    async def __aenter__(self) -> "Running":
+        self.port = await self.proxy.start("127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.proxy.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+async def _raw(port: int, request: bytes, *, read_until_close: bool = True) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(-1), 20) if read_until_close else b""
+    writer.close()
+    return data
+
+
+def _post(path: str, body: dict, extra: str = "") -> bytes:
+    raw = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n"
+            f"{extra}Connection: close\r\n\r\n").encode() + raw
+
+
+def _body_of(raw: bytes) -> bytes:
+    """The payload of a chunked or length-delimited HTTP/1.1 response read to close."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if b"chunked" not in head.lower():
+        return body
+    out = b""
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, body = out + body[:size], body[size + 2:]
+    return out
+
+
+def _sse_shape(payload: bytes) -> list[dict]:
+    """The events of a stream without the fields that differ between two runs (ids, times, text)."""
+    out = []
+    for block in payload.split(b"\n\n"):
+        if not block.startswith(b"data: ") or block == b"data: [DONE]":
+            continue
+        obj = json.loads(block[6:])
+        out.append({"choices": [{k: v for k, v in c.items() if k not in ("text",)} for c in obj.get("choices", [])],
+                    "usage": obj.get("usage")})
+    return out
+
+
+def test_streamed_completion_passes_through_and_is_recorded():
+    async def go():
+        async with SimServer(profile="h100-8b", tokens_per_chunk=2, model_name="sim-model") as sim, Running(sim.url) as proxy:
+            body = {"model": "sim-model", "prompt": "hello there", "max_tokens": 9, "ignore_eos": True,
+                    "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            via = await _raw(proxy.port, _post("/v1/completions", body, "Authorization: Bearer sk-secret\r\n"))
+            direct = await _raw(sim.port, _post("/v1/completions", body))
+            return via, direct, proxy.records
+
+    via, direct, records = asyncio.run(go())
+    assert via.startswith(b"HTTP/1.1 200")
+    assert _sse_shape(_body_of(via)) == _sse_shape(_body_of(direct))
+    assert _body_of(via).endswith(b"data: [DONE]\n\n")
+    [rec] = records
+    assert rec.ok and rec.output_tokens == 9 and rec.input_tokens is not None
+    assert rec.finish_reason == "length" and rec.token_source == "server"
+    assert 0 < rec.ttft_s <= rec.e2e_s
+    out = rec.to_json()
+    assert out["proxy"]["model"] == "sim-model" and out["proxy"]["api"] == "completions"
+    assert out["proxy"]["tenant"] and "sk-secret" not in json.dumps(out)
+    assert out["proxy"]["itl_p50_s"] is not None and out["proxy"]["first_byte_s"] <= out["ttft_s"]
+    assert "hello" not in json.dumps(out)
+
+
+def test_chat_non_streamed_and_other_paths():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="sim-model") as sim, Running(sim.url) as proxy:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(proxy.url + "/v1/chat/completions",
+                                  json={"model": "sim-model", "max_tokens": 5, "ignore_eos": True,
+                                        "messages": [{"role": "user", "content": "hi"}]}) as r:
+                    chat = (r.status, await r.json())
+                async with s.get(proxy.url + "/v1/models") as r:
+                    models = (r.status, await r.json())
+                async with s.get(sim.url + "/v1/models") as r:
+                    models_direct = await r.json()
+            return chat, models, models_direct, proxy.records, proxy.proxy.counters
+
+    chat, models, models_direct, records, counters = asyncio.run(go())
+    assert chat[0] == 200 and chat[1]["usage"]["completion_tokens"] == 5
+    assert models == (200, models_direct)
+    [rec] = records                                    # /v1/models is forwarded, not recorded
+    assert rec.ok and rec.output_tokens == 5 and rec.token_source == "server" and rec.ttft_s is None
+    assert rec.proxy["api"] == "chat" and rec.proxy["stream"] is False
+    assert counters.other_requests == 1 and counters.outcomes == {"ok": 1}
+
+
+async def _until(condition, limit_s: float = 10.0) -> None:
+    """Wait for a condition the code under test brings about (bounded; the bound is not the measure)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
+    while not condition():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_upstream_down_is_a_502_json_error_counted():
+    async def go():
+        async with Running(f"http://127.0.0.1:{_free_port()}") as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "stream": True}))
+            return raw, proxy.records, proxy.proxy.counters
+
+    raw, records, counters = asyncio.run(go())
+    assert raw.startswith(b"HTTP/1.1 502")
+    assert json.loads(_body_of(raw))["error"]["type"] == "upstream_unavailable"
+    [rec] = records
+    assert rec.error == R.CONNECT and rec.error_detail == "upstream refused" and rec.http_status == 502
+    assert counters.outcomes == {R.CONNECT: 1}
+
+
+def test_client_abort_cancels_the_upstream_request():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, Running(sim.url) as proxy:
+            body = {"model": "m", "prompt": "p", "max_tokens": 8000, "ignore_eos": True, "stream": True}
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(_post("/v1/completions", body))
+            await reader.readuntil(b"data: ")          # streaming has begun
+            engine = sim.engine
+            assert len(engine.scheduler.running) == 1
+            writer.close()
+            await _until(lambda: proxy.records and not engine.scheduler.running)
+            return proxy.records
+
+    [rec] = asyncio.run(go())
+    assert rec.error == R.CLIENT_ABORT and rec.http_status == 200 and rec.ttft_s is not None
+
+
+def test_http_errors_keep_the_upstreams_summary_not_its_text():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, Running(sim.url) as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "nope", "prompt": "secret words"}))
+            return raw, proxy.records
+
+    raw, [rec] = asyncio.run(go())
+    assert raw.startswith(b"HTTP/1.1 404") and b"does not exist" in raw     # the client sees it all
+    assert rec.error == R.HTTP_4XX and rec.error_detail == "HTTP 404 NotFoundError"
+    assert "secret" not in json.dumps(rec.to_json()) and "exist" not in json.dumps(rec.to_json())
+
+
+def test_bad_input_is_answered_and_bounded():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, \
+                Running(sim.url, max_request_bytes=1000, max_connections=3, head_timeout_s=0.3,
+                        body_idle_timeout_s=0.3, sweep_interval_s=0.05) as proxy:
+            out = {}
+            out["garbage"] = await _raw(proxy.port, b"\x16\x03\x01 hello\r\n\r\n")
+            out["header"] = await _raw(proxy.port, b"GET /v1/models HTTP/1.1\r\nbad header\r\n\r\n")
+            out["chunked"] = await _raw(proxy.port, b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked"
+                                                    b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+            out["big"] = await _raw(proxy.port, _post("/v1/completions", {"prompt": "x" * 2000}))
+            out["drip_head"] = await _raw(proxy.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            out["drip_body"] = await _raw(proxy.port, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 50\r\n"
+                                                      b"\r\n{\"model\"")
+            held = [await asyncio.open_connection("127.0.0.1", proxy.port) for _ in range(3)]
+            await _until(lambda: len(proxy.proxy.clients) == 3)
+            out["over"] = await _raw(proxy.port, b"GET /v1/models HTTP/1.1\r\n\r\n")
+            for _, w in held:
+                w.close()
+            return out, proxy.proxy.counters, proxy.records
+
+    out, counters, records = asyncio.run(go())
+    assert out["garbage"].startswith(b"HTTP/1.1 400")
+    assert out["header"].startswith(b"HTTP/1.1 400")
+    assert out["chunked"].startswith(b"HTTP/1.1 411")
+    assert out["big"].startswith(b"HTTP/1.1 413")
+    assert out["drip_head"].startswith(b"HTTP/1.1 408")
+    assert out["drip_body"].startswith(b"HTTP/1.1 408")
+    assert out["over"].startswith(b"HTTP/1.1 503") and b"Retry-After: 1\r\n" in out["over"]
+    for raw in out.values():
+        assert json.loads(_body_of(raw))["error"]["code"] == int(raw[9:12])
+    assert counters.refused == {"bad_request": 3, "too_large": 1, "slow_client": 2, "over_connections": 1}
+    [rec] = records                                 # the stalled body was a completions request
+    assert rec.error == R.TIMEOUT and rec.http_status == 408
+
+
+class _Upstream:
+    """A tiny upstream that answers every POST with the given raw HTTP response, or never."""
+
+    def __init__(self, response: bytes | None):
+        self.response = response
+        self.port = None
+        self.server = None
+
+    async def __aenter__(self):
+        async def handle(reader, writer):
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                if self.response is None:
+                    await reader.read()                # hold the request until the proxy gives up
+                else:
+                    writer.write(self.response)
+                    await writer.drain()
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+
+def test_malformed_sse_is_passed_through_and_counted():
+    events = (b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
+              b'data: {not json\n\n'
+              b'data: {"choices":[{"index":0,"text":"b","finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
+    response = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: "
+                + str(len(events)).encode() + b"\r\n\r\n" + events)
+
+    async def go():
+        async with _Upstream(response) as up, Running(up.url) as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "stream": True}))
+            return raw, proxy.records, proxy.proxy.counters
+
+    raw, [rec], counters = asyncio.run(go())
+    assert raw == response                           # byte for byte
+    assert rec.error == R.TRUNCATED and rec.proxy["malformed_sse"] is True and counters.malformed_sse == 1
+    assert rec.output_tokens == 2
+
+
+def test_upstream_silence_is_a_504_timeout():
+    async def go():
+        async with _Upstream(None) as up, Running(up.url, first_byte_timeout_s=0.3, sweep_interval_s=0.05) as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "stream": True}))
+            return raw, proxy.records
+
+    raw, [rec] = asyncio.run(go())
+    assert raw.startswith(b"HTTP/1.1 504")
+    assert rec.error == R.TIMEOUT and rec.http_status == 504
+
+
+def test_a_slow_reader_pauses_the_upstream():
+    """Backpressure: a client that does not read holds the upstream, not the proxy's memory."""
+    body = b"x" * (64 * 2**20)
+    response = b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+
+    async def go():
+        async with _Upstream(response) as up, Running(up.url) as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port, limit=2**16)
+            writer.write(b"GET /big HTTP/1.1\r\n\r\n")
+            ex = None
+            await _until(lambda: proxy.proxy.inflight and next(iter(proxy.proxy.inflight)).upstream is not None
+                         and next(iter(proxy.proxy.inflight)).upstream.paused)
+            ex = next(iter(proxy.proxy.inflight))
+            [client] = proxy.proxy.clients
+            buffered = client.transport.get_write_buffer_size()
+            got = 0
+            while got < len(response):
+                chunk = await reader.read(2**20)
+                assert chunk
+                got += len(chunk)
+            writer.close()
+            return buffered, ex
+
+    buffered, ex = asyncio.run(go())
+    assert buffered < 4 * 2**20                      # the proxy held a few buffers, not the 64 MiB
