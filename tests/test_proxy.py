@@ -312,3 +312,109 @@ def test_a_slow_reader_pauses_the_upstream():
 
     buffered, ex = asyncio.run(go())
     assert buffered < 4 * 2**20                      # the proxy held a few buffers, not the 64 MiB
+
+
+# -- live signals and requests_no_token ---------------------------------------------------------------
+
+def _stream_body(max_tokens: int, prompt: str = "p") -> dict:
+    return {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
+
+
+async def _stream(port: int, body: dict) -> None:
+    try:
+        await _raw(port, _post("/v1/completions", body))
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+
+
+def _judge(samples, config):
+    from servewatch.detectors import no_token
+    from servewatch.timeline.window import Window
+
+    return no_token.detect(Window.from_samples(samples), config)
+
+
+async def _warm(proxy, n: int = 8) -> None:
+    await asyncio.gather(*(_stream(proxy.port, _stream_body(4)) for _ in range(n)))
+
+
+def test_requests_no_token_fires_on_a_stalled_engine_within_its_threshold():
+    from servewatch.detectors.config import DetectorConfig
+    from servewatch.detectors.no_token import threshold_s
+
+    config = DetectorConfig(no_token_floor_s=0.5)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, Running(sim.url, sweep_interval_s=0.05) as proxy:
+            await _warm(proxy)
+            tasks = [asyncio.create_task(_stream(proxy.port, _stream_body(4000))) for _ in range(4)]
+            await _until(lambda: len(sim.engine.scheduler.running) == 4 and all(
+                ex.first_byte for ex in proxy.proxy.inflight))
+            calm = proxy.proxy.snapshot(proxy.proxy.now())
+            assert calm.in_flight == 4 and calm.waiting_first_token == 0 and _judge([calm], config) == []
+            sim.engine.inject("stall")
+            stalled_at = proxy.proxy.now()
+            verdicts = []
+            while not verdicts:
+                sample = proxy.proxy.snapshot(proxy.proxy.now())
+                verdicts = _judge([sample], config)
+                await asyncio.sleep(0.05)
+            fired_after = proxy.proxy.now() - stalled_at
+            for task in tasks:
+                task.cancel()
+            return verdicts, sample, fired_after
+
+    [verdict], sample, fired_after = asyncio.run(go())
+    limit = threshold_s(sample, config)
+    assert verdict.name == "requests_no_token" and sample.in_flight == 4
+    assert limit < fired_after < limit + 0.5           # the threshold, plus the sampling allowance
+    assert "4 request(s) in flight got no byte" in verdict.why
+
+
+def test_requests_no_token_is_silent_through_an_overload_served_in_turn():
+    from servewatch.detectors.config import DetectorConfig
+
+    config = DetectorConfig(no_token_floor_s=0.5)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m", max_num_seqs=4) as sim, \
+                Running(sim.url, sweep_interval_s=0.05) as proxy:
+            await _warm(proxy)
+            tasks = [asyncio.create_task(_stream(proxy.port, _stream_body(300))) for _ in range(24)]
+            samples = []
+            peak_wait = 0.0
+            while not all(t.done() for t in tasks):
+                sample = proxy.proxy.snapshot(proxy.proxy.now())
+                samples.append(sample)
+                peak_wait = max(peak_wait, sample.oldest_waiting_s or 0.0)
+                assert _judge(samples[-1:], config) == [], sample
+                await asyncio.sleep(0.05)
+            return peak_wait, samples, proxy.records
+
+    peak_wait, samples, records = asyncio.run(go())
+    assert max(s.waiting_first_token for s in samples) >= 12      # a real queue
+    assert peak_wait > 4 * 0.5                                    # waits far past the floor, served in turn
+    assert sum(r.ok for r in records) == 8 + 24
+
+
+def test_requests_no_token_is_silent_through_a_long_prefill():
+    from servewatch.detectors.config import DetectorConfig
+
+    config = DetectorConfig(no_token_floor_s=0.2)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m", max_model_len=200000) as sim, \
+                Running(sim.url, sweep_interval_s=0.05) as proxy:
+            await _warm(proxy)
+            long_prompt = "word " * 60000
+            task = asyncio.create_task(_stream(proxy.port, _stream_body(2, long_prompt)))
+            worst = []
+            while not task.done():
+                sample = proxy.proxy.snapshot(proxy.proxy.now())
+                assert _judge([sample], config) == [], sample
+                worst.append(sample.quiet_s or 0.0)
+                await asyncio.sleep(0.02)
+            return max(worst), proxy.records[-1]
+
+    worst_quiet, rec = asyncio.run(go())
+    assert rec.ok and rec.ttft_s > 0.2 and worst_quiet > 0.2       # a prefill longer than the floor

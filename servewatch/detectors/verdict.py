@@ -51,7 +51,7 @@ class RunbookBranch:
 INCIDENT = "incident"      # something is wrong now: stops `watch --stop-on-incident`, pages
 FINDING = "finding"        # a standing property of the target (e.g. a blind histogram): a ticket
 SEVERITIES = ("page", "ticket", "info")
-SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
+SOURCES = ("health", "metrics", "process", "gpu", "log", "probe", "requests")
 
 
 @dataclass(frozen=True)

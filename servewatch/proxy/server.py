@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
@@ -24,7 +25,9 @@ from servewatch.load.http1 import Endpoint, StreamCut, _Conn, _IDLE
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
+from servewatch.timeline.samples import RequestsSample
 
+RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
             431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
@@ -72,6 +75,8 @@ class Proxy:
         self.inflight: set[Exchange] = set()
         self.idle: list[Upstream] = []
         self._ids = 0
+        self.recent = deque(maxlen=RECENT)        # (ttft_s, request bytes) of recent successful streams
+        self.last_end: float | None = None        # when an API request last ended
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
         self._host_line = f"Host: {self.endpoint.host_header}".encode("ascii")
@@ -154,7 +159,11 @@ class Proxy:
         self.inflight.discard(ex)
         if ex.api is None:
             return
-        rec = ex.finish(self.now())
+        now = self.now()
+        rec = ex.finish(now)
+        self.last_end = now
+        if rec.error is None and rec.ttft_s is not None:
+            self.recent.append((rec.ttft_s, max(ex.body_size, 1)))
         self.counters.requests += 1
         outcome = "ok" if rec.error is None else rec.error
         self.counters.outcomes[outcome] = self.counters.outcomes.get(outcome, 0) + 1
@@ -162,6 +171,43 @@ class Proxy:
             self.counters.malformed_sse += 1
         if self.on_record is not None:
             self.on_record(ex, rec)
+
+    # -- live signals
+    def snapshot(self, now: float) -> RequestsSample:
+        """The request path now, as a timeline sample (see servewatch.timeline.samples.RequestsSample)."""
+        in_flight = waiting = 0
+        oldest = oldest_waiting = None
+        newest_byte = self.last_end
+        waiting_ex = None
+        for ex in self.inflight:
+            if ex.api is None or ex.done:
+                continue
+            in_flight += 1
+            age = now - ex.arrival
+            if oldest is None or age > oldest:
+                oldest = age
+            if ex.sent is None:
+                continue
+            seen = ex.last if ex.first_byte is not None else ex.sent
+            if newest_byte is None or seen > newest_byte:
+                newest_byte = seen
+            if ex.stream and (ex.state is None or not ex.state.chunk_t):
+                waiting += 1
+                wait = now - ex.sent
+                if oldest_waiting is None or wait > oldest_waiting:
+                    oldest_waiting, waiting_ex = wait, ex
+        quiet = None
+        if in_flight and newest_byte is not None and any(ex.sent is not None for ex in self.inflight):
+            quiet = max(0.0, now - newest_byte)
+        ttfts = sorted(t for t, _ in self.recent)
+        p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else None
+        expected = None
+        if waiting_ex is not None and self.recent:
+            per_byte = sorted(t / size for t, size in self.recent)
+            expected = per_byte[min(len(per_byte) - 1, int(0.99 * len(per_byte)))] * max(waiting_ex.body_size, 1)
+        return RequestsSample(t=now, in_flight=in_flight, waiting_first_token=waiting, oldest_s=oldest,
+                              oldest_waiting_s=oldest_waiting, quiet_s=quiet, ttft_p99_s=p99, ttft_count=len(ttfts),
+                              expected_ttft_s=expected, outcomes=dict(self.counters.outcomes))
 
     # -- deadlines
     async def _sweep_forever(self) -> None:
@@ -463,6 +509,7 @@ class Client(asyncio.Protocol):
             tenant = auth[7:].strip()
         ex = Exchange(proxy.next_id(), self.last, api, method, keep_alive, tenant_id(tenant) if api else None,
                       length, config.parse_bytes)
+        ex.body_size = length
         if api is None:
             proxy.counters.other_requests += 1
         self.exchange = ex

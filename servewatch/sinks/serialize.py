@@ -27,10 +27,12 @@ from servewatch.timeline.samples import (
     ProbeSample,
     ProcessMember,
     ProcessSample,
+    REQUEST_OUTCOMES,
+    RequestsSample,
     Sample,
 )
 
-SOURCES = ("health", "metrics", "process", "gpu", "log", "probe")
+SOURCES = ("health", "metrics", "process", "gpu", "log", "probe", "requests")
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -278,6 +280,14 @@ def sample_to_dict(s: Sample) -> dict:
                 "outcome": s.outcome if s.outcome in PROBE_OUTCOMES else "unavailable",
                 "latency_s": number(s.latency_s), "deadline_s": number(s.deadline_s), "status": s.status,
                 "tokens": s.tokens, "error": error_class(s.error)}
+    if isinstance(s, RequestsSample):
+        return {"source": "requests", "t": number(s.t), "in_flight": s.in_flight,
+                "waiting_first_token": s.waiting_first_token, "oldest_s": number(s.oldest_s),
+                "oldest_waiting_s": number(s.oldest_waiting_s), "quiet_s": number(s.quiet_s),
+                "ttft_p99_s": number(s.ttft_p99_s), "ttft_count": s.ttft_count,
+                "expected_ttft_s": number(s.expected_ttft_s),
+                "outcomes": {k: int(v) for k, v in s.outcomes.items() if k in REQUEST_OUTCOMES},
+                "error": error_class(s.error)}
     raise TypeError(f"not a sample: {type(s).__name__}")
 
 
@@ -310,13 +320,19 @@ def sample_from_dict(d: Mapping) -> Sample:
             return ProbeSample(t=t, outcome=d["outcome"], latency_s=unnumber(d["latency_s"]),
                                deadline_s=unnumber(d["deadline_s"]), status=d["status"], tokens=d["tokens"],
                                error=d["error"])
+        if source == "requests":
+            return RequestsSample(t=t, in_flight=d["in_flight"], waiting_first_token=d["waiting_first_token"],
+                                  oldest_s=unnumber(d["oldest_s"]), oldest_waiting_s=unnumber(d["oldest_waiting_s"]),
+                                  quiet_s=unnumber(d["quiet_s"]), ttft_p99_s=unnumber(d["ttft_p99_s"]),
+                                  ttft_count=d["ttft_count"], expected_ttft_s=unnumber(d["expected_ttft_s"]),
+                                  outcomes=dict(d["outcomes"]), error=d["error"])
     except (KeyError, TypeError) as exc:
         raise DecodeError(f"malformed {d.get('source', '?')} sample: {exc}") from None
     raise DecodeError(f"unknown sample source {source!r}")
 
 
 _SOURCE_BY_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                   GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
+                   GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe", RequestsSample: "requests"}
 
 
 def source_of(s: Sample) -> str:

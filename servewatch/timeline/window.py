@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
-                                         Sample)
+                                         RequestsSample, Sample)
 
 _time = attrgetter("t")
 
 # The name of each sample kind; also the `source` of an Evidence pointer.
-KINDS = ("health", "metrics", "process", "gpu", "log", "probe")
+KINDS = ("health", "metrics", "process", "gpu", "log", "probe", "requests")
 _KIND_OF_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
+                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe", RequestsSample: "requests"}
 
 
 def kind_of(sample: Sample) -> str:
@@ -38,6 +38,7 @@ class Window:
     gpu: tuple[GpuSample, ...] = ()
     logs: tuple[LogEvent, ...] = ()
     probe: tuple[ProbeSample, ...] = ()
+    requests: tuple[RequestsSample, ...] = ()      # from `servewatch proxy`
 
     @classmethod
     def from_samples(cls, samples: Iterable[Sample]) -> Window:
