@@ -418,3 +418,108 @@ def test_requests_no_token_is_silent_through_a_long_prefill():
 
     worst_quiet, rec = asyncio.run(go())
     assert rec.ok and rec.ttft_s > 0.2 and worst_quiet > 0.2       # a prefill longer than the floor
+
+
+# -- telemetry -----------------------------------------------------------------------------------------
+
+def test_metrics_follow_the_genai_conventions_on_their_own_port():
+    from servewatch.proxy.telemetry import TTFT_BUCKETS, Telemetry
+
+    async def go():
+        telemetry = Telemetry()
+        async with SimServer(profile="h100-8b", model_name="m") as sim:
+            proxy = Proxy(ProxyConfig(upstream=sim.url), on_record=telemetry.observe)
+            port = await proxy.start("127.0.0.1", 0)
+            runner, mport = await telemetry.serve_metrics(proxy, "127.0.0.1", 0)
+            try:
+                await _stream(port, _stream_body(6))
+                await _raw(port, _post("/v1/completions", {"model": "nope", "prompt": "p"}))
+                async with aiohttp.ClientSession() as s:
+                    async with s.get(f"http://127.0.0.1:{mport}/metrics") as r:
+                        text = await r.text()
+                    async with s.get(f"http://127.0.0.1:{port}/metrics") as r:     # the engine's, through
+                        engine = await r.text()
+            finally:
+                await runner.cleanup()
+                await proxy.close()
+        return text, engine
+
+    text, engine = asyncio.run(go())
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    ttft = families["gen_ai_server_time_to_first_token_seconds"]
+    bounds = sorted({float(s.labels["le"]) for s in ttft.samples if s.name.endswith("_bucket")} - {float("inf")})
+    assert tuple(bounds) == TTFT_BUCKETS
+    [count] = [s for s in ttft.samples if s.name.endswith("_count")]
+    assert count.labels == {"gen_ai_operation_name": "text_completion", "gen_ai_request_model": "m", "outcome": "ok"}
+    assert count.value == 1
+    durations = {s.labels["outcome"]: s.value for s in families["gen_ai_server_request_duration_seconds"].samples
+                 if s.name.endswith("_count")}
+    assert durations == {"ok": 1.0, "http_4xx": 1.0}
+    tokens = {s.labels["gen_ai_token_type"]: s.value for s in families["gen_ai_client_token_usage"].samples
+              if s.name.endswith("_sum") and s.labels["outcome"] == "ok"}
+    assert tokens["output"] == 6.0
+    assert 'servewatch_proxy_requests_total{outcome="http_4xx"} 1' in text
+    assert "vllm:" in engine and "gen_ai_" not in engine
+
+
+def test_traces_export_over_otlp_keeping_errors():
+    pytest.importorskip("opentelemetry.sdk")
+    import http.server
+    import threading
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from servewatch.proxy.telemetry import Telemetry
+
+    received: list[bytes] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    telemetry = Telemetry(otlp_endpoint=f"http://127.0.0.1:{server.server_port}", sample=0.0, seed=1)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim:
+            proxy = Proxy(ProxyConfig(upstream=sim.url), on_record=telemetry.observe)
+            telemetry.proxy = proxy
+            port = await proxy.start("127.0.0.1", 0)
+            try:
+                for _ in range(3):
+                    await _stream(port, _stream_body(3))             # sampled out (rate 0)
+                await _raw(port, _post("/v1/completions", {"model": "nope", "prompt": "p", "stream": True}))
+            finally:
+                await proxy.close()
+
+    try:
+        asyncio.run(go())
+        telemetry.close()                                            # flushes the batch
+    finally:
+        server.shutdown()
+    spans = []
+    for path, body in received:
+        assert path == "/v1/traces"
+        request = ExportTraceServiceRequest.FromString(body)
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                spans.extend(ss.spans)
+    [span] = spans
+    attrs = {a.key: a.value for a in span.attributes}
+    assert span.name == "text_completion nope"
+    assert attrs["gen_ai.operation.name"].string_value == "text_completion"
+    assert attrs["gen_ai.request.model"].string_value == "nope"
+    assert attrs["error.type"].string_value == "http_4xx"
+    assert attrs["http.response.status_code"].int_value == 404
+    assert span.status.code == 2                                     # STATUS_CODE_ERROR

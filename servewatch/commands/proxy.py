@@ -33,6 +33,13 @@ def register(subparsers) -> None:
                         "(needs the [otel] extra)")
     p.add_argument("--trace-sample", type=float, default=0.1, metavar="RATE",
                    help="fraction of successful requests traced (errors are always kept; default 0.1)")
+    p.add_argument("--watch", action="store_true",
+                   help="also record the upstream (health, /metrics) with the proxy's requests as a source, and "
+                        "print verdicts (requests_no_token among them) as JSON lines")
+    p.add_argument("--interval", type=float, default=1.0, help="--watch cadence in seconds (default 1)")
+    p.add_argument("--out", metavar="DIR", help="with --watch: an incident bundle per verdict into DIR")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
+                   help="with --watch: a detector threshold, e.g. --set no_token.floor_s=5")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until ^C)")
     p.set_defaults(func=run)
 

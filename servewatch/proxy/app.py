@@ -47,6 +47,7 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         proxy = Proxy(config, on_record=on_record)
     except ValueError as exc:
         raise ServewatchError(f"--upstream {args.upstream}: {exc}") from None
+    telemetry.proxy = proxy
     try:
         port = await proxy.start(*listen)
     except OSError as exc:
@@ -66,11 +67,18 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         try:
             flusher = asyncio.create_task(_flush(log))
+            watcher = asyncio.create_task(_watch(args, proxy, stop)) if args.watch else None
             try:
                 await asyncio.wait_for(stop.wait(), args.duration)
             except TimeoutError:
                 pass
             flusher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+                try:
+                    await watcher
+                except asyncio.CancelledError:
+                    pass
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
     finally:
@@ -88,3 +96,26 @@ async def _flush(log) -> None:
         await asyncio.sleep(1.0)
         if log is not None:
             log.flush()
+
+
+async def _watch(args, proxy, stop: asyncio.Event) -> None:
+    """The recorder over the upstream (health, /metrics) with the proxy's requests as one more source:
+    verdicts as JSON lines on stdout, bundles with --out."""
+    from servewatch.detectors import settings
+    from servewatch.proxy.signals import RequestsSource
+    from servewatch.watch.options import RecordingOptions
+    from servewatch.watch.output import cleared_line, json_line
+    from servewatch.watch.session import record
+
+    options = RecordingOptions(url=args.upstream, interval=args.interval, out=args.out,
+                               detectors=settings.build(args.detector_settings, None))
+
+    def sources_for(clock):
+        return [RequestsSource(proxy, clock, args.interval)]
+
+    try:
+        await record(options, None, tool="proxy", listeners=[lambda f: print(json_line(f), flush=True)],
+                     clear_listeners=[lambda c: print(cleared_line(c), flush=True)],
+                     extra_sources=sources_for)
+    finally:
+        stop.set()

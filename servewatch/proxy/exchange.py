@@ -150,6 +150,7 @@ class Exchange:
             detail = self._error_summary()
         rec.error, rec.error_detail = error, detail
         finish_record(rec, state, spec)
+        rec.finish_reason = safe_word(rec.finish_reason)
         self.malformed = self.malformed or state.malformed
         itl = sorted(rec.itl_token_s)
         rec.proxy = {

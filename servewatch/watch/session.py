@@ -39,7 +39,8 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
     async with aiohttp.ClientSession(connector=connector) as session:
         recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=sinks,
                                   listeners=listeners, clear_listeners=clear_listeners, stop_when=stop_when,
-                                  tool=tool, extra_sources=extra_sources)
+                                  tool=tool,
+                                  extra_sources=extra_sources(clock) if callable(extra_sources) else extra_sources)
         if on_recorder is not None:
             on_recorder(recorder)
         announce = asyncio.create_task(_announce_recording(recorder, target, tool))
