@@ -60,6 +60,12 @@ def run(args) -> int:
     listen = host_port(args.listen, "--listen")
     metrics = host_port(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
     try:
+        import uvloop          # the [fast] extra: the event loop's own cost per read and write is a third lower
+    except ImportError:
+        uvloop = None
+    try:
+        if uvloop is not None:
+            return uvloop.run(run_proxy(args, listen, metrics))
         return asyncio.run(run_proxy(args, listen, metrics))
     except KeyboardInterrupt:
         print("servewatch proxy: stopped", file=sys.stderr)
