@@ -19,6 +19,7 @@ from servewatch.timeline.samples import (
     GpuDevice,
     GpuSample,
     HealthSample,
+    RequestsSample,
     LogEvent,
     MetricsSample,
     ProcessMember,
@@ -72,6 +73,11 @@ samples = st.one_of(
     st.builds(LogEvent, t=times, kind=st.one_of(st.just("stats"), text), fields=st.dictionaries(
         st.one_of(st.sampled_from(["reason", "running", "prompt", "exception"]), text),
         st.one_of(text, floats, st.integers(-10, 10), st.booleans()), max_size=4)),
+    st.builds(RequestsSample, t=times, in_flight=st.integers(0, 10**6), waiting_first_token=st.integers(0, 10**6),
+              oldest_s=maybe, oldest_waiting_s=maybe, quiet_s=maybe, ttft_p99_s=maybe, ttft_count=st.integers(0, 256),
+              expected_ttft_s=maybe, outcomes=st.dictionaries(st.one_of(st.sampled_from(["ok", "timeout"]), text),
+                                                               st.integers(0, 2**40), max_size=3),
+              error=st.one_of(st.none(), text)),
 )
 verdicts = st.builds(Verdict, name=st.sampled_from(registry.names()), t=times, onset=times, why=text,
                      evidence=st.lists(st.builds(Evidence, source=st.sampled_from(["health", "metrics"]), t=times,

@@ -112,6 +112,14 @@ class DetectorConfig:
     # /health answered 2xx and no counter moved. Probes run only with --probe.
     probe_fail_count: int = 1
 
+    # requests_no_token (needs `servewatch proxy`): requests are in flight and none of them got a byte
+    # (and none ended) for longer than
+    #   max(no_token_k x max(recent TTFT p99, the oldest waiting request's expected TTFT), no_token_floor_s)
+    # where the expected TTFT scales the recent prefill speed (TTFT per request byte) by its size, so a
+    # long prefill raises the bar; an overload served in turn keeps bytes flowing and never reaches it.
+    no_token_k: float = 4.0
+    no_token_floor_s: float = 2.0
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["blind_kinds"] = list(self.blind_kinds)

@@ -7,8 +7,8 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import (blindness, capacity, liveness, not_serving, outcomes, progress, restart, runbooks,
-                                  startup)
+from servewatch.detectors import (blindness, capacity, liveness, no_token, not_serving, outcomes, progress, restart,
+                                  runbooks, startup)
 from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
 
 _REGISTRY: dict[str, VerdictSpec] = {}
@@ -93,5 +93,8 @@ for _spec in (
     VerdictSpec("crash_loop", restart.detect_crash_loop, INCIDENT, "page",
                 "the target dies or restarts again and again", runbooks.CRASH_LOOP, ("process", "metrics", "log"),
                 labels=("by",)),
+    VerdictSpec("requests_no_token", no_token.detect, INCIDENT, "page",
+                "requests in flight get no token from the engine", runbooks.REQUESTS_NO_TOKEN,
+                ("requests", "health", "metrics")),
 ):
     register(_spec)

@@ -195,6 +195,31 @@ TARGET_RESTARTED = RunbookBranch(
     restart_destroys="Already destroyed: KV and prefix cache, in-flight requests, cumulative counters.",
 )
 
+REQUESTS_NO_TOKEN = RunbookBranch(
+    meaning="Requests are in flight through `servewatch proxy` and none of them got a byte from the engine "
+            "for far longer than the recent time to first token (scaled up for a long prompt): the engine "
+            "accepted the work and stopped answering. The engine's own gauges may show nothing running "
+            "(a stopped tensor-parallel rank leaves vLLM reporting 0 running, 0 waiting) while clients wait.",
+    check_next=(
+        "The requests samples in the bundle: in-flight count, the oldest request waiting for its first "
+        "token and how long no byte came; a queue that grows while quiet_s grows confirms a wedge.",
+        "Process states in the bundle: an engine core or worker in status 'stopped' or at ~0% CPU while "
+        "requests wait names the fault domain; take a stack (`py-spy dump --pid PID`) before touching it.",
+        "Send one request yourself with a timeout (`curl -m 20 URL/v1/completions` with max_tokens 1) "
+        "directly to the engine, past the proxy: no answer confirms the engine, an answer points at the "
+        "proxy's upstream connection.",
+    ),
+    expected_range="A served request gets its first token within a few times the recent TTFT p99 (a long "
+                   "prompt within a few times its expected prefill); an overload served in turn delivers "
+                   "tokens to some request every step.",
+    safe_action="Keep this bundle and a stack dump, then stop routing new traffic to this replica (drain it at "
+                "the router); the requests waiting on it will not finish by themselves.",
+    rollback="Return the replica to routing once requests through the proxy get tokens again.",
+    restart_destroys="The requests waiting on the engine, the KV and prefix cache contents, and the frozen "
+                     "process state that shows where it hung: take the stack before any restart.",
+)
+
+
 NOT_SERVING = RunbookBranch(
     meaning="/health answers 2xx, but a one-token completion sent by the probe got no token within its "
             "deadline (or failed) and no progress counter moved. An engine that hangs while idle keeps its "

@@ -18,6 +18,7 @@ STREAM_CUT = "stream_cut"  # the connection broke or the response was malformed 
 TRUNCATED = "truncated"    # HTTP 200 but fewer tokens than asked with ignore_eos, finish reason
                            # abort/error, or an error event inside the stream
 ERROR_CLASSES = (CONNECT, TIMEOUT, HTTP_4XX, HTTP_5XX, STREAM_CUT, TRUNCATED)
+CLIENT_ABORT = "client_abort"  # the proxy's client went away before the end (the proxy's records only)
 
 
 def error_for_status(status: int) -> str | None:
@@ -51,6 +52,9 @@ class RequestRecord:
     error_detail: str | None = None           # our own short words, never the server's body
     text: str | None = None                   # completion text, only with --keep-text
     prompt: str | None = None                 # prompt text, only with --keep-text
+    # Set by `servewatch proxy` only (absent from load's records): `scheduled` is then the arrival of
+    # the request at the proxy and `sent` when it was written to the upstream.
+    proxy: dict | None = None                 # see servewatch.proxy.exchange.proxy_fields
 
     @property
     def ok(self) -> bool:
@@ -83,6 +87,8 @@ class RequestRecord:
             "itl_token_s": [_r(x) for x in self.itl_token_s],
             "itl_chunk_s": [_r(x) for x in self.itl_chunk_s],
         }
+        if self.proxy is not None:
+            out["proxy"] = self.proxy
         if keep_text:
             out["prompt"] = self.prompt
             out["text"] = self.text

@@ -28,6 +28,8 @@ from servewatch.timeline.samples import (
     ProbeSample,
     ProcessMember,
     ProcessSample,
+    REQUEST_OUTCOMES,
+    RequestsSample,
     Sample,
 )
 
@@ -271,6 +273,14 @@ def sample_to_dict(s: Sample) -> dict:
                 "outcome": s.outcome if s.outcome in PROBE_OUTCOMES else "unavailable",
                 "latency_s": number(s.latency_s), "deadline_s": number(s.deadline_s), "status": s.status,
                 "tokens": s.tokens, "error": error_class(s.error)}
+    if isinstance(s, RequestsSample):
+        return {"source": "requests", "t": number(s.t), "in_flight": s.in_flight,
+                "waiting_first_token": s.waiting_first_token, "oldest_s": number(s.oldest_s),
+                "oldest_waiting_s": number(s.oldest_waiting_s), "quiet_s": number(s.quiet_s),
+                "ttft_p99_s": number(s.ttft_p99_s), "ttft_count": s.ttft_count,
+                "expected_ttft_s": number(s.expected_ttft_s),
+                "outcomes": {k: int(v) for k, v in s.outcomes.items() if k in REQUEST_OUTCOMES},
+                "error": error_class(s.error)}
     raise TypeError(f"not a sample: {type(s).__name__}")
 
 
@@ -303,6 +313,12 @@ def sample_from_dict(d: Mapping) -> Sample:
             return ProbeSample(t=t, outcome=d["outcome"], latency_s=unnumber(d["latency_s"]),
                                deadline_s=unnumber(d["deadline_s"]), status=d["status"], tokens=d["tokens"],
                                error=d["error"])
+        if source == "requests":
+            return RequestsSample(t=t, in_flight=d["in_flight"], waiting_first_token=d["waiting_first_token"],
+                                  oldest_s=unnumber(d["oldest_s"]), oldest_waiting_s=unnumber(d["oldest_waiting_s"]),
+                                  quiet_s=unnumber(d["quiet_s"]), ttft_p99_s=unnumber(d["ttft_p99_s"]),
+                                  ttft_count=d["ttft_count"], expected_ttft_s=unnumber(d["expected_ttft_s"]),
+                                  outcomes=dict(d["outcomes"]), error=d["error"])
     except (KeyError, TypeError) as exc:
         raise DecodeError(f"malformed {d.get('source', '?')} sample: {exc}") from None
     raise DecodeError(f"unknown sample source {source!r}")

@@ -112,4 +112,26 @@ class ProbeSample:
         return self.outcome in (DEADLINE, FAILED)
 
 
-Sample = HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent | ProbeSample
+# Outcomes of requests through `servewatch proxy`: "ok" or the request record's error class.
+REQUEST_OUTCOMES = ("ok", "connect", "timeout", "http_4xx", "http_5xx", "stream_cut", "truncated", "client_abort")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestsSample:
+    """The request path as `servewatch proxy` sees it at one instant: counts and ages only, never a
+    request's content, id, path or tenant."""
+
+    t: float
+    in_flight: int                     # completions and chat completions between arrival and end
+    waiting_first_token: int           # of those, streamed ones sent upstream with no token yet
+    oldest_s: float | None             # age of the oldest in flight
+    oldest_waiting_s: float | None     # the longest a streamed request has waited for its first token
+    quiet_s: float | None              # since an in-flight request last got a byte (or one ended); None when idle
+    ttft_p99_s: float | None           # p99 TTFT of the recent finished streams
+    ttft_count: int                    # how many TTFTs that p99 rests on
+    expected_ttft_s: float | None      # the oldest waiting one's expected TTFT from its size and recent prefill speed
+    outcomes: dict[str, int] = field(default_factory=dict)   # cumulative, by REQUEST_OUTCOMES
+    error: str | None = None
+
+
+Sample = HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent | ProbeSample | RequestsSample

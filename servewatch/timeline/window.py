@@ -14,12 +14,12 @@ from operator import attrgetter
 
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
-                                         Sample)
+                                         RequestsSample, Sample)
 
 _time = attrgetter("t")
 
 _KIND_OF_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe"}
+                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe", RequestsSample: "requests"}
 
 
 def kind_of(sample: Sample) -> str:
@@ -37,6 +37,7 @@ class Window:
     gpu: tuple[GpuSample, ...] = ()
     logs: tuple[LogEvent, ...] = ()
     probe: tuple[ProbeSample, ...] = ()
+    requests: tuple[RequestsSample, ...] = ()      # from `servewatch proxy`
 
     @classmethod
     def from_samples(cls, samples: Iterable[Sample]) -> Window:

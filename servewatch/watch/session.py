@@ -16,7 +16,8 @@ from servewatch.watch.options import RecordingOptions
 async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequence[Callable] = (),
                  clear_listeners: Sequence[Callable] = (), sinks: Sequence = (), stop_when=None,
                  on_recorder: Callable | None = None, drive: Callable[..., Awaitable[None]] | None = None,
-                 identity: Callable[[], dict | None] | None = None):
+                 identity: Callable[[], dict | None] | None = None,
+                 extra_sources: Sequence = ()):
     """Record options.url until options.duration ends or the recorder is stopped; the recorder when
     done. `sinks` hear fired and cleared verdicts beside the bundle writer (--out); `drive(recorder)`
     replaces the plain run (the live table); `on_recorder(recorder)` is called once it exists; `identity()`
@@ -42,7 +43,8 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
     async with aiohttp.ClientSession(connector=connector) as session:
         recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=sinks,
                                   listeners=listeners, clear_listeners=clear_listeners, stop_when=stop_when,
-                                  tool=tool)
+                                  tool=tool,
+                                  extra_sources=extra_sources(clock) if callable(extra_sources) else extra_sources)
         if on_recorder is not None:
             on_recorder(recorder)
         announce = asyncio.create_task(_announce_recording(recorder, target, tool))
@@ -73,7 +75,7 @@ def _say_probe_cost(recorder, tool: str) -> None:
 
 def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bundles=None, sinks: Sequence = (),
                    listeners: Sequence[Callable] = (), clear_listeners: Sequence[Callable] = (), stop_when=None,
-                   wrap_source: Callable | None = None, tool: str = "watch"):
+                   wrap_source: Callable | None = None, tool: str = "watch", extra_sources: Sequence = ()):
     """The recorder for one target, as `watch`, `guard` and `serve` all record one: the HTTP sources
     (plus process, log and active-probe sources when asked for), the detectors of options.detectors,
     the bundle sink first and then `sinks`. `wrap_source(source)` may wrap each source (serve's backoff)."""
@@ -85,6 +87,7 @@ def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bun
                            slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file, gpu=options.gpu,
                            probe_every=options.probe_interval if options.probe else None,
                            probe_deadline=options.probe_deadline, say=stderr_say(tool))
+    sources = [*sources, *extra_sources]       # e.g. the proxy's requests source
     if wrap_source is not None:
         sources = [wrap_source(source) for source in sources]
     recorder = Recorder(sources, clock, history_s=options.history_s, config=options.detectors,

@@ -1,0 +1,340 @@
+"""What `servewatch proxy` adds to a stream: latency to the first token and per token, CPU per 100k streamed
+tokens, memory per in-flight stream — side by side with going direct and with Debian's nginx as a plain
+reverse proxy (proxy_buffering off), in one run against the same fast upstream.
+
+The upstream is a tiny asyncio SSE server in its own process that, like an engine's step loop, writes one
+token to every active stream each `--step-ms`, stamping each event with its send time; the clients (this
+process) take receive time minus send time per token, so the added per-token latency is the difference
+of those distributions between routes. CPU is the proxy's (or nginx's master + workers') user + system
+time over the measured phase, per 100k tokens delivered.
+
+    apt-get install -y nginx      # optional: without it the nginx column is left out
+    .venv/bin/python benchmarks/proxy.py [--streams 200] [--seconds 15] [--tokens 64] [--step-ms 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+UPSTREAM = r'''
+import asyncio, sys, time
+STEP = float(sys.argv[2]) / 1000
+active = set()
+
+class S(asyncio.Protocol):
+    def connection_made(self, t):
+        self.t, self.buf, self.left = t, b"", 0
+    def data_received(self, d):
+        self.buf += d
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end].lower()
+            n = 0
+            for line in head.split(b"\r\n"):
+                if line.startswith(b"content-length:"):
+                    n = int(line.split(b":")[1])
+            if len(self.buf) < end + 4 + n:
+                return
+            body, self.buf = self.buf[end + 4:end + 4 + n], self.buf[end + 4 + n:]
+            if head.startswith(b"get"):
+                self.t.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                continue
+            self.left = int(body.split(b'"max_tokens":')[1].split(b",")[0].split(b"}")[0])
+            self.t.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            active.add(self)
+    def connection_lost(self, exc):
+        active.discard(self)
+
+async def ticker():
+    while True:
+        await asyncio.sleep(STEP)
+        now = repr(time.time()).encode()
+        done = []
+        for s in active:
+            s.left -= 1
+            fin = b'"length"' if s.left == 0 else b"null"
+            ev = b'data: {"choices":[{"index":0,"text":" tok","finish_reason":' + fin + b'}],"t":' + now + b'}\n\n'
+            if s.left == 0:
+                ev += b"data: [DONE]\n\n"
+            s.t.write(b"%x\r\n%s\r\n" % (len(ev), ev) + (b"0\r\n\r\n" if s.left == 0 else b""))
+            if s.left == 0:
+                done.append(s)
+        for s in done:
+            active.discard(s)
+
+async def main():
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(S, "127.0.0.1", int(sys.argv[1]), backlog=4096)
+    asyncio.create_task(ticker())
+    await asyncio.Event().wait()
+asyncio.run(main())
+'''
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    upstream engine {{ server 127.0.0.1:{up}; keepalive 512; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, limit: float = 15.0) -> None:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def cpu_s(pids: list[int]) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+    return total
+
+
+def rss_kb(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+class Stream(asyncio.Protocol):
+    """A closed-loop streaming client on one keep-alive connection."""
+
+    def __init__(self, stats, body: bytes, port: int):
+        self.stats, self.port = stats, port
+        self.request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.sent = 0.0
+        self.first = True
+        self.done = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.send()
+
+    def send(self):
+        self.first = True
+        self.sent = time.time()
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes):
+        now = time.time()
+        st = self.stats
+        pos = 0
+        while True:
+            i = data.find(b'"t":', pos)
+            if i < 0:
+                break
+            j = data.find(b"}", i)
+            sent = float(data[i + 4:j])
+            if self.first:
+                self.first = False
+                st["ttft"].append(now - self.sent)
+            elif st["measure"]:
+                st["lag"].append(now - sent)
+            st["tokens"] += st["measure"]
+            pos = j
+        if data.endswith(b"0\r\n\r\n"):
+            st["requests"] += 1
+            if st["run"]:
+                self.send()
+            elif not self.done.done():
+                self.done.set_result(None)
+
+    def connection_lost(self, exc):
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: float, pids: list[int]) -> dict:
+    loop = asyncio.get_running_loop()
+    stats = {"ttft": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True}
+    body = json.dumps({"model": "m", "prompt": "p", "max_tokens": tokens, "stream": True}).encode()
+    conns = []
+    for _ in range(streams):
+        _, proto = await loop.create_connection(lambda: Stream(stats, body, port), "127.0.0.1", port)
+        conns.append(proto)
+    await asyncio.sleep(warmup)
+    stats["ttft"].clear()
+    stats["measure"] = True
+    cpu0 = cpu_s(pids)
+    rss_peak = 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        await asyncio.sleep(0.5)
+        rss_peak = max(rss_peak, rss_kb(pids))
+    cpu = cpu_s(pids) - cpu0
+    stats["measure"] = False
+    stats["run"] = False
+    await asyncio.wait([c.done for c in conns], timeout=30)
+    for c in conns:
+        c.transport.close()
+    return {"ttft": sorted(stats["ttft"]), "lag": sorted(stats["lag"]), "tokens": stats["tokens"], "cpu_s": cpu,
+            "rss_peak_kb": rss_peak}
+
+
+async def hold(port: int, streams: int, pids: list[int]) -> float:
+    """kB of the proxy's RSS per in-flight stream: `streams` long streams held open, against idle."""
+    loop = asyncio.get_running_loop()
+    base = rss_kb(pids)
+    stats = {"ttft": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": False}
+    body = json.dumps({"model": "m", "prompt": "p", "max_tokens": 100000, "stream": True}).encode()
+    conns = []
+    for _ in range(streams):
+        _, proto = await loop.create_connection(lambda: Stream(stats, body, port), "127.0.0.1", port)
+        conns.append(proto)
+    await asyncio.sleep(3.0)
+    held = rss_kb(pids)
+    for c in conns:
+        c.transport.abort()
+    await asyncio.sleep(1.0)
+    return (held - base) / streams
+
+
+def q(values, p):
+    return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--tokens", type=int, default=64, help="tokens per request (closed loop)")
+    ap.add_argument("--step-ms", type=float, default=20.0, help="the upstream's step: one token per stream per step")
+    ap.add_argument("--hold", type=int, default=1000, help="streams held open for the memory figure")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="sw-proxy-bench-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        up = free_port()
+        procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up), str(args.step_ms)]))
+        wait_port(up)
+        routes = {"direct": (up, [])}
+        pport = free_port()
+        proxy = subprocess.Popen([str(ROOT / ".venv/bin/servewatch"), "proxy", "--listen", f"127.0.0.1:{pport}",
+                                  "--upstream", f"http://127.0.0.1:{up}", "--records", str(tmp / "requests.jsonl")],
+                                 stderr=subprocess.DEVNULL)
+        procs.append(proxy)
+        wait_port(pport)
+        routes["servewatch proxy"] = (pport, [proxy.pid])
+        nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+        if nginx:
+            nport = free_port()
+            (tmp / "nginx.conf").write_text(NGINX_CONF.format(prefix=tmp, up=up, port=nport))
+            ng = subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], stderr=subprocess.DEVNULL)
+            procs.append(ng)
+            wait_port(nport)
+            routes["nginx"] = (nport, [ng.pid, *children(ng.pid)])
+        results = {}
+        for name, (port, pids) in routes.items():
+            results[name] = asyncio.run(phase(port, args.streams, args.tokens, args.seconds, args.warmup, pids))
+        memory = {name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    base = results["direct"]
+    table = {}
+    for name, r in results.items():
+        row = {"tokens": r["tokens"],
+               "ttft_p50_ms": q(r["ttft"], 0.5) * 1e3, "ttft_p99_ms": q(r["ttft"], 0.99) * 1e3,
+               "token_lag_p50_ms": q(r["lag"], 0.5) * 1e3, "token_lag_p99_ms": q(r["lag"], 0.99) * 1e3}
+        if name != "direct":
+            row.update({"added_ttft_p50_ms": row["ttft_p50_ms"] - q(base["ttft"], 0.5) * 1e3,
+                        "added_ttft_p99_ms": row["ttft_p99_ms"] - q(base["ttft"], 0.99) * 1e3,
+                        "added_token_p50_ms": row["token_lag_p50_ms"] - q(base["lag"], 0.5) * 1e3,
+                        "added_token_p99_ms": row["token_lag_p99_ms"] - q(base["lag"], 0.99) * 1e3,
+                        "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
+                        "kb_per_in_flight_stream": memory.get(name)})
+        table[name] = row
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    print(f"{args.streams} concurrent streams, {args.tokens} tokens each (closed loop), one token per stream every "
+          f"{args.step_ms:g} ms, {args.seconds:g} s measured per route; memory with {args.hold} streams held open")
+    cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
+            "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms", "cpu_s_per_100k_tokens",
+            "kb_per_in_flight_stream")
+    print(f"{'':26}" + "".join(f"{n:>18}" for n in table))
+    for col in cols:
+        cells = []
+        for row in table.values():
+            v = row.get(col)
+            cells.append(f"{'':>18}" if v is None else (f"{v:>18d}" if isinstance(v, int) else f"{v:>18.3f}"))
+        print(f"{col:26}" + "".join(cells))
+    if "nginx" in table and "servewatch proxy" in table:
+        ratio = table["servewatch proxy"]["cpu_s_per_100k_tokens"] / table["nginx"]["cpu_s_per_100k_tokens"]
+        print(f"CPU per token, servewatch proxy / nginx: {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

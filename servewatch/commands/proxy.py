@@ -1,0 +1,72 @@
+"""`servewatch proxy --listen HOST:PORT --upstream URL`: the request path."""
+
+from __future__ import annotations
+
+from servewatch.errors import ServewatchError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "proxy", help="pass requests through to an engine and record each one (TTFT, tokens, outcome by reason)",
+        description="An OpenAI-compatible pass-through in front of a vLLM or SGLang server. Completions and chat "
+                    "completions (streamed or not) are recorded one line per request, without prompt or "
+                    "completion text; any other path is forwarded untouched. Responses reach the client byte "
+                    "for byte as the engine sent them.")
+    p.add_argument("--listen", required=True, metavar="HOST:PORT", help="where clients connect, e.g. 127.0.0.1:8080")
+    p.add_argument("--upstream", required=True, metavar="URL", help="the engine, e.g. http://127.0.0.1:8000")
+    p.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   help="serve the proxy's own /metrics here (a separate port: the engine's /metrics stays reachable "
+                        "through the proxy)")
+    p.add_argument("--records", metavar="FILE", help="append one JSON line per request to FILE (rotated by size)")
+    p.add_argument("--records-max-mb", type=float, default=64.0, help="rotate the records file at this size (default 64)")
+    p.add_argument("--records-keep", type=int, default=3, help="files kept, the current one included (default 3)")
+    p.add_argument("--max-connections", type=int, default=4096, help="client connections; over it: 503 (default 4096)")
+    p.add_argument("--max-request-mb", type=float, default=32.0, help="request body limit; over it: 413 (default 32)")
+    p.add_argument("--first-byte-timeout", type=float, default=900.0, metavar="S",
+                   help="upstream answer deadline after the request is sent (default 900: queues and prefills are long)")
+    p.add_argument("--read-timeout", type=float, default=300.0, metavar="S",
+                   help="upstream silence allowed inside a response (default 300)")
+    p.add_argument("--tenant-header", default="x-tenant",
+                   help="tenant from this header, else from the API key; stored hashed (default x-tenant)")
+    p.add_argument("--otlp-endpoint", metavar="URL",
+                   help="export one span per request over OTLP/HTTP, e.g. http://127.0.0.1:4318 "
+                        "(needs the [otel] extra)")
+    p.add_argument("--trace-sample", type=float, default=0.1, metavar="RATE",
+                   help="fraction of successful requests traced (errors are always kept; default 0.1)")
+    p.add_argument("--watch", action="store_true",
+                   help="also record the upstream (health, /metrics) with the proxy's requests as a source, and "
+                        "print verdicts (requests_no_token among them) as JSON lines")
+    p.add_argument("--interval", type=float, default=1.0, help="--watch cadence in seconds (default 1)")
+    p.add_argument("--out", metavar="DIR", help="with --watch: an incident bundle per verdict into DIR")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
+                   help="with --watch: a detector threshold, e.g. --set no_token.floor_s=5")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until ^C)")
+    p.set_defaults(func=run)
+
+
+def host_port(text: str, flag: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ServewatchError(f"{flag} {text!r}: expected HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def run(args) -> int:
+    import asyncio
+    import sys
+
+    from servewatch.proxy.app import run_proxy
+
+    listen = host_port(args.listen, "--listen")
+    metrics = host_port(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
+    try:
+        import uvloop          # the [fast] extra: the event loop's own cost per read and write is a third lower
+    except ImportError:
+        uvloop = None
+    try:
+        if uvloop is not None:
+            return uvloop.run(run_proxy(args, listen, metrics))
+        return asyncio.run(run_proxy(args, listen, metrics))
+    except KeyboardInterrupt:
+        print("servewatch proxy: stopped", file=sys.stderr)
+        return 0

@@ -1,0 +1,121 @@
+"""`servewatch proxy` put together: the request path, its records, its /metrics and its traces."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from servewatch.errors import ServewatchError
+from servewatch.proxy.config import ProxyConfig
+from servewatch.proxy.server import Proxy
+
+
+def config_from_args(args) -> ProxyConfig:
+    for flag, value in (("--max-connections", args.max_connections), ("--max-request-mb", args.max_request_mb),
+                        ("--first-byte-timeout", args.first_byte_timeout), ("--read-timeout", args.read_timeout),
+                        ("--records-max-mb", args.records_max_mb), ("--records-keep", args.records_keep)):
+        if value <= 0:
+            raise ServewatchError(f"{flag} must be above 0")
+    if not 0.0 <= args.trace_sample <= 1.0:
+        raise ServewatchError("--trace-sample must be between 0 and 1")
+    return ProxyConfig(upstream=args.upstream, max_connections=args.max_connections,
+                       max_request_bytes=int(args.max_request_mb * 2**20),
+                       first_byte_timeout_s=args.first_byte_timeout, read_idle_timeout_s=args.read_timeout,
+                       tenant_header=args.tenant_header.lower())
+
+
+async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, int] | None) -> int:
+    from servewatch.proxy.recordlog import RecordLog
+    from servewatch.proxy.telemetry import Telemetry
+
+    config = config_from_args(args)
+    log = None
+    if args.records:
+        try:
+            log = RecordLog(args.records, max_bytes=int(args.records_max_mb * 2**20), keep=args.records_keep)
+        except OSError as exc:
+            raise ServewatchError(f"--records {args.records}: {exc.strerror or exc}") from None
+    telemetry = Telemetry(otlp_endpoint=args.otlp_endpoint, sample=args.trace_sample)
+
+    def on_record(ex, rec) -> None:
+        if log is not None:
+            log.write(rec.to_json())
+        telemetry.observe(ex, rec)
+
+    try:
+        proxy = Proxy(config, on_record=on_record)
+    except ValueError as exc:
+        raise ServewatchError(f"--upstream {args.upstream}: {exc}") from None
+    telemetry.proxy = proxy
+    try:
+        port = await proxy.start(*listen)
+    except OSError as exc:
+        raise ServewatchError(f"--listen {args.listen}: {exc.strerror or exc}") from None
+    metrics_runner = None
+    try:
+        if metrics_listen is not None:
+            try:
+                metrics_runner, mport = await telemetry.serve_metrics(proxy, *metrics_listen)
+            except OSError as exc:
+                raise ServewatchError(f"--metrics-listen {args.metrics_listen}: {exc.strerror or exc}") from None
+            print(f"servewatch proxy: /metrics on http://{metrics_listen[0]}:{mport}/metrics", file=sys.stderr)
+        print(f"servewatch proxy: listening on {listen[0]}:{port}, forwarding to {config.upstream}",
+              file=sys.stderr, flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        try:
+            flusher = asyncio.create_task(_flush(log))
+            watcher = asyncio.create_task(_watch(args, proxy, stop)) if args.watch else None
+            try:
+                await asyncio.wait_for(stop.wait(), args.duration)
+            except TimeoutError:
+                pass
+            flusher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+                try:
+                    await watcher
+                except asyncio.CancelledError:
+                    pass
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+    finally:
+        await proxy.close()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        telemetry.close()
+        if log is not None:
+            log.close()
+    return 0
+
+
+async def _flush(log) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        if log is not None:
+            log.flush()
+
+
+async def _watch(args, proxy, stop: asyncio.Event) -> None:
+    """The recorder over the upstream (health, /metrics) with the proxy's requests as one more source:
+    verdicts as JSON lines on stdout, bundles with --out."""
+    from servewatch.detectors import settings
+    from servewatch.proxy.signals import RequestsSource
+    from servewatch.watch.options import RecordingOptions
+    from servewatch.watch.output import cleared_line, json_line
+    from servewatch.watch.session import record
+
+    options = RecordingOptions(url=args.upstream, interval=args.interval, out=args.out,
+                               detectors=settings.build(args.detector_settings, None))
+
+    def sources_for(clock):
+        return [RequestsSource(proxy, clock, args.interval)]
+
+    try:
+        await record(options, None, tool="proxy", listeners=[lambda f: print(json_line(f), flush=True)],
+                     clear_listeners=[lambda c: print(cleared_line(c), flush=True)],
+                     extra_sources=sources_for)
+    finally:
+        stop.set()

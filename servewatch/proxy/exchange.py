@@ -1,0 +1,245 @@
+"""One request through the proxy: what is observed of it on the way, and the RequestRecord it ends as
+(the same record `servewatch load` writes, with a `proxy` part of its own).
+
+Observation never alters what is forwarded: the bytes reach the client before they are looked at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+from servewatch.load import records as R
+from servewatch.load.client import RequestSpec, StreamState, finish_record
+
+API_PATHS = {b"/v1/completions": "completions", b"/v1/chat/completions": "chat"}
+ERROR_BODY_BYTES = 8 * 1024
+JSON_BODY_BYTES = 4 * 2**20
+_TENANT_KEY = b"servewatch-proxy-tenant"
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/")
+
+
+def tenant_id(value: bytes | None) -> str | None:
+    """A tenant header or API key, stored only as a keyed hash (12 hex digits)."""
+    if not value:
+        return None
+    return hmac.new(_TENANT_KEY, value, hashlib.sha256).hexdigest()[:12]
+
+
+def safe_word(value, limit: int = 64) -> str | None:
+    """A short identifier from an upstream answer or request (a model name, an error type), or None
+    when it is not one: free text never reaches a record."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value or len(value) > limit or not set(value) <= _SAFE:
+        return None
+    return value
+
+
+class Exchange:
+    """Per-request state. Times are epoch seconds from `time.time()`."""
+
+    __slots__ = ("id", "arrival", "api", "method", "keep_alive", "tenant", "body_left", "body_copy",
+                 "body_size", "pending", "sent", "connected", "first_byte", "last", "status", "headers",
+                 "state", "collect", "collected", "done", "error", "error_detail", "client_gone",
+                 "model", "stream", "max_tokens", "ignore_eos", "upstream", "record", "malformed")
+
+    def __init__(self, ident: int, arrival: float, api: str | None, method: bytes, keep_alive: bool,
+                 tenant: str | None, body_left: int, parse_cap: int):
+        self.id = ident
+        self.arrival = arrival
+        self.api = api
+        self.method = method
+        self.keep_alive = keep_alive
+        self.tenant = tenant
+        self.body_left = body_left
+        self.body_copy: list[bytes] | None = [] if api is not None and body_left <= parse_cap else None
+        self.body_size = 0
+        self.pending: list[bytes] | None = []      # request bytes held until the upstream is connected
+        self.sent: float | None = None
+        self.connected: float | None = None
+        self.first_byte: float | None = None
+        self.last = arrival
+        self.status: int | None = None
+        self.headers: dict | None = None
+        self.state: ProxyStream | None = None
+        self.collect = 0                           # bytes of the response body to keep (JSON / error)
+        self.collected: list[bytes] | None = None
+        self.done = False
+        self.error: str | None = None
+        self.error_detail: str | None = None
+        self.client_gone = False
+        self.model: str | None = None
+        self.stream: bool | None = None
+        self.max_tokens: int | None = None
+        self.ignore_eos = False
+        self.upstream = None
+        self.record: R.RequestRecord | None = None
+        self.malformed = False
+
+    # -- request side
+    def request_complete(self) -> None:
+        if self.body_copy is None:
+            return
+        raw = b"".join(self.body_copy)
+        self.body_copy = None
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return
+        if not isinstance(body, dict):
+            return
+        self.model = safe_word(body.get("model"), 128)
+        self.stream = body.get("stream") is True
+        mt = body.get("max_tokens", body.get("max_completion_tokens"))
+        self.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
+        self.ignore_eos = body.get("ignore_eos") is True
+
+    # -- response side
+    def on_head(self, status: int, headers: dict) -> None:
+        self.status = status
+        self.headers = headers
+        if self.api is None:
+            return
+        ctype = headers.get("content-type", "")
+        if status == 200 and ctype.startswith("text/event-stream"):
+            self.state = ProxyStream(self.api == "chat")
+        elif status == 200:
+            self.collect, self.collected = JSON_BODY_BYTES, []
+        else:
+            self.collect, self.collected = ERROR_BODY_BYTES, []
+
+    def on_body(self, data: bytes) -> None:
+        """Decoded body bytes (after the client has them)."""
+        state = self.state
+        if state is not None:
+            if state.spent:
+                return
+            try:
+                state.on_body(data, self.last - self.sent)
+            except ValueError:                     # an SSE event over the splitter's bound
+                state.stream_error = state.malformed = state.spent = True
+            return
+        if self.collect > 0:
+            piece = data[:self.collect]
+            self.collect -= len(piece)
+            self.collected.append(piece)
+
+    # -- the end
+    def finish(self, now: float, keep_itl: bool = False) -> R.RequestRecord:
+        rec = R.RequestRecord(id=self.id, scheduled=self.arrival, prompt_tokens_target=None,
+                              max_tokens=self.max_tokens)
+        rec.sent = self.sent
+        rec.http_status = self.status
+        if self.sent is not None:
+            rec.e2e_s = now - self.sent
+        if self.state is not None:
+            state = self.state
+        elif self.collected is not None and self.status == 200:
+            state = self._state_from_json()
+        else:
+            state = ProxyStream(self.api == "chat")
+        spec = RequestSpec(self.id, self.arrival, "", b"", None, self.max_tokens or 0,
+                           ignore_eos=self.ignore_eos and self.max_tokens is not None)
+        error, detail = self.error, self.error_detail
+        if error is None and self.client_gone:
+            error, detail = R.CLIENT_ABORT, "the client closed the connection"
+        if error is None and self.status is not None and self.status != 200:
+            error = R.error_for_status(self.status)
+            detail = self._error_summary()
+        rec.error, rec.error_detail = error, detail
+        finish_record(rec, state, spec)
+        rec.finish_reason = safe_word(rec.finish_reason)
+        self.malformed = self.malformed or state.malformed
+        itl = sorted(rec.itl_token_s)
+        rec.proxy = {
+            "api": self.api,
+            "model": self.model,
+            "stream": self.stream,
+            "tenant": self.tenant,
+            "connect_s": _r(None if self.connected is None else self.connected - self.arrival),
+            "first_byte_s": _r(None if self.first_byte is None or self.sent is None else self.first_byte - self.sent),
+            "itl_p50_s": _r(_q(itl, 0.5)),
+            "itl_p99_s": _r(_q(itl, 0.99)),
+            "itl_max_s": _r(itl[-1] if itl else None),
+            "malformed_sse": self.malformed or None,
+        }
+        if not keep_itl:
+            rec.chunk_t_s = rec.chunk_tokens = rec.itl_token_s = rec.itl_chunk_s = ()
+        self.record = rec
+        return rec
+
+    def _error_summary(self) -> str:
+        words = f"HTTP {self.status}"
+        try:
+            body = json.loads(b"".join(self.collected or ()))
+        except (ValueError, UnicodeDecodeError):
+            return words
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict):
+            body = err
+        if isinstance(body, dict):
+            kind = safe_word(body.get("type")) or safe_word(body.get("object"))
+            code = safe_word(body.get("code"))
+            for part in (kind, code):
+                if part and part != str(self.status):
+                    words += f" {part}"
+        return words
+
+    def _state_from_json(self) -> StreamState:
+        """A whole JSON answer read into the stream state's fields, so one rule finishes both."""
+        state = ProxyStream(self.api == "chat")
+        try:
+            body = json.loads(b"".join(self.collected or ()))
+        except (ValueError, UnicodeDecodeError):
+            return state
+        if not isinstance(body, dict):
+            return state
+        usage = body.get("usage")
+        if isinstance(usage, dict):
+            if isinstance(usage.get("completion_tokens"), int):
+                state.completion_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                state.prompt_tokens = usage["prompt_tokens"]
+        choices = body.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            state.finish_reason = safe_word(choices[0].get("finish_reason"))
+        return state
+
+
+class ProxyStream(StreamState):
+    """The load client's stream parser, telling a malformed event (not JSON) from an error event the
+    server sent on purpose: both end as `truncated`, only the first counts as malformed SSE."""
+
+    __slots__ = ("malformed", "spent")
+
+    def __init__(self, chat: bool):
+        super().__init__(chat, False)
+        self.malformed = False
+        self.spent = False
+
+    def on_event(self, payload: bytes, t: float) -> None:
+        before = self.stream_error
+        super().on_event(payload, t)
+        if self.stream_error and not before:
+            try:
+                json.loads(payload)
+            except (ValueError, UnicodeDecodeError):
+                self.malformed = True
+
+
+def outcome(rec: R.RequestRecord) -> str:
+    return "ok" if rec.error is None else rec.error
+
+
+def _q(values, q: float):
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _r(x):
+    return None if x is None else round(x, 7)
+
+

@@ -1,0 +1,622 @@
+"""The proxy's request path on asyncio protocols: an HTTP/1.1 server for clients, a keep-alive pool of
+upstream connections, and bytes moved between the two transports as they arrive.
+
+- The response (head and body, its chunked framing included) reaches the client exactly as the
+  upstream sent it; it is parsed only after it has been written on, to know where it ends and what it
+  says (the load client's parser: servewatch.load.http1 and servewatch.load.client).
+- The request body is forwarded as it arrives; only the request head is rewritten (Host).
+- Backpressure both ways: a client that reads slowly pauses reading from its upstream connection, an
+  upstream that reads slowly pauses reading from the client.
+- A client that goes away aborts its upstream connection (the engine sees the request cancelled).
+- Deadlines (slow request heads and bodies, idle keep-alive, upstream first byte and silence) are
+  checked by one sweep every `sweep_interval_s`, not by a timer per read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+
+from servewatch.load import records as R
+from servewatch.load.http1 import Endpoint, StreamCut, _Conn, _IDLE
+from servewatch.errors import BodyTooLarge
+from servewatch.proxy.config import ProxyConfig
+from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
+from servewatch.timeline.samples import RequestsSample
+
+RECENT = 256           # finished streams the recent TTFT p99 rests on
+POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
+            504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
+
+
+def error_response(status: int, message: str, kind: str, *, retry_after: int | None = None) -> bytes:
+    """The proxy's own answer (never used for anything the upstream answered): an OpenAI-style JSON error."""
+    body = json.dumps({"error": {"message": message, "type": kind, "code": status}},
+                      separators=(",", ":")).encode()
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n")
+    if retry_after is not None:
+        head += f"Retry-After: {retry_after}\r\n"
+    return head.encode("ascii") + b"\r\n" + body
+
+
+class ProxyCounters:
+    """What the proxy itself refused or saw, by reason (short words, safe to export)."""
+
+    __slots__ = ("refused", "outcomes", "malformed_sse", "requests", "other_requests")
+
+    def __init__(self):
+        self.refused: dict[str, int] = {}     # bad_request, too_large, over_connections, slow_client, ...
+        self.outcomes: dict[str, int] = {}    # ok | an error class of RequestRecord
+        self.malformed_sse = 0
+        self.requests = 0                     # completions and chat completions
+        self.other_requests = 0               # any other path, forwarded untouched
+
+    def refuse(self, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+
+
+class Proxy:
+    def __init__(self, config: ProxyConfig, *, on_record: Callable[[Exchange, R.RequestRecord], None] | None = None,
+                 now: Callable[[], float] = time.time):
+        self.config = config
+        self.endpoint = Endpoint.parse(config.upstream)
+        if self.endpoint.scheme != "http":
+            raise ValueError("the upstream must be a plain http:// URL")
+        self.now = now
+        self.on_record = on_record
+        self.counters = ProxyCounters()
+        self.clients: set[Client] = set()
+        self.inflight: set[Exchange] = set()
+        self.idle: list[Upstream] = []
+        self._ids = 0
+        self.recent = deque(maxlen=RECENT)        # (ttft_s, request bytes) of recent successful streams
+        self.last_end: float | None = None        # when an API request last ended
+        self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task | None = None
+        self._host_line = f"Host: {self.endpoint.host_header}".encode("ascii")
+        self._base = self.endpoint.base_path.encode("ascii")
+
+    # -- lifecycle
+    async def start(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Client(self), host, port, backlog=1024, reuse_address=True)
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._server is not None:
+            self._server.close()
+        for client in list(self.clients):
+            client.transport.abort()
+        for up in self.idle:
+            up._abort()
+        self.idle.clear()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    # -- upstream connections
+    def acquire(self, client: "Client", ex: Exchange) -> None:
+        now = self.now()
+        while self.idle:
+            up = self.idle.pop()
+            if now - up.idle_since > POOL_IDLE_S:      # the engine's own keep-alive may have ended it
+                up._abort()
+            elif not up.closed:
+                ex.connected = ex.arrival
+                up.attach(client, ex)
+                return
+        task = asyncio.get_running_loop().create_task(self._connect(client, ex))
+        client.connecting = task
+
+    async def _connect(self, client: "Client", ex: Exchange) -> None:
+        loop = asyncio.get_running_loop()
+        config = self.config
+        try:
+            async with asyncio.timeout(config.connect_timeout_s):
+                _, up = await loop.create_connection(lambda: Upstream(self, config.max_response_bytes),
+                                                     self.endpoint.host, self.endpoint.port)
+        except TimeoutError:
+            client.connecting = None
+            client.fail_before_head(ex, R.CONNECT, "upstream connect timeout", 502)
+            return
+        except OSError as exc:
+            client.connecting = None
+            word = "refused" if isinstance(exc, ConnectionRefusedError) else type(exc).__name__
+            client.fail_before_head(ex, R.CONNECT, f"upstream {word}", 502)
+            return
+        client.connecting = None
+        if ex.done or client.exchange is not ex:          # the client went away meanwhile
+            up._abort()
+            return
+        ex.connected = self.now()
+        up.attach(client, ex)
+
+    def release(self, up: "Upstream") -> None:
+        if up.keep_alive and up.state == _IDLE and not up.closed and len(self.idle) < self.config.max_connections:
+            up.exchange = up.client = None
+            up.idle_since = self.now()
+            if up.paused:
+                up.paused = False
+                up.transport.resume_reading()
+            self.idle.append(up)
+        else:
+            up._abort()
+
+    # -- the end of a request
+    def finished(self, ex: Exchange) -> None:
+        self.inflight.discard(ex)
+        if ex.api is None:
+            return
+        now = self.now()
+        rec = ex.finish(now)
+        self.last_end = now
+        if rec.error is None and rec.ttft_s is not None:
+            self.recent.append((rec.ttft_s, max(ex.body_size, 1)))
+        self.counters.requests += 1
+        outcome = "ok" if rec.error is None else rec.error
+        self.counters.outcomes[outcome] = self.counters.outcomes.get(outcome, 0) + 1
+        if ex.malformed:
+            self.counters.malformed_sse += 1
+        if self.on_record is not None:
+            self.on_record(ex, rec)
+
+    # -- live signals
+    def snapshot(self, now: float) -> RequestsSample:
+        """The request path now, as a timeline sample (see servewatch.timeline.samples.RequestsSample)."""
+        in_flight = waiting = 0
+        oldest = oldest_waiting = None
+        newest_byte = self.last_end
+        waiting_ex = None
+        for ex in self.inflight:
+            if ex.api is None or ex.done:
+                continue
+            in_flight += 1
+            age = now - ex.arrival
+            if oldest is None or age > oldest:
+                oldest = age
+            if ex.sent is None:
+                continue
+            seen = ex.last if ex.first_byte is not None else ex.sent
+            if newest_byte is None or seen > newest_byte:
+                newest_byte = seen
+            if ex.stream and (ex.state is None or not ex.state.chunk_t):
+                waiting += 1
+                wait = now - ex.sent
+                if oldest_waiting is None or wait > oldest_waiting:
+                    oldest_waiting, waiting_ex = wait, ex
+        quiet = None
+        if in_flight and newest_byte is not None and any(ex.sent is not None for ex in self.inflight):
+            quiet = max(0.0, now - newest_byte)
+        ttfts = sorted(t for t, _ in self.recent)
+        p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else None
+        expected = None
+        if waiting_ex is not None and self.recent:
+            per_byte = sorted(t / size for t, size in self.recent)
+            expected = per_byte[min(len(per_byte) - 1, int(0.99 * len(per_byte)))] * max(waiting_ex.body_size, 1)
+        return RequestsSample(t=now, in_flight=in_flight, waiting_first_token=waiting, oldest_s=oldest,
+                              oldest_waiting_s=oldest_waiting, quiet_s=quiet, ttft_p99_s=p99, ttft_count=len(ttfts),
+                              expected_ttft_s=expected, outcomes=dict(self.counters.outcomes))
+
+    # -- deadlines
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_s)
+            self.sweep(self.now())
+
+    def sweep(self, now: float) -> None:
+        c = self.config
+        for client in list(self.clients):
+            ex = client.exchange
+            if ex is None:
+                if client.head_started is not None:
+                    if now - client.head_started > c.head_timeout_s:
+                        self.counters.refuse("slow_client")
+                        client.refuse(408, "the request head did not arrive in time", "request_timeout")
+                elif now - client.last > c.keepalive_timeout_s:
+                    client.transport.close()
+            elif ex.body_left > 0:
+                if now - client.last > c.body_idle_timeout_s:
+                    self.counters.refuse("slow_client")
+                    client.fail_exchange(ex, R.TIMEOUT, "the client's request body stalled", 408)
+            elif ex.sent is not None:
+                if ex.first_byte is None:
+                    if now - ex.sent > c.first_byte_timeout_s:
+                        client.fail_exchange(ex, R.TIMEOUT, "no upstream answer in time", 504)
+                elif now - ex.last > c.read_idle_timeout_s:
+                    client.fail_exchange(ex, R.TIMEOUT, "the upstream went silent", 504)
+
+
+class Upstream(_Conn):
+    """An upstream connection: every read goes to the client first, then to the HTTP/1.1 parser."""
+
+    def __init__(self, proxy: Proxy, max_body: int):
+        super().__init__(max_body)
+        self.proxy = proxy
+        self.client: Client | None = None
+        self.exchange: Exchange | None = None
+        self.paused = False
+        self.idle_since = 0.0
+
+    def attach(self, client: "Client", ex: Exchange) -> None:
+        self.client, self.exchange = client, ex
+        ex.upstream = self
+        # expect a response (the parser's state, without a future: the callbacks below are the waiters)
+        self.state = 1  # _HEAD
+        self._buf = b""
+        self._pending = []
+        self._received = 0
+        self.body_done = False
+        self._error = None
+        self._head_waiter = self._body_waiter = None
+        self.sink = ex.on_body
+        ex.sent = self.proxy.now()
+        self.transport.write(client.upstream_head)
+        client.upstream_head = b""
+        for piece in ex.pending:
+            self.transport.write(piece)
+        ex.pending = None
+        if client.reading_paused_for_upstream:
+            client.reading_paused_for_upstream = False
+            client.update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is not None:
+            t = time.time()
+            ex.last = t
+            if ex.first_byte is None:
+                ex.first_byte = t
+            if not ex.client_gone:
+                self.client.transport.write(data)
+        super().data_received(data)
+
+    def _setup_body(self) -> None:
+        super()._setup_body()
+        ex = self.exchange
+        if ex is None:
+            return
+        status = self.status
+        if ex.method == b"HEAD" or status in (204, 304) or 100 <= status < 200:
+            self._chunked = self._until_close = False
+            self._left = 0
+            self.body_done = True
+        ex.on_head(status, self.headers)
+
+    def _complete(self) -> None:
+        super()._complete()
+        ex, client = self.exchange, self.client
+        if ex is not None and not ex.done:
+            client.exchange_done(ex, close=not self.keep_alive)
+            self.proxy.release(self)
+
+    def _fail(self, exc: Exception) -> None:
+        super()._fail(exc)
+        ex, client = self.exchange, self.client
+        self.exchange = self.client = None
+        if ex is None or ex.done:
+            return
+        if isinstance(exc, BodyTooLarge):
+            detail = "upstream response over the size bound"
+        elif isinstance(exc, StreamCut):
+            detail = str(exc)
+        else:
+            detail = type(exc).__name__
+        if ex.first_byte is None:
+            client.fail_before_head(ex, R.CONNECT if ex.status is None else R.STREAM_CUT,
+                                    "upstream closed without answering", 502)
+        else:
+            client.fail_exchange(ex, R.STREAM_CUT, f"upstream {detail}", None)
+
+    def connection_lost(self, exc) -> None:
+        super().connection_lost(exc)
+        if self.paused:
+            self.paused = False
+
+    # backpressure: the upstream reads our request body slowly
+    def pause_writing(self) -> None:
+        client = self.client
+        if client is not None:
+            client.reading_paused_for_upstream = True
+            client.update_reading()
+
+    def resume_writing(self) -> None:
+        client = self.client
+        if client is not None:
+            client.reading_paused_for_upstream = False
+            client.update_reading()
+
+
+class Client(asyncio.Protocol):
+    """One client connection; one request at a time (pipelined requests wait their turn)."""
+
+    def __init__(self, proxy: Proxy):
+        self.proxy = proxy
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.head_started: float | None = None
+        self.last = 0.0
+        self.exchange: Exchange | None = None
+        self.upstream_head = b""
+        self.connecting: asyncio.Task | None = None
+        self.reading_paused_for_upstream = False
+        self.reading_paused_pipelined = False
+        self._reading_paused = False
+        self.closing = False
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        proxy = self.proxy
+        self.last = proxy.now()
+        if len(proxy.clients) >= proxy.config.max_connections:
+            proxy.counters.refuse("over_connections")
+            transport.write(error_response(503, "the proxy is at its connection limit", "overloaded",
+                                           retry_after=proxy.config.retry_after_s))
+            transport.close()
+            self.closing = True
+            return
+        proxy.clients.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.proxy.clients.discard(self)
+        self.closing = True
+        ex = self.exchange
+        if ex is not None and not ex.done:
+            ex.client_gone = True
+            self._end(ex)
+            up = ex.upstream
+            if up is not None:
+                up.exchange = up.client = None
+                up._abort()                      # the engine sees the request cancelled
+            if self.connecting is not None:
+                self.connecting.cancel()
+
+    def eof_received(self) -> bool:
+        return self.exchange is not None and self.exchange.body_left == 0   # half-close: still answer
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last = self.proxy.now()
+        ex = self.exchange
+        if ex is not None:
+            if ex.body_left > 0:
+                data = self._body(ex, data)
+            if data:                              # the next request, pipelined: wait for this one's end
+                self.buf += data
+                if len(self.buf) > self.proxy.config.max_head_bytes:
+                    self.refuse(431, "request head too large", "invalid_request")
+                    return
+                self.reading_paused_pipelined = True
+                self.update_reading()
+            return
+        self._head(self.buf + data if self.buf else data)
+
+    # backpressure: the client reads the response slowly
+    def pause_writing(self) -> None:
+        ex = self.exchange
+        up = ex.upstream if ex is not None else None
+        if up is not None and not up.paused and not up.closed:
+            up.paused = True
+            up.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        ex = self.exchange
+        up = ex.upstream if ex is not None else None
+        if up is not None and up.paused:
+            up.paused = False
+            if not up.closed:
+                up.transport.resume_reading()
+
+    def update_reading(self) -> None:
+        want_paused = self.reading_paused_for_upstream or self.reading_paused_pipelined
+        if want_paused != self._reading_paused and not self.transport.is_closing():
+            self._reading_paused = want_paused
+            if want_paused:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    # -- request parsing
+    def _head(self, buf: bytes) -> None:
+        proxy = self.proxy
+        config = proxy.config
+        if self.head_started is None:
+            self.head_started = self.last
+        end = buf.find(b"\r\n\r\n", 0, config.max_head_bytes + 4)
+        if end < 0:
+            if len(buf) > config.max_head_bytes:
+                proxy.counters.refuse("bad_request")
+                self.refuse(431, "request head too large", "invalid_request")
+            else:
+                self.buf = buf
+            return
+        self.buf = b""
+        head, rest = buf[:end], buf[end + 4:]
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or not parts[0].isalpha() or not parts[0].isupper() or not parts[1].startswith(b"/"):
+            proxy.counters.refuse("bad_request")
+            self.refuse(400, "malformed request line", "invalid_request")
+            return
+        method, target, version = parts
+        if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+            proxy.counters.refuse("bad_request")
+            self.refuse(505, "only HTTP/1.x is served", "invalid_request")
+            return
+        keep_alive = version == b"HTTP/1.1"
+        length = None
+        tenant = auth = None
+        expect_continue = False
+        kept: list[bytes] = []
+        tenant_header = config.tenant_header.encode("ascii")
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name != name.strip() or b" " in name:
+                proxy.counters.refuse("bad_request")
+                self.refuse(400, "malformed header line", "invalid_request")
+                return
+            key = name.lower()
+            value = value.strip()
+            if key == b"host":
+                continue
+            if key == b"content-length":
+                if not value.isdigit() or (length is not None and int(value) != length):
+                    proxy.counters.refuse("bad_request")
+                    self.refuse(400, "bad content-length", "invalid_request")
+                    return
+                length = int(value)
+            elif key == b"transfer-encoding":
+                proxy.counters.refuse("bad_request")
+                self.refuse(411, "a request body needs a Content-Length", "invalid_request")
+                return
+            elif key == b"connection":
+                token = value.lower()
+                if b"close" in token:
+                    keep_alive = False
+                elif b"keep-alive" in token:
+                    keep_alive = True
+            elif key == b"expect":
+                if value.lower() == b"100-continue":
+                    expect_continue = True
+                    continue
+            elif key == tenant_header:
+                tenant = value
+            elif key == b"authorization":
+                auth = value
+            kept.append(line)
+        length = length or 0
+        if length > config.max_request_bytes:
+            proxy.counters.refuse("too_large")
+            self.refuse(413, f"request body over {config.max_request_bytes} bytes", "invalid_request")
+            return
+        self.head_started = None
+        path = target.split(b"?", 1)[0]
+        api = API_PATHS.get(path) if method == b"POST" else None
+        if auth is not None and tenant is None and auth[:7].lower() == b"bearer ":
+            tenant = auth[7:].strip()
+        ex = Exchange(proxy.next_id(), self.last, api, method, keep_alive, tenant_id(tenant) if api else None,
+                      length, config.parse_bytes)
+        ex.body_size = length
+        if api is None:
+            proxy.counters.other_requests += 1
+        self.exchange = ex
+        proxy.inflight.add(ex)
+        self.upstream_head = (method + b" " + proxy._base + target + b" " + version + b"\r\n"
+                              + b"\r\n".join(kept) + (b"\r\n" if kept else b"") + proxy._host_line
+                              + b"\r\n\r\n")
+        if expect_continue and length:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if length == 0:
+            ex.request_complete()
+        else:
+            rest = self._body(ex, rest)
+        proxy.acquire(self, ex)
+        if rest and not self.closing:
+            self.buf = rest
+            self.reading_paused_pipelined = True
+            self.update_reading()
+
+    def _body(self, ex: Exchange, data: bytes) -> bytes:
+        """Forward request body bytes; return what follows the body (a pipelined request)."""
+        take = ex.body_left
+        rest = b""
+        if len(data) > take:
+            data, rest = data[:take], data[take:]
+        ex.body_left -= len(data)
+        if ex.body_copy is not None:
+            ex.body_copy.append(data)
+        if ex.pending is not None:
+            ex.pending.append(data)
+            if sum(len(p) for p in ex.pending) > 2**20:       # not connected yet: hold at most 1 MiB
+                self.reading_paused_for_upstream = True
+                self.update_reading()
+        elif ex.upstream is not None and not ex.upstream.closed:
+            ex.upstream.transport.write(data)
+        if ex.body_left == 0:
+            ex.request_complete()
+        return rest
+
+    # -- the end of an exchange
+    def _end(self, ex: Exchange) -> None:
+        ex.done = True
+        self.proxy.finished(ex)
+
+    def exchange_done(self, ex: Exchange, close: bool) -> None:
+        """The upstream's response ended and is all written to the client."""
+        self.exchange = None
+        self._end(ex)
+        if close or not ex.keep_alive or ex.body_left > 0:
+            self.closing = True
+            self.transport.close()
+            return
+        self.last = self.proxy.now()
+        if self.reading_paused_pipelined:
+            self.reading_paused_pipelined = False
+            self.update_reading()
+        if self.buf:
+            buf, self.buf = self.buf, b""
+            self._head(buf)
+
+    def fail_before_head(self, ex: Exchange, error: str, detail: str, status: int) -> None:
+        """No byte of a response reached the client: answer for the upstream with a JSON error."""
+        if ex.done:
+            return
+        if ex.upstream is not None and ex.first_byte is not None:
+            self.fail_exchange(ex, error, detail, None)
+            return
+        ex.error, ex.error_detail = error, detail
+        ex.status = status
+        self.exchange = None
+        self._end(ex)
+        self.proxy.counters.refuse("upstream_unavailable" if error == R.CONNECT else "upstream_timeout")
+        if not self.closing:
+            self.closing = True
+            kind = "upstream_unavailable" if status == 502 else "upstream_timeout"
+            self.transport.write(error_response(status, detail, kind))
+            self.transport.close()
+
+    def fail_exchange(self, ex: Exchange, error: str, detail: str, status: int | None) -> None:
+        """End an exchange for a deadline or a broken upstream: an error answer if nothing was sent yet,
+        else the client connection is cut (a client must not take a partial response for a whole one)."""
+        if ex.done:
+            return
+        up, ex.upstream = ex.upstream, None
+        if up is not None:
+            up.exchange = up.client = None
+            up._abort()
+        if self.connecting is not None:
+            self.connecting.cancel()
+            self.connecting = None
+        ex.error, ex.error_detail = error, detail
+        self.exchange = None
+        if ex.first_byte is None and status is not None:
+            ex.status = status
+            self._end(ex)
+            if not self.closing:
+                self.closing = True
+                self.transport.write(error_response(status, detail, "timeout" if status in (408, 504) else "error"))
+                self.transport.close()
+            return
+        self._end(ex)
+        self.closing = True
+        self.transport.abort()
+
+    def refuse(self, status: int, message: str, kind: str) -> None:
+        self.closing = True
+        self.buf = b""
+        self.transport.write(error_response(status, message, kind))
+        self.transport.close()
+

@@ -1,0 +1,526 @@
+"""`servewatch proxy` against the built-in simulator over real loopback HTTP: bytes unchanged, one
+record per request in load's format, errors by layer, bounded bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from servewatch.load import records as R
+from servewatch.proxy import Proxy, ProxyConfig
+from tests.test_load_sim import SimServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Running:
+    """A proxy on an ephemeral loopback port in this loop, its records collected."""
+
+    def __init__(self, upstream: str, **config):
+        self.records: list[R.RequestRecord] = []
+        self.exchanges = []
+        self.proxy = Proxy(ProxyConfig(upstream=upstream, **config), on_record=self._on_record)
+        self.port = None
+
+    def _on_record(self, ex, rec) -> None:
+        self.exchanges.append(ex)
+        self.records.append(rec)
+
+    async def __aenter__(self) -> "Running":
+        self.port = await self.proxy.start("127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.proxy.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+async def _raw(port: int, request: bytes, *, read_until_close: bool = True) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(-1), 20) if read_until_close else b""
+    writer.close()
+    return data
+
+
+def _post(path: str, body: dict, extra: str = "") -> bytes:
+    raw = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n"
+            f"{extra}Connection: close\r\n\r\n").encode() + raw
+
+
+def _body_of(raw: bytes) -> bytes:
+    """The payload of a chunked or length-delimited HTTP/1.1 response read to close."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if b"chunked" not in head.lower():
+        return body
+    out = b""
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, body = out + body[:size], body[size + 2:]
+    return out
+
+
+def _sse_shape(payload: bytes) -> list[dict]:
+    """The events of a stream without the fields that differ between two runs (ids, times, text)."""
+    out = []
+    for block in payload.split(b"\n\n"):
+        if not block.startswith(b"data: ") or block == b"data: [DONE]":
+            continue
+        obj = json.loads(block[6:])
+        out.append({"choices": [{k: v for k, v in c.items() if k not in ("text",)} for c in obj.get("choices", [])],
+                    "usage": obj.get("usage")})
+    return out
+
+
+def test_streamed_completion_passes_through_and_is_recorded():
+    async def go():
+        async with SimServer(profile="h100-8b", tokens_per_chunk=2, model_name="sim-model") as sim, Running(sim.url) as proxy:
+            body = {"model": "sim-model", "prompt": "hello there", "max_tokens": 9, "ignore_eos": True,
+                    "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            via = await _raw(proxy.port, _post("/v1/completions", body, "Authorization: Bearer sk-secret\r\n"))
+            direct = await _raw(sim.port, _post("/v1/completions", body))
+            return via, direct, proxy.records
+
+    via, direct, records = asyncio.run(go())
+    assert via.startswith(b"HTTP/1.1 200")
+    assert _sse_shape(_body_of(via)) == _sse_shape(_body_of(direct))
+    assert _body_of(via).endswith(b"data: [DONE]\n\n")
+    [rec] = records
+    assert rec.ok and rec.output_tokens == 9 and rec.input_tokens is not None
+    assert rec.finish_reason == "length" and rec.token_source == "server"
+    assert 0 < rec.ttft_s <= rec.e2e_s
+    out = rec.to_json()
+    assert out["proxy"]["model"] == "sim-model" and out["proxy"]["api"] == "completions"
+    assert out["proxy"]["tenant"] and "sk-secret" not in json.dumps(out)
+    assert out["proxy"]["itl_p50_s"] is not None and out["proxy"]["first_byte_s"] <= out["ttft_s"]
+    assert "hello" not in json.dumps(out)
+
+
+def test_chat_non_streamed_and_other_paths():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="sim-model") as sim, Running(sim.url) as proxy:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(proxy.url + "/v1/chat/completions",
+                                  json={"model": "sim-model", "max_tokens": 5, "ignore_eos": True,
+                                        "messages": [{"role": "user", "content": "hi"}]}) as r:
+                    chat = (r.status, await r.json())
+                async with s.get(proxy.url + "/v1/models") as r:
+                    models = (r.status, await r.json())
+                async with s.get(sim.url + "/v1/models") as r:
+                    models_direct = await r.json()
+            return chat, models, models_direct, proxy.records, proxy.proxy.counters
+
+    chat, models, models_direct, records, counters = asyncio.run(go())
+    assert chat[0] == 200 and chat[1]["usage"]["completion_tokens"] == 5
+    assert models == (200, models_direct)
+    [rec] = records                                    # /v1/models is forwarded, not recorded
+    assert rec.ok and rec.output_tokens == 5 and rec.token_source == "server" and rec.ttft_s is None
+    assert rec.proxy["api"] == "chat" and rec.proxy["stream"] is False
+    assert counters.other_requests == 1 and counters.outcomes == {"ok": 1}
+
+
+async def _until(condition, limit_s: float = 10.0) -> None:
+    """Wait for a condition the code under test brings about (bounded; the bound is not the measure)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
+    while not condition():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_upstream_down_is_a_502_json_error_counted():
+    async def go():
+        async with Running(f"http://127.0.0.1:{_free_port()}") as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "stream": True}))
+            return raw, proxy.records, proxy.proxy.counters
+
+    raw, records, counters = asyncio.run(go())
+    assert raw.startswith(b"HTTP/1.1 502")
+    assert json.loads(_body_of(raw))["error"]["type"] == "upstream_unavailable"
+    [rec] = records
+    assert rec.error == R.CONNECT and rec.error_detail == "upstream refused" and rec.http_status == 502
+    assert counters.outcomes == {R.CONNECT: 1}
+
+
+def test_client_abort_cancels_the_upstream_request():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, Running(sim.url) as proxy:
+            body = {"model": "m", "prompt": "p", "max_tokens": 8000, "ignore_eos": True, "stream": True}
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(_post("/v1/completions", body))
+            await reader.readuntil(b"data: ")          # streaming has begun
+            engine = sim.engine
+            assert len(engine.scheduler.running) == 1
+            writer.close()
+            await _until(lambda: proxy.records and not engine.scheduler.running)
+            return proxy.records
+
+    [rec] = asyncio.run(go())
+    assert rec.error == R.CLIENT_ABORT and rec.http_status == 200 and rec.ttft_s is not None
+
+
+def test_http_errors_keep_the_upstreams_summary_not_its_text():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, Running(sim.url) as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "nope", "prompt": "secret words"}))
+            return raw, proxy.records
+
+    raw, [rec] = asyncio.run(go())
+    assert raw.startswith(b"HTTP/1.1 404") and b"does not exist" in raw     # the client sees it all
+    assert rec.error == R.HTTP_4XX and rec.error_detail == "HTTP 404 NotFoundError"
+    assert "secret" not in json.dumps(rec.to_json()) and "exist" not in json.dumps(rec.to_json())
+
+
+def test_bad_input_is_answered_and_bounded():
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, \
+                Running(sim.url, max_request_bytes=1000, max_connections=3, head_timeout_s=0.3,
+                        body_idle_timeout_s=0.3, sweep_interval_s=0.05) as proxy:
+            out = {}
+            out["garbage"] = await _raw(proxy.port, b"\x16\x03\x01 hello\r\n\r\n")
+            out["header"] = await _raw(proxy.port, b"GET /v1/models HTTP/1.1\r\nbad header\r\n\r\n")
+            out["chunked"] = await _raw(proxy.port, b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked"
+                                                    b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+            out["big"] = await _raw(proxy.port, _post("/v1/completions", {"prompt": "x" * 2000}))
+            out["drip_head"] = await _raw(proxy.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            out["drip_body"] = await _raw(proxy.port, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 50\r\n"
+                                                      b"\r\n{\"model\"")
+            held = [await asyncio.open_connection("127.0.0.1", proxy.port) for _ in range(3)]
+            await _until(lambda: len(proxy.proxy.clients) == 3)
+            out["over"] = await _raw(proxy.port, b"GET /v1/models HTTP/1.1\r\n\r\n")
+            for _, w in held:
+                w.close()
+            return out, proxy.proxy.counters, proxy.records
+
+    out, counters, records = asyncio.run(go())
+    assert out["garbage"].startswith(b"HTTP/1.1 400")
+    assert out["header"].startswith(b"HTTP/1.1 400")
+    assert out["chunked"].startswith(b"HTTP/1.1 411")
+    assert out["big"].startswith(b"HTTP/1.1 413")
+    assert out["drip_head"].startswith(b"HTTP/1.1 408")
+    assert out["drip_body"].startswith(b"HTTP/1.1 408")
+    assert out["over"].startswith(b"HTTP/1.1 503") and b"Retry-After: 1\r\n" in out["over"]
+    for raw in out.values():
+        assert json.loads(_body_of(raw))["error"]["code"] == int(raw[9:12])
+    assert counters.refused == {"bad_request": 3, "too_large": 1, "slow_client": 2, "over_connections": 1}
+    [rec] = records                                 # the stalled body was a completions request
+    assert rec.error == R.TIMEOUT and rec.http_status == 408
+
+
+class _Upstream:
+    """A tiny upstream that answers every POST with the given raw HTTP response, or never."""
+
+    def __init__(self, response: bytes | None):
+        self.response = response
+        self.port = None
+        self.server = None
+
+    async def __aenter__(self):
+        async def handle(reader, writer):
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                if self.response is None:
+                    await reader.read()                # hold the request until the proxy gives up
+                else:
+                    writer.write(self.response)
+                    await writer.drain()
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+
+def test_malformed_sse_is_passed_through_and_counted():
+    events = (b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
+              b'data: {not json\n\n'
+              b'data: {"choices":[{"index":0,"text":"b","finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
+    response = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: "
+                + str(len(events)).encode() + b"\r\n\r\n" + events)
+
+    async def go():
+        async with _Upstream(response) as up, Running(up.url) as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "stream": True}))
+            return raw, proxy.records, proxy.proxy.counters
+
+    raw, [rec], counters = asyncio.run(go())
+    assert raw == response                           # byte for byte
+    assert rec.error == R.TRUNCATED and rec.proxy["malformed_sse"] is True and counters.malformed_sse == 1
+    assert rec.output_tokens == 2
+
+
+def test_upstream_silence_is_a_504_timeout():
+    async def go():
+        async with _Upstream(None) as up, Running(up.url, first_byte_timeout_s=0.3, sweep_interval_s=0.05) as proxy:
+            raw = await _raw(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "stream": True}))
+            return raw, proxy.records
+
+    raw, [rec] = asyncio.run(go())
+    assert raw.startswith(b"HTTP/1.1 504")
+    assert rec.error == R.TIMEOUT and rec.http_status == 504
+
+
+def test_a_slow_reader_pauses_the_upstream():
+    """Backpressure: a client that does not read holds the upstream, not the proxy's memory."""
+    body = b"x" * (64 * 2**20)
+    response = b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+
+    async def go():
+        async with _Upstream(response) as up, Running(up.url) as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port, limit=2**16)
+            writer.write(b"GET /big HTTP/1.1\r\n\r\n")
+            ex = None
+            await _until(lambda: proxy.proxy.inflight and next(iter(proxy.proxy.inflight)).upstream is not None
+                         and next(iter(proxy.proxy.inflight)).upstream.paused)
+            ex = next(iter(proxy.proxy.inflight))
+            [client] = proxy.proxy.clients
+            buffered = client.transport.get_write_buffer_size()
+            got = 0
+            while got < len(response):
+                chunk = await reader.read(2**20)
+                assert chunk
+                got += len(chunk)
+            writer.close()
+            return buffered, ex
+
+    buffered, ex = asyncio.run(go())
+    assert buffered < 4 * 2**20                      # the proxy held a few buffers, not the 64 MiB
+
+
+# -- live signals and requests_no_token ---------------------------------------------------------------
+
+def _stream_body(max_tokens: int, prompt: str = "p") -> dict:
+    return {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
+
+
+async def _stream(port: int, body: dict) -> None:
+    try:
+        await _raw(port, _post("/v1/completions", body))
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+
+
+def _judge(samples, config):
+    from servewatch.detectors import no_token
+    from servewatch.timeline.window import Window
+
+    return no_token.detect(Window.from_samples(samples), config)
+
+
+async def _warm(proxy, n: int = 8) -> None:
+    await asyncio.gather(*(_stream(proxy.port, _stream_body(4)) for _ in range(n)))
+
+
+def test_requests_no_token_fires_on_a_stalled_engine_within_its_threshold():
+    from servewatch.detectors.config import DetectorConfig
+    from servewatch.detectors.no_token import threshold_s
+
+    config = DetectorConfig(no_token_floor_s=0.5)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, Running(sim.url, sweep_interval_s=0.05) as proxy:
+            await _warm(proxy)
+            tasks = [asyncio.create_task(_stream(proxy.port, _stream_body(4000))) for _ in range(4)]
+            await _until(lambda: len(sim.engine.scheduler.running) == 4 and all(
+                ex.state is not None and ex.state.chunk_t for ex in proxy.proxy.inflight))
+            calm = proxy.proxy.snapshot(proxy.proxy.now())
+            assert calm.in_flight == 4 and calm.waiting_first_token == 0 and _judge([calm], config) == []
+            sim.engine.inject("stall")
+            stalled_at = proxy.proxy.now()
+            verdicts = []
+            while not verdicts:
+                sample = proxy.proxy.snapshot(proxy.proxy.now())
+                verdicts = _judge([sample], config)
+                await asyncio.sleep(0.05)
+            fired_after = proxy.proxy.now() - stalled_at
+            for task in tasks:
+                task.cancel()
+            return verdicts, sample, fired_after
+
+    [verdict], sample, fired_after = asyncio.run(go())
+    limit = threshold_s(sample, config)
+    assert verdict.name == "requests_no_token" and sample.in_flight == 4
+    assert limit < fired_after < limit + 0.5           # the threshold, plus the sampling allowance
+    assert "4 request(s) in flight got no byte" in verdict.why
+
+
+def test_requests_no_token_is_silent_through_an_overload_served_in_turn():
+    from servewatch.detectors.config import DetectorConfig
+
+    # a floor above this shared machine's event-loop hiccups (the sim, the proxy and the clients share one loop)
+    config = DetectorConfig(no_token_floor_s=1.0)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m", max_num_seqs=4) as sim, \
+                Running(sim.url, sweep_interval_s=0.05) as proxy:
+            await _warm(proxy)
+            tasks = [asyncio.create_task(_stream(proxy.port, _stream_body(150))) for _ in range(24)]
+            samples = []
+            peak_wait = 0.0
+            while not all(t.done() for t in tasks):
+                sample = proxy.proxy.snapshot(proxy.proxy.now())
+                samples.append(sample)
+                peak_wait = max(peak_wait, sample.oldest_waiting_s or 0.0)
+                assert _judge(samples[-1:], config) == [], sample
+                await asyncio.sleep(0.05)
+            return peak_wait, samples, proxy.records
+
+    peak_wait, samples, records = asyncio.run(go())
+    assert max(s.waiting_first_token for s in samples) >= 10      # a real queue
+    assert peak_wait > 2 * 1.0                        # waits past twice the floor, served in turn
+    assert sum(r.ok for r in records) == 8 + 24
+
+
+def test_requests_no_token_is_silent_through_a_long_prefill():
+    from servewatch.detectors.config import DetectorConfig
+
+    config = DetectorConfig(no_token_floor_s=0.2)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m", max_model_len=200000) as sim, \
+                Running(sim.url, sweep_interval_s=0.05) as proxy:
+            await _warm(proxy)
+            long_prompt = "word " * 60000
+            task = asyncio.create_task(_stream(proxy.port, _stream_body(2, long_prompt)))
+            worst = []
+            while not task.done():
+                sample = proxy.proxy.snapshot(proxy.proxy.now())
+                assert _judge([sample], config) == [], sample
+                worst.append(sample.quiet_s or 0.0)
+                await asyncio.sleep(0.02)
+            return max(worst), proxy.records[-1]
+
+    worst_quiet, rec = asyncio.run(go())
+    assert rec.ok and rec.ttft_s > 0.2 and worst_quiet > 0.2       # a prefill longer than the floor
+
+
+# -- telemetry -----------------------------------------------------------------------------------------
+
+def test_metrics_follow_the_genai_conventions_on_their_own_port():
+    from servewatch.proxy.telemetry import TTFT_BUCKETS, Telemetry
+
+    async def go():
+        telemetry = Telemetry()
+        async with SimServer(profile="h100-8b", model_name="m") as sim:
+            proxy = Proxy(ProxyConfig(upstream=sim.url), on_record=telemetry.observe)
+            port = await proxy.start("127.0.0.1", 0)
+            runner, mport = await telemetry.serve_metrics(proxy, "127.0.0.1", 0)
+            try:
+                await _stream(port, _stream_body(6))
+                await _raw(port, _post("/v1/completions", {"model": "nope", "prompt": "p"}))
+                async with aiohttp.ClientSession() as s:
+                    async with s.get(f"http://127.0.0.1:{mport}/metrics") as r:
+                        text = await r.text()
+                    async with s.get(f"http://127.0.0.1:{port}/metrics") as r:     # the engine's, through
+                        engine = await r.text()
+            finally:
+                await runner.cleanup()
+                await proxy.close()
+        return text, engine
+
+    text, engine = asyncio.run(go())
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    ttft = families["gen_ai_server_time_to_first_token_seconds"]
+    bounds = sorted({float(s.labels["le"]) for s in ttft.samples if s.name.endswith("_bucket")} - {float("inf")})
+    assert tuple(bounds) == TTFT_BUCKETS
+    [count] = [s for s in ttft.samples if s.name.endswith("_count")]
+    assert count.labels == {"gen_ai_operation_name": "text_completion", "gen_ai_request_model": "m", "outcome": "ok"}
+    assert count.value == 1
+    durations = {s.labels["outcome"]: s.value for s in families["gen_ai_server_request_duration_seconds"].samples
+                 if s.name.endswith("_count")}
+    assert durations == {"ok": 1.0, "http_4xx": 1.0}
+    tokens = {s.labels["gen_ai_token_type"]: s.value for s in families["gen_ai_client_token_usage"].samples
+              if s.name.endswith("_sum") and s.labels["outcome"] == "ok"}
+    assert tokens["output"] == 6.0
+    assert 'servewatch_proxy_requests_total{outcome="http_4xx"} 1' in text
+    assert "vllm:" in engine and "gen_ai_" not in engine
+
+
+def test_traces_export_over_otlp_keeping_errors():
+    pytest.importorskip("opentelemetry.sdk")
+    import http.server
+    import threading
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from servewatch.proxy.telemetry import Telemetry
+
+    received: list[bytes] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    telemetry = Telemetry(otlp_endpoint=f"http://127.0.0.1:{server.server_port}", sample=0.0, seed=1)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim:
+            proxy = Proxy(ProxyConfig(upstream=sim.url), on_record=telemetry.observe)
+            telemetry.proxy = proxy
+            port = await proxy.start("127.0.0.1", 0)
+            try:
+                for _ in range(3):
+                    await _stream(port, _stream_body(3))             # sampled out (rate 0)
+                await _raw(port, _post("/v1/completions", {"model": "nope", "prompt": "p", "stream": True}))
+            finally:
+                await proxy.close()
+
+    try:
+        asyncio.run(go())
+        telemetry.close()                                            # flushes the batch
+    finally:
+        server.shutdown()
+    spans = []
+    for path, body in received:
+        assert path == "/v1/traces"
+        request = ExportTraceServiceRequest.FromString(body)
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                spans.extend(ss.spans)
+    [span] = spans
+    attrs = {a.key: a.value for a in span.attributes}
+    assert span.name == "text_completion nope"
+    assert attrs["gen_ai.operation.name"].string_value == "text_completion"
+    assert attrs["gen_ai.request.model"].string_value == "nope"
+    assert attrs["error.type"].string_value == "http_4xx"
+    assert attrs["http.response.status_code"].int_value == 404
+    assert span.status.code == 2                                     # STATUS_CODE_ERROR
