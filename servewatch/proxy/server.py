@@ -3,7 +3,7 @@ upstream connections, and bytes moved between the two transports as they arrive.
 
 - The response (head and body, its chunked framing included) reaches the client exactly as the
   upstream sent it; it is parsed only after it has been written on, to know where it ends and what it
-  says (the load client's parser: servewatch.load.http1 and servewatch.load.client).
+  says (the load client's parser: servewatch.http1 and servewatch.load.client).
 - The request body is forwarded as it arrives; only the request head is rewritten (Host).
 - Backpressure both ways: a client that reads slowly pauses reading from its upstream connection, an
   upstream that reads slowly pauses reading from the client.
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
-from servewatch.load.http1 import Endpoint, StreamCut, _Conn, _IDLE
+from servewatch.http1 import Endpoint, StreamCut, _Conn, _IDLE
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
