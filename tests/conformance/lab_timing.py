@@ -84,9 +84,12 @@ def expect_verdict(watcher, name: str, *, after: float, bound_s: float, wait_s: 
     return line
 
 
-def stall_bound(line, cadence_s: float) -> float:
+def stall_bound(line, cadence_s: float, *, stopped_at: float | None = None) -> float:
     """The bound a stall verdict implies: its threshold — which must be the documented
-    max(STALL_FLOOR_S, STALL_K x basis) from the basis it reports — plus two scrape cadences."""
+    max(STALL_FLOOR_S, STALL_K x basis) from the basis it reports — plus two scrape cadences. Given the
+    (monotonic) time of the stop, plus how long after it the last step in flight landed on the counters:
+    such a step still reaches them through the engine core and the API server a moment later, so the
+    quiet time the threshold counts may begin after the stop (the verdict's own onset says when)."""
     details = line.data.get("details") or {}
     threshold = details.get("threshold_s")
     assert isinstance(threshold, (int, float)), f"the stall verdict reports no threshold_s: {line.data}"
@@ -95,7 +98,14 @@ def stall_bound(line, cadence_s: float) -> float:
     assert abs(threshold - expected) <= 1e-6, (
         f"stall threshold {threshold:.3f} s is not the documented max({STALL_FLOOR_S:g} s, {STALL_K:g} x "
         f"{basis:.3f} s recent cadence) = {expected:.3f} s")
-    return threshold + 2 * cadence_s
+    landed = 0.0 if stopped_at is None else landed_after(line, stopped_at)
+    return threshold + 2 * cadence_s + landed
+
+
+def landed_after(line, stopped_at: float) -> float:
+    """Seconds from the stop (monotonic) to the verdict's onset (its last counter movement), 0 if before."""
+    stop_epoch = stopped_at + (time.time() - time.monotonic())
+    return max(0.0, _epoch(line.data["onset"]) - stop_epoch)
 
 
 def expect_stall(watcher, *, after: float, cadence_s: float, wait_s: float = 20.0,
@@ -105,10 +115,17 @@ def expect_stall(watcher, *, after: float, cadence_s: float, wait_s: float = 20.
     line = watcher.wait_for(name, timeout_s=max(0.0, after + wait_s - time.monotonic()), after=after, where=where)
     if line is None:
         expect_verdict(watcher, name, after=after, bound_s=STALL_FLOOR_S + 2 * cadence_s, wait_s=wait_s, where=where)
-    bound = stall_bound(line, cadence_s)
+    bound = stall_bound(line, cadence_s, stopped_at=after)
     check_within(f"{name} detection (threshold {line.data['details']['threshold_s']:.2f} s + 2 x {cadence_s:g} s "
-                 f"cadence)", line.arrived - after, bound, since=after)
+                 f"cadence + {landed_after(line, after):.2f} s until the last step in flight landed)",
+                 line.arrived - after, bound, since=after)
     return line
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def record_case(nodeid: str, outcome: str, started: float, ended: float, *, rerun: bool, failure: str = "") -> None:

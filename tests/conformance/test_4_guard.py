@@ -139,7 +139,7 @@ def test_guard_dumps_the_stacks_of_a_stalled_vllm_and_kills_its_tree(lab, run_di
                 f"guard exit {code}")
     # The verdict within its own threshold + two 0.5 s cadences; the stacks and the kill right after it:
     # py-spy dumps of the 4 processes and the kill took 0.15 s after the verdict on a quiet run, 2 s allowed.
-    check_within("guard's stall verdict", stall_at - stopped_at, stall_bound(VerdictLine(stall_at, stall), 0.5),
+    check_within("guard's stall verdict", stall_at - stopped_at, stall_bound(VerdictLine(stall_at, stall), 0.5, stopped_at=stopped_at),
                  since=stopped_at)
     check_within("guard's kill after its verdict", kill_at - stall_at, KILL_AFTER_VERDICT_S, since=stall_at)
     assert stacks["status"] == "captured", stacks

@@ -78,7 +78,7 @@ def test_serve_livez_fails_on_a_stopped_worker_while_health_says_200(lab, run_di
                 f"livez never failed within 30 s of the stop; longest freeze {longest_freeze(stopped_at):.1f} s")
         assert stall is not None, "livez failed without an active stall verdict"
         # livez fails within the stall's own threshold plus two 0.5 s cadences plus one 0.2 s poll of livez.
-        bound = stall_bound(VerdictLine(failed_at, stall), 0.5) + 0.2
+        bound = stall_bound(VerdictLine(failed_at, stall), 0.5, stopped_at=stopped_at) + 0.2
         check_within("serve livez 503 after the stop", failed_at - stopped_at, bound, since=stopped_at)
         lab.obs.say(f"serve: SIGSTOP → livez 503 after {failed_at - stopped_at:.2f} s (bound {bound:.2f} s: stall "
                     f"threshold {stall['details']['threshold_s']:.2f} s + 2 cadences + a poll); vLLM /health "
