@@ -107,6 +107,14 @@ class DetectorConfig:
     # /health answered 2xx and no counter moved. Probes run only with --probe.
     probe_fail_count: int = 1
 
+    # rank_stalled: an engine rank stopped (T), or in uninterruptible sleep (D) or under rank_idle_cpu_percent
+    # for rank_quiet_s while a sibling rank used at least stall_busy_cpu_percent; a probe asked no earlier than
+    # rank_probe_slack_s before that began got no token; the engine's gauges read idle. A real vLLM TP=2 CPU
+    # worker spins at ~50 % idle; a SIGSTOPped one reads 0 %.
+    rank_quiet_s: float = 2.0
+    rank_idle_cpu_percent: float = 5.0
+    rank_probe_slack_s: float = 1.0
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["blind_kinds"] = list(self.blind_kinds)

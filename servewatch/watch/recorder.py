@@ -52,7 +52,7 @@ class Recorder:
         for source in self.sources:
             bind = getattr(source, "bind_timeline", None)   # a source that reads the timeline (the probe)
             if bind is not None:
-                bind(self.ring)
+                bind(self.ring, self.config)
         self.latch = Latch()
         self.sinks = list(sinks)
         self.listeners = list(listeners)
