@@ -194,3 +194,21 @@ def test_engine_dead_names_the_rank_that_died_and_how_the_log_said():
                                                           "exit_code": -9}),))
     (dead,) = [v for v in run_detectors(w, CONFIG) if v.name == "engine_dead"]
     assert "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112), exit code -9 (signal 9)" in dead.why
+
+
+# --- servewatch_rank_state -------------------------------------------------------------------------
+
+def test_rank_state_series_are_one_per_rank_with_bounded_labels():
+    from servewatch.sinks.exporter import FleetExporter
+
+    samples = {"tp2": stopped_at(10.0)(T0 + 12.0), "dp2": dp_tree(T0), "gone": None}
+    exporter = FleetExporter(ranks=lambda: list(samples.items()))
+    text = exporter.exposition().decode()
+    rows = sorted(line for line in text.splitlines() if line.startswith("servewatch_rank_state{"))
+    assert 'servewatch_rank_state{rank="TP1",role="worker",state="T",target="tp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="TP0",role="worker",state="R",target="tp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="none",role="engine_core",state="S",target="tp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="DP1",role="worker",state="R",target="dp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="none",role="coordinator",state="S",target="dp2"} 1.0' in rows
+    assert len(rows) == 3 + 5 and not any('target="gone"' in row for row in rows)
+    assert not any("VLLM::" in row or "pid" in row for row in rows)        # no titles, no pids as labels

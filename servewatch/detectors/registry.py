@@ -63,7 +63,7 @@ for _spec in (
                 ("probe", "health", "metrics")),
     VerdictSpec("rank_stalled", ranks.detect, INCIDENT, "page",
                 "one engine rank is stalled while the engine reads idle and a probe gets no token",
-                runbooks.RANK_STALLED, ("process", "probe", "metrics", "health"), labels=("how",)),
+                runbooks.RANK_STALLED, ("process", "probe", "metrics", "health")),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
                 "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics",),
                 labels=("engine", "cause")),
