@@ -163,6 +163,11 @@ def dp_tree(t, *, dp1_worker="running"):
     return ProcessSample(t=t, root_pid=100, root_create_time=1.0, alive=True, members=members)
 
 
+def test_an_idle_data_parallel_engine_beside_a_busy_one_is_no_suspect():
+    w = Window(process=tuple(dp_tree(T0 + i * STEP) for i in range(41)))   # DP1's core and worker at 0-1 %
+    assert rank_detector.suspects(w, CONFIG) == ()
+
+
 def test_a_stall_on_engine_1_of_a_data_parallel_server_names_dp_rank_1():
     metrics = tuple(MetricsSample(T0 + i, "vllm", "vllm-0.32", (
         EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=2, waiting=0,

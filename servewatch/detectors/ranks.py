@@ -78,9 +78,10 @@ def _mean_cpu(samples: list[ProcessSample], pid: int, since: float) -> float | N
 @once_per_window
 def suspects(window: Window, config: DetectorConfig) -> tuple[Suspect, ...]:
     """Engine ranks that look stalled in the newest process sample: stopped (any time), in uninterruptible
-    sleep or under rank_idle_cpu_percent for rank_quiet_s while a sibling of theirs used at least
-    stall_busy_cpu_percent on average over that time (the CPU backend's idle workers spin: idle siblings are
-    alike, a stalled one is not)."""
+    sleep or under rank_idle_cpu_percent for rank_quiet_s while a sibling of theirs of the same data-parallel
+    rank used at least stall_busy_cpu_percent on average over that time (the CPU backend's idle workers spin:
+    idle tensor-parallel siblings are alike, a stalled one is not; data-parallel engines are balanced by load,
+    so one idling beside a busy one is no sign)."""
     samples = _samples(window)
     if not samples:
         return ()
@@ -105,7 +106,8 @@ def suspects(window: Window, config: DetectorConfig) -> tuple[Suspect, ...]:
         onset = run[0][0].t
         busy = []
         for sibling in siblings(rank, ranks):
-            if sibling.member.status in STOPPED:
+            # data-parallel engines are balanced by load: one may idle while another computes
+            if sibling.member.status in STOPPED or sibling.axis("DP") != rank.axis("DP"):
                 continue
             cpu = _mean_cpu(samples, sibling.pid, onset)
             if cpu is not None and cpu >= config.stall_busy_cpu_percent:
