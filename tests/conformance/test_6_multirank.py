@@ -1,6 +1,6 @@
-"""Multi-rank truth on real vLLM CPU engines: tensor parallel 2 (idle with spinning workers: no verdict; the
-TP1 worker stopped under four streams: rank_stalled naming TP rank 1 while /health says 200; the TP1 worker
-killed: engine_dead naming the rank) and data parallel 2 (the worker of DP rank 1 stopped under load: the
+"""Multi-rank truth on real vLLM CPU engines: tensor parallel 2 (idle: no verdict; the TP1 worker stopped
+under four streams: a verdict naming TP rank 1 while /health says 200; stopped while idle and then sent four
+streams: rank_stalled naming it; the TP1 worker killed: engine_dead naming the rank) and data parallel 2 (the worker of DP rank 1 stopped under load: the
 stall on engine=1 naming DP rank 1). The TP tests run in file order on one server; the kill ends it."""
 
 from __future__ import annotations
@@ -99,7 +99,13 @@ def test_tp2_idle_with_spinning_workers_gives_no_verdict(lab, tp2, run_dir):
                 f"{idle_cpu[core]:.0f} %, Worker_TP0 {idle_cpu[workers[0]]:.0f} %, Worker_TP1 {idle_cpu[workers[1]]:.0f} %")
 
 
-def test_tp1_stopped_under_four_streams_is_rank_stalled_naming_tp_rank_1_while_health_is_200(lab, tp2, run_dir):
+def names_tp1(data: dict) -> bool:
+    return "TP rank 1 of 2 (VLLM::Worker_TP1, pid " in data.get("why", "")
+
+
+def test_tp1_stopped_under_four_streams_is_a_verdict_naming_tp_rank_1_while_health_is_200(lab, tp2, run_dir):
+    """A stop that lands mid-batch leaves the gauges at the running streams: the stall verdict, naming the
+    rank; one that lands before the step's stats were published reads idle: rank_stalled. Either names it."""
     worker = pid_titled(tp2, "VLLM::Worker_TP1")
     out = run_dir / "bundles"
     with Watcher(tp2.url, out, pid=tp2.pid, interval=INTERVAL, extra=PROBE_ARGS) as watcher:
@@ -111,27 +117,60 @@ def test_tp1_stopped_under_four_streams_is_rank_stalled_naming_tp_rank_1_while_h
         try:
             assert status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0) == psutil.STATUS_STOPPED
             frozen = engine_gauges(tp2.url)
-            named = watcher.wait_for("rank_stalled", timeout_s=40, after=stopped_at)
-            stall = next((v for v in watcher.verdicts(after=stopped_at)
-                          if v.name == "alive_health_ok_no_progress"), None)
+            named = None
+            for name in ("rank_stalled", "alive_health_ok_no_progress"):
+                named = named or watcher.wait_for(name, timeout_s=20, after=stopped_at, where=names_tp1)
             statuses = health_over(tp2.url, 1.0)
             streams_done_while_stopped = traffic.done.is_set()
         finally:
             os.kill(worker, signal.SIGCONT)
         finished = traffic.wait(400)
-        others = sorted({v.name for v in watcher.verdicts(after=stopped_at)} - {"rank_stalled"})
-    lab.obs.record("tp2_stop", {"gauges_while_stopped": frozen, "health": sorted(set(map(str, statuses))),
-                                "rank_stalled_s": None if named is None else round(named.arrived - stopped_at, 2),
-                                "why": None if named is None else named.data["why"],
-                                "stall_why": None if stall is None else stall.data["why"], "other_verdicts": others,
-                                "streams": traffic.result.statuses})
+        seen = sorted({v.name for v in watcher.verdicts(after=stopped_at)})
+    detected = None if named is None else round(named.arrived - stopped_at, 2)
+    lab.obs.record("tp2_stop_under_load", {"gauges_while_stopped": frozen, "health": sorted(set(map(str, statuses))),
+                                           "verdict": None if named is None else named.name, "detected_s": detected,
+                                           "why": None if named is None else named.data["why"], "verdicts": seen,
+                                           "streams": traffic.result.statuses})
     lab.obs.say(f"TP=2 Worker_TP1 SIGSTOP under 4 streams: gauges (running, waiting) {frozen}, /health "
-                f"{sorted(set(map(str, statuses)))}; rank_stalled after "
-                f"{'never' if named is None else f'{named.arrived - stopped_at:.1f} s'}: "
-                f"{None if named is None else named.data['why']}; other verdicts {others}")
+                f"{sorted(set(map(str, statuses)))}; {None if named is None else named.name} after {detected} s: "
+                f"{None if named is None else named.data['why']}; verdicts {seen}")
+    assert named is not None, f"no verdict naming TP rank 1; {watcher.describe()}"
+    assert named.arrived - stopped_at <= RANK_STALLED_BOUND_S, f"{named.name} after {detected} s"
+    assert set(statuses) == {200}, statuses
+    assert not streams_done_while_stopped
+    assert finished and set(traffic.result.statuses) == {200}, traffic.result
+    assert_bundles_verify(out)
+
+
+def test_tp1_stopped_while_idle_then_four_streams_is_rank_stalled_naming_tp_rank_1(lab, tp2, run_dir):
+    """The stall that reads as idle: the rank stopped before the step that takes the streams publishes its
+    stats; the gauges stay at 0 running, 0 waiting, /health 200, and every stream hangs."""
+    worker = pid_titled(tp2, "VLLM::Worker_TP1")
+    out = run_dir / "bundles"
+    with Watcher(tp2.url, out, pid=tp2.pid, interval=INTERVAL, extra=PROBE_ARGS) as watcher:
+        os.kill(worker, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            assert status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0) == psutil.STATUS_STOPPED
+            traffic = Traffic(tp2.url, n=4, concurrency=4, max_tokens=64, timeout_s=300).start()
+            named = watcher.wait_for("rank_stalled", timeout_s=30, after=stopped_at)
+            frozen = engine_gauges(tp2.url)
+            statuses = health_over(tp2.url, 1.0)
+            streams_done_while_stopped = traffic.done.is_set()
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        finished = traffic.wait(300)
+        seen = sorted({v.name for v in watcher.verdicts(after=stopped_at)})
+    detected = None if named is None else round(named.arrived - stopped_at, 2)
+    lab.obs.record("tp2_stop_idle", {"gauges_while_stopped": frozen, "health": sorted(set(map(str, statuses))),
+                                     "rank_stalled_s": detected, "why": None if named is None else named.data["why"],
+                                     "verdicts": seen, "streams": traffic.result.statuses})
+    lab.obs.say(f"TP=2 Worker_TP1 SIGSTOP while idle, then 4 streams: gauges (running, waiting) {frozen}, /health "
+                f"{sorted(set(map(str, statuses)))}; rank_stalled after {detected} s: "
+                f"{None if named is None else named.data['why']}; verdicts {seen}")
     assert named is not None, f"no rank_stalled; {watcher.describe()}"
-    assert "TP rank 1 of 2 (VLLM::Worker_TP1, pid " in named.data["why"], named.data["why"]
-    assert named.arrived - stopped_at <= RANK_STALLED_BOUND_S, f"rank_stalled after {named.arrived - stopped_at:.1f} s"
+    assert names_tp1(named.data), named.data["why"]
+    assert detected <= RANK_STALLED_BOUND_S, f"rank_stalled after {detected} s"
     assert set(statuses) == {200}, statuses
     assert not streams_done_while_stopped
     assert finished and set(traffic.result.statuses) == {200}, traffic.result
