@@ -217,3 +217,10 @@ def test_rank_state_series_are_one_per_rank_with_bounded_labels():
     assert 'servewatch_rank_state{rank="none",role="coordinator",state="S",target="dp2"} 1.0' in rows
     assert len(rows) == 3 + 5 and not any('target="gone"' in row for row in rows)
     assert not any("VLLM::" in row or "pid" in row for row in rows)        # no titles, no pids as labels
+
+
+def test_startup_and_other_verdicts_name_stopped_processes_by_rank():
+    sample = stopped_at(0.0)(T0)
+    assert rank_detector.named_processes(sample, [(112, "VLLM::Worker_TP1")]) == \
+        "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112)"
+    assert rank_detector.named_processes(sample, [(100, "python3")]) == "python3"

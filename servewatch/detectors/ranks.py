@@ -244,3 +244,13 @@ def gone_words(samples, missing, logs=()) -> str:
         rank = next((r for r in view if r.pid == pid), None)
         words.append((rank_words(rank, view) if rank is not None else title) + how)
     return ", ".join(sorted(words))
+
+
+def named_processes(sample: ProcessSample, pids_titles) -> str:
+    """(pid, title) pairs of one sample by rank where the rank model knows them ("TP rank 1 of 2
+    (VLLM::Worker_TP1, pid 812)"), else by title; each title once when none has a rank."""
+    view = rank_view(sample)
+    by_pid = {r.pid: r for r in view}
+    if not any(pid in by_pid for pid, _ in pids_titles):
+        return ", ".join(sorted({title for _, title in pids_titles}))
+    return ", ".join(sorted(rank_words(by_pid[pid], view) if pid in by_pid else title for pid, title in pids_titles))
