@@ -261,8 +261,8 @@ def fault(url, kind):
 
 
 BUILTIN_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss", "not_serving",
-                    "overload", "kv_pressure", "preemption", "histogram_blind", "target_restarted", "server_errors",
-                    "client_errors", "requests_aborted", "startup_stalled", "crash_loop",
+                    "rank_stalled", "overload", "kv_pressure", "preemption", "histogram_blind", "target_restarted",
+                    "server_errors", "client_errors", "requests_aborted", "startup_stalled", "crash_loop",
                     "requests_no_token")
 
 

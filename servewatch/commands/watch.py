@@ -14,7 +14,7 @@ def register(subparsers) -> None:
                     "history; fire a verdict once when a condition starts (and write an incident bundle with "
                     "--out; `kill -USR1 <watch pid>` writes one of the current window at any time). Exit status: "
                     "0, or 1 when --stop-on-incident stopped on an incident.")
-    add_recording_arguments(parser, interval=1.0)
+    add_recording_arguments(parser, interval=1.0, probe_default=True)
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
     parser.add_argument("--unverified-pid-ok", action="store_true",
                         help="record --pid although it cannot be proven, from here, to hold the URL's port (another "

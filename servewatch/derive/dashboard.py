@@ -112,6 +112,13 @@ def panels(series: EngineSeries, slot_limit: int | None = None) -> list[PanelSpe
                   "allows. Keep its incident bundle and a stack dump, then drain the replica.",
                   (Query('servewatch_verdict_active{verdict="alive_health_ok_no_progress"}', "{{target}}"),),
                   kind="statetimeline", from_serve=True),
+        PanelSpec("servewatch: engine ranks not running or sleeping",
+                  "Each line is an engine rank (tensor-, pipeline- or data-parallel worker, engine core) in state "
+                  "T (stopped), D (uninterruptible) or Z (zombie) on a target servewatch serve watches with its "
+                  "pid. One rank there while its siblings run is the stuck rank: take stacks of every rank, then "
+                  "drain the replica (rank_stalled pages when requests hang on it).",
+                  (Query('servewatch_rank_state{state=~"T|t|D|Z"} == 1', "{{target}} {{role}} {{rank}} {{state}}"),),
+                  kind="statetimeline", from_serve=True),
         PanelSpec("servewatch: active verdicts and reachability",
                   "Each line is a verdict servewatch serve holds for a target (engine dead, overload, KV "
                   "pressure, ...); each verdict's alert carries its runbook branch. Target up at 0: servewatch "

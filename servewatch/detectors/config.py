@@ -119,6 +119,13 @@ class DetectorConfig:
     # long prefill raises the bar; an overload served in turn keeps bytes flowing and never reaches it.
     no_token_k: float = 4.0
     no_token_floor_s: float = 2.0
+    # rank_stalled: an engine rank stopped (T), or in uninterruptible sleep (D) or under rank_idle_cpu_percent
+    # for rank_quiet_s while a sibling rank used at least stall_busy_cpu_percent; a probe asked no earlier than
+    # rank_probe_slack_s before that began got no token; the engine's gauges read idle. A real vLLM TP=2 CPU
+    # worker spins at ~50 % idle; a SIGSTOPped one reads 0 %.
+    rank_quiet_s: float = 2.0
+    rank_idle_cpu_percent: float = 5.0
+    rank_probe_slack_s: float = 1.0
 
     def to_dict(self) -> dict:
         data = asdict(self)

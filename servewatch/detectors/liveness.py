@@ -80,7 +80,9 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
         onsets.append(first_missing.t)
         evidence.append(Evidence("process", first_missing.t, "alive", first_missing.alive))
         evidence += [Evidence("process", first_missing.t, f"members[{pid}]", "gone") for pid, _ in missing]
-        titles = ", ".join(sorted({title for _, title in missing}))
+        from servewatch.detectors import ranks
+
+        titles = ranks.gone_words(window.process, missing, window.logs)
         reasons.append(f"engine process(es) gone ({titles}) while the API process {last.root_pid} lives")
 
     end = window.end or 0.0

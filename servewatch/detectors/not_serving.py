@@ -21,6 +21,10 @@ NAME = "not_serving"
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if not window.probe or not window.probe[-1].failed:
         return []
+    from servewatch.detectors import ranks
+
+    if ranks.detect(window, config):
+        return []   # the same missed probe, with the stalled rank named: rank_stalled says it
     # Only probes sent after the counters last moved count: one sent before proves nothing now.
     run = _trailing_failures(window.probe, after=_last_counter_movement(window))
     if not run or len(run) < config.probe_fail_count:

@@ -7,8 +7,8 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import (blindness, capacity, liveness, no_token, not_serving, outcomes, progress, restart,
-                                  runbooks, startup)
+from servewatch.detectors import (blindness, capacity, liveness, no_token, not_serving, outcomes, progress, ranks,
+                                  restart, runbooks, startup)
 from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
 
 _REGISTRY: dict[str, VerdictSpec] = {}
@@ -66,6 +66,9 @@ for _spec in (
     VerdictSpec("not_serving", not_serving.detect, INCIDENT, "page",
                 "health is green but a one-token probe gets no token", runbooks.NOT_SERVING,
                 ("probe", "health", "metrics")),
+    VerdictSpec("rank_stalled", ranks.detect, INCIDENT, "page",
+                "one engine rank is stalled while the engine reads idle and a probe gets no token",
+                runbooks.RANK_STALLED, ("process", "probe", "metrics", "health")),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
                 "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics", "log"),
                 labels=("engine", "cause")),

@@ -357,3 +357,34 @@ CRASH_LOOP = RunbookBranch(
     restart_destroys="Each restart already destroyed the previous start's evidence: in-flight requests, the "
                      "KV cache, counters and the tail of the log if it is not kept.",
 )
+
+
+RANK_STALLED = RunbookBranch(
+    meaning="One process of a multi-process engine (a tensor-, pipeline- or data-parallel rank, or the engine "
+            "core) is stopped, stuck in uninterruptible sleep or not scheduled while its sibling ranks keep "
+            "spinning, the engine's last published stats read idle (0 running, 0 waiting), and a one-token probe "
+            "got no token. The step in flight blocked before its stats were published, so every counter and "
+            "gauge reads like an idle server while every request routed there hangs.",
+    check_next=(
+        "The named rank's state in the bundle: T (stopped: a SIGSTOP, a debugger, a job-control stop), D (a "
+        "driver, NFS or device wait) or R/S at ~0% CPU (starved, or blocked outside the collective its siblings "
+        "spin in).",
+        "Take stacks of every rank before touching them (e.g. `py-spy dump --pid PID` for each): the rank whose "
+        "innermost frames differ from its siblings' is the fault domain.",
+        "The host: `dmesg` for device, driver or OOM messages about that pid; on GPUs, NVML's view of the "
+        "rank's device (utilisation pinned or at 0).",
+        "Send one request yourself with a timeout (`curl -m 20 URL/v1/completions` with max_tokens 1): no "
+        "answer confirms the probe.",
+    ),
+    expected_range="The ranks of one engine move together: idle they all sleep or all spin (a real vLLM TP=2 "
+                   "CPU worker spins at ~50 %), busy they all compute; and an idle server answers a one-token "
+                   "completion in well under a second.",
+    safe_action="Keep this bundle and the stacks, then stop routing new traffic to this replica (drain it at the "
+                "router / load balancer). A stopped rank continued with SIGCONT resumes the hung requests; "
+                "draining is reversible and keeps the evidence alive.",
+    rollback="Return the replica to routing once probes are served again and every rank's state is back to its "
+             "siblings' for several intervals in a row.",
+    restart_destroys="The requests waiting on the hung engine, the KV and prefix cache contents of every rank, "
+                     "and the frozen process state of the named rank that shows where it hung: take the stacks "
+                     "before any restart.",
+)

@@ -141,7 +141,9 @@ def detect_startup_stalled(window: Window, config: DetectorConfig) -> list[Verdi
         evidence = [Evidence("process", window.process[-1].t, "root_create_time", last.t)]
     stopped = _stopped_members(window)
     if stopped:
-        why += f"; process(es) stopped: {', '.join(sorted({title for _, title in stopped}))}"
+        from servewatch.detectors.ranks import named_processes
+
+        why += f"; process(es) stopped: {named_processes(window.process[-1], stopped)}"
         evidence += [Evidence("process", window.process[-1].t, f"members[{pid}].status", "stopped")
                      for pid, _ in stopped]
     failing = [h for h in window.health if not h.ok and h.t >= found[0].t]

@@ -222,6 +222,9 @@ class Dialect(ABC):
     process_roles: Mapping[str, str] = {}
     # The engine's own processes under the API server as a real one titles them: (title, role), in order.
     engine_process_titles: tuple[tuple[str, str], ...] = ()
+    # Title stems of the engine's ranked processes → their kind ("engine_core", "worker", "coordinator", ...);
+    # a title is the stem plus rank suffixes such as "_DP1_TP0" (see `dialects.ranks`).
+    rank_titles: Mapping[str, str] = {}
     slot_limit_flag: str | None = None          # the command-line flag that caps running requests
     context_length_flag: str | None = None      # the flag that caps one request's tokens
     # The engine's share of device memory: (its key in the log's settings, its flag, its default or None).
@@ -308,6 +311,12 @@ class Dialect(ABC):
                 return module_literals(module)
 
             cls.grammar_literals = grammar_literals
+
+    def rank_of(self, title: str):
+        """(kind, ((axis, rank), ...)) for a title this engine gives a ranked process, else None (not guessed)."""
+        from servewatch.dialects.ranks import parse_title
+
+        return parse_title(title, self.rank_titles)
 
     def role_of(self, title: str) -> str | None:
         for prefix, role in self.process_roles.items():

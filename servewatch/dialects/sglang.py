@@ -91,6 +91,11 @@ REALTIME_TOKEN_MODES = ("prefill_compute", "prefill_cache", "decode")
 # process from multiprocess files, so it keeps answering (frozen) while the scheduler hangs.
 HEALTH_CHECK_TIMEOUT_S = 20
 PROCESS_ROLES = {"sglang::scheduler": "engine_core", "sglang::detokenizer": "worker"}
+# Ranked processes: a scheduler titled "sglang::scheduler" plus " DP<n>", " PP<n>", " TP<n>" (only when that size
+# is over one), ... with spaces made "_" (srt/managers/scheduler.py); the detokenizer and the data-parallel
+# controller carry no rank.
+RANK_TITLES = {"sglang::scheduler": "scheduler", "sglang::detokenizer": "detokenizer",
+               "sglang::data_parallel_controller": "dp_controller"}
 SLOT_LIMIT_FLAG = "--max-running-requests"
 CONTEXT_LENGTH_FLAG = "--context-length"
 MEMORY_BUDGET = ("mem_fraction_static", "--mem-fraction-static", None)   # its default depends on the GPU

@@ -101,6 +101,10 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 # worker leaves /health at 200.
 HEALTH_DEAD_STATUS = 503
 PROCESS_ROLES = {"VLLM::EngineCore": "engine_core", "VLLM::Worker": "worker", "VLLM::APIServer": "api"}
+# Ranked processes (v1/engine/core.py, v1/executor/multiproc_executor.py, v1/engine/coordinator.py in 0.32): the
+# engine core "EngineCore" or "EngineCore_DP<n>"; a worker "Worker" plus _DP/_PP/_PCP/_TP/_DCP/_EP suffixes for
+# each group larger than one (a DP engine's own worker reads plain "Worker": its DP rank is its parent's).
+RANK_TITLES = {"VLLM::EngineCore": "engine_core", "VLLM::Worker": "worker", "VLLM::DPCoordinator": "coordinator"}
 SLOT_LIMIT_FLAG = "--max-num-seqs"
 CONTEXT_LENGTH_FLAG = "--max-model-len"
 MEMORY_BUDGET = ("gpu_memory_utilization", "--gpu-memory-utilization", 0.9)

@@ -58,6 +58,7 @@ class ServerConfig:
     served_model_name: str = "tiny"
     cache_root: Path | None = None          # VLLM_CACHE_ROOT: keeps the torch.compile cache with the lab
     extra_args: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()   # e.g. (("VLLM_CPU_OMP_THREADS_BIND", "0|1"),) for two ranks
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ def vllm_environment(config: ServerConfig) -> dict[str, str]:
     )
     if config.cache_root is not None:
         env["VLLM_CACHE_ROOT"] = str(config.cache_root)
+    env.update(dict(config.extra_env))
     env.pop("VIRTUAL_ENV", None)
     return env
 

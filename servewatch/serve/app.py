@@ -40,7 +40,16 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
         now = clock.now()
         return [(name, signals(run.recorder.ring.window(), now)) for name, run in fleet.runs.items()]
 
-    exporter = FleetExporter(derived)
+    def newest_process():
+        """(target, its newest process sample of the last 10 s, or None): the ranks' states."""
+        since = clock.now() - 10.0
+        out = []
+        for name, run in fleet.runs.items():
+            process = run.recorder.ring.window(since=since).process
+            out.append((name, process[-1] if process else None))
+        return out
+
+    exporter = FleetExporter(derived, newest_process)
     clients = []
     if config.alertmanager:
         from servewatch.sinks.alertmanager import AlertmanagerClient

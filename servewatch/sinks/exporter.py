@@ -42,7 +42,8 @@ def label(value: str) -> str:
 
 
 class FleetExporter:
-    def __init__(self, derived: Callable[[], Iterable[tuple[str, object]]] | None = None):
+    def __init__(self, derived: Callable[[], Iterable[tuple[str, object]]] | None = None,
+                 ranks: Callable[[], Iterable[tuple[str, object]]] | None = None):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
         disable_created_metrics()         # the *_created series double the exposition and say nothing here
@@ -69,6 +70,10 @@ class FleetExporter:
         self._active: dict[tuple[str, str], int] = {}
         if derived is not None:
             r.register(_DerivedCollector(derived))
+        if ranks is not None:         # (target, newest process sample): servewatch_rank_state
+            from servewatch.sinks.rank_series import RankCollector
+
+            r.register(RankCollector(ranks, label))
 
     def add_target(self, target: str) -> None:
         target = label(target)

@@ -223,13 +223,14 @@ def _member_to_dict(m: ProcessMember) -> dict:
         "rss_bytes": m.rss_bytes,
         "threads": m.threads,
         "cpu_percent": number(m.cpu_percent),
+        **({"ppid": m.ppid} if m.ppid is not None else {}),   # older bundles lack it
     }
 
 
 def _member_from_dict(d: Mapping) -> ProcessMember:
     return ProcessMember(pid=d["pid"], create_time=unnumber(d["create_time"]), role=d["role"],
                          title=d["title"], status=d["status"], rss_bytes=d["rss_bytes"],
-                         threads=d["threads"], cpu_percent=unnumber(d["cpu_percent"]))
+                         threads=d["threads"], cpu_percent=unnumber(d["cpu_percent"]), ppid=d.get("ppid"))
 
 
 def _log_fields(fields: Mapping[str, Any]) -> dict:

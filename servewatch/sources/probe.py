@@ -28,6 +28,8 @@ from servewatch.timeline.window import Window
 PROMPT = "The sky is"        # a few tokens in any tokenizer
 DEFAULT_EVERY_S = 30.0
 DEFAULT_DEADLINE_S = 10.0
+URGENT_DEADLINE_S = 3.0      # a probe asked because a rank looks stalled: an idle server answers in well under 1 s
+URGENT_GAP_S = 10.0          # at most one such probe per this many seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,7 @@ class ProbeSource:
 
     def __init__(self, prober: Prober, clock: Clock, *, every_s: float = DEFAULT_EVERY_S,
                  deadline_s: float = DEFAULT_DEADLINE_S, check_s: float = 1.0,
-                 say: Callable[[str], None] | None = None):
+                 say: Callable[[str], None] | None = None, urgent_deadline_s: float = URGENT_DEADLINE_S):
         if every_s <= 0 or deadline_s <= 0 or check_s <= 0:
             raise ValueError("probe interval, deadline and check cadence must be positive")
         self.prober = prober
@@ -64,6 +66,10 @@ class ProbeSource:
         self.every_s = every_s
         self.deadline_s = deadline_s
         self.interval = check_s        # how often it looks whether an answer came or a probe is due
+        self.urgent_deadline_s = min(urgent_deadline_s, deadline_s)
+        self.urgent = 0                # probes asked at once because a rank looked stalled
+        self._deadline = deadline_s    # the pending attempt's
+        self._last_urgent: float | None = None
         self.say = say
         self.sent = 0                  # probes asked (what the probe cost)
         self.skipped = 0               # intervals in which the counters had already proven progress
@@ -74,15 +80,20 @@ class ProbeSource:
         self._said: set[str] = set()
         self._first_poll: float | None = None
 
-    def bind_timeline(self, ring) -> None:
-        """The recorder's ring: where the probe reads whether the counters already proved progress."""
+    suspect_since = None   # (window) -> when an engine rank began to look stalled, or None (bind_timeline)
+
+    def bind_timeline(self, ring, suspect_since=None) -> None:
+        """The recorder's ring, where the probe reads whether the counters already proved progress; and,
+        from the layer that knows the detectors, when the process view began to show a stalled rank."""
         self._ring = ring
+        self.suspect_since = suspect_since
 
     def cost_line(self) -> str:
         span = self.clock.now() - self._first_poll if self._first_poll is not None else 0.0
         per_hour = f" ({self.sent * 3600 / span:.0f} an hour)" if span >= 60 else ""
-        return (f"{self.sent} one-token request(s) in {span:.0f} s{per_hour}; {self.skipped} skipped because "
-                f"the counters had moved")
+        urgent = f" ({self.urgent} asked at once: a rank looked stalled)" if self.urgent else ""
+        return (f"{self.sent} one-token request(s){urgent} in {span:.0f} s{per_hour}; {self.skipped} skipped "
+                f"because the counters had moved")
 
     async def poll(self) -> list[ProbeSample]:
         now = self.clock.now()
@@ -90,6 +101,10 @@ class ProbeSource:
             self._first_poll = now
         if self._attempt is not None:
             return self._collect(now)
+        if self._urgent(now):
+            self._last_urgent = now
+            self.urgent += 1
+            return self._ask(now, self.urgent_deadline_s)
         if self._asked is not None and now - self._asked < self.every_s:
             return []
         # Due: unless the counters moved over the last interval (looked at on every poll, so a probe goes
@@ -100,10 +115,24 @@ class ProbeSource:
                 self.skipped += 1
                 self._last_skip = now
             return []
+        return self._ask(now, self.deadline_s)
+
+    def _ask(self, now: float, deadline_s: float) -> list[ProbeSample]:
         self._asked = now
         self.sent += 1
-        self._attempt = self.prober(self.deadline_s)
+        self._deadline = deadline_s
+        self._attempt = self.prober(deadline_s)
         return self._collect(now)
+
+    def _urgent(self, now: float) -> bool:
+        """Ask at once: the process view shows an engine rank stopped, in uninterruptible sleep or starved
+        beside spinning siblings (detectors.ranks.suspects) since after the last probe was asked; a stall
+        that happened while the engine read idle is told only by a request's answer."""
+        if self._ring is None or self.suspect_since is None or (
+                self._last_urgent is not None and now - self._last_urgent < URGENT_GAP_S):
+            return False
+        onset = self.suspect_since(self._ring.window(since=now - 60.0))
+        return onset is not None and (self._asked is None or self._asked < onset)
 
     @property
     def pending(self) -> Attempt | None:
@@ -119,15 +148,15 @@ class ProbeSource:
         answer = self._attempt.answer()
         if answer is None:
             # A backstop only: the attempt keeps its deadline (a model lookup may come before it).
-            if now - self._asked < 2 * self.deadline_s + self.interval:
+            if now - self._asked < 2 * self._deadline + self.interval:
                 return []
             self._attempt.cancel()
             answer = ProbeAnswer(DEADLINE, now - self._asked, error="timeout",
-                                 detail=f"no token within {self.deadline_s:g} s")
+                                 detail=f"no token within {self._deadline:g} s")
         self._attempt = None
         self._tell(answer)
         t = min(now, answer.at) if answer.at is not None else now
-        return [ProbeSample(t=t, outcome=answer.outcome, latency_s=answer.latency_s, deadline_s=self.deadline_s,
+        return [ProbeSample(t=t, outcome=answer.outcome, latency_s=answer.latency_s, deadline_s=self._deadline,
                             status=answer.status, tokens=answer.tokens, error=answer.error)]
 
     def _tell(self, answer: ProbeAnswer) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import re
+import time
 from collections.abc import Callable
 
 from servewatch.clock import Clock
@@ -18,6 +20,8 @@ from servewatch.errors import SourceUnavailable
 from servewatch.timeline.samples import ProcessMember, ProcessSample
 
 _TITLE = re.compile(r"^[A-Za-z][\w.-]*::[\w.:-]+$")   # setproctitle titles: VLLM::Worker_TP0, sglang::scheduler
+
+RESCAN_S = 5.0    # the whole tree is walked at most this often (see PsutilProbe._children)
 
 ExitStatus = Callable[[], "int | None"]   # returncode of our own child: >= 0 exit code, < 0 -signal
 
@@ -81,6 +85,8 @@ class PsutilProbe:
         self._reaped_status: tuple[int | None, int | None] | None = None   # (exit code, signal) seen on the zombie
         self._procs: dict[tuple[int, float], object] = {(pid, self.create_time): root}
         self._titles: dict[tuple[int, float], tuple[str | None, str]] = {}   # (kernel name read with it, title)
+        self._last_walk: float | None = None     # when the whole tree was last walked (see _children)
+        self._cpu: dict[tuple[int, float], tuple[float, float]] = {}   # (monotonic time, CPU seconds) last read
 
     def slot_limit(self) -> int | None:
         """From the target's command line, read in memory and dropped."""
@@ -107,12 +113,8 @@ class PsutilProbe:
         root = self._procs.setdefault(key, root)  # keep the object: cpu_percent needs its previous call
         members = [m for m in [self._member(root, "api")] if m is not None]
         parents: dict[int, int | None] = {}
-        try:
-            children = root.children(recursive=True)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            children = []
         live_keys = {key}
-        for child in children:
+        for child in self._children(root, t):
             try:
                 child_key = (child.pid, child.create_time())
             except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -122,12 +124,49 @@ class PsutilProbe:
             member = self._member(proc, None)
             if member is not None:
                 members.append(member)
-                parents[member.pid] = _maybe(proc.ppid)
+                parents[member.pid] = member.ppid
         for stale in set(self._procs) - live_keys:
             del self._procs[stale]
             self._titles.pop(stale, None)
+            self._cpu.pop(stale, None)
         return ProcessSample(t=t, root_pid=self.pid, root_create_time=create_time, alive=True,
                              members=without_inherited_roles(members, parents))
+
+    def _children(self, root, t: float) -> list:
+        """The tree under the root. A full walk (psutil reads every process's /proc/PID/stat to find the
+        parents: ~3 ms on a machine with 120 processes, more on a busy node) at most every RESCAN_S; in between,
+        the processes found before that are still there, plus the children each of them (and the root) started
+        from its main thread (/proc/PID/task/PID/children: one small read per process). A child started from
+        another thread is found by the next full walk."""
+        psutil = self._psutil
+        if self._last_walk is None or not t - RESCAN_S < self._last_walk <= t:
+            self._last_walk = t
+            try:
+                return root.children(recursive=True)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                return []
+        known = {pid: proc for (pid, _), proc in self._procs.items() if pid != root.pid}
+        found: list = []
+        queue, seen = [root.pid], {root.pid}
+        while queue:
+            pid = queue.pop()
+            for child in main_thread_children(pid):
+                if child in seen:
+                    continue
+                seen.add(child)
+                queue.append(child)
+                proc = known.get(child)
+                if proc is None:
+                    try:
+                        proc = psutil.Process(child)
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        continue
+                found.append(proc)
+        # a known process whose parent did not list it (started from another thread): kept while it lives
+        for pid, proc in known.items():
+            if pid not in seen and _maybe(proc.is_running):
+                found.append(proc)
+        return found
 
     def _title(self, proc, key: tuple[int, float]) -> str:
         """Read once per process and kernel name once it has a setproctitle title. Reading
@@ -146,21 +185,36 @@ class PsutilProbe:
         return title
 
     def _member(self, proc, role: str | None) -> ProcessMember | None:
+        """State, parent, CPU, threads and RSS from one read of /proc/PID/stat (what psutil reads from three
+        files); psutil where that file is not there."""
         psutil = self._psutil
         try:
-            with proc.oneshot():
-                key = (proc.pid, proc.create_time())
-                title = self._title(proc, key)
-                status = proc.status()
-                rss = _maybe(lambda: proc.memory_info().rss)
-                threads = _maybe(proc.num_threads)
-                cpu = _maybe(lambda: proc.cpu_percent(None))
-                return ProcessMember(pid=proc.pid, create_time=key[1], role=role or role_of(title),
-                                     title=title, status=status, rss_bytes=rss, threads=threads, cpu_percent=cpu)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            key = (proc.pid, proc.create_time())
+            title = self._title(proc, key)
+            stat = read_stat(proc.pid)
+            if stat is None:
+                return self._member_psutil(proc, key, title, role)
+            status, ppid, cpu_s, threads, rss = stat
+            now = time.monotonic()
+            before = self._cpu.get(key)
+            self._cpu[key] = (now, cpu_s)
+            cpu = 0.0 if before is None or now <= before[0] else round(100.0 * (cpu_s - before[1]) / (now - before[0]), 1)
+            if status == "zombie":
+                rss = threads = None
+            return ProcessMember(pid=proc.pid, create_time=key[1], role=role or role_of(title), title=title,
+                                 status=status, rss_bytes=rss, threads=threads, cpu_percent=cpu, ppid=ppid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             return None
-        except psutil.AccessDenied:
-            return None
+
+    def _member_psutil(self, proc, key, title: str, role: str | None) -> ProcessMember | None:
+        with proc.oneshot():
+            status = proc.status()
+            rss = _maybe(lambda: proc.memory_info().rss)
+            threads = _maybe(proc.num_threads)
+            cpu = _maybe(lambda: proc.cpu_percent(None))
+            ppid = _maybe(proc.ppid)
+        return ProcessMember(pid=proc.pid, create_time=key[1], role=role or role_of(title), title=title,
+                             status=status, rss_bytes=rss, threads=threads, cpu_percent=cpu, ppid=ppid)
 
     def _gone(self, t: float, create_time: float | None) -> ProcessSample:
         code = signal = None
@@ -188,6 +242,45 @@ def without_inherited_roles(members: list[ProcessMember], parents: dict[int, int
         else m
         for m in members
     )
+
+
+_STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop", "Z": "zombie",
+           "X": "dead", "x": "dead", "I": "idle", "W": "waking", "P": "parked", "K": "wake-kill"}
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def read_stat(pid: int) -> tuple[str, int, float, int, int] | None:
+    """(status word as psutil names it, parent pid, CPU seconds, threads, RSS bytes) from /proc/PID/stat;
+    None when the file is not there (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        after = stat[stat.rindex(b")") + 2:].split()
+        letter = after[0].decode()
+        return (_STATES.get(letter, letter), int(after[1]), (int(after[11]) + int(after[12])) / _TICKS,
+                int(after[17]), int(after[21]) * _PAGE)
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            raise_gone(pid)
+        return None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def raise_gone(pid: int):
+    import psutil
+
+    raise psutil.NoSuchProcess(pid)
+
+
+def main_thread_children(pid: int) -> list[int]:
+    """The children a process started from its main thread (Linux /proc/PID/task/PID/children); [] when unreadable."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+            return [int(field) for field in handle.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def kernel_name(pid: int) -> str | None:

@@ -48,6 +48,7 @@ class ProcessMember:
     rss_bytes: int | None = None
     threads: int | None = None
     cpu_percent: float | None = None
+    ppid: int | None = None        # the parent's pid (the rank model reads parentage: a DP worker's rank is its parent's)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ class RecordingOptions:
     gpu: bool = True                    # sample this machine's GPUs (NVML): only when the server runs here
 
 
-def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float) -> None:
+def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float, probe_default: bool = False) -> None:
     parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     parser.add_argument("--interval", type=duration, default=interval,
                         help=f"health/metrics/process cadence (default {interval:g}s)")
@@ -58,12 +58,24 @@ def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float)
                              "servewatch/detectors/config.py)")
     parser.add_argument("--detectors", metavar="FILE", dest="detectors_file",
                         help="detector thresholds from a TOML file ([stall] floor_s = 5); --set wins")
-    parser.add_argument("--probe", action="store_true",
-                        help="actively probe: when the counters have not moved for --probe-interval, ask the "
-                             "server for one token (a fixed few-token prompt, max_tokens 1, the model /v1/models "
-                             "names) and fire not_serving if none comes back within --probe-deadline while "
-                             "/health is 2xx. Cost: one 1-token request per interval on an idle server, none "
-                             "on a busy one. Off by default")
+    cost = ("Cost: one 1-token request per interval on an idle server, none on a busy one (the counters already "
+            "prove it serves), plus one with a 3 s deadline at once when --pid shows an engine rank stopped or "
+            "starved beside its spinning siblings (at most one per 10 s)")
+    if probe_default:
+        parser.add_argument("--probe", action="store_true", help="the active probe (on by default here)")
+        parser.add_argument("--no-probe", action="store_false", dest="probe",
+                            help="turn off the active probe. It is on by default: when the counters have not moved "
+                                 "for --probe-interval, it asks the server for one token (a fixed few-token prompt, "
+                                 "max_tokens 1, the model /v1/models names) and fires not_serving (or rank_stalled, "
+                                 "naming the rank) if none comes back within --probe-deadline while /health is 2xx: "
+                                 "a server that hangs while idle reads exactly like an idle one otherwise. " + cost)
+        parser.set_defaults(probe=True)
+    else:
+        parser.add_argument("--probe", action="store_true",
+                            help="actively probe: when the counters have not moved for --probe-interval, ask the "
+                                 "server for one token (a fixed few-token prompt, max_tokens 1, the model /v1/models "
+                                 "names) and fire not_serving if none comes back within --probe-deadline while "
+                                 "/health is 2xx. " + cost + ". Off by default")
     parser.add_argument("--probe-interval", type=duration, default=DEFAULT_PROBE_INTERVAL_S, metavar="S",
                         help=f"at most one probe per S seconds (default {DEFAULT_PROBE_INTERVAL_S:g}s: at most "
                              f"{3600 / DEFAULT_PROBE_INTERVAL_S:g} requests an hour)")

@@ -16,9 +16,10 @@ import heapq
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from servewatch.clock import Clock
-from servewatch.detectors import DetectorConfig, run_detectors
+from servewatch.detectors import DetectorConfig, ranks, run_detectors
 from servewatch.detectors.verdict import Verdict
 from servewatch.sinks.base import Cleared, Sink, ended_by
 from servewatch.sources.base import Source
@@ -54,7 +55,7 @@ class Recorder:
         for source in self.sources:
             bind = getattr(source, "bind_timeline", None)   # a source that reads the timeline (the probe)
             if bind is not None:
-                bind(self.ring)
+                bind(self.ring, partial(ranks.suspect_since, config=self.config))
         self.latch = Latch()
         self.sinks = list(sinks)
         self.listeners = list(listeners)

@@ -62,7 +62,9 @@ class Watcher:
 
     def __init__(self, url: str, out_dir: Path, *, pid: int | None = None, interval: float = 0.5,
                  log_file: Path | None = None, extra: tuple[str, ...] = ()):
-        args = ["watch", url, "--interval", str(interval), "--json", "--out", str(out_dir), *extra]
+        # watch probes by default; the cases measured before that default keep their unprobed figures
+        probe = () if "--probe" in extra or "--no-probe" in extra else ("--no-probe",)
+        args = ["watch", url, "--interval", str(interval), "--json", "--out", str(out_dir), *probe, *extra]
         if pid is not None:
             args += ["--pid", str(pid)]
         if log_file is not None:

@@ -1,0 +1,256 @@
+"""rank_stalled: one engine rank stopped, in uninterruptible sleep or not scheduled, while the last published
+stats read idle, and a one-token probe asked since then got nothing.
+
+On a real vLLM with --tensor-parallel-size 2, `VLLM::Worker_TP1` SIGSTOPped under load left the gauges at
+0 running and 0 waiting (the step in flight blocked before its stats were published), every counter still and
+/health 200, while every stream hung: to anything that reads /metrics, an idle server. What is still visible is
+the process view — one rank in state T while its sibling keeps spinning — and the answer to a request. The
+probe source asks at once when the process view looks like this (`suspects`), instead of waiting for its
+interval; this verdict fires when that probe gets no token.
+
+With work admitted and frozen, the stall verdict (alive_health_ok_no_progress) speaks, naming the rank too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servewatch.detectors import liveness
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.series import once_per_window
+from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.timeline.ranks import Rank, engine_ranks, rank_view, rank_words, siblings
+from servewatch.timeline.samples import DEADLINE, ProcessSample
+from servewatch.timeline.window import Window
+
+NAME = "rank_stalled"
+STOPPED = ("stopped", "tracing-stop")
+DISK = ("disk-sleep",)
+# Kinds whose stop stops the serving (a coordinator or detokenizer stopped stalls the streams too).
+_KINDS = ("engine_core", "worker", "scheduler", "detokenizer", "coordinator", "dp_controller")
+
+
+_HOW_TOKENS = {"stopped": "stopped", "in uninterruptible sleep": "disk_sleep", "not scheduled": "not_scheduled"}
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    rank: Rank
+    how: str                   # "stopped", "in uninterruptible sleep", "not scheduled"
+    onset: float               # the first process sample of the current run showing it
+    t: float                   # the newest process sample
+    ranks: tuple[Rank, ...]    # the whole rank view of the newest sample
+    busy_siblings: tuple[tuple[Rank, float], ...]   # siblings and their mean CPU % over the run
+
+
+def _samples(window: Window) -> list[ProcessSample]:
+    """The newest run of readable samples of the live target with one identity."""
+    out: list[ProcessSample] = []
+    for sample in reversed(window.process):
+        if sample.error is not None:
+            continue
+        if not sample.alive or (out and (sample.root_pid, sample.root_create_time)
+                                != (out[0].root_pid, out[0].root_create_time)):
+            break
+        out.append(sample)
+    out.reverse()
+    return out
+
+
+def _member_run(samples: list[ProcessSample], pid: int, create_time: float, predicate) -> list:
+    """The trailing run of (sample, member) in which that process satisfies predicate."""
+    run = []
+    for sample in reversed(samples):
+        member = next((m for m in sample.members if m.pid == pid and m.create_time == create_time), None)
+        if member is None or not predicate(member):
+            break
+        run.append((sample, member))
+    run.reverse()
+    return run
+
+
+def _mean_cpu(samples: list[ProcessSample], pid: int, since: float) -> float | None:
+    values = [m.cpu_percent for s in samples if s.t >= since for m in s.members
+              if m.pid == pid and m.cpu_percent is not None]
+    return sum(values) / len(values) if values else None
+
+
+@once_per_window
+def suspects(window: Window, config: DetectorConfig) -> tuple[Suspect, ...]:
+    """Engine ranks that look stalled in the newest process sample: stopped (any time), in uninterruptible
+    sleep or under rank_idle_cpu_percent for rank_quiet_s while a sibling of theirs of the same data-parallel
+    rank used at least stall_busy_cpu_percent on average over that time (the CPU backend's idle workers spin:
+    idle tensor-parallel siblings are alike, a stalled one is not; data-parallel engines are balanced by load,
+    so one idling beside a busy one is no sign)."""
+    samples = _samples(window)
+    if not samples:
+        return ()
+    newest = samples[-1]
+    ranks = rank_view(newest)
+    found = []
+    for rank in ranks:
+        if rank.kind not in _KINDS:
+            continue
+        m = rank.member
+        run = _member_run(samples, m.pid, m.create_time, lambda x: x.status in STOPPED)
+        how = "stopped"
+        if not run:
+            run = _member_run(samples, m.pid, m.create_time, lambda x: x.status in DISK)
+            how = "in uninterruptible sleep"
+        if not run:
+            run = _member_run(samples, m.pid, m.create_time,
+                              lambda x: x.cpu_percent is not None and x.cpu_percent < config.rank_idle_cpu_percent)
+            how = "not scheduled"
+        if not run:
+            continue
+        onset = run[0][0].t
+        busy = []
+        for sibling in siblings(rank, ranks):
+            # data-parallel engines are balanced by load: one may idle while another computes
+            if sibling.member.status in STOPPED or sibling.axis("DP") != rank.axis("DP"):
+                continue
+            cpu = _mean_cpu(samples, sibling.pid, onset)
+            if cpu is not None and cpu >= config.stall_busy_cpu_percent:
+                busy.append((sibling, cpu))
+        if how != "stopped":
+            # asleep or starved is only strange beside a spinning sibling, and only once it has lasted
+            if not busy or newest.t - onset < config.rank_quiet_s or len(run) < 2:
+                continue
+        found.append(Suspect(rank, how, onset, newest.t, ranks, tuple(busy)))
+    return tuple(found)
+
+
+def suspect_since(window: Window, config: DetectorConfig) -> float | None:
+    """When the newest suspicion began (the probe source asks at once after it), or None."""
+    found = suspects(window, config)
+    return max(s.onset for s in found) if found else None
+
+
+def _engine_dp_rank(labels) -> str | None:
+    return labels.get("engine") or labels.get("dp_rank")
+
+
+def _gauges(window: Window, rank: Rank):
+    """(sample, running, waiting) of the newest good scrape over the rank's engine (its DP rank's, where the
+    engines are data-parallel ranks), or None without one."""
+    good = window.good_metrics()
+    if not good:
+        return None
+    sample = good[-1]
+    dp = rank.axis("DP")
+    engines = [e for e in sample.engines if dp is None or _engine_dp_rank(e.labels) in (None, str(dp))]
+    running = sum(e.running or 0 for e in engines)
+    waiting = sum(e.waiting or 0 for e in engines)
+    return sample, running, waiting
+
+
+def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+    if not window.probe or not window.probe[-1].failed:
+        return []
+    if liveness.engine_death_evidence(window, config)[0] is not None:
+        return []   # a dead rank is engine_dead's verdict
+    for suspect in suspects(window, config):
+        verdict = _verdict(window, suspect, config)
+        if verdict is not None:
+            return [verdict]
+    return []
+
+
+def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdict | None:
+    from servewatch.detectors.not_serving import asked_at
+
+    probe = window.probe[-1]
+    asked = asked_at(probe)
+    if asked < suspect.onset - config.rank_probe_slack_s:
+        return None     # asked before the rank looked stalled: it says nothing about it
+    gauges = _gauges(window, suspect.rank)
+    if gauges is not None and (gauges[1] > 0 or gauges[2] > 0):
+        return None     # admitted work that does not move: the stall verdict's, which names the rank too
+    rank, ranks = suspect.rank, suspect.ranks
+    lasted = suspect.t - suspect.onset
+    why = f"{rank_words(rank, ranks)} {suspect.how} {lasted:.1f} s"
+    for sibling, cpu in suspect.busy_siblings:
+        name = " ".join(f"{a} rank {n}" for a, n in sibling.own_axes) or sibling.title
+        why += f"; {name} busy {cpu:.0f} %"
+    if gauges is not None:
+        why += f"; engine reports {gauges[1]:g} running, {gauges[2]:g} waiting"
+    else:
+        why += "; no engine gauges read"
+    what = (f"got nothing in {probe.deadline_s:g} s" if probe.outcome == DEADLINE
+            else f"failed ({probe.error or probe.status})")
+    why += f"; a 1-token probe {what}"
+    health = window.health[-1] if window.health else None
+    if health is not None:
+        why += f"; /health {health.status if health.status is not None else health.error or 'no answer'}"
+    evidence = [Evidence("process", suspect.onset, f"members[{rank.pid}].status", rank.member.status),
+                Evidence("process", suspect.t, f"members[{rank.pid}].status", rank.member.status),
+                Evidence("probe", probe.t, "outcome", probe.outcome)]
+    evidence += [Evidence("process", suspect.t, f"members[{s.pid}].cpu_percent", s.member.cpu_percent)
+                 for s, _ in suspect.busy_siblings]
+    if gauges is not None:
+        evidence += [Evidence("metrics", gauges[0].t, "running", gauges[1]),
+                     Evidence("metrics", gauges[0].t, "waiting", gauges[2])]
+    if health is not None:
+        evidence.append(Evidence("health", health.t, "status" if health.status is not None else "error",
+                                 health.status if health.status is not None else health.error))
+    details = {"pid": rank.pid, "title": rank.title, "kind": rank.kind, "how": _HOW_TOKENS[suspect.how],
+               "rank": ",".join(f"{a}{n}" for a, n in rank.axes) or "none", "lasted_s": lasted,
+               "probe_deadline_s": probe.deadline_s}
+    t = max(probe.t, suspect.t, health.t if health is not None else probe.t)
+    return Verdict(NAME, t, suspect.onset, why, tuple(evidence), details)
+
+
+# --- the rank in other verdicts --------------------------------------------------------------------
+
+def _engine_label(key: str) -> str | None:
+    """The DP rank an engine key ("engine=1", "dp_rank=1,tp_rank=0") names, if any."""
+    labels = dict(part.split("=", 1) for part in key.split(",") if "=" in part)
+    return _engine_dp_rank(labels)
+
+
+def dp_words(process: ProcessSample | None, key: str) -> str:
+    """" (DP rank 1)" for a stall on one engine of a data-parallel server whose processes show DP ranks."""
+    dp = _engine_label(key)
+    if process is None or dp is None or not dp.isdigit():
+        return ""
+    if not any(r.axis("DP") is not None for r in rank_view(process)):
+        return ""
+    return f" (DP rank {dp})"
+
+
+def stopped_words(process: ProcessSample | None, key: str, stopped) -> str:
+    """"; DP rank 1 worker (VLLM::Worker, pid 907) stopped": the stopped processes by rank, those of the
+    stalled engine first; titles for processes the rank model does not know."""
+    view = rank_view(process)
+    by_pid = {r.pid: r for r in view}
+    mine = {r.pid for r in engine_ranks(view, _engine_label(key))}
+    ordered = sorted(stopped, key=lambda m: (m.pid not in mine, m.pid))
+    named = [rank_words(by_pid[m.pid], view) if m.pid in by_pid else m.title for m in ordered]
+    return f"; {len(named)} process(es) stopped: {', '.join(named)}"
+
+
+def gone_words(samples, missing, logs=()) -> str:
+    """The engine processes that are gone, by rank where the last sample that showed them tells it ("TP rank 1
+    of 2 (VLLM::Worker_TP1, pid 812), exit code -9 (signal 9)"); how they ended where a log line said it."""
+    codes = [e.fields["exit_code"] for e in logs if e.kind == "engine_dead" and isinstance(e.fields.get("exit_code"), int)]
+    how = ""
+    if codes and len(missing) == 1:       # the line does not say which process: only when one is gone
+        code = codes[-1]
+        how = f", exit code {code}" + (f" (signal {-code})" if code < 0 else "")
+    words = []
+    for pid, title in missing:
+        last = next((p for p in reversed(samples) if p.error is None and any(m.pid == pid for m in p.members)), None)
+        view = rank_view(last)
+        rank = next((r for r in view if r.pid == pid), None)
+        words.append((rank_words(rank, view) if rank is not None else title) + how)
+    return ", ".join(sorted(words))
+
+
+def named_processes(sample: ProcessSample, pids_titles) -> str:
+    """(pid, title) pairs of one sample by rank where the rank model knows them ("TP rank 1 of 2
+    (VLLM::Worker_TP1, pid 812)"), else by title; each title once when none has a rank."""
+    view = rank_view(sample)
+    by_pid = {r.pid: r for r in view}
+    if not any(pid in by_pid for pid, _ in pids_titles):
+        return ", ".join(sorted({title for _, title in pids_titles}))
+    return ", ".join(sorted(rank_words(by_pid[pid], view) if pid in by_pid else title for pid, title in pids_titles))

@@ -1,0 +1,226 @@
+"""rank_stalled on hand-built windows shaped like the real vLLM TP=2 and DP=2 runs, the urgent probe that
+the process view triggers, and a bundle of the verdict that verifies."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from servewatch.clock import VirtualClock
+from servewatch.detectors import DetectorConfig, run_detectors
+from servewatch.detectors import ranks as rank_detector
+from servewatch.engine.state import Counters, EngineState
+from servewatch.sinks.bundle import BundleWriter
+from servewatch.sinks.verify import verify_bundle
+from servewatch.sources.probe import URGENT_DEADLINE_S, ProbeSource
+from servewatch.timeline.ring import Ring
+from servewatch.timeline.samples import (DEADLINE, SERVED, HealthSample, MetricsSample, ProbeSample, ProcessMember,
+                                         ProcessSample)
+from servewatch.timeline.window import Window
+from servewatch.watch.bundle_sink import BundleSink
+
+T0 = 1_800_000_000.0
+CONFIG = DetectorConfig()
+STEP = 0.5
+
+
+def tree(t, *, tp1_status="running", tp1_cpu=50.0, tp0_cpu=50.0, core_cpu=2.0):
+    members = (
+        ProcessMember(100, 1.0, "api", "python3", "sleeping", 2**30, 30, 20.0, 1),
+        ProcessMember(110, 2.0, "engine_core", "VLLM::EngineCore", "sleeping", 2**30, 40, core_cpu, 100),
+        ProcessMember(111, 3.0, "worker", "VLLM::Worker_TP0", "running", 2**30, 40, tp0_cpu, 110),
+        ProcessMember(112, 4.0, "worker", "VLLM::Worker_TP1", tp1_status, 2**30, 40, tp1_cpu, 110),
+    )
+    return ProcessSample(t=t, root_pid=100, root_create_time=1.0, alive=True, members=members)
+
+
+def scrape(t, running=0, waiting=0, tokens=500, engine="0"):
+    state = EngineState("vllm", "vllm-0.32", {"engine": engine}, running=running, waiting=waiting,
+                        counters=Counters(prompt_tokens=100, generation_tokens=tokens, steps=tokens))
+    return MetricsSample(t, "vllm", "vllm-0.32", (state,))
+
+
+def window(process, *, probes=(), running=0, span=20.0):
+    n = int(span / STEP)
+    health = tuple(HealthSample(T0 + i * 1.0, 200, 0.01) for i in range(int(span) + 1))
+    metrics = tuple(scrape(T0 + i * 1.0, running=running) for i in range(int(span) + 1))
+    samples = tuple(process(T0 + i * STEP) for i in range(n + 1))
+    return Window(health=health, metrics=metrics, process=samples, probe=tuple(probes))
+
+
+def stopped_at(at):
+    return lambda t: tree(t, tp1_status="stopped" if t >= T0 + at else "running",
+                          tp1_cpu=0.0 if t >= T0 + at else 50.0)
+
+
+def missed(asked, deadline=3.0):
+    return ProbeSample(T0 + asked + deadline, DEADLINE, deadline, deadline, error="timeout")
+
+
+def names(w):
+    return [v.name for v in run_detectors(w, CONFIG)]
+
+
+def test_a_stopped_tp_rank_while_the_engine_reads_idle_is_named_when_a_probe_gets_nothing():
+    w = window(stopped_at(10.0), probes=[missed(10.5)], span=14.0)
+    (verdict,) = [v for v in run_detectors(w, CONFIG) if v.name == "rank_stalled"]
+    assert names(w) == ["rank_stalled"]                                 # not not_serving as well
+    assert verdict.why.startswith("TP rank 1 of 2 (VLLM::Worker_TP1, pid 112) stopped 4.0 s; TP rank 0 busy 50 %")
+    assert "engine reports 0 running, 0 waiting" in verdict.why
+    assert "a 1-token probe got nothing in 3 s" in verdict.why and verdict.why.endswith("/health 200")
+    assert verdict.onset == T0 + 10.0 and verdict.details["rank"] == "TP1" and verdict.details["how"] == "stopped"
+
+
+def test_no_verdict_without_a_missed_probe_nor_with_one_asked_before_the_stop():
+    assert "rank_stalled" not in names(window(stopped_at(10.0), span=14.0))
+    served = ProbeSample(T0 + 10.6, SERVED, 0.1, 3.0, status=200, tokens=1)
+    assert "rank_stalled" not in names(window(stopped_at(10.0), probes=[served], span=14.0))
+    assert "rank_stalled" not in names(window(stopped_at(10.0), probes=[missed(5.0, deadline=10.0)], span=16.0))
+
+
+def test_an_idle_multi_rank_engine_whose_workers_spin_is_no_suspect():
+    w = window(lambda t: tree(t), span=60.0)
+    assert rank_detector.suspects(w, CONFIG) == ()
+    # a probe that misses there is not_serving's (no rank to name), never rank_stalled's
+    assert names(window(lambda t: tree(t), probes=[missed(50.0)], span=60.0)) == ["not_serving"]
+
+
+def test_idle_workers_that_sleep_alike_are_no_suspect():
+    assert rank_detector.suspects(window(lambda t: tree(t, tp0_cpu=0.0, tp1_cpu=0.0), span=30.0), CONFIG) == ()
+
+
+def test_a_long_prefill_with_every_rank_busy_is_no_suspect():
+    w = window(lambda t: tree(t, tp0_cpu=99.0, tp1_cpu=97.0, core_cpu=30.0), running=1, span=30.0)
+    assert rank_detector.suspects(w, CONFIG) == ()
+    assert "rank_stalled" not in names(w)
+
+
+def test_a_rank_not_scheduled_beside_a_spinning_sibling_is_a_suspect_after_rank_quiet_s():
+    starved = lambda at: (lambda t: tree(t, tp1_cpu=0.0 if t >= T0 + at else 50.0, tp0_cpu=95.0))  # noqa: E731
+    assert rank_detector.suspects(window(starved(19.0), span=20.0), CONFIG) == ()       # 1 s: not yet
+    (suspect,) = rank_detector.suspects(window(starved(17.0), span=20.0), CONFIG)
+    assert suspect.how == "not scheduled" and suspect.rank.pid == 112 and suspect.onset == T0 + 17.0
+
+
+def test_admitted_work_is_left_to_the_stall_verdict():
+    w = window(stopped_at(10.0), probes=[missed(10.5)], running=4, span=14.0)
+    assert "rank_stalled" not in names(w)
+
+
+def test_the_probe_asks_at_once_with_the_short_deadline_when_a_rank_looks_stalled():
+    clock = VirtualClock(T0)
+    asked = []
+
+    class Attempt:
+        def answer(self):
+            return None
+
+        def cancel(self):
+            pass
+
+    def prober(deadline):
+        asked.append((clock.now(), deadline))
+        return Attempt()
+
+    source = ProbeSource(prober, clock, every_s=30.0, deadline_s=10.0, check_s=0.5)
+    ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
+    source.bind_timeline(ring, CONFIG)
+    w = window(stopped_at(10.0), span=12.0)
+    source._asked = T0 - 5.0                      # a routine probe went out 5 s before: not due for 25 s
+    for i in range(int(12.0 / STEP) + 1):
+        t = T0 + i * STEP
+        clock.set(t)
+        ring.extend([s for s in (*w.process, *w.metrics, *w.health) if s.t == t])
+        asyncio.run(source.poll())
+        if asked:
+            break
+    assert asked == [(T0 + 10.0, URGENT_DEADLINE_S)]
+    assert source.urgent == 1 and "asked at once" in source.cost_line()
+
+
+def test_a_rank_stalled_bundle_keeps_parent_pids_and_verifies(tmp_path):
+    clock = VirtualClock(T0 + 14.0)
+    w = window(stopped_at(10.0), probes=[missed(10.5)], span=14.0)
+    verdicts = run_detectors(w, CONFIG)
+    sink = BundleSink(BundleWriter(tmp_path, clock=clock), "http://127.0.0.1:8000", CONFIG)
+    path = Path(sink.on_fired(verdicts[0], w, verdicts))
+    assert verify_bundle(path).verdicts_checked >= 1        # schema, hashes, the verdict recomputed
+    stored = "".join(p.read_text() for p in sorted(path.glob("samples-*.json")))
+    assert '"ppid":110' in stored and "VLLM::Worker_TP1" in stored
+
+
+# --- the rank in the stall and engine_dead verdicts -------------------------------------------------
+
+def dp_tree(t, *, dp1_worker="running"):
+    members = (
+        ProcessMember(100, 1.0, "api", "python3", "sleeping", 2**30, 30, 20.0, 1),
+        ProcessMember(105, 1.5, "other", "VLLM::DPCoordinator", "sleeping", 2**20, 4, 1.0, 100),
+        ProcessMember(110, 2.0, "engine_core", "VLLM::EngineCore_DP0", "running", 2**30, 40, 60.0, 100),
+        ProcessMember(111, 3.0, "worker", "VLLM::Worker", "running", 2**30, 40, 60.0, 110),
+        ProcessMember(120, 4.0, "engine_core", "VLLM::EngineCore_DP1", "sleeping", 2**30, 40, 1.0, 100),
+        ProcessMember(121, 5.0, "worker", "VLLM::Worker", dp1_worker, 2**30, 40, 0.0, 120),
+    )
+    return ProcessSample(t=t, root_pid=100, root_create_time=1.0, alive=True, members=members)
+
+
+def test_an_idle_data_parallel_engine_beside_a_busy_one_is_no_suspect():
+    w = Window(process=tuple(dp_tree(T0 + i * STEP) for i in range(41)))   # DP1's core and worker at 0-1 %
+    assert rank_detector.suspects(w, CONFIG) == ()
+
+
+def test_a_stall_on_engine_1_of_a_data_parallel_server_names_dp_rank_1():
+    metrics = tuple(MetricsSample(T0 + i, "vllm", "vllm-0.32", (
+        EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=2, waiting=0,
+                    counters=Counters(prompt_tokens=100, generation_tokens=100 + 20 * i, steps=100 + 20 * i)),
+        EngineState("vllm", "vllm-0.32", {"engine": "1"}, running=2, waiting=0,
+                    counters=Counters(prompt_tokens=100, generation_tokens=100 + 20 * min(i, 10),
+                                      steps=100 + 20 * min(i, 10))))) for i in range(21))
+    health = tuple(HealthSample(T0 + i, 200, 0.01) for i in range(21))
+    process = tuple(dp_tree(T0 + i * STEP, dp1_worker="stopped" if i * STEP >= 10 else "running") for i in range(41))
+    (stall,) = [v for v in run_detectors(Window(health=health, metrics=metrics, process=process), CONFIG)
+                if v.name == "alive_health_ok_no_progress"]
+    assert stall.details["engine"] == "engine=1"
+    assert " on engine=1 (DP rank 1) " in stall.why
+    assert stall.why.endswith("1 process(es) stopped: DP rank 1 worker (VLLM::Worker, pid 121)")
+
+
+def test_engine_dead_names_the_rank_that_died_and_how_the_log_said():
+    from servewatch.timeline.samples import LogEvent
+
+    def gone(t):
+        sample = tree(t)
+        if t >= T0 + 10:
+            sample = ProcessSample(t=t, root_pid=100, root_create_time=1.0, alive=True, members=sample.members[:3])
+        return sample
+
+    w = window(gone, span=12.0)
+    w = Window(health=w.health, metrics=w.metrics, process=w.process,
+               logs=(LogEvent(T0 + 10.2, "engine_dead", {"reason": "Worker proc died unexpectedly",
+                                                          "exit_code": -9}),))
+    (dead,) = [v for v in run_detectors(w, CONFIG) if v.name == "engine_dead"]
+    assert "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112), exit code -9 (signal 9)" in dead.why
+
+
+# --- servewatch_rank_state -------------------------------------------------------------------------
+
+def test_rank_state_series_are_one_per_rank_with_bounded_labels():
+    from servewatch.sinks.exporter import FleetExporter
+
+    samples = {"tp2": stopped_at(10.0)(T0 + 12.0), "dp2": dp_tree(T0), "gone": None}
+    exporter = FleetExporter(ranks=lambda: list(samples.items()))
+    text = exporter.exposition().decode()
+    rows = sorted(line for line in text.splitlines() if line.startswith("servewatch_rank_state{"))
+    assert 'servewatch_rank_state{rank="TP1",role="worker",state="T",target="tp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="TP0",role="worker",state="R",target="tp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="none",role="engine_core",state="S",target="tp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="DP1",role="worker",state="R",target="dp2"} 1.0' in rows
+    assert 'servewatch_rank_state{rank="none",role="coordinator",state="S",target="dp2"} 1.0' in rows
+    assert len(rows) == 3 + 5 and not any('target="gone"' in row for row in rows)
+    assert not any("VLLM::" in row or "pid" in row for row in rows)        # no titles, no pids as labels
+
+
+def test_startup_and_other_verdicts_name_stopped_processes_by_rank():
+    sample = stopped_at(0.0)(T0)
+    assert rank_detector.named_processes(sample, [(112, "VLLM::Worker_TP1")]) == \
+        "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112)"
+    assert rank_detector.named_processes(sample, [(100, "python3")]) == "python3"
