@@ -124,7 +124,7 @@ def test_the_probe_asks_at_once_with_the_short_deadline_when_a_rank_looks_stalle
 
     source = ProbeSource(prober, clock, every_s=30.0, deadline_s=10.0, check_s=0.5)
     ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
-    source.bind_timeline(ring, CONFIG)
+    source.bind_timeline(ring, lambda w: rank_detector.suspect_since(w, CONFIG))
     w = window(stopped_at(10.0), span=12.0)
     source._asked = T0 - 5.0                      # a routine probe went out 5 s before: not due for 25 s
     for i in range(int(12.0 / STEP) + 1):
