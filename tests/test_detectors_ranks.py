@@ -180,7 +180,7 @@ def test_a_stall_on_engine_1_of_a_data_parallel_server_names_dp_rank_1():
     (stall,) = [v for v in run_detectors(Window(health=health, metrics=metrics, process=process), CONFIG)
                 if v.name == "alive_health_ok_no_progress"]
     assert stall.details["engine"] == "engine=1"
-    assert " on engine=1 (DP rank 1) " in stall.why
+    assert " on engine 1 (DP rank 1) " in stall.why
     assert stall.why.endswith("1 process(es) stopped: DP rank 1 worker (VLLM::Worker, pid 121)")
 
 

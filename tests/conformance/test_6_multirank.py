@@ -222,5 +222,5 @@ def test_dp2_worker_of_dp_rank_1_stopped_is_a_stall_on_engine_1_naming_dp_rank_1
                 f"{'never' if stall is None else f'{stall.arrived - stopped_at:.1f} s'}: "
                 f"{None if stall is None else stall.data['why']}")
     assert stall is not None, f"no stall on engine=1; {watcher.describe()}"
-    assert "on engine=1 (DP rank 1)" in stall.data["why"], stall.data["why"]
+    assert "on engine 1 (DP rank 1)" in stall.data["why"], stall.data["why"]
     assert "DP rank 1 worker (VLLM::Worker, pid " in stall.data["why"], stall.data["why"]
