@@ -56,6 +56,10 @@ class DetectorConfig:
     # ...and its cause is `slots` when running sat at the slot limit for at least this share of the
     # stretch (a real vLLM dips below it for a step whenever a request finishes before the next is admitted).
     overload_slots_share: float = 0.5
+    # ...counting running within this share of the limit as at it: SGLang publishes its running count after
+    # a decode step has freed the slots of the requests that finished, before the next prefill refills them
+    # (254 of 256 under a queue). Below 50 slots this is less than one request: the limit itself.
+    overload_slots_slack: float = 0.02
     # kv_pressure, either of two rules. Held: KV usage >= kv_high over at least kv_sustain_s, holding
     # through dips shorter than kv_grace_s, with a time-weighted mean of at least kv_clear over that
     # stretch. Queued: over the last kv_window_s (at least kv_sustain_s of it seen), requests waiting,
