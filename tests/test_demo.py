@@ -135,3 +135,56 @@ def test_report_renders_in_chromium_without_console_errors(demo, tmp_path):
     blue = sum(1 for row in rows for x in range(0, width * channels, channels)
                if row[x + 2] > row[x] + 80 and row[x + 2] > 180)       # chart bars and lines are blue
     assert blue > 2000, blue
+
+
+# --- the demo never ends green on a workload it did not achieve (issue 22) ---------------------------------
+
+def test_every_workload_has_its_announced_shape_and_the_json_says_so(demo):
+    _, report, _ = demo
+    assert report["slot_limit"] == 256
+    assert [s["phase"] for s in report["shapes"]] == ["normal", "overload", "long-prompt", "long-output"]
+    assert all(s["ok"] for s in report["shapes"]), report["shapes"]
+
+
+def test_an_overload_that_did_not_queue_is_not_achieved():
+    from servewatch.demo.shape import shape_of
+
+    # what the real-time demo had with 256 slots: running max 102, waiting 0
+    shape = shape_of("overload", {"max_running": 102.0, "max_waiting": 0.0, "queue_wait_s": 0.0}, 256, set())
+    assert not shape.ok and "running up to 102 of 256, up to 0 waiting" in shape.achieved
+    assert shape.line().startswith("overload: NOT achieved: running at the slot limit (256) with a queue")
+
+
+def test_the_demo_exits_1_when_a_workload_misses_its_shape(tmp_path, monkeypatch, capsys):
+    from servewatch.demo import plan
+
+    monkeypatch.setattr(plan, "FAST_SLOTS", 512)      # announce 512 slots; the engine has 256: never filled
+    assert main(["demo", "--fast", "--json", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "overload: announced running at the slot limit (512) with a queue, got running up to 256 of 512" in err
+
+
+def test_the_real_time_demo_runs_the_engine_with_the_slots_its_overload_fills(tmp_path):
+    """30 s of the overload preset fill REALTIME_SLOTS and queue on the built-in engine (in virtual time here);
+    with 256 slots the same 30 s gave 193 running and no queue."""
+    from servewatch.clock import VirtualClock
+    from servewatch.demo import realtime
+    from servewatch.demo.plan import REALTIME_SLOTS, demo_plan
+    from servewatch.demo.shape import shape_of
+    from servewatch.load.scenarios import LoadConfig
+    from servewatch.load.virtual import run_load_virtual
+    from servewatch.sim import SimConfig, SimEngine
+
+    overload = next(p for p in demo_plan(fast=False) if p.name == "overload")
+    for slots, achieved in ((REALTIME_SLOTS, True), (256, False)):
+        engine = SimEngine(SimConfig(max_num_seqs=slots), VirtualClock())
+        run = run_load_virtual(LoadConfig(url="sim://in-process", scenario="overload",
+                                          duration_s=overload.duration_s, metrics_interval_s=0.5), engine)
+        row = run.summary["signature"]
+        shape = shape_of("overload", row, slots, {"overload"})
+        assert shape.ok is achieved, (slots, shape.achieved)
+    proc, _ = realtime.start_sim("vllm", 0, tmp_path / "engine.log")
+    try:
+        assert ["--max-num-seqs", str(REALTIME_SLOTS)] == proc.args[-2:]
+    finally:
+        realtime._stop(proc)

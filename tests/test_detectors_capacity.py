@@ -195,3 +195,19 @@ def test_kv_pressure_from_preemptions_seen_in_a_few_scrapes_seconds_apart():
     roomy = Timeline(interval=2.0).ticks(1, running=4, kv=0.4)
     roomy.tick(running=16, waiting=0, kv=0.5, preempt=4).tick(running=16, waiting=0, kv=0.5, preempt=5)
     assert "kv_pressure" not in by_name(roomy.window())
+
+
+def test_sglang_running_a_slot_or_two_under_its_limit_with_a_queue_is_out_of_slots():
+    # SGLang publishes running after a decode step freed the slots of finished requests, before the next
+    # prefill refills them: 254 or 255 of 256 under a queue of 40 (the demo's overload on SGLang).
+    tl = Timeline().ticks(10, running=2)
+    for i in range(25):
+        tl.ticks(1, waiting=40, running=254 + i % 2, slot_limit=256, kv=0.29)
+    verdict = by_name(tl.window())["overload"]
+    assert verdict.details["cause"] == "slots", verdict.why
+    assert "unknown" not in verdict.why
+
+
+def test_the_slack_is_less_than_one_request_on_a_small_limit():
+    tl = Timeline().ticks(10, running=2).ticks(25, waiting=6, running=15, slot_limit=16, kv=0.05)
+    assert by_name(tl.window())["overload"].details["cause"] == "unknown"

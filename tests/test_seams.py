@@ -219,7 +219,9 @@ def test_watch_json_prints_fired_for_a_stall_and_cleared_after_the_clear_fault()
     watch = None
     try:
         wait_healthy(url)
-        watch = subprocess.Popen([*WATCH, url, "--interval", "0.3", "--json", "--duration", "60"],
+        # No step below waits on the wall clock: each waits for the event it needs (a line, a running
+        # request), and the deadlines only stop a hung run (a busy 2-core machine took 80 s here).
+        watch = subprocess.Popen([*WATCH, url, "--interval", "0.3", "--json", "--duration", "900"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(("out", line)) for line in watch.stdout], daemon=True).start()
@@ -236,12 +238,12 @@ def test_watch_json_prints_fired_for_a_stall_and_cleared_after_the_clear_fault()
                     return line
             raise AssertionError(f"no matching {stream} line within {timeout} s")
 
-        next_line("err", lambda line: "recording" in line, 30)
-        send_long_requests(url)
+        next_line("err", lambda line: "recording" in line, HUNG_S)
+        streams_under_way(url)          # a stall needs admitted work: the fault waits until the engine holds it
         fault(url, "stall")
-        fired = json.loads(next_line("out", lambda line: '"fired"' in line and "no_progress" in line, 30))
+        fired = json.loads(next_line("out", lambda line: '"fired"' in line and "no_progress" in line, HUNG_S))
         fault(url, "clear")
-        cleared = json.loads(next_line("out", lambda line: '"cleared"' in line and "no_progress" in line, 30))
+        cleared = json.loads(next_line("out", lambda line: '"cleared"' in line and "no_progress" in line, HUNG_S))
         assert fired["event"] == "fired" and cleared["event"] == "cleared"
         assert cleared["onset"] == fired["onset"] and cleared["duration_s"] >= fired["since_s"]
         moved = [e for e in cleared["ended_by"] if e["source"] == "metrics"]
@@ -251,6 +253,34 @@ def test_watch_json_prints_fired_for_a_stall_and_cleared_after_the_clear_fault()
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+HUNG_S = 600      # the deadline of a step that never came: a hung run, not a slow machine
+
+
+def streams_under_way(url, n=4) -> None:
+    """Start n long streamed completions and return once each has received its first token: the engine
+    holds them (an event each, not a sleep). They read on in their threads until the server ends them."""
+    started = [threading.Event() for _ in range(n)]
+
+    def one(event):
+        body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 1500, "ignore_eos": True,
+                           "stream": True}).encode()
+        request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=HUNG_S) as response:
+                for line in response:
+                    if line.startswith(b"data: {"):
+                        event.set()
+        except OSError:
+            pass
+        finally:
+            event.set()      # a failed request must not hang the test: the stall assertion will say so
+
+    for event in started:
+        threading.Thread(target=one, args=(event,), daemon=True).start()
+    for event in started:
+        assert event.wait(HUNG_S), f"no first token within {HUNG_S} s"
 
 
 def fault(url, kind):

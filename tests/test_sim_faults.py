@@ -227,3 +227,16 @@ def test_fault_json_refuses_unknown_fields():
         fault_from_json({"kind": "stall", "colour": "red"})
     with pytest.raises(FaultSpecError):
         fault_from_json(["stall"])
+
+
+def test_sglang_stall_counts_no_client_abort_until_its_scheduler_runs_again():
+    """A stopped SGLang scheduler reports nothing, an aborted request's prompt tokens included: the active
+    probe timing out mid-stall must not move a counter (it did, and the stall fired three times)."""
+    from servewatch.sim import SimConfig
+    from tests.sim_harness import Phase, fired, run
+
+    recorder, engine, start = run([Phase(60.0, rate=2.0, max_tokens=512)], faults=((5.0, {"kind": "stall"}),),
+                                  config=SimConfig(dialect="sglang"), probe=(10.0, 5.0), with_process=False)
+    stalls = [t for name, t in fired(recorder, start) if name == "alive_health_ok_no_progress"]
+    assert len(stalls) == 1, stalls
+    assert engine._aborts_unreported, "the probe's aborted requests wait for the scheduler"

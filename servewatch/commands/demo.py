@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from servewatch.demo.plan import demo_plan
+    from servewatch.demo.plan import FAST_SLOTS, REALTIME_SLOTS, demo_plan
     from servewatch.demo.report import write_reports
     from servewatch.demo.result import DemoResult
     from servewatch.demo.view import LiveView
@@ -45,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
     plan = demo_plan(args.fast)
     config = DetectorConfig()
     sink = bundle_sink(str(out / "bundles"), None, config, keep=100)
-    result = DemoResult(mode="virtual" if args.fast else "realtime", dialect=args.dialect, out_dir=str(out))
+    result = DemoResult(mode="virtual" if args.fast else "realtime", dialect=args.dialect, out_dir=str(out),
+                        slot_limit=FAST_SLOTS if args.fast else REALTIME_SLOTS)
+    if not args.fast and not args.json:
+        print(f"servewatch demo: real time: the built-in engine runs with {REALTIME_SLOTS} slots (--max-num-seqs "
+              f"{REALTIME_SLOTS}), scaled from the RTX 3060's 256 so that 30 s of overload fill them and queue; "
+              f"--fast keeps 256", file=sys.stderr)
     started = time.monotonic()
     with LiveView(plan, enabled=not args.json) as view:
         if args.fast:
@@ -74,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"servewatch demo: expected verdicts did not fire: {', '.join(missing)}", file=sys.stderr)
         return 1
+    wrong = [shape for shape in result.shapes() if not shape.ok]
+    if wrong:
+        print("servewatch demo: a workload did not have the shape it announces: "
+              + "; ".join(f"{s.phase}: announced {s.announced}, got {s.achieved}" for s in wrong), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -92,6 +102,7 @@ def _json(result) -> dict:
                       "detection_s": p.detection_s(f), "since_s": round(f.verdict.since_s, 3),
                       "bundle": f.bundle} for p in result.phases for f in p.fired],
         "health_during_faults": {p.phase.name: p.health for p in result.incidents},
+        "slot_limit": result.slot_limit, "shapes": [shape.to_dict() for shape in result.shapes()],
         "bundles": result.bundles, "bundle_write_failures": result.bundle_failures,
         "report_html": result.report_html, "report_md": result.report_md,
     }
@@ -112,6 +123,10 @@ def _print(result) -> None:
     for row in signature_rows(result.scenarios):
         table.add_row(*row)
     console.print(table)
+    console.print(f"[bold]Workload shapes[/bold] (the built-in engine with {result.slot_limit} slots)")
+    for shape in result.shapes():
+        colour = "green" if shape.ok else "red"
+        console.print(f"  [{colour}]{shape.line()}[/{colour}]")
     console.print("[bold]What health checks missed[/bold]")
     for phase, name, detected, _since, _health, why in verdict_rows(result):
         console.print(f"  [red]{name}[/red] ({phase}, detected {detected}): {why}")

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from servewatch.load.scenarios import PRESETS
 
 SCENARIOS = ("normal", "overload", "long-prompt", "long-output")
+# The real-time demo's slot limit. At 14 req/s the built-in engine needs about 60 s of arrivals before 256
+# slots fill (its batch slows as it grows: 193 running and no queue after 30 s, 256 and a queue after 60 s);
+# with 64 slots the 30 s of the real-time overload pin running at the limit with a queue of ~80. The demo
+# says so when it runs; --fast keeps 256.
+REALTIME_SLOTS = 64
+FAST_SLOTS = 256
 PROBE_EVERY_S, PROBE_DEADLINE_S = 10.0, 5.0     # the demo's active probe (watch: --probe --probe-interval 10s)
 CLEARED_BY_SERVEWATCH = ("stall", "wedge-idle")  # faults the demo ends itself once their verdict fired
 
@@ -37,7 +43,7 @@ def demo_plan(fast: bool) -> list[Phase]:
     def duration(name: str) -> float:
         if fast:
             return 60.0
-        return 30.0 if name == "overload" else 20.0   # overload needs ~20 s of arrivals to fill 256 slots
+        return 30.0 if name == "overload" else 20.0   # overload: 30 s at REALTIME_SLOTS
 
     phases = [Phase(name, PRESETS[name].rate, PRESETS[name].prompt_tokens, PRESETS[name].output_tokens,
                     duration(name), drain_s=30.0 if fast else 8.0, shared_prompt=name == "long-prompt")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from servewatch.clock import RealClock
-from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_EVERY_S, Phase
+from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_EVERY_S, REALTIME_SLOTS, Phase
 from servewatch.demo.result import PhaseResult
 from servewatch.demo.serverside import blindness_findings, health_answers
 from servewatch.errors import ServewatchError
@@ -33,7 +33,8 @@ def free_port() -> int:
 def start_sim(dialect: str, seed: int, log_file: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", "servewatch", "sim", "--host", "127.0.0.1", "--port", str(port),
-           "--dialect", dialect, "--seed", str(seed), "--log-file", str(log_file), "--log-stats-interval", "2"]
+           "--dialect", dialect, "--seed", str(seed), "--log-file", str(log_file), "--log-stats-interval", "2",
+           "--max-num-seqs", str(REALTIME_SLOTS)]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -103,7 +104,7 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
             await wait_ready(session, url, proc)
             probe = PsutilProbe(proc.pid, exit_status=proc.poll)
             sources = http_sources(session, url, clock, interval, process_probe=probe,
-                                   slot_limit=probe.slot_limit() or 256, log_file=str(log_file),
+                                   slot_limit=probe.slot_limit() or REALTIME_SLOTS, log_file=str(log_file),
                                    probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
             recorder = Recorder(sources, clock, history_s=1800.0, config=detector_config,
                                 sinks=[sink] if sink is not None else (),

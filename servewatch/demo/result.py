@@ -37,6 +37,13 @@ class DemoResult:
     report_html: str | None = None
     report_md: str | None = None
     wall_s: float = 0.0
+    slot_limit: int | None = None            # the built-in engine's slot limit (max-num-seqs) for this run
+
+    def shapes(self):
+        """Each workload's announced shape against what it achieved (servewatch.demo.shape)."""
+        from servewatch.demo.shape import check_shapes
+
+        return check_shapes(self.scenarios, self.slot_limit)
 
     @property
     def scenarios(self) -> list[PhaseResult]:

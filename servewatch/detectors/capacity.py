@@ -201,12 +201,17 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
     if peak_kv is not None and peak_kv >= config.kv_high:
         return "kv", (f"KV peaked at {_pct(peak_kv)} (≥ {_pct(config.kv_high)}) while requests waited, now "
                       f"{_pct(state.kv_usage)} with {num(state.running)} running")
-    if state.slot_limit is not None and state.running is not None and state.running >= state.slot_limit:
+    full = None if state.slot_limit is None else state.slot_limit * (1.0 - config.overload_slots_slack)
+    if full is not None and state.running is not None and state.running >= state.slot_limit:
         return "slots", (f"running {num(state.running)} = slot limit {state.slot_limit} while KV is "
                          f"{_pct(state.kv_usage)}: out of slots, not memory")
-    if state.slot_limit is not None:
+    if full is not None and state.running is not None and state.running >= full:
+        return "slots", (f"running {num(state.running)} of the slot limit {state.slot_limit} (the slots of requests "
+                         f"that just finished, not yet refilled) while KV is {_pct(state.kv_usage)}: out of slots, "
+                         "not memory")
+    if full is not None:
         at_limit = _time_mean([p.t for p, _ in run],
-                              [1.0 if (s.running or 0) >= state.slot_limit else 0.0 for _, s in run])
+                              [1.0 if (s.running or 0) >= full else 0.0 for _, s in run])
         if at_limit >= config.overload_slots_share:
             return "slots", (f"running at the slot limit {state.slot_limit} for {at_limit:.0%} of the stretch (now "
                              f"{num(state.running)}) while KV peaked at {_pct(peak_kv)}: out of slots, not memory")

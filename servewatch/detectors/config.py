@@ -56,6 +56,10 @@ class DetectorConfig:
     # ...and its cause is `slots` when running sat at the slot limit for at least this share of the
     # stretch (a real vLLM dips below it for a step whenever a request finishes before the next is admitted).
     overload_slots_share: float = 0.5
+    # ...counting running within this share of the limit as at it: SGLang publishes its running count after
+    # a decode step has freed the slots of the requests that finished, before the next prefill refills them
+    # (254 of 256 under a queue). Below 50 slots this is less than one request: the limit itself.
+    overload_slots_slack: float = 0.02
     # ...and where /metrics gave no good answer for at least this long within such a stretch (a saturated
     # API server answers a scrape in seconds or not at all; a watcher starved of CPU asks late), the same
     # rules read the engine's own periodic stats lines in its log instead (vLLM's "Running: 4 reqs,

@@ -79,6 +79,7 @@ class SimEngine:
         self.death_reason: str | None = None
         self.stalled_since: float | None = None
         self.stall_until: float | None = None
+        self._aborts_unreported: list[Request] = []    # client aborts a stopped scheduler has not yet counted
         self.slow_factor = 1.0
         self.oom_budget_mib: float | None = None
         self.oom_exit_code = 1
@@ -239,7 +240,12 @@ class SimEngine:
         elif not self.scheduler.abort(request, self.clock.now()):
             return False
         if self.behaviour.counts_client_aborts:
-            self.metrics.on_finished(request)
+            if self.stalled_since is not None:
+                # The abort reaches the metrics through the scheduler, which is stopped: counted once it runs
+                # again (a real SGLang's prompt_tokens_total does not move while its scheduler is stopped).
+                self._aborts_unreported.append(request)
+            else:
+                self.metrics.on_finished(request)
         self._wake()
         return True
 
@@ -325,6 +331,9 @@ class SimEngine:
             self._inflight.t_end += now - self.stalled_since   # the hung step resumes where it stopped
         self.stalled_since = None
         self.stall_until = None
+        unreported, self._aborts_unreported = self._aborts_unreported, []
+        for request in unreported:
+            self.metrics.on_finished(request)
 
     def _die(self, reason: str, exit_code: int, log_lines: Callable[[], None]) -> None:
         now = self.clock.now()
