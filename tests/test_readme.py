@@ -62,7 +62,7 @@ def _shown_commands() -> list[tuple[int, str]]:
             for m in re.finditer(r"(?:^\$ |; do |&& )(servewatch [^\n]*)", line):
                 found.append((i, m[1]))
         else:
-            for m in re.finditer(r"`(servewatch [^`]+)`", line):
+            for m in re.finditer(r"`(servewatch (?![a-z]+:)[^`]+)`", line):   # not a message ("servewatch watch: …")
                 # an invocation, not a synopsis ([options], placeholders) nor a command named in prose
                 if not re.search(r"[\[\](){}…]|\.\.\.|\b[A-Z][A-Z_]{2,}\b", m[1]) and len(m[1].split()) > 3:
                     found.append((i, m[1]))
