@@ -134,7 +134,9 @@ def test_guard_dumps_the_stacks_of_a_stalled_vllm_and_kills_its_tree(lab, run_di
     lab.obs.record("guard_stall", {"ready_s": round(ready, 1), "verdict_after_s": round(stall_at - stopped_at, 2),
                                    "stacks": stacks["processes"], "stacks_after_s": round(stacks_at - stopped_at, 2),
                                    "killed": kill["killed"], "killed_after_s": round(kill_at - stopped_at, 2)})
-    lab.obs.say(f"guard: worker SIGSTOP → stall verdict {stall_at - stopped_at:.2f} s → stacks {stacks['processes']} "
+    lab.obs.say(f"guard: worker SIGSTOP → stall verdict {stall_at - stopped_at:.2f} s (threshold "
+                f"{stall['details']['threshold_s']:.2f} s = max(2 s, 4 x {stall['details']['scrape_gap_s']:.2f} s "
+                f"scrape gap, {stall['details']['longest_gap_s']:.2f} s step gap)) → stacks {stacks['processes']} "
                 f"{stacks_at - stopped_at:.2f} s → {kill['killed']} processes killed {kill_at - stopped_at:.2f} s; "
                 f"guard exit {code}")
     # The verdict within its own threshold + two 0.5 s cadences; the stacks and the kill right after it:
