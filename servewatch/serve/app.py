@@ -118,7 +118,7 @@ class _Discovery:
 
 
 async def _rediscover(config, discovery: _Discovery, fleet, exporter, session, stop: asyncio.Event, say: str) -> None:
-    period = max(1.0, min(5.0, config.interval))
+    period = max(1.0, min(5.0, config.recording.interval))
     sd = discovery.prometheus_sd
     next_sd = time.monotonic() + (sd.config.refresh_s if sd else 0)
     while not stop.is_set():

@@ -13,7 +13,7 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servewatch.serve.targets import TargetSpec
 
@@ -140,14 +140,10 @@ class Fleet:
     def _recorder_for(self, spec: TargetSpec, wrap):
         from servewatch.sources.process import PsutilProbe
         from servewatch.watch.bundle_sink import bundle_sink
-        from servewatch.watch.options import RecordingOptions
         from servewatch.watch.session import build_recorder
 
-        options = RecordingOptions(url=spec.url, interval=self.config.interval, history_s=self.config.history_s,
-                                   log_file=spec.log_file, detectors=self.config.detectors, probe=self.config.probe,
-                                   probe_interval=self.config.probe_interval,
-                                   probe_deadline=self.config.probe_deadline,
-                                   gpu=spec.pid is not None)    # a remote server's GPUs are not this machine's
+        options = replace(self.config.recording, url=spec.url, log_file=spec.log_file,
+                          gpu=spec.pid is not None)    # a remote server's GPUs are not this machine's
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
@@ -156,7 +152,7 @@ class Fleet:
                               wrap_source=wrap, tool=self.tool)
 
     def _new_run(self, spec: TargetSpec) -> TargetRun:
-        return TargetRun(spec, self.exporter, self.clock, self.config.interval, self._recorder_for)
+        return TargetRun(spec, self.exporter, self.clock, self.config.recording.interval, self._recorder_for)
 
     async def apply(self, specs: list[TargetSpec]) -> tuple[list[str], list[str]]:
         """The fleet becomes `specs`: (names started, names stopped). A target whose URL, PID or log
@@ -178,7 +174,7 @@ class Fleet:
                 continue
             self.exporter.add_target(name)
             self.runs[name] = run
-            run.start(self.rng.uniform(0, self.config.interval))
+            run.start(self.rng.uniform(0, self.config.recording.interval))
             started.append(name)
         self._count_states()
         return started, [name for name in stopped if name not in wanted]
