@@ -170,7 +170,7 @@ def test_backoff_grows_and_is_capped():
 def _sample(t, gen, steps, running=4.0, waiting=0.0, kv=0.5, slot_limit=8):
     state = EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=running, waiting=waiting, kv_usage=kv,
                         slot_limit=slot_limit, counters=Counters(generation_tokens=gen, steps=steps))
-    return MetricsSample(t=t, dialect="vllm", generation="vllm-0.32", engines=(state,))
+    return MetricsSample(t=t, dialect="vllm", naming="vllm-0.32", engines=(state,))
 
 
 def test_signals_from_a_window():
