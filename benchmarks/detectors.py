@@ -69,7 +69,7 @@ class Scenario:
             scrape = read_scrape(scenario_body(parts, moving, at, name))
             t = t0 + i * interval
             samples = (HealthSample(t=t - 0.3, status=200, latency_s=0.002),
-                       MetricsSample(t=t, dialect=scrape.dialect, generation=scrape.generation,
+                       MetricsSample(t=t, dialect=scrape.dialect, naming=scrape.naming,
                                      engines=tuple(scrape.engines), scrape_s=0.01))
             if i < warm:
                 self.ring.extend(samples)

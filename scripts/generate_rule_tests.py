@@ -1,5 +1,5 @@
-"""Regenerate the kept `promtool test rules` cases: tests/rules/<generation>/{rules.yml,tests.yml} from
-tests/rules/slo.yaml, for every dialect and metric-name generation. tests/test_rules_promtool.py fails
+"""Regenerate the kept `promtool test rules` cases: tests/rules/<naming>/{rules.yml,tests.yml} from
+tests/rules/slo.yaml, for every dialect and metric naming. tests/test_rules_promtool.py fails
 when the kept files differ from what this writes."""
 
 from __future__ import annotations

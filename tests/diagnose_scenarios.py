@@ -26,7 +26,7 @@ SMALL_SLOTS = 4      # the small-slots server ran with --max-num-seqs 4 (observa
 def _scrape(name: str, t: float, slot_limit: int | None = None) -> MetricsSample:
     scrape = read_scrape((REAL / name).read_text(encoding="utf-8"))
     engines = tuple(dataclasses.replace(e, slot_limit=slot_limit) for e in scrape.engines)
-    return MetricsSample(t, scrape.dialect, scrape.generation, engines)
+    return MetricsSample(t, scrape.dialect, scrape.naming, engines)
 
 
 def _ok(t: float) -> HealthSample:

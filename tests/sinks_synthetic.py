@@ -24,7 +24,7 @@ def engine(t_index: int, stalled_from: int, *, running: float = 4, model: str = 
     tokens = 100.0 * progressing
     itl_count = tokens
     return EngineState(
-        dialect="vllm", generation="vllm-0.32",
+        dialect="vllm", naming="vllm-0.32",
         labels={"model_name": model, "engine": "0", **(extra_labels or {})},
         running=running, waiting=0.0, waiting_by_reason={"capacity": 0.0, "deferred": 0.0},
         slot_limit=16, kv_usage=0.25, kv_used_tokens=2048.0, kv_total_tokens=8192.0,
@@ -46,7 +46,7 @@ def stall_samples(n: int = 40, stalled_from: int = 20, interval: float = 0.5, *,
         t = T0 + i * interval
         samples.append(HealthSample(t=t, status=200, latency_s=0.002,
                                     error=None if canary is None or i % 7 else f"timeout {canary}"))
-        samples.append(MetricsSample(t=t + 0.01, dialect="vllm", generation="vllm-0.32",
+        samples.append(MetricsSample(t=t + 0.01, dialect="vllm", naming="vllm-0.32",
                                      engines=(engine(i, stalled_from, model=model),), scrape_s=0.01))
         samples.append(ProcessSample(t=t + 0.02, root_pid=4242, root_create_time=T0 - 100.0, alive=True,
                                      members=(ProcessMember(pid=4242, create_time=T0 - 100.0, role="api",
@@ -127,13 +127,13 @@ class Ticker:
             error = health_error if health is None else (None if 200 <= health < 300 else f"http_{health}")
             self.samples.append(HealthSample(t=t, status=health, latency_s=0.001 if health else None, error=error))
             state = EngineState(
-                dialect="vllm", generation="vllm-0.32", labels={"model_name": model, "engine": "0"},
+                dialect="vllm", naming="vllm-0.32", labels={"model_name": model, "engine": "0"},
                 running=running, waiting=waiting, slot_limit=16, kv_usage=kv,
                 counters=Counters(prompt_tokens=self.prompt, generation_tokens=self.gen, preemptions=self.preempt,
                                   steps=self.steps),
                 histograms={"itl": Histogram(edges=ITL_EDGES, cumulative=tuple(self.itl), count=self.itl[-1],
                                              sum=self.itl[-1] * 0.005)})
-            self.samples.append(MetricsSample(t=t + 0.01, dialect="vllm", generation="vllm-0.32",
+            self.samples.append(MetricsSample(t=t + 0.01, dialect="vllm", naming="vllm-0.32",
                                               engines=(state,), scrape_s=0.01))
             members = (ProcessMember(pid=root_pid, create_time=root_ct, role="api", title="python3",
                                      status="sleeping"),

@@ -30,12 +30,10 @@ TINY_BANDWIDTH = "20GB/s"       # an assumed CPU memory bandwidth; the --against
 
 @pytest.fixture(scope="module")
 def lab():
-    from servewatch.lab.model_dir import ensure_tiny_model
-    from servewatch.lab.venv import ensure_venv, resolve_cache_dir
+    from servewatch.lab.recipe import VLLM, prepare_lab
 
-    cache = resolve_cache_dir(None)
-    venv = ensure_venv(cache)
-    return cache, venv, ensure_tiny_model(venv, cache)
+    prepared = prepare_lab(VLLM)
+    return prepared.cache_dir, prepared.venv, prepared.model
 
 
 def servewatch(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:

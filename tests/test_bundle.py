@@ -75,7 +75,7 @@ def test_free_text_is_reduced_to_allow_listed_tokens():
                            title="/opt/venv/bin/python3 -m vllm.entrypoints.openai.api_server --model /models/x")
     d = serialize.sample_to_dict(ProcessSample(t=1.0, root_pid=1, root_create_time=1.0, alive=True, members=(member,)))
     assert d["members"][0]["title"] == "python3"
-    engine = EngineState(dialect="vllm", generation="vllm-0.32",
+    engine = EngineState(dialect="vllm", naming="vllm-0.32",
                          labels={"model_name": "/models/org/Qwen2.5-7B", "engine": "0", "request_id": "abc"})
     assert serialize.engine_to_dict(engine)["labels"] == {"engine": "0", "model_name": "Qwen2.5-7B"}
     log = serialize.sample_to_dict(LogEvent(t=1.0, kind="error", fields={
@@ -245,7 +245,7 @@ def test_context_versions_and_ring_drops_are_recorded(tmp_path):
     window = stall_window()
     writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
     path = writer.write(window, synthetic_stall_verdicts(window), BundleContext(
-        target_url="http://127.0.0.1:8000", dialect="vllm", generation="vllm-0.32",
+        target_url="http://127.0.0.1:8000", dialect="vllm", naming="vllm-0.32",
         target_versions={"vllm": "0.32.0", "torch": "2.13.0+cpu", "bad key!": "1", "evil": "1.0 rm -rf /"},
         overwritten={"health": 7}))
     incident = json.loads((path / "incident.json").read_bytes())

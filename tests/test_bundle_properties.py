@@ -49,7 +49,7 @@ histograms = st.builds(lambda edges, c: Histogram(edges=tuple(sorted(edges)), cu
                        st.lists(st.floats(0.001, 100, allow_nan=False), min_size=1, max_size=6, unique=True),
                        st.lists(st.floats(0, 1e6, allow_nan=False), min_size=6, max_size=6))
 engines = st.builds(
-    EngineState, dialect=st.one_of(st.just("vllm"), text), generation=text,
+    EngineState, dialect=st.one_of(st.just("vllm"), text), naming=text,
     labels=st.dictionaries(st.one_of(st.sampled_from(["model_name", "engine", "tp_rank"]), text), text, max_size=4),
     running=maybe, waiting=maybe, waiting_by_reason=st.dictionaries(text, floats, max_size=2),
     slot_limit=st.one_of(st.none(), st.integers(0, 4096)), kv_usage=maybe,
@@ -62,7 +62,7 @@ members = st.builds(ProcessMember, pid=st.integers(1, 2**22), create_time=times,
 samples = st.one_of(
     st.builds(HealthSample, t=times, status=st.one_of(st.none(), st.integers(100, 599)), latency_s=maybe,
               error=st.one_of(st.none(), text)),
-    st.builds(MetricsSample, t=times, dialect=st.one_of(st.none(), text), generation=st.one_of(st.none(), text),
+    st.builds(MetricsSample, t=times, dialect=st.one_of(st.none(), text), naming=st.one_of(st.none(), text),
               engines=st.lists(engines, max_size=2).map(tuple), scrape_s=maybe, error=st.one_of(st.none(), text)),
     st.builds(ProcessSample, t=times, root_pid=st.integers(1, 2**22), root_create_time=st.one_of(st.none(), times),
               alive=st.booleans(), members=st.lists(members, max_size=3).map(tuple),

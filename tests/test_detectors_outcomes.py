@@ -25,7 +25,7 @@ OUTCOME_VERDICTS = {"server_errors", "client_errors", "requests_aborted"}
 
 
 def vllm_text(*, ok=1.0, client=0.0, unrouted=0.0, server=0.0, body_bytes=100.0, bodies=1.0, abort=0.0,
-              length=1.0, error=0.0, hung_up=0.0, generation_032=True) -> str:
+              length=1.0, error=0.0, hung_up=0.0, naming_032=True) -> str:
     """As a real vLLM counts: every 2xx answer is a finished request (by default a "stop"), except those
     whose client hung up, which the engine counts nowhere."""
     stop = max(0.0, ok - length - abort - error - hung_up)
@@ -40,7 +40,7 @@ def vllm_text(*, ok=1.0, client=0.0, unrouted=0.0, server=0.0, body_bytes=100.0,
     for reason, value in (("stop", stop), ("abort", abort), ("length", length), ("error", error)):
         text = re.sub(rf'(vllm:request_success_total\{{engine="0",finished_reason="{reason}",model_name="tiny"\}}) \S+',
                       rf"\1 {value}", text)
-    if not generation_032:   # the 0.11 names: no waiting-by-reason, sleep state or prompt-by-source families
+    if not naming_032:   # the 0.11 names: no waiting-by-reason, sleep state or prompt-by-source families
         text = "\n".join(line for line in text.splitlines()
                          if not re.search(r"waiting_by_reason|engine_sleep_state|prompt_tokens_by_source", line))
     return text
@@ -65,7 +65,7 @@ def sglang_text(codes: dict[str, float], *, requests: float = 21.0, aborted: flo
 
 def scrape(t: float, text: str) -> MetricsSample:
     read = dialects.read_scrape(text)
-    return MetricsSample(t=t, dialect=read.dialect, generation=read.generation, engines=tuple(read.engines))
+    return MetricsSample(t=t, dialect=read.dialect, naming=read.naming, engines=tuple(read.engines))
 
 
 def series(texts, step: float = 5.0) -> list[MetricsSample]:
@@ -85,8 +85,8 @@ def test_the_real_vllm_scrape_reads_status_classes_without_the_watchers_own_endp
 
 
 def test_the_older_vllm_generation_reads_the_same_counters():
-    read = dialects.read_scrape(vllm_text(ok=3, client=2, generation_032=False))
-    assert read.generation == "vllm-0.11"
+    read = dialects.read_scrape(vllm_text(ok=3, client=2, naming_032=False))
+    assert read.naming == "vllm-0.11"
     assert read.engines[0].counters.responses == {"2xx": 3.0, "4xx": 2.0, "5xx": 0.0, "unrouted": 0.0}
 
 
@@ -226,9 +226,9 @@ def test_response_counts_survive_a_bundle_round_trip():
 
 
 def test_a_bundle_keeps_no_status_key_of_another_shape():
-    state = EngineState(dialect="vllm", generation="vllm-0.32", labels={},
+    state = EngineState(dialect="vllm", naming="vllm-0.32", labels={},
                         counters=Counters(responses={"4xx": 1.0, "/v1/secret-path": 5.0}))
-    stored = sample_to_dict(MetricsSample(t=T0, dialect="vllm", generation="vllm-0.32", engines=(state,)))
+    stored = sample_to_dict(MetricsSample(t=T0, dialect="vllm", naming="vllm-0.32", engines=(state,)))
     assert stored["engines"][0]["counters"]["responses"] == {"4xx": 1.0}
 
 

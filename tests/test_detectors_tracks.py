@@ -53,7 +53,7 @@ def _scrapes():
     for i in range(230):
         t = T0 + 2.0 * i
         if i == 95:
-            yield t, MetricsSample(t=t, dialect=None, generation=None, error="timeout"), 200
+            yield t, MetricsSample(t=t, dialect=None, naming=None, error="timeout"), 200
             continue
         if i < 60:
             text = _text_at(vllm, i)                       # busy, KV full
@@ -72,7 +72,7 @@ def _scrapes():
         if 140 <= i < 180:
             engines = engines + (_second_engine(engines[0]),)
         health = 503 if 170 <= i < 176 else 200
-        yield t, MetricsSample(t=t, dialect=scrape.dialect, generation=scrape.generation, engines=engines,
+        yield t, MetricsSample(t=t, dialect=scrape.dialect, naming=scrape.naming, engines=engines,
                                scrape_s=0.01), health
 
 
@@ -150,9 +150,9 @@ def _plain_quiet_start(points) -> int:
 def test_the_quiet_start_found_from_the_end_is_the_forward_walks(ticks):
     points = []
     for i, (busy, steps) in enumerate(ticks + [(True, ticks[-1][1])]):
-        state = EngineState(dialect="vllm", generation="t", labels={}, running=1 if busy else 0, waiting=0,
+        state = EngineState(dialect="vllm", naming="t", labels={}, running=1 if busy else 0, waiting=0,
                             counters=Counters(steps=float(steps)))
-        points.append((MetricsSample(t=T0 + i, dialect="vllm", generation="t", engines=(state,)), state))
+        points.append((MetricsSample(t=T0 + i, dialect="vllm", naming="t", engines=(state,)), state))
     assert progress._quiet_since(tracks.Track(points)) == _plain_quiet_start(points)
 
 

@@ -209,7 +209,7 @@ def _as_load_dir(window) -> dict:
 
     view = ServerView(None, lambda: 0.0, None, 0.5)
     for m in window.good_metrics():
-        view.add(aggregate(ServerSample(m.t, m.scrape_s, dialect=m.dialect, generation=m.generation,
+        view.add(aggregate(ServerSample(m.t, m.scrape_s, dialect=m.dialect, naming=m.naming,
                                         engines=m.engines)))
     server = view.summary()
     return {"signature": signature({}, server), "server_view": server}

@@ -26,7 +26,7 @@ def raw(text: str, sample_name: str, **labels) -> float:
 def test_vllm_032_fixture_maps_every_canonical_field(metrics_fixture):
     text = metrics_fixture(VLLM_KV)
     scrape = read_scrape(text)
-    assert (scrape.dialect, scrape.generation) == ("vllm", "vllm-0.32")
+    assert (scrape.dialect, scrape.naming) == ("vllm", "vllm-0.32")
     [engine] = scrape.engines
     assert engine.labels == {"model_name": "tiny", "engine": "0"}
     assert engine.running == raw(text, "vllm:num_requests_running")
@@ -55,7 +55,7 @@ def without(text: str, *prefixes: str) -> str:
 def test_vllm_011_generation_is_detected_when_the_new_families_are_absent(metrics_fixture):
     text = without(metrics_fixture(VLLM_KV), "waiting_by_reason", "engine_sleep_state", "prompt_tokens_by_source")
     scrape = read_scrape(text)
-    assert (scrape.dialect, scrape.generation) == ("vllm", "vllm-0.11")
+    assert (scrape.dialect, scrape.naming) == ("vllm", "vllm-0.11")
     assert scrape.engines[0].waiting_by_reason == {}
     assert scrape.engines[0].waiting == raw(text, "vllm:num_requests_waiting")
 
@@ -64,14 +64,14 @@ def test_vllm_legacy_gpu_cache_usage_name_feeds_kv_usage(metrics_fixture):
     text = without(metrics_fixture(VLLM_KV), "waiting_by_reason", "engine_sleep_state", "prompt_tokens_by_source")
     text = text.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
     scrape = read_scrape(text)
-    assert scrape.generation == "vllm-legacy"
+    assert scrape.naming == "vllm-legacy"
     assert scrape.engines[0].kv_usage == raw(text, "vllm:gpu_cache_usage_perc")
 
 
 def test_sglang_0523_fixture(metrics_fixture):
     text = metrics_fixture(SGLANG)
     scrape = read_scrape(text)
-    assert (scrape.dialect, scrape.generation) == ("sglang", "sglang-0.5.23")
+    assert (scrape.dialect, scrape.naming) == ("sglang", "sglang-0.5.23")
     [engine] = scrape.engines
     assert engine.labels["tp_rank"] == "0" and engine.labels["model_name"] == "Qwen/Qwen3-0.6B"
     assert engine.running == raw(text, "sglang:num_running_reqs")
@@ -110,7 +110,7 @@ something_else_total 5.0
 
 def test_sglang_0410_names_one_state_per_rank():
     scrape = read_scrape(SGLANG_0410)
-    assert (scrape.dialect, scrape.generation) == ("sglang", "sglang-0.4.10")
+    assert (scrape.dialect, scrape.naming) == ("sglang", "sglang-0.4.10")
     assert [e.labels["tp_rank"] for e in scrape.engines] == ["0", "1"]
     for engine in scrape.engines:
         assert (engine.running, engine.waiting, engine.kv_usage) == (3.0, 7.0, 0.5)
@@ -144,7 +144,7 @@ def as_openmetrics(text: str) -> str:
 def test_openmetrics_counters_are_read_like_text_004(metrics_fixture):
     text = metrics_fixture(VLLM_KV)
     plain, om = read_scrape(text), read_scrape(as_openmetrics(text))
-    assert (om.dialect, om.generation) == ("vllm", "vllm-0.32")
+    assert (om.dialect, om.naming) == ("vllm", "vllm-0.32")
     [a], [b] = plain.engines, om.engines
     assert b.counters == a.counters
     assert b.counters.generation_tokens == raw(text, "vllm:generation_tokens_total")
@@ -160,7 +160,7 @@ def test_a_subclass_declared_with_its_module_takes_the_modules_declarations_and_
     exec('NAME = "fake"\nSLOT_LIMIT_FLAG = "--slots"\nREADY_LINE = "fake ready"\n'
          'def detect(families):\n    return "fake-1"\n'
          'def wanted_families():\n    return ("fake_running",)\n'
-         'def read(families, generation):\n    return []\n', vars(module))
+         'def read(families, naming):\n    return []\n', vars(module))
 
     class FakeDialect(Dialect, module=module):
         slot_limit_flag = "--max-fakes"          # the class body wins over the module

@@ -72,8 +72,8 @@ def test_a_source_reads_consecutive_real_scrapes_as_the_library_path_does():
     for text in [texts[0], moved(texts[0], 1), texts[1], moved(texts[1], 2), moved(texts[1], 3)]:
         ours = read_metrics(200, text.encode(), source.bounds, read_scrape=source.read_scrape)
         library = read_metrics(200, text.encode(), source.bounds)
-        assert ours.engines == library.engines and (ours.dialect, ours.generation) == (library.dialect,
-                                                                                       library.generation)
+        assert ours.engines == library.engines and (ours.dialect, ours.naming) == (library.dialect,
+                                                                                       library.naming)
     # t0 and t1, taken minutes apart from one real vLLM under load, differ only in their values:
     # only the first scrape was parsed in full.
     assert (source.parser.fast_reads, source.parser.full_reads) == (4, 1)

@@ -229,7 +229,7 @@ def test_sse_splitter_handles_split_events_crlf_and_multiline():
 
 def _engine(queue_sum, queue_count, running, waiting, kv, prompt, gen, finished, preempt=0.0):
     h = Histogram(edges=(0.1, 1.0), cumulative=(queue_count, queue_count), count=queue_count, sum=queue_sum)
-    return EngineState(dialect="vllm", generation="vllm-0.32", labels={"engine": "0"}, running=running,
+    return EngineState(dialect="vllm", naming="vllm-0.32", labels={"engine": "0"}, running=running,
                        waiting=waiting, kv_usage=kv, histograms={"queue": h},
                        counters=Counters(prompt_tokens=prompt, generation_tokens=gen, preemptions=preempt,
                                          finished={"length": finished}))

@@ -50,7 +50,7 @@ def test_reconstructed_oom_timeline_reads_the_older_stats_generation_and_the_sta
     pm = _oom()
     points = [(s.clock[-8:], s.running, s.kv_pct) for s in pm.record.stats]
     assert points == [("15:53:12", 3, 0.5), ("15:53:22", 46, 3.6), ("15:53:32", 144, 11.4), ("15:53:37", 193, 15.9)]
-    assert pm.record.stats_generations == {"vLLM stats lines without an engine number"}
+    assert pm.record.stats_namings == {"vLLM stats lines without an engine number"}
     assert pm.at_death.running == 193 and pm.at_death.source == "engine dump at death"
 
 

@@ -201,13 +201,13 @@ def test_a_not_serving_bundle_stores_the_probe_samples_validates_and_verifies(tm
 def test_recording_options_carry_the_probe_flags(interval):
     import argparse
 
-    from servewatch.watch.options import add_recording_arguments, options_from_args
+    from servewatch.watch.options import RecordingOptions, add_recording_arguments, options_from_args
 
     parser = argparse.ArgumentParser()
-    add_recording_arguments(parser, interval=1.0)
-    parser.add_argument("--duration", default=None)
-    off = options_from_args(parser.parse_args(["http://x:1"]))
+    defaults = RecordingOptions(url="")
+    add_recording_arguments(parser, defaults)
+    off = options_from_args(parser.parse_args(["http://x:1"]), defaults)
     assert off.probe is False
     on = options_from_args(parser.parse_args(["http://x:1", "--probe", "--probe-interval", f"{interval:g}s",
-                                              "--probe-deadline", "3"]))
+                                              "--probe-deadline", "3"]), defaults)
     assert (on.probe, on.probe_interval, on.probe_deadline) == (True, interval, 3.0)

@@ -32,7 +32,7 @@ def bundle(tmp_path):
     window = stall_window()
     writer = BundleWriter(tmp_path / "out", stderr=io.StringIO(), recompute=synthetic_recompute)
     path = writer.write(window, synthetic_stall_verdicts(window), BundleContext(
-        target_url="http://127.0.0.1:8000", dialect="vllm", generation="vllm-0.32",
+        target_url="http://127.0.0.1:8000", dialect="vllm", naming="vllm-0.32",
         target_versions={"vllm": "0.32.0"}, detector_config={"min_stall_s": 3.0}))
     assert path is not None
     return path
@@ -169,9 +169,9 @@ def test_every_verdict_has_a_complete_runbook_branch():
 
 def test_series_rate_and_counter_reset():
     def scrape(t, tokens):
-        state = EngineState(dialect="vllm", generation="g", labels={}, running=1.0, waiting=0.0, kv_usage=0.5,
+        state = EngineState(dialect="vllm", naming="g", labels={}, running=1.0, waiting=0.0, kv_usage=0.5,
                             counters=Counters(generation_tokens=tokens))
-        return MetricsSample(t=t, dialect="vllm", generation="g", engines=(state,))
+        return MetricsSample(t=t, dialect="vllm", naming="g", engines=(state,))
 
     samples = [HealthSample(t=0.0, status=200, latency_s=0.0), scrape(0.0, 0.0), scrape(2.0, 100.0),
                scrape(3.0, 10.0), scrape(4.0, 30.0), HealthSample(t=4.0, status=503, latency_s=0.0)]

@@ -10,14 +10,14 @@ import pytest
 import yaml
 
 from servewatch.cli import main
-from servewatch.derive.engine_series import GENERATIONS, engine_series
+from servewatch.derive.engine_series import NAMINGS, engine_series
 from servewatch.derive.rules import build_rules, error_ratio
 from servewatch.derive.slo import STANDARD_WINDOWS, SloInvalid, check_selector, check_thresholds, load_slo
 from servewatch.dialects import sglang, vllm
 
 SLO_FILE = Path(__file__).parent / "rules" / "slo.yaml"
 GOOD = SLO_FILE.read_text()
-ALL_GENERATIONS = [(d, g) for d, gens in GENERATIONS.items() for g in gens]
+ALL_NAMINGS = [(d, g) for d, gens in NAMINGS.items() for g in gens]
 
 
 def _run(tmp_path, text: str, *args: str, capsys) -> tuple[int, str, Path]:
@@ -68,8 +68,8 @@ def test_declared_custom_edges_make_a_threshold_valid(tmp_path, capsys):
 def test_every_edge_of_every_engine_histogram_is_accepted_and_read_with_the_le_the_engine_writes():
     from prometheus_client.utils import floatToGoString
 
-    for dialect, generation in ALL_GENERATIONS:
-        series = engine_series(dialect, generation)
+    for dialect, naming in ALL_NAMINGS:
+        series = engine_series(dialect, naming)
         for kind in ("ttft", "tpot", "e2e"):
             for edge in series.histogram(kind).edges:
                 text = f"service: s\nobjectives:\n  {kind}: {{target: 99, threshold: {edge!r}}}\n"
@@ -92,10 +92,10 @@ def test_standard_windows_give_the_standard_burn_rates_and_other_budgets_scale()
 
 def test_names_follow_the_dialect_and_generation(tmp_path, capsys):
     texts = {}
-    for dialect, generation in ALL_GENERATIONS:
-        code, err, out = _run(tmp_path, GOOD, "--dialect", dialect, "--names", generation, capsys=capsys)
+    for dialect, naming in ALL_NAMINGS:
+        code, err, out = _run(tmp_path, GOOD, "--dialect", dialect, "--names", naming, capsys=capsys)
         assert code == 0, err
-        texts[generation] = out.read_text()
+        texts[naming] = out.read_text()
     assert vllm.KV_USAGE in texts["vllm-0.32"] and vllm.KV_USAGE_LEGACY not in texts["vllm-0.32"]
     assert vllm.KV_USAGE_LEGACY in texts["vllm-legacy"] and vllm.KV_USAGE not in texts["vllm-legacy"]
     assert "vllm:time_per_output_token_seconds" not in texts["vllm-0.11"]
@@ -110,9 +110,9 @@ def _aggregations(expr: str) -> set[str]:
     return {labels.replace(" ", "") for _, labels in _BY.findall(expr)}
 
 
-@pytest.mark.parametrize("dialect, generation", ALL_GENERATIONS)
-def test_every_ratio_aggregates_numerator_and_denominator_to_the_same_labels(dialect, generation):
-    series = engine_series(dialect, generation)
+@pytest.mark.parametrize("dialect, naming", ALL_NAMINGS)
+def test_every_ratio_aggregates_numerator_and_denominator_to_the_same_labels(dialect, naming):
+    series = engine_series(dialect, naming)
     slo = load_slo(GOOD, "slo.yaml")
     for objective in slo.objectives:
         bad, total = error_ratio(objective, series, slo.selector, "5m")
@@ -132,8 +132,8 @@ def test_an_engine_label_in_the_selector_would_empty_the_availability_ratio():
 
 def test_every_alert_carries_its_runbook_branch_and_a_severity_for_inhibition():
     slo = load_slo(GOOD, "slo.yaml")
-    for dialect, generation in ALL_GENERATIONS:
-        for group in build_rules(slo, engine_series(dialect, generation)):
+    for dialect, naming in ALL_NAMINGS:
+        for group in build_rules(slo, engine_series(dialect, naming)):
             for rule in group.rules:
                 if not rule.alert:
                     continue

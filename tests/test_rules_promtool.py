@@ -1,5 +1,5 @@
 """The generated rules through Prometheus's own tool: `promtool check rules` on every dialect and name
-generation, and the kept `promtool test rules` cases in tests/rules/ (a 14.4x burn pages in time, a
+naming, and the kept `promtool test rules` cases in tests/rules/ (a 14.4x burn pages in time, a
 burn just over 1x opens only the ticket, a five-minute blip and zero traffic page nothing, waiting
 fires before the e2e burn, the stall gauge fires, a vanished target fires absent())."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from servewatch.derive.engine_series import GENERATIONS
+from servewatch.derive.engine_series import NAMINGS
 from servewatch.derive.rule_tests import kept_files
 from tests.tools import needs_tool, tool_path
 
 RULES_DIR = Path(__file__).parent / "rules"
 PROMTOOL = tool_path("promtool")
 needs_promtool = needs_tool("promtool")
-ALL_GENERATIONS = [g for gens in GENERATIONS.values() for g in gens]
+ALL_NAMINGS = [g for gens in NAMINGS.values() for g in gens]
 
 
 def test_the_kept_rule_tests_are_what_the_generator_writes_today():
@@ -28,9 +28,9 @@ def test_the_kept_rule_tests_are_what_the_generator_writes_today():
 
 
 @needs_promtool
-@pytest.mark.parametrize("generation", ALL_GENERATIONS)
-def test_promtool_check_rules_accepts_every_generated_file(generation):
-    result = subprocess.run([PROMTOOL, "check", "rules", str(RULES_DIR / generation / "rules.yml")],
+@pytest.mark.parametrize("naming", ALL_NAMINGS)
+def test_promtool_check_rules_accepts_every_generated_file(naming):
+    result = subprocess.run([PROMTOOL, "check", "rules", str(RULES_DIR / naming / "rules.yml")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
@@ -38,9 +38,9 @@ def test_promtool_check_rules_accepts_every_generated_file(generation):
 
 @needs_promtool
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("generation", ALL_GENERATIONS)
-def test_promtool_test_rules_passes_the_kept_cases(generation):
-    result = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=RULES_DIR / generation,
+@pytest.mark.parametrize("naming", ALL_NAMINGS)
+def test_promtool_test_rules_passes_the_kept_cases(naming):
+    result = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=RULES_DIR / naming,
                             capture_output=True, text=True, timeout=220)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "SUCCESS" in result.stdout

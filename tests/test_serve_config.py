@@ -4,6 +4,7 @@ the last good set, duplicates, the stable shard hash, backoff, the derived signa
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -26,11 +27,11 @@ def test_config_file_is_read(tmp_path):
                     "targets:\n  - url: http://10.0.0.7:8000/metrics\n    name: llama-a\n    pid: 42\n"
                     "  - http://10.0.0.8:8000\nfile_sd:\n  - /etc/sd/*.json\n")
     cfg = serve_config.load(str(path))
-    assert cfg.listen == "0.0.0.0:9000" and cfg.interval == 0.5 and cfg.history_s == 300.0
+    assert cfg.listen == "0.0.0.0:9000" and cfg.recording.interval == 0.5 and cfg.recording.history_s == 300.0
     assert cfg.shard == Shard(1, 3) and cfg.file_sd == ("/etc/sd/*.json",)
     assert [(t.name, t.url, t.pid) for t in cfg.targets] == [("llama-a", "http://10.0.0.7:8000", 42),
                                                              ("10.0.0.8:8000", "http://10.0.0.8:8000", None)]
-    assert (cfg.probe, cfg.probe_interval, cfg.probe_deadline) == (True, 30.0, 10.0)   # on by default in a fleet
+    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (True, 30.0, 10.0)   # on by default in a fleet
 
 
 def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_path):
@@ -41,12 +42,12 @@ def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_p
     path = tmp_path / "serve.yaml"
     path.write_text("probe_interval: 1m\nprobe_deadline: 5s\ntargets: [http://10.0.0.8:8000]\n")
     cfg = serve_config.load(str(path))
-    assert (cfg.probe, cfg.probe_interval, cfg.probe_deadline) == (True, 60.0, 5.0)
+    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (True, 60.0, 5.0)
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(["serve", "--config", str(path), "--no-probe", "--probe-deadline", "3s"])
     cfg = serve_config.from_args(args)
-    assert (cfg.probe, cfg.probe_interval, cfg.probe_deadline) == (False, 60.0, 3.0)
+    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (False, 60.0, 3.0)
     path.write_text("probe: maybe\n")
     with pytest.raises(ServewatchError, match=":1: probe: true or false"):
         serve_config.load(str(path))
@@ -169,7 +170,7 @@ def test_backoff_grows_and_is_capped():
 def _sample(t, gen, steps, running=4.0, waiting=0.0, kv=0.5, slot_limit=8):
     state = EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=running, waiting=waiting, kv_usage=kv,
                         slot_limit=slot_limit, counters=Counters(generation_tokens=gen, steps=steps))
-    return MetricsSample(t=t, dialect="vllm", generation="vllm-0.32", engines=(state,))
+    return MetricsSample(t=t, dialect="vllm", naming="vllm-0.32", engines=(state,))
 
 
 def test_signals_from_a_window():
@@ -252,12 +253,12 @@ def test_only_a_target_running_on_this_machine_gets_a_gpu_source():
     """A remote replica's GPUs are not this machine's: sampling NVML once per remote target would report
     the wrong devices (and cost a thread hop per target)."""
     from servewatch.clock import RealClock
-    from servewatch.serve.config import ServeConfig
+    from servewatch.serve.config import FLEET_RECORDING, ServeConfig
     from servewatch.serve.fleet import Fleet
     from servewatch.serve.targets import TargetSpec
     from servewatch.sinks.exporter import FleetExporter
 
-    fleet = Fleet(ServeConfig(probe=False), None, RealClock(), FleetExporter(lambda: []),
+    fleet = Fleet(ServeConfig(recording=replace(FLEET_RECORDING, probe=False)), None, RealClock(), FleetExporter(lambda: []),
                   extra_sinks=lambda spec: [])
 
     def kinds(spec):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 import os
 
 import aiohttp
 
 from servewatch.detectors import registry
-from servewatch.serve.config import ServeConfig
+from servewatch.serve.config import FLEET_RECORDING, ServeConfig
 from servewatch.serve.targets import spec_for
 from servewatch.sinks.verify import verify_bundle
 from tests.serve_harness import hostile_target, running_serve, sim_target, until
@@ -38,7 +39,7 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                        for kind in ("hang", "garbage", "huge", "series")}
             dead = "http://127.0.0.1:1"
             config = ServeConfig(targets=tuple(spec_for(u) for u in (a.url, b.url, *hostile.values(), dead)),
-                                 listen="127.0.0.1:0", interval=INTERVAL, out=str(tmp_path / "bundles"),
+                                 listen="127.0.0.1:0", recording=replace(FLEET_RECORDING, interval=INTERVAL), out=str(tmp_path / "bundles"),
                                  alertmanager="http://127.0.0.1:1")     # unreachable: said, watching goes on
             session = await stack.enter_async_context(aiohttp.ClientSession())
             serve = await stack.enter_async_context(running_serve(config))
@@ -131,7 +132,7 @@ def test_file_sd_changes_are_followed_and_a_broken_file_keeps_the_last_good_set(
     async def main():
         async with sim_target() as a, sim_target() as b:
             write(f'[{{"targets": ["{name_of(a.url)}"]}}]')
-            config = ServeConfig(file_sd=(str(sd),), listen="127.0.0.1:0", interval=INTERVAL)
+            config = ServeConfig(file_sd=(str(sd),), listen="127.0.0.1:0", recording=replace(FLEET_RECORDING, interval=INTERVAL))
             async with running_serve(config) as serve:
                 async def names():
                     return sorted(t["name"] for t in (await serve.json("/api/v1/targets"))["targets"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 import socket
 import subprocess
 
@@ -14,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from servewatch.serve.config import ServeConfig
+from servewatch.serve.config import FLEET_RECORDING, ServeConfig
 from servewatch.serve.targets import spec_for
 from tests.serve_harness import running_serve, sim_target, until
 from tests.processes import stop
@@ -60,7 +61,7 @@ def test_prometheus_sees_the_stall_in_a_promql_query(tmp_path):
     async def main():
         async with sim_target() as a, sim_target() as b, aiohttp.ClientSession() as session:
             config = ServeConfig(targets=(spec_for(a.url, "sim-a"), spec_for(b.url, "sim-b")),
-                                 listen="127.0.0.1:0", interval=0.3)
+                                 listen="127.0.0.1:0", recording=replace(FLEET_RECORDING, interval=0.3))
             async with running_serve(config) as serve:
                 serve_port = serve.url.rsplit(":", 1)[1]
                 (tmp_path / "prometheus.yml").write_text(
@@ -119,7 +120,7 @@ def test_the_fleets_prometheus_is_service_discovery(tmp_path):
                                     f"--storage.tsdb.path={tmp_path / 'data'}",
                                     f"--web.listen-address=127.0.0.1:{port}"], api + "/-/ready", log):
                     config = ServeConfig(prometheus_sd=PrometheusSdConfig(api, job="vllm", refresh_s=1.0),
-                                         listen="127.0.0.1:0", interval=0.5)
+                                         listen="127.0.0.1:0", recording=replace(FLEET_RECORDING, interval=0.5))
                     async with running_serve(config) as serve:
                         async def both():
                             targets = (await serve.json("/api/v1/targets"))["targets"]
@@ -160,7 +161,7 @@ def test_alertmanager_delivers_the_alert_and_its_resolution(tmp_path):
                                     "--cluster.listen-address="], am + "/-/ready", log):
                     async with sim_target() as a, aiohttp.ClientSession() as session:
                         config = ServeConfig(targets=(spec_for(a.url, "sim-a"),), listen="127.0.0.1:0",
-                                             interval=0.3, alertmanager=am)
+                                             recording=replace(FLEET_RECORDING, interval=0.3), alertmanager=am)
                         async with running_serve(config) as serve:
                             load = a.load(session)
                             try:

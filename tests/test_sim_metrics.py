@@ -129,12 +129,12 @@ def test_sglang_tokenizer_families_appear_only_after_a_request():
     assert "sglang:prompt_tokens" not in idle
 
 
-@pytest.mark.parametrize("dialect,generation", [("vllm", "vllm-0.32"), ("sglang", "sglang-0.5.23")])
-def test_servewatch_recognises_the_dialect(dialect, generation):
+@pytest.mark.parametrize("dialect,naming", [("vllm", "vllm-0.32"), ("sglang", "sglang-0.5.23")])
+def test_servewatch_recognises_the_dialect(dialect, naming):
     engine = _busy_engine(dialect)
     scrape = read_scrape(engine.metrics_text())
     assert scrape.dialect == dialect
-    assert scrape.generation == generation
+    assert scrape.naming == naming
     assert len(scrape.engines) == 1
     state = scrape.engines[0]
     assert state.counters.steps == engine.steps

@@ -45,7 +45,7 @@ def window(stalled: str) -> Window:
         tokens = {r: (moved if r in stalled else i) * 40 for r in "ab"}
         read = dialects.read_scrape(scrape(tokens["a"], tokens["b"]))
         samples += [HealthSample(1000.0 + i, 200, 0.01),
-                    MetricsSample(1000.0 + i + 0.1, read.dialect, read.generation, tuple(read.engines), 0.01)]
+                    MetricsSample(1000.0 + i + 0.1, read.dialect, read.naming, tuple(read.engines), 0.01)]
     return Window.from_samples(samples)
 
 

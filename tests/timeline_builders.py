@@ -43,17 +43,17 @@ class Timeline:
         status_error = health_error if health is None else (None if 200 <= health < 300 else f"http_{health}")
         self.samples.append(HealthSample(t=t, status=health, latency_s=0.001 if health else None, error=status_error))
         if metrics_error:
-            self.samples.append(MetricsSample(t=t + 0.01, dialect=None, generation=None, error=metrics_error))
+            self.samples.append(MetricsSample(t=t + 0.01, dialect=None, naming=None, error=metrics_error))
         else:
             state = EngineState(
-                dialect=self.dialect, generation=f"{self.dialect}-test", labels={"model_name": "m", "engine": "0"},
+                dialect=self.dialect, naming=f"{self.dialect}-test", labels={"model_name": "m", "engine": "0"},
                 running=running, waiting=waiting, waiting_by_reason=dict(by_reason or {}), slot_limit=slot_limit,
                 kv_usage=kv, counters=Counters(prompt_tokens=self.prompt, generation_tokens=self.gen,
                                                preemptions=self.preempt, steps=self.steps),
                 histograms={"itl": Histogram(edges=(0.01, 0.025, 0.05, 0.1), cumulative=tuple(self.itl),
                                              count=self.itl[-1],
                                              sum=self.itl[0] * 0.005 + (self.itl[-1] - self.itl[0]) * 0.04)})
-            self.samples.append(MetricsSample(t=t + 0.01, dialect=self.dialect, generation=f"{self.dialect}-test",
+            self.samples.append(MetricsSample(t=t + 0.01, dialect=self.dialect, naming=f"{self.dialect}-test",
                                               engines=(state,), scrape_s=0.01))
         if self.with_process:
             self.samples.append(ProcessSample(t=t + 0.02, root_pid=ROOT_PID,

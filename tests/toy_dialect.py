@@ -49,12 +49,12 @@ def wanted_families():
     return (RUNNING, WAITING, TOKENS, "toy_tokens_out", STEPS, "toy_steps")
 
 
-def read(families, generation):
+def read(families, naming):
     running = base.sum_by(families.get(RUNNING), IDENTITY_LABELS)
     waiting = base.sum_by(families.get(WAITING), IDENTITY_LABELS)
     tokens = base.sum_counter(families, TOKENS, IDENTITY_LABELS)
     steps = base.sum_counter(families, STEPS, IDENTITY_LABELS)
-    return [EngineState(dialect=NAME, generation=generation, labels=dict(key), running=running.get(key),
+    return [EngineState(dialect=NAME, naming=naming, labels=dict(key), running=running.get(key),
                         waiting=waiting.get(key),
                         counters=Counters(generation_tokens=tokens.get(key), steps=steps.get(key)))
             for key in sorted(running)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from servewatch.watch.options import RecordingOptions, add_recording_arguments
+
 SYMPTOM_NAMES = ("slow-first-token", "slow-text", "long-answers", "hangs-under-load", "errors", "e2e-up")
 
 
@@ -22,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "e2e-up (E2E up while TTFT and the queue look normal); none: say what it sees")
     parser.add_argument("--window", type=float, default=30.0, metavar="S",
                         help="seconds to record a live server before judging (default 30)")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="probe interval when recording")
+    add_recording_arguments(parser, RecordingOptions(url=""), ("interval",), metavar={"interval": "S"},
+                            help={"interval": "probe interval when recording"})
     parser.add_argument("--json", action="store_true", help="print the hypotheses as JSON")
     parser.set_defaults(func=run)
 
@@ -61,13 +64,14 @@ def _record(args):
 
     from servewatch.doctor.diagnose import readings_from_window
     from servewatch.errors import ServewatchError
-    from servewatch.watch.options import DEFAULT_HISTORY_S, RecordingOptions
+    from servewatch.watch.options import DEFAULT_HISTORY_S, recording_from_args
     from servewatch.watch.session import record
 
     if not 1.0 <= args.window <= 3600:
         raise ServewatchError(f"--window {args.window:g}: between 1 and 3600 seconds")
-    session = RecordingOptions(url=args.target, interval=args.interval, duration=args.window,
-                               history_s=max(DEFAULT_HISTORY_S, args.window * 2))
+    session = recording_from_args(args, RecordingOptions(url=args.target, duration=args.window,
+                                                         history_s=max(DEFAULT_HISTORY_S, args.window * 2)),
+                                  ("interval",))
     print(f"servewatch diagnose: recording {args.target} for {args.window:g} s", file=sys.stderr)
     recorder = asyncio.run(record(session, None, tool="diagnose"))
     window = recorder.ring.window()

@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 from servewatch.errors import ServewatchError
-from servewatch.watch.options import add_recording_arguments, duration
+from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
+
+DEFAULTS = RecordingOptions(url="", interval=0.5)    # guard's recording defaults (the URL is the argument)
 
 EPILOG = """\
 exit status (what a restart policy should see):
@@ -36,7 +38,7 @@ def register(subparsers) -> None:
                     "file, never into a bundle), then SIGKILL of the tree. An engine_dead server first gets "
                     "--exit-grace to exit by itself. SIGTERM or ^C to guard: a server it started is sent SIGTERM "
                     "and given --drain-timeout to finish its requests; an attached server is left alone.")
-    add_recording_arguments(parser, interval=0.5)
+    add_recording_arguments(parser, DEFAULTS)
     parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
     parser.add_argument("--unverified-pid-ok", action="store_true",
                         help="act on the server although its PID cannot be proven, from here, to hold the URL's port "
@@ -53,8 +55,8 @@ def register(subparsers) -> None:
                                                             f"{default_stacks_dir()})")
     parser.add_argument("--no-stacks", action="store_true", help="kill without dumping stacks first")
     parser.add_argument("--dry-run", action="store_true", help="say what would be done; send no signal")
-    parser.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (a server guard "
-                                                                       "started is then drained)")
+    add_recording_arguments(parser, DEFAULTS, ("duration",),
+                            help={"duration": "stop after S seconds (a server guard started is then drained)"})
     parser.add_argument("--json", action="store_true", help="JSON lines on stdout: verdicts and guard's actions "
                                                             "(a started server's stdout then goes to stderr)")
     parser.add_argument("--lives", metavar="FILE",
@@ -95,7 +97,7 @@ def run(args) -> int:
                          drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
     from servewatch.watch.options import options_from_args
 
-    return asyncio.run(_guard(args, options_from_args(args), command, config))
+    return asyncio.run(_guard(args, options_from_args(args, DEFAULTS), command, config))
 
 
 async def _guard(args, options, command: list[str], config) -> int:

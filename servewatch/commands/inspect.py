@@ -1,4 +1,4 @@
-"""`servewatch inspect SOURCE`: one scrape (URL or file) → dialect, name generation, engine states,
+"""`servewatch inspect SOURCE`: one scrape (URL or file) → dialect, metric naming, engine states,
 histogram summaries with blindness findings."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "inspect", help="read one /metrics scrape (URL or file) into the canonical engine picture",
         description="Read one /metrics exposition from a URL or a file and show the engine dialect, its "
-                    f"name generation, each engine's state (the first {TABLE_ENGINES} in the table, all of them "
+                    f"metric naming, each engine's state (the first {TABLE_ENGINES} in the table, all of them "
                     "with --json) and its latency histograms with blindness findings.")
     parser.add_argument("source", metavar="SOURCE", help="http(s)://host:port (its /metrics is read), http(s)://host:port/metrics, or a file path")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -104,7 +104,7 @@ def build_report(scrape) -> dict:
             },
             "histograms": {kind: s.as_json() for kind, s in summaries.items()},
         })
-    return {"dialect": scrape.dialect, "generation": scrape.generation, "engines": engines, "findings": findings}
+    return {"dialect": scrape.dialect, "generation": scrape.naming, "engines": engines, "findings": findings}
 
 
 def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:

@@ -41,113 +41,81 @@ def register(subparsers) -> None:
     sglang.add_argument("--log-file", help="SGLang's log (default: <cache-dir>/logs/sglang-<port>.log)")
     sglang.add_argument("--ready-timeout", type=float, default=240.0)
     sglang.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
-    sglang.set_defaults(func=run_sglang)
+    sglang.set_defaults(func=run)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _vllm_settings(args: argparse.Namespace) -> dict:
+    return {"max_model_len": args.max_model_len, "max_num_seqs": args.max_num_seqs,
+            "kv_cache_memory_bytes": args.kv_cache_memory_bytes, "log_stats_interval_s": args.log_stats_interval}
+
+
+def _sglang_settings(args: argparse.Namespace) -> dict:
+    return {"max_total_tokens": args.max_total_tokens, "context_length": args.context_length,
+            "max_running_requests": args.max_running_requests}
+
+
+_SETTINGS = {"vllm": _vllm_settings, "sglang": _sglang_settings}    # each engine's flags → its server config
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-    from pathlib import Path
-
-    from servewatch.lab.model_dir import ensure_tiny_model
-    from servewatch.lab.server import ServerConfig, VllmServer, free_port
-    from servewatch.lab.venv import ensure_venv, resolve_cache_dir
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    cache_dir = resolve_cache_dir(args.cache_dir)
-    venv = ensure_venv(cache_dir, progress=say)
-    say(f"venv: {venv.root} ({'reused' if venv.reused else 'installed'} in {venv.seconds:.1f}s)")
-    model = ensure_tiny_model(venv, cache_dir)
-    say(f"model: {model.path} ({'reused' if model.reused else 'generated'} in {model.seconds:.1f}s)")
-    if args.install_only:
-        return 0
-
-    port = args.port or free_port()
-    log_path = Path(args.log_file) if args.log_file else cache_dir / "logs" / f"vllm-{port}.log"
-    config = ServerConfig(
-        model_dir=model.path,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        port=port,
-        log_stats_interval_s=args.log_stats_interval,
-        cache_root=cache_dir / "vllm-cache",
-    )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with VllmServer(venv.python, config, log_path) as server:
-        say(f"starting vLLM on {server.url} (log: {log_path})")
-        ready = server.wait_ready(args.ready_timeout)
-        tree = server.process_tree()
-        print(f"url: {server.url}  model: {config.served_model_name}  ready in {ready:.1f}s", flush=True)
-        print(f"pids: api_server={tree.api_server} engine_core={tree.engine_core} worker={tree.worker}", flush=True)
-        print(f"try: servewatch watch {server.url} --pid {tree.api_server}   (Ctrl-C stops vLLM)", flush=True)
-        try:
-            while not stop.is_set() and server.returncode is None:
-                stop.wait(1.0)
-        except KeyboardInterrupt:
-            pass
-        code = server.returncode
-        if code is not None:
-            say(f"vLLM exited with code {code}")
-    return 0 if code in (None, 0) else 1
-
-
-def run_sglang(args: argparse.Namespace) -> int:
-    import signal
-    import threading
     from pathlib import Path
 
     from servewatch.errors import ServewatchError
-    from servewatch.lab.model_dir import ensure_tiny_model
-    from servewatch.lab.server import free_port
-    from servewatch.lab.sgl_kernel_stand_in import write_stand_in
-    from servewatch.lab.sglang_server import SglangConfig, SglangServer
-    from servewatch.lab.sglang_venv import ensure_sglang_venv
-    from servewatch.lab.venv import resolve_cache_dir
+    from servewatch.lab.recipe import RECIPES, prepare_lab
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    cache_dir = resolve_cache_dir(args.cache_dir)
-    venv = ensure_sglang_venv(cache_dir, progress=say)
-    say(f"venv: {venv.root} ({'reused' if venv.reused else 'installed'} in {venv.seconds:.1f}s)")
-    model = ensure_tiny_model(venv, cache_dir)
-    say(f"model: {model.path} ({'reused' if model.reused else 'generated'} in {model.seconds:.1f}s)")
-    stand_in = write_stand_in(cache_dir)
-    say(f"test-only sgl_kernel stand-in: {stand_in}")
+    recipe = RECIPES[args.engine]
+    lab = prepare_lab(recipe, args.cache_dir, say=_say)
     if args.install_only:
         return 0
-
-    port = args.port or free_port()
-    log_path = Path(args.log_file) if args.log_file else cache_dir / "logs" / f"sglang-{port}.log"
-    config = SglangConfig(model_dir=model.path, stand_in_dir=stand_in, files_dir=cache_dir / "sglang-files",
-                          max_total_tokens=args.max_total_tokens, context_length=args.context_length,
-                          max_running_requests=args.max_running_requests, port=port)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with SglangServer(venv.python, config, log_path) as server:
-        say(f"starting SGLang on {server.url} (log: {log_path})")
-        ready = server.wait_ready(args.ready_timeout)
-        tree = server.process_tree()
-        print(f"url: {server.url}  ready in {ready:.1f}s", flush=True)
-        print(f"pids: main={tree.api_server} scheduler={tree.engine_core} detokenizer={tree.worker}", flush=True)
-        print(f"try: servewatch watch {server.url} --pid {tree.api_server} --log-file {log_path}   "
-              "(Ctrl-C stops SGLang)", flush=True)
-        called: list[str] = []
-        try:
-            while not stop.is_set() and server.returncode is None and not called:
-                stop.wait(1.0)
-                called = server.stand_in_calls()
-        except KeyboardInterrupt:
-            pass
-        called = called or server.stand_in_calls()
-        code = server.returncode
-        if code is not None:
-            say(f"SGLang exited with code {code}")
+    port = args.port or _free_port()
+    log_path = Path(args.log_file) if args.log_file else lab.cache_dir / "logs" / f"{recipe.engine}-{port}.log"
+    server = lab.server(log_path, port=port, **_SETTINGS[recipe.engine](args))
+    named = server.config.served_model_name       # None: the engine names the model by its path
+    code, called = _serve(lab, server, args.ready_timeout, f"  model: {named}" if named else "",
+                          f" --log-file {log_path}" if recipe.watch_log else "")
     if called:
         raise ServewatchError(f"SGLang called {', '.join(called)} of the test-only sgl_kernel stand-in: this run "
                               f"did not run real SGLang code throughout and proves nothing (log: {log_path})")
     return 0 if code in (None, 0) else 1
+
+
+def _free_port() -> int:
+    from servewatch.lab.server import free_port
+
+    return free_port()
+
+
+def _serve(lab, server, ready_timeout: float, about: str, watch_flags: str) -> tuple[int | None, list[str]]:
+    """Start the lab's server, say where it is, serve until SIGTERM, ^C or its exit (or, with the SGLang
+    stand-in, a call of a stubbed op): (its exit code or None, the stubbed ops called)."""
+    import signal
+    import threading
+
+    title, names = lab.recipe.title, lab.recipe.processes
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    called: list[str] = []
+    with server:
+        _say(f"starting {title} on {server.url} (log: {server.log_path})")
+        ready = server.wait_ready(ready_timeout)
+        tree = server.process_tree()
+        print(f"url: {server.url}{about}  ready in {ready:.1f}s", flush=True)
+        print(f"pids: {names[0]}={tree.api_server} {names[1]}={tree.engine_core} {names[2]}={tree.worker}", flush=True)
+        print(f"try: servewatch watch {server.url} --pid {tree.api_server}{watch_flags}   (Ctrl-C stops {title})",
+              flush=True)
+        stand_in = server.stand_in_calls if lab.recipe.stand_in else list
+        try:
+            while not stop.is_set() and server.returncode is None and not called:
+                stop.wait(1.0)
+                called = stand_in()
+        except KeyboardInterrupt:
+            pass
+        called = called or stand_in()
+        code = server.returncode
+        if code is not None:
+            _say(f"{title} exited with code {code}")
+    return code, called

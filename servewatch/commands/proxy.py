@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from servewatch.errors import ServewatchError
+from servewatch.proxy.config import WATCH_FLAGS
+from servewatch.watch.options import RecordingOptions, add_recording_arguments
 
 
 def register(subparsers) -> None:
@@ -36,10 +38,10 @@ def register(subparsers) -> None:
     p.add_argument("--watch", action="store_true",
                    help="also record the upstream (health, /metrics) with the proxy's requests as a source, and "
                         "print verdicts (requests_no_token among them) as JSON lines")
-    p.add_argument("--interval", type=float, default=1.0, help="--watch cadence in seconds (default 1)")
-    p.add_argument("--out", metavar="DIR", help="with --watch: an incident bundle per verdict into DIR")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
-                   help="with --watch: a detector threshold, e.g. --set no_token.floor_s=5")
+    add_recording_arguments(p, RecordingOptions(url=""), WATCH_FLAGS,
+                            help={"interval": "--watch cadence in seconds (default {interval:g})",
+                                  "out": "with --watch: an incident bundle per verdict into DIR",
+                                  "detector_settings": "with --watch: a detector threshold, e.g. --set no_token.floor_s=5"})
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until ^C)")
     p.set_defaults(func=run)
 

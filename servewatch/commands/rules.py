@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     check_thresholds(slo, series, args.slo)
     check_selector(slo, series, args.slo)
     groups = build_rules(slo, series, with_serve=not args.no_serve)
-    header = (f"servewatch rules for SLO '{slo.service}' on {series.dialect} ({series.generation} metric names).\n"
+    header = (f"servewatch rules for SLO '{slo.service}' on {series.dialect} ({series.naming} metric names).\n"
               f"Load with rule_files: in prometheus.yml; check with: promtool check rules FILE\n"
               f"Severity labels page > ticket > warning; in alertmanager.yml, so that a page silences the "
               f"same job's tickets and warnings:\n" + inhibit_rules_yaml())

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from servewatch.watch.options import DEFAULT_HISTORY_S, DEFAULT_PROBE_DEADLINE_S, DEFAULT_PROBE_INTERVAL_S, duration
+from servewatch.watch.options import add_recording_arguments
+
+# serve's wording of the shared recording flags (servewatch.watch.options), defaults from serve's own
+_HELP = {
+    "interval": "each target's probe and scrape cadence (default {interval:g}s)",
+    "probe": "turn off the active probe (on by default in serve: when a target's counters have not moved for "
+             "--probe-interval, one completion of 1 token asks it to serve; cost: at most one 1-token request per "
+             "idle target per interval, {probes_an_hour:g} an hour at the default)",
+    "probe_interval": "at most one probe per S (default {probe_interval:g}s)",
+    "probe_deadline": "a probe without a token after S has missed (default {probe_deadline:g}s)",
+    "history": "history kept per target (default {history_min:g}m)",
+    "detector_settings": "a detector threshold for every target, e.g. --set stall.floor_s=5 (repeatable)",
+}
 
 
 def register(subparsers) -> None:
@@ -22,25 +34,17 @@ def register(subparsers) -> None:
                         help="discover targets from this Prometheus server's active targets (/api/v1/targets)")
     parser.add_argument("--prometheus-sd-job", metavar="JOB", help="...of this job only")
     parser.add_argument("--listen", metavar="HOST:PORT", help="the HTTP surface (default 127.0.0.1:9464)")
-    parser.add_argument("--interval", type=duration, help="each target's probe and scrape cadence (default 2s)")
-    parser.add_argument("--no-probe", action="store_true",
-                        help="turn off the active probe (on by default in serve: when a target's counters have not "
-                             "moved for --probe-interval, one completion of 1 token asks it to serve; cost: at most "
-                             "one 1-token request per idle target per interval, 120 an hour at the default)")
-    parser.add_argument("--probe-interval", type=duration, metavar="S", help=f"at most one probe per S (default {DEFAULT_PROBE_INTERVAL_S:g}s)")
-    parser.add_argument("--probe-deadline", type=duration, metavar="S",
-                        help=f"a probe without a token after S has missed (default {DEFAULT_PROBE_DEADLINE_S:g}s)")
-    parser.add_argument("--history", type=duration, help=f"history kept per target (default {DEFAULT_HISTORY_S / 60:g}m)")
+    from servewatch.serve.config import FLEET_RECORDING, RECORDING_FLAGS
+
+    # None when not given: the config file's value (or the default) stands
+    add_recording_arguments(parser, FLEET_RECORDING, RECORDING_FLAGS[:5], overlay=True, help=_HELP)
     parser.add_argument("--out", metavar="DIR", help="incident bundles, one directory per target")
     parser.add_argument("--bundle-cap", type=float, metavar="MB", dest="bundle_cap",
                         help="all targets' bundles together stay under MB MiB, the oldest go first (default 1024)")
     parser.add_argument("--alertmanager", metavar="URL", help="post alerts to this Alertmanager (v2 API)")
     parser.add_argument("--webhook", metavar="URL", help="post fired/cleared events as JSON to this URL")
     parser.add_argument("--shard", metavar="I/N", help="watch only the targets whose stable hash falls on shard I of N")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
-                        help="a detector threshold for every target, e.g. --set stall.floor_s=5 (repeatable)")
-    parser.add_argument("--detectors", metavar="FILE", dest="detectors_file",
-                        help="detector thresholds from a TOML file ([stall] floor_s = 5); --set wins")
+    add_recording_arguments(parser, FLEET_RECORDING, RECORDING_FLAGS[5:], help=_HELP)
     parser.set_defaults(func=run)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from servewatch.watch.options import add_recording_arguments, duration
+from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
+
+DEFAULTS = RecordingOptions(url="", interval=1.0, probe=True)   # watch probes by default (--no-probe)
 
 __all__ = ["duration", "register", "run"]
 
@@ -14,12 +16,12 @@ def register(subparsers) -> None:
                     "history; fire a verdict once when a condition starts (and write an incident bundle with "
                     "--out; `kill -USR1 <watch pid>` writes one of the current window at any time). Exit status: "
                     "0, or 1 when --stop-on-incident stopped on an incident.")
-    add_recording_arguments(parser, interval=1.0, probe_default=True)
+    add_recording_arguments(parser, DEFAULTS)
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
     parser.add_argument("--unverified-pid-ok", action="store_true",
                         help="record --pid although it cannot be proven, from here, to hold the URL's port (another "
                              "host or network namespace); kept in every bundle")
-    parser.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (default: until ^C)")
+    add_recording_arguments(parser, DEFAULTS, ("duration",))
     parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
     parser.add_argument("--json", action="store_true",
                         help="JSON lines instead of a live table: one when a verdict fires, one when it clears")
@@ -47,7 +49,7 @@ async def _watch(args) -> int:
     from servewatch.watch.output import cleared_line, json_line, status_table
     from servewatch.watch.session import record
 
-    options = options_from_args(args)            # a bad --set / --detectors: one line, exit 2
+    options = options_from_args(args, DEFAULTS)  # a bad --set / --detectors: one line, exit 2
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
     identity = None
     if probe is not None:    # its process tree is recorded only once it is proven to be the server

@@ -14,7 +14,7 @@ def server_summary(samples: Sequence[MetricsSample], interval_s: float) -> dict:
         if m.error is not None or not m.engines:
             view.add(ServerSample(m.t, m.scrape_s, error=m.error or "no_engine"))
         else:
-            view.add(aggregate(ServerSample(m.t, m.scrape_s, dialect=m.dialect, generation=m.generation,
+            view.add(aggregate(ServerSample(m.t, m.scrape_s, dialect=m.dialect, naming=m.naming,
                                             engines=m.engines)))
     return view.summary()
 

@@ -151,7 +151,7 @@ def run_virtual(plan: list[Phase], *, dialect: str, seed: int, interval: float, 
     engine = SimEngine(SimConfig(dialect=dialect, seed=seed), clock)
     sources = sim_sources(engine, clock, interval, probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
     recorder = Recorder(sources, clock, history_s=history_s, config=detector_config,
-                        sinks=[sink] if sink is not None else ())
+                        sinks=[sink] if sink is not None else (), tool="demo")
     if sink is not None:
         sink.recorder = recorder
     script = VirtualScript(engine, plan, recorder, seed, on_phase=on_phase)

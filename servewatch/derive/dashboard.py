@@ -160,7 +160,7 @@ def to_grafana(series: EngineSeries, specs: list[PanelSpec]) -> dict:
     datasource = DataSourceRef(type_val="prometheus", uid="${datasource}")
     board = (dashboard.Dashboard(f"servewatch - {series.dialect}")
              .uid(f"servewatch-{series.dialect}")
-             .description(f"The minimal set for {series.dialect} ({series.generation} metric names): every panel "
+             .description(f"The minimal set for {series.dialect} ({series.naming} metric names): every panel "
                           "says which action it leads to.")
              .tags(["servewatch", series.dialect])
              .refresh("30s").time("now-3h", "now")

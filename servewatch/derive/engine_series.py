@@ -1,4 +1,4 @@
-"""The series an alert rule or a dashboard reads, per engine and metric-name generation — each dialect
+"""The series an alert rule or a dashboard reads, per engine and metric naming — each dialect
 describes its own (`Dialect.alert_series`); this module looks them up in the registry."""
 
 from __future__ import annotations
@@ -6,31 +6,31 @@ from __future__ import annotations
 from servewatch import dialects
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 
-__all__ = ["EngineSeries", "GENERATIONS", "GENERATION_HELP", "LatencyHistogram", "RatioSeries", "add_series_arguments",
-           "default_generation", "engine_series", "series_from_args"]
+__all__ = ["EngineSeries", "NAMINGS", "NAMING_HELP", "LatencyHistogram", "RatioSeries", "add_series_arguments",
+           "default_naming", "engine_series", "series_from_args"]
 
-GENERATIONS = {d.name: tuple(d.alert_generations) for d in dialects.registered() if d.alert_generations}
-GENERATION_HELP = ("vllm-0.32 (current names), vllm-0.11, vllm-legacy (before 0.11: gpu_cache_usage_perc, "
+NAMINGS = {d.name: tuple(d.alert_namings) for d in dialects.registered() if d.alert_namings}
+NAMING_HELP = ("vllm-0.32 (current names), vllm-0.11, vllm-legacy (before 0.11: gpu_cache_usage_perc, "
                    "time_per_output_token_seconds), sglang-0.5.23")
 
 
-def default_generation(dialect: str) -> str:
-    return GENERATIONS[dialect][0]
+def default_naming(dialect: str) -> str:
+    return NAMINGS[dialect][0]
 
 
-def engine_series(dialect: str, generation: str | None = None) -> EngineSeries:
-    """The series for `dialect` at `generation` (default: the current names). KeyError on an unknown pair."""
+def engine_series(dialect: str, naming: str | None = None) -> EngineSeries:
+    """The series for `dialect` at `naming` (default: the current names). KeyError on an unknown pair."""
     found = dialects.by_name(dialect)
-    if found is None or not found.alert_generations:
+    if found is None or not found.alert_namings:
         raise KeyError(dialect)
-    return found.alert_series(generation or found.alert_generations[0])
+    return found.alert_series(naming or found.alert_namings[0])
 
 
 def add_series_arguments(parser) -> None:
     """--dialect and --names, as `rules` and `dashboard` take them."""
-    parser.add_argument("--dialect", choices=tuple(GENERATIONS), default="vllm")
-    parser.add_argument("--names", metavar="GENERATION", default=None,
-                        help=f"metric-name generation: {GENERATION_HELP} (default: the dialect's current names)")
+    parser.add_argument("--dialect", choices=tuple(NAMINGS), default="vllm")
+    parser.add_argument("--names", metavar="NAMING", default=None,
+                        help=f"metric naming: {NAMING_HELP} (default: the dialect's current names)")
 
 
 def series_from_args(args) -> EngineSeries:
@@ -39,5 +39,5 @@ def series_from_args(args) -> EngineSeries:
     try:
         return engine_series(args.dialect, args.names)
     except KeyError:
-        raise ServewatchError(f"--names: {args.names!r} is not a {args.dialect} name generation "
-                              f"(one of {', '.join(GENERATIONS[args.dialect])})") from None
+        raise ServewatchError(f"--names: {args.names!r} is not a {args.dialect} metric naming "
+                              f"(one of {', '.join(NAMINGS[args.dialect])})") from None

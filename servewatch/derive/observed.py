@@ -21,7 +21,7 @@ SGLANG_MAX_TOTAL_TOKENS = re.compile(r"max_total_num_tokens=(?P<tokens>\d+)")
 @dataclass(slots=True)
 class Observed:
     dialect: str | None = None
-    generation: str | None = None
+    naming: str | None = None
     kv_total_tokens: int | None = None
     kv_cache_memory_bytes: int | None = None   # the engine's KV budget when it says (vLLM cache_config_info)
     block_size: int | None = None
@@ -34,7 +34,7 @@ class Observed:
     sources: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict:
-        return {"dialect": self.dialect, "generation": self.generation, "kv_total_tokens": self.kv_total_tokens,
+        return {"dialect": self.dialect, "generation": self.naming, "kv_total_tokens": self.kv_total_tokens,
                 "kv_cache_memory_bytes": self.kv_cache_memory_bytes, "block_size": self.block_size,
                 "memory_utilization": self.memory_utilization, "slot_limit": self.slot_limit,
                 "running": self.running, "log_weights_gib": self.log_weights_gib,
@@ -49,7 +49,7 @@ def from_scrape(text: str | bytes) -> Observed:
     from servewatch.exposition.parser import parse
 
     scrape = read_scrape(text)
-    observed = Observed(dialect=scrape.dialect, generation=scrape.generation, sources=["metrics"])
+    observed = Observed(dialect=scrape.dialect, naming=scrape.naming, sources=["metrics"])
     if not scrape.engines:
         return observed
     engine = scrape.engines[0]

@@ -302,23 +302,23 @@ def render_tests(tests: dict) -> str:
 
 
 def kept_files(directory) -> dict:
-    """{path: text} of the rule files and their tests for every dialect and generation, from
+    """{path: text} of the rule files and their tests for every dialect and metric naming, from
     `directory`/slo.yaml."""
     from pathlib import Path
 
-    from servewatch.derive.engine_series import GENERATIONS, engine_series
+    from servewatch.derive.engine_series import NAMINGS, engine_series
     from servewatch.derive.rules import build_rules, render_rule_file
     from servewatch.derive.slo import check_thresholds, load_slo
 
     directory = Path(directory)
     slo = load_slo((directory / "slo.yaml").read_text(encoding="utf-8"), "slo.yaml")
     out = {}
-    for dialect, generations in GENERATIONS.items():
-        for generation in generations:
-            series = engine_series(dialect, generation)
+    for dialect, namings in NAMINGS.items():
+        for naming in namings:
+            series = engine_series(dialect, naming)
             check_thresholds(slo, series, "slo.yaml")
             groups = build_rules(slo, series)
-            header = f"servewatch rules for SLO '{slo.service}' on {dialect} ({generation} metric names)."
-            out[directory / generation / "rules.yml"] = render_rule_file(groups, header)
-            out[directory / generation / "tests.yml"] = render_tests(build_tests(slo, series, groups, "rules.yml"))
+            header = f"servewatch rules for SLO '{slo.service}' on {dialect} ({naming} metric names)."
+            out[directory / naming / "rules.yml"] = render_rule_file(groups, header)
+            out[directory / naming / "tests.yml"] = render_tests(build_tests(slo, series, groups, "rules.yml"))
     return out

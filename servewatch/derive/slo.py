@@ -148,12 +148,12 @@ def check_thresholds(slo: Slo, series: EngineSeries, where: str) -> None:
         if objective.kind in RATIO_KINDS:
             ratio = series.availability if objective.kind == "availability" else series.success
             if ratio is None:
-                raise SloInvalid(f"{where}: objectives.{objective.kind}: {series.generation} exports no series "
+                raise SloInvalid(f"{where}: objectives.{objective.kind}: {series.naming} exports no series "
                                  f"for it")
             continue
         hist = series.histogram(objective.kind)
         if hist is None:
-            raise SloInvalid(f"{where}: objectives.{objective.kind}: {series.generation} exports no "
+            raise SloInvalid(f"{where}: objectives.{objective.kind}: {series.naming} exports no "
                              f"{objective.kind} histogram")
         edges = slo.buckets.get(objective.kind, hist.edges)
         if not any(math.isclose(objective.threshold_s, e, rel_tol=1e-9) for e in edges):

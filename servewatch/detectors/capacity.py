@@ -124,7 +124,7 @@ def _stats_lines(window: Window) -> dict[str, list[_Line]]:
             continue
         values = reading.values
         kv_pct = values.get("kv_pct")
-        state = EngineState(dialect=dialect.name, generation=reading.generation or "", labels=dict(reading.labels),
+        state = EngineState(dialect=dialect.name, naming=reading.naming or "", labels=dict(reading.labels),
                             running=values.get("running"), waiting=values.get("waiting"),
                             kv_usage=None if kv_pct is None else kv_pct / 100.0)
         moved = (values.get("gen_tps") or 0) > 0 or (values.get("prompt_tps") or 0) > 0

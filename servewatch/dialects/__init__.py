@@ -2,7 +2,7 @@
 (`dialects/base.py`); all map a scrape to `EngineState`.
 
 `read_scrape(text)` is the one entry point for /metrics: parse only the families the dialects need,
-detect the engine and its name generation from the names, and return one canonical state per engine.
+detect the engine and its metric naming from the names, and return one canonical state per engine.
 Everything else that needs an engine fact iterates `registered()` or asks `by_name(name)`.
 
 A new engine: a module with a `Dialect` subclass, and one `register(...)` call (here, for a built-in).
@@ -65,7 +65,7 @@ def identity_labels() -> tuple[str, ...]:
 @dataclass(slots=True)
 class Scrape:
     dialect: str | None                 # a registered dialect's name, or None (no known engine families)
-    generation: str | None
+    naming: str | None
     engines: list[EngineState] = field(default_factory=list)
 
 
@@ -78,9 +78,9 @@ def wanted_families() -> frozenset[str]:
 
 def read_families(families: dict[str, Family]) -> Scrape:
     for dialect in registered():
-        generation = dialect.detect(families)
-        if generation is not None:
-            return Scrape(dialect.name, generation, dialect.read(families, generation))
+        naming = dialect.detect(families)
+        if naming is not None:
+            return Scrape(dialect.name, naming, dialect.read(families, naming))
     return Scrape(None, None, [])
 
 

@@ -170,7 +170,7 @@ class StatsReading:
     """One stats line in the units of a log's timeline."""
 
     source: str                 # the line's shape in words: "stats line", "decode batch", "engine dump at death"
-    generation: str | None      # the log generation that writes this shape; None when the shape tells none
+    naming: str | None      # the log naming that writes this shape; None when the shape tells none
     values: Mapping[str, float | int | None]   # of running, waiting, kv_pct, prompt_tps, gen_tps, preemptions,
     #                                            prefix_hit_pct: those the line states
     # The identity labels of the engine the line is about, as its /metrics states them ({"engine": "0"}):
@@ -245,20 +245,20 @@ class Dialect(ABC):
     # Log: the line prefix, a regex with a `msg` group (and, where the prefix states them, process, pid,
     # level and ts groups).
     log_prefix: re.Pattern | None = None
-    # Metric-name generations alert rules and dashboards can be written for (newest first).
-    alert_generations: tuple[str, ...] = ()
+    # Metric namings alert rules and dashboards can be written for (newest first).
+    alert_namings: tuple[str, ...] = ()
     record_grammar: RecordGrammar = RecordGrammar()
 
     @abstractmethod
     def detect(self, families: Mapping[str, Family]) -> str | None:
-        """The metric-name generation of this engine's exposition, or None when it is not this engine's."""
+        """The metric naming of this engine's exposition, or None when it is not this engine's."""
 
     @abstractmethod
     def wanted_families(self) -> tuple[str, ...]:
         """The families `read` needs (the parser skips every other one)."""
 
     @abstractmethod
-    def read(self, families: Mapping[str, Family], generation: str) -> list[EngineState]:
+    def read(self, families: Mapping[str, Family], naming: str) -> list[EngineState]:
         """One canonical state per engine."""
 
     def parse_log_message(self, msg: str) -> list[LogFinding]:
@@ -274,7 +274,7 @@ class Dialect(ABC):
         return None
 
     def record_stats(self, msg: str) -> StatsReading | None:
-        """A stats line only a whole-log reading knows (an older generation's, a dump at death)."""
+        """A stats line only a whole-log reading knows (an older naming's, a dump at death)."""
         return None
 
     def bucket_args(self, edges: Mapping[str, Sequence[float]]) -> list[str]:
@@ -286,9 +286,9 @@ class Dialect(ABC):
                 args += [flag, *(repr(edge) for edge in edges[kind])]
         return args
 
-    def alert_series(self, generation: str):
-        """The series rules and dashboards read at `generation` (a `dialects.series.EngineSeries`)."""
-        raise KeyError(generation)
+    def alert_series(self, naming: str):
+        """The series rules and dashboards read at `naming` (a `dialects.series.EngineSeries`)."""
+        raise KeyError(naming)
 
     def grammar_literals(self) -> frozenset[str]:
         """Fixed strings of this dialect's grammar: the only free text a bundle may keep from a log."""

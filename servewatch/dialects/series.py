@@ -1,4 +1,4 @@
-"""What an alert rule or a dashboard reads from an engine, per metric-name generation: the series of
+"""What an alert rule or a dashboard reads from an engine, per metric naming: the series of
 each signal (running, waiting, KV, preemptions, availability, request success, latency histograms), the
 flag that changes a histogram's edges, and the slot-limit flag. Each dialect describes itself with these
 (`Dialect.alert_series`)."""
@@ -31,7 +31,7 @@ class RatioSeries:
 @dataclass(frozen=True)
 class EngineSeries:
     dialect: str
-    generation: str
+    naming: str
     running: str
     waiting: str
     kv_usage: str

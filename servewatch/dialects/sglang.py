@@ -59,7 +59,7 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "queue": ("sglang:queue_time_seconds",),
 }
 
-# Generation markers.
+# Metric-naming markers.
 MARKERS_0_5_23 = (FORWARD_PASSES, REALTIME_TOKENS, KV_USED_TOKENS, MAX_TOTAL_NUM_TOKENS,
                   "sglang:request_time_per_output_token_seconds")
 MARKERS_0_5_5 = ("sglang:num_prefill_prealloc_queue_reqs", "sglang:engine_startup_time",
@@ -206,7 +206,7 @@ def wanted_families() -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for name in names for n in base.counter_names(name)))
 
 
-def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
+def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
     ids = IDENTITY_LABELS
     running = base.sum_by(families.get(RUNNING), ids)
     waiting = base.sum_by(families.get(WAITING), ids)
@@ -241,7 +241,7 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
             engine_histograms["queue"] = queue_hist[key]
         states.append(EngineState(
             dialect=NAME,
-            generation=generation,
+            naming=naming,
             labels=dict(key),
             running=running.get(key),
             waiting=waiting.get(key),
@@ -311,21 +311,21 @@ HELP = {
 }
 
 
-# --- what alert rules and dashboards read, per name generation --------------------------------------
+# --- what alert rules and dashboards read, per metric naming --------------------------------------
 
-ALERT_GENERATIONS = ("sglang-0.5.23",)      # newest first
+ALERT_NAMINGS = ("sglang-0.5.23",)      # newest first
 
 
 def _sglang_hist(kind: str, name: str, edges, flag: str) -> LatencyHistogram:
     return LatencyHistogram(kind, name, tuple(float(e) for e in edges), flag)
 
 
-def alert_series(generation: str) -> EngineSeries:
-    if generation not in ALERT_GENERATIONS:
-        raise KeyError(generation)
+def alert_series(naming: str) -> EngineSeries:
+    if naming not in ALERT_NAMINGS:
+        raise KeyError(naming)
     b = BUCKETS
     return EngineSeries(
-        dialect=NAME, generation=generation,
+        dialect=NAME, naming=naming,
         running=RUNNING, waiting=WAITING, kv_usage=TOKEN_USAGE,
         preemptions=RETRACTED_REQUESTS, preemptions_lazy=True,
         # SGLang's HTTP middleware counts every route with its exact status code; probes and scrapes

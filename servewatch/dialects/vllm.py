@@ -64,7 +64,7 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 }
 
 # Families whose presence marks the 0.32/0.33-era names (absent from 0.11.0).
-GENERATION_032_MARKERS = (WAITING_BY_REASON, ENGINE_SLEEP_STATE, PROMPT_TOKENS_BY_SOURCE)
+NAMING_032_MARKERS = (WAITING_BY_REASON, ENGINE_SLEEP_STATE, PROMPT_TOKENS_BY_SOURCE)
 
 # --- bucket edges (vllm/v1/metrics/buckets.py) ------------------------------------------------
 BUCKETS = {
@@ -258,9 +258,9 @@ RECORD_GRAMMAR = base.RecordGrammar(
 def record_stats(msg: str) -> base.StatsReading | None:
     older = OLDER_STATS_LINE.match(msg)
     if older and not STATS_LINE.search(msg):
-        generation = ("vLLM stats lines without an engine number" if older["swapped"] is None else
+        naming = ("vLLM stats lines without an engine number" if older["swapped"] is None else
                       "vLLM V0 stats lines (with Swapped and Pending)")
-        return base.StatsReading("stats line without an engine number", generation, base.numbers(older, {
+        return base.StatsReading("stats line without an engine number", naming, base.numbers(older, {
             "running": int, "waiting": int, "kv_pct": float, "prompt_tps": float, "gen_tps": float,
             "prefix_hit_pct": float}))
     dump = SCHEDULER_STATS_DUMP.search(msg)
@@ -282,10 +282,10 @@ def stats_reading(fields: Mapping) -> base.StatsReading:
 
 
 def detect(families: Mapping[str, Family]) -> str | None:
-    """The name generation, or None when this is not a vLLM exposition."""
+    """The metric naming, or None when this is not a vLLM exposition."""
     if not any(name.startswith(PREFIX) for name in families):
         return None
-    if any(n in families for name in GENERATION_032_MARKERS for n in base.counter_names(name)):
+    if any(n in families for name in NAMING_032_MARKERS for n in base.counter_names(name)):
         return "vllm-0.32"
     if KV_USAGE in families:
         return "vllm-0.11"
@@ -301,7 +301,7 @@ def wanted_families() -> tuple[str, ...]:
     return tuple(n for name in names for n in base.counter_names(name))
 
 
-def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
+def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
     ids = IDENTITY_LABELS
     running = base.sum_by(families.get(RUNNING), ids)
     waiting = base.sum_by(families.get(WAITING), ids)
@@ -335,7 +335,7 @@ def read(families: Mapping[str, Family], generation: str) -> list[EngineState]:
         total = kv_total.get(dict(key).get("engine"), kv_total.get(None))
         states.append(EngineState(
             dialect=NAME,
-            generation=generation,
+            naming=naming,
             labels=dict(key),
             running=running.get(key),
             waiting=waiting.get(key),
@@ -445,9 +445,9 @@ ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 SLEEP_STATES = (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0))
 
 
-# --- what alert rules and dashboards read, per name generation --------------------------------------
+# --- what alert rules and dashboards read, per metric naming --------------------------------------
 
-ALERT_GENERATIONS = ("vllm-0.32", "vllm-0.11", "vllm-legacy")      # newest first
+ALERT_NAMINGS = ("vllm-0.32", "vllm-0.11", "vllm-legacy")      # newest first
 # Bucket edges are replaced per bucket family, by one flag taking a JSON object keyed by family (0.33,
 # vllm/v1/metrics/buckets.py); request_latency is shared by e2e, queue, prefill, decode and inference time.
 BUCKET_FAMILIES = {"itl": "inter_token_latency", "ttft": "time_to_first_token", "e2e": "request_latency",
@@ -467,13 +467,13 @@ def _vllm_hist(kind: str, name: str) -> LatencyHistogram:
                             f"{BUCKET_FLAGS[kind]} '{{\"{family}\": [...]}}'")
 
 
-def alert_series(generation: str) -> EngineSeries:
-    if generation not in ALERT_GENERATIONS:
-        raise KeyError(generation)
-    legacy = generation == "vllm-legacy"
+def alert_series(naming: str) -> EngineSeries:
+    if naming not in ALERT_NAMINGS:
+        raise KeyError(naming)
+    legacy = naming == "vllm-legacy"
     itl = HISTOGRAMS["itl"][1 if legacy else 0]
     return EngineSeries(
-        dialect=NAME, generation=generation,
+        dialect=NAME, naming=naming,
         running=RUNNING, waiting=WAITING,
         kv_usage=KV_USAGE_LEGACY if legacy else KV_USAGE,
         preemptions=PREEMPTIONS, preemptions_lazy=False,

@@ -86,7 +86,7 @@ class LogRecord:
     settings: dict = field(default_factory=dict)    # max_num_seqs, gpu_memory_utilization, ... as the log states them
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
-    stats_generations: set[str] = field(default_factory=set)
+    stats_namings: set[str] = field(default_factory=set)
 
 
 class _Reader:
@@ -246,8 +246,8 @@ class _Reader:
     def _stats(self, t: float, clock: str | None, reading: StatsReading, dialect: str) -> None:
         rec = self.record
         rec.stats.append(StatsPoint(t, clock or "", reading.source, **reading.values))
-        if reading.generation is not None:       # a shape that names its generation names the engine
-            rec.stats_generations.add(reading.generation)
+        if reading.naming is not None:       # a shape that names its naming names the engine
+            rec.stats_namings.add(reading.naming)
             rec.dialect = rec.dialect or dialect
 
 

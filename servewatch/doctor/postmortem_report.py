@@ -20,7 +20,7 @@ def to_dict(pm: Postmortem) -> dict:
     return {
         "schema": SCHEMA,
         "dialect": r.dialect,
-        "stats_line_generations": sorted(r.stats_generations),
+        "stats_line_generations": sorted(r.stats_namings),
         "lines_read": r.lines,
         "lines_recognised": r.recognised,
         "first_stamp": r.first_clock,
@@ -72,7 +72,7 @@ def print_text(pm: Postmortem, console=None) -> None:
             table.add_row(s.name, s.clock or "–", _n(s.seconds, 2), numbers)
         console.print(table)
     if r.stats:
-        console.print(f"[bold]Timeline[/bold] ({len(r.stats)} stats points; {', '.join(sorted(r.stats_generations))})")
+        console.print(f"[bold]Timeline[/bold] ({len(r.stats)} stats points; {', '.join(sorted(r.stats_namings))})")
         console.print(ascii_chart(pm))
         table = Table()
         for col in ("stamp", "running", "waiting", "KV %", "gen tok/s", "prefix hit %", "source"):

@@ -251,31 +251,15 @@ class LabTarget(DrillTarget):
         return self.server.pid if self.server is not None and self.server.proc is not None else 0
 
     def _build(self):
-        from servewatch.lab.model_dir import ensure_tiny_model
-        from servewatch.lab.venv import resolve_cache_dir
+        from servewatch.lab.recipe import RECIPES, VLLM, prepare_lab
 
-        cache_dir = resolve_cache_dir(None)
+        lab = prepare_lab(RECIPES[self.dialect])           # the lab `servewatch lab ENGINE` prepares
         self.lives += 1
         log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
-        if self.dialect == "vllm":
-            from servewatch.lab.server import ServerConfig, VllmServer
-            from servewatch.lab.venv import ensure_venv
-
-            venv = ensure_venv(cache_dir)
-            model = ensure_tiny_model(venv, cache_dir)
-            config = ServerConfig(model_dir=model.path, max_model_len=self.spec.max_model_len, port=self.port_fixed,
-                                  cache_root=cache_dir / "vllm-cache", extra_args=tuple(self.spec.args))
-            return VllmServer(venv.python, config, log_path)
-        from servewatch.lab.sgl_kernel_stand_in import write_stand_in
-        from servewatch.lab.sglang_server import SglangConfig, SglangServer
-        from servewatch.lab.sglang_venv import ensure_sglang_venv
-
-        venv = ensure_sglang_venv(cache_dir)
-        model = ensure_tiny_model(venv, cache_dir)
-        config = SglangConfig(model_dir=model.path, stand_in_dir=write_stand_in(cache_dir),
-                              files_dir=cache_dir / "sglang-files", context_length=self.spec.max_model_len,
-                              port=self.port_fixed, served_model_name="tiny", extra_args=tuple(self.spec.args))
-        return SglangServer(venv.python, config, log_path)
+        common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args)}
+        if lab.recipe is VLLM:
+            return lab.server(log_path, max_model_len=self.spec.max_model_len, **common)
+        return lab.server(log_path, context_length=self.spec.max_model_len, served_model_name="tiny", **common)
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -61,7 +61,7 @@ class EngineState:
     """One engine (model x engine index / rank) as seen in one scrape."""
 
     dialect: str                               # a registered dialect's name: "vllm", "sglang", ...
-    generation: str                            # name generation, e.g. "vllm-0.32", "vllm-0.11", "sglang-0.5.23"
+    naming: str                            # metric naming (which names the engine exports), e.g. "vllm-0.32", "vllm-0.11", "sglang-0.5.23"
     labels: dict[str, str]                     # identifying labels (model_name, engine / tp_rank, ...)
     running: float | None = None
     waiting: float | None = None

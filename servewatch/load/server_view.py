@@ -30,7 +30,7 @@ class ServerSample:
     scrape_s: float | None
     error: str | None = None
     dialect: str | None = None
-    generation: str | None = None
+    naming: str | None = None
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
@@ -40,7 +40,7 @@ class ServerSample:
 
     def to_json(self) -> dict:
         return {"t": round(self.t, 6), "scrape_s": _r(self.scrape_s), "error": self.error,
-                "dialect": self.dialect, "generation": self.generation, "running": self.running,
+                "dialect": self.dialect, "generation": self.naming, "running": self.running,
                 "waiting": self.waiting, "kv_usage": self.kv_usage, "preemptions": self.preemptions,
                 "queue_mean_s": _r(self.queue_mean_s)}
 
@@ -103,7 +103,7 @@ class ServerView:
         if isinstance(scrape, ScrapeFailure):
             return self.add(ServerSample(arrived, arrived - asked, error=scrape.label))
         sample = aggregate(ServerSample(arrived, arrived - asked, dialect=scrape.dialect,
-                                        generation=scrape.generation, engines=tuple(scrape.engines)))
+                                        naming=scrape.naming, engines=tuple(scrape.engines)))
         if self._prev_good is not None:
             sample.queue_mean_s = _delta_mean(list(sample.engines), list(self._prev_good.engines), "queue")
         return self.add(sample)
@@ -161,7 +161,7 @@ class ServerView:
             "skipped_ticks": self.skipped,
             "interval_s": self.interval_s,
             "dialect": good[-1].dialect if good else None,
-            "generation": good[-1].generation if good else None,
+            "generation": good[-1].naming if good else None,
             "max_running": quantities.max_running,
             "max_waiting": quantities.max_waiting,
             "max_kv": quantities.max_kv,

@@ -7,7 +7,7 @@ import signal
 import sys
 
 from servewatch.errors import ServewatchError
-from servewatch.proxy.config import ProxyConfig
+from servewatch.proxy.config import WATCH_FLAGS, ProxyConfig
 from servewatch.proxy.server import Proxy
 
 
@@ -101,17 +101,15 @@ async def _flush(log) -> None:
 async def _watch(args, proxy, stop: asyncio.Event) -> None:
     """The recorder over the upstream (health, /metrics) with the proxy's requests as one more source:
     verdicts as JSON lines on stdout, bundles with --out."""
-    from servewatch.detectors import settings
     from servewatch.proxy.signals import RequestsSource
-    from servewatch.watch.options import RecordingOptions
+    from servewatch.watch.options import RecordingOptions, recording_from_args
     from servewatch.watch.output import cleared_line, json_line
     from servewatch.watch.session import record
 
-    options = RecordingOptions(url=args.upstream, interval=args.interval, out=args.out,
-                               detectors=settings.build(args.detector_settings, None))
+    options = recording_from_args(args, RecordingOptions(url=args.upstream), WATCH_FLAGS)
 
     def sources_for(clock):
-        return [RequestsSource(proxy, clock, args.interval)]
+        return [RequestsSource(proxy, clock, options.interval)]
 
     try:
         await record(options, None, tool="proxy", listeners=[lambda f: print(json_line(f), flush=True)],

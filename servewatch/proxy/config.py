@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The shared recording flags `proxy --watch` takes (servewatch.watch.options).
+WATCH_FLAGS = ("interval", "out", "detector_settings")
+
 
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:

@@ -5,15 +5,26 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from servewatch.errors import ServewatchError
 from servewatch.serve.config import ServeConfig, parse_listen
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from servewatch.serve.discovery import FileSd
+    from servewatch.serve.fleet import Fleet
+    from servewatch.serve.prometheus_sd import PrometheusSd
+    from servewatch.serve.targets import TargetSpec
+    from servewatch.sinks.exporter import FleetExporter
 
 LAG_PERIOD_S = 0.5
 
 
 async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool: str = "serve",
-                on_listening=None) -> int:
+                on_listening: Callable[[int], None] | None = None) -> int:
     """Run until `stop` is set; `on_listening(port)` once the HTTP surface is up and the fleet started."""
     import aiohttp
     from aiohttp import web
@@ -99,11 +110,11 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
 
 
 class _Discovery:
-    def __init__(self, config, file_sd, prometheus_sd):
+    def __init__(self, config: ServeConfig, file_sd: FileSd, prometheus_sd: PrometheusSd | None):
         self.config, self.file_sd, self.prometheus_sd = config, file_sd, prometheus_sd
         self._said: set[str] = set()
 
-    async def refresh_prometheus(self, session, exporter, say: str) -> bool:
+    async def refresh_prometheus(self, session: aiohttp.ClientSession, exporter: FleetExporter, say: str) -> bool:
         errors = self.prometheus_sd.errors
         changed, problem = await self.prometheus_sd.refresh(session)
         if self.prometheus_sd.errors > errors:
@@ -112,7 +123,7 @@ class _Discovery:
             print(f"{say} {problem}", file=sys.stderr, flush=True)
         return changed
 
-    def specs(self, say: str) -> list:
+    def specs(self, say: str) -> list[TargetSpec]:
         """Every source's targets, duplicates merged (and said)."""
         from servewatch.serve.targets import merge
 
@@ -126,8 +137,9 @@ class _Discovery:
         return specs
 
 
-async def _rediscover(config, discovery: _Discovery, fleet, exporter, session, stop: asyncio.Event, say: str) -> None:
-    period = max(1.0, min(5.0, config.interval))
+async def _rediscover(config: ServeConfig, discovery: _Discovery, fleet: Fleet, exporter: FleetExporter,
+                      session: aiohttp.ClientSession, stop: asyncio.Event, say: str) -> None:
+    period = max(1.0, min(5.0, config.recording.interval))
     sd = discovery.prometheus_sd
     next_sd = time.monotonic() + (sd.config.refresh_s if sd else 0)
     while not stop.is_set():
@@ -154,7 +166,7 @@ async def _rediscover(config, discovery: _Discovery, fleet, exporter, session, s
                       file=sys.stderr, flush=True)
 
 
-async def _measure_lag(exporter) -> None:
+async def _measure_lag(exporter: FleetExporter) -> None:
     while True:
         asked = time.monotonic()
         await asyncio.sleep(LAG_PERIOD_S)

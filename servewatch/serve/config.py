@@ -28,13 +28,20 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, replace
 
-from servewatch.detectors.config import DetectorConfig
 from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
 from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
-from servewatch.watch.options import DEFAULT_HISTORY_S, DEFAULT_PROBE_DEADLINE_S, DEFAULT_PROBE_INTERVAL_S
+from servewatch.watch.options import RecordingOptions, recording_from_args
 
+# How every target is recorded unless the config or the command line says otherwise: as `watch` records one
+# (the same detectors), at a 2 s cadence, with the active probe on: an idle replica wedged with empty gauges
+# is invisible to every passive reader. Cost: one 1-token request per idle target per probe_interval.
+# Each target puts in its own URL, log file and GPU choice (serve.fleet).
+FLEET_RECORDING = RecordingOptions(url="", interval=2.0, probe=True)
+# The shared recording flags serve takes (servewatch.watch.options); --out is serve's own (a directory per target).
+RECORDING_FLAGS = ("interval", "probe", "probe_interval", "probe_deadline", "history", "detector_settings",
+                   "detectors_file")
 DEFAULT_LISTEN = "127.0.0.1:9464"
 _KEYS = ("listen", "interval", "history", "out", "bundle_cap_mb", "alertmanager", "webhook", "shard", "targets",
          "file_sd", "prometheus_sd", "probe", "probe_interval", "probe_deadline")
@@ -47,20 +54,13 @@ class ServeConfig:
     targets: tuple[TargetSpec, ...] = ()
     file_sd: tuple[str, ...] = ()          # paths or globs (in the last part), re-read on change
     listen: str = DEFAULT_LISTEN
-    interval: float = 2.0
-    history_s: float = DEFAULT_HISTORY_S
+    recording: RecordingOptions = FLEET_RECORDING   # cadence, history, thresholds and probe, the same for every target
     out: str | None = None
     alertmanager: str | None = None
     webhook: str | None = None
     shard: Shard = field(default_factory=lambda: Shard(0, 1))
-    detectors: DetectorConfig = field(default_factory=DetectorConfig)   # the same thresholds for every target
     prometheus_sd: PrometheusSdConfig | None = None
     bundle_cap_bytes: int = 1024 * 2**20         # all targets' bundles under `out` together
-    # The active probe is on by default in a fleet: an idle replica wedged with empty gauges is invisible
-    # to every passive reader. Cost: one 1-token request per idle target per probe_interval.
-    probe: bool = True
-    probe_interval: float = DEFAULT_PROBE_INTERVAL_S
-    probe_deadline: float = DEFAULT_PROBE_DEADLINE_S
 
 
 def load(path: str) -> ServeConfig:
@@ -120,7 +120,7 @@ def load(path: str) -> ServeConfig:
             shard = parse_shard(str(value["shard"]))
         except ServewatchError as exc:
             raise doc.error(("shard",), str(exc).removeprefix("--shard ")) from None
-    probe = value.get("probe", True)
+    probe = value.get("probe", FLEET_RECORDING.probe)
     if not isinstance(probe, bool):
         raise doc.error(("probe",), "true or false is expected")
     cap = value.get("bundle_cap_mb", 1024)
@@ -128,10 +128,12 @@ def load(path: str) -> ServeConfig:
         raise doc.error(("bundle_cap_mb",), "a positive number of MiB is expected")
     return ServeConfig(bundle_cap_bytes=int(cap * 2**20), targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
                        prometheus_sd=_prometheus_sd(doc, value.get("prometheus_sd"), duration),
-                       interval=seconds("interval", 2.0), history_s=seconds("history", DEFAULT_HISTORY_S), out=text("out"),
-                       alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard, probe=probe,
-                       probe_interval=seconds("probe_interval", DEFAULT_PROBE_INTERVAL_S),
-                       probe_deadline=seconds("probe_deadline", DEFAULT_PROBE_DEADLINE_S))
+                       recording=replace(FLEET_RECORDING, probe=probe,
+                                         interval=seconds("interval", FLEET_RECORDING.interval),
+                                         history_s=seconds("history", FLEET_RECORDING.history_s),
+                                         probe_interval=seconds("probe_interval", FLEET_RECORDING.probe_interval),
+                                         probe_deadline=seconds("probe_deadline", FLEET_RECORDING.probe_deadline)),
+                       out=text("out"), alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard)
 
 
 def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:
@@ -169,23 +171,16 @@ def from_args(args) -> ServeConfig:
         changes["targets"] = config.targets + tuple(target_from_arg(text) for text in args.target)
     if args.file_sd:
         changes["file_sd"] = config.file_sd + tuple(args.file_sd)
-    for key, attr in (("listen", "listen"), ("interval", "interval"), ("history", "history_s"), ("out", "out"),
-                      ("alertmanager", "alertmanager"), ("webhook", "webhook"), ("probe_interval", "probe_interval"),
-                      ("probe_deadline", "probe_deadline")):
+    for key in ("listen", "out", "alertmanager", "webhook"):
         if getattr(args, key) is not None:
-            changes[attr] = getattr(args, key)
-    if args.no_probe:
-        changes["probe"] = False
+            changes[key] = getattr(args, key)
+    changes["recording"] = recording_from_args(args, config.recording, RECORDING_FLAGS)   # the recording flags given, over the file's
     if args.bundle_cap is not None:
         if args.bundle_cap <= 0:
             raise ServewatchError(f"--bundle-cap {args.bundle_cap:g}: must be more than zero")
         changes["bundle_cap_bytes"] = int(args.bundle_cap * 2**20)
     if args.shard is not None:
         changes["shard"] = parse_shard(args.shard)
-    if args.detector_settings or args.detectors_file:
-        from servewatch.detectors import settings
-
-        changes["detectors"] = settings.build(args.detector_settings, args.detectors_file)
     config = replace(config, **changes)
     if getattr(args, "prometheus_sd", None):
         config = replace(config, prometheus_sd=PrometheusSdConfig(args.prometheus_sd, args.prometheus_sd_job))

@@ -13,9 +13,22 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from servewatch.serve.targets import TargetSpec
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from servewatch.clock import Clock
+    from servewatch.serve.config import ServeConfig
+    from servewatch.sinks.base import Sink
+    from servewatch.sinks.exporter import FleetExporter
+    from servewatch.sources.base import Source
+    from servewatch.watch.recorder import Recorder
+
+RecorderFor = Callable[[TargetSpec, Callable[["Source"], "Source"]], "Recorder"]
 
 BACKOFF_AFTER = 3          # failed probes in a row (no answer at all) before backing off
 BACKOFF_CAP_S = 60.0
@@ -66,7 +79,8 @@ class BackedOffSource:
 
 
 class TargetRun:
-    def __init__(self, spec: TargetSpec, exporter, clock, interval: float, recorder_for: Callable):
+    def __init__(self, spec: TargetSpec, exporter: FleetExporter, clock: Clock, interval: float,
+                 recorder_for: RecorderFor):
         """`recorder_for(spec, wrap_source)` builds the target's recorder."""
         self.spec, self.exporter, self.clock, self.interval = spec, exporter, clock, interval
         self.status = TargetStatus()
@@ -125,7 +139,8 @@ def _kind(error: str) -> str:
 class Fleet:
     """The running targets. `apply(specs)` starts the new ones and stops the gone ones."""
 
-    def __init__(self, config, session, clock, exporter, *, extra_sinks: Callable[[TargetSpec], list] = lambda s: [],
+    def __init__(self, config: ServeConfig, session: aiohttp.ClientSession | None, clock: Clock,
+                 exporter: FleetExporter, *, extra_sinks: Callable[[TargetSpec], list[Sink]] = lambda s: [],
                  rng: random.Random | None = None, tool: str = "serve"):
         self.config, self.session, self.clock, self.exporter = config, session, clock, exporter
         self.extra_sinks = extra_sinks
@@ -137,17 +152,13 @@ class Fleet:
             from servewatch.serve.bundle_quota import FleetBundleQuota
             self.quota = FleetBundleQuota(config.out, config.bundle_cap_bytes)
 
-    def _recorder_for(self, spec: TargetSpec, wrap):
+    def _recorder_for(self, spec: TargetSpec, wrap: Callable[[Source], Source]) -> Recorder:
         from servewatch.sources.process import PsutilProbe
         from servewatch.watch.bundle_sink import bundle_sink
-        from servewatch.watch.options import RecordingOptions
         from servewatch.watch.session import build_recorder
 
-        options = RecordingOptions(url=spec.url, interval=self.config.interval, history_s=self.config.history_s,
-                                   log_file=spec.log_file, detectors=self.config.detectors, probe=self.config.probe,
-                                   probe_interval=self.config.probe_interval,
-                                   probe_deadline=self.config.probe_deadline,
-                                   gpu=spec.pid is not None)    # a remote server's GPUs are not this machine's
+        options = replace(self.config.recording, url=spec.url, log_file=spec.log_file,
+                          gpu=spec.pid is not None)    # a remote server's GPUs are not this machine's
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
@@ -156,7 +167,7 @@ class Fleet:
                               wrap_source=wrap, tool=self.tool)
 
     def _new_run(self, spec: TargetSpec) -> TargetRun:
-        return TargetRun(spec, self.exporter, self.clock, self.config.interval, self._recorder_for)
+        return TargetRun(spec, self.exporter, self.clock, self.config.recording.interval, self._recorder_for)
 
     async def apply(self, specs: list[TargetSpec]) -> tuple[list[str], list[str]]:
         """The fleet becomes `specs`: (names started, names stopped). A target whose URL, PID or log
@@ -178,7 +189,7 @@ class Fleet:
                 continue
             self.exporter.add_target(name)
             self.runs[name] = run
-            run.start(self.rng.uniform(0, self.config.interval))
+            run.start(self.rng.uniform(0, self.config.recording.interval))
             started.append(name)
         self._count_states()
         return started, [name for name in stopped if name not in wanted]

@@ -64,7 +64,7 @@ class BundleContext:
     detector_config: Any = None                   # DetectorConfig (a dataclass) or a mapping
     target_versions: Mapping[str, str] | None = None
     dialect: str | None = None
-    generation: str | None = None
+    naming: str | None = None
     trigger: Any = None                           # the Verdict (or verdict name) that caused the bundle; None = first
     created_t: float | None = None                # defaults to the writer's clock
     overwritten: Mapping[str, int] = field(default_factory=dict)   # samples the ring dropped, per source
@@ -157,7 +157,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
         "target": {
             "url": target,
             "dialect": serialize.safe_token(context.dialect),
-            "generation": serialize.safe_token(context.generation),
+            "generation": serialize.safe_token(context.naming),
             "versions": _versions(context.target_versions),
             **({"identity": identity} if (identity := _identity(context.identity)) else {}),
         },

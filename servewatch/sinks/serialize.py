@@ -159,7 +159,7 @@ def engine_to_dict(e: EngineState) -> dict:
     c = e.counters
     return {
         "dialect": safe_token(e.dialect),
-        "generation": safe_token(e.generation),
+        "generation": safe_token(e.naming),
         "labels": {k: label_value(k, str(v)) for k, v in sorted(e.labels.items())
                    if k in dialects.identity_labels()},   # the schemas list the same (sinks/schemas.py)
         "running": number(e.running),
@@ -189,7 +189,7 @@ def engine_from_dict(d: Mapping) -> EngineState:
     c = d["counters"]
     return EngineState(
         dialect=d["dialect"],
-        generation=d["generation"],
+        naming=d["generation"],
         labels=dict(d["labels"]),
         running=unnumber(d["running"]),
         waiting=unnumber(d["waiting"]),
@@ -253,7 +253,7 @@ def sample_to_dict(s: Sample) -> dict:
                 "error": error_class(s.error)}
     if isinstance(s, MetricsSample):
         return {"source": "metrics", "t": number(s.t), "dialect": safe_token(s.dialect),
-                "generation": safe_token(s.generation), "engines": [engine_to_dict(e) for e in s.engines],
+                "generation": safe_token(s.naming), "engines": [engine_to_dict(e) for e in s.engines],
                 "scrape_s": number(s.scrape_s), "error": error_class(s.error)}
     if isinstance(s, ProcessSample):
         return {"source": "process", "t": number(s.t), "root_pid": s.root_pid,
@@ -292,7 +292,7 @@ def sample_from_dict(d: Mapping) -> Sample:
         if source == "health":
             return HealthSample(t=t, status=d["status"], latency_s=unnumber(d["latency_s"]), error=d["error"])
         if source == "metrics":
-            return MetricsSample(t=t, dialect=d["dialect"], generation=d["generation"],
+            return MetricsSample(t=t, dialect=d["dialect"], naming=d["generation"],
                                  engines=tuple(engine_from_dict(e) for e in d["engines"]),
                                  scrape_s=unnumber(d["scrape_s"]), error=d["error"])
         if source == "process":

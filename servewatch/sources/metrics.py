@@ -36,15 +36,15 @@ class MetricsSource:
         answer = await self._transport()
         t = self._clock.now()  # a saturated server can take seconds: stamp the arrival
         if isinstance(answer, ScrapeFailure):
-            return [MetricsSample(t=t, dialect=None, generation=None, error=answer.label)]
+            return [MetricsSample(t=t, dialect=None, naming=None, error=answer.label)]
         scrape = read_metrics(answer.status, answer.body, self.bounds, elapsed_s=answer.elapsed_s,
                               read_scrape=self.read_scrape)
         if isinstance(scrape, ScrapeFailure):
-            return [MetricsSample(t=t, dialect=None, generation=None, scrape_s=answer.elapsed_s, error=scrape.label)]
+            return [MetricsSample(t=t, dialect=None, naming=None, scrape_s=answer.elapsed_s, error=scrape.label)]
         for state in scrape.engines:
             if state.slot_limit is None and self.slot_limit is not None:
                 state.slot_limit = self.slot_limit
-        return [MetricsSample(t=t, dialect=scrape.dialect, generation=scrape.generation,
+        return [MetricsSample(t=t, dialect=scrape.dialect, naming=scrape.naming,
                               engines=tuple(scrape.engines), scrape_s=answer.elapsed_s)]
 
     async def close_connections(self) -> None:

@@ -32,7 +32,7 @@ class HealthSample:
 class MetricsSample:
     t: float
     dialect: str | None
-    generation: str | None
+    naming: str | None
     engines: tuple[EngineState, ...] = ()
     scrape_s: float | None = None
     error: str | None = None

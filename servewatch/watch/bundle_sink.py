@@ -52,7 +52,7 @@ class BundleSink:
         metrics = next((m for m in reversed(recent.metrics) if m.dialect), None)
         context = BundleContext(target_url=self.target, detector_config=self.config,
                                 dialect=metrics.dialect if metrics else None,
-                                generation=metrics.generation if metrics else None, trigger=trigger,
+                                naming=metrics.naming if metrics else None, trigger=trigger,
                                 overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {},
                                 identity=self.identity() if self.identity is not None else None)
         with self._writing:

@@ -1,11 +1,16 @@
-"""What a recording session takes (`RecordingOptions`), and the one argument builder `watch`, `guard`
-and `serve` share to fill it from a command line."""
+"""What a recording session takes (`RecordingOptions`), and the one argument builder `watch`, `guard`,
+`diagnose`, `proxy` and `serve` share: `add_recording_arguments` declares the shared recording flags (each
+flag, its type and where its value goes written once, in `_FLAGS`), `recording_from_args` turns the
+parsed flags into `RecordingOptions` laid over a base (the command's defaults, or serve's config file)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_EVERY_S
@@ -32,7 +37,7 @@ def duration(text: str) -> float:
 
 @dataclass(frozen=True)
 class RecordingOptions:
-    url: str
+    url: str                            # "" in a template (serve's: each target puts its own URL in)
     interval: float = 1.0               # health, /metrics and process cadence, seconds
     history_s: float = DEFAULT_HISTORY_S
     out: str | None = None              # incident bundles go here
@@ -45,50 +50,113 @@ class RecordingOptions:
     gpu: bool = True                    # sample this machine's GPUs (NVML): only when the server runs here
 
 
-def add_recording_arguments(parser: argparse.ArgumentParser, *, interval: float, probe_default: bool = False) -> None:
-    parser.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
-    parser.add_argument("--interval", type=duration, default=interval,
-                        help=f"health/metrics/process cadence (default {interval:g}s)")
-    parser.add_argument("--history", type=duration, default=DEFAULT_HISTORY_S,
-                        help=f"seconds of history kept (default {DEFAULT_HISTORY_S:g})")
-    parser.add_argument("--out", metavar="DIR", help="write an incident bundle per verdict into DIR")
-    parser.add_argument("--log-file", metavar="F", help="the server's log file, tailed and parsed")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="detector_settings",
-                        help="a detector threshold, e.g. --set stall.floor_s=5 (repeatable; names as in "
-                             "servewatch/detectors/config.py)")
-    parser.add_argument("--detectors", metavar="FILE", dest="detectors_file",
-                        help="detector thresholds from a TOML file ([stall] floor_s = 5); --set wins")
-    cost = ("Cost: one 1-token request per interval on an idle server, none on a busy one (the counters already "
-            "prove it serves), plus one with a 3 s deadline at once when --pid shows an engine rank stopped or "
-            "starved beside its spinning siblings (at most one per 10 s)")
-    if probe_default:
-        parser.add_argument("--probe", action="store_true", help="the active probe (on by default here)")
-        parser.add_argument("--no-probe", action="store_false", dest="probe",
-                            help="turn off the active probe. It is on by default: when the counters have not moved "
-                                 "for --probe-interval, it asks the server for one token (a fixed few-token prompt, "
-                                 "max_tokens 1, the model /v1/models names) and fires not_serving (or rank_stalled, "
-                                 "naming the rank) if none comes back within --probe-deadline while /health is 2xx: "
-                                 "a server that hangs while idle reads exactly like an idle one otherwise. " + cost)
-        parser.set_defaults(probe=True)
-    else:
-        parser.add_argument("--probe", action="store_true",
-                            help="actively probe: when the counters have not moved for --probe-interval, ask the "
-                                 "server for one token (a fixed few-token prompt, max_tokens 1, the model /v1/models "
-                                 "names) and fire not_serving if none comes back within --probe-deadline while "
-                                 "/health is 2xx. " + cost + ". Off by default")
-    parser.add_argument("--probe-interval", type=duration, default=DEFAULT_PROBE_INTERVAL_S, metavar="S",
-                        help=f"at most one probe per S seconds (default {DEFAULT_PROBE_INTERVAL_S:g}s: at most "
-                             f"{3600 / DEFAULT_PROBE_INTERVAL_S:g} requests an hour)")
-    parser.add_argument("--probe-deadline", type=duration, default=DEFAULT_PROBE_DEADLINE_S, metavar="S",
-                        help=f"a probe without a token after S seconds has missed (default {DEFAULT_PROBE_DEADLINE_S:g}s)")
+@dataclass(frozen=True)
+class _Flag:
+    option: str                         # the command-line flag
+    dest: str                           # its attribute on the parsed args
+    field: str                          # the RecordingOptions field it fills
+    help: str                           # the wording for one server (a command may give its own); {fields} filled
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def options_from_args(args) -> RecordingOptions:
-    """Raises ServewatchError naming a bad detector setting."""
-    from servewatch.detectors import settings
+PROBE_COST = ("Cost: one 1-token request per interval on an idle server, none on a busy one (the counters already "
+              "prove it serves), plus one with a 3 s deadline at once when --pid shows an engine rank stopped or "
+              "starved beside its spinning siblings (at most one per 10 s)")
+NO_PROBE_HELP = ("turn off the active probe. It is on by default: when the counters have not moved for "
+                 "--probe-interval, it asks the server for one token (a fixed few-token prompt, max_tokens 1, the model "
+                 "/v1/models names) and fires not_serving (or rank_stalled, naming the rank) if none comes back within "
+                 "--probe-deadline while /health is 2xx: a server that hangs while idle reads exactly like an idle one "
+                 "otherwise. " + PROBE_COST)
 
-    return RecordingOptions(url=args.url, interval=args.interval, history_s=args.history, out=args.out,
-                            duration=args.duration, log_file=args.log_file,
-                            detectors=settings.build(args.detector_settings, args.detectors_file),
-                            probe=args.probe, probe_interval=args.probe_interval,
-                            probe_deadline=args.probe_deadline)
+# Every shared recording flag, in the order `watch` shows them. `url` is the positional URL; `probe` is
+# `--probe` where the probe is off by default and `--no-probe` where it is on (serve).
+_FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
+    _Flag("url", "url", "url", "the server, e.g. http://127.0.0.1:8000", {"metavar": "URL"}),
+    _Flag("--interval", "interval", "interval", "health/metrics/process cadence (default {interval:g}s)",
+          {"type": duration}),
+    _Flag("--history", "history", "history_s", "seconds of history kept (default {history_s:g})",
+          {"type": duration}),
+    _Flag("--out", "out", "out", "write an incident bundle per verdict into DIR", {"metavar": "DIR"}),
+    _Flag("--log-file", "log_file", "log_file", "the server's log file, tailed and parsed", {"metavar": "F"}),
+    _Flag("--set", "detector_settings", "detectors",
+          "a detector threshold, e.g. --set stall.floor_s=5 (repeatable; names as in servewatch/detectors/config.py)",
+          {"action": "append", "default": [], "metavar": "KEY=VALUE"}),
+    _Flag("--detectors", "detectors_file", "detectors",
+          "detector thresholds from a TOML file ([stall] floor_s = 5); --set wins", {"metavar": "FILE", "default": None}),
+    _Flag("--probe", "probe", "probe",
+          "actively probe: when the counters have not moved for --probe-interval, ask the server for one token "
+          "(a fixed few-token prompt, max_tokens 1, the model /v1/models names) and fire not_serving if none comes "
+          "back within --probe-deadline while /health is 2xx. " + PROBE_COST + ". Off by default",
+          {"action": "store_true"}),
+    _Flag("--probe-interval", "probe_interval", "probe_interval",
+          "at most one probe per S seconds (default {probe_interval:g}s: at most {probes_an_hour:g} requests an hour)",
+          {"type": duration, "metavar": "S"}),
+    _Flag("--probe-deadline", "probe_deadline", "probe_deadline",
+          "a probe without a token after S seconds has missed (default {probe_deadline:g}s)",
+          {"type": duration, "metavar": "S"}),
+    _Flag("--duration", "duration", "duration", "stop after S seconds (default: until ^C)",
+          {"type": duration, "metavar": "S"}),
+)}
+
+# What `watch` and `guard` take (the URL and every recording flag but --duration, which they place later).
+ONE_SERVER = ("url", "interval", "history", "out", "log_file", "detector_settings", "detectors_file", "probe",
+              "probe_interval", "probe_deadline")
+
+
+def add_recording_arguments(parser: argparse.ArgumentParser, defaults: RecordingOptions,
+                            flags: Iterable[str] = ONE_SERVER, *, overlay: bool = False,
+                            help: Mapping[str, str] | None = None, metavar: Mapping[str, str] | None = None) -> None:
+    """Add the shared recording `flags` (keys of `_FLAGS`) to `parser`, their defaults from `defaults`.
+    `overlay`: the flags default to None (not given), for a command whose base is read later (serve's
+    config file); `help`/`metavar`: a command's own wording, with {fields} of `defaults` filled in."""
+    words = {**dataclasses.asdict(defaults), "history_min": defaults.history_s / 60,
+             "probes_an_hour": 3600 / defaults.probe_interval}
+    for key in flags:
+        flag = _FLAGS[key]
+        kwargs = dict(flag.kwargs)
+        option, dest = flag.option, flag.dest
+        if key == "probe" and defaults.probe:              # on by default: --no-probe turns it off
+            parser.add_argument("--probe", dest="probe", action="store_true",
+                                help="the active probe (on by default here)")
+            option, dest, kwargs = "--no-probe", "no_probe", {"action": "store_true"}
+            parser.add_argument(option, dest=dest, help=(help or {}).get(key, NO_PROBE_HELP).format(**words),
+                                **kwargs)
+            continue
+        elif key != "url" and flag.kwargs.get("action") is None and "default" not in kwargs:
+            kwargs["default"] = None if overlay else getattr(defaults, flag.field)
+        if metavar and key in metavar:
+            kwargs["metavar"] = metavar[key]
+        text = (help or {}).get(key, flag.help).format(**words)
+        if key == "url":
+            parser.add_argument(dest, help=text, **kwargs)
+        else:
+            parser.add_argument(option, dest=dest, help=text, **kwargs)
+
+
+def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
+                        flags: Iterable[str] = tuple(_FLAGS)) -> RecordingOptions:
+    """`base` with each of the recording `flags` that `args` was given laid over it (a flag not given, or
+    not taken by the command, leaves `base`'s value). Raises ServewatchError naming a bad detector setting."""
+    flags = set(flags)
+    changes: dict[str, Any] = {}
+    for key in flags - {"probe", "detector_settings", "detectors_file"}:
+        value = getattr(args, key, None)
+        if value is not None:
+            changes[_FLAGS[key].field] = value
+    if "probe" in flags and getattr(args, "probe", False):
+        changes["probe"] = True
+    if "probe" in flags and getattr(args, "no_probe", False):
+        changes["probe"] = False
+    given = getattr(args, "detector_settings", None) if "detector_settings" in flags else None
+    file = getattr(args, "detectors_file", None) if "detectors_file" in flags else None
+    if given or file:
+        from servewatch.detectors import settings
+
+        changes["detectors"] = settings.build(given or [], file)
+    return dataclasses.replace(base, **changes)
+
+
+def options_from_args(args: argparse.Namespace, defaults: RecordingOptions) -> RecordingOptions:
+    """`watch` and `guard`: the options their flags say over the command's `defaults`. Raises
+    ServewatchError naming a bad detector setting."""
+    return recording_from_args(args, dataclasses.replace(defaults, url=args.url))

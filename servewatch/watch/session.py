@@ -8,16 +8,30 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from servewatch.errors import ServewatchError
 from servewatch.watch.options import RecordingOptions
 
+if TYPE_CHECKING:
+    import aiohttp
 
-async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequence[Callable] = (),
-                 clear_listeners: Sequence[Callable] = (), sinks: Sequence = (), stop_when=None,
-                 on_recorder: Callable | None = None, drive: Callable[..., Awaitable[None]] | None = None,
+    from servewatch.clock import Clock
+    from servewatch.sinks.base import Cleared, Sink
+    from servewatch.sources.base import Source
+    from servewatch.sources.process import PsutilProbe
+    from servewatch.watch.bundle_sink import BundleSink
+    from servewatch.watch.recorder import Fired, Recorder
+
+
+async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: str,
+                 listeners: Sequence[Callable[[Fired], None]] = (),
+                 clear_listeners: Sequence[Callable[[Cleared], None]] = (), sinks: Sequence[Sink] = (),
+                 stop_when: Callable[[Fired], bool] | None = None,
+                 on_recorder: Callable[[Recorder], None] | None = None,
+                 drive: Callable[[Recorder], Awaitable[None]] | None = None,
                  identity: Callable[[], dict | None] | None = None,
-                 extra_sources: Sequence = ()):
+                 extra_sources: Sequence[Source] | Callable[[Clock], Sequence[Source]] = ()) -> Recorder:
     """Record options.url until options.duration ends or the recorder is stopped; the recorder when
     done. `sinks` hear fired and cleared verdicts beside the bundle writer (--out); `drive(recorder)`
     replaces the plain run (the live table); `on_recorder(recorder)` is called once it exists; `identity()`
@@ -66,16 +80,20 @@ async def record(options: RecordingOptions, probe, *, tool: str, listeners: Sequ
     return recorder
 
 
-def _say_probe_cost(recorder, tool: str) -> None:
+def _say_probe_cost(recorder: Recorder, tool: str) -> None:
     """What the active probe cost the server over the session, in one line."""
     for source in recorder.sources:
         if getattr(source, "kind", None) == "probe":
             print(f"servewatch {tool}: probe cost: {source.cost_line()}", file=sys.stderr, flush=True)
 
 
-def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bundles=None, sinks: Sequence = (),
-                   listeners: Sequence[Callable] = (), clear_listeners: Sequence[Callable] = (), stop_when=None,
-                   wrap_source: Callable | None = None, tool: str = "watch", extra_sources: Sequence = ()):
+def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, clock: Clock, *, tool: str,
+                   probe: PsutilProbe | None = None, bundles: BundleSink | None = None, sinks: Sequence[Sink] = (),
+                   listeners: Sequence[Callable[[Fired], None]] = (),
+                   clear_listeners: Sequence[Callable[[Cleared], None]] = (),
+                   stop_when: Callable[[Fired], bool] | None = None,
+                   wrap_source: Callable[[Source], Source] | None = None,
+                   extra_sources: Sequence[Source] = ()) -> Recorder:
     """The recorder for one target, as `watch`, `guard` and `serve` all record one: the HTTP sources
     (plus process, log and active-probe sources when asked for), the detectors of options.detectors,
     the bundle sink first and then `sinks`. `wrap_source(source)` may wrap each source (serve's backoff)."""
@@ -101,7 +119,7 @@ def build_recorder(options: RecordingOptions, session, clock, *, probe=None, bun
 class _OnDemand:
     """SIGUSR1 → a bundle of the current window, written off the event loop (the probes go on)."""
 
-    def __init__(self, recorder, sink, tool: str):
+    def __init__(self, recorder: Recorder, sink: BundleSink | None, tool: str):
         import signal
 
         self.recorder, self.sink, self.tool = recorder, sink, tool
@@ -134,14 +152,14 @@ class _OnDemand:
             self.loop.remove_signal_handler(self.signal)
 
 
-async def _announce_recording(recorder, target: str, tool: str) -> None:
+async def _announce_recording(recorder: Recorder, target: str, tool: str) -> None:
     """One stderr line once the first /health and /metrics answers are in: from here on, what happens
     to the target is on the record (scripts can wait for this line before they start load)."""
     while True:
         window = recorder.ring.window()
         if window.health and window.metrics:
             health, metrics = window.health[-1], window.metrics[-1]
-            what = (f"{metrics.dialect} ({metrics.generation})" if metrics.dialect
+            what = (f"{metrics.dialect} ({metrics.naming})" if metrics.dialect
                     else (metrics.error or "no engine metrics"))
             print(f"servewatch {tool}: recording {target}: /health {health.status or health.error}, "
                   f"/metrics {what}", file=sys.stderr, flush=True)

@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 import lab_timing
 from lab_observations import Neutralizer, Observations
-from lab_servers import Lab, SglangLab
+from lab_servers import Lab
 
-from servewatch.lab.model_dir import ensure_tiny_model
-from servewatch.lab.venv import ensure_venv, resolve_cache_dir
+from servewatch.lab.recipe import SGLANG, VLLM, LabRecipe, prepare_lab
 
 _LAB_KEY = pytest.StashKey[Lab]()
-_SGLANG_LAB_KEY = pytest.StashKey[SglangLab]()
+_SGLANG_LAB_KEY = pytest.StashKey[Lab]()
 _STARTED_KEY = pytest.StashKey[float]()
 
 
@@ -33,56 +32,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # The freeze meter runs for the whole session, so every timing bound can be judged against it.
         lab_timing.start_meter(Path(tempfile.mkdtemp(prefix="servewatch-freezes-")) / "freezes.txt")
     if any(item.get_closest_marker("sglang") for item in session.items):
-        _prepare_sglang(session)
-    if not any(item.get_closest_marker("vllm") for item in session.items):
-        return
-    cache_dir = resolve_cache_dir(None)
+        _prepare(session, SGLANG, _SGLANG_LAB_KEY, "servewatch-sglang-conformance-")
+    if any(item.get_closest_marker("vllm") for item in session.items):
+        _prepare(session, VLLM, _LAB_KEY, "servewatch-conformance-")
+
+
+def _prepare(session: pytest.Session, recipe: LabRecipe, key: pytest.StashKey[Lab], prefix: str) -> None:
+    """The lab `servewatch lab ENGINE` prepares (servewatch.lab.recipe), with this run's directory."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
 
     def say(line: str) -> None:
         if reporter is not None:
-            reporter.write_line(f"[lab] {line}")
+            reporter.write_line(f"[{'' if recipe is VLLM else recipe.engine + ' '}lab] {line}")
 
-    venv = ensure_venv(cache_dir, progress=say)
-    say(f"venv {venv.root}: {'reused' if venv.reused else 'installed'} in {venv.seconds:.1f}s")
-    model = ensure_tiny_model(venv, cache_dir)
-    say(f"model {model.path}: {'reused' if model.reused else 'generated'} in {model.seconds:.1f}s")
-    run_dir = Path(tempfile.mkdtemp(prefix="servewatch-conformance-"))
-    obs = Observations(run_dir, Neutralizer(venv=venv.root, model=model.path, cache=cache_dir, tmp=run_dir))
-    obs.record("setup", {"venv_seconds": round(venv.seconds, 1), "venv_reused": venv.reused,
-                         "model_seconds": round(model.seconds, 1), "model": model.info})
-    session.config.stash[_LAB_KEY] = Lab(cache_dir, venv, model, run_dir, obs)
-    session.config.stash[_STARTED_KEY] = time.monotonic()
-
-
-
-def _prepare_sglang(session: pytest.Session) -> None:
-    from servewatch.lab.sgl_kernel_stand_in import write_stand_in
-    from servewatch.lab.sglang_venv import ensure_sglang_venv
-
-    cache_dir = resolve_cache_dir(None)
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-
-    def say(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(f"[sglang lab] {line}")
-
-    venv = ensure_sglang_venv(cache_dir, progress=say)
-    say(f"venv {venv.root}: {'reused' if venv.reused else 'installed'} in {venv.seconds:.1f}s")
-    model = ensure_tiny_model(venv, cache_dir)
-    say(f"model {model.path}: {'reused' if model.reused else 'generated'} in {model.seconds:.1f}s")
-    stand_in = write_stand_in(cache_dir)
-    say(f"test-only sgl_kernel stand-in {stand_in}")
-    run_dir = Path(tempfile.mkdtemp(prefix="servewatch-sglang-conformance-"))
-    obs = Observations(run_dir, Neutralizer(venv=venv.root, model=model.path, cache=cache_dir, tmp=run_dir))
-    obs.record("setup", {"venv_seconds": round(venv.seconds, 1), "venv_reused": venv.reused,
-                         "model_seconds": round(model.seconds, 1)})
-    session.config.stash[_SGLANG_LAB_KEY] = SglangLab(cache_dir, venv, model, stand_in, run_dir, obs)
+    prepared = prepare_lab(recipe, say=say)
+    venv, model = prepared.venv, prepared.model
+    run_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    obs = Observations(run_dir, Neutralizer(venv=venv.root, model=model.path, cache=prepared.cache_dir, tmp=run_dir))
+    setup = {"venv_seconds": round(venv.seconds, 1), "venv_reused": venv.reused,
+             "model_seconds": round(model.seconds, 1)}
+    if recipe is VLLM:
+        setup["model"] = model.info
+    obs.record("setup", setup)
+    session.config.stash[key] = Lab(prepared, run_dir, obs)
     session.config.stash[_STARTED_KEY] = time.monotonic()
 
 
 @pytest.fixture(scope="session")
-def sglang_lab(request: pytest.FixtureRequest) -> SglangLab:
+def sglang_lab(request: pytest.FixtureRequest) -> Lab:
     prepared = request.config.stash.get(_SGLANG_LAB_KEY, None)
     if prepared is None:
         pytest.fail("the SGLang lab was not prepared (run with -m sglang)")
@@ -91,7 +68,7 @@ def sglang_lab(request: pytest.FixtureRequest) -> SglangLab:
 
 
 @pytest.fixture
-def sglang_run_dir(sglang_lab: SglangLab, request: pytest.FixtureRequest) -> Path:
+def sglang_run_dir(sglang_lab: Lab, request: pytest.FixtureRequest) -> Path:
     path = sglang_lab.run_dir / request.node.name
     path.mkdir(parents=True, exist_ok=True)
     return path

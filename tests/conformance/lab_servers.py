@@ -1,4 +1,5 @@
-"""The prepared lab (venv, model, run directory) and how the suite starts a server."""
+"""The prepared lab (servewatch.lab.recipe: venv, model, stand-in) with this run's directory and
+observations, and how the suite starts a server."""
 
 from __future__ import annotations
 
@@ -8,26 +9,45 @@ from pathlib import Path
 from lab_observations import Observations, log_excerpt
 
 from servewatch.lab.model_dir import TinyModel
-from servewatch.lab.server import ServerConfig, VllmServer
+from servewatch.lab.recipe import PreparedLab
+from servewatch.lab.server import LabServer, ServerConfig, VllmServer
 from servewatch.lab.sglang_server import SglangConfig, SglangServer
 from servewatch.lab.venv import LabVenv
 
 
 @dataclass
 class Lab:
-    cache_dir: Path
-    venv: LabVenv
-    model: TinyModel
+    """One engine's prepared lab (the same recipe `servewatch lab ENGINE` prepares) for this run."""
+    prepared: PreparedLab
     run_dir: Path
     obs: Observations
 
-    def server(self, name: str, **overrides) -> VllmServer:
-        config = ServerConfig(model_dir=self.model.path, cache_root=self.cache_dir / "vllm-cache", **overrides)
-        return VllmServer(self.venv.python, config, self.run_dir / f"{name}.log")
+    @property
+    def cache_dir(self) -> Path:
+        return self.prepared.cache_dir
+
+    @property
+    def venv(self) -> LabVenv:
+        return self.prepared.venv
+
+    @property
+    def model(self) -> TinyModel:
+        return self.prepared.model
+
+    @property
+    def stand_in(self) -> Path | None:
+        return self.prepared.stand_in
+
+    def config(self, **overrides) -> ServerConfig | SglangConfig:
+        return self.prepared.config(**overrides)
+
+    def server(self, name: str, **overrides) -> LabServer:
+        return self.prepared.server(self.run_dir / f"{name}.log", **overrides)
 
 
-def start_ready(lab: Lab, name: str, **overrides) -> VllmServer:
-    """Start a server, wait for /health 200, record its startup time and process tree."""
+def start_ready(lab: Lab, name: str, **overrides) -> VllmServer | SglangServer:
+    """Start the lab's engine, wait for /health 200, record its startup time and process tree (named as
+    the engine names its processes)."""
     server = lab.server(name, **overrides).start()
     try:
         ready = server.wait_ready()
@@ -36,12 +56,16 @@ def start_ready(lab: Lab, name: str, **overrides) -> VllmServer:
         server.stop()
         lab.obs.save_text(f"{name}.startup.log", log_excerpt(server.log_text()))
         raise
-    lab.obs.record(f"{name}.startup", {"ready_seconds": round(ready, 1), "flags": _flags(server.config),
-                                       "tree": {"api_server": tree.api_server is not None,
-                                                "engine_core": tree.engine_core is not None,
-                                                "worker": tree.worker is not None}})
-    lab.obs.say(f"{name}: /health 200 after {ready:.1f} s (pids api={tree.api_server} "
-                f"core={tree.engine_core} worker={tree.worker})")
+    names = lab.prepared.recipe.processes
+    pids = (tree.api_server, tree.engine_core, tree.worker)
+    record = {"ready_seconds": round(ready, 1)}
+    if isinstance(server.config, ServerConfig):
+        record["flags"] = _flags(server.config)
+    record["tree"] = {process: pid is not None for process, pid in zip(names, pids)}
+    lab.obs.record(f"{name}.startup", record)
+    short = {"api_server": "api", "engine_core": "core"}
+    lab.obs.say(f"{name}: /health 200 after {ready:.1f} s (pids "
+                + " ".join(f"{short.get(n, n)}={pid}" for n, pid in zip(names, pids)) + ")")
     assert tree.engine_core and tree.worker, f"process tree incomplete: {tree}"
     return server
 
@@ -50,45 +74,6 @@ def _flags(config: ServerConfig) -> dict:
     return {"max_model_len": config.max_model_len, "max_num_seqs": config.max_num_seqs,
             "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
             "log_stats_interval_s": config.log_stats_interval_s}
-
-
-
-
-@dataclass
-class SglangLab:
-    cache_dir: Path
-    venv: LabVenv
-    model: TinyModel
-    stand_in: Path
-    run_dir: Path
-    obs: Observations
-
-    def config(self, **overrides) -> SglangConfig:
-        return SglangConfig(model_dir=self.model.path, stand_in_dir=self.stand_in,
-                            files_dir=self.cache_dir / "sglang-files", **overrides)
-
-    def server(self, name: str, **overrides) -> SglangServer:
-        return SglangServer(self.venv.python, self.config(**overrides), self.run_dir / f"{name}.log")
-
-
-def start_sglang_ready(lab: SglangLab, name: str, **overrides) -> SglangServer:
-    """Start SGLang, wait for /health 200, record its startup time and process tree."""
-    server = lab.server(name, **overrides).start()
-    try:
-        ready = server.wait_ready()
-        tree = server.process_tree()
-    except BaseException:
-        server.stop()
-        lab.obs.save_text(f"{name}.startup.log", log_excerpt(server.log_text()))
-        raise
-    lab.obs.record(f"{name}.startup", {"ready_seconds": round(ready, 1),
-                                       "tree": {"main": tree.api_server is not None,
-                                                "scheduler": tree.engine_core is not None,
-                                                "detokenizer": tree.worker is not None}})
-    lab.obs.say(f"{name}: /health 200 after {ready:.1f} s (pids main={tree.api_server} "
-                f"scheduler={tree.engine_core} detokenizer={tree.worker})")
-    assert tree.engine_core and tree.worker, f"process tree incomplete: {tree}"
-    return server
 
 
 def assert_no_stand_in_call(server: SglangServer) -> None:

@@ -148,7 +148,7 @@ def _itl_blind_verdicts(old_text: str, new_text: str) -> list:
     samples = []
     for t, text in ((0.0, old_text), (1.0, new_text)):
         read = read_scrape(text)
-        samples.append(MetricsSample(t=t, dialect=read.dialect, generation=read.generation,
+        samples.append(MetricsSample(t=t, dialect=read.dialect, naming=read.naming,
                                      engines=tuple(read.engines)))
     return [v for v in blindness.detect(Window.from_samples(samples), DetectorConfig())
             if v.details["histogram"] == "itl"]

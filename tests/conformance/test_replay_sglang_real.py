@@ -100,7 +100,7 @@ def test_sim_exposition_has_no_process_families_and_every_name_prefixed(sim_text
 def test_every_real_scrape_reads_as_one_sglang_0_5_23_engine(name):
     text = _real(name)
     scrape = read_scrape(text)
-    assert (scrape.dialect, scrape.generation) == ("sglang", "sglang-0.5.23")
+    assert (scrape.dialect, scrape.naming) == ("sglang", "sglang-0.5.23")
     assert len(scrape.engines) == 1
     engine = scrape.engines[0]
     raw = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples

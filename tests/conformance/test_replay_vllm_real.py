@@ -21,7 +21,7 @@ LOG_LINE_PREFIX = dialect.LOG_PREFIX
 
 def _engine(name: str):
     scrape = read_scrape((REAL / name).read_text(encoding="utf-8"))
-    assert scrape.dialect == "vllm" and scrape.generation == "vllm-0.32"
+    assert scrape.dialect == "vllm" and scrape.naming == "vllm-0.32"
     assert len(scrape.engines) == 1
     return scrape.engines[0]
 

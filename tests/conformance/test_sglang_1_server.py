@@ -16,7 +16,7 @@ import pytest
 from lab_cli import Watcher, assert_bundles_verify, bundles_under, cli_json
 from lab_observations import log_excerpt
 from lab_presets import assert_signature_shapes, run_presets, signature_lines
-from lab_servers import assert_no_stand_in_call, start_sglang_ready
+from lab_servers import assert_no_stand_in_call, start_ready
 from lab_sglang import (
     RUNNING,
     STEPS,
@@ -44,7 +44,7 @@ STALLS = ("alive_health_ok_no_progress", "health_loss")
 
 @pytest.fixture(scope="module")
 def server(sglang_lab):
-    server = start_sglang_ready(sglang_lab, "sglang", max_total_tokens=KV_TOKENS, context_length=2048,
+    server = start_ready(sglang_lab, "sglang", max_total_tokens=KV_TOKENS, context_length=2048,
                                 max_running_requests=SLOTS)
     yield server
     server.stop()

@@ -21,7 +21,7 @@ import pytest
 from lab_cli import assert_bundles_verify
 from lab_guard import GuardProcess, gone
 from lab_observations import log_excerpt
-from lab_servers import assert_no_stand_in_call, start_sglang_ready
+from lab_servers import assert_no_stand_in_call, start_ready
 from lab_sglang import HealthProbes, stop_scheduler_on_running_work, wait_steady_steps
 from lab_traffic import Traffic
 
@@ -37,7 +37,7 @@ DEATHS = ("engine_dead", "process_exit")
 
 
 def test_guard_defaults_dump_the_stacks_of_a_stalled_sglang_and_kill_its_tree(sglang_lab, sglang_run_dir):
-    server = start_sglang_ready(sglang_lab, "sglang_guarded")
+    server = start_ready(sglang_lab, "sglang_guarded")
     try:
         tree = server.process_tree()
         members = [psutil.Process(tree.api_server), *psutil.Process(tree.api_server).children(recursive=True)]
