@@ -289,6 +289,8 @@ def test_a_reused_child_pid_is_a_new_process_not_the_old_title(monkeypatch):
 
     fake = _FakePsutil()
     monkeypatch.setattr(process, "kernel_name", lambda pid: "python3")   # the same kernel name for both
+    monkeypatch.setattr(process, "read_stat", lambda pid: None)          # no /proc for the fake pids: psutil's path
+    monkeypatch.setattr(process, "RESCAN_S", 0.0)                        # every snapshot walks the whole tree
     monkeypatch.setitem(sys.modules, "psutil", fake)     # the real probe, over the fake process table
     probe = PsutilProbe(500)
     before = probe.snapshot(1.0)
