@@ -1,8 +1,13 @@
 """The log tail: new lines of the engine's log file → typed LogEvents by the dialects' grammar.
 
 An event holds parsed numbers and fixed literals from the grammar only — never the line's text (a log
-line can carry paths, prompts or request ids). A line's time is when we read it: engine log stamps
-have no year or zone.
+line can carry paths, prompts or request ids).
+
+An event's time is when its line was written, on our clock: engine log stamps have no zone (vLLM's no
+year either), so a tail maps a line's own stamp onto our clock by the smallest gap it has seen between a
+stamp and the reading of its line (a line is never read before it is written), and never later than the
+reading. A watcher starved of CPU for a minute reads a minute of stats lines at once: each keeps its own
+second. A line without a stamp the dialect can read is timed by its reading.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from datetime import datetime, timezone
 
 from servewatch import dialects
 from servewatch.clock import Clock
@@ -20,27 +26,59 @@ MAX_BYTES_PER_POLL = 1 * 2**20
 MAX_LINE_BYTES = 64 * 1024
 
 
-def _message(line: str) -> tuple[str, list]:
-    """The line's message without the engine's prefix, and the dialects to try (the prefix's owner first)."""
+def _message(line: str) -> tuple[str, list, float | None]:
+    """The line's message without the engine's prefix, the dialects to try (the prefix's owner first), and
+    the prefix's own stamp as seconds (read as if UTC; None when there is none to read)."""
     line = _ANSI.sub("", line).rstrip("\r\n")
     candidates = list(dialects.registered())
     for dialect in candidates:
         match = dialect.log_prefix.match(line) if dialect.log_prefix is not None else None
         if match:
             candidates.remove(dialect)
-            return match.group("msg"), [dialect, *candidates]
-    return line, candidates
+            return match.group("msg"), [dialect, *candidates], _stamp(dialect, match)
+    return line, candidates, None
 
 
-def parse_line(line: str, t: float) -> list[LogEvent]:
-    """The events one log line carries (usually none), by the first dialect whose grammar reads it."""
-    msg, candidates = _message(line)
+def _stamp(dialect, match: re.Match) -> float | None:
+    text, form = match.groupdict().get("ts"), dialect.log_clock_format
+    if not text or not form:
+        return None
+    if "%Y" not in form:                 # a leap year, so that 02-29 reads
+        text, form = f"2000-{text}", f"%Y-{form}"
+    try:
+        return datetime.strptime(text, form).replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+class LineClock:
+    """A log's own stamps mapped onto our clock (see the module's docstring)."""
+
+    RESET_S = 1800.0    # a stamp this much further behind than before: the zone or the year changed
+
+    def __init__(self):
+        self.offset: float | None = None
+
+    def time(self, stamp: float | None, read_t: float) -> float:
+        if stamp is None:
+            return read_t
+        seen = read_t - stamp
+        if self.offset is None or seen < self.offset or seen - self.offset > self.RESET_S:
+            self.offset = seen
+        return min(read_t, stamp + self.offset)
+
+
+def parse_line(line: str, t: float, clock: LineClock | None = None) -> list[LogEvent]:
+    """The events one log line carries (usually none), by the first dialect whose grammar reads it; read
+    at `t`, and timed by its own stamp through `clock` when given."""
+    msg, candidates, stamp = _message(line)
     if not msg:
         return []
     for dialect in candidates:
         found = dialect.parse_log_message(msg)
         if found:
-            return [LogEvent(t, kind, {"dialect": dialect.name, **fields}) for kind, fields in found]
+            at = clock.time(stamp, t) if clock is not None else t
+            return [LogEvent(at, kind, {"dialect": dialect.name, **fields}) for kind, fields in found]
     return []
 
 
@@ -64,6 +102,7 @@ class LogTail:
         self._missing_reported = False
         self.lines_read = 0
         self.lines_dropped = 0   # over MAX_LINE_BYTES
+        self.clock = LineClock()
 
     async def poll(self) -> list[LogEvent]:
         t = self._clock.now()
@@ -81,7 +120,7 @@ class LogTail:
         events: list[LogEvent] = []
         for line in self._lines(chunk):
             self.lines_read += 1
-            for event in parse_line(line.decode("utf-8", errors="replace"), t):
+            for event in parse_line(line.decode("utf-8", errors="replace"), t, self.clock):
                 if events and events[-1].kind == event.kind and events[-1].fields == event.fields:
                     continue  # one traceback repeats the same death many times
                 events.append(event)
