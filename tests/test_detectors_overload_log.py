@@ -165,3 +165,13 @@ def test_overload_from_a_minute_of_lines_read_at_once_after_a_freeze(tmp_path):
     assert verdict.details["cause"] == "slots" and verdict.details["sustained_s"] >= 50
     assert verdict.t == T0 + 3.0 + 62 and verdict.details["metrics_silent_s"] == pytest.approx(62 + 3.0 - 2.01)
     assert "/metrics did not answer for 63 s" in verdict.why
+
+
+def test_a_first_reading_after_a_freeze_is_anchored_by_its_newest_line(tmp_path):
+    """A real starved watcher read its first 20 stats lines in one poll, 19 s after they began: timed by
+    the reading alone they all sat at one instant, and the 16 s queue in them lasted 0 s."""
+    from servewatch.clock import VirtualClock
+
+    path, clock = tmp_path / "vllm.log", VirtualClock(T0 + 20.0)
+    burst = _tail_reads(path, clock, [_stamped(QUEUED[i % len(QUEUED)], i) for i in range(20)])
+    assert [e.t for e in burst] == [T0 + 1.0 + i for i in range(20)]

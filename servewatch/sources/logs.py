@@ -59,27 +59,36 @@ class LineClock:
     def __init__(self):
         self.offset: float | None = None
 
-    def time(self, stamp: float | None, read_t: float) -> float:
-        if stamp is None:
-            return read_t
-        seen = read_t - stamp
+    def read(self, stamps: list[float], read_t: float) -> None:
+        """What one reading at `read_t` of lines with these stamps tells: its newest line was written at the
+        latest when it was read (a burst read after a freeze is anchored by its newest line, not its oldest)."""
+        if not stamps:
+            return
+        seen = read_t - max(stamps)
         if self.offset is None or seen < self.offset or seen - self.offset > self.RESET_S:
             self.offset = seen
+
+    def time(self, stamp: float | None, read_t: float) -> float:
+        if stamp is None or self.offset is None:
+            return read_t
         return min(read_t, stamp + self.offset)
 
 
-def parse_line(line: str, t: float, clock: LineClock | None = None) -> list[LogEvent]:
-    """The events one log line carries (usually none), by the first dialect whose grammar reads it; read
-    at `t`, and timed by its own stamp through `clock` when given."""
+def _read_line(line: str) -> tuple[float | None, str | None, list]:
+    """(the line's own stamp, the dialect whose grammar read it, its findings)."""
     msg, candidates, stamp = _message(line)
-    if not msg:
-        return []
-    for dialect in candidates:
-        found = dialect.parse_log_message(msg)
-        if found:
-            at = clock.time(stamp, t) if clock is not None else t
-            return [LogEvent(at, kind, {"dialect": dialect.name, **fields}) for kind, fields in found]
-    return []
+    if msg:
+        for dialect in candidates:
+            found = dialect.parse_log_message(msg)
+            if found:
+                return stamp, dialect.name, found
+    return stamp, None, []
+
+
+def parse_line(line: str, t: float) -> list[LogEvent]:
+    """The events one log line carries (usually none), by the first dialect whose grammar reads it, at `t`."""
+    _, name, found = _read_line(line)
+    return [LogEvent(t, kind, {"dialect": name, **fields}) for kind, fields in found]
 
 
 class LogTail:
@@ -117,10 +126,15 @@ class LogTail:
             return [LogEvent(t, "unavailable", {"error": "no_such_file" if isinstance(exc, FileNotFoundError)
                                                 else "unreadable"})]
         self._missing_reported = False
-        events: list[LogEvent] = []
+        read = []
         for line in self._lines(chunk):
             self.lines_read += 1
-            for event in parse_line(line.decode("utf-8", errors="replace"), t, self.clock):
+            read.append(_read_line(line.decode("utf-8", errors="replace")))
+        self.clock.read([stamp for stamp, _, _ in read if stamp is not None], t)
+        events: list[LogEvent] = []
+        for stamp, name, found in read:
+            for kind, fields in found:
+                event = LogEvent(self.clock.time(stamp, t), kind, {"dialect": name, **fields})
                 if events and events[-1].kind == event.kind and events[-1].fields == event.fields:
                     continue  # one traceback repeats the same death many times
                 events.append(event)
