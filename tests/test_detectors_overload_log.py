@@ -175,3 +175,25 @@ def test_a_first_reading_after_a_freeze_is_anchored_by_its_newest_line(tmp_path)
     path, clock = tmp_path / "vllm.log", VirtualClock(T0 + 20.0)
     burst = _tail_reads(path, clock, [_stamped(QUEUED[i % len(QUEUED)], i) for i in range(20)])
     assert [e.t for e in burst] == [T0 + 1.0 + i for i in range(20)]
+
+
+def test_lines_are_timed_by_when_the_read_came_back_not_when_it_was_asked_for(tmp_path):
+    """A starved watcher's read in a worker thread came back 30 s after it was asked for: anchored on the
+    asking, a real run's stats lines sat 25 s before the traffic that filled them had started."""
+    import asyncio
+
+    from servewatch.clock import VirtualClock
+    from servewatch.sources.logs import LogTail
+
+    path, clock = tmp_path / "vllm.log", VirtualClock(T0)
+    path.write_text("".join(_stamped(QUEUED[i % len(QUEUED)], i) + "\n" for i in range(20)), encoding="utf-8")
+    tail = LogTail(str(path), clock, 1.0, from_start=True)
+    read = tail._read
+
+    def slow_read():
+        clock.advance(30.0)          # the worker thread ran 30 s later (the data is read then)
+        return read()
+
+    tail._read = slow_read
+    events = asyncio.run(tail.poll())
+    assert [e.t for e in events] == [T0 + 30.0 - 19 + i for i in range(20)]

@@ -114,10 +114,10 @@ class LogTail:
         self.clock = LineClock()
 
     async def poll(self) -> list[LogEvent]:
-        t = self._clock.now()
         try:
             chunk = await asyncio.to_thread(self._read)   # a stuck disk or NFS must not stop the probes
         except OSError as exc:
+            t = self._clock.now()
             self._opened = True  # a file that appears later is read from its start
             self._close()
             if self._missing_reported:
@@ -125,6 +125,9 @@ class LogTail:
             self._missing_reported = True
             return [LogEvent(t, "unavailable", {"error": "no_such_file" if isinstance(exc, FileNotFoundError)
                                                 else "unreadable"})]
+        # When the lines were read, not when the read was asked for: a starved watcher's read in a worker
+        # thread can come back tens of seconds later (a real one: 30 s), and the lines' times anchor on it.
+        t = self._clock.now()
         self._missing_reported = False
         read = []
         for line in self._lines(chunk):
