@@ -106,3 +106,94 @@ def test_one_verdict_when_the_scrapes_saw_the_queue_before_they_went_silent():
         tl.tick(running=4, waiting=24, slot_limit=4, kv=0.1, metrics_error="timeout" if i >= 15 else None)
     [verdict] = overloads(tl.window())
     assert {e.source for e in verdict.evidence} == {"metrics"}
+
+
+# --- a watcher frozen for a minute reads a minute of stats lines at once ---------------------------------
+
+def _stamped(line: str, second: int) -> str:
+    """A fixture line restamped at 15:52:00 + `second` (the server's clock)."""
+    minute, sec = divmod(second, 60)
+    return line.replace(line[line.index("11-29 "):line.index(" [loggers")], f"11-29 15:{52 + minute:02d}:{sec:02d}")
+
+
+def _tail_reads(path, clock, lines):
+    import asyncio
+
+    with open(path, "a", encoding="utf-8") as log:
+        log.write("".join(line + "\n" for line in lines))
+    return asyncio.run(_poll(path, clock))
+
+
+_TAILS = {}
+
+
+async def _poll(path, clock):
+    from servewatch.sources.logs import LogTail
+
+    tail = _TAILS.setdefault(str(path), LogTail(str(path), clock, 1.0, from_start=True))
+    return await tail.poll()
+
+
+def test_each_line_keeps_its_own_second_when_a_frozen_watcher_reads_a_minute_at_once(tmp_path):
+    from servewatch.clock import VirtualClock
+
+    path, clock = tmp_path / "vllm.log", VirtualClock(T0)
+    first = _tail_reads(path, clock, [_stamped(QUEUED[0], 0)])
+    assert [e.t for e in first] == [T0]
+    clock.set(T0 + 61.0)                                                   # frozen for a minute
+    burst = _tail_reads(path, clock, [_stamped(QUEUED[i % len(QUEUED)], i) for i in range(1, 61)])
+    assert [e.t for e in burst] == [T0 + i for i in range(1, 61)]         # not all at T0 + 61
+    clock.set(T0 + 62.0)
+    behind = _stamped(QUEUED[0], 0).replace("15:52:00", "14:52:00")    # the server's zone moved an hour back
+    assert [e.t for e in _tail_reads(path, clock, [behind])] == [T0 + 62.0]    # re-anchored at its reading
+    clock.set(T0 + 63.0)
+    ahead = _stamped(QUEUED[0], 0).replace("15:52:00", "16:52:00")      # and an hour forward
+    assert [e.t for e in _tail_reads(path, clock, [ahead])] == [T0 + 63.0]     # never later than its reading
+
+
+def test_overload_from_a_minute_of_lines_read_at_once_after_a_freeze(tmp_path):
+    from servewatch.clock import VirtualClock
+    from servewatch.timeline.samples import MetricsSample
+
+    path, clock = tmp_path / "vllm.log", VirtualClock(T0 + 3.0)
+    tl = Timeline(interval=1.0).ticks(3, running=0, waiting=0, slot_limit=4, kv=0.0)   # then nothing for 63 s:
+    tl.samples += _tail_reads(path, clock, [_stamped(IDLE, 0)])
+    clock.set(T0 + 66.0)
+    tl.samples += _tail_reads(path, clock, [_stamped(QUEUED[i % len(QUEUED)], i) for i in range(1, 63)])
+    tl.samples.append(MetricsSample(t=T0 + 66.0, dialect=None, naming=None, error="timeout"))
+    [verdict] = overloads(tl.window())
+    assert verdict.details["cause"] == "slots" and verdict.details["sustained_s"] >= 50
+    assert verdict.t == T0 + 3.0 + 62 and verdict.details["metrics_silent_s"] == pytest.approx(62 + 3.0 - 2.01)
+    assert "/metrics did not answer for 63 s" in verdict.why
+
+
+def test_a_first_reading_after_a_freeze_is_anchored_by_its_newest_line(tmp_path):
+    """A real starved watcher read its first 20 stats lines in one poll, 19 s after they began: timed by
+    the reading alone they all sat at one instant, and the 16 s queue in them lasted 0 s."""
+    from servewatch.clock import VirtualClock
+
+    path, clock = tmp_path / "vllm.log", VirtualClock(T0 + 20.0)
+    burst = _tail_reads(path, clock, [_stamped(QUEUED[i % len(QUEUED)], i) for i in range(20)])
+    assert [e.t for e in burst] == [T0 + 1.0 + i for i in range(20)]
+
+
+def test_lines_are_timed_by_when_the_read_came_back_not_when_it_was_asked_for(tmp_path):
+    """A starved watcher's read in a worker thread came back 30 s after it was asked for: anchored on the
+    asking, a real run's stats lines sat 25 s before the traffic that filled them had started."""
+    import asyncio
+
+    from servewatch.clock import VirtualClock
+    from servewatch.sources.logs import LogTail
+
+    path, clock = tmp_path / "vllm.log", VirtualClock(T0)
+    path.write_text("".join(_stamped(QUEUED[i % len(QUEUED)], i) + "\n" for i in range(20)), encoding="utf-8")
+    tail = LogTail(str(path), clock, 1.0, from_start=True)
+    read = tail._read
+
+    def slow_read():
+        clock.advance(30.0)          # the worker thread ran 30 s later (the data is read then)
+        return read()
+
+    tail._read = slow_read
+    events = asyncio.run(tail.poll())
+    assert [e.t for e in events] == [T0 + 30.0 - 19 + i for i in range(20)]

@@ -245,6 +245,9 @@ class Dialect(ABC):
     # Log: the line prefix, a regex with a `msg` group (and, where the prefix states them, process, pid,
     # level and ts groups).
     log_prefix: re.Pattern | None = None
+    # How the prefix's `ts` group writes the time (strptime; no year where the engine writes none): a line's
+    # own time tells when it was written however late a starved watcher reads it.
+    log_clock_format: str | None = None
     # Metric namings alert rules and dashboards can be written for (newest first).
     alert_namings: tuple[str, ...] = ()
     record_grammar: RecordGrammar = RecordGrammar()

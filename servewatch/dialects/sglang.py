@@ -103,6 +103,7 @@ MEMORY_BUDGET = ("mem_fraction_static", "--mem-fraction-static", None)   # its d
 # --- log grammar --------------------------------------------------------------------------------
 LOG_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
                         r"(?: (?P<process>[A-Z_]+\d+(?: [A-Z_]+\d+)*))?\] (?P<msg>.*)$")   # process: the ranks
+LOG_CLOCK_FORMAT = "%Y-%m-%d %H:%M:%S"
 DECODE_LINE = re.compile(
     r"Decode batch(?: \[\d+\])?[,.] #running-req: (?P<running>\d+), (?:#token: (?P<tokens>\d+), )?"
     r"(?:full )?token usage: (?P<token_usage>[\d.]+).*?gen throughput \(token/s\): (?P<gen_tps>[\d.]+), "

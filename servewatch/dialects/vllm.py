@@ -115,6 +115,7 @@ LOG_PREFIX = re.compile(
     r"^(?:\x1b\[[0-9;]*m)*\((?P<process>[\w:-]+) pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)* "
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) \[(?P<where>[^\]]+)\] (?P<msg>.*)$"
 )
+LOG_CLOCK_FORMAT = "%m-%d %H:%M:%S"          # the prefix's ts: month-day and the server's local time, no year
 STATS_LINE = re.compile(
     r"Engine (?P<engine>\d+): Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, "
     r"Avg generation throughput: (?P<gen_tps>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, "
