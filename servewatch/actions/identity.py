@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from servewatch.errors import ServewatchError
 
+NOTHING_LISTENS = "nothing listens on port {port} here"
 CREATE_TIME_TOLERANCE_S = 0.01     # as in actions.tree: psutil's create time is rounded to clock ticks
 
 
@@ -31,9 +32,10 @@ class ServerIdentityError(ServewatchError):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, unverifiable: bool = False):
+    def __init__(self, message: str, *, unverifiable: bool = False, not_listening: bool = False):
         super().__init__(message)
         self.unverifiable = unverifiable
+        self.not_listening = not_listening   # nothing at all listens on the port yet (a server still starting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,8 @@ def prove_server(pid: int, url: str, *, allow_unverifiable: bool = False) -> Ser
     holder_pid, holder = _holder(port, addresses)
     if denied and holder_pid is None:
         return unverifiable(f"the sockets of pid {denied[0]} cannot be read by this user")
-    raise ServerIdentityError(f"pid {pid} ({name}) does not serve {base}: {holder}")
+    raise ServerIdentityError(f"pid {pid} ({name}) does not serve {base}: {holder}",
+                              not_listening=holder_pid is None and holder == NOTHING_LISTENS.format(port=port))
 
 
 def reprove(proof: ServerProof, url: str) -> ServerProof:
@@ -278,4 +281,4 @@ def _holder(port: int, addresses) -> tuple[int | None, str]:
             except psutil.Error:
                 name = "a process that has just exited"
             return conn.pid, f"port {port} is held by pid {conn.pid} ({name})"
-    return None, f"nothing listens on port {port} here"
+    return None, NOTHING_LISTENS.format(port=port)

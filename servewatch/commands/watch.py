@@ -52,13 +52,28 @@ async def _watch(args) -> int:
     options = options_from_args(args, DEFAULTS)  # a bad --set / --detectors: one line, exit 2
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
     identity = None
+    pending = False
     if probe is not None:    # its process tree is recorded only once it is proven to be the server
-        from servewatch.actions.identity import prove_server
+        from servewatch.actions.identity import ServerIdentityError, prove_server
 
-        proof = prove_server(args.pid, options.url, allow_unverifiable=args.unverified_pid_ok)  # mismatch: exit 2
-        identity = {"verified": proof.verified, "override": args.unverified_pid_ok, "how": proof.how}
-        given = "; --unverified-pid-ok was given" if args.unverified_pid_ok else ""
-        print(f"servewatch watch: identity: {proof.how}{given}", file=sys.stderr, flush=True)
+        try:
+            proof = prove_server(args.pid, options.url, allow_unverifiable=args.unverified_pid_ok)  # mismatch: exit 2
+        except ServerIdentityError as error:
+            if not error.not_listening:
+                raise
+            # A server watched from its first second listens only once it has loaded: nothing else holds
+            # the port, so its tree is recorded as the server's, and proven as soon as something listens
+            # (another process listening there ends the watch: exit 2).
+            pending = True
+            identity = {"verified": False, "override": False,
+                        "how": f"pid {args.pid} did not listen on the URL's port yet when watch began; pending"}
+            print(f"servewatch watch: identity: pid {args.pid} does not listen on the URL's port yet (nothing "
+                  f"does): recorded as the server until it listens, then proven", file=sys.stderr, flush=True)
+        else:
+            identity = {"verified": proof.verified, "override": args.unverified_pid_ok, "how": proof.how}
+            given = "; --unverified-pid-ok was given" if args.unverified_pid_ok else ""
+            print(f"servewatch watch: identity: {proof.how}{given}", file=sys.stderr, flush=True)
+    mismatch: list[str] = []
     listeners = [lambda fired: print(json_line(fired), flush=True)] if args.json else []
     clear_listeners = [lambda cleared: print(cleared_line(cleared), flush=True)] if args.json else []
     stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
@@ -67,6 +82,13 @@ async def _watch(args) -> int:
 
     def on_recorder(recorder) -> None:
         terminated.append(_StopOnSigterm(recorder))
+        if pending:
+            import asyncio
+
+            proving.append(asyncio.get_running_loop().create_task(
+                _prove_once_listening(args.pid, options.url, options.interval, identity, recorder, mismatch)))
+
+    proving: list = []
 
     async def live(recorder) -> None:
         await _run_live(recorder, started, status_table, args.duration)
@@ -79,6 +101,11 @@ async def _watch(args) -> int:
     finally:
         for handler in terminated:
             handler.close()
+        for task in proving:
+            task.cancel()
+    if mismatch:
+        print(f"servewatch watch: {mismatch[0]}", file=sys.stderr)
+        return 2
     if terminated and terminated[0].received:
         print("servewatch watch: stopped (SIGTERM)", file=sys.stderr)
         return 0
@@ -89,6 +116,37 @@ async def _watch(args) -> int:
               file=sys.stderr)
         return 2
     return 0
+
+
+async def _prove_once_listening(pid: int, url: str, every_s: float, identity: dict, recorder,
+                                mismatch: list[str]) -> None:
+    """Poll until something listens on the URL's port: the watched PID's tree (proven: said, and kept in
+    every bundle from then on) or another process (the watch stops, exit 2). A PID that exits first leaves
+    the watch to report its exit."""
+    import asyncio
+    import sys
+
+    import psutil
+
+    from servewatch.actions.identity import ServerIdentityError, prove_server
+
+    while True:
+        await asyncio.sleep(every_s)
+        if not psutil.pid_exists(pid):
+            return
+        try:
+            proof = await asyncio.to_thread(prove_server, pid, url)
+        except ServerIdentityError as error:
+            if error.not_listening:
+                continue
+            if not psutil.pid_exists(pid):
+                return
+            mismatch.append(str(error))
+            recorder.stop()
+            return
+        identity.update(verified=proof.verified, how=proof.how)
+        print(f"servewatch watch: identity: {proof.how}", file=sys.stderr, flush=True)
+        return
 
 
 def never_answered(ring) -> bool:

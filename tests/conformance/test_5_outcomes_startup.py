@@ -174,12 +174,16 @@ def _wait_for_line(path, text: str, timeout_s: float, guarded: GuardedStart) -> 
                          f"{log_excerpt(path.read_text(errors='replace'), max_lines=20)}")
 
 
-FENCE_S = 60.0
+FENCE_S = 80.0
+# The floor of the startup bound, lowered from the 120 s default to keep the case short, but above the
+# imports before vLLM's first log line: 20 s on a loaded run here (8-16 s quiet), and a floor under that
+# reads a slow import as a stalled start.
+FLOOR_S = 30.0
 
 
 def test_a_start_stopped_while_compiling_is_startup_stalled_naming_the_stage(lab, run_dir):
     # bound = max(floor, k × the longest earlier stage): the imports (~8–16 s here) set it
-    with GuardedStart(lab, run_dir, "--set", "startup_stall_floor_s=10", "--set", "startup_stall_k=1") as guarded:
+    with GuardedStart(lab, run_dir, "--set", f"startup_stall_floor_s={FLOOR_S:g}", "--set", "startup_stall_k=1") as guarded:
         compiling_at = _wait_for_line(guarded.log, "Warming up model for the compilation", 240, guarded)
         worker = next((p for p in guarded.tree() if "VLLM::Worker" in " ".join(p.cmdline())), None)
         assert worker is not None, [p.cmdline() for p in guarded.tree()]
@@ -195,14 +199,14 @@ def test_a_start_stopped_while_compiling_is_startup_stalled_naming_the_stage(lab
     assert before == [], before                                  # nothing while it loaded normally under guard
     if found is None:
         freeze = longest_freeze(stopped_at)
-        raise (FreezeExplainedMiss if freeze >= FENCE_S - 30 else AssertionError)(
+        raise (FreezeExplainedMiss if freeze >= FENCE_S - (FLOOR_S + 1.3) else AssertionError)(
             f"no startup_stalled within {FENCE_S:.0f} s of the stop (longest freeze {freeze:.1f} s): "
             f"{[line for _, line in guarded.lines]}")
     at, line = found
-    # The bound it reports must be the one set here, max(10 s, 1 x the longest earlier stage), and the
+    # The bound it reports must be the one set here, max(FLOOR_S, 1 x the longest earlier stage), and the
     # verdict must come within it (counted from the compiling line) + two 0.5 s cadences + 0.3 s of polling.
     details = line["details"]
-    assert details["bound_s"] == round(max(10.0, 1.0 * details["longest_gap_s"]), 1), details
+    assert details["bound_s"] == round(max(FLOOR_S, 1.0 * details["longest_gap_s"]), 1), details
     check_within("startup_stalled after the compiling line", at - compiling_at, details["bound_s"] + 2 * 0.5 + 0.3,
                  since=compiling_at)
     assert "stuck after compiling" in line["why"] and "compiling the model" in line["why"], line["why"]

@@ -1,0 +1,67 @@
+"""watch --pid of a server still starting (nothing listens on the URL's port yet): its tree is recorded,
+and proven once it listens; when another process takes the port instead, the watch ends with exit 2."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+LISTEN_LATER = """
+import socket, sys, time
+time.sleep(float(sys.argv[2]))
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+print("listening", flush=True)
+time.sleep(60)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _watch(port: int, pid: int, duration: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servewatch", "watch", f"http://127.0.0.1:{port}", "--pid", str(pid),
+                           "--interval", "0.3", "--no-probe", "--duration", str(duration), "--json"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_server_that_listens_later_is_proven_then():
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-c", LISTEN_LATER, str(port), "1.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        watch = subprocess.Popen([sys.executable, "-m", "servewatch", "watch", f"http://127.0.0.1:{port}", "--pid",
+                                  str(server.pid), "--interval", "0.3", "--no-probe", "--json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        deadline = time.monotonic() + 60
+        for line in watch.stderr:          # the watch's own lines: an event to wait on, not a time
+            lines.append(line)
+            if f"pid {server.pid} listens on port {port}" in line or time.monotonic() > deadline:
+                break
+        watch.terminate()
+        watch.wait(timeout=30)
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    text = "".join(lines)
+    assert "does not listen on the URL's port yet" in text, text
+    assert f"identity: pid {server.pid} listens on port {port} itself" in text, text
+
+
+def test_another_process_taking_the_port_ends_the_watch_with_exit_2():
+    port = _free_port()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = subprocess.Popen([sys.executable, "-c", LISTEN_LATER, str(port), "1.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        done = _watch(port, sleeper.pid, 60.0)
+    finally:
+        for proc in (sleeper, other):
+            proc.kill()
+            proc.wait(timeout=10)
+    assert done.returncode == 2, done.stderr
+    assert f"pid {sleeper.pid}" in done.stderr and f"port {port} is held by pid {other.pid}" in done.stderr, done.stderr
