@@ -74,7 +74,7 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
             reasons.append(f"/health {dead_status} for {len(run)} probe(s) "
                            f"over {run[-1].t - run[0].t:.1f} s")
 
-    gone = _engine_children_gone(window.process)
+    gone = _unrequested(window, _engine_children_gone(window.process), config)
     if gone is not None:
         first_missing, last, missing = gone
         onsets.append(first_missing.t)
@@ -121,6 +121,28 @@ def _engine_children_gone(samples: tuple[ProcessSample, ...]):
         else:
             break
     return first_missing, last, sorted((pid, title) for (pid, _), title in missing.items())
+
+
+def requested_shutdown(window: Window, gone_t: float, config: DetectorConfig):
+    """The dialect's shutdown log line (the server was asked to stop: SIGTERM, ^C) read within log_evidence_s
+    before the engine processes were seen gone, or after it: lines are timed when they are read, and a
+    tail can read the line a poll after the process sample that misses the engine. None: no such line."""
+    return next((e for e in window.logs if e.kind == "shutdown" and e.t >= gone_t - config.log_evidence_s), None)
+
+
+def _unrequested(window: Window, gone, config: DetectorConfig):
+    """Engine processes gone, unless the server is shutting down on request. Where a log is read, a
+    vanished engine counts only once it has been gone shutdown_log_wait_s: on a real vLLM the API server
+    logs "shutdown triggered" and its engine is gone within the same second, so the process sample can
+    see the engine gone before the tail reads the line. Without a log there is nothing to wait for."""
+    if gone is None:
+        return None
+    first_missing, last, _ = gone
+    if requested_shutdown(window, first_missing.t, config) is not None:
+        return None
+    if window.logs and last.t - first_missing.t < config.shutdown_log_wait_s:
+        return None
+    return gone
 
 
 def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
@@ -195,6 +217,8 @@ def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[flo
                   if h.t < t and h.status == dead_status][:1]
     alive_before = tuple(p for p in window.process if p.t < t and p.alive)
     gone = _engine_children_gone(alive_before)
+    if gone is not None and requested_shutdown(window, gone[0].t, config) is not None:
+        gone = None     # the engine was stopped by a shutdown the server was asked for, not a death
     if gone is not None:
         signs.append(Evidence("process", gone[0].t, f"members[{gone[2][0][0]}]", "gone"))
     signs += [Evidence("log", e.t, "kind", e.kind) for e in window.logs if e.kind == "engine_dead" and e.t < t][:1]

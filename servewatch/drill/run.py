@@ -185,7 +185,8 @@ class DrillRun:
             self.proxies.append(ctx.proxy)
         watcher = M.Watcher(self.target.url, self.target.pid, bundle_dir, interval_s=self.plan.interval_s,
                             settings=self.plan.settings, log_path=self.out_dir / "logs" / f"watch-{index + 1:02d}.log",
-                            wrapper=wrapper)
+                            wrapper=wrapper, server_log=self.target.log_file(),
+                            probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None)
         prober = M.Prober(self.target.url)
         try:
             if not watcher.start():
