@@ -135,7 +135,7 @@ class DrillRun:
         self.model = self.target.model()
         try:
             for i, step in enumerate(self.plan.steps):
-                self.results.append(self.run_step(i, step))
+                self.results.append(self.run_step(i, step, last=i == len(self.plan.steps) - 1))
         finally:
             self.target.stop()
             for proxy in self.proxies:
@@ -158,7 +158,7 @@ class DrillRun:
         ctx.workload = workload
 
     # -- one fault
-    def run_step(self, index: int, step) -> StepResult:
+    def run_step(self, index: int, step, last: bool = False) -> StepResult:
         from servewatch.drill import full_disk
         from servewatch.drill.proxy import DelayProxy
 
@@ -222,7 +222,7 @@ class DrillRun:
                 full_disk.release(bundle_dir, disk_mode)
         result.facts.update(fault.facts)
         self._measure(result, step, watcher, prober, ctx)
-        if fault.takes_server_down and self.target.owned:
+        if fault.takes_server_down and self.target.owned and not last:    # after the last, the drill stops it
             result.restarted_by_drill_s = self._restart(result)
         return result
 
