@@ -55,10 +55,20 @@ def _run(lines: list[str] | None, *, read_late_s: float, gone_ticks: int = 12, e
     return fired
 
 
+def _kinds(lines):
+    return {e.kind for line in lines for e in parse_line(line, 0.0)}
+
+
 def test_the_real_excerpts_carry_a_shutdown_line_only_when_one_was_asked_for():
-    kinds = lambda lines: {e.kind for line in lines for e in parse_line(line, 0.0)}
-    assert "shutdown" in kinds(GRACEFUL) and "engine_dead" not in kinds(GRACEFUL)
-    assert "engine_dead" in kinds(KILLED) and "shutdown" not in kinds(KILLED)
+    assert "shutdown" in _kinds(GRACEFUL) and "engine_dead" not in _kinds(GRACEFUL)
+    assert "engine_dead" in _kinds(KILLED) and "shutdown" not in _kinds(KILLED)
+
+
+def test_a_real_sglang_sigterm_says_shutdown_before_its_children_go():
+    lines = (FIXTURES.parent / "sglang_real" / "server.log").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "SIGTERM received" in line)
+    assert _kinds(lines[at:at + 1]) == {"shutdown"}
+    assert "shutdown" not in _kinds(lines[:at]) and "engine_dead" not in _kinds(lines[at:])
 
 
 @pytest.mark.parametrize("read_late_s", [0.0, 0.5, 1.5])
