@@ -4,8 +4,9 @@ signal while the API process still lives — then the API server. The first real
 engine_dead. With the server's log read, the shutdown line tells the two apart; an engine killed
 under the same API server (the other real excerpt) is still engine_dead.
 
-The excerpts are real (tests/fixtures/vllm_real/graceful_stop_sigterm.log, engine_core_sigkill.log,
-from the lab vLLM under `servewatch drill`); the process samples and the read times are built.
+The excerpts are real (tests/fixtures/vllm_real/graceful_stop_sigterm.log, graceful_stop_in_flight.log,
+engine_core_sigkill.log, from the lab vLLM under `servewatch drill`); the process samples and read times
+are built.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from tests.timeline_builders import API, Timeline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_real"
 GRACEFUL = (FIXTURES / "graceful_stop_sigterm.log").read_text().splitlines()
+# The same stop with four requests in flight: the API server also logs EngineDeadError as it goes.
+IN_FLIGHT = (FIXTURES / "graceful_stop_in_flight.log").read_text().splitlines()
 KILLED = (FIXTURES / "engine_core_sigkill.log").read_text().splitlines()
 CONFIG = DetectorConfig()
 
@@ -61,6 +64,7 @@ def _kinds(lines):
 
 def test_the_real_excerpts_carry_a_shutdown_line_only_when_one_was_asked_for():
     assert "shutdown" in _kinds(GRACEFUL) and "engine_dead" not in _kinds(GRACEFUL)
+    assert {"shutdown", "engine_dead"} <= _kinds(IN_FLIGHT)
     assert "engine_dead" in _kinds(KILLED) and "shutdown" not in _kinds(KILLED)
 
 
@@ -71,9 +75,10 @@ def test_a_real_sglang_sigterm_says_shutdown_before_its_children_go():
     assert "shutdown" not in _kinds(lines[:at]) and "engine_dead" not in _kinds(lines[at:])
 
 
+@pytest.mark.parametrize("excerpt", ["idle", "in flight"])
 @pytest.mark.parametrize("read_late_s", [0.0, 0.5, 1.5])
-def test_a_graceful_stop_is_not_an_engine_death_even_when_the_line_is_read_a_poll_late(read_late_s):
-    fired = _run(GRACEFUL, read_late_s=read_late_s, exits=True)
+def test_a_graceful_stop_is_not_an_engine_death_even_when_the_line_is_read_a_poll_late(read_late_s, excerpt):
+    fired = _run(GRACEFUL if excerpt == "idle" else IN_FLIGHT, read_late_s=read_late_s, exits=True)
     assert "engine_dead" not in fired
     assert "process_exit" in fired and fired["after_engine_death"] is False
 

@@ -45,9 +45,10 @@ class DetectorConfig:
     # engine_dead: the /health status that means "engine dead" is the dialect's (vLLM 503; SGLang none).
     # log lines of an engine death count for this long after they were read.
     log_evidence_s: float = 30.0
-    # ...and engine processes gone while the API process lives are not a death when the dialect's shutdown
-    # line was read (a requested stop: vLLM 0.32 stops its engine core first, 0.4 s after SIGTERM, then the
-    # API server). Where a log is read, that evidence waits this long for the line (read a poll late).
+    # ...and nothing is a death when the dialect's shutdown line was read (a requested stop: vLLM 0.32 stops
+    # its engine core first, 0.4 s after SIGTERM, logging EngineDeadError with requests in flight, then the
+    # API server). Where a log is read, a dead-status probe or a vanished engine waits this long for that
+    # line (read a poll late) before it counts; the engine's own death lines count at once.
     shutdown_log_wait_s: float = 2.0
 
     # overload: waiting > 0 for at least overload_sustain_s while the engine still progresses; it holds

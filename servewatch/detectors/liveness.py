@@ -59,23 +59,32 @@ def _health_problem(sample: HealthSample) -> str:
 
 @once_per_window          # engine_dead, alive_health_ok_no_progress and the outcome verdicts all ask
 def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float | None, list[Evidence], list[str]]:
-    """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], [])."""
+    """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], []).
+    Nothing that belongs to a requested shutdown counts (see `in_shutdown`); where a log is read, a
+    dead-status probe and a vanished engine count once they have held shutdown_log_wait_s, so that the
+    shutdown line, read a poll late, can still say so."""
     onsets: list[float] = []
     evidence: list[Evidence] = []
     reasons: list[str] = []
+    end = window.end or 0.0
+
+    def counts(t: float) -> bool:
+        if in_shutdown(window, t, config):
+            return False
+        return not window.logs or end - t >= config.shutdown_log_wait_s
 
     dead_status = _dead_status(window)
     if dead_status is not None:
         run = _trailing(window.health, lambda h: h.status == dead_status)
-        if run:
+        if run and counts(run[0].t):
             onsets.append(run[0].t)
             evidence += [Evidence("health", run[0].t, "status", run[0].status),
                          Evidence("health", run[-1].t, "status", run[-1].status)]
             reasons.append(f"/health {dead_status} for {len(run)} probe(s) "
                            f"over {run[-1].t - run[0].t:.1f} s")
 
-    gone = _unrequested(window, _engine_children_gone(window.process), config)
-    if gone is not None:
+    gone = _engine_children_gone(window.process)
+    if gone is not None and counts(gone[0].t):
         first_missing, last, missing = gone
         onsets.append(first_missing.t)
         evidence.append(Evidence("process", first_missing.t, "alive", first_missing.alive))
@@ -83,8 +92,8 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
         titles = ", ".join(sorted({title for _, title in missing}))
         reasons.append(f"engine process(es) gone ({titles}) while the API process {last.root_pid} lives")
 
-    end = window.end or 0.0
-    dead_lines = [e for e in window.logs if e.kind == "engine_dead" and e.t >= end - config.log_evidence_s]
+    dead_lines = [e for e in window.logs if e.kind == "engine_dead" and e.t >= end - config.log_evidence_s
+                  and not in_shutdown(window, e.t, config)]
     if dead_lines:
         onsets.append(dead_lines[0].t)
         evidence += [Evidence("log", e.t, "kind", e.kind) for e in dead_lines[:3]]
@@ -123,26 +132,14 @@ def _engine_children_gone(samples: tuple[ProcessSample, ...]):
     return first_missing, last, sorted((pid, title) for (pid, _), title in missing.items())
 
 
-def requested_shutdown(window: Window, gone_t: float, config: DetectorConfig):
-    """The dialect's shutdown log line (the server was asked to stop: SIGTERM, ^C) read within log_evidence_s
-    before the engine processes were seen gone, or after it: lines are timed when they are read, and a
-    tail can read the line a poll after the process sample that misses the engine. None: no such line."""
-    return next((e for e in window.logs if e.kind == "shutdown" and e.t >= gone_t - config.log_evidence_s), None)
-
-
-def _unrequested(window: Window, gone, config: DetectorConfig):
-    """Engine processes gone, unless the server is shutting down on request. Where a log is read, a
-    vanished engine counts only once it has been gone shutdown_log_wait_s: on a real vLLM the API server
-    logs "shutdown triggered" and its engine is gone within the same second, so the process sample can
-    see the engine gone before the tail reads the line. Without a log there is nothing to wait for."""
-    if gone is None:
-        return None
-    first_missing, last, _ = gone
-    if requested_shutdown(window, first_missing.t, config) is not None:
-        return None
-    if window.logs and last.t - first_missing.t < config.shutdown_log_wait_s:
-        return None
-    return gone
+def in_shutdown(window: Window, t: float, config: DetectorConfig) -> bool:
+    """Whether a sign seen at `t` belongs to a shutdown the server was asked for (SIGTERM, ^C): the
+    dialect's shutdown line was read at most log_evidence_s before it, or at most shutdown_log_wait_s after
+    it (lines are timed when they are read, a poll late at times). On a real vLLM 0.32 the API server
+    logs "shutdown triggered", its engine is gone within the same second, and with requests in flight
+    it also logs EngineDeadError as it goes: none of that is an engine death."""
+    return any(e.kind == "shutdown" and e.t - config.shutdown_log_wait_s <= t <= e.t + config.log_evidence_s
+               for e in window.logs)
 
 
 def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
@@ -217,11 +214,10 @@ def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[flo
                   if h.t < t and h.status == dead_status][:1]
     alive_before = tuple(p for p in window.process if p.t < t and p.alive)
     gone = _engine_children_gone(alive_before)
-    if gone is not None and requested_shutdown(window, gone[0].t, config) is not None:
-        gone = None     # the engine was stopped by a shutdown the server was asked for, not a death
     if gone is not None:
         signs.append(Evidence("process", gone[0].t, f"members[{gone[2][0][0]}]", "gone"))
     signs += [Evidence("log", e.t, "kind", e.kind) for e in window.logs if e.kind == "engine_dead" and e.t < t][:1]
+    signs = [e for e in signs if not in_shutdown(window, e.t, config)]   # a requested stop is no death
     if not signs:
         return None, []
     signs.sort(key=lambda e: e.t)
