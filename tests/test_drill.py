@@ -174,6 +174,12 @@ def test_a_short_drill_against_the_simulator_measures_and_fails_on_an_unmet_expe
         workload: {scenario: custom, rate: 4, output_tokens: 32}
         defaults: {warmup_s: 3, hold_s: 9, observe_s: 3}
         faults:
+          - name: killed, wrongly expected quiet
+            kind: kill
+            role: api
+            hold_s: 3
+            expect:
+              not_fire: [process_exit]
           - name: frozen
             kind: stop
             role: api
@@ -181,25 +187,20 @@ def test_a_short_drill_against_the_simulator_measures_and_fails_on_an_unmet_expe
               fire: {health_loss: 9}
               health: failing
               recover_within_s: 5
-          - name: killed, wrongly expected quiet
-            kind: kill
-            role: api
-            hold_s: 3
-            expect:
-              not_fire: [process_exit]
     """))
     out = tmp_path / "out"
     assert main(["drill", str(plan), "--out", str(out)]) == 1
     doc = json.loads((out / "drill.json").read_text())
-    first, second = doc["faults"]
+    second, first = doc["faults"]     # the kill first: the drill starts the server again for the next fault
     assert first["met"], first["checks"]
     assert first["touched"][0]["signal"] == "SIGSTOP" and first["touched"][0]["role"] == "api"
     assert "no answer" in first["health"]
     assert first["impact"]["requests"] > 0 and first["recovery_s"] is not None
     assert not second["met"] and second["detected"].get("process_exit") is not None
     assert second["restarted_by_drill_s"] is not None
+    assert first["restarted_by_drill_s"] is None      # nothing after the last fault: the drill stops the server
     assert doc["leaks"] == {"processes_left": 0, "ports_held": 0, "ok": True}
-    assert doc["failed_faults"] == [2] and not doc["expectations_met"]
+    assert doc["failed_faults"] == [1] and not doc["expectations_met"]
     html = (out / "drill.html").read_text()
     md = (out / "drill.md").read_text()
     assert "killed, wrongly expected quiet" in html and "FAILED: no process_exit" in md

@@ -127,8 +127,10 @@ def dry_run(plan) -> int:
                 aim += f" (pid {chosen[0].pid}, {chosen[0].title})"
         extra = fault.touches()
         expect = step.expect.to_json()
+        probe = (f"; the recorder asks for one token when its counters stand still (every "
+                 f"{plan.probe_interval_s:g} s at most)" if step.probe else "")
         print(f"  {i:2d}. {step.name}: {fault.summary}{aim}; warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, "
-              f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else ""))
+              f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else "") + probe)
         if expect:
             print(f"      expect: {_expect_words(expect)}")
     return 0

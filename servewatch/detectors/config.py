@@ -45,6 +45,11 @@ class DetectorConfig:
     # engine_dead: the /health status that means "engine dead" is the dialect's (vLLM 503; SGLang none).
     # log lines of an engine death count for this long after they were read.
     log_evidence_s: float = 30.0
+    # ...and nothing is a death when the dialect's shutdown line was read (a requested stop: vLLM 0.32 stops
+    # its engine core first, 0.4 s after SIGTERM, logging EngineDeadError with requests in flight, then the
+    # API server). Where a log is read, a dead-status probe or a vanished engine waits this long for that
+    # line (read a poll late) before it counts; the engine's own death lines count at once.
+    shutdown_log_wait_s: float = 2.0
 
     # overload: waiting > 0 for at least overload_sustain_s while the engine still progresses; it holds
     # through dips to 0 shorter than overload_clear_s (so a queue hovering at 0/1 fires once).

@@ -59,15 +59,24 @@ def _health_problem(sample: HealthSample) -> str:
 
 @once_per_window          # engine_dead, alive_health_ok_no_progress and the outcome verdicts all ask
 def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float | None, list[Evidence], list[str]]:
-    """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], [])."""
+    """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], []).
+    Nothing that belongs to a requested shutdown counts (see `in_shutdown`); where a log is read, a
+    dead-status probe and a vanished engine count once they have held shutdown_log_wait_s, so that the
+    shutdown line, read a poll late, can still say so."""
     onsets: list[float] = []
     evidence: list[Evidence] = []
     reasons: list[str] = []
+    end = window.end or 0.0
+
+    def counts(t: float) -> bool:
+        if in_shutdown(window, t, config):
+            return False
+        return not window.logs or end - t >= config.shutdown_log_wait_s
 
     dead_status = _dead_status(window)
     if dead_status is not None:
         run = _trailing(window.health, lambda h: h.status == dead_status)
-        if run:
+        if run and counts(run[0].t):
             onsets.append(run[0].t)
             evidence += [Evidence("health", run[0].t, "status", run[0].status),
                          Evidence("health", run[-1].t, "status", run[-1].status)]
@@ -75,7 +84,7 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
                            f"over {run[-1].t - run[0].t:.1f} s")
 
     gone = _engine_children_gone(window.process)
-    if gone is not None:
+    if gone is not None and counts(gone[0].t):
         first_missing, last, missing = gone
         onsets.append(first_missing.t)
         evidence.append(Evidence("process", first_missing.t, "alive", first_missing.alive))
@@ -85,8 +94,8 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
         titles = ranks.gone_words(window.process, missing, window.logs)
         reasons.append(f"engine process(es) gone ({titles}) while the API process {last.root_pid} lives")
 
-    end = window.end or 0.0
-    dead_lines = [e for e in window.logs if e.kind == "engine_dead" and e.t >= end - config.log_evidence_s]
+    dead_lines = [e for e in window.logs if e.kind == "engine_dead" and e.t >= end - config.log_evidence_s
+                  and not in_shutdown(window, e.t, config)]
     if dead_lines:
         onsets.append(dead_lines[0].t)
         evidence += [Evidence("log", e.t, "kind", e.kind) for e in dead_lines[:3]]
@@ -123,6 +132,16 @@ def _engine_children_gone(samples: tuple[ProcessSample, ...]):
         else:
             break
     return first_missing, last, sorted((pid, title) for (pid, _), title in missing.items())
+
+
+def in_shutdown(window: Window, t: float, config: DetectorConfig) -> bool:
+    """Whether a sign seen at `t` belongs to a shutdown the server was asked for (SIGTERM, ^C): the
+    dialect's shutdown line was read at most log_evidence_s before it, or at most shutdown_log_wait_s after
+    it (lines are timed when they are read, a poll late at times). On a real vLLM 0.32 the API server
+    logs "shutdown triggered", its engine is gone within the same second, and with requests in flight
+    it also logs EngineDeadError as it goes: none of that is an engine death."""
+    return any(e.kind == "shutdown" and e.t - config.shutdown_log_wait_s <= t <= e.t + config.log_evidence_s
+               for e in window.logs)
 
 
 def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
@@ -200,6 +219,7 @@ def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[flo
     if gone is not None:
         signs.append(Evidence("process", gone[0].t, f"members[{gone[2][0][0]}]", "gone"))
     signs += [Evidence("log", e.t, "kind", e.kind) for e in window.logs if e.kind == "engine_dead" and e.t < t][:1]
+    signs = [e for e in signs if not in_shutdown(window, e.t, config)]   # a requested stop is no death
     if not signs:
         return None, []
     signs.sort(key=lambda e: e.t)

@@ -119,6 +119,9 @@ RETRACTION_LINE = re.compile(
     r"#new_tokens_gained: (?P<tokens_gained>\d+)"
 )
 WATCHDOG_LINE = re.compile(r"(?:(?P<component>\w+) watchdog|Watchdog) timeout \(self\.watchdog_timeout=(?P<timeout>[\d.]+)")
+# SIGTERM to the main process (a requested stop): it drains, then kills its scheduler and detokenizer
+# (seen 4-6 s later on a real 0.5.23) as it exits. SIGTERM to the whole group is a crash instead.
+SHUTDOWN_LINE = "Draining requests and shutting down"
 ENGINE_DEAD_LINES = (
     "Scheduler hit an exception",
     "SIGQUIT received.",
@@ -385,6 +388,8 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
     for literal in ENGINE_DEAD_LINES:
         if literal in msg:
             return [("engine_dead", {"reason": literal})]
+    if SHUTDOWN_LINE in msg:
+        return [("shutdown", {"reason": "requested"})]
     for literal in HEALTH_CHECK_FAILED_LINES:
         if literal in msg:
             return [("error", {"reason": HEALTH_CHECK_FAILED_REASON})]

@@ -147,6 +147,8 @@ STARTUP_FAILURE_LINES = (
     "Timed out waiting for engine core processes to start.",
 )
 READY_LINE = "Application startup complete."
+# The API server was asked to stop (SIGTERM, ^C): 0.32 logs this, then stops its engine core first.
+SHUTDOWN_LINE = "[shutdown] API server: shutdown triggered"
 
 # Startup stages, in the order a 0.32 CPU server logged them (a GPU server profiles memory and captures
 # CUDA graphs between weights_loaded and engine_ready). Literal → stage; patterns carry the seconds.
@@ -249,7 +251,7 @@ RECORD_GRAMMAR = base.RecordGrammar(
               ("gpu_memory_utilization", re.compile(r"'gpu_memory_utilization': (?P<value>[\d.]+)"), float)),
     oom_exceptions=pytorch.OOM_EXCEPTIONS, oom_literals=pytorch.OOM_LITERALS, oom_details=pytorch.OOM_DETAILS,
     signal_lines=(re.compile(r"received signal=(?P<signal>SIG[A-Z]+)"),),            # 0.32 engine core
-    shutdown_lines=("[shutdown] API server: shutdown triggered",),
+    shutdown_lines=(SHUTDOWN_LINE,),
     force_kill_line=re.compile(r"force killing remaining process (?P<process>[A-Za-z][\w:.-]*)"),
     exit_code_lines=(re.compile(r"(?:died|terminated) with exit code:? (?P<code>-?\d+)"),),
     timeout_lines=(re.compile(r"RPC call to \w+ timed out"), re.compile(r"Timed out waiting for engine core processes to start")),
@@ -505,7 +507,7 @@ _STATS_NUMBERS = {"engine": int, "prompt_tps": float, "gen_tps": float, "running
 
 def parse_log_message(msg: str) -> list[base.LogFinding]:
     """vLLM's log grammar: periodic stats, KV cache size, worker and engine deaths, startup failures,
-    out-of-memory, ready."""
+    out-of-memory, ready, a requested shutdown."""
     match = STATS_LINE.search(msg)
     if match:
         fields = base.numbers(match, _STATS_NUMBERS)
@@ -538,6 +540,8 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
         return [("error", fields)]
     if READY_LINE in msg:
         return [("startup", {"stage": "ready"})]
+    if SHUTDOWN_LINE in msg:
+        return [("shutdown", {"reason": "requested"})]
     return _startup_stage(msg)
 
 

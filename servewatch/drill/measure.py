@@ -104,10 +104,12 @@ def parse_watch_line(line: str) -> VerdictEvent | None:
 
 
 class Watcher:
-    """`servewatch watch URL --pid PID --json --out DIR` as a subprocess; its verdict lines as events."""
+    """`servewatch watch URL --pid PID --json --out DIR` (with the server's log when the drill started it,
+    and --probe when the fault asks for it) as a subprocess; its verdict lines as events."""
 
     def __init__(self, url: str, pid: int, out: Path, *, interval_s: float, settings: tuple[str, ...],
-                 log_path: Path, wrapper: list[str] | None = None):
+                 log_path: Path, wrapper: list[str] | None = None, server_log: Path | None = None,
+                 probe: tuple[float, float] | None = None):
         self.events: list[VerdictEvent] = []
         self.log_path = log_path
         self.recording = threading.Event()
@@ -115,6 +117,10 @@ class Watcher:
                    "--out", str(out), "--interval", f"{interval_s:g}"]
         for setting in settings:
             command += ["--set", setting]
+        if server_log is not None:     # the engine's own log: its shutdown and death lines
+            command += ["--log-file", str(server_log)]
+        if probe is not None:          # (interval, deadline): watch --probe
+            command += ["--probe", "--probe-interval", f"{probe[0]:g}", "--probe-deadline", f"{probe[1]:g}"]
         self.command = command
         self.proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []

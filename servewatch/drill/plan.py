@@ -13,6 +13,10 @@ from servewatch.errors import ServewatchError
 
 SHIPPED = ("standard",)
 DEFAULT_TIMING = {"warmup_s": 6.0, "hold_s": 10.0, "observe_s": 10.0}
+# The recorder's active probe in a drill: a fault window lasts seconds, not the half-minute `watch --probe`
+# waits by default between two probes of an idle server.
+PROBE_INTERVAL_S = 4.0
+PROBE_DEADLINE_S = 4.0
 
 
 class PlanError(ServewatchError):
@@ -59,11 +63,12 @@ class FaultStep:
     observe_s: float
     params: dict
     expect: Expect
+    probe: bool = False          # the recorder asks the server for one token when its counters stand still
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
-                "params": self.params, "expect": self.expect.to_json()}
+                "params": self.params, "expect": self.expect.to_json(), "probe": self.probe}
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ class Plan:
     interval_s: float
     settings: tuple[str, ...]
     steps: tuple[FaultStep, ...]
+    probe_interval_s: float = PROBE_INTERVAL_S
+    probe_deadline_s: float = PROBE_DEADLINE_S
 
     @property
     def dialect(self) -> str:
@@ -113,7 +120,8 @@ class Plan:
                   {"engine": t.engine, "sim_dialect": t.sim_dialect if t.engine == "sim" else None,
                    "args": list(t.args), "max_model_len": t.max_model_len})
         return {"name": self.name, "description": self.description, "target": target, "workload": self.workload,
-                "recorder": {"interval_s": self.interval_s, "set": list(self.settings)},
+                "recorder": {"interval_s": self.interval_s, "set": list(self.settings),
+                             "probe_interval_s": self.probe_interval_s, "probe_deadline_s": self.probe_deadline_s},
                 "faults": [s.to_json() for s in self.steps]}
 
 
@@ -208,10 +216,13 @@ def _build(data: dict, source: str) -> Plan:
                                warmup_s=float(f.get("warmup_s", timing["warmup_s"])),
                                hold_s=float(f.get("hold_s", timing["hold_s"])),
                                observe_s=float(f.get("observe_s", timing["observe_s"])),
-                               params=params, expect=expect))
+                               params=params, expect=expect,
+                               probe=bool(f.get("probe", recorder.get("probe", False)))))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     return Plan(name=data["name"], description=data.get("description", ""), target=target, workload=workload,
-                interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps))
+                interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps),
+                probe_interval_s=float(recorder.get("probe_interval_s", PROBE_INTERVAL_S)),
+                probe_deadline_s=float(recorder.get("probe_deadline_s", PROBE_DEADLINE_S)))
 
 
 def single_fault_plan(kind: str, url: str, pid: int, *, consent: bool, role: str | None, hold_s: float | None,

@@ -135,7 +135,7 @@ class DrillRun:
         self.model = self.target.model()
         try:
             for i, step in enumerate(self.plan.steps):
-                self.results.append(self.run_step(i, step))
+                self.results.append(self.run_step(i, step, last=i == len(self.plan.steps) - 1))
         finally:
             self.target.stop()
             for proxy in self.proxies:
@@ -158,7 +158,7 @@ class DrillRun:
         ctx.workload = workload
 
     # -- one fault
-    def run_step(self, index: int, step) -> StepResult:
+    def run_step(self, index: int, step, last: bool = False) -> StepResult:
         from servewatch.drill import full_disk
         from servewatch.drill.proxy import DelayProxy
 
@@ -185,7 +185,8 @@ class DrillRun:
             self.proxies.append(ctx.proxy)
         watcher = M.Watcher(self.target.url, self.target.pid, bundle_dir, interval_s=self.plan.interval_s,
                             settings=self.plan.settings, log_path=self.out_dir / "logs" / f"watch-{index + 1:02d}.log",
-                            wrapper=wrapper)
+                            wrapper=wrapper, server_log=self.target.log_file(),
+                            probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None)
         prober = M.Prober(self.target.url)
         try:
             if not watcher.start():
@@ -221,7 +222,7 @@ class DrillRun:
                 full_disk.release(bundle_dir, disk_mode)
         result.facts.update(fault.facts)
         self._measure(result, step, watcher, prober, ctx)
-        if fault.takes_server_down and self.target.owned:
+        if fault.takes_server_down and self.target.owned and not last:    # after the last, the drill stops it
             result.restarted_by_drill_s = self._restart(result)
         return result
 

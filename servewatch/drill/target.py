@@ -168,6 +168,10 @@ class DrillTarget:
     def healthy(self) -> bool:
         return health(self.url) == 200
 
+    def log_file(self) -> Path | None:
+        """The server's log, for the recorder to read (None: the drill did not start it)."""
+        return None
+
     def model(self) -> str:
         import json
 
@@ -208,6 +212,9 @@ class SimTarget(DrillTarget):
             raise TargetError(f"the simulator did not become healthy on {self.url} (log: {self.log_dir / 'sim.log'})")
         self.prove()
         self.processes()
+
+    def log_file(self) -> Path | None:
+        return self.log_dir / "sim.log"
 
     def stop(self) -> None:
         if self.proc is None:
@@ -278,6 +285,9 @@ class LabTarget(DrillTarget):
         if self.server is not None:
             self.processes()
             self.server.stop()
+
+    def log_file(self) -> Path | None:
+        return self.server.log_path if self.server is not None else None
 
     def restart(self) -> float:
         started = time.monotonic()
