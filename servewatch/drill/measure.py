@@ -119,8 +119,10 @@ class Watcher:
             command += ["--set", setting]
         if server_log is not None:     # the engine's own log: its shutdown and death lines
             command += ["--log-file", str(server_log)]
-        if probe is not None:          # (interval, deadline): watch --probe
+        if probe is not None:          # (interval, deadline): watch's probe, as the fault asks
             command += ["--probe", "--probe-interval", f"{probe[0]:g}", "--probe-deadline", f"{probe[1]:g}"]
+        else:                          # watch probes by default; a fault that does not ask measures without it
+            command += ["--no-probe"]
         self.command = command
         self.proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
