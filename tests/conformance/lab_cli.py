@@ -124,14 +124,15 @@ class Watcher:
         with self._cond:
             self._cond.notify_all()
 
-    def wait_for(self, name: str, timeout_s: float, *, after: float = 0.0, where=None) -> VerdictLine | None:
+    def wait_for(self, name: str | tuple[str, ...], timeout_s: float, *, after: float = 0.0, where=None) -> VerdictLine | None:
         """The first `name` verdict (matching `where(data)` if given) that arrived after monotonic time
         `after`, waiting up to timeout_s."""
         deadline = time.monotonic() + timeout_s
+        names = (name,) if isinstance(name, str) else tuple(name)   # one verdict, or any of several
         with self._cond:
             while True:
                 for line in self.lines:
-                    if line.name == name and line.arrived >= after and (where is None or where(line.data)):
+                    if line.name in names and line.arrived >= after and (where is None or where(line.data)):
                         return line
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (self.proc is not None and self.proc.poll() is not None):

@@ -109,10 +109,13 @@ def test_a_worker_stopped_while_idle_is_caught_by_the_probe_while_health_says_20
         try:
             assert status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0) == psutil.STATUS_STOPPED
             clients = Traffic(server.url, n=2, concurrency=2, max_tokens=8, timeout_s=120).start()
-            # The next probe goes out within one interval of the stop, misses its deadline, and the next
-            # two 0.5 s cadences judge it: the bound, plus any freeze the meter measured meanwhile.
-            line = expect_verdict(watcher, "not_serving", after=stopped_at, bound_s=EVERY_S + DEADLINE_S + 2 * 0.5,
-                                  wait_s=EVERY_S + DEADLINE_S + 20)
+            # With --pid the stopped worker is seen at once: the probe asks then (3 s deadline) and the verdict
+            # names the rank (rank_stalled); without it, the next probe goes out within one interval of the
+            # stop and misses its deadline (not_serving). Either way within the interval + the deadline + two
+            # 0.5 s cadences, plus any freeze the meter measured meanwhile.
+            line = expect_verdict(watcher, ("rank_stalled", "not_serving"), after=stopped_at,
+                                  bound_s=EVERY_S + DEADLINE_S + 2 * 0.5, wait_s=EVERY_S + DEADLINE_S + 20)
+            assert line.name == "rank_stalled" and "VLLM::Worker" in line.data["why"], line.data
             statuses = health_over(server.url, 1.0)
             wedged = scrape(server.url)
             clients_done_while_stopped = clients.done.is_set()
@@ -123,17 +126,17 @@ def test_a_worker_stopped_while_idle_is_caught_by_the_probe_while_health_says_20
         assert not clients_done_while_stopped
         assert clients.wait(120) and clients.result.statuses == [200, 200], clients.result
         cleared_by = time.monotonic() + EVERY_S + DEADLINE_S + 10
-        while time.monotonic() < cleared_by and not any(c.name == "not_serving" for c in watcher.cleared):
+        while time.monotonic() < cleared_by and not any(c.name == line.name for c in watcher.cleared):
             time.sleep(0.2)  # the watcher's stdout lands in another thread; a bounded poll of its list
-        cleared = [c for c in watcher.cleared if c.name == "not_serving"]
-    assert cleared, f"not_serving never cleared after SIGCONT; {watcher.describe()}"
+        cleared = [c for c in watcher.cleared if c.name == line.name]
+    assert cleared, f"{line.name} never cleared after SIGCONT; {watcher.describe()}"
     stored = line.data
     running, waiting = wedged.get("vllm:num_requests_running"), wedged.get("vllm:num_requests_waiting")
-    others = sorted({v.name for v in watcher.verdicts(after=stopped_at)} - {"not_serving"})
+    others = sorted({v.name for v in watcher.verdicts(after=stopped_at)} - {line.name})
     lab.obs.record("idle_wedge", {"detected_s": round(detected_s, 2), "health": sorted(set(statuses)),
                                   "running": running, "waiting": waiting, "why": stored.get("why"),
                                   "other_verdicts": others})
-    lab.obs.say(f"idle wedge (SIGSTOP of the Worker with nothing running, then 2 requests): not_serving after "
+    lab.obs.say(f"idle wedge (SIGSTOP of the Worker with nothing running, then 2 requests): {line.name} after "
                 f"{detected_s:.1f} s (probe interval {EVERY_S:g} s + deadline {DEADLINE_S:g} s), /health "
                 f"{sorted(set(statuses))}, gauges running {running:g} waiting {waiting:g}; other verdicts: "
                 f"{others or 'none'}; cleared after SIGCONT")
