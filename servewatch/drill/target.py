@@ -77,7 +77,15 @@ class DrillTarget:
         raise NotImplementedError
 
     def restart(self) -> float:
-        raise TargetError("this target cannot be restarted by the drill")
+        """Stop and start a server the drill started itself; the seconds it took."""
+        if not self.owned:
+            raise TargetError("this target cannot be restarted by the drill")
+        started = time.monotonic()
+        self.stop()
+        self.start()
+        took = time.monotonic() - started
+        self.restarts.append(took)
+        return took
 
     @property
     def host(self) -> str:
@@ -230,14 +238,6 @@ class SimTarget(DrillTarget):
         else:
             self.proc.wait(5)
 
-    def restart(self) -> float:
-        started = time.monotonic()
-        self.stop()
-        self.start()
-        took = time.monotonic() - started
-        self.restarts.append(took)
-        return took
-
 
 class LabTarget(DrillTarget):
     """A lab vLLM or SGLang (servewatch.lab), started on a loopback port the drill keeps across restarts."""
@@ -288,14 +288,6 @@ class LabTarget(DrillTarget):
 
     def log_file(self) -> Path | None:
         return self.server.log_path if self.server is not None else None
-
-    def restart(self) -> float:
-        started = time.monotonic()
-        self.stop()
-        self.start()
-        took = time.monotonic() - started
-        self.restarts.append(took)
-        return took
 
 
 class ExistingTarget(DrillTarget):
