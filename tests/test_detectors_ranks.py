@@ -224,3 +224,20 @@ def test_startup_and_other_verdicts_name_stopped_processes_by_rank():
     assert rank_detector.named_processes(sample, [(112, "VLLM::Worker_TP1")]) == \
         "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112)"
     assert rank_detector.named_processes(sample, [(100, "python3")]) == "python3"
+
+
+def test_engine_dead_from_the_log_alone_names_the_worker_rank_and_its_exit():
+    """vLLM's executor logs the dead worker's rank ('Worker proc VllmWorker-1 died unexpectedly (exit code:
+    -9)'); when that line is read before a process sample shows the rank gone (seen on a real TP=2 vLLM),
+    the verdict still says which worker died and how."""
+    from servewatch.sources.logs import _read_line
+    from servewatch.timeline.samples import LogEvent
+
+    line = ("(EngineCore pid=16059) ERROR 12-01 18:20:45 [multiproc_executor.py:315] Worker proc VllmWorker-1 "
+            "died unexpectedly (exit code: -9), shutting down executor.")
+    (kind, fields), = _read_line(line)[2]
+    assert kind == "engine_dead" and fields["worker_rank"] == 1 and fields["exit_code"] == -9
+    w = window(tree, span=12.0)     # every rank still in the process view
+    w = Window(health=w.health, metrics=w.metrics, process=w.process, logs=(LogEvent(T0 + 11.5, kind, fields),))
+    (dead,) = [v for v in run_detectors(w, CONFIG) if v.name == "engine_dead"]
+    assert "(Worker proc died unexpectedly: worker rank 1, exit code -9 (signal 9))" in dead.why, dead.why

@@ -99,7 +99,13 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
     if dead_lines:
         onsets.append(dead_lines[0].t)
         evidence += [Evidence("log", e.t, "kind", e.kind) for e in dead_lines[:3]]
-        reason = dead_lines[0].fields.get("reason", "engine_dead")
+        fields = dead_lines[0].fields
+        reason = fields.get("reason", "engine_dead")
+        if isinstance(fields.get("worker_rank"), int):     # the line names the worker that died
+            reason += f": worker rank {fields['worker_rank']}"
+            code = fields.get("exit_code")
+            if isinstance(code, int):
+                reason += f", exit code {code}" + (f" (signal {-code})" if code < 0 else "")
         reasons.append(f"{len(dead_lines)} engine-death log line(s) ({reason})")
     return (min(onsets) if onsets else None), evidence, reasons
 

@@ -525,6 +525,9 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
         code = match.group("code")
         if code and code.lstrip("-").isdigit():
             fields["exit_code"] = int(code)
+        rank = re.fullmatch(r"VllmWorker-(\d+)", match.group("worker") or "")
+        if rank:     # the executor's worker rank (the TP rank of a TP-only engine): a number, never a name
+            fields["worker_rank"] = int(rank.group(1))
         return [("engine_dead", fields)]
     for literal in STARTUP_FAILURE_LINES:
         if literal in msg:
