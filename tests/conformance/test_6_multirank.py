@@ -210,7 +210,7 @@ def test_dp2_worker_of_dp_rank_1_stopped_is_a_stall_on_engine_1_naming_dp_rank_1
             try:
                 frozen = engine_gauges(server.url)
                 stall = watcher.wait_for("alive_health_ok_no_progress", timeout_s=60, after=stopped_at,
-                                         where=lambda d: "engine=1" in d["why"])
+                                         where=lambda d: (d.get("details") or {}).get("engine") == "engine=1")
                 statuses = health_over(server.url, 1.0)
             finally:
                 os.kill(worker, signal.SIGCONT)
