@@ -104,3 +104,18 @@ def test_target_down_from_the_start_is_health_loss():
 def test_healthy_window_has_no_liveness_verdict():
     tl = Timeline().ticks(100, running=4, members=(API, ENGINE, WORKER))
     assert by_name(tl.window()) == {}
+
+
+def test_an_engine_that_died_behind_an_api_that_exits_a_second_later_is_still_engine_dead():
+    """A real vLLM's API server exits about a second after its engine: the engine's death is said (engine_dead)
+    though the newest sample already shows the API gone; a target that went all at once stays process_exit's."""
+    tl = Timeline().ticks(10, running=4)
+    gone_at = tl.t + 0.02
+    tl.ticks(2, members=(API,)).ticks(2, alive=False, health=None, health_error="connect")
+    verdicts = by_name(tl.window())
+    assert verdicts["engine_dead"].onset == gone_at
+    assert "the API process outlived it, then exited" in verdicts["engine_dead"].why
+    assert "process_exit" in verdicts
+
+    at_once = Timeline().ticks(10, running=4).ticks(3, alive=False, health=None, health_error="connect")
+    assert "engine_dead" not in by_name(at_once.window())

@@ -157,12 +157,15 @@ def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
     if onset is None:
         return []
     api_alive = window.process[-1].alive if window.process else None
-    if api_alive is False:
-        return []  # the whole target is gone: that is process_exit's verdict
+    outlived = api_alive is False and any(p.alive for p in window.process if p.t >= onset)
+    if api_alive is False and not outlived:
+        return []  # the whole target went at once: that is process_exit's verdict
     t = max(e.t for e in evidence)
     why = "engine dead: " + "; ".join(reasons)
     if api_alive:
         why += " — the API process is still alive"
+    elif outlived:    # a real vLLM's API server exits about a second after its engine: both are said
+        why += " — the API process outlived it, then exited"
     return [Verdict("engine_dead", t, onset, why, tuple(evidence),
                     {"api_alive": api_alive, "signals": len(reasons)})]
 
