@@ -28,6 +28,8 @@ STALL_FLOOR_S = 2.0
 STALL_K = 4.0
 STALL_CEILING_S = 60.0
 
+SHUTDOWN_LOG_WAIT_S = 2.0   # documented default: a vanished engine waits this long for a shutdown line
+
 CASE_LOG_ENV = "SERVEWATCH_CASE_LOG"
 
 _meter: FreezeMeter | None = None
