@@ -170,17 +170,11 @@ async def _guard(args, options, command: list[str], config) -> int:
 def _stacks_dir(args, *, check: bool) -> Path:
     """--stacks-dir, checked now: an unwritable one is one line and exit 2 before anything runs (the dump is
     evidence a kill destroys; finding out at the kill is too late)."""
-    import tempfile
+    from servewatch.watch.bundle_sink import check_writable
 
     path = Path(args.stacks_dir) if args.stacks_dir else default_stacks_dir()
-    if not check:
-        return path
-    try:
-        path.mkdir(parents=True, mode=0o700, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".servewatch-probe-"):
-            pass
-    except OSError as exc:
-        raise ServewatchError(f"--stacks-dir {path}: not writable ({exc.strerror or exc})") from None
+    if check:
+        check_writable(path, "--stacks-dir")
     return path
 
 

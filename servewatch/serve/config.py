@@ -32,6 +32,7 @@ from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
 from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
+from servewatch.watch.bundle_sink import check_writable
 from servewatch.watch.options import RecordingOptions, recording_from_args
 
 # How every target is recorded unless the config or the command line says otherwise: as `watch` records one
@@ -194,21 +195,8 @@ def from_args(args) -> ServeConfig:
             raise ServewatchError(f"{url!r}: not an http(s) URL")
     parse_listen(config.listen)
     if config.out:
-        _check_writable(config.out)
+        check_writable(config.out)
     return config
-
-
-def _check_writable(out: str) -> None:
-    """--out / out:, checked before anything is watched: one line and exit 2, never a fleet of unwatched targets."""
-    import os
-    import tempfile
-
-    try:
-        os.makedirs(out, mode=0o700, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".servewatch-probe-"):
-            pass
-    except OSError as exc:
-        raise ServewatchError(f"--out {out}: not writable ({exc.strerror or exc})") from None
 
 
 def target_from_arg(text: str) -> TargetSpec:

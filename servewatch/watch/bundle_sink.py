@@ -64,11 +64,17 @@ def bundle_sink(out: str, target: str | None, config, *, keep: int | None = None
     are counted by the writer and watching continues)."""
     from servewatch.sinks.bundle import BundleWriter
 
-    try:
-        os.makedirs(out, mode=0o700, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".servewatch-probe-"):
-            pass
-    except OSError as exc:
-        raise ServewatchError(f"--out {out}: not writable ({exc.strerror or exc})") from None
+    check_writable(out)
     writer = BundleWriter(out) if keep is None else BundleWriter(out, keep=keep)
     return BundleSink(writer, target, config)
+
+
+def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Create `path` (private) and write a file in it now: one line naming `flag` and exit 2 when it
+    cannot be written, before anything is watched or acted on."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".servewatch-probe-"):
+            pass
+    except OSError as exc:
+        raise ServewatchError(f"{flag} {path}: not writable ({exc.strerror or exc})") from None
