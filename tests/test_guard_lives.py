@@ -2,13 +2,15 @@
 restarted three times around a server that fails at every start."""
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from servewatch.actions.lives import Life, crash_loop, describe, load, save
-from servewatch.sinks.bundle import BundleWriter, pinned
+from servewatch.actions.lives import Life, crash_loop, describe, load, pins, save
+from servewatch.sinks.bundle import DEFAULT_KEEP, BundleWriter, pinned
 
 GUARD = [sys.executable, "-m", "servewatch", "guard"]
 
@@ -61,9 +63,16 @@ def test_guard_restarted_around_a_failing_server_reports_one_crash_loop_and_pins
                               capture_output=True, text=True, timeout=900)
         return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
 
-    runs = [run_guard() for _ in range(3)]
-    assert [code for code, _ in runs] == [7, 7, 7]          # the orchestrator still sees the server's own status
+    runs = [run_guard()]
     first_bundle = next(line["bundle"] for line in runs[0][1] if line.get("verdict") == "process_exit")
+    # Bundles newer than the first failure's, more than --out keeps (4): without a hold on the first
+    # failure's bundle, the next run's first write rotates it out before any loop is known (a loaded
+    # machine makes several bundles per failed life and did exactly this).
+    for n in range(DEFAULT_KEEP):
+        shutil.copytree(first_bundle, out / f"incident-20990101T00000{n}Z-process_exit-0000000{n}")
+    assert pinned(out) == {Path(first_bundle).name}
+    runs += [run_guard() for _ in range(2)]
+    assert [code for code, _ in runs] == [7, 7, 7]          # the orchestrator still sees the server's own status
     assert not [line for _, lines in runs[:2] for line in lines if line.get("guard") == "crash_loop"]
     loop = [line for line in runs[2][1] if line.get("guard") == "crash_loop"]
     assert len(loop) == 1 and loop[0]["failures"] == 3 and loop[0]["first_exit"] == 7
@@ -73,3 +82,17 @@ def test_guard_restarted_around_a_failing_server_reports_one_crash_loop_and_pins
     BundleWriter(out, keep=1)._rotate()
     left = {p.name for p in BundleWriter(out).bundles()}
     assert loop[0]["first_bundle"] in left and len(left) == 2
+
+
+@pytest.mark.parametrize("history, hold, release", [
+    ([life(100, bundle="b1")], {"b1"}, set()),
+    ([life(100, bundle="b1"), life(160, bundle="b2")], {"b1", "b2"}, set()),
+    ([life(100, bundle="b1"), life(160, bundle="b2"), life(220, bundle="b3")], {"b1"}, {"b2", "b3"}),
+    ([life(100, bundle="b1", loop_first=True), life(160, bundle="b2"), life(220, bundle="b3"),
+      life(280, status=0, bundle="b4")], set(), {"b2", "b3", "b4"}),
+    ([life(10, bundle="b1"), life(200, bundle="b2")], {"b2"}, {"b1"}),
+])
+def test_every_failure_that_may_start_a_loop_is_held_and_released_once_settled(history, hold, release):
+    """The bundles of a streak are held until the loop is said (then only its first stays) or a clean
+    life or the window ends the streak; a loop's first is never released."""
+    assert pins(history, count=3, window_s=180) == (hold, release)

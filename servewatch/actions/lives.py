@@ -31,24 +31,47 @@ class Life:
     stopped: bool = False            # ended because guard was asked to stop (a drain), not a failure
     first_verdict: str | None = None
     bundle: str | None = None        # the name (not the path) of the first verdict's bundle in --out
+    loop_first: bool = False         # named as the first failure of a crash loop: its bundle stays pinned
 
     @property
     def failed(self) -> bool:
         return self.exit_status != 0 and not self.stopped
 
 
-def crash_loop(lives: list[Life], *, count: int, window_s: float) -> list[Life] | None:
-    """The failed lives that make a crash loop ending with the newest life: at least `count` failures,
-    none with a clean life between them, the first ending within `window_s` of the newest's end."""
-    if not lives or not lives[-1].failed:
-        return None
+def streak(lives: list[Life], *, window_s: float) -> list[Life]:
+    """The failed lives ending with the newest, none with a clean life between them, each ending within
+    `window_s` of the newest's end (oldest first; empty when the newest life did not fail)."""
     run: list[Life] = []
     for life in reversed(lives):
         if not life.failed or lives[-1].ended - life.ended > window_s:
             break
         run.append(life)
-    run.reverse()
+    return run[::-1]
+
+
+def crash_loop(lives: list[Life], *, count: int, window_s: float) -> list[Life] | None:
+    """The failed lives that make a crash loop ending with the newest life: at least `count` failures,
+    none with a clean life between them, the first ending within `window_s` of the newest's end."""
+    run = streak(lives, window_s=window_s)
     return run if len(run) >= count else None
+
+
+def pins(lives: list[Life], *, count: int, window_s: float) -> tuple[set[str], set[str]]:
+    """(bundles to pin, bundles to release) after the newest life ended.
+
+    Until a streak of failures is a crash loop, any of its lives may turn out to be the loop's first
+    (the window slides), so the bundles of all of them are held against rotation: a failing server writes
+    several bundles a life, and `--out` keeps only the newest few. Once the loop is said, its first
+    failure's bundle stays pinned for good and the other holds are released; so are the holds of a streak
+    a clean life ended or the window left behind."""
+    run = streak(lives, window_s=window_s)
+    if len(run) >= count:
+        hold = {run[0].bundle}
+    else:
+        hold = {life.bundle for life in run}
+    hold.discard(None)
+    release = {life.bundle for life in lives if life.bundle and not life.loop_first} - hold
+    return hold, release
 
 
 def describe(run: list[Life]) -> str:

@@ -141,7 +141,7 @@ async def _guard(args, options, command: list[str], config) -> int:
             loop.add_signal_handler(sig, guard.drain)
         if signalled:
             guard.drain()
-        await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired],
+        await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired, _hold_first_bundle(options.out)],
                      clear_listeners=[_cleared_printer(args.json)], on_recorder=_attach(guard),
                      identity=guard.identity_record)
         if not guard.done.is_set():          # --duration ran out
@@ -185,7 +185,9 @@ def _remember_life(args, options, command, guard, started: float, code: int, why
     import time
 
     from servewatch.actions import lives
-    from servewatch.sinks.bundle import pin
+    from dataclasses import replace
+
+    from servewatch.sinks.bundle import repin
 
     path = Path(args.lives) if args.lives else lives.default_path(options.url, command)
     past, problem = lives.load(path)
@@ -193,12 +195,16 @@ def _remember_life(args, options, command, guard, started: float, code: int, why
     life = lives.Life(started, time.time(), code, why, stopped=guard.outcome.drain is not None,
                       first_verdict=first_verdict, bundle=os.path.basename(bundle) if bundle else None)
     history = [*past, life]
-    loop = lives.crash_loop(history, count=options.detectors.crash_loop_count,
-                            window_s=options.detectors.crash_loop_window_s)
-    problems = [problem, lives.save(path, history)]
+    count, window_s = options.detectors.crash_loop_count, options.detectors.crash_loop_window_s
+    loop = lives.crash_loop(history, count=count, window_s=window_s)
     if loop is not None:
-        if loop[0].bundle and options.out:
-            problems.append(pin(options.out, loop[0].bundle))
+        history = [replace(x, loop_first=True) if x is loop[0] else x for x in history]
+    problems = [problem]
+    if options.out:
+        hold, release = lives.pins(history, count=count, window_s=window_s)
+        problems.append(repin(options.out, add=hold, remove=release))
+    problems.append(lives.save(path, history))
+    if loop is not None:
         guard.say(f"crash_loop: {lives.describe(loop)}", event="crash_loop", failures=len(loop),
                   first_exit=loop[0].exit_status, first_verdict=loop[0].first_verdict, first_bundle=loop[0].bundle)
     for line in filter(None, problems):
@@ -244,6 +250,27 @@ def _cleared_printer(json_lines: bool):
             print(f"servewatch guard: {cleared.verdict.name} cleared after {cleared.duration_s:.1f} s",
                   file=sys.stderr, flush=True)
     return show
+
+
+def _hold_first_bundle(out: str | None):
+    """Pin this life's first bundle as soon as it is written: if the life fails it may be the first failure
+    of a crash loop, and the same life's later bundles must not rotate it out. `_remember_life` releases
+    it when the life ends clean or a loop names another first."""
+    import sys
+
+    from servewatch.sinks.bundle import repin
+
+    held = False
+
+    def hold(fired) -> None:
+        nonlocal held
+        first, held = not held, True
+        if not first or not out or not fired.bundle:
+            return
+        problem = repin(out, add={os.path.basename(fired.bundle)})
+        if problem:
+            print(f"servewatch guard: {problem}", file=sys.stderr, flush=True)
+    return hold
 
 
 def _attach(guard):

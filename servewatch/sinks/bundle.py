@@ -149,16 +149,28 @@ def pinned(out_dir: str | os.PathLike) -> set[str]:
 
 def pin(out_dir: str | os.PathLike, name: str) -> str | None:
     """Keep bundle `name` through every rotation from now on; the one line that says why not, or None."""
-    if not BUNDLE_NAME.match(name):
-        return f"{name!r} is not a bundle name"
-    names = pinned(out_dir) | {name}
+    return repin(out_dir, add={name})
+
+
+def repin(out_dir: str | os.PathLike, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> str | None:
+    """Pin the bundles named in `add` and release those in `remove` (one atomic rewrite of the pins);
+    the one line that says why not, or None."""
+    add, remove = set(add), set(remove) - set(add)
+    bad = sorted(n for n in add if not BUNDLE_NAME.match(n))
+    if bad:
+        return f"{bad[0]!r} is not a bundle name"
+    before = pinned(out_dir)
+    names = (before | add) - remove
+    if names == before:
+        return None
     tmp = Path(out_dir) / f".pinned-tmp-{secrets.token_hex(4)}"
     try:
         _write_private(tmp, "".join(f"{n}\n" for n in sorted(names)).encode())
         os.replace(tmp, Path(out_dir) / PINS)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        return f"{Path(out_dir) / PINS}: cannot pin {name} ({exc.strerror or exc})"
+        what = ", ".join(sorted(add - before)) or "the pins"
+        return f"{Path(out_dir) / PINS}: cannot pin {what} ({exc.strerror or exc})"
     return None
 
 
