@@ -139,7 +139,7 @@ def test_inspect_file_over_the_series_bound(tmp_path, capsys):
 
 def tables(out: str) -> list[str]:
     """The engine label of each engine table, in the order printed (a long title wraps)."""
-    return re.findall(r"^engine model_name=tiny,\s+engine=(\d+)", out, re.MULTILINE)
+    return re.findall(r"^engine (\d+), model tiny", out, re.MULTILINE)
 
 
 def inspect_both(path, capsys) -> tuple[list[str], str]:
@@ -157,6 +157,7 @@ def test_inspect_table_shows_eight_engines_and_json_all(tmp_path, capsys):
     assert sorted(engines, key=int) == [str(i) for i in range(11)]
     assert "11 engine(s), the first 8 shown" in out
     assert tables(out) == engines[:8]
+    assert "model_name=" not in out and "engine=" not in out      # label pairs are said in words
     assert "3 more engine(s) not shown" in out and "--json lists them all" in out
 
 

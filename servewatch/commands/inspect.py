@@ -107,6 +107,15 @@ def build_report(scrape) -> dict:
     return {"dialect": scrape.dialect, "generation": scrape.naming, "engines": engines, "findings": findings}
 
 
+def _engine_title(labels: dict[str, str]) -> str:
+    """"engine 0, model Qwen/Qwen2.5-7B-Instruct-AWQ" rather than the raw label pairs."""
+    from servewatch.detectors.series import engine_words
+
+    model = labels.get("model_name")
+    key = ",".join(f"{k}={v}" for k, v in labels.items() if k != "model_name")
+    return engine_words(key) + (f", model {model}" if model else "")
+
+
 def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -118,8 +127,7 @@ def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
     console.print(f"[bold]{report['dialect']}[/bold] (names: {report['generation']}), {len(engines)} engine(s)"
                   + (f", the first {len(shown)} shown" if left_out else ""))
     for engine in shown:
-        labels = ", ".join(f"{k}={v}" for k, v in engine["labels"].items())
-        state = Table(title=f"engine {labels}", show_header=False, title_justify="left")
+        state = Table(title=_engine_title(engine["labels"]), show_header=False, title_justify="left")
         state.add_column("field")
         state.add_column("value", justify="right")
         reasons = engine["waiting_by_reason"]
