@@ -11,6 +11,7 @@ server about to be killed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,22 @@ class ProcessStacks:
     role: str
     status: str          # captured | denied | timeout | failed | gone
     seconds: float
+    title: str = ""
+    innermost: str | None = None   # the main thread's innermost frame, "func (file.py:line)", from the dump
+    stopped: bool = False          # the process was stopped (state T) when it was read
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """A rank whose main thread is somewhere else than its siblings' (same kind, e.g. every TP worker)."""
+
+    odd: tuple[ProcessStacks, ...]      # the rank(s) out of step
+    others: tuple[ProcessStacks, ...]   # the siblings that agree (or the rest, when nobody agrees)
+    words: str
+
+    def public(self) -> list[str]:
+        """The diverging ranks by title: no frames, no paths."""
+        return [p.title for p in self.odd]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +56,14 @@ class StackCapture:
     path: str | None                         # the private file, when anything was captured
     processes: tuple[ProcessStacks, ...] = ()
     reason: str | None = None                # for unavailable / failed: one line
+    divergence: Divergence | None = None     # a rank not where its siblings are
 
     def public(self) -> dict:
-        """What may leave the machine: the outcome and counts, no path, no stack text."""
+        """What may leave the machine: the outcome and counts, no path, no stack text (the diverging ranks
+        by title only)."""
         return {"status": self.status, "producer": self.producer,
-                "processes": {p.role: p.status for p in self.processes}}
+                "processes": {p.role: p.status for p in self.processes},
+                "diverging": self.divergence.public() if self.divergence else []}
 
 
 def find_py_spy() -> str | None:
@@ -71,19 +91,95 @@ def capture(members: tuple[Member, ...], out_dir: Path, *, timeout_s: float = 10
     producer = producer_version(py_spy)
     path = out_dir / f"stacks-{when or time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.txt"
     results = []
+    texts = []
     try:   # a full or read-only disk costs the stacks, never the action that follows them
         out_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             for member in members:
                 started = time.monotonic()
+                stopped = _stopped(member.pid)
                 status, text = _dump_one(py_spy, member.pid, timeout_s)
-                results.append(ProcessStacks(member.pid, member.role, status, round(time.monotonic() - started, 3)))
-                out.write(f"=== pid {member.pid} ({member.role}): {status}\n{text}\n")
+                results.append(ProcessStacks(member.pid, member.role, status, round(time.monotonic() - started, 3),
+                                             member.title, innermost(text) if status == "captured" else None,
+                                             stopped))
+                texts.append(f"=== pid {member.pid} ({member.role}{', ' + member.title if member.title else ''}"
+                             f"{', stopped' if stopped else ''}): {status}\n{text}\n")
+            split = divergence(results)
+            if split is not None:
+                out.write(f"divergence: {split.words}\n\n")
+            out.writelines(texts)
     except OSError as exc:
         return StackCapture("failed", producer, None, tuple(results),
                             reason=f"cannot write {path}: {exc.strerror or exc}")
-    return StackCapture(_overall(results), producer, str(path), tuple(results))
+    return StackCapture(_overall(results), producer, str(path), tuple(results), divergence=split)
+
+
+_THREAD = re.compile(r'^Thread \S+ \([^)]*\)(?:: "([^"]*)")?')
+_FRAME = re.compile(r"^\s+(\S.*?) \((?:.*/)?([^/()]+:\d+)\)\s*$")
+
+
+def innermost(dump: str) -> str | None:
+    """The innermost frame of the main thread (else the first thread) in a `py-spy dump`: "func (file.py:12)",
+    the file's base name only."""
+    threads: list[tuple[str, str | None]] = []
+    for line in dump.splitlines():
+        head = _THREAD.match(line)
+        if head:
+            threads.append((head.group(1) or "", None))
+            continue
+        frame = _FRAME.match(line)
+        if frame and threads and threads[-1][1] is None:
+            threads[-1] = (threads[-1][0], f"{frame.group(1)} ({frame.group(2)})")
+    with_frames = [(name, frame) for name, frame in threads if frame]
+    main = next((frame for name, frame in with_frames if name == "MainThread"), None)
+    return main or (with_frames[0][1] if with_frames else None)
+
+
+def divergence(results: list[ProcessStacks]) -> Divergence | None:
+    """The first group of sibling ranks (same kind by title) whose main threads are not all in one place:
+    the rank(s) outside the largest agreeing set, or — two ranks, no majority — the stopped one."""
+    from servewatch.timeline.ranks import rank_of
+
+    groups: dict[str, list[ProcessStacks]] = {}
+    for result in results:
+        found = rank_of(result.title) if result.title else None
+        if found is not None and result.innermost:
+            groups.setdefault(found[0], []).append(result)
+    for group in groups.values():
+        places: dict[str, list[ProcessStacks]] = {}
+        for result in group:       # one function is one place, whichever of its lines each rank is on
+            places.setdefault(result.innermost.rsplit(":", 1)[0], []).append(result)
+        if len(group) < 2 or len(places) < 2:
+            continue
+        ranked = sorted(places.values(), key=len, reverse=True)
+        if len(ranked[0]) > len(ranked[1]):
+            agree = ranked[0]
+        else:   # a tie: the stopped ranks are the odd ones, when some are
+            stopped = [r for r in group if r.stopped]
+            agree = [r for r in group if not r.stopped] if stopped and len(stopped) < len(group) else None
+        if agree is not None:
+            odd = [r for r in group if r not in agree]
+            places_of_agree = {r.innermost.rsplit(":", 1)[0] + ")" for r in agree}
+            where = next(iter(places_of_agree)) if len(places_of_agree) == 1 else "different places"
+            words = "; ".join(f"{_who(r)} is in {r.innermost}{' (stopped)' if r.stopped else ''}" for r in odd)
+            words += f", while its {len(agree)} sibling(s) ({', '.join(_who(r) for r in agree)}) are in {where}"
+            return Divergence(tuple(odd), tuple(agree), words)
+        words = "; ".join(f"{_who(r)} is in {r.innermost}" for r in group)
+        return Divergence(tuple(group), (), f"the ranks are in different places: {words}")
+    return None
+
+
+def _who(result: ProcessStacks) -> str:
+    return f"{result.title} (pid {result.pid})"
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
 
 
 def _dump_one(py_spy: str, pid: int, timeout_s: float) -> tuple[str, str]:

@@ -114,8 +114,9 @@ class Guard:
         if action.stacks:
             capture = await loop.run_in_executor(None, self._capture, members)
             where = f" → {capture.path}" if capture.path else ""
+            split = f"; divergence: {capture.divergence.words}" if capture.divergence else ""
             self.say(f"{action.verdict}: stacks {capture.status}"
-                     f"{' (' + capture.reason + ')' if capture.reason else ''}{where}",
+                     f"{' (' + capture.reason + ')' if capture.reason else ''}{where}{split}",
                      event="stacks", verdict=action.verdict, path=capture.path, **capture.public())
         if not self._proven(action.verdict):      # again: the stacks took seconds
             self.busy = False

@@ -13,6 +13,7 @@ class Member:
     pid: int
     create_time: float
     role: str           # "api", "engine_core", "worker", ... (servewatch.sources.process.role_of)
+    title: str = ""     # the process title (VLLM::Worker_TP1) or kernel name: which rank it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,8 @@ def snapshot(pid: int, create_time: float | None = None) -> tuple[Member, ...]:
     members = []
     for i, proc in enumerate(procs):
         try:
-            members.append(Member(proc.pid, proc.create_time(), "api" if i == 0 else role_of(title_of(proc))))
+            title = title_of(proc)
+            members.append(Member(proc.pid, proc.create_time(), "api" if i == 0 else role_of(title), title))
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return tuple(members)
