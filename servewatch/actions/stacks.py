@@ -103,8 +103,8 @@ def capture(members: tuple[Member, ...], out_dir: Path, *, timeout_s: float = 10
                 results.append(ProcessStacks(member.pid, member.role, status, round(time.monotonic() - started, 3),
                                              member.title, innermost(text) if status == "captured" else None,
                                              stopped))
-                texts.append(f"=== pid {member.pid} ({member.role}{', ' + member.title if member.title else ''}"
-                             f"{', stopped' if stopped else ''}): {status}\n{text}\n")
+                texts.append(f"=== pid {member.pid} ({member.role}): {status}{' — ' + member.title if member.title else ''}"
+                             f"{' (stopped)' if stopped else ''}\n{text}\n")
             split = divergence(results)
             if split is not None:
                 out.write(f"divergence: {split.words}\n\n")
