@@ -219,6 +219,18 @@ def test_rank_state_series_are_one_per_rank_with_bounded_labels():
     assert not any("VLLM::" in row or "pid" in row for row in rows)        # no titles, no pids as labels
 
 
+def test_the_targets_api_lists_each_rank_with_its_state_title_and_pid_and_nothing_from_a_stale_view():
+    from servewatch.serve.http_api import RANK_SAMPLE_MAX_AGE_S, _ranks
+
+    sample = stopped_at(10.0)(T0 + 12.0)
+    ranks = _ranks(sample, now=sample.t + 1.0)
+    assert [(r["role"], r["rank"], r["state"]) for r in ranks] == \
+        [("engine_core", "none", "S"), ("worker", "TP0", "R"), ("worker", "TP1", "T")]
+    assert ranks[2]["title"] == "VLLM::Worker_TP1" and ranks[2]["pid"] == 112
+    assert _ranks(sample, now=sample.t + RANK_SAMPLE_MAX_AGE_S + 0.1) == []     # no state from an old view
+    assert _ranks(None, now=0.0) == []
+
+
 def test_startup_and_other_verdicts_name_stopped_processes_by_rank():
     sample = stopped_at(0.0)(T0)
     assert rank_detector.named_processes(sample, [(112, "VLLM::Worker_TP1")]) == \

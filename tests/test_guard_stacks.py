@@ -124,8 +124,18 @@ def test_ranks_in_one_place_or_of_no_known_kind_have_no_divergence():
     assert divergence(lines_apart) is None                # one function, two of its lines: one place
     unranked = [stacks("python3", "a (x.py:1)"), stacks("python3", "b (x.py:2)")]
     assert divergence(unranked) is None                   # not engine ranks: nothing to compare
+    both_stopped = [stacks("VLLM::Worker_TP0", "a (x.py:1)", True), stacks("VLLM::Worker_TP1", "a (x.py:1)", True)]
+    assert divergence(both_stopped) is None               # the whole group held still: no rank is the odd one
     lone = [stacks("VLLM::Worker_TP0", "a (x.py:1)"), stacks("VLLM::EngineCore", "b (x.py:2)")]
     assert divergence(lone) is None                       # different kinds are not siblings
+
+
+def test_a_stopped_rank_in_the_same_function_as_its_running_siblings_is_named():
+    split = divergence([stacks("VLLM::Worker_TP0", "all_reduce (comm.py:10)"),
+                        stacks("VLLM::Worker_TP1", "all_reduce (comm.py:12)", stopped=True)])
+    assert split.public() == ["VLLM::Worker_TP1"]
+    assert split.words == ("VLLM::Worker_TP1 (pid 1) stopped (state T) in all_reduce (comm.py), where its 1 "
+                           "sibling(s) (VLLM::Worker_TP0 (pid 1)) are too, not stopped")
 
 
 def test_two_ranks_apart_with_neither_stopped_are_both_said():

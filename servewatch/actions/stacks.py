@@ -150,13 +150,21 @@ def divergence(results: list[ProcessStacks]) -> Divergence | None:
         places: dict[str, list[ProcessStacks]] = {}
         for result in group:       # one function is one place, whichever of its lines each rank is on
             places.setdefault(result.innermost.rsplit(":", 1)[0], []).append(result)
-        if len(group) < 2 or len(places) < 2:
+        if len(group) < 2:
+            continue
+        stopped = [r for r in group if r.stopped]
+        if len(places) < 2:
+            if stopped and len(stopped) < len(group):   # one place, but a rank there holds still
+                running = [r for r in group if not r.stopped]
+                where = next(iter(places)) + ")"
+                words = (f"{', '.join(_who(r) for r in stopped)} stopped (state T) in {where}, where its "
+                         f"{len(running)} sibling(s) ({', '.join(_who(r) for r in running)}) are too, not stopped")
+                return Divergence(tuple(stopped), tuple(running), words)
             continue
         ranked = sorted(places.values(), key=len, reverse=True)
         if len(ranked[0]) > len(ranked[1]):
             agree = ranked[0]
         else:   # a tie: the stopped ranks are the odd ones, when some are
-            stopped = [r for r in group if r.stopped]
             agree = [r for r in group if not r.stopped] if stopped and len(stopped) < len(group) else None
         if agree is not None:
             odd = [r for r in group if r not in agree]

@@ -34,6 +34,9 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+RANK_SAMPLE_MAX_AGE_S = 10.0     # as the exporter's servewatch_rank_state: an older process view is no state
+
+
 async def targets(request: web.Request) -> web.Response:
     from servewatch.serve.signals import signals
 
@@ -41,12 +44,27 @@ async def targets(request: web.Request) -> web.Response:
     out = []
     for name, run in sorted(fleet.runs.items()):
         s = run.status
-        values = signals(run.recorder.ring.window(), fleet.clock.now())
+        window = run.recorder.ring.window()
+        values = signals(window, fleet.clock.now())
         out.append({"name": name, "url": run.spec.url, "state": s.state, "up": s.up, "health_ok": s.health_ok,
                     "scrape_ok": s.scrape_ok, "last_error": s.last_error, "backoff_s": s.backoff_s,
                     "active": [v.name for v in run.recorder.latch.active],
-                    "signals": {k: v for k, v in vars(values).items() if v is not None}})
+                    "signals": {k: v for k, v in vars(values).items() if v is not None},
+                    "ranks": _ranks(window.process[-1] if window.process else None, fleet.clock.now())})
     return web.json_response({"targets": out})
+
+
+def _ranks(sample, now: float) -> list[dict]:
+    """Each engine rank of a target's newest process sample (none older than RANK_SAMPLE_MAX_AGE_S): its
+    role, rank, process state letter, title and pid — what servewatch_rank_state exports, and which process."""
+    from servewatch.sinks.rank_series import MAX_RANKS, rank_label
+    from servewatch.timeline.ranks import rank_view
+
+    if sample is None or not sample.alive or sample.error is not None or now - sample.t > RANK_SAMPLE_MAX_AGE_S:
+        return []
+    ranks = sorted(rank_view(sample), key=lambda r: (r.kind, rank_label(r.axes), r.pid))
+    return [{"role": r.kind, "rank": rank_label(r.axes), "state": r.state, "title": r.title, "pid": r.pid,
+             "cpu_percent": r.member.cpu_percent} for r in ranks[:MAX_RANKS]]
 
 
 def _verdict(name: str, verdict, bundle=None) -> dict:

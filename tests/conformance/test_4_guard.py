@@ -30,11 +30,13 @@ class GuardedVllm:
     """`servewatch guard URL --json ... -- <vllm command>`; its JSON lines collected as they arrive.
     Whatever is left of guard and vLLM is killed on exit."""
 
-    def __init__(self, lab, run_dir, name: str, *guard_args: str):
+    def __init__(self, lab, run_dir, name: str, *guard_args: str, extra_args: tuple[str, ...] = (),
+                 extra_env: tuple[tuple[str, str], ...] = ()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = ServerConfig(model_dir=lab.model.path, cache_root=lab.cache_dir / "vllm-cache", max_num_seqs=4,
-                                   kv_cache_memory_bytes=8 * 2**20, max_model_len=2048, port=self.port)
+                                   kv_cache_memory_bytes=8 * 2**20, max_model_len=2048, port=self.port,
+                                   extra_args=extra_args, extra_env=extra_env)
         self.stderr_path = run_dir / f"{name}.guard-stderr.txt"
         self.stacks_dir = run_dir / "stacks"
         self.out = run_dir / "bundles"
