@@ -77,6 +77,7 @@ def test_without_a_vocabulary_the_arithmetic_is_partial_and_says_why():
     (FIXTURES / "logs" / "vllm_kv_pressure_run.log", "no_last_words"),
     (SGLANG / "server.log", "clean_shutdown"),
     (SGLANG / "server_run2.log", "clean_shutdown"),
+    (SGLANG / "tp2_cpu_startup_failure.log", "startup_failure"),
 ], ids=lambda v: v.name if isinstance(v, Path) else v)
 def test_each_real_log_is_classified(path, expected):
     assert _pm(path).death.classification == expected
@@ -94,6 +95,17 @@ def test_real_undersized_kv_rebuilds_the_engines_message_and_stages():
     pm = _pm(FIXTURES / "vllm_real" / "startup_failure_undersized_kv.log")
     assert "max seq len (2048)" in pm.death.engine_message
     assert pm.record.ready_t is None
+
+
+def test_a_startup_failure_that_is_not_sizing_names_the_engines_message_and_no_memory_advice():
+    """SGLang 0.5.23 with --tp-size 2 on CPU (run here): its TP group builds a NCCL communicator and torch
+    refuses the CPU device. Advising more memory would send the user the wrong way."""
+    pm = _pm(SGLANG / "tp2_cpu_startup_failure.log")
+    assert pm.death.engine_message == "Expected a cuda device, but got: cpu"
+    assert pm.death.exception == "ValueError" and pm.record.ready_t is None
+    [action] = pm.actions
+    assert '"Expected a cuda device, but got: cpu"' in action.action
+    assert "memory" not in action.action and "mem-fraction" not in action.action
 
 
 def test_real_default_server_startup_stages_and_sigterm():

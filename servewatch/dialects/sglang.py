@@ -138,6 +138,9 @@ STARTUP_FAILURE_LINES = (
     "Not enough memory. Please try to increase --mem-fraction-static.",
     "scheduler died during initialization",
     "Initialization failed. warmup error",
+    # 0.5.23 with --tp-size 2 on CPU: its TP group builds a NCCL communicator (init_model_parallel_group leaves
+    # use_pynccl on for CPU), and torch refuses the CPU device (tests/fixtures/sglang_real/tp2_cpu_startup_failure.log)
+    "Expected a cuda device, but got: cpu",
 )
 OOM_LINES = ("Prefill out of memory.", "Decode out of memory.", "Out of memory. Try to lower your batch size.")
 READY_LINE = "The server is fired up and ready to roll!"

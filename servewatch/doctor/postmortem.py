@@ -116,7 +116,8 @@ def classify(record: LogRecord) -> Death:
         sizing = [e for e in failures if "max_model_len" in e.fields or "desired_gib" in e.fields
                   or "memory" in str(e.fields.get("reason", "")).lower()
                   or "Not enough memory" in str(e.fields.get("reason", ""))]
-        message = next((tb.known_message for tb in record.tracebacks if tb.known_message), None)
+        message = next((tb.known_message for tb in record.tracebacks if tb.known_message), None) \
+            or next((str(e.fields["reason"]) for e in failures if e.fields.get("reason")), None)
         if sizing or ooms:
             first = sizing[0] if sizing else None
             return Death("startup_sizing_error",
@@ -269,7 +270,14 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
                                   "Raise the cap again when waiting grows at peak while no death recurs; the "
                                   "cap is a flag, reversible at the next restart."))
         return actions
-    if c in ("startup_sizing_error", "startup_failure"):
+    if c == "startup_failure":
+        said = f"the engine's own message: \"{death.engine_message}\"" if death.engine_message else \
+            "the engine's error in its log" + (f" ({death.exception})" if death.exception else "")
+        return [Action(f"Read {said}, and change the flag, build or environment it points to before starting "
+                       "again: a restart with the same flags fails the same way",
+                       "the engine stopped before it was ready, for a reason other than memory sizing",
+                       "Nothing served yet, so nothing to roll back; keep the failing flags in the deploy record.")]
+    if c == "startup_sizing_error":
         length_flag = dialect.context_length_flag if dialect and dialect.context_length_flag else "the maximum length"
         return [Action(f"Follow the engine's own message: raise the memory budget ({budget_flag}) or lower "
                        f"{length_flag} until one request of the maximum length fits",
