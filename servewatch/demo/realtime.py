@@ -109,7 +109,8 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
                                    probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
             recorder = Recorder(sources, clock, history_s=1800.0, config=detector_config,
                                 sinks=[*([sink] if sink is not None else []),
-                                       *(CallbackSink(on_fired, on_loop=True) for on_fired in [tracker.on_fired, *listeners])],
+                                       *(CallbackSink(on_fired, on_loop=True)
+                                         for on_fired in [tracker.on_fired, *listeners])],
                                 tool="demo")
             if sink is not None:
                 sink.target, sink.recorder = url, recorder
