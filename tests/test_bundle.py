@@ -12,9 +12,9 @@ import stat
 import pytest
 
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.sinks import layout, serialize
-from servewatch.sinks.bundle import BUNDLE_NAME, TMP_PREFIX, BundleContext, BundleWriter, pin, pinned
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle import layout, serialize
+from servewatch.bundle.writer import BUNDLE_NAME, TMP_PREFIX, BundleContext, BundleWriter, pin, pinned
+from servewatch.bundle.verify import verify_bundle
 from servewatch.timeline.samples import HealthSample, LogEvent
 from servewatch.timeline.window import Window
 try:  # tests/ imported as a package or as a plain directory

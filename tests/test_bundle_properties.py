@@ -13,8 +13,8 @@ from servewatch import dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState, Histogram
-from servewatch.sinks import layout, serialize
-from servewatch.sinks.verify import _validate
+from servewatch.bundle import layout, serialize
+from servewatch.bundle.verify import _validate
 from servewatch.timeline.samples import (
     GpuDevice,
     GpuSample,
@@ -29,7 +29,7 @@ from servewatch.timeline.samples import (
 def _verdict_validator():
     import jsonschema
 
-    from servewatch.sinks.verify import _validator
+    from servewatch.bundle.verify import _validator
 
     schema = _validator("incident", registry.names(), dialects.identity_labels()).schema
     verdict_schema = {**schema["$defs"]["verdict"], "$defs": schema["$defs"]}

@@ -12,13 +12,13 @@ import pytest
 from servewatch.clock import VirtualClock
 from servewatch.detectors import DetectorConfig
 from servewatch.sim import SimConfig, SimEngine
-from servewatch.sinks import report_html
-from servewatch.sinks.bundle import BundleWriter
-from servewatch.sinks.incident import load_incident
-from servewatch.sinks.summarize import render_markdown
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle import report_html
+from servewatch.bundle.writer import BundleWriter
+from servewatch.bundle.incident import load_incident
+from servewatch.bundle.summarize import render_markdown
+from servewatch.bundle.verify import verify_bundle
 from servewatch.watch import Recorder
-from servewatch.watch.bundle_sink import BundleSink
+from servewatch.sinks.bundle_sink import BundleSink
 from servewatch.watch.sim_target import LogLines, sim_sources
 from tests.sim_harness import Phase, Workload
 

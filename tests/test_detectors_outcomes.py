@@ -13,7 +13,7 @@ from servewatch import dialects
 from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors.outcomes import increase, window_outcomes
 from servewatch.engine.state import Counters, EngineState
-from servewatch.sinks.serialize import sample_from_dict, sample_to_dict
+from servewatch.bundle.serialize import sample_from_dict, sample_to_dict
 from servewatch.timeline.samples import LogEvent, MetricsSample
 from servewatch.timeline.window import Window
 

@@ -85,8 +85,8 @@ def test_a_bundle_of_it_verifies_offline(tmp_path):
     import io
 
     from servewatch.detectors import evidence_window
-    from servewatch.sinks.bundle import BundleContext, BundleWriter
-    from servewatch.sinks.verify import verify_bundle
+    from servewatch.bundle.writer import BundleContext, BundleWriter
+    from servewatch.bundle.verify import verify_bundle
 
     config = DetectorConfig()
     window = starved(QUEUED).window()

@@ -10,14 +10,15 @@ from servewatch.clock import VirtualClock
 from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors import ranks as rank_detector
 from servewatch.engine.state import Counters, EngineState
-from servewatch.sinks.bundle import BundleWriter
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle.writer import BundleWriter
+from servewatch.bundle.verify import verify_bundle
 from servewatch.sources.probe import URGENT_DEADLINE_S, ProbeSource
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.samples import (DEADLINE, SERVED, HealthSample, MetricsSample, ProbeSample, ProcessMember,
                                          ProcessSample)
 from servewatch.timeline.window import Window
-from servewatch.watch.bundle_sink import BundleSink
+from servewatch.sinks.base import Fired
+from servewatch.sinks.bundle_sink import BundleSink
 
 T0 = 1_800_000_000.0
 CONFIG = DetectorConfig()
@@ -143,7 +144,7 @@ def test_a_rank_stalled_bundle_keeps_parent_pids_and_verifies(tmp_path):
     w = window(stopped_at(10.0), probes=[missed(10.5)], span=14.0)
     verdicts = run_detectors(w, CONFIG)
     sink = BundleSink(BundleWriter(tmp_path, clock=clock), "http://127.0.0.1:8000", CONFIG)
-    path = Path(sink.on_fired(verdicts[0], w, verdicts))
+    path = Path(sink.on_fired(Fired(verdicts[0], None, w, tuple(verdicts))))
     assert verify_bundle(path).verdicts_checked >= 1        # schema, hashes, the verdict recomputed
     stored = "".join(p.read_text() for p in sorted(path.glob("samples-*.json")))
     assert '"ppid":110' in stored and "VLLM::Worker_TP1" in stored

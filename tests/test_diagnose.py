@@ -90,7 +90,7 @@ def test_command_reads_a_bundle(tmp_path, capsys):
 
     from tests.diagnose_scenarios import stalled_worker_window
     from servewatch.detectors import run_detectors
-    from servewatch.sinks.bundle import BundleWriter
+    from servewatch.bundle.writer import BundleWriter
 
     window = stalled_worker_window()
     bundle = BundleWriter(tmp_path / "out", stderr=io.StringIO()).write(window, run_detectors(window))

@@ -85,7 +85,7 @@ def test_watch_records_the_override_in_every_bundle(sleeper, tmp_path):
         "verified": False, "override": True,
         "how": f"not verified: servewatch-test.invalid does not resolve here; pid {sleeper.pid} was accepted on the "
                f"user's explicit override"}
-    from servewatch.sinks.verify import verify_bundle
+    from servewatch.bundle.verify import verify_bundle
 
     verify_bundle(bundle)
 

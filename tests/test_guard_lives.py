@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from servewatch.actions.lives import Life, crash_loop, describe, load, pins, save
-from servewatch.sinks.bundle import DEFAULT_KEEP, BundleWriter, pinned
+from servewatch.bundle.writer import DEFAULT_KEEP, BundleWriter, pinned
 
 GUARD = [sys.executable, "-m", "servewatch", "guard"]
 

@@ -50,8 +50,8 @@ def add_line(path: Path, line: str) -> None:
     # the ground floor reaching up to a command, inside a function where the import would hide
     ("kinds.py", "def _f():\n    from servewatch.commands import watch  # noqa", "servewatch.kinds -> servewatch.commands"),
     # the circle this contract was written to break: dialects asking the bundle format for something
-    ("dialects/base.py", "from servewatch.sinks import serialize  # noqa",
-     "servewatch.dialects.base -> servewatch.sinks.serialize"),
+    ("dialects/base.py", "from servewatch.bundle import serialize  # noqa",
+     "servewatch.dialects.base -> servewatch.bundle.serialize"),
     # siblings of one layer: the recorder may not import the offline doctor
     ("watch/options.py", "from servewatch.doctor import diagnose  # noqa",
      "servewatch.watch.options -> servewatch.doctor.diagnose"),

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from servewatch.cli import main
-from servewatch.sinks.bundle import BundleContext, BundleWriter
+from servewatch.bundle.writer import BundleContext, BundleWriter
 try:  # tests/ imported as a package or as a plain directory
     from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 except ModuleNotFoundError:
@@ -60,7 +60,7 @@ def test_canary_prompts_through_the_simulator_and_recorder_reach_no_file(tmp_pat
     from servewatch.clock import VirtualClock
     from servewatch.detectors import DetectorConfig, evidence_window
     from servewatch.sim import SimConfig, SimEngine
-    from servewatch.sinks.verify import verify_bundle
+    from servewatch.bundle.verify import verify_bundle
     from servewatch.watch import Recorder
     from servewatch.sinks.base import CallbackSink
     from servewatch.watch.sim_target import sim_sources
@@ -71,9 +71,9 @@ def test_canary_prompts_through_the_simulator_and_recorder_reach_no_file(tmp_pat
     config = DetectorConfig()
     writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
 
-    def on_verdict(verdict, window, verdicts):
-        return writer.write(evidence_window(window, config), verdicts,
-                            BundleContext(target_url=URL, detector_config=config, trigger=verdict))
+    def on_verdict(fired):
+        return writer.write(evidence_window(fired.window, config), fired.verdicts,
+                            BundleContext(target_url=URL, detector_config=config, trigger=fired.verdict))
 
     submitted = {"n": 0, "next": clock.now()}
 

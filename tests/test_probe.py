@@ -13,15 +13,15 @@ from servewatch.clock import VirtualClock
 from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.engine.state import Counters, EngineState
 from servewatch.sim import SimConfig, SimEngine
-from servewatch.sinks import serialize
-from servewatch.sinks.bundle import BundleWriter
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle import serialize
+from servewatch.bundle.writer import BundleWriter
+from servewatch.bundle.verify import verify_bundle
 from servewatch.sources.probe import PROMPT
 from servewatch.timeline.samples import (DEADLINE, FAILED, SERVED, UNAVAILABLE, HealthSample, MetricsSample,
                                          ProbeSample)
 from servewatch.timeline.window import Window
 from servewatch.watch import Recorder
-from servewatch.watch.bundle_sink import BundleSink
+from servewatch.sinks.bundle_sink import BundleSink
 from servewatch.watch.sim_target import sim_sources
 from tests.sim_harness import Phase, Workload, fired, run
 

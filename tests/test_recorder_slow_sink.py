@@ -24,7 +24,7 @@ def test_sources_keep_polling_while_a_bundle_is_written():
                 polled_while_writing.set()
         raise ConnectionRefusedError("down")        # the target is down: health_loss fires after 3 probes
 
-    def slow_sink(verdict, window, verdicts):
+    def slow_sink(fired):
         writing.set()
         # A disk that takes as long as the watch keeps probing: released only by further probes.
         released = polled_while_writing.wait(timeout=20)
@@ -41,7 +41,7 @@ def test_sources_keep_polling_while_a_bundle_is_written():
 
 
 def test_a_sink_that_raises_in_the_worker_is_counted_and_watching_goes_on():
-    def failing_sink(verdict, window, verdicts):
+    def failing_sink(fired):
         raise OSError(28, "No space left on device")
 
     def down():

@@ -13,11 +13,11 @@ from servewatch.detectors import registry
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState, Histogram
 from servewatch.detectors.registry import runbook_for
-from servewatch.sinks import report_html
-from servewatch.sinks.bundle import BundleContext, BundleWriter
-from servewatch.sinks.incident import load_incident
-from servewatch.sinks.series import Marker, timeline_series
-from servewatch.sinks.summarize import render_markdown, sparkline
+from servewatch.bundle import report_html
+from servewatch.bundle.writer import BundleContext, BundleWriter
+from servewatch.bundle.incident import load_incident
+from servewatch.bundle.series import Marker, timeline_series
+from servewatch.bundle.summarize import render_markdown, sparkline
 from servewatch.timeline.samples import HealthSample, MetricsSample
 try:  # tests/ imported as a package or as a plain directory
     from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
@@ -245,7 +245,7 @@ def test_incident_page_shows_window_latency_histograms_with_the_blindness_note(t
     writer = BundleWriter(tmp_path / "out", stderr=io.StringIO())
     path = writer.write(window, verdicts, BundleContext(detector_config=DetectorConfig()))
     incident = load_incident(path)
-    from servewatch.sinks.incident import latency_histograms
+    from servewatch.bundle.incident import latency_histograms
 
     (name, kind, h), = latency_histograms(incident)
     assert (name, kind) == ("engine=0", "itl") and h.count == 800.0     # 20 ticks x 40 new observations

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servewatch.cli import main
-from servewatch.sinks.bundle import BundleContext, BundleWriter
+from servewatch.bundle.writer import BundleContext, BundleWriter
 try:  # tests/ imported as a package or as a plain directory
     from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 except ModuleNotFoundError:

@@ -28,7 +28,7 @@ from servewatch import dialects
 from servewatch.cli import main
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import FINDING, Evidence, RunbookBranch, Verdict, VerdictSpec
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle.verify import verify_bundle
 from tests.test_watch_command import WATCH, free_port, send_long_requests, wait_healthy
 from tests.toy_dialect import ToyDialect
 
@@ -297,7 +297,7 @@ BUILTIN_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "process_exit"
 
 
 def test_the_shipped_schemas_list_exactly_the_registered_builtin_verdicts():
-    from servewatch.sinks import schemas
+    from servewatch.bundle import schemas
 
     assert registry.names() == BUILTIN_VERDICTS
     for name in ("incident", "samples"):
@@ -316,7 +316,7 @@ def test_every_verdict_has_a_complete_runbook_and_a_valid_spec():
 
 
 def test_the_shipped_schemas_list_exactly_the_builtin_dialects_identity_labels():
-    from servewatch.sinks import schemas
+    from servewatch.bundle import schemas
 
     assert [d.name for d in dialects.registered()] == ["vllm", "sglang"]
     labels = list(dict.fromkeys(label for d in dialects.registered() for label in d.identity_labels))

@@ -242,7 +242,7 @@ def test_bundle_quota_removes_the_oldest_bundles_of_any_target_and_keeps_the_new
     old_a, old_b, mid_a, new_b = bundle("a", 1, 400), bundle("b", 2, 400), bundle("a", 3, 400), bundle("b", 4, 400)
     (tmp_path / "a" / "notes.txt").write_text("not a bundle")
     quota = FleetBundleQuota(str(tmp_path), cap_bytes=900)
-    quota.sink().on_fired(None, None, [])
+    quota.sink().on_fired(None)
     assert [p.exists() for p in (old_a, old_b, mid_a, new_b)] == [False, False, True, True]
     assert quota.removed == 2 and (tmp_path / "a" / "notes.txt").exists()
     FleetBundleQuota(str(tmp_path), cap_bytes=10).enforce(keep=str(new_b))

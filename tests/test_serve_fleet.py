@@ -15,7 +15,7 @@ import aiohttp
 from servewatch.detectors import registry
 from servewatch.serve.config import FLEET_RECORDING, ServeConfig
 from servewatch.serve.targets import spec_for
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle.verify import verify_bundle
 from tests.serve_harness import hostile_target, running_serve, sim_target, until
 
 STALL = "alive_health_ok_no_progress"
@@ -40,7 +40,7 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
             dead = "http://127.0.0.1:1"
             config = ServeConfig(targets=tuple(spec_for(u) for u in (a.url, b.url, *hostile.values(), dead)),
                                  listen="127.0.0.1:0", recording=replace(FLEET_RECORDING, interval=INTERVAL), out=str(tmp_path / "bundles"),
-                                 alertmanager="http://127.0.0.1:1")     # unreachable: said, watching goes on
+                                 sinks={"alertmanager": "http://127.0.0.1:1"})     # unreachable: said, watching goes on
             session = await stack.enter_async_context(aiohttp.ClientSession())
             serve = await stack.enter_async_context(running_serve(config))
             load = a.load(session) + b.load(session)

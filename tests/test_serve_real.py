@@ -161,7 +161,8 @@ def test_alertmanager_delivers_the_alert_and_its_resolution(tmp_path):
                                     "--cluster.listen-address="], am + "/-/ready", log):
                     async with sim_target() as a, aiohttp.ClientSession() as session:
                         config = ServeConfig(targets=(spec_for(a.url, "sim-a"),), listen="127.0.0.1:0",
-                                             recording=replace(FLEET_RECORDING, interval=0.3), alertmanager=am)
+                                             recording=replace(FLEET_RECORDING, interval=0.3),
+                                             sinks={"alertmanager": am})
                         async with running_serve(config) as serve:
                             load = a.load(session)
                             try:

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 from servewatch.sinks.alertmanager import WebhookClient
-from servewatch.sinks.base import Cleared, Sink
+from servewatch.sinks.base import Cleared, Fired, Sink
 from servewatch.sinks.delivery import Delivery
 from servewatch.sinks.exporter import FleetExporter
 
@@ -38,8 +38,8 @@ def test_exporter_gauges_follow_fired_and_cleared_per_engine():
                      severity=spec.severity) == 0
     engine0 = Verdict("kv_pressure", 10.0, 5.0, "why", details={"engine": "engine=0"})
     engine1 = Verdict("kv_pressure", 10.0, 6.0, "why", details={"engine": "engine=1"})
-    sink.on_fired(engine0, None, [engine0, engine1])
-    sink.on_fired(engine1, None, [engine0, engine1])
+    sink.on_fired(Fired(engine0))
+    sink.on_fired(Fired(engine1))
     assert value(exporter, "servewatch_verdict_active", target="sim-a", verdict="kv_pressure", severity="ticket") == 1
     assert value(exporter, "servewatch_verdicts_fired_total", target="sim-a", verdict="kv_pressure") == 2
     sink.on_cleared(Cleared(engine0, 12.0))
@@ -91,7 +91,7 @@ def test_webhook_posts_one_event_per_fired_and_cleared():
         client = WebhookClient(f"http://127.0.0.1:{server.server_port}/hook")
         sink = client.sink("sim-a")
         verdict = Verdict("engine_dead", 20.0, 18.0, "/health 503 for 2.0 s")
-        sink.on_fired(verdict, None, [verdict])
+        sink.on_fired(Fired(verdict))
         sink.on_cleared(Cleared(verdict, 25.0))
         client.close()
     finally:

@@ -8,7 +8,7 @@ from importlib import resources
 
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.kinds import SOURCE_KINDS
-from servewatch.sinks import serialize
+from servewatch.bundle import serialize
 from servewatch.sinks.base import ended_by
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample,
@@ -49,7 +49,7 @@ def test_every_kind_can_be_evidence_and_end_a_verdict():
 
 def test_the_schemas_list_the_same_kinds():
     def schema(name):
-        return json.loads(resources.files("servewatch.sinks").joinpath("schema", f"{name}.schema.json").read_text())
+        return json.loads(resources.files("servewatch.bundle").joinpath("schema", f"{name}.schema.json").read_text())
 
     samples, incident = schema("samples"), schema("incident")
     assert samples["properties"]["samples"]["items"]["properties"]["source"]["enum"] == list(SOURCE_KINDS)

@@ -11,9 +11,10 @@ import pytest
 
 from servewatch import dialects
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
-from servewatch.sinks.bundle import BundleContext, BundleWriter
+from servewatch.bundle.writer import BundleContext, BundleWriter
+from servewatch.sinks.base import Fired
 from servewatch.sinks.exporter import FleetExporter
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle.verify import verify_bundle
 from servewatch.timeline.samples import HealthSample, MetricsSample
 from servewatch.timeline.window import Window
 from tests.toy_dialect import ToyDialect
@@ -88,7 +89,7 @@ def test_serve_exports_a_verdict_until_the_last_replica_clears(toy):
     verdicts = [v for v in run_detectors(window("ab"), DetectorConfig()) if v.name == STALL]
     assert len({v.details["engine"] for v in verdicts}) == 2
     for verdict in verdicts:
-        exporter.sink("toy-target").on_fired(verdict, None, verdicts)
+        exporter.sink("toy-target").on_fired(Fired(verdict))
     exporter.cleared("toy-target", STALL)
     assert _active(exporter) == 1.0        # replica b still stalls
     exporter.cleared("toy-target", STALL)

@@ -13,9 +13,9 @@ import pytest
 
 from servewatch.cli import main
 from servewatch.errors import BundleInvalid
-from servewatch.sinks import layout, serialize, verify
-from servewatch.sinks.bundle import BundleContext, BundleWriter
-from servewatch.sinks.verify import config_from_dict, verify_bundle
+from servewatch.bundle import layout, serialize, verify
+from servewatch.bundle.writer import BundleContext, BundleWriter
+from servewatch.bundle.verify import config_from_dict, verify_bundle
 try:  # tests/ imported as a package or as a plain directory
     from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 except ModuleNotFoundError:
@@ -244,7 +244,7 @@ def test_shipped_schemas_are_closed_everywhere():
                 walk(value, f"{where}/{key}")
 
     for name in ("incident", "samples", "manifest"):
-        text = resources.files("servewatch.sinks").joinpath("schema", f"{name}.schema.json").read_text()
+        text = resources.files("servewatch.bundle").joinpath("schema", f"{name}.schema.json").read_text()
         walk(json.loads(text), name)
 
 

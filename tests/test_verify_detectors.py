@@ -11,9 +11,9 @@ import pytest
 from servewatch.cli import main
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
 from servewatch.errors import BundleInvalid
-from servewatch.sinks import layout
-from servewatch.sinks.bundle import BundleContext, BundleWriter
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle import layout
+from servewatch.bundle.writer import BundleContext, BundleWriter
+from servewatch.bundle.verify import verify_bundle
 try:  # tests/ imported as a package or as a plain directory
     from tests.sinks_synthetic import scenario
 except ModuleNotFoundError:

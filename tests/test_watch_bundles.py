@@ -6,10 +6,10 @@ import asyncio
 from servewatch.clock import VirtualClock
 from servewatch.detectors import DetectorConfig
 from servewatch.sim import SimConfig, SimEngine
-from servewatch.sinks.bundle import BundleWriter
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle.writer import BundleWriter
+from servewatch.bundle.verify import verify_bundle
 from servewatch.watch import Recorder
-from servewatch.watch.bundle_sink import BundleSink
+from servewatch.sinks.bundle_sink import BundleSink
 from servewatch.watch.sim_target import sim_sources
 from tests.sim_harness import Phase, Workload
 

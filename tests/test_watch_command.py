@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from servewatch.sinks.verify import verify_bundle
+from servewatch.bundle.verify import verify_bundle
 
 WATCH = [sys.executable, "-m", "servewatch", "watch"]
 

@@ -6,10 +6,10 @@ import io
 import re
 
 from servewatch.detectors.verdict import Verdict
-from servewatch.sinks import report_html
-from servewatch.sinks.bundle import BundleContext, BundleWriter
-from servewatch.sinks.incident import load_incident, stage_rows
-from servewatch.sinks.summarize import render_markdown
+from servewatch.bundle import report_html
+from servewatch.bundle.writer import BundleContext, BundleWriter
+from servewatch.bundle.incident import load_incident, stage_rows
+from servewatch.bundle.summarize import render_markdown
 from servewatch.timeline.samples import HealthSample, LogEvent
 from servewatch.timeline.window import Window
 from tests.sinks_synthetic import stall_window, synthetic_recompute
@@ -107,7 +107,7 @@ def test_demo_report_states_the_blindness_note_once():
     from types import SimpleNamespace
 
     from servewatch.demo.report import latency_section
-    from servewatch.sinks.report_html import HISTOGRAM_BLINDNESS_NOTE, esc
+    from servewatch.bundle.report_html import HISTOGRAM_BLINDNESS_NOTE, esc
 
     def phase(name):
         return SimpleNamespace(phase=SimpleNamespace(name=name), records=[],

@@ -57,7 +57,7 @@ class Guard:
     # --- events ------------------------------------------------------------------------------------
 
     def on_fired(self, fired) -> None:
-        """Recorder listener (event loop thread)."""
+        """An on-loop sink's on_fired (the event loop thread): guard acting on a verdict."""
         name = fired.verdict.name
         if self.first is None:
             self.first = (name, fired.bundle)

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from servewatch.demo.view import LiveView
     from servewatch.detectors import DetectorConfig
     from servewatch.errors import ServewatchError
-    from servewatch.watch.bundle_sink import bundle_sink
+    from servewatch.sinks.bundle_sink import bundle_sink
 
     out = Path(args.out)
     try:

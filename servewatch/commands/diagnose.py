@@ -97,7 +97,7 @@ def _failures(window) -> str:
 def _bundle(path):
     from servewatch.doctor.diagnose import readings_from_window
     from servewatch.errors import ServewatchError
-    from servewatch.sinks.incident import load_incident
+    from servewatch.bundle.incident import load_incident
     from servewatch.timeline.window import Window
 
     try:

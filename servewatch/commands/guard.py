@@ -170,7 +170,7 @@ async def _guard(args, options, command: list[str], config) -> int:
 def _stacks_dir(args, *, check: bool) -> Path:
     """--stacks-dir, checked now: an unwritable one is one line and exit 2 before anything runs (the dump is
     evidence a kill destroys; finding out at the kill is too late)."""
-    from servewatch.watch.bundle_sink import check_writable
+    from servewatch.sinks.bundle_sink import check_writable
 
     path = Path(args.stacks_dir) if args.stacks_dir else default_stacks_dir()
     if check:
@@ -187,7 +187,7 @@ def _remember_life(args, options, command, guard, started: float, code: int, why
     from servewatch.actions import lives
     from dataclasses import replace
 
-    from servewatch.sinks.bundle import repin
+    from servewatch.bundle.writer import repin
 
     path = Path(args.lives) if args.lives else lives.default_path(options.url, command)
     past, problem = lives.load(path)
@@ -258,7 +258,7 @@ def _hold_first_bundle(out: str | None):
     it when the life ends clean or a loop names another first."""
     import sys
 
-    from servewatch.sinks.bundle import repin
+    from servewatch.bundle.writer import repin
 
     held = False
 

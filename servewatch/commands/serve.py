@@ -24,8 +24,11 @@ def register(subparsers) -> None:
                     "and Prometheus file_sd files (re-read when they change). Serves /metrics, /api/v1/targets, "
                     "/api/v1/verdicts and /targets/NAME/livez and /readyz on --listen (loopback by default). "
                     "Runs until SIGINT or SIGTERM.")
-    parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, alertmanager, "
-                                                         "webhook, shard, targets, file_sd, prometheus_sd")
+    from servewatch.sinks.registry import sink_kinds, sink_names
+
+    parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, "
+                                                         f"{', '.join(sink_names())}, shard, targets, file_sd, "
+                                                         "prometheus_sd")
     parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
                         help="a server to watch, e.g. http://127.0.0.1:8000, or NAME=URL to name it (repeatable)")
     parser.add_argument("--file-sd", action="append", default=[], metavar="FILE",
@@ -41,8 +44,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", metavar="DIR", help="incident bundles, one directory per target")
     parser.add_argument("--bundle-cap", type=float, metavar="MB", dest="bundle_cap",
                         help="all targets' bundles together stay under MB MiB, the oldest go first (default 1024)")
-    parser.add_argument("--alertmanager", metavar="URL", help="post alerts to this Alertmanager (v2 API)")
-    parser.add_argument("--webhook", metavar="URL", help="post fired/cleared events as JSON to this URL")
+    for kind in sink_kinds():         # --alertmanager URL, --webhook URL, ...: each registered live sink
+        parser.add_argument(f"--{kind.name.replace('_', '-')}", dest=kind.name, metavar="URL", help=kind.help)
     parser.add_argument("--shard", metavar="I/N", help="watch only the targets whose stable hash falls on shard I of N")
     add_recording_arguments(parser, FLEET_RECORDING, RECORDING_FLAGS[5:], help=_HELP)
     parser.set_defaults(func=run)

@@ -20,9 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servewatch.errors import SourceUnavailable
-    from servewatch.sinks.incident import load_incident
-    from servewatch.sinks.report_html import render_incident_page
-    from servewatch.sinks.summarize import render_markdown
+    from servewatch.bundle.incident import load_incident
+    from servewatch.bundle.report_html import render_incident_page
+    from servewatch.bundle.summarize import render_markdown
 
     incident = load_incident(args.bundle)
     markdown = render_markdown(incident)

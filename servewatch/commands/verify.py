@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servewatch.errors import BundleInvalid
-    from servewatch.sinks.verify import verify_bundle
+    from servewatch.bundle.verify import verify_bundle
 
     if args.json:
         return _run_json(args.bundles)
@@ -41,7 +41,7 @@ def _run_json(bundles: list[str]) -> int:
     import json
 
     from servewatch.errors import BundleInvalid
-    from servewatch.sinks.verify import verify_bundle
+    from servewatch.bundle.verify import verify_bundle
 
     failed = 0
     for bundle in bundles:

@@ -16,7 +16,8 @@ from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_
 from servewatch.demo.result import PhaseResult
 from servewatch.demo.serverside import blindness_findings, health_answers
 from servewatch.errors import ServewatchError
-from servewatch.watch.recorder import Fired, Recorder
+from servewatch.sinks.base import CallbackSink, Fired
+from servewatch.watch.recorder import Recorder
 
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -107,8 +108,10 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
                                    slot_limit=probe.slot_limit() or REALTIME_SLOTS, log_file=str(log_file),
                                    probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
             recorder = Recorder(sources, clock, history_s=1800.0, config=detector_config,
-                                sinks=[sink] if sink is not None else (),
-                                listeners=[tracker.on_fired, *listeners], tool="demo")
+                                sinks=[*([sink] if sink is not None else []),
+                                       *(CallbackSink(on_fired, on_loop=True)
+                                         for on_fired in [tracker.on_fired, *listeners])],
+                                tool="demo")
             if sink is not None:
                 sink.target, sink.recorder = url, recorder
             watching = asyncio.create_task(recorder.run())

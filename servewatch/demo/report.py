@@ -11,8 +11,8 @@ from pathlib import Path
 
 from servewatch.demo.result import DemoResult, PhaseResult
 from servewatch.dialects import by_name
-from servewatch.sinks import report_html as H
-from servewatch.sinks.incident import load_incident
+from servewatch.bundle import report_html as H
+from servewatch.bundle.incident import load_incident
 
 SIGNATURE_ROWS = (
     ("Tokens in / out (average)", None),

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from servewatch.demo.plan import Phase
 from servewatch.load.records import RequestRecord
-from servewatch.watch.recorder import Fired
+from servewatch.sinks.base import Fired
 
 
 @dataclass(slots=True)

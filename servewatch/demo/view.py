@@ -6,7 +6,7 @@ import time
 
 from servewatch.demo.plan import Phase
 from servewatch.demo.result import PhaseResult
-from servewatch.watch.recorder import Fired
+from servewatch.sinks.base import Fired
 
 
 class LiveView:

@@ -17,7 +17,8 @@ from servewatch.demo.serverside import blindness_findings, health_answers, serve
 from servewatch.load.scenarios import LoadConfig
 from servewatch.load.summary import summarize
 from servewatch.sim import DEAD, EXITED, EngineDeadError, RequestRejected, SimConfig, SimEngine
-from servewatch.watch.recorder import Fired, Recorder
+from servewatch.sinks.base import CallbackSink, Fired
+from servewatch.watch.recorder import Recorder
 from servewatch.watch.sim_target import sim_sources
 
 START_GAP_S = 5.0        # idle before the first phase, so the detectors learn the idle cadence
@@ -155,7 +156,7 @@ def run_virtual(plan: list[Phase], *, dialect: str, seed: int, interval: float, 
     if sink is not None:
         sink.recorder = recorder
     script = VirtualScript(engine, plan, recorder, seed, on_phase=on_phase)
-    recorder.listeners.extend([script.on_fired, *listeners])
+    recorder.sinks.extend(CallbackSink(on_fired, on_loop=True) for on_fired in [script.on_fired, *listeners])
     total = START_GAP_S + sum(p.duration_s + p.drain_s + p.wait_for_verdicts_s + 60.0 for p in plan)
     asyncio.run(recorder.run_virtual(total, script.advance))
     _finish(script, recorder, interval)

@@ -51,7 +51,7 @@ def by_name(name: str | None) -> Dialect | None:
 @lru_cache(maxsize=1)
 def grammar_literals() -> frozenset[str]:
     """The fixed strings of every registered dialect's grammar (cleared when the registry changes); the
-    bundle keeps a log field's string only when it is one of these (`servewatch.sinks.serialize`)."""
+    bundle keeps a log field's string only when it is one of these (`servewatch.bundle.serialize`)."""
     return frozenset(literal for dialect in registered() for literal in dialect.grammar_literals())
 
 

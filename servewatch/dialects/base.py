@@ -204,7 +204,7 @@ class RecordGrammar:
 
 
 class Dialect(ABC):
-    """Everything servewatch knows about one engine's outside. `sources/`, `detectors/`, `sinks/` and
+    """Everything servewatch knows about one engine's outside. `sources/`, `detectors/`, `bundle/`, `sinks/` and
     `watch/` reach an engine only through this interface (via the registry in `servewatch.dialects`).
 
     A new engine is one module defining a subclass and one `servewatch.dialects.register(...)` call.

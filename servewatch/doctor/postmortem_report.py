@@ -141,8 +141,8 @@ def ascii_chart(pm: Postmortem, width: int = 60) -> str:
 
 
 def render_html(pm: Postmortem) -> str:
-    from servewatch.sinks import report_html as h
-    from servewatch.sinks.series import Marker
+    from servewatch.bundle import report_html as h
+    from servewatch.bundle.series import Marker
 
     r, d = pm.record, pm.death
     sections = []

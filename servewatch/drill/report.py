@@ -1,5 +1,5 @@
 """The drill's report: drill.json (checked against schema/drill.schema.json), drill.md and drill.html
-(in the style of the demo's report.html: servewatch.sinks.report_html). One row per fault: what was
+(in the style of the demo's report.html: servewatch.bundle.report_html). One row per fault: what was
 injected, what detected it and when, /health meanwhile, when a kubelet would have restarted the pod,
 client impact, recovery, and whether the expectations were met. No prompt, completion, request id or
 path goes into any of them."""
@@ -145,7 +145,7 @@ def markdown(doc: dict) -> str:
 
 
 def html(doc: dict) -> str:
-    from servewatch.sinks import report_html as H
+    from servewatch.bundle import report_html as H
 
     sections = [
         H.Section("Faults", H.render_table(COLUMNS, rows(doc)), anchor="faults"),

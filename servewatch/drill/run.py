@@ -250,7 +250,7 @@ class DrillRun:
 
     def _measure(self, result: StepResult, step, watcher, prober, ctx) -> None:
         from servewatch.drill.expect import check
-        from servewatch.sinks.verify import verify_bundle
+        from servewatch.bundle.verify import verify_bundle
 
         injected, reverted = result.injected_at, result.reverted_at or result.injected_at
         events, probes = watcher.events, prober.answers

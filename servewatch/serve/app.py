@@ -35,6 +35,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     from servewatch.serve.http_api import build_app
     from servewatch.serve.signals import signals
     from servewatch.sinks.exporter import FleetExporter
+    from servewatch.sinks.registry import SinkContext, build_clients, sinks_for
 
     say = f"servewatch {tool}:"
     stop = stop or asyncio.Event()
@@ -61,15 +62,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
         return out
 
     exporter = FleetExporter(derived, newest_process)
-    clients = []
-    if config.alertmanager:
-        from servewatch.sinks.alertmanager import AlertmanagerClient
-        clients.append(AlertmanagerClient(config.alertmanager,
-                                          on_give_up=exporter.sink_failures.labels("alertmanager").inc, tool=tool))
-    if config.webhook:
-        from servewatch.sinks.alertmanager import WebhookClient
-        clients.append(WebhookClient(config.webhook, on_give_up=exporter.sink_failures.labels("webhook").inc,
-                                     tool=tool))
+    clients = build_clients(config.sinks, lambda name: SinkContext(tool, exporter.sink_failures.labels(name).inc))
     host, port = parse_listen(config.listen)
     # No connection-pool limit shared across targets: one slow target must not hold a slot another needs.
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
@@ -77,7 +70,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     try:
         async with aiohttp.ClientSession(connector=connector) as session:
             fleet = Fleet(config, session, clock, exporter,
-                          extra_sinks=lambda spec: [client.sink(spec.name) for client in clients], tool=tool)
+                          extra_sinks=lambda spec: sinks_for(clients, spec.name), tool=tool)
             runner = web.AppRunner(build_app(fleet, exporter), access_log=None, shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, host, port)

@@ -9,7 +9,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from servewatch.sinks.bundle import BUNDLE_NAME
+from servewatch.bundle.writer import BUNDLE_NAME
 
 DEFAULT_CAP_BYTES = 1024 * 2**20
 
@@ -71,7 +71,7 @@ class QuotaSink:
     def __init__(self, quota: FleetBundleQuota):
         self.quota = quota
 
-    def on_fired(self, verdict, window, verdicts):
+    def on_fired(self, fired):
         newest = max(self.quota.bundles(), default=None)
         self.quota.enforce(keep=str(newest[1]) if newest else None)
         return None

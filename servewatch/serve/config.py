@@ -8,7 +8,7 @@
     history: 10m                  # how much timeline each target keeps
     out: /var/lib/servewatch      # incident bundles, one directory per target
     bundle_cap_mb: 1024           # all targets' bundles together; the oldest go first
-    alertmanager: http://alertmanager:9093
+    alertmanager: http://alertmanager:9093   # a live sink, by its registered name (servewatch.sinks.registry)
     webhook: http://hooks.example/servewatch
     shard: 0/3
     targets:
@@ -32,7 +32,8 @@ from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
 from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
-from servewatch.watch.bundle_sink import check_writable
+from servewatch.sinks.bundle_sink import check_writable
+from servewatch.sinks.registry import sink_names
 from servewatch.watch.options import RecordingOptions, recording_from_args
 
 # How every target is recorded unless the config or the command line says otherwise: as `watch` records one
@@ -44,8 +45,8 @@ FLEET_RECORDING = RecordingOptions(url="", interval=2.0, probe=True)
 RECORDING_FLAGS = ("interval", "probe", "probe_interval", "probe_deadline", "history", "detector_settings",
                    "detectors_file")
 DEFAULT_LISTEN = "127.0.0.1:9464"
-_KEYS = ("listen", "interval", "history", "out", "bundle_cap_mb", "alertmanager", "webhook", "shard", "targets",
-         "file_sd", "prometheus_sd", "probe", "probe_interval", "probe_deadline")
+_BEFORE_SINKS = ("listen", "interval", "history", "out", "bundle_cap_mb")        # the keys, in the order said
+_AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "probe", "probe_interval", "probe_deadline")
 _SD_KEYS = ("url", "job", "labels", "refresh")
 _TARGET_KEYS = ("url", "name", "pid", "log_file")
 
@@ -57,8 +58,7 @@ class ServeConfig:
     listen: str = DEFAULT_LISTEN
     recording: RecordingOptions = FLEET_RECORDING   # cadence, history, thresholds and probe, the same for every target
     out: str | None = None
-    alertmanager: str | None = None
-    webhook: str | None = None
+    sinks: dict[str, str] = field(default_factory=dict)   # sink name -> URL (servewatch.sinks.registry)
     shard: Shard = field(default_factory=lambda: Shard(0, 1))
     prometheus_sd: PrometheusSdConfig | None = None
     bundle_cap_bytes: int = 1024 * 2**20         # all targets' bundles under `out` together
@@ -72,9 +72,10 @@ def load(path: str) -> ServeConfig:
     value = doc.value if doc.value is not None else {}
     if not isinstance(value, dict):
         raise doc.error((), "the config is a mapping (listen, interval, targets, file_sd, ...)")
+    keys = (*_BEFORE_SINKS, *sink_names(), *_AFTER_SINKS)       # every registered live sink is a key
     for key in value:
-        if key not in _KEYS:
-            raise doc.error((key,), f"unknown key (known: {', '.join(_KEYS)})")
+        if key not in keys:
+            raise doc.error((key,), f"unknown key (known: {', '.join(keys)})")
 
     def text(key: str) -> str | None:
         item = value.get(key)
@@ -134,7 +135,7 @@ def load(path: str) -> ServeConfig:
                                          history_s=seconds("history", FLEET_RECORDING.history_s),
                                          probe_interval=seconds("probe_interval", FLEET_RECORDING.probe_interval),
                                          probe_deadline=seconds("probe_deadline", FLEET_RECORDING.probe_deadline)),
-                       out=text("out"), alertmanager=text("alertmanager"), webhook=text("webhook"), shard=shard)
+                       out=text("out"), sinks={name: url for name in sink_names() if (url := text(name))}, shard=shard)
 
 
 def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:
@@ -172,9 +173,12 @@ def from_args(args) -> ServeConfig:
         changes["targets"] = config.targets + tuple(target_from_arg(text) for text in args.target)
     if args.file_sd:
         changes["file_sd"] = config.file_sd + tuple(args.file_sd)
-    for key in ("listen", "out", "alertmanager", "webhook"):
+    for key in ("listen", "out"):
         if getattr(args, key) is not None:
             changes[key] = getattr(args, key)
+    given = {name: getattr(args, name) for name in sink_names() if getattr(args, name, None) is not None}
+    if given:
+        changes["sinks"] = {**config.sinks, **given}
     changes["recording"] = recording_from_args(args, config.recording, RECORDING_FLAGS)   # the recording flags given, over the file's
     if args.bundle_cap is not None:
         if args.bundle_cap <= 0:
@@ -190,7 +194,7 @@ def from_args(args) -> ServeConfig:
                               "with targets, file_sd or prometheus_sd")
     if config.prometheus_sd is not None and not config.prometheus_sd.url.startswith(("http://", "https://")):
         raise ServewatchError(f"--prometheus-sd {config.prometheus_sd.url!r}: not an http(s) URL")
-    for url in (config.alertmanager, config.webhook):
+    for url in config.sinks.values():
         if url is not None and not url.startswith(("http://", "https://")):
             raise ServewatchError(f"{url!r}: not an http(s) URL")
     parse_listen(config.listen)

@@ -154,7 +154,7 @@ class Fleet:
 
     def _recorder_for(self, spec: TargetSpec, wrap: Callable[[Source], Source]) -> Recorder:
         from servewatch.sources.process import PsutilProbe
-        from servewatch.watch.bundle_sink import bundle_sink
+        from servewatch.sinks.bundle_sink import bundle_sink
         from servewatch.watch.session import build_recorder
 
         options = replace(self.config.recording, url=spec.url, log_file=spec.log_file,

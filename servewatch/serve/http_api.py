@@ -7,7 +7,7 @@ from aiohttp import web
 
 from servewatch.detectors import registry
 from servewatch.serve import probes
-from servewatch.sinks.serialize import verdict_to_dict
+from servewatch.bundle.serialize import verdict_to_dict
 from servewatch.clock import iso8601
 
 RECENT_PER_TARGET = 20

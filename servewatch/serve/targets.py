@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from servewatch.errors import ServewatchError
 from servewatch.serve.document import Document, read_document
-from servewatch.sinks.serialize import safe_token
+from servewatch.bundle.serialize import safe_token
 from servewatch.watch.targets import base_url
 
 

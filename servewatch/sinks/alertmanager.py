@@ -17,7 +17,7 @@ import time
 
 from servewatch.detectors import registry
 from servewatch.sinks.delivery import Delivery
-from servewatch.sinks.serialize import safe_token
+from servewatch.bundle.serialize import safe_token
 from servewatch.clock import iso8601
 
 RESEND_S = 60.0
@@ -88,8 +88,8 @@ class AlertSink:
     def __init__(self, client, target: str):
         self.client, self.target = client, target
 
-    def on_fired(self, verdict, window, verdicts):
-        self.client.fire(self.target, verdict)
+    def on_fired(self, fired):
+        self.client.fire(self.target, fired.verdict)
         return None
 
     def on_cleared(self, cleared) -> None:

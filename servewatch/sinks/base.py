@@ -1,19 +1,36 @@
-"""What a sink is: something that hears a verdict fire and clear.
+"""What a sink is: something that hears a verdict fire and clear — the one path every fired and cleared
+verdict takes out of the recorder.
 
-The recorder calls every sink off the event loop (in a worker thread), one call at a time per sink, so a
-slow disk or a slow Alertmanager never delays a probe. A sink that raises is counted and watching goes
-on (fail-open). The bundle writer is one implementation; an exporter or an alert client is another.
+A sink is called off the event loop (in a worker thread), one call at a time per sink, so a slow disk or
+a slow Alertmanager never delays a probe; a sink that raises is counted and watching goes on (fail-open).
+A sink whose `on_loop` is true is the command's own reaction (printing a line, guard acting on the
+server): it is called on the event loop after every other sink has been, so it sees the artifact they
+wrote, and what it raises ends the run. The bundle writer is one sink; the exporter and the alert clients
+are others (`registry` names the ones `serve` builds from its config).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.kinds import SOURCE_KINDS
-from servewatch.timeline.window import Window
+
+if TYPE_CHECKING:
+    from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """A verdict that started, and the artifact a sink wrote for it (the incident bundle), if any — None
+    for the sinks that run before one is written. Sinks also get the window the verdict was judged on
+    and every verdict of that detection run; the recorder's kept record drops both."""
+
+    verdict: Verdict
+    bundle: str | None = None
+    window: Window | None = field(default=None, compare=False, repr=False)
+    verdicts: tuple[Verdict, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +49,19 @@ class Cleared:
 
 @runtime_checkable
 class Sink(Protocol):
-    def on_fired(self, verdict: Verdict, window: Window, verdicts: Sequence[Verdict]) -> str | None:
-        """A verdict started; `verdicts` is every verdict of that detection run. Returns the path of an
-        artifact written for it (a bundle), if any."""
+    def on_fired(self, fired: Fired) -> str | None:
+        """A verdict started. Returns the path of an artifact written for it (a bundle), if any."""
 
     def on_cleared(self, cleared: Cleared) -> None:
         """A verdict that fired has stopped holding."""
 
     def close(self) -> None:
         """Watching ended: flush and release."""
+
+
+def on_loop(sink: Sink) -> bool:
+    """Whether the recorder calls `sink` on the event loop, after the others (see the module's words)."""
+    return bool(getattr(sink, "on_loop", False))
 
 
 def ended_by(verdict: Verdict, window: Window) -> tuple[Evidence, ...]:
@@ -81,15 +102,17 @@ def _field(objects, path: str):
 
 
 class CallbackSink:
-    """A sink made of plain functions (small integrations and tests)."""
+    """A sink made of plain functions (small integrations, the commands' printing, tests); `on_loop=True`
+    for a reaction that belongs on the event loop."""
 
-    def __init__(self, on_fired=None, on_cleared=None):
+    def __init__(self, on_fired=None, on_cleared=None, *, on_loop: bool = False):
         self._fired, self._cleared = on_fired, on_cleared
+        self.on_loop = on_loop
 
-    def on_fired(self, verdict, window, verdicts):
-        return self._fired(verdict, window, verdicts) if self._fired else None
+    def on_fired(self, fired: Fired) -> str | None:
+        return self._fired(fired) if self._fired else None
 
-    def on_cleared(self, cleared) -> None:
+    def on_cleared(self, cleared: Cleared) -> None:
         if self._cleared:
             self._cleared(cleared)
 

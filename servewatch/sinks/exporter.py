@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from servewatch.detectors import registry
-from servewatch.sinks.serialize import safe_token
+from servewatch.bundle.serialize import safe_token
 from servewatch.sinks.verdict_series import VerdictSeries
 
 PREFIX = "servewatch_"
@@ -128,8 +128,8 @@ class ExporterSink:
     def __init__(self, exporter: FleetExporter, target: str):
         self.exporter, self.target = exporter, target
 
-    def on_fired(self, verdict, window, verdicts):
-        self.exporter.fired(self.target, verdict.name)
+    def on_fired(self, fired):
+        self.exporter.fired(self.target, fired.verdict.name)
         return None
 
     def on_cleared(self, cleared) -> None:

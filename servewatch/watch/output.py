@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 from servewatch.clock import iso8601
-from servewatch.sinks.base import Cleared
-from servewatch.sinks.serialize import verdict_to_dict
+from servewatch.sinks.base import Cleared, Fired
+from servewatch.bundle.serialize import verdict_to_dict
 from servewatch.timeline.window import Window
-from servewatch.watch.recorder import Fired
 
 
 def cleared_line(cleared: Cleared) -> str:

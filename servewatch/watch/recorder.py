@@ -1,6 +1,7 @@
 """The recorder loop: each source on its own cadence, samples into the ring, detectors over the window,
-verdicts fired once each and cleared once each, told to the sinks (off the event loop) and then to the
-listeners (on it: printing, acting).
+verdicts fired once each and cleared once each, told to every sink through one interface
+(`sinks.base.Sink`): first the sinks that may block (off the event loop: a bundle, a delivery), then the
+ones that run on it (printing, acting), which see the bundle written.
 
 Two drivers over the same parts:
 - `run()` — real time: one task per source, so a slow /metrics scrape never delays the next health
@@ -15,13 +16,12 @@ import asyncio
 import heapq
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 from servewatch.clock import Clock
 from servewatch.detectors import DetectorConfig, ranks, run_detectors
 from servewatch.detectors.verdict import Verdict
-from servewatch.sinks.base import Cleared, Sink, ended_by
+from servewatch.sinks.base import Cleared, Fired, Sink, ended_by, on_loop
 from servewatch.sources.base import Source
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
@@ -29,21 +29,12 @@ from servewatch.watch.firing import Latch
 from servewatch.watch.options import DEFAULT_HISTORY_S
 
 SETTLE_FRACTION = 0.05    # of the detect interval: how long detection waits for the rest of a round
-RECORDS_KEPT = 1000       # fired and cleared verdicts remembered (the newest; sinks and listeners heard all)
-
-
-@dataclass(frozen=True, slots=True)
-class Fired:
-    verdict: Verdict
-    bundle: str | None      # the artifact a sink wrote for it (the incident bundle), if any
-
+RECORDS_KEPT = 1000       # fired and cleared verdicts remembered (the newest; the sinks heard all)
 
 
 class Recorder:
     def __init__(self, sources: Sequence[Source], clock: Clock, *, history_s: float = DEFAULT_HISTORY_S,
-                 config: DetectorConfig | None = None, sinks: Sequence[Sink] = (),
-                 listeners: Sequence[Callable[[Fired], None]] = (),
-                 clear_listeners: Sequence[Callable[[Cleared], None]] = (), detect_interval: float | None = None,
+                 config: DetectorConfig | None = None, sinks: Sequence[Sink] = (), detect_interval: float | None = None,
                  stop_when: Callable[[Fired], bool] | None = None, tool: str = "watch"):
         if not sources:
             raise ValueError("a recorder needs at least one source")
@@ -57,9 +48,7 @@ class Recorder:
             if bind is not None:
                 bind(self.ring, partial(ranks.suspect_since, config=self.config))
         self.latch = Latch()
-        self.sinks = list(sinks)
-        self.listeners = list(listeners)
-        self.clear_listeners = list(clear_listeners)
+        self.sinks = list(sinks)          # in the order they hear each verdict (the on-loop ones after the rest)
         self.detect_interval = detect_interval or min(s.interval for s in self.sources)
         self.stop_when = stop_when
         self.fired: list[Fired] = []
@@ -88,29 +77,31 @@ class Recorder:
             self._new_samples.set()
 
     def detect(self) -> list[Fired]:
-        """Run the detectors over the current window; tell the sinks (in this thread) and listeners
-        what started and what ended."""
+        """Run the detectors over the current window; tell every sink (in this thread) what started and
+        what ended."""
         window, verdicts, started, ended = self._judge()
         for cleared in ended:
             self._sink_cleared(cleared)
             self._clear(cleared)
-        return [self._fire(verdict, self._sink_fired(verdict, window, verdicts)) for verdict in started]
+        return [self._fire(verdict, self._sink_fired(verdict, window, verdicts), window, verdicts)
+                for verdict in started]
 
     async def detect_in_background(self) -> list[Fired]:
-        """`detect` for the real-time loop: the sinks (a bundle written and fsynced to a disk that may
-        be slow) run in a worker thread, so the source tasks keep polling meanwhile."""
+        """`detect` for the real-time loop: the sinks that may block (a bundle written and fsynced to a
+        disk that may be slow) run in a worker thread, so the source tasks keep polling meanwhile."""
         window, verdicts, started, ended = self._judge()
         loop = asyncio.get_running_loop()
+        off_loop = any(not on_loop(sink) for sink in self.sinks)
         for cleared in ended:
-            if self.sinks:
+            if off_loop:
                 await loop.run_in_executor(None, self._sink_cleared, cleared)
             self._clear(cleared)
         fired = []
         for verdict in started:
             bundle = None
-            if self.sinks:
+            if off_loop:
                 bundle = await loop.run_in_executor(None, self._sink_fired, verdict, window, verdicts)
-            fired.append(self._fire(verdict, bundle))
+            fired.append(self._fire(verdict, bundle, window, verdicts))
         return fired
 
     def hold_verdicts(self) -> None:
@@ -129,13 +120,15 @@ class Recorder:
         ended = [Cleared(verdict, end, ended_by(verdict, window)) for verdict in update.cleared]
         return window, verdicts, list(update.fired), ended
 
-    def _fire(self, verdict: Verdict, bundle: str | None) -> Fired:
-        record = Fired(verdict, bundle)
+    def _fire(self, verdict: Verdict, bundle: str | None, window: Window, verdicts: Sequence[Verdict]) -> Fired:
+        record = Fired(verdict, bundle)                 # kept without the window it was judged on
         self.fired.append(record)
         if len(self.fired) > 2 * RECORDS_KEPT:          # a watch runs for months: keep the newest
             del self.fired[:-RECORDS_KEPT]
-        for listener in self.listeners:
-            listener(record)
+        event = Fired(verdict, bundle, window, tuple(verdicts))
+        for sink in self.sinks:
+            if on_loop(sink):
+                sink.on_fired(event)            # the command's own reaction: what it raises ends the run
         if self.stop_when is not None and self.stop_when(record):
             self.stop()
         return record
@@ -144,20 +137,24 @@ class Recorder:
         self.cleared.append(cleared)
         if len(self.cleared) > 2 * RECORDS_KEPT:
             del self.cleared[:-RECORDS_KEPT]
-        for listener in self.clear_listeners:
-            listener(cleared)
+        for sink in self.sinks:
+            if on_loop(sink):
+                sink.on_cleared(cleared)
 
     def _sink_fired(self, verdict: Verdict, window: Window, verdicts: Sequence[Verdict]) -> str | None:
-        artifact = None
+        """The sinks that may block, in order; the first artifact one wrote (the bundle)."""
+        event = Fired(verdict, None, window, tuple(verdicts))
         for sink in self.sinks:
-            path = self._call(sink.on_fired, verdict.name, verdict, window, verdicts)
-            if path is not None and artifact is None:
-                artifact = str(path)
-        return artifact
+            if not on_loop(sink):
+                path = self._call(sink.on_fired, verdict.name, event)
+                if path is not None and event.bundle is None:
+                    event = Fired(verdict, str(path), window, event.verdicts)   # the later sinks see it
+        return event.bundle
 
     def _sink_cleared(self, cleared: Cleared) -> None:
         for sink in self.sinks:
-            self._call(sink.on_cleared, cleared.verdict.name, cleared)
+            if not on_loop(sink):
+                self._call(sink.on_cleared, cleared.verdict.name, cleared)
 
     def _call(self, method, name: str, *args):
         try:
@@ -172,7 +169,7 @@ class Recorder:
             self._call(sink.close, "close")
 
     def stop(self) -> None:
-        """End the run (from a listener, a signal handler or stop_when)."""
+        """End the run (from an on-loop sink, a signal handler or stop_when)."""
         self.stopped = True
         if self._stop_event is not None:
             self._stop_event.set()

@@ -1,6 +1,6 @@
 """One recording session against a URL, as `watch` and `guard` run it: the sources, the recorder, the
 bundle sink, the "recording" announcement and SIGUSR1 on-demand bundles. The caller adds what it
-does with verdicts (listeners) and how the session ends."""
+does with verdicts (sinks; plain functions as `listeners`) and how the session ends."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     import aiohttp
 
     from servewatch.clock import Clock
-    from servewatch.sinks.base import Cleared, Sink
+    from servewatch.sinks.base import Cleared, Fired, Sink
     from servewatch.sources.base import Source
     from servewatch.sources.process import PsutilProbe
-    from servewatch.watch.bundle_sink import BundleSink
-    from servewatch.watch.recorder import Fired, Recorder
+    from servewatch.sinks.bundle_sink import BundleSink
+    from servewatch.watch.recorder import Recorder
 
 
 async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: str,
@@ -33,13 +33,16 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
                  identity: Callable[[], dict | None] | None = None,
                  extra_sources: Sequence[Source] | Callable[[Clock], Sequence[Source]] = ()) -> Recorder:
     """Record options.url until options.duration ends or the recorder is stopped; the recorder when
-    done. `sinks` hear fired and cleared verdicts beside the bundle writer (--out); `drive(recorder)`
-    replaces the plain run (the live table); `on_recorder(recorder)` is called once it exists; `identity()`
-    says how the PID was tied to the URL, for every bundle (actions.identity)."""
+    done. `sinks` hear fired and cleared verdicts after the bundle writer (--out); `listeners` and
+    `clear_listeners` are plain functions heard on the event loop, after every sink (each an on-loop
+    `sinks.base.CallbackSink`); `drive(recorder)` replaces the plain run (the live table);
+    `on_recorder(recorder)` is called once it exists; `identity()` says how the PID was tied to the URL, for
+    every bundle (actions.identity)."""
     import aiohttp
 
     from servewatch.clock import RealClock
-    from servewatch.watch.bundle_sink import bundle_sink
+    from servewatch.sinks.base import CallbackSink
+    from servewatch.sinks.bundle_sink import bundle_sink
     from servewatch.watch.targets import base_url
 
     target = base_url(options.url)
@@ -55,9 +58,10 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
     clock = RealClock()
     connector = aiohttp.TCPConnector(limit=8, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
-        recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=sinks,
-                                  listeners=listeners, clear_listeners=clear_listeners, stop_when=stop_when,
-                                  tool=tool,
+        heard = [*(CallbackSink(listener, on_loop=True) for listener in listeners),
+                 *(CallbackSink(on_cleared=listener, on_loop=True) for listener in clear_listeners)]
+        recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
+                                  stop_when=stop_when, tool=tool,
                                   extra_sources=extra_sources(clock) if callable(extra_sources) else extra_sources)
         if on_recorder is not None:
             on_recorder(recorder)
@@ -89,8 +93,6 @@ def _say_probe_cost(recorder: Recorder, tool: str) -> None:
 
 def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, clock: Clock, *, tool: str,
                    probe: PsutilProbe | None = None, bundles: BundleSink | None = None, sinks: Sequence[Sink] = (),
-                   listeners: Sequence[Callable[[Fired], None]] = (),
-                   clear_listeners: Sequence[Callable[[Cleared], None]] = (),
                    stop_when: Callable[[Fired], bool] | None = None,
                    wrap_source: Callable[[Source], Source] | None = None,
                    extra_sources: Sequence[Source] = ()) -> Recorder:
@@ -109,8 +111,7 @@ def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, cl
     if wrap_source is not None:
         sources = [wrap_source(source) for source in sources]
     recorder = Recorder(sources, clock, history_s=options.history_s, config=options.detectors,
-                        sinks=[*([bundles] if bundles else []), *sinks], listeners=listeners,
-                        clear_listeners=clear_listeners, stop_when=stop_when, tool=tool)
+                        sinks=[*([bundles] if bundles else []), *sinks], stop_when=stop_when, tool=tool)
     if bundles is not None:
         bundles.recorder = recorder
     return recorder

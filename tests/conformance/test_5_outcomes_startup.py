@@ -24,7 +24,7 @@ from lab_timing import FreezeExplainedMiss, check_within, longest_freeze
 from lab_traffic import Traffic
 
 from servewatch.lab.server import ServerConfig, free_port, vllm_command, vllm_environment
-from servewatch.sinks.incident import load_incident, stage_rows
+from servewatch.bundle.incident import load_incident, stage_rows
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(420)]
 

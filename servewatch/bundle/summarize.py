@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from servewatch.detectors.registry import runbook_for
 from servewatch.detectors.verdict import RunbookBranch
-from servewatch.sinks.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, latency_histograms, log_rows,
+from servewatch.bundle.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, latency_histograms, log_rows,
                                        process_rows, stage_rows)
 from servewatch.detectors.series import engine_words
-from servewatch.sinks.incident import detail_words
-from servewatch.sinks.report_html import fmt, utc
-from servewatch.sinks.series import LABELS, SERIES
+from servewatch.bundle.incident import detail_words
+from servewatch.bundle.report_html import fmt, utc
+from servewatch.bundle.series import LABELS, SERIES
 
 _SPARK = "▁▂▃▄▅▆▇█"
 

@@ -26,9 +26,9 @@ class BundleSink:
     def failures(self) -> int:
         return self.writer.failures
 
-    def on_fired(self, verdict, window, verdicts):
-        """A bundle for `verdict` with every verdict of its detection run."""
-        return self._write(window, list(verdicts), verdict.name)
+    def on_fired(self, fired):
+        """A bundle for the verdict with every verdict of its detection run."""
+        return self._write(fired.window, list(fired.verdicts), fired.verdict.name)
 
     def on_cleared(self, cleared) -> None:
         """A bundle freezes an onset; the end of a condition writes nothing."""
@@ -40,13 +40,13 @@ class BundleSink:
         """A bundle of the current window whatever it shows (trigger `on_demand`), with the verdicts the
         window supports now; `verify` checks it like any other."""
         from servewatch.detectors import run_detectors
-        from servewatch.sinks.layout import ON_DEMAND
+        from servewatch.bundle.layout import ON_DEMAND
 
         return self._write(window, run_detectors(window, self.config), ON_DEMAND)
 
     def _write(self, window, verdicts, trigger):
         from servewatch.detectors import evidence_window
-        from servewatch.sinks.bundle import BundleContext
+        from servewatch.bundle.writer import BundleContext
 
         recent = evidence_window(window, self.config)
         metrics = next((m for m in reversed(recent.metrics) if m.dialect), None)
@@ -62,7 +62,7 @@ class BundleSink:
 def bundle_sink(out: str, target: str | None, config, *, keep: int | None = None) -> BundleSink:
     """A sink writing into `out`; one clear error now if `out` cannot be written at all (later failures
     are counted by the writer and watching continues)."""
-    from servewatch.sinks.bundle import BundleWriter
+    from servewatch.bundle.writer import BundleWriter
 
     check_writable(out)
     writer = BundleWriter(out) if keep is None else BundleWriter(out, keep=keep)

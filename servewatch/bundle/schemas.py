@@ -13,12 +13,12 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-from servewatch.sinks.layout import ON_DEMAND
+from servewatch.bundle.layout import ON_DEMAND
 
 
 @lru_cache(maxsize=None)
 def _shipped(name: str) -> dict:
-    return json.loads(resources.files("servewatch.sinks").joinpath("schema", f"{name}.schema.json").read_text())
+    return json.loads(resources.files("servewatch.bundle").joinpath("schema", f"{name}.schema.json").read_text())
 
 
 def verdict_name_enums(document: dict) -> list[list]:

@@ -24,8 +24,8 @@ from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
 from servewatch.kinds import SOURCE_KINDS
-from servewatch.sinks import layout, schemas, serialize
-from servewatch.sinks.recompute import Recompute, config_from_dict, detectors_recompute
+from servewatch.bundle import layout, schemas, serialize
+from servewatch.bundle.recompute import Recompute, config_from_dict, detectors_recompute
 
 READ_LIMIT = 16 * 2**20            # no file a writer produces comes near this; anything larger is refused
 MAX_FILES = 66                     # incident.json, manifest.json and at most 64 samples files (the schema's limit)
@@ -176,7 +176,7 @@ def _check_name(incident: dict, name: str) -> None:
     """A directory still named as the writer named it must name this incident (no files from another)."""
     from datetime import datetime, timezone
 
-    from servewatch.sinks.bundle import BUNDLE_NAME
+    from servewatch.bundle.writer import BUNDLE_NAME
 
     match = BUNDLE_NAME.match(name)
     if not match:

@@ -20,7 +20,7 @@ from servewatch.detectors.verdict import Verdict
 from servewatch.engine.state import Histogram
 from servewatch.detectors.registry import runbook_for
 from servewatch.detectors.verdict import RunbookBranch
-from servewatch.sinks.series import LABELS, SERIES, Marker, Point
+from servewatch.bundle.series import LABELS, SERIES, Marker, Point
 
 PALETTE = ("#1f6feb", "#8250df", "#bf3989", "#1a7f37", "#9a6700", "#cf222e")
 MARKER_COLOUR = "#cf222e"
@@ -295,7 +295,7 @@ def verdicts_html(verdicts: Sequence[Verdict], t0: float | None = None, *, with_
                                     [(e.source, round(e.t - base, 3), e.field, _plain(e.value))
                                      for e in v.evidence], caption="evidence (pointers into the stored samples)"))
         if v.details:
-            from servewatch.sinks.incident import detail_words
+            from servewatch.bundle.incident import detail_words
 
             out.append(render_table(("detail", "value"), [(k.replace("_", " "), detail_words(k, x))
                                                           for k, x in sorted(v.details.items())]))
@@ -331,7 +331,7 @@ def _anchor(section: Section, i: int) -> str:
 # --- one incident -----------------------------------------------------------------------------------
 
 def incident_section(incident, *, title: str | None = None, anchor: str | None = None) -> Section:
-    """A bundle (servewatch.sinks.incident.Incident) as one report section."""
+    """A bundle (servewatch.bundle.incident.Incident) as one report section."""
     meta = incident.meta
     window = meta["window"]
     t0 = window["start_t"]
@@ -380,7 +380,7 @@ def _zoom_chart(series: Mapping[str, Sequence[Point]], markers: Sequence[Marker]
 
 
 def _latency_html(incident) -> str:
-    from servewatch.sinks.incident import latency_histograms
+    from servewatch.bundle.incident import latency_histograms
 
     found = latency_histograms(incident)
     if not found:
@@ -398,7 +398,7 @@ def _latency_html(incident) -> str:
 
 
 def _process_and_logs_html(incident, t0: float | None) -> str:
-    from servewatch.sinks.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, log_rows, process_rows,
+    from servewatch.bundle.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, log_rows, process_rows,
                                            stage_rows)
 
     out = []

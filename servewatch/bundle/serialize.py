@@ -161,7 +161,7 @@ def engine_to_dict(e: EngineState) -> dict:
         "dialect": safe_token(e.dialect),
         "generation": safe_token(e.naming),
         "labels": {k: label_value(k, str(v)) for k, v in sorted(e.labels.items())
-                   if k in dialects.identity_labels()},   # the schemas list the same (sinks/schemas.py)
+                   if k in dialects.identity_labels()},   # the schemas list the same (bundle/schemas.py)
         "running": number(e.running),
         "waiting": number(e.waiting),
         "waiting_by_reason": _str_map(e.waiting_by_reason),

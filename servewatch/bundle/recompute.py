@@ -8,7 +8,7 @@ from typing import Any
 
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
-from servewatch.sinks import serialize
+from servewatch.bundle import serialize
 from servewatch.timeline.samples import Sample
 
 Recompute = Callable[[Sequence[Sample], Mapping[str, Any]], Sequence[Verdict]]

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TextIO
 
 from servewatch.detectors.verdict import Verdict
-from servewatch.sinks import layout
-from servewatch.sinks.layout import BundleContext
-from servewatch.sinks.recompute import Recompute, detectors_recompute
+from servewatch.bundle import layout
+from servewatch.bundle.layout import BundleContext
+from servewatch.bundle.recompute import Recompute, detectors_recompute
 from servewatch.timeline.samples import Sample
 
 BUNDLE_NAME = re.compile(r"^incident-\d{8}T\d{6}Z-[a-z_]+-[0-9a-f]{8}(-\d+)?$")

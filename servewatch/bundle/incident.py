@@ -7,8 +7,8 @@ from pathlib import Path
 
 from servewatch.detectors.verdict import Verdict
 from servewatch.engine.state import Histogram
-from servewatch.sinks import serialize, series
-from servewatch.sinks.verify import load_bundle
+from servewatch.bundle import serialize, series
+from servewatch.bundle.verify import load_bundle
 from servewatch.timeline.samples import Sample
 from servewatch.words import field_words
 

@@ -20,7 +20,7 @@ from typing import Any
 from servewatch import __version__
 from servewatch.detectors.verdict import Verdict
 from servewatch.kinds import SOURCE_KINDS
-from servewatch.sinks import serialize
+from servewatch.bundle import serialize
 from servewatch.timeline.samples import Sample
 
 INCIDENT = "incident.json"
