@@ -164,6 +164,16 @@ def dp_tree(t, *, dp1_worker="running"):
     return ProcessSample(t=t, root_pid=100, root_create_time=1.0, alive=True, members=members)
 
 
+def test_the_dp_rank_is_said_once_whether_the_engine_key_names_it_or_not():
+    """vLLM's key is engine=1: the process view adds "(DP rank 1)"; SGLang's key carries dp_rank=1 and its
+    words already say "DP rank 1" (a real SGLang DP=2 stall once read "(DP rank 1, ...) (DP rank 1)")."""
+    from servewatch.detectors.ranks import dp_words
+
+    sample = dp_tree(T0)
+    assert dp_words(sample, "engine=1") == " (DP rank 1)"
+    assert dp_words(sample, "dp_rank=1,engine_type=unified,tp_rank=0") == ""
+
+
 def test_an_idle_data_parallel_engine_beside_a_busy_one_is_no_suspect():
     w = Window(process=tuple(dp_tree(T0 + i * STEP) for i in range(41)))   # DP1's core and worker at 0-1 %
     assert rank_detector.suspects(w, CONFIG) == ()

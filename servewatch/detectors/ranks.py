@@ -210,6 +210,8 @@ def _engine_label(key: str) -> str | None:
 
 def dp_words(process: ProcessSample | None, key: str) -> str:
     """" (DP rank 1)" for a stall on one engine of a data-parallel server whose processes show DP ranks."""
+    if "dp_rank=" in key:          # SGLang's engine key says its DP rank already ("the unified engine (DP rank 1, ...)")
+        return ""
     dp = _engine_label(key)
     if process is None or dp is None or not dp.isdigit():
         return ""
