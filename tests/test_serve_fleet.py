@@ -101,6 +101,10 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                     return await serve.metric("servewatch_scrape_failures_total", target=name_of(hostile["hang"]),
                                               kind="timeout")
                 await until(hang_timed_out, 20, "the hanging target's scrape timing out")
+
+                async def enough_scrapes():     # evidence over the hang's time-outs, however slow the machine
+                    return len(b.scrapes) >= 16
+                await until(enough_scrapes, 30, "16 scrapes of the healthy target")
                 gaps = [later - earlier for earlier, later in zip(b.scrapes, b.scrapes[1:])]
                 assert len(gaps) >= 15 and max(gaps) < INTERVAL + 1.5, max(gaps)
 
