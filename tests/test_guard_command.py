@@ -138,6 +138,9 @@ def test_a_server_that_ignores_sigterm_is_killed_at_the_drain_timeout_exit_5(tmp
     proc = guard(f"http://127.0.0.1:{free_port()}", "--drain-timeout", "1s", server=stubborn)
     pid = started_pid(proc)
     reaper(pid)
+    # Its "up" (on guard's stderr under --json) comes after it ignores SIGTERM: a SIGTERM before that would
+    # end the server by itself (guard then rightly exits with its status, 143).
+    read_stderr_until(proc, r"^up$", timeout_s=30)
     proc.send_signal(signal.SIGTERM)
     lines, stderr = finish(proc)
     assert proc.returncode == 5, stderr
