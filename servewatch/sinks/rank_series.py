@@ -49,3 +49,31 @@ class RankCollector:
             for role, rank, state in rank_rows(sample):
                 family.add_metric([self.label(target), self.label(role), self.label(rank), self.label(state)], 1.0)
         return [family]
+
+
+NODE_NAME = "servewatch_node_rank_state"
+NODE_HELP = ("1 for each engine rank running on this node (`serve --node`: found by process titles, no URL), labelled "
+             "with the node, the engine (the TCP port its API server listens on), the Kubernetes pod UID when it runs "
+             "in a pod (join with kube_pod_info{uid}), its role, its rank and its process state letter")
+
+
+class NodeRankCollector:
+    """At each /metrics scrape: `newest()` yields (node engine, its newest process sample) for every engine the
+    node view found (servewatch.serve.node)."""
+
+    def __init__(self, node: str, newest: Callable[[], Iterable[tuple[object, ProcessSample | None]]],
+                 label: Callable[[str], str]):
+        self.node, self.newest, self.label = node, newest, label
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily(NODE_NAME, NODE_HELP, labels=["node", "engine", "pod_uid", "role", "rank", "state"])
+        for engine, sample in self.newest():
+            for role, rank, state in rank_rows(sample):
+                family.add_metric([self.label(self.node), engine.engine, engine.pod_uid or "none", self.label(role),
+                                   self.label(rank), self.label(state)], 1.0)
+        return [family]
