@@ -123,3 +123,33 @@ def test_a_real_listening_socket_is_read_from_proc():
         listener.listen()
         assert listening_port(os.getpid()) == listener.getsockname()[1]
     assert listening_port(os.getpid()) is None            # closed: nothing listens
+
+
+def test_serve_node_without_a_target_exports_the_engines_on_this_node(fake_engine):
+    import asyncio
+
+    from servewatch.serve.config import ServeConfig
+    from tests.serve_harness import running_serve, until
+
+    api, port, core, workers = fake_engine
+
+    async def main():
+        async with running_serve(ServeConfig(node="node-a", listen="127.0.0.1:0")) as serve:
+            async def found():
+                return await serve.metric("servewatch_node_rank_state", node="node-a", engine=str(port),
+                                          role="worker", rank="TP1", state="S")
+            assert await until(found, 30, "the fake engine's TP1 worker in the node view") == 1
+            assert await serve.metric("servewatch_node_view_errors_total") == 0
+            assert (await serve.json("/api/v1/targets"))["targets"] == []       # no URL target at all
+    asyncio.run(asyncio.wait_for(main(), timeout=60))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["serve"], "no targets: give --target URL, --file-sd FILE, --prometheus-sd URL, --node NAME"),
+    (["serve", "--node", "bad name!"], "--node 'bad name!': a node name"),
+])
+def test_serve_needs_a_target_or_a_node_and_a_node_name_that_is_one(argv, message, capsys):
+    from servewatch.cli import main
+
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

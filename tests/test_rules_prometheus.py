@@ -27,6 +27,7 @@ from servewatch.derive.engine_series import engine_series
 from servewatch.derive.rules import build_rules, render_rule_file
 from servewatch.derive.slo import load_slo
 from tests.processes import stop
+from tests.test_node_view import API, CORE, RANK
 from tests.tools import needs_tool, tool_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,8 +95,13 @@ def test_every_rule_and_dashboard_query_returns_data_from_a_real_prometheus(tmp_
 
     sim, sim_port = _start_sim(dialect)
     serve_port = _free_port()
+    # A titled fake engine on this node for `serve --node` (servewatch_node_rank_state and the join rule).
+    node_engine = subprocess.Popen([sys.executable, "-c", API, CORE, RANK], stdout=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+    node_engine.stdout.readline()
     serve = subprocess.Popen([sys.executable, "-m", "servewatch", "serve", "--target", f"sim=http://127.0.0.1:{sim_port}",
-                              "--listen", f"127.0.0.1:{serve_port}", "--interval", "0.5", "--no-probe"],
+                              "--listen", f"127.0.0.1:{serve_port}", "--interval", "0.5", "--no-probe",
+                              "--node", "ci-node"],
                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     prom_port = _free_port()
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
@@ -147,5 +153,7 @@ def test_every_rule_and_dashboard_query_returns_data_from_a_real_prometheus(tmp_
         _stop(prom)
         _stop(serve)
         _stop(sim)
+        os.killpg(node_engine.pid, 9)
+        node_engine.wait(timeout=10)
         for proc in (prom, serve, sim):
             proc.stderr.close()

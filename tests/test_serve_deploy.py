@@ -24,13 +24,30 @@ def documents(name):
     return [doc for doc in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if doc]
 
 
-@pytest.mark.parametrize("name", ["sidecar.yaml", "fleet.yaml"])
+@pytest.mark.parametrize("name", ["sidecar.yaml", "fleet.yaml", "node-daemonset.yaml"])
 def test_manifests_validate_strictly(name):
     import kubernetes_validate   # a test dependency: missing, the test fails
     docs = documents(name)
     assert docs
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)     # raises on any schema error
+
+
+def test_the_node_daemonset_runs_serve_node_as_its_cli_parses_it():
+    """The DaemonSet's args are a `serve --node` the CLI accepts (node name from the downward API), on the port
+    Prometheus is told to scrape, in the host's PID namespace."""
+    from servewatch.cli import build_parser
+    from servewatch.serve.config import from_args, parse_listen
+
+    pod = documents("node-daemonset.yaml")[0]["spec"]["template"]
+    spec = pod["spec"]
+    [container] = spec["containers"]
+    args = [a.replace("$(NODE_NAME)", "gpu-node-7") for a in container["args"]]
+    config = from_args(build_parser().parse_args(args))
+    assert config.node == "gpu-node-7" and not config.targets
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+    assert spec["hostPID"] is True
+    assert str(parse_listen(config.listen)[1]) == pod["metadata"]["annotations"]["prometheus.io/port"]
 
 
 def test_sidecar_probes_point_at_the_named_target():

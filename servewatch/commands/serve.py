@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 
     parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, "
                                                          f"{', '.join(sink_names())}, shard, targets, file_sd, "
-                                                         "prometheus_sd")
+                                                         "prometheus_sd, node")
     parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
                         help="a server to watch, e.g. http://127.0.0.1:8000, or NAME=URL to name it (repeatable)")
     parser.add_argument("--file-sd", action="append", default=[], metavar="FILE",
@@ -36,6 +36,11 @@ def register(subparsers) -> None:
     parser.add_argument("--prometheus-sd", metavar="URL",
                         help="discover targets from this Prometheus server's active targets (/api/v1/targets)")
     parser.add_argument("--prometheus-sd-job", metavar="JOB", help="...of this job only")
+    parser.add_argument("--node", metavar="NAME",
+                        help="also export every engine rank running on this node, found by process titles (no URL): "
+                             "servewatch_node_rank_state{node,engine,pod_uid,role,rank,state}, the engine named by "
+                             "the port its API server listens on and its pod UID; for a DaemonSet with hostPID, "
+                             "NAME from the node name (deploy/kubernetes/node-daemonset.yaml). Needs no --target")
     parser.add_argument("--listen", metavar="HOST:PORT", help="the HTTP surface (default 127.0.0.1:9464)")
     from servewatch.serve.config import FLEET_RECORDING, RECORDING_FLAGS
 

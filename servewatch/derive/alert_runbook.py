@@ -145,6 +145,16 @@ SERVEWATCH = runbooks({
         "Check the target directly before acting on servewatch's other verdicts for it.",
         "Nothing to roll back.",
     ),
+    "node_rank": (
+        "An engine rank on this node has been stopped (T), in uninterruptible sleep (D) or a zombie for a minute: "
+        "its siblings wait for it in every collective, so the engine serves nothing while /health may say 200.",
+        "The process of that rank on that node (servewatch_node_rank_state's node, engine port, role and rank); "
+        "its py-spy stack; the node's kernel log for a D state (storage, driver).",
+        "No servewatch_node_rank_state series of that engine in T, D or Z.",
+        "Dump its stacks (servewatch guard does, then restarts the whole engine); a rank stopped by a debugger or "
+        "SIGSTOP resumes with SIGCONT.",
+        "Nothing to roll back: restarting an engine whose rank is stuck loses only the requests it already lost.",
+    ),
     "absent": (
         "servewatch serve exports no series: it stopped, or Prometheus stopped scraping it.",
         "The servewatch serve process and its scrape job.",

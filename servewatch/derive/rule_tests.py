@@ -290,6 +290,15 @@ def _servewatch_cases(groups) -> list[_Case]:
     case.expect(10, down.alert, [_fired(down, target="engine-a")])
     case.expect(20, failing.alert, [_fired(failing, target="engine-a")])
     cases.append(case)
+    stuck = _rule(groups, "ServewatchNodeRankStuck")
+    case = _Case("serve --node: a rank stopped for a minute on another node pages; a running one does not")
+    rank = {"node": "node-b", "engine": "8000", "pod_uid": "none", "role": "worker", "rank": "TP1"}
+    case.series("servewatch_node_rank_state", {**rank, "state": "R"}, gauge_values((1, 5)))
+    case.series("servewatch_node_rank_state", {**rank, "state": "T"}, "_x4 " + gauge_values((1, 10)))  # from 5 m
+    case.series("servewatch_node_rank_state", {**rank, "rank": "TP0", "state": "S"}, gauge_values((1, 10)))
+    case.expect(4, stuck.alert, [])
+    case.expect(7, stuck.alert, [_fired(stuck, **rank)])
+    cases.append(case)
     return cases
 
 

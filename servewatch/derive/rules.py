@@ -22,6 +22,8 @@ KV_LOW = 0.5            # below this with running at the slot limit, the limit i
 QUEUE_RISE = 2          # queue wait over 5 m this many times its 1 h mean
 SEVERITY_LEADING = "warning"
 SERVEWATCH_GROUP = "servewatch-serve"
+NODE_RANK = "servewatch_node_rank_state"
+NODE_RANK_BY = ("node", "engine", "pod_uid", "role", "rank")
 SERVEWATCH_ALERT_NAMES = {"alive_health_ok_no_progress": "ServewatchStall", "engine_dead": "ServewatchEngineDead"}
 
 
@@ -253,6 +255,18 @@ def servewatch_group() -> RuleGroup:
              annotations=alert_runbook.SERVEWATCH["probe_failures"].annotations()),
         Rule(expr="absent(servewatch_target_up)", alert="ServewatchAbsent", for_="10m",
              labels={"severity": "ticket"}, annotations=alert_runbook.SERVEWATCH["absent"].annotations()),
+        # `serve --node` on every node: a rank the API node cannot see (another host of a multi-node engine).
+        Rule(expr=f"max by ({', '.join(NODE_RANK_BY)}) ({NODE_RANK}{{state=~\"T|t|D|Z\"}}) == 1",
+             alert="ServewatchNodeRankStuck", for_="1m", labels={"severity": "page"},
+             annotations=alert_runbook.SERVEWATCH["node_rank"].annotations()),
+        # The join with the cluster, done by Prometheus: each node rank with its pod's namespace, name and owner
+        # (kube-state-metrics' kube_pod_info, by pod UID), so the ranks of one deployment on many nodes group;
+        # a rank whose pod kube-state-metrics does not know (or not in a pod) is kept as it is.
+        Rule(expr=f"{NODE_RANK}\n* on (pod_uid) group_left (namespace, pod, created_by_kind, created_by_name)\n"
+                  f'max by (pod_uid, namespace, pod, created_by_kind, created_by_name) '
+                  f'(label_replace(kube_pod_info, "pod_uid", "$1", "uid", "(.+)"))\n'
+                  f"or on ({', '.join(NODE_RANK_BY)}, state) {NODE_RANK}",
+             record="servewatch:node_rank_state:by_pod"),
     ]
     return RuleGroup(SERVEWATCH_GROUP, tuple(rules))
 

@@ -62,6 +62,15 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
         return out
 
     exporter = FleetExporter(derived, newest_process)
+    node_view = None
+    if config.node is not None:         # the engines on this node, by process title (serve.node)
+        from servewatch.serve.node import NodeView
+        from servewatch.sinks.exporter import label
+        from servewatch.sinks.rank_series import NodeRankCollector
+
+        node_view = NodeView(config.node, max(config.recording.interval, 1.0))
+        exporter.registry.register(NodeRankCollector(config.node, lambda: node_view.samples, label,
+                                                     lambda: node_view.errors))
     clients = build_clients(config.sinks, lambda name: SinkContext(tool, exporter.sink_failures.labels(name).inc))
     host, port = parse_listen(config.listen)
     # No connection-pool limit shared across targets: one slow target must not hold a slot another needs.
@@ -84,15 +93,19 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                 await discovery.refresh_prometheus(session, exporter, say)
             await fleet.apply(discovery.specs(say))
             shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
-            print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}",
+            node = f", and every engine on node {config.node} by its process titles" if config.node else ""
+            print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}{node}",
                   file=sys.stderr, flush=True)
             if on_listening is not None:
                 on_listening(bound)
             lag = asyncio.create_task(_measure_lag(exporter))
+            node_task = asyncio.create_task(node_view.run()) if node_view is not None else None
             try:
                 await _rediscover(config, discovery, fleet, exporter, session, stop, say)
             finally:
                 lag.cancel()
+                if node_task is not None:
+                    node_task.cancel()
                 await fleet.close()
     finally:
         if runner is not None:

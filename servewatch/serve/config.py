@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, field, replace
 
 from servewatch.errors import ServewatchError
@@ -46,7 +47,7 @@ RECORDING_FLAGS = ("interval", "probe", "probe_interval", "probe_deadline", "his
                    "detectors_file")
 DEFAULT_LISTEN = "127.0.0.1:9464"
 _BEFORE_SINKS = ("listen", "interval", "history", "out", "bundle_cap_mb")        # the keys, in the order said
-_AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "probe", "probe_interval", "probe_deadline")
+_AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "node", "probe", "probe_interval", "probe_deadline")
 _SD_KEYS = ("url", "job", "labels", "refresh")
 _TARGET_KEYS = ("url", "name", "pid", "log_file")
 
@@ -62,6 +63,7 @@ class ServeConfig:
     shard: Shard = field(default_factory=lambda: Shard(0, 1))
     prometheus_sd: PrometheusSdConfig | None = None
     bundle_cap_bytes: int = 1024 * 2**20         # all targets' bundles under `out` together
+    node: str | None = None       # the node-local view under this node name (serve.node): engines found by title
 
 
 def load(path: str) -> ServeConfig:
@@ -129,6 +131,7 @@ def load(path: str) -> ServeConfig:
     if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0:
         raise doc.error(("bundle_cap_mb",), "a positive number of MiB is expected")
     return ServeConfig(bundle_cap_bytes=int(cap * 2**20), targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
+                       node=text("node"),
                        prometheus_sd=_prometheus_sd(doc, value.get("prometheus_sd"), duration),
                        recording=replace(FLEET_RECORDING, probe=probe,
                                          interval=seconds("interval", FLEET_RECORDING.interval),
@@ -189,9 +192,13 @@ def from_args(args) -> ServeConfig:
     config = replace(config, **changes)
     if getattr(args, "prometheus_sd", None):
         config = replace(config, prometheus_sd=PrometheusSdConfig(args.prometheus_sd, args.prometheus_sd_job))
-    if not config.targets and not config.file_sd and config.prometheus_sd is None:
-        raise ServewatchError("no targets: give --target URL, --file-sd FILE, --prometheus-sd URL or a --config "
-                              "with targets, file_sd or prometheus_sd")
+    if getattr(args, "node", None):
+        config = replace(config, node=args.node)
+    if config.node is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", config.node):
+        raise ServewatchError(f"--node {config.node!r}: a node name (letters, digits, '.', '_', '-') is expected")
+    if not config.targets and not config.file_sd and config.prometheus_sd is None and config.node is None:
+        raise ServewatchError("no targets: give --target URL, --file-sd FILE, --prometheus-sd URL, --node NAME or a "
+                              "--config with targets, file_sd, prometheus_sd or node")
     if config.prometheus_sd is not None and not config.prometheus_sd.url.startswith(("http://", "https://")):
         raise ServewatchError(f"--prometheus-sd {config.prometheus_sd.url!r}: not an http(s) URL")
     for url in config.sinks.values():

@@ -62,8 +62,8 @@ class NodeRankCollector:
     node view found (servewatch.serve.node)."""
 
     def __init__(self, node: str, newest: Callable[[], Iterable[tuple[object, ProcessSample | None]]],
-                 label: Callable[[str], str]):
-        self.node, self.newest, self.label = node, newest, label
+                 label: Callable[[str], str], errors: Callable[[], int] = lambda: 0):
+        self.node, self.newest, self.label, self.errors = node, newest, label, errors
 
     def describe(self):
         return []
@@ -76,4 +76,8 @@ class NodeRankCollector:
             for role, rank, state in rank_rows(sample):
                 family.add_metric([self.label(self.node), engine.engine, engine.pod_uid or "none", self.label(role),
                                    self.label(rank), self.label(state)], 1.0)
-        return [family]
+        from prometheus_client.core import CounterMetricFamily
+
+        errors = CounterMetricFamily("servewatch_node_view_errors", "Node-view cycles that failed (the last good "
+                                     "view was kept)", value=self.errors())
+        return [family, errors]
