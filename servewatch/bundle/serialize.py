@@ -20,6 +20,7 @@ from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Hist
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (
     GpuDevice,
+    GpuProcess,
     GpuSample,
     HealthSample,
     PROBE_OUTCOMES,
@@ -264,7 +265,9 @@ def sample_to_dict(s: Sample) -> dict:
         return {"source": "gpu", "t": number(s.t), "available": s.available,
                 "devices": [{"index": d.index, "utilization_pct": number(d.utilization_pct),
                              "memory_used_bytes": d.memory_used_bytes,
-                             "memory_total_bytes": d.memory_total_bytes, "power_w": number(d.power_w)}
+                             "memory_total_bytes": d.memory_total_bytes, "power_w": number(d.power_w),
+                             "processes": [{"pid": p.pid, "memory_used_bytes": p.memory_used_bytes}
+                                           for p in d.processes]}
                             for d in s.devices],
                 "error": error_class(s.error)}
     if isinstance(s, LogEvent):
@@ -305,7 +308,9 @@ def sample_from_dict(d: Mapping) -> Sample:
                                                      utilization_pct=unnumber(x["utilization_pct"]),
                                                      memory_used_bytes=x["memory_used_bytes"],
                                                      memory_total_bytes=x["memory_total_bytes"],
-                                                     power_w=unnumber(x["power_w"]))
+                                                     power_w=unnumber(x["power_w"]),
+                                                     processes=tuple(GpuProcess(p["pid"], p["memory_used_bytes"])
+                                                                     for p in x.get("processes", ())))
                                            for x in d["devices"]),
                              error=d["error"])
         if source == "log":

@@ -50,21 +50,28 @@ async def targets(request: web.Request) -> web.Response:
                     "scrape_ok": s.scrape_ok, "last_error": s.last_error, "backoff_s": s.backoff_s,
                     "active": [v.name for v in run.recorder.latch.active],
                     "signals": {k: v for k, v in vars(values).items() if v is not None},
-                    "ranks": _ranks(window.process[-1] if window.process else None, fleet.clock.now())})
+                    "ranks": _ranks(window.process[-1] if window.process else None, fleet.clock.now(),
+                                    window.gpu[-1] if window.gpu else None)})
     return web.json_response({"targets": out})
 
 
-def _ranks(sample, now: float) -> list[dict]:
+def _ranks(sample, now: float, gpu=None) -> list[dict]:
     """Each engine rank of a target's newest process sample (none older than RANK_SAMPLE_MAX_AGE_S): its
-    role, rank, process state letter, title and pid — what servewatch_rank_state exports, and which process."""
+    role, rank, process state letter, title and pid — what servewatch_rank_state exports, and which process —
+    and, where NVML lists the process on a device, that GPU's index and the device memory the rank holds."""
     from servewatch.sinks.rank_series import MAX_RANKS, rank_label
-    from servewatch.timeline.ranks import rank_view
+    from servewatch.timeline.ranks import gpu_of, rank_view
 
     if sample is None or not sample.alive or sample.error is not None or now - sample.t > RANK_SAMPLE_MAX_AGE_S:
         return []
     ranks = sorted(rank_view(sample), key=lambda r: (r.kind, rank_label(r.axes), r.pid))
-    return [{"role": r.kind, "rank": rank_label(r.axes), "state": r.state, "title": r.title, "pid": r.pid,
-             "cpu_percent": r.member.cpu_percent} for r in ranks[:MAX_RANKS]]
+    out = []
+    for r in ranks[:MAX_RANKS]:
+        on = gpu_of(r.pid, gpu)
+        out.append({"role": r.kind, "rank": rank_label(r.axes), "state": r.state, "title": r.title, "pid": r.pid,
+                    "cpu_percent": r.member.cpu_percent, "gpu": on[0] if on else None,
+                    "gpu_memory_bytes": on[1] if on else None})
+    return out
 
 
 def _verdict(name: str, verdict, bundle=None) -> dict:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 
 from servewatch.clock import Clock
-from servewatch.timeline.samples import GpuDevice, GpuSample
+from servewatch.timeline.samples import GpuDevice, GpuProcess, GpuSample
+
+MAX_PROCESSES_PER_DEVICE = 64
+
+
+def _bytes(value) -> int | None:
+    """NVML's usedGpuMemory: bytes, or None when it cannot say (it reports NVML_VALUE_NOT_AVAILABLE then)."""
+    return int(value) if isinstance(value, int) and 0 <= value < 2**62 else None
 
 
 class NvmlProbe:
@@ -33,10 +40,13 @@ class NvmlProbe:
             utilization = _maybe(lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
             memory = _maybe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
             power = _maybe(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+            running = _maybe(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or ()
+            processes = tuple(GpuProcess(int(p.pid), _bytes(getattr(p, "usedGpuMemory", None)))
+                              for p in list(running)[:MAX_PROCESSES_PER_DEVICE])
             devices.append(GpuDevice(index=index, utilization_pct=utilization,
                                      memory_used_bytes=int(memory.used) if memory is not None else None,
                                      memory_total_bytes=int(memory.total) if memory is not None else None,
-                                     power_w=power))
+                                     power_w=power, processes=processes))
         return GpuSample(t=t, available=True, devices=tuple(devices))
 
 

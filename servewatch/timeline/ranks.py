@@ -113,3 +113,15 @@ def engine_ranks(ranks: Sequence[Rank], engine: str | None) -> list[Rank]:
     if engine is None or not engine.isdigit() or not any(r.axis("DP") is not None for r in ranks):
         return list(ranks)
     return [r for r in ranks if r.axis("DP") == int(engine)]
+
+
+def gpu_of(pid: int, gpu) -> tuple[int, int | None] | None:
+    """(device index, device memory it holds) of the first GPU whose NVML process list has `pid`, from a
+    GpuSample; None when no device lists it (no GPU, no NVML, or another PID namespace)."""
+    if gpu is None or not gpu.available:
+        return None
+    for device in gpu.devices:
+        for process in device.processes:
+            if process.pid == pid:
+                return device.index, process.memory_used_bytes
+    return None

@@ -64,12 +64,20 @@ class ProcessSample:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process NVML lists on a device (compute), with the device memory it holds when NVML says."""
+    pid: int
+    memory_used_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuDevice:
     index: int
     utilization_pct: float | None
     memory_used_bytes: int | None
     memory_total_bytes: int | None
     power_w: float | None
+    processes: tuple[GpuProcess, ...] = ()      # which ranks run on it (pids as the host sees them)
 
 
 @dataclass(frozen=True, slots=True)
