@@ -20,6 +20,7 @@ from lab_servers import start_ready
 from lab_signals import status_within
 from lab_traffic import Traffic
 
+from servewatch.detectors import registry
 from servewatch.sources.probe import URGENT_DEADLINE_S
 from servewatch.sources.process import title_of
 
@@ -28,6 +29,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 RANK_ENV = (("VLLM_CPU_OMP_THREADS_BIND", "0|1"), ("VLLM_CPU_KVCACHE_SPACE", "1"))
 # CI watches the idle TP=2 server for 45 s; SERVEWATCH_MULTIRANK_IDLE_S=300 gives the five-minute run.
 IDLE_S = float(os.environ.get("SERVEWATCH_MULTIRANK_IDLE_S", "45"))
+# and loads it steadily for 60 s; SERVEWATCH_MULTIRANK_LOAD_S=120 gives the two-minute run.
+LOAD_S = float(os.environ.get("SERVEWATCH_MULTIRANK_LOAD_S", "60"))
 INTERVAL = 0.5
 # Routine probes as `serve` runs them; the process view asks at once with the urgent 3 s deadline.
 PROBE_ARGS = ("--probe", "--probe-interval", "30", "--probe-deadline", "10")
@@ -97,6 +100,35 @@ def test_tp2_idle_with_spinning_workers_gives_no_verdict(lab, tp2, run_dir):
                                                                    "worker_tp1": idle_cpu[workers[1]]}})
     lab.obs.say(f"TP=2 idle {IDLE_S:g} s under watch --probe: no verdict; idle CPU EngineCore "
                 f"{idle_cpu[core]:.0f} %, Worker_TP0 {idle_cpu[workers[0]]:.0f} %, Worker_TP1 {idle_cpu[workers[1]]:.0f} %")
+
+
+def test_tp2_steady_load_gives_no_verdict(lab, tp2, run_dir):
+    """`servewatch load --scenario normal` against the TP=2 engine for LOAD_S while watch (with the probe)
+    records it: every rank busy, no incident verdict; the load's own records say what it served."""
+    import json
+    import subprocess
+
+    from lab_cli import SERVEWATCH
+
+    out = run_dir / "steady-load"
+    watcher = Watcher(tp2.url, run_dir / "steady-bundles", pid=tp2.pid, interval=INTERVAL,
+                      extra=("--duration", f"{LOAD_S + 10:g}", *PROBE_ARGS))
+    with watcher:
+        load = subprocess.run([*SERVEWATCH, "load", tp2.url, "--scenario", "normal", "--duration", f"{LOAD_S:g}",
+                               "--out", str(out)], capture_output=True, text=True, timeout=LOAD_S + 240)
+        code = watcher.proc.wait(timeout=LOAD_S + 120)
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    lab.obs.record("tp2_steady_load", {"load_s": LOAD_S, "summary": {k: summary.get(k) for k in
+                                                                    ("requests", "ok", "errors", "tokens_out")}})
+    lab.obs.say(f"TP=2 steady load ({LOAD_S:g} s of `load --scenario normal`: {summary.get('ok')} of "
+                f"{summary.get('requests')} requests ok, {summary.get('tokens_out')} tokens) under watch --probe: "
+                f"verdicts {sorted({v.name for v in watcher.verdicts()})}; load exit {load.returncode}")
+    assert load.returncode == 0, load.stderr[-2000:]
+    assert code == 0, f"watch exited {code}: {watcher.describe()}"
+    # histogram_blind (info, not an incident) is the truth about this engine's ITL buckets under load (99 %
+    # of a CPU engine's inter-token times fall in the first 10 ms bucket); nothing else may fire.
+    alarms = [v.data for v in watcher.verdicts() if registry.is_incident(v.name)]
+    assert alarms == [], alarms
 
 
 def names_tp1(data: dict) -> bool:
