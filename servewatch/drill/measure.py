@@ -184,6 +184,7 @@ class Workload:
         self.duration_s, self.after_s = duration_s, after_s
         self.request_timeout_s = request_timeout_s
         self.seed = seed
+        self.ends_at = time.time() + after_s + duration_s     # epoch: no request is sent after it
         self.records: list = []
         self.problem: str | None = None
         self._thread = threading.Thread(target=self._run, name="drill-workload", daemon=True)
@@ -194,6 +195,9 @@ class Workload:
 
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         from servewatch.errors import ServewatchError
@@ -299,6 +303,7 @@ class Impact:
     truncated: int = 0
     ttft_before_s: float | None = None
     ttft_during_s: float | None = None
+    e2e_before_s: float | None = None     # p50 of good requests sent before the fault: what recovery waits on
 
     @property
     def error_rate(self) -> float:
@@ -314,14 +319,14 @@ class Impact:
         return {"requests": self.requests, "failed": self.failed, "error_rate": round(self.error_rate, 3),
                 "errors": dict(sorted(self.errors.items())), "truncated": self.truncated,
                 "ttft_before_s": self.ttft_before_s, "ttft_during_s": self.ttft_during_s,
-                "ttft_inflation": self.ttft_inflation}
+                "ttft_inflation": self.ttft_inflation, "e2e_before_s": self.e2e_before_s}
 
 
 def impact(records, injected: float, reverted: float) -> Impact:
     """Client impact from the load's own records: errors by class, truncated streams, TTFT before the
     fault against TTFT of requests sent while it held (p50 each)."""
     out = Impact(requests=len(records))
-    before, during = [], []
+    before, during, e2e_before = [], [], []
     for r in records:
         if r.error:
             out.failed += 1
@@ -331,6 +336,8 @@ def impact(records, injected: float, reverted: float) -> Impact:
         elif r.http_status != 200:
             out.failed += 1
         sent = r.sent if r.sent is not None else r.scheduled
+        if r.ok and r.e2e_s is not None and sent < injected:
+            e2e_before.append(r.e2e_s)
         if r.ttft_s is not None:
             if sent < injected:
                 before.append(r.ttft_s)
@@ -338,6 +345,7 @@ def impact(records, injected: float, reverted: float) -> Impact:
                 during.append(r.ttft_s)
     out.ttft_before_s = round(statistics.median(before), 4) if before else None
     out.ttft_during_s = round(statistics.median(during), 4) if during else None
+    out.e2e_before_s = round(statistics.median(e2e_before), 3) if e2e_before else None
     return out
 
 
