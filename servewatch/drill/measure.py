@@ -280,14 +280,16 @@ def detections(events: list[VerdictEvent], injected: float) -> dict[str, float]:
 
 def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health") -> dict:
     """What `path` answered to the probes sent between start and end: counts by answer ("200", "503",
-    "no answer"). An answer that came only after `end` ("200 after the fault") is no answer while the
-    fault held: a process stopped by SIGSTOP answers nothing, but the kernel still accepts connections on
-    its listening socket, and the requests queued there are answered at once after SIGCONT."""
+    "no answer"). A probe left unanswered for a kubelet's timeout (KUBELET_TIMEOUT_S) or more while the
+    fault held and answered only after it ("200 after the fault") is no answer while it held: a process
+    stopped by SIGSTOP answers nothing, but the kernel still accepts connections on its listening socket,
+    and the requests queued there are answered at once after SIGCONT. (A probe sent in the fault's last
+    second and answered just after it is counted by its answer: it cannot tell.)"""
     counts: dict[str, int] = {}
     for p in probes:
         if p.path == path and start <= p.t <= end:
             key = "no answer" if p.status is None else str(p.status)
-            if p.status is not None and p.t + p.latency_s > end:
+            if p.status is not None and p.t + p.latency_s > end and end - p.t >= KUBELET_TIMEOUT_S:
                 key += " after the fault"
             counts[key] = counts.get(key, 0) + 1
     return counts
