@@ -102,14 +102,15 @@ def test_a_health_answer_that_came_only_after_the_fault_is_not_an_answer_while_i
 
 
 def test_impact_and_recovery_from_the_load_records():
-    records = [_record(0, 1.0), _record(1, 2.0, e2e=0.7), _record(8, 3.0, e2e=9.0, error="http_5xx"),
+    records = [_record(0, 1.0), _record(1, 2.0, e2e=0.7), _record(8, 3.0, e2e=5.0, error="http_5xx"),
+               _record(9, 9.0, e2e=12.0),           # stuck in the fault: not a request's length before it
                _record(2, 10.5, ttft=2.0, e2e=3.0),
                _record(3, 11.0, error="connect"), _record(4, 12.0, error="truncated"), _record(5, 21.0, e2e=0.4)]
     impact = M.impact(records, injected=10.0, reverted=20.0)
-    assert (impact.requests, impact.failed) == (7, 3)
+    assert (impact.requests, impact.failed) == (8, 3)
     assert impact.errors == {"connect": 1, "http_5xx": 1, "truncated": 1} and impact.truncated == 1
     assert impact.ttft_inflation == 20.0
-    assert impact.e2e_before_s == pytest.approx(0.6)     # good requests sent before the fault only
+    assert impact.e2e_before_s == pytest.approx(0.6)     # good requests done before the fault only
     assert M.recovery(records, 20.0) == pytest.approx(1.4)
     assert M.detections([M.VerdictEvent("fired", "health_loss", 9.0, 8.0),
                          M.VerdictEvent("fired", "health_loss", 13.5, 12.0)], 10.0) == {"health_loss": 3.5}

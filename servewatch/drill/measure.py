@@ -310,7 +310,7 @@ class Impact:
     truncated: int = 0
     ttft_before_s: float | None = None
     ttft_during_s: float | None = None
-    e2e_before_s: float | None = None     # p50 of good requests sent before the fault: what recovery waits on
+    e2e_before_s: float | None = None     # p50 of good requests done before the fault: what recovery waits on
 
     @property
     def error_rate(self) -> float:
@@ -343,7 +343,7 @@ def impact(records, injected: float, reverted: float) -> Impact:
         elif r.http_status != 200:
             out.failed += 1
         sent = r.sent if r.sent is not None else r.scheduled
-        if r.ok and r.e2e_s is not None and sent < injected:
+        if r.ok and r.e2e_s is not None and sent + r.e2e_s < injected:     # done before the fault
             e2e_before.append(r.e2e_s)
         if r.ttft_s is not None:
             if sent < injected:
