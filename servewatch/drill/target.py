@@ -42,8 +42,8 @@ IDENTITY_TOLERANCE_S = 0.01    # rounding to clock ticks
 
 
 def started_since_boot(pid: int) -> float:
-    """When `pid` started, in seconds since boot (/proc/PID/stat's starttime; psutil's create time where
-    there is no /proc). Raises psutil.NoSuchProcess when it is gone."""
+    """When `pid` started, in seconds since boot (/proc/PID/stat's starttime). Raises psutil.NoSuchProcess
+    when it is gone."""
     import os
 
     import psutil
@@ -53,8 +53,8 @@ def started_since_boot(pid: int) -> float:
             stat = f.read(4096)
     except FileNotFoundError:
         raise psutil.NoSuchProcess(pid) from None
-    except OSError:
-        return psutil.Process(pid).create_time()
+    except OSError:             # no /proc: psutil's, in the same unit (a step of the clock moves it here)
+        return psutil.Process(pid).create_time() - psutil.boot_time()
     fields = stat[stat.rfind(b")") + 2:].split()
     return int(fields[19]) / os.sysconf("SC_CLK_TCK")      # field 22 of stat: the 20th after ") "
 
