@@ -91,13 +91,26 @@ def _record(i, sent, *, ttft=0.1, e2e=0.5, error=None):
                          e2e_s=e2e, error=error)
 
 
+def test_a_health_answer_that_came_only_after_the_fault_is_not_an_answer_while_it_held():
+    # a stopped API server: its kernel queues the probes, all answered at once after SIGCONT at t=10
+    probes = [M.ProbeAnswer(0.0, "/health", 200, 0.01), M.ProbeAnswer(4.0, "/health", None, 5.0),
+              M.ProbeAnswer(6.0, "/health", 200, 4.1), M.ProbeAnswer(8.5, "/health", 200, 1.6),
+              M.ProbeAnswer(9.5, "/health", 200, 0.6), M.ProbeAnswer(10.5, "/health", 200, 0.01)]
+    # the probe sent in the last second and answered just after cannot tell: counted by its answer
+    assert M.health_during(probes, 1.0, 10.0) == {"no answer": 1, "200 after the fault": 2, "200": 1}
+    assert M.health_during(probes, 0.0, 0.5) == {"200": 1}
+
+
 def test_impact_and_recovery_from_the_load_records():
-    records = [_record(0, 1.0), _record(1, 2.0), _record(2, 10.5, ttft=2.0, e2e=3.0),
+    records = [_record(0, 1.0), _record(1, 2.0, e2e=0.7), _record(8, 3.0, e2e=5.0, error="http_5xx"),
+               _record(9, 9.0, e2e=12.0),           # stuck in the fault: not a request's length before it
+               _record(2, 10.5, ttft=2.0, e2e=3.0),
                _record(3, 11.0, error="connect"), _record(4, 12.0, error="truncated"), _record(5, 21.0, e2e=0.4)]
     impact = M.impact(records, injected=10.0, reverted=20.0)
-    assert (impact.requests, impact.failed) == (6, 2)
-    assert impact.errors == {"connect": 1, "truncated": 1} and impact.truncated == 1
+    assert (impact.requests, impact.failed) == (8, 3)
+    assert impact.errors == {"connect": 1, "http_5xx": 1, "truncated": 1} and impact.truncated == 1
     assert impact.ttft_inflation == 20.0
+    assert impact.e2e_before_s == pytest.approx(0.6)     # good requests done before the fault only
     assert M.recovery(records, 20.0) == pytest.approx(1.4)
     assert M.detections([M.VerdictEvent("fired", "health_loss", 9.0, 8.0),
                          M.VerdictEvent("fired", "health_loss", 13.5, 12.0)], 10.0) == {"health_loss": 3.5}
@@ -206,3 +219,64 @@ def test_a_short_drill_against_the_simulator_measures_and_fails_on_an_unmet_expe
     assert "killed, wrongly expected quiet" in html and "FAILED: no process_exit" in md
     for text in (html, md, json.dumps(doc)):
         assert str(tmp_path) not in text and "None" not in text.replace("null", "")
+
+
+# -- identity across a step of the wall clock ------------------------------------------------------------
+
+def _status_within(pid: int, wanted: bool, timeout_s: float = 10.0) -> bool:
+    """Whether the process's 'stopped' state became `wanted` within timeout_s (the kernel applies a signal
+    asynchronously: polled, bounded)."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (psutil.Process(pid).status() == psutil.STATUS_STOPPED) == wanted:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_the_sigcont_that_ends_a_stop_is_sent_across_a_step_of_the_wall_clock(monkeypatch):
+    # A clean-clone CI run saw psutil's create time of one SGLang process move by 2.00 s mid-drill (the
+    # wall clock stepped; psutil adds the boot time as the clock puts it now): the drill took its
+    # stopped scheduler for another process, withheld the SIGCONT, and the server hung until the timeout.
+    import signal
+
+    import psutil
+    import psutil._pslinux as pslinux
+
+    from servewatch.drill.target import DrillTarget, Process, pid_alive, started_since_boot
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = Process(child.pid, started_since_boot(child.pid), "python", "engine_core", 0)
+        assert abs(proc.create_time - (psutil.Process(child.pid).create_time() - psutil.boot_time())) < 0.05
+        target = DrillTarget(None)
+        child.send_signal(signal.SIGSTOP)
+        assert _status_within(child.pid, True)
+        real = pslinux.boot_time
+        monkeypatch.setattr(pslinux, "boot_time", lambda: real() + 2.0)     # the wall clock steps 2 s
+        assert abs(psutil.Process(child.pid).create_time() - real() - proc.create_time - 2.0) < 0.05   # moved
+        assert pid_alive(child.pid, proc.create_time)
+        assert target.undo(proc, signal.SIGCONT) is None
+        assert _status_within(child.pid, False), "the SIGCONT was not sent"
+        # another process under the same pid is refused, and said so
+        other = Process(child.pid, proc.create_time - 5.0, "python", "engine_core", 0)
+        child.send_signal(signal.SIGSTOP)
+        assert _status_within(child.pid, True)
+        assert "another process" in target.undo(other, signal.SIGCONT)
+        assert psutil.Process(child.pid).status() == psutil.STATUS_STOPPED
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid, proc.create_time)
+
+
+def test_the_workload_sends_through_the_recovery_window():
+    plan = plan_from_dict(_plan(faults=[{"kind": "stop", "observe_s": 6, "expect": {"recover_within_s": 20}},
+                                        {"kind": "stop", "observe_s": 6}]))
+    assert [s.traffic_after_revert_s for s in plan.steps] == [20.0, 6.0]
+    assert plan.budget_s() == (6 + 10 + 20) + (6 + 10 + 6)

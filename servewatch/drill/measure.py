@@ -184,6 +184,7 @@ class Workload:
         self.duration_s, self.after_s = duration_s, after_s
         self.request_timeout_s = request_timeout_s
         self.seed = seed
+        self.ends_at = time.time() + after_s + duration_s     # epoch: no request is sent after it
         self.records: list = []
         self.problem: str | None = None
         self._thread = threading.Thread(target=self._run, name="drill-workload", daemon=True)
@@ -194,6 +195,9 @@ class Workload:
 
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         from servewatch.errors import ServewatchError
@@ -275,11 +279,18 @@ def detections(events: list[VerdictEvent], injected: float) -> dict[str, float]:
 
 
 def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health") -> dict:
-    """What `path` answered between start and end: counts by answer ("200", "503", "no answer")."""
+    """What `path` answered to the probes sent between start and end: counts by answer ("200", "503",
+    "no answer"). A probe left unanswered for a kubelet's timeout (KUBELET_TIMEOUT_S) or more while the
+    fault held and answered only after it ("200 after the fault") is no answer while it held: a process
+    stopped by SIGSTOP answers nothing, but the kernel still accepts connections on its listening socket,
+    and the requests queued there are answered at once after SIGCONT. (A probe sent in the fault's last
+    second and answered just after it is counted by its answer: it cannot tell.)"""
     counts: dict[str, int] = {}
     for p in probes:
         if p.path == path and start <= p.t <= end:
             key = "no answer" if p.status is None else str(p.status)
+            if p.status is not None and p.t + p.latency_s > end and end - p.t >= KUBELET_TIMEOUT_S:
+                key += " after the fault"
             counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -299,6 +310,7 @@ class Impact:
     truncated: int = 0
     ttft_before_s: float | None = None
     ttft_during_s: float | None = None
+    e2e_before_s: float | None = None     # p50 of good requests done before the fault: what recovery waits on
 
     @property
     def error_rate(self) -> float:
@@ -314,14 +326,14 @@ class Impact:
         return {"requests": self.requests, "failed": self.failed, "error_rate": round(self.error_rate, 3),
                 "errors": dict(sorted(self.errors.items())), "truncated": self.truncated,
                 "ttft_before_s": self.ttft_before_s, "ttft_during_s": self.ttft_during_s,
-                "ttft_inflation": self.ttft_inflation}
+                "ttft_inflation": self.ttft_inflation, "e2e_before_s": self.e2e_before_s}
 
 
 def impact(records, injected: float, reverted: float) -> Impact:
     """Client impact from the load's own records: errors by class, truncated streams, TTFT before the
     fault against TTFT of requests sent while it held (p50 each)."""
     out = Impact(requests=len(records))
-    before, during = [], []
+    before, during, e2e_before = [], [], []
     for r in records:
         if r.error:
             out.failed += 1
@@ -331,6 +343,8 @@ def impact(records, injected: float, reverted: float) -> Impact:
         elif r.http_status != 200:
             out.failed += 1
         sent = r.sent if r.sent is not None else r.scheduled
+        if r.ok and r.e2e_s is not None and sent + r.e2e_s < injected:     # done before the fault
+            e2e_before.append(r.e2e_s)
         if r.ttft_s is not None:
             if sent < injected:
                 before.append(r.ttft_s)
@@ -338,6 +352,7 @@ def impact(records, injected: float, reverted: float) -> Impact:
                 during.append(r.ttft_s)
     out.ttft_before_s = round(statistics.median(before), 4) if before else None
     out.ttft_during_s = round(statistics.median(during), 4) if during else None
+    out.e2e_before_s = round(statistics.median(e2e_before), 3) if e2e_before else None
     return out
 
 

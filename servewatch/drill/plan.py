@@ -65,6 +65,14 @@ class FaultStep:
     expect: Expect
     probe: bool = False          # the recorder asks the server for one token when its counters stand still
 
+    @property
+    def traffic_after_revert_s(self) -> float:
+        """How long the workload goes on sending after the fault ends: the observation, or the recovery
+        window when that is longer — a good request *sent after* the fault can only be seen if traffic is
+        still sent then (a closed loop sends its next request only when one of the requests stuck in the
+        fault finishes)."""
+        return max(self.observe_s, self.expect.recover_within_s or 0.0)
+
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
@@ -112,7 +120,7 @@ class Plan:
         return self.target.engine or "unknown"
 
     def budget_s(self) -> float:
-        return sum(s.warmup_s + s.hold_s + s.observe_s for s in self.steps)
+        return sum(s.warmup_s + s.hold_s + s.traffic_after_revert_s for s in self.steps)
 
     def to_json(self) -> dict:
         t = self.target

@@ -16,6 +16,10 @@ from servewatch.drill.target import DrillTarget, TargetError, make_target, pid_a
 from servewatch.errors import ServewatchError
 
 
+# Past the workload's end and its request timeout: the load's own teardown (closing connections).
+WORKLOAD_JOIN_MARGIN_S = 10.0
+
+
 class FaultNotRun(ServewatchError):
     pass
 
@@ -83,7 +87,11 @@ class Context:
         return proc
 
     def signal_member(self, proc, sig: int) -> None:
-        self.target.undo(proc, sig)
+        """Undo a signal (SIGCONT after SIGSTOP) on the very process it was sent to; what was not sent is
+        said in the report."""
+        problem = self.target.undo(proc, sig)
+        if problem:
+            self.result.notes.append(problem)
 
     def spawn(self, command: list[str]) -> subprocess.Popen:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -130,8 +138,14 @@ class DrillRun:
     def run(self) -> list[StepResult]:
         self.started = time.time()
         self.target = make_target(self.plan.target, self.out_dir / "logs")
-        self.target.start()                 # proves the PID; an existing server needs consent
-        self.say(f"target: {self.plan.target.describe()}")
+        try:
+            self.target.start()             # proves the PID; an existing server needs consent
+        except BaseException:               # interrupted while it started (^C): nothing left behind
+            if self.target.owned:
+                self.target.stop()
+            raise
+        ready = f" (/health 200 after {self.target.ready_s[0]:.1f} s)" if self.target.ready_s else ""
+        self.say(f"target: {self.plan.target.describe()}{ready}")
         self.model = self.target.model()
         try:
             for i, step in enumerate(self.plan.steps):
@@ -193,10 +207,10 @@ class DrillRun:
                 result.not_run = "the recorder did not start recording within 30 s"
                 return result
             prober.start()
-            step_s = step.warmup_s + step.hold_s + step.observe_s
             begun = time.time()
             if fault.workload:
-                self.start_workload(ctx, after_s=0.0, duration_s=step_s)
+                self.start_workload(ctx, after_s=0.0,
+                                    duration_s=step.warmup_s + step.hold_s + step.traffic_after_revert_s)
             self._sleep_until(begun + step.warmup_s)
             result.injected_at = time.time()
             try:
@@ -212,8 +226,9 @@ class DrillRun:
         finally:
             prober.stop()
             watcher.stop()
-            if ctx.workload is not None:
-                ctx.workload.join(step.hold_s + step.observe_s + 30.0)
+            if ctx.workload is not None:    # it stops sending at its end, then waits for what is in flight
+                ctx.workload.join(max(0.0, ctx.workload.ends_at - time.time()) + ctx.workload.request_timeout_s
+                                  + WORKLOAD_JOIN_MARGIN_S)
             for proc in ctx.spawned:
                 ctx.end_spawned(proc)
             if ctx.proxy is not None:
@@ -267,6 +282,9 @@ class DrillRun:
         records = ctx.workload.records if ctx.workload is not None else []
         if ctx.workload is not None and ctx.workload.problem:
             result.notes.append(f"workload: {ctx.workload.problem}")
+        elif ctx.workload is not None and ctx.workload.running():
+            result.notes.append("workload: still running past its end and its request timeout; its requests "
+                                "are not counted")
         result.impact = M.impact(records, injected, reverted).to_json()
         result.recovery_s = M.recovery(records, reverted)
         result.health_back_s = M.first_ok_after(probes, reverted)

@@ -28,10 +28,35 @@ class TargetError(ServewatchError):
 @dataclass(frozen=True, slots=True)
 class Process:
     pid: int
-    create_time: float
+    create_time: float        # seconds since boot (started_since_boot): the identity, immune to clock steps
     title: str
     role: str
     rank: int
+
+
+# A process is the same process while its pid and its start, counted in clock ticks since boot, are the
+# same. psutil's create_time() adds the boot time as the wall clock puts it now, so a step of the wall
+# clock (a VM resumed after a pause, NTP) moves it: a clean-clone CI run saw the same SGLang process "start"
+# 2.00 s later mid-drill, and the SIGCONT that ends a stop was withheld as if the process had been replaced.
+IDENTITY_TOLERANCE_S = 0.01    # rounding to clock ticks
+
+
+def started_since_boot(pid: int) -> float:
+    """When `pid` started, in seconds since boot (/proc/PID/stat's starttime). Raises psutil.NoSuchProcess
+    when it is gone."""
+    import os
+
+    import psutil
+
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    except OSError:             # no /proc: psutil's, in the same unit (a step of the clock moves it here)
+        return psutil.Process(pid).create_time() - psutil.boot_time()
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")      # field 22 of stat: the 20th after ") "
 
 
 def health(url: str, path: str = "/health", timeout_s: float = HEALTH_TIMEOUT_S) -> int | None:
@@ -63,8 +88,10 @@ class DrillTarget:
     def __init__(self, plan_target):
         self.spec = plan_target
         self.proof = None
+        self.proof_started: float | None = None   # the proven pid's start, seconds since boot
         self.seen_pids: dict[int, float] = {}     # every process of the server seen: for the leak check
         self.restarts: list[float] = []
+        self.ready_s: list[float] = []             # each start the drill made: seconds until /health 200
 
     # -- to be given by subclasses
     url: str = ""
@@ -96,17 +123,33 @@ class DrillTarget:
         return urlsplit(self.url).port or 80
 
     def prove(self) -> None:
+        import psutil
+
         from servewatch.actions.identity import prove_server
 
         self.proof = prove_server(self.pid, self.url)
+        try:
+            self.proof_started = started_since_boot(self.pid)
+        except psutil.Error:
+            raise TargetError(f"pid {self.pid} exited right after it was proven to serve {self.url}") from None
 
     def reprove(self) -> None:
-        from servewatch.actions.identity import reprove
+        """The proof again before a signal: the same process (its start since boot, see started_since_boot —
+        not actions.identity.reprove's wall-clock create time, which a clock step moves), proven afresh to
+        hold the URL's port."""
+        import psutil
 
         if self.proof is None or self.proof.pid != self.pid:
             self.prove()
-        else:
-            self.proof = reprove(self.proof, self.url)
+            return
+        try:
+            same = abs(started_since_boot(self.pid) - self.proof_started) <= IDENTITY_TOLERANCE_S
+        except psutil.Error:
+            same = False
+        if not same:
+            raise TargetError(f"pid {self.pid} is no longer the process proven to serve {self.url}: the server "
+                              f"exited")
+        self.prove()
 
     def processes(self) -> list[Process]:
         import psutil
@@ -125,7 +168,7 @@ class DrillTarget:
         for i, proc in enumerate(procs):
             try:
                 title = title_of(proc)
-                created = proc.create_time()
+                created = started_since_boot(proc.pid)
             except psutil.Error:
                 continue
             role = "api" if i == 0 else ((dialect.role_of(title) if dialect else None) or "other")
@@ -158,20 +201,22 @@ class DrillTarget:
         self.reprove()
         members = {p.pid: p for p in self.processes()}
         current = members.get(proc.pid)
-        if current is None or abs(current.create_time - proc.create_time) > 0.01:
+        if current is None or abs(current.create_time - proc.create_time) > IDENTITY_TOLERANCE_S:
             raise TargetError(f"pid {proc.pid} is no longer part of the server behind {self.url}")
         psutil.Process(proc.pid).send_signal(sig)
 
-    def undo(self, proc: Process, sig: int) -> None:
-        """SIGCONT to the very process the drill stopped (pid and create time as when it was proven)."""
+    def undo(self, proc: Process, sig: int) -> str | None:
+        """SIGCONT to the very process the drill stopped (pid and start as when it was proven); None when
+        sent, else why not (it is gone, or its pid now names another process)."""
         import psutil
 
         try:
-            p = psutil.Process(proc.pid)
-            if abs(p.create_time() - proc.create_time) <= 0.01:
-                p.send_signal(sig)
+            if abs(started_since_boot(proc.pid) - proc.create_time) > IDENTITY_TOLERANCE_S:
+                return f"pid {proc.pid} is another process now: {signal_name(sig)} not sent"
+            psutil.Process(proc.pid).send_signal(sig)
         except psutil.Error:
-            pass
+            return f"pid {proc.pid} is gone: {signal_name(sig)} not sent"
+        return None
 
     def healthy(self) -> bool:
         return health(self.url) == 200
@@ -273,7 +318,7 @@ class LabTarget(DrillTarget):
         self.server = self._build()
         self.server.start()
         try:
-            self.server.wait_ready(self.spec.ready_timeout_s)
+            self.ready_s.append(round(self.server.wait_ready(self.spec.ready_timeout_s), 1))
         except ServewatchError:
             self.server.stop()
             raise
@@ -334,13 +379,23 @@ def make_target(plan_target, log_dir: Path) -> DrillTarget:
 
 
 def pid_alive(pid: int, create_time: float) -> bool:
+    """`create_time`: seconds since boot, as Process.create_time."""
     import psutil
 
     try:
-        p = psutil.Process(pid)
-        return abs(p.create_time() - create_time) <= 0.01 and p.status() != psutil.STATUS_ZOMBIE
+        return (abs(started_since_boot(pid) - create_time) <= IDENTITY_TOLERANCE_S
+                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
+
+
+def signal_name(sig: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def port_held(host: str, port: int) -> bool:

@@ -19,7 +19,8 @@ class IdleWedge(Fault):
     def inject(self, ctx) -> None:
         self.stopped = ctx.signal(self.step.role, self.step.rank, signal.SIGSTOP)
         delay = float(self.param("traffic_after_s", 2.0))
-        ctx.start_workload(after_s=delay, duration_s=max(1.0, self.step.hold_s + self.step.observe_s - delay))
+        ctx.start_workload(after_s=delay,
+                           duration_s=max(1.0, self.step.hold_s + self.step.traffic_after_revert_s - delay))
 
     def revert(self, ctx) -> None:
         ctx.signal_member(self.stopped, signal.SIGCONT)
