@@ -52,6 +52,11 @@ class FakeServer:
 
     async def tokenize(self, request):
         body = await request.json()
+        self.tokenized = getattr(self, "tokenized", 0) + 1
+        if self.tokenized > self.behaviour.get("tokenize_fails_after", 10**9):
+            return web.json_response({"error": "overloaded"}, status=503)
+        if self.tokenized > self.behaviour.get("tokenize_hangs_after", 10**9):
+            await asyncio.sleep(5)
         return web.json_response({"count": len(body["prompt"].split()) + 1, "max_model_len": 4096})  # + BOS
 
     async def metrics(self, request):
@@ -151,6 +156,27 @@ def test_tokenizer_auto_uses_the_servers_tokenize_for_exact_prompts():
     assert result.summary["prompt_token_source"] == "server" and result.summary["prompts_exact"] is True
     srv, result = _run({}, requests=1, tokenizer="auto", prompt_tokens=9)   # no /tokenize: approx, flagged
     assert result.summary["prompt_token_source"] == "approx" and result.notes
+
+
+def test_a_tokenize_that_fails_midway_is_one_line_naming_it_not_a_traceback():
+    from servewatch.errors import ServewatchError
+
+    with pytest.raises(ServewatchError) as caught:
+        _run({"tokenize": True, "tokenize_fails_after": 3}, requests=2, tokenizer="auto", prompt_tokens=9)
+    message = str(caught.value)
+    assert "/tokenize: /tokenize answered HTTP 503 while the prompts were being measured" in message
+    assert "--tokenizer DIR" in message and "\n" not in message
+
+
+def test_a_tokenize_that_stops_answering_is_one_line_naming_the_timeout(monkeypatch):
+    from servewatch.errors import ServewatchError
+    from servewatch.load import prompts
+
+    plain = prompts.ServerCounter.__init__
+    monkeypatch.setattr(prompts.ServerCounter, "__init__",
+                        lambda self, client, model, timeout_s: plain(self, client, model, 0.3))
+    with pytest.raises(ServewatchError, match=r"/tokenize: no answer within 0.3 s while the prompts were"):
+        _run({"tokenize": True, "tokenize_hangs_after": 3}, requests=2, tokenizer="auto", prompt_tokens=9)
 
 
 def test_request_body_controls_output_length_and_asks_for_usage():

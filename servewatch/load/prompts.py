@@ -76,13 +76,13 @@ class ServerCounter:
     def __init__(self, client, model: str, timeout_s: float = 10.0):
         self._client = client
         self._model = model
-        self._timeout = timeout_s
+        self.timeout_s = timeout_s
 
     async def count(self, text: str) -> int:
         import asyncio
 
         body = json.dumps({"model": self._model, "prompt": text}).encode()
-        async with asyncio.timeout(self._timeout):
+        async with asyncio.timeout(self.timeout_s):
             response = await self._client.request("POST", "/tokenize", body)
             try:
                 data = await response.read_all(1 << 20)

@@ -297,7 +297,12 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
         else:
             offsets = []
             total = config.requests
-        prompts = await build_prompts(config, counter, total or config.prompt_pool)
+        try:
+            prompts = await build_prompts(config, counter, total or config.prompt_pool)
+        except (TimeoutError, OSError, RuntimeError, ValueError) as exc:   # /tokenize slow, down or odd
+            what = f"no answer within {getattr(counter, 'timeout_s', 10):g} s" if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
+            raise ServewatchError(f"{config.url}/tokenize: {what} while the prompts were being measured; give "
+                                  "--tokenizer DIR to count tokens locally, or retry when the server answers") from None
         if not all(p.exact for p in prompts) and counter.source != "approx":
             notes.append("some prompts could not be built to the exact token count; see prompts_exact")
         path = "/v1/chat/completions" if config.api == "chat" else "/v1/completions"
