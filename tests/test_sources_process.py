@@ -9,6 +9,7 @@ import sys
 import psutil
 import pytest
 
+from servewatch import proctime
 from servewatch.errors import SourceUnavailable
 from servewatch.sources.process import PsutilProbe, role_of, slot_limit_from_argv, title_of
 
@@ -116,7 +117,9 @@ def test_wrong_pid_is_one_line_error():
 def test_reused_pid_shows_a_new_identity(child, monkeypatch):
     probe = PsutilProbe(child.pid)
     first = probe.snapshot(1.0)
-    monkeypatch.setattr(psutil.Process, "create_time", lambda self: first.root_create_time + 500.0)
+    # Another process on the same pid: it started 500 s later (since boot), the start servewatch compares.
+    plain = proctime.started_since_boot
+    monkeypatch.setattr(proctime, "started_since_boot", lambda pid: plain(pid) + 500.0)
     second = probe.snapshot(2.0)
     assert second.alive and second.root_create_time == first.root_create_time + 500.0
     from servewatch.detectors import run_detectors
@@ -292,6 +295,7 @@ def test_a_reused_child_pid_is_a_new_process_not_the_old_title(monkeypatch):
     monkeypatch.setattr(process, "read_stat", lambda pid: None)          # no /proc for the fake pids: psutil's path
     monkeypatch.setattr(process, "RESCAN_S", 0.0)                        # every snapshot walks the whole tree
     monkeypatch.setitem(sys.modules, "psutil", fake)     # the real probe, over the fake process table
+    monkeypatch.setattr(proctime, "create_time", lambda pid: fake.table[pid][0])   # their starts, not /proc's
     probe = PsutilProbe(500)
     before = probe.snapshot(1.0)
     assert [(m.pid, m.title, m.role) for m in before.members] == [(500, "python3", "api"), (501, "VLLM::Worker_TP0",

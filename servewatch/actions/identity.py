@@ -19,6 +19,7 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from servewatch import proctime
 from servewatch.errors import ServewatchError
 
 NOTHING_LISTENS = "nothing listens on port {port} here"
@@ -182,7 +183,7 @@ def _create_time(proc, pid: int, name: str, base: str) -> float:
     try:
         if proc.status() == psutil.STATUS_ZOMBIE:
             raise psutil.NoSuchProcess(pid)
-        return proc.create_time()
+        return proctime.of(proc)
     except psutil.NoSuchProcess:
         raise ServerIdentityError(f"pid {pid} ({name}) is not running, so it cannot be the server behind {base}") \
             from None

@@ -4,6 +4,8 @@ process that merely reuses a PID, and the two ways to end it: ask (SIGTERM to th
 
 from __future__ import annotations
 
+from servewatch import proctime
+
 import signal as signals
 from dataclasses import dataclass
 
@@ -32,7 +34,7 @@ def snapshot(pid: int, create_time: float | None = None) -> tuple[Member, ...]:
 
     try:
         root = psutil.Process(pid)
-        if create_time is not None and abs(root.create_time() - create_time) > 0.01:
+        if create_time is not None and abs(proctime.of(root) - create_time) > 0.01:
             return ()
         procs = [root, *root.children(recursive=True)]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -41,7 +43,7 @@ def snapshot(pid: int, create_time: float | None = None) -> tuple[Member, ...]:
     for i, proc in enumerate(procs):
         try:
             title = title_of(proc)
-            members.append(Member(proc.pid, proc.create_time(), "api" if i == 0 else role_of(title), title))
+            members.append(Member(proc.pid, proctime.of(proc), "api" if i == 0 else role_of(title), title))
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return tuple(members)
@@ -52,7 +54,7 @@ def _same(member: Member):
 
     try:
         proc = psutil.Process(member.pid)
-        if abs(proc.create_time() - member.create_time) <= 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+        if abs(proctime.of(proc) - member.create_time) <= 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
             return proc
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass

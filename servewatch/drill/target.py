@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from servewatch import proctime
 from servewatch.errors import ServewatchError
 
 HEALTH_TIMEOUT_S = 2.0
@@ -42,21 +43,14 @@ IDENTITY_TOLERANCE_S = 0.01    # rounding to clock ticks
 
 
 def started_since_boot(pid: int) -> float:
-    """When `pid` started, in seconds since boot (/proc/PID/stat's starttime). Raises psutil.NoSuchProcess
-    when it is gone."""
-    import os
-
+    """When `pid` started, in seconds since boot (servewatch.proctime). Raises psutil.NoSuchProcess when it is
+    gone."""
     import psutil
 
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read(4096)
-    except FileNotFoundError:
+        return proctime.started_since_boot(pid)
+    except ProcessLookupError:
         raise psutil.NoSuchProcess(pid) from None
-    except OSError:             # no /proc: psutil's, in the same unit (a step of the clock moves it here)
-        return psutil.Process(pid).create_time() - psutil.boot_time()
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK")      # field 22 of stat: the 20th after ") "
 
 
 def health(url: str, path: str = "/health", timeout_s: float = HEALTH_TIMEOUT_S) -> int | None:

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable
 
+from servewatch import proctime
 from servewatch.clock import Clock
 from servewatch import dialects
 from servewatch.errors import SourceUnavailable
@@ -75,7 +76,7 @@ class PsutilProbe:
             raise SourceUnavailable(f"--pid {pid}: not a process id")
         try:
             root = psutil.Process(pid)
-            self.create_time = root.create_time()
+            self.create_time = proctime.of(root)
         except psutil.NoSuchProcess:
             raise SourceUnavailable(f"--pid {pid}: no such process") from None
         except psutil.AccessDenied:
@@ -99,7 +100,7 @@ class PsutilProbe:
         psutil = self._psutil
         try:
             root = psutil.Process(self.pid)
-            create_time = root.create_time()
+            create_time = proctime.of(root)
             status = root.status()
         except psutil.NoSuchProcess:
             return self._gone(t, None)
@@ -116,7 +117,7 @@ class PsutilProbe:
         live_keys = {key}
         for child in self._children(root, t):
             try:
-                child_key = (child.pid, child.create_time())
+                child_key = (child.pid, proctime.of(child))
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             live_keys.add(child_key)
@@ -189,7 +190,7 @@ class PsutilProbe:
         files); psutil where that file is not there."""
         psutil = self._psutil
         try:
-            key = (proc.pid, proc.create_time())
+            key = (proc.pid, proctime.of(proc))
             title = self._title(proc, key)
             stat = read_stat(proc.pid)
             if stat is None:
