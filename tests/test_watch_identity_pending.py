@@ -10,7 +10,7 @@ import time
 
 LISTEN_LATER = """
 import socket, sys, time
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline() if sys.argv[2] == "when-told" else time.sleep(float(sys.argv[2]))
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
 print("listening", flush=True)
@@ -32,7 +32,10 @@ def _watch(port: int, pid: int, duration: float) -> subprocess.CompletedProcess:
 
 def test_a_server_that_listens_later_is_proven_then():
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-c", LISTEN_LATER, str(port), "1.5"], stdout=subprocess.PIPE, text=True)
+    # The server listens only once the watch has said it does not yet (a loaded machine may take longer to
+    # start the watch than any fixed delay).
+    server = subprocess.Popen([sys.executable, "-c", LISTEN_LATER, str(port), "when-told"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     try:
         watch = subprocess.Popen([sys.executable, "-m", "servewatch", "watch", f"http://127.0.0.1:{port}", "--pid",
                                   str(server.pid), "--interval", "0.3", "--no-probe", "--json"],
@@ -41,6 +44,9 @@ def test_a_server_that_listens_later_is_proven_then():
         deadline = time.monotonic() + 60
         for line in watch.stderr:          # the watch's own lines: an event to wait on, not a time
             lines.append(line)
+            if "does not listen on the URL's port yet" in line:
+                server.stdin.write("listen now\n")
+                server.stdin.flush()
             if f"pid {server.pid} listens on port {port}" in line or time.monotonic() > deadline:
                 break
         watch.terminate()
