@@ -67,11 +67,15 @@ class BackedOffSource:
 
 class TargetRun:
     def __init__(self, spec: TargetSpec, exporter, clock, interval: float, recorder_for: Callable):
-        """`recorder_for(spec, wrap_source)` builds the target's recorder."""
+        """`recorder_for(spec, wrap_source, sidecar)` builds the target's recorder."""
         self.spec, self.exporter, self.clock, self.interval = spec, exporter, clock, interval
         self.status = TargetStatus()
         self.task: asyncio.Task | None = None
-        self.recorder = recorder_for(spec, self._wrap)
+        self.sidecar = None
+        if spec.proxy is not None:
+            from servewatch.serve.sidecar import Sidecar
+            self.sidecar = Sidecar(spec)
+        self.recorder = recorder_for(spec, self._wrap, self.sidecar)
 
     def _wrap(self, source):
         if source.kind not in ("health", "metrics"):
@@ -98,6 +102,11 @@ class TargetRun:
                     self.exporter.scrape_failures.labels(_label(name), _label(_kind(sample.error))).inc()
         self.exporter.target_up.labels(_label(name)).set(1 if status.up else 0)
 
+    async def open(self) -> int | None:
+        """The sidecar proxy listening (before the recorder starts): its port. Raises ServewatchError if it
+        cannot listen."""
+        return await self.sidecar.start() if self.sidecar is not None else None
+
     def start(self, jitter_s: float) -> None:
         self.task = asyncio.create_task(self._run(jitter_s))
 
@@ -110,6 +119,8 @@ class TargetRun:
         if self.task is not None:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
+        if self.sidecar is not None:
+            await self.sidecar.close()
         await asyncio.get_running_loop().run_in_executor(None, self.recorder.close_sinks)
 
 
@@ -137,7 +148,7 @@ class Fleet:
             from servewatch.serve.bundle_quota import FleetBundleQuota
             self.quota = FleetBundleQuota(config.out, config.bundle_cap_bytes)
 
-    def _recorder_for(self, spec: TargetSpec, wrap):
+    def _recorder_for(self, spec: TargetSpec, wrap, sidecar=None):
         from servewatch.sources.process import PsutilProbe
         from servewatch.watch.bundle_sink import bundle_sink
         from servewatch.watch.options import RecordingOptions
@@ -152,16 +163,18 @@ class Fleet:
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
         sinks = [*([self.quota.sink()] if bundles else []), self.exporter.sink(spec.name), *self.extra_sinks(spec)]
+        extra = [sidecar.source(self.clock, self.config.interval)] if sidecar is not None else []
         return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
-                              wrap_source=wrap, tool=self.tool)
+                              wrap_source=wrap, tool=self.tool, extra_sources=extra)
 
     def _new_run(self, spec: TargetSpec) -> TargetRun:
         return TargetRun(spec, self.exporter, self.clock, self.config.interval, self._recorder_for)
 
     async def apply(self, specs: list[TargetSpec]) -> tuple[list[str], list[str]]:
         """The fleet becomes `specs`: (names started, names stopped). A target whose URL, PID or log
-        changed is restarted."""
-        wanted = {spec.name: spec for spec in specs if self.config.shard.owns(spec)}
+        changed is restarted. A target with a sidecar proxy is always this process's (clients depend on
+        it); a sidecar that cannot listen raises ServewatchError."""
+        wanted = {spec.name: spec for spec in specs if spec.proxy is not None or self.config.shard.owns(spec)}
         stopped = [name for name, run in self.runs.items() if wanted.get(name) != run.spec]
         for name in stopped:
             run = self.runs.pop(name)
@@ -176,6 +189,14 @@ class Fleet:
             except Exception as exc:  # noqa: BLE001 - one bad target (gone PID, unwritable out) never stops the fleet
                 print(f"servewatch {self.tool}: {name}: not watched: {exc}", file=sys.stderr, flush=True)
                 continue
+            if run.sidecar is not None:
+                try:
+                    port = await run.open()
+                except Exception:
+                    await run.stop()
+                    raise
+                print(f"servewatch {self.tool}: {name}: proxy listening on port {port}, forwarding to {spec.url}",
+                      file=sys.stderr, flush=True)
             self.exporter.add_target(name)
             self.runs[name] = run
             run.start(self.rng.uniform(0, self.config.interval))
