@@ -398,6 +398,31 @@ def test_requests_no_token_is_silent_through_an_overload_served_in_turn():
     assert sum(r.ok for r in records) == 8 + 24
 
 
+def test_requests_no_token_is_silent_through_long_requests_that_are_not_streamed():
+    from servewatch.detectors.config import DetectorConfig
+
+    config = DetectorConfig(no_token_floor_s=0.3)
+
+    async def go():
+        async with SimServer(profile="h100-8b", model_name="m") as sim, \
+                Running(sim.url, sweep_interval_s=0.05) as proxy:
+            await _warm(proxy)
+            whole = {**_stream_body(600), "stream": False}
+            tasks = [asyncio.create_task(_stream(proxy.port, whole)) for _ in range(4)]
+            samples = []
+            while not all(t.done() for t in tasks):
+                sample = proxy.proxy.snapshot(proxy.proxy.now())
+                samples.append(sample)
+                assert _judge([sample], config) == [], sample
+                await asyncio.sleep(0.05)
+            return samples, proxy.records
+
+    samples, records = asyncio.run(go())
+    assert max(s.in_flight for s in samples) == 4 and all(s.quiet_s is None for s in samples if s.in_flight)
+    long = [r for r in records if r.output_tokens == 600]
+    assert len(long) == 4 and all(r.ok and r.e2e_s > 3 * 0.3 for r in long)     # silent far past the floor
+
+
 def test_requests_no_token_is_silent_through_a_long_prefill():
     from servewatch.detectors.config import DetectorConfig
 

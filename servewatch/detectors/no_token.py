@@ -1,5 +1,6 @@
-"""requests_no_token: requests are in flight through `servewatch proxy` and none got a byte from the
-engine (and none ended) for longer than max(k x the TTFT it should take, a floor).
+"""requests_no_token: streamed requests are in flight through `servewatch proxy` and none got a byte
+from the engine (and no request ended) for longer than max(k x the TTFT it should take, a floor).
+A request that is not streamed gets its whole answer at its end, so its silence until then is no sign.
 
 The one signal that sees a wedge without asking the engine anything: a stopped tensor-parallel rank
 left a real vLLM reporting "running 0, waiting 0" and /health 200 while four clients waited. The

@@ -179,6 +179,7 @@ class Proxy:
         oldest = oldest_waiting = None
         newest_byte = self.last_end
         waiting_ex = None
+        streaming = False
         for ex in self.inflight:
             if ex.api is None or ex.done:
                 continue
@@ -186,18 +187,21 @@ class Proxy:
             age = now - ex.arrival
             if oldest is None or age > oldest:
                 oldest = age
-            if ex.sent is None:
+            # Only a stream shows progress byte by byte: a request that is not streamed gets its whole
+            # answer at the end, so its silence until then says nothing (it still counts when it ends).
+            if ex.sent is None or not ex.stream:
                 continue
+            streaming = True
             seen = ex.last if ex.first_byte is not None else ex.sent
             if newest_byte is None or seen > newest_byte:
                 newest_byte = seen
-            if ex.stream and (ex.state is None or not ex.state.chunk_t):
+            if ex.state is None or not ex.state.chunk_t:
                 waiting += 1
                 wait = now - ex.sent
                 if oldest_waiting is None or wait > oldest_waiting:
                     oldest_waiting, waiting_ex = wait, ex
         quiet = None
-        if in_flight and newest_byte is not None and any(ex.sent is not None for ex in self.inflight):
+        if streaming and newest_byte is not None:
             quiet = max(0.0, now - newest_byte)
         ttfts = sorted(t for t, _ in self.recent)
         p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else None

@@ -126,7 +126,7 @@ class RequestsSample:
     waiting_first_token: int           # of those, streamed ones sent upstream with no token yet
     oldest_s: float | None             # age of the oldest in flight
     oldest_waiting_s: float | None     # the longest a streamed request has waited for its first token
-    quiet_s: float | None              # since an in-flight request last got a byte (or one ended); None when idle
+    quiet_s: float | None              # since an in-flight stream last got a byte (or a request ended); None with no stream in flight
     ttft_p99_s: float | None           # p99 TTFT of the recent finished streams
     ttft_count: int                    # how many TTFTs that p99 rests on
     expected_ttft_s: float | None      # the oldest waiting one's expected TTFT from its size and recent prefill speed
