@@ -415,10 +415,11 @@ def test_requests_no_token_is_silent_through_long_requests_that_are_not_streamed
                 samples.append(sample)
                 assert _judge([sample], config) == [], sample
                 await asyncio.sleep(0.05)
-            return samples, proxy.records
+            return samples, proxy.records, proxy.proxy.snapshot(proxy.proxy.now())
 
-    samples, records = asyncio.run(go())
+    samples, records, after = asyncio.run(go())
     assert max(s.in_flight for s in samples) == 4 and all(s.quiet_s is None for s in samples if s.in_flight)
+    assert after.ttft_count == 8          # the TTFT basis is the streams' (a whole answer's wait is its length)
     long = [r for r in records if r.output_tokens == 600]
     assert len(long) == 4 and all(r.ok and r.e2e_s > 3 * 0.3 for r in long)     # silent far past the floor
 

@@ -162,7 +162,7 @@ class Proxy:
         now = self.now()
         rec = ex.finish(now)
         self.last_end = now
-        if rec.error is None and rec.ttft_s is not None:
+        if rec.error is None and rec.ttft_s is not None and ex.stream:     # a whole answer's "TTFT" is its e2e
             self.recent.append((rec.ttft_s, max(ex.body_size, 1)))
         self.counters.requests += 1
         outcome = "ok" if rec.error is None else rec.error
