@@ -87,19 +87,21 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                 raise ServewatchError(f"--listen {config.listen}: {exc.strerror or exc}") from None
             bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
             discovery = _Discovery(config, file_sd, prometheus_sd)
-            if prometheus_sd is not None:
-                await discovery.refresh_prometheus(session, exporter, say)
-            await fleet.apply(discovery.specs(say))
-            shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
-            print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}",
-                  file=sys.stderr, flush=True)
-            if on_listening is not None:
-                on_listening(bound)
-            lag = asyncio.create_task(_measure_lag(exporter))
+            lag = None
             try:
+                if prometheus_sd is not None:
+                    await discovery.refresh_prometheus(session, exporter, say)
+                await fleet.apply(discovery.specs(say))     # a sidecar proxy that cannot listen: one line, exit 2
+                shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
+                print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}",
+                      file=sys.stderr, flush=True)
+                if on_listening is not None:
+                    on_listening(bound)
+                lag = asyncio.create_task(_measure_lag(exporter))
                 await _rediscover(config, discovery, fleet, exporter, session, stop, say)
             finally:
-                lag.cancel()
+                if lag is not None:
+                    lag.cancel()
                 await fleet.close()
     finally:
         if runner is not None:

@@ -1,5 +1,6 @@
 """serve's HTTP surface (aiohttp): /metrics, /api/v1/targets, /api/v1/verdicts, and per-target
-/targets/NAME/livez and /targets/NAME/readyz for Kubernetes probes."""
+/targets/NAME/livez and /targets/NAME/readyz for Kubernetes probes, and /targets/NAME/proxy/metrics (the
+GenAI histograms and live state of a target's sidecar proxy)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def build_app(fleet, exporter) -> web.Application:
     app.router.add_get("/api/v1/verdicts", verdicts)
     app.router.add_get("/targets/{name}/livez", livez)
     app.router.add_get("/targets/{name}/readyz", readyz)
+    app.router.add_get("/targets/{name}/proxy/metrics", proxy_metrics)
     return app
 
 
@@ -45,7 +47,8 @@ async def targets(request: web.Request) -> web.Response:
         out.append({"name": name, "url": run.spec.url, "state": s.state, "up": s.up, "health_ok": s.health_ok,
                     "scrape_ok": s.scrape_ok, "last_error": s.last_error, "backoff_s": s.backoff_s,
                     "active": [v.name for v in run.recorder.latch.active],
-                    "signals": {k: v for k, v in vars(values).items() if v is not None}})
+                    "signals": {k: v for k, v in vars(values).items() if v is not None},
+                    **({"proxy_port": run.sidecar.port} if run.sidecar is not None else {})})
     return web.json_response({"targets": out})
 
 
@@ -84,3 +87,12 @@ async def readyz(request: web.Request) -> web.Response:
     s = run.status
     answer = probes.readyz(run.recorder.latch.active, s.health_ok, s.scrape_ok, s.last_error)
     return web.Response(status=answer.status, text=answer.reason + "\n")
+
+
+async def proxy_metrics(request: web.Request) -> web.Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    run = _run(request)
+    if run.sidecar is None:
+        raise web.HTTPNotFound(text="this target has no proxy\n")
+    return web.Response(body=run.sidecar.telemetry.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
