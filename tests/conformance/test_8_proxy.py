@@ -33,6 +33,7 @@ TTFT_AGREEMENT_S = 0.002          # the proxy's TTFT p50 and load's, over the sa
 # waves of 4 x 1800 tokens: the tiny model streams one in ~1.5 s here, so 10 waves outlast the wait for
 # steady progress and a stop that must land on running work
 STOP_LOAD_REQUESTS = 40
+WAIT_S = 40                       # how long the stop test waits for the verdict at most
 
 
 class ProxyWatcher(Watcher):
@@ -106,15 +107,25 @@ def test_load_through_the_proxy_agrees_with_its_records(lab, server, proxy, run_
     # the same requests in the same order: each arrived at the proxy just after load sent it
     gaps = [p["scheduled"] - c["sent"] for p, c in zip(seen, client)]
     assert all(-0.001 <= g < 0.5 for g in gaps), gaps
+    # Agreement is per request: each of load's TTFTs against the proxy's for the same request. Load's
+    # is longer by two loopback hops (load -> proxy -> engine before the proxy's clock starts, engine ->
+    # proxy -> load after it stops) and load's own read and parse of the first event; the hops are
+    # process wake-ups on a machine whose cores the engine keeps busy while it generates. The medians of
+    # the two lists are not the measure: on 40 prefills spread over tens of ms, a few slow hops reorder
+    # the middle of one list and move its median by more than any request's own difference.
+    diffs = sorted(c["ttft_s"] - p["ttft_s"] for p, c in zip(seen, client))
+    paired = statistics.median(diffs)
+    ingress = statistics.median(p["sent"] - c["sent"] for p, c in zip(seen, client))
     proxy_p50 = statistics.median(r["ttft_s"] for r in seen)
     client_p50 = statistics.median(r["ttft_s"] for r in client)
-    paired = statistics.median(c["ttft_s"] - p["ttft_s"] for p, c in zip(seen, client))
-    ingress = statistics.median(p["sent"] - c["sent"] for p, c in zip(seen, client))
-    lab.obs.say(f"proxy: {n} requests through it; TTFT p50 proxy {proxy_p50 * 1000:.2f} ms, load "
-                f"{client_p50 * 1000:.2f} ms (paired median difference {paired * 1000:.2f} ms, of it load->proxy->engine {ingress * 1000:.2f} ms); TPOT p50 proxy "
+    lab.obs.say(f"proxy: {n} requests through it; per-request TTFT difference load - proxy p50 {paired * 1000:.2f} ms "
+                f"(of it load->proxy->engine {ingress * 1000:.2f} ms, engine->proxy->load and load's parse "
+                f"{(paired - ingress) * 1000:.2f} ms; min {diffs[0] * 1000:.2f}, max {diffs[-1] * 1000:.2f} ms); "
+                f"TTFT p50 proxy {proxy_p50 * 1000:.2f} ms, load {client_p50 * 1000:.2f} ms; TPOT p50 proxy "
                 f"{statistics.median(r['tpot_s'] for r in seen) * 1000:.2f} ms, load "
                 f"{statistics.median(r['tpot_s'] for r in client) * 1000:.2f} ms")
-    assert abs(proxy_p50 - client_p50) <= TTFT_AGREEMENT_S, (proxy_p50, client_p50)
+    assert diffs[0] >= -0.001, diffs           # the proxy's span lies inside load's (one machine's clock)
+    assert abs(paired) <= TTFT_AGREEMENT_S, (paired, diffs)
     assert all("prompt" not in r and "text" not in r for r in seen)      # no text in the proxy's records
 
 
@@ -148,8 +159,9 @@ def test_sigstop_worker_fires_requests_no_token_with_health_green(lab, server, p
     try:
         stopped_at, _, frozen = stop_on_running_work(server, tree.worker, load)
         try:
-            line = proxy.wait_for(VERDICT, timeout_s=20, after=stopped_at)
-            assert line is not None, f"no {VERDICT} within 20 s of the stop; {proxy.describe()}"
+            # the bound on the wait only; the detection time is checked against the verdict's own threshold
+            line = proxy.wait_for(VERDICT, timeout_s=WAIT_S, after=stopped_at)
+            assert line is not None, f"no {VERDICT} within {WAIT_S} s of the stop; {proxy.describe()}"
             statuses = health_over(server.url, seconds=1.0)
         finally:
             os.kill(tree.worker, signal.SIGCONT)
