@@ -9,7 +9,7 @@ of those distributions between routes. CPU is the proxy's (or nginx's master + w
 time over the measured phase, per 100k tokens delivered.
 
     apt-get install -y nginx      # optional: without it the nginx column is left out
-    .venv/bin/python benchmarks/proxy.py [--streams 200] [--seconds 15] [--tokens 64] [--step-ms 20]
+    .venv/bin/python benchmarks/proxy.py [--streams 200] [--seconds 15] [--rounds 3] [--tokens 64] [--step-ms 20]
 """
 
 from __future__ import annotations
@@ -257,11 +257,14 @@ def q(values, p):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, default=200)
-    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--tokens", type=int, default=64, help="tokens per request (closed loop)")
     ap.add_argument("--step-ms", type=float, default=20.0, help="the upstream's step: one token per stream per step")
     ap.add_argument("--hold", type=int, default=1000, help="streams held open for the memory figure")
+    ap.add_argument("--baseline", metavar="DIR", help="also run `servewatch proxy` from the source tree DIR (e.g. a "
+                    "worktree of an earlier commit) as the route 'baseline proxy', to compare two versions in one run")
+    ap.add_argument("--rounds", type=int, default=3, help="each route measured once a round, in rotating order")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -279,6 +282,19 @@ def main() -> int:
         procs.append(proxy)
         wait_port(pport)
         routes["servewatch proxy"] = (pport, [proxy.pid])
+        if args.baseline:
+            bport = free_port()
+            # the baseline tree first on the path, and an editable install's finder (which would answer
+            # for `servewatch` first) out of the way
+            code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in "
+                    f"getattr(f, '__module__', '')]; sys.path.insert(0, {str(Path(args.baseline).resolve())!r}); "
+                    "from servewatch.cli import main; sys.argv[0] = 'servewatch'; sys.exit(main())")
+            base = subprocess.Popen([sys.executable, "-c", code, "proxy", "--listen", f"127.0.0.1:{bport}",
+                                     "--upstream", f"http://127.0.0.1:{up}", "--records",
+                                     str(tmp / "baseline.jsonl")], stderr=subprocess.DEVNULL)
+            procs.append(base)
+            wait_port(bport)
+            routes["baseline proxy"] = (bport, [base.pid])
         nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
         if nginx:
             nport = free_port()
@@ -287,9 +303,23 @@ def main() -> int:
             procs.append(ng)
             wait_port(nport)
             routes["nginx"] = (nport, [ng.pid, *children(ng.pid)])
-        results = {}
-        for name, (port, pids) in routes.items():
-            results[name] = asyncio.run(phase(port, args.streams, args.tokens, args.seconds, args.warmup, pids))
+        # Rounds, each route once a round in a rotating order: on a machine shared with other work, the
+        # routes then see the same conditions on average, and each round gives its own CPU ratio.
+        results: dict[str, dict] = {}
+        rounds: list[dict[str, dict]] = []
+        names = list(routes)
+        for i in range(args.rounds):
+            this = {}
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                port, pids = routes[name]
+                this[name] = asyncio.run(phase(port, args.streams, args.tokens, args.seconds, args.warmup, pids))
+            rounds.append(this)
+        for name in names:
+            parts = [r[name] for r in rounds]
+            results[name] = {"ttft": sorted(x for p in parts for x in p["ttft"]),
+                             "lag": sorted(x for p in parts for x in p["lag"]),
+                             "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
+                             "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
         memory = {name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
     finally:
         for p in reversed(procs):
@@ -315,11 +345,17 @@ def main() -> int:
                         "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
                         "kb_per_in_flight_stream": memory.get(name)})
         table[name] = row
+    per_round = []
+    if "nginx" in results and "servewatch proxy" in results:
+        for r in rounds:
+            mine, theirs = (r[n]["cpu_s"] / max(r[n]["tokens"], 1) for n in ("servewatch proxy", "nginx"))
+            per_round.append(mine / theirs if theirs else float("nan"))
     if args.json:
-        print(json.dumps(table, indent=2))
+        print(json.dumps({"routes": table, "cpu_ratio_per_round": per_round}, indent=2))
         return 0
     print(f"{args.streams} concurrent streams, {args.tokens} tokens each (closed loop), one token per stream every "
-          f"{args.step_ms:g} ms, {args.seconds:g} s measured per route; memory with {args.hold} streams held open")
+          f"{args.step_ms:g} ms, {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating order); "
+          f"memory with {args.hold} streams held open")
     cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
             "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms", "cpu_s_per_100k_tokens",
             "kb_per_in_flight_stream")
@@ -332,7 +368,11 @@ def main() -> int:
         print(f"{col:26}" + "".join(cells))
     if "nginx" in table and "servewatch proxy" in table:
         ratio = table["servewatch proxy"]["cpu_s_per_100k_tokens"] / table["nginx"]["cpu_s_per_100k_tokens"]
-        print(f"CPU per token, servewatch proxy / nginx: {ratio:.2f}x")
+        print(f"CPU per token, servewatch proxy / nginx: {ratio:.2f}x (by round: "
+              f"{', '.join(f'{x:.2f}x' for x in per_round)})")
+        if "baseline proxy" in table:
+            ratio = table["baseline proxy"]["cpu_s_per_100k_tokens"] / table["nginx"]["cpu_s_per_100k_tokens"]
+            print(f"CPU per token, baseline proxy / nginx: {ratio:.2f}x")
     return 0
 
 

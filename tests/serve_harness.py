@@ -62,7 +62,11 @@ async def sim_target(**config):
         yield Sim(engine, url, scrapes)
     finally:
         await runner.cleanup()
-        stepping.cancel()
+        # Python 3.11's wait_for can swallow a cancel that lands as its inner wait completes (the engine's
+        # step loop waits on a wake event in one): cancel again until the task has ended
+        while not stepping.done():
+            stepping.cancel()
+            await asyncio.wait([stepping], timeout=0.5)
         await asyncio.gather(stepping, return_exceptions=True)
 
 

@@ -549,3 +549,87 @@ def test_traces_export_over_otlp_keeping_errors():
     assert attrs["error.type"].string_value == "http_4xx"
     assert attrs["http.response.status_code"].int_value == 404
     assert span.status.code == 2                                     # STATUS_CODE_ERROR
+
+
+class _Wire:
+    """A transport that keeps what is written (for the proxy's protocols driven without sockets)."""
+
+    def __init__(self):
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def _completion_event(text: str, reason: str | None, usage: tuple[int, int] | None) -> bytes:
+    body: dict = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason,
+                               "stop_reason": None}]}
+    if usage is not None:
+        body["usage"] = {"prompt_tokens": usage[0], "total_tokens": sum(usage), "completion_tokens": usage[1]}
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("usage", [False, True], ids=["plain", "continuous-usage"])
+def test_the_inline_read_path_records_what_the_parser_records(usage):
+    """One chunk per read takes Upstream's inline path; the same bytes in reads cut anywhere take the
+    parser's. Both forward the bytes unchanged and end in the same counts, reason and per-chunk tokens."""
+    texts = ["a", "", " b", "c\\u00e9", "d", " e"]      # an empty piece and an escaped one among them
+    events = [_completion_event(t, "length" if i == len(texts) - 1 else None, (7, i + 1) if usage else None)
+              for i, t in enumerate(texts)]
+    events.append(b"data: [DONE]\n\n")
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+    request = _post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 6, "stream": True})
+
+    async def run(reads: list[bytes]):
+        from servewatch.proxy.server import Client, Upstream
+
+        records = []
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append((ex, rec)))
+        client, wire = Client(proxy), _Wire()
+        client.connection_made(wire)
+        up = Upstream(proxy, 2**20)
+        up.connection_made(_Wire())
+        up.idle_since = proxy.now()
+        proxy.idle.append(up)
+        client.data_received(request)
+        inline_reads = 0
+        for data in reads:
+            before = up.inline
+            up.data_received(data)
+            inline_reads += before
+        [(ex, rec)] = records
+        return b"".join(wire.out), ex.state, rec, inline_reads
+
+    whole = head + b"".join(chunks)
+    inline = asyncio.run(run([head, *chunks]))
+    cut = asyncio.run(run([whole[i:i + 37] for i in range(0, len(whole), 37)]))
+    assert inline[0] == cut[0] == whole                  # forwarded unchanged either way
+    # the first run's reads were whole chunks on the inline path; the second's, 37 bytes each, are shorter
+    # than any event's chunk, so the inline path never completes on one and the parser reads them all
+    assert inline[3] >= len(texts) - 1 and min(map(len, chunks[:len(texts)])) > 37
+    for (_, state, rec, _) in (inline, cut):
+        assert rec.error is None and rec.finish_reason == "length"
+    (_, a, ra, _), (_, b, rb, _) = inline, cut
+    assert list(a.chunk_k) == list(b.chunk_k) and len(a.chunk_t) == len(b.chunk_t)
+    assert (a.completion_tokens, a.prompt_tokens, a.client_tokens, a.counts_exact) == \
+           (b.completion_tokens, b.prompt_tokens, b.client_tokens, b.counts_exact)
+    assert (ra.output_tokens, ra.input_tokens, ra.token_source, ra.itl_exact) == \
+           (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact)
+    assert ra.output_tokens == (6 if usage else 5)

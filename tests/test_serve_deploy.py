@@ -24,7 +24,7 @@ def documents(name):
     return [doc for doc in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if doc]
 
 
-@pytest.mark.parametrize("name", ["sidecar.yaml", "fleet.yaml", "node-daemonset.yaml"])
+@pytest.mark.parametrize("name", ["sidecar.yaml", "fleet.yaml", "node-daemonset.yaml", "proxy.yaml"])
 def test_manifests_validate_strictly(name):
     import kubernetes_validate   # a test dependency: missing, the test fails
     docs = documents(name)
@@ -63,6 +63,37 @@ def test_sidecar_probes_point_at_the_named_target():
     assert vllm["readinessProbe"]["httpGet"] == {"path": f"/targets/{target.name}/readyz", "port": port}
     startup = vllm["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600     # model loading and compile
+
+
+def test_the_service_reaches_the_engine_only_through_the_proxy(tmp_path):
+    from servewatch.serve.config import parse_listen
+
+    config_map, deployment, service = documents("proxy.yaml")
+    (tmp_path / "serve.yaml").write_text(config_map["data"]["serve.yaml"])
+    [target] = serve_config.load(str(tmp_path / "serve.yaml")).targets
+    pod = deployment["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    sw, vllm = containers["servewatch"], containers["vllm"]
+    # serve reads the ConfigMap where it is mounted
+    config_path = sw["args"][sw["args"].index("--config") + 1]
+    mount = next(m for m in sw["volumeMounts"] if config_path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    # the proxy forwards to the pod's vLLM and listens on the port the Service sends clients to
+    engine_port = vllm["args"][vllm["args"].index("--port") + 1]
+    assert target.url == f"http://127.0.0.1:{engine_port}"
+    _, proxy_port = parse_listen(target.proxy.listen)
+    ports = {p["name"]: p["containerPort"] for p in sw["ports"]}
+    [service_port] = service["spec"]["ports"]
+    assert ports[service_port["targetPort"]] == proxy_port
+    assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+    assert int(engine_port) not in {p.get("targetPort") for p in service["spec"]["ports"]}
+    # records and bundles on the pod's volume; probes on the named target
+    data = next(m["mountPath"] for m in sw["volumeMounts"] if m["name"] == "data")
+    assert target.proxy.records.startswith(data + "/")
+    _, serve_port = parse_listen(serve_config.load(str(tmp_path / "serve.yaml")).listen)
+    assert vllm["livenessProbe"]["httpGet"] == {"path": f"/targets/{target.name}/livez", "port": serve_port}
+    assert vllm["readinessProbe"]["httpGet"] == {"path": f"/targets/{target.name}/readyz", "port": serve_port}
 
 
 def test_fleet_configmap_is_what_serve_reads(tmp_path):

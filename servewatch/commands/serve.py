@@ -31,6 +31,10 @@ def register(subparsers) -> None:
                                                          "prometheus_sd, node")
     parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
                         help="a server to watch, e.g. http://127.0.0.1:8000, or NAME=URL to name it (repeatable)")
+    parser.add_argument("--proxy", action="append", default=[], metavar="NAME=HOST:PORT",
+                        help="run a proxy (as `servewatch proxy`) on HOST:PORT in front of the target named NAME; "
+                             "its requests become one more source of that target (requests_no_token among the "
+                             "verdicts) and its GenAI metrics are at /targets/NAME/proxy/metrics (repeatable)")
     parser.add_argument("--file-sd", action="append", default=[], metavar="FILE",
                         help="a Prometheus file_sd file (JSON or YAML; a glob in the last part is allowed; repeatable)")
     parser.add_argument("--prometheus-sd", metavar="URL",

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import sub
 
 ITL_RULE = ("per-token ITL: a chunk of k tokens arriving Δ after the previous token-carrying chunk "
             "adds k observations of Δ/k; the first chunk's tokens add none")
@@ -37,6 +39,20 @@ def compute_timings(chunk_t: Sequence[float], chunk_k: Sequence[int], total_toke
                     counts_exact: bool) -> Timings:
     """`chunk_t` are arrival offsets after send; `chunk_k` the tokens each chunk carried."""
     out = Timings()
+    if chunk_k and max(chunk_k) == 1:
+        # the common stream, one token a chunk (some chunks with none): the same numbers, in C loops
+        times = list(compress(chunk_t, chunk_k))
+        counted = len(times)
+        n_tokens = total_tokens if total_tokens is not None else counted
+        if counts_exact or total_tokens is None or total_tokens == counted:
+            out.ttft_s = times[0]
+            out.last_token_s = times[-1]
+            gaps = list(map(sub, times[1:], times[:-1]))
+            out.itl_chunk_s = gaps
+            out.itl_token_s = gaps.copy()
+            if n_tokens > 1:
+                out.tpot_s = (times[-1] - times[0]) / (n_tokens - 1)
+            return out
     times = [t for t, k in zip(chunk_t, chunk_k) if k > 0]
     counts = [k for k in chunk_k if k > 0]
     if not times:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 
@@ -52,6 +53,9 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         port = await proxy.start(*listen)
     except OSError as exc:
         raise ServewatchError(f"--listen {args.listen}: {exc.strerror or exc}") from None
+    # what was built to start (modules, the registry) is kept for good: the collector's older generations
+    # stop walking it again and again under the per-request garbage of the request path
+    gc.freeze()
     metrics_runner = None
     try:
         if metrics_listen is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+_encode = json.JSONEncoder(separators=(",", ":")).encode     # json.dumps with arguments builds one per call
+
 
 class RecordLog:
     def __init__(self, path: str, *, max_bytes: int = 64 * 2**20, keep: int = 3):
@@ -17,7 +19,7 @@ class RecordLog:
         self.rotations = 0
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record, separators=(",", ":")) + "\n"
+        line = _encode(record) + "\n"
         if self._size + len(line) > self.max_bytes and self._size > 0:
             self._rotate()
         self._file.write(line)

@@ -21,12 +21,13 @@ from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
-from servewatch.http1 import Endpoint, StreamCut, _Conn, _IDLE
+from servewatch.http1 import Endpoint, StreamCut, _Conn, _BODY, _IDLE
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
 from servewatch.timeline.samples import RequestsSample
 
+_now = time.time
 RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
@@ -252,6 +253,7 @@ class Upstream(_Conn):
         self.exchange: Exchange | None = None
         self.paused = False
         self.idle_since = 0.0
+        self.inline = False
 
     def attach(self, client: "Client", ex: Exchange) -> None:
         self.client, self.exchange = client, ex
@@ -265,11 +267,13 @@ class Upstream(_Conn):
         self._error = None
         self._head_waiter = self._body_waiter = None
         self.sink = ex.on_body
+        self.inline = False
         ex.sent = self.proxy.now()
-        self.transport.write(client.upstream_head)
+        if ex.pending:          # head and the body read so far in one write (one send, not two)
+            self.transport.write(b"".join((client.upstream_head, *ex.pending)))
+        else:
+            self.transport.write(client.upstream_head)
         client.upstream_head = b""
-        for piece in ex.pending:
-            self.transport.write(piece)
         ex.pending = None
         if client.reading_paused_for_upstream:
             client.reading_paused_for_upstream = False
@@ -277,14 +281,66 @@ class Upstream(_Conn):
 
     def data_received(self, data: bytes) -> None:
         ex = self.exchange
-        if ex is not None:
-            t = time.time()
-            ex.last = t
-            if ex.first_byte is None:
-                ex.first_byte = t
-            if not ex.client_gone:
-                self.client.transport.write(data)
+        if ex is None:
+            super().data_received(data)
+            return
+        t = _now()
+        ex.last = t
+        if ex.first_byte is None:
+            ex.first_byte = t
+        if not ex.client_gone:
+            self.client.transport.write(data)
+        # The hot path of a completions stream, one read = one whole chunk = one whole event: what
+        # _Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion -> _chunk do for it,
+        # inline. `inline` is set only while the parser is between chunks of an SSE completions body.
+        if self.inline:
+            eol = data.find(b"\r\n", 0, 10)
+            if eol > 0:
+                try:
+                    size = int(data[:eol], 16)
+                except ValueError:
+                    size = 0
+                start = eol + 2
+                end = start + size
+                if size > 0 and len(data) == end + 2 and data[end:] == b"\r\n":
+                    received = self._received + size
+                    if received <= self.max_body:
+                        state = ex.state
+                        m = state._fast(data, start, end)
+                        if m is not None:
+                            self._received = received
+                            piece, reason, pt, ct = m.groups()
+                            if pt is not None:
+                                state.prompt_tokens = int(pt)
+                            if reason:
+                                state.finish_reason = reason.decode()
+                            if piece:
+                                state.client_tokens += 1
+                            # StreamState._chunk
+                            if ct is not None:
+                                count = int(ct)
+                                k = count - state.completion_tokens
+                                state.completion_tokens = count
+                                if k < 0:
+                                    k = 0
+                            else:
+                                state.counts_exact = False
+                                k = 1 if piece else 0
+                            state.chunk_t.append(t - ex.sent)
+                            state.chunk_k.append(k)
+                            return
         super().data_received(data)
+        self._set_inline()
+
+    def _set_inline(self) -> None:
+        """Whether the next read may take the inline path: an SSE completions body (its parser has the
+        whole-event matcher, nothing half-read in the chunk framing or the event splitter)."""
+        ex = self.exchange
+        state = ex.state if ex is not None else None
+        self.inline = (state is not None and state._fast is not None and not state.spent
+                       and not state.keep_text and self.state == _BODY and self._chunked and not self._buf
+                       and not self._left and not self._need_crlf and not self._trailer
+                       and not state.splitter.pending)
 
     def _setup_body(self) -> None:
         super()._setup_body()

@@ -43,6 +43,7 @@ class Telemetry:
         self.tokens = Histogram("gen_ai_client_token_usage", "Number of input and output tokens used.",
                                 (*labels, "gen_ai_token_type"), buckets=TOKEN_BUCKETS, registry=self.registry)
         self._models: set[str] = set()
+        self._children: dict[tuple[str, str, str], list] = {}
         self.proxy = None
         self.tracer = None
         self._provider = None
@@ -66,18 +67,21 @@ class Telemetry:
     def observe(self, ex, rec) -> None:
         op = OPERATION.get(ex.api, "other")
         outcome = "ok" if rec.error is None else rec.error
-        labels = (op, self._model(ex.model), outcome)
+        key = (op, self._model(ex.model), outcome)
+        children = self._children.get(key)
+        if children is None:   # labels() locks and hashes: once per label set, and a series only once observed
+            children = self._children[key] = [None] * 5
         if rec.e2e_s is not None:
-            self.duration.labels(*labels).observe(rec.e2e_s)
+            self._child(children, 0, self.duration, key).observe(rec.e2e_s)
         if rec.error is None:
             if rec.ttft_s is not None:
-                self.ttft.labels(*labels).observe(rec.ttft_s)
+                self._child(children, 1, self.ttft, key).observe(rec.ttft_s)
             if rec.tpot_s is not None:
-                self.tpot.labels(*labels).observe(rec.tpot_s)
+                self._child(children, 2, self.tpot, key).observe(rec.tpot_s)
         if rec.input_tokens is not None:
-            self.tokens.labels(*labels, "input").observe(rec.input_tokens)
+            self._child(children, 3, self.tokens, (*key, "input")).observe(rec.input_tokens)
         if rec.output_tokens is not None:
-            self.tokens.labels(*labels, "output").observe(rec.output_tokens)
+            self._child(children, 4, self.tokens, (*key, "output")).observe(rec.output_tokens)
         if self.tracer is not None:
             self._trace(ex, rec, op, outcome)
 
@@ -136,6 +140,13 @@ class Telemetry:
         await site.start()
         bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
         return runner, bound
+
+    @staticmethod
+    def _child(children: list, i: int, metric, labels: tuple):
+        child = children[i]
+        if child is None:
+            child = children[i] = metric.labels(*labels)
+        return child
 
     # -- traces
     def _start_tracing(self, endpoint: str) -> None:

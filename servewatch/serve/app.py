@@ -89,23 +89,24 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                 raise ServewatchError(f"--listen {config.listen}: {exc.strerror or exc}") from None
             bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
             discovery = _Discovery(config, file_sd, prometheus_sd)
-            if prometheus_sd is not None:
-                await discovery.refresh_prometheus(session, exporter, say)
-            await fleet.apply(discovery.specs(say))
-            shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
-            node = f", and every engine on node {config.node} by its process titles" if config.node else ""
-            print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}{node}",
-                  file=sys.stderr, flush=True)
-            if on_listening is not None:
-                on_listening(bound)
-            lag = asyncio.create_task(_measure_lag(exporter))
-            node_task = asyncio.create_task(node_view.run()) if node_view is not None else None
+            lag = node_task = None
             try:
+                if prometheus_sd is not None:
+                    await discovery.refresh_prometheus(session, exporter, say)
+                await fleet.apply(discovery.specs(say))     # a sidecar proxy that cannot listen: one line, exit 2
+                shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
+                node = f", and every engine on node {config.node} by its process titles" if config.node else ""
+                print(f"{say} listening on http://{host}:{bound}, watching {len(fleet.runs)} target(s){shard}{node}",
+                      file=sys.stderr, flush=True)
+                if on_listening is not None:
+                    on_listening(bound)
+                lag = asyncio.create_task(_measure_lag(exporter))
+                node_task = asyncio.create_task(node_view.run()) if node_view is not None else None
                 await _rediscover(config, discovery, fleet, exporter, session, stop, say)
             finally:
-                lag.cancel()
-                if node_task is not None:
-                    node_task.cancel()
+                for task in (lag, node_task):
+                    if task is not None:
+                        task.cancel()
                 await fleet.close()
     finally:
         if runner is not None:

@@ -14,6 +14,9 @@
     targets:
       - url: http://10.0.0.7:8000
         name: llama-a             # optional; host:port otherwise
+        proxy:                    # optional: a sidecar `servewatch proxy` in front of this target
+          listen: 0.0.0.0:8080    #   clients connect here (a string alone is the listen address)
+          records: /var/log/servewatch/llama-a.jsonl   # one JSON line per request (optional)
     file_sd:
       - /etc/servewatch/targets/*.json
     prometheus_sd:                # the fleet's Prometheus as discovery: its active targets of a job
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
 from servewatch.serve.prometheus_sd import PrometheusSdConfig
-from servewatch.serve.targets import Shard, TargetSpec, parse_shard, spec_for
+from servewatch.serve.targets import ProxySpec, Shard, TargetSpec, parse_shard, spec_for
 from servewatch.sinks.bundle_sink import check_writable
 from servewatch.sinks.registry import sink_names
 from servewatch.watch.options import RecordingOptions, recording_from_args
@@ -49,7 +52,9 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 _BEFORE_SINKS = ("listen", "interval", "history", "out", "bundle_cap_mb")        # the keys, in the order said
 _AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "node", "probe", "probe_interval", "probe_deadline")
 _SD_KEYS = ("url", "job", "labels", "refresh")
-_TARGET_KEYS = ("url", "name", "pid", "log_file")
+_TARGET_KEYS = ("url", "name", "pid", "log_file", "proxy")
+_PROXY_KEYS = ("listen", "records", "records_max_mb", "records_keep", "max_connections", "first_byte_timeout",
+               "read_timeout", "tenant_header")
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,9 @@ def load(path: str) -> ServeConfig:
         pid = entry.get("pid")
         if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
             raise doc.error(("targets", i, "pid"), "a process id (a positive integer) is expected")
+        proxy = _proxy(doc, ("targets", i, "proxy"), entry.get("proxy"), entry["url"], duration)
         try:
-            targets.append(spec_for(entry["url"], entry.get("name"), pid, entry.get("log_file")))
+            targets.append(spec_for(entry["url"], entry.get("name"), pid, entry.get("log_file"), proxy))
         except ServewatchError as exc:
             raise doc.error(("targets", i, "url" if "name" not in str(exc) else "name"), str(exc)) from None
     file_sd = value.get("file_sd") or ()
@@ -139,6 +145,53 @@ def load(path: str) -> ServeConfig:
                                          probe_interval=seconds("probe_interval", FLEET_RECORDING.probe_interval),
                                          probe_deadline=seconds("probe_deadline", FLEET_RECORDING.probe_deadline)),
                        out=text("out"), sinks={name: url for name in sink_names() if (url := text(name))}, shard=shard)
+
+
+def _proxy(doc, at: tuple, value, url: str, duration) -> ProxySpec | None:
+    """A target's `proxy:`: a listen address, or a mapping with listen (and records, limits, timeouts)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = {"listen": value}
+    if not isinstance(value, dict):
+        raise doc.error(at, "a listen address (HOST:PORT) or a mapping with listen (records, limits optional)")
+    for key in value:
+        if key not in _PROXY_KEYS:
+            raise doc.error((*at, key), f"unknown key (known: {', '.join(_PROXY_KEYS)})")
+    if not url.startswith("http://"):
+        raise doc.error((*at,), "the proxy forwards to a plain http:// URL only")
+    listen = value.get("listen")
+    if not isinstance(listen, str):
+        raise doc.error((*at, "listen"), "HOST:PORT is required, e.g. 0.0.0.0:8080")
+    try:
+        parse_listen(listen, "listen")
+    except ServewatchError as exc:
+        raise doc.error((*at, "listen"), str(exc).removeprefix("listen ")) from None
+    records = value.get("records")
+    if records is not None and not isinstance(records, str):
+        raise doc.error((*at, "records"), "a file path is expected")
+    header = value.get("tenant_header", "x-tenant")
+    if not isinstance(header, str) or not header:
+        raise doc.error((*at, "tenant_header"), "a header name is expected")
+    numbers = {}
+    for key, default, whole in (("records_max_mb", 64.0, False), ("records_keep", 3, True),
+                                ("max_connections", 4096, True)):
+        item = value.get(key, default)
+        if isinstance(item, bool) or not isinstance(item, int if whole else (int, float)) or item <= 0:
+            raise doc.error((*at, key), f"a positive {'whole ' if whole else ''}number is expected")
+        numbers[key] = item
+    for key, default in (("first_byte_timeout", 900.0), ("read_timeout", 300.0)):
+        item = value.get(key)
+        try:
+            numbers[key] = default if item is None else duration(str(item))
+        except argparse.ArgumentTypeError as exc:
+            raise doc.error((*at, key), str(exc)) from None
+        if numbers[key] <= 0:
+            raise doc.error((*at, key), "must be more than zero")
+    return ProxySpec(listen=listen, records=records, records_max_mb=float(numbers["records_max_mb"]),
+                     records_keep=numbers["records_keep"], max_connections=numbers["max_connections"],
+                     first_byte_timeout_s=numbers["first_byte_timeout"], read_timeout_s=numbers["read_timeout"],
+                     tenant_header=header.lower())
 
 
 def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:
@@ -174,6 +227,8 @@ def from_args(args) -> ServeConfig:
     changes: dict = {}
     if args.target:
         changes["targets"] = config.targets + tuple(target_from_arg(text) for text in args.target)
+    if getattr(args, "proxy", None):
+        changes["targets"] = _with_proxies(changes.get("targets", config.targets), args.proxy)
     if args.file_sd:
         changes["file_sd"] = config.file_sd + tuple(args.file_sd)
     for key in ("listen", "out"):
@@ -210,6 +265,23 @@ def from_args(args) -> ServeConfig:
     return config
 
 
+def _with_proxies(targets: tuple[TargetSpec, ...], texts: list[str]) -> tuple[TargetSpec, ...]:
+    """--proxy NAME=HOST:PORT: a sidecar proxy in front of the target named NAME."""
+    by_name = {t.name: t for t in targets}
+    for text in texts:
+        name, sep, listen = text.partition("=")
+        if not sep or not name:
+            raise ServewatchError(f"--proxy {text!r}: expected NAME=HOST:PORT (NAME a --target's name)")
+        if name not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise ServewatchError(f"--proxy {text!r}: no target named {name} (targets: {known})")
+        parse_listen(listen, "--proxy")
+        if not by_name[name].url.startswith("http://"):
+            raise ServewatchError(f"--proxy {text!r}: the proxy forwards to a plain http:// URL only")
+        by_name[name] = replace(by_name[name], proxy=ProxySpec(listen=listen))
+    return tuple(by_name[t.name] for t in targets)
+
+
 def target_from_arg(text: str) -> TargetSpec:
     """--target URL, or --target NAME=URL to name it (the name is the `target` label and the probe path)."""
     name, sep, url = text.partition("=")
@@ -218,8 +290,8 @@ def target_from_arg(text: str) -> TargetSpec:
     return spec_for(text)
 
 
-def parse_listen(text: str) -> tuple[str, int]:
+def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ServewatchError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+        raise ServewatchError(f"{flag} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
     return host.strip("[]") or "127.0.0.1", int(port)

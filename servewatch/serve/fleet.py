@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 
     from servewatch.clock import Clock
     from servewatch.serve.config import ServeConfig
+    from servewatch.serve.sidecar import Sidecar
     from servewatch.sinks.base import Sink
     from servewatch.sinks.exporter import FleetExporter
     from servewatch.sources.base import Source
     from servewatch.watch.recorder import Recorder
 
-RecorderFor = Callable[[TargetSpec, Callable[["Source"], "Source"]], "Recorder"]
+RecorderFor = Callable[[TargetSpec, Callable[["Source"], "Source"], "Sidecar | None"], "Recorder"]
 
 BACKOFF_AFTER = 3          # failed probes in a row (no answer at all) before backing off
 BACKOFF_CAP_S = 60.0
@@ -81,11 +82,15 @@ class BackedOffSource:
 class TargetRun:
     def __init__(self, spec: TargetSpec, exporter: FleetExporter, clock: Clock, interval: float,
                  recorder_for: RecorderFor):
-        """`recorder_for(spec, wrap_source)` builds the target's recorder."""
+        """`recorder_for(spec, wrap_source, sidecar)` builds the target's recorder."""
         self.spec, self.exporter, self.clock, self.interval = spec, exporter, clock, interval
         self.status = TargetStatus()
         self.task: asyncio.Task | None = None
-        self.recorder = recorder_for(spec, self._wrap)
+        self.sidecar: Sidecar | None = None
+        if spec.proxy is not None:
+            from servewatch.serve.sidecar import Sidecar
+            self.sidecar = Sidecar(spec)
+        self.recorder = recorder_for(spec, self._wrap, self.sidecar)
 
     def _wrap(self, source):
         if source.kind not in ("health", "metrics"):
@@ -112,6 +117,11 @@ class TargetRun:
                     self.exporter.scrape_failures.labels(_label(name), _label(_kind(sample.error))).inc()
         self.exporter.target_up.labels(_label(name)).set(1 if status.up else 0)
 
+    async def open(self) -> int | None:
+        """The sidecar proxy listening (before the recorder starts): its port. Raises ServewatchError if it
+        cannot listen."""
+        return await self.sidecar.start() if self.sidecar is not None else None
+
     def start(self, jitter_s: float) -> None:
         self.task = asyncio.create_task(self._run(jitter_s))
 
@@ -124,6 +134,8 @@ class TargetRun:
         if self.task is not None:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
+        if self.sidecar is not None:
+            await self.sidecar.close()
         await asyncio.get_running_loop().run_in_executor(None, self.recorder.close_sinks)
 
 
@@ -152,7 +164,8 @@ class Fleet:
             from servewatch.serve.bundle_quota import FleetBundleQuota
             self.quota = FleetBundleQuota(config.out, config.bundle_cap_bytes)
 
-    def _recorder_for(self, spec: TargetSpec, wrap: Callable[[Source], Source]) -> Recorder:
+    def _recorder_for(self, spec: TargetSpec, wrap: Callable[[Source], Source],
+                      sidecar: Sidecar | None = None) -> Recorder:
         from servewatch.sources.process import PsutilProbe
         from servewatch.sinks.bundle_sink import bundle_sink
         from servewatch.watch.session import build_recorder
@@ -163,16 +176,18 @@ class Fleet:
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
         sinks = [*([self.quota.sink()] if bundles else []), self.exporter.sink(spec.name), *self.extra_sinks(spec)]
+        extra = [sidecar.source(self.clock, self.config.recording.interval)] if sidecar is not None else []
         return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
-                              wrap_source=wrap, tool=self.tool)
+                              wrap_source=wrap, tool=self.tool, extra_sources=extra)
 
     def _new_run(self, spec: TargetSpec) -> TargetRun:
         return TargetRun(spec, self.exporter, self.clock, self.config.recording.interval, self._recorder_for)
 
     async def apply(self, specs: list[TargetSpec]) -> tuple[list[str], list[str]]:
         """The fleet becomes `specs`: (names started, names stopped). A target whose URL, PID or log
-        changed is restarted."""
-        wanted = {spec.name: spec for spec in specs if self.config.shard.owns(spec)}
+        changed is restarted. A target with a sidecar proxy is always this process's (clients depend on
+        it); a sidecar that cannot listen raises ServewatchError."""
+        wanted = {spec.name: spec for spec in specs if spec.proxy is not None or self.config.shard.owns(spec)}
         stopped = [name for name, run in self.runs.items() if wanted.get(name) != run.spec]
         for name in stopped:
             run = self.runs.pop(name)
@@ -187,6 +202,14 @@ class Fleet:
             except Exception as exc:  # noqa: BLE001 - one bad target (gone PID, unwritable out) never stops the fleet
                 print(f"servewatch {self.tool}: {name}: not watched: {exc}", file=sys.stderr, flush=True)
                 continue
+            if run.sidecar is not None:
+                try:
+                    port = await run.open()
+                except Exception:
+                    await run.stop()
+                    raise
+                print(f"servewatch {self.tool}: {name}: proxy listening on port {port}, forwarding to {spec.url}",
+                      file=sys.stderr, flush=True)
             self.exporter.add_target(name)
             self.runs[name] = run
             run.start(self.rng.uniform(0, self.config.recording.interval))

@@ -1,5 +1,6 @@
 """serve's HTTP surface (aiohttp): /metrics, /api/v1/targets, /api/v1/verdicts, and per-target
-/targets/NAME/livez and /targets/NAME/readyz for Kubernetes probes."""
+/targets/NAME/livez and /targets/NAME/readyz for Kubernetes probes, and /targets/NAME/proxy/metrics (the
+GenAI histograms and live state of a target's sidecar proxy)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def build_app(fleet, exporter) -> web.Application:
     app.router.add_get("/api/v1/verdicts", verdicts)
     app.router.add_get("/targets/{name}/livez", livez)
     app.router.add_get("/targets/{name}/readyz", readyz)
+    app.router.add_get("/targets/{name}/proxy/metrics", proxy_metrics)
     return app
 
 
@@ -51,7 +53,8 @@ async def targets(request: web.Request) -> web.Response:
                     "active": [v.name for v in run.recorder.latch.active],
                     "signals": {k: v for k, v in vars(values).items() if v is not None},
                     "ranks": _ranks(window.process[-1] if window.process else None, fleet.clock.now(),
-                                    window.gpu[-1] if window.gpu else None)})
+                                    window.gpu[-1] if window.gpu else None),
+                    **({"proxy_port": run.sidecar.port} if run.sidecar is not None else {})})
     return web.json_response({"targets": out})
 
 
@@ -109,3 +112,12 @@ async def readyz(request: web.Request) -> web.Response:
     s = run.status
     answer = probes.readyz(run.recorder.latch.active, s.health_ok, s.scrape_ok, s.last_error)
     return web.Response(status=answer.status, text=answer.reason + "\n")
+
+
+async def proxy_metrics(request: web.Request) -> web.Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    run = _run(request)
+    if run.sidecar is None:
+        raise web.HTTPNotFound(text="this target has no proxy\n")
+    return web.Response(body=run.sidecar.telemetry.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})

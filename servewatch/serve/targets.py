@@ -14,11 +14,26 @@ from servewatch.watch.targets import base_url
 
 
 @dataclass(frozen=True)
+class ProxySpec:
+    """A target's sidecar proxy: `servewatch proxy` run inside serve, its requests one more source of the
+    target's recorder."""
+    listen: str                             # HOST:PORT where clients connect
+    records: str | None = None              # one JSON line per request (rotated by size)
+    records_max_mb: float = 64.0
+    records_keep: int = 3
+    max_connections: int = 4096
+    first_byte_timeout_s: float = 900.0
+    read_timeout_s: float = 300.0
+    tenant_header: str = "x-tenant"
+
+
+@dataclass(frozen=True)
 class TargetSpec:
     name: str                       # the `target` label: a short token (host:port unless named)
     url: str                        # scheme://host:port
     pid: int | None = None          # a local target's API server PID (process tree, exit detection)
     log_file: str | None = None     # a local target's log, tailed
+    proxy: ProxySpec | None = None  # a sidecar proxy in front of it (config targets only)
 
 
 @dataclass(frozen=True)
@@ -51,9 +66,10 @@ def target_name(url: str, name: str | None = None) -> str:
     return safe_token(url.split("://", 1)[1], "target") or "target"
 
 
-def spec_for(url: str, name: str | None = None, pid: int | None = None, log_file: str | None = None) -> TargetSpec:
+def spec_for(url: str, name: str | None = None, pid: int | None = None, log_file: str | None = None,
+             proxy: ProxySpec | None = None) -> TargetSpec:
     base = base_url(url)
-    return TargetSpec(target_name(base, name), base, pid, log_file)
+    return TargetSpec(target_name(base, name), base, pid, log_file, proxy)
 
 
 def merge(specs: Iterable[TargetSpec]) -> tuple[list[TargetSpec], list[str]]:

@@ -1,0 +1,78 @@
+"""A target's sidecar proxy inside serve: `servewatch proxy` in front of the target, its requests one
+more source of the target's recorder (as `proxy --watch` records them), its records file and its own
+GenAI metrics (served at /targets/NAME/proxy/metrics)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from servewatch.errors import ServewatchError
+from servewatch.proxy import Proxy, ProxyConfig
+from servewatch.proxy.recordlog import RecordLog
+from servewatch.proxy.signals import RequestsSource
+from servewatch.proxy.telemetry import Telemetry
+from servewatch.serve.targets import TargetSpec
+
+FLUSH_S = 1.0
+
+
+class Sidecar:
+    def __init__(self, spec: TargetSpec):
+        p = spec.proxy
+        self.spec = p
+        self.name = spec.name
+        self.log: RecordLog | None = None
+        self.telemetry = Telemetry(sample=0.0)
+        self.proxy = Proxy(ProxyConfig(upstream=spec.url, max_connections=p.max_connections,
+                                       first_byte_timeout_s=p.first_byte_timeout_s,
+                                       read_idle_timeout_s=p.read_timeout_s, tenant_header=p.tenant_header),
+                           on_record=self._on_record)
+        self.telemetry.proxy = self.proxy
+        self.port: int | None = None
+        self._flusher: asyncio.Task | None = None
+
+    def _on_record(self, ex, rec) -> None:
+        if self.log is not None:
+            self.log.write(rec.to_json())
+        self.telemetry.observe(ex, rec)
+
+    def source(self, clock, interval: float) -> RequestsSource:
+        return RequestsSource(self.proxy, clock, interval)
+
+    async def start(self) -> int:
+        """Bind and serve. A proxy that cannot listen or write its records is one line (ServewatchError)."""
+        from servewatch.serve.config import parse_listen
+
+        host, port = parse_listen(self.spec.listen, "proxy listen")
+        if self.spec.records:
+            try:
+                self.log = RecordLog(self.spec.records, max_bytes=int(self.spec.records_max_mb * 2**20),
+                                     keep=self.spec.records_keep)
+            except OSError as exc:
+                raise ServewatchError(f"{self.name}: proxy records {self.spec.records}: "
+                                      f"{exc.strerror or exc}") from None
+        try:
+            self.port = await self.proxy.start(host, port)
+        except OSError as exc:
+            if self.log is not None:
+                self.log.close()
+            raise ServewatchError(f"{self.name}: proxy listen {self.spec.listen}: {exc.strerror or exc}") from None
+        self._flusher = asyncio.create_task(self._flush_forever())
+        return self.port
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            if self.log is not None:
+                self.log.flush()
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.proxy.close()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
