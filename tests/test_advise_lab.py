@@ -149,7 +149,10 @@ def test_closed_loop_cache_size_exact_then_proposed_buckets_make_itl_visible(lab
     checks = {c["name"]: c for c in advice["checks"]}
     assert checks["KV cache size (tokens)"]["agrees"] is True, checks["KV cache size (tokens)"]
     assert checks["slot limit (max running)"]["agrees"] is True
-    assert blind_before["blind"] is True, blind_before   # vLLM's 10 ms first edge swallows tiny-model steps
+    # vLLM's 10 ms first edge swallows tiny-model steps: blind on a quiet run (100 % in the first bucket), but on
+    # a contended VM slower steps spill over it (a CI run: mean 4.4 ms, p99 15 ms). What must hold either way is
+    # below: the advised edges bring the histogram's median closer to the client's than the default edges did.
+    assert blind_before["first_bucket_le"] == 0.01, blind_before
 
     flags = tuple(advice["flags"]["vllm"]["args"])
     assert flags[0] == "--custom-histogram-buckets"
@@ -163,11 +166,16 @@ def test_closed_loop_cache_size_exact_then_proposed_buckets_make_itl_visible(lab
     assert itl["first_bucket_le"] == advice["buckets"]["itl"]["edges"][0]     # vLLM took the edges
     assert itl["blind"] is False, itl
     print(f"client ITL before: p50 {quantile(client_before, 0.5) * 1e3:.2f} ms; inspect before: p50 "
-          f"{blind_before['p50_s'] * 1e3:.2f} ms, p99 {blind_before['p99_s'] * 1e3:.2f} ms (blind). After: client "
+          f"{blind_before['p50_s'] * 1e3:.2f} ms, p99 {blind_before['p99_s'] * 1e3:.2f} ms, "
+          f"{blind_before['first_bucket_fraction']:.1%} in the first bucket. After: client "
           f"p10 {quantile(client, 0.1) * 1e3:.2f}, p50 {quantile(client, 0.5) * 1e3:.2f}, p90 "
           f"{quantile(client, 0.9) * 1e3:.2f}, p99 {quantile(client, 0.99) * 1e3:.2f}, max {client[-1] * 1e3:.2f} ms; "
           f"inspect p50 {itl['p50_s'] * 1e3:.2f} ms, p99 {itl['p99_s'] * 1e3:.2f} ms, "
           f"{itl['first_bucket_fraction']:.1%} in the first bucket (≤ {itl['first_bucket_le'] * 1e3:g} ms)")
     # The median where the client's middle 80 % lies; the tail inside what the client saw at all.
     assert quantile(client, 0.1) <= itl["p50_s"] <= quantile(client, 0.9)
+    miss_before = abs(blind_before["p50_s"] - quantile(client_before, 0.5))
+    miss_after = abs(itl["p50_s"] - quantile(client, 0.5))
+    assert miss_after < miss_before, (f"the advised edges read the median {miss_after * 1e3:.2f} ms off the client's, "
+                                      f"the default edges {miss_before * 1e3:.2f} ms")
     assert client[0] <= itl["p99_s"] <= client[-1]
