@@ -293,16 +293,9 @@ class _Conn(asyncio.Protocol):
                 self.body_done = True
             return data
         if not self._buf and not self._left and not self._need_crlf and not self._trailer:
-            # the common case on a stream: exactly one whole chunk per read
-            eol = data.find(b"\r\n", 0, 10)
-            if eol > 0:
-                try:
-                    size = int(data[:eol], 16)
-                except ValueError:
-                    size = 0
-                end = eol + 2 + size
-                if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    return data[eol + 2:end]
+            whole = one_whole_chunk(data)      # the common case on a stream: exactly one whole chunk per read
+            if whole is not None:
+                return data[whole[0]:whole[1]]
         buf = self._buf + data if self._buf else data
         pos = 0
         size = len(buf)
@@ -353,6 +346,22 @@ class _Conn(asyncio.Protocol):
         if len(out) == 1:
             return out[0]
         return b"".join(out)
+
+
+def one_whole_chunk(data: bytes) -> tuple[int, int] | None:
+    """(start, end) of the payload when `data` is exactly one whole, non-empty HTTP/1.1 chunk ("SIZE\\r\\n"
+    payload "\\r\\n") — how a streaming server's every write usually arrives; else None."""
+    eol = data.find(b"\r\n", 0, 10)
+    if eol <= 0:
+        return None
+    try:
+        size = int(data[:eol], 16)
+    except ValueError:
+        return None
+    end = eol + 2 + size
+    if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
+        return eol + 2, end
+    return None
 
 
 class Response:

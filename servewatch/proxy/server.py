@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
-from servewatch.http1 import Endpoint, StreamCut, _Conn, _BODY, _IDLE
+from servewatch.http1 import Endpoint, StreamCut, _Conn, _BODY, _IDLE, one_whole_chunk
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
@@ -294,41 +294,36 @@ class Upstream(_Conn):
         # _Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion -> _chunk do for it,
         # inline. `inline` is set only while the parser is between chunks of an SSE completions body.
         if self.inline:
-            eol = data.find(b"\r\n", 0, 10)
-            if eol > 0:
-                try:
-                    size = int(data[:eol], 16)
-                except ValueError:
-                    size = 0
-                start = eol + 2
-                end = start + size
-                if size > 0 and len(data) == end + 2 and data[end:] == b"\r\n":
-                    received = self._received + size
-                    if received <= self.max_body:
-                        state = ex.state
-                        m = state._fast(data, start, end)
-                        if m is not None:
-                            self._received = received
-                            piece, reason, pt, ct = m.groups()
-                            if pt is not None:
-                                state.prompt_tokens = int(pt)
-                            if reason:
-                                state.finish_reason = reason.decode()
-                            if piece:
-                                state.client_tokens += 1
-                            # StreamState._chunk
-                            if ct is not None:
-                                count = int(ct)
-                                k = count - state.completion_tokens
-                                state.completion_tokens = count
-                                if k < 0:
-                                    k = 0
-                            else:
-                                state.counts_exact = False
-                                k = 1 if piece else 0
-                            state.chunk_t.append(t - ex.sent)
-                            state.chunk_k.append(k)
-                            return
+            whole = one_whole_chunk(data)
+            if whole is not None:
+                start, end = whole
+                size = end - start
+                received = self._received + size
+                if received <= self.max_body:
+                    state = ex.state
+                    m = state._fast(data, start, end)
+                    if m is not None:
+                        self._received = received
+                        piece, reason, pt, ct = m.groups()
+                        if pt is not None:
+                            state.prompt_tokens = int(pt)
+                        if reason:
+                            state.finish_reason = reason.decode()
+                        if piece:
+                            state.client_tokens += 1
+                        # StreamState._chunk
+                        if ct is not None:
+                            count = int(ct)
+                            k = count - state.completion_tokens
+                            state.completion_tokens = count
+                            if k < 0:
+                                k = 0
+                        else:
+                            state.counts_exact = False
+                            k = 1 if piece else 0
+                        state.chunk_t.append(t - ex.sent)
+                        state.chunk_k.append(k)
+                        return
         super().data_received(data)
         self._set_inline()
 
