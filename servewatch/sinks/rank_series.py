@@ -69,15 +69,13 @@ class NodeRankCollector:
         return []
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         family = GaugeMetricFamily(NODE_NAME, NODE_HELP, labels=["node", "engine", "pod_uid", "role", "rank", "state"])
         for engine, sample in self.newest():
             for role, rank, state in rank_rows(sample):
                 family.add_metric([self.label(self.node), engine.engine, engine.pod_uid or "none", self.label(role),
                                    self.label(rank), self.label(state)], 1.0)
-        from prometheus_client.core import CounterMetricFamily
-
         errors = CounterMetricFamily("servewatch_node_view_errors", "Node-view cycles that failed (the last good "
                                      "view was kept)", value=self.errors())
         return [family, errors]
