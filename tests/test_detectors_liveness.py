@@ -119,3 +119,29 @@ def test_an_engine_that_died_behind_an_api_that_exits_a_second_later_is_still_en
 
     at_once = Timeline().ticks(10, running=4).ticks(3, alive=False, health=None, health_error="connect")
     assert "engine_dead" not in by_name(at_once.window())
+
+
+def test_a_worker_killed_whose_api_server_exits_before_its_death_lines_are_read_is_engine_dead_at_once():
+    # As on a real vLLM 0.32 in CI: the worker went (SIGKILL) while the API server lived, the API server
+    # exited 0 half a second later, and the engine's death lines were read just after that exit. The
+    # vanished worker used to wait 2 s for a shutdown line (logs are read) while the death lines were
+    # judged by when they were read (after the exit: "the whole target went at once"), so engine_dead
+    # came 2 s after process_exit. The engine's own death lines say it was no shutdown.
+    tl = Timeline().log("stats", engine=0).ticks(10, running=4)
+    gone_at = tl.t + 0.02
+    tl.ticks(1, members=(API, ENGINE))
+    tl.ticks(1, health=None, health_error="connect", alive=False, exit_code=0)
+    tl.log("engine_dead", reason="Worker proc died unexpectedly", worker_rank=0)
+    verdicts = by_name(tl.window())
+    assert verdicts["engine_dead"].onset == gone_at
+    assert "the API process outlived it, then exited" in verdicts["engine_dead"].why
+    assert "the engine died 0.5 s before" in verdicts["process_exit"].why
+
+
+def test_a_worker_gone_in_a_shutdown_whose_line_comes_late_is_no_engine_death():
+    # The other side of the wait: without a death line, a vanished worker waits for the shutdown line.
+    tl = Timeline().log("stats", engine=0).ticks(10, running=4)
+    tl.ticks(2, members=(API,))
+    tl.log("shutdown")
+    tl.ticks(4, members=(API,))
+    assert "engine_dead" not in by_name(tl.window())

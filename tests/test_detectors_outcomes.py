@@ -296,3 +296,23 @@ def test_hang_ups_right_after_a_fresh_vllm_served_its_first_requests_are_seen_at
     assert scrape(T0, fresh).engines[0].counters.answered == 0
     verdict = verdicts(series(texts))["requests_aborted"]
     assert verdict.details["hung_up"] == 8 and verdict.details["finished"] == 20
+
+
+def test_answers_still_ending_at_the_windows_first_scrape_are_not_hang_ups():
+    # As on a real vLLM 0.32 in CI: the window's first scrape came after the engine had counted two
+    # requests finished but before their answers ended; 8 streams hung up later were counted as 10.
+    texts = [vllm_text(ok=10, length=10),                 # outside the window: the scrape before
+             vllm_text(ok=10, length=12),                 # two finished, their answers still ending
+             vllm_text(ok=12, length=12),
+             vllm_text(ok=12, length=12),
+             vllm_text(ok=20, length=12, hung_up=8),      # 8 clients hang up mid-answer
+             vllm_text(ok=20, length=12, hung_up=8)]
+    config = DetectorConfig(outcome_window_s=4.5)
+    verdict = verdicts(series(texts, step=1.0), config)["requests_aborted"]
+    assert verdict.details["hung_up"] == 8, verdict.why
+    assert verdict.details["finished"] == 8
+
+    # Hang-ups in the window's first stretch with no request finished before it are all counted.
+    texts = [vllm_text(ok=12, length=12), vllm_text(ok=12, length=12), vllm_text(ok=20, length=12, hung_up=8),
+             vllm_text(ok=20, length=12, hung_up=8)]
+    assert verdicts(series(texts, step=1.0), DetectorConfig(outcome_window_s=2.5))["requests_aborted"].details["hung_up"] == 8

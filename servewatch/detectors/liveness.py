@@ -67,11 +67,16 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
     evidence: list[Evidence] = []
     reasons: list[str] = []
     end = window.end or 0.0
+    dead_lines = [e for e in window.logs if e.kind == "engine_dead" and e.t >= end - config.log_evidence_s
+                  and not in_shutdown(window, e.t, config)]
 
     def counts(t: float) -> bool:
         if in_shutdown(window, t, config):
             return False
-        return not window.logs or end - t >= config.shutdown_log_wait_s
+        # The engine's own death lines say it was no shutdown: nothing more to wait for. On a real vLLM
+        # 0.32 whose worker was SIGKILLed, the API server exited 0.5 s after its worker went, before the
+        # death lines were read; waiting for a shutdown line held engine_dead 2 s behind process_exit.
+        return not window.logs or bool(dead_lines) or end - t >= config.shutdown_log_wait_s
 
     dead_status = _dead_status(window)
     if dead_status is not None:
@@ -94,8 +99,6 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
         titles = ranks.gone_words(window.process, missing, window.logs)
         reasons.append(f"engine process(es) gone ({titles}) while the API process {last.root_pid} lives")
 
-    dead_lines = [e for e in window.logs if e.kind == "engine_dead" and e.t >= end - config.log_evidence_s
-                  and not in_shutdown(window, e.t, config)]
     if dead_lines:
         onsets.append(dead_lines[0].t)
         evidence += [Evidence("log", e.t, "kind", e.kind) for e in dead_lines[:3]]
