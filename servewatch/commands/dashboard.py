@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import argparse
 
+from servewatch.commands import add_command
+
+HELP = "write a Grafana dashboard for vLLM or SGLang"
+DESCRIPTION = ("Write a Grafana dashboard (JSON, import it in Grafana under Dashboards > New > Import): "
+               "TTFT, TPOT and end-to-end p50/p95 with where their buckets go blind, queue wait and "
+               "waiting, running vs slot limit, KV usage, preemptions, unfinished requests, errors by "
+               "class, and servewatch serve's stall and verdict panels. Every panel's description says "
+               "which action it leads to.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from servewatch.derive.engine_series import add_series_arguments
 
-    parser = subparsers.add_parser(
-        "dashboard", help="write a Grafana dashboard for vLLM or SGLang",
-        description="Write a Grafana dashboard (JSON, import it in Grafana under Dashboards > New > Import): "
-                    "TTFT, TPOT and end-to-end p50/p95 with where their buckets go blind, queue wait and "
-                    "waiting, running vs slot limit, KV usage, preemptions, unfinished requests, errors by "
-                    "class, and servewatch serve's stall and verdict panels. Every panel's description says "
-                    "which action it leads to.")
+    parser = add_command(subparsers, "dashboard", HELP, DESCRIPTION, run)
     add_series_arguments(parser)
     parser.add_argument("--slot-limit", type=int, default=None, metavar="N",
                         help="the engine's slot limit, drawn on the running panel (default: vLLM's 256; "
                              "none for SGLang)")
     parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
