@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import argparse
 
+from servewatch.commands import add_command
+
+HELP = "derive capacity, alarm thresholds and histogram edges from the model and the GPU"
+DESCRIPTION = ("Derive, with the arithmetic shown: KV bytes per token, weight bytes streamed per decode "
+               "step, the KV pool in token slots, one maximum-length request's share, the KV alarm that "
+               "leaves room for N admissions, the decode floor, the logits-sized temporary at the slot "
+               "limit, and histogram edges for ITL, TTFT and e2e placed around them — emitted as vLLM's "
+               "--custom-histogram-buckets value and SGLang's --bucket-* flags. With --against, compare "
+               "with what a live server reports.")
+
 MAX_LOG_BYTES = 8 * 2**20       # the startup lines are at the head of the log
 METRICS_TIMEOUT_S = 10.0
 METRICS_MAX_BYTES = 16 * 2**20
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "advise", help="derive capacity, alarm thresholds and histogram edges from the model and the GPU",
-        description="Derive, with the arithmetic shown: KV bytes per token, weight bytes streamed per decode "
-                    "step, the KV pool in token slots, one maximum-length request's share, the KV alarm that "
-                    "leaves room for N admissions, the decode floor, the logits-sized temporary at the slot "
-                    "limit, and histogram edges for ITL, TTFT and e2e placed around them — emitted as vLLM's "
-                    "--custom-histogram-buckets value and SGLang's --bucket-* flags. With --against, compare "
-                    "with what a live server reports.")
+    parser = add_command(subparsers, "advise", HELP, DESCRIPTION, run)
     parser.add_argument("--model", required=True, metavar="DIR_OR_CONFIG",
                         help="a model directory (config.json; *.safetensors headers give exact weight bytes) "
                              "or a config.json")
@@ -58,7 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a live server (base URL or its /metrics URL) to compare with")
     parser.add_argument("--log", metavar="FILE", help="the live server's startup log (slot limit, cache size)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from servewatch.commands import add_command
+
+HELP = "record a greedy completion of a fixed prompt once; check later deploys answer the same"
+DESCRIPTION = ("A server can answer fast and healthy with a different model behaviour (weights loaded in the "
+               "wrong order, a wrong quantisation scale, a changed rotary base). `record` asks a known-good "
+               "deployment for a greedy completion (temperature 0) of a fixed prompt and keeps its SHA-256 and "
+               "token count; `check` asks again and compares. Exit status: 0 same, 1 different, 2 an error.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "canary", help="record a greedy completion of a fixed prompt once; check later deploys answer the same",
-        description="A server can answer fast and healthy with a different model behaviour (weights loaded in the "
-                    "wrong order, a wrong quantisation scale, a changed rotary base). `record` asks a known-good "
-                    "deployment for a greedy completion (temperature 0) of a fixed prompt and keeps its SHA-256 and "
-                    "token count; `check` asks again and compares. Exit status: 0 same, 1 different, 2 an error.")
+    parser = add_command(subparsers, "canary", HELP, DESCRIPTION)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     record = actions.add_parser("record", help="record the canary from a known-good server",
                                 description="Ask URL for the canary's greedy completion and write FILE.")

@@ -4,29 +4,30 @@ from __future__ import annotations
 
 import argparse
 
+from servewatch.commands import add_command, add_out_argument, write_out
+
+HELP = "write a Grafana dashboard for vLLM or SGLang"
+DESCRIPTION = ("Write a Grafana dashboard (JSON, import it in Grafana under Dashboards > New > Import): "
+               "TTFT, TPOT and end-to-end p50/p95 with where their buckets go blind, queue wait and "
+               "waiting, running vs slot limit, KV usage, preemptions, unfinished requests, errors by "
+               "class, and servewatch serve's stall and verdict panels. Every panel's description says "
+               "which action it leads to.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from servewatch.derive.engine_series import add_series_arguments
 
-    parser = subparsers.add_parser(
-        "dashboard", help="write a Grafana dashboard for vLLM or SGLang",
-        description="Write a Grafana dashboard (JSON, import it in Grafana under Dashboards > New > Import): "
-                    "TTFT, TPOT and end-to-end p50/p95 with where their buckets go blind, queue wait and "
-                    "waiting, running vs slot limit, KV usage, preemptions, unfinished requests, errors by "
-                    "class, and servewatch serve's stall and verdict panels. Every panel's description says "
-                    "which action it leads to.")
+    parser = add_command(subparsers, "dashboard", HELP, DESCRIPTION, run)
     add_series_arguments(parser)
     parser.add_argument("--slot-limit", type=int, default=None, metavar="N",
                         help="the engine's slot limit, drawn on the running panel (default: vLLM's 256; "
                              "none for SGLang)")
-    parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
-    parser.set_defaults(func=run)
+    add_out_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from servewatch.commands.rules import write_atomically
     from servewatch.derive.dashboard import panels, to_grafana
     from servewatch.derive.engine_series import series_from_args
     from servewatch.errors import ServewatchError
@@ -36,8 +37,5 @@ def run(args: argparse.Namespace) -> int:
         raise ServewatchError(f"--slot-limit: {args.slot_limit} is not a whole number >= 1")
     model = to_grafana(series, panels(series, args.slot_limit or series.default_slot_limit))
     text = json.dumps(model, indent=2) + "\n"
-    if args.out:
-        write_atomically(args.out, text)
-    else:
-        print(text, end="")
+    write_out(args.out, text)
     return 0

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from servewatch.commands import add_command
+
+HELP = "run the built-in engine through four workloads and three silent failures, then report"
+DESCRIPTION = ("Start the built-in engine, run four load scenarios (normal, overload, long prompt, "
+               "long output) while the recorder watches, inject a health-green stall, an engine that "
+               "wedges while idle (caught by the active probe) and an engine death, and end with the signature table, each verdict with its evidence and detection "
+               "time, what /health said meanwhile, and report.html / report.md.")
+
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "demo", help="run the built-in engine through four workloads and three silent failures, then report",
-        description="Start the built-in engine, run four load scenarios (normal, overload, long prompt, "
-                    "long output) while the recorder watches, inject a health-green stall, an engine that "
-                    "wedges while idle (caught by the active probe) and an engine death, and end with the signature table, each verdict with its evidence and detection "
-                    "time, what /health said meanwhile, and report.html / report.md.")
+    parser = add_command(subparsers, "demo", HELP, DESCRIPTION, run)
     parser.add_argument("--out", metavar="DIR", default="servewatch-demo",
                         help="where bundles and reports go (default ./servewatch-demo)")
     parser.add_argument("--fast", action="store_true",
@@ -20,7 +23,6 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--interval", type=float, default=0.5, help="recorder cadence in seconds (default 0.5)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

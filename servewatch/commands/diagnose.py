@@ -5,19 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from servewatch.commands import add_command
 from servewatch.watch.options import RecordingOptions, add_recording_arguments
+
+HELP = "ranked hypotheses for a complaint, from a live server, a bundle or a load run"
+DESCRIPTION = ("For a live server (URL) it records for --window seconds first (gauges must be sampled over "
+               "time); for an incident bundle or a `servewatch load --out` directory it reads what was stored. "
+               "It prints ranked hypotheses: the quantity read, its value and expected range, why it supports "
+               "or rules out the hypothesis, the next check, the safe action and its rollback, and what a "
+               "restart would destroy. For a dead server's log use `servewatch postmortem`.")
 
 SYMPTOM_NAMES = ("slow-first-token", "slow-text", "long-answers", "hangs-under-load", "errors", "e2e-up")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "diagnose", help="ranked hypotheses for a complaint, from a live server, a bundle or a load run",
-        description="For a live server (URL) it records for --window seconds first (gauges must be sampled over "
-                    "time); for an incident bundle or a `servewatch load --out` directory it reads what was stored. "
-                    "It prints ranked hypotheses: the quantity read, its value and expected range, why it supports "
-                    "or rules out the hypothesis, the next check, the safe action and its rollback, and what a "
-                    "restart would destroy. For a dead server's log use `servewatch postmortem`.")
+    parser = add_command(subparsers, "diagnose", HELP, DESCRIPTION, run)
     parser.add_argument("target", metavar="URL|BUNDLE|LOAD_DIR")
     parser.add_argument("--symptom", choices=SYMPTOM_NAMES,
                         help="the complaint: slow-first-token, slow-text, long-answers, hangs-under-load, errors, "
@@ -27,7 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_recording_arguments(parser, RecordingOptions(url=""), ("interval",), metavar={"interval": "S"},
                             help={"interval": "probe interval when recording"})
     parser.add_argument("--json", action="store_true", help="print the hypotheses as JSON")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

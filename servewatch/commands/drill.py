@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
+
+HELP = "fault drills: inject faults into a server, measure detection, impact and recovery"
+DESCRIPTION = ("Run a drill plan against a server the drill starts itself (the built-in simulator, the lab "
+               "vLLM or SGLang) or an existing one (URL and PID, proven to serve that URL, with --consent): "
+               "each fault injected under a workload while servewatch records, then drill.json, drill.md and "
+               "drill.html in --out.")
 
 EPILOG = """\
 exit status:
@@ -16,13 +23,8 @@ exit status:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "drill", help="fault drills: inject faults into a server, measure detection, impact and recovery",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="Run a drill plan against a server the drill starts itself (the built-in simulator, the lab "
-                    "vLLM or SGLang) or an existing one (URL and PID, proven to serve that URL, with --consent): "
-                    "each fault injected under a workload while servewatch records, then drill.json, drill.md and "
-                    "drill.html in --out.")
+    parser = add_command(subparsers, "drill", HELP, DESCRIPTION, run,
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     parser.add_argument("plan_file", nargs="?", metavar="PLAN.yaml", help="the plan (see --plan for shipped ones)")
     parser.add_argument("--plan", choices=("standard",), help="a shipped plan, for --engine")
     parser.add_argument("--engine", choices=("vllm", "sglang", "sim"), default="vllm",
@@ -38,7 +40,6 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="drill-out", metavar="DIR", help="where the report goes (default drill-out)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan and the processes it would touch; touch nothing")
-    parser.set_defaults(func=run)
 
 
 def _plan(args):

@@ -6,8 +6,16 @@ import argparse
 import os
 from pathlib import Path
 
+from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
+
+HELP = "supervise a server: on a stall or a dead engine, dump its stacks and kill its tree"
+DESCRIPTION = ("Start the server (`-- COMMAND...`) or attach to it (--pid), record it like `watch`, and act "
+               "on the verdicts named by --act-on: py-spy stacks of every process in the tree (to a private "
+               "file, never into a bundle), then SIGKILL of the tree. An engine_dead server first gets "
+               "--exit-grace to exit by itself. SIGTERM or ^C to guard: a server it started is sent SIGTERM "
+               "and given --drain-timeout to finish its requests; an attached server is left alone.")
 
 DEFAULTS = RecordingOptions(url="", interval=0.5)    # guard's recording defaults (the URL is the argument)
 
@@ -29,15 +37,9 @@ def default_stacks_dir() -> Path:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "guard", usage="servewatch guard URL [options] (-- COMMAND... | --pid PID)",
-        help="supervise a server: on a stall or a dead engine, dump its stacks and kill its tree",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="Start the server (`-- COMMAND...`) or attach to it (--pid), record it like `watch`, and act "
-                    "on the verdicts named by --act-on: py-spy stacks of every process in the tree (to a private "
-                    "file, never into a bundle), then SIGKILL of the tree. An engine_dead server first gets "
-                    "--exit-grace to exit by itself. SIGTERM or ^C to guard: a server it started is sent SIGTERM "
-                    "and given --drain-timeout to finish its requests; an attached server is left alone.")
+    parser = add_command(subparsers, "guard", HELP, DESCRIPTION, run,
+                         usage="servewatch guard URL [options] (-- COMMAND... | --pid PID)",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_recording_arguments(parser, DEFAULTS)
     parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
     parser.add_argument("--unverified-pid-ok", action="store_true",
@@ -65,7 +67,6 @@ def register(subparsers) -> None:
                              "failures within crash_loop_window_s, see --set) naming the first failure, whose bundle "
                              "in --out is then pinned against rotation (default: one file per URL and command "
                              "under $XDG_STATE_HOME/servewatch/guard)")
-    parser.set_defaults(func=run)
 
 
 def _default_act_on() -> tuple[str, ...]:

@@ -7,17 +7,20 @@ import argparse
 import json
 import sys
 
+from servewatch.commands import add_command
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES
 
 TABLE_ENGINES = 8          # the table shows this many engines; --json has them all
 
 
+HELP = "read one /metrics scrape (URL or file) into the canonical engine picture"
+DESCRIPTION = ("Read one /metrics exposition from a URL or a file and show the engine dialect, its "
+               f"metric naming, each engine's state (the first {TABLE_ENGINES} in the table, all of them "
+               "with --json) and its latency histograms with blindness findings.")
+
+
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "inspect", help="read one /metrics scrape (URL or file) into the canonical engine picture",
-        description="Read one /metrics exposition from a URL or a file and show the engine dialect, its "
-                    f"metric naming, each engine's state (the first {TABLE_ENGINES} in the table, all of them "
-                    "with --json) and its latency histograms with blindness findings.")
+    parser = add_command(subparsers, "inspect", HELP, DESCRIPTION, run)
     parser.add_argument("source", metavar="SOURCE", help="http(s)://host:port (its /metrics is read), http(s)://host:port/metrics, or a file path")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds for the fetch (default 5)")
@@ -26,7 +29,6 @@ def register(subparsers) -> None:
     parser.add_argument("--max-series", type=_positive, default=DEFAULT_MAX_SERIES,
                         help="refuse bodies with more series (sample lines) than this "
                              f"(default {DEFAULT_MAX_SERIES:,}; one vLLM 0.32 engine on CPU exposed 430)")
-    parser.set_defaults(func=run)
 
 
 def _positive(text: str) -> int:

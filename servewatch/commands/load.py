@@ -6,15 +6,17 @@ import argparse
 import json
 import sys
 
+from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
+
+HELP = "run a load scenario (normal, overload, long-prompt, long-output) and record every request"
+DESCRIPTION = ("Run a load scenario (normal, overload, long-prompt, long-output, custom) against an "
+               "OpenAI-compatible server, record every request, and sample the server's /metrics "
+               "alongside. Errors are counted per request; the run never stops on them.")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "load", help="run a load scenario (normal, overload, long-prompt, long-output) and record every request",
-        description="Run a load scenario (normal, overload, long-prompt, long-output, custom) against an "
-                    "OpenAI-compatible server, record every request, and sample the server's /metrics "
-                    "alongside. Errors are counted per request; the run never stops on them.")
+    p = add_command(subparsers, "load", HELP, DESCRIPTION, run)
     p.add_argument("url", help="base URL of the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--scenario", default="normal",
                    choices=("normal", "overload", "long-prompt", "long-output", "custom"))
@@ -47,7 +49,6 @@ def register(subparsers) -> None:
     p.add_argument("--keep-text", action="store_true",
                    help="keep prompt and completion text in requests.jsonl (off by default)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
-    p.set_defaults(func=run)
 
 
 def _prompt_tokens(text: str | None) -> tuple[int | None, float]:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from servewatch.commands import add_command
+
+HELP = "read a dead vLLM or SGLang server's log: timeline, last words, culprit, safe action"
+DESCRIPTION = ("Read a vLLM or SGLang server log (ANSI colour, interleaved process prefixes, year-less "
+               "stamps, rotated and gzipped parts) and print the stats timeline, the startup stages, how the "
+               "server died, the arithmetic that tests each suspect of an allocation failure against the "
+               "bytes requested, and the safe actions with their rollback. Exit 0 with a full conclusion, 1 "
+               "when it is partial (the missing piece is said on stderr), 2 when the input cannot be read.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "postmortem", help="read a dead vLLM or SGLang server's log: timeline, last words, culprit, safe action",
-        description="Read a vLLM or SGLang server log (ANSI colour, interleaved process prefixes, year-less "
-                    "stamps, rotated and gzipped parts) and print the stats timeline, the startup stages, how the "
-                    "server died, the arithmetic that tests each suspect of an allocation failure against the "
-                    "bytes requested, and the safe actions with their rollback. Exit 0 with a full conclusion, 1 "
-                    "when it is partial (the missing piece is said on stderr), 2 when the input cannot be read.")
+    parser = add_command(subparsers, "postmortem", HELP, DESCRIPTION, run)
     parser.add_argument("logs", metavar="LOG", nargs="+",
                         help="the log file; give rotated parts too (server.log.1, server.log.2.gz), any order")
     parser.add_argument("--model-config", metavar="CONFIG_JSON",
@@ -21,7 +24,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vocab-size", type=int, metavar="N", help="the vocabulary size, when there is no config")
     parser.add_argument("--json", action="store_true", help="print the postmortem as JSON on stdout")
     parser.add_argument("--html", metavar="FILE", help="also write a single offline HTML page with the chart")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

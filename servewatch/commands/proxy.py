@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 from servewatch.proxy.config import WATCH_FLAGS
 from servewatch.watch.options import RecordingOptions, add_recording_arguments
 
+HELP = "pass requests through to an engine and record each one (TTFT, tokens, outcome by reason)"
+DESCRIPTION = ("An OpenAI-compatible pass-through in front of a vLLM or SGLang server. Completions and chat "
+               "completions (streamed or not) are recorded one line per request, without prompt or "
+               "completion text; any other path is forwarded untouched. Responses reach the client byte "
+               "for byte as the engine sent them.")
+
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "proxy", help="pass requests through to an engine and record each one (TTFT, tokens, outcome by reason)",
-        description="An OpenAI-compatible pass-through in front of a vLLM or SGLang server. Completions and chat "
-                    "completions (streamed or not) are recorded one line per request, without prompt or "
-                    "completion text; any other path is forwarded untouched. Responses reach the client byte "
-                    "for byte as the engine sent them.")
+    p = add_command(subparsers, "proxy", HELP, DESCRIPTION, run)
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="where clients connect, e.g. 127.0.0.1:8080")
     p.add_argument("--upstream", required=True, metavar="URL", help="the engine, e.g. http://127.0.0.1:8000")
     p.add_argument("--metrics-listen", metavar="HOST:PORT",
@@ -43,7 +45,6 @@ def register(subparsers) -> None:
                                   "out": "with --watch: an incident bundle per verdict into DIR",
                                   "detector_settings": "with --watch: a detector threshold, e.g. --set no_token.floor_s=5"})
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until ^C)")
-    p.set_defaults(func=run)
 
 
 def host_port(text: str, flag: str) -> tuple[str, int]:

@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import argparse
 
+from servewatch.commands import add_command, add_out_argument, write_out
+
+HELP = "write Prometheus alert and recording rules for an SLO"
+DESCRIPTION = ("Write a Prometheus rule file: SLI recording rules, multi-window multi-burn-rate alerts "
+               "(page at 14.4x over 1 h and 5 m and at 6x over 6 h and 30 m; ticket at 3x over 1 d and 2 h "
+               "and at 1x over 3 d and 6 h, for a 30-day budget), leading indicators, absent() guards and "
+               "alerts on servewatch serve's series. Every alert carries its runbook branch. A latency "
+               "threshold must be a bucket edge of the engine's histogram.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from servewatch.derive.engine_series import add_series_arguments
 
-    parser = subparsers.add_parser(
-        "rules", help="write Prometheus alert and recording rules for an SLO",
-        description="Write a Prometheus rule file: SLI recording rules, multi-window multi-burn-rate alerts "
-                    "(page at 14.4x over 1 h and 5 m and at 6x over 6 h and 30 m; ticket at 3x over 1 d and 2 h "
-                    "and at 1x over 3 d and 6 h, for a 30-day budget), leading indicators, absent() guards and "
-                    "alerts on servewatch serve's series. Every alert carries its runbook branch. A latency "
-                    "threshold must be a bucket edge of the engine's histogram.")
+    parser = add_command(subparsers, "rules", HELP, DESCRIPTION, run)
     parser.add_argument("--slo", required=True, metavar="FILE", help="the SLO file (YAML)")
     add_series_arguments(parser)
     parser.add_argument("--no-serve", action="store_true",
                         help="leave out the alerts on servewatch serve's series")
-    parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
-    parser.set_defaults(func=run)
+    add_out_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,24 +46,5 @@ def run(args: argparse.Namespace) -> int:
               f"Severity labels page > ticket > warning; in alertmanager.yml, so that a page silences the "
               f"same job's tickets and warnings:\n" + inhibit_rules_yaml())
     output = render_rule_file(groups, header)
-    if args.out:
-        write_atomically(args.out, output)
-    else:
-        print(output, end="")
+    write_out(args.out, output)
     return 0
-
-
-def write_atomically(path: str, text: str) -> None:
-    import os
-    import tempfile
-
-    from servewatch.errors import ServewatchError
-
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".servewatch-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ServewatchError(f"--out: cannot write {path}: {exc.strerror}") from None

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from servewatch.commands import add_command
 from servewatch.watch.options import add_recording_arguments
+
+HELP = "watch many servers in one process; export verdicts to Prometheus, Alertmanager and probes"
+DESCRIPTION = ("Record every target as `watch` does (the same detectors), from a YAML config, --target URLs "
+               "and Prometheus file_sd files (re-read when they change). Serves /metrics, /api/v1/targets, "
+               "/api/v1/verdicts and /targets/NAME/livez and /readyz on --listen (loopback by default). "
+               "Runs until SIGINT or SIGTERM.")
 
 # serve's wording of the shared recording flags (servewatch.watch.options), defaults from serve's own
 _HELP = {
@@ -18,12 +25,7 @@ _HELP = {
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "serve", help="watch many servers in one process; export verdicts to Prometheus, Alertmanager and probes",
-        description="Record every target as `watch` does (the same detectors), from a YAML config, --target URLs "
-                    "and Prometheus file_sd files (re-read when they change). Serves /metrics, /api/v1/targets, "
-                    "/api/v1/verdicts and /targets/NAME/livez and /readyz on --listen (loopback by default). "
-                    "Runs until SIGINT or SIGTERM.")
+    parser = add_command(subparsers, "serve", HELP, DESCRIPTION, run)
     from servewatch.sinks.registry import sink_kinds, sink_names
 
     parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, "
@@ -57,7 +59,6 @@ def register(subparsers) -> None:
         parser.add_argument(f"--{kind.name.replace('_', '-')}", dest=kind.name, metavar="URL", help=kind.help)
     parser.add_argument("--shard", metavar="I/N", help="watch only the targets whose stable hash falls on shard I of N")
     add_recording_arguments(parser, FLEET_RECORDING, RECORDING_FLAGS[5:], help=_HELP)
-    parser.set_defaults(func=run)
 
 
 def run(args) -> int:

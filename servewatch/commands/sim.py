@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
+
+HELP = "run the built-in vLLM/SGLang-compatible engine (no GPU needed)"
+DESCRIPTION = ("Serve an OpenAI-compatible API with a simulated vLLM or SGLang engine: continuous batching, "
+               "KV blocks, preemption, prefix caching, real /metrics and logs, injectable faults.")
 
 
 class SimUsageError(ServewatchError):
@@ -12,10 +17,7 @@ class SimUsageError(ServewatchError):
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "sim", help="run the built-in vLLM/SGLang-compatible engine (no GPU needed)",
-        description="Serve an OpenAI-compatible API with a simulated vLLM or SGLang engine: continuous batching, "
-                    "KV blocks, preemption, prefix caching, real /metrics and logs, injectable faults.")
+    parser = add_command(subparsers, "sim", HELP, DESCRIPTION, run)
     parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stderr)")
@@ -39,7 +41,6 @@ def register(subparsers) -> None:
                              "(repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-file", default=None, help="write the engine's log lines here (default: stdout)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from servewatch.commands import add_command
+
+HELP = "write a Markdown and/or HTML report of an incident bundle"
+DESCRIPTION = ("Render a bundle as Markdown and as one self-contained HTML page (inline SVG, no external "
+               "assets). The bundle's hashes and schema are checked first. Without --md or --html the "
+               "Markdown goes to stdout.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "summarize", help="write a Markdown and/or HTML report of an incident bundle",
-        description="Render a bundle as Markdown and as one self-contained HTML page (inline SVG, no external "
-                    "assets). The bundle's hashes and schema are checked first. Without --md or --html the "
-                    "Markdown goes to stdout.")
+    parser = add_command(subparsers, "summarize", HELP, DESCRIPTION, run)
     parser.add_argument("bundle", metavar="BUNDLE", help="the bundle directory")
     parser.add_argument("--md", metavar="F", type=Path, help="write the Markdown summary to F")
     parser.add_argument("--html", metavar="F", type=Path, help="write the HTML report to F")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

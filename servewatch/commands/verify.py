@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from servewatch.commands import add_command
+
+HELP = "check incident bundles offline and recompute their verdicts"
+DESCRIPTION = ("Check a bundle's manifest hashes, schema and identity, then recompute every stored "
+               "verdict from the stored samples with the same detector code and configuration. Exit 0 only "
+               "if all match; otherwise exit 1 with one line per failed bundle saying what failed.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "verify", help="check incident bundles offline and recompute their verdicts",
-        description="Check a bundle's manifest hashes, schema and identity, then recompute every stored "
-                    "verdict from the stored samples with the same detector code and configuration. Exit 0 only "
-                    "if all match; otherwise exit 1 with one line per failed bundle saying what failed.")
+    parser = add_command(subparsers, "verify", HELP, DESCRIPTION, run)
     parser.add_argument("bundles", metavar="BUNDLE", nargs="+", help="a bundle directory")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per bundle on stdout: {bundle, ok, ...counts | error}")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

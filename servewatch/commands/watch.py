@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from servewatch.commands import add_command
 from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
+
+HELP = "record a server's health, metrics and processes; report verdicts health checks miss"
+DESCRIPTION = ("Poll /health, /metrics, the process tree (--pid), GPUs and an optional log; keep a bounded "
+               "history; fire a verdict once when a condition starts (and write an incident bundle with "
+               "--out; `kill -USR1 <watch pid>` writes one of the current window at any time). Exit status: "
+               "0, or 1 when --stop-on-incident stopped on an incident.")
 
 DEFAULTS = RecordingOptions(url="", interval=1.0, probe=True)   # watch probes by default (--no-probe)
 
@@ -10,12 +17,7 @@ __all__ = ["duration", "register", "run"]
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "watch", help="record a server's health, metrics and processes; report verdicts health checks miss",
-        description="Poll /health, /metrics, the process tree (--pid), GPUs and an optional log; keep a bounded "
-                    "history; fire a verdict once when a condition starts (and write an incident bundle with "
-                    "--out; `kill -USR1 <watch pid>` writes one of the current window at any time). Exit status: "
-                    "0, or 1 when --stop-on-incident stopped on an incident.")
+    parser = add_command(subparsers, "watch", HELP, DESCRIPTION, run)
     add_recording_arguments(parser, DEFAULTS)
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
     parser.add_argument("--unverified-pid-ok", action="store_true",
@@ -25,7 +27,6 @@ def register(subparsers) -> None:
     parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
     parser.add_argument("--json", action="store_true",
                         help="JSON lines instead of a live table: one when a verdict fires, one when it clears")
-    parser.set_defaults(func=run)
 
 
 def run(args) -> int:

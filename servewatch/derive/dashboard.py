@@ -107,27 +107,30 @@ def panels(series: EngineSeries, slot_limit: int | None = None) -> list[PanelSpe
                   (Query(f"sum by (instance) ({series.running}{_sel()}) + sum by (instance) ({series.waiting}{_sel()})",
                          "unfinished {{instance}}"),)),
         _errors_panel(series),
-        PanelSpec("servewatch: stalled (tokens stopped while /health is 200)",
-                  "1 = servewatch serve sees admitted requests but no token for longer than the step cadence "
-                  "allows. Keep its incident bundle and a stack dump, then drain the replica.",
-                  (Query('servewatch_verdict_active{verdict="alive_health_ok_no_progress"}', "{{target}}"),),
-                  kind="statetimeline", from_serve=True),
-        PanelSpec("servewatch: engine ranks not running or sleeping",
-                  "Each line is an engine rank (tensor-, pipeline- or data-parallel worker, engine core) in state "
-                  "T (stopped), D (uninterruptible) or Z (zombie) on a target servewatch serve watches with its "
-                  "pid. One rank there while its siblings run is the stuck rank: take stacks of every rank, then "
-                  "drain the replica (rank_stalled pages when requests hang on it).",
-                  (Query('servewatch_rank_state{state=~"T|t|D|Z"} == 1', "{{target}} {{role}} {{rank}} {{state}}"),),
-                  kind="statetimeline", from_serve=True),
-        PanelSpec("servewatch: active verdicts and reachability",
-                  "Each line is a verdict servewatch serve holds for a target (engine dead, overload, KV "
-                  "pressure, ...); each verdict's alert carries its runbook branch. Target up at 0: servewatch "
-                  "cannot reach the server - route away from it.",
-                  (Query("servewatch_verdict_active == 1", "{{target}} {{verdict}}"),
-                   Query("servewatch_target_up", "up {{target}}")),
-                  kind="statetimeline", from_serve=True),
+        _serve_states("servewatch: stalled (tokens stopped while /health is 200)",
+                      "1 = servewatch serve sees admitted requests but no token for longer than the step cadence "
+                      "allows. Keep its incident bundle and a stack dump, then drain the replica.",
+                      Query('servewatch_verdict_active{verdict="alive_health_ok_no_progress"}', "{{target}}")),
+        _serve_states("servewatch: engine ranks not running or sleeping",
+                      "Each line is an engine rank (tensor-, pipeline- or data-parallel worker, engine core) in state "
+                      "T (stopped), D (uninterruptible) or Z (zombie) on a target servewatch serve watches with its "
+                      "pid. One rank there while its siblings run is the stuck rank: take stacks of every rank, then "
+                      "drain the replica (rank_stalled pages when requests hang on it).",
+                      Query('servewatch_rank_state{state=~"T|t|D|Z"} == 1',
+                            "{{target}} {{role}} {{rank}} {{state}}")),
+        _serve_states("servewatch: active verdicts and reachability",
+                      "Each line is a verdict servewatch serve holds for a target (engine dead, overload, KV "
+                      "pressure, ...); each verdict's alert carries its runbook branch. Target up at 0: servewatch "
+                      "cannot reach the server - route away from it.",
+                      Query("servewatch_verdict_active == 1", "{{target}} {{verdict}}"),
+                      Query("servewatch_target_up", "up {{target}}")),
     ]
     return out
+
+
+def _serve_states(title: str, description: str, *queries: Query) -> PanelSpec:
+    """A state-timeline panel of servewatch serve's own series (verdicts, ranks, reachability)."""
+    return PanelSpec(title, description, queries, kind="statetimeline", from_serve=True)
 
 
 def _errors_panel(series: EngineSeries) -> PanelSpec:

@@ -187,24 +187,17 @@ class Telemetry:
         end = int(((rec.sent or rec.scheduled) + (rec.e2e_s or 0.0)) * 1e9)
         attrs = {"gen_ai.operation.name": op, "gen_ai.provider.name": "openai",
                  "servewatch.outcome": outcome}
-        if ex.model:
-            attrs["gen_ai.request.model"] = ex.model
-        if rec.max_tokens is not None:
-            attrs["gen_ai.request.max_tokens"] = rec.max_tokens
-        if rec.input_tokens is not None:
-            attrs["gen_ai.usage.input_tokens"] = rec.input_tokens
-        if rec.output_tokens is not None:
-            attrs["gen_ai.usage.output_tokens"] = rec.output_tokens
-        if rec.finish_reason:
-            attrs["gen_ai.response.finish_reasons"] = (rec.finish_reason,)
-        if rec.ttft_s is not None:
-            attrs["gen_ai.server.time_to_first_token"] = rec.ttft_s
-        if rec.tpot_s is not None:
-            attrs["gen_ai.server.time_per_output_token"] = rec.tpot_s
-        if rec.http_status is not None:
-            attrs["http.response.status_code"] = rec.http_status
-        if rec.error is not None:
-            attrs["error.type"] = rec.error
+        for key, value in (("gen_ai.request.model", ex.model or None),
+                           ("gen_ai.request.max_tokens", rec.max_tokens),
+                           ("gen_ai.usage.input_tokens", rec.input_tokens),
+                           ("gen_ai.usage.output_tokens", rec.output_tokens),
+                           ("gen_ai.response.finish_reasons", (rec.finish_reason,) if rec.finish_reason else None),
+                           ("gen_ai.server.time_to_first_token", rec.ttft_s),
+                           ("gen_ai.server.time_per_output_token", rec.tpot_s),
+                           ("http.response.status_code", rec.http_status),
+                           ("error.type", rec.error)):
+            if value is not None:       # an attribute only for what this request has
+                attrs[key] = value
         name = f"{op} {ex.model}" if ex.model else op
         span = self.tracer.start_span(name, kind=SpanKind.CLIENT, start_time=start, attributes=attrs)
         if rec.error is not None:

@@ -49,3 +49,12 @@ class Fault:
 
     def revert(self, ctx) -> None:
         """Undo the fault at the end of its hold (nothing for one-shot faults)."""
+
+
+class SignalFault(Fault):
+    """One signal, once, to one process of the server (by role and rank); the server goes with it."""
+    signum = 0
+    takes_server_down = True
+
+    def inject(self, ctx) -> None:
+        ctx.signal(self.step.role, self.step.rank, self.signum)

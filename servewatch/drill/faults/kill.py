@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import signal
 
-from servewatch.drill.faults.base import Fault, register
+from servewatch.drill.faults.base import SignalFault, register
 
 
 @register
-class Kill(Fault):
+class Kill(SignalFault):
     kind = "kill"
     summary = "SIGKILL one process (role, rank)"
     default_role = "engine_core"
-    takes_server_down = True
-
-    def inject(self, ctx) -> None:
-        ctx.signal(self.step.role, self.step.rank, signal.SIGKILL)
+    signum = signal.SIGKILL

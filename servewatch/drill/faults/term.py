@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import signal
 
-from servewatch.drill.faults.base import Fault, register
+from servewatch.drill.faults.base import SignalFault, register
 
 
 @register
-class Term(Fault):
+class Term(SignalFault):
     kind = "term"
     summary = "SIGTERM to the API server (a graceful stop)"
     default_role = "api"
-    takes_server_down = True
-
-    def inject(self, ctx) -> None:
-        ctx.signal(self.step.role, self.step.rank, signal.SIGTERM)
+    signum = signal.SIGTERM
