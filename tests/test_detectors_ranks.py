@@ -264,3 +264,41 @@ def test_engine_dead_from_the_log_alone_names_the_worker_rank_and_its_exit():
     w = Window(health=w.health, metrics=w.metrics, process=w.process, logs=(LogEvent(T0 + 11.5, kind, fields),))
     (dead,) = [v for v in run_detectors(w, CONFIG) if v.name == "engine_dead"]
     assert "(Worker proc died unexpectedly: worker rank 1, exit code -9 (signal 9))" in dead.why, dead.why
+
+
+def sglang_tree(t, *, detokenizer="running"):
+    members = (
+        ProcessMember(200, 1.0, "api", "python3", "sleeping", 2**30, 30, 20.0, 1),
+        ProcessMember(210, 2.0, "engine_core", "sglang::scheduler", "running", 2**30, 40, 95.0, 200),
+        ProcessMember(211, 3.0, "worker", "sglang::detokenizer", detokenizer, 2**30, 4,
+                      0.0 if detokenizer == "stopped" else 3.0, 200),
+    )
+    return ProcessSample(t=t, root_pid=200, root_create_time=1.0, alive=True, members=members)
+
+
+def test_a_stopped_detokenizer_while_the_scheduler_steps_on_is_named_when_a_probe_gets_nothing():
+    # As on a real SGLang 0.5.23 in a drill: the detokenizer SIGSTOPped under 4 long completions; the
+    # scheduler kept stepping (its counters moved, 4 running), /health answered 200 22 times out of 24, and no
+    # client got a token for the 12 s the stop held. Left "to the stall verdict" (work admitted), which
+    # cannot fire while counters move, nothing told it.
+    def sglang_scrape(t):
+        tokens = 500 + 40 * (t - T0)          # the scheduler generates throughout
+        state = EngineState("sglang", "sglang-0.5.23", {"engine_type": "unified"}, running=4, waiting=0,
+                            counters=Counters(prompt_tokens=100, generation_tokens=tokens, steps=tokens))
+        return MetricsSample(t, "sglang", "sglang-0.5.23", (state,))
+
+    span = 14.0
+    health = tuple(HealthSample(T0 + i, 200, 0.01) for i in range(int(span) + 1))
+    metrics = tuple(sglang_scrape(T0 + i) for i in range(int(span) + 1))
+    process = tuple(sglang_tree(T0 + i * STEP, detokenizer="stopped" if i * STEP >= 10.0 else "running")
+                    for i in range(int(span / STEP) + 1))
+    w = Window(health=health, metrics=metrics, process=process, probe=(missed(10.5),))
+    (verdict,) = [v for v in run_detectors(w, CONFIG) if v.name == "rank_stalled"]
+    assert verdict.details["title"] == "sglang::detokenizer" and verdict.details["how"] == "stopped"
+    assert "engine reports 4 running, 0 waiting and its counters moved in the last 2 s" in verdict.why, verdict.why
+    assert "a 1-token probe got nothing in 3 s" in verdict.why
+    assert "alive_health_ok_no_progress" not in names(w)
+
+    # Without the missed probe, nothing: the stop alone is not a verdict.
+    quiet = Window(health=health, metrics=metrics, process=process, probe=())
+    assert "rank_stalled" not in names(quiet)

@@ -207,3 +207,19 @@ def test_a_young_server_that_has_generated_tokens_is_not_starting_even_with_heal
     names = {v.name for v in run_detectors(timeline.window(), DetectorConfig())}
     assert "startup_stalled" not in names
     assert "health_loss" in names
+
+
+def test_a_watch_attached_to_an_old_process_judges_no_start_before_its_first_health_answer():
+    # As in a drill on a real SGLang serving for 3 minutes: the new watch's first evaluation had one process
+    # sample (the API server created 179 s before) and no /health answer yet; the log is read from its end,
+    # so no startup line. That was called a start stuck past the 120 s floor.
+    t = 1_800_000_000.0
+    first = [process(t, created=t - 179.2)]
+    assert "startup_stalled" not in {v.name for v in run_detectors(Window.from_samples(first), DetectorConfig())}
+    # Nor at its first failed answer: whether it was healthy before the watch began is unknown, so the wait
+    # counts from the first look — a stuck start once /health has failed for the 120 s floor since then.
+    asked = first + [s for i in range(1, 122) for s in (HealthSample(t + i - 0.5, None, None, "timeout"),
+                                                        process(t + i, created=t - 179.2))]
+    assert "startup_stalled" not in {v.name for v in run_detectors(Window.from_samples(asked[:40]), DetectorConfig())}
+    verdict = {v.name: v for v in run_detectors(Window.from_samples(asked), DetectorConfig())}["startup_stalled"]
+    assert "for 121 s of watching (the process started 300 s ago)" in verdict.why, verdict.why

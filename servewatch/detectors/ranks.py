@@ -9,6 +9,9 @@ probe source asks at once when the process view looks like this (`suspects`), in
 interval; this verdict fires when that probe gets no token.
 
 With work admitted and frozen, the stall verdict (alive_health_ok_no_progress) speaks, naming the rank too.
+With work admitted and the counters still moving, a stopped process is this verdict's: on a real SGLang
+0.5.23 whose detokenizer was stopped under load, the scheduler kept stepping, /health answered 200, and no
+client got a token.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import once_per_window
+from servewatch.detectors.series import once_per_window, progress
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.ranks import Rank, engine_ranks, rank_view, rank_words, siblings
 from servewatch.timeline.samples import DEADLINE, ProcessSample
@@ -164,7 +167,10 @@ def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdic
     if asked < suspect.onset - config.rank_probe_slack_s:
         return None     # asked before the rank looked stalled: it says nothing about it
     gauges = _gauges(window, suspect.rank)
-    if gauges is not None and (gauges[1] > 0 or gauges[2] > 0):
+    # Only a stopped process outweighs moving counters: asleep or starved beside them, a probe that got
+    # nothing may just have queued behind the work.
+    moving = suspect.how == "stopped" and _moved_lately(window, suspect.rank, config)
+    if gauges is not None and (gauges[1] > 0 or gauges[2] > 0) and not moving:
         return None     # admitted work that does not move: the stall verdict's, which names the rank too
     rank, ranks = suspect.rank, suspect.ranks
     lasted = suspect.t - suspect.onset
@@ -174,6 +180,12 @@ def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdic
         why += f"; {name} busy {cpu:.0f} %"
     if gauges is not None:
         why += f"; engine reports {gauges[1]:g} running, {gauges[2]:g} waiting"
+        if moving:
+            # On a real SGLang 0.5.23 with its detokenizer stopped under load, the scheduler went on stepping
+            # (its counters moved, /health 200) while no client got a token: neither the stall verdict
+            # (counters still) nor anything else reading /metrics could tell.
+            why += (f" and its counters moved in the last {config.stall_floor_s:g} s — "
+                    f"the work goes on but its answers reach no client")
     else:
         why += "; no engine gauges read"
     what = (f"got nothing in {probe.deadline_s:g} s" if probe.outcome == DEADLINE
@@ -201,6 +213,23 @@ def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdic
 
 
 # --- the rank in other verdicts --------------------------------------------------------------------
+
+def _moved_lately(window: Window, rank: Rank, config: DetectorConfig) -> bool:
+    """Whether the progress counters of the rank's engine(s) moved over the last stall_floor_s of good scrapes."""
+    good = window.good_metrics()
+    if len(good) < 2:
+        return False
+    recent = [m for m in good if m.t >= good[-1].t - config.stall_floor_s]
+    if len(recent) < 2:
+        recent = good[-2:]
+    dp = rank.axis("DP")
+
+    def totals(sample):
+        engines = [e for e in sample.engines if dp is None or _engine_dp_rank(e.labels) in (None, str(dp))]
+        return tuple(sum(v for e in engines if (v := progress(e)[i]) is not None) for i in range(3))
+
+    return totals(recent[0]) != totals(recent[-1])
+
 
 def _engine_label(key: str) -> str | None:
     """The DP rank an engine key ("engine=1", "dp_rank=1,tp_rank=0") names, if any."""

@@ -109,6 +109,11 @@ def in_startup(window: Window, config: DetectorConfig) -> bool:
         return False
     if window.process and not window.process[-1].alive:
         return False
+    # A live recording that has not had a /health answer yet cannot say the start is still going: a drill's
+    # watch attached to an SGLang serving for 3 minutes judged its first process sample (started 179 s
+    # before, no startup line read: the log is read from its end) a start stuck past the 120 s floor.
+    if window.process and not any(h.t >= start for h in window.health):
+        return False
     return not (found[-1].name == "ready" and not window.health)   # a log-only watch ends at "ready"
 
 
@@ -127,12 +132,18 @@ def detect_startup_stalled(window: Window, config: DetectorConfig) -> list[Verdi
     found = stages(window, config)
     last = found[-1]
     end = window.end or last.t
-    waited = end - last.t
+    since = last.t
+    if last.source == "process" and window.process:
+        # No startup line read and the recording began after the process did: whether it was healthy before
+        # we looked is unknown, so the wait counts from the first look.
+        since = max(since, window.process[0].t)
+    waited = end - since
     bound, longest = stall_bound(found, config)
     if waited < bound:
         return []
     doing = NEXT.get(last.name, "the next stage")
-    why = (f"startup stuck after {_describe(last)} for {waited:.0f} s, {doing} (bound {bound:.0f} s: "
+    watched = f" of watching (the process started {end - last.t:.0f} s ago)" if since > last.t else ""
+    why = (f"startup stuck after {_describe(last)} for {waited:.0f} s{watched}, {doing} (bound {bound:.0f} s: "
            f"{config.startup_stall_k:g} × the longest earlier stage, {longest:.0f} s, at least "
            f"{config.startup_stall_floor_s:g} s); {len(found)} stage(s) in {end - found[0].t:.0f} s since the start")
     if last.source == "log":
