@@ -67,7 +67,7 @@ for _spec in (
                 "health is green but a one-token probe gets no token", runbooks.NOT_SERVING,
                 ("probe", "health", "metrics")),
     VerdictSpec("rank_stalled", ranks.detect, INCIDENT, "page",
-                "one engine rank is stalled while the engine reads idle and a probe gets no token",
+                "one engine process is stalled (stopped, or starved while the engine reads idle) and a probe gets no token",
                 runbooks.RANK_STALLED, ("process", "probe", "metrics", "health")),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
                 "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics", "log"),
