@@ -19,7 +19,7 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
 from servewatch.detectors.restart import in_crash_loop
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.detectors.series import Track, once_per_window, progress, tracks
+from servewatch.detectors.series import Track, once_per_window, progress_totals, tracks
 from servewatch.engine.state import EngineState
 from servewatch.kinds import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, HealthSample, MetricsSample
@@ -215,7 +215,7 @@ def aborts_while_not_serving(window: Window, o: Outcomes) -> tuple[float, list[t
 
 
 def _progress_totals(sample: MetricsSample) -> tuple[float, ...]:
-    return tuple(sum(v for e in sample.engines if (v := progress(e)[i]) is not None) for i in range(3))
+    return progress_totals(sample.engines)
 
 
 def _health_failing(health: tuple[HealthSample, ...], start: float, end: float) -> bool:

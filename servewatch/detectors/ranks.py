@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import once_per_window, progress
+from servewatch.detectors.series import once_per_window, progress_totals
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.ranks import Rank, engine_ranks, rank_view, rank_words, siblings
-from servewatch.timeline.samples import DEADLINE, ProcessSample
+from servewatch.timeline.samples import DEADLINE, MetricsSample, ProcessSample
 from servewatch.timeline.window import Window
 
 NAME = "rank_stalled"
@@ -133,6 +133,23 @@ def _engine_dp_rank(labels) -> str | None:
     return labels.get("engine") or labels.get("dp_rank")
 
 
+def _rank_engines(sample: MetricsSample, rank: Rank) -> list:
+    """The engines of a scrape that a rank serves: its DP rank's where the engines are data-parallel ranks."""
+    dp = rank.axis("DP")
+    return [e for e in sample.engines if dp is None or _engine_dp_rank(e.labels) in (None, str(dp))]
+
+
+def _moved_lately(window: Window, rank: Rank, config: DetectorConfig) -> bool:
+    """Whether the progress counters of the rank's engine(s) moved over the last stall_floor_s of good scrapes."""
+    good = window.good_metrics()
+    if len(good) < 2:
+        return False
+    recent = [m for m in good if m.t >= good[-1].t - config.stall_floor_s]
+    if len(recent) < 2:
+        recent = good[-2:]
+    return progress_totals(_rank_engines(recent[0], rank)) != progress_totals(_rank_engines(recent[-1], rank))
+
+
 def _gauges(window: Window, rank: Rank):
     """(sample, running, waiting) of the newest good scrape over the rank's engine (its DP rank's, where the
     engines are data-parallel ranks), or None without one."""
@@ -140,8 +157,7 @@ def _gauges(window: Window, rank: Rank):
     if not good:
         return None
     sample = good[-1]
-    dp = rank.axis("DP")
-    engines = [e for e in sample.engines if dp is None or _engine_dp_rank(e.labels) in (None, str(dp))]
+    engines = _rank_engines(sample, rank)
     running = sum(e.running or 0 for e in engines)
     waiting = sum(e.waiting or 0 for e in engines)
     return sample, running, waiting
@@ -213,23 +229,6 @@ def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdic
 
 
 # --- the rank in other verdicts --------------------------------------------------------------------
-
-def _moved_lately(window: Window, rank: Rank, config: DetectorConfig) -> bool:
-    """Whether the progress counters of the rank's engine(s) moved over the last stall_floor_s of good scrapes."""
-    good = window.good_metrics()
-    if len(good) < 2:
-        return False
-    recent = [m for m in good if m.t >= good[-1].t - config.stall_floor_s]
-    if len(recent) < 2:
-        recent = good[-2:]
-    dp = rank.axis("DP")
-
-    def totals(sample):
-        engines = [e for e in sample.engines if dp is None or _engine_dp_rank(e.labels) in (None, str(dp))]
-        return tuple(sum(v for e in engines if (v := progress(e)[i]) is not None) for i in range(3))
-
-    return totals(recent[0]) != totals(recent[-1])
-
 
 def _engine_label(key: str) -> str | None:
     """The DP rank an engine key ("engine=1", "dp_rank=1,tp_rank=0") names, if any."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import wraps
 from statistics import median
 from typing import TypeVar
@@ -37,6 +37,12 @@ def progress(state: EngineState) -> tuple[float | None, float | None, float | No
     """The counters whose movement means the engine did work: steps, generation and prompt tokens."""
     c = state.counters
     return (c.steps, c.generation_tokens, c.prompt_tokens)
+
+
+def progress_totals(engines: Iterable[EngineState]) -> tuple[float, float, float]:
+    """Each progress counter summed over the engines (one that does not export it adds nothing)."""
+    engines = tuple(engines)
+    return tuple(sum(v for e in engines if (v := progress(e)[i]) is not None) for i in range(3))
 
 
 def has_progress_counters(state: EngineState) -> bool:

@@ -109,11 +109,6 @@ def in_startup(window: Window, config: DetectorConfig) -> bool:
         return False
     if window.process and not window.process[-1].alive:
         return False
-    # A live recording that has not had a /health answer yet cannot say the start is still going: a drill's
-    # watch attached to an SGLang serving for 3 minutes judged its first process sample (started 179 s
-    # before, no startup line read: the log is read from its end) a start stuck past the 120 s floor.
-    if window.process and not any(h.t >= start for h in window.health):
-        return False
     return not (found[-1].name == "ready" and not window.health)   # a log-only watch ends at "ready"
 
 
@@ -135,7 +130,8 @@ def detect_startup_stalled(window: Window, config: DetectorConfig) -> list[Verdi
     since = last.t
     if last.source == "process" and window.process:
         # No startup line read and the recording began after the process did: whether it was healthy before
-        # we looked is unknown, so the wait counts from the first look.
+        # we looked is unknown, so the wait counts from the first look. (A drill's watch attached to an SGLang
+        # serving for 3 minutes called its first sample a start stuck for 179 s, past the 120 s floor.)
         since = max(since, window.process[0].t)
     waited = end - since
     bound, longest = stall_bound(found, config)
