@@ -44,3 +44,19 @@ def test_a_stopped_meter_records_the_stop_as_a_freeze(tmp_path):
 def test_no_file_means_no_freeze(tmp_path):
     meter = FreezeMeter(tmp_path / "never-started.txt")
     assert meter.longest(0.0) == 0.0 and meter.gaps() == []
+
+
+def test_the_time_frozen_adds_every_gap_clipped_to_the_window(tmp_path):
+    # The gaps a real DP=2 vLLM case met in CI (monotonic seconds): frozen 13.29 s of a 14.77 s detection,
+    # the longest gap 5.15 s.
+    path = tmp_path / "freezes.txt"
+    path.write_text("# measuring from 28800.000\n"
+                    "28866.368 28870.315\n28871.369 28876.518\n28876.518 28878.784\n28878.834 28879.663\n"
+                    "28879.864 28880.702\n28880.789 28881.720\n28881.720 28884.996\n28885.146 28888.017\n")
+    meter = FreezeMeter(path)
+    since, until = 28870.367, 28870.367 + 14.774
+    assert round(meter.longest(since, until), 2) == 5.15
+    assert round(meter.frozen(since, until), 2) == 13.29
+    # clipped: half of the first gap inside the window counts half
+    assert round(meter.frozen(28868.0, 28871.0), 3) == round(28870.315 - 28868.0, 3)
+    assert meter.frozen(0.0, 1.0) == 0.0

@@ -9,6 +9,7 @@ like the watcher it stands beside, so what it measures is what the host did, not
     meter = FreezeMeter(path).start()
     ...
     meter.longest(t0, t1)   # the longest gap overlapping [t0, t1] (time.monotonic(), shared by processes)
+    meter.frozen(t0, t1)    # the time within [t0, t1] spent in gaps
     meter.stop()
 
 File format: one line per gap above `report_over_s`: "<start> <end>" in CLOCK_MONOTONIC seconds.
@@ -71,6 +72,13 @@ class FreezeMeter:
         """The longest gap overlapping [since, until] (now when until is None), in seconds; 0.0 if none."""
         until = time.monotonic() if until is None else until
         return max((end - start for start, end in self.gaps() if end >= since and start <= until), default=0.0)
+
+    def frozen(self, since: float, until: float | None = None) -> float:
+        """How long [since, until] was spent in gaps (each gap clipped to it), in seconds: the time the host
+        ran nothing of ours. A detection delayed by two freezes is delayed by both; the longest alone
+        understates it (a real DP=2 vLLM in CI: 13.3 s frozen in a 14.8 s detection, the longest gap 5.1 s)."""
+        until = time.monotonic() if until is None else until
+        return sum(max(0.0, min(end, until) - max(start, since)) for start, end in self.gaps())
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
