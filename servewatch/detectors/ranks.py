@@ -200,8 +200,8 @@ def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdic
             # On a real SGLang 0.5.23 with its detokenizer stopped under load, the scheduler went on stepping
             # (its counters moved, /health 200) while no client got a token: neither the stall verdict
             # (counters still) nor anything else reading /metrics could tell.
-            why += (f" and its counters moved in the last {config.stall_floor_s:g} s — "
-                    f"the work goes on but its answers reach no client")
+            why += (f" and its counters moved in the last {config.stall_floor_s:g} s: the engine works, "
+                    f"yet its answers reach no client")
     else:
         why += "; no engine gauges read"
     what = (f"got nothing in {probe.deadline_s:g} s" if probe.outcome == DEADLINE

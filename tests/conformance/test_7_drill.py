@@ -1,5 +1,5 @@
 """The conformance suite on the drill harness: a short plan (tests/conformance/plans/short-ENGINE.yaml, one
-start of the lab engine, three faults) run by `servewatch drill` exactly as a user runs it, every
+start of the lab engine, three or four faults) run by `servewatch drill` exactly as a user runs it, every
 expectation met — the drill's exit status and its drill.json agree, and nothing leaked. A new real-engine
 case is an entry in such a plan, not new code: starting, injecting and measuring live in servewatch.drill.
 
