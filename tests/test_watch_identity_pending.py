@@ -71,3 +71,39 @@ def test_another_process_taking_the_port_ends_the_watch_with_exit_2():
             proc.wait(timeout=10)
     assert done.returncode == 2, done.stderr
     assert f"pid {sleeper.pid}" in done.stderr and f"port {port} is held by pid {other.pid}" in done.stderr, done.stderr
+
+
+def test_a_server_that_exits_before_it_listens_is_left_to_process_exit_not_called_a_mismatch():
+    # As with a real vLLM whose start failed (an undersized KV cache) in CI: its API server exited before it
+    # ever listened, and stayed a zombie until its parent reaped it. pid_exists says yes for a zombie, the
+    # proof said "not running", and the watch ended with exit 2 — before its process_exit verdict.
+    import asyncio
+
+    from servewatch.commands.watch import _prove_once_listening
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:   # exited, not reaped: a zombie (the event is its state, polled)
+            try:
+                with open(f"/proc/{zombie.pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break
+            except OSError:
+                break
+            time.sleep(0.01)
+
+        class Recorder:
+            stopped = False
+
+            def stop(self):
+                self.stopped = True
+
+        recorder, mismatch = Recorder(), []
+        identity = {"verified": False}
+        asyncio.run(asyncio.wait_for(_prove_once_listening(zombie.pid, f"http://127.0.0.1:{_free_port()}", 0.01,
+                                                           identity, recorder, mismatch), timeout=30))
+        assert mismatch == [] and not recorder.stopped, mismatch
+        assert identity == {"verified": False}
+    finally:
+        zombie.wait(timeout=10)

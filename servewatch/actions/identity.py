@@ -33,10 +33,12 @@ class ServerIdentityError(ServewatchError):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, unverifiable: bool = False, not_listening: bool = False):
+    def __init__(self, message: str, *, unverifiable: bool = False, not_listening: bool = False,
+                 gone: bool = False):
         super().__init__(message)
         self.unverifiable = unverifiable
         self.not_listening = not_listening   # nothing at all listens on the port yet (a server still starting)
+        self.gone = gone                     # the PID is not running (or a zombie): it exited
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +175,8 @@ def _process(pid: int, base: str):
     try:
         proc = psutil.Process(pid)
     except (psutil.NoSuchProcess, ValueError):
-        raise ServerIdentityError(f"pid {pid} is not running, so it cannot be the server behind {base}") from None
+        raise ServerIdentityError(f"pid {pid} is not running, so it cannot be the server behind {base}",
+                                  gone=True) from None
     return proc, _name(proc)
 
 
@@ -185,8 +188,8 @@ def _create_time(proc, pid: int, name: str, base: str) -> float:
             raise psutil.NoSuchProcess(pid)
         return proctime.of(proc)
     except psutil.NoSuchProcess:
-        raise ServerIdentityError(f"pid {pid} ({name}) is not running, so it cannot be the server behind {base}") \
-            from None
+        raise ServerIdentityError(f"pid {pid} ({name}) is not running, so it cannot be the server behind {base}",
+                                  gone=True) from None
 
 
 def _name(proc) -> str:

@@ -140,7 +140,10 @@ async def _prove_once_listening(pid: int, url: str, every_s: float, identity: di
         except ServerIdentityError as error:
             if error.not_listening:
                 continue
-            if not psutil.pid_exists(pid):
+            if error.gone or not psutil.pid_exists(pid):
+                # Exited before it listened (a zombie until its parent reaps it: pid_exists says yes): that
+                # is the recorder's process_exit to report, not a mismatch. Seen on a real vLLM whose start
+                # failed (an undersized KV cache): the watch ended with exit 2 before process_exit.
                 return
             mismatch.append(str(error))
             recorder.stop()
