@@ -316,3 +316,10 @@ def test_answers_still_ending_at_the_windows_first_scrape_are_not_hang_ups():
     texts = [vllm_text(ok=12, length=12), vllm_text(ok=12, length=12), vllm_text(ok=20, length=12, hung_up=8),
              vllm_text(ok=20, length=12, hung_up=8)]
     assert verdicts(series(texts, step=1.0), DetectorConfig(outcome_window_s=2.5))["requests_aborted"].details["hung_up"] == 8
+
+    # As in another CI run: the first good scrape of a fresh vLLM came mid-stream, the engine had finished
+    # 2 and the API server answered 1; no scrape before it to compare with. 8 were counted as 9.
+    texts = [vllm_text(ok=1, length=2), vllm_text(ok=12, length=12), vllm_text(ok=12, length=12),
+             vllm_text(ok=20, length=12, hung_up=8), vllm_text(ok=20, length=12, hung_up=8)]
+    verdict = verdicts(series(texts, step=1.0), DetectorConfig(outcome_window_s=4.5))["requests_aborted"]
+    assert verdict.details["hung_up"] == 8, verdict.why

@@ -226,17 +226,24 @@ def _health_failing(health: tuple[HealthSample, ...], start: float, end: float) 
 
 def _answers_ending_at_the_start(window: Window, o: Outcomes) -> float:
     """Requests the engine counted finished just before the window's first scrape whose answers ended
-    just after it: at most those it finished since the scrape before, and at most how far the answers
-    outran the finished count up to the second scrape. On a real vLLM 0.32 in CI, two requests of the
-    stream before a window were caught this way, and 8 hang-ups were counted as 10."""
-    before = _scrape_before(window, o.first.t)
-    if before is None or len(o.scrapes) < 2:
+    just after it: at most how far the answers outran the finished count up to the second scrape, and
+    at most those finished since the scrape before — or, where there is no good scrape before (the
+    server just became ready), at least as many as the engine had finished beyond the answers counted
+    by then. On a real vLLM 0.32 in CI, two requests of the stream before a window were caught this
+    way and 8 hang-ups were counted as 10; in another run the first good scrape came mid-stream with
+    2 finished and 1 answered, and 8 were counted as 9."""
+    if len(o.scrapes) < 2:
         return 0.0
     first, second = o.scrapes[0], o.scrapes[1]
-    finished_before = increase([_finished_now(before), _finished_now(first)])
-    answered = increase([first.engines[0].counters.answered, second.engines[0].counters.answered])
-    finished = increase([_finished_now(first), _finished_now(second)])
-    return max(0.0, min(finished_before, answered - finished))
+    before = _scrape_before(window, o.first.t)
+    finished_first, answered_first = _finished_now(first), first.engines[0].counters.answered
+    ending = (finished_first - answered_first
+              if finished_first is not None and answered_first is not None else 0.0)   # surely still ending
+    if before is not None:
+        ending = max(ending, increase([_finished_now(before), finished_first]))
+    answered = increase([answered_first, second.engines[0].counters.answered])
+    finished = increase([finished_first, _finished_now(second)])
+    return max(0.0, min(ending, answered - finished))
 
 
 def _scrape_before(window: Window, t: float) -> MetricsSample | None:
