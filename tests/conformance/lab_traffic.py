@@ -40,6 +40,10 @@ class Traffic:
         self.prompt, self.timeout_s, self.model = prompt, timeout_s, model
         self.result = TrafficResult()
         self.done = threading.Event()
+        self._cancelled = False
+        self._answered = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
         self._thread = threading.Thread(target=self._main, name="traffic", daemon=True)
 
     def start(self) -> Traffic:
@@ -49,13 +53,36 @@ class Traffic:
     def wait(self, timeout_s: float) -> bool:
         return self.done.wait(timeout_s)
 
+    def wait_results(self, count: int, timeout_s: float) -> bool:
+        """Until `count` requests have an outcome (or all are done)."""
+        with self._answered:
+            return self._answered.wait_for(lambda: len(self.result.statuses) >= count or self.done.is_set(),
+                                           timeout_s)
+
+    def cancel(self) -> Traffic:
+        """Hang up on the requests in flight and send no more (the engine aborts them): once a case has
+        seen the condition it drove the server into, the rest of the work only costs CI time. Those
+        requests are left out of `result`."""
+        self._cancelled = True
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            loop.call_soon_threadsafe(task.cancel)
+        return self
+
     def _main(self) -> None:
         try:
-            asyncio.run(asyncio.wait_for(self._run(), self.timeout_s))
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError):
+            asyncio.run(self._bounded())
+        except (asyncio.TimeoutError, asyncio.CancelledError, aiohttp.ClientError, OSError):
             pass
         finally:
             self.done.set()
+            with self._answered:
+                self._answered.notify_all()
+
+    async def _bounded(self) -> None:
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        if not self._cancelled:
+            await asyncio.wait_for(self._run(), self.timeout_s)
 
     async def _run(self) -> None:
         gate = asyncio.Semaphore(self.concurrency)
@@ -75,6 +102,8 @@ class Traffic:
             "temperature": 0,
         }
         async with gate:
+            if self._cancelled:
+                return
             try:
                 async with session.post(self.url, json=body) as response:
                     payload = await response.json(content_type=None) if response.status == 200 else {}
@@ -83,3 +112,5 @@ class Traffic:
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
                 self.result.statuses.append(type(exc).__name__)
                 self.result.completion_tokens.append(None)
+            with self._answered:
+                self._answered.notify_all()

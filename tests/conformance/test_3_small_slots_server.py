@@ -66,7 +66,8 @@ def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
         # falls between waves); the wait only fences it, and the figure is printed.
         line = watcher.wait_for("overload", timeout_s=120, after=started)
         during = scrape(server.url)
-        assert traffic.wait(300)
+        traffic.cancel()        # the queue was seen and judged: the other ~90 s of work is not needed
+        assert traffic.wait(60)
     assert line is not None, f"no overload verdict; {watcher.describe()}"
     lab.obs.say(f"overload: verdict {line.arrived - queued_at:.1f} s after the queue was seen (sustain "
                 f"{OVERLOAD_SUSTAIN_S:g} s); longest freeze meanwhile {longest_freeze(queued_at, line.arrived):.1f} s")
@@ -83,7 +84,7 @@ def test_overload_with_few_slots_is_caused_by_slots(lab, server, run_dir):
     stored = _incident_verdict(line, "overload")
     if stored is not None:
         assert stored["details"]["cause"] == "slots"
-    assert traffic.result.statuses == [200] * 96
+    assert set(traffic.result.statuses) <= {200}, traffic.result.statuses   # those answered before the cancel
     assert_bundles_verify(out)
 
 
