@@ -27,10 +27,10 @@ from servewatch.sources.process import title_of
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 RANK_ENV = (("VLLM_CPU_OMP_THREADS_BIND", "0|1"), ("VLLM_CPU_KVCACHE_SPACE", "1"))
-# CI watches the idle TP=2 server for 45 s; SERVEWATCH_MULTIRANK_IDLE_S=300 gives the five-minute run.
-IDLE_S = float(os.environ.get("SERVEWATCH_MULTIRANK_IDLE_S", "45"))
-# and loads it steadily for 60 s; SERVEWATCH_MULTIRANK_LOAD_S=120 gives the two-minute run.
-LOAD_S = float(os.environ.get("SERVEWATCH_MULTIRANK_LOAD_S", "60"))
+# CI watches the idle TP=2 server for five minutes (SERVEWATCH_MULTIRANK_IDLE_S=45 for a quicker local run)
+IDLE_S = float(os.environ.get("SERVEWATCH_MULTIRANK_IDLE_S", "300"))
+# and loads it steadily for two (SERVEWATCH_MULTIRANK_LOAD_S=60).
+LOAD_S = float(os.environ.get("SERVEWATCH_MULTIRANK_LOAD_S", "120"))
 INTERVAL = 0.5
 # Routine probes as `serve` runs them; the process view asks at once with the urgent 3 s deadline.
 PROBE_ARGS = ("--probe", "--probe-interval", "30", "--probe-deadline", "10")
