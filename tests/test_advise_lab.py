@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+# The engines' own parsers run in their venvs: importing vLLM or SGLang cold took over 120 s (pytest's default
+# bound) in one CI run on this 2-core machine, inside the 300 s each subprocess is given.
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(420)]
 
 KV_BUDGET = 5_000_000           # not a multiple of one 128-token block (65,536 B for the tiny model)
 MAX_NUM_SEQS = 4
