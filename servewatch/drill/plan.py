@@ -64,6 +64,7 @@ class FaultStep:
     params: dict
     expect: Expect
     probe: bool = False          # the recorder asks the server for one token when its counters stand still
+    on: str = "main"             # the plan's target it runs on (`target:` is main, `targets:` names the others)
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -76,7 +77,7 @@ class FaultStep:
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
-                "params": self.params, "expect": self.expect.to_json(), "probe": self.probe}
+                "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "on": self.on}
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Target:
     pid: int | None = None
     consent: bool = False
     ready_timeout_s: float = 240.0
+    env: tuple[tuple[str, str], ...] = ()   # extra environment of a lab engine the drill starts
 
     @property
     def existing(self) -> bool:
@@ -98,7 +100,17 @@ class Target:
         if self.existing:
             return f"existing server {self.url} (pid {self.pid})"
         what = f"built-in simulator ({self.sim_dialect})" if self.engine == "sim" else f"lab {self.engine}"
-        return what + (f" {' '.join(self.args)}" if self.args else "")
+        return (what + (f" {' '.join(self.args)}" if self.args else "")
+                + (f" with {' '.join(f'{k}={v}' for k, v in self.env)}" if self.env else ""))
+
+    def to_json(self) -> dict:
+        if self.existing:
+            return {"url": self.url, "pid": self.pid, "consent": self.consent}
+        out = {"engine": self.engine, "sim_dialect": self.sim_dialect if self.engine == "sim" else None,
+               "args": list(self.args), "max_model_len": self.max_model_len}
+        if self.env:
+            out["env"] = dict(self.env)
+        return out
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,10 @@ class Plan:
     steps: tuple[FaultStep, ...]
     probe_interval_s: float = PROBE_INTERVAL_S
     probe_deadline_s: float = PROBE_DEADLINE_S
+    targets: dict[str, Target] = field(default_factory=dict)    # the others, by name (steps say `on: NAME`)
+
+    def named_targets(self) -> dict[str, Target]:
+        return {"main": self.target, **self.targets}
 
     @property
     def dialect(self) -> str:
@@ -123,11 +139,8 @@ class Plan:
         return sum(s.warmup_s + s.hold_s + s.traffic_after_revert_s for s in self.steps)
 
     def to_json(self) -> dict:
-        t = self.target
-        target = ({"url": t.url, "pid": t.pid, "consent": t.consent} if t.existing else
-                  {"engine": t.engine, "sim_dialect": t.sim_dialect if t.engine == "sim" else None,
-                   "args": list(t.args), "max_model_len": t.max_model_len})
-        return {"name": self.name, "description": self.description, "target": target, "workload": self.workload,
+        return {"name": self.name, "description": self.description, "target": self.target.to_json(),
+                "targets": {name: t.to_json() for name, t in self.targets.items()}, "workload": self.workload,
                 "recorder": {"interval_s": self.interval_s, "set": list(self.settings),
                              "probe_interval_s": self.probe_interval_s, "probe_deadline_s": self.probe_deadline_s},
                 "faults": [s.to_json() for s in self.steps]}
@@ -152,12 +165,28 @@ def load_plan(path: str | Path) -> Plan:
     except OSError as exc:
         raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_yaml_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise PlanError(f"plan {Path(path).name}: not valid YAML{where}") from None
     return plan_from_dict(data, source=Path(path).name)
+
+
+def _yaml_loader():
+    """PyYAML's safe loader with YAML 1.2's booleans (true, false): YAML 1.1 reads on/off/yes/no as booleans, and a
+    fault's `on: tp2` would be the key True."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+                                   for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                 list("tTfF"))
+    return Loader
 
 
 def plan_from_dict(data, *, source: str = "plan") -> Plan:
@@ -173,7 +202,7 @@ def plan_from_dict(data, *, source: str = "plan") -> Plan:
 
 
 def _readable(err) -> str:
-    if err.validator == "oneOf" and list(err.absolute_path) == ["target"]:
+    if err.validator == "oneOf" and list(err.absolute_path)[:1] in (["target"], ["targets"]):
         return "give either engine (vllm, sglang or sim) or url and pid of an existing server"
     if err.validator == "additionalProperties":
         return err.message.replace("Additional properties are not allowed", "unknown key(s)")
@@ -185,10 +214,14 @@ def _build(data: dict, source: str) -> Plan:
     from servewatch.detectors import settings as detector_settings
     from servewatch.drill.faults import FAULTS
 
-    t = data["target"]
-    target = Target(engine=t.get("engine"), sim_dialect=t.get("sim_dialect", "vllm"), args=tuple(t.get("args", ())),
-                    max_model_len=t.get("max_model_len", 2048), url=t.get("url"), pid=t.get("pid"),
-                    consent=bool(t.get("consent", False)), ready_timeout_s=t.get("ready_timeout_s", 240.0))
+    target = _target(data["target"], f"{source}: target")
+    targets = {name: _target(t, f"{source}: targets/{name}") for name, t in data.get("targets", {}).items()}
+    if "main" in targets:
+        raise PlanError(f"{source}: targets/main: main is the plan's own target (target:); name the others otherwise")
+    if targets and (target.existing or any(t.existing for t in targets.values())):
+        raise PlanError(f"{source}: targets: an existing server is drilled alone; the targets of a plan with more "
+                        f"than one are servers the drill starts itself")
+    names = ["main", *targets]
     recorder = data.get("recorder", {})
     settings = tuple(recorder.get("set", ()))
     try:
@@ -220,17 +253,32 @@ def _build(data: dict, source: str) -> Plan:
         except ValueError as exc:
             raise PlanError(f"{where} ({f['kind']}): {exc}") from None
         role = f.get("role", fault.default_role)
+        on = f.get("on", "main")
+        if on not in names:
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): on: unknown target {on!r} "
+                            f"(known: {', '.join(names)})")
         steps.append(FaultStep(kind=f["kind"], name=f.get("name", f["kind"]), role=role, rank=f.get("rank", 0),
                                warmup_s=float(f.get("warmup_s", timing["warmup_s"])),
                                hold_s=float(f.get("hold_s", timing["hold_s"])),
                                observe_s=float(f.get("observe_s", timing["observe_s"])),
                                params=params, expect=expect,
-                               probe=bool(f.get("probe", recorder.get("probe", False)))))
+                               probe=bool(f.get("probe", recorder.get("probe", False))), on=on))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     return Plan(name=data["name"], description=data.get("description", ""), target=target, workload=workload,
                 interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps),
                 probe_interval_s=float(recorder.get("probe_interval_s", PROBE_INTERVAL_S)),
-                probe_deadline_s=float(recorder.get("probe_deadline_s", PROBE_DEADLINE_S)))
+                probe_deadline_s=float(recorder.get("probe_deadline_s", PROBE_DEADLINE_S)), targets=targets)
+
+
+def _target(t: dict, where: str) -> Target:
+    env = tuple(t.get("env", {}).items())
+    if env and (t.get("url") is not None or t.get("engine") == "sim"):
+        raise PlanError(f"{where}: env: only for a lab engine the drill starts (vllm or sglang): "
+                        + ("an existing server keeps the environment it was started with" if t.get("url") is not None
+                           else "the simulator reads none"))
+    return Target(engine=t.get("engine"), sim_dialect=t.get("sim_dialect", "vllm"), args=tuple(t.get("args", ())),
+                  max_model_len=t.get("max_model_len", 2048), url=t.get("url"), pid=t.get("pid"),
+                  consent=bool(t.get("consent", False)), ready_timeout_s=t.get("ready_timeout_s", 240.0), env=env)
 
 
 def single_fault_plan(kind: str, url: str, pid: int, *, consent: bool, role: str | None, hold_s: float | None,

@@ -302,7 +302,7 @@ class LabTarget(DrillTarget):
         lab = prepare_lab(RECIPES[self.dialect])           # the lab `servewatch lab ENGINE` prepares
         self.lives += 1
         log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
-        common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args)}
+        common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args), "extra_env": tuple(self.spec.env)}
         if lab.recipe is VLLM:
             return lab.server(log_path, max_model_len=self.spec.max_model_len, **common)
         return lab.server(log_path, context_length=self.spec.max_model_len, served_model_name="tiny", **common)
