@@ -100,7 +100,8 @@ def dry_run(plan) -> int:
     from servewatch.drill.target import ExistingTarget
 
     print(f"plan: {plan.name}" + (f" — {plan.description}" if plan.description else ""))
-    print(f"target: {plan.target.describe()}")
+    for name, target in plan.named_targets().items():
+        print(f"target{' ' + name if plan.targets else ''}: {target.describe()}")
     print(f"workload: {', '.join(f'{k} {v}' for k, v in sorted(plan.workload.items()))}")
     print(f"recorder: every {plan.interval_s:g} s" + (f", {', '.join(plan.settings)}" if plan.settings else ""))
     processes = None
@@ -130,7 +131,8 @@ def dry_run(plan) -> int:
         expect = step.expect.to_json()
         probe = (f"; the recorder asks for one token when its counters stand still (every "
                  f"{plan.probe_interval_s:g} s at most)" if step.probe else "")
-        print(f"  {i:2d}. {step.name}: {fault.summary}{aim}; warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, "
+        on = f" (on {step.on})" if plan.targets else ""
+        print(f"  {i:2d}. {step.name}{on}: {fault.summary}{aim}; warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, "
               f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else "") + probe)
         if expect:
             print(f"      expect: {_expect_words(expect)}")

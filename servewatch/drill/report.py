@@ -15,6 +15,7 @@ from servewatch.drill.expect import describe_answers
 COLUMNS = ("#", "fault", "injected on", "detected by (s after injection)", "/health meanwhile",
            "kubelet restart: /health", "kubelet restart: livez", "client impact", "recovery", "expectations")
 
+TARGET_MEANING = ("target", "the plan's target the fault ran on (main: the plan's target:, the others its targets:)")
 COLUMN_MEANINGS = (
     ("injected on", "the process signalled (role, rank, pid) or what else the fault acted on"),
     ("detected by", "each servewatch verdict the recorder concluded after the injection, with its delay"),
@@ -31,6 +32,13 @@ COLUMN_MEANINGS = (
 )
 
 
+def _target(spec, started) -> dict:
+    """One of the plan's targets, and what the drill did with it (`started`: None when no step ran on it)."""
+    return {"description": spec.describe(), "dialect": started.dialect if started else None,
+            "restarts_by_drill": len(started.restarts) if started else 0,
+            "ready_s": list(started.ready_s) if started else []}
+
+
 def document(run) -> dict:
     plan = run.plan
     results = [r.to_json() for r in run.results]
@@ -38,10 +46,9 @@ def document(run) -> dict:
     return {
         "schema": "servewatch.drill/1",
         "plan": plan.to_json(),
-        "target": {"description": plan.target.describe(), "dialect": run.target.dialect if run.target else None,
-                   "existing": plan.target.existing,
-                   "consent": run.consent, "restarts_by_drill": len(run.target.restarts) if run.target else 0,
-                   "ready_s": list(run.target.ready_s) if run.target else []},
+        "target": {**_target(plan.target, run.targets.get("main")), "existing": plan.target.existing,
+                   "consent": run.consent},
+        "targets": {name: _target(spec, run.targets.get(name)) for name, spec in plan.targets.items()},
         "started": run.started, "ended": run.ended,
         "duration_s": round((run.ended or 0) - (run.started or 0), 1),
         "faults": results,
@@ -105,9 +112,19 @@ def _verdict(r: dict) -> str:
     return "FAILED: " + "; ".join(f"{c['expectation']} ({c['observed']})" for c in missed)
 
 
+def columns(doc: dict) -> tuple[str, ...]:
+    """The faults table's columns: with the target each fault ran on when the plan has more than one."""
+    return (*COLUMNS[:2], "target", *COLUMNS[2:]) if doc["targets"] else COLUMNS
+
+
+def meanings(doc: dict) -> tuple[tuple[str, str], ...]:
+    return (TARGET_MEANING, *COLUMN_MEANINGS) if doc["targets"] else COLUMN_MEANINGS
+
+
 def rows(doc: dict) -> list[list[str]]:
-    return [[str(r["index"]), r["name"], _injected(r), _detected(r), describe_answers(r["health"]),
-             _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _impact(r), _recovery(r), _verdict(r)]
+    return [[str(r["index"]), r["name"], *([r["target"]] if doc["targets"] else []), _injected(r), _detected(r),
+             describe_answers(r["health"]), _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _impact(r),
+             _recovery(r), _verdict(r)]
             for r in doc["faults"]]
 
 
@@ -116,7 +133,8 @@ def _summary_line(doc: dict) -> str:
     leaks = doc["leaks"]
     leak = ("no leaks" if leaks.get("ok") else
             f"leaks: {leaks.get('processes_left', 0)} process(es) left, {leaks.get('ports_held', 0)} port(s) held")
-    return (f"{doc['plan']['name']} on {doc['target']['description']}: {met} of {len(doc['faults'])} faults met "
+    others = "".join(f" and {name}, {t['description']}" for name, t in doc["targets"].items())
+    return (f"{doc['plan']['name']} on {doc['target']['description']}{others}: {met} of {len(doc['faults'])} faults met "
             f"their expectations in {doc['duration_s']:g} s; {leak}")
 
 
@@ -125,7 +143,7 @@ def markdown(doc: dict) -> str:
     if doc["target"]["existing"]:
         lines += [f"Existing server, drilled with the operator's consent: {'yes' if doc['target']['consent'] else 'no'}.",
                   ""]
-    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(columns(doc)) + " |", "|" + "---|" * len(columns(doc))]
     for row in rows(doc):
         lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
     lines += ["", "## Checks", ""]
@@ -141,7 +159,7 @@ def markdown(doc: dict) -> str:
         if b:
             lines.append(f"- {r['index']}. {r['name']}: {b['written']} written, {b['verified']} verified, "
                          f"{b['write_failures']} could not be written")
-    lines += ["", "## Columns", ""] + [f"- **{k}**: {v}" for k, v in COLUMN_MEANINGS]
+    lines += ["", "## Columns", ""] + [f"- **{k}**: {v}" for k, v in meanings(doc)]
     return "\n".join(lines) + "\n"
 
 
@@ -149,7 +167,7 @@ def html(doc: dict) -> str:
     from servewatch.bundle import report_html as H
 
     sections = [
-        H.Section("Faults", H.render_table(COLUMNS, rows(doc)), anchor="faults"),
+        H.Section("Faults", H.render_table(columns(doc), rows(doc)), anchor="faults"),
         H.Section("Checks", H.render_table(("#", "fault", "expectation", "met", "observed"),
                                            [(r["index"], r["name"], c["expectation"], "met" if c["met"] else "NOT MET",
                                              c["observed"]) for r in doc["faults"] for c in r["checks"]]),
@@ -159,7 +177,7 @@ def html(doc: dict) -> str:
              *((f"{r['index']}. {r['name']}", f"{r['bundles'].get('written', 0)} bundle(s) written, "
                 f"{r['bundles'].get('verified', 0)} verified, {r['bundles'].get('write_failures', 0)} not written")
                for r in doc["faults"] if r["bundles"])]), anchor="leaks"),
-        H.Section("What the columns mean", H.render_facts(COLUMN_MEANINGS), anchor="columns"),
+        H.Section("What the columns mean", H.render_facts(meanings(doc)), anchor="columns"),
     ]
     return H.render_report(f"servewatch drill: {doc['plan']['name']}", sections, subtitle=_summary_line(doc))
 

@@ -29,6 +29,7 @@ class StepResult:
     index: int
     kind: str
     name: str
+    target: str = "main"                                   # the plan's target it ran on
     touched: list[dict] = field(default_factory=list)     # {pid, title, role, rank}
     injected_at: float | None = None
     reverted_at: float | None = None
@@ -66,7 +67,7 @@ class Context:
         self.target, self.step, self.result, self.run = target, step, result, run
         self.url, self.host, self.port = target.url, target.host, target.port
         self.model = run.model
-        self.max_model_len = run.plan.target.max_model_len
+        self.max_model_len = target.spec.max_model_len
         self.proxy = None
         self.spawned: list[subprocess.Popen] = []
 
@@ -129,7 +130,8 @@ class DrillRun:
         self.model = "unknown"
         self.workloads: list[M.Workload] = []
         self.watch_pid_changed = False
-        self.target: DrillTarget | None = None
+        self.target: DrillTarget | None = None              # the current step's target
+        self.targets: dict[str, DrillTarget] = {}           # every target started, by the plan's name
         self.started = self.ended = None
         self.leaks: dict = {}
         self.consent = plan.target.consent if plan.target.existing else None
@@ -137,21 +139,14 @@ class DrillRun:
     # -- the whole drill
     def run(self) -> list[StepResult]:
         self.started = time.time()
-        self.target = make_target(self.plan.target, self.out_dir / "logs")
+        steps = self.plan.steps
         try:
-            self.target.start()             # proves the PID; an existing server needs consent
-        except BaseException:               # interrupted while it started (^C): nothing left behind
-            if self.target.owned:
-                self.target.stop()
-            raise
-        ready = f" (/health 200 after {self.target.ready_s[0]:.1f} s)" if self.target.ready_s else ""
-        self.say(f"target: {self.plan.target.describe()}{ready}")
-        self.model = self.target.model()
-        try:
-            for i, step in enumerate(self.plan.steps):
-                self.results.append(self.run_step(i, step, last=i == len(self.plan.steps) - 1))
+            for i, step in enumerate(steps):
+                last = all(later.on != step.on for later in steps[i + 1:])   # the last on its target
+                self.results.append(self.run_step(i, step, last=last))
         finally:
-            self.target.stop()
+            for target in self.targets.values():
+                target.stop()
             for proxy in self.proxies:
                 proxy.close()
             for proc in self.helpers:
@@ -161,6 +156,33 @@ class DrillRun:
         self.ended = time.time()
         self.leaks = self.find_leaks()
         return self.results
+
+    def _use(self, name: str, result: StepResult) -> bool:
+        """Make the plan's target `name` the current one, started when its first step comes; the one running
+        before, when the drill owns it, is stopped first (one engine at a time on the machine)."""
+        target = self.targets.get(name)
+        if target is not None and target is self.target:
+            return True
+        if self.target is not None and self.target.owned:
+            self.target.stop()
+        self.target = target
+        if target is not None:          # started before: _ensure_up starts it again
+            return True
+        spec = self.plan.named_targets()[name]
+        self.target = self.targets[name] = make_target(spec, self.out_dir / "logs" / ("" if name == "main" else name))
+        try:
+            self.target.start()             # proves the PID; an existing server needs consent
+        except BaseException as exc:        # it failed, or was interrupted (^C): nothing left behind
+            if self.target.owned:
+                self.target.stop()
+            if not isinstance(exc, ServewatchError) or not self.results:   # nothing drilled yet: no drill
+                raise
+            result.not_run = f"target {name} could not be started: {exc}"
+            return False
+        ready = f" (/health 200 after {self.target.ready_s[0]:.1f} s)" if self.target.ready_s else ""
+        self.say(f"target{' ' + name if self.plan.targets else ''}: {spec.describe()}{ready}")
+        self.model = self.target.model()
+        return True
 
     def start_workload(self, ctx: Context, *, after_s: float, duration_s: float) -> None:
         url = ctx.proxy.url if ctx.proxy is not None else self.target.url
@@ -176,10 +198,11 @@ class DrillRun:
         from servewatch.drill import full_disk
         from servewatch.drill.proxy import DelayProxy
 
-        result = StepResult(index=index + 1, kind=step.kind, name=step.name)
+        result = StepResult(index=index + 1, kind=step.kind, name=step.name, target=step.on)
         fault = FAULTS[step.kind](step)
+        up = self._use(step.on, result)
         self.say(f"[{index + 1}/{len(self.plan.steps)}] {step.name}: {fault.summary}")
-        if not self._ensure_up(result):
+        if not (up and self._ensure_up(result)):
             return result
         bundle_dir = self.out_dir / "bundles" / f"{index + 1:02d}-{step.kind}"
         disk_mode = None
@@ -303,14 +326,14 @@ class DrillRun:
 
     # -- after the drill
     def find_leaks(self) -> dict:
-        target = self.target
-        left = sorted(pid for pid, created in target.seen_pids.items() if pid_alive(pid, created))
-        if not target.owned:
-            left = []       # an existing server is left running on purpose
+        left, ports = [], []
+        for target in self.targets.values():
+            if not target.owned:
+                continue    # an existing server is left running on purpose
+            left += [pid for pid, created in target.seen_pids.items() if pid_alive(pid, created)]
+            if port_held(target.host, target.port):
+                ports.append(target.port)
         helpers = [p.pid for p in self.helpers if p.poll() is None]
-        ports = []
-        if target.owned and port_held(target.host, target.port):
-            ports.append(target.port)
         for proxy in self.proxies:
             if proxy.port and port_held(proxy.host, proxy.port):
                 ports.append(proxy.port)
