@@ -33,7 +33,7 @@ def test_shipped_standard_plans_are_valid_with_at_least_twelve_faults_within_fif
     assert len(plan.steps) >= 12
     restarts = sum(1 for s in plan.steps if FAULTS[s.kind].takes_server_down or s.kind == "restart")
     start_s = {"vllm": 50, "sglang": 60, "sim": 3}[engine]       # measured ready times, generously
-    assert plan.budget_s() + restarts * start_s < 15 * 60
+    assert plan.budget_s() + (restarts + len(plan.targets)) * start_s < 15 * 60
     assert all(s.expect.to_json() for s in plan.steps), "every shipped fault states what must happen"
 
 
@@ -44,11 +44,80 @@ def test_shipped_standard_plans_are_valid_with_at_least_twelve_faults_within_fif
     (_plan(target={"engine": "sim", "url": "http://127.0.0.1:1", "pid": 3}), "give either engine"),
     (_plan(faults=[{"kind": "slow_net", "params": {"delay": 5}}]), "unknown parameter 'delay'"),
     (_plan(recorder={"set": ["stall.nope=3"]}), "recorder/set"),
+    (_plan(targets={"b": {"engine": "sim"}}, faults=[{"kind": "stop", "name": "lost", "on": "c"}]),
+     "faults/0 (lost): on: unknown target 'c' (known: main, b)"),
+    (_plan(target={"url": "http://127.0.0.1:1", "pid": 3, "env": {"A": "1"}}), "target: env: only for a lab engine"),
+    (_plan(targets={"b": {"engine": "sim", "env": {"A": "1"}}}), "targets/b: env: only for a lab engine"),
+    (_plan(targets={"b": {"engine": "vllm", "env": {"A": 1}}}), "targets/b/env/A: 1 is not of type 'string'"),
+    (_plan(target={"url": "http://127.0.0.1:1", "pid": 3}, targets={"b": {"engine": "sim"}}),
+     "an existing server is drilled alone"),
+    (_plan(targets={"main": {"engine": "sim"}}), "targets/main: main is the plan's own target"),
 ])
 def test_a_bad_plan_is_one_line(data, words):
     with pytest.raises(PlanError) as exc:
         plan_from_dict(data)
     assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_standard_vllm_plan_ends_with_tensor_parallel_faults_on_a_tp2_server_started_last():
+    plan = load_plan(shipped_path("standard", "vllm"))
+    tp2 = plan.targets["tp2"]
+    assert tp2.engine == "vllm" and tp2.args[-2:] == ("--tensor-parallel-size", "2")
+    assert dict(tp2.env) == {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    on = [s.on for s in plan.steps]
+    assert on == ["main"] * (len(on) - 2) + ["tp2", "tp2"]      # one start of each, main's faults first
+    stall, kill = plan.steps[-2:]
+    assert (stall.kind, stall.role, stall.rank, stall.probe) == ("stop", "worker", 1, True)
+    assert set(stall.expect.fire_any[0]) == {"alive_health_ok_no_progress", "rank_stalled", "not_serving"}
+    assert (kill.kind, kill.role, kill.rank, kill.expect.fire) == ("kill", "worker", 1, {"engine_dead": 5})
+    assert "Fourteen faults" in plan.description and len(plan.steps) == 14
+
+
+def test_an_engine_environment_goes_to_the_lab_server(tmp_path, monkeypatch):
+    from servewatch.drill.plan import Target
+    from servewatch.drill.target import LabTarget
+    from servewatch.lab import recipe
+
+    seen = {}
+
+    class Lab:
+        def server(self, log_path, **config):
+            seen.update(config)
+
+    lab = Lab()
+    lab.recipe = recipe.VLLM
+    monkeypatch.setattr(recipe, "prepare_lab", lambda _: lab)
+    LabTarget(Target(engine="vllm", env=(("VLLM_CPU_KVCACHE_SPACE", "1"),)), tmp_path)._build()
+    assert seen["extra_env"] == (("VLLM_CPU_KVCACHE_SPACE", "1"),)
+
+
+TWO_TARGETS = """
+    name: two
+    target: {engine: sim}
+    targets:
+      second: {engine: sim, sim_dialect: sglang}
+    workload: {scenario: custom, rate: 4, output_tokens: 8}
+    defaults: {warmup_s: 1, hold_s: 1, observe_s: 1}
+    faults:
+      - name: main killed
+        kind: kill
+        role: api
+      - name: second frozen
+        on: second
+        kind: stop
+        role: api
+"""
+
+
+def test_a_plan_with_two_targets_lists_both_and_the_target_of_each_fault(tmp_path, capsys):
+    path = tmp_path / "two.yaml"
+    path.write_text(textwrap.dedent(TWO_TARGETS))
+    plan = load_plan(path)
+    assert [s.on for s in plan.steps] == ["main", "second"] and plan.targets["second"].sim_dialect == "sglang"
+    assert main(["drill", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "target main: built-in simulator (vllm)" in out and "target second: built-in simulator (sglang)" in out
+    assert " 1. main killed (on main):" in out and " 2. second frozen (on second):" in out
 
 
 def test_a_plan_file_that_is_not_yaml_is_one_line_and_exit_2(tmp_path, capsys):
@@ -219,6 +288,44 @@ def test_a_short_drill_against_the_simulator_measures_and_fails_on_an_unmet_expe
     assert "killed, wrongly expected quiet" in html and "FAILED: no process_exit" in md
     for text in (html, md, json.dumps(doc)):
         assert str(tmp_path) not in text and "None" not in text.replace("null", "")
+
+
+def test_a_two_target_drill_starts_the_second_only_when_its_fault_comes_after_stopping_the_first(
+        tmp_path, monkeypatch):
+    import jsonschema
+
+    from servewatch.drill import report
+    from servewatch.drill.target import SimTarget
+
+    events = []
+    start, stop = SimTarget.start, SimTarget.stop
+
+    def started(self):
+        events.append(("start", self.dialect, [t.proc.poll() is None for t in live]))
+        live.append(self)
+        start(self)
+
+    live = []
+    monkeypatch.setattr(SimTarget, "start", started)
+    monkeypatch.setattr(SimTarget, "stop", lambda self: (events.append(("stop", self.dialect)), stop(self)))
+    path = tmp_path / "two.yaml"
+    path.write_text(textwrap.dedent(TWO_TARGETS))
+    out = tmp_path / "out"
+    assert main(["drill", str(path), "--out", str(out)]) == 0
+    # main started, killed by its last fault and not started again; stopped before the second one starts
+    assert events[:3] == [("start", "vllm", []), ("stop", "vllm"), ("start", "sglang", [False])]
+    doc = json.loads((out / "drill.json").read_text())
+    first, second = doc["faults"]
+    assert (first["target"], second["target"]) == ("main", "second")
+    assert first["restarted_by_drill_s"] is None and second["touched"][0]["signal"] == "SIGSTOP"
+    assert doc["target"]["dialect"] == "vllm" and doc["targets"]["second"]["dialect"] == "sglang"
+    assert doc["leaks"]["ok"], doc["leaks"]
+    report.validate(doc)
+    del first["target"]
+    with pytest.raises(jsonschema.ValidationError):
+        report.validate(doc)
+    md = (out / "drill.md").read_text()
+    assert "| # | fault | target |" in md and "| 2 | second frozen | second |" in md
 
 
 # -- identity across a step of the wall clock ------------------------------------------------------------
