@@ -44,8 +44,8 @@ def test_shipped_standard_plans_are_valid_with_at_least_twelve_faults_within_fif
     (_plan(target={"engine": "sim", "url": "http://127.0.0.1:1", "pid": 3}), "give either engine"),
     (_plan(faults=[{"kind": "slow_net", "params": {"delay": 5}}]), "unknown parameter 'delay'"),
     (_plan(recorder={"set": ["stall.nope=3"]}), "recorder/set"),
-    (_plan(targets={"b": {"engine": "sim"}}, faults=[{"kind": "stop", "name": "lost", "on": "c"}]),
-     "faults/0 (lost): on: unknown target 'c' (known: main, b)"),
+    (_plan(targets={"b": {"engine": "sim"}}, faults=[{"kind": "stop", "name": "lost", "target": "c"}]),
+     "faults/0 (lost): target: unknown target 'c' (known: main, b)"),
     (_plan(target={"url": "http://127.0.0.1:1", "pid": 3, "env": {"A": "1"}}), "target: env: only for a lab engine"),
     (_plan(targets={"b": {"engine": "sim", "env": {"A": "1"}}}), "targets/b: env: only for a lab engine"),
     (_plan(targets={"b": {"engine": "vllm", "env": {"A": 1}}}), "targets/b/env/A: 1 is not of type 'string'"),
@@ -103,7 +103,7 @@ TWO_TARGETS = """
         kind: kill
         role: api
       - name: second frozen
-        on: second
+        target: second
         kind: stop
         role: api
 """

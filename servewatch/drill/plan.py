@@ -77,7 +77,7 @@ class FaultStep:
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
-                "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "on": self.on}
+                "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "target": self.on}
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class Plan:
     steps: tuple[FaultStep, ...]
     probe_interval_s: float = PROBE_INTERVAL_S
     probe_deadline_s: float = PROBE_DEADLINE_S
-    targets: dict[str, Target] = field(default_factory=dict)    # the others, by name (steps say `on: NAME`)
+    targets: dict[str, Target] = field(default_factory=dict)    # the others, by name (a step says `target: NAME`)
 
     def named_targets(self) -> dict[str, Target]:
         return {"main": self.target, **self.targets}
@@ -165,28 +165,12 @@ def load_plan(path: str | Path) -> Plan:
     except OSError as exc:
         raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=_yaml_loader())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise PlanError(f"plan {Path(path).name}: not valid YAML{where}") from None
     return plan_from_dict(data, source=Path(path).name)
-
-
-def _yaml_loader():
-    """PyYAML's safe loader with YAML 1.2's booleans (true, false): YAML 1.1 reads on/off/yes/no as booleans, and a
-    fault's `on: tp2` would be the key True."""
-    import re
-
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-                                   for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                 list("tTfF"))
-    return Loader
 
 
 def plan_from_dict(data, *, source: str = "plan") -> Plan:
@@ -253,9 +237,9 @@ def _build(data: dict, source: str) -> Plan:
         except ValueError as exc:
             raise PlanError(f"{where} ({f['kind']}): {exc}") from None
         role = f.get("role", fault.default_role)
-        on = f.get("on", "main")
+        on = f.get("target", "main")
         if on not in names:
-            raise PlanError(f"{where} ({f.get('name', f['kind'])}): on: unknown target {on!r} "
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): target: unknown target {on!r} "
                             f"(known: {', '.join(names)})")
         steps.append(FaultStep(kind=f["kind"], name=f.get("name", f["kind"]), role=role, rank=f.get("rank", 0),
                                warmup_s=float(f.get("warmup_s", timing["warmup_s"])),
