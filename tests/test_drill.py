@@ -387,3 +387,31 @@ def test_the_workload_sends_through_the_recovery_window():
                                         {"kind": "stop", "observe_s": 6}]))
     assert [s.traffic_after_revert_s for s in plan.steps] == [20.0, 6.0]
     assert plan.budget_s() == (6 + 10 + 20) + (6 + 10 + 6)
+
+
+def test_a_fault_counts_from_its_signal_not_from_when_the_drill_began_injecting(monkeypatch):
+    # On a busy 2-core machine the drill was frozen ~9 s between deciding to stop a worker and the signal:
+    # stamped before, the 12 s hold was 3 s and detection counted 9 s too early.
+    import signal as signals
+    from types import SimpleNamespace
+
+    from servewatch.drill import run as drill_run
+
+    clock = [1000.0]
+    monkeypatch.setattr(drill_run.time, "time", lambda: clock[0])
+    proc = SimpleNamespace(pid=4242, title="VLLM::Worker", role="worker", rank=0)
+
+    def send(p, sig):
+        clock[0] += 9.0             # proving and signalling, with the drill not scheduled meanwhile
+
+    target = SimpleNamespace(url="http://127.0.0.1:1", host="127.0.0.1", port=1, spec=SimpleNamespace(max_model_len=2048),
+                             member=lambda role, rank: (proc, ""), send=send)
+    result = drill_run.StepResult(index=1, kind="stop", name="worker stall")
+    result.injected_at = clock[0]
+    ctx = drill_run.Context(target, SimpleNamespace(), result, SimpleNamespace(model="tiny"))
+    ctx.signal("worker", 0, signals.SIGSTOP)
+    assert result.injected_at == 1009.0
+    assert result.notes == ["the signal went out 9.0 s after the drill began injecting (the drill was not "
+                            "scheduled meanwhile); times count from the signal"]
+    ctx.signal("worker", 0, signals.SIGCONT)          # a second signal of the same fault moves nothing
+    assert result.injected_at == 1009.0 and len(result.touched) == 2
