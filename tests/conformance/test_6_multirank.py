@@ -15,9 +15,9 @@ import psutil
 import pytest
 from lab_cli import Watcher, assert_bundles_verify
 from lab_observations import log_excerpt
-from lab_scrape import describe_wait, health_over, scrape, wait_for_steady_progress
+from lab_scrape import health_over
 from lab_servers import start_ready
-from lab_signals import status_within
+from lab_signals import status_within, wait_for_running_streams
 from lab_traffic import Traffic
 
 from servewatch.detectors import registry
@@ -141,9 +141,9 @@ def test_tp1_stopped_under_four_streams_is_a_verdict_naming_tp_rank_1_while_heal
     worker = pid_titled(tp2, "VLLM::Worker_TP1")
     out = run_dir / "bundles"
     with Watcher(tp2.url, out, pid=tp2.pid, interval=INTERVAL, extra=PROBE_ARGS) as watcher:
+        sent_at = time.monotonic()
         traffic = Traffic(tp2.url, n=8, concurrency=4, max_tokens=1500, timeout_s=400).start()
-        moving = wait_for_steady_progress(tp2.url, span_s=1.5)
-        assert moving is not None, f"the streams never kept generating: {describe_wait()}"
+        wait_for_running_streams(tp2.url, since=sent_at, what="the streams")
         os.kill(worker, signal.SIGSTOP)
         stopped_at = time.monotonic()
         try:
@@ -296,9 +296,9 @@ def test_guard_on_tp2_dumps_both_ranks_names_the_stopped_one_and_kills_the_tree(
         guarded.wait_ready()
         server = type("Tree", (), {"pid": guarded.proc.pid})
         worker = pid_titled(server, "VLLM::Worker_TP1")
+        sent_at = time.monotonic()
         traffic = Traffic(guarded.url, n=8, concurrency=4, max_tokens=1500, timeout_s=400).start()
-        moving = wait_for_steady_progress(guarded.url, span_s=1.5)
-        assert moving is not None, f"the streams never kept generating: {describe_wait()}"
+        wait_for_running_streams(guarded.url, since=sent_at, what="the streams")
         os.kill(worker, signal.SIGSTOP)
         stopped_at = time.monotonic()
         code = guarded.proc.wait(timeout=90)          # a fence only: the bounds are asserted below
