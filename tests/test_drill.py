@@ -52,6 +52,9 @@ def test_shipped_standard_plans_are_valid_with_at_least_twelve_faults_within_fif
     (_plan(target={"url": "http://127.0.0.1:1", "pid": 3}, targets={"b": {"engine": "sim"}}),
      "an existing server is drilled alone"),
     (_plan(targets={"main": {"engine": "sim"}}), "targets/main: main is the plan's own target"),
+    (_plan(faults=[{"kind": "quiet", "params": {"traffic": 1}}]), "parameter 'traffic' must be true or false"),
+    (_plan(faults=[{"kind": "stop", "name": "n", "expect": {"names": ["TP rank 1"]}}]),
+     "faults/0 (n): expect/names: says what the verdict of fire or fire_any must name"),
 ])
 def test_a_bad_plan_is_one_line(data, words):
     with pytest.raises(PlanError) as exc:
@@ -415,3 +418,80 @@ def test_a_fault_counts_from_its_signal_not_from_when_the_drill_began_injecting(
                             "scheduled meanwhile); times count from the signal"]
     ctx.signal("worker", 0, signals.SIGCONT)          # a second signal of the same fault moves nothing
     assert result.injected_at == 1009.0 and len(result.touched) == 2
+
+
+# -- nothing injected, and the verdict naming where --------------------------------------------------------
+
+QUIET_AND_NAMED = """
+    name: quiet and named
+    target: {engine: sim}
+    workload: {scenario: custom, rate: 4, output_tokens: 32}
+    defaults: {warmup_s: 2, hold_s: 5, observe_s: 2}
+    faults:
+      - name: idle
+        kind: quiet
+        expect: {no_verdict: true}
+      - name: steady
+        kind: quiet
+        params: {traffic: true}
+        expect: {no_incident: true, max_error_rate: 0}
+      - name: frozen
+        kind: stop
+        role: api
+        hold_s: 9
+        expect:
+          fire: {health_loss: 9}
+          names: ["{title}", "{pid}"]
+"""
+
+
+def test_quiet_steps_send_traffic_only_when_asked_and_names_are_read_from_the_verdict(tmp_path):
+    path = tmp_path / "plan.yaml"
+    path.write_text(textwrap.dedent(QUIET_AND_NAMED))
+    out = tmp_path / "out"
+    main(["drill", str(path), "--out", str(out)])
+    doc = json.loads((out / "drill.json").read_text())
+    idle, steady, frozen = doc["faults"]
+    assert idle["met"] and idle["impact"]["requests"] == 0 and idle["touched"] == []
+    assert steady["met"] and steady["impact"]["requests"] > 0
+    assert "nothing (idle)" in (out / "drill.md").read_text()
+    assert "health_loss" in frozen["detected"] and frozen["explained"]["health_loss"]
+    named = [c for c in frozen["checks"] if c["expectation"].startswith("the verdict names")][0]
+    pid = frozen["touched"][0]["pid"]
+    assert str(pid) in named["expectation"] and "{pid}" not in named["expectation"]
+    # what the check read is the verdict's own explanation, whichever way it came out
+    assert named["observed"].startswith("health_loss: ")
+    assert named["met"] == all(w in frozen["explained"]["health_loss"] for w in (str(pid), frozen["touched"][0]["title"]))
+
+
+def test_the_names_check_substitutes_the_signalled_process_and_fails_on_a_missing_word():
+    from servewatch.drill.expect import check
+    from servewatch.drill.plan import Expect
+    from servewatch.drill.run import StepResult
+
+    result = StepResult(index=1, kind="stop", name="s", detected={"rank_stalled": 4.0, "engine_dead": 9.0},
+                        explained={"rank_stalled": "TP rank 1 of 2 (VLLM::Worker_TP1, pid 4242) stopped 4.0 s",
+                                   "engine_dead": "gone"},
+                        touched=[{"pid": 4242, "title": "VLLM::Worker_TP1", "role": "worker", "rank": 1,
+                                  "signal": "SIGSTOP"}])
+    ok = check(Expect(fire_any=(("engine_dead", "rank_stalled"), 5.0), names=("TP rank 1 of 2", "({title}, pid {pid})")),
+               result)
+    assert [c["met"] for c in ok] == [True, True]
+    assert "(VLLM::Worker_TP1, pid 4242)" in ok[1]["expectation"]
+    bad = check(Expect(fire={"rank_stalled": 5.0}, names=("TP rank 0 of 2",)), result)
+    assert bad[1] == {"expectation": "the verdict names “TP rank 0 of 2”", "met": False,
+                      "observed": "rank_stalled: TP rank 1 of 2 (VLLM::Worker_TP1, pid 4242) stopped 4.0 s"}
+    result.fired_before = ["histogram_blind"]
+    silent = check(Expect(no_verdict=True), result)
+    assert silent == [{"expectation": "no verdict at all", "met": False,
+                       "observed": "engine_dead, histogram_blind, rank_stalled"}]
+    none = check(Expect(fire={"not_serving": 5.0}, names=("x",)), result)
+    assert none[1]["met"] is False and none[1]["observed"] == "no such verdict fired"
+
+
+def test_a_prober_interrupted_before_it_started_stops_without_an_error():
+    """^C while the recorder was starting: the step's cleanup stops a prober that never started (it raised
+    "cannot join thread before it is started" out of the drill, a traceback instead of its report)."""
+    prober = M.Prober("http://127.0.0.1:9")
+    prober.stop()
+    assert prober.answers == []

@@ -55,6 +55,15 @@ def test_slot_limit_read_from_the_command_line_and_dropped(child):
     assert slot_limit_from_argv(["x", "--max-num-seqs", "abc"]) is None
 
 
+def test_a_slot_limit_given_twice_is_the_last_one_as_the_engines_argparse_reads_it():
+    """A lab or wrapper that passes its default and then the user's value (`--max-num-seqs 16 ...
+    --max-num-seqs 4`, as a drill plan's args did): the engine runs with 4, and the overload verdict read
+    16 ("running 4 below its limit (16) ... nothing is admitted though there is room")."""
+    assert slot_limit_from_argv(["vllm", "serve", "--max-num-seqs", "16", "--max-num-seqs=4"]) == 4
+    assert slot_limit_from_argv(["x", "--max-running-requests", "8", "--max-running-requests", "2"]) == 2
+    assert slot_limit_from_argv(["x", "--max-num-seqs", "8", "--max-num-seqs", "abc"]) == 8
+
+
 def test_stopped_member_is_reported(child):
     probe = PsutilProbe(os.getpid())
     os.kill(child.pid, signal.SIGSTOP)

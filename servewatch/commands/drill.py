@@ -102,7 +102,7 @@ def dry_run(plan) -> int:
     print(f"plan: {plan.name}" + (f" — {plan.description}" if plan.description else ""))
     for name, target in plan.named_targets().items():
         print(f"target{' ' + name if plan.targets else ''}: {target.describe()}")
-    print(f"workload: {', '.join(f'{k} {v}' for k, v in sorted(plan.workload.items()))}")
+    print(f"workload: {_workload_words(plan.workload)}")
     print(f"recorder: every {plan.interval_s:g} s" + (f", {', '.join(plan.settings)}" if plan.settings else ""))
     processes = None
     if plan.target.existing:
@@ -127,7 +127,8 @@ def dry_run(plan) -> int:
             if processes is not None:
                 chosen = [p for p in processes if p.role == step.role and p.rank == step.rank] or processes[:1]
                 aim += f" (pid {chosen[0].pid}, {chosen[0].title})"
-        extra = fault.touches()
+        extra = "; ".join(filter(None, (fault.touches(), step.workload is not None
+                                        and f"workload {_workload_words(step.workload)}")))
         expect = step.expect.to_json()
         probe = (f"; the recorder asks for one token when its counters stand still (every "
                  f"{plan.probe_interval_s:g} s at most)" if step.probe else "")
@@ -139,6 +140,10 @@ def dry_run(plan) -> int:
     return 0
 
 
+def _workload_words(workload: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(workload.items()))
+
+
 def _expect_words(expect: dict) -> str:
     parts = [f"{v} within {s:g} s" for v, s in expect.get("fire", {}).items()]
     if "fire_any" in expect:
@@ -146,6 +151,10 @@ def _expect_words(expect: dict) -> str:
     parts += [f"no {v}" for v in expect.get("not_fire", [])]
     if expect.get("no_incident"):
         parts.append("no incident verdict")
+    if expect.get("no_verdict"):
+        parts.append("no verdict at all")
+    if expect.get("names"):
+        parts.append("the verdict names " + "; ".join(f"\u201c{w}\u201d" for w in expect["names"]))
     if "health" in expect:
         parts.append("/health stays 200" if expect["health"] == "ok" else "/health fails")
     if "max_error_rate" in expect:

@@ -29,6 +29,11 @@ def check(expect, result) -> list[dict]:
     if expect.no_incident:
         incidents = sorted(n for n in detected if registry.is_incident(n))
         add("no incident verdict", not incidents, ", ".join(incidents) or "none")
+    if expect.no_verdict:
+        seen = sorted({*detected, *result.fired_before})
+        add("no verdict at all", not seen, ", ".join(seen) or "none")
+    if expect.names:
+        add(*_names(expect, result))
     if expect.health != "any":
         answers = result.health
         failing = sum(n for k, n in answers.items() if k != "200")
@@ -46,6 +51,9 @@ def check(expect, result) -> list[dict]:
         add(f"a good request within {expect.recover_within_s:g} s after the fault",
             took is not None and took <= expect.recover_within_s,
             "no good request after the fault" if took is None else f"after {took:g} s")
+    written, verified = result.bundles.get("written", 0), result.bundles.get("verified", 0)
+    if expect.bundle_write_fails is None and written:      # a full disk may leave bundles half written
+        add("every bundle written verifies", verified == written, f"{verified} of {written} verified")
     if expect.bundle_write_fails is not None:
         failures = result.bundles.get("write_failures", 0)
         add("the recorder reports bundles it could not write" if expect.bundle_write_fails
@@ -58,3 +66,21 @@ def describe_answers(answers: dict[str, int]) -> str:
     if not answers:
         return "no probe in the window"
     return ", ".join(f"{k} x{n}" for k, n in sorted(answers.items(), key=lambda kv: -kv[1]))
+
+
+def _names(expect, result) -> tuple[str, bool, str]:
+    """The verdict that met fire / fire_any (the first of them to fire) says each of expect.names in its
+    explanation; {pid} and {title} stand for the first process the fault signalled."""
+    touched = result.touched[0] if result.touched else {}
+    wanted = [text.replace("{pid}", str(touched.get("pid", "?"))).replace("{title}", str(touched.get("title", "?")))
+              for text in expect.names]
+    what = "the verdict names " + "; ".join(f"\u201c{w}\u201d" for w in wanted)
+    candidates = [*expect.fire, *(expect.fire_any[0] if expect.fire_any else ())]
+    fired = sorted((result.detected[v], v) for v in candidates if v in result.detected)
+    if not fired:
+        return what, False, "no such verdict fired"
+    verdict = fired[0][1]
+    why = result.explained.get(verdict, "")
+    missing = [w for w in wanted if w not in why]
+    shown = why if len(why) <= 600 else why[:597] + "..."
+    return what, not missing, f"{verdict}: {shown}" if why else f"{verdict}: no explanation recorded"

@@ -60,7 +60,8 @@ class Prober:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=PROBE_PERIOD_S + 1)
+        if self._thread.ident is not None:     # started (a ^C can come between the recorder and the prober)
+            self._thread.join(timeout=PROBE_PERIOD_S + 1)
         self._pool.shutdown(wait=True)
         self.answers.sort(key=lambda a: a.t)
 
@@ -88,6 +89,7 @@ class VerdictEvent:
     t: float                 # epoch seconds the recorder concluded it (fired) or saw it end (cleared)
     onset: float
     bundle: str | None = None
+    why: str = ""            # the verdict's explanation (fired lines): which engine, which rank, which process
 
 
 def _epoch(text: str) -> float:
@@ -98,7 +100,7 @@ def parse_watch_line(line: str) -> VerdictEvent | None:
     try:
         data = json.loads(line)
         return VerdictEvent(data["event"], data["verdict"], _epoch(data["t"]), _epoch(data["onset"]),
-                            data.get("bundle"))
+                            data.get("bundle"), str(data.get("why") or ""))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -275,6 +277,15 @@ def detections(events: list[VerdictEvent], injected: float) -> dict[str, float]:
     for e in sorted(events, key=lambda e: e.t):
         if e.event == "fired" and e.t >= injected and e.verdict not in out:
             out[e.verdict] = round(e.t - injected, 2)
+    return out
+
+
+def explanations(events: list[VerdictEvent], injected: float) -> dict[str, str]:
+    """verdict -> what its first firing at or after the injection said (the `detections` firing)."""
+    out: dict[str, str] = {}
+    for e in sorted(events, key=lambda e: e.t):
+        if e.event == "fired" and e.t >= injected and e.verdict not in out:
+            out[e.verdict] = e.why
     return out
 
 

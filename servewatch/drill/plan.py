@@ -29,6 +29,8 @@ class Expect:
     fire_any: tuple[tuple[str, ...], float] | None = None         # one of these within S
     not_fire: tuple[str, ...] = ()                               # must not fire from injection to the end
     no_incident: bool = False                                    # no incident verdict at all after injection
+    no_verdict: bool = False                                     # no verdict of any kind, warm-up included
+    names: tuple[str, ...] = ()                                  # said by the verdict that met fire / fire_any
     health: str = "any"                                          # ok | failing | any, while the fault holds
     max_error_rate: float | None = None                          # failed / sent in the step
     recover_within_s: float | None = None                        # first good request after the fault ends
@@ -44,6 +46,10 @@ class Expect:
             out["not_fire"] = list(self.not_fire)
         if self.no_incident:
             out["no_incident"] = True
+        if self.no_verdict:
+            out["no_verdict"] = True
+        if self.names:
+            out["names"] = list(self.names)
         if self.health != "any":
             out["health"] = self.health
         for key in ("max_error_rate", "recover_within_s", "bundle_write_fails"):
@@ -65,6 +71,7 @@ class FaultStep:
     expect: Expect
     probe: bool = False          # the recorder asks the server for one token when its counters stand still
     on: str = "main"             # the plan's target it runs on (`target:` is main, `targets:` names the others)
+    workload: dict | None = None # this fault's workload instead of the plan's
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -77,7 +84,8 @@ class FaultStep:
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
-                "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "target": self.on}
+                "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "target": self.on,
+                **({"workload": self.workload} if self.workload is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -226,9 +234,13 @@ def _build(data: dict, source: str) -> Plan:
         if unknown:
             raise PlanError(f"{where}: unknown verdict(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         fire_any = e.get("fire_any")
+        if e.get("names") and not (e.get("fire") or fire_any):
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/names: says what the verdict of fire or "
+                            f"fire_any must name; give one of those")
         expect = Expect(fire=dict(e.get("fire", {})),
                         fire_any=(tuple(fire_any["verdicts"]), float(fire_any["within_s"])) if fire_any else None,
                         not_fire=tuple(e.get("not_fire", ())), no_incident=bool(e.get("no_incident", False)),
+                        no_verdict=bool(e.get("no_verdict", False)), names=tuple(e.get("names", ())),
                         health=e.get("health", "any"), max_error_rate=e.get("max_error_rate"),
                         recover_within_s=e.get("recover_within_s"), bundle_write_fails=e.get("bundle_write_fails"))
         params = dict(f.get("params", {}))
@@ -246,7 +258,8 @@ def _build(data: dict, source: str) -> Plan:
                                hold_s=float(f.get("hold_s", timing["hold_s"])),
                                observe_s=float(f.get("observe_s", timing["observe_s"])),
                                params=params, expect=expect,
-                               probe=bool(f.get("probe", recorder.get("probe", False))), on=on))
+                               probe=bool(f.get("probe", recorder.get("probe", False))), on=on,
+                               workload=dict(f["workload"]) if "workload" in f else None))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     return Plan(name=data["name"], description=data.get("description", ""), target=target, workload=workload,
                 interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps),

@@ -36,6 +36,7 @@ class StepResult:
     reverted_at: float | None = None
     not_run: str | None = None
     detected: dict[str, float] = field(default_factory=dict)
+    explained: dict[str, str] = field(default_factory=dict)   # verdict -> its explanation (the detected firing)
     fired_before: list[str] = field(default_factory=list)   # verdicts concluded before the injection
     health: dict[str, int] = field(default_factory=dict)
     models: dict[str, int] = field(default_factory=dict)
@@ -202,7 +203,8 @@ class DrillRun:
         url = ctx.proxy.url if ctx.proxy is not None else self.target.url
         step = ctx.step
         timeout = step.hold_s + step.observe_s + 10.0
-        workload = M.Workload(url, self.model, self.plan.workload, duration_s=duration_s, after_s=after_s,
+        spec = step.workload if step.workload is not None else self.plan.workload
+        workload = M.Workload(url, self.model, spec, duration_s=duration_s, after_s=after_s,
                               request_timeout_s=timeout, seed=ctx.result.index).start()
         self.workloads.append(workload)
         ctx.workload = workload
@@ -307,6 +309,7 @@ class DrillRun:
         injected, reverted = result.injected_at, result.reverted_at or result.injected_at
         events, probes = watcher.events, prober.answers
         result.detected = M.detections(events, injected)
+        result.explained = M.explanations(events, injected)
         result.fired_before = sorted({e.verdict for e in events if e.event == "fired" and e.t < injected})
         result.health = M.health_during(probes, injected, reverted)
         result.models = M.health_during(probes, injected, reverted, path="/v1/models")

@@ -52,7 +52,10 @@ def title_of(proc) -> str:
 
 
 def slot_limit_from_argv(argv: list[str]) -> int | None:
+    """The engine's slot limit flag from its command line; given more than once, the last (argparse's
+    reading, the engine's own)."""
     flags = [d.slot_limit_flag for d in dialects.registered() if d.slot_limit_flag]
+    found = None
     for i, arg in enumerate(argv):
         for flag in flags:
             value = None
@@ -61,8 +64,8 @@ def slot_limit_from_argv(argv: list[str]) -> int | None:
             elif arg.startswith(flag + "="):
                 value = arg[len(flag) + 1:]
             if value is not None and value.isdigit() and int(value) > 0:
-                return int(value)
-    return None
+                found = int(value)
+    return found
 
 
 class PsutilProbe:

@@ -1,7 +1,7 @@
-"""Multi-rank truth on real vLLM CPU engines: tensor parallel 2 (idle: no verdict; the TP1 worker stopped
-under four streams: a verdict naming TP rank 1 while /health says 200; stopped while idle and then sent four
-streams: rank_stalled naming it; the TP1 worker killed: engine_dead naming the rank) and data parallel 2 (the worker of DP rank 1 stopped under load: the
-stall on engine=1 naming DP rank 1). The TP tests run in file order on one server; the kill ends it."""
+"""Multi-rank truth on real vLLM CPU engines beyond the drill plan (plans/multirank-vllm.yaml holds the TP=2 idle,
+steady-load, stop and kill cases): data parallel 2 (the worker of DP rank 1 stopped under load: the stall on
+engine=1 naming DP rank 1, with a retry when the stop found engine 1's gauges idle) and guard around a TP=2
+engine (stacks of both ranks, the stopped one named, the tree killed)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,19 @@ import urllib.request
 
 import psutil
 import pytest
-from lab_cli import Watcher, assert_bundles_verify
+from lab_cli import Watcher
 from lab_observations import log_excerpt
 from lab_scrape import health_over
 from lab_servers import start_ready
-from lab_signals import status_within, wait_for_running_streams
+from lab_signals import wait_for_running_streams
 from lab_traffic import Traffic
 
-from servewatch.detectors import registry
 from servewatch.sources.probe import URGENT_DEADLINE_S
 from servewatch.sources.process import title_of
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 RANK_ENV = (("VLLM_CPU_OMP_THREADS_BIND", "0|1"), ("VLLM_CPU_KVCACHE_SPACE", "1"))
-# CI watches the idle TP=2 server for five minutes (SERVEWATCH_MULTIRANK_IDLE_S=45 for a quicker local run)
-IDLE_S = float(os.environ.get("SERVEWATCH_MULTIRANK_IDLE_S", "300"))
-# and loads it steadily for two (SERVEWATCH_MULTIRANK_LOAD_S=60).
-LOAD_S = float(os.environ.get("SERVEWATCH_MULTIRANK_LOAD_S", "120"))
 INTERVAL = 0.5
 # Routine probes as `serve` runs them; the process view asks at once with the urgent 3 s deadline.
 PROBE_ARGS = ("--probe", "--probe-interval", "30", "--probe-deadline", "10")
@@ -58,14 +53,6 @@ def pid_titled(server, title: str, parent_title: str | None = None) -> int:
     raise AssertionError(f"no {title} under {parent_title or 'the server'}: {sorted(n for n, _ in tree.values())}")
 
 
-def cpu_percent_over(pids: list[int], seconds: float) -> dict[int, float]:
-    procs = {pid: psutil.Process(pid) for pid in pids}
-    for proc in procs.values():
-        proc.cpu_percent(None)
-    time.sleep(seconds)   # a measurement span, not synchronisation
-    return {pid: proc.cpu_percent(None) for pid, proc in procs.items()}
-
-
 def engine_gauges(url: str) -> dict[str, tuple[float, float]]:
     """engine label -> (running, waiting) from one /metrics read."""
     with urllib.request.urlopen(url + "/metrics", timeout=15) as response:
@@ -75,157 +62,6 @@ def engine_gauges(url: str) -> dict[str, tuple[float, float]]:
                                           text, re.M):
         out.setdefault(engine, [0.0, 0.0])[0 if name == "running" else 1] = float(value)
     return {k: (v[0], v[1]) for k, v in out.items()}
-
-
-@pytest.fixture(scope="module")
-def tp2(lab):
-    server = start_ready(lab, "tp2", max_num_seqs=4, extra_args=("--tensor-parallel-size", "2"), extra_env=RANK_ENV)
-    yield server
-    server.stop()
-    lab.obs.save_text("tp2_server.log", log_excerpt(server.log_text(), max_lines=600))
-
-
-def test_tp2_idle_with_spinning_workers_gives_no_verdict(lab, tp2, run_dir):
-    workers = [pid_titled(tp2, "VLLM::Worker_TP0"), pid_titled(tp2, "VLLM::Worker_TP1")]
-    core = pid_titled(tp2, "VLLM::EngineCore")
-    idle_cpu = cpu_percent_over([core, *workers], 3.0)
-    watcher = Watcher(tp2.url, run_dir / "bundles", pid=tp2.pid, interval=INTERVAL,
-                      extra=("--duration", f"{IDLE_S:g}", *PROBE_ARGS))
-    with watcher:
-        code = watcher.proc.wait(timeout=IDLE_S + 60)
-    assert code == 0, f"watch exited {code}: {watcher.describe()}"
-    assert watcher.verdicts() == [], [v.data for v in watcher.verdicts()]
-    lab.obs.record("tp2_idle", {"idle_s": IDLE_S, "cpu_percent": {"engine_core": idle_cpu[core],
-                                                                   "worker_tp0": idle_cpu[workers[0]],
-                                                                   "worker_tp1": idle_cpu[workers[1]]}})
-    lab.obs.say(f"TP=2 idle {IDLE_S:g} s under watch --probe: no verdict; idle CPU EngineCore "
-                f"{idle_cpu[core]:.0f} %, Worker_TP0 {idle_cpu[workers[0]]:.0f} %, Worker_TP1 {idle_cpu[workers[1]]:.0f} %")
-
-
-def test_tp2_steady_load_gives_no_verdict(lab, tp2, run_dir):
-    """`servewatch load --scenario normal` against the TP=2 engine for LOAD_S while watch (with the probe)
-    records it: every rank busy, no incident verdict; the load's own records say what it served."""
-    import json
-    import subprocess
-
-    from lab_cli import SERVEWATCH
-
-    out = run_dir / "steady-load"
-    watcher = Watcher(tp2.url, run_dir / "steady-bundles", pid=tp2.pid, interval=INTERVAL,
-                      extra=("--duration", f"{LOAD_S + 10:g}", *PROBE_ARGS))
-    with watcher:
-        load = subprocess.run([*SERVEWATCH, "load", tp2.url, "--scenario", "normal", "--duration", f"{LOAD_S:g}",
-                               "--out", str(out)], capture_output=True, text=True, timeout=LOAD_S + 240)
-        code = watcher.proc.wait(timeout=LOAD_S + 120)
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
-    lab.obs.record("tp2_steady_load", {"load_s": LOAD_S, "summary": {k: summary.get(k) for k in
-                                                                    ("requests", "ok", "errors", "tokens_out")}})
-    lab.obs.say(f"TP=2 steady load ({LOAD_S:g} s of `load --scenario normal`: {summary.get('ok')} of "
-                f"{summary.get('requests')} requests ok, {summary.get('tokens_out')} tokens) under watch --probe: "
-                f"verdicts {sorted({v.name for v in watcher.verdicts()})}; load exit {load.returncode}")
-    assert load.returncode == 0, load.stderr[-2000:]
-    assert code == 0, f"watch exited {code}: {watcher.describe()}"
-    # histogram_blind (info, not an incident) is the truth about this engine's ITL buckets under load (99 %
-    # of a CPU engine's inter-token times fall in the first 10 ms bucket); nothing else may fire.
-    alarms = [v.data for v in watcher.verdicts() if registry.is_incident(v.name)]
-    assert alarms == [], alarms
-
-
-def names_tp1(data: dict) -> bool:
-    return "TP rank 1 of 2 (VLLM::Worker_TP1, pid " in data.get("why", "")
-
-
-def test_tp1_stopped_under_four_streams_is_a_verdict_naming_tp_rank_1_while_health_is_200(lab, tp2, run_dir):
-    """A stop that lands mid-batch leaves the gauges at the running streams: the stall verdict, naming the
-    rank; one that lands before the step's stats were published reads idle: rank_stalled. Either names it."""
-    worker = pid_titled(tp2, "VLLM::Worker_TP1")
-    out = run_dir / "bundles"
-    with Watcher(tp2.url, out, pid=tp2.pid, interval=INTERVAL, extra=PROBE_ARGS) as watcher:
-        sent_at = time.monotonic()
-        traffic = Traffic(tp2.url, n=8, concurrency=4, max_tokens=1500, timeout_s=400).start()
-        wait_for_running_streams(tp2.url, since=sent_at, what="the streams")
-        os.kill(worker, signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        try:
-            assert status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0) == psutil.STATUS_STOPPED
-            frozen = engine_gauges(tp2.url)
-            named = None
-            for name in ("rank_stalled", "alive_health_ok_no_progress"):
-                named = named or watcher.wait_for(name, timeout_s=20, after=stopped_at, where=names_tp1)
-            statuses = health_over(tp2.url, 1.0)
-            streams_done_while_stopped = traffic.done.is_set()
-        finally:
-            os.kill(worker, signal.SIGCONT)
-        finished = traffic.wait(400)
-        seen = sorted({v.name for v in watcher.verdicts(after=stopped_at)})
-    detected = None if named is None else round(named.arrived - stopped_at, 2)
-    lab.obs.record("tp2_stop_under_load", {"gauges_while_stopped": frozen, "health": sorted(set(map(str, statuses))),
-                                           "verdict": None if named is None else named.name, "detected_s": detected,
-                                           "why": None if named is None else named.data["why"], "verdicts": seen,
-                                           "streams": traffic.result.statuses})
-    lab.obs.say(f"TP=2 Worker_TP1 SIGSTOP under 4 streams: gauges (running, waiting) {frozen}, /health "
-                f"{sorted(set(map(str, statuses)))}; {None if named is None else named.name} after {detected} s: "
-                f"{None if named is None else named.data['why']}; verdicts {seen}")
-    assert named is not None, f"no verdict naming TP rank 1; {watcher.describe()}"
-    assert named.arrived - stopped_at <= RANK_STALLED_BOUND_S, f"{named.name} after {detected} s"
-    assert set(statuses) == {200}, statuses
-    assert not streams_done_while_stopped
-    assert finished and set(traffic.result.statuses) == {200}, traffic.result
-    assert_bundles_verify(out)
-
-
-def test_tp1_stopped_while_idle_then_four_streams_is_rank_stalled_naming_tp_rank_1(lab, tp2, run_dir):
-    """The stall that reads as idle: the rank stopped before the step that takes the streams publishes its
-    stats; the gauges stay at 0 running, 0 waiting, /health 200, and every stream hangs."""
-    worker = pid_titled(tp2, "VLLM::Worker_TP1")
-    out = run_dir / "bundles"
-    with Watcher(tp2.url, out, pid=tp2.pid, interval=INTERVAL, extra=PROBE_ARGS) as watcher:
-        os.kill(worker, signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        try:
-            assert status_within(worker, psutil.STATUS_STOPPED, timeout_s=2.0) == psutil.STATUS_STOPPED
-            traffic = Traffic(tp2.url, n=4, concurrency=4, max_tokens=64, timeout_s=300).start()
-            named = watcher.wait_for("rank_stalled", timeout_s=30, after=stopped_at)
-            frozen = engine_gauges(tp2.url)
-            statuses = health_over(tp2.url, 1.0)
-            streams_done_while_stopped = traffic.done.is_set()
-        finally:
-            os.kill(worker, signal.SIGCONT)
-        finished = traffic.wait(300)
-        seen = sorted({v.name for v in watcher.verdicts(after=stopped_at)})
-    detected = None if named is None else round(named.arrived - stopped_at, 2)
-    lab.obs.record("tp2_stop_idle", {"gauges_while_stopped": frozen, "health": sorted(set(map(str, statuses))),
-                                     "rank_stalled_s": detected, "why": None if named is None else named.data["why"],
-                                     "verdicts": seen, "streams": traffic.result.statuses})
-    lab.obs.say(f"TP=2 Worker_TP1 SIGSTOP while idle, then 4 streams: gauges (running, waiting) {frozen}, /health "
-                f"{sorted(set(map(str, statuses)))}; rank_stalled after {detected} s: "
-                f"{None if named is None else named.data['why']}; verdicts {seen}")
-    assert named is not None, f"no rank_stalled; {watcher.describe()}"
-    assert names_tp1(named.data), named.data["why"]
-    assert detected <= RANK_STALLED_BOUND_S, f"rank_stalled after {detected} s"
-    assert set(statuses) == {200}, statuses
-    assert not streams_done_while_stopped
-    assert finished and set(traffic.result.statuses) == {200}, traffic.result
-    assert_bundles_verify(out)
-
-
-def test_tp1_killed_is_engine_dead_naming_the_rank(lab, tp2, run_dir):
-    worker = pid_titled(tp2, "VLLM::Worker_TP1")
-    with Watcher(tp2.url, run_dir / "bundles", pid=tp2.pid, interval=INTERVAL, log_file=tp2.log_path) as watcher:
-        os.kill(worker, signal.SIGKILL)
-        killed_at = time.monotonic()
-        dead = watcher.wait_for("engine_dead", timeout_s=30, after=killed_at)
-    lab.obs.record("tp2_kill", {"engine_dead_s": None if dead is None else round(dead.arrived - killed_at, 2),
-                                "why": None if dead is None else dead.data["why"]})
-    lab.obs.say(f"TP=2 Worker_TP1 SIGKILL: engine_dead after "
-                f"{'never' if dead is None else f'{dead.arrived - killed_at:.1f} s'}: "
-                f"{None if dead is None else dead.data['why']}")
-    assert dead is not None, f"no engine_dead; {watcher.describe()}"
-    # Named from the process view (the rank gone) or, when vLLM's own death line is read first (seen in
-    # CI), from that line: its executor's worker rank 1 is TP rank 1 here (with the exit code when the line
-    # carries one: a real run's line did not).
-    why = dead.data["why"]
-    assert "TP rank 1 of 2 (VLLM::Worker_TP1, pid " in why or "(Worker proc died unexpectedly: worker rank 1" in why, why
 
 
 def test_dp2_worker_of_dp_rank_1_stopped_is_a_stall_on_engine_1_naming_dp_rank_1(lab, run_dir):

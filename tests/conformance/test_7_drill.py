@@ -1,6 +1,7 @@
-"""The conformance suite on the drill harness: a short plan (tests/conformance/plans/short-ENGINE.yaml, one
-start of the lab engine, three or four faults) run by `servewatch drill` exactly as a user runs it, every
-expectation met — the drill's exit status and its drill.json agree, and nothing leaked. A new real-engine
+"""The conformance suite on the drill harness: each plan in tests/conformance/plans/ (short-vllm and short-sglang:
+one start of the lab engine and its faults, and a DP=2 SGLang for the last; multirank-vllm: a TP=2 vLLM idle,
+under steady load, and its rank 1 stopped and killed) run by `servewatch drill` exactly as a user runs it, every
+expectation met — the drill's exit status and its drill.json agree, and nothing leaked. A new real-engine fault
 case is an entry in such a plan, not new code: starting, injecting and measuring live in servewatch.drill.
 
 Time: the start of the lab engine is measured (the drill says "/health 200 after X s" as soon as it is up)
@@ -36,16 +37,21 @@ STEP_OVERHEAD_S = 15.0
 START_MARGIN_S = 30.0        # before the start is timed: the lab venv and model found; after a failed start: its teardown
 END_MARGIN_S = 30.0          # the last fault's engine stopped, the leak check, the report written
 READY_LINE = re.compile(r"/health 200 after ([\d.]+) s")
+TARGET_LINE = re.compile(r"servewatch drill: target( main)?: ")    # the first target up ("main" when a plan names more)
 
 
 def after_start_bound(plan) -> float:
-    """Seconds the drill may take once its engine is up: every fault's windows plus STEP_OVERHEAD_S, and a
-    start again (bounded by ready_timeout_s) after each fault that takes the server down before the last."""
+    """Seconds the drill may take once its engine is up: every fault's windows plus STEP_OVERHEAD_S, a start
+    again (bounded by its ready_timeout_s) after each fault that takes its server down before the last on
+    that server, and the first start of every other target."""
     windows = sum(s.warmup_s + s.hold_s + s.traffic_after_revert_s + STEP_OVERHEAD_S for s in plan.steps)
     from servewatch.drill.faults import FAULTS
 
-    restarts = sum(1 for s in plan.steps[:-1] if FAULTS[s.kind].takes_server_down)
-    return windows + restarts * plan.target.ready_timeout_s + END_MARGIN_S
+    targets = plan.named_targets()
+    restarts = sum(targets[s.on].ready_timeout_s for i, s in enumerate(plan.steps)
+                   if FAULTS[s.kind].takes_server_down and any(later.on == s.on for later in plan.steps[i + 1:]))
+    others = sum(t.ready_timeout_s for t in plan.targets.values())
+    return windows + restarts + others + END_MARGIN_S
 
 
 def _overshoots(fault: dict, expect: dict) -> list[float] | None:
@@ -94,12 +100,12 @@ def _freeze_explained(doc: dict) -> str:
     return "explained by the freezes measured meanwhile (" + "; ".join(reasons) + ")"
 
 
-def _plan(engine: str):
-    return load_plan(PLANS / f"short-{engine}.yaml")
+def _plan(name: str):
+    return load_plan(PLANS / f"{name}.yaml")
 
 
-def _timeout(engine: str) -> float:
-    plan = _plan(engine)
+def _timeout(name: str) -> float:
+    plan = _plan(name)
     return START_MARGIN_S + plan.target.ready_timeout_s + after_start_bound(plan) + 60.0
 
 
@@ -113,9 +119,9 @@ def _interrupt(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def _drill(engine: str, out: Path) -> None:
-    plan_path = PLANS / f"short-{engine}.yaml"
-    plan = _plan(engine)
+def _drill(name: str, out: Path) -> None:
+    plan_path = PLANS / f"{name}.yaml"
+    plan = _plan(name)
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "servewatch", "drill", str(plan_path), "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -125,7 +131,7 @@ def _drill(engine: str, out: Path) -> None:
     def read_err() -> None:
         for line in proc.stderr:
             err.append(line)
-            if "servewatch drill: target:" in line:
+            if TARGET_LINE.match(line):
                 up.set()
 
     readers = [threading.Thread(target=read_err, daemon=True)]
@@ -168,8 +174,9 @@ def _drill(engine: str, out: Path) -> None:
     doc = json.loads(report.read_text())
     windows = sum(f["warmup_s"] + f["hold_s"] + max(f["observe_s"], f["expect"].get("recover_within_s", 0.0))
                   for f in doc["plan"]["faults"])
-    overhead = (doc["duration_s"] - sum(doc["target"]["ready_s"]) - windows) / max(1, len(doc["faults"]))
-    print(f"figures: engine up after {doc['target']['ready_s']} s; drill {doc['duration_s']} s; per fault beyond "
+    starts = [*doc["target"]["ready_s"], *(s for t in doc["targets"].values() for s in t["ready_s"])]
+    overhead = (doc["duration_s"] - sum(starts) - windows) / max(1, len(doc["faults"]))
+    print(f"figures: engine up after {starts} s; drill {doc['duration_s']} s; per fault beyond "
           f"its windows: {overhead:.1f} s (STEP_OVERHEAD_S {STEP_OVERHEAD_S:g} s)")
     unmet = [f"{f['index']}. {f['name']}: " + ("not run: " + f["not_run"] if f.get("not_run") else
                                                 "; ".join(f"{c['expectation']} ({c['observed']})"
@@ -187,12 +194,18 @@ def _drill(engine: str, out: Path) -> None:
 
 
 @pytest.mark.vllm
-@pytest.mark.timeout(_timeout("vllm"))
+@pytest.mark.timeout(_timeout("short-vllm"))
 def test_short_drill_meets_every_expectation_on_vllm(lab, run_dir):
-    _drill("vllm", run_dir / "drill")
+    _drill("short-vllm", run_dir / "drill")
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(_timeout("multirank-vllm"))
+def test_multirank_drill_meets_every_expectation_on_vllm_tp2(lab, run_dir):
+    _drill("multirank-vllm", run_dir / "multirank-drill")
 
 
 @pytest.mark.sglang
-@pytest.mark.timeout(_timeout("sglang"))
+@pytest.mark.timeout(_timeout("short-sglang"))
 def test_short_drill_meets_every_expectation_on_sglang(sglang_lab, sglang_run_dir):
-    _drill("sglang", sglang_run_dir / "drill")
+    _drill("short-sglang", sglang_run_dir / "drill")

@@ -33,7 +33,10 @@ class Fault:
             if kind is None:
                 known = ", ".join(sorted(cls.params_known)) or "none"
                 raise ValueError(f"unknown parameter {key!r} (known: {known})")
-            if not isinstance(value, kind) or isinstance(value, bool):
+            if kind is bool:
+                if not isinstance(value, bool):
+                    raise ValueError(f"parameter {key!r} must be true or false")
+            elif not isinstance(value, kind) or isinstance(value, bool):
                 raise ValueError(f"parameter {key!r} must be a number" if kind in ((int, float), float, int)
                                  else f"parameter {key!r} has the wrong type")
 
