@@ -389,6 +389,9 @@ def test_the_workload_sends_through_the_recovery_window():
     plan = plan_from_dict(_plan(faults=[{"kind": "stop", "observe_s": 6, "expect": {"recover_within_s": 20}},
                                         {"kind": "stop", "observe_s": 6}]))
     assert [s.traffic_after_revert_s for s in plan.steps] == [20.0, 6.0]
+    # a request caught by the fault may take the hold and the whole recovery window (+10 s) before the drill's
+    # own client gives up on it (it was hold + observation + 10 s: 28 s, and 3 of 14 DP=2 requests "failed")
+    assert [s.request_timeout_s for s in plan.steps] == [10 + 20 + 10.0, 10 + 6 + 10.0]
     assert plan.budget_s() == (6 + 10 + 20) + (6 + 10 + 6)
 
 

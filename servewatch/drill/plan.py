@@ -17,6 +17,7 @@ DEFAULT_TIMING = {"warmup_s": 6.0, "hold_s": 10.0, "observe_s": 10.0}
 # waits by default between two probes of an idle server.
 PROBE_INTERVAL_S = 4.0
 PROBE_DEADLINE_S = 4.0
+REQUEST_TIMEOUT_MARGIN_S = 10.0   # a workload request's timeout beyond the fault's hold and its traffic after it
 
 
 class PlanError(ServewatchError):
@@ -80,6 +81,14 @@ class FaultStep:
         still sent then (a closed loop sends its next request only when one of the requests stuck in the
         fault finishes)."""
         return max(self.observe_s, self.expect.recover_within_s or 0.0)
+
+    @property
+    def request_timeout_s(self) -> float:
+        """The workload's timeout for one request: a request caught by the fault waits out the hold, then may
+        take the whole recovery window to finish (as the expectation allows), plus REQUEST_TIMEOUT_MARGIN_S.
+        Shorter, the drill's own client gave up on requests the engine was still serving: at DP=2, 3 of 14
+        requests caught by a 12 s stop "timed out" after 28 s (hold + observation + 10 s) and finished after."""
+        return self.hold_s + self.traffic_after_revert_s + REQUEST_TIMEOUT_MARGIN_S
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,

@@ -202,7 +202,7 @@ class DrillRun:
     def start_workload(self, ctx: Context, *, after_s: float, duration_s: float) -> None:
         url = ctx.proxy.url if ctx.proxy is not None else self.target.url
         step = ctx.step
-        timeout = step.hold_s + step.observe_s + 10.0
+        timeout = step.request_timeout_s
         spec = step.workload if step.workload is not None else self.plan.workload
         workload = M.Workload(url, self.model, spec, duration_s=duration_s, after_s=after_s,
                               request_timeout_s=timeout, seed=ctx.result.index).start()
