@@ -154,7 +154,9 @@ def _expect_words(expect: dict) -> str:
     if expect.get("no_verdict"):
         parts.append("no verdict at all")
     if expect.get("names"):
-        parts.append("the verdict names " + "; ".join(f"\u201c{w}\u201d" for w in expect["names"]))
+        from servewatch.drill.expect import names_words
+
+        parts.append(names_words(expect["names"]))
     if "health" in expect:
         parts.append("/health stays 200" if expect["health"] == "ok" else "/health fails")
     if "max_error_rate" in expect:

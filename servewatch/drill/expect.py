@@ -74,7 +74,7 @@ def _names(expect, result) -> tuple[str, bool, str]:
     touched = result.touched[0] if result.touched else {}
     wanted = [text.replace("{pid}", str(touched.get("pid", "?"))).replace("{title}", str(touched.get("title", "?")))
               for text in expect.names]
-    what = "the verdict names " + "; ".join(f"\u201c{w}\u201d" for w in wanted)
+    what = names_words(wanted)
     candidates = [*expect.fire, *(expect.fire_any[0] if expect.fire_any else ())]
     fired = sorted((result.detected[v], v) for v in candidates if v in result.detected)
     if not fired:
@@ -84,3 +84,8 @@ def _names(expect, result) -> tuple[str, bool, str]:
     missing = [w for w in wanted if w not in why]
     shown = why if len(why) <= 600 else why[:597] + "..."
     return what, not missing, f"{verdict}: {shown}" if why else f"{verdict}: no explanation recorded"
+
+
+def names_words(texts) -> str:
+    """The `names` expectation in words: the dry run's (placeholders as written) and the check's (filled in)."""
+    return "the verdict names " + "; ".join(f"\u201c{w}\u201d" for w in texts)
