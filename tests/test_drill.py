@@ -498,3 +498,90 @@ def test_a_prober_interrupted_before_it_started_stops_without_an_error():
     prober = M.Prober("http://127.0.0.1:9")
     prober.stop()
     assert prober.answers == []
+
+
+GUARDED = """
+    name: guarded
+    target: {engine: sim}
+    workload: {scenario: custom, rate: 4, output_tokens: 32}
+    defaults: {warmup_s: 3, hold_s: 8, observe_s: 2}
+    faults:
+      - name: frozen, guard acts
+        kind: stop
+        role: api
+        guard: {act_on: [health_loss]}
+        expect:
+          fire: {health_loss: 8}
+          guard: {kills: true, within_s: 5, stacks_of: [api]}
+      - name: frozen, guard told to leave it
+        kind: stop
+        role: api
+        guard: {act_on: [engine_dead]}
+        expect:
+          fire: {health_loss: 8}
+          guard: {kills: false}
+      - name: quiet, guard expected to kill (it cannot)
+        kind: quiet
+        hold_s: 2
+        guard: true
+        expect:
+          guard: {kills: true}
+"""
+
+
+def test_guard_records_a_step_and_its_stacks_kill_and_exit_are_checked(tmp_path):
+    """guard in watch's place: on the simulator's frozen API server it acts on health_loss — the stacks of
+    the stopped process, the tree killed, exit 3, nothing left — and the drill starts the server again; told
+    to act on another verdict it does nothing; a kill expected where none came fails, with what it saw."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(textwrap.dedent(GUARDED))
+    out = tmp_path / "out"
+    assert main(["drill", str(path), "--out", str(out)]) == 1
+    doc = json.loads((out / "drill.json").read_text())
+    acted, left_alone, wrong = doc["faults"]
+    assert acted["met"], acted["checks"]
+    guard = acted["guard"]
+    assert guard["acted_on"] == "health_loss" and guard["exit"] == 3 and guard["tree_left"] == 0
+    assert guard["kill"]["killed"] >= 1 and guard["kill"]["survivors"] == 0
+    assert guard["signalled_stacks"] == [acted["touched"][0]["pid"]]
+    assert {c["expectation"] for c in acted["checks"]} >= {
+        "guard exits 3 (it killed the server after a verdict)", "no process of the tree is left",
+        "stacks captured of api", "the stacks of the stopped process are in guard's dump"}
+    assert acted["restarted_by_drill_s"] is not None and "guard killed the tree" in (out / "drill.md").read_text()
+    assert left_alone["met"], left_alone["checks"]
+    assert left_alone["guard"]["kill"] is None and left_alone["guard"]["stacks"] is None
+    assert left_alone["guard"]["exit"] == 0 and "health_loss" in left_alone["detected"]   # seen, not acted on
+    assert not wrong["met"]
+    assert [c["observed"] for c in wrong["checks"] if not c["met"]][0].startswith("no kill; guard exit 0")
+    assert doc["failed_faults"] == [3] and doc["leaks"]["ok"]
+    for text in ((out / "drill.md").read_text(), json.dumps(doc)):
+        assert str(tmp_path) not in text      # no stacks path, no bundle path
+
+
+@pytest.mark.parametrize("fault, words", [
+    ({"kind": "stop", "name": "g", "expect": {"guard": {"kills": True}}}, "faults/0 (g): expect/guard: says what guard did"),
+    ({"kind": "stop", "name": "g", "guard": True, "expect": {"guard": {"kills": False, "within_s": 2}}},
+     "with kills: false give none of them"),
+    ({"kind": "stop", "guard": {"act_on": ["stuck"]}}, "unknown verdict(s) stuck"),
+])
+def test_a_bad_guard_entry_is_one_line(fault, words):
+    with pytest.raises(PlanError) as exc:
+        plan_from_dict(_plan(faults=[fault]))
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_guard_outcome_reads_the_lines_after_the_injection_and_the_dump_by_pid():
+    lines = [(99.0, {"guard": "identity", "verified": True}),
+             (105.2, {"guard": "stacks", "verdict": "rank_stalled", "status": "captured", "path": "/private/x",
+                      "processes": {"api": "captured", "worker": "captured"}, "diverging": ["VLLM::Worker_TP1"]}),
+             (105.4, {"guard": "kill", "verdict": "rank_stalled", "killed": 5, "survivors": []})]
+    events = [M.VerdictEvent("fired", "rank_stalled", 104.9, 101.0)]
+    text = ("divergence: VLLM::Worker_TP1 (pid 12) ...\n\n=== pid 11 (worker): captured — VLLM::Worker_TP0\n...\n"
+            "=== pid 12 (worker): captured — VLLM::Worker_TP1 (stopped)\n...\n=== pid 13 (api): failed\n")
+    got = M.guard_outcome(lines, events, 100.0, exit_code=3, tree_left=0, signalled=[12, 13],
+                          captured=M.stacks_captured(text))
+    assert got == {"acted_on": "rank_stalled", "verdict_s": 4.9, "exit": 3, "tree_left": 0, "signalled_stacks": [12],
+                   "stacks": {"status": "captured", "processes": {"api": "captured", "worker": "captured"},
+                              "diverging": ["VLLM::Worker_TP1"], "after_s": 5.2},
+                   "kill": {"killed": 5, "survivors": 0, "after_s": 5.4, "after_verdict_s": 0.5}}
+    assert "/private" not in json.dumps(got)

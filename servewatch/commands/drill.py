@@ -133,8 +133,10 @@ def dry_run(plan) -> int:
         probe = (f"; the recorder asks for one token when its counters stand still (every "
                  f"{plan.probe_interval_s:g} s at most)" if step.probe else "")
         on = f" (on {step.on})" if plan.targets else ""
+        guard = ("" if step.guard is None else "; recorded by servewatch guard, which acts (stacks, then a kill of "
+                 f"the tree) on {', '.join(step.guard) if step.guard else 'its default verdicts'}")
         print(f"  {i:2d}. {step.name}{on}: {fault.summary}{aim}; warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, "
-              f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else "") + probe)
+              f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else "") + probe + guard)
         if expect:
             print(f"      expect: {_expect_words(expect)}")
     return 0
@@ -165,4 +167,13 @@ def _expect_words(expect: dict) -> str:
         parts.append(f"a good request within {expect['recover_within_s']:g} s after")
     if "bundle_write_fails" in expect:
         parts.append("unwritable bundles reported" if expect["bundle_write_fails"] else "every bundle written")
+    guard = expect.get("guard")
+    if guard is not None and not guard["kills"]:
+        parts.append("guard leaves the server alone")
+    elif guard is not None:
+        parts.append("guard kills the tree" + (f" within {guard['within_s']:g} s of its verdict" if "within_s" in guard
+                                               else "") + ", exit 3, nothing left"
+                     + (f", stacks of {', '.join(guard['stacks_of'])}" if "stacks_of" in guard else "")
+                     + (f", the dump naming {', '.join(guard['diverging'])} as diverging" if "diverging" in guard
+                        else ""))
     return "; ".join(parts)

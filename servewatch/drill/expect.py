@@ -51,6 +51,9 @@ def check(expect, result) -> list[dict]:
         add(f"a good request within {expect.recover_within_s:g} s after the fault",
             took is not None and took <= expect.recover_within_s,
             "no good request after the fault" if took is None else f"after {took:g} s")
+    if expect.guard is not None:
+        for what, met, observed in _guard(expect.guard, result):
+            add(what, met, observed)
     written, verified = result.bundles.get("written", 0), result.bundles.get("verified", 0)
     if expect.bundle_write_fails is None and written:      # a full disk may leave bundles half written
         add("every bundle written verifies", verified == written, f"{verified} of {written} verified")
@@ -71,9 +74,7 @@ def describe_answers(answers: dict[str, int]) -> str:
 def _names(expect, result) -> tuple[str, bool, str]:
     """The verdict that met fire / fire_any (the first of them to fire) says each of expect.names in its
     explanation; {pid} and {title} stand for the first process the fault signalled."""
-    touched = result.touched[0] if result.touched else {}
-    wanted = [text.replace("{pid}", str(touched.get("pid", "?"))).replace("{title}", str(touched.get("title", "?")))
-              for text in expect.names]
+    wanted = [_fill(text, result) for text in expect.names]
     what = names_words(wanted)
     candidates = [*expect.fire, *(expect.fire_any[0] if expect.fire_any else ())]
     fired = sorted((result.detected[v], v) for v in candidates if v in result.detected)
@@ -89,3 +90,57 @@ def _names(expect, result) -> tuple[str, bool, str]:
 def names_words(texts) -> str:
     """The `names` expectation in words: the dry run's (placeholders as written) and the check's (filled in)."""
     return "the verdict names " + "; ".join(f"\u201c{w}\u201d" for w in texts)
+
+
+def _fill(text: str, result) -> str:
+    """{pid} and {title} in a plan's text: the first process the fault signalled."""
+    touched = result.touched[0] if result.touched else {}
+    return text.replace("{pid}", str(touched.get("pid", "?"))).replace("{title}", str(touched.get("title", "?")))
+
+
+def _guard(expect, result) -> list[tuple[str, bool, str]]:
+    """What guard did (result.guard, measure.guard_outcome) against what the plan says it must."""
+    g = result.guard or {}
+    stacks, kill, code = g.get("stacks"), g.get("kill"), g.get("exit")
+    acted = (f"on {g['acted_on']}" + (f" ({g['verdict_s']:g} s after the injection)" if g.get("verdict_s") is not None
+                                       else "")) if g.get("acted_on") else "on no verdict"
+    if not expect.kills:
+        did = [what for what, line in (("stacks", stacks), ("a kill", kill)) if line]
+        return [("guard leaves the server alone (no stacks, no kill)", not did and code in (None, 0),
+                 f"{' and '.join(did)} {acted}" if did else f"no action; guard exit {_code(code)}")]
+    checks = []
+    if kill is None:
+        checks.append(("guard kills the tree", False, f"no kill; guard exit {_code(code)}"))
+    else:
+        after = kill["after_verdict_s"]
+        took = "" if after is None else f", {after:g} s after the verdict"
+        checks.append(("guard kills the tree" + (f" within {expect.within_s:g} s of its verdict" if expect.within_s
+                                                   else ""),
+                       kill["survivors"] == 0 and (expect.within_s is None or (after is not None and after <= expect.within_s)),
+                       f"{kill['killed']} killed, {kill['survivors']} survived, {acted}{took}"))
+    checks.append(("guard exits 3 (it killed the server after a verdict)", code == 3, f"exit {_code(code)}"))
+    checks.append(("no process of the tree is left", g.get("tree_left", 0) == 0 and kill is not None,
+                   f"{g.get('tree_left', 0)} left"))
+    roles = stacks["processes"] if stacks else {}
+    if expect.stacks_of:
+        missing = [r for r in expect.stacks_of if roles.get(r) != "captured"]
+        checks.append((f"stacks captured of {', '.join(expect.stacks_of)}", bool(stacks) and not missing,
+                       "no stacks" if not stacks else
+                       ", ".join(f"{r} {st}" for r, st in sorted(roles.items())) or stacks.get("status", "none")))
+    signalled = [t for t in result.touched if t.get("signal") == "SIGSTOP"]
+    if signalled:
+        held = set(g.get("signalled_stacks", ()))
+        checks.append(("the stacks of the stopped process are in guard's dump",
+                       all(t["pid"] in held for t in signalled),
+                       "; ".join(f"{t['title']} (pid {t['pid']}) {'captured' if t['pid'] in held else 'not captured'}"
+                                 for t in signalled)))
+    if expect.diverging:
+        wanted = [_fill(text, result) for text in expect.diverging]
+        seen = stacks["diverging"] if stacks else []
+        checks.append((f"guard's stack dump names {', '.join(wanted)} as the diverging rank",
+                       bool(seen) and sorted(seen) == sorted(wanted), ", ".join(seen) or "no divergence"))
+    return checks
+
+
+def _code(code) -> str:
+    return "unknown (still running)" if code is None else str(code)

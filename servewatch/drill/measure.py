@@ -9,6 +9,7 @@ have restarted the pod, client impact, recovery.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import statistics
 import subprocess
@@ -107,24 +108,35 @@ def parse_watch_line(line: str) -> VerdictEvent | None:
 
 class Watcher:
     """`servewatch watch URL --pid PID --json --out DIR` (with the server's log when the drill started it,
-    and --probe when the fault asks for it) as a subprocess; its verdict lines as events."""
+    and --probe when the fault asks for it) as a subprocess; its verdict lines as events. With `guard`
+    (its --act-on verdicts, empty for its default) `servewatch guard` runs in watch's place, attached to the
+    same PID, acting as it would in production; its action lines are kept as `actions`."""
 
     def __init__(self, url: str, pid: int, out: Path, *, interval_s: float, settings: tuple[str, ...],
                  log_path: Path, wrapper: list[str] | None = None, server_log: Path | None = None,
-                 probe: tuple[float, float] | None = None):
+                 probe: tuple[float, float] | None = None, guard: tuple[str, ...] | None = None,
+                 stacks_dir: Path | None = None):
         self.events: list[VerdictEvent] = []
+        self.actions: list[tuple[float, dict]] = []    # guard's lines (epoch seconds read, the line)
         self.log_path = log_path
         self.recording = threading.Event()
-        command = [*(wrapper or [sys.executable, "-m", "servewatch"]), "watch", url, "--pid", str(pid), "--json",
+        self.exit_code: int | None = None
+        tool = "watch" if guard is None else "guard"
+        command = [*(wrapper or [sys.executable, "-m", "servewatch"]), tool, url, "--pid", str(pid), "--json",
                    "--out", str(out), "--interval", f"{interval_s:g}"]
+        if guard is not None:
+            command += ["--stacks-dir", str(stacks_dir or out.parent / "stacks"),
+                        "--lives", str(log_path.with_suffix(".lives.json"))]
+            if guard:
+                command += ["--act-on", ",".join(guard)]
         for setting in settings:
             command += ["--set", setting]
         if server_log is not None:     # the engine's own log: its shutdown and death lines
             command += ["--log-file", str(server_log)]
         if probe is not None:          # (interval, deadline): watch's probe, as the fault asks
             command += ["--probe", "--probe-interval", f"{probe[0]:g}", "--probe-deadline", f"{probe[1]:g}"]
-        else:                          # watch probes by default; a fault that does not ask measures without it
-            command += ["--no-probe"]
+        elif guard is None:            # watch probes by default (guard does not); a fault that does not ask
+            command += ["--no-probe"]  # measures without it
         self.command = command
         self.proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
@@ -144,6 +156,13 @@ class Watcher:
             event = parse_watch_line(line)
             if event is not None:
                 self.events.append(event)
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and "guard" in data:
+                self.actions.append((time.time(), data))
 
     def _read_err(self) -> None:
         with open(self.log_path, "a", encoding="utf-8") as log:
@@ -165,6 +184,7 @@ class Watcher:
             code = self.proc.wait(5)
         for thread in self._threads:
             thread.join(timeout=5)
+        self.exit_code = code
         return code
 
     def bundle_failures(self) -> int:
@@ -372,3 +392,39 @@ def recovery(records, reverted: float) -> float | None:
     ends = [r.sent + r.e2e_s for r in records
             if r.ok and r.sent is not None and r.e2e_s is not None and r.sent >= reverted]
     return round(min(ends) - reverted, 2) if ends else None
+
+
+# -- guard (a step recorded by `servewatch guard`) ---------------------------------------------------------
+
+_STACKS_HEADER = re.compile(r"^=== pid (\d+) \([a-z_]+\): (\w+)", re.MULTILINE)
+
+
+def stacks_captured(text: str) -> set[int]:
+    """The pids whose stacks a guard stack dump (its private file) holds, captured."""
+    return {int(m.group(1)) for m in _STACKS_HEADER.finditer(text) if m.group(2) == "captured"}
+
+
+def guard_outcome(actions: list[tuple[float, dict]], events: list[VerdictEvent], injected: float, *,
+                  exit_code: int | None, tree_left: int, signalled: list[int], captured: set[int]) -> dict:
+    """What guard did after the injection, from its lines: the verdict it acted on and when, its stacks
+    (outcome by role, the diverging ranks by title: never the file's path), the kill and its delay after
+    the verdict, guard's exit status, the processes of the tree still alive after, and which of the
+    processes the fault signalled have their stacks in the dump."""
+    mine = [(t, line) for t, line in actions if t >= injected]
+    stacks = next(((t, line) for t, line in mine if line.get("guard") == "stacks"), None)
+    kill = next(((t, line) for t, line in mine if line.get("guard") == "kill"), None)
+    acted_on = (kill or stacks or (None, {}))[1].get("verdict")
+    fired = next((e.t for e in events if e.event == "fired" and e.verdict == acted_on and e.t >= injected), None)
+    out: dict = {"acted_on": acted_on, "verdict_s": None if fired is None else round(fired - injected, 2),
+                 "stacks": None, "kill": None, "exit": exit_code, "tree_left": tree_left,
+                 "signalled_stacks": [pid for pid in signalled if pid in captured]}
+    if stacks is not None:
+        line = stacks[1]
+        out["stacks"] = {"status": line.get("status"), "processes": dict(line.get("processes") or {}),
+                         "diverging": list(line.get("diverging") or []), "after_s": round(stacks[0] - injected, 2)}
+    if kill is not None:
+        line = kill[1]
+        out["kill"] = {"killed": int(line.get("killed", 0)), "survivors": len(line.get("survivors") or []),
+                       "after_s": round(kill[0] - injected, 2),
+                       "after_verdict_s": None if fired is None else round(kill[0] - fired, 2)}
+    return out

@@ -25,6 +25,25 @@ class PlanError(ServewatchError):
 
 
 @dataclass(frozen=True)
+class GuardExpect:
+    """What `servewatch guard`, recording the step in the recorder's place, must have done."""
+    kills: bool                       # it killed the tree (exit 3, nothing left), or did nothing at all
+    within_s: float | None = None     # the kill, after the verdict guard acted on
+    stacks_of: tuple[str, ...] = ()   # roles whose stacks it captured before the kill
+    diverging: tuple[str, ...] = ()   # titles its stack dump names as the rank not where its siblings are
+
+    def to_json(self) -> dict:
+        out: dict = {"kills": self.kills}
+        if self.within_s is not None:
+            out["within_s"] = self.within_s
+        if self.stacks_of:
+            out["stacks_of"] = list(self.stacks_of)
+        if self.diverging:
+            out["diverging"] = list(self.diverging)
+        return out
+
+
+@dataclass(frozen=True)
 class Expect:
     fire: dict[str, float] = field(default_factory=dict)        # verdict -> must fire within S of injection
     fire_any: tuple[tuple[str, ...], float] | None = None         # one of these within S
@@ -36,6 +55,7 @@ class Expect:
     max_error_rate: float | None = None                          # failed / sent in the step
     recover_within_s: float | None = None                        # first good request after the fault ends
     bundle_write_fails: bool | None = None                       # disk_full: the recorder says so
+    guard: GuardExpect | None = None                             # what guard (a step with guard:) did
 
     def to_json(self) -> dict:
         out: dict = {}
@@ -56,6 +76,8 @@ class Expect:
         for key in ("max_error_rate", "recover_within_s", "bundle_write_fails"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.guard is not None:
+            out["guard"] = self.guard.to_json()
         return out
 
 
@@ -73,6 +95,8 @@ class FaultStep:
     probe: bool = False          # the recorder asks the server for one token when its counters stand still
     on: str = "main"             # the plan's target it runs on (`target:` is main, `targets:` names the others)
     workload: dict | None = None # this fault's workload instead of the plan's
+    guard: tuple[str, ...] | None = None   # `servewatch guard` records (and acts) instead of `watch`: its
+                                           # --act-on verdicts (empty: guard's default)
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -94,7 +118,8 @@ class FaultStep:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
                 "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "target": self.on,
-                **({"workload": self.workload} if self.workload is not None else {})}
+                **({"workload": self.workload} if self.workload is not None else {}),
+                **({"guard": {"act_on": list(self.guard)}} if self.guard is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -238,7 +263,9 @@ def _build(data: dict, source: str) -> Plan:
         if fault is None:
             raise PlanError(f"{where}: unknown fault kind {f['kind']!r} (known: {', '.join(sorted(FAULTS))})")
         e = f.get("expect", {})
-        named = [*e.get("fire", {}), *e.get("not_fire", []), *e.get("fire_any", {}).get("verdicts", [])]
+        guard = _guard(f.get("guard"))
+        named = [*e.get("fire", {}), *e.get("not_fire", []), *e.get("fire_any", {}).get("verdicts", []),
+                 *(guard or ())]
         unknown = [n for n in named if n not in known]
         if unknown:
             raise PlanError(f"{where}: unknown verdict(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -246,12 +273,22 @@ def _build(data: dict, source: str) -> Plan:
         if e.get("names") and not (e.get("fire") or fire_any):
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/names: says what the verdict of fire or "
                             f"fire_any must name; give one of those")
+        if "guard" in e and guard is None:
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: says what guard did; give the "
+                            f"fault guard: true (or guard: {{act_on: [...]}}) so that guard records it")
+        g = e.get("guard")
+        if g is not None and not g["kills"] and (g.keys() - {"kills"}):
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: within_s, stacks_of and diverging "
+                            f"describe a kill; with kills: false give none of them")
         expect = Expect(fire=dict(e.get("fire", {})),
                         fire_any=(tuple(fire_any["verdicts"]), float(fire_any["within_s"])) if fire_any else None,
                         not_fire=tuple(e.get("not_fire", ())), no_incident=bool(e.get("no_incident", False)),
                         no_verdict=bool(e.get("no_verdict", False)), names=tuple(e.get("names", ())),
                         health=e.get("health", "any"), max_error_rate=e.get("max_error_rate"),
-                        recover_within_s=e.get("recover_within_s"), bundle_write_fails=e.get("bundle_write_fails"))
+                        recover_within_s=e.get("recover_within_s"), bundle_write_fails=e.get("bundle_write_fails"),
+                        guard=None if g is None else GuardExpect(
+                            kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
+                            diverging=tuple(g.get("diverging", ()))))
         params = dict(f.get("params", {}))
         try:
             fault.check_params(params)
@@ -268,12 +305,19 @@ def _build(data: dict, source: str) -> Plan:
                                observe_s=float(f.get("observe_s", timing["observe_s"])),
                                params=params, expect=expect,
                                probe=bool(f.get("probe", recorder.get("probe", False))), on=on,
-                               workload=dict(f["workload"]) if "workload" in f else None))
+                               workload=dict(f["workload"]) if "workload" in f else None, guard=guard))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     return Plan(name=data["name"], description=data.get("description", ""), target=target, workload=workload,
                 interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps),
                 probe_interval_s=float(recorder.get("probe_interval_s", PROBE_INTERVAL_S)),
                 probe_deadline_s=float(recorder.get("probe_deadline_s", PROBE_DEADLINE_S)), targets=targets)
+
+
+def _guard(given) -> tuple[str, ...] | None:
+    """A fault's `guard:` (true, or {act_on: [...]}) as the verdicts guard acts on (empty: its default)."""
+    if given is None or given is False:
+        return None
+    return tuple(given.get("act_on", ())) if isinstance(given, dict) else ()
 
 
 def _target(t: dict, where: str) -> Target:

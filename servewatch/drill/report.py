@@ -26,8 +26,8 @@ COLUMN_MEANINGS = (
                                "holds)"),
     ("client impact", "requests failed of those sent in the step, by error class; TTFT p50 during the fault "
                       "against before it"),
-    ("recovery", "from the end of the fault to the first good request completed after it; the drill's own "
-                 "restart of a server it had to start again"),
+    ("recovery", "from the end of the fault to the first good request completed after it; guard's kill of the "
+                 "tree when guard recorded the step; the drill's own restart of a server it had to start again"),
     ("expectations", "met when every expectation of the plan held"),
 )
 
@@ -96,6 +96,12 @@ def _impact(r: dict) -> str:
 
 def _recovery(r: dict) -> str:
     parts = []
+    kill = (r.get("guard") or {}).get("kill")
+    if kill:
+        after = kill["after_verdict_s"]
+        parts.append(f"guard killed the tree ({kill['killed']} process{'' if kill['killed'] == 1 else 'es'}) "
+                     + (f"{after:g} s after {r['guard']['acted_on']}" if after is not None
+                        else f"{kill['after_s']:g} s after the injection"))
     if r["recovery_s"] is not None:
         parts.append(f"good request after {r['recovery_s']:g} s")
     if r["restarted_by_drill_s"] is not None:

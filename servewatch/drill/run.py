@@ -50,6 +50,7 @@ class StepResult:
     facts: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)      # {expectation, met, observed}
+    guard: dict | None = None                             # what guard did (a step with guard:)
 
     @property
     def met(self) -> bool:
@@ -239,8 +240,10 @@ class DrillRun:
         watcher = M.Watcher(self.target.url, self.target.pid, bundle_dir, interval_s=self.plan.interval_s,
                             settings=self.plan.settings, log_path=self.out_dir / "logs" / f"watch-{index + 1:02d}.log",
                             wrapper=wrapper, server_log=self.target.log_file(),
-                            probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None)
+                            probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None,
+                            guard=step.guard, stacks_dir=self.out_dir / "stacks")
         prober = M.Prober(self.target.url)
+        tree = []
         try:
             if not watcher.start():
                 result.not_run = "the recorder did not start recording within 30 s"
@@ -251,6 +254,8 @@ class DrillRun:
                 self.start_workload(ctx, after_s=0.0,
                                     duration_s=step.warmup_s + step.hold_s + step.traffic_after_revert_s)
             self._sleep_until(begun + step.warmup_s)
+            if step.guard is not None:      # the tree guard may kill: each of them must be gone after
+                tree = self.target.processes()
             result.injected_at = time.time()
             try:
                 fault.inject(ctx)
@@ -275,10 +280,24 @@ class DrillRun:
             if disk_mode is not None:
                 full_disk.release(bundle_dir, disk_mode)
         result.facts.update(fault.facts)
+        if step.guard is not None and result.injected_at is not None:
+            result.guard = self._guard_outcome(result, watcher, tree)
         self._measure(result, step, watcher, prober, ctx)
-        if fault.takes_server_down and self.target.owned and not last:    # after the last, the drill stops it
+        killed = bool(result.guard and result.guard["kill"])
+        if (fault.takes_server_down or killed) and self.target.owned and not last:   # the last: the drill stops it
             result.restarted_by_drill_s = self._restart(result)
         return result
+
+    @staticmethod
+    def _guard_outcome(result: StepResult, watcher, tree) -> dict:
+        stacks = next((line for _, line in watcher.actions if line.get("guard") == "stacks"), {})
+        try:     # guard's private dump: read here for which pids it holds, never copied into the report
+            text = Path(stacks["path"]).read_text(encoding="utf-8", errors="replace") if stacks.get("path") else ""
+        except OSError:
+            text = ""
+        return M.guard_outcome(watcher.actions, watcher.events, result.injected_at, exit_code=watcher.exit_code,
+                               tree_left=sum(1 for p in tree if pid_alive(p.pid, p.create_time)),
+                               signalled=[t["pid"] for t in result.touched], captured=M.stacks_captured(text))
 
     def _sleep_until(self, t: float) -> None:
         while (left := t - time.time()) > 0:
