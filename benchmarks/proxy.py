@@ -250,6 +250,15 @@ async def hold(port: int, streams: int, pids: list[int]) -> float:
     return (held - base) / streams
 
 
+def event_loop() -> str:
+    """The proxies' event loop: uvloop when this interpreter can import it (the proxies run on it too)."""
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio (uvloop not installed; pip install 'servewatch[fast]')"
+    return f"uvloop {uvloop.__version__}"
+
+
 def q(values, p):
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
@@ -351,11 +360,11 @@ def main() -> int:
             mine, theirs = (r[n]["cpu_s"] / max(r[n]["tokens"], 1) for n in ("servewatch proxy", "nginx"))
             per_round.append(mine / theirs if theirs else float("nan"))
     if args.json:
-        print(json.dumps({"routes": table, "cpu_ratio_per_round": per_round}, indent=2))
+        print(json.dumps({"routes": table, "cpu_ratio_per_round": per_round, "event_loop": event_loop()}, indent=2))
         return 0
     print(f"{args.streams} concurrent streams, {args.tokens} tokens each (closed loop), one token per stream every "
           f"{args.step_ms:g} ms, {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating order); "
-          f"memory with {args.hold} streams held open")
+          f"memory with {args.hold} streams held open; the proxies' event loop: {event_loop()}")
     cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
             "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms", "cpu_s_per_100k_tokens",
             "kb_per_in_flight_stream")

@@ -633,3 +633,80 @@ def test_the_inline_read_path_records_what_the_parser_records(usage):
     assert (ra.output_tokens, ra.input_tokens, ra.token_source, ra.itl_exact) == \
            (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact)
     assert ra.output_tokens == (6 if usage else 5)
+
+
+def _drive(request: bytes, reads: list[bytes]):
+    """The proxy's Client and Upstream driven without sockets: (bytes the client got, stream state, record,
+    reads that took the inline path)."""
+    from servewatch.proxy.server import Client, Upstream
+
+    async def run():
+        records = []
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append((ex, rec)))
+        client, wire = Client(proxy), _Wire()
+        client.connection_made(wire)
+        up = Upstream(proxy, 2**20)
+        up.connection_made(_Wire())
+        up.idle_since = proxy.now()
+        proxy.idle.append(up)
+        client.data_received(request)
+        inline_reads = 0
+        for data in reads:
+            before = up.inline
+            up.data_received(data)
+            inline_reads += before
+        [(ex, rec)] = records
+        return b"".join(wire.out), ex.state, rec, inline_reads
+
+    return asyncio.run(run())
+
+
+def test_the_inline_path_with_events_that_change_shape_midstream():
+    """The inline path matches only the rest of an event that starts as the last whole one did; events
+    whose start changes (another id, model, member order, a member before "choices"), escaped text,
+    an error object, odd chunk framing (upper-case hex, an extension) end exactly as the parser reads them."""
+    import random
+
+    rng = random.Random(26)
+    texts = ["a", " b", "", "c\u00e9", "x y", '"q"', "ok", "back\\slash"]
+    events = []
+    for i in range(300):
+        body: dict = {"id": f"cmpl-{rng.choice('ab')}", "object": "text_completion", "created": 1,
+                      "model": rng.choice(["m", "m2"])}
+        if rng.random() < 0.1:
+            body = {"t": rng.random()}                                  # a member that changes before choices
+        choice = {"index": 0, "text": rng.choice(texts), "logprobs": None,
+                  "finish_reason": rng.choice([None, None, None, "length", "stop", "abort"]), "stop_reason": None}
+        if rng.random() < 0.1:
+            choice = {"index": 0, "text": "z", "finish_reason": None, "text2": "w"}
+        body["choices"] = [choice]
+        if rng.random() < 0.5:
+            body["usage"] = {"prompt_tokens": 7, "total_tokens": 7 + i, "completion_tokens": i + rng.choice([0, 1])}
+        if rng.random() < 0.05:
+            body = {"object": "error", "message": "boom"}
+        events.append(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
+    events.append(b"data: [DONE]\n\n")
+    chunks = []
+    for e in events:
+        size = b"%x" % len(e)
+        r = rng.random()
+        if r < 0.05:
+            size = size.upper()
+        elif r < 0.08:
+            size += b";ext=1"
+        chunks.append(size + b"\r\n" + e + b"\r\n")
+    chunks.append(b"0\r\n\r\n")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    request = _post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 300, "stream": True})
+    whole = head + b"".join(chunks)
+    inline = _drive(request, [head, *chunks])
+    cut = _drive(request, [whole[i:i + 29] for i in range(0, len(whole), 29)])
+    assert inline[0] == cut[0] == whole
+    assert inline[3] > 100                                              # most reads took the inline path
+    (_, a, ra, _), (_, b, rb, _) = inline, cut
+    assert list(a.chunk_k) == list(b.chunk_k) and len(a.chunk_t) == len(b.chunk_t)
+    assert (a.completion_tokens, a.prompt_tokens, a.client_tokens, a.counts_exact, a.finish_reason,
+            a.stream_error, a.malformed) == (b.completion_tokens, b.prompt_tokens, b.client_tokens,
+                                             b.counts_exact, b.finish_reason, b.stream_error, b.malformed)
+    assert (ra.output_tokens, ra.input_tokens, ra.token_source, ra.itl_exact, ra.error, ra.finish_reason) == \
+           (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact, rb.error, rb.finish_reason)

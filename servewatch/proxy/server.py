@@ -16,18 +16,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
-from servewatch.http1 import Endpoint, StreamCut, _Conn, _BODY, _IDLE, one_whole_chunk
+from servewatch.http1 import Endpoint, StreamCut, _Conn, _BODY, _IDLE
+from servewatch.load.client import _completion_event_pattern
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
 from servewatch.timeline.samples import RequestsSample
 
 _now = time.time
+READ_BUFFER = 64 * 1024  # one read at most (plain asyncio's reads; uvloop reads into a buffer of its own)
+# One HTTP/1.1 chunk ("SIZE\r\n" payload "\r\n") whose payload is one whole completions event as
+# StreamState's matcher reads it (servewatch.load.client._completion_event_pattern): its size's hex digits,
+# then that matcher's groups (text, finish reason, prompt and completion tokens).
+_EVENT = _completion_event_pattern().pattern
+_whole_event = re.compile(rb"([0-9a-fA-F]{1,8})\r\n" + _EVENT + rb"\r\n").fullmatch
+# The same pattern from the text's opening quote on, with the same four groups. In an event it matches,
+# no quoted string holds a quote, so the members before "choices" read one way only: an event that starts
+# with the bytes of one that matched, up to that quote, matches whole exactly when its rest matches this.
+_TEXT_AT = _EVENT.index(rb'"text":"(') + len(rb'"text":"')
+_event_tail = re.compile(_EVENT[_TEXT_AT:] + rb"\r\n").fullmatch
 RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
@@ -82,11 +95,21 @@ class Proxy:
         self._sweeper: asyncio.Task | None = None
         self._host_line = f"Host: {self.endpoint.host_header}".encode("ascii")
         self._base = self.endpoint.base_path.encode("ascii")
+        # Plain asyncio reads each time into a new 256 kB bytes object: past glibc's mmap threshold, so
+        # mmap + mremap + munmap per read (three system calls more per token than the read and the
+        # write). There the upstream connections read into this one buffer instead (the loop runs one
+        # callback at a time and each read is copied out before the next).
+        self._read_view = memoryview(bytearray(READ_BUFFER))
+        self._upstream_class = Upstream
 
     # -- lifecycle
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Client(self), host, port, backlog=1024, reuse_address=True)
+        plain = isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+        self._upstream_class = BufferedUpstream if plain else Upstream
+        client_class = BufferedClient if plain else Client
+        self._server = await loop.create_server(lambda: client_class(self), host, port, backlog=1024,
+                                                reuse_address=True)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         return self._server.sockets[0].getsockname()[1]
 
@@ -126,7 +149,7 @@ class Proxy:
         config = self.config
         try:
             async with asyncio.timeout(config.connect_timeout_s):
-                _, up = await loop.create_connection(lambda: Upstream(self, config.max_response_bytes),
+                _, up = await loop.create_connection(lambda: self._upstream_class(self, config.max_response_bytes),
                                                      self.endpoint.host, self.endpoint.port)
         except TimeoutError:
             client.connecting = None
@@ -254,6 +277,8 @@ class Upstream(_Conn):
         self.paused = False
         self.idle_since = 0.0
         self.inline = False
+        self.client_write = None
+        self.event_prefix: bytes | None = None     # the last whole event up to its text (see data_received)
 
     def attach(self, client: "Client", ex: Exchange) -> None:
         self.client, self.exchange = client, ex
@@ -268,6 +293,8 @@ class Upstream(_Conn):
         self._head_waiter = self._body_waiter = None
         self.sink = ex.on_body
         self.inline = False
+        self.client_write = client.transport.write
+        self.event_prefix = None
         ex.sent = self.proxy.now()
         if ex.pending:          # head and the body read so far in one write (one send, not two)
             self.transport.write(b"".join((client.upstream_head, *ex.pending)))
@@ -289,41 +316,62 @@ class Upstream(_Conn):
         if ex.first_byte is None:
             ex.first_byte = t
         if not ex.client_gone:
-            self.client.transport.write(data)
+            self.client_write(data)
         # The hot path of a completions stream, one read = one whole chunk = one whole event: what
         # _Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion -> _chunk do for it,
         # inline. `inline` is set only while the parser is between chunks of an SSE completions body.
+        # One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
+        # goes to the parser, which reads it the same way).
         if self.inline:
-            whole = one_whole_chunk(data)
-            if whole is not None:
-                start, end = whole
-                size = end - start
+            prefix = self.event_prefix
+            m = None
+            if prefix is not None:
+                # the events of one stream mostly differ after their text's opening quote: a read that
+                # starts as the last whole event did needs only the rest of it matched (see _event_tail)
+                eol = data.find(b"\r\n", 0, 10)
+                if eol > 0 and data.startswith(prefix, eol + 2):
+                    m = _event_tail(data, eol + 2 + len(prefix))
+                    if m is not None:
+                        piece, reason, pt, ct = m.groups()
+                        try:
+                            size = int(data[:eol], 16)        # as servewatch.http1.one_whole_chunk reads it
+                        except ValueError:
+                            size = -1
+                        if size != len(data) - eol - 4:
+                            m = None
+            if m is None:
+                m = _whole_event(data)
+                if m is not None:
+                    size_hex, piece, reason, pt, ct = m.groups()
+                    size = len(data) - len(size_hex) - 4
+                    if int(size_hex, 16) != size:
+                        m = None
+                    else:
+                        self.event_prefix = data[len(size_hex) + 2:m.start(2)]
+            if m is not None:
                 received = self._received + size
                 if received <= self.max_body:
+                    self._received = received
                     state = ex.state
-                    m = state._fast(data, start, end)
-                    if m is not None:
-                        self._received = received
-                        piece, reason, pt, ct = m.groups()
-                        if pt is not None:
-                            state.prompt_tokens = int(pt)
-                        if reason:
-                            state.finish_reason = reason.decode()
-                        if piece:
-                            state.client_tokens += 1
-                        # StreamState._chunk
-                        if ct is not None:
-                            count = int(ct)
-                            k = count - state.completion_tokens
-                            state.completion_tokens = count
-                            if k < 0:
-                                k = 0
-                        else:
-                            state.counts_exact = False
-                            k = 1 if piece else 0
-                        state.chunk_t.append(t - ex.sent)
-                        state.chunk_k.append(k)
-                        return
+                    if pt is not None:
+                        state.prompt_tokens = int(pt)
+                    if reason:
+                        state.finish_reason = reason.decode()
+                    if piece:
+                        state.client_tokens += 1
+                    # StreamState._chunk
+                    if ct is not None:
+                        count = int(ct)
+                        k = count - state.completion_tokens
+                        state.completion_tokens = count
+                        if k < 0:
+                            k = 0
+                    else:
+                        state.counts_exact = False
+                        k = 1 if piece else 0
+                    state.chunk_t.append(t - ex.sent)
+                    state.chunk_k.append(k)
+                    return
         super().data_received(data)
         self._set_inline()
 
@@ -391,6 +439,16 @@ class Upstream(_Conn):
         if client is not None:
             client.reading_paused_for_upstream = False
             client.update_reading()
+
+
+class BufferedUpstream(Upstream, asyncio.BufferedProtocol):
+    """Upstream reading into the proxy's buffer (plain asyncio: see Proxy._read_view)."""
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.proxy._read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.proxy._read_view[:nbytes].tobytes())
 
 
 class Client(asyncio.Protocol):
@@ -674,4 +732,14 @@ class Client(asyncio.Protocol):
         self.buf = b""
         self.transport.write(error_response(status, message, kind))
         self.transport.close()
+
+
+class BufferedClient(Client, asyncio.BufferedProtocol):
+    """Client reading into the proxy's buffer (plain asyncio: see Proxy._read_view)."""
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.proxy._read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.proxy._read_view[:nbytes].tobytes())
 

@@ -1,5 +1,6 @@
-"""`servewatch guard` supervising a real vLLM it started: a stopped worker → stacks of the whole tree →
-the tree killed → exit 3; SIGTERM → vLLM drains and guard exits with vLLM's own status."""
+"""`servewatch guard` supervising a real vLLM it started: SIGTERM → vLLM drains and guard exits with vLLM's own
+status. (Guard attached to a vLLM whose worker is stopped — the stacks, the tree killed, exit 3 — is a fault
+of plans/short-vllm.yaml, and of plans/multirank-vllm.yaml at TP=2.)"""
 
 from __future__ import annotations
 
@@ -11,19 +12,15 @@ import time
 
 import psutil
 import pytest
-from lab_cli import SERVEWATCH, VerdictLine, assert_bundles_verify
+from lab_cli import SERVEWATCH
 from lab_observations import log_excerpt
 from lab_scrape import health
-from lab_signals import stop_on_running_work
-from lab_timing import STALL_FLOOR_S, FreezeExplainedMiss, check_within, longest_freeze, stall_bound
-from lab_traffic import Traffic
 
 from servewatch.lab.server import ServerConfig, free_port, vllm_command, vllm_environment
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 READY_S = 240
-KILL_AFTER_VERDICT_S = 2.0
 
 
 class GuardedVllm:
@@ -108,53 +105,6 @@ def _gone(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-def test_guard_dumps_the_stacks_of_a_stalled_vllm_and_kills_its_tree(lab, run_dir):
-    with GuardedVllm(lab, run_dir, "stall") as guarded:
-        ready = guarded.wait_ready()
-        worker = guarded.role_pid("VLLM::Worker")
-        # Sixteen waves of 4 x 1800 tokens: a starved client (this machine freezes everything but vLLM's
-        # worker for seconds at a time) still finds requests running when it stops the worker; three
-        # waves (21,600 tokens) were all done in ~7 s by the CPU vLLM here before a stop could land.
-        traffic = Traffic(guarded.url, n=64, concurrency=4, max_tokens=1800, timeout_s=300).start()
-        stopped_at, _, _ = stop_on_running_work(guarded, worker, traffic)
-        try:   # the wait is only a fence; the bounds are asserted below from the verdict's own threshold
-            code = guarded.proc.wait(timeout=STALL_FLOOR_S + 40)
-        except subprocess.TimeoutExpired:
-            freeze = longest_freeze(stopped_at)
-            raise (FreezeExplainedMiss if freeze >= 40 else AssertionError)(
-                f"guard did not act within {STALL_FLOOR_S + 40:.0f} s of the stop (longest freeze measured "
-                f"{freeze:.1f} s); its lines: {[line for _, line in guarded.lines]}") from None
-        events = guarded.events()
-        tree = list(guarded.tree)
-    traffic.wait(60)
-    assert code == 3, guarded.stderr_tail()
-    stall_at, stall = events["alive_health_ok_no_progress"]
-    stacks_at, stacks = events["stacks"]
-    kill_at, kill = events["kill"]
-    lab.obs.record("guard_stall", {"ready_s": round(ready, 1), "verdict_after_s": round(stall_at - stopped_at, 2),
-                                   "stacks": stacks["processes"], "stacks_after_s": round(stacks_at - stopped_at, 2),
-                                   "killed": kill["killed"], "killed_after_s": round(kill_at - stopped_at, 2)})
-    lab.obs.say(f"guard: worker SIGSTOP → stall verdict {stall_at - stopped_at:.2f} s (threshold "
-                f"{stall['details']['threshold_s']:.2f} s = max(2 s, 4 x {stall['details']['scrape_gap_s']:.2f} s "
-                f"scrape gap, {stall['details']['longest_gap_s']:.2f} s step gap)) → stacks {stacks['processes']} "
-                f"{stacks_at - stopped_at:.2f} s → {kill['killed']} processes killed {kill_at - stopped_at:.2f} s; "
-                f"guard exit {code}")
-    # The verdict within its own threshold + two 0.5 s cadences; the stacks and the kill right after it:
-    # py-spy dumps of the 4 processes and the kill took 0.15 s after the verdict on a quiet run, 2 s allowed.
-    check_within("guard's stall verdict", stall_at - stopped_at, stall_bound(VerdictLine(stall_at, stall), 0.5, stopped_at=stopped_at),
-                 since=stopped_at)
-    check_within("guard's kill after its verdict", kill_at - stall_at, KILL_AFTER_VERDICT_S, since=stall_at)
-    assert stacks["status"] == "captured", stacks
-    assert {"api", "engine_core", "worker"} <= set(stacks["processes"]), stacks
-    text = open(stacks["path"], encoding="utf-8").read()
-    assert f"=== pid {worker} (worker): captured" in text and "vllm" in text   # the stopped worker's own frames
-    assert kill["survivors"] == [] and kill["killed"] >= 3
-    assert all(_gone(proc) for proc in tree), [(p.pid, p.status()) for p in tree if not _gone(p)]
-    assert events["exit"][1]["code"] == 3
-    assert any(status != 200 for status in traffic.result.statuses)   # the stalled requests were cut
-    assert_bundles_verify(guarded.out)
 
 
 def test_sigterm_to_guard_drains_vllm_and_exits_with_its_status(lab, run_dir):

@@ -1,7 +1,7 @@
 """Multi-rank truth on real vLLM CPU engines beyond the drill plan (plans/multirank-vllm.yaml holds the TP=2 idle,
-steady-load, stop and kill cases): data parallel 2 (the worker of DP rank 1 stopped under load: the stall on
-engine=1 naming DP rank 1, with a retry when the stop found engine 1's gauges idle) and guard around a TP=2
-engine (stacks of both ranks, the stopped one named, the tree killed)."""
+steady-load, stop and kill cases, and guard around the TP=2 engine): data parallel 2 (the worker of DP rank 1
+stopped under load: the stall on engine=1 naming DP rank 1, with a retry when the stop found engine 1's gauges
+idle)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from lab_cli import Watcher
 from lab_observations import log_excerpt
 from lab_scrape import health_over
 from lab_servers import start_ready
-from lab_signals import wait_for_running_streams
 from lab_traffic import Traffic
 
 from servewatch.sources.probe import URGENT_DEADLINE_S
@@ -115,53 +114,3 @@ def test_dp2_worker_of_dp_rank_1_stopped_is_a_stall_on_engine_1_naming_dp_rank_1
     else:
         bound = RANK_STALLED_BOUND_S
     check_within(f"{name} on DP=2", named.arrived - stopped_at, bound, since=stopped_at)
-
-
-def test_guard_on_tp2_dumps_both_ranks_names_the_stopped_one_and_kills_the_tree(lab, run_dir):
-    """guard started around a TP=2 vLLM: Worker_TP1 stopped under four streams → the verdict (the stall,
-    or rank_stalled when the stop lands before the step's stats were published) → py-spy stacks of every
-    process, headed by the divergence line naming TP rank 1 → the whole tree killed, exit 3."""
-    from test_4_guard import KILL_AFTER_VERDICT_S, GuardedVllm, _gone
-
-    from lab_cli import VerdictLine
-    from lab_timing import check_within, stall_bound
-
-    act_on = "alive_health_ok_no_progress,engine_dead,rank_stalled"
-    with GuardedVllm(lab, run_dir, "tp2-guard", "--probe", "--act-on", act_on,
-                     extra_args=("--tensor-parallel-size", "2"), extra_env=RANK_ENV) as guarded:
-        guarded.wait_ready()
-        server = type("Tree", (), {"pid": guarded.proc.pid})
-        worker = pid_titled(server, "VLLM::Worker_TP1")
-        sent_at = time.monotonic()
-        traffic = Traffic(guarded.url, n=8, concurrency=4, max_tokens=1500, timeout_s=400).start()
-        wait_for_running_streams(guarded.url, since=sent_at, what="the streams")
-        os.kill(worker, signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        code = guarded.proc.wait(timeout=90)          # a fence only: the bounds are asserted below
-        events = guarded.events()
-        tree = list(guarded.tree)
-    traffic.wait(60)
-    verdict = next((name for name in ("alive_health_ok_no_progress", "rank_stalled") if name in events), None)
-    assert code == 3 and verdict is not None, f"guard exit {code}, events {sorted(events)}: {guarded.stderr_tail()}"
-    verdict_at, line = events[verdict]
-    stacks_at, stacks = events["stacks"]
-    kill_at, kill = events["kill"]
-    text = open(stacks["path"], encoding="utf-8").read()
-    divergence = text.splitlines()[0]
-    lab.obs.record("tp2_guard", {"verdict": verdict, "verdict_s": round(verdict_at - stopped_at, 2),
-                                 "stacks": stacks["processes"], "diverging": stacks["diverging"],
-                                 "killed": kill["killed"], "killed_s": round(kill_at - stopped_at, 2)})
-    lab.obs.say(f"guard on TP=2: Worker_TP1 SIGSTOP under 4 streams → {verdict} {verdict_at - stopped_at:.2f} s → "
-                f"stacks {stacks['status']} {stacks_at - stopped_at:.2f} s, {divergence} → {kill['killed']} "
-                f"processes killed {kill_at - stopped_at:.2f} s; guard exit {code}")
-    bound = (RANK_STALLED_BOUND_S if verdict == "rank_stalled"
-             else stall_bound(VerdictLine(verdict_at, line), INTERVAL, stopped_at=stopped_at))
-    check_within(f"guard's {verdict} on TP=2", verdict_at - stopped_at, bound, since=stopped_at)
-    check_within("guard's kill after its verdict", kill_at - verdict_at, KILL_AFTER_VERDICT_S, since=verdict_at)
-    assert stacks["status"] == "captured", stacks
-    assert stacks["diverging"] == ["VLLM::Worker_TP1"], (stacks, divergence)
-    assert divergence.startswith(f"divergence: VLLM::Worker_TP1 (pid {worker}) ") and "VLLM::Worker_TP0 (pid " \
-        in divergence, divergence
-    assert text.count(": captured — VLLM::Worker_TP") == 2, "both ranks' stacks"
-    assert kill["survivors"] == [] and kill["killed"] >= 4, kill
-    assert all(_gone(proc) for proc in tree)

@@ -42,14 +42,15 @@ TARGET_LINE = re.compile(r"servewatch drill: target( main)?: ")    # the first t
 
 def after_start_bound(plan) -> float:
     """Seconds the drill may take once its engine is up: every fault's windows plus STEP_OVERHEAD_S, a start
-    again (bounded by its ready_timeout_s) after each fault that takes its server down before the last on
-    that server, and the first start of every other target."""
+    again (bounded by its ready_timeout_s) after each fault that takes its server down (or whose guard is to
+    kill it) before the last on that server, and the first start of every other target."""
     windows = sum(s.warmup_s + s.hold_s + s.traffic_after_revert_s + STEP_OVERHEAD_S for s in plan.steps)
     from servewatch.drill.faults import FAULTS
 
     targets = plan.named_targets()
+    down = [FAULTS[s.kind].takes_server_down or bool(s.expect.guard and s.expect.guard.kills) for s in plan.steps]
     restarts = sum(targets[s.on].ready_timeout_s for i, s in enumerate(plan.steps)
-                   if FAULTS[s.kind].takes_server_down and any(later.on == s.on for later in plan.steps[i + 1:]))
+                   if down[i] and any(later.on == s.on for later in plan.steps[i + 1:]))
     others = sum(t.ready_timeout_s for t in plan.targets.values())
     return windows + restarts + others + END_MARGIN_S
 
@@ -68,6 +69,10 @@ def _overshoots(fault: dict, expect: dict) -> list[float] | None:
     if "recover_within_s" in expect:
         within = expect["recover_within_s"]
         timed[f"a good request within {within:g} s after the fault"] = (fault["recovery_s"], within)
+    kill = (fault.get("guard") or {}).get("kill")
+    if "within_s" in expect.get("guard", {}) and kill:
+        within = expect["guard"]["within_s"]
+        timed[f"guard kills the tree within {within:g} s of its verdict"] = (kill["after_verdict_s"], within)
     for check in fault["checks"]:
         if check["met"]:
             continue
@@ -208,4 +213,13 @@ def test_multirank_drill_meets_every_expectation_on_vllm_tp2(lab, run_dir):
 @pytest.mark.sglang
 @pytest.mark.timeout(_timeout("short-sglang"))
 def test_short_drill_meets_every_expectation_on_sglang(sglang_lab, sglang_run_dir):
-    _drill("short-sglang", sglang_run_dir / "drill")
+    from servewatch.lab.sgl_kernel_stand_in import stand_in_calls
+
+    out = sglang_run_dir / "drill"
+    try:
+        _drill("short-sglang", out)
+    finally:   # the run proves something only if SGLang never reached a stubbed op of the test-only stand-in
+        logs = sorted((out / "logs").rglob("sglang-*.log"))     # each start of each target
+        called = [name for log in logs for name in stand_in_calls(log.read_text(errors="replace"))]
+        print(f"stand-in calls in {len(logs)} SGLang logs of the drill: {called or 'none'}")
+    assert logs and called == [], f"SGLang called stubbed sgl_kernel ops {called}: this run did not run real code"

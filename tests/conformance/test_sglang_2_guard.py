@@ -1,11 +1,7 @@
-"""`servewatch guard` on a real SGLang, with its default --act-on:
-
-- attached (--pid) to a server whose scheduler is stopped under load → the stall verdict → stacks of every
-  process → the tree killed → exit 3. SGLang 0.5.23's /health waits on a generation through the
-  scheduler, so the stall takes /health down too; the stall verdict still comes from the counters.
-- started by guard, one prefill step so long that SGLang's own health check fails → guard does nothing
-  (slow is not stalled); then SIGTERM to guard → SGLang drains its running requests and exits 0 → guard
-  exits 0.
+"""`servewatch guard` on a real SGLang it started, with its default --act-on: one prefill step so long that
+SGLang's own health check fails → guard does nothing (slow is not stalled); then SIGTERM to guard → SGLang
+drains its running requests and exits 0 → guard exits 0. (Guard attached to a stalled SGLang, acting on it, is
+a fault of plans/short-sglang.yaml.)
 """
 
 from __future__ import annotations
@@ -13,16 +9,13 @@ from __future__ import annotations
 import re
 import shutil
 import signal
-import subprocess
 import time
 
-import psutil
 import pytest
 from lab_cli import assert_bundles_verify
 from lab_guard import GuardProcess, gone
 from lab_observations import log_excerpt
-from lab_servers import assert_no_stand_in_call, start_ready
-from lab_sglang import HealthProbes, stop_scheduler_on_running_work, wait_steady_steps
+from lab_sglang import HealthProbes, wait_steady_steps
 from lab_traffic import Traffic
 
 from servewatch.dialects.sglang import HEALTH_CHECK_FAILED_LINES
@@ -34,56 +27,6 @@ pytestmark = [pytest.mark.sglang, pytest.mark.timeout(600)]
 
 STALL = "alive_health_ok_no_progress"
 DEATHS = ("engine_dead", "process_exit")
-
-
-def test_guard_defaults_dump_the_stacks_of_a_stalled_sglang_and_kill_its_tree(sglang_lab, sglang_run_dir):
-    server = start_ready(sglang_lab, "sglang_guarded")
-    try:
-        tree = server.process_tree()
-        members = [psutil.Process(tree.api_server), *psutil.Process(tree.api_server).children(recursive=True)]
-        with GuardProcess(server.url, sglang_run_dir, "stall", "--pid", str(server.pid),
-                          "--log-file", str(server.log_path)) as guard:
-            guard.wait_recording()
-            traffic = Traffic(server.url, model=str(sglang_lab.model.path), n=6, concurrency=6, max_tokens=1500,
-                              timeout_s=300).start()
-            stopped_at, _ = stop_scheduler_on_running_work(server.url, tree.engine_core)
-            try:
-                code = guard.proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                raise AssertionError(f"guard did not act within 90 s of the stop; its lines: "
-                                     f"{[line for _, line in guard.lines]}") from None
-            events = guard.events()
-            stderr = guard.stderr_text()
-        server_code = server.wait_exit(30)
-        traffic.wait(60)
-    finally:
-        server.stop()
-    assert code == 3, log_excerpt(stderr, max_lines=40)
-    kill_at, kill = events["kill"]
-    verdict = kill["verdict"]
-    verdict_at, _ = events[verdict]
-    stacks_at, stacks = events["stacks"]
-    seen = {name: round(at - stopped_at, 2) for name, (at, line) in events.items() if "verdict" in line}
-    sglang_lab.obs.record("guard_stall", {"acted_on": verdict, "verdicts_after_s": seen,
-                                          "stacks": stacks["processes"],
-                                          "stacks_after_s": round(stacks_at - stopped_at, 2),
-                                          "killed": kill["killed"], "killed_after_s": round(kill_at - stopped_at, 2),
-                                          "server_exit": server_code})
-    sglang_lab.obs.say(f"guard (default --act-on): scheduler SIGSTOP → {verdict} {verdict_at - stopped_at:.2f} s → "
-                       f"stacks {stacks['processes']} {stacks_at - stopped_at:.2f} s → {kill['killed']} processes "
-                       f"killed {kill_at - stopped_at:.2f} s; verdicts seen {seen}; guard exit {code}, SGLang exit "
-                       f"{server_code}")
-    assert verdict == STALL, f"guard's default acted on {verdict}, not the stall verdict"
-    assert stacks["status"] == "captured", stacks
-    assert {"engine_core", "worker"} <= set(stacks["processes"]), stacks
-    text = open(stacks["path"], encoding="utf-8").read()
-    assert f"=== pid {tree.engine_core} (engine_core): captured" in text and "sglang" in text  # the stopped scheduler
-    assert kill["survivors"] == [] and kill["killed"] >= 3
-    assert all(gone(proc) for proc in members), [(p.pid, p.status()) for p in members if not gone(p)]
-    assert events["exit"][1]["code"] == 3
-    assert traffic.result.statuses != [200] * 6    # the stalled requests were cut, not completed
-    assert_no_stand_in_call(server)
-    assert_bundles_verify(guard.out)
 
 
 # -- started by guard: one very long prefill step, then SIGTERM ------------------------------------------
