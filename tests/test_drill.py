@@ -504,21 +504,22 @@ GUARDED = """
     name: guarded
     target: {engine: sim}
     workload: {scenario: custom, rate: 4, output_tokens: 32}
-    defaults: {warmup_s: 3, hold_s: 8, observe_s: 2}
+    # health_loss: 3 failed /health probes of 2 s each at a 0.5 s cadence, 7.5 s; measured 6.4 s (2026-12-02)
+    defaults: {warmup_s: 3, hold_s: 10, observe_s: 2}
     faults:
       - name: frozen, guard acts
         kind: stop
         role: api
         guard: {act_on: [health_loss]}
         expect:
-          fire: {health_loss: 8}
+          fire: {health_loss: 10}
           guard: {kills: true, within_s: 5, stacks_of: [api]}
       - name: frozen, guard told to leave it
         kind: stop
         role: api
         guard: {act_on: [engine_dead]}
         expect:
-          fire: {health_loss: 8}
+          fire: {health_loss: 10}
           guard: {kills: false}
       - name: quiet, guard expected to kill (it cannot)
         kind: quiet
@@ -585,3 +586,28 @@ def test_guard_outcome_reads_the_lines_after_the_injection_and_the_dump_by_pid()
                               "diverging": ["VLLM::Worker_TP1"], "after_s": 5.2},
                    "kill": {"killed": 5, "survivors": 0, "after_s": 5.4, "after_verdict_s": 0.5}}
     assert "/private" not in json.dumps(got)
+
+
+def test_a_bundle_holding_the_served_models_path_fails_the_privacy_check(tmp_path):
+    import gzip
+
+    from servewatch.drill.expect import check
+    from servewatch.drill.plan import Expect
+    from servewatch.drill.run import StepResult
+
+    model = "/srv/models/tiny-llama"
+    clean, leaky = tmp_path / "a", tmp_path / "b"
+    (clean / "series").mkdir(parents=True)
+    (clean / "series" / "samples.jsonl.gz").write_bytes(gzip.compress(b'{"model": "m"}'))
+    (leaky / "series").mkdir(parents=True)
+    (leaky / "series" / "samples.jsonl.gz").write_bytes(gzip.compress(f'{{"model_name": "{model}"}}'.encode()))
+    (leaky / "incident.json").write_text(f'{{"label": "{model}"}}')
+    assert M.files_holding([clean], model) == 0 and M.files_holding([clean, leaky], model) == 2
+    result = StepResult(index=1, kind="stop", name="s",
+                        bundles={"written": 2, "verified": 2, "write_failures": 0, "holding_model_path": 2})
+    assert check(Expect(), result)[-1] == {"expectation": "no bundle holds the served model's path", "met": False,
+                                           "observed": "2 file(s) hold it"}
+    result.bundles["holding_model_path"] = 0
+    assert check(Expect(), result)[-1]["met"] is True
+    del result.bundles["holding_model_path"]        # a model named otherwise (not a path): no such check
+    assert [c["expectation"] for c in check(Expect(), result)] == ["every bundle written verifies"]

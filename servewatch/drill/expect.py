@@ -57,6 +57,10 @@ def check(expect, result) -> list[dict]:
     written, verified = result.bundles.get("written", 0), result.bundles.get("verified", 0)
     if expect.bundle_write_fails is None and written:      # a full disk may leave bundles half written
         add("every bundle written verifies", verified == written, f"{verified} of {written} verified")
+    if "holding_model_path" in result.bundles:          # privacy: the served model's path, in no bundle
+        held = result.bundles["holding_model_path"]
+        add("no bundle holds the served model's path", held == 0, f"{held} file(s) hold it" if held else
+            f"in none of the {written} bundle(s)")
     if expect.bundle_write_fails is not None:
         failures = result.bundles.get("write_failures", 0)
         add("the recorder reports bundles it could not write" if expect.bundle_write_fails

@@ -394,6 +394,24 @@ def recovery(records, reverted: float) -> float | None:
     return round(min(ends) - reverted, 2) if ends else None
 
 
+def files_holding(roots: list[Path], needle: str) -> int:
+    """How many files below `roots` hold `needle` (gzip files read decompressed): a bundle must not hold the
+    served model's path (SGLang and vLLM put it in their model_name label)."""
+    import gzip
+
+    wanted, count = needle.encode(), 0
+    for root in roots:
+        for path in root.rglob("*"):
+            try:
+                data = path.read_bytes() if path.is_file() else b""
+                if path.suffix == ".gz":
+                    data = gzip.decompress(data)
+            except (OSError, EOFError, gzip.BadGzipFile):
+                continue      # unreadable: verify has said so already
+            count += wanted in data
+    return count
+
+
 # -- guard (a step recorded by `servewatch guard`) ---------------------------------------------------------
 
 _STACKS_HEADER = re.compile(r"^=== pid (\d+) \([a-z_]+\): (\w+)", re.MULTILINE)

@@ -358,6 +358,8 @@ class DrillRun:
                 pass
         result.bundles = {"written": len(bundles), "verified": verified,
                           "write_failures": watcher.bundle_failures()}
+        if bundles and self.model.startswith("/"):      # the served model's name is a path: in no bundle
+            result.bundles["holding_model_path"] = M.files_holding(bundles, self.model)
         result.checks = check(step.expect, result)
 
     # -- after the drill
