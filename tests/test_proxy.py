@@ -661,29 +661,42 @@ def _drive(request: bytes, reads: list[bytes]):
     return asyncio.run(run())
 
 
-def test_the_inline_path_with_events_that_change_shape_midstream():
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_the_inline_path_with_events_that_change_shape_midstream(api):
     """The inline path matches only the rest of an event that starts as the last whole one did; events
-    whose start changes (another id, model, member order, a member before "choices"), escaped text,
-    an error object, odd chunk framing (upper-case hex, an extension) end exactly as the parser reads them."""
+    whose start changes (another id, model, member order, a member before "choices"), escaped text, a
+    chat delta with or without content, an error object, odd chunk framing (upper-case hex, an extension)
+    end exactly as the parser reads them."""
     import random
 
     rng = random.Random(26)
     texts = ["a", " b", "", "c\u00e9", "x y", '"q"', "ok", "back\\slash"]
     events = []
-    for i in range(300):
-        body: dict = {"id": f"cmpl-{rng.choice('ab')}", "object": "text_completion", "created": 1,
-                      "model": rng.choice(["m", "m2"])}
+    for i in range(400):
+        body: dict = {"id": f"cmpl-{rng.choice('aaaab')}", "object": "text_completion", "created": 1,
+                      "model": rng.choice(["m", "m", "m", "m2"])}
         if rng.random() < 0.1:
             body = {"t": rng.random()}                                  # a member that changes before choices
-        choice = {"index": 0, "text": rng.choice(texts), "logprobs": None,
-                  "finish_reason": rng.choice([None, None, None, "length", "stop", "abort"]), "stop_reason": None}
+        reason = rng.choice([None] * 12 + ["length", "stop", "abort", "", "Stop"])
+        if api == "chat":
+            delta = rng.choice([{"content": rng.choice(texts)}] * 8 + [{"role": "assistant", "content": ""},
+                                {"content": None}, {}, {"role": "assistant"}, {"content": "a", "content2": 1},
+                                {"tool_calls": []}, {"content": rng.choice(texts), "reasoning_content": None}])
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+            if rng.random() < 0.05:
+                choice = {"index": 0, "delta": None, "finish_reason": None}
+        else:
+            choice = {"index": 0, "text": rng.choice(texts), "logprobs": None, "finish_reason": reason,
+                      "stop_reason": None}
         if rng.random() < 0.1:
-            choice = {"index": 0, "text": "z", "finish_reason": None, "text2": "w"}
+            choice = {"index": 0, "text": "z", "delta": {"content": "y"}, "finish_reason": None, "text2": "w"}
         body["choices"] = [choice]
         if rng.random() < 0.5:
             body["usage"] = {"prompt_tokens": 7, "total_tokens": 7 + i, "completion_tokens": i + rng.choice([0, 1])}
-        if rng.random() < 0.05:
+        if rng.random() < 0.03:
             body = {"object": "error", "message": "boom"}
+        elif rng.random() < 0.03:
+            body["choices"] = []
         events.append(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
     events.append(b"data: [DONE]\n\n")
     chunks = []
@@ -697,12 +710,13 @@ def test_the_inline_path_with_events_that_change_shape_midstream():
         chunks.append(size + b"\r\n" + e + b"\r\n")
     chunks.append(b"0\r\n\r\n")
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    request = _post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 300, "stream": True})
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    request = _post(path, {"model": "m", "prompt": "p", "max_tokens": 400, "stream": True})
     whole = head + b"".join(chunks)
     inline = _drive(request, [head, *chunks])
     cut = _drive(request, [whole[i:i + 29] for i in range(0, len(whole), 29)])
     assert inline[0] == cut[0] == whole
-    assert inline[3] > 100                                              # most reads took the inline path
+    assert inline[3] > 100                                              # many reads took the inline path
     (_, a, ra, _), (_, b, rb, _) = inline, cut
     assert list(a.chunk_k) == list(b.chunk_k) and len(a.chunk_t) == len(b.chunk_t)
     assert (a.completion_tokens, a.prompt_tokens, a.client_tokens, a.counts_exact, a.finish_reason,

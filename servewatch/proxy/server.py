@@ -16,31 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
 from servewatch.http1 import Endpoint, StreamCut, _Conn, _BODY, _IDLE
-from servewatch.load.client import _completion_event_pattern
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
+from servewatch.proxy import fastpath
 from servewatch.timeline.samples import RequestsSample
 
 _now = time.time
 READ_BUFFER = 64 * 1024  # one read at most (plain asyncio's reads; uvloop reads into a buffer of its own)
-# One HTTP/1.1 chunk ("SIZE\r\n" payload "\r\n") whose payload is one whole completions event as
-# StreamState's matcher reads it (servewatch.load.client._completion_event_pattern): its size's hex digits,
-# then that matcher's groups (text, finish reason, prompt and completion tokens).
-_EVENT = _completion_event_pattern().pattern
-_whole_event = re.compile(rb"([0-9a-fA-F]{1,8})\r\n" + _EVENT + rb"\r\n").fullmatch
-# The same pattern from the text's opening quote on, with the same four groups. In an event it matches,
-# no quoted string holds a quote, so the members before "choices" read one way only: an event that starts
-# with the bytes of one that matched, up to that quote, matches whole exactly when its rest matches this.
-_TEXT_AT = _EVENT.index(rb'"text":"(') + len(rb'"text":"')
-_event_tail = re.compile(_EVENT[_TEXT_AT:] + rb"\r\n").fullmatch
 RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
@@ -278,7 +267,9 @@ class Upstream(_Conn):
         self.idle_since = 0.0
         self.inline = False
         self.client_write = None
-        self.event_prefix: bytes | None = None     # the last whole event up to its text (see data_received)
+        self.event_prefix: bytes | None = None     # the last whole event up to its piece (see data_received)
+        self.whole_event = fastpath.completion_whole
+        self.event_tail = fastpath.completion_tail
 
     def attach(self, client: "Client", ex: Exchange) -> None:
         self.client, self.exchange = client, ex
@@ -295,6 +286,9 @@ class Upstream(_Conn):
         self.inline = False
         self.client_write = client.transport.write
         self.event_prefix = None
+        chat = ex.api == "chat"
+        self.whole_event = fastpath.chat_whole if chat else fastpath.completion_whole
+        self.event_tail = fastpath.chat_tail if chat else fastpath.completion_tail
         ex.sent = self.proxy.now()
         if ex.pending:          # head and the body read so far in one write (one send, not two)
             self.transport.write(b"".join((client.upstream_head, *ex.pending)))
@@ -326,11 +320,11 @@ class Upstream(_Conn):
             prefix = self.event_prefix
             m = None
             if prefix is not None:
-                # the events of one stream mostly differ after their text's opening quote: a read that
-                # starts as the last whole event did needs only the rest of it matched (see _event_tail)
+                # the events of one stream mostly differ after their piece's opening quote: a read that
+                # starts as the last whole event did needs only the rest of it matched (see fastpath)
                 eol = data.find(b"\r\n", 0, 10)
                 if eol > 0 and data.startswith(prefix, eol + 2):
-                    m = _event_tail(data, eol + 2 + len(prefix))
+                    m = self.event_tail(data, eol + 2 + len(prefix))
                     if m is not None:
                         piece, reason, pt, ct = m.groups()
                         try:
@@ -340,14 +334,14 @@ class Upstream(_Conn):
                         if size != len(data) - eol - 4:
                             m = None
             if m is None:
-                m = _whole_event(data)
+                m = self.whole_event(data)
                 if m is not None:
                     size_hex, piece, reason, pt, ct = m.groups()
                     size = len(data) - len(size_hex) - 4
                     if int(size_hex, 16) != size:
                         m = None
-                    else:
-                        self.event_prefix = data[len(size_hex) + 2:m.start(2)]
+                    else:           # (a chat event without a piece has no place to start a tail from)
+                        self.event_prefix = data[len(size_hex) + 2:m.start(2)] if piece is not None else None
             if m is not None:
                 received = self._received + size
                 if received <= self.max_body:
@@ -376,11 +370,11 @@ class Upstream(_Conn):
         self._set_inline()
 
     def _set_inline(self) -> None:
-        """Whether the next read may take the inline path: an SSE completions body (its parser has the
-        whole-event matcher, nothing half-read in the chunk framing or the event splitter)."""
+        """Whether the next read may take the inline path: an SSE completions or chat body (nothing
+        half-read in the chunk framing or the event splitter)."""
         ex = self.exchange
         state = ex.state if ex is not None else None
-        self.inline = (state is not None and state._fast is not None and not state.spent
+        self.inline = (state is not None and not state.spent
                        and not state.keep_text and self.state == _BODY and self._chunked and not self._buf
                        and not self._left and not self._need_crlf and not self._trailer
                        and not state.splitter.pending)
