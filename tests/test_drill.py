@@ -611,3 +611,26 @@ def test_a_bundle_holding_the_served_models_path_fails_the_privacy_check(tmp_pat
     assert check(Expect(), result)[-1]["met"] is True
     del result.bundles["holding_model_path"]        # a model named otherwise (not a path): no such check
     assert [c["expectation"] for c in check(Expect(), result)] == ["every bundle written verifies"]
+
+
+def test_a_fault_aims_at_the_rank_the_rank_model_gives_including_a_dp_workers_inherited_one():
+    """A DP=2 vLLM's workers are all titled VLLM::Worker: rank 1 is the one under EngineCore_DP1, whatever
+    order the process list gives (listed first here); TP and SGLang's DP titles give their own rank."""
+    from servewatch.drill.target import with_ranks
+    from servewatch.timeline.samples import ProcessMember as PM
+
+    members = [PM(1, 0.0, "api", "python3", "running"),
+               PM(2, 0.0, "engine_core", "VLLM::EngineCore_DP0", "running", ppid=1),
+               PM(3, 0.0, "engine_core", "VLLM::EngineCore_DP1", "running", ppid=1),
+               PM(4, 0.0, "worker", "VLLM::Worker", "running", ppid=3),
+               PM(5, 0.0, "worker", "VLLM::Worker", "running", ppid=2),
+               PM(6, 0.0, "other", "python3", "running", ppid=1)]
+    got = {p.pid: (p.role, p.rank) for p in with_ranks(members)}
+    assert got == {1: ("api", 0), 2: ("engine_core", 0), 3: ("engine_core", 1), 4: ("worker", 1), 5: ("worker", 0),
+                   6: ("other", 0)}
+    tp = with_ranks([PM(1, 0.0, "api", "python3", "running"),
+                     PM(2, 0.0, "engine_core", "VLLM::EngineCore", "running", ppid=1),
+                     PM(3, 0.0, "worker", "VLLM::Worker_TP1", "running", ppid=2),
+                     PM(4, 0.0, "worker", "VLLM::Worker_TP0", "running", ppid=2),
+                     PM(5, 0.0, "engine_core", "sglang::scheduler_DP1", "running", ppid=1)])
+    assert [(p.pid, p.rank) for p in tp] == [(1, 0), (2, 0), (3, 1), (4, 0), (5, 1)]

@@ -4,7 +4,6 @@ engine), or an existing one given by URL and PID, accepted only once its PID is 
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -19,7 +18,6 @@ from servewatch.errors import ServewatchError
 
 HEALTH_TIMEOUT_S = 2.0
 SIM_READY_TIMEOUT_S = 30.0
-_RANK = re.compile(r"(?:TP|DP|PP|rank|_)(\d+)$")
 
 
 class TargetError(ServewatchError):
@@ -146,10 +144,14 @@ class DrillTarget:
         self.prove()
 
     def processes(self) -> list[Process]:
+        """The server's processes: role by the dialect, rank by the rank model (a title's own rank, else the
+        one it inherits: a DP engine's plain VLLM::Worker is its EngineCore_DP<n>'s DP rank n); processes
+        with no rank are counted in order within their role."""
         import psutil
 
         from servewatch.dialects import by_name
         from servewatch.sources.process import title_of
+        from servewatch.timeline.samples import ProcessMember
 
         dialect = by_name(self.dialect)
         try:
@@ -157,21 +159,18 @@ class DrillTarget:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
-        out: list[Process] = []
-        counts: dict[str, int] = {}
+        found: list[ProcessMember] = []    # the root first
         for i, proc in enumerate(procs):
             try:
                 title = title_of(proc)
                 created = started_since_boot(proc.pid)
+                ppid = proc.ppid()
             except psutil.Error:
                 continue
             role = "api" if i == 0 else ((dialect.role_of(title) if dialect else None) or "other")
-            match = _RANK.search(title)
-            rank = int(match.group(1)) if match and role != "api" else counts.get(role, 0)
-            counts[role] = counts.get(role, 0) + 1
             self.seen_pids[proc.pid] = created
-            out.append(Process(proc.pid, created, title, role, rank))
-        return out
+            found.append(ProcessMember(proc.pid, created, role, title, "running", ppid=ppid))
+        return with_ranks(found)
 
     def member(self, role: str | None, rank: int) -> tuple[Process, str]:
         """The process a fault aims at, and a note when the role has no process of its own here."""
@@ -370,6 +369,27 @@ def make_target(plan_target, log_dir: Path) -> DrillTarget:
     if plan_target.engine == "sim":
         return SimTarget(plan_target, log_dir)
     return LabTarget(plan_target, log_dir)
+
+
+def with_ranks(members) -> list[Process]:
+    """Processes (ProcessMember, the root first, roles set) with their rank: the most specific the rank model
+    gives (a title's own, e.g. Worker_TP1's TP rank 1, else the one it inherits from a ranked ancestor: a DP
+    engine's plain VLLM::Worker has its EngineCore_DP<n>'s DP rank n); one with none is counted in order
+    within its role (the API server: 0)."""
+    from servewatch.timeline.ranks import rank_view
+    from servewatch.timeline.samples import ProcessSample
+
+    if not members:
+        return []
+    sample = ProcessSample(0.0, members[0].pid, None, True, tuple(members))
+    ranked = {r.pid: r.axes[-1][1] for r in rank_view(sample) if r.axes}
+    out: list[Process] = []
+    counts: dict[str, int] = {}
+    for m in members:
+        rank = ranked.get(m.pid) if m.role != "api" else None
+        out.append(Process(m.pid, m.create_time, m.title, m.role, counts.get(m.role, 0) if rank is None else rank))
+        counts[m.role] = counts.get(m.role, 0) + 1
+    return out
 
 
 def pid_alive(pid: int, create_time: float) -> bool:
