@@ -634,3 +634,47 @@ def test_a_fault_aims_at_the_rank_the_rank_model_gives_including_a_dp_workers_in
                      PM(4, 0.0, "worker", "VLLM::Worker_TP0", "running", ppid=2),
                      PM(5, 0.0, "engine_core", "sglang::scheduler_DP1", "running", ppid=1)])
     assert [(p.pid, p.rank) for p in tp] == [(1, 0), (2, 0), (3, 1), (4, 0), (5, 1)]
+
+
+def test_a_stop_on_running_work_waits_for_a_request_on_its_engine_and_says_so(tmp_path):
+    """`on_running_work`: on the simulator the engine core is stopped only once /metrics shows a request
+    running (the workload starts with the step), and the figure is in the report."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(textwrap.dedent("""
+        name: on work
+        target: {engine: sim}
+        workload: {scenario: custom, concurrency: 2, output_tokens: 400}
+        faults:
+          - name: stopped on work
+            kind: stop
+            params: {on_running_work: true}
+            warmup_s: 0
+            hold_s: 3
+            observe_s: 1
+    """))
+    out = tmp_path / "out"
+    main(["drill", str(path), "--out", str(out)])
+    fault = json.loads((out / "drill.json").read_text())["faults"][0]
+    assert fault["facts"]["running_when_signalled"] >= 1, fault
+    assert fault["touched"] and "running when signalled" in (out / "drill.md").read_text()
+
+
+def test_the_running_work_of_one_dp_engine_is_read_from_its_label(monkeypatch):
+    import io
+    import urllib.request
+
+    import servewatch.dialects as D
+    from servewatch.drill.target import DrillTarget
+    from servewatch.engine.state import EngineState
+
+    class Fake(DrillTarget):
+        url = "http://127.0.0.1:9"
+
+    engines = [EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=3.0),
+               EngineState("vllm", "vllm-0.32", {"engine": "1"}, running=0.0)]
+    monkeypatch.setattr(D, "read_scrape", lambda body: D.Scrape("vllm", "vllm-0.32", engines))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b""))
+    target = Fake(None)
+    assert (target.running(1), target.running(0), target.running(None)) == (0.0, 3.0, 3.0)
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: (_ for _ in ()).throw(OSError("refused")))
+    assert target.running(0) is None

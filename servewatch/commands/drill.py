@@ -128,7 +128,8 @@ def dry_run(plan) -> int:
                 chosen = [p for p in processes if p.role == step.role and p.rank == step.rank] or processes[:1]
                 aim += f" (pid {chosen[0].pid}, {chosen[0].title})"
         extra = "; ".join(filter(None, (fault.touches(), step.workload is not None
-                                        and f"workload {_workload_words(step.workload)}")))
+                                        and f"workload {_workload_words(step.workload)}",
+                                        step.params and f"params {_workload_words(step.params)}")))
         expect = step.expect.to_json()
         probe = (f"; the recorder asks for one token when its counters stand still (every "
                  f"{plan.probe_interval_s:g} s at most)" if step.probe else "")
@@ -143,7 +144,7 @@ def dry_run(plan) -> int:
 
 
 def _workload_words(workload: dict) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(workload.items()))
+    return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in sorted(workload.items()))
 
 
 def _expect_words(expect: dict) -> str:

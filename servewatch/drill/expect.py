@@ -118,6 +118,8 @@ def _guard(expect, result) -> list[tuple[str, bool, str]]:
     else:
         after = kill["after_verdict_s"]
         took = "" if after is None else f", {after:g} s after the verdict"
+        if after is not None and stacks and g.get("verdict_s") is not None:
+            took += f" (the stacks took {stacks['after_s'] - g['verdict_s']:.2f} s of it)"
         checks.append(("guard kills the tree" + (f" within {expect.within_s:g} s of its verdict" if expect.within_s
                                                    else ""),
                        kill["survivors"] == 0 and (expect.within_s is None or (after is not None and after <= expect.within_s)),

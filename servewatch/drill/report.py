@@ -68,7 +68,8 @@ def validate(doc: dict) -> None:
 def _injected(r: dict) -> str:
     parts = [f"{t['signal']} {t['role']} {t['rank']} (pid {t['pid']})" for t in r["touched"]]
     facts = r.get("facts") or {}
-    parts += [f"{k.replace('_', ' ')} {v}" for k, v in sorted(facts.items()) if not isinstance(v, dict)]
+    parts += [f"{k.replace('_', ' ')} {v:g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
+              for k, v in sorted(facts.items()) if not isinstance(v, dict)]
     parts += [f"{k.replace('_', ' ')}: {describe_answers(v)}" for k, v in sorted(facts.items()) if isinstance(v, dict)]
     return "; ".join(parts) or "–"
 

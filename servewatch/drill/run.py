@@ -19,6 +19,8 @@ from servewatch.errors import ServewatchError
 # Past the workload's end and its request timeout: the load's own teardown (closing connections).
 WORKLOAD_JOIN_MARGIN_S = 10.0
 LATE_SIGNAL_NOTE_S = 1.0       # a signal later than this after the injection began is said in the report
+RUNNING_WORK_WAIT_S = 60.0     # a stop `on_running_work` waits at most this long for a request to run
+RUNNING_WORK_POLL_S = 0.2
 
 
 class FaultNotRun(ServewatchError):
@@ -99,9 +101,26 @@ class Context:
         now = time.time()
         decided = self.result.injected_at
         if decided is not None and now - decided > LATE_SIGNAL_NOTE_S:
+            why = ("it waited for a request to run" if "running_when_signalled" in self.result.facts
+                   else "the drill was not scheduled meanwhile")
             self.result.notes.append(f"the signal went out {now - decided:.1f} s after the drill began injecting "
-                                     f"(the drill was not scheduled meanwhile); times count from the signal")
+                                     f"({why}); times count from the signal")
         self.result.injected_at = now
+
+    def wait_for_running_work(self, role, rank, timeout_s: float = RUNNING_WORK_WAIT_S) -> None:
+        """Until /metrics shows a request running on the engine of the process aimed at (its DP rank's, or the
+        server's): a stop that lands between two waves finds nothing admitted, and no counter can show that
+        stall. Bounded: after timeout_s the fault goes ahead, and the report says so."""
+        proc = self.member(role, rank)
+        deadline = time.monotonic() + timeout_s
+        where = "the server" if proc.dp is None else f"engine {proc.dp} (DP rank {proc.dp})"
+        while time.monotonic() < deadline:
+            running = self.target.running(proc.dp)
+            if running:
+                self.result.facts["running_when_signalled"] = running
+                return
+            time.sleep(RUNNING_WORK_POLL_S)   # another process's state: polled
+        self.result.notes.append(f"no request was seen running on {where} within {timeout_s:g} s: signalled anyway")
 
     def signal_member(self, proc, sig: int) -> None:
         """Undo a signal (SIGCONT after SIGSTOP) on the very process it was sent to; what was not sent is

@@ -17,6 +17,7 @@ from servewatch import proctime
 from servewatch.errors import ServewatchError
 
 HEALTH_TIMEOUT_S = 2.0
+METRICS_MAX_BYTES = 16 * 2**20
 SIM_READY_TIMEOUT_S = 30.0
 
 
@@ -31,6 +32,7 @@ class Process:
     title: str
     role: str
     rank: int
+    dp: int | None = None     # its data-parallel rank (own or inherited): the engine it belongs to
 
 
 # A process is the same process while its pid and its start, counted in clock ticks since boot, are the
@@ -214,6 +216,20 @@ class DrillTarget:
     def healthy(self) -> bool:
         return health(self.url) == 200
 
+    def running(self, dp: int | None) -> float | None:
+        """Requests running on the engine of data-parallel rank `dp` (all engines when None, or when the
+        engines carry no DP label), from one /metrics read; None when it cannot be read."""
+        from servewatch.dialects import read_scrape
+        from servewatch.errors import ServewatchError
+
+        try:
+            with urllib.request.urlopen(f"{self.url}/metrics", timeout=HEALTH_TIMEOUT_S) as response:
+                engines = read_scrape(response.read(METRICS_MAX_BYTES)).engines
+        except (OSError, ValueError, ServewatchError):
+            return None
+        mine = [e for e in engines if dp is not None and str(dp) in (e.labels.get("engine"), e.labels.get("dp_rank"))]
+        return sum(e.running or 0.0 for e in (mine or engines))
+
     def log_file(self) -> Path | None:
         """The server's log, for the recorder to read (None: the drill did not start it)."""
         return None
@@ -382,12 +398,14 @@ def with_ranks(members) -> list[Process]:
     if not members:
         return []
     sample = ProcessSample(0.0, members[0].pid, None, True, tuple(members))
-    ranked = {r.pid: r.axes[-1][1] for r in rank_view(sample) if r.axes}
+    views = {r.pid: r for r in rank_view(sample)}
     out: list[Process] = []
     counts: dict[str, int] = {}
     for m in members:
-        rank = ranked.get(m.pid) if m.role != "api" else None
-        out.append(Process(m.pid, m.create_time, m.title, m.role, counts.get(m.role, 0) if rank is None else rank))
+        view = views.get(m.pid) if m.role != "api" else None
+        rank = view.axes[-1][1] if view is not None and view.axes else None
+        out.append(Process(m.pid, m.create_time, m.title, m.role, counts.get(m.role, 0) if rank is None else rank,
+                           view.axis("DP") if view is not None else None))
         counts[m.role] = counts.get(m.role, 0) + 1
     return out
 

@@ -18,19 +18,21 @@ from lab_scrape import health
 class GuardProcess:
     """`servewatch guard URL --json --interval 0.5 --stacks-dir … --out … ARGS`."""
 
-    def __init__(self, url: str, run_dir: Path, name: str, *args: str):
+    def __init__(self, url: str, run_dir: Path, name: str, *args: str, env: dict[str, str] | None = None):
         self.stderr_path = run_dir / f"{name}.guard-stderr.txt"
         self.stacks_dir = run_dir / "stacks"
         self.out = run_dir / "bundles"
         self.args = ["guard", url, "--json", "--interval", "0.5", "--stacks-dir", str(self.stacks_dir),
                      "--out", str(self.out), *args]
+        self.env = env                                  # guard's environment (and a server it starts): None, ours
         self.lines: list[tuple[float, dict]] = []      # (monotonic arrival, JSON line)
         self.proc: subprocess.Popen | None = None
         self.tree: list[psutil.Process] = []            # a started server's processes, once it is ready
 
     def __enter__(self) -> GuardProcess:
         self._stderr = open(self.stderr_path, "w+", encoding="utf-8")
-        self.proc = subprocess.Popen([*SERVEWATCH, *self.args], stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        self.proc = subprocess.Popen([*SERVEWATCH, *self.args], stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+                                     env=self.env)
         self.started = time.monotonic()
         threading.Thread(target=self._read, name="guard-stdout", daemon=True).start()
         return self
