@@ -89,9 +89,12 @@ def test_an_engine_environment_goes_to_the_lab_server(tmp_path, monkeypatch):
 
     lab = Lab()
     lab.recipe = recipe.VLLM
+    lab.model = type("TinyModel", (), {"path": tmp_path / "tiny"})()
     monkeypatch.setattr(recipe, "prepare_lab", lambda _: lab)
-    LabTarget(Target(engine="vllm", env=(("VLLM_CPU_KVCACHE_SPACE", "1"),)), tmp_path)._build()
+    target = LabTarget(Target(engine="vllm", env=(("VLLM_CPU_KVCACHE_SPACE", "1"),)), tmp_path)
+    target._build()
     assert seen["extra_env"] == (("VLLM_CPU_KVCACHE_SPACE", "1"),)
+    assert target.model_path() == str(tmp_path / "tiny")     # what no bundle may hold
 
 
 TWO_TARGETS = """
@@ -678,3 +681,15 @@ def test_the_running_work_of_one_dp_engine_is_read_from_its_label(monkeypatch):
     assert (target.running(1), target.running(0), target.running(None)) == (0.0, 3.0, 3.0)
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: (_ for _ in ()).throw(OSError("refused")))
     assert target.running(0) is None
+
+
+def test_the_model_path_a_bundle_must_not_hold_comes_from_v1_models_when_it_is_a_path(monkeypatch):
+    from servewatch.drill.target import DrillTarget
+
+    target = DrillTarget(None)
+    for card, path in (({"id": "tiny", "root": "/srv/models/tiny"}, "/srv/models/tiny"),     # vLLM: root
+                       ({"id": "/srv/models/tiny", "root": "/srv/models/tiny"}, "/srv/models/tiny"),
+                       ({"id": "tiny", "root": "tiny"}, None),                               # SGLang: the name
+                       ({}, None)):
+        monkeypatch.setattr(target, "model_card", lambda card=card: card)
+        assert target.model_path() == path, card

@@ -163,6 +163,7 @@ class DrillRun:
         self.proxies = []
         self.results: list[StepResult] = []
         self.model = "unknown"
+        self.model_path: str | None = None                  # where it was loaded from: in no bundle
         self.workloads: list[M.Workload] = []
         self.watch_pid_changed = False
         self.target: DrillTarget | None = None              # the current step's target
@@ -217,6 +218,7 @@ class DrillRun:
         ready = f" (/health 200 after {self.target.ready_s[0]:.1f} s)" if self.target.ready_s else ""
         self.say(f"target{' ' + name if self.plan.targets else ''}: {spec.describe()}{ready}")
         self.model = self.target.model()
+        self.model_path = self.target.model_path()
         return True
 
     def start_workload(self, ctx: Context, *, after_s: float, duration_s: float) -> None:
@@ -338,6 +340,7 @@ class DrillRun:
             result.not_run = result.not_run or f"the server could not be started again: {exc}"
             return None
         self.model = self.target.model()
+        self.model_path = self.target.model_path()
         return round(took, 1)
 
     def _measure(self, result: StepResult, step, watcher, prober, ctx) -> None:
@@ -377,8 +380,8 @@ class DrillRun:
                 pass
         result.bundles = {"written": len(bundles), "verified": verified,
                           "write_failures": watcher.bundle_failures()}
-        if bundles and self.model.startswith("/"):      # the served model's name is a path: in no bundle
-            result.bundles["holding_model_path"] = M.files_holding(bundles, self.model)
+        if bundles and self.model_path:         # privacy: where the model was loaded from, in no bundle
+            result.bundles["holding_model_path"] = M.files_holding(bundles, self.model_path)
         result.checks = check(step.expect, result)
 
     # -- after the drill

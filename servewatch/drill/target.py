@@ -235,13 +235,27 @@ class DrillTarget:
         return None
 
     def model(self) -> str:
+        return self.model_card().get("id") or "unknown"
+
+    def model_path(self) -> str | None:
+        """Where the served model was loaded from, when /v1/models says (vLLM's and SGLang's `root`, or an id
+        that is itself a path) and it is an absolute path: a bundle must not hold it."""
+        card = self.model_card()
+        for value in (card.get("root"), card.get("id")):
+            if isinstance(value, str) and value.startswith("/") and len(value) > 1:
+                return value
+        return None
+
+    def model_card(self) -> dict:
+        """The first model /v1/models lists ({} when it cannot be read)."""
         import json
 
         try:
             with urllib.request.urlopen(f"{self.url}/v1/models", timeout=5) as response:
-                return json.load(response)["data"][0]["id"]
+                card = json.load(response)["data"][0]
         except (OSError, ValueError, KeyError, IndexError, TypeError):
-            return "unknown"
+            return {}
+        return card if isinstance(card, dict) else {}
 
 
 class SimTarget(DrillTarget):
@@ -306,6 +320,11 @@ class LabTarget(DrillTarget):
         self.log_dir = log_dir
         self.server = None
         self.lives = 0
+        self.model_dir: str | None = None
+
+    def model_path(self) -> str | None:
+        """The lab model's directory (SGLang's /v1/models gives only the served name)."""
+        return self.model_dir or super().model_path()
 
     @property
     def pid(self) -> int:
@@ -315,6 +334,7 @@ class LabTarget(DrillTarget):
         from servewatch.lab.recipe import RECIPES, VLLM, prepare_lab
 
         lab = prepare_lab(RECIPES[self.dialect])           # the lab `servewatch lab ENGINE` prepares
+        self.model_dir = str(lab.model.path)
         self.lives += 1
         log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
         common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args), "extra_env": tuple(self.spec.env)}
