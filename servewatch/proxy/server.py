@@ -158,7 +158,7 @@ class Proxy:
 
     def release(self, up: "Upstream") -> None:
         if up.keep_alive and up.state == _IDLE and not up.closed and len(self.idle) < self.config.max_connections:
-            up.exchange = up.client = None
+            up.exchange = up.client = up.client_write = None     # (no hold on the last client's transport)
             up.idle_since = self.now()
             if up.paused:
                 up.paused = False
