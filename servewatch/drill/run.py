@@ -20,6 +20,7 @@ from servewatch.errors import ServewatchError
 WORKLOAD_JOIN_MARGIN_S = 10.0
 LATE_SIGNAL_NOTE_S = 1.0       # a signal later than this after the injection began is said in the report
 RUNNING_WORK_WAIT_S = 60.0     # a stop `on_running_work` waits at most this long for a request to run
+RUNNING_WORK_TRIES = 3         # ... and is tried this many times when it lands on an idle engine
 RUNNING_WORK_POLL_S = 0.2
 
 
@@ -75,6 +76,7 @@ class Context:
         self.max_model_len = target.spec.max_model_len
         self.proxy = None
         self.spawned: list[subprocess.Popen] = []
+        self.waited = False          # the fault waited for a request to run before its signal
 
     def cannot(self, why: str) -> FaultNotRun:
         return FaultNotRun(why)
@@ -101,26 +103,44 @@ class Context:
         now = time.time()
         decided = self.result.injected_at
         if decided is not None and now - decided > LATE_SIGNAL_NOTE_S:
-            why = ("it waited for a request to run" if "running_when_signalled" in self.result.facts
-                   else "the drill was not scheduled meanwhile")
+            why = "it waited for a request to run" if self.waited else "the drill was not scheduled meanwhile"
             self.result.notes.append(f"the signal went out {now - decided:.1f} s after the drill began injecting "
                                      f"({why}); times count from the signal")
         self.result.injected_at = now
 
-    def wait_for_running_work(self, role, rank, timeout_s: float = RUNNING_WORK_WAIT_S) -> None:
-        """Until /metrics shows a request running on the engine of the process aimed at (its DP rank's, or the
-        server's): a stop that lands between two waves finds nothing admitted, and no counter can show that
-        stall. Bounded: after timeout_s the fault goes ahead, and the report says so."""
+    def stop_on_running_work(self, role, rank, tries: int = RUNNING_WORK_TRIES,
+                             timeout_s: float = RUNNING_WORK_WAIT_S):
+        """SIGSTOP the process aimed at once /metrics shows a request running on its engine (its DP rank's, or
+        the server's), and keep the stop only if the gauges, frozen with it, still show one: a request can end
+        between the read and the signal (a 256-token request takes about 2 s here), and a stop that lands
+        between two waves finds nothing admitted — no counter can show that stall, and at DP=2 vLLM's API
+        server sends the next requests to the other engine. A stop that finds the engine idle is undone at once
+        (well under any stall threshold) and tried again, up to `tries`; bounded by timeout_s in all, after
+        which the last stop is kept and the report says so."""
         proc = self.member(role, rank)
-        deadline = time.monotonic() + timeout_s
         where = "the server" if proc.dp is None else f"engine {proc.dp} (DP rank {proc.dp})"
-        while time.monotonic() < deadline:
-            running = self.target.running(proc.dp)
-            if running:
-                self.result.facts["running_when_signalled"] = running
-                return
-            time.sleep(RUNNING_WORK_POLL_S)   # another process's state: polled
-        self.result.notes.append(f"no request was seen running on {where} within {timeout_s:g} s: signalled anyway")
+        deadline = time.monotonic() + timeout_s
+        self.waited = True
+        for attempt in range(1, tries + 1):
+            before = self.target.running(proc.dp)
+            while time.monotonic() < deadline and not before:
+                time.sleep(RUNNING_WORK_POLL_S)   # another process's state: polled
+                before = self.target.running(proc.dp)
+            stopped = self.signal(role, rank, signal.SIGSTOP)
+            frozen = self.target.running(proc.dp)
+            if frozen == 0 and attempt < tries and time.monotonic() < deadline:
+                self.signal_member(stopped, signal.SIGCONT)     # idle: undone at once, and the stop starts again
+                self.result.touched.clear()
+                self.result.notes.append(f"a stop found {where} idle (its gauges at 0) and was undone at once")
+                continue
+            if frozen is None:
+                self.result.notes.append("/metrics did not answer while the process was stopped: the running "
+                                         "count is the one read just before the stop")
+            elif not frozen:
+                self.result.notes.append(f"no request running on {where} at the stop after {attempt} tries: kept")
+            self.result.facts["running_at_stop"] = frozen if frozen is not None else (before or 0.0)
+            return stopped
+        raise AssertionError("unreachable: the last try returns")
 
     def signal_member(self, proc, sig: int) -> None:
         """Undo a signal (SIGCONT after SIGSTOP) on the very process it was sent to; what was not sent is

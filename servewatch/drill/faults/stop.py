@@ -17,8 +17,9 @@ class Stop(Fault):
 
     def inject(self, ctx) -> None:
         if self.param("on_running_work", False):
-            ctx.wait_for_running_work(self.step.role, self.step.rank)
-        self.stopped = ctx.signal(self.step.role, self.step.rank, signal.SIGSTOP)
+            self.stopped = ctx.stop_on_running_work(self.step.role, self.step.rank)
+        else:
+            self.stopped = ctx.signal(self.step.role, self.step.rank, signal.SIGSTOP)
 
     def revert(self, ctx) -> None:
         ctx.signal_member(self.stopped, signal.SIGCONT)
