@@ -597,29 +597,9 @@ def test_the_inline_read_path_records_what_the_parser_records(usage):
     chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
     request = _post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 6, "stream": True})
 
-    async def run(reads: list[bytes]):
-        from servewatch.proxy.server import Client, Upstream
-
-        records = []
-        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append((ex, rec)))
-        client, wire = Client(proxy), _Wire()
-        client.connection_made(wire)
-        up = Upstream(proxy, 2**20)
-        up.connection_made(_Wire())
-        up.idle_since = proxy.now()
-        proxy.idle.append(up)
-        client.data_received(request)
-        inline_reads = 0
-        for data in reads:
-            before = up.inline
-            up.data_received(data)
-            inline_reads += before
-        [(ex, rec)] = records
-        return b"".join(wire.out), ex.state, rec, inline_reads
-
     whole = head + b"".join(chunks)
-    inline = asyncio.run(run([head, *chunks]))
-    cut = asyncio.run(run([whole[i:i + 37] for i in range(0, len(whole), 37)]))
+    inline = _drive(request, [head, *chunks])
+    cut = _drive(request, [whole[i:i + 37] for i in range(0, len(whole), 37)])
     assert inline[0] == cut[0] == whole                  # forwarded unchanged either way
     # the first run's reads were whole chunks on the inline path; the second's, 37 bytes each, are shorter
     # than any event's chunk, so the inline path never completes on one and the parser reads them all

@@ -121,7 +121,9 @@ class Context:
         where = "the server" if proc.dp is None else f"engine {proc.dp} (DP rank {proc.dp})"
         deadline = time.monotonic() + timeout_s
         self.waited = True
-        for attempt in range(1, tries + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             before = self.target.running(proc.dp)
             while time.monotonic() < deadline and not before:
                 time.sleep(RUNNING_WORK_POLL_S)   # another process's state: polled
@@ -140,7 +142,6 @@ class Context:
                 self.result.notes.append(f"no request running on {where} at the stop after {attempt} tries: kept")
             self.result.facts["running_at_stop"] = frozen if frozen is not None else (before or 0.0)
             return stopped
-        raise AssertionError("unreachable: the last try returns")
 
     def signal_member(self, proc, sig: int) -> None:
         """Undo a signal (SIGCONT after SIGSTOP) on the very process it was sent to; what was not sent is
