@@ -720,3 +720,88 @@ def test_a_stop_that_finds_its_engine_idle_is_undone_at_once_and_tried_again():
     assert sent == [(42, S.SIGSTOP), (42, S.SIGCONT), (42, S.SIGSTOP)]
     assert len(result.touched) == 1 and result.facts["running_at_stop"] == 2.0
     assert any("idle (its gauges at 0) and was undone at once" in note for note in result.notes)
+
+
+EXIT_AND_CLEAR = """
+    name: exit and clear
+    target: {engine: sim}
+    workload: {scenario: custom, concurrency: 4, output_tokens: 400}
+    defaults: {warmup_s: 3, hold_s: 9, observe_s: 2}
+    faults:
+      - name: frozen, then cleared
+        kind: stop
+        role: api
+        expect:
+          fire: {health_loss: 9}
+          clear_within_s: 6
+          log_shows: ["Avg prompt throughput", "a line this server never writes"]
+      - name: killed under load
+        kind: kill
+        role: api
+        hold_s: 2
+        expect:
+          exit_within_s: 6
+          in_flight_cut: true
+"""
+
+
+def test_a_kill_is_checked_against_the_real_exit_status_and_a_stall_must_clear(tmp_path):
+    """exit_within_s: process_exit within the bound, reporting the status the drill read as the server's parent
+    (SIGKILL); in_flight_cut: the requests caught by the kill all failed; clear_within_s: the frozen server's
+    health_loss cleared after SIGCONT; log_shows: a literal the log shows after the injection, and one it does not
+    (the fault fails on it, saying which)."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(textwrap.dedent(EXIT_AND_CLEAR))
+    out = tmp_path / "out"
+    assert main(["drill", str(path), "--out", str(out)]) == 1
+    doc = json.loads((out / "drill.json").read_text())
+    frozen, killed = doc["faults"]
+    checks = {c["expectation"]: c for c in frozen["checks"]}
+    assert checks["health_loss clears within 6 s after the fault"]["met"], frozen["cleared"]
+    assert 0 <= frozen["cleared"]["health_loss"] <= 6
+    assert checks["the server's log shows \u201cAvg prompt throughput\u201d after the injection"]["met"]
+    missing = checks["the server's log shows \u201ca line this server never writes\u201d after the injection"]
+    assert (missing["met"], missing["observed"]) == (False, "not shown")
+    assert doc["failed_faults"] == [1]
+    assert killed["met"], killed["checks"]
+    assert killed["server_exit"] == {"status": -9, "reported": {"exit_code": None, "exit_signal": 9},
+                                     "read_as_parent": True}
+    said = {c["expectation"]: c["observed"] for c in killed["checks"]}
+    assert said["process_exit reports the server's real exit status"] == "reported killed by SIGKILL; real killed by SIGKILL"
+    caught = killed["impact"]["in_flight_at_fault"]
+    assert caught["count"] >= 1 and caught["ok"] == 0 and sum(caught["errors"].values()) == caught["count"]
+
+
+def test_the_pure_parts_of_exit_and_clear_checks(tmp_path):
+    events = [M.VerdictEvent("fired", "stall", 11.0, 10.0), M.VerdictEvent("cleared", "stall", 23.5, 10.0),
+              M.VerdictEvent("fired", "health_loss", 5.0, 4.0), M.VerdictEvent("cleared", "health_loss", 6.0, 4.0)]
+    assert M.clearances(events, injected=10.0, reverted=20.0) == {"stall": 3.5}   # fired before: not this fault's
+    records = [_record(0, 1.0, e2e=2.0),                       # done before the injection
+               _record(1, 9.0, e2e=5.0, error="truncated"),    # caught, cut
+               _record(2, 9.5, e2e=4.0),                        # caught, yet counted ok: a kill that cut nothing
+               _record(3, 12.0, error="connect")]               # sent after
+    assert M.in_flight(records, 10.0) == {"count": 2, "ok": 1, "errors": {"truncated": 1}}
+    assert M.exit_words(-9) == "killed by SIGKILL" and M.exit_words(exit_code=1) == "exit code 1"
+    assert M.exit_words(None) == "still running"
+    log = tmp_path / "server.log"
+    log.write_text("before: Health check failed\n")
+    offset = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("after: Subprocess scheduler_0 crashed\n")
+    assert M.log_shows(log, offset, ["Health check failed", "scheduler_0"]) == {
+        "Health check failed": False, "scheduler_0": True}
+    assert M.log_shows(tmp_path / "gone.log", 0, ["x"]) == {"x": False}
+    from servewatch.drill.expect import check
+    from servewatch.drill.plan import Expect
+    from servewatch.drill.run import StepResult
+
+    result = StepResult(index=1, kind="kill", name="k", detected={"process_exit": 4.0},
+                        impact={"in_flight_at_fault": {"count": 2, "ok": 1, "errors": {"truncated": 1}}},
+                        server_exit={"status": 0, "reported": {"exit_code": 1, "exit_signal": None},
+                                     "read_as_parent": True})
+    said = {c["expectation"]: (c["met"], c["observed"]) for c in
+            check(Expect(exit_within_s=3, in_flight_cut=True), result)}
+    assert said["process_exit within 3 s"] == (False, "after 4 s")
+    assert said["process_exit reports the server's real exit status"] == (False, "reported exit code 1; real exit code 0")
+    assert said["the requests in flight at the fault are cut, each counted failed"] == (
+        False, "2 in flight: 1 truncated, 1 counted ok")

@@ -168,6 +168,14 @@ def _expect_words(expect: dict) -> str:
         parts.append(f"a good request within {expect['recover_within_s']:g} s after")
     if "bundle_write_fails" in expect:
         parts.append("unwritable bundles reported" if expect["bundle_write_fails"] else "every bundle written")
+    if "clear_within_s" in expect:
+        parts.append(f"the verdict cleared within {expect['clear_within_s']:g} s after")
+    if "exit_within_s" in expect:
+        parts.append(f"the server exits, process_exit within {expect['exit_within_s']:g} s with its real status")
+    if expect.get("in_flight_cut"):
+        parts.append("the requests in flight cut, each counted failed")
+    if expect.get("log_shows"):
+        parts.append("its log shows " + ", ".join(f"\u201c{t}\u201d" for t in expect["log_shows"]))
     guard = expect.get("guard")
     if guard is not None and not guard["kills"]:
         parts.append("guard leaves the server alone")

@@ -54,6 +54,21 @@ def check(expect, result) -> list[dict]:
     if expect.guard is not None:
         for what, met, observed in _guard(expect.guard, result):
             add(what, met, observed)
+    if expect.clear_within_s is not None:
+        for what, met, observed in _cleared(expect, result):
+            add(what, met, observed)
+    if expect.exit_within_s is not None:
+        for what, met, observed in _exit(expect.exit_within_s, result):
+            add(what, met, observed)
+    if expect.in_flight_cut:
+        caught = result.impact.get("in_flight_at_fault") or {"count": 0, "ok": 0, "errors": {}}
+        failed = ", ".join(f"{n} {why}" for why, n in caught["errors"].items())
+        add("the requests in flight at the fault are cut, each counted failed", caught["count"] > 0 and caught["ok"] == 0,
+            f"{caught['count']} in flight: " + ", ".join(x for x in (failed, f"{caught['ok']} counted ok" if caught["ok"]
+                                                                     else "") if x)
+            if caught["count"] else "no request in flight at the fault")
+    for literal, seen in result.log_seen.items():
+        add(f"the server's log shows \u201c{literal}\u201d after the injection", seen, "shown" if seen else "not shown")
     written, verified = result.bundles.get("written", 0), result.bundles.get("verified", 0)
     if expect.bundle_write_fails is None and written:      # a full disk may leave bundles half written
         add("every bundle written verifies", verified == written, f"{verified} of {written} verified")
@@ -145,6 +160,44 @@ def _guard(expect, result) -> list[tuple[str, bool, str]]:
         seen = stacks["diverging"] if stacks else []
         checks.append((f"guard's stack dump names {', '.join(wanted)} as the diverging rank",
                        bool(seen) and sorted(seen) == sorted(wanted), ", ".join(seen) or "no divergence"))
+    return checks
+
+
+def _cleared(expect, result) -> list[tuple[str, bool, str]]:
+    """Each verdict that met fire / fire_any, cleared by the recorder within expect.clear_within_s of the
+    fault's end: a stall that does not clear after SIGCONT is a verdict stuck on."""
+    within = expect.clear_within_s
+    candidates = [*expect.fire, *(expect.fire_any[0] if expect.fire_any else ())]
+    fired = [v for v in dict.fromkeys(candidates) if v in result.detected]
+    if not fired:
+        return [(f"the verdict clears within {within:g} s after the fault", False, "no such verdict fired")]
+    out = []
+    for verdict in fired:
+        took = result.cleared.get(verdict)
+        out.append((f"{verdict} clears within {within:g} s after the fault", took is not None and took <= within,
+                    "not cleared" if took is None else f"after {took:g} s"))
+    return out
+
+
+def _exit(within: float, result) -> list[tuple[str, bool, str]]:
+    """The server's main process exited, process_exit fired within `within` of the injection, and it reported
+    the exit status the drill read as the server's parent (when the drill started it)."""
+    from servewatch.drill.measure import exit_words
+
+    took = result.detected.get("process_exit")
+    state = result.server_exit or {}
+    status, reported = state.get("status"), state.get("reported")
+    checks = [(f"process_exit within {within:g} s", took is not None and took <= within,
+               "not fired" if took is None else f"after {took:g} s")]
+    if status is None and not state.get("read_as_parent", True):
+        return checks       # a server the drill did not start: its exit status is its own parent's to read
+    if status is None:
+        checks.append(("the server's main process has exited", False,
+                       "still running at the end of the step, or not the drill's child (its status is unknown)"))
+        return checks
+    real = exit_words(status)
+    said = "no process_exit bundle to read" if reported is None else exit_words(**reported)
+    checks.append(("process_exit reports the server's real exit status", said == real, f"reported {said}; real {real}"))
     return checks
 
 

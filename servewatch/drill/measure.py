@@ -25,6 +25,7 @@ PROBE_TIMEOUT_S = 5.0           # a slower answer is recorded as no answer (its 
 KUBELET_PERIOD_S = 10.0
 KUBELET_FAILURE_THRESHOLD = 3
 KUBELET_TIMEOUT_S = 1.0         # timeoutSeconds' default: a slower answer is a failed probe
+LOG_READ_LIMIT = 8 << 20         # bytes of the server's log read after an injection (`expect.log_shows`)
 
 
 # -- recording ---------------------------------------------------------------------------------------
@@ -446,3 +447,79 @@ def guard_outcome(actions: list[tuple[float, dict]], events: list[VerdictEvent],
                        "after_s": round(kill[0] - injected, 2),
                        "after_verdict_s": None if fired is None else round(kill[0] - fired, 2)}
     return out
+
+
+def in_flight(records, injected: float) -> dict:
+    """The requests in flight at the injection (sent before it, not finished by it) and how each ended: a kill
+    must cut them, and the load must count each as failed, never as a success with fewer tokens."""
+    caught = [r for r in records if r.sent is not None and r.sent < injected
+              and (r.e2e_s is None or r.sent + r.e2e_s > injected)]
+    errors: dict[str, int] = {}
+    for r in caught:
+        if not r.ok:
+            key = r.error or f"HTTP {r.http_status}"
+            errors[key] = errors.get(key, 0) + 1
+    return {"count": len(caught), "ok": sum(1 for r in caught if r.ok), "errors": dict(sorted(errors.items()))}
+
+
+def clearances(events: list[VerdictEvent], injected: float, reverted: float) -> dict[str, float]:
+    """verdict -> seconds from the end of the fault to the recorder's `cleared` line, for each verdict fired
+    after the injection (a verdict never cleared is absent)."""
+    out: dict[str, float] = {}
+    for e in events:
+        if e.event != "fired" or e.t < injected or e.verdict in out:
+            continue
+        cleared = next((c.t for c in events if c.event == "cleared" and c.verdict == e.verdict and c.t >= e.t), None)
+        if cleared is not None:
+            out[e.verdict] = round(max(0.0, cleared - reverted), 2)
+    return out
+
+
+def reported_exit(events: list[VerdictEvent], injected: float) -> dict | None:
+    """What the first process_exit after the injection stored as the server's exit status (its bundle's
+    incident.json): {exit_code, exit_signal}, or None when it fired without a readable bundle."""
+    fired = next((e for e in events if e.event == "fired" and e.verdict == "process_exit" and e.t >= injected), None)
+    if fired is None or not fired.bundle:
+        return None
+    try:
+        incident = json.loads((Path(fired.bundle) / "incident.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    stored = next((v for v in incident.get("verdicts", ()) if v.get("name") == "process_exit"), None)
+    if stored is None:
+        return None
+    details = stored.get("details") or {}
+    return {"exit_code": details.get("exit_code"), "exit_signal": details.get("exit_signal")}
+
+
+def exit_words(code: int | None = None, *, exit_code=None, exit_signal=None) -> str:
+    """An exit status in words: `code` as Popen gives it (negative: the signal), or the recorder's fields."""
+    if code is not None:
+        exit_code, exit_signal = (code, None) if code >= 0 else (None, -code)
+    if exit_signal is not None:
+        try:
+            name = signal.Signals(exit_signal).name
+        except ValueError:
+            name = f"signal {exit_signal}"
+        return f"killed by {name}"
+    return "still running" if exit_code is None else f"exit code {exit_code}"
+
+
+def log_shows(path: Path | None, offset: int, literals) -> dict[str, bool]:
+    """Whether each literal is in the server's log after byte `offset` (where it stood at the injection)."""
+    text = ""
+    if path is not None:
+        try:
+            with open(path, "rb") as log:
+                log.seek(offset)
+                text = log.read(LOG_READ_LIMIT).decode("utf-8", errors="replace")
+        except OSError:
+            text = ""
+    return {literal: literal in text for literal in literals}
+
+
+def log_size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0

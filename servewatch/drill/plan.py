@@ -56,6 +56,10 @@ class Expect:
     recover_within_s: float | None = None                        # first good request after the fault ends
     bundle_write_fails: bool | None = None                       # disk_full: the recorder says so
     guard: GuardExpect | None = None                             # what guard (a step with guard:) did
+    clear_within_s: float | None = None                          # the verdicts met cleared after the fault ends
+    exit_within_s: float | None = None                           # the server exits, process_exit says how
+    in_flight_cut: bool = False                                  # requests caught by the fault all fail
+    log_shows: tuple[str, ...] = ()                              # the server's log after the injection
 
     def to_json(self) -> dict:
         out: dict = {}
@@ -78,6 +82,13 @@ class Expect:
                 out[key] = getattr(self, key)
         if self.guard is not None:
             out["guard"] = self.guard.to_json()
+        for key in ("clear_within_s", "exit_within_s"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.in_flight_cut:
+            out["in_flight_cut"] = True
+        if self.log_shows:
+            out["log_shows"] = list(self.log_shows)
         return out
 
 
@@ -105,6 +116,13 @@ class FaultStep:
         still sent then (a closed loop sends its next request only when one of the requests stuck in the
         fault finishes)."""
         return max(self.observe_s, self.expect.recover_within_s or 0.0)
+
+    @property
+    def watch_after_revert_s(self) -> float:
+        """How long the recorder goes on after the fault ends: the observation, or longer when the plan waits
+        for a verdict to clear or for the server to exit (exit_within_s counts from the injection)."""
+        e = self.expect
+        return max(self.observe_s, e.clear_within_s or 0.0, (e.exit_within_s or 0.0) - self.hold_s)
 
     @property
     def request_timeout_s(self) -> float:
@@ -178,7 +196,7 @@ class Plan:
         return self.target.engine or "unknown"
 
     def budget_s(self) -> float:
-        return sum(s.warmup_s + s.hold_s + s.traffic_after_revert_s for s in self.steps)
+        return sum(s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s) for s in self.steps)
 
     def to_json(self) -> dict:
         return {"name": self.name, "description": self.description, "target": self.target.to_json(),
@@ -273,6 +291,9 @@ def _build(data: dict, source: str) -> Plan:
         if e.get("names") and not (e.get("fire") or fire_any):
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/names: says what the verdict of fire or "
                             f"fire_any must name; give one of those")
+        if "clear_within_s" in e and not (e.get("fire") or fire_any):
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/clear_within_s: says when the verdict of "
+                            f"fire or fire_any must clear; give one of those")
         if "guard" in e and guard is None:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: says what guard did; give the "
                             f"fault guard: true (or guard: {{act_on: [...]}}) so that guard records it")
@@ -288,7 +309,9 @@ def _build(data: dict, source: str) -> Plan:
                         recover_within_s=e.get("recover_within_s"), bundle_write_fails=e.get("bundle_write_fails"),
                         guard=None if g is None else GuardExpect(
                             kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
-                            diverging=tuple(g.get("diverging", ()))))
+                            diverging=tuple(g.get("diverging", ()))),
+                        clear_within_s=e.get("clear_within_s"), exit_within_s=e.get("exit_within_s"),
+                        in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())))
         params = dict(f.get("params", {}))
         try:
             fault.check_params(params)

@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from servewatch.drill.expect import describe_answers
+from servewatch.drill.measure import exit_words
 
 COLUMNS = ("#", "fault", "injected on", "detected by (s after injection)", "/health meanwhile",
            "kubelet restart: /health", "kubelet restart: livez", "client impact", "recovery", "expectations")
@@ -26,7 +27,8 @@ COLUMN_MEANINGS = (
                                "holds)"),
     ("client impact", "requests failed of those sent in the step, by error class; TTFT p50 during the fault "
                       "against before it"),
-    ("recovery", "from the end of the fault to the first good request completed after it; guard's kill of the "
+    ("recovery", "from the end of the fault to the first good request completed after it; the server's exit "
+                 "status when it exited; when the recorder cleared the verdicts the fault raised; guard's kill of the "
                  "tree when guard recorded the step; the drill's own restart of a server it had to start again"),
     ("expectations", "met when every expectation of the plan held"),
 )
@@ -103,6 +105,12 @@ def _recovery(r: dict) -> str:
         parts.append(f"guard killed the tree ({kill['killed']} process{'' if kill['killed'] == 1 else 'es'}) "
                      + (f"{after:g} s after {r['guard']['acted_on']}" if after is not None
                         else f"{kill['after_s']:g} s after the injection"))
+    gone = r.get("server_exit") or {}
+    if gone.get("status") is not None:
+        parts.append(f"the server exited ({exit_words(gone['status'])})")
+    if r.get("cleared"):
+        parts.append("cleared " + ", ".join(f"{v} {s:g} s" for v, s in sorted(r["cleared"].items(), key=lambda kv: kv[1]))
+                     + " after the fault")
     if r["recovery_s"] is not None:
         parts.append(f"good request after {r['recovery_s']:g} s")
     if r["restarted_by_drill_s"] is not None:

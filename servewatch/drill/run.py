@@ -54,6 +54,9 @@ class StepResult:
     notes: list[str] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)      # {expectation, met, observed}
     guard: dict | None = None                             # what guard did (a step with guard:)
+    cleared: dict[str, float] = field(default_factory=dict)   # verdict -> seconds after the fault to its clearing
+    server_exit: dict | None = None                       # {status (Popen's), reported (process_exit's)}
+    log_seen: dict[str, bool] = field(default_factory=dict)   # expect.log_shows literal -> in the log after it
 
     @property
     def met(self) -> bool:
@@ -77,6 +80,7 @@ class Context:
         self.proxy = None
         self.spawned: list[subprocess.Popen] = []
         self.waited = False          # the fault waited for a request to run before its signal
+        self.log_offset = 0          # the server log's size at the injection (expect.log_shows reads after it)
 
     def cannot(self, why: str) -> FaultNotRun:
         return FaultNotRun(why)
@@ -298,6 +302,7 @@ class DrillRun:
             self._sleep_until(begun + step.warmup_s)
             if step.guard is not None:      # the tree guard may kill: each of them must be gone after
                 tree = self.target.processes()
+            ctx.log_offset = M.log_size(self.target.log_file())
             result.injected_at = time.time()
             try:
                 fault.inject(ctx)
@@ -308,7 +313,7 @@ class DrillRun:
             self._sleep_until(result.injected_at + step.hold_s)
             fault.revert(ctx)
             result.reverted_at = time.time()
-            self._sleep_until(result.reverted_at + step.observe_s)
+            self._sleep_until(result.reverted_at + step.watch_after_revert_s)
         finally:
             prober.stop()
             watcher.stop()
@@ -375,7 +380,7 @@ class DrillRun:
         result.fired_before = sorted({e.verdict for e in events if e.event == "fired" and e.t < injected})
         result.health = M.health_during(probes, injected, reverted)
         result.models = M.health_during(probes, injected, reverted, path="/v1/models")
-        end = reverted + step.observe_s
+        end = reverted + step.watch_after_revert_s
         start = injected - step.warmup_s
         restart = M.kubelet_restart(M.health_answers(probes), start, end)
         result.kubelet_health_s = None if restart is None else round(restart - injected, 1)
@@ -388,6 +393,13 @@ class DrillRun:
             result.notes.append("workload: still running past its end and its request timeout; its requests "
                                 "are not counted")
         result.impact = M.impact(records, injected, reverted).to_json()
+        result.impact["in_flight_at_fault"] = M.in_flight(records, injected)
+        result.cleared = M.clearances(events, injected, reverted)
+        if step.expect.log_shows:
+            result.log_seen = M.log_shows(self.target.log_file(), ctx.log_offset, step.expect.log_shows)
+        if step.expect.exit_within_s is not None or "process_exit" in result.detected:
+            result.server_exit = {"status": self.target.exit_status(), "reported": M.reported_exit(events, injected),
+                                  "read_as_parent": self.target.owned}
         result.recovery_s = M.recovery(records, reverted)
         result.health_back_s = M.first_ok_after(probes, reverted)
         bundles = sorted(p for p in Path(watcher.command[watcher.command.index("--out") + 1]).glob("*")

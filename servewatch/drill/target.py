@@ -213,6 +213,11 @@ class DrillTarget:
             return f"pid {proc.pid} is gone: {signal_name(sig)} not sent"
         return None
 
+    def exit_status(self) -> int | None:
+        """The main process's exit status once it has exited (negative: the signal that killed it), read as its
+        parent; None while it runs, and for a server the drill did not start (not its child)."""
+        return None
+
     def healthy(self) -> bool:
         return health(self.url) == 200
 
@@ -292,6 +297,9 @@ class SimTarget(DrillTarget):
     def log_file(self) -> Path | None:
         return self.log_dir / "sim.log"
 
+    def exit_status(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
     def stop(self) -> None:
         if self.proc is None:
             return
@@ -362,6 +370,9 @@ class LabTarget(DrillTarget):
 
     def log_file(self) -> Path | None:
         return self.server.log_path if self.server is not None else None
+
+    def exit_status(self) -> int | None:
+        return self.server.returncode if self.server is not None else None
 
 
 class ExistingTarget(DrillTarget):
