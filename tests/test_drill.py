@@ -426,6 +426,25 @@ def test_a_fault_counts_from_its_signal_not_from_when_the_drill_began_injecting(
     assert result.injected_at == 1009.0 and len(result.touched) == 2
 
 
+def test_a_late_signal_extends_the_workload_so_it_still_sends_after_the_fault(monkeypatch):
+    # CI, 2026-12-02: the signal went out 10.9 s late on a loaded machine; the hold and observation shifted with
+    # it, the load did not, and stopped 13 s after SIGCONT: "no good request after the fault" (bound 24 s).
+    started = []
+    monkeypatch.setattr(M.Workload, "start", lambda self: started.append(self) or self)
+    monkeypatch.setattr(M.time, "time", lambda: 100.0)
+    load = M.Workload("http://127.0.0.1:1", "tiny", {"concurrency": 4}, duration_s=42.0, request_timeout_s=60.0)
+    assert load.ends_at == 142.0
+    assert load.extend_to(141.0) == 0.0 and load.followers == []      # it sends long enough already
+    assert load.extend_to(152.9) == pytest.approx(10.9)
+    (follower,) = load.followers
+    assert (follower.after_s, follower.duration_s, follower.spec) == (42.0, pytest.approx(10.9), {"concurrency": 4})
+    assert follower.seed != load.seed and load.ends_at == 152.9
+    load._records, follower._records = ["a"], ["b", "c"]
+    assert load.records == ["a", "b", "c"]
+    follower._problem = "refused"
+    assert load.problem == "refused"
+
+
 # -- nothing injected, and the verdict naming where --------------------------------------------------------
 
 QUIET_AND_NAMED = """

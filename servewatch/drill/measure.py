@@ -208,19 +208,46 @@ class Workload:
         self.request_timeout_s = request_timeout_s
         self.seed = seed
         self.ends_at = time.time() + after_s + duration_s     # epoch: no request is sent after it
-        self.records: list = []
-        self.problem: str | None = None
+        self._records: list = []
+        self._problem: str | None = None
+        self.followers: list[Workload] = []
         self._thread = threading.Thread(target=self._run, name="drill-workload", daemon=True)
 
     def start(self) -> "Workload":
         self._thread.start()
         return self
 
+    def extend_to(self, until: float) -> float:
+        """Keep the same load sending until epoch `until` when it was to stop before: a follow-on run of the
+        scenario that starts where this one stops sending. For a fault whose signal went out late (the drill
+        not scheduled for seconds on a loaded machine), the hold and the traffic after it shift with the
+        signal; without this the load stopped early and no request was sent after the fault. Returns the
+        seconds added."""
+        added = until - self.ends_at
+        if added <= 0:
+            return 0.0
+        follower = Workload(self.url, self.model, self.spec, duration_s=added,
+                            after_s=max(0.0, self.ends_at - time.time()), request_timeout_s=self.request_timeout_s,
+                            seed=self.seed + 1000 * (len(self.followers) + 1)).start()
+        self.followers.append(follower)
+        self.ends_at = until
+        return added
+
+    @property
+    def records(self) -> list:
+        return [*self._records, *(r for f in self.followers for r in f.records)]
+
+    @property
+    def problem(self) -> str | None:
+        return self._problem or next((f.problem for f in self.followers if f.problem), None)
+
     def join(self, timeout_s: float) -> None:
-        self._thread.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for worker in (self, *self.followers):
+            worker._thread.join(max(0.0, deadline - time.monotonic()))
 
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() or any(f.running() for f in self.followers)
 
     def _run(self) -> None:
         from servewatch.errors import ServewatchError
@@ -238,9 +265,9 @@ class Workload:
                             request_timeout_s=self.request_timeout_s, idle_timeout_s=self.request_timeout_s,
                             connect_timeout_s=5.0, sender_priority="normal")
         try:
-            self.records = run_load(config).records
+            self._records = run_load(config).records
         except ServewatchError as exc:
-            self.problem = str(exc)
+            self._problem = str(exc)
 
 
 # -- derived figures (pure) ----------------------------------------------------------------------------

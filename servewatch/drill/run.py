@@ -313,6 +313,11 @@ class DrillRun:
             self._sleep_until(result.injected_at + step.hold_s)
             fault.revert(ctx)
             result.reverted_at = time.time()
+            if ctx.workload is not None and fault.workload:     # a late signal shifts the traffic after it too
+                added = ctx.workload.extend_to(result.reverted_at + step.traffic_after_revert_s)
+                if added > LATE_SIGNAL_NOTE_S:
+                    result.notes.append(f"the workload went on {added:.1f} s longer, so that it still sends for "
+                                        f"{step.traffic_after_revert_s:g} s after the fault")
             self._sleep_until(result.reverted_at + step.watch_after_revert_s)
         finally:
             prober.stop()

@@ -44,7 +44,8 @@ def after_start_bound(plan) -> float:
     """Seconds the drill may take once its engine is up: every fault's windows plus STEP_OVERHEAD_S, a start
     again (bounded by its ready_timeout_s) after each fault that takes its server down (or whose guard is to
     kill it) before the last on that server, and the first start of every other target."""
-    windows = sum(s.warmup_s + s.hold_s + s.traffic_after_revert_s + STEP_OVERHEAD_S for s in plan.steps)
+    windows = sum(s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s) + STEP_OVERHEAD_S
+                  for s in plan.steps)
     from servewatch.drill.faults import FAULTS
 
     targets = plan.named_targets()
@@ -69,6 +70,13 @@ def _overshoots(fault: dict, expect: dict) -> list[float] | None:
     if "recover_within_s" in expect:
         within = expect["recover_within_s"]
         timed[f"a good request within {within:g} s after the fault"] = (fault["recovery_s"], within)
+    if "clear_within_s" in expect:
+        within = expect["clear_within_s"]
+        for verdict, took in fault.get("cleared", {}).items():
+            timed[f"{verdict} clears within {within:g} s after the fault"] = (took, within)
+    if "exit_within_s" in expect:
+        within = expect["exit_within_s"]
+        timed[f"process_exit within {within:g} s"] = (detected.get("process_exit"), within)
     kill = (fault.get("guard") or {}).get("kill")
     if "within_s" in expect.get("guard", {}) and kill:
         within = expect["guard"]["within_s"]
@@ -96,7 +104,9 @@ def _freeze_explained(doc: dict) -> str:
         if not overshoots:
             return ""
         since = fault["injected_at"] + mono
-        until = since + step["hold_s"] + max(step["observe_s"], step["expect"].get("recover_within_s", 0.0)) \
+        e = step["expect"]
+        until = since + step["hold_s"] + max(step["observe_s"], e.get("recover_within_s", 0.0),
+                                             e.get("clear_within_s", 0.0), e.get("exit_within_s", 0.0) - step["hold_s"]) \
             + STEP_OVERHEAD_S
         freeze = lab_timing.longest_freeze(since, until)
         if max(overshoots) > freeze:
@@ -124,7 +134,7 @@ def _interrupt(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def _drill(name: str, out: Path) -> None:
+def _drill(name: str, out: Path) -> dict:
     plan_path = PLANS / f"{name}.yaml"
     plan = _plan(name)
     started = time.monotonic()
@@ -177,8 +187,7 @@ def _drill(name: str, out: Path) -> None:
     report = out / "drill.json"
     assert report.is_file(), f"no drill.json (exit {proc.returncode}): {stderr}"
     doc = json.loads(report.read_text())
-    windows = sum(f["warmup_s"] + f["hold_s"] + max(f["observe_s"], f["expect"].get("recover_within_s", 0.0))
-                  for f in doc["plan"]["faults"])
+    windows = sum(s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s) for s in plan.steps)
     starts = [*doc["target"]["ready_s"], *(s for t in doc["targets"].values() for s in t["ready_s"])]
     overhead = (doc["duration_s"] - sum(starts) - windows) / max(1, len(doc["faults"]))
     print(f"figures: engine up after {starts} s; drill {doc['duration_s']} s; per fault beyond "
@@ -196,12 +205,31 @@ def _drill(name: str, out: Path) -> None:
     assert doc["leaks"]["ok"], f"the drill left something behind: {doc['leaks']}"
     assert len(doc["faults"]) == len(doc["plan"]["faults"]) and doc["expectations_met"] is True
     assert proc.returncode == 0, f"every expectation met, yet exit {proc.returncode}: {stderr}"
+    return doc
 
 
 @pytest.mark.vllm
 @pytest.mark.timeout(_timeout("short-vllm"))
 def test_short_drill_meets_every_expectation_on_vllm(lab, run_dir):
-    _drill("short-vllm", run_dir / "drill")
+    out = run_dir / "drill"
+    _keep_engine_death(lab, out, _drill("short-vllm", out))
+
+
+def _keep_engine_death(lab, out: Path, doc: dict) -> None:
+    """The vLLM log of the life the "worker killed" fault ended, and its figures, for the fast replay tests
+    (with SERVEWATCH_RECORD_FIXTURES, as tests/fixtures/vllm_real/engine_death_by_worker_sigkill.log)."""
+    from lab_observations import log_excerpt
+
+    index = next(i for i, f in enumerate(doc["faults"]) if f["name"] == "worker killed")
+    life = 1 + sum(f["restarted_by_drill_s"] is not None for f in doc["faults"][:index])
+    fault = doc["faults"][index]
+    lab.obs.save_text("engine_death_by_worker_sigkill.log",
+                      log_excerpt((out / "logs" / f"vllm-{life}.log").read_text(errors="replace")))
+    lab.obs.record("worker_sigkill", {"api_server_exit_code": fault["server_exit"]["status"],
+                                      "engine_dead_after_s": fault["detected"].get("engine_dead"),
+                                      "process_exit_after_s": fault["detected"].get("process_exit"),
+                                      "health_while_killed": fault["health"],
+                                      "in_flight_at_kill": fault["impact"]["in_flight_at_fault"]})
 
 
 @pytest.mark.vllm

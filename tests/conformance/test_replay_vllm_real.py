@@ -99,4 +99,3 @@ def test_engine_death_log_carries_engine_dead_literals():
     assert sum(literal in text for literal in dialect.ENGINE_DEAD_LINES) >= 2
     observed = _observations()["worker_sigkill"]
     assert observed["api_server_exit_code"] is not None
-    assert observed["health_first_503_after_s"] is not None
