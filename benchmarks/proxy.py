@@ -2,14 +2,23 @@
 tokens, memory per in-flight stream — side by side with going direct and with Debian's nginx as a plain
 reverse proxy (proxy_buffering off), in one run against the same fast upstream.
 
-The upstream is a tiny asyncio SSE server in its own process that, like an engine's step loop, writes one
-token to every active stream each `--step-ms`, stamping each event with its send time; the clients (this
+The upstream is a tiny SSE server in its own process that writes one token to each active stream every
+`--step-ms`, stamping each event with its send time (time.time(), the clients' clock); the clients (this
 process) take receive time minus send time per token, so the added per-token latency is the difference
-of those distributions between routes. CPU is the proxy's (or nginx's master + workers') user + system
-time over the measured phase, per 100k tokens delivered.
+of those distributions between routes, each route against the same upstream and schedule in the same run.
+`--schedule staggered` (the default) gives each stream a schedule of its own, the sends spread evenly over
+the step as an engine's independent requests are, paced by a timerfd: the latency figures are then what a
+proxy adds to one token, not a place in a queue of --streams tokens sent at once (`--schedule lockstep`,
+every stream's token in the same tick, as an engine's batch step would be if its server wrote them all at
+once). A stream's first token comes one step after the upstream reads its request, so the added TTFT is
+the request's way there plus the first token's way back, never a further step; the staggered upstream also
+names the time it read each request (a response header), so `added_to_upstream` is the request's way alone.
+CPU is the proxy's (or nginx's master + workers') user + system time over the measured phase, per 100k
+tokens delivered.
 
     apt-get install -y nginx      # optional: without it the nginx column is left out
-    .venv/bin/python benchmarks/proxy.py [--streams 200] [--seconds 15] [--rounds 3] [--tokens 64] [--step-ms 20]
+    .venv/bin/python benchmarks/proxy.py [--streams 200] [--seconds 8] [--rounds 3] [--tokens 64] [--step-ms 20]
+        [--schedule staggered|lockstep] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -84,6 +93,171 @@ async def main():
     await asyncio.Event().wait()
 asyncio.run(main())
 '''
+
+# The staggered upstream: each stream's tokens on a schedule of its own, as an engine's independent requests
+# are (not all in one step). A stream's first token is sent one step after its request is read (a fixed
+# "prefill", the same for every route, so a route that delays the request delays the first token by just
+# that much, never by a further step), the next ones every step after. The first request on each
+# connection starts its schedule a further fraction of a step later (a low-discrepancy sequence over the
+# connections, so their sends spread uniformly over the step; those first requests are in the warm-up and
+# not measured); closed-loop requests after it start where the previous one ended, so the spread stays.
+# Sends are paced by a timerfd (to the microsecond), not by an event loop's millisecond timers, which would
+# fire them in bursts of one millisecond's worth of streams; one epoll waits for it and for requests, so a
+# request is read the moment it arrives.
+PACED_UPSTREAM = r"""
+import ctypes, heapq, os, select, socket, sys, time
+STEP = float(sys.argv[2]) / 1000
+now = time.time            # the clients compare their receive time with this stamp: the same clock
+
+class _ts(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+class _its(ctypes.Structure):
+    _fields_ = [("interval", _ts), ("value", _ts)]
+libc = ctypes.CDLL(None, use_errno=True)
+tfd = libc.timerfd_create(0, 0o4000)          # CLOCK_REALTIME (time.time's clock), TFD_NONBLOCK
+if tfd < 0:
+    raise SystemExit("timerfd_create failed")
+armed = None
+
+def arm(t):
+    global armed
+    if t != armed:
+        armed = t
+        sec = int(t)
+        libc.timerfd_settime(tfd, 1, ctypes.byref(_its(_ts(0, 0), _ts(sec, int((t - sec) * 1e9)))), None)  # ABSTIME
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", int(sys.argv[1])))
+ls.listen(4096)
+ls.setblocking(False)
+ep = select.epoll()
+ep.register(ls.fileno(), select.EPOLLIN)
+ep.register(tfd, select.EPOLLIN)
+conns = {}                 # fd -> Conn
+heap = []                  # (due, seq, fd, request number)
+seq = 0
+accepted = 0
+GOLDEN = 0.6180339887498949
+
+class Conn:
+    __slots__ = ("sock", "buf", "left", "req", "phase", "out")
+    def __init__(self, sock, phase):
+        self.sock, self.buf, self.left, self.req, self.phase, self.out = sock, b"", 0, 0, phase, b""
+
+def send(c, data):
+    if c.out:
+        c.out += data
+    else:
+        try:
+            n = c.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            return close(c)
+        if n < len(data):
+            c.out = data[n:]
+            ep.modify(c.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
+
+def close(c):
+    fd = c.sock.fileno()
+    if conns.pop(fd, None) is not None:
+        ep.unregister(fd)
+        c.sock.close()
+
+def readable(c):
+    global seq
+    try:
+        d = c.sock.recv(65536)
+    except BlockingIOError:
+        return
+    except OSError:
+        d = b""
+    if not d:
+        return close(c)
+    t = now()
+    c.buf += d
+    while True:
+        end = c.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = c.buf[:end].lower()
+        n = 0
+        for line in head.split(b"\r\n"):
+            if line.startswith(b"content-length:"):
+                n = int(line.split(b":")[1])
+        if len(c.buf) < end + 4 + n:
+            return
+        body, c.buf = c.buf[end + 4:end + 4 + n], c.buf[end + 4 + n:]
+        if head.startswith(b"get"):
+            send(c, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            continue
+        c.left = int(body.split(b'"max_tokens":')[1].split(b",")[0].split(b"}")[0])
+        c.req += 1
+        send(c, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nx-read: "
+             + repr(t).encode() + b"\r\n\r\n")
+        seq += 1
+        heapq.heappush(heap, (t + STEP + c.phase, seq, c.sock.fileno(), c.req))
+        c.phase = 0.0
+
+def events(timeout):
+    global accepted
+    for fd, ev in ep.poll(timeout):
+        if fd == tfd:
+            try:
+                os.read(tfd, 8)
+            except BlockingIOError:
+                pass
+            continue
+        if fd == ls.fileno():
+            while True:
+                try:
+                    s, _ = ls.accept()
+                except BlockingIOError:
+                    break
+                s.setblocking(False)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                accepted += 1
+                conns[s.fileno()] = Conn(s, (accepted * GOLDEN) % 1.0 * STEP)
+                ep.register(s.fileno(), select.EPOLLIN)
+            continue
+        c = conns.get(fd)
+        if c is None:
+            continue
+        if ev & select.EPOLLOUT and c.out:
+            try:
+                k = c.sock.send(c.out)
+                c.out = c.out[k:]
+            except BlockingIOError:
+                pass
+            except OSError:
+                close(c)
+                continue
+            if not c.out:
+                ep.modify(fd, select.EPOLLIN)
+        if ev & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+            readable(c)
+
+while True:
+    t = now()
+    while heap and heap[0][0] <= t:
+        due, _, fd, req = heapq.heappop(heap)
+        c = conns.get(fd)
+        if c is None or c.req != req or c.left <= 0:
+            continue
+        c.left -= 1
+        fin = b'"length"' if c.left == 0 else b"null"
+        ev = b'data: {"choices":[{"index":0,"text":" tok","finish_reason":' + fin + b'}],"t":' + repr(now()).encode() + b'}\n\n'
+        if c.left == 0:
+            ev += b"data: [DONE]\n\n"
+        send(c, b"%x\r\n%s\r\n" % (len(ev), ev) + (b"0\r\n\r\n" if c.left == 0 else b""))
+        if c.left > 0:
+            seq += 1
+            heapq.heappush(heap, (due + STEP, seq, fd, req))
+        t = now()
+    if heap:
+        arm(heap[0][0])
+    events(1.0)
+"""
 
 NGINX_CONF = """
 worker_processes 1;
@@ -179,6 +353,12 @@ class Stream(asyncio.Protocol):
     def data_received(self, data: bytes):
         now = time.time()
         st = self.stats
+        if data.startswith(b"HTTP/1.1 200"):
+            i = data.find(b"x-read: ")
+            if i > 0:            # the staggered upstream's time of reading the request
+                read = float(data[i + 8:data.find(b"\r\n", i)])
+                st["req_leg"].append(read - self.sent)
+                st["head_leg"].append(now - read)
         pos = 0
         while True:
             i = data.find(b'"t":', pos)
@@ -207,7 +387,7 @@ class Stream(asyncio.Protocol):
 
 async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: float, pids: list[int]) -> dict:
     loop = asyncio.get_running_loop()
-    stats = {"ttft": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True}
+    stats = {"ttft": [], "req_leg": [], "head_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True}
     body = json.dumps({"model": "m", "prompt": "p", "max_tokens": tokens, "stream": True}).encode()
     conns = []
     for _ in range(streams):
@@ -215,6 +395,8 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
         conns.append(proto)
     await asyncio.sleep(warmup)
     stats["ttft"].clear()
+    stats["req_leg"].clear()
+    stats["head_leg"].clear()
     stats["measure"] = True
     cpu0 = cpu_s(pids)
     rss_peak = 0
@@ -228,7 +410,7 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
     await asyncio.wait([c.done for c in conns], timeout=30)
     for c in conns:
         c.transport.close()
-    return {"ttft": sorted(stats["ttft"]), "lag": sorted(stats["lag"]), "tokens": stats["tokens"], "cpu_s": cpu,
+    return {"ttft": sorted(stats["ttft"]), "req_leg": sorted(stats["req_leg"]), "head_leg": sorted(stats["head_leg"]), "lag": sorted(stats["lag"]), "tokens": stats["tokens"], "cpu_s": cpu,
             "rss_peak_kb": rss_peak}
 
 
@@ -236,7 +418,7 @@ async def hold(port: int, streams: int, pids: list[int]) -> float:
     """kB of the proxy's RSS per in-flight stream: `streams` long streams held open, against idle."""
     loop = asyncio.get_running_loop()
     base = rss_kb(pids)
-    stats = {"ttft": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": False}
+    stats = {"ttft": [], "req_leg": [], "head_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": False}
     body = json.dumps({"model": "m", "prompt": "p", "max_tokens": 100000, "stream": True}).encode()
     conns = []
     for _ in range(streams):
@@ -270,6 +452,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--tokens", type=int, default=64, help="tokens per request (closed loop)")
     ap.add_argument("--step-ms", type=float, default=20.0, help="the upstream's step: one token per stream per step")
+    ap.add_argument("--schedule", choices=("staggered", "lockstep"), default="staggered",
+                    help="staggered: each stream's tokens on its own schedule, the sends spread over the step (an "
+                    "engine's independent requests; what the latency figures mean); lockstep: every stream's token "
+                    "in the same tick of the upstream (a burst of --streams tokens each step)")
     ap.add_argument("--hold", type=int, default=1000, help="streams held open for the memory figure")
     ap.add_argument("--baseline", metavar="DIR", help="also run `servewatch proxy` from the source tree DIR (e.g. a "
                     "worktree of an earlier commit) as the route 'baseline proxy', to compare two versions in one run")
@@ -281,7 +467,8 @@ def main() -> int:
     procs: list[subprocess.Popen] = []
     try:
         up = free_port()
-        procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up), str(args.step_ms)]))
+        code = PACED_UPSTREAM if args.schedule == "staggered" else UPSTREAM
+        procs.append(subprocess.Popen([sys.executable, "-c", code, str(up), str(args.step_ms)]))
         wait_port(up)
         routes = {"direct": (up, [])}
         pport = free_port()
@@ -327,6 +514,7 @@ def main() -> int:
             parts = [r[name] for r in rounds]
             results[name] = {"ttft": sorted(x for p in parts for x in p["ttft"]),
                              "lag": sorted(x for p in parts for x in p["lag"]),
+                             "req_leg": sorted(x for p in parts for x in p["req_leg"]),
                              "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
                              "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
         memory = {name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
@@ -351,6 +539,8 @@ def main() -> int:
                         "added_ttft_p99_ms": row["ttft_p99_ms"] - q(base["ttft"], 0.99) * 1e3,
                         "added_token_p50_ms": row["token_lag_p50_ms"] - q(base["lag"], 0.5) * 1e3,
                         "added_token_p99_ms": row["token_lag_p99_ms"] - q(base["lag"], 0.99) * 1e3,
+                        "added_to_upstream_p50_ms": (q(r["req_leg"], 0.5) - q(base["req_leg"], 0.5)) * 1e3,
+                        "added_to_upstream_p99_ms": (q(r["req_leg"], 0.99) - q(base["req_leg"], 0.99)) * 1e3,
                         "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
                         "kb_per_in_flight_stream": memory.get(name)})
         table[name] = row
@@ -360,14 +550,18 @@ def main() -> int:
             mine, theirs = (r[n]["cpu_s"] / max(r[n]["tokens"], 1) for n in ("servewatch proxy", "nginx"))
             per_round.append(mine / theirs if theirs else float("nan"))
     if args.json:
-        print(json.dumps({"routes": table, "cpu_ratio_per_round": per_round, "event_loop": event_loop()}, indent=2))
+        print(json.dumps({"routes": table, "cpu_ratio_per_round": per_round, "event_loop": event_loop(),
+                          "schedule": args.schedule}, indent=2))
         return 0
+    sched = ("each stream on its own schedule, the sends spread over the step" if args.schedule == "staggered"
+             else "every stream's token in the same tick")
     print(f"{args.streams} concurrent streams, {args.tokens} tokens each (closed loop), one token per stream every "
-          f"{args.step_ms:g} ms, {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating order); "
+          f"{args.step_ms:g} ms ({sched}), {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating order); "
           f"memory with {args.hold} streams held open; the proxies' event loop: {event_loop()}")
     cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
-            "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms", "cpu_s_per_100k_tokens",
-            "kb_per_in_flight_stream")
+            "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms",
+            *(("added_to_upstream_p50_ms", "added_to_upstream_p99_ms") if args.schedule == "staggered" else ()),
+            "cpu_s_per_100k_tokens", "kb_per_in_flight_stream")
     print(f"{'':26}" + "".join(f"{n:>18}" for n in table))
     for col in cols:
         cells = []
