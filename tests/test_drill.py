@@ -788,7 +788,7 @@ def test_a_kill_is_checked_against_the_real_exit_status_and_a_stall_must_clear(t
     said = {c["expectation"]: c["observed"] for c in killed["checks"]}
     assert said["process_exit reports the server's real exit status"] == "reported killed by SIGKILL; real killed by SIGKILL"
     caught = killed["impact"]["in_flight_at_fault"]
-    assert caught["count"] >= 1 and caught["ok"] == 0 and sum(caught["errors"].values()) == caught["count"]
+    assert sum(caught["errors"].values()) >= 1 and caught["ok"] == caught["whole"]
 
 
 def test_the_pure_parts_of_exit_and_clear_checks(tmp_path):
@@ -797,9 +797,13 @@ def test_the_pure_parts_of_exit_and_clear_checks(tmp_path):
     assert M.clearances(events, injected=10.0, reverted=20.0) == {"stall": 3.5}   # fired before: not this fault's
     records = [_record(0, 1.0, e2e=2.0),                       # done before the injection
                _record(1, 9.0, e2e=5.0, error="truncated"),    # caught, cut
-               _record(2, 9.5, e2e=4.0),                        # caught, yet counted ok: a kill that cut nothing
+               _record(2, 9.5, e2e=4.0),                        # caught, ok: its tokens were all made before
+               _record(4, 10.5, e2e=0.3, error="truncated"),   # sent just after, before the server noticed
                _record(3, 12.0, error="connect")]               # sent after
-    assert M.in_flight(records, 10.0) == {"count": 2, "ok": 1, "errors": {"truncated": 1}}
+    records[2].output_tokens = records[2].max_tokens
+    assert M.in_flight(records, 10.0) == {"count": 3, "ok": 1, "whole": 1, "errors": {"truncated": 2}}
+    records[2].output_tokens = 10                               # ok with fewer tokens than asked: a cut success
+    assert M.in_flight(records, 10.0)["whole"] == 0
     assert M.exit_words(-9) == "killed by SIGKILL" and M.exit_words(exit_code=1) == "exit code 1"
     assert M.exit_words(None) == "still running"
     log = tmp_path / "server.log"
@@ -815,12 +819,73 @@ def test_the_pure_parts_of_exit_and_clear_checks(tmp_path):
     from servewatch.drill.run import StepResult
 
     result = StepResult(index=1, kind="kill", name="k", detected={"process_exit": 4.0},
-                        impact={"in_flight_at_fault": {"count": 2, "ok": 1, "errors": {"truncated": 1}}},
+                        impact={"in_flight_at_fault": {"count": 2, "ok": 1, "whole": 0, "errors": {"truncated": 1}}},
                         server_exit={"status": 0, "reported": {"exit_code": 1, "exit_signal": None},
                                      "read_as_parent": True})
     said = {c["expectation"]: (c["met"], c["observed"]) for c in
             check(Expect(exit_within_s=3, in_flight_cut=True), result)}
     assert said["process_exit within 3 s"] == (False, "after 4 s")
     assert said["process_exit reports the server's real exit status"] == (False, "reported exit code 1; real exit code 0")
-    assert said["the requests in flight at the fault are cut, each counted failed"] == (
-        False, "2 in flight: 1 truncated, 1 counted ok")
+    assert said["the requests the fault cut are counted failed, none a success"] == (
+        False, "2 caught: 1 truncated, 1 counted ok with fewer tokens than asked")
+
+
+THROUGH_THE_PROXY = """
+    name: through the proxy
+    target: {engine: sim}
+    workload: {scenario: custom, concurrency: 4, output_tokens: 2000}
+    defaults: {warmup_s: 4, hold_s: 8, observe_s: 3}
+    faults:
+      - name: frozen under streams, seen on the request path
+        kind: stop
+        role: api
+        proxy: true
+        expect:
+          fire_by_threshold: {requests_no_token: 1.5}
+          clear_within_s: 3
+"""
+
+
+def test_the_proxy_records_a_step_the_workload_goes_through_it_and_a_learned_threshold_is_checked(tmp_path):
+    """proxy: true — servewatch proxy --watch in watch's place, in front of the server: the workload's requests
+    are in its records, and requests_no_token fires at its own threshold (max(k x recent TTFT p99, floor)) within
+    the allowance, then clears after SIGCONT."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(textwrap.dedent(THROUGH_THE_PROXY))
+    out = tmp_path / "out"
+    assert main(["drill", str(path), "--out", str(out)]) == 0, (out / "drill.md").read_text()
+    (fault,) = json.loads((out / "drill.json").read_text())["faults"]
+    threshold = fault["thresholds"]["requests_no_token"]
+    assert threshold >= 2.0 and abs(fault["detected"]["requests_no_token"] - threshold) <= 1.5
+    assert "requests_no_token" in fault["cleared"]
+    records = [json.loads(line) for line in (out / "logs" / "proxy-01.jsonl").read_text().splitlines()]
+    completions = [r for r in records if r.get("proxy", {}).get("api") == "completions"]
+    assert len(completions) >= fault["impact"]["requests"] > 0      # every request of the workload went through it
+    assert all("prompt" not in r and "text" not in r for r in records)
+
+
+@pytest.mark.parametrize("fault, words", [
+    ({"kind": "stop", "name": "p", "proxy": True, "guard": True}, "faults/0 (p): proxy: servewatch proxy records the step"),
+    ({"kind": "stop", "name": "p", "proxy": True, "probe": True}, "with no probe"),
+    ({"kind": "stop", "expect": {"fire_by_threshold": {"stuck": 1}}}, "unknown verdict(s) stuck"),
+    ({"kind": "stop", "name": "c", "expect": {"clear_within_s": 2}}, "expect/clear_within_s: says when the verdict"),
+])
+def test_a_bad_proxy_or_threshold_entry_is_one_line(fault, words):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict(_plan(faults=[fault]))
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_verdict_is_held_to_its_own_threshold_both_ways():
+    from servewatch.drill.expect import check
+    from servewatch.drill.plan import Expect
+    from servewatch.drill.run import StepResult
+
+    expect = Expect(fire_by_threshold={"requests_no_token": 1.0})
+    said = lambda took, threshold: [(c["met"], c["observed"]) for c in check(expect, StepResult(
+        index=1, kind="stop", name="s", detected={"requests_no_token": took},
+        thresholds={"requests_no_token": threshold}))][0]
+    assert said(21.04, 20.9) == (True, "after 21.04 s, threshold 20.9 s")
+    assert said(23.0, 20.9) == (False, "after 23 s, threshold 20.9 s")       # late
+    assert said(5.0, 20.9)[0] is False                                         # before its own threshold: wrong
+    assert check(expect, StepResult(index=1, kind="stop", name="s"))[0]["observed"] == "not fired"

@@ -136,6 +136,8 @@ def dry_run(plan) -> int:
         on = f" (on {step.on})" if plan.targets else ""
         guard = ("" if step.guard is None else "; recorded by servewatch guard, which acts (stacks, then a kill of "
                  f"the tree) on {', '.join(step.guard) if step.guard else 'its default verdicts'}")
+        if step.proxy:
+            guard += "; recorded by servewatch proxy --watch in front of the server, the workload sent through it"
         print(f"  {i:2d}. {step.name}{on}: {fault.summary}{aim}; warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, "
               f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else "") + probe + guard)
         if expect:
@@ -151,6 +153,7 @@ def _expect_words(expect: dict) -> str:
     parts = [f"{v} within {s:g} s" for v, s in expect.get("fire", {}).items()]
     if "fire_any" in expect:
         parts.append(f"one of {', '.join(expect['fire_any']['verdicts'])} within {expect['fire_any']['within_s']:g} s")
+    parts += [f"{v} at its own threshold \u00b1 {a:g} s" for v, a in expect.get("fire_by_threshold", {}).items()]
     parts += [f"no {v}" for v in expect.get("not_fire", [])]
     if expect.get("no_incident"):
         parts.append("no incident verdict")
@@ -173,7 +176,7 @@ def _expect_words(expect: dict) -> str:
     if "exit_within_s" in expect:
         parts.append(f"the server exits, process_exit within {expect['exit_within_s']:g} s with its real status")
     if expect.get("in_flight_cut"):
-        parts.append("the requests in flight cut, each counted failed")
+        parts.append("the requests it cut counted failed, none a success")
     if expect.get("log_shows"):
         parts.append("its log shows " + ", ".join(f"\u201c{t}\u201d" for t in expect["log_shows"]))
     guard = expect.get("guard")

@@ -23,6 +23,14 @@ def check(expect, result) -> list[dict]:
         first = min(hits.items(), key=lambda kv: kv[1]) if hits else None
         add(f"one of {', '.join(names)} within {within:g} s", first is not None and first[1] <= within,
             "none fired" if first is None else f"{first[0]} after {first[1]:g} s")
+    for verdict, allowance in expect.fire_by_threshold.items():
+        took, threshold = detected.get(verdict), result.thresholds.get(verdict)
+        what = f"{verdict} at its own threshold \u00b1 {allowance:g} s"
+        if took is None or threshold is None:
+            add(what, False, "not fired" if took is None else f"after {took:g} s; no threshold in its bundle")
+        else:
+            add(what, threshold - allowance <= took <= threshold + allowance,
+                f"after {took:g} s, threshold {threshold:g} s")
     for verdict in expect.not_fire:
         took = detected.get(verdict)
         add(f"no {verdict}", took is None, "not fired" if took is None else f"fired after {took:g} s")
@@ -61,12 +69,7 @@ def check(expect, result) -> list[dict]:
         for what, met, observed in _exit(expect.exit_within_s, result):
             add(what, met, observed)
     if expect.in_flight_cut:
-        caught = result.impact.get("in_flight_at_fault") or {"count": 0, "ok": 0, "errors": {}}
-        failed = ", ".join(f"{n} {why}" for why, n in caught["errors"].items())
-        add("the requests in flight at the fault are cut, each counted failed", caught["count"] > 0 and caught["ok"] == 0,
-            f"{caught['count']} in flight: " + ", ".join(x for x in (failed, f"{caught['ok']} counted ok" if caught["ok"]
-                                                                     else "") if x)
-            if caught["count"] else "no request in flight at the fault")
+        add(*_cut(result.impact.get("in_flight_at_fault")))
     for literal, seen in result.log_seen.items():
         add(f"the server's log shows \u201c{literal}\u201d after the injection", seen, "shown" if seen else "not shown")
     written, verified = result.bundles.get("written", 0), result.bundles.get("verified", 0)
@@ -95,7 +98,7 @@ def _names(expect, result) -> tuple[str, bool, str]:
     explanation; {pid} and {title} stand for the first process the fault signalled."""
     wanted = [_fill(text, result) for text in expect.names]
     what = names_words(wanted)
-    candidates = [*expect.fire, *(expect.fire_any[0] if expect.fire_any else ())]
+    candidates = met_candidates(expect)
     fired = sorted((result.detected[v], v) for v in candidates if v in result.detected)
     if not fired:
         return what, False, "no such verdict fired"
@@ -104,6 +107,11 @@ def _names(expect, result) -> tuple[str, bool, str]:
     missing = [w for w in wanted if w not in why]
     shown = why if len(why) <= 600 else why[:597] + "..."
     return what, not missing, f"{verdict}: {shown}" if why else f"{verdict}: no explanation recorded"
+
+
+def met_candidates(expect) -> list[str]:
+    """The verdicts a fault must fire (fire, fire_any, fire_by_threshold): what names and clearing are read from."""
+    return [*expect.fire, *(expect.fire_any[0] if expect.fire_any else ()), *expect.fire_by_threshold]
 
 
 def names_words(texts) -> str:
@@ -167,7 +175,7 @@ def _cleared(expect, result) -> list[tuple[str, bool, str]]:
     """Each verdict that met fire / fire_any, cleared by the recorder within expect.clear_within_s of the
     fault's end: a stall that does not clear after SIGCONT is a verdict stuck on."""
     within = expect.clear_within_s
-    candidates = [*expect.fire, *(expect.fire_any[0] if expect.fire_any else ())]
+    candidates = met_candidates(expect)
     fired = [v for v in dict.fromkeys(candidates) if v in result.detected]
     if not fired:
         return [(f"the verdict clears within {within:g} s after the fault", False, "no such verdict fired")]
@@ -199,6 +207,21 @@ def _exit(within: float, result) -> list[tuple[str, bool, str]]:
     said = "no process_exit bundle to read" if reported is None else exit_words(**reported)
     checks.append(("process_exit reports the server's real exit status", said == real, f"reported {said}; real {real}"))
     return checks
+
+
+def _cut(caught) -> tuple[str, bool, str]:
+    """in_flight_cut: the fault cut at least one request and the load counted each cut one failed — no request
+    counted ok with fewer tokens than asked (one whose last tokens were made before the fault may end whole)."""
+    caught = caught or {"count": 0, "ok": 0, "whole": 0, "errors": {}}
+    failed = sum(caught["errors"].values())
+    short = caught["ok"] - caught.get("whole", caught["ok"])
+    parts = [f"{n} {why}" for why, n in caught["errors"].items()]
+    if caught.get("whole"):
+        parts.append(f"{caught['whole']} whole (their tokens made before the fault)")
+    if short:
+        parts.append(f"{short} counted ok with fewer tokens than asked")
+    observed = (f"{caught['count']} caught: " + ", ".join(parts)) if caught["count"] else "no request caught by the fault"
+    return ("the requests the fault cut are counted failed, none a success", failed > 0 and short == 0, observed)
 
 
 def _code(code) -> str:

@@ -25,6 +25,7 @@ PROBE_TIMEOUT_S = 5.0           # a slower answer is recorded as no answer (its 
 KUBELET_PERIOD_S = 10.0
 KUBELET_FAILURE_THRESHOLD = 3
 KUBELET_TIMEOUT_S = 1.0         # timeoutSeconds' default: a slower answer is a failed probe
+LISTENING = re.compile(r"servewatch proxy: listening on (127\.0\.0\.1:\d+)")
 LOG_READ_LIMIT = 8 << 20         # bytes of the server's log read after an injection (`expect.log_shows`)
 
 
@@ -111,33 +112,41 @@ class Watcher:
     """`servewatch watch URL --pid PID --json --out DIR` (with the server's log when the drill started it,
     and --probe when the fault asks for it) as a subprocess; its verdict lines as events. With `guard`
     (its --act-on verdicts, empty for its default) `servewatch guard` runs in watch's place, attached to the
-    same PID, acting as it would in production; its action lines are kept as `actions`."""
+    same PID, acting as it would in production; its action lines are kept as `actions`. With `proxy_records`
+    `servewatch proxy --watch` runs in watch's place, in front of the server on a loopback port of its own
+    (`listen_url`, where the workload sends), its per-request records appended to that file."""
 
     def __init__(self, url: str, pid: int, out: Path, *, interval_s: float, settings: tuple[str, ...],
                  log_path: Path, wrapper: list[str] | None = None, server_log: Path | None = None,
                  probe: tuple[float, float] | None = None, guard: tuple[str, ...] | None = None,
-                 stacks_dir: Path | None = None):
+                 stacks_dir: Path | None = None, proxy_records: Path | None = None):
         self.events: list[VerdictEvent] = []
         self.actions: list[tuple[float, dict]] = []    # guard's lines (epoch seconds read, the line)
         self.log_path = log_path
         self.recording = threading.Event()
         self.exit_code: int | None = None
-        tool = "watch" if guard is None else "guard"
-        command = [*(wrapper or [sys.executable, "-m", "servewatch"]), tool, url, "--pid", str(pid), "--json",
-                   "--out", str(out), "--interval", f"{interval_s:g}"]
+        self.listen_url: str | None = None      # `proxy`: where the workload sends, in front of the server
+        command = [*(wrapper or [sys.executable, "-m", "servewatch"])]
+        if proxy_records is not None:           # the request path records: the proxy has no --pid, log or probe
+            command += ["proxy", "--listen", "127.0.0.1:0", "--upstream", url, "--records", str(proxy_records),
+                        "--watch"]
+        else:
+            command += ["watch" if guard is None else "guard", url, "--pid", str(pid), "--json"]
+        command += ["--out", str(out), "--interval", f"{interval_s:g}"]
+        for setting in settings:
+            command += ["--set", setting]
         if guard is not None:
             command += ["--stacks-dir", str(stacks_dir or out.parent / "stacks"),
                         "--lives", str(log_path.with_suffix(".lives.json"))]
             if guard:
                 command += ["--act-on", ",".join(guard)]
-        for setting in settings:
-            command += ["--set", setting]
-        if server_log is not None:     # the engine's own log: its shutdown and death lines
-            command += ["--log-file", str(server_log)]
-        if probe is not None:          # (interval, deadline): watch's probe, as the fault asks
-            command += ["--probe", "--probe-interval", f"{probe[0]:g}", "--probe-deadline", f"{probe[1]:g}"]
-        elif guard is None:            # watch probes by default (guard does not); a fault that does not ask
-            command += ["--no-probe"]  # measures without it
+        if proxy_records is None:
+            if server_log is not None:     # the engine's own log: its shutdown and death lines
+                command += ["--log-file", str(server_log)]
+            if probe is not None:          # (interval, deadline): watch's probe, as the fault asks
+                command += ["--probe", "--probe-interval", f"{probe[0]:g}", "--probe-deadline", f"{probe[1]:g}"]
+            elif guard is None:            # watch probes by default (guard does not); a fault that does not ask
+                command += ["--no-probe"]  # measures without it
         self.command = command
         self.proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
@@ -170,6 +179,9 @@ class Watcher:
             for line in self.proc.stderr:
                 log.write(line)
                 self.stderr_lines.append(line.rstrip("\n"))
+                listening = LISTENING.search(line)
+                if listening:
+                    self.listen_url = f"http://{listening[1]}"
                 if ": recording " in line:
                     self.recording.set()
 
@@ -476,17 +488,43 @@ def guard_outcome(actions: list[tuple[float, dict]], events: list[VerdictEvent],
     return out
 
 
+RECORD_FIELDS = ("id", "scheduled", "sent", "http_status", "error", "error_detail", "ttft_s", "e2e_s",
+                 "output_tokens", "max_tokens", "finish_reason")
+
+
+def save_records(records, path: Path) -> None:
+    """The step's requests as the workload saw them, one JSON line each — times, status, error class and token
+    counts only (no text, no per-chunk arrays): what the impact, recovery and in-flight figures were computed
+    from. A write that fails is skipped: the figures are in drill.json."""
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            for r in records:
+                data = r.to_json()
+                out.write(json.dumps({k: data.get(k) for k in RECORD_FIELDS}) + "\n")
+    except OSError:
+        pass
+
+
+CAUGHT_AFTER_S = 1.0     # a request sent this soon after the injection is caught by it too: a killed engine's
+                         # API server answers for about a second (vLLM exits 0.5-0.7 s after its worker dies)
+
+
 def in_flight(records, injected: float) -> dict:
-    """The requests in flight at the injection (sent before it, not finished by it) and how each ended: a kill
-    must cut them, and the load must count each as failed, never as a success with fewer tokens."""
-    caught = [r for r in records if r.sent is not None and r.sent < injected
+    """The requests the fault caught (ending after the injection, sent before it or within CAUGHT_AFTER_S of it)
+    and how each ended: failed (by error class), or ok — and of those, how many got every token asked for. A
+    request whose last tokens were generated before a kill can still reach the client after it: it is whole, and
+    ok is right; an ok one with fewer tokens than asked would be a cut stream counted a success."""
+    caught = [r for r in records if r.sent is not None and r.sent < injected + CAUGHT_AFTER_S
               and (r.e2e_s is None or r.sent + r.e2e_s > injected)]
     errors: dict[str, int] = {}
     for r in caught:
         if not r.ok:
             key = r.error or f"HTTP {r.http_status}"
             errors[key] = errors.get(key, 0) + 1
-    return {"count": len(caught), "ok": sum(1 for r in caught if r.ok), "errors": dict(sorted(errors.items()))}
+    ok = [r for r in caught if r.ok]
+    return {"count": len(caught), "ok": len(ok),
+            "whole": sum(1 for r in ok if r.output_tokens is not None and r.output_tokens >= r.max_tokens),
+            "errors": dict(sorted(errors.items()))}
 
 
 def clearances(events: list[VerdictEvent], injected: float, reverted: float) -> dict[str, float]:
@@ -502,21 +540,37 @@ def clearances(events: list[VerdictEvent], injected: float, reverted: float) -> 
     return out
 
 
-def reported_exit(events: list[VerdictEvent], injected: float) -> dict | None:
-    """What the first process_exit after the injection stored as the server's exit status (its bundle's
-    incident.json): {exit_code, exit_signal}, or None when it fired without a readable bundle."""
-    fired = next((e for e in events if e.event == "fired" and e.verdict == "process_exit" and e.t >= injected), None)
+def stored_details(events: list[VerdictEvent], injected: float, verdict: str) -> dict | None:
+    """The details the first firing of `verdict` after the injection stored in its bundle (incident.json), or
+    None when it did not fire or its bundle cannot be read."""
+    fired = next((e for e in events if e.event == "fired" and e.verdict == verdict and e.t >= injected), None)
     if fired is None or not fired.bundle:
         return None
     try:
         incident = json.loads((Path(fired.bundle) / "incident.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    stored = next((v for v in incident.get("verdicts", ()) if v.get("name") == "process_exit"), None)
-    if stored is None:
+    stored = next((v for v in incident.get("verdicts", ()) if v.get("name") == verdict), None)
+    return None if stored is None else dict(stored.get("details") or {})
+
+
+def reported_exit(events: list[VerdictEvent], injected: float) -> dict | None:
+    """What the first process_exit after the injection stored as the server's exit status: {exit_code,
+    exit_signal}, or None when it fired without a readable bundle."""
+    details = stored_details(events, injected, "process_exit")
+    if details is None:
         return None
-    details = stored.get("details") or {}
     return {"exit_code": details.get("exit_code"), "exit_signal": details.get("exit_signal")}
+
+
+def thresholds(events: list[VerdictEvent], injected: float, verdicts) -> dict[str, float]:
+    """verdict -> the threshold (seconds) its first firing after the injection said it judged by."""
+    out = {}
+    for verdict in verdicts:
+        details = stored_details(events, injected, verdict) or {}
+        if isinstance(details.get("threshold_s"), (int, float)):
+            out[verdict] = round(float(details["threshold_s"]), 3)
+    return out
 
 
 def exit_words(code: int | None = None, *, exit_code=None, exit_signal=None) -> str:

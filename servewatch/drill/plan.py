@@ -60,6 +60,7 @@ class Expect:
     exit_within_s: float | None = None                           # the server exits, process_exit says how
     in_flight_cut: bool = False                                  # requests caught by the fault all fail
     log_shows: tuple[str, ...] = ()                              # the server's log after the injection
+    fire_by_threshold: dict[str, float] = field(default_factory=dict)   # verdict -> allowance beyond its own threshold
 
     def to_json(self) -> dict:
         out: dict = {}
@@ -89,6 +90,8 @@ class Expect:
             out["in_flight_cut"] = True
         if self.log_shows:
             out["log_shows"] = list(self.log_shows)
+        if self.fire_by_threshold:
+            out["fire_by_threshold"] = dict(self.fire_by_threshold)
         return out
 
 
@@ -108,6 +111,7 @@ class FaultStep:
     workload: dict | None = None # this fault's workload instead of the plan's
     guard: tuple[str, ...] | None = None   # `servewatch guard` records (and acts) instead of `watch`: its
                                            # --act-on verdicts (empty: guard's default)
+    proxy: bool = False          # `servewatch proxy --watch` records instead, the workload sent through it
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -137,7 +141,8 @@ class FaultStep:
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
                 "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "target": self.on,
                 **({"workload": self.workload} if self.workload is not None else {}),
-                **({"guard": {"act_on": list(self.guard)}} if self.guard is not None else {})}
+                **({"guard": {"act_on": list(self.guard)}} if self.guard is not None else {}),
+                **({"proxy": True} if self.proxy else {})}
 
 
 @dataclass(frozen=True)
@@ -283,17 +288,21 @@ def _build(data: dict, source: str) -> Plan:
         e = f.get("expect", {})
         guard = _guard(f.get("guard"))
         named = [*e.get("fire", {}), *e.get("not_fire", []), *e.get("fire_any", {}).get("verdicts", []),
-                 *(guard or ())]
+                 *e.get("fire_by_threshold", {}), *(guard or ())]
         unknown = [n for n in named if n not in known]
         if unknown:
             raise PlanError(f"{where}: unknown verdict(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         fire_any = e.get("fire_any")
-        if e.get("names") and not (e.get("fire") or fire_any):
+        must_fire = e.get("fire") or fire_any or e.get("fire_by_threshold")
+        if e.get("names") and not must_fire:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/names: says what the verdict of fire or "
                             f"fire_any must name; give one of those")
-        if "clear_within_s" in e and not (e.get("fire") or fire_any):
+        if "clear_within_s" in e and not must_fire:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/clear_within_s: says when the verdict of "
                             f"fire or fire_any must clear; give one of those")
+        if f.get("proxy") and (guard is not None or f.get("probe")):
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): proxy: servewatch proxy records the step in watch's "
+                            f"place, with no {'guard' if guard is not None else 'probe'}; give one of them")
         if "guard" in e and guard is None:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: says what guard did; give the "
                             f"fault guard: true (or guard: {{act_on: [...]}}) so that guard records it")
@@ -311,7 +320,8 @@ def _build(data: dict, source: str) -> Plan:
                             kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
                             diverging=tuple(g.get("diverging", ()))),
                         clear_within_s=e.get("clear_within_s"), exit_within_s=e.get("exit_within_s"),
-                        in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())))
+                        in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())),
+                        fire_by_threshold=dict(e.get("fire_by_threshold", {})))
         params = dict(f.get("params", {}))
         try:
             fault.check_params(params)
@@ -328,7 +338,8 @@ def _build(data: dict, source: str) -> Plan:
                                observe_s=float(f.get("observe_s", timing["observe_s"])),
                                params=params, expect=expect,
                                probe=bool(f.get("probe", recorder.get("probe", False))), on=on,
-                               workload=dict(f["workload"]) if "workload" in f else None, guard=guard))
+                               workload=dict(f["workload"]) if "workload" in f else None, guard=guard,
+                               proxy=bool(f.get("proxy", False))))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     return Plan(name=data["name"], description=data.get("description", ""), target=target, workload=workload,
                 interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps),

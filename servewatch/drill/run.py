@@ -57,6 +57,7 @@ class StepResult:
     cleared: dict[str, float] = field(default_factory=dict)   # verdict -> seconds after the fault to its clearing
     server_exit: dict | None = None                       # {status (Popen's), reported (process_exit's)}
     log_seen: dict[str, bool] = field(default_factory=dict)   # expect.log_shows literal -> in the log after it
+    thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
 
     @property
     def met(self) -> bool:
@@ -81,6 +82,7 @@ class Context:
         self.spawned: list[subprocess.Popen] = []
         self.waited = False          # the fault waited for a request to run before its signal
         self.log_offset = 0          # the server log's size at the injection (expect.log_shows reads after it)
+        self.recorder_url: str | None = None   # servewatch proxy's, when it records the step: the workload's URL
 
     def cannot(self, why: str) -> FaultNotRun:
         return FaultNotRun(why)
@@ -247,7 +249,7 @@ class DrillRun:
         return True
 
     def start_workload(self, ctx: Context, *, after_s: float, duration_s: float) -> None:
-        url = ctx.proxy.url if ctx.proxy is not None else self.target.url
+        url = ctx.proxy.url if ctx.proxy is not None else (ctx.recorder_url or self.target.url)
         step = ctx.step
         timeout = step.request_timeout_s
         spec = step.workload if step.workload is not None else self.plan.workload
@@ -287,13 +289,18 @@ class DrillRun:
                             settings=self.plan.settings, log_path=self.out_dir / "logs" / f"watch-{index + 1:02d}.log",
                             wrapper=wrapper, server_log=self.target.log_file(),
                             probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None,
-                            guard=step.guard, stacks_dir=self.out_dir / "stacks")
+                            guard=step.guard, stacks_dir=self.out_dir / "stacks",
+                            proxy_records=self.out_dir / "logs" / f"proxy-{index + 1:02d}.jsonl" if step.proxy else None)
         prober = M.Prober(self.target.url)
         tree = []
         try:
             if not watcher.start():
                 result.not_run = "the recorder did not start recording within 30 s"
                 return result
+            if step.proxy and watcher.listen_url is None:
+                result.not_run = "servewatch proxy did not say where it listens"
+                return result
+            ctx.recorder_url = watcher.listen_url
             prober.start()
             begun = time.time()
             if fault.workload:
@@ -321,10 +328,13 @@ class DrillRun:
             self._sleep_until(result.reverted_at + step.watch_after_revert_s)
         finally:
             prober.stop()
-            watcher.stop()
+            if not step.proxy:              # the proxy is the workload's path: it outlives the workload
+                watcher.stop()
             if ctx.workload is not None:    # it stops sending at its end, then waits for what is in flight
                 ctx.workload.join(max(0.0, ctx.workload.ends_at - time.time()) + ctx.workload.request_timeout_s
                                   + WORKLOAD_JOIN_MARGIN_S)
+            if step.proxy:
+                watcher.stop()
             for proc in ctx.spawned:
                 ctx.end_spawned(proc)
             if ctx.proxy is not None:
@@ -392,6 +402,8 @@ class DrillRun:
         restart = M.kubelet_restart(M.livez_answers(events, start, end), start, end)
         result.kubelet_livez_s = None if restart is None else round(restart - injected, 1)
         records = ctx.workload.records if ctx.workload is not None else []
+        if records:
+            M.save_records(records, self.out_dir / "logs" / f"workload-{result.index:02d}.jsonl")
         if ctx.workload is not None and ctx.workload.problem:
             result.notes.append(f"workload: {ctx.workload.problem}")
         elif ctx.workload is not None and ctx.workload.running():
@@ -400,6 +412,8 @@ class DrillRun:
         result.impact = M.impact(records, injected, reverted).to_json()
         result.impact["in_flight_at_fault"] = M.in_flight(records, injected)
         result.cleared = M.clearances(events, injected, reverted)
+        if step.expect.fire_by_threshold:
+            result.thresholds = M.thresholds(events, injected, step.expect.fire_by_threshold)
         if step.expect.log_shows:
             result.log_seen = M.log_shows(self.target.log_file(), ctx.log_offset, step.expect.log_shows)
         if step.expect.exit_within_s is not None or "process_exit" in result.detected:

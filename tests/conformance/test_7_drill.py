@@ -74,6 +74,11 @@ def _overshoots(fault: dict, expect: dict) -> list[float] | None:
         within = expect["clear_within_s"]
         for verdict, took in fault.get("cleared", {}).items():
             timed[f"{verdict} clears within {within:g} s after the fault"] = (took, within)
+    for verdict, allowance in expect.get("fire_by_threshold", {}).items():
+        took, threshold = detected.get(verdict), fault.get("thresholds", {}).get(verdict)
+        late = took is not None and threshold is not None and took > threshold + allowance
+        timed[f"{verdict} at its own threshold \u00b1 {allowance:g} s"] = (took if late else None,
+                                                                        None if threshold is None else threshold + allowance)
     if "exit_within_s" in expect:
         within = expect["exit_within_s"]
         timed[f"process_exit within {within:g} s"] = (detected.get("process_exit"), within)

@@ -1,28 +1,20 @@
 """`servewatch proxy --watch` in front of a real vLLM: `servewatch load` through it, the proxy's
 per-request records agree with load's client-side ones; long requests that are not streamed (silent
-until their end) fire nothing; a SIGSTOPped worker under streamed load fires requests_no_token within
-its threshold (not before) while /health stays 200, and it clears once the worker runs."""
+until their end) fire nothing. (A SIGSTOPped worker under streamed load through the proxy is a fault of
+plans/short-vllm.yaml.)"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import statistics
-import subprocess
 import time
 
 import pytest
-from lab_cli import SERVEWATCH, Watcher, run_cli
+from lab_cli import Watcher, run_cli
 from lab_observations import log_excerpt
-from lab_scrape import health_over
 from lab_servers import start_ready
-from lab_signals import stop_on_running_work
-from lab_timing import check_within
 from lab_traffic import Traffic
-
-from servewatch.detectors.config import DetectorConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
@@ -30,10 +22,6 @@ SLOTS = 8
 INTERVAL = 0.5
 VERDICT = "requests_no_token"
 TTFT_AGREEMENT_S = 0.002          # the proxy's TTFT p50 and load's, over the same requests
-# waves of 4 x 1800 tokens: the tiny model streams one in ~1.5 s here, so 10 waves outlast the wait for
-# steady progress and a stop that must land on running work
-STOP_LOAD_REQUESTS = 40
-WAIT_S = 40                       # how long the stop test waits for the verdict at most
 
 
 class ProxyWatcher(Watcher):
@@ -129,72 +117,12 @@ def test_load_through_the_proxy_agrees_with_its_records(lab, server, proxy, run_
     assert all("prompt" not in r and "text" not in r for r in seen)      # no text in the proxy's records
 
 
-class _Load:
-    """`servewatch load` streaming through the proxy in the background (what stop_on_running_work reports)."""
-
-    def __init__(self, lab, url: str, out):
-        out.mkdir(parents=True, exist_ok=True)
-        self.stderr = open(out / "load-stderr.txt", "w+", encoding="utf-8")   # a file: nobody reads a pipe meanwhile
-        self.proc = subprocess.Popen(
-            [*SERVEWATCH, "load", url, "--scenario", "custom", "--concurrency", "4", "--requests", str(STOP_LOAD_REQUESTS),
-             "--prompt-tokens", "16", "--output-tokens", "1800", "--tokenizer", str(lab.model.path), "--model", "tiny",
-             "--metrics-interval", "0", "--json", "--out", str(out)], stdout=subprocess.PIPE, stderr=self.stderr,
-            text=True)
-
-    @property
-    def result(self) -> str:
-        return f"load running: {self.proc.poll() is None}"
-
-
-def test_sigstop_worker_fires_requests_no_token_with_health_green(lab, server, proxy):
-    tree = server.process_tree()
-    # a healthy engine serving long requests that are not streamed: no byte until each ends, no verdict
+def test_long_requests_that_are_not_streamed_fire_no_request_verdict(lab, server, proxy):
+    """Silent until their end (no byte while they generate), four long requests through the proxy are not requests
+    that get no token: nothing fires. (The worker stopped under streamed load, where requests_no_token must fire at
+    its threshold while /health says 200, is the "worker stall on the request path" fault of plans/short-vllm.yaml.)"""
     quiet_start = time.monotonic()
     whole = Traffic(proxy.url, n=4, concurrency=4, max_tokens=1800, timeout_s=120).start()
     assert whole.wait(150) and whole.result.statuses == [200] * 4, whole.result.statuses
     early = [v.data for v in proxy.verdicts(after=quiet_start) if v.name == VERDICT]
     assert early == [], early
-
-    load = _Load(lab, proxy.url, lab.run_dir / "proxy" / "load-under-stop")
-    try:
-        stopped_at, _, frozen = stop_on_running_work(server, tree.worker, load)
-        try:
-            # the bound on the wait only; the detection time is checked against the verdict's own threshold
-            line = proxy.wait_for(VERDICT, timeout_s=WAIT_S, after=stopped_at)
-            assert line is not None, f"no {VERDICT} within {WAIT_S} s of the stop; {proxy.describe()}"
-            statuses = health_over(server.url, seconds=1.0)
-        finally:
-            os.kill(tree.worker, signal.SIGCONT)
-        out, _ = load.proc.communicate(timeout=150)
-    finally:
-        if load.proc.poll() is None:
-            load.proc.kill()
-            load.proc.wait(timeout=10)
-        load.stderr.seek(0)
-        err = load.stderr.read()
-        load.stderr.close()
-    assert load.proc.returncode == 0, err[-1500:]
-    summary = json.loads(out)
-    details = line.data["details"]
-    floor, k = DetectorConfig().no_token_floor_s, DetectorConfig().no_token_k
-    # the threshold is the documented max(k x recent TTFT p99, floor) (a waiting request's expected TTFT
-    # may raise it; here every stream had its first token)
-    assert details["threshold_s"] >= max(floor, k * (details["ttft_p99_s"] or 0.0)) - 1e-3, details
-    detection = line.arrived - stopped_at
-    lab.obs.say(f"proxy: SIGSTOP of the worker -> {VERDICT} in {detection:.2f} s (threshold "
-                f"{details['threshold_s']:.2f} s, recent TTFT p99 {details['ttft_p99_s']}); in flight "
-                f"{details['in_flight']}; engine reported running {frozen.get('vllm:num_requests_running'):.0f}; "
-                f"/health {sorted(set(statuses))} over {len(statuses)} probes; load after SIGCONT: "
-                f"{summary['ok']}/{summary['requests']} ok")
-    # not before the threshold (the streams were moving until the stop), and within it plus two cadences
-    assert detection >= details["threshold_s"] - INTERVAL, (detection, details)
-    check_within(f"{VERDICT} detection (threshold {details['threshold_s']:.2f} s + 2 x {INTERVAL} s cadence)",
-                 detection, details["threshold_s"] + 2 * INTERVAL, since=stopped_at)
-    assert details["in_flight"] >= 1 and details["quiet_s"] > details["threshold_s"]
-    assert statuses and set(statuses) == {200}, statuses
-    # the worker runs again: the streams resume, the verdict clears, every request is answered
-    assert summary["ok"] == summary["requests"] == STOP_LOAD_REQUESTS, summary
-    deadline = time.monotonic() + 20
-    while not any(c.data.get("verdict") == VERDICT for c in proxy.cleared) and time.monotonic() < deadline:
-        time.sleep(0.1)   # lines from another process
-    assert any(c.data.get("verdict") == VERDICT for c in proxy.cleared), proxy.describe()
