@@ -704,3 +704,52 @@ def test_the_inline_path_with_events_that_change_shape_midstream(api):
                                              b.counts_exact, b.finish_reason, b.stream_error, b.malformed)
     assert (ra.output_tokens, ra.input_tokens, ra.token_source, ra.itl_exact, ra.error, ra.finish_reason) == \
            (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact, rb.error, rb.finish_reason)
+
+
+def test_a_kept_alive_exchange_is_recorded_after_the_next_request_is_forwarded():
+    """On a kept-alive connection the client sends its next request as soon as it has read a response's
+    end: that request goes upstream before the last one's record is made (the record a moment later, or
+    at once when a snapshot or close asks); a connection that closes is recorded at the end, as before."""
+    from servewatch.proxy.server import Client, Upstream
+
+    events = [_completion_event(t, "length" if i == 1 else None, None) for i, t in enumerate(["a", "b"])]
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    response = head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events + [b"data: [DONE]\n\n"]) + b"0\r\n\r\n"
+    body = json.dumps({"model": "m", "prompt": "p", "max_tokens": 2, "stream": True}).encode()
+    kept = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    async def run():
+        records = []
+        second = asyncio.Event()
+
+        def on_record(ex, rec):
+            records.append(rec)
+            if len(records) == 2:
+                second.set()
+
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=on_record)
+        client, wire = Client(proxy), _Wire()
+        client.connection_made(wire)
+        up, upstream_wire = Upstream(proxy, 2**20), _Wire()
+        up.connection_made(upstream_wire)
+        up.idle_since = proxy.now()
+        proxy.idle.append(up)
+        client.data_received(kept)
+        up.data_received(response)
+        assert b"".join(wire.out) == response and records == []      # forwarded; the record is to come
+        assert proxy.idle == [up]                                    # the upstream connection is free again
+        client.data_received(kept)                                   # the next request on the connection
+        assert len(upstream_wire.out) == 2 and records == []         # went upstream before the record
+        sample = proxy.snapshot(proxy.now())                         # a snapshot makes it first
+        assert len(records) == 1 and records[0].ok and records[0].output_tokens == 2
+        assert sample.outcomes == {"ok": 1} and sample.ttft_count == 1
+        up.data_received(response)
+        assert len(records) == 1
+        await asyncio.wait_for(second.wait(), 5)                     # and the loop makes it soon after
+        assert len(records) == 2 and proxy._later == []
+        closing = kept.replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n")
+        client.data_received(closing)
+        up.data_received(response)
+        assert len(records) == 3                                     # a closing connection: at once
+
+    asyncio.run(run())

@@ -32,6 +32,7 @@ _now = time.time
 READ_BUFFER = 64 * 1024  # one read at most (plain asyncio's reads; uvloop reads into a buffer of its own)
 RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
+RECORD_AFTER_S = 0.002  # a kept-alive exchange's record is made this long after its end (see Proxy.finished)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
             431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
             504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
@@ -90,6 +91,8 @@ class Proxy:
         # callback at a time and each read is copied out before the next).
         self._read_view = memoryview(bytearray(READ_BUFFER))
         self._upstream_class = Upstream
+        self._later: list[tuple[Exchange, float]] = []     # ended exchanges whose record is still to be made
+        self._later_handle: asyncio.TimerHandle | None = None
 
     # -- lifecycle
     async def start(self, host: str, port: int) -> int:
@@ -105,6 +108,7 @@ class Proxy:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        self.record_ended()
         if self._server is not None:
             self._server.close()
         for client in list(self.clients):
@@ -168,13 +172,35 @@ class Proxy:
             up._abort()
 
     # -- the end of a request
-    def finished(self, ex: Exchange) -> None:
+    def finished(self, ex: Exchange, later: bool = False) -> None:
+        """An exchange ended. Its record (and what rests on it: outcomes, recent TTFTs, on_record) is made
+        now, or with `later` a moment after (RECORD_AFTER_S): a client on a kept-alive connection sends
+        its next request the moment it has read the end of a response, and that request's head should not
+        wait behind the ~0.1 ms of Python that makes the last one's record. snapshot() and close() make
+        any record still to be made first."""
         self.inflight.discard(ex)
         if ex.api is None:
             return
         now = self.now()
-        rec = ex.finish(now)
         self.last_end = now
+        if later:
+            self._later.append((ex, now))
+            if self._later_handle is None:
+                self._later_handle = asyncio.get_running_loop().call_later(RECORD_AFTER_S, self.record_ended)
+            return
+        self._record(ex, now)
+
+    def record_ended(self) -> None:
+        """Make the records of exchanges that ended and wait for theirs (see finished)."""
+        if self._later_handle is not None:
+            self._later_handle.cancel()
+            self._later_handle = None
+        later, self._later = self._later, []
+        for ex, end in later:
+            self._record(ex, end)
+
+    def _record(self, ex: Exchange, now: float) -> None:
+        rec = ex.finish(now)
         if rec.error is None and rec.ttft_s is not None and ex.stream:     # a whole answer's "TTFT" is its e2e
             self.recent.append((rec.ttft_s, max(ex.body_size, 1)))
         self.counters.requests += 1
@@ -188,6 +214,8 @@ class Proxy:
     # -- live signals
     def snapshot(self, now: float) -> RequestsSample:
         """The request path now, as a timeline sample (see servewatch.timeline.samples.RequestsSample)."""
+        if self._later:
+            self.record_ended()
         in_flight = waiting = 0
         oldest = oldest_waiting = None
         newest_byte = self.last_end
@@ -664,11 +692,13 @@ class Client(asyncio.Protocol):
     def exchange_done(self, ex: Exchange, close: bool) -> None:
         """The upstream's response ended and is all written to the client."""
         self.exchange = None
-        self._end(ex)
         if close or not ex.keep_alive or ex.body_left > 0:
+            self._end(ex)
             self.closing = True
             self.transport.close()
             return
+        ex.done = True
+        self.proxy.finished(ex, later=True)     # the next request on this connection first
         self.last = self.proxy.now()
         if self.reading_paused_pipelined:
             self.reading_paused_pipelined = False
