@@ -358,7 +358,6 @@ class Stream(asyncio.Protocol):
             if i > 0:            # the staggered upstream's time of reading the request
                 read = float(data[i + 8:data.find(b"\r\n", i)])
                 st["req_leg"].append(read - self.sent)
-                st["head_leg"].append(now - read)
         pos = 0
         while True:
             i = data.find(b'"t":', pos)
@@ -387,7 +386,7 @@ class Stream(asyncio.Protocol):
 
 async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: float, pids: list[int]) -> dict:
     loop = asyncio.get_running_loop()
-    stats = {"ttft": [], "req_leg": [], "head_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True}
+    stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True}
     body = json.dumps({"model": "m", "prompt": "p", "max_tokens": tokens, "stream": True}).encode()
     conns = []
     for _ in range(streams):
@@ -396,7 +395,6 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
     await asyncio.sleep(warmup)
     stats["ttft"].clear()
     stats["req_leg"].clear()
-    stats["head_leg"].clear()
     stats["measure"] = True
     cpu0 = cpu_s(pids)
     rss_peak = 0
@@ -410,7 +408,8 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
     await asyncio.wait([c.done for c in conns], timeout=30)
     for c in conns:
         c.transport.close()
-    return {"ttft": sorted(stats["ttft"]), "req_leg": sorted(stats["req_leg"]), "head_leg": sorted(stats["head_leg"]), "lag": sorted(stats["lag"]), "tokens": stats["tokens"], "cpu_s": cpu,
+    return {"ttft": sorted(stats["ttft"]), "req_leg": sorted(stats["req_leg"]), "lag": sorted(stats["lag"]),
+            "tokens": stats["tokens"], "cpu_s": cpu,
             "rss_peak_kb": rss_peak}
 
 
@@ -418,7 +417,7 @@ async def hold(port: int, streams: int, pids: list[int]) -> float:
     """kB of the proxy's RSS per in-flight stream: `streams` long streams held open, against idle."""
     loop = asyncio.get_running_loop()
     base = rss_kb(pids)
-    stats = {"ttft": [], "req_leg": [], "head_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": False}
+    stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": False}
     body = json.dumps({"model": "m", "prompt": "p", "max_tokens": 100000, "stream": True}).encode()
     conns = []
     for _ in range(streams):
