@@ -463,9 +463,9 @@ QUIET_AND_NAMED = """
       - name: frozen
         kind: stop
         role: api
-        hold_s: 9
+        hold_s: 12
         expect:
-          fire: {health_loss: 9}
+          fire: {health_loss: 12}        # 7.5 s nominal, past 10 s under load (see GUARDED)
           names: ["{title}", "{pid}"]
 """
 
@@ -745,13 +745,14 @@ EXIT_AND_CLEAR = """
     name: exit and clear
     target: {engine: sim}
     workload: {scenario: custom, concurrency: 4, output_tokens: 400}
-    defaults: {warmup_s: 3, hold_s: 9, observe_s: 2}
+    # health_loss: 7.5 s nominal, past 10 s once with a real engine starting beside the suite (see GUARDED): 12 s
+    defaults: {warmup_s: 3, hold_s: 12, observe_s: 2}
     faults:
       - name: frozen, then cleared
         kind: stop
         role: api
         expect:
-          fire: {health_loss: 9}
+          fire: {health_loss: 12}
           clear_within_s: 6
           log_shows: ["Avg prompt throughput", "a line this server never writes"]
       - name: killed under load
@@ -842,7 +843,8 @@ THROUGH_THE_PROXY = """
         proxy: true
         expect:
           fire_by_threshold: {requests_no_token: 1.5}
-          clear_within_s: 3
+          # cleared 0.38 s after SIGCONT on a quiet machine, 3.73 s once in the fast suite at load average 5-7
+          clear_within_s: 6
 """
 
 

@@ -25,6 +25,7 @@ PROBE_TIMEOUT_S = 5.0           # a slower answer is recorded as no answer (its 
 KUBELET_PERIOD_S = 10.0
 KUBELET_FAILURE_THRESHOLD = 3
 KUBELET_TIMEOUT_S = 1.0         # timeoutSeconds' default: a slower answer is a failed probe
+CONNECT_TIMEOUT_S = 5.0         # the workload's connect timeout unless the plan's says otherwise (the OpenAI client's)
 LISTENING = re.compile(r"servewatch proxy: listening on (127\.0\.0\.1:\d+)")
 LOG_READ_LIMIT = 8 << 20         # bytes of the server's log read after an injection (`expect.log_shows`)
 
@@ -275,7 +276,8 @@ class Workload:
                             output_tokens=spec.get("output_tokens"), tokenizer=spec.get("tokenizer", "approx"),
                             model=self.model, metrics_interval_s=0.0, seed=self.seed,
                             request_timeout_s=self.request_timeout_s, idle_timeout_s=self.request_timeout_s,
-                            connect_timeout_s=5.0, sender_priority="normal")
+                            connect_timeout_s=float(spec.get("connect_timeout_s", CONNECT_TIMEOUT_S)),
+                            sender_priority="normal")
         try:
             self._records = run_load(config).records
         except ServewatchError as exc:
