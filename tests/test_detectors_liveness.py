@@ -145,3 +145,27 @@ def test_a_worker_gone_in_a_shutdown_whose_line_comes_late_is_no_engine_death():
     tl.log("shutdown")
     tl.ticks(4, members=(API,))
     assert "engine_dead" not in by_name(tl.window())
+
+
+def test_an_exit_seen_before_the_engines_death_lines_are_read_waits_for_them_and_names_the_death():
+    # A real vLLM 0.32 whose worker was SIGKILLed: its API server exited 0.5 s later, and in one drill the exit
+    # was judged before the EngineDeadError lines were read (lines are timed when read): "exit code 0", no word
+    # of the death. Where a log is read, the exit waits up to shutdown_log_wait_s for the lines that say why.
+    tl = Timeline().ticks(10, running=4).log("stats", running=4)
+    tl.ticks(1, health=None, health_error="connect", alive=False, exit_code=0)
+    assert "process_exit" not in by_name(tl.window())          # the exit is seen; the log not read since
+    tl.log("engine_dead", reason="EngineDeadError").ticks(1, health=None, health_error="connect", alive=False,
+                                                            exit_code=0)
+    verdict = by_name(tl.window())["process_exit"]
+    assert verdict.details["after_engine_death"] is True and "the engine died" in verdict.why
+    assert "hides the failure from Restart=on-failure" in verdict.why
+
+
+def test_an_exit_with_nothing_in_the_log_is_judged_once_the_wait_is_over():
+    tl = Timeline().ticks(10, running=4).log("stats", running=4)
+    waited = 0
+    while "process_exit" not in by_name(tl.tick(health=None, health_error="connect", alive=False).window()):
+        waited += 1
+        assert waited * tl.interval <= 2.0 + tl.interval, "process_exit held past shutdown_log_wait_s"
+    assert waited * tl.interval >= 2.0 - tl.interval                  # it did wait for the log
+    assert by_name(tl.window())["process_exit"].details["after_engine_death"] is False

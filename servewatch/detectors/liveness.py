@@ -180,6 +180,8 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
         return []
     run = _trailing(window.process, lambda p: not p.alive)
     first, last = run[0], run[-1]
+    if not _exit_log_read(window, first.t, config):
+        return []    # the engine's last lines may be read a poll after the exit is seen: they say why it went
     code = next((p.exit_code for p in reversed(run) if p.exit_code is not None), None)
     signal = next((p.exit_signal for p in reversed(run) if p.exit_signal is not None), None)
     death_onset, death_evidence = _death_before(window, first.t, config)
@@ -193,7 +195,9 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
         how = "exit status unknown (not our child)"
     why = f"target process {first.root_pid} is gone ({how})"
     if after_death:
-        why += f"; the engine died {first.t - death_onset:.1f} s before"
+        gap = first.t - death_onset
+        why += (f"; the engine died {gap:.1f} s before" if gap > 0
+                else "; the engine died before it (its death lines were read just after the exit)")
         if code == 0:
             why += " — an exit 0 after an engine death hides the failure from Restart=on-failure"
             note = _exit_zero_note(window)
@@ -218,9 +222,25 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
     return [Verdict("process_exit", last.t, first.t, why, tuple(evidence), details)]
 
 
+EXIT_REASON_LINES = ("engine_dead", "shutdown", "startup_failure")   # log kinds that say why a server went
+
+
+def _exit_log_read(window: Window, t: float, config: DetectorConfig) -> bool:
+    """Whether the target's exit seen at `t` can be judged: no log is read, or a death or shutdown line was read
+    around it, or shutdown_log_wait_s has passed. Lines are timed when they are read: on a real vLLM 0.32 whose
+    worker was SIGKILLed the API server exited 0.5 s later, and in one drill its exit was judged before its
+    EngineDeadError lines were read — process_exit said only "exit code 0", not that the engine had died."""
+    if not window.logs:
+        return True
+    end = window.end or t
+    return end - t >= config.shutdown_log_wait_s or any(
+        e.kind in EXIT_REASON_LINES and t - config.log_evidence_s <= e.t for e in window.logs)
+
+
 def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[float | None, list[Evidence]]:
     """The first engine-death sign in the window before `t`: a dead-status probe (vLLM), an engine
-    child gone while the root lived, or an engine-death log line."""
+    child gone while the root lived, or an engine-death log line (read up to shutdown_log_wait_s after `t`:
+    lines are timed when read, and the exit may be seen a poll before them)."""
     signs: list[Evidence] = []
     dead_status = _dead_status(window)
     if dead_status is not None:
@@ -230,7 +250,8 @@ def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[flo
     gone = _engine_children_gone(alive_before)
     if gone is not None:
         signs.append(Evidence("process", gone[0].t, f"members[{gone[2][0][0]}]", "gone"))
-    signs += [Evidence("log", e.t, "kind", e.kind) for e in window.logs if e.kind == "engine_dead" and e.t < t][:1]
+    signs += [Evidence("log", e.t, "kind", e.kind) for e in window.logs
+              if e.kind == "engine_dead" and e.t < t + config.shutdown_log_wait_s][:1]
     signs = [e for e in signs if not in_shutdown(window, e.t, config)]   # a requested stop is no death
     if not signs:
         return None, []
