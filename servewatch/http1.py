@@ -410,11 +410,30 @@ class Response:
             conn._abort()
 
 
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def checked_headers(headers) -> tuple[tuple[str, str], ...]:
+    """Extra request headers as given, or ValueError saying which one is not a header: the name an HTTP token,
+    the value printable ASCII on one line, and none of the headers the client writes itself."""
+    out = []
+    for name, value in headers:
+        if not name or any(c not in _TOKEN for c in name):
+            raise ValueError(f"header name {name!r} is not an HTTP token")
+        if any(not (" " <= c <= "~") and c != "\t" for c in value):
+            raise ValueError(f"header {name}: its value must be printable ASCII on one line")
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection", "content-type"):
+            raise ValueError(f"header {name} is the client's own")
+        out.append((name, value.strip()))
+    return tuple(out)
+
+
 class Http1Client:
     """One endpoint, a pool of idle keep-alive connections, no global state."""
 
     def __init__(self, endpoint: Endpoint, *, connect_timeout: float = 10.0, max_idle: int = 1024,
-                 max_body: int = 64 * 2**20, ssl_context: ssl_module.SSLContext | None = None):
+                 max_body: int = 64 * 2**20, ssl_context: ssl_module.SSLContext | None = None,
+                 headers: tuple[tuple[str, str], ...] = ()):
         self.endpoint = endpoint
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
@@ -422,8 +441,9 @@ class Http1Client:
         self._idle: list[_Conn] = []
         self._ssl = ssl_context if ssl_context is not None else (
             ssl_module.create_default_context() if endpoint.scheme == "https" else None)
+        extra = "".join(f"{name}: {value}\r\n" for name, value in checked_headers(headers))
         self._head = (f"Host: {endpoint.host_header}\r\nUser-Agent: servewatch-load\r\n"
-                      "Accept: */*\r\n").encode("ascii")
+                      f"Accept: */*\r\n{extra}").encode("ascii")
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()

@@ -109,6 +109,14 @@ def test_admitted_work_is_left_to_the_stall_verdict():
 
 
 def test_the_probe_asks_at_once_with_the_short_deadline_when_a_rank_looks_stalled():
+    asked, source = urgent_asks(stopped_at(10.0), 12.0)
+    assert asked == [(T0 + 10.0, URGENT_DEADLINE_S, None)]
+    assert source.urgent == 1 and "asked at once" in source.cost_line()
+
+
+def urgent_asks(process, span: float) -> tuple[list, ProbeSource]:
+    """(time, deadline, route) of each probe a ProbeSource asked while the recorder saw `process` (a routine
+    probe went out 5 s before: the next is not due for 25 s), and the source."""
     clock = VirtualClock(T0)
     asked = []
 
@@ -119,24 +127,35 @@ def test_the_probe_asks_at_once_with_the_short_deadline_when_a_rank_looks_stalle
         def cancel(self):
             pass
 
-    def prober(deadline):
-        asked.append((clock.now(), deadline))
+    def prober(deadline, route=None):
+        asked.append((clock.now(), deadline, route))
         return Attempt()
 
     source = ProbeSource(prober, clock, every_s=30.0, deadline_s=10.0, check_s=0.5)
     ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
-    source.bind_timeline(ring, lambda w: rank_detector.suspect_since(w, CONFIG))
-    w = window(stopped_at(10.0), span=12.0)
-    source._asked = T0 - 5.0                      # a routine probe went out 5 s before: not due for 25 s
-    for i in range(int(12.0 / STEP) + 1):
+    source.bind_timeline(ring, lambda w: rank_detector.suspicion(w, CONFIG))
+    w = window(process, span=span)
+    source._asked = T0 - 5.0
+    for i in range(int(span / STEP) + 1):
         t = T0 + i * STEP
         clock.set(t)
         ring.extend([s for s in (*w.process, *w.metrics, *w.health) if s.t == t])
         asyncio.run(source.poll())
         if asked:
             break
-    assert asked == [(T0 + 10.0, URGENT_DEADLINE_S)]
-    assert source.urgent == 1 and "asked at once" in source.cost_line()
+    return asked, source
+
+
+def test_the_urgent_probe_is_aimed_at_the_stopped_ranks_data_parallel_engine():
+    """An idle DP=2 vLLM balances by load, so every request goes to engine 0: a probe engine 0 answers says
+    nothing about a stopped DP rank 1. The urgent probe carries vLLM's X-data-parallel-rank: 1; a tensor-
+    parallel rank needs no header (one engine)."""
+    dp_stopped = lambda t: dp_tree(t, dp1_worker="stopped" if t >= T0 + 6.0 else "running")  # noqa: E731
+    assert urgent_asks(dp_stopped, 8.0)[0] == [(T0 + 6.0, URGENT_DEADLINE_S, {"X-data-parallel-rank": "1"})]
+    assert urgent_asks(stopped_at(6.0), 8.0)[0] == [(T0 + 6.0, URGENT_DEADLINE_S, None)]
+    onset, route = rank_detector.suspicion(window(dp_stopped, span=8.0), CONFIG)
+    assert (onset, route) == (T0 + 6.0, {"X-data-parallel-rank": "1"})
+    assert rank_detector.suspicion(window(lambda t: dp_tree(t), span=8.0), CONFIG) is None
 
 
 def test_a_rank_stalled_bundle_keeps_parent_pids_and_verifies(tmp_path):

@@ -37,6 +37,14 @@ def test_shipped_standard_plans_are_valid_with_at_least_twelve_faults_within_fif
     assert all(s.expect.to_json() for s in plan.steps), "every shipped fault states what must happen"
 
 
+def test_a_plan_workload_aimed_at_a_dp_rank_sends_the_engines_routing_header():
+    from servewatch.drill.plan import workload_headers
+
+    plan = plan_from_dict(_plan(target={"engine": "vllm"}, workload={"concurrency": 2, "dp_rank": 1}))
+    assert workload_headers(plan.workload, plan.target) == (("X-data-parallel-rank", "1"),)
+    assert workload_headers({"concurrency": 2}, plan.target) == ()
+
+
 @pytest.mark.parametrize("data, words", [
     (_plan(faults=[{"kind": "nap"}]), "unknown fault kind 'nap'"),
     (_plan(faults=[{"kind": "stop", "expect": {"fire": {"stalled": 5}}}]), "unknown verdict(s) stalled"),
@@ -55,6 +63,10 @@ def test_shipped_standard_plans_are_valid_with_at_least_twelve_faults_within_fif
     (_plan(faults=[{"kind": "quiet", "params": {"traffic": 1}}]), "parameter 'traffic' must be true or false"),
     (_plan(faults=[{"kind": "stop", "name": "n", "expect": {"names": ["TP rank 1"]}}]),
      "faults/0 (n): expect/names: says what the verdict of fire or fire_any must name"),
+    (_plan(target={"engine": "sglang"}, faults=[{"kind": "stop", "name": "n", "workload": {"dp_rank": 1}}]),
+     "faults/0 (n): workload: dp_rank: SGLang has no header that sends a request to one data-parallel rank"),
+    (_plan(target={"url": "http://127.0.0.1:1", "pid": 3}, workload={"dp_rank": 1}),
+     "dp_rank: the drill knows the engine's routing header only for a server it starts"),
 ])
 def test_a_bad_plan_is_one_line(data, words):
     with pytest.raises(PlanError) as exc:

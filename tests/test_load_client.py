@@ -391,6 +391,8 @@ def test_cli_prints_a_summary_table(capsys):
     (["--prompt-tokens", "x:y"], "--prompt-tokens"),
     (["--goodput", "ttft=fast"], "--goodput"),
     (["--scenario", "custom"], "needs --rate"),
+    (["--header", "A: b", "--header", "Bearer-secret"], "--header (the second given): expected 'NAME: VALUE'"),
+    (["--header", "Host: elsewhere"], "--header: header Host is the client's own"),
 ])
 def test_cli_bad_input_is_one_clear_line(argv, needle, capsys):
     from servewatch.cli import main

@@ -200,3 +200,35 @@ def test_send_now_writes_at_once_and_complete_retries_a_stale_connection():
             await client.close()
             server.close()
     assert asyncio.run(go()) == (200, b"ok", 2, 2)
+
+
+def test_extra_headers_go_with_every_request_and_bad_ones_are_refused():
+    """`load --header` (and a drill workload's dp_rank): the headers go on every request; a name that is not
+    an HTTP token, a value with a line break, or a header the client writes itself is refused up front."""
+    from servewatch.http1 import checked_headers
+
+    heads = []
+
+    async def go():
+        async def handle(reader, writer):
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            await reader.readexactly(2)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = Http1Client(Endpoint.parse(f"http://127.0.0.1:{port}"), headers=(("X-data-parallel-rank", "1"),))
+        try:
+            return await _collect(client)
+        finally:
+            await client.close()
+            server.close()
+
+    assert asyncio.run(go()) == (200, b"ok")
+    assert b"\r\nX-data-parallel-rank: 1\r\n" in heads[0]
+    for bad, said in ((("X Rank", "1"),), "not an HTTP token"), ((("X-Rank", "1\r\nHost: evil"),), "one line"), \
+                     ((("Content-Length", "3"),), "the client's own"):
+        with pytest.raises(ValueError, match=said):
+            checked_headers(bad)

@@ -148,3 +148,32 @@ def test_nobody_listening_is_unavailable_without_a_line():
     samples, lines = _run(main())
     assert [(s.outcome, s.error) for s in samples] == [(UNAVAILABLE, "connect")]
     assert lines == []
+
+
+def test_a_routed_probe_carries_the_dialects_header_and_a_routine_one_none():
+    """The urgent probe at a data-parallel rank sends the header the dialect names; the routine probe sends
+    none (the server balances it)."""
+    seen = []
+
+    async def models(request):
+        return web.json_response({"data": [{"id": "m"}]})
+
+    async def completions(request):
+        seen.append(request.headers.get("X-data-parallel-rank"))
+        return web.json_response({"choices": [{"text": " blue"}], "usage": {"completion_tokens": 1}})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+
+    async def main():
+        async with serving(app) as (session, url):
+            prober = HttpProber(session, url, RealClock())
+            routine = await ask(prober)
+            attempt = prober(5.0, route={"X-data-parallel-rank": "1"})
+            await attempt.task
+            return routine, attempt.answer()
+
+    routine, routed = _run(main())
+    assert (routine.outcome, routed.outcome) == (SERVED, SERVED)
+    assert seen == [None, "1"]

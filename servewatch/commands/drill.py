@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     parser.add_argument("--consent", action="store_true",
                         help="I own this server and accept that the drill signals its processes (recorded in the "
                              "report; needed for an existing server)")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="run only the plan's fault of this name (repeatable; e.g. to run again the faults that "
+                             "failed, each on a fresh start of its target)")
     parser.add_argument("--out", default="drill-out", metavar="DIR", help="where the report goes (default drill-out)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan and the processes it would touch; touch nothing")
@@ -49,6 +52,8 @@ def _plan(args):
     if len(given) != 1:
         raise PlanError("give one of PLAN.yaml, --plan standard or --fault KIND")
     if args.fault:
+        if args.only:
+            raise PlanError("--only picks faults of a plan; --fault is one fault already")
         if not args.target or args.pid is None:
             raise PlanError("--fault needs --target URL and --pid PID of the server")
         return single_fault_plan(args.fault, args.target, args.pid, consent=args.consent, role=args.role,
@@ -56,6 +61,8 @@ def _plan(args):
     if args.target or args.pid is not None:
         raise PlanError("--target and --pid go with --fault; a plan names its target itself")
     plan = load_plan(shipped_path(args.plan, args.engine) if args.plan else args.plan_file)
+    if args.only:
+        plan = plan.only(args.only)
     if plan.target.existing and args.consent and not plan.target.consent:
         from dataclasses import replace
 

@@ -44,6 +44,9 @@ def register(subparsers) -> None:
     p.add_argument("--sender-priority", default="realtime", choices=("realtime", "normal"),
                    help="the thread that sends rate-scheduled requests on time: real-time priority where the "
                         "system permits it (p99 schedule delay ~1 ms here), or normal (~3 ms on a busy machine)")
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="a header sent with every request (repeatable): an API key, or a routing header such as "
+                        "vLLM's 'X-data-parallel-rank: 1' to load one data-parallel engine; never written to --out")
     p.add_argument("--client", default="http1", choices=("http1", "aiohttp"), help=argparse.SUPPRESS)
     p.add_argument("--out", help="directory for requests.jsonl, server.jsonl, summary.json")
     p.add_argument("--keep-text", action="store_true",
@@ -61,6 +64,20 @@ def _prompt_tokens(text: str | None) -> tuple[int | None, float]:
         raise ServewatchError(f"--prompt-tokens {text!r}: expected N or N:STDEV") from None
 
 
+def _nth(i: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(i, f"{i}th")
+
+
+def _headers(given: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for i, text in enumerate(given, 1):
+        name, colon, value = text.partition(":")
+        if not colon or not name.strip():     # not echoed: it may hold a key
+            raise ServewatchError(f"--header (the {_nth(i)} given): expected 'NAME: VALUE'")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
 def config_from_args(args):
     from servewatch.load.scenarios import Goodput, LoadConfig
 
@@ -75,7 +92,7 @@ def config_from_args(args):
         prompt_stdev=stdev, output_tokens=args.output_tokens, tokenizer=args.tokenizer,
         model=args.model, api=args.api, goodput=goodput, metrics_interval_s=args.metrics_interval,
         seed=args.seed, keep_text=args.keep_text, request_timeout_s=args.timeout, client=args.client,
-        prompt_pool=args.prompt_pool, sender_priority=args.sender_priority)
+        prompt_pool=args.prompt_pool, sender_priority=args.sender_priority, headers=_headers(args.header))
 
 
 def run(args) -> int:

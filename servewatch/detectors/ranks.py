@@ -22,7 +22,7 @@ from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import once_per_window, progress_totals
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.timeline.ranks import Rank, engine_ranks, rank_view, rank_words, siblings
+from servewatch.timeline.ranks import Rank, dp_route, engine_ranks, rank_view, rank_words, siblings
 from servewatch.timeline.samples import DEADLINE, MetricsSample, ProcessSample
 from servewatch.timeline.window import Window
 
@@ -123,10 +123,14 @@ def suspects(window: Window, config: DetectorConfig) -> tuple[Suspect, ...]:
     return tuple(found)
 
 
-def suspect_since(window: Window, config: DetectorConfig) -> float | None:
-    """When the newest suspicion began (the probe source asks at once after it), or None."""
+def suspicion(window: Window, config: DetectorConfig) -> tuple[float, dict[str, str]] | None:
+    """When the newest suspicion began (the probe source asks at once after it), and the request headers that
+    aim the probe at that rank's data-parallel engine ({} where none is needed or known); None without one."""
     found = suspects(window, config)
-    return max(s.onset for s in found) if found else None
+    if not found:
+        return None
+    newest = max(found, key=lambda s: s.onset)
+    return newest.onset, dp_route(newest.rank)
 
 
 def _engine_dp_rank(labels) -> str | None:

@@ -236,6 +236,11 @@ class Dialect(ABC):
     # scheduler): a stalled engine then takes /health down with it, so a failed probe is no sign of life
     # or death, and the stall is told by the progress counters alone.
     health_runs_through_engine: bool = False
+    # The request header that sends a request to one data-parallel rank's engine (value: the rank), where the
+    # API server honours one; None where it does not. The urgent probe aims with it at the rank that looks
+    # stalled: the API server balances by load, so an idle data-parallel server sends every request to engine
+    # 0, and a probe that engine 0 answers says nothing about engine 1.
+    dp_rank_header: str | None = None
     # Latency histograms by kind ("ttft", "itl", "e2e", ...) → the engine's default bucket edges.
     latency_edges: Mapping[str, tuple[float, ...]] = {}
     # Latency histograms by kind → the command-line flag that replaces their bucket edges.

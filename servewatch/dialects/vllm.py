@@ -21,6 +21,10 @@ NAME = "vllm"
 TITLE = "vLLM"
 PREFIX = "vllm:"
 IDENTITY_LABELS = ("model_name", "engine")
+# A request with this header runs on that data-parallel rank's engine (0.32: generate/base/serving.py:219-232
+# `_get_data_parallel_rank` reads it, an int or ignored; openai/completion/serving.py:151 and
+# chat_completion/serving.py:327 pass it to the engine client as data_parallel_rank).
+DP_RANK_HEADER = "X-data-parallel-rank"
 
 # --- metric names (exposed sample/family names as prometheus_client writes them) ----------------
 RUNNING = "vllm:num_requests_running"

@@ -215,8 +215,9 @@ class Workload:
     """The plan's load scenario (servewatch.load) in a thread of its own, for a given window."""
 
     def __init__(self, url: str, model: str, workload: dict, *, duration_s: float, after_s: float = 0.0,
-                 request_timeout_s: float = 60.0, seed: int = 0):
+                 request_timeout_s: float = 60.0, seed: int = 0, headers: tuple[tuple[str, str], ...] = ()):
         self.url, self.model, self.spec = url, model, dict(workload)
+        self.headers = headers          # sent with every request (plan.workload_headers); never stored
         self.duration_s, self.after_s = duration_s, after_s
         self.request_timeout_s = request_timeout_s
         self.seed = seed
@@ -241,7 +242,7 @@ class Workload:
             return 0.0
         follower = Workload(self.url, self.model, self.spec, duration_s=added,
                             after_s=max(0.0, self.ends_at - time.time()), request_timeout_s=self.request_timeout_s,
-                            seed=self.seed + 1000 * (len(self.followers) + 1)).start()
+                            seed=self.seed + 1000 * (len(self.followers) + 1), headers=self.headers).start()
         self.followers.append(follower)
         self.ends_at = until
         return added
@@ -277,7 +278,7 @@ class Workload:
                             model=self.model, metrics_interval_s=0.0, seed=self.seed,
                             request_timeout_s=self.request_timeout_s, idle_timeout_s=self.request_timeout_s,
                             connect_timeout_s=float(spec.get("connect_timeout_s", CONNECT_TIMEOUT_S)),
-                            sender_priority="normal")
+                            sender_priority="normal", headers=self.headers)
         try:
             self._records = run_load(config).records
         except ServewatchError as exc:

@@ -200,6 +200,18 @@ class Plan:
             return self.target.sim_dialect
         return self.target.engine or "unknown"
 
+    def only(self, names) -> Plan:
+        """The plan with just the faults named (in the plan's order), to run again the ones that failed; a
+        name the plan does not hold is an error that lists the names it does."""
+        from dataclasses import replace
+
+        known = [s.name for s in self.steps]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise PlanError(f"--only {unknown[0]!r}: plan {self.name} has no such fault (its faults: "
+                            f"{'; '.join(known)})")
+        return replace(self, steps=tuple(s for s in self.steps if s.name in set(names)))
+
     def budget_s(self) -> float:
         return sum(s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s) for s in self.steps)
 
@@ -209,6 +221,24 @@ class Plan:
                 "recorder": {"interval_s": self.interval_s, "set": list(self.settings),
                              "probe_interval_s": self.probe_interval_s, "probe_deadline_s": self.probe_deadline_s},
                 "faults": [s.to_json() for s in self.steps]}
+
+
+def workload_headers(workload: dict, target: Target) -> tuple[tuple[str, str], ...]:
+    """The headers a workload sends with each request: its `dp_rank` as the target engine's routing header.
+    ValueError when the engine has none (or the drill does not know the engine: an existing server)."""
+    rank = workload.get("dp_rank")
+    if rank is None:
+        return ()
+    from servewatch.dialects import by_name
+
+    engine = target.sim_dialect if target.engine == "sim" else target.engine
+    if engine is None:
+        raise ValueError("dp_rank: the drill knows the engine's routing header only for a server it starts")
+    header = by_name(engine).dp_rank_header
+    if header is None:
+        raise ValueError(f"dp_rank: {by_name(engine).title or engine} has no header that sends a request to one "
+                         f"data-parallel rank")
+    return ((header, str(int(rank))),)
 
 
 def _schema() -> dict:
@@ -341,6 +371,12 @@ def _build(data: dict, source: str) -> Plan:
                                workload=dict(f["workload"]) if "workload" in f else None, guard=guard,
                                proxy=bool(f.get("proxy", False))))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
+    every = {"main": target, **targets}
+    for i, step in enumerate(steps):
+        try:
+            workload_headers(step.workload if step.workload is not None else workload, every[step.on])
+        except ValueError as exc:
+            raise PlanError(f"{source}: faults/{i} ({step.name}): workload: {exc}") from None
     return Plan(name=data["name"], description=data.get("description", ""), target=target, workload=workload,
                 interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps),
                 probe_interval_s=float(recorder.get("probe_interval_s", PROBE_INTERVAL_S)),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from servewatch.drill import measure as M
 from servewatch.drill.faults import FAULTS
+from servewatch.drill.plan import workload_headers
 from servewatch.drill.target import DrillTarget, TargetError, make_target, pid_alive, port_held
 from servewatch.errors import ServewatchError
 
@@ -253,8 +254,9 @@ class DrillRun:
         step = ctx.step
         timeout = step.request_timeout_s
         spec = step.workload if step.workload is not None else self.plan.workload
+        headers = workload_headers(spec, self.plan.named_targets()[step.on])
         workload = M.Workload(url, self.model, spec, duration_s=duration_s, after_s=after_s,
-                              request_timeout_s=timeout, seed=ctx.result.index).start()
+                              request_timeout_s=timeout, seed=ctx.result.index, headers=headers).start()
         self.workloads.append(workload)
         ctx.workload = workload
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from servewatch.http1 import BodyTooLarge, ConnectFailed, Endpoint, StreamCut
+from servewatch.http1 import BodyTooLarge, ConnectFailed, Endpoint, StreamCut, checked_headers
 
 
 class _Response:
@@ -52,8 +52,10 @@ class _Response:
 
 
 class AiohttpClient:
-    def __init__(self, endpoint: Endpoint, *, connect_timeout: float = 10.0, max_body: int = 64 * 2**20):
+    def __init__(self, endpoint: Endpoint, *, connect_timeout: float = 10.0, max_body: int = 64 * 2**20,
+                 headers: tuple[tuple[str, str], ...] = ()):
         self.endpoint = endpoint
+        self._extra = dict(checked_headers(headers))
         self.max_body = max_body
         self._base = f"{endpoint.scheme}://{endpoint.host_header}{endpoint.base_path}"
         self._session = aiohttp.ClientSession(
@@ -63,7 +65,7 @@ class AiohttpClient:
 
     async def request(self, method: str, path: str, body: bytes | None = None,
                       content_type: str = "application/json", on_sent=None) -> _Response:
-        headers = {"Content-Type": content_type} if body is not None else None
+        headers = {**self._extra, **({"Content-Type": content_type} if body is not None else {})} or None
         if on_sent is not None:
             on_sent()
         try:

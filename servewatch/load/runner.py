@@ -67,8 +67,8 @@ def make_client(config: LoadConfig, endpoint: Endpoint):
     if config.client == "aiohttp":
         from servewatch.load.aiohttp_client import AiohttpClient
 
-        return AiohttpClient(endpoint, connect_timeout=config.connect_timeout_s)
-    return Http1Client(endpoint, connect_timeout=config.connect_timeout_s)
+        return AiohttpClient(endpoint, connect_timeout=config.connect_timeout_s, headers=config.headers)
+    return Http1Client(endpoint, connect_timeout=config.connect_timeout_s, headers=config.headers)
 
 
 async def resolve_model(client, timeout_s: float = 10.0) -> str:

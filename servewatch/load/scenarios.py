@@ -12,6 +12,8 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
+from servewatch.http1 import checked_headers
+
 MAX_ARRIVALS = 1_000_000
 
 
@@ -93,6 +95,8 @@ class LoadConfig:
     event_loop: str = "auto"                # auto (uvloop if installed) | asyncio | uvloop
     prompt_pool: int | None = None          # distinct prompts per run (cycled); None: the preset's
     sender_priority: str = "realtime"       # realtime (SCHED_FIFO, only where permitted) | normal
+    # Request headers sent with every request (an API key, a routing header): never stored or printed
+    headers: tuple[tuple[str, str], ...] = ()
     extra: dict = field(default_factory=dict)
 
     def resolved(self) -> "LoadConfig":
@@ -138,6 +142,10 @@ class LoadConfig:
             raise ValueError(f"event loop must be auto, asyncio or uvloop, got {self.event_loop!r}")
         if self.metrics_interval_s < 0:
             raise ValueError("--metrics-interval must be >= 0")
+        try:
+            checked_headers(self.headers)
+        except ValueError as exc:
+            raise ValueError(f"--header: {exc}") from None
         return replace(self, rate=rate if self.concurrency is None else None, duration_s=duration,
                        requests=requests, prompt_tokens=prompt, output_tokens=output, prompt_pool=pool)
 

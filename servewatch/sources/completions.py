@@ -52,7 +52,7 @@ class Completion:
 
 
 async def exchange(session, method: str, url: str, *, timeout_s: float, max_bytes: int,
-                   payload: dict | None = None) -> Answer:
+                   payload: dict | None = None, headers: dict[str, str] | None = None) -> Answer:
     """One request; the JSON body of the answer (any status), or an error class. Never raises."""
     import aiohttp
 
@@ -66,8 +66,8 @@ async def exchange(session, method: str, url: str, *, timeout_s: float, max_byte
     async def ask() -> Answer:
         # A fresh connection each time: an API server closes idle keep-alive connections (uvicorn after
         # 5 s), and a request sent down a closed one would fail for no fault of the server.
-        headers = {"Connection": "close", "Accept": "application/json"}
-        async with session.request(method, url, json=payload, headers=headers, allow_redirects=False) as response:
+        sent = {**(headers or {}), "Connection": "close", "Accept": "application/json"}
+        async with session.request(method, url, json=payload, headers=sent, allow_redirects=False) as response:
             declared = response.content_length
             if declared is not None and declared > max_bytes:
                 return failed(TOO_LARGE, f"answer of {declared:,} bytes exceeds the {max_bytes:,}-byte bound",
@@ -114,10 +114,12 @@ async def served_model(session, base: str, *, timeout_s: float) -> ModelLookup:
     return ModelLookup(model)
 
 
-async def complete(session, base: str, request: dict, *, timeout_s: float) -> Completion:
-    """POST /v1/completions with `request` (the caller's model, prompt and sampling)."""
+async def complete(session, base: str, request: dict, *, timeout_s: float,
+                   headers: dict[str, str] | None = None) -> Completion:
+    """POST /v1/completions with `request` (the caller's model, prompt and sampling), with `headers` besides
+    the usual (a dialect's routing header)."""
     answer = await exchange(session, "POST", base + "/v1/completions", timeout_s=timeout_s,
-                            max_bytes=MAX_COMPLETION_BYTES, payload=request)
+                            max_bytes=MAX_COMPLETION_BYTES, payload=request, headers=headers)
     if answer.error is not None:
         return Completion(answer.status, answer.elapsed_s, error=answer.error,
                           detail=f"POST /v1/completions: {answer.detail}{_server_message(answer.body)}")

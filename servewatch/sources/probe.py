@@ -50,7 +50,7 @@ class Attempt(Protocol):
     def cancel(self) -> None: ...
 
 
-Prober = Callable[[float], Attempt]     # start one probe with this deadline (seconds)
+Prober = Callable[..., Attempt]     # start one probe with this deadline (seconds); `route=` headers aim it at one engine
 
 
 class ProbeSource:
@@ -80,13 +80,16 @@ class ProbeSource:
         self._said: set[str] = set()
         self._first_poll: float | None = None
 
-    suspect_since = None   # (window) -> when an engine rank began to look stalled, or None (bind_timeline)
+    # (window) -> (when an engine rank began to look stalled, the headers that aim a request at its
+    # data-parallel engine), or None (bind_timeline)
+    suspicion = None
 
-    def bind_timeline(self, ring, suspect_since=None) -> None:
+    def bind_timeline(self, ring, suspicion=None) -> None:
         """The recorder's ring, where the probe reads whether the counters already proved progress; and,
-        from the layer that knows the detectors, when the process view began to show a stalled rank."""
+        from the layer that knows the detectors, when the process view began to show a stalled rank and how
+        to send a request to that rank's engine."""
         self._ring = ring
-        self.suspect_since = suspect_since
+        self.suspicion = suspicion
 
     def cost_line(self) -> str:
         span = self.clock.now() - self._first_poll if self._first_poll is not None else 0.0
@@ -101,10 +104,11 @@ class ProbeSource:
             self._first_poll = now
         if self._attempt is not None:
             return self._collect(now)
-        if self._urgent(now):
+        route = self._urgent(now)
+        if route is not None:
             self._last_urgent = now
             self.urgent += 1
-            return self._ask(now, self.urgent_deadline_s)
+            return self._ask(now, self.urgent_deadline_s, route)
         if self._asked is not None and now - self._asked < self.every_s:
             return []
         # Due: unless the counters moved over the last interval (looked at on every poll, so a probe goes
@@ -117,22 +121,27 @@ class ProbeSource:
             return []
         return self._ask(now, self.deadline_s)
 
-    def _ask(self, now: float, deadline_s: float) -> list[ProbeSample]:
+    def _ask(self, now: float, deadline_s: float, route: dict[str, str] | None = None) -> list[ProbeSample]:
         self._asked = now
         self.sent += 1
         self._deadline = deadline_s
-        self._attempt = self.prober(deadline_s)
+        self._attempt = self.prober(deadline_s, route=route) if route else self.prober(deadline_s)
         return self._collect(now)
 
-    def _urgent(self, now: float) -> bool:
-        """Ask at once: the process view shows an engine rank stopped, in uninterruptible sleep or starved
-        beside spinning siblings (detectors.ranks.suspects) since after the last probe was asked; a stall
-        that happened while the engine read idle is told only by a request's answer."""
-        if self._ring is None or self.suspect_since is None or (
+    def _urgent(self, now: float) -> dict[str, str] | None:
+        """Ask at once (the headers to ask with, {} for none; None: not now): the process view shows an
+        engine rank stopped, in uninterruptible sleep or starved beside spinning siblings
+        (detectors.ranks.suspects) since after the last probe was asked; a stall that happened while the
+        engine read idle is told only by a request's answer — from that rank's engine, where the server has
+        more than one (data parallel)."""
+        if self._ring is None or self.suspicion is None or (
                 self._last_urgent is not None and now - self._last_urgent < URGENT_GAP_S):
-            return False
-        onset = self.suspect_since(self._ring.window(since=now - 60.0))
-        return onset is not None and (self._asked is None or self._asked < onset)
+            return None
+        found = self.suspicion(self._ring.window(since=now - 60.0))
+        if found is None:
+            return None
+        onset, route = found
+        return route if self._asked is None or self._asked < onset else None
 
     @property
     def pending(self) -> Attempt | None:
@@ -201,14 +210,14 @@ class HttpProber:
         self.clock = clock
         self.model: str | None = None
 
-    def __call__(self, deadline_s: float) -> Attempt:
-        return _TaskAttempt(asyncio.ensure_future(self._ask(deadline_s)))
+    def __call__(self, deadline_s: float, route: dict[str, str] | None = None) -> Attempt:
+        return _TaskAttempt(asyncio.ensure_future(self._ask(deadline_s, route or {})))
 
-    async def _ask(self, deadline_s: float) -> ProbeAnswer:
-        answer = await self._outcome(deadline_s)
+    async def _ask(self, deadline_s: float, route: dict[str, str]) -> ProbeAnswer:
+        answer = await self._outcome(deadline_s, route)
         return dataclasses.replace(answer, at=self.clock.now())
 
-    async def _outcome(self, deadline_s: float) -> ProbeAnswer:
+    async def _outcome(self, deadline_s: float, route: dict[str, str]) -> ProbeAnswer:
         from servewatch.sources import completions
 
         if self.model is None:
@@ -218,7 +227,7 @@ class HttpProber:
                                    detail=found.detail if found.error != completions.CONNECT else "")
             self.model = found.model
         request = {"model": self.model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0, "stream": False}
-        done = await completions.complete(self.session, self.base, request, timeout_s=deadline_s)
+        done = await completions.complete(self.session, self.base, request, timeout_s=deadline_s, headers=route)
         if done.status == 404:
             self.model = None      # renamed or reloaded: look it up again next time
         return classify(done, deadline_s)

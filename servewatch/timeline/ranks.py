@@ -52,6 +52,18 @@ def rank_of(title: str) -> tuple[str, Axes] | None:
     return None
 
 
+def dp_route(rank: Rank) -> dict[str, str]:
+    """The request headers that send a request to the engine of `rank`'s data-parallel rank, by the dialect
+    whose title it bears ({} when it has no DP rank, or the engine has no such header)."""
+    dp = rank.axis("DP")
+    if dp is None:
+        return {}
+    for dialect in dialects.registered():
+        if dialect.rank_of(rank.title) is not None:
+            return {dialect.dp_rank_header: str(dp)} if dialect.dp_rank_header else {}
+    return {}
+
+
 def rank_view(sample: ProcessSample | None) -> tuple[Rank, ...]:
     """The ranked processes of one process sample (members with a title no engine claims are left out)."""
     if sample is None:

@@ -46,7 +46,7 @@ class Recorder:
         for source in self.sources:
             bind = getattr(source, "bind_timeline", None)   # a source that reads the timeline (the probe)
             if bind is not None:
-                bind(self.ring, partial(ranks.suspect_since, config=self.config))
+                bind(self.ring, partial(ranks.suspicion, config=self.config))
         self.latch = Latch()
         self.sinks = list(sinks)          # in the order they hear each verdict (the on-loop ones after the rest)
         self.detect_interval = detect_interval or min(s.interval for s in self.sources)
