@@ -321,3 +321,20 @@ def test_a_stopped_detokenizer_while_the_scheduler_steps_on_is_named_when_a_prob
     # Without the missed probe, nothing: the stop alone is not a verdict.
     quiet = Window(health=health, metrics=metrics, process=process, probe=())
     assert "rank_stalled" not in names(quiet)
+
+
+def test_each_engine_names_its_own_data_parallel_routing_header():
+    """vLLM 0.32 reads X-data-parallel-rank, SGLang 0.5.23 X-Data-Parallel-Rank (HTTP header names are
+    case-insensitive; each dialect states the one its engine's source reads); a rank with no DP axis needs none."""
+    from servewatch.timeline.ranks import dp_route, rank_view
+
+    members = (
+        ProcessMember(200, 1.0, "api", "python3", "sleeping", 2**30, 30, 5.0, 1),
+        ProcessMember(205, 1.5, "dp_controller", "sglang::data_parallel_controller", "sleeping", 2**30, 4, 1.0, 200),
+        ProcessMember(210, 2.0, "scheduler", "sglang::scheduler_DP1", "stopped", 2**30, 40, 0.0, 205),
+    )
+    sglang = ProcessSample(t=T0, root_pid=200, root_create_time=1.0, alive=True, members=members)
+    routes = {r.title: dp_route(r) for r in (*rank_view(sglang), *rank_view(dp_tree(T0)), *rank_view(tree(T0)))}
+    assert routes["sglang::scheduler_DP1"] == {"X-Data-Parallel-Rank": "1"}
+    assert routes["VLLM::EngineCore_DP1"] == {"X-data-parallel-rank": "1"}
+    assert routes["VLLM::Worker_TP1"] == {}

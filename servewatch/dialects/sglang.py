@@ -21,6 +21,11 @@ TITLE = "SGLang"
 PREFIX = "sglang:"
 # Scheduler series carry rank labels; tokenizer-process series only model_name (+ engine_type).
 IDENTITY_LABELS = ("model_name", "engine_type", "dp_rank", "tp_rank", "pp_rank", "moe_ep_rank")
+# A request with this header runs on that data-parallel rank's scheduler (0.5.23:
+# srt/entrypoints/openai/serving_base.py:271-300 `extract_routed_dp_rank_from_header` reads it, over the body's
+# routed_dp_rank, for completions (serving_completions.py:109) and chat; the data-parallel controller sends such a
+# request straight to that rank, srt/managers/data_parallel_controller.py:865-878).
+DP_RANK_HEADER = "X-Data-Parallel-Rank"
 MODEL_LABELS = ("model_name",)
 
 # --- metric names -----------------------------------------------------------------------------
