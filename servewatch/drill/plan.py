@@ -161,6 +161,11 @@ class Target:
     def existing(self) -> bool:
         return self.url is not None
 
+    @property
+    def dialect(self) -> str | None:
+        """The dialect of the engine the drill starts (the simulator's own for sim); None for an existing server."""
+        return self.sim_dialect if self.engine == "sim" else self.engine
+
     def describe(self) -> str:
         if self.existing:
             return f"existing server {self.url} (pid {self.pid})"
@@ -196,9 +201,7 @@ class Plan:
 
     @property
     def dialect(self) -> str:
-        if self.target.engine == "sim":
-            return self.target.sim_dialect
-        return self.target.engine or "unknown"
+        return self.target.dialect or "unknown"
 
     def only(self, names) -> Plan:
         """The plan with just the faults named (in the plan's order), to run again the ones that failed; a
@@ -210,7 +213,8 @@ class Plan:
         if unknown:
             raise PlanError(f"--only {unknown[0]!r}: plan {self.name} has no such fault (its faults: "
                             f"{'; '.join(known)})")
-        return replace(self, steps=tuple(s for s in self.steps if s.name in set(names)))
+        wanted = set(names)
+        return replace(self, steps=tuple(s for s in self.steps if s.name in wanted))
 
     def budget_s(self) -> float:
         return sum(s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s) for s in self.steps)
@@ -231,12 +235,12 @@ def workload_headers(workload: dict, target: Target) -> tuple[tuple[str, str], .
         return ()
     from servewatch.dialects import by_name
 
-    engine = target.sim_dialect if target.engine == "sim" else target.engine
-    if engine is None:
+    if target.dialect is None:
         raise ValueError("dp_rank: the drill knows the engine's routing header only for a server it starts")
-    header = by_name(engine).dp_rank_header
+    dialect = by_name(target.dialect)
+    header = dialect.dp_rank_header
     if header is None:
-        raise ValueError(f"dp_rank: {by_name(engine).title or engine} has no header that sends a request to one "
+        raise ValueError(f"dp_rank: {dialect.title or dialect.name} has no header that sends a request to one "
                          f"data-parallel rank")
     return ((header, str(int(rank))),)
 
