@@ -903,3 +903,35 @@ def test_a_verdict_is_held_to_its_own_threshold_both_ways():
     assert said(23.0, 20.9) == (False, "after 23 s, threshold 20.9 s")       # late
     assert said(5.0, 20.9)[0] is False                                         # before its own threshold: wrong
     assert check(expect, StepResult(index=1, kind="stop", name="s"))[0]["observed"] == "not fired"
+
+
+def test_sigterm_ends_a_drill_like_ctrl_c_and_stops_the_server_it_started(tmp_path):
+    """A CI timeout's SIGTERM reaches the drill, not the server it started (a session of its own): the drill
+    must stop that server itself, not leave it running."""
+    import psutil
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent("""
+        name: interrupted
+        target: {engine: sim}
+        workload: {scenario: custom, rate: 2, output_tokens: 16}
+        defaults: {warmup_s: 60, hold_s: 60, observe_s: 60}
+        faults:
+          - {name: never reached, kind: stop, role: api}
+    """))
+    proc = subprocess.Popen([sys.executable, "-m", "servewatch", "drill", str(plan), "--out", str(tmp_path / "out")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:          # the drill says when its target is up (a failed start ends the stream)
+            if line.startswith("servewatch drill: target: "):
+                break
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert started, "the drill started no server"
+        proc.send_signal(subprocess.signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "servewatch drill: interrupted" in err, err[-2000:]
+    left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"still running after the drill ended: {[p.pid for p in left]}"

@@ -128,3 +128,15 @@ def run_dir(lab: Lab, request: pytest.FixtureRequest) -> Path:
     path = lab.run_dir / request.node.name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def pytest_configure(config) -> None:
+    """SIGTERM (CI's time budget running out) ends the session as ^C does: fixtures' finalizers and the
+    atexit hook stop every server this session started, each of which runs in a session of its own and
+    would otherwise outlive a killed pytest (a DP=2 SGLang did, 2026-12-02)."""
+    import signal
+
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupt)
