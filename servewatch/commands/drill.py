@@ -78,6 +78,7 @@ def run(args) -> int:
         return dry_run(plan)
     from servewatch.drill import report
     from servewatch.drill.run import DrillRun
+    from servewatch.lab.server import stop_servers_on_termination
 
     if plan.target.existing:
         from servewatch.drill.target import ExistingTarget
@@ -89,7 +90,7 @@ def run(args) -> int:
     except OSError as exc:
         raise ServewatchError(f"--out {args.out}: {exc.strerror or exc}") from None
     drill = DrillRun(plan, out, say=lambda line: print(f"servewatch drill: {line}", file=sys.stderr, flush=True))
-    _stop_like_ctrl_c()
+    stop_servers_on_termination()       # a SIGTERM ends the drill as ^C does: its servers stopped, its report written
     try:
         drill.run()
     finally:
@@ -100,19 +101,6 @@ def run(args) -> int:
             print(f"servewatch drill: report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
     doc = report.document(drill)
     return 0 if doc["expectations_met"] else 1
-
-
-def _stop_like_ctrl_c() -> None:
-    """SIGTERM and SIGHUP (a CI timeout, a closed terminal) end the drill as ^C does: the servers it started
-    are stopped and the report of the faults run so far is written. Left at their defaults they would kill
-    this process at once and orphan the servers, which run in sessions of their own."""
-    import signal
-
-    def interrupt(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, interrupt)
 
 
 def dry_run(plan) -> int:

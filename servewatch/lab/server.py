@@ -4,7 +4,8 @@ LabServer is the lifecycle every engine shares; VllmServer (here) and SglangServ
 say how to start theirs and how its processes are titled. Teardown is guaranteed three ways:
 `with VllmServer(...)` (also when the body raises), an atexit hook for anything still running when the
 interpreter exits, and `stop()` which a pytest fixture finalizer calls. The server runs in its own
-session, so the whole process group can be swept at the end.
+session, so the whole process group can be swept at the end; a terminating signal to the program that
+started it does not reach it, so that program calls `stop_servers_on_termination()`.
 """
 
 from __future__ import annotations
@@ -372,6 +373,18 @@ class VllmServer(LabServer):
 
 
 _LIVE: set[LabServer] = set()
+
+
+def stop_servers_on_termination() -> None:
+    """SIGTERM and SIGHUP (a CI timeout, a closed terminal) end this program as ^C does, through its `with`
+    blocks, finalizers and the atexit hook below, which stop the servers it started. Left at their defaults
+    they kill it at once and the servers, in sessions of their own, run on (a DP=2 SGLang did, 2026-12-02)."""
+
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
 
 
 @atexit.register

@@ -18,6 +18,7 @@ from lab_observations import Neutralizer, Observations
 from lab_servers import Lab
 
 from servewatch.lab.recipe import SGLANG, VLLM, LabRecipe, prepare_lab
+from servewatch.lab.server import stop_servers_on_termination
 
 _LAB_KEY = pytest.StashKey[Lab]()
 _SGLANG_LAB_KEY = pytest.StashKey[Lab]()
@@ -130,13 +131,8 @@ def run_dir(lab: Lab, request: pytest.FixtureRequest) -> Path:
     return path
 
 
+
 def pytest_configure(config) -> None:
     """SIGTERM (CI's time budget running out) ends the session as ^C does: fixtures' finalizers and the
-    atexit hook stop every server this session started, each of which runs in a session of its own and
-    would otherwise outlive a killed pytest (a DP=2 SGLang did, 2026-12-02)."""
-    import signal
-
-    def interrupt(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, interrupt)
+    atexit hook stop every server this session started."""
+    stop_servers_on_termination()
