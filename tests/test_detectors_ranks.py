@@ -13,6 +13,7 @@ from servewatch.engine.state import Counters, EngineState
 from servewatch.bundle.writer import BundleWriter
 from servewatch.bundle.verify import verify_bundle
 from servewatch.sources.probe import URGENT_DEADLINE_S, ProbeSource
+from servewatch.timeline.ranks import Aim
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.samples import (DEADLINE, SERVED, HealthSample, MetricsSample, ProbeSample, ProcessMember,
                                          ProcessSample)
@@ -153,8 +154,8 @@ def test_the_urgent_probe_is_aimed_at_the_stopped_ranks_data_parallel_engine():
     dp_stopped = lambda t: dp_tree(t, dp1_worker="stopped" if t >= T0 + 6.0 else "running")  # noqa: E731
     assert urgent_asks(dp_stopped, 8.0)[0] == [(T0 + 6.0, URGENT_DEADLINE_S, {"X-data-parallel-rank": "1"})]
     assert urgent_asks(stopped_at(6.0), 8.0)[0] == [(T0 + 6.0, URGENT_DEADLINE_S, None)]
-    onset, route = rank_detector.suspicion(window(dp_stopped, span=8.0), CONFIG)
-    assert (onset, route) == (T0 + 6.0, {"X-data-parallel-rank": "1"})
+    onset, aim = rank_detector.suspicion(window(dp_stopped, span=8.0), CONFIG)
+    assert (onset, aim) == (T0 + 6.0, Aim("1", (("X-data-parallel-rank", "1"),)))
     assert rank_detector.suspicion(window(lambda t: dp_tree(t), span=8.0), CONFIG) is None
 
 
@@ -338,3 +339,98 @@ def test_each_engine_names_its_own_data_parallel_routing_header():
     assert routes["sglang::scheduler_DP1"] == {"X-Data-Parallel-Rank": "1"}
     assert routes["VLLM::EngineCore_DP1"] == {"X-data-parallel-rank": "1"}
     assert routes["VLLM::Worker_TP1"] == {}
+
+
+# --- every data-parallel engine asked in turn -------------------------------------------------------------
+
+def routine_asks(process, polls: int, answer=None) -> tuple[list, ProbeSource]:
+    """(time, deadline, route) of the routine probes a ProbeSource (every 5 s) sent over `polls` intervals while
+    the recorder saw `process` idle; `answer(route)` says how each ended (None: still waiting)."""
+    clock = VirtualClock(T0)
+    asked = []
+
+    class Attempt:
+        def __init__(self, route):
+            self.route = route
+
+        def answer(self):
+            return answer(self.route) if answer is not None else None
+
+        def cancel(self):
+            pass
+
+    def prober(deadline, route=None):
+        asked.append((clock.now(), deadline, route))
+        return Attempt(route)
+
+    source = ProbeSource(prober, clock, every_s=5.0, deadline_s=3.0, check_s=0.5)
+    ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
+    source.bind_timeline(ring, lambda w: rank_detector.suspicion(w, CONFIG))
+    samples = []
+    for i in range(polls * 10):
+        t = T0 + i * STEP
+        clock.set(t)
+        ring.extend([process(t), scrape(t), HealthSample(t, 200, 0.01)])
+        samples += asyncio.run(source.poll())
+    ring.extend(samples)
+    return asked, source, samples
+
+
+def test_routine_probes_ask_each_data_parallel_engine_in_turn_and_say_which():
+    """An idle DP=2 vLLM balances by load: an unaimed probe would only ever reach engine 0, and an engine 1
+    that hangs while idle (spinning or asleep like an idle rank, so the process view cannot tell) would never
+    be asked. The routine probe asks engine 0, then engine 1, ... with vLLM's routing header, and each sample
+    says which engine it asked; one engine (TP=2 here) is asked unaimed."""
+    from servewatch.sources.probe import SERVED as OK, ProbeAnswer
+
+    asked, _, samples = routine_asks(lambda t: dp_tree(t), 4, lambda route: ProbeAnswer(OK, 0.05, 200, 1))
+    assert [route for _, _, route in asked] == [{"X-data-parallel-rank": str(n % 2)} for n in range(len(asked))]
+    assert len(asked) == 4 and [s.engine for s in samples] == ["0", "1", "0", "1"]
+    asked, _, samples = routine_asks(lambda t: tree(t), 3, lambda route: ProbeAnswer(OK, 0.05, 200, 1))
+    assert [route for _, _, route in asked] == [None] * 3 and {s.engine for s in samples} == {None}
+
+
+def dp_window(probes, span=30.0, engines=("0", "1")):
+    n = int(span)
+    metrics = tuple(MetricsSample(T0 + i, "vllm", "vllm-0.32", tuple(
+        EngineState("vllm", "vllm-0.32", {"engine": e}, running=0, waiting=0,
+                    counters=Counters(prompt_tokens=100, generation_tokens=500, steps=500)) for e in engines))
+        for i in range(n + 1))
+    health = tuple(HealthSample(T0 + i * 1.0, 200, 0.01) for i in range(n + 1))
+    process = tuple(dp_tree(T0 + i * STEP) for i in range(int(span / STEP) + 1))
+    return Window(health=health, metrics=metrics, process=process, probe=tuple(probes))
+
+
+def aimed(t, engine, outcome=DEADLINE):
+    if outcome == DEADLINE:
+        return ProbeSample(T0 + t + 3.0, DEADLINE, 3.0, 3.0, error="timeout", engine=engine)
+    return ProbeSample(T0 + t + 0.05, SERVED, 0.05, 3.0, status=200, tokens=1, engine=engine)
+
+
+def test_an_engine_that_hangs_while_idle_is_not_serving_though_the_other_answers_after_it(tmp_path):
+    """Engine 1 missed its probe and engine 0 answered the next: not_serving holds, naming engine 1, until
+    engine 1 answers one of its own. Its bundle keeps which engine each probe asked (verify recomputes it)."""
+    missed_then_other = [aimed(5.0, "0", SERVED), aimed(10.0, "1"), aimed(15.0, "0", SERVED)]
+    w = dp_window(missed_then_other)
+    verdicts = run_detectors(w, CONFIG)
+    (verdict,) = [v for v in verdicts if v.name == "not_serving"]
+    sink = BundleSink(BundleWriter(tmp_path, clock=VirtualClock(T0 + 30.0)), "http://127.0.0.1:8000", CONFIG)
+    path = Path(sink.on_fired(Fired(verdict, None, w, tuple(verdicts))))
+    assert verify_bundle(path).verdicts_checked >= 1
+    assert verdict.details["engine"] == "engine=1"
+    assert "a one-token probe sent to DP rank 1's engine got no token within 3 s" in verdict.why
+    assert "no counter moved on engine 1 (running 0, waiting 0)" in verdict.why
+    answered = [*missed_then_other, aimed(20.0, "1", SERVED)]
+    assert "not_serving" not in names(dp_window(answered))
+    # before: one unaimed probe was all there was, and the last one served said the server serves
+    assert "not_serving" not in names(dp_window([ProbeSample(T0 + 13.0, DEADLINE, 3.0, 3.0, error="timeout"),
+                                                 ProbeSample(T0 + 15.05, SERVED, 0.05, 3.0, status=200, tokens=1)]))
+
+
+def test_a_stopped_dp_rank_stays_named_while_the_other_engine_answers_its_turn():
+    stopped = lambda t: dp_tree(t, dp1_worker="stopped" if t >= T0 + 6.0 else "running")  # noqa: E731
+    w = dp_window([aimed(6.5, "1"), aimed(10.0, "0", SERVED)], span=14.0)
+    w = Window(health=w.health, metrics=w.metrics, probe=w.probe,
+               process=tuple(stopped(T0 + i * STEP) for i in range(29)))
+    (verdict,) = [v for v in run_detectors(w, CONFIG) if v.name == "rank_stalled"]
+    assert "DP rank 1 worker (VLLM::Worker, pid 121) stopped" in verdict.why

@@ -3,6 +3,8 @@ a passive reader cannot see), the detector on hand-built windows, and bundles th
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import json
 from pathlib import Path
@@ -170,7 +172,10 @@ def test_probe_samples_round_trip_and_hold_no_text():
     sample = ProbeSample(t=T0, outcome=SERVED, latency_s=0.02, deadline_s=10.0, status=200, tokens=1)
     stored = serialize.sample_to_dict(sample)
     assert serialize.sample_from_dict(stored) == sample
-    assert set(stored) == {"source", "t", "outcome", "latency_s", "deadline_s", "status", "tokens", "error"}
+    assert set(stored) == {"source", "t", "outcome", "latency_s", "deadline_s", "status", "tokens", "error", "engine"}
+    aimed = dataclasses.replace(sample, engine="1")          # the data-parallel engine it asked, a number only
+    assert serialize.sample_from_dict(serialize.sample_to_dict(aimed)) == aimed
+    assert serialize.sample_to_dict(dataclasses.replace(sample, engine="engine=/models/x"))["engine"] is None
     odd = serialize.sample_to_dict(ProbeSample(t=T0, outcome="weird", latency_s=None, deadline_s=1.0,
                                                error="timeout after /v1/completions?x=secret"))
     assert odd["outcome"] == UNAVAILABLE and odd["error"] == "timeout"

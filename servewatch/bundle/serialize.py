@@ -276,7 +276,8 @@ def sample_to_dict(s: Sample) -> dict:
         return {"source": "probe", "t": number(s.t),
                 "outcome": s.outcome if s.outcome in PROBE_OUTCOMES else "unavailable",
                 "latency_s": number(s.latency_s), "deadline_s": number(s.deadline_s), "status": s.status,
-                "tokens": s.tokens, "error": error_class(s.error)}
+                "tokens": s.tokens, "error": error_class(s.error),
+                "engine": s.engine if s.engine is not None and s.engine.isdigit() else None}
     if isinstance(s, RequestsSample):
         return {"source": "requests", "t": number(s.t), "in_flight": s.in_flight,
                 "waiting_first_token": s.waiting_first_token, "oldest_s": number(s.oldest_s),
@@ -318,7 +319,7 @@ def sample_from_dict(d: Mapping) -> Sample:
         if source == "probe":
             return ProbeSample(t=t, outcome=d["outcome"], latency_s=unnumber(d["latency_s"]),
                                deadline_s=unnumber(d["deadline_s"]), status=d["status"], tokens=d["tokens"],
-                               error=d["error"])
+                               error=d["error"], engine=d.get("engine"))
         if source == "requests":
             return RequestsSample(t=t, in_flight=d["in_flight"], waiting_first_token=d["waiting_first_token"],
                                   oldest_s=unnumber(d["oldest_s"]), oldest_waiting_s=unnumber(d["oldest_waiting_s"]),

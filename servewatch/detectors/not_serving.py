@@ -10,55 +10,92 @@ A probe that could not be asked (no /v1/models, the model 404s, a 4xx) proves no
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import tracks
+from servewatch.detectors.series import tracks, where
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import DEADLINE, ProbeSample
+from servewatch.timeline.tracks import engine_key
 from servewatch.timeline.window import Window
 
 NAME = "not_serving"
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
-    if not window.probe or not window.probe[-1].failed:
+    if not any(p.failed for p in window.probe):
         return []
     from servewatch.detectors import ranks
 
     if ranks.detect(window, config):
         return []   # the same missed probe, with the stalled rank named: rank_stalled says it
-    # Only probes sent after the counters last moved count: one sent before proves nothing now.
-    run = _trailing_failures(window.probe, after=_last_counter_movement(window))
+    # Each data-parallel engine answers for itself (the probe asks them in turn): engine 0 serving says
+    # nothing of engine 1. Probes not aimed at an engine are one group of their own.
+    verdicts = []
+    for engine, probes in _by_engine(window.probe).items():
+        verdict = _engine_verdict(window, config, engine, probes)
+        if verdict is not None:
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _by_engine(probes: tuple[ProbeSample, ...]) -> dict[str | None, tuple[ProbeSample, ...]]:
+    groups: dict[str | None, list[ProbeSample]] = {}
+    for probe in probes:
+        groups.setdefault(probe.engine, []).append(probe)
+    return {engine: tuple(group) for engine, group in groups.items()}
+
+
+def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
+                    probes: tuple[ProbeSample, ...]) -> Verdict | None:
+    if not probes[-1].failed:
+        return None
+    key = _engine_key(window, engine)
+    # Only probes sent after the counters (of the engine asked) last moved count: one sent before proves nothing now.
+    run = _trailing_failures(probes, after=_last_counter_movement(window, key))
     if not run or len(run) < config.probe_fail_count:
-        return []
+        return None
     first, last = run[0], run[-1]
     asked = asked_at(first)
 
     health = [h for h in window.health if asked <= h.t <= last.t] or [h for h in window.health if h.t <= last.t][-1:]
     if not health or not all(h.ok for h in health) or not window.health[-1].ok:
-        return []   # /health itself is failing: that is health_loss's (or engine_dead's) verdict
+        return None   # /health itself is failing: that is health_loss's (or engine_dead's) verdict
 
-    newest = _newest_gauges(window)
+    newest = _newest_gauges(window, key)
     if newest is not None and ((newest[1] or 0) > 0 or (newest[2] or 0) > 0):
-        return []   # the gauges show admitted work that does not move: alive_health_ok_no_progress says it
+        return None   # the gauges show admitted work that does not move: alive_health_ok_no_progress says it
 
     what = (f"got no token within {last.deadline_s:g} s" if last.outcome == DEADLINE
             else f"failed ({_problem(last)})")
     streak = f" ({len(run)} probes in a row over {last.t - asked:.1f} s)" if len(run) > 1 else ""
-    why = (f"a one-token probe {what}{streak} while /health answered {health[-1].status} "
+    aimed = f" sent to DP rank {engine}'s engine" if engine is not None else ""
+    why = (f"a one-token probe{aimed} {what}{streak} while /health answered {health[-1].status} "
            f"({len(health)} time(s) meanwhile)")
     details: dict[str, float | int | str | bool | None] = {
         "failed_probes": len(run), "last_outcome": last.outcome, "deadline_s": last.deadline_s,
         "last_status": last.status, "last_error": last.error}
+    if engine is not None:
+        details["engine"] = key if key is not None else f"dp_rank={engine}"
     evidence = [Evidence("probe", first.t, "outcome", first.outcome),
                 Evidence("health", health[-1].t, "status", health[-1].status)]
     if last is not first:
         evidence.insert(1, Evidence("probe", last.t, "outcome", last.outcome))
     if newest is not None:
         sample, running, waiting = newest
-        why += f"; no counter moved (running {_count(running)}, waiting {_count(waiting)})"
+        why += (f"; no counter moved{where(key) if key is not None else ''} "
+                f"(running {_count(running)}, waiting {_count(waiting)})")
         details.update(running=running, waiting=waiting)
         evidence += [Evidence("metrics", sample.t, "running", running),
                      Evidence("metrics", sample.t, "waiting", waiting)]
-    return [Verdict(NAME, max(last.t, health[-1].t), asked, why, tuple(evidence), details)]
+    return Verdict(NAME, max(last.t, health[-1].t), asked, why, tuple(evidence), details)
+
+
+def _engine_key(window: Window, engine: str | None) -> str | None:
+    """The metrics engine key of DP rank `engine` ("engine=1" on vLLM, "dp_rank=1,..." on SGLang), or None
+    (not aimed, or no scrape names that engine)."""
+    if engine is None:
+        return None
+    from servewatch.detectors.ranks import engine_dp_rank
+
+    return next((key for key in tracks(window.metrics) if engine_dp_rank(key) == engine), None)
 
 
 def asked_at(probe: ProbeSample) -> float:
@@ -77,10 +114,13 @@ def _trailing_failures(probes: tuple[ProbeSample, ...], after: float | None) -> 
     return run
 
 
-def _last_counter_movement(window: Window) -> float | None:
-    """The time of the newest scrape whose progress counters differ from the scrape before (any engine)."""
+def _last_counter_movement(window: Window, key: str | None = None) -> float | None:
+    """The time of the newest scrape whose progress counters differ from the scrape before (of engine `key`;
+    of any engine when it is None)."""
     newest = None
-    for track in tracks(window.metrics).values():
+    for name, track in tracks(window.metrics).items():
+        if key is not None and name != key:
+            continue
         moves = track.progress
         for i in range(len(moves) - 1, 0, -1):
             if moves[i] != moves[i - 1]:
@@ -89,14 +129,17 @@ def _last_counter_movement(window: Window) -> float | None:
     return newest
 
 
-def _newest_gauges(window: Window):
-    """(newest scrape, running, waiting summed over its engines), or None without a good scrape."""
+def _newest_gauges(window: Window, key: str | None = None):
+    """(newest scrape, running, waiting summed over its engines — engine `key`'s alone when given), or None
+    without a good scrape."""
     good = window.good_metrics()
     if not good:
         return None
     sample = good[-1]
     running = waiting = None
     for state in sample.engines:
+        if key is not None and engine_key(state.labels) != key:
+            continue
         running = _add(running, state.running)
         waiting = _add(waiting, state.waiting)
     return sample, running, waiting

@@ -22,7 +22,7 @@ from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import once_per_window, progress_totals
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.timeline.ranks import Rank, dp_route, engine_ranks, rank_view, rank_words, siblings
+from servewatch.timeline.ranks import Aim, Rank, dp_aim, engine_ranks, rank_view, rank_words, siblings
 from servewatch.timeline.samples import DEADLINE, MetricsSample, ProcessSample
 from servewatch.timeline.window import Window
 
@@ -123,14 +123,14 @@ def suspects(window: Window, config: DetectorConfig) -> tuple[Suspect, ...]:
     return tuple(found)
 
 
-def suspicion(window: Window, config: DetectorConfig) -> tuple[float, dict[str, str]] | None:
-    """When the newest suspicion began (the probe source asks at once after it), and the request headers that
-    aim the probe at that rank's data-parallel engine ({} where none is needed or known); None without one."""
+def suspicion(window: Window, config: DetectorConfig) -> tuple[float, Aim | None] | None:
+    """When the newest suspicion began (the probe source asks at once after it), and how to aim the probe at
+    that rank's data-parallel engine (None where it needs no aim or none is known); None without one."""
     found = suspects(window, config)
     if not found:
         return None
     newest = max(found, key=lambda s: s.onset)
-    return newest.onset, dp_route(newest.rank)
+    return newest.onset, dp_aim(newest.rank)
 
 
 def _engine_dp_rank(labels) -> str | None:
@@ -168,21 +168,30 @@ def _gauges(window: Window, rank: Rank):
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
-    if not window.probe or not window.probe[-1].failed:
+    if not any(p.failed for p in window.probe):
         return []
     if liveness.engine_death_evidence(window, config)[0] is not None:
         return []   # a dead rank is engine_dead's verdict
     for suspect in suspects(window, config):
-        verdict = _verdict(window, suspect, config)
+        probe = _newest_probe_of(window, suspect.rank)
+        verdict = _verdict(window, suspect, probe, config) if probe is not None and probe.failed else None
         if verdict is not None:
             return [verdict]
     return []
 
 
-def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdict | None:
+def _newest_probe_of(window: Window, rank: Rank):
+    """The newest probe that asked the rank's engine: on a data-parallel server whose probes are aimed, the
+    newest aimed at its DP rank (engine 0 answering says nothing of engine 1); else the newest of all."""
+    dp = rank.axis("DP")
+    if dp is not None and any(p.engine is not None for p in window.probe):
+        return next((p for p in reversed(window.probe) if p.engine == str(dp)), None)
+    return window.probe[-1] if window.probe else None
+
+
+def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) -> Verdict | None:
     from servewatch.detectors.not_serving import asked_at
 
-    probe = window.probe[-1]
     asked = asked_at(probe)
     if asked < suspect.onset - config.rank_probe_slack_s:
         return None     # asked before the rank looked stalled: it says nothing about it
@@ -234,7 +243,7 @@ def _verdict(window: Window, suspect: Suspect, config: DetectorConfig) -> Verdic
 
 # --- the rank in other verdicts --------------------------------------------------------------------
 
-def _engine_label(key: str) -> str | None:
+def engine_dp_rank(key: str) -> str | None:
     """The DP rank an engine key ("engine=1", "dp_rank=1,tp_rank=0") names, if any."""
     labels = dict(part.split("=", 1) for part in key.split(",") if "=" in part)
     return _engine_dp_rank(labels)
@@ -244,7 +253,7 @@ def dp_words(process: ProcessSample | None, key: str) -> str:
     """" (DP rank 1)" for a stall on one engine of a data-parallel server whose processes show DP ranks."""
     if "dp_rank=" in key:          # SGLang's engine key says its DP rank already ("the unified engine (DP rank 1, ...)")
         return ""
-    dp = _engine_label(key)
+    dp = engine_dp_rank(key)
     if process is None or dp is None or not dp.isdigit():
         return ""
     if not any(r.axis("DP") is not None for r in rank_view(process)):
@@ -257,7 +266,7 @@ def stopped_words(process: ProcessSample | None, key: str, stopped) -> str:
     stalled engine first; titles for processes the rank model does not know."""
     view = rank_view(process)
     by_pid = {r.pid: r for r in view}
-    mine = {r.pid for r in engine_ranks(view, _engine_label(key))}
+    mine = {r.pid for r in engine_ranks(view, engine_dp_rank(key))}
     ordered = sorted(stopped, key=lambda m: (m.pid not in mine, m.pid))
     named = [rank_words(by_pid[m.pid], view) if m.pid in by_pid else m.title for m in ordered]
     return f"; {len(named)} process(es) stopped: {', '.join(named)}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from servewatch.clock import Clock
+from servewatch.timeline.ranks import Aim, dp_engines
 from servewatch.timeline.tracks import engine_series
 from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, UNAVAILABLE, ProbeSample
 from servewatch.timeline.window import Window
@@ -79,9 +80,11 @@ class ProbeSource:
         self._last_skip: float | None = None
         self._said: set[str] = set()
         self._first_poll: float | None = None
+        self._engine: str | None = None    # the data-parallel engine the pending attempt was aimed at
+        self._turn = 0                     # routine probes aimed in turn at each data-parallel engine
 
-    # (window) -> (when an engine rank began to look stalled, the headers that aim a request at its
-    # data-parallel engine), or None (bind_timeline)
+    # (window) -> (when an engine rank began to look stalled, how to aim a request at its data-parallel
+    # engine or None), or None (bind_timeline)
     suspicion = None
 
     def bind_timeline(self, ring, suspicion=None) -> None:
@@ -104,44 +107,54 @@ class ProbeSource:
             self._first_poll = now
         if self._attempt is not None:
             return self._collect(now)
-        route = self._urgent(now)
-        if route is not None:
+        urgent = self._urgent(now)
+        if urgent is not None:
             self._last_urgent = now
             self.urgent += 1
-            return self._ask(now, self.urgent_deadline_s, route)
+            return self._ask(now, self.urgent_deadline_s, urgent[0])
         if self._asked is not None and now - self._asked < self.every_s:
             return []
         # Due: unless the counters moved over the last interval (looked at on every poll, so a probe goes
         # out one interval after the last movement, not up to two).
-        if self._ring is not None and progress_proven(self._ring.window(since=now - self.every_s - self.deadline_s),
-                                                      now - self.every_s, self.deadline_s):
+        window = self._ring.window(since=now - self.every_s - self.deadline_s) if self._ring is not None else None
+        if window is not None and progress_proven(window, now - self.every_s, self.deadline_s):
             if self._last_skip is None or now - self._last_skip >= self.every_s:
                 self.skipped += 1
                 self._last_skip = now
             return []
-        return self._ask(now, self.deadline_s)
+        return self._ask(now, self.deadline_s, self._in_turn(window))
 
-    def _ask(self, now: float, deadline_s: float, route: dict[str, str] | None = None) -> list[ProbeSample]:
+    def _in_turn(self, window: Window | None) -> Aim | None:
+        """A data-parallel server balances an idle load onto engine 0, so an unaimed probe would only ever
+        ask engine 0 and never find another engine that hangs while idle: each engine the process view shows
+        is asked in turn (None: one engine, or none the view can route to)."""
+        engines = dp_engines(window.process[-1] if window is not None and window.process else None)
+        if not engines:
+            return None
+        self._turn += 1
+        return engines[(self._turn - 1) % len(engines)]
+
+    def _ask(self, now: float, deadline_s: float, aim: Aim | None = None) -> list[ProbeSample]:
         self._asked = now
         self.sent += 1
         self._deadline = deadline_s
-        self._attempt = self.prober(deadline_s, route=route) if route else self.prober(deadline_s)
+        self._engine = aim.engine if aim is not None else None
+        self._attempt = self.prober(deadline_s, route=dict(aim.headers)) if aim is not None else self.prober(deadline_s)
         return self._collect(now)
 
-    def _urgent(self, now: float) -> dict[str, str] | None:
-        """Ask at once (the headers to ask with, {} for none; None: not now): the process view shows an
-        engine rank stopped, in uninterruptible sleep or starved beside spinning siblings
-        (detectors.ranks.suspects) since after the last probe was asked; a stall that happened while the
-        engine read idle is told only by a request's answer — from that rank's engine, where the server has
-        more than one (data parallel)."""
+    def _urgent(self, now: float) -> tuple[Aim | None] | None:
+        """Ask at once ((how to aim it or None); None: not now): the process view shows an engine rank
+        stopped, in uninterruptible sleep or starved beside spinning siblings (detectors.ranks.suspects) since
+        after the last probe was asked; a stall that happened while the engine read idle is told only by a
+        request's answer — from that rank's engine, where the server has more than one (data parallel)."""
         if self._ring is None or self.suspicion is None or (
                 self._last_urgent is not None and now - self._last_urgent < URGENT_GAP_S):
             return None
         found = self.suspicion(self._ring.window(since=now - 60.0))
         if found is None:
             return None
-        onset, route = found
-        return route if self._asked is None or self._asked < onset else None
+        onset, aim = found
+        return (aim,) if self._asked is None or self._asked < onset else None
 
     @property
     def pending(self) -> Attempt | None:
@@ -166,7 +179,7 @@ class ProbeSource:
         self._tell(answer)
         t = min(now, answer.at) if answer.at is not None else now
         return [ProbeSample(t=t, outcome=answer.outcome, latency_s=answer.latency_s, deadline_s=self._deadline,
-                            status=answer.status, tokens=answer.tokens, error=answer.error)]
+                            status=answer.status, tokens=answer.tokens, error=answer.error, engine=self._engine)]
 
     def _tell(self, answer: ProbeAnswer) -> None:
         """One line per kind of trouble that makes the probe useless (said again only after it worked)."""

@@ -52,16 +52,42 @@ def rank_of(title: str) -> tuple[str, Axes] | None:
     return None
 
 
-def dp_route(rank: Rank) -> dict[str, str]:
-    """The request headers that send a request to the engine of `rank`'s data-parallel rank, by the dialect
-    whose title it bears ({} when it has no DP rank, or the engine has no such header)."""
+@dataclass(frozen=True, slots=True)
+class Aim:
+    """A request sent to one engine of a data-parallel server: that engine (its DP rank, as its `engine`
+    label names it) and the request headers that route it there."""
+
+    engine: str
+    headers: tuple[tuple[str, str], ...]
+
+
+def dp_aim(rank: Rank) -> Aim | None:
+    """How to send a request to the engine of `rank`'s data-parallel rank, by the dialect whose title it bears
+    (None when it has no DP rank, or the engine has no routing header)."""
     dp = rank.axis("DP")
     if dp is None:
-        return {}
+        return None
     for dialect in dialects.registered():
         if dialect.rank_of(rank.title) is not None:
-            return {dialect.dp_rank_header: str(dp)} if dialect.dp_rank_header else {}
-    return {}
+            return Aim(str(dp), ((dialect.dp_rank_header, str(dp)),)) if dialect.dp_rank_header else None
+    return None
+
+
+def dp_route(rank: Rank) -> dict[str, str]:
+    """The request headers that send a request to the engine of `rank`'s data-parallel rank ({} for none)."""
+    aim = dp_aim(rank)
+    return dict(aim.headers) if aim is not None else {}
+
+
+def dp_engines(sample: ProcessSample | None) -> tuple[Aim, ...]:
+    """One aim per data-parallel engine the process sample shows, by DP rank, when it shows two or more that
+    can be routed to; () otherwise (one engine: any request reaches it)."""
+    aims: dict[str, Aim] = {}
+    for rank in rank_view(sample):
+        aim = dp_aim(rank)
+        if aim is not None:
+            aims.setdefault(aim.engine, aim)
+    return tuple(aims[k] for k in sorted(aims, key=int)) if len(aims) > 1 else ()
 
 
 def rank_view(sample: ProcessSample | None) -> tuple[Rank, ...]:

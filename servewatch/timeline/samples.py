@@ -114,6 +114,7 @@ class ProbeSample:
     status: int | None = None      # HTTP status of the completion request
     tokens: int | None = None      # completion tokens the answer reported
     error: str | None = None       # a short class: "timeout", "http_503", "no_models", "http_404", ...
+    engine: str | None = None      # the data-parallel engine (DP rank) it was aimed at; None: not aimed
 
     @property
     def failed(self) -> bool:
