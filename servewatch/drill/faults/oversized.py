@@ -10,23 +10,30 @@ from servewatch.drill.faults.base import Fault, register
 @register
 class Oversized(Fault):
     kind = "oversized"
-    summary = "prompts longer than the context window, sent for the hold (the server should answer 4xx)"
-    params_known = {"rate": (int, float), "factor": (int, float)}
+    summary = ("prompts longer than the context window from several clients at once, sent for the hold (the server "
+               "should answer 4xx)")
+    params_known = {"rate": (int, float), "factor": (int, float), "clients": int}
 
     def inject(self, ctx) -> None:
         self.stop = threading.Event()
         self.statuses: dict[str, int] = {}
+        self.lock = threading.Lock()
         words = int(ctx.max_model_len * float(self.param("factor", 2.0)))
-        self.thread = threading.Thread(target=self._storm, args=(ctx, words, float(self.param("rate", 4.0))),
-                                       daemon=True)
-        self.thread.start()
+        # Several clients, as a storm is: one alone waits for each refusal before it sends the next, and a real
+        # vLLM busy with four long completions on 2 cores took ~6 s per refusal there (2 answers in a 12 s hold).
+        clients = max(1, int(self.param("clients", 4)))
+        gap_s = clients / float(self.param("rate", 4.0))       # `rate`: requests a second from all the clients
+        self.threads = [threading.Thread(target=self._storm, args=(ctx, words, gap_s), daemon=True)
+                        for _ in range(clients)]
+        for thread in self.threads:
+            thread.start()
 
-    def _storm(self, ctx, words: int, rate: float) -> None:
+    def _storm(self, ctx, words: int, gap_s: float) -> None:
         import http.client
         import json
 
         body = json.dumps({"model": ctx.model, "prompt": "one " * words, "max_tokens": 8}).encode()
-        while not self.stop.wait(1.0 / rate):
+        while not self.stop.wait(gap_s):
             conn = http.client.HTTPConnection(ctx.host, ctx.port, timeout=10)
             try:
                 conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -37,9 +44,11 @@ class Oversized(Fault):
                 key = "no answer"
             finally:
                 conn.close()
-            self.statuses[key] = self.statuses.get(key, 0) + 1
+            with self.lock:
+                self.statuses[key] = self.statuses.get(key, 0) + 1
 
     def revert(self, ctx) -> None:
         self.stop.set()
-        self.thread.join(timeout=15)
+        for thread in self.threads:
+            thread.join(timeout=15)
         self.facts["answers"] = dict(self.statuses)
