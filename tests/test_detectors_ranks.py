@@ -434,3 +434,15 @@ def test_a_stopped_dp_rank_stays_named_while_the_other_engine_answers_its_turn()
                process=tuple(stopped(T0 + i * STEP) for i in range(29)))
     (verdict,) = [v for v in run_detectors(w, CONFIG) if v.name == "rank_stalled"]
     assert "DP rank 1 worker (VLLM::Worker, pid 121) stopped" in verdict.why
+
+
+def test_probes_sent_while_a_rank_was_stopped_are_no_new_incident_once_it_runs_again():
+    """A real vLLM's engine core, SIGSTOPped 34 s under the standard drill: rank_stalled held, and in the half
+    second after SIGCONT (the rank running, the counters not moved yet) the probes sent during the stop read
+    as not_serving. They are the stop's; a probe sent after the rank runs again counts."""
+    stopped = lambda t: tree(t, tp1_status="stopped" if T0 + 10.0 <= t < T0 + 20.0 else "running",  # noqa: E731
+                             tp1_cpu=0.0 if T0 + 10.0 <= t < T0 + 20.0 else 50.0)
+    w = window(stopped, probes=[missed(10.5), missed(15.0, deadline=4.0)], span=21.0)
+    assert names(w) == []
+    w = window(stopped, probes=[missed(10.5), missed(15.0, deadline=4.0), missed(20.5)], span=24.0)
+    assert names(w) == ["not_serving"]

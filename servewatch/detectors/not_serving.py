@@ -48,8 +48,13 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     if not probes[-1].failed:
         return None
     key = _engine_key(window, engine)
-    # Only probes sent after the counters (of the engine asked) last moved count: one sent before proves nothing now.
-    run = _trailing_failures(probes, after=_last_counter_movement(window, key))
+    # Only probes sent after the counters (of the engine asked) last moved count: one sent before proves nothing
+    # now. Nor does one sent while a process of the server was stopped: that stop explains it (rank_stalled's
+    # evidence), and right after SIGCONT, before the counters move again, it would read as a new incident (a
+    # real vLLM's engine core resumed after 34 s: not_serving for 0.63 s on the probes sent during the stop).
+    after = max((t for t in (_last_counter_movement(window, key), _last_stopped(window)) if t is not None),
+                default=None)
+    run = _trailing_failures(probes, after=after)
     if not run or len(run) < config.probe_fail_count:
         return None
     first, last = run[0], run[-1]
@@ -127,6 +132,16 @@ def _last_counter_movement(window: Window, key: str | None = None) -> float | No
                 newest = track.times[i] if newest is None else max(newest, track.times[i])
                 break
     return newest
+
+
+def _last_stopped(window: Window) -> float | None:
+    """The newest process sample that shows a process of the server stopped (SIGSTOP, a tracer)."""
+    from servewatch.detectors.ranks import STOPPED
+
+    for sample in reversed(window.process):
+        if any(m.status in STOPPED for m in sample.members):
+            return sample.t
+    return None
 
 
 def _newest_gauges(window: Window, key: str | None = None):
