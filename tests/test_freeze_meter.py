@@ -31,7 +31,8 @@ def test_a_stopped_meter_records_the_stop_as_a_freeze(tmp_path):
         gaps = _wait_for_gap(meter)
         assert gaps, "no gap recorded for a 0.8 s stop"
         longest = meter.longest(before, after)
-        assert 0.8 <= longest <= (after - before) + 0.25, (longest, after - before)
+        # the file holds milliseconds: its two rounded ends may shorten the gap by up to 1 ms (a CI run: 0.7999...)
+        assert 0.8 - 0.001 <= longest <= (after - before) + 0.25, (longest, after - before)
         # A window that ends before the stop does not see it (other, shorter gaps may be there).
         stop_gap = max((g for g in gaps if g[1] >= before), key=lambda g: g[1] - g[0])
         assert stop_gap[0] > before - 0.3
