@@ -429,3 +429,16 @@ def test_a_closed_loop_worker_pauses_after_a_refused_connection():
     assert result.records and all(r.error == R.CONNECT for r in result.records)
     # at most one request per pause per worker, plus the first of each
     assert len(result.records) <= 4 * (1.0 / REFUSED_PAUSE_S + 1), len(result.records)
+
+
+def test_a_closed_loop_worker_pauses_after_a_5xx_answered_at_once():
+    """A vLLM whose engine core stopped first during a graceful stop answers 500 at once: four workers sent it
+    17,836 requests in 20 s. Each now waits REFUSED_PAUSE_S after a 5xx, as after a refused connection; a 4xx
+    (the client's own fault, not retried by a real client either) is not paused for."""
+    from servewatch.load.runner import REFUSED_PAUSE_S
+
+    _, result = _run({"fault": "status500"}, rate=None, concurrency=4, requests=None, duration_s=1.0)
+    assert result.records and all(r.error == R.HTTP_5XX for r in result.records)
+    assert len(result.records) <= 4 * (1.0 / REFUSED_PAUSE_S + 1), len(result.records)
+    _, result = _run({"fault": "status400"}, rate=None, concurrency=4, requests=None, duration_s=1.0)
+    assert len(result.records) > 4 * (1.0 / REFUSED_PAUSE_S + 1), len(result.records)

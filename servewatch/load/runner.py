@@ -22,7 +22,7 @@ from servewatch.errors import ServewatchError, SourceUnavailable
 from servewatch.load import prompts as P
 from servewatch.load.client import Deadline, RequestSpec, build_body, run_request
 from servewatch.http1 import Endpoint, Http1Client
-from servewatch.load.records import CONNECT, STREAM_CUT, RequestRecord
+from servewatch.load.records import CONNECT, HTTP_5XX, STREAM_CUT, RequestRecord
 from servewatch.load.scenarios import LoadConfig, arrival_times, prompt_lengths
 from servewatch.load.sender import TimedSender
 from servewatch.load.server_view import ServerSample, ServerView
@@ -35,10 +35,13 @@ SERVER_TOKENIZE_POOL = 32
 MAX_PREWARM = 256
 SENDER_LEAD_S = 0.02        # a request is handed to the sender thread this long before its time
 SENDER_SWITCH_S = 0.0002    # interpreter switch interval while the sender runs (default 5 ms)
-# A closed-loop worker whose request could not connect waits this long before its next: a refused connection
-# comes back in microseconds, and four workers sent 118,858 requests in 20 s at a vLLM that had stopped
-# (a drill's graceful stop, 2026-12-02), a storm no real client makes and a CPU the watched machine lacks.
+# A closed-loop worker whose request could not connect, or got a 5xx, waits this long before its next: a
+# refused connection comes back in microseconds, and four workers sent 118,858 requests in 20 s at a vLLM that
+# had stopped (a drill's graceful stop, 2026-12-02); with that pause, a vLLM whose engine core had stopped first
+# answered 500 at once and got 17,836 in 20 s (the standard drill's graceful stop, the same day). A storm no real
+# client makes (the OpenAI client waits at least 0.5 s before it retries a 5xx) and a CPU the watched machine lacks.
 REFUSED_PAUSE_S = 0.1
+PAUSE_AFTER = (CONNECT, HTTP_5XX)
 
 
 @dataclass(slots=True)
@@ -233,7 +236,7 @@ class _Run:
                 i = next(counter, None)
                 if i is None:
                     return
-                if (await self.one(self.specs_for(i, scheduled))).error == CONNECT:
+                if (await self.one(self.specs_for(i, scheduled))).error in PAUSE_AFTER:
                     await self.clock.sleep(REFUSED_PAUSE_S)
 
         await asyncio.gather(*(worker() for _ in range(config.concurrency)))
