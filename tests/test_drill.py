@@ -4,6 +4,7 @@ drill against the built-in simulator end to end."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -935,3 +936,71 @@ def test_sigterm_ends_a_drill_like_ctrl_c_and_stops_the_server_it_started(tmp_pa
     assert proc.returncode == 130 and "servewatch drill: interrupted" in err, err[-2000:]
     left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"still running after the drill ended: {[p.pid for p in left]}"
+
+
+# -- faults at the start of a server ------------------------------------------------------------------
+
+AT_START = """
+    name: at start
+    target: {engine: sim, args: ["--startup-seconds", "3"]}
+    targets:
+      undersized: {engine: sim, args: ["--fault", "startup-oom"], ready_timeout_s: 30}
+    recorder: {interval_s: 0.5}
+    faults:
+      - name: a normal start
+        kind: quiet
+        at_start: true
+        hold_s: 0
+        observe_s: 2
+        expect: {no_verdict: true, ready_within_s: 20}
+      - name: a start that fails
+        kind: quiet
+        target: undersized
+        at_start: true
+        hold_s: 0
+        observe_s: 2
+        expect:
+          fire: {process_exit: 20}
+          exit_within_s: 20
+          names: ["To serve at least one request with the model's max seq len (2048)"]
+      - name: the API server stopped at its log's last startup line
+        kind: stop
+        role: api
+        at_start: {on_log: "Starting vLLM"}
+        hold_s: 2
+        observe_s: 1
+        expect: {ready_within_s: 20}
+"""
+
+
+def test_faults_at_the_start_are_recorded_from_the_servers_first_second(tmp_path):
+    path = tmp_path / "start.yaml"
+    path.write_text(textwrap.dedent(AT_START))
+    out = tmp_path / "out"
+    assert main(["drill", str(path), "--out", str(out)]) == 0
+    doc = json.loads((out / "drill.json").read_text())
+    normal, failed, stopped = doc["faults"]
+    assert normal["met"] and 3 <= normal["ready_s"] < 20, normal
+    assert normal["detected"] == {} and normal["fired_before"] == []
+    assert failed["met"], failed["checks"]
+    assert failed["ready_s"] is None and failed["server_exit"]["status"] == 1
+    assert "exit code 1" in failed["facts"]["start"]
+    assert stopped["met"] and stopped["touched"][0]["signal"] == "SIGSTOP", stopped
+    assert doc["leaks"]["ok"], doc["leaks"]
+
+
+@pytest.mark.parametrize("fault, words", [
+    ({"kind": "stop", "at_start": True, "proxy": True}, "at_start: servewatch proxy records a server that is up"),
+    ({"kind": "stop", "at_start": True, "workload": {"scenario": "normal"}}, "at_start: no workload runs"),
+    ({"kind": "stop", "at_start": {"on_log": ""}}, "faults/0/at_start"),
+    ({"kind": "stop", "expect": {"ready_within_s": 5}}, "give the fault at_start"),
+])
+def test_a_fault_at_the_start_that_cannot_be_is_one_line(fault, words):
+    with pytest.raises(PlanError, match=re.escape(words)):
+        plan_from_dict(_plan(faults=[fault]))
+
+
+def test_a_fault_at_the_start_of_an_existing_server_is_refused():
+    with pytest.raises(PlanError, match="the drill starts only a server of its own"):
+        plan_from_dict(_plan(target={"url": "http://127.0.0.1:1", "pid": 3},
+                             faults=[{"kind": "stop", "at_start": True}]))

@@ -147,8 +147,14 @@ def dry_run(plan) -> int:
                  f"the tree) on {', '.join(step.guard) if step.guard else 'its default verdicts'}")
         if step.proxy:
             guard += "; recorded by servewatch proxy --watch in front of the server, the workload sent through it"
-        print(f"  {i:2d}. {step.name}{on}: {fault.summary}{aim}; warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, "
-              f"observe {step.observe_s:g} s" + (f"; {extra}" if extra else "") + probe + guard)
+        if step.at_start:
+            when = f"when its log shows \u201c{step.on_log}\u201d" if step.on_log else "at once"
+            timing = (f"at a fresh start of the server, recorded from its first second, injected {when}; "
+                      f"hold {step.hold_s:g} s, then the start's end and {step.observe_s:g} s more")
+        else:
+            timing = f"warm-up {step.warmup_s:g} s, hold {step.hold_s:g} s, observe {step.observe_s:g} s"
+        print(f"  {i:2d}. {step.name}{on}: {fault.summary}{aim}; {timing}" + (f"; {extra}" if extra else "")
+              + probe + guard)
         if expect:
             print(f"      expect: {_expect_words(expect)}")
     return 0
@@ -182,6 +188,8 @@ def _expect_words(expect: dict) -> str:
         parts.append("unwritable bundles reported" if expect["bundle_write_fails"] else "every bundle written")
     if "clear_within_s" in expect:
         parts.append(f"the verdict cleared within {expect['clear_within_s']:g} s after")
+    if "ready_within_s" in expect:
+        parts.append(f"/health 200 within {expect['ready_within_s']:g} s of the start")
     if "exit_within_s" in expect:
         parts.append(f"the server exits, process_exit within {expect['exit_within_s']:g} s with its real status")
     if expect.get("in_flight_cut"):

@@ -65,6 +65,11 @@ def check(expect, result) -> list[dict]:
     if expect.clear_within_s is not None:
         for what, met, observed in _cleared(expect, result):
             add(what, met, observed)
+    if expect.ready_within_s is not None:
+        took = result.ready_s
+        add(f"/health 200 within {expect.ready_within_s:g} s of the start", took is not None and
+            took <= expect.ready_within_s, f"after {took:g} s" if took is not None else
+            result.facts.get("start", "not up"))
     if expect.exit_within_s is not None:
         for what, met, observed in _exit(expect.exit_within_s, result):
             add(what, met, observed)

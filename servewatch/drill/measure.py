@@ -567,12 +567,15 @@ def reported_exit(events: list[VerdictEvent], injected: float) -> dict | None:
 
 
 def thresholds(events: list[VerdictEvent], injected: float, verdicts) -> dict[str, float]:
-    """verdict -> the threshold (seconds) its first firing after the injection said it judged by."""
+    """verdict -> the threshold (seconds) its first firing after the injection said it judged by (its
+    threshold_s, or the bound_s of a stage-by-stage wait such as startup_stalled's)."""
     out = {}
     for verdict in verdicts:
         details = stored_details(events, injected, verdict) or {}
-        if isinstance(details.get("threshold_s"), (int, float)):
-            out[verdict] = round(float(details["threshold_s"]), 3)
+        for key in ("threshold_s", "bound_s"):
+            if isinstance(details.get(key), (int, float)):
+                out[verdict] = round(float(details[key]), 3)
+                break
     return out
 
 

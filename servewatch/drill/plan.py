@@ -58,6 +58,7 @@ class Expect:
     guard: GuardExpect | None = None                             # what guard (a step with guard:) did
     clear_within_s: float | None = None                          # the verdicts met cleared after the fault ends
     exit_within_s: float | None = None                           # the server exits, process_exit says how
+    ready_within_s: float | None = None                          # at_start: /health 200 this long after the start
     in_flight_cut: bool = False                                  # requests caught by the fault all fail
     log_shows: tuple[str, ...] = ()                              # the server's log after the injection
     fire_by_threshold: dict[str, float] = field(default_factory=dict)   # verdict -> allowance beyond its own threshold
@@ -83,7 +84,7 @@ class Expect:
                 out[key] = getattr(self, key)
         if self.guard is not None:
             out["guard"] = self.guard.to_json()
-        for key in ("clear_within_s", "exit_within_s"):
+        for key in ("clear_within_s", "exit_within_s", "ready_within_s"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.in_flight_cut:
@@ -112,6 +113,9 @@ class FaultStep:
     guard: tuple[str, ...] | None = None   # `servewatch guard` records (and acts) instead of `watch`: its
                                            # --act-on verdicts (empty: guard's default)
     proxy: bool = False          # `servewatch proxy --watch` records instead, the workload sent through it
+    at_start: bool = False       # the step starts its target afresh, recorded from the server's first second,
+                                 # and injects during the start (no workload)
+    on_log: str | None = None    # at_start: inject when the server's log first shows this (else at the start)
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -142,7 +146,8 @@ class FaultStep:
                 "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "target": self.on,
                 **({"workload": self.workload} if self.workload is not None else {}),
                 **({"guard": {"act_on": list(self.guard)}} if self.guard is not None else {}),
-                **({"proxy": True} if self.proxy else {})}
+                **({"proxy": True} if self.proxy else {}),
+                **({"at_start": {"on_log": self.on_log} if self.on_log else True} if self.at_start else {})}
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,7 @@ class Target:
     consent: bool = False
     ready_timeout_s: float = 240.0
     env: tuple[tuple[str, str], ...] = ()   # extra environment of a lab engine the drill starts
+    under_guard: tuple[str, ...] | None = None   # a lab engine started by `servewatch guard` (its extra options)
 
     @property
     def existing(self) -> bool:
@@ -171,7 +177,9 @@ class Target:
             return f"existing server {self.url} (pid {self.pid})"
         what = f"built-in simulator ({self.sim_dialect})" if self.engine == "sim" else f"lab {self.engine}"
         return (what + (f" {' '.join(self.args)}" if self.args else "")
-                + (f" with {' '.join(f'{k}={v}' for k, v in self.env)}" if self.env else ""))
+                + (f" with {' '.join(f'{k}={v}' for k, v in self.env)}" if self.env else "")
+                + (" started by servewatch guard" + (f" {' '.join(self.under_guard)}" if self.under_guard else "")
+                   if self.under_guard is not None else ""))
 
     def to_json(self) -> dict:
         if self.existing:
@@ -180,6 +188,8 @@ class Target:
                "args": list(self.args), "max_model_len": self.max_model_len}
         if self.env:
             out["env"] = dict(self.env)
+        if self.under_guard is not None:
+            out["under_guard"] = list(self.under_guard)
         return out
 
 
@@ -340,6 +350,15 @@ def _build(data: dict, source: str) -> Plan:
         if "guard" in e and guard is None:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: says what guard did; give the "
                             f"fault guard: true (or guard: {{act_on: [...]}}) so that guard records it")
+        at_start = f.get("at_start", False)
+        if at_start:
+            why = _at_start_problem(f, guard, e, target if f.get("target", "main") == "main"
+                                    else targets.get(f.get("target")))
+            if why:
+                raise PlanError(f"{where} ({f.get('name', f['kind'])}): at_start: {why}")
+        elif "ready_within_s" in e:
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/ready_within_s: says how soon the server "
+                            f"is up after a start the step makes; give the fault at_start")
         g = e.get("guard")
         if g is not None and not g["kills"] and (g.keys() - {"kills"}):
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: within_s, stacks_of and diverging "
@@ -354,6 +373,7 @@ def _build(data: dict, source: str) -> Plan:
                             kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
                             diverging=tuple(g.get("diverging", ()))),
                         clear_within_s=e.get("clear_within_s"), exit_within_s=e.get("exit_within_s"),
+                        ready_within_s=e.get("ready_within_s"),
                         in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())),
                         fire_by_threshold=dict(e.get("fire_by_threshold", {})))
         params = dict(f.get("params", {}))
@@ -373,7 +393,8 @@ def _build(data: dict, source: str) -> Plan:
                                params=params, expect=expect,
                                probe=bool(f.get("probe", recorder.get("probe", False))), on=on,
                                workload=dict(f["workload"]) if "workload" in f else None, guard=guard,
-                               proxy=bool(f.get("proxy", False))))
+                               proxy=bool(f.get("proxy", False)), at_start=bool(at_start),
+                               on_log=at_start.get("on_log") if isinstance(at_start, dict) else None))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     every = {"main": target, **targets}
     for i, step in enumerate(steps):
@@ -385,6 +406,21 @@ def _build(data: dict, source: str) -> Plan:
                 interval_s=float(recorder.get("interval_s", 0.5)), settings=settings, steps=tuple(steps),
                 probe_interval_s=float(recorder.get("probe_interval_s", PROBE_INTERVAL_S)),
                 probe_deadline_s=float(recorder.get("probe_deadline_s", PROBE_DEADLINE_S)), targets=targets)
+
+
+def _at_start_problem(f: dict, guard, expect: dict, target: Target | None) -> str | None:
+    """Why a fault cannot run at the start of its target (None: it can)."""
+    if target is not None and target.existing:
+        return "the drill starts only a server of its own; an existing server is drilled as it runs"
+    if f.get("proxy") or guard is not None:
+        return (f"{'servewatch proxy' if f.get('proxy') else 'guard'} records a server that is up; a start is "
+                f"recorded by watch, attached from the server's first second")
+    if f.get("workload") is not None:
+        return "no workload runs during a start (the server cannot answer yet); drop the fault's workload"
+    if "recover_within_s" in expect or "max_error_rate" in expect:
+        return "no workload runs during a start, so there is no request to recover or fail; drop recover_within_s " \
+               "and max_error_rate"
+    return None
 
 
 def _guard(given) -> tuple[str, ...] | None:
@@ -400,9 +436,13 @@ def _target(t: dict, where: str) -> Target:
         raise PlanError(f"{where}: env: only for a lab engine the drill starts (vllm or sglang): "
                         + ("an existing server keeps the environment it was started with" if t.get("url") is not None
                            else "the simulator reads none"))
+    guarded = t.get("under_guard")
+    if guarded not in (None, False) and t.get("engine") not in ("vllm", "sglang"):
+        raise PlanError(f"{where}: under_guard: only for a lab engine the drill starts (vllm or sglang)")
     return Target(engine=t.get("engine"), sim_dialect=t.get("sim_dialect", "vllm"), args=tuple(t.get("args", ())),
                   max_model_len=t.get("max_model_len", 2048), url=t.get("url"), pid=t.get("pid"),
-                  consent=bool(t.get("consent", False)), ready_timeout_s=t.get("ready_timeout_s", 240.0), env=env)
+                  consent=bool(t.get("consent", False)), ready_timeout_s=t.get("ready_timeout_s", 240.0), env=env,
+                  under_guard=None if guarded in (None, False) else tuple(guarded if isinstance(guarded, list) else ()))
 
 
 def single_fault_plan(kind: str, url: str, pid: int, *, consent: bool, role: str | None, hold_s: float | None,

@@ -14,6 +14,7 @@ from servewatch.drill import measure as M
 from servewatch.drill.faults import FAULTS
 from servewatch.drill.plan import workload_headers
 from servewatch.drill.target import DrillTarget, TargetError, make_target, pid_alive, port_held
+from servewatch.actions.identity import ServerIdentityError
 from servewatch.errors import ServewatchError
 
 
@@ -59,6 +60,7 @@ class StepResult:
     server_exit: dict | None = None                       # {status (Popen's), reported (process_exit's)}
     log_seen: dict[str, bool] = field(default_factory=dict)   # expect.log_shows literal -> in the log after it
     thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
+    ready_s: float | None = None                          # at_start: the start the step made, to /health 200
 
     @property
     def met(self) -> bool:
@@ -194,6 +196,7 @@ class DrillRun:
         self.model_path: str | None = None                  # where it was loaded from: in no bundle
         self.workloads: list[M.Workload] = []
         self.watch_pid_changed = False
+        self.launched_at = 0.0                              # epoch of the last launch an at_start step made
         self.target: DrillTarget | None = None              # the current step's target
         self.targets: dict[str, DrillTarget] = {}           # every target started, by the plan's name
         self.started = self.ended = None
@@ -217,7 +220,7 @@ class DrillRun:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(5)
-        self.ended = time.time()
+            self.ended = time.time()       # also when the drill ends on an error: the report says how long
         self.leaks = self.find_leaks()
         return self.results
 
@@ -267,9 +270,11 @@ class DrillRun:
 
         result = StepResult(index=index + 1, kind=step.kind, name=step.name, target=step.on)
         fault = FAULTS[step.kind](step)
-        up = self._use(step.on, result)
-        self.say(f"[{index + 1}/{len(self.plan.steps)}] {step.name}: {fault.summary}")
-        if not (up and self._ensure_up(result)):
+        up = self._launch(step.on, result) if step.at_start else self._use(step.on, result)
+        self.say(f"[{index + 1}/{len(self.plan.steps)}] {step.name}: "
+                 + (f"at the start ({'when its log shows “' + step.on_log + '”' if step.on_log else 'at once'}): "
+                    if step.at_start else "") + fault.summary)
+        if not (up and (step.at_start or self._ensure_up(result))):
             return result
         bundle_dir = self.out_dir / "bundles" / f"{index + 1:02d}-{step.kind}"
         disk_mode = None
@@ -305,17 +310,23 @@ class DrillRun:
             ctx.recorder_url = watcher.listen_url
             prober.start()
             begun = time.time()
-            if fault.workload:
-                self.start_workload(ctx, after_s=0.0,
-                                    duration_s=step.warmup_s + step.hold_s + step.traffic_after_revert_s)
-            self._sleep_until(begun + step.warmup_s)
+            if step.at_start:           # no workload: the fault lands during the start, at its moment
+                if step.on_log and not self._wait_for_log(step.on_log, result):
+                    return result
+            else:
+                if fault.workload:
+                    self.start_workload(ctx, after_s=0.0,
+                                        duration_s=step.warmup_s + step.hold_s + step.traffic_after_revert_s)
+                self._sleep_until(begun + step.warmup_s)
             if step.guard is not None:      # the tree guard may kill: each of them must be gone after
                 tree = self.target.processes()
-            ctx.log_offset = M.log_size(self.target.log_file())
-            result.injected_at = time.time()
+            ctx.log_offset = 0 if step.at_start else M.log_size(self.target.log_file())
+            # at once at a start: the fault's time counts from the launch (a start can fail before the recorder
+            # has said it records); a signal still stamps its own moment (Context.signal)
+            result.injected_at = self.launched_at if step.at_start and not step.on_log else time.time()
             try:
                 fault.inject(ctx)
-            except (FaultNotRun, TargetError) as exc:
+            except (FaultNotRun, TargetError, ServerIdentityError) as exc:   # not proven: no signal, no fault
                 result.not_run = str(exc)
                 result.injected_at = None
                 return result
@@ -327,7 +338,11 @@ class DrillRun:
                 if added > LATE_SIGNAL_NOTE_S:
                     result.notes.append(f"the workload went on {added:.1f} s longer, so that it still sends for "
                                         f"{step.traffic_after_revert_s:g} s after the fault")
-            self._sleep_until(result.reverted_at + step.watch_after_revert_s)
+            if step.at_start:           # the start ends (up, or its process gone), then the observation
+                self._end_start(result, prober, self.launched_at)
+                self._sleep_until(time.time() + max(step.observe_s, step.expect.clear_within_s or 0.0))
+            else:
+                self._sleep_until(result.reverted_at + step.watch_after_revert_s)
         finally:
             prober.stop()
             if not step.proxy:              # the proxy is the workload's path: it outlives the workload
@@ -351,6 +366,66 @@ class DrillRun:
         if (fault.takes_server_down or killed) and self.target.owned and not last:   # the last: the drill stops it
             result.restarted_by_drill_s = self._restart(result)
         return result
+
+    def _launch(self, name: str, result: StepResult) -> bool:
+        """An at_start step: its target started afresh (stopped first when it runs; the target before it, when
+        the drill owns it, stopped too) without waiting: the recorder attaches to its first second."""
+        target = self.targets.get(name)
+        if self.target is not None and self.target.owned and self.target is not target:
+            self.target.stop()
+        if target is None:
+            spec = self.plan.named_targets()[name]
+            target = self.targets[name] = make_target(spec, self.out_dir / "logs" / ("" if name == "main" else name))
+        else:
+            target.stop()
+        self.target = target
+        try:
+            self.launched_at = time.time()
+            target.launch()
+        except ServewatchError as exc:
+            result.not_run = f"target {name} could not be started: {exc}"
+            return False
+        self.say(f"target{' ' + name if self.plan.targets else ''}: {target.spec.describe()} (started, recorded "
+                 f"from its first second)")
+        self.model_path = target.model_path()
+        return True
+
+    def _wait_for_log(self, literal: str, result: StepResult) -> bool:
+        """Until the starting server's log shows `literal` (bounded by its ready_timeout_s); False (the fault
+        not run, and why) when it exited or came up first, or the time ran out."""
+        path = self.target.log_file()
+        deadline = time.monotonic() + self.target.spec.ready_timeout_s
+        while time.monotonic() < deadline:
+            if M.log_shows(path, 0, (literal,)).get(literal):
+                return True
+            if not self.target.running_process():
+                result.not_run = f"the server exited before its log showed “{literal}”"
+                return False
+            if self.target.healthy():
+                result.not_run = f"the server was up before its log showed “{literal}”"
+                return False
+            time.sleep(0.2)    # another process's log file: nothing to wait on but the file
+        result.not_run = (f"the server's log did not show “{literal}” within {self.target.spec.ready_timeout_s:g} s "
+                          f"of its start")
+        return False
+
+    def _end_start(self, result: StepResult, prober, launched: float) -> None:
+        """The start an at_start step made, to its end: /health 200 (the seconds it took, said), or its main
+        process's exit (left unreaped for the recorder to read), or the target's ready_timeout_s. The time to
+        /health 200 is the prober's first 200 when it saw one before the wait (the hold outlasted the start)."""
+        took, code = self.target.wait_up(self.target.spec.ready_timeout_s)
+        first = M.first_ok_after(prober.answers, launched)
+        if took is not None and first is not None:
+            took = round(min(took, first), 1)
+        result.ready_s = took
+        if took is not None:
+            self.model = self.target.model()
+            self.model_path = self.target.model_path()
+            result.facts["start"] = f"/health 200 after {took:g} s"
+        elif code is not None:
+            result.facts["start"] = f"the server exited during its start ({M.exit_words(code)})"
+        else:
+            result.facts["start"] = f"not up within {self.target.spec.ready_timeout_s:g} s of its start"
 
     @staticmethod
     def _guard_outcome(result: StepResult, watcher, tree) -> dict:

@@ -86,6 +86,7 @@ class DrillTarget:
         self.seen_pids: dict[int, float] = {}     # every process of the server seen: for the leak check
         self.restarts: list[float] = []
         self.ready_s: list[float] = []             # each start the drill made: seconds until /health 200
+        self.starting = False                      # launched by an at_start step, not yet up (or gone)
 
     # -- to be given by subclasses
     url: str = ""
@@ -96,6 +97,21 @@ class DrillTarget:
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def launch(self) -> None:
+        """Start the server without waiting for it (an at_start step): the recorder attaches to its first
+        second, the fault lands during the start; wait_up() ends the start."""
+        raise TargetError("the drill starts only a server of its own")
+
+    def wait_up(self, timeout_s: float) -> tuple[float | None, int | None]:
+        """After launch(): (seconds from the launch to /health 200, None) once the server is up and proven,
+        (None, exit status) once its main process has exited, (None, None) when neither came within
+        timeout_s of the launch."""
+        raise TargetError("the drill starts only a server of its own")
+
+    def running_process(self) -> bool:
+        """The main process the drill launched is still running."""
+        return False
 
     def restart(self) -> float:
         """Stop and start a server the drill started itself; the seconds it took."""
@@ -119,9 +135,17 @@ class DrillTarget:
     def prove(self) -> None:
         import psutil
 
-        from servewatch.actions.identity import prove_server
+        from servewatch.actions.identity import ServerIdentityError, ServerProof, prove_server
 
-        self.proof = prove_server(self.pid, self.url)
+        try:
+            self.proof = prove_server(self.pid, self.url)
+        except ServerIdentityError:
+            if not (self.starting and self.owned and _own_child(self.pid)):
+                raise
+            # Starting: SGLang binds its port only once its engine is up (vLLM's API server at once). The
+            # process is the one the drill itself launched (its child, with the start recorded below).
+            self.proof = ServerProof(self.pid, 0.0, None, self.port, True,
+                                     f"pid {self.pid} is the server the drill started, not listening yet")
         try:
             self.proof_started = started_since_boot(self.pid)
         except psutil.Error:
@@ -156,6 +180,7 @@ class DrillTarget:
         from servewatch.timeline.samples import ProcessMember
 
         dialect = by_name(self.dialect)
+        guarded = getattr(self.spec, "under_guard", None) is not None   # the root is guard, its child the API server
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
@@ -169,7 +194,8 @@ class DrillTarget:
                 ppid = proc.ppid()
             except psutil.Error:
                 continue
-            role = "api" if i == 0 else ((dialect.role_of(title) if dialect else None) or "other")
+            role = ("guard" if guarded else "api") if i == 0 else \
+                "api" if guarded and ppid == self.pid else ((dialect.role_of(title) if dialect else None) or "other")
             self.seen_pids[proc.pid] = created
             found.append(ProcessMember(proc.pid, created, role, title, "running", ppid=ppid))
         return with_ranks(found)
@@ -280,19 +306,40 @@ class SimTarget(DrillTarget):
         return self.proc.pid if self.proc else 0
 
     def start(self) -> None:
+        self.launch()
+        self.starting = False
+        if not wait_healthy(self.url, SIM_READY_TIMEOUT_S, alive=lambda: self.proc.poll() is None):
+            self.stop()
+            raise TargetError(f"the simulator did not become healthy on {self.url} (log: {self.log_dir / 'sim.log'})")
+        self.prove()
+        self.processes()
+
+    def wait_up(self, timeout_s: float) -> tuple[float | None, int | None]:
+        launched = self.launched
+        code = wait_up_keep_zombie(self.url, self.proc, launched + timeout_s)
+        if code is not None or health(self.url) != 200:
+            return None, code
+        self.starting = False
+        self.prove()
+        self.processes()
+        took = round(time.monotonic() - launched, 1)
+        self.ready_s.append(took)
+        return took, None
+
+    def running_process(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def launch(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.starting = True
         log = open(self.log_dir / "sim.log", "ab")
         command = [sys.executable, "-m", "servewatch", "sim", "--dialect", self.dialect, "--port", str(self.port),
                    "--profile", "tiny-cpu", "--log-stats-interval", "1", "--max-model-len",
                    str(self.spec.max_model_len), *self.spec.args]
         self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
+        self.launched = time.monotonic()
         log.close()
-        if not wait_healthy(self.url, SIM_READY_TIMEOUT_S, alive=lambda: self.proc.poll() is None):
-            self.stop()
-            raise TargetError(f"the simulator did not become healthy on {self.url} (log: {self.log_dir / 'sim.log'})")
-        self.prove()
-        self.processes()
 
     def log_file(self) -> Path | None:
         return self.log_dir / "sim.log"
@@ -347,13 +394,18 @@ class LabTarget(DrillTarget):
         log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
         common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args), "extra_env": tuple(self.spec.env)}
         if lab.recipe is VLLM:
-            return lab.server(log_path, max_model_len=self.spec.max_model_len, **common)
-        return lab.server(log_path, context_length=self.spec.max_model_len, served_model_name="tiny", **common)
+            server = lab.server(log_path, max_model_len=self.spec.max_model_len, **common)
+        else:
+            server = lab.server(log_path, context_length=self.spec.max_model_len, served_model_name="tiny", **common)
+        if self.spec.under_guard is not None:     # guard starts the engine; its lines go to the same log
+            server.wrapper = (sys.executable, "-m", "servewatch", "guard", self.url, "--json", "--interval", "0.5",
+                              "--out", str(self.log_dir / f"guard-bundles-{self.lives}"), "--no-stacks",
+                              "--lives", str(self.log_dir / "guard-lives.json"), *self.spec.under_guard, "--")
+        return server
 
     def start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.server = self._build()
-        self.server.start()
+        self.launch()
+        self.starting = False
         try:
             self.ready_s.append(round(self.server.wait_ready(self.spec.ready_timeout_s), 1))
         except ServewatchError:
@@ -362,6 +414,29 @@ class LabTarget(DrillTarget):
         self.server.process_tree()
         self.prove()
         self.processes()
+
+    def launch(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.server = self._build()
+        self.server.start()
+        self.starting = True
+
+    def wait_up(self, timeout_s: float) -> tuple[float | None, int | None]:
+        launched = self.server._started_at
+        code = wait_up_keep_zombie(self.url, self.server.proc, launched + timeout_s)
+        if code is not None or health(self.url) != 200:
+            return None, code
+        took = round(time.monotonic() - launched, 1)
+        self.server.ready_seconds = took
+        self.starting = False
+        self.server.process_tree()
+        self.prove()
+        self.processes()
+        self.ready_s.append(took)
+        return took, None
+
+    def running_process(self) -> bool:
+        return self.server is not None and self.server.proc is not None and self.server.returncode is None
 
     def stop(self) -> None:
         if self.server is not None:
@@ -399,6 +474,36 @@ class ExistingTarget(DrillTarget):
 
     def stop(self) -> None:
         pass
+
+
+def wait_up_keep_zombie(url: str, proc: subprocess.Popen, deadline: float) -> int | None:
+    """Until /health answers 200 or the process exits (its exit status, read without reaping it: the
+    recorder reads the status of the zombie it left, as an engine's real parent would), or the monotonic
+    deadline; None unless it exited."""
+    import os
+
+    while time.monotonic() < deadline:
+        if health(url) == 200:
+            return None
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return proc.poll()
+        if info is not None:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        time.sleep(0.2)   # a server starting up: nothing to wait on but its /health and its exit
+    return None
+
+
+def _own_child(pid: int) -> bool:
+    import os
+
+    import psutil
+
+    try:
+        return psutil.Process(pid).ppid() == os.getpid()
+    except psutil.Error:
+        return False
 
 
 def _detect_dialect(url: str) -> str:

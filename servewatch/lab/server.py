@@ -150,6 +150,7 @@ class LabServer:
         return vllm_error_message(log_text)
 
     def __init__(self, python: Path, config, log_path: Path):
+        self.wrapper: tuple[str, ...] = ()   # a supervisor that starts the engine (servewatch guard ... --)
         self.python = python
         self.config = config
         self.log_path = log_path
@@ -185,7 +186,7 @@ class LabServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self.command(),
+                [*self.wrapper, *self.command()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

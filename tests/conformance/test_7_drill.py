@@ -45,12 +45,15 @@ TARGET_LINE = re.compile(r"servewatch drill: target( \S+)?: ")    # the first ta
 def after_start_bound(plan) -> float:
     """Seconds the drill may take once its engine is up: every fault's windows plus STEP_OVERHEAD_S, a start
     again (bounded by its ready_timeout_s) after each fault that takes its server down (or whose guard is to
-    kill it) before the last on that server, and the first start of every other target."""
-    windows = sum(s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s) + STEP_OVERHEAD_S
-                  for s in plan.steps)
+    kill it) before the last on that server, the start each fault at a start makes (its target's
+    ready_timeout_s), and the first start of every other target."""
     from servewatch.drill.faults import FAULTS
 
     targets = plan.named_targets()
+    windows = sum((targets[s.on].ready_timeout_s + s.hold_s + max(s.observe_s, s.expect.clear_within_s or 0.0)
+                   if s.at_start else
+                   s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s)) + STEP_OVERHEAD_S
+                  for s in plan.steps)
     down = [FAULTS[s.kind].takes_server_down or bool(s.expect.guard and s.expect.guard.kills) for s in plan.steps]
     restarts = sum(targets[s.on].ready_timeout_s for i, s in enumerate(plan.steps)
                    if down[i] and any(later.on == s.on for later in plan.steps[i + 1:]))
@@ -279,6 +282,25 @@ def _keep_engine_death(lab, drilled: Drilled) -> None:
                                       "process_exit_after_s": fault["detected"].get("process_exit"),
                                       "health_while_killed": fault["health"],
                                       "in_flight_at_kill": fault["impact"]["in_flight_at_fault"]})
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(_timeout("start-vllm"))
+def test_start_drill_meets_every_expectation_on_vllm(lab, run_dir):
+    """A failed start, a normal one recorded from its first second, request outcomes, a start stalled while
+    compiling: plans/start-vllm.yaml (until 2026-12-03 the hand-coded test_1_startup_failure and
+    test_5_outcomes_startup)."""
+    from lab_observations import log_excerpt
+
+    drilled = _drill("start-vllm", run_dir / "start-drill")
+    failed, _, out = drilled.fault("a start that fails")
+    lab.obs.save_text("startup_failure_undersized_kv.log",       # the replay tests' fixture, with the engine's message
+                      log_excerpt((out / "logs" / "undersized" / "vllm-1.log").read_text(errors="replace")))
+    stalled, _, _ = drilled.fault("worker stopped while compiling")
+    lab.obs.record("start_drill", {"failed_start_exit": failed["server_exit"]["status"],
+                                   "process_exit_after_start_s": failed["detected"].get("process_exit"),
+                                   "startup_stalled_after_stop_s": stalled["detected"].get("startup_stalled"),
+                                   "startup_stalled_bound_s": stalled["thresholds"].get("startup_stalled")})
 
 
 @pytest.mark.vllm

@@ -10,6 +10,6 @@ from servewatch.drill.faults.base import SignalFault, register
 @register
 class Term(SignalFault):
     kind = "term"
-    summary = "SIGTERM to the API server (a graceful stop)"
+    summary = "SIGTERM, a graceful stop (to the API server unless a role is given)"
     default_role = "api"
     signum = signal.SIGTERM
