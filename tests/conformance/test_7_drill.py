@@ -288,8 +288,8 @@ def _keep_engine_death(lab, drilled: Drilled) -> None:
 @pytest.mark.timeout(_timeout("start-vllm"))
 def test_start_drill_meets_every_expectation_on_vllm(lab, run_dir):
     """A failed start, a normal one recorded from its first second, request outcomes, a start stalled while
-    compiling: plans/start-vllm.yaml (until 2026-12-03 the hand-coded test_1_startup_failure and
-    test_5_outcomes_startup)."""
+    compiling, SIGTERM to guard: plans/start-vllm.yaml (until 2026-12-03 the hand-coded test_1_startup_failure,
+    test_4_guard and test_5_outcomes_startup)."""
     from lab_observations import log_excerpt
 
     drilled = _drill("start-vllm", run_dir / "start-drill")
