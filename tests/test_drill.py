@@ -944,7 +944,9 @@ AT_START = """
     name: at start
     target: {engine: sim, args: ["--startup-seconds", "3"]}
     targets:
-      undersized: {engine: sim, args: ["--fault", "startup-oom"], ready_timeout_s: 30}
+      # a start of 3 s before the failure: one that fails within the recorder's first log read can be judged
+      # before any log line is read (process_exit then says only the exit code; noted in issue 25)
+      undersized: {engine: sim, args: ["--fault", "startup-oom", "--startup-seconds", "3"], ready_timeout_s: 30}
     recorder: {interval_s: 0.5}
     faults:
       - name: a normal start
@@ -1004,3 +1006,48 @@ def test_a_fault_at_the_start_of_an_existing_server_is_refused():
     with pytest.raises(PlanError, match="the drill starts only a server of its own"):
         plan_from_dict(_plan(target={"url": "http://127.0.0.1:1", "pid": 3},
                              faults=[{"kind": "stop", "at_start": True}]))
+
+
+SERVE = """
+    name: serve records
+    target: {engine: sim}
+    workload: {scenario: custom, rate: 4, output_tokens: 32}
+    recorder: {interval_s: 0.5}
+    faults:
+      - name: frozen under serve
+        kind: stop
+        role: api
+        serve: true
+        warmup_s: 3
+        hold_s: 8
+        observe_s: 4
+        expect:
+          fire: {health_loss: 8}
+          clear_within_s: 4
+          livez: ok
+"""
+
+
+def test_servewatch_serve_can_record_a_fault_its_verdicts_and_livez_read_over_its_api(tmp_path):
+    """The API server frozen: serve's health_loss fired and cleared as watch's would be; its livez stays 200
+    (health_loss is no liveness failure: /health itself already fails), as answered by serve itself."""
+    path = tmp_path / "serve.yaml"
+    path.write_text(textwrap.dedent(SERVE))
+    out = tmp_path / "out"
+    assert main(["drill", str(path), "--out", str(out)]) == 0
+    fault = json.loads((out / "drill.json").read_text())["faults"][0]
+    assert fault["met"], fault["checks"]
+    assert 0 < fault["detected"]["health_loss"] <= 8 and fault["cleared"]["health_loss"] <= 4
+    assert set(fault["livez"]) == {"200"} and fault["livez"]["200"] >= 8 / 0.5    # polled every 0.2 s at most
+    assert fault["bundles"]["written"] >= 1 and fault["bundles"]["verified"] == fault["bundles"]["written"]
+
+
+@pytest.mark.parametrize("fault, words", [
+    ({"kind": "stop", "serve": True, "proxy": True}, "serve: servewatch serve records the step in watch's place; "
+                                                     "give serve or proxy, not both"),
+    ({"kind": "stop", "serve": True, "guard": True}, "give serve or guard, not both"),
+    ({"kind": "stop", "expect": {"livez": "failing"}}, "expect/livez: says what servewatch serve's livez answered"),
+])
+def test_a_fault_recorded_by_serve_that_cannot_be_is_one_line(fault, words):
+    with pytest.raises(PlanError, match=re.escape(words)):
+        plan_from_dict(_plan(faults=[fault]))

@@ -147,6 +147,8 @@ def dry_run(plan) -> int:
                  f"the tree) on {', '.join(step.guard) if step.guard else 'its default verdicts'}")
         if step.proxy:
             guard += "; recorded by servewatch proxy --watch in front of the server, the workload sent through it"
+        if step.serve:
+            guard += "; recorded by servewatch serve (by URL), its verdicts and livez read over its HTTP API"
         if step.at_start:
             when = f"when its log shows \u201c{step.on_log}\u201d" if step.on_log else "at once"
             timing = (f"at a fresh start of the server, recorded from its first second, injected {when}; "
@@ -188,6 +190,8 @@ def _expect_words(expect: dict) -> str:
         parts.append("unwritable bundles reported" if expect["bundle_write_fails"] else "every bundle written")
     if "clear_within_s" in expect:
         parts.append(f"the verdict cleared within {expect['clear_within_s']:g} s after")
+    if "livez" in expect:
+        parts.append("servewatch serve's livez stays 200" if expect["livez"] == "ok" else "servewatch serve's livez fails")
     if "ready_within_s" in expect:
         parts.append(f"/health 200 within {expect['ready_within_s']:g} s of the start")
     if "exit_within_s" in expect:

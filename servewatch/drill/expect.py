@@ -65,6 +65,14 @@ def check(expect, result) -> list[dict]:
     if expect.clear_within_s is not None:
         for what, met, observed in _cleared(expect, result):
             add(what, met, observed)
+    if expect.livez != "any":
+        answers = result.livez or {}
+        failing = sum(n for k, n in answers.items() if k != "200")
+        observed = describe_answers(answers)
+        if expect.livez == "ok":
+            add("servewatch serve's livez stays 200 while the fault holds", failing == 0 and bool(answers), observed)
+        else:
+            add("servewatch serve's livez fails while the fault holds", failing > 0, observed)
     if expect.ready_within_s is not None:
         took = result.ready_s
         add(f"/health 200 within {expect.ready_within_s:g} s of the start", took is not None and

@@ -27,6 +27,10 @@ KUBELET_FAILURE_THRESHOLD = 3
 KUBELET_TIMEOUT_S = 1.0         # timeoutSeconds' default: a slower answer is a failed probe
 CONNECT_TIMEOUT_S = 5.0         # the workload's connect timeout unless the plan's says otherwise (the OpenAI client's)
 LISTENING = re.compile(r"servewatch proxy: listening on (127\.0\.0\.1:\d+)")
+SERVE_LISTENING = re.compile(r"servewatch serve: listening on (http://127\.0\.0\.1:\d+),")
+SERVE_TARGET = "drill"          # the name `servewatch serve` knows the drilled server by
+SERVE_POLL_S = 0.2              # serve's verdicts and livez read this often (fired and cleared to within it)
+SERVE_READ_LIMIT = 4 << 20
 LOG_READ_LIMIT = 8 << 20         # bytes of the server's log read after an injection (`expect.log_shows`)
 
 
@@ -115,13 +119,18 @@ class Watcher:
     (its --act-on verdicts, empty for its default) `servewatch guard` runs in watch's place, attached to the
     same PID, acting as it would in production; its action lines are kept as `actions`. With `proxy_records`
     `servewatch proxy --watch` runs in watch's place, in front of the server on a loopback port of its own
-    (`listen_url`, where the workload sends), its per-request records appended to that file."""
+    (`listen_url`, where the workload sends), its per-request records appended to that file. With `serve`
+    `servewatch serve --target drill=URL` runs in watch's place (by URL: no pid, no log), and its HTTP API is
+    read every SERVE_POLL_S: /api/v1/verdicts for the verdicts it fired and cleared, /targets/drill/livez for
+    the answers a kubelet would get (`livez`: epoch seconds, status or None)."""
 
     def __init__(self, url: str, pid: int, out: Path, *, interval_s: float, settings: tuple[str, ...],
                  log_path: Path, wrapper: list[str] | None = None, server_log: Path | None = None,
                  probe: tuple[float, float] | None = None, guard: tuple[str, ...] | None = None,
-                 stacks_dir: Path | None = None, proxy_records: Path | None = None):
+                 stacks_dir: Path | None = None, proxy_records: Path | None = None, serve: bool = False):
         self.events: list[VerdictEvent] = []
+        self.livez: list[tuple[float, int | None]] = []   # `serve`: its livez answers
+        self.serve_url: str | None = None
         self.actions: list[tuple[float, dict]] = []    # guard's lines (epoch seconds read, the line)
         self.log_path = log_path
         self.recording = threading.Event()
@@ -131,6 +140,8 @@ class Watcher:
         if proxy_records is not None:           # the request path records: the proxy has no --pid, log or probe
             command += ["proxy", "--listen", "127.0.0.1:0", "--upstream", url, "--records", str(proxy_records),
                         "--watch"]
+        elif serve:                             # the fleet recorder, by URL, with its HTTP API on loopback
+            command += ["serve", "--target", f"{SERVE_TARGET}={url}", "--listen", "127.0.0.1:0"]
         else:
             command += ["watch" if guard is None else "guard", url, "--pid", str(pid), "--json"]
         command += ["--out", str(out), "--interval", f"{interval_s:g}"]
@@ -141,7 +152,10 @@ class Watcher:
                         "--lives", str(log_path.with_suffix(".lives.json"))]
             if guard:
                 command += ["--act-on", ",".join(guard)]
-        if proxy_records is None:
+        if serve:
+            command += (["--probe", "--probe-interval", f"{probe[0]:g}", "--probe-deadline", f"{probe[1]:g}"]
+                        if probe is not None else ["--no-probe"])
+        elif proxy_records is None:
             if server_log is not None:     # the engine's own log: its shutdown and death lines
                 command += ["--log-file", str(server_log)]
             if probe is not None:          # (interval, deadline): watch's probe, as the fault asks
@@ -183,8 +197,58 @@ class Watcher:
                 listening = LISTENING.search(line)
                 if listening:
                     self.listen_url = f"http://{listening[1]}"
+                serving = SERVE_LISTENING.search(line)
+                if serving and self.serve_url is None:
+                    self.serve_url = serving[1]
+                    poller = threading.Thread(target=self._poll_serve, daemon=True)
+                    self._threads.append(poller)
+                    poller.start()
                 if ": recording " in line:
                     self.recording.set()
+
+    def _poll_serve(self) -> None:
+        """serve's verdicts as watch's lines: each fired one (its own t, onset, why and bundle) once, and a
+        cleared line when a verdict leaves the active list; livez's answers. Until serve exits."""
+        import urllib.error
+        import urllib.request
+
+        seen: set[tuple[str, str]] = set()
+        active: dict[str, float] = {}        # verdict -> onset, as last read
+        self.recording.set()                 # serve is up and recording once its API answers
+        while self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{self.serve_url}/api/v1/verdicts", timeout=2) as response:
+                    doc = json.loads(response.read(SERVE_READ_LIMIT))
+            except (OSError, ValueError):
+                doc = None
+            now = time.time()
+            if isinstance(doc, dict):
+                for item in sorted(doc.get("recent", []), key=lambda v: v.get("t", "")):
+                    key = (item.get("verdict"), item.get("t"))
+                    if key not in seen:
+                        seen.add(key)
+                        event = parse_watch_line(json.dumps({**item, "event": "fired"}))
+                        if event is not None:
+                            self.events.append(event)
+                now_active = {}
+                for item in doc.get("active", []):
+                    try:
+                        now_active[item["verdict"]] = _epoch(item["onset"])
+                    except (KeyError, TypeError, ValueError):
+                        continue
+                for verdict, onset in active.items():
+                    if verdict not in now_active:
+                        self.events.append(VerdictEvent("cleared", verdict, now, onset))
+                active = now_active
+            try:
+                with urllib.request.urlopen(f"{self.serve_url}/targets/{SERVE_TARGET}/livez", timeout=2) as response:
+                    status: int | None = response.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            except OSError:
+                status = None
+            self.livez.append((now, status))
+            time.sleep(SERVE_POLL_S)   # serve's HTTP API, polled as a kubelet and a dashboard would
 
     def stop(self) -> int | None:
         if self.proc is None:
@@ -365,6 +429,16 @@ def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str
             key = "no answer" if p.status is None else str(p.status)
             if p.status is not None and p.t + p.latency_s > end and end - p.t >= KUBELET_TIMEOUT_S:
                 key += " after the fault"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def answers_during(answers: list[tuple[float, int | None]], start: float, end: float) -> dict[str, int]:
+    """(epoch, status or None) answers between start and end, counted by answer ("200", "503", "no answer")."""
+    counts: dict[str, int] = {}
+    for t, status in answers:
+        if start <= t <= end:
+            key = "no answer" if status is None else str(status)
             counts[key] = counts.get(key, 0) + 1
     return counts
 

@@ -59,6 +59,7 @@ class Expect:
     clear_within_s: float | None = None                          # the verdicts met cleared after the fault ends
     exit_within_s: float | None = None                           # the server exits, process_exit says how
     ready_within_s: float | None = None                          # at_start: /health 200 this long after the start
+    livez: str = "any"                                           # serve: ok | failing | any, while the fault holds
     in_flight_cut: bool = False                                  # requests caught by the fault all fail
     log_shows: tuple[str, ...] = ()                              # the server's log after the injection
     fire_by_threshold: dict[str, float] = field(default_factory=dict)   # verdict -> allowance beyond its own threshold
@@ -84,6 +85,8 @@ class Expect:
                 out[key] = getattr(self, key)
         if self.guard is not None:
             out["guard"] = self.guard.to_json()
+        if self.livez != "any":
+            out["livez"] = self.livez
         for key in ("clear_within_s", "exit_within_s", "ready_within_s"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -116,6 +119,7 @@ class FaultStep:
     at_start: bool = False       # the step starts its target afresh, recorded from the server's first second,
                                  # and injects during the start (no workload)
     on_log: str | None = None    # at_start: inject when the server's log first shows this (else at the start)
+    serve: bool = False          # `servewatch serve` records instead (by URL), its verdicts and livez read over HTTP
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -147,7 +151,8 @@ class FaultStep:
                 **({"workload": self.workload} if self.workload is not None else {}),
                 **({"guard": {"act_on": list(self.guard)}} if self.guard is not None else {}),
                 **({"proxy": True} if self.proxy else {}),
-                **({"at_start": {"on_log": self.on_log} if self.on_log else True} if self.at_start else {})}
+                **({"at_start": {"on_log": self.on_log} if self.on_log else True} if self.at_start else {}),
+                **({"serve": True} if self.serve else {})}
 
 
 @dataclass(frozen=True)
@@ -356,7 +361,14 @@ def _build(data: dict, source: str) -> Plan:
                                     else targets.get(f.get("target")))
             if why:
                 raise PlanError(f"{where} ({f.get('name', f['kind'])}): at_start: {why}")
-        elif "ready_within_s" in e:
+        others = [k for k, on in (("proxy", f.get("proxy")), ("guard", guard is not None), ("at_start", at_start)) if on]
+        if f.get("serve") and others:
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): serve: servewatch serve records the step in "
+                            f"watch's place; give serve or {others[0]}, not both")
+        if "livez" in e and not f.get("serve"):
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/livez: says what servewatch serve's livez "
+                            f"answered; give the fault serve: true")
+        if "ready_within_s" in e and not at_start:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/ready_within_s: says how soon the server "
                             f"is up after a start the step makes; give the fault at_start")
         g = e.get("guard")
@@ -373,7 +385,7 @@ def _build(data: dict, source: str) -> Plan:
                             kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
                             diverging=tuple(g.get("diverging", ()))),
                         clear_within_s=e.get("clear_within_s"), exit_within_s=e.get("exit_within_s"),
-                        ready_within_s=e.get("ready_within_s"),
+                        ready_within_s=e.get("ready_within_s"), livez=e.get("livez", "any"),
                         in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())),
                         fire_by_threshold=dict(e.get("fire_by_threshold", {})))
         params = dict(f.get("params", {}))
@@ -394,7 +406,8 @@ def _build(data: dict, source: str) -> Plan:
                                probe=bool(f.get("probe", recorder.get("probe", False))), on=on,
                                workload=dict(f["workload"]) if "workload" in f else None, guard=guard,
                                proxy=bool(f.get("proxy", False)), at_start=bool(at_start),
-                               on_log=at_start.get("on_log") if isinstance(at_start, dict) else None))
+                               on_log=at_start.get("on_log") if isinstance(at_start, dict) else None,
+                               serve=bool(f.get("serve", False))))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     every = {"main": target, **targets}
     for i, step in enumerate(steps):

@@ -61,6 +61,7 @@ class StepResult:
     log_seen: dict[str, bool] = field(default_factory=dict)   # expect.log_shows literal -> in the log after it
     thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
     ready_s: float | None = None                          # at_start: the start the step made, to /health 200
+    livez: dict[str, int] | None = None                   # serve: its livez answers while the fault held
 
     @property
     def met(self) -> bool:
@@ -297,7 +298,8 @@ class DrillRun:
                             wrapper=wrapper, server_log=self.target.log_file(),
                             probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None,
                             guard=step.guard, stacks_dir=self.out_dir / "stacks",
-                            proxy_records=self.out_dir / "logs" / f"proxy-{index + 1:02d}.jsonl" if step.proxy else None)
+                            proxy_records=self.out_dir / "logs" / f"proxy-{index + 1:02d}.jsonl" if step.proxy else None,
+                            serve=step.serve)
         prober = M.Prober(self.target.url)
         tree = []
         try:
@@ -476,7 +478,12 @@ class DrillRun:
         start = injected - step.warmup_s
         restart = M.kubelet_restart(M.health_answers(probes), start, end)
         result.kubelet_health_s = None if restart is None else round(restart - injected, 1)
-        restart = M.kubelet_restart(M.livez_answers(events, start, end), start, end)
+        if step.serve:      # serve's own livez, as answered (a kubelet's view of it), not derived from verdicts
+            livez = [(t, status == 200) for t, status in watcher.livez]
+            result.livez = M.answers_during(watcher.livez, injected, reverted)
+        else:
+            livez = M.livez_answers(events, start, end)
+        restart = M.kubelet_restart(livez, start, end)
         result.kubelet_livez_s = None if restart is None else round(restart - injected, 1)
         records = ctx.workload.records if ctx.workload is not None else []
         if records:
@@ -498,8 +505,10 @@ class DrillRun:
                                   "read_as_parent": self.target.owned}
         result.recovery_s = M.recovery(records, reverted)
         result.health_back_s = M.first_ok_after(probes, reverted)
-        bundles = sorted(p for p in Path(watcher.command[watcher.command.index("--out") + 1]).glob("*")
-                         if p.is_dir() and not p.name.startswith("."))
+        where = Path(watcher.command[watcher.command.index("--out") + 1])
+        if step.serve:          # serve keeps each target's bundles in a directory of its own
+            where = where / M.SERVE_TARGET
+        bundles = sorted(p for p in where.glob("*") if p.is_dir() and not p.name.startswith("."))
         verified = 0
         for bundle in bundles:
             try:
