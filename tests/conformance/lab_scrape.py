@@ -109,33 +109,3 @@ def wait_until(url: str, predicate, *, timeout_s: float, every_s: float = 0.5) -
                 return raw
         time.sleep(every_s)  # polling a remote server: there is no event to wait on
     return None
-
-
-def describe_wait() -> str:
-    last = WaitLog.last
-    picture = {k: last.values.get(k) for k in ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                                                "vllm:generation_tokens_total", "vllm:kv_cache_usage_perc")} if last else None
-    return f"{WaitLog.scrapes} scrapes, errors {WaitLog.errors[-5:]}, last {picture}"
-
-
-def wait_for_steady_progress(url: str, *, span_s: float = 1.5, timeout_s: float = 60.0) -> Raw | None:
-    """Wait (bounded) until requests are running and generation has kept moving for span_s seconds,
-    so that a recorder scraping every 0.5 s has seen several steps of the engine's cadence."""
-    first = wait_until(url, lambda r: r.get("vllm:num_requests_running") >= 1
-                       and r.get("vllm:generation_tokens_total") > 0, timeout_s=timeout_s, every_s=0.25)
-    if first is None:
-        return None
-    return wait_until(url, lambda r: r.at - first.at >= span_s and r.get("vllm:num_requests_running") >= 1
-                      and r.get("vllm:generation_tokens_total") > first.get("vllm:generation_tokens_total"),
-                      timeout_s=timeout_s, every_s=0.25)
-
-
-def health_over(url: str, seconds: float, every_s: float = 0.25) -> list[int | str]:
-    """/health probed repeatedly over a window of `seconds`: what a load balancer would have seen."""
-    statuses = []
-    deadline = time.monotonic() + seconds
-    while True:
-        statuses.append(health(url))
-        if time.monotonic() >= deadline:
-            return statuses
-        time.sleep(every_s)  # the probe cadence of the measurement window
