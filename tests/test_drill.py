@@ -1011,7 +1011,7 @@ def test_a_fault_at_the_start_of_an_existing_server_is_refused():
 SERVE = """
     name: serve records
     target: {engine: sim}
-    workload: {scenario: custom, rate: 4, output_tokens: 32}
+    workload: {scenario: custom, rate: 4, output_tokens: 32, tokenizer: model}
     recorder: {interval_s: 0.5}
     faults:
       - name: frozen under serve
@@ -1040,6 +1040,8 @@ def test_servewatch_serve_can_record_a_fault_its_verdicts_and_livez_read_over_it
     assert 0 < fault["detected"]["health_loss"] <= 8 and fault["cleared"]["health_loss"] <= 4
     assert set(fault["livez"]) == {"200"} and fault["livez"]["200"] >= 8 / 0.5    # polled every 0.2 s at most
     assert fault["bundles"]["written"] >= 1 and fault["bundles"]["verified"] == fault["bundles"]["written"]
+    # `tokenizer: model` on a server whose model directory is not known (the simulator's is a name): approximate
+    assert any("prompt sizes approximate" in note for note in fault["notes"]), fault["notes"]
 
 
 @pytest.mark.parametrize("fault, words", [

@@ -258,6 +258,13 @@ class DrillRun:
         step = ctx.step
         timeout = step.request_timeout_s
         spec = step.workload if step.workload is not None else self.plan.workload
+        if spec.get("tokenizer") == "model":    # the served model's own tokenizer: prompts of exact token counts
+            if self.model_path:
+                spec = {**spec, "tokenizer": self.model_path}
+            else:
+                spec = {**spec, "tokenizer": "approx"}
+                ctx.result.notes.append("workload: the served model's directory is not known here: prompt sizes "
+                                        "approximate (about one token a word)")
         headers = workload_headers(spec, self.plan.named_targets()[step.on])
         workload = M.Workload(url, self.model, spec, duration_s=duration_s, after_s=after_s,
                               request_timeout_s=timeout, seed=ctx.result.index, headers=headers).start()

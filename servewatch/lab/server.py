@@ -146,6 +146,14 @@ class LabServer:
     def environment(self) -> dict[str, str]:
         raise NotImplementedError
 
+    def supervised_command(self) -> list[str]:
+        """The engine's command as a supervisor (`self.wrapper`, e.g. servewatch guard ... --) runs it."""
+        return self.command()
+
+    def supervisor_environment(self) -> dict[str, str]:
+        """The supervisor's environment (the engine's own unless its command sets it, as SGLang's does)."""
+        return self.environment()
+
     def error_message(self, log_text: str) -> str | None:
         return vllm_error_message(log_text)
 
@@ -186,11 +194,11 @@ class LabServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [*self.wrapper, *self.command()],
+                [*self.wrapper, *self.supervised_command()] if self.wrapper else self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.environment(),
+                env=self.supervisor_environment() if self.wrapper else self.environment(),
                 start_new_session=True,
             )
         self._started_at = time.monotonic()

@@ -122,6 +122,14 @@ class SglangServer(LabServer):
     def environment(self) -> dict[str, str]:
         return sglang_environment(self.config, self.port)
 
+    def supervised_command(self) -> list[str]:
+        return sglang_supervised_command(self.python, self.config, self.port)   # env(1) sets SGLang's own
+
+    def supervisor_environment(self) -> dict[str, str]:
+        import os
+
+        return dict(os.environ)
+
     def error_message(self, log_text: str) -> str | None:
         return sglang_error_message(log_text)
 
