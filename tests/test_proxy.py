@@ -706,6 +706,100 @@ def test_the_inline_path_with_events_that_change_shape_midstream(api):
            (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact, rb.error, rb.finish_reason)
 
 
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_the_inline_path_with_events_of_one_length(api):
+    """Reads of the same length that start with the same size line and the same bytes up to the piece as
+    the last whole event take the inline path's shortest way (only the rest matched, the size known): a
+    rest that differs (another piece of the same length, a finish reason where null was, usage counts,
+    an escaped piece, an extra member) ends exactly as the parser reads it."""
+    import random
+
+    rng = random.Random(2026)
+    # in JSON: 2 bytes each ("ab" ...), 3 ("abc", an escaped quote, an escaped backslash), 6 ("abcdef", é)
+    pieces = ["ab", "cd", " e", "zz", "abc", '"x', "\\q", "abcdef", "\u00e9"]
+    events = []
+    for i in range(300):
+        reason = rng.choice([None] * 8 + ["ab", "st"])      # "ab" and null: the same length
+        piece = rng.choice(pieces)
+        if api == "chat":
+            choice = {"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": reason}
+        body: dict = {"id": "cmpl-1", "object": "x", "created": 1, "model": "m", "choices": [choice]}
+        if rng.random() < 0.3:
+            body["usage"] = {"prompt_tokens": 7, "total_tokens": 100 + i % 10, "completion_tokens": 10 + i % 90}
+        if rng.random() < 0.05:
+            body["zz"] = 1
+        events.append(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
+    events.append(b"data: [DONE]\n\n")
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    request = _post(path, {"model": "m", "prompt": "p", "max_tokens": 300, "stream": True})
+    whole = head + b"".join(chunks)
+    inline = _drive(request, [head, *chunks])
+    cut = _drive(request, [whole[i:i + 29] for i in range(0, len(whole), 29)])
+    assert inline[0] == cut[0] == whole
+    assert inline[3] > 100
+    (_, a, ra, _), (_, b, rb, _) = inline, cut
+    assert list(a.chunk_k) == list(b.chunk_k) and len(a.chunk_t) == len(b.chunk_t)
+    assert (a.completion_tokens, a.prompt_tokens, a.client_tokens, a.counts_exact, a.finish_reason,
+            a.stream_error, a.malformed) == (b.completion_tokens, b.prompt_tokens, b.client_tokens,
+                                             b.counts_exact, b.finish_reason, b.stream_error, b.malformed)
+    assert (ra.output_tokens, ra.input_tokens, ra.token_source, ra.itl_exact, ra.error, ra.finish_reason) == \
+           (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact, rb.error, rb.finish_reason)
+
+
+@pytest.mark.parametrize("tail", [b"", b"data: [DONE]\n\n", b"data: {\"x\":1}\n\ndata: [DONE]\n\n", b"data: [DO"],
+                         ids=["one", "done", "json-then-done", "half"])
+@pytest.mark.parametrize("first", ["plain", "escaped", "usage"])
+def test_a_read_of_several_events_records_what_the_parser_records(first, tail):
+    """A chunk holding an event and more (the last event and [DONE] in one read, as an upstream that
+    writes them at once sends them) takes the first event without JSON where the completions pattern
+    matches it; it ends as the same bytes read a few at a time do."""
+    last = _completion_event("\u00e9" if first == "escaped" else "z", "length", (7, 3) if first == "usage" else None)
+    events = [_completion_event(t, None, (7, i + 1) if first == "usage" else None) for i, t in enumerate("ab")]
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+    both = last + tail
+    chunks.append(b"%x\r\n%s\r\n" % (len(both), both) + (b"0\r\n\r\n" if not tail.endswith(b"[DO") else b""))
+    if tail.endswith(b"[DO"):
+        rest = b"NE]\n\n"
+        chunks.append(b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
+    request = _post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 3, "stream": True})
+    whole = head + b"".join(chunks)
+    inline = _drive(request, [head, *chunks])
+    cut = _drive(request, [whole[i:i + 7] for i in range(0, len(whole), 7)])
+    assert inline[0] == cut[0] == whole
+    (_, a, ra, _), (_, b, rb, _) = inline, cut
+    assert list(a.chunk_k) == list(b.chunk_k) and len(a.chunk_t) == len(b.chunk_t) == 3
+    assert (a.completion_tokens, a.prompt_tokens, a.client_tokens, a.counts_exact, a.finish_reason, a.saw_done,
+            a.stream_error, a.malformed) == (b.completion_tokens, b.prompt_tokens, b.client_tokens,
+                                             b.counts_exact, b.finish_reason, b.saw_done, b.stream_error,
+                                             b.malformed)
+    assert (ra.output_tokens, ra.input_tokens, ra.token_source, ra.itl_exact, ra.error, ra.finish_reason) == \
+           (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact, rb.error, rb.finish_reason)
+    assert ra.finish_reason == "length" and ra.output_tokens == 3
+
+
+def test_the_request_body_is_read_as_json_loads_reads_it():
+    """The body's shortcut past json.loads' checks gives json.loads' answer or its error class."""
+    from servewatch.proxy.exchange import _loads
+
+    cases = [b'{"a":1}', b'{"a":1} x', b"{}", b"{", b'{"a":"\xff"}', b'{"a":"\xed\xa0\x80"}', b' {"a":1}',
+             b'{"a":1}\n', b"[1]", b"{\x00", b"", b"\xef\xbb\xbf{\"a\":1}", '{"a":1}'.encode("utf-16-le"),
+             '{"\u00e9":1}'.encode(), b'{"model":"m","max_tokens":3,"stream":true}']
+
+    def read(f, raw):
+        try:
+            return "ok", json.dumps(f(raw), sort_keys=True)
+        except ValueError as exc:
+            return "error", type(exc).__name__
+
+    for raw in cases:
+        assert read(_loads, raw) == read(json.loads, raw), raw
+
+
 def test_a_kept_alive_exchange_is_recorded_after_the_next_request_is_forwarded():
     """On a kept-alive connection the client sends its next request as soon as it has read a response's
     end: that request goes upstream before the last one's record is made (the record a moment later, or

@@ -38,6 +38,16 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 
             504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
 
 
+def _read_size(proxy: "Proxy", transport) -> None:
+    """Plain asyncio reads each time into a new bytes object of the transport's `max_size`, 256 kB:
+    past glibc's mmap threshold, so mmap + mremap + munmap per read (three system calls more per token
+    than the read and the write). Under the threshold (64 kB) it is a heap allocation, shrunk in place
+    to what was read: cheaper than reading into a buffer of our own (a BufferedProtocol's two Python
+    calls and a copy per read; measured). uvloop reads into a buffer of its own."""
+    if proxy._plain and getattr(transport, "max_size", 0) > READ_BUFFER:
+        transport.max_size = READ_BUFFER
+
+
 def error_response(status: int, message: str, kind: str, *, retry_after: int | None = None) -> bytes:
     """The proxy's own answer (never used for anything the upstream answered): an OpenAI-style JSON error."""
     body = json.dumps({"error": {"message": message, "type": kind, "code": status}},
@@ -85,22 +95,16 @@ class Proxy:
         self._sweeper: asyncio.Task | None = None
         self._host_line = f"Host: {self.endpoint.host_header}".encode("ascii")
         self._base = self.endpoint.base_path.encode("ascii")
-        # Plain asyncio reads each time into a new 256 kB bytes object: past glibc's mmap threshold, so
-        # mmap + mremap + munmap per read (three system calls more per token than the read and the
-        # write). There the upstream connections read into this one buffer instead (the loop runs one
-        # callback at a time and each read is copied out before the next).
-        self._read_view = memoryview(bytearray(READ_BUFFER))
-        self._upstream_class = Upstream
+        self._tenant_header = config.tenant_header.encode("ascii")
+        self._plain = False            # plain asyncio's loop (see _read_size)
         self._later: list[tuple[Exchange, float]] = []     # ended exchanges whose record is still to be made
         self._later_handle: asyncio.TimerHandle | None = None
 
     # -- lifecycle
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
-        plain = isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
-        self._upstream_class = BufferedUpstream if plain else Upstream
-        client_class = BufferedClient if plain else Client
-        self._server = await loop.create_server(lambda: client_class(self), host, port, backlog=1024,
+        self._plain = isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+        self._server = await loop.create_server(lambda: Client(self), host, port, backlog=1024,
                                                 reuse_address=True)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         return self._server.sockets[0].getsockname()[1]
@@ -142,7 +146,7 @@ class Proxy:
         config = self.config
         try:
             async with asyncio.timeout(config.connect_timeout_s):
-                _, up = await loop.create_connection(lambda: self._upstream_class(self, config.max_response_bytes),
+                _, up = await loop.create_connection(lambda: Upstream(self, config.max_response_bytes),
                                                      self.endpoint.host, self.endpoint.port)
         except TimeoutError:
             client.connecting = None
@@ -296,8 +300,15 @@ class Upstream(_Conn):
         self.inline = False
         self.client_write = None
         self.event_prefix: bytes | None = None     # the last whole event up to its piece (see data_received)
+        self.event_head: bytes | None = None       # the same with its chunk's size line before it
+        self.event_len = 0                         # that read's length
+        self.event_size = 0                        # its chunk's size
         self.whole_event = fastpath.completion_whole
         self.event_tail = fastpath.completion_tail
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        _read_size(self.proxy, transport)
 
     def attach(self, client: "Client", ex: Exchange) -> None:
         self.client, self.exchange = client, ex
@@ -313,7 +324,7 @@ class Upstream(_Conn):
         self.sink = ex.on_body
         self.inline = False
         self.client_write = client.transport.write
-        self.event_prefix = None
+        self.event_prefix = self.event_head = None
         chat = ex.api == "chat"
         self.whole_event = fastpath.chat_whole if chat else fastpath.completion_whole
         self.event_tail = fastpath.chat_tail if chat else fastpath.completion_tail
@@ -345,22 +356,35 @@ class Upstream(_Conn):
         # One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
         # goes to the parser, which reads it the same way).
         if self.inline:
-            prefix = self.event_prefix
             m = None
-            if prefix is not None:
-                # the events of one stream mostly differ after their piece's opening quote: a read that
-                # starts as the last whole event did needs only the rest of it matched (see fastpath)
-                eol = data.find(b"\r\n", 0, 10)
-                if eol > 0 and data.startswith(prefix, eol + 2):
-                    m = self.event_tail(data, eol + 2 + len(prefix))
-                    if m is not None:
-                        piece, reason, pt, ct = m.groups()
-                        try:
-                            size = int(data[:eol], 16)        # as servewatch.http1.one_whole_chunk reads it
-                        except ValueError:
-                            size = -1
-                        if size != len(data) - eol - 4:
-                            m = None
+            head = self.event_head
+            if head is not None and len(data) == self.event_len and data.startswith(head):
+                # the same size line and the same bytes up to the piece as the last whole event: the
+                # chunk's size is that event's, and only the rest needs matching
+                m = self.event_tail(data, len(head))
+                if m is not None:
+                    piece, reason, pt, ct = m.groups()
+                    size = self.event_size
+            if m is None:
+                prefix = self.event_prefix
+                if prefix is not None:
+                    # the events of one stream mostly differ after their piece's opening quote: a read
+                    # that starts as the last whole event did needs only the rest of it matched (see
+                    # fastpath)
+                    eol = data.find(b"\r\n", 0, 10)
+                    if eol > 0 and data.startswith(prefix, eol + 2):
+                        start = eol + 2 + len(prefix)
+                        m = self.event_tail(data, start)
+                        if m is not None:
+                            piece, reason, pt, ct = m.groups()
+                            try:
+                                size = int(data[:eol], 16)   # as servewatch.http1.one_whole_chunk reads it
+                            except ValueError:
+                                size = -1
+                            if size != len(data) - eol - 4:
+                                m = None
+                            else:
+                                self.event_head, self.event_len, self.event_size = data[:start], len(data), size
             if m is None:
                 m = self.whole_event(data)
                 if m is not None:
@@ -368,8 +392,12 @@ class Upstream(_Conn):
                     size = len(data) - len(size_hex) - 4
                     if int(size_hex, 16) != size:
                         m = None
+                    elif piece is not None:
+                        start = m.start(2)
+                        self.event_prefix = data[len(size_hex) + 2:start]
+                        self.event_head, self.event_len, self.event_size = data[:start], len(data), size
                     else:           # (a chat event without a piece has no place to start a tail from)
-                        self.event_prefix = data[len(size_hex) + 2:m.start(2)] if piece is not None else None
+                        self.event_prefix = self.event_head = None
             if m is not None:
                 received = self._received + size
                 if received <= self.max_body:
@@ -463,16 +491,6 @@ class Upstream(_Conn):
             client.update_reading()
 
 
-class BufferedUpstream(Upstream, asyncio.BufferedProtocol):
-    """Upstream reading into the proxy's buffer (plain asyncio: see Proxy._read_view)."""
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.proxy._read_view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.proxy._read_view[:nbytes].tobytes())
-
-
 class Client(asyncio.Protocol):
     """One client connection; one request at a time (pipelined requests wait their turn)."""
 
@@ -494,6 +512,7 @@ class Client(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         proxy = self.proxy
+        _read_size(proxy, transport)
         self.last = proxy.now()
         if len(proxy.clients) >= proxy.config.max_connections:
             proxy.counters.refuse("over_connections")
@@ -596,7 +615,7 @@ class Client(asyncio.Protocol):
         tenant = auth = None
         expect_continue = False
         kept: list[bytes] = []
-        tenant_header = config.tenant_header.encode("ascii")
+        tenant_header = proxy._tenant_header
         for line in lines[1:]:
             name, sep, value = line.partition(b":")
             if not sep or not name or name != name.strip() or b" " in name:
@@ -642,8 +661,7 @@ class Client(asyncio.Protocol):
         api = API_PATHS.get(path) if method == b"POST" else None
         if auth is not None and tenant is None and auth[:7].lower() == b"bearer ":
             tenant = auth[7:].strip()
-        ex = Exchange(proxy.next_id(), self.last, api, method, keep_alive, tenant_id(tenant) if api else None,
-                      length, config.parse_bytes)
+        ex = Exchange(proxy.next_id(), self.last, api, method, keep_alive, None, length, config.parse_bytes)
         ex.body_size = length
         if api is None:
             proxy.counters.other_requests += 1
@@ -654,18 +672,23 @@ class Client(asyncio.Protocol):
                               + b"\r\n\r\n")
         if expect_continue and length:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if length == 0:
-            ex.request_complete()
-        else:
-            rest = self._body(ex, rest)
+        if length:
+            rest = self._body(ex, rest, complete=False)
         proxy.acquire(self, ex)
+        # what only the record needs of the request (the tenant's hash, the body's model, stream and
+        # max_tokens) is read once the request is on its way upstream, not before
+        if api is not None and tenant:
+            ex.tenant = tenant_id(tenant)
+        if ex.body_left == 0:
+            ex.request_complete()
         if rest and not self.closing:
             self.buf = rest
             self.reading_paused_pipelined = True
             self.update_reading()
 
-    def _body(self, ex: Exchange, data: bytes) -> bytes:
-        """Forward request body bytes; return what follows the body (a pipelined request)."""
+    def _body(self, ex: Exchange, data: bytes, complete: bool = True) -> bytes:
+        """Forward request body bytes; return what follows the body (a pipelined request). With
+        `complete` False the caller reads a body that ends here (Exchange.request_complete)."""
         take = ex.body_left
         rest = b""
         if len(data) > take:
@@ -680,7 +703,7 @@ class Client(asyncio.Protocol):
                 self.update_reading()
         elif ex.upstream is not None and not ex.upstream.closed:
             ex.upstream.transport.write(data)
-        if ex.body_left == 0:
+        if complete and ex.body_left == 0:
             ex.request_complete()
         return rest
 
@@ -756,14 +779,4 @@ class Client(asyncio.Protocol):
         self.buf = b""
         self.transport.write(error_response(status, message, kind))
         self.transport.close()
-
-
-class BufferedClient(Client, asyncio.BufferedProtocol):
-    """Client reading into the proxy's buffer (plain asyncio: see Proxy._read_view)."""
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.proxy._read_view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.proxy._read_view[:nbytes].tobytes())
 
