@@ -212,3 +212,34 @@ def test_normal_sender_priority_is_honoured_and_reported():
 def test_an_unknown_sender_priority_is_one_clear_error():
     with pytest.raises(ValueError, match="unknown sender priority 'urgent'"):
         LoadConfig(url="http://127.0.0.1:1", sender_priority="urgent").resolved()
+
+
+def test_overlapping_rate_runs_leave_the_switch_interval_as_they_found_it():
+    """Two rate runs side by side (a drill runs workloads in threads): the second starts while the first has
+    the interval set and ends after it. Saved and restored per run, the process was left at the first run's
+    0.0002 s (read back 0.000199 s) — and a later test comparing before and after saw it drift."""
+    import sys
+    import threading
+
+    before = sys.getswitchinterval()
+    results = {}
+
+    def run(name: str, requests: int) -> None:
+        async def go():
+            async with FakeServer() as srv:
+                return await run_load_async(_config(srv.url, requests=requests, rate=30.0, arrival="constant"))
+        results[name] = asyncio.run(go())
+
+    first = threading.Thread(target=run, args=("first", 6))
+    first.start()
+    deadline = time.monotonic() + 10
+    while sys.getswitchinterval() == before and first.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)   # the first run's own change of a process setting: nothing to wait on but reading it
+    assert sys.getswitchinterval() != before, "the first run never set the switch interval"
+    second = threading.Thread(target=run, args=("second", 18))
+    second.start()
+    first.join(30)
+    second.join(30)
+    assert sorted(results) == ["first", "second"]
+    assert all(r.error is None for res in results.values() for r in res.records)
+    assert sys.getswitchinterval() == before

@@ -13,6 +13,7 @@ import json
 import math
 import random
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,26 @@ SERVER_TOKENIZE_POOL = 32
 MAX_PREWARM = 256
 SENDER_LEAD_S = 0.02        # a request is handed to the sender thread this long before its time
 SENDER_SWITCH_S = 0.0002    # interpreter switch interval while the sender runs (default 5 ms)
+_switching = {"runs": 0, "saved": 0.0}
+_switching_lock = threading.Lock()
+
+
+def _quick_switching(on: bool) -> bool:
+    """The interpreter's switch interval is the process's: the first of overlapping rate runs (a drill runs
+    workloads side by side in threads) saves it and sets SENDER_SWITCH_S, the last one out restores it. Saved
+    and restored per run, an overlap left 0.000199 s behind (the second run saved the first one's value, which
+    reads back a microsecond short), and every later restore drifted by one more."""
+    with _switching_lock:
+        if on:
+            if _switching["runs"] == 0:
+                _switching["saved"] = sys.getswitchinterval()
+                sys.setswitchinterval(SENDER_SWITCH_S)
+            _switching["runs"] += 1
+        else:
+            _switching["runs"] -= 1
+            if _switching["runs"] == 0:
+                sys.setswitchinterval(_switching["saved"])
+    return on
 # A closed-loop worker whose request could not connect, or got a 5xx, waits this long before its next: a
 # refused connection comes back in microseconds, and four workers sent 118,858 requests in 20 s at a vLLM that
 # had stopped (a drill's graceful stop, 2026-12-02); with that pause, a vLLM whose engine core had stopped first
@@ -198,12 +219,12 @@ class _Run:
         # writes it at its time even while the loop is busy reading streams.
         sleep, now = self.clock.sleep, self.now
         lead = 0.0
-        switch = sys.getswitchinterval()
+        quick = False
         if self.use_sender():
             self.sender = TimedSender(asyncio.get_running_loop(), time.time,
                                       self.config.sender_priority == "realtime").start()
             lead = SENDER_LEAD_S
-            sys.setswitchinterval(SENDER_SWITCH_S)
+            quick = _quick_switching(True)
         try:
             for i, offset in enumerate(offsets):
                 due = t0 + offset
@@ -218,7 +239,8 @@ class _Run:
             while self.tasks:
                 await asyncio.gather(*list(self.tasks), return_exceptions=True)
         finally:
-            sys.setswitchinterval(switch)
+            if quick:
+                _quick_switching(False)
 
     async def by_concurrency(self, t0: float) -> None:
         config = self.config
