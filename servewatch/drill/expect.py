@@ -43,13 +43,7 @@ def check(expect, result) -> list[dict]:
     if expect.names:
         add(*_names(expect, result))
     if expect.health != "any":
-        answers = result.health
-        failing = sum(n for k, n in answers.items() if k != "200")
-        observed = describe_answers(answers)
-        if expect.health == "ok":
-            add("/health stays 200 while the fault holds", failing == 0 and bool(answers), observed)
-        else:
-            add("/health fails while the fault holds", failing > 0, observed)
+        add(*_answered("/health", expect.health, result.health))
     if expect.max_error_rate is not None:
         rate = result.impact.get("error_rate", 0.0)
         add(f"at most {expect.max_error_rate:.0%} of requests fail", rate <= expect.max_error_rate,
@@ -66,13 +60,7 @@ def check(expect, result) -> list[dict]:
         for what, met, observed in _cleared(expect, result):
             add(what, met, observed)
     if expect.livez != "any":
-        answers = result.livez or {}
-        failing = sum(n for k, n in answers.items() if k != "200")
-        observed = describe_answers(answers)
-        if expect.livez == "ok":
-            add("servewatch serve's livez stays 200 while the fault holds", failing == 0 and bool(answers), observed)
-        else:
-            add("servewatch serve's livez fails while the fault holds", failing > 0, observed)
+        add(*_answered("servewatch serve's livez", expect.livez, result.livez or {}))
     if expect.ready_within_s is not None:
         took = result.ready_s
         add(f"/health 200 within {expect.ready_within_s:g} s of the start", took is not None and
@@ -98,6 +86,15 @@ def check(expect, result) -> list[dict]:
             else "every bundle is written", (failures > 0) == expect.bundle_write_fails,
             f"{failures} write failure(s), {result.bundles.get('written', 0)} written")
     return checks
+
+
+def _answered(what: str, wanted: str, answers: dict[str, int]) -> tuple[str, bool, str]:
+    """An endpoint's answers while the fault held against `wanted`: "ok" (only 200s, at least one) or "failing"
+    (at least one that is not 200)."""
+    failing = sum(n for k, n in answers.items() if k != "200")
+    if wanted == "ok":
+        return f"{what} stays 200 while the fault holds", failing == 0 and bool(answers), describe_answers(answers)
+    return f"{what} fails while the fault holds", failing > 0, describe_answers(answers)
 
 
 def describe_answers(answers: dict[str, int]) -> str:
