@@ -180,7 +180,7 @@ class DrillTarget:
         from servewatch.timeline.samples import ProcessMember
 
         dialect = by_name(self.dialect)
-        guarded = getattr(self.spec, "under_guard", None) is not None   # the root is guard, its child the API server
+        guarded = self.spec.under_guard is not None   # the root is guard, its child the API server
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
