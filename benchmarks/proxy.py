@@ -3,8 +3,8 @@ tokens, memory per in-flight stream — side by side with going direct and with 
 reverse proxy (proxy_buffering off), in one run against the same fast upstream.
 
 The upstream is a tiny SSE server in its own process that writes one token to each active stream every
-`--step-ms`, stamping each event with its send time (time.time(), the clients' clock); the clients (this
-process) take receive time minus send time per token, so the added per-token latency is the difference
+`--step-ms`, each an event in vLLM 0.32's completions shape whose text is its send time (time.time(), the
+clients' clock); the clients (this process) take receive time minus send time per token, so the added per-token latency is the difference
 of those distributions between routes, each route against the same upstream and schedule in the same run.
 `--schedule staggered` (the default) gives each stream a schedule of its own, the sends spread evenly over
 the step as an engine's independent requests are, paced by a timerfd: the latency figures are then what a
@@ -38,8 +38,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Each token is an event in vLLM 0.32's completions shape (its serving code dumps every chunk with
+# exclude_unset, so the choice's members passed as None are there as null), one stream's events alike but
+# for their piece; the piece is the upstream's send time (time.time()), which the clients read back.
+EVENT = (b'HEAD = b\'data: {"id":"cmpl-bench-7f3a9c2e41d84b6f","object":"text_completion","created":1796000000,'
+         b'"model":"bench","choices":[{"index":0,"text":"\'\n'
+         b'MID = b\'","logprobs":null,"finish_reason":\'\n'
+         b'TAIL = b\',"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\\n\\n\'\n').decode()
+
 UPSTREAM = r'''
 import asyncio, sys, time
+''' + EVENT + r'''
 STEP = float(sys.argv[2]) / 1000
 active = set()
 
@@ -77,7 +86,7 @@ async def ticker():
         for s in active:
             s.left -= 1
             fin = b'"length"' if s.left == 0 else b"null"
-            ev = b'data: {"choices":[{"index":0,"text":" tok","finish_reason":' + fin + b'}],"t":' + now + b'}\n\n'
+            ev = HEAD + now + MID + fin + TAIL
             if s.left == 0:
                 ev += b"data: [DONE]\n\n"
             s.t.write(b"%x\r\n%s\r\n" % (len(ev), ev) + (b"0\r\n\r\n" if s.left == 0 else b""))
@@ -106,6 +115,7 @@ asyncio.run(main())
 # request is read the moment it arrives.
 PACED_UPSTREAM = r"""
 import ctypes, heapq, os, select, socket, sys, time
+""" + EVENT + r"""
 STEP = float(sys.argv[2]) / 1000
 now = time.time            # the clients compare their receive time with this stamp: the same clock
 
@@ -246,7 +256,7 @@ while True:
             continue
         c.left -= 1
         fin = b'"length"' if c.left == 0 else b"null"
-        ev = b'data: {"choices":[{"index":0,"text":" tok","finish_reason":' + fin + b'}],"t":' + repr(now()).encode() + b'}\n\n'
+        ev = HEAD + repr(now()).encode() + MID + fin + TAIL
         if c.left == 0:
             ev += b"data: [DONE]\n\n"
         send(c, b"%x\r\n%s\r\n" % (len(ev), ev) + (b"0\r\n\r\n" if c.left == 0 else b""))
@@ -360,11 +370,11 @@ class Stream(asyncio.Protocol):
                 st["req_leg"].append(read - self.sent)
         pos = 0
         while True:
-            i = data.find(b'"t":', pos)
+            i = data.find(b'"text":"', pos)
             if i < 0:
                 break
-            j = data.find(b"}", i)
-            sent = float(data[i + 4:j])
+            j = data.find(b'"', i + 8)
+            sent = float(data[i + 8:j])
             if self.first:
                 self.first = False
                 st["ttft"].append(now - self.sent)

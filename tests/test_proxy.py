@@ -707,11 +707,12 @@ def test_the_inline_path_with_events_that_change_shape_midstream(api):
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
-def test_the_inline_path_with_events_of_one_length(api):
-    """Reads of the same length that start with the same size line and the same bytes up to the piece as
-    the last whole event take the inline path's shortest way (only the rest matched, the size known): a
-    rest that differs (another piece of the same length, a finish reason where null was, usage counts,
-    an escaped piece, an extra member) ends exactly as the parser reads it."""
+def test_the_inline_path_with_events_of_one_rest(api):
+    """Reads that start with the same bytes up to the piece as the last whole event and end with the same
+    bytes after it as the last matched one take the inline path's shortest way (that rest's reading kept,
+    only the piece checked): a rest that differs (a finish reason where null was, usage counts, an extra
+    member), an escaped piece, and a piece with a raw control byte or an unescaped quote (not JSON: the
+    parser calls the stream malformed) end exactly as the parser reads them."""
     import random
 
     rng = random.Random(2026)
@@ -730,7 +731,10 @@ def test_the_inline_path_with_events_of_one_length(api):
             body["usage"] = {"prompt_tokens": 7, "total_tokens": 100 + i % 10, "completion_tokens": 10 + i % 90}
         if rng.random() < 0.05:
             body["zz"] = 1
-        events.append(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        if i in (150, 220):         # a piece that no JSON reader takes, between events of one rest
+            raw = raw.replace(b'"' + piece.encode() + b'"', b'"a\x01b"' if i == 150 else b'"a"b"', 1)
+        events.append(b"data: " + raw + b"\n\n")
     events.append(b"data: [DONE]\n\n")
     chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -7,6 +7,10 @@ scalar values, no duplicate, error or nested member that the JSON path looks at.
 the JSON path. Groups: the chunk size's hex digits, then the text piece, the finish reason, the prompt and
 the completion tokens (the last two from continuous usage).
 
+A piece of printable ASCII without a quote or an escape (`plain_piece`, over a range of the read) followed
+by the very bytes that followed the last matched event's piece reads as that event's rest did: the piece
+cannot end before the quote that starts those bytes, so the rest matches the same way, with the same groups.
+
 Each also has a tail: the same pattern from the piece's opening quote on, with the same four groups. In
 an event it matches, no quoted string holds a quote, so the members before the piece read one way only:
 an event that starts with the bytes of one that matched, up to that quote, matches whole exactly when
@@ -55,6 +59,8 @@ _CHAT = (rb'data: \{(?:' + _TOP + rb',)*"choices":\[\{"index":0,"delta":\{'
 
 _FRAME = rb'([0-9a-fA-F]{1,8})\r\n'
 
+plain_piece = re.compile(_CHARS).fullmatch           # (data, start, end): the piece's bytes need no decoding
+
 completion_whole = re.compile(_FRAME + _COMPLETION + rb'\r\n').fullmatch
 completion_tail = re.compile(_COMPLETION[_TEXT_AT:] + rb'\r\n').fullmatch
 
@@ -77,6 +83,9 @@ class _Folded:
 
     def start(self, group: int) -> int:
         return self._m.start(group)
+
+    def end(self, group: int) -> int:
+        return self._m.end(group)
 
 
 def chat_whole(data: bytes):

@@ -26,6 +26,7 @@ from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
 from servewatch.proxy import fastpath
+from servewatch.proxy.fastpath import plain_piece as _plain_piece
 from servewatch.timeline.samples import RequestsSample
 
 _now = time.time
@@ -300,9 +301,8 @@ class Upstream(_Conn):
         self.inline = False
         self.client_write = None
         self.event_prefix: bytes | None = None     # the last whole event up to its piece (see data_received)
-        self.event_head: bytes | None = None       # the same with its chunk's size line before it
-        self.event_len = 0                         # that read's length
-        self.event_size = 0                        # its chunk's size
+        self.event_rest = b""                      # the last matched event from its piece's closing quote on
+        self.event_groups: tuple = (None, None, None)   # what that rest said: finish reason, usage's two counts
         self.whole_event = fastpath.completion_whole
         self.event_tail = fastpath.completion_tail
 
@@ -324,7 +324,7 @@ class Upstream(_Conn):
         self.sink = ex.on_body
         self.inline = False
         self.client_write = client.transport.write
-        self.event_prefix = self.event_head = None
+        self.event_prefix = None
         chat = ex.api == "chat"
         self.whole_event = fastpath.chat_whole if chat else fastpath.completion_whole
         self.event_tail = fastpath.chat_tail if chat else fastpath.completion_tail
@@ -357,34 +357,33 @@ class Upstream(_Conn):
         # goes to the parser, which reads it the same way).
         if self.inline:
             m = None
-            head = self.event_head
-            if head is not None and len(data) == self.event_len and data.startswith(head):
-                # the same size line and the same bytes up to the piece as the last whole event: the
-                # chunk's size is that event's, and only the rest needs matching
-                m = self.event_tail(data, len(head))
-                if m is not None:
-                    piece, reason, pt, ct = m.groups()
-                    size = self.event_size
-            if m is None:
-                prefix = self.event_prefix
-                if prefix is not None:
-                    # the events of one stream mostly differ after their piece's opening quote: a read
-                    # that starts as the last whole event did needs only the rest of it matched (see
-                    # fastpath)
-                    eol = data.find(b"\r\n", 0, 10)
-                    if eol > 0 and data.startswith(prefix, eol + 2):
-                        start = eol + 2 + len(prefix)
+            prefix = self.event_prefix
+            if prefix is not None:
+                # The events of one stream mostly differ only in their piece: a read that starts as the
+                # last whole event did up to its piece's opening quote needs only the rest matched, and
+                # a rest of the very bytes of the last one's (from the piece's closing quote on) reads
+                # as that one did, once the piece holds no quote, escape or control byte (see fastpath)
+                eol = data.find(b"\r\n", 0, 10)
+                if eol > 0 and data.startswith(prefix, eol + 2):
+                    start = eol + 2 + len(prefix)
+                    rest = self.event_rest
+                    end = len(data) - len(rest)
+                    if end >= start and data.endswith(rest) and _plain_piece(data, start, end) is not None:
+                        reason, pt, ct = self.event_groups
+                        piece = end > start
+                        m = True
+                    else:
                         m = self.event_tail(data, start)
                         if m is not None:
                             piece, reason, pt, ct = m.groups()
-                            try:
-                                size = int(data[:eol], 16)   # as servewatch.http1.one_whole_chunk reads it
-                            except ValueError:
-                                size = -1
-                            if size != len(data) - eol - 4:
-                                m = None
-                            else:
-                                self.event_head, self.event_len, self.event_size = data[:start], len(data), size
+                            self.event_rest, self.event_groups = data[m.end(1):], (reason, pt, ct)
+                    if m is not None:
+                        try:
+                            size = int(data[:eol], 16)   # as servewatch.http1.one_whole_chunk reads it
+                        except ValueError:
+                            size = -1
+                        if size != len(data) - eol - 4:
+                            m = None
             if m is None:
                 m = self.whole_event(data)
                 if m is not None:
@@ -393,11 +392,10 @@ class Upstream(_Conn):
                     if int(size_hex, 16) != size:
                         m = None
                     elif piece is not None:
-                        start = m.start(2)
-                        self.event_prefix = data[len(size_hex) + 2:start]
-                        self.event_head, self.event_len, self.event_size = data[:start], len(data), size
+                        self.event_prefix = data[len(size_hex) + 2:m.start(2)]
+                        self.event_rest, self.event_groups = data[m.end(2):], (reason, pt, ct)
                     else:           # (a chat event without a piece has no place to start a tail from)
-                        self.event_prefix = self.event_head = None
+                        self.event_prefix = None
             if m is not None:
                 received = self._received + size
                 if received <= self.max_body:
