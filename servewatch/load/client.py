@@ -254,7 +254,10 @@ async def run_request(client, spec: RequestSpec, now, deadline: Deadline | None 
     return rec
 
 
-def finish_record(rec: R.RequestRecord, state: StreamState, spec: RequestSpec) -> None:
+def finish_record(rec: R.RequestRecord, state: StreamState, spec: RequestSpec, compact: bool = True) -> None:
+    """The record's counts, timings and error class from what the stream said. `compact` stores the
+    inter-token gaps as array('d') (records held by the thousand); without it they stay lists (a
+    caller that reads them once and drops them)."""
     rec.chunk_t_s = state.chunk_t
     rec.chunk_tokens = state.chunk_k
     rec.finish_reason = state.finish_reason
@@ -277,8 +280,11 @@ def finish_record(rec: R.RequestRecord, state: StreamState, spec: RequestSpec) -
     timings = compute_timings(state.chunk_t, state.chunk_k, total, state.counts_exact)
     rec.ttft_s = timings.ttft_s
     rec.tpot_s = timings.tpot_s
-    rec.itl_token_s = array("d", timings.itl_token_s)
-    rec.itl_chunk_s = array("d", timings.itl_chunk_s)
+    if compact:
+        rec.itl_token_s = array("d", timings.itl_token_s)
+        rec.itl_chunk_s = array("d", timings.itl_chunk_s)
+    else:
+        rec.itl_token_s, rec.itl_chunk_s = timings.itl_token_s, timings.itl_chunk_s
     rec.itl_exact = timings.exact if timings.ttft_s is not None else None
     if rec.error is None and rec.http_status == 200:
         if state.stream_error:

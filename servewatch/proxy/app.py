@@ -38,6 +38,7 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         except OSError as exc:
             raise ServewatchError(f"--records {args.records}: {exc.strerror or exc}") from None
     telemetry = Telemetry(otlp_endpoint=args.otlp_endpoint, sample=args.trace_sample)
+    telemetry.log = log
 
     def on_record(ex, rec) -> None:
         if log is not None:

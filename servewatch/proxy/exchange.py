@@ -165,10 +165,14 @@ class Exchange:
             error = R.error_for_status(self.status)
             detail = self._error_summary()
         rec.error, rec.error_detail = error, detail
-        finish_record(rec, state, spec)
+        finish_record(rec, state, spec, compact=keep_itl)
         rec.finish_reason = safe_word(rec.finish_reason)
         self.malformed = self.malformed or state.malformed
-        itl = sorted(rec.itl_token_s)
+        itl = rec.itl_token_s
+        if keep_itl:
+            itl = sorted(itl)
+        else:
+            itl.sort()            # (a list of this record's own, dropped below)
         rec.proxy = {
             "api": self.api,
             "model": self.model,

@@ -33,6 +33,8 @@ _now = time.time
 READ_BUFFER = 64 * 1024  # one read at most (plain asyncio's reads; uvloop reads into a buffer of its own)
 RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
+_SIZE_LINES_UP_TO = 4096
+_SIZE_LINES = [b"%x\r\n" % size for size in range(_SIZE_LINES_UP_TO)]    # a chunk's size line, by its size
 RECORD_AFTER_S = 0.002  # a kept-alive exchange's record is made this long after its end (see Proxy.finished)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
             431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
@@ -301,6 +303,7 @@ class Upstream(_Conn):
         self.inline = False
         self.client_write = None
         self.event_prefix: bytes | None = None     # the last whole event up to its piece (see data_received)
+        self.event_eol = 2                         # the width of the last event's chunk size line
         self.event_rest = b""                      # the last matched event from its piece's closing quote on
         self.event_groups: tuple = (None, None, None)   # what that rest said: finish reason, usage's two counts
         self.whole_event = fastpath.completion_whole
@@ -362,9 +365,22 @@ class Upstream(_Conn):
                 # The events of one stream mostly differ only in their piece: a read that starts as the
                 # last whole event did up to its piece's opening quote needs only the rest matched, and
                 # a rest of the very bytes of the last one's (from the piece's closing quote on) reads
-                # as that one did, once the piece holds no quote, escape or control byte (see fastpath)
-                eol = data.find(b"\r\n", 0, 10)
-                if eol > 0 and data.startswith(prefix, eol + 2):
+                # as that one did, once the piece holds no quote, escape or control byte (see fastpath).
+                # The chunk's size line first: of the last one's width, it is the one a whole chunk of
+                # this read's length has (as servewatch.http1.one_whole_chunk reads it), else it is read.
+                eol = self.event_eol
+                size = len(data) - eol - 4
+                if not (0 <= size < _SIZE_LINES_UP_TO and data.startswith(_SIZE_LINES[size])):
+                    eol = data.find(b"\r\n", 0, 10)
+                    try:
+                        size = int(data[:eol], 16) if eol > 0 else -1
+                    except ValueError:
+                        size = -1
+                    if size == len(data) - eol - 4:
+                        self.event_eol = eol
+                    else:
+                        size = -1
+                if size >= 0 and data.startswith(prefix, eol + 2):
                     start = eol + 2 + len(prefix)
                     rest = self.event_rest
                     end = len(data) - len(rest)
@@ -372,19 +388,14 @@ class Upstream(_Conn):
                         reason, pt, ct = self.event_groups
                         piece = end > start
                         m = True
-                    else:
+                    elif data.endswith(b"\n\n\r\n"):        # (every pattern ends so: see below)
                         m = self.event_tail(data, start)
                         if m is not None:
                             piece, reason, pt, ct = m.groups()
                             self.event_rest, self.event_groups = data[m.end(1):], (reason, pt, ct)
-                    if m is not None:
-                        try:
-                            size = int(data[:eol], 16)   # as servewatch.http1.one_whole_chunk reads it
-                        except ValueError:
-                            size = -1
-                        if size != len(data) - eol - 4:
-                            m = None
-            if m is None:
+            # every pattern ends with an event's end and the chunk's: a read that does not, such as a
+            # stream's last event with its [DONE] and the last chunk, goes to the parser without a try
+            if m is None and data.endswith(b"\n\n\r\n"):
                 m = self.whole_event(data)
                 if m is not None:
                     size_hex, piece, reason, pt, ct = m.groups()

@@ -45,6 +45,7 @@ class Telemetry:
         self._models: set[str] = set()
         self._children: dict[tuple[str, str, str], list] = {}
         self.proxy = None
+        self.log = None            # the proxy's RecordLog, when it keeps records (its lost records exported)
         self.tracer = None
         self._provider = None
         self.sample = sample
@@ -120,6 +121,10 @@ class Telemetry:
             "# TYPE servewatch_proxy_other_requests_total counter",
             f"servewatch_proxy_other_requests_total {c.other_requests}",
         ]
+        if self.log is not None:
+            lines += ["# HELP servewatch_proxy_records_lost_total Request records the disk did not take (counted, "
+                      "never fatal).", "# TYPE servewatch_proxy_records_lost_total counter",
+                      f"servewatch_proxy_records_lost_total {self.log.lost}"]
         return ("\n".join(lines) + "\n").encode()
 
     async def serve_metrics(self, proxy, host: str, port: int):

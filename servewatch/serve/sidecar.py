@@ -48,7 +48,8 @@ class Sidecar:
         if self.spec.records:
             try:
                 self.log = RecordLog(self.spec.records, max_bytes=int(self.spec.records_max_mb * 2**20),
-                                     keep=self.spec.records_keep)
+                                     keep=self.spec.records_keep, what=f"{self.name}: proxy records")
+                self.telemetry.log = self.log
             except OSError as exc:
                 raise ServewatchError(f"{self.name}: proxy records {self.spec.records}: "
                                       f"{exc.strerror or exc}") from None
