@@ -18,7 +18,7 @@ tokens delivered.
 
     apt-get install -y nginx      # optional: without it the nginx column is left out
     .venv/bin/python benchmarks/proxy.py [--streams 200] [--seconds 8] [--rounds 3] [--tokens 64] [--step-ms 20]
-        [--schedule staggered|lockstep] [--baseline DIR]
+        [--schedule staggered|lockstep] [--baseline DIR] [--upstream URL of a running engine]
 """
 
 from __future__ import annotations
@@ -341,10 +341,11 @@ def children(pid: int) -> list[int]:
 
 
 class Stream(asyncio.Protocol):
-    """A closed-loop streaming client on one keep-alive connection."""
+    """A closed-loop streaming client on one keep-alive connection. Against the built-in upstream each
+    token's text is its send time; against a real engine (`stamped` False) tokens are counted, not timed."""
 
-    def __init__(self, stats, body: bytes, port: int):
-        self.stats, self.port = stats, port
+    def __init__(self, stats, body: bytes, port: int, stamped: bool = True):
+        self.stats, self.port, self.stamped = stats, port, stamped
         self.request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         self.sent = 0.0
@@ -374,12 +375,11 @@ class Stream(asyncio.Protocol):
             if i < 0:
                 break
             j = data.find(b'"', i + 8)
-            sent = float(data[i + 8:j])
             if self.first:
                 self.first = False
                 st["ttft"].append(now - self.sent)
-            elif st["measure"]:
-                st["lag"].append(now - sent)
+            elif st["measure"] and self.stamped:
+                st["lag"].append(now - float(data[i + 8:j]))
             st["tokens"] += st["measure"]
             pos = j
         if data.endswith(b"0\r\n\r\n"):
@@ -394,13 +394,19 @@ class Stream(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: float, pids: list[int]) -> dict:
+async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: float, pids: list[int],
+                model: str | None = None) -> dict:
+    """Closed-loop streams through one route. With `model` the upstream is a real engine: every request
+    asks for exactly `tokens` (ignore_eos) and tokens are counted, not timed."""
     loop = asyncio.get_running_loop()
     stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True}
-    body = json.dumps({"model": "m", "prompt": "p", "max_tokens": tokens, "stream": True}).encode()
+    request = {"model": model or "m", "prompt": "p", "max_tokens": tokens, "stream": True}
+    if model is not None:
+        request.update(prompt="The quick brown fox jumps over the lazy dog.", ignore_eos=True, temperature=0.0)
+    body = json.dumps(request).encode()
     conns = []
     for _ in range(streams):
-        _, proto = await loop.create_connection(lambda: Stream(stats, body, port), "127.0.0.1", port)
+        _, proto = await loop.create_connection(lambda: Stream(stats, body, port, model is None), "127.0.0.1", port)
         conns.append(proto)
     await asyncio.sleep(warmup)
     stats["ttft"].clear()
@@ -469,16 +475,35 @@ def main() -> int:
     ap.add_argument("--baseline", metavar="DIR", help="also run `servewatch proxy` from the source tree DIR (e.g. a "
                     "worktree of an earlier commit) as the route 'baseline proxy', to compare two versions in one run")
     ap.add_argument("--rounds", type=int, default=3, help="each route measured once a round, in rotating order")
+    ap.add_argument("--upstream", metavar="URL", help="a running engine (e.g. `servewatch lab vllm --port 8000`) "
+                    "instead of the built-in upstream: TTFT and CPU per token only (its tokens carry no send "
+                    "time), no memory figure; use far fewer --streams than the built-in upstream takes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    model = None
+    if args.upstream:
+        from urllib.parse import urlsplit
+        from urllib.request import urlopen
+
+        parts = urlsplit(args.upstream)
+        if parts.scheme != "http" or not parts.port or parts.path.strip("/"):
+            raise SystemExit("--upstream: a plain http://HOST:PORT of a running engine")
+        try:
+            with urlopen(f"{args.upstream.rstrip('/')}/v1/models", timeout=10) as r:
+                model = json.loads(r.read(1 << 20))["data"][0]["id"]
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            raise SystemExit(f"--upstream {args.upstream}: no model listed at /v1/models ({exc})") from None
 
     tmp = Path(tempfile.mkdtemp(prefix="sw-proxy-bench-"))
     procs: list[subprocess.Popen] = []
     try:
-        up = free_port()
-        code = PACED_UPSTREAM if args.schedule == "staggered" else UPSTREAM
-        procs.append(subprocess.Popen([sys.executable, "-c", code, str(up), str(args.step_ms)]))
-        wait_port(up)
+        if model is None:
+            up = free_port()
+            code = PACED_UPSTREAM if args.schedule == "staggered" else UPSTREAM
+            procs.append(subprocess.Popen([sys.executable, "-c", code, str(up), str(args.step_ms)]))
+            wait_port(up)
+        else:
+            up = urlsplit(args.upstream).port
         routes = {"direct": (up, [])}
         pport = free_port()
         proxy = subprocess.Popen([str(ROOT / ".venv/bin/servewatch"), "proxy", "--listen", f"127.0.0.1:{pport}",
@@ -517,7 +542,8 @@ def main() -> int:
             this = {}
             for name in names[i % len(names):] + names[:i % len(names)]:
                 port, pids = routes[name]
-                this[name] = asyncio.run(phase(port, args.streams, args.tokens, args.seconds, args.warmup, pids))
+                this[name] = asyncio.run(phase(port, args.streams, args.tokens, args.seconds, args.warmup, pids,
+                                               model))
             rounds.append(this)
         for name in names:
             parts = [r[name] for r in rounds]
@@ -526,7 +552,8 @@ def main() -> int:
                              "req_leg": sorted(x for p in parts for x in p["req_leg"]),
                              "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
                              "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
-        memory = {name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
+        memory = {} if model is not None else {   # (a real engine is not asked for 1000 long streams)
+            name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
@@ -539,17 +566,23 @@ def main() -> int:
 
     base = results["direct"]
     table = {}
+
+    def ms(values, p):        # None where there is nothing to take a quantile of (a real engine's lags)
+        return values[min(len(values) - 1, int(p * len(values)))] * 1e3 if values else None
+
+    def added(r, key, p):
+        mine, direct = ms(r[key], p), ms(base[key], p)
+        return None if mine is None or direct is None else mine - direct
+
     for name, r in results.items():
         row = {"tokens": r["tokens"],
-               "ttft_p50_ms": q(r["ttft"], 0.5) * 1e3, "ttft_p99_ms": q(r["ttft"], 0.99) * 1e3,
-               "token_lag_p50_ms": q(r["lag"], 0.5) * 1e3, "token_lag_p99_ms": q(r["lag"], 0.99) * 1e3}
+               "ttft_p50_ms": ms(r["ttft"], 0.5), "ttft_p99_ms": ms(r["ttft"], 0.99),
+               "token_lag_p50_ms": ms(r["lag"], 0.5), "token_lag_p99_ms": ms(r["lag"], 0.99)}
         if name != "direct":
-            row.update({"added_ttft_p50_ms": row["ttft_p50_ms"] - q(base["ttft"], 0.5) * 1e3,
-                        "added_ttft_p99_ms": row["ttft_p99_ms"] - q(base["ttft"], 0.99) * 1e3,
-                        "added_token_p50_ms": row["token_lag_p50_ms"] - q(base["lag"], 0.5) * 1e3,
-                        "added_token_p99_ms": row["token_lag_p99_ms"] - q(base["lag"], 0.99) * 1e3,
-                        "added_to_upstream_p50_ms": (q(r["req_leg"], 0.5) - q(base["req_leg"], 0.5)) * 1e3,
-                        "added_to_upstream_p99_ms": (q(r["req_leg"], 0.99) - q(base["req_leg"], 0.99)) * 1e3,
+            row.update({"added_ttft_p50_ms": added(r, "ttft", 0.5), "added_ttft_p99_ms": added(r, "ttft", 0.99),
+                        "added_token_p50_ms": added(r, "lag", 0.5), "added_token_p99_ms": added(r, "lag", 0.99),
+                        "added_to_upstream_p50_ms": added(r, "req_leg", 0.5),
+                        "added_to_upstream_p99_ms": added(r, "req_leg", 0.99),
                         "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
                         "kb_per_in_flight_stream": memory.get(name)})
         table[name] = row
@@ -564,13 +597,21 @@ def main() -> int:
         return 0
     sched = ("each stream on its own schedule, the sends spread over the step" if args.schedule == "staggered"
              else "every stream's token in the same tick")
-    print(f"{args.streams} concurrent streams, {args.tokens} tokens each (closed loop), one token per stream every "
-          f"{args.step_ms:g} ms ({sched}), {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating order); "
-          f"memory with {args.hold} streams held open; the proxies' event loop: {event_loop()}")
-    cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
-            "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms",
-            *(("added_to_upstream_p50_ms", "added_to_upstream_p99_ms") if args.schedule == "staggered" else ()),
-            "cpu_s_per_100k_tokens", "kb_per_in_flight_stream")
+    if model is None:
+        print(f"{args.streams} concurrent streams, {args.tokens} tokens each (closed loop), one token per stream "
+              f"every {args.step_ms:g} ms ({sched}), {args.rounds} x {args.seconds:g} s measured per route (rounds in "
+              f"rotating order); memory with {args.hold} streams held open; the proxies' event loop: {event_loop()}")
+        cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
+                "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms",
+                *(("added_to_upstream_p50_ms", "added_to_upstream_p99_ms") if args.schedule == "staggered" else ()),
+                "cpu_s_per_100k_tokens", "kb_per_in_flight_stream")
+    else:
+        print(f"{args.upstream} serving {model}: {args.streams} concurrent streams of {args.tokens} tokens each "
+              f"(ignore_eos, closed loop), {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating "
+              f"order); tokens counted, not timed (a real engine's carry no send time); the proxies' event loop: "
+              f"{event_loop()}")
+        cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "added_ttft_p50_ms", "added_ttft_p99_ms",
+                "cpu_s_per_100k_tokens")
     print(f"{'':26}" + "".join(f"{n:>18}" for n in table))
     for col in cols:
         cells = []
