@@ -27,7 +27,7 @@ def config_from_args(args) -> ProxyConfig:
 
 
 async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, int] | None) -> int:
-    from servewatch.proxy.recordlog import RecordLog
+    from servewatch.proxy.recordlog import RecordLog, flush_forever, record_sink
     from servewatch.proxy.telemetry import Telemetry
 
     config = config_from_args(args)
@@ -40,13 +40,8 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
     telemetry = Telemetry(otlp_endpoint=args.otlp_endpoint, sample=args.trace_sample)
     telemetry.log = log
 
-    def on_record(ex, rec) -> None:
-        if log is not None:
-            log.write(rec.to_json())
-        telemetry.observe(ex, rec)
-
     try:
-        proxy = Proxy(config, on_record=on_record)
+        proxy = Proxy(config, on_record=record_sink(log, telemetry))
     except ValueError as exc:
         raise ServewatchError(f"--upstream {args.upstream}: {exc}") from None
     telemetry.proxy = proxy
@@ -71,13 +66,14 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         try:
-            flusher = asyncio.create_task(_flush(log))
+            flusher = asyncio.create_task(flush_forever(log)) if log is not None else None
             watcher = asyncio.create_task(_watch(args, proxy, stop)) if args.watch else None
             try:
                 await asyncio.wait_for(stop.wait(), args.duration)
             except TimeoutError:
                 pass
-            flusher.cancel()
+            if flusher is not None:
+                flusher.cancel()
             if watcher is not None:
                 watcher.cancel()
                 try:
@@ -94,13 +90,6 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         if log is not None:
             log.close()
     return 0
-
-
-async def _flush(log) -> None:
-    while True:
-        await asyncio.sleep(1.0)
-        if log is not None:
-            log.flush()
 
 
 async def _watch(args, proxy, stop: asyncio.Event) -> None:

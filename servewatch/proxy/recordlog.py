@@ -7,8 +7,10 @@ of failures starts, and writing resumes by itself once the disk takes bytes agai
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+from collections.abc import Callable
 
 import orjson
 
@@ -103,3 +105,25 @@ class RecordLog:
             except OSError:
                 pass
             self._file = None
+
+
+def record_sink(log: RecordLog | None, telemetry) -> Callable:
+    """What a proxy does with each request's record (Proxy's on_record): its line in the records file when
+    it keeps one, then its metrics and span (servewatch.proxy.telemetry.Telemetry.observe)."""
+    observe = telemetry.observe
+    if log is None:
+        return observe
+    write = log.write
+
+    def on_record(ex, rec) -> None:
+        write(rec.to_json())
+        observe(ex, rec)
+
+    return on_record
+
+
+async def flush_forever(log: RecordLog, every_s: float = 1.0) -> None:
+    """The records file's buffer to disk every `every_s` (a task; cancelled at shutdown, which closes the log)."""
+    while True:
+        await asyncio.sleep(every_s)
+        log.flush()

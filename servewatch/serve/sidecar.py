@@ -9,12 +9,11 @@ import contextlib
 
 from servewatch.errors import ServewatchError
 from servewatch.proxy import Proxy, ProxyConfig
-from servewatch.proxy.recordlog import RecordLog
+from servewatch.proxy.recordlog import RecordLog, flush_forever, record_sink
 from servewatch.proxy.signals import RequestsSource
 from servewatch.proxy.telemetry import Telemetry
 from servewatch.serve.targets import TargetSpec
 
-FLUSH_S = 1.0
 
 
 class Sidecar:
@@ -27,15 +26,10 @@ class Sidecar:
         self.proxy = Proxy(ProxyConfig(upstream=spec.url, max_connections=p.max_connections,
                                        first_byte_timeout_s=p.first_byte_timeout_s,
                                        read_idle_timeout_s=p.read_timeout_s, tenant_header=p.tenant_header),
-                           on_record=self._on_record)
+                           on_record=self.telemetry.observe)
         self.telemetry.proxy = self.proxy
         self.port: int | None = None
         self._flusher: asyncio.Task | None = None
-
-    def _on_record(self, ex, rec) -> None:
-        if self.log is not None:
-            self.log.write(rec.to_json())
-        self.telemetry.observe(ex, rec)
 
     def source(self, clock, interval: float) -> RequestsSource:
         return RequestsSource(self.proxy, clock, interval)
@@ -50,6 +44,7 @@ class Sidecar:
                 self.log = RecordLog(self.spec.records, max_bytes=int(self.spec.records_max_mb * 2**20),
                                      keep=self.spec.records_keep, what=f"{self.name}: proxy records")
                 self.telemetry.log = self.log
+                self.proxy.on_record = record_sink(self.log, self.telemetry)
             except OSError as exc:
                 raise ServewatchError(f"{self.name}: proxy records {self.spec.records}: "
                                       f"{exc.strerror or exc}") from None
@@ -59,14 +54,9 @@ class Sidecar:
             if self.log is not None:
                 self.log.close()
             raise ServewatchError(f"{self.name}: proxy listen {self.spec.listen}: {exc.strerror or exc}") from None
-        self._flusher = asyncio.create_task(self._flush_forever())
+        if self.log is not None:
+            self._flusher = asyncio.create_task(flush_forever(self.log))
         return self.port
-
-    async def _flush_forever(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_S)
-            if self.log is not None:
-                self.log.flush()
 
     async def close(self) -> None:
         if self._flusher is not None:
