@@ -851,3 +851,23 @@ def test_a_kept_alive_exchange_is_recorded_after_the_next_request_is_forwarded()
         assert len(records) == 3                                     # a closing connection: at once
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("p99, expected, words", [
+    (0.052, None, "(threshold 2.0 s = max(2 s, 4 x recent TTFT p99 0.052 s))"),
+    (0.9, None, "(threshold 3.6 s = max(2 s, 4 x recent TTFT p99 0.900 s))"),
+    (0.2, 1.5, "(threshold 6.0 s = max(2 s, 4 x the oldest waiting request's expected TTFT 1.500 s))"),
+    (None, None, "(threshold 2.0 s = the 2 s floor: no stream has finished yet to give a recent TTFT)"),
+], ids=["floor-over-p99", "p99", "expected", "no-ttft"])
+def test_requests_no_token_says_how_its_threshold_was_made(p99, expected, words):
+    """The why names every term of the threshold with its figure: a 2 s floor over 4 x a 0.052 s p99 reads
+    as the floor, not as if 4 x 0.052 s made 2 s (a TP=2 vLLM drill of 2026-12-03 said it that way)."""
+    from servewatch.detectors.config import DetectorConfig
+    from servewatch.timeline.samples import RequestsSample
+
+    config = DetectorConfig(no_token_floor_s=2.0, no_token_k=4.0)
+    quiet = max(2.0, 4 * max(p99 or 0, expected or 0)) + 0.1
+    sample = RequestsSample(t=100.0, in_flight=4, waiting_first_token=0, oldest_s=30.0, oldest_waiting_s=None,
+                            quiet_s=quiet, ttft_p99_s=p99, ttft_count=8 if p99 else 0, expected_ttft_s=expected)
+    [verdict] = _judge([sample], config)
+    assert words in verdict.why

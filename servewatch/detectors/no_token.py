@@ -23,6 +23,17 @@ def threshold_s(sample, config: DetectorConfig) -> float:
     return max(config.no_token_k * expected, config.no_token_floor_s)
 
 
+def _threshold_terms(sample, config: DetectorConfig) -> str:
+    """How the threshold was made, every term with its figure: max(the floor, k x the larger expectation)."""
+    k, floor = config.no_token_k, config.no_token_floor_s
+    p99, expected = sample.ttft_p99_s or 0.0, sample.expected_ttft_s or 0.0
+    if expected > p99:
+        return f"max({floor:g} s, {k:g} x the oldest waiting request's expected TTFT {expected:.3f} s)"
+    if p99 > 0:
+        return f"max({floor:g} s, {k:g} x recent TTFT p99 {p99:.3f} s)"
+    return f"the {floor:g} s floor: no stream has finished yet to give a recent TTFT"
+
+
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if not window.requests:
         return []
@@ -33,9 +44,7 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if last.quiet_s <= limit:
         return []
     why = (f"{last.in_flight} request(s) in flight got no byte from the engine for {last.quiet_s:.1f} s "
-           f"(threshold {limit:.1f} s")
-    why += (f": {config.no_token_k:g} x recent TTFT p99 {last.ttft_p99_s:.3f} s)" if last.ttft_p99_s
-            else f": the floor, no recent TTFT)")
+           f"(threshold {limit:.1f} s = {_threshold_terms(last, config)})")
     if last.oldest_waiting_s is not None:
         why += f"; the oldest has waited {last.oldest_waiting_s:.1f} s for its first token"
     details: dict[str, float | int | str | bool | None] = {
