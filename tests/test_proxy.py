@@ -575,6 +575,9 @@ class _Wire:
     def abort(self) -> None:
         pass
 
+    def get_extra_info(self, name, default=None):
+        return default
+
 
 def _completion_event(text: str, reason: str | None, usage: tuple[int, int] | None) -> bytes:
     body: dict = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
@@ -871,3 +874,71 @@ def test_requests_no_token_says_how_its_threshold_was_made(p99, expected, words)
                             quiet_s=quiet, ttft_p99_s=p99, ttft_count=8 if p99 else 0, expected_ttft_s=expected)
     [verdict] = _judge([sample], config)
     assert words in verdict.why
+
+
+def test_a_pooled_connection_the_engine_closed_unseen_is_not_reused():
+    """The engine closes an idle kept-alive connection while the proxy's loop is held up (starved of CPU: its
+    FIN not yet read). The next request must go on a fresh connection, not get a 502 from the dead one (a TP=2
+    vLLM drill of 2026-12-03 on a loaded machine: "upstream closed without answering" after 10 ms)."""
+    import socket
+    import threading
+
+    close_now, closed = threading.Event(), threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    answers = []
+
+    def read_request(conn) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += conn.recv(65536)
+
+    def upstream() -> None:          # blocking sockets in a thread: it closes while the test holds the loop
+        first, _ = listener.accept()
+        read_request(first)
+        first.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+        close_now.wait(10)
+        first.close()                # the engine's keep-alive ends: a FIN the proxy has not read yet
+        closed.set()
+        listener.settimeout(10)
+        try:
+            fresh, _ = listener.accept()
+        except OSError:
+            return
+        read_request(fresh)
+        answers.append("fresh")
+        fresh.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+        fresh.close()
+
+    thread = threading.Thread(target=upstream, daemon=True)
+    thread.start()
+    request = (b"POST /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+
+    async def go():
+        async with Running(f"http://127.0.0.1:{port}") as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(request)
+            first = await asyncio.wait_for(reader.readexactly(len(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")), 10)
+            await _until(lambda: len(proxy.proxy.idle) == 1)      # the connection is back in the pool
+            close_now.set()
+            assert closed.wait(10)   # the loop is held here: the proxy cannot read the FIN before the next request
+            [client] = proxy.proxy.clients
+            client.data_received(request)                          # the next request, read before the FIN
+            second = await asyncio.wait_for(reader.read(65536), 10)
+            writer.close()
+            return first, second
+
+    try:
+        first, second = asyncio.run(go())
+    finally:
+        listener.close()
+        thread.join(5)
+    assert first.endswith(b"first")
+    assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"fresh"), second
+    assert answers == ["fresh"]

@@ -106,8 +106,25 @@ class DrillTarget:
     def wait_up(self, timeout_s: float) -> tuple[float | None, int | None]:
         """After launch(): (seconds from the launch to /health 200, None) once the server is up and proven,
         (None, exit status) once its main process has exited, (None, None) when neither came within
-        timeout_s of the launch."""
+        timeout_s of the launch. The exit is read without reaping, so the recorder sees the real status."""
+        proc, launched = self._launched()
+        code = wait_up_keep_zombie(self.url, proc, launched + timeout_s)
+        if code is not None or health(self.url) != 200:
+            return None, code
+        took = round(time.monotonic() - launched, 1)
+        self.starting = False
+        self._came_up(took)
+        self.prove()
+        self.processes()
+        self.ready_s.append(took)
+        return took, None
+
+    def _launched(self) -> tuple[subprocess.Popen, float]:
+        """The main process launch() started, and when (time.monotonic())."""
         raise TargetError("the drill starts only a server of its own")
+
+    def _came_up(self, took: float) -> None:
+        """What a subclass notes when a start it launched is up (before the proof)."""
 
     def running_process(self) -> bool:
         """The main process the drill launched is still running."""
@@ -314,17 +331,8 @@ class SimTarget(DrillTarget):
         self.prove()
         self.processes()
 
-    def wait_up(self, timeout_s: float) -> tuple[float | None, int | None]:
-        launched = self.launched
-        code = wait_up_keep_zombie(self.url, self.proc, launched + timeout_s)
-        if code is not None or health(self.url) != 200:
-            return None, code
-        self.starting = False
-        self.prove()
-        self.processes()
-        took = round(time.monotonic() - launched, 1)
-        self.ready_s.append(took)
-        return took, None
+    def _launched(self) -> tuple[subprocess.Popen, float]:
+        return self.proc, self.launched
 
     def running_process(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -421,19 +429,12 @@ class LabTarget(DrillTarget):
         self.server.start()
         self.starting = True
 
-    def wait_up(self, timeout_s: float) -> tuple[float | None, int | None]:
-        launched = self.server._started_at
-        code = wait_up_keep_zombie(self.url, self.server.proc, launched + timeout_s)
-        if code is not None or health(self.url) != 200:
-            return None, code
-        took = round(time.monotonic() - launched, 1)
+    def _launched(self) -> tuple[subprocess.Popen, float]:
+        return self.server.proc, self.server._started_at
+
+    def _came_up(self, took: float) -> None:
         self.server.ready_seconds = took
-        self.starting = False
         self.server.process_tree()
-        self.prove()
-        self.processes()
-        self.ready_s.append(took)
-        return took, None
 
     def running_process(self) -> bool:
         return self.server is not None and self.server.proc is not None and self.server.returncode is None

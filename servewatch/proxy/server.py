@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +50,21 @@ def _read_size(proxy: "Proxy", transport) -> None:
     calls and a copy per read; measured). uvloop reads into a buffer of its own."""
     if proxy._plain and getattr(transport, "max_size", 0) > READ_BUFFER:
         transport.max_size = READ_BUFFER
+
+
+def _dropped(up: "Upstream") -> bool:
+    """A pooled connection the engine closed (or wrote on) while it sat idle, before the event loop has said
+    so: a proxy starved of CPU reads the engine's FIN late, and a request sent on that connection would get a
+    502 for nothing (seen on a TP=2 vLLM sharing two cores with a test run). An idle HTTP/1.1 connection has
+    nothing to read, so anything readable means it cannot be reused. One select() per reused connection."""
+    sock = up.transport.get_extra_info("socket") if up.transport is not None else None
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select((sock,), (), (), 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def error_response(status: int, message: str, kind: str, *, retry_after: int | None = None) -> bytes:
@@ -135,7 +151,7 @@ class Proxy:
         now = self.now()
         while self.idle:
             up = self.idle.pop()
-            if now - up.idle_since > POOL_IDLE_S:      # the engine's own keep-alive may have ended it
+            if now - up.idle_since > POOL_IDLE_S or _dropped(up):   # the engine may have ended it
                 up._abort()
             elif not up.closed:
                 ex.connected = ex.arrival
