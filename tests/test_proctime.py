@@ -20,7 +20,11 @@ STEP_S = 3600.0
 
 @pytest.fixture
 def stepped(monkeypatch):
-    """From the call on, psutil says what it says after the wall clock stepped an hour forward."""
+    """From the call on, psutil says what it says after the wall clock stepped an hour forward. servewatch's
+    boot time is read afresh for the test: read once per process, it can sit a whole second from psutil's when
+    /proc/stat's boot time (whole seconds) has moved since (1 s on this VM after 15 h up, 2026-12-03)."""
+    monkeypatch.setattr(proctime, "_boot", None)
+
     def step():
         plain_create, plain_boot = psutil.Process.create_time, psutil.boot_time
         monkeypatch.setattr(psutil.Process, "create_time", lambda self: plain_create(self) + STEP_S)
