@@ -15,7 +15,6 @@ from servewatch.proxy.telemetry import Telemetry
 from servewatch.serve.targets import TargetSpec
 
 
-
 class Sidecar:
     def __init__(self, spec: TargetSpec):
         p = spec.proxy
