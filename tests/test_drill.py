@@ -15,6 +15,7 @@ import pytest
 
 from servewatch.cli import main
 from servewatch.drill import measure as M
+from servewatch.drill import report as R
 from servewatch.drill.faults import FAULTS
 from servewatch.drill.plan import PlanError, load_plan, plan_from_dict, shipped_path
 from servewatch.load.records import RequestRecord
@@ -185,8 +186,18 @@ def test_a_health_answer_that_came_only_after_the_fault_is_not_an_answer_while_i
               M.ProbeAnswer(6.0, "/health", 200, 4.1), M.ProbeAnswer(8.5, "/health", 200, 1.6),
               M.ProbeAnswer(9.5, "/health", 200, 0.6), M.ProbeAnswer(10.5, "/health", 200, 0.01)]
     # the probe sent in the last second and answered just after cannot tell: counted by its answer
-    assert M.health_during(probes, 1.0, 10.0) == {"no answer": 1, "200 after the fault": 2, "200": 1}
-    assert M.health_during(probes, 0.0, 0.5) == {"200": 1}
+    assert M.health_during(probes, 1.0, 10.0, stopped=True) == {"no answer": 1, "200 after the fault": 2, "200": 1}
+    assert M.health_during(probes, 0.0, 0.5, stopped=True) == {"200": 1}
+    # nothing stopped (an overload on a starved machine): a late answer is a slow 200, and the slowest is said
+    assert M.health_during(probes, 1.0, 10.0) == {"no answer": 1, "200": 3}
+    assert M.slowest(probes, 1.0, 10.0) == 5.0 and M.slowest(probes, 9.0, 10.0) == 0.6
+    assert M.slowest(probes, 20.0, 30.0) is None
+
+
+def test_a_slow_health_answer_is_said_beside_the_counts():
+    row = {"health": {"200": 34}, "health_slowest_s": 1.42}
+    assert R._slow(row) == " (slowest 1.42 s, over a kubelet's 1 s timeout)"
+    assert R._slow({**row, "health_slowest_s": 0.4}) == "" and R._slow({**row, "health_slowest_s": None}) == ""
 
 
 def test_impact_and_recovery_from_the_load_records():

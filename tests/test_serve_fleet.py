@@ -9,9 +9,11 @@ import asyncio
 import contextlib
 from dataclasses import replace
 import os
+import time
 
 import aiohttp
 
+from servewatch.clock import iso8601
 from servewatch.detectors import registry
 from servewatch.serve.config import FLEET_RECORDING, ServeConfig
 from servewatch.serve.targets import spec_for
@@ -114,6 +116,12 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                     return await serve.metric("servewatch_verdict_active", target=name_of(a.url), verdict=STALL) == 0
                 await until(cleared, 30, "the stall gauge back at 0")
                 assert (await serve.get(f"/targets/{name_of(a.url)}/livez"))[0] == 200
+                # the clearing, at the time serve's recorder saw it end: after the stall began, before now
+                ended = [v for v in (await serve.json("/api/v1/verdicts"))["cleared"]
+                         if v["verdict"] == STALL and v["target"] == name_of(a.url)]
+                assert len(ended) == 1 and ended[0]["onset"] == active[0]["onset"]
+                assert active[0]["onset"] < ended[0]["t"] <= iso8601(time.time())
+                assert ended[0]["duration_s"] > 0
                 said = [line for line in capfd.readouterr().err.splitlines() if "alertmanager" in line]
                 assert said == ["servewatch serve: alertmanager http://127.0.0.1:1/api/v2/alerts: unreachable "
                                 "(Connection refused); retrying with backoff, watching continues"]

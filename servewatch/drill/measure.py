@@ -207,13 +207,13 @@ class Watcher:
                     self.recording.set()
 
     def _poll_serve(self) -> None:
-        """serve's verdicts as watch's lines: each fired one (its own t, onset, why and bundle) once, and a
-        cleared line when a verdict leaves the active list; livez's answers. Until serve exits."""
+        """serve's verdicts as watch's lines: each fired one (its own t, onset, why and bundle) once, and each
+        cleared one once, at the time serve's recorder saw it end (as watch's cleared line, not when this poll
+        happened to read it); livez's answers. Until serve exits."""
         import urllib.error
         import urllib.request
 
-        seen: set[tuple[str, str]] = set()
-        active: dict[str, float] = {}        # verdict -> onset, as last read
+        seen: set[tuple] = set()
         self.recording.set()                 # serve is up and recording once its API answers
         while self.proc.poll() is None:
             try:
@@ -230,16 +230,13 @@ class Watcher:
                         event = parse_watch_line(json.dumps({**item, "event": "fired"}))
                         if event is not None:
                             self.events.append(event)
-                now_active = {}
-                for item in doc.get("active", []):
-                    try:
-                        now_active[item["verdict"]] = _epoch(item["onset"])
-                    except (KeyError, TypeError, ValueError):
-                        continue
-                for verdict, onset in active.items():
-                    if verdict not in now_active:
-                        self.events.append(VerdictEvent("cleared", verdict, now, onset))
-                active = now_active
+                for item in sorted(doc.get("cleared", []), key=lambda v: v.get("t", "")):
+                    key = ("cleared", item.get("verdict"), item.get("t"))
+                    if key not in seen:      # at the time serve saw it end, as watch's cleared line says
+                        seen.add(key)
+                        event = parse_watch_line(json.dumps({**item, "event": "cleared"}))
+                        if event is not None:
+                            self.events.append(event)
             try:
                 with urllib.request.urlopen(f"{self.serve_url}/targets/{SERVE_TARGET}/livez", timeout=2) as response:
                     status: int | None = response.status
@@ -416,21 +413,30 @@ def explanations(events: list[VerdictEvent], injected: float) -> dict[str, str]:
     return out
 
 
-def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health") -> dict:
+def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health", *,
+                  stopped: bool = False) -> dict:
     """What `path` answered to the probes sent between start and end: counts by answer ("200", "503",
-    "no answer"). A probe left unanswered for a kubelet's timeout (KUBELET_TIMEOUT_S) or more while the
-    fault held and answered only after it ("200 after the fault") is no answer while it held: a process
-    stopped by SIGSTOP answers nothing, but the kernel still accepts connections on its listening socket,
-    and the requests queued there are answered at once after SIGCONT. (A probe sent in the fault's last
-    second and answered just after it is counted by its answer: it cannot tell.)"""
+    "no answer"). When the fault `stopped` a process (SIGSTOP), a probe left unanswered for a kubelet's
+    timeout (KUBELET_TIMEOUT_S) or more while the fault held and answered only after it ("200 after the
+    fault") is no answer while it held: a stopped process answers nothing, but the kernel still accepts
+    connections on its listening socket, and the requests queued there are answered at once after SIGCONT.
+    (A probe sent in the fault's last second and answered just after it is counted by its answer: it cannot
+    tell.) Under any other fault a late answer is a slow one, counted by its status; `slowest` says how slow."""
     counts: dict[str, int] = {}
     for p in probes:
         if p.path == path and start <= p.t <= end:
             key = "no answer" if p.status is None else str(p.status)
-            if p.status is not None and p.t + p.latency_s > end and end - p.t >= KUBELET_TIMEOUT_S:
+            if stopped and p.status is not None and p.t + p.latency_s > end and end - p.t >= KUBELET_TIMEOUT_S:
                 key += " after the fault"
             counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def slowest(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health") -> float | None:
+    """The longest a probe of `path` sent between start and end waited for its answer (seconds), answered or
+    not; None without a probe."""
+    waits = [p.latency_s for p in probes if p.path == path and start <= p.t <= end]
+    return round(max(waits), 2) if waits else None
 
 
 def answers_during(answers: list[tuple[float, int | None]], start: float, end: float) -> dict[str, int]:

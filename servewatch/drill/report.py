@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from servewatch.drill.expect import describe_answers
-from servewatch.drill.measure import exit_words
+from servewatch.drill.measure import KUBELET_TIMEOUT_S, exit_words
 
 COLUMNS = ("#", "fault", "injected on", "detected by (s after injection)", "/health meanwhile",
            "kubelet restart: /health", "kubelet restart: livez", "client impact", "recovery", "expectations")
@@ -138,10 +138,18 @@ def meanings(doc: dict) -> tuple[tuple[str, str], ...]:
 
 def rows(doc: dict) -> list[list[str]]:
     return [[str(r["index"]), r["name"], *([r["target"]] if doc["targets"] else []), _injected(r), _detected(r),
-             describe_answers(r["health"]) + (f"; serve's livez {describe_answers(r['livez'])}" if r.get("livez")
-                                              else ""), _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _impact(r),
+             describe_answers(r["health"]) + _slow(r) + (f"; serve's livez {describe_answers(r['livez'])}"
+                                                         if r.get("livez") else ""), _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _impact(r),
              _recovery(r), _verdict(r)]
             for r in doc["faults"]]
+
+
+def _slow(r: dict) -> str:
+    """The slowest /health answer while the fault held, when a kubelet would have counted it failed."""
+    slowest = r.get("health_slowest_s")
+    if slowest is None or slowest <= KUBELET_TIMEOUT_S or not r["health"]:
+        return ""
+    return f" (slowest {slowest:g} s, over a kubelet's {KUBELET_TIMEOUT_S:g} s timeout)"
 
 
 def _summary_line(doc: dict) -> str:

@@ -50,6 +50,7 @@ class StepResult:
     impact: dict = field(default_factory=dict)
     recovery_s: float | None = None
     health_back_s: float | None = None
+    health_slowest_s: float | None = None   # the longest a /health probe sent while the fault held waited
     restarted_by_drill_s: float | None = None
     bundles: dict = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
@@ -479,8 +480,10 @@ class DrillRun:
         result.detected = M.detections(events, injected)
         result.explained = M.explanations(events, injected)
         result.fired_before = sorted({e.verdict for e in events if e.event == "fired" and e.t < injected})
-        result.health = M.health_during(probes, injected, reverted)
-        result.models = M.health_during(probes, injected, reverted, path="/v1/models")
+        stopped = any(t.get("signal") == "SIGSTOP" for t in result.touched)
+        result.health = M.health_during(probes, injected, reverted, stopped=stopped)
+        result.health_slowest_s = M.slowest(probes, injected, reverted)
+        result.models = M.health_during(probes, injected, reverted, path="/v1/models", stopped=stopped)
         end = reverted + step.watch_after_revert_s
         start = injected - step.warmup_s
         restart = M.kubelet_restart(M.health_answers(probes), start, end)

@@ -86,13 +86,22 @@ def _verdict(name: str, verdict, bundle=None) -> dict:
                          for e in verdict.evidence]}
 
 
+def _cleared(name: str, cleared) -> dict:
+    """A verdict that stopped holding: when the recorder saw it end (the newest sample then, serve's own clock),
+    how long it had held."""
+    return {"target": name, "verdict": cleared.verdict.name, "onset": iso8601(cleared.verdict.onset),
+            "t": iso8601(cleared.t), "duration_s": round(cleared.duration_s, 3)}
+
+
 async def verdicts(request: web.Request) -> web.Response:
-    active, recent = [], []
+    active, recent, cleared = [], [], []
     for name, run in sorted(request.app[FLEET].runs.items()):
         active += [_verdict(name, v) for v in run.recorder.latch.active]
         recent += [_verdict(name, f.verdict, f.bundle) for f in run.recorder.fired[-RECENT_PER_TARGET:]]
+        cleared += [_cleared(name, c) for c in run.recorder.cleared[-RECENT_PER_TARGET:]]
     recent.sort(key=lambda item: item["t"], reverse=True)
-    return web.json_response({"active": active, "recent": recent})
+    cleared.sort(key=lambda item: item["t"], reverse=True)
+    return web.json_response({"active": active, "recent": recent, "cleared": cleared})
 
 
 def _run(request: web.Request):
