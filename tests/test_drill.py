@@ -1069,7 +1069,7 @@ def test_a_fault_recorded_by_serve_that_cannot_be_is_one_line(fault, words):
 @pytest.mark.parametrize("path", sorted((Path(__file__).parent / "conformance" / "plans").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_every_conformance_plan_loads(path):
-    """The real-engine suites' plans (and the one run by hand, proxy-tp2-vllm) are valid plans: a typo in one
+    """The real-engine suites' plans are valid plans: a typo in one
     is said here, in the fast suite, not an hour into CI or at the start of a hand run."""
     plan = load_plan(path)
     assert plan.steps and plan.name == path.stem
