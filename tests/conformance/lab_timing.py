@@ -2,7 +2,8 @@
 
 A freeze meter (servewatch.lab.freeze) runs for the whole session. The drills of test_7_drill judge a timing
 bound they missed against the longest freeze it measured from that fault's injection to the end of its
-traffic: a miss no longer than the freeze runs those faults once more (`servewatch drill --only`), anything
+traffic: a miss no longer than the freeze runs those faults once more (`servewatch drill --only`), as does any
+miss of a fault whose window the host spent a quarter or more of frozen (test_7_drill.FROZEN_SHARE); anything
 else fails at once. Every case's longest freeze is written to the case log CI prints at the end.
 """
 
@@ -37,6 +38,11 @@ def stop_meter() -> None:
 
 def longest_freeze(since: float, until: float | None = None) -> float:
     return _meter.longest(since, until) if _meter is not None else 0.0
+
+
+def frozen(since: float, until: float | None = None) -> float:
+    """How long [since, until] the host spent in the freezes the meter measured (each clipped to it)."""
+    return _meter.frozen(since, until) if _meter is not None else 0.0
 
 
 def record_case(nodeid: str, outcome: str, started: float, ended: float, *, rerun: bool, failure: str = "") -> None:

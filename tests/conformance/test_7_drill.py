@@ -10,8 +10,9 @@ the fault windows its plan sets (warm-up, hold, and the traffic after the fault:
 recovery window, see FaultStep.traffic_after_revert_s) plus STEP_OVERHEAD_S per fault. The longest freeze
 the session's meter measured during the drill is printed with the figures. When every expectation missed is
 a time bound overshot by no more than the freeze measured from that fault's injection to the end of its
-traffic, those faults alone run once more (`servewatch drill --only NAME`, on a fresh start of their target)
-and must then be met; anything else fails at once.
+traffic, or belongs to a fault whose window the host spent a quarter or more of frozen (FROZEN_SHARE), those
+faults alone run once more (`servewatch drill --only NAME`, on a fresh start of their target) and must then be
+met; anything else fails at once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ PLANS = Path(__file__).parent / "plans"
 # and 7.0 s on the lab SGLang with the fast suite running alongside (2026-12-01; the test prints it):
 # twice the most, and a second.
 STEP_OVERHEAD_S = 15.0
+FROZEN_SHARE = 0.25     # of a fault's window spent frozen: none of its expectations measured the code
 START_MARGIN_S = 30.0        # before the start is timed: the lab venv and model found; after a failed start: its teardown
 END_MARGIN_S = 30.0          # the last fault's engine stopped, the leak check, the report written
 READY_LINE = re.compile(r"/health 200 after ([\d.]+) s")
@@ -104,24 +106,30 @@ def _overshoots(fault: dict, expect: dict) -> list[float] | None:
 def _freeze_explained(doc: dict) -> str:
     """Why every unmet expectation of the drill is explained by a freeze, or "" when one is not: each one
     a time bound overshot by no more than the longest freeze the meter measured from that fault's
-    injection to the end of its traffic."""
+    injection to the end of its traffic, or any expectation of a fault whose window the host spent a
+    FROZEN_SHARE or more of in freezes (it ran nothing of ours for that long: 25.2 s of the 31 s window of
+    the TP=2 overload, 28.7 s of 69 s of the request-path stall, in the CI of 2026-12-03 whose vLLM suite
+    was frozen 526 s in all; such a fault measured the host, not the code)."""
     mono = time.monotonic() - time.time()
     reasons = []
     for fault, step in zip(doc["faults"], doc["plan"]["faults"]):
         if fault["met"]:
             continue
-        overshoots = _overshoots(fault, step["expect"])
-        if not overshoots:
-            return ""
-        since = fault["injected_at"] + mono
+        since = fault["injected_at"] + mono if fault.get("injected_at") is not None else None
         e = step["expect"]
-        until = since + step["hold_s"] + max(step["observe_s"], e.get("recover_within_s", 0.0),
-                                             e.get("clear_within_s", 0.0), e.get("exit_within_s", 0.0) - step["hold_s"]) \
-            + STEP_OVERHEAD_S
-        freeze = lab_timing.longest_freeze(since, until)
-        if max(overshoots) > freeze:
+        until = None if since is None else (
+            since + step["hold_s"] + max(step["observe_s"], e.get("recover_within_s", 0.0), e.get("clear_within_s", 0.0),
+                                         e.get("exit_within_s", 0.0) - step["hold_s"]) + STEP_OVERHEAD_S)
+        overshoots = _overshoots(fault, e)
+        if overshoots and since is not None:
+            freeze = lab_timing.longest_freeze(since, until)
+            if max(overshoots) <= freeze:
+                reasons.append(f"fault {fault['index']}: over by {max(overshoots):.2f} s, freeze {freeze:.2f} s")
+                continue
+        frozen = lab_timing.frozen(since, until) if since is not None else 0.0
+        if since is None or frozen < FROZEN_SHARE * (until - since):
             return ""
-        reasons.append(f"fault {fault['index']}: over by {max(overshoots):.2f} s, freeze {freeze:.2f} s")
+        reasons.append(f"fault {fault['index']}: the host froze {frozen:.1f} s of its {until - since:.0f} s window")
     return "explained by the freezes measured meanwhile (" + "; ".join(reasons) + ")"
 
 
