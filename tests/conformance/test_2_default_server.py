@@ -45,7 +45,7 @@ def server(lab):
 
 def test_inspect_agrees_with_raw_scrape(lab, server, run_dir):
     # The idle server's scrape, for the fast replay tests. (Idle under `watch --log-file`, no verdict: the
-    # first step of plans/multirank-vllm.yaml, five minutes on TP=2, and test_5_probe_canary under the probe.)
+    # first step of plans/multirank-vllm.yaml, three minutes on TP=2, and test_5_probe_canary under the probe.)
     lab.obs.save_text("idle.prom", scrape(server.url).text)
     traffic = Traffic(server.url, n=4, concurrency=4, max_tokens=32).start()
     assert traffic.wait(120)

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 EVERY_S, DEADLINE_S = 5.0, 5.0
 # CI watches the idle server for 30 s (six probes; 60 s until 2026-12-03, cut for CI's hour with the
-# multi-rank idle of five minutes in the same suite); SERVEWATCH_PROBE_IDLE_S=600 gives the ten-minute run.
+# multi-rank idle of five minutes, now three, in the same suite); SERVEWATCH_PROBE_IDLE_S=600 gives the ten-minute run.
 IDLE_S = float(os.environ.get("SERVEWATCH_PROBE_IDLE_S", "30"))
 PROBE_ARGS = ("--probe", "--probe-interval", f"{EVERY_S:g}", "--probe-deadline", f"{DEADLINE_S:g}")
 GEN = "vllm:generation_tokens_total"
