@@ -115,19 +115,20 @@ def _freeze_explained(doc: dict) -> str:
     for fault, step in zip(doc["faults"], doc["plan"]["faults"]):
         if fault["met"]:
             continue
-        since = fault["injected_at"] + mono if fault.get("injected_at") is not None else None
+        if fault.get("injected_at") is None:      # never injected: nothing a freeze could have delayed
+            return ""
+        since = fault["injected_at"] + mono
         e = step["expect"]
-        until = None if since is None else (
-            since + step["hold_s"] + max(step["observe_s"], e.get("recover_within_s", 0.0), e.get("clear_within_s", 0.0),
-                                         e.get("exit_within_s", 0.0) - step["hold_s"]) + STEP_OVERHEAD_S)
+        until = since + step["hold_s"] + max(step["observe_s"], e.get("recover_within_s", 0.0), e.get("clear_within_s", 0.0),
+                                             e.get("exit_within_s", 0.0) - step["hold_s"]) + STEP_OVERHEAD_S
         overshoots = _overshoots(fault, e)
-        if overshoots and since is not None:
+        if overshoots:
             freeze = lab_timing.longest_freeze(since, until)
             if max(overshoots) <= freeze:
                 reasons.append(f"fault {fault['index']}: over by {max(overshoots):.2f} s, freeze {freeze:.2f} s")
                 continue
-        frozen = lab_timing.frozen(since, until) if since is not None else 0.0
-        if since is None or frozen < FROZEN_SHARE * (until - since):
+        frozen = lab_timing.frozen(since, until)
+        if frozen < FROZEN_SHARE * (until - since):
             return ""
         reasons.append(f"fault {fault['index']}: the host froze {frozen:.1f} s of its {until - since:.0f} s window")
     return "explained by the freezes measured meanwhile (" + "; ".join(reasons) + ")"
