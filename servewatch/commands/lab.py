@@ -96,12 +96,16 @@ def _serve(lab, server, ready_timeout: float, about: str, watch_flags: str) -> t
     import signal
     import threading
 
+    from servewatch.lab.server import ENGINE_AUTOGROUP_NICE
+
     title, names = lab.recipe.title, lab.recipe.processes
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     called: list[str] = []
     with server:
         _say(f"starting {title} on {server.url} (log: {server.log_path})")
+        _say(server.cpu_note or f"its session runs at CPU priority nice {ENGINE_AUTOGROUP_NICE} (its autogroup), "
+             "below what you measure it with")
         ready = server.wait_ready(ready_timeout)
         tree = server.process_tree()
         print(f"url: {server.url}{about}  ready in {ready:.1f}s", flush=True)

@@ -145,9 +145,11 @@ def rows(doc: dict) -> list[list[str]]:
 
 
 def _slow(r: dict) -> str:
-    """The slowest /health answer while the fault held, when a kubelet would have counted it failed."""
+    """The slowest /health answer while the fault held, when a kubelet would have counted it failed and every
+    probe was answered while it held (beside "no answer" it says nothing more: those waited the probe's timeout)."""
     slowest = r.get("health_slowest_s")
-    if slowest is None or slowest <= KUBELET_TIMEOUT_S or not r["health"]:
+    if slowest is None or slowest <= KUBELET_TIMEOUT_S or not r["health"] or \
+            not all(str(answer).isdigit() for answer in r["health"]):
         return ""
     return f" (slowest {slowest:g} s, over a kubelet's {KUBELET_TIMEOUT_S:g} s timeout)"
 

@@ -21,7 +21,11 @@ class ProxyConfig:
     head_timeout_s: float = 10.0               # a request head must arrive whole within this (slow drip: 408)
     body_idle_timeout_s: float = 30.0          # a request body that stalls this long: 408
     keepalive_timeout_s: float = 75.0          # an idle client connection is closed after this
-    connect_timeout_s: float = 5.0             # upstream TCP connect
+    # upstream TCP connect: nginx's proxy_connect_timeout. An engine's backlog takes connections even while
+    # its event loop is busy, so only an unreachable host waits this long; at 5 s (until 2026-12-03) a proxy
+    # starved of CPU for longer ran the expired timer before seeing the connect done: a 502 for a request
+    # the engine would have served (1 of 55 in a CI run)
+    connect_timeout_s: float = 60.0
     first_byte_timeout_s: float = 900.0        # upstream: request written -> first response byte (504)
     read_idle_timeout_s: float = 300.0         # upstream: silence between two response reads
     tenant_header: str = "x-tenant"            # tenant from this header, else from the API key (hashed)
