@@ -1098,3 +1098,20 @@ def test_a_lab_engine_gives_way_to_what_measures_it(tmp_path):
         child.wait(10)
     gone = yield_cpu(child.pid)
     assert gone.startswith("its session's CPU priority was left as it is (") and "None" not in gone
+
+
+def test_a_verdicts_threshold_is_read_from_its_line_before_its_bundle(tmp_path):
+    """The fired line's own details give the threshold a fault is held to; the bundle only when the line has
+    none (a CI run failed "no threshold in its bundle" for a verdict whose line said it)."""
+    line = json.dumps({"event": "fired", "t": "2026-12-03T15:00:02Z", "verdict": "requests_no_token",
+                       "onset": "2026-12-03T15:00:00Z", "why": "w", "details": {"threshold_s": 2.0}, "bundle": None})
+    event = M.parse_watch_line(line)
+    injected = event.t - 2.4
+    assert M.thresholds([event], injected, ["requests_no_token"]) == {"requests_no_token": 2.0}
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "incident.json").write_text(json.dumps(
+        {"verdicts": [{"name": "requests_no_token", "details": {"threshold_s": 3.5}}]}))
+    older = M.VerdictEvent("fired", "requests_no_token", event.t, event.onset, str(bundle))
+    assert M.thresholds([older], injected, ["requests_no_token"]) == {"requests_no_token": 3.5}
+    assert M.thresholds([older], event.t + 1, ["requests_no_token"]) == {}      # fired before the injection

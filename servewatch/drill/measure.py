@@ -98,6 +98,7 @@ class VerdictEvent:
     onset: float
     bundle: str | None = None
     why: str = ""            # the verdict's explanation (fired lines): which engine, which rank, which process
+    details: dict | None = None   # the detector's own figures as the fired line gave them (e.g. threshold_s)
 
 
 def _epoch(text: str) -> float:
@@ -108,7 +109,8 @@ def parse_watch_line(line: str) -> VerdictEvent | None:
     try:
         data = json.loads(line)
         return VerdictEvent(data["event"], data["verdict"], _epoch(data["t"]), _epoch(data["onset"]),
-                            data.get("bundle"), str(data.get("why") or ""))
+                            data.get("bundle"), str(data.get("why") or ""),
+                            data["details"] if isinstance(data.get("details"), dict) else None)
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -624,9 +626,13 @@ def clearances(events: list[VerdictEvent], injected: float, reverted: float) -> 
 
 
 def stored_details(events: list[VerdictEvent], injected: float, verdict: str) -> dict | None:
-    """The details the first firing of `verdict` after the injection stored in its bundle (incident.json), or
-    None when it did not fire or its bundle cannot be read."""
+    """The details of the first firing of `verdict` after the injection: as its line gave them, else as its
+    bundle (incident.json) stored them; None when it did not fire or neither has them. (A line's details do
+    not wait on a bundle: a fault that fires several verdicts at once may have them share one bundle, or a
+    recorder stopped at the step's end may not have written it yet.)"""
     fired = next((e for e in events if e.event == "fired" and e.verdict == verdict and e.t >= injected), None)
+    if fired is not None and fired.details is not None:
+        return dict(fired.details)
     if fired is None or not fired.bundle:
         return None
     try:
