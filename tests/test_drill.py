@@ -1115,3 +1115,16 @@ def test_a_verdicts_threshold_is_read_from_its_line_before_its_bundle(tmp_path):
     older = M.VerdictEvent("fired", "requests_no_token", event.t, event.onset, str(bundle))
     assert M.thresholds([older], injected, ["requests_no_token"]) == {"requests_no_token": 3.5}
     assert M.thresholds([older], event.t + 1, ["requests_no_token"]) == {}      # fired before the injection
+
+
+def test_a_drill_target_says_why_its_engine_kept_its_cpu_priority():
+    """Only a lab engine the drill started can give way (or fail to); the drill prints what its target says."""
+    from types import SimpleNamespace
+    from servewatch.drill.target import DrillTarget, LabTarget
+
+    lab = LabTarget.__new__(LabTarget)
+    lab.server = None
+    assert lab.cpu_note() is None
+    lab.server = SimpleNamespace(cpu_note="its session's CPU priority was left as it is (Permission denied)")
+    assert lab.cpu_note() == "its session's CPU priority was left as it is (Permission denied)"
+    assert DrillTarget.cpu_note(lab) is None

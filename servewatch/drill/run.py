@@ -250,8 +250,8 @@ class DrillRun:
             return False
         ready = f" (/health 200 after {self.target.ready_s[0]:.1f} s)" if self.target.ready_s else ""
         self.say(f"target{' ' + name if self.plan.targets else ''}: {spec.describe()}{ready}")
-        note = getattr(getattr(self.target, "server", None), "cpu_note", None)
-        if note:     # the lab engine could not give way to the drill's own measuring (lab.server.yield_cpu)
+        note = self.target.cpu_note()
+        if note:
             self.say(f"target{' ' + name if self.plan.targets else ''}: {note}; the drill's timings may wait for a CPU")
         self.model = self.target.model()
         self.model_path = self.target.model_path()

@@ -282,6 +282,11 @@ class DrillTarget:
         """The server's log, for the recorder to read (None: the drill did not start it)."""
         return None
 
+    def cpu_note(self) -> str | None:
+        """Why the server the drill started could not give way to the drill's own processes for the CPU (None:
+        it did, or the drill did not start an engine; servewatch.lab.server.yield_cpu)."""
+        return None
+
     def model(self) -> str:
         return self.model_card().get("id") or "unknown"
 
@@ -446,6 +451,9 @@ class LabTarget(DrillTarget):
 
     def log_file(self) -> Path | None:
         return self.server.log_path if self.server is not None else None
+
+    def cpu_note(self) -> str | None:
+        return self.server.cpu_note if self.server is not None else None
 
     def exit_status(self) -> int | None:
         return self.server.returncode if self.server is not None else None
