@@ -1077,7 +1077,7 @@ def test_every_conformance_plan_loads(path):
     assert plan.steps and plan.name == path.stem
 
 
-def test_a_lab_engine_gives_way_to_what_measures_it(tmp_path):
+def test_a_lab_engine_gives_way_to_what_measures_it():
     """The lab engine's session (its autogroup) is set to a lower CPU priority than the drill's own processes
     (servewatch.lab.server.yield_cpu); where it cannot be, the reason is said, not raised."""
     import subprocess
