@@ -205,3 +205,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert "either -- COMMAND" in both.stderr and "either -- COMMAND" in neither.stderr
     assert "unknown verdict(s) stall" in wrong.stderr
     assert "cannot start" in missing.stderr
+
+
+def test_server_nice_sets_the_started_servers_session_priority_and_only_that(reaper):
+    """--server-nice N: the session of the server guard started runs at autogroup nice N (servewatch.sched);
+    guard's own session is untouched. Refused for an attached server and outside -20..19: one line, exit 2."""
+    if not pathlib.Path("/proc/self/autogroup").exists():
+        pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP): nothing to set")
+    ours_before = pathlib.Path("/proc/self/autogroup").read_text()
+    proc = guard("http://127.0.0.1:1", "--server-nice", "7", "--no-stacks",
+                 server=[sys.executable, "-c", "import time; time.sleep(60)"])
+    pid = started_pid(proc)
+    reaper(pid)
+    read_stderr_until(proc, r"^servewatch guard: the server's session runs at CPU priority nice 7 \(its autogroup\)$",
+                      timeout_s=30)
+    theirs = pathlib.Path(f"/proc/{pid}/autogroup").read_text().split()
+    assert theirs[0].startswith("/autogroup-") and theirs[1:] == ["nice", "7"]
+    assert pathlib.Path("/proc/self/autogroup").read_text() == ours_before
+    proc.send_signal(signal.SIGTERM)
+    finish(proc)
+    attached = subprocess.run([*GUARD, "http://127.0.0.1:1", "--pid", str(os.getpid()), "--server-nice", "10"],
+                              capture_output=True, text=True, timeout=30)
+    outside = subprocess.run([*GUARD, "http://127.0.0.1:1", "--server-nice", "40", "--", "true"],
+                             capture_output=True, text=True, timeout=30)
+    for result in (attached, outside):
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "applies to a server guard starts" in attached.stderr
+    assert outside.stderr.strip() == "servewatch guard: --server-nice 40: a nice is between -20 and 19"

@@ -57,6 +57,10 @@ def register(subparsers) -> None:
                                                             f"{default_stacks_dir()})")
     parser.add_argument("--no-stacks", action="store_true", help="kill without dumping stacks first")
     parser.add_argument("--dry-run", action="store_true", help="say what would be done; send no signal")
+    parser.add_argument("--server-nice", type=int, metavar="N",
+                        help="with -- COMMAND: set the started server's session to CPU priority N (its autogroup's "
+                             "nice, -20..19; 10 lets guard, in another session, have a CPU first on a host the "
+                             "server keeps busy; below 0 needs CAP_SYS_NICE). Default: left as it is")
     add_recording_arguments(parser, DEFAULTS, ("duration",),
                             help={"duration": "stop after S seconds (a server guard started is then drained)"})
     parser.add_argument("--json", action="store_true", help="JSON lines on stdout: verdicts and guard's actions "
@@ -94,6 +98,11 @@ def run(args) -> int:
     command = args.server_command     # what followed `--` (servewatch.cli)
     if bool(command) == (args.pid is not None):
         raise ServewatchError("give either -- COMMAND (start the server) or --pid PID (attach), not both or neither")
+    if args.server_nice is not None and not command:
+        raise ServewatchError("--server-nice applies to a server guard starts (-- COMMAND); an attached server's "
+                              "priority is its owner's to set (echo N > /proc/PID/autogroup)")
+    if args.server_nice is not None and not -20 <= args.server_nice <= 19:
+        raise ServewatchError(f"--server-nice {args.server_nice}: a nice is between -20 and 19")
     config = GuardConfig(act_on=parse_act_on(args.act_on), exit_grace_s=args.exit_grace,
                          drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
     from servewatch.watch.options import options_from_args
@@ -126,7 +135,7 @@ async def _guard(args, options, command: list[str], config) -> int:
                                   f"(pass --unverified-pid-ok to go on anyway)", unverifiable=True)
     try:
         if command:
-            server = _start(command, json_lines=args.json)
+            server = _start(command, json_lines=args.json, nice=args.server_nice)
         pid = server.pid if server is not None else args.pid
         probe = PsutilProbe(pid, exit_status=server.poll if server is not None else None)  # wrong PID: one line
         # An attached server is proven now (a mismatch: one line, exit 2); a started one once it listens.
@@ -212,7 +221,7 @@ def _remember_life(args, options, command, guard, started: float, code: int, why
         print(f"servewatch guard: {line}", file=sys.stderr, flush=True)
 
 
-def _start(command: list[str], *, json_lines: bool):
+def _start(command: list[str], *, json_lines: bool, nice: int | None = None):
     import subprocess
     import sys
 
@@ -223,6 +232,12 @@ def _start(command: list[str], *, json_lines: bool):
     except OSError as exc:
         raise ServewatchError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
     print(f"servewatch guard: started {os.path.basename(command[0])} as pid {server.pid}", file=sys.stderr, flush=True)
+    if nice is not None:
+        from servewatch.sched import set_session_nice
+
+        why = set_session_nice(server.pid, nice)
+        print(f"servewatch guard: the server's session runs at CPU priority nice {nice} (its autogroup)" if why is None
+              else f"servewatch guard: --server-nice {nice} not applied: {why}", file=sys.stderr, flush=True)
     return server
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from servewatch.errors import ServewatchError
+from servewatch.sched import set_session_nice
 
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
 WORKER_TITLE = "VLLM::Worker"
@@ -42,21 +43,13 @@ _EXCEPTION_LINE = re.compile(r"^(?:\([\w:]+ pid=\d+\) )?(?P<cls>[A-Za-z_][\w.]*(
 def yield_cpu(pid: int, nice: int = ENGINE_AUTOGROUP_NICE) -> str | None:
     """Lower the CPU priority of the lab engine's session (its autogroup) to `nice`; None when done, else why not.
 
-    The engine runs in a session of its own, and with `kernel.sched_autogroup_enabled` (the default of most
-    distributions) the scheduler shares the CPU between sessions first: a process's own nice counts only
-    within its session. A CPU vLLM saturates both cores with four busy processes, and a nice-0 process of
-    another session (the load client, the recorder, the drill's /health prober, a meter) then waited up to
-    11.5 s for a CPU, 67 s of 170 (2026-12-03, TP=2 under 32 streams; a SCHED_FIFO meter beside it saw no
-    gap at all, so the VM was not frozen); with the engine's autogroup at nice 10: no gap over 0.2 s, the
-    prober's slowest /health 0.02 s instead of 8.2 s, the engine's throughput the same (188 requests of 256
-    tokens against 192). A lab engine is measured, not served: the measuring side must not be the one
-    that waits. Raising a nice needs no privilege (Linux); without autogroups the file is absent."""
-    try:
-        with open(f"/proc/{pid}/autogroup", "w", encoding="ascii") as f:
-            f.write(str(nice))
-    except OSError as exc:
-        return f"its session's CPU priority was left as it is ({exc.strerror or exc})"
-    return None
+    A CPU vLLM saturates both cores with four busy processes, and without this every process of another
+    session (the load client, the recorder, the drill's /health prober) waited for a CPU: the drill's prober
+    saw a slowest /health of 8.2 s, 0.02 s once the engine's session was at nice 10, the engine's throughput
+    the same (188 requests of 256 tokens against 192; servewatch.sched). A lab engine is measured, not served:
+    the measuring side must not be the one that waits."""
+    why = set_session_nice(pid, nice)
+    return None if why is None else f"its session's CPU priority was left as it is ({why})"
 
 
 class StartupFailed(ServewatchError):
