@@ -27,13 +27,3 @@ def set_session_nice(pid: int, nice: int) -> str | None:
         return exc.strerror or str(exc)
     return None
 
-
-def session_nice(pid: int) -> int | None:
-    """The autogroup nice of `pid`'s session; None when it has no autogroup of its own (the kernel's root
-    group reads empty) or it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/autogroup", encoding="ascii") as f:
-            words = f.read().split()
-    except OSError:
-        return None
-    return int(words[-1]) if len(words) == 3 and words[1] == "nice" else None
