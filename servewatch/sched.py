@@ -12,11 +12,13 @@ CAP_SYS_NICE. Under systemd (or any cgroup but the root) autogroups do not apply
 
 from __future__ import annotations
 
+NICE_RANGE = range(-20, 20)      # the nice values Linux takes: -20..19
+
 
 def set_session_nice(pid: int, nice: int) -> str | None:
     """Set the autogroup nice of `pid`'s session to `nice` (-20..19); None when done, else why not, in words
     (no autogroups on this kernel, no such process, not permitted)."""
-    if not -20 <= nice <= 19:
+    if nice not in NICE_RANGE:
         return f"a nice of {nice} is outside -20..19"
     try:
         with open(f"/proc/{pid}/autogroup", "w", encoding="ascii") as f:

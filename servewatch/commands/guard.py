@@ -101,8 +101,10 @@ def run(args) -> int:
     if args.server_nice is not None and not command:
         raise ServewatchError("--server-nice applies to a server guard starts (-- COMMAND); an attached server's "
                               "priority is its owner's to set (echo N > /proc/PID/autogroup)")
-    if args.server_nice is not None and not -20 <= args.server_nice <= 19:
-        raise ServewatchError(f"--server-nice {args.server_nice}: a nice is between -20 and 19")
+    from servewatch.sched import NICE_RANGE
+
+    if args.server_nice is not None and args.server_nice not in NICE_RANGE:
+        raise ServewatchError(f"--server-nice {args.server_nice}: a nice is between {NICE_RANGE[0]} and {NICE_RANGE[-1]}")
     config = GuardConfig(act_on=parse_act_on(args.act_on), exit_grace_s=args.exit_grace,
                          drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
     from servewatch.watch.options import options_from_args
