@@ -16,8 +16,16 @@ COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summ
             "advise", "rules", "dashboard", "demo", "lab", "canary", "drill", "proxy")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line, as every other bad input (the usage itself is in --help). Subcommand
+    parsers are of this class too: argparse makes them of the class of the parser they hang from."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="servewatch",
         description="Flight recorder, doctor and watchdog for vLLM and SGLang servers.",
     )

@@ -57,6 +57,18 @@ def failure_kind(exc: BaseException) -> str:
     return kinds.CONNECT           # an OSError from the socket
 
 
+def connect_words(exc: OSError) -> str:
+    """Why a connection could not be made, as a reader says it: "connection refused", "name lookup
+    failed", else the system's own words."""
+    import socket
+
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "name lookup failed"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     scheme: str
@@ -456,7 +468,7 @@ class Http1Client:
         except TimeoutError:
             raise ConnectFailed("connect timeout") from None
         except OSError as exc:
-            raise ConnectFailed(type(exc).__name__) from None
+            raise ConnectFailed(connect_words(exc)) from None
         return conn
 
     async def prewarm(self, count: int) -> int:

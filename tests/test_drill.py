@@ -60,7 +60,7 @@ def test_a_plan_workload_aimed_at_a_dp_rank_sends_the_engines_routing_header():
      "faults/0 (lost): target: unknown target 'c' (known: main, b)"),
     (_plan(target={"url": "http://127.0.0.1:1", "pid": 3, "env": {"A": "1"}}), "target: env: only for a lab engine"),
     (_plan(targets={"b": {"engine": "sim", "env": {"A": "1"}}}), "targets/b: env: only for a lab engine"),
-    (_plan(targets={"b": {"engine": "vllm", "env": {"A": 1}}}), "targets/b/env/A: 1 is not of type 'string'"),
+    (_plan(targets={"b": {"engine": "vllm", "env": {"A": 1}}}), "targets/b/env/A: expected a string, got the number 1"),
     (_plan(target={"url": "http://127.0.0.1:1", "pid": 3}, targets={"b": {"engine": "sim"}}),
      "an existing server is drilled alone"),
     (_plan(targets={"main": {"engine": "sim"}}), "targets/main: main is the plan's own target"),

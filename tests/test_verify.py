@@ -211,7 +211,7 @@ def test_cli_exit_codes_and_one_line(bundle, copy, capsys, monkeypatch):
     assert main(["verify", str(copy)]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
-    assert err.startswith("servewatch verify: samples-000.json: SHA-256 does not match")
+    assert err.startswith(f"servewatch verify: {copy}: samples-000.json: SHA-256 does not match")
     assert main(["verify", str(copy / "nope")]) == 1
     assert "not a bundle directory" in capsys.readouterr().err
 

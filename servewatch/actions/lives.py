@@ -92,14 +92,33 @@ def default_path(url: str, command: list[str] | None) -> Path:
 
 def load(path: Path) -> tuple[list[Life], str | None]:
     """(the lives, or [] and the one line that says why not). A missing ledger is an empty one."""
+    lives, why = _read(path)
+    if why is not None:
+        return [], f"{path}: unreadable guard ledger ({why}); starting a new one"
+    return lives, None
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the file at `path` is not a ledger guard can read and then replace, or None (it is one, or
+    there is no file yet)."""
+    return _read(path)[1]
+
+
+def _read(path: Path) -> tuple[list[Life], str | None]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         names = {f.name for f in fields(Life)}
         return [Life(**{k: v for k, v in item.items() if k in names}) for item in raw["lives"]], None
     except FileNotFoundError:
         return [], None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [], f"{path}: unreadable guard ledger ({type(exc).__name__}: {exc}); starting a new one"
+    except OSError as exc:
+        return [], exc.strerror or str(exc)
+    except UnicodeDecodeError:
+        return [], "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return [], f"not JSON: {exc.msg} at line {exc.lineno}"
+    except (ValueError, KeyError, TypeError):
+        return [], "JSON, but not a list of lives"
 
 
 def save(path: Path, lives: list[Life]) -> str | None:

@@ -95,7 +95,7 @@ def _fail_closed():
 
 def _read_files(path: Path) -> dict[str, bytes]:
     if not path.is_dir():
-        raise BundleInvalid(f"{path}: not a bundle directory")
+        raise BundleInvalid("not a bundle directory")      # the path is said by whoever names the bundle
     files: dict[str, bytes] = {}
     entries = sorted(path.iterdir())
     if len(entries) > MAX_FILES:

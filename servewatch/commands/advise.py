@@ -102,9 +102,16 @@ def run(args: argparse.Namespace) -> int:
     if args.block_size < 1 or args.headroom < 0:
         raise ServewatchError("--block-size must be at least 1 and --headroom at least 0")
     capacity = cap.derive(deployment)
-    slo = adv.Slo(*(float(quantity(parse_seconds, text, flag)) if text else None
-                    for text, flag in ((args.slo_ttft, "--slo-ttft"), (args.slo_itl, "--slo-itl"),
-                                       (args.slo_e2e, "--slo-e2e"))))
+    def threshold(text, flag):
+        if not text:
+            return None
+        seconds = quantity(parse_seconds, text, flag)
+        if seconds <= 0:
+            raise ServewatchError(f"{flag}: {text!r} is no threshold: it must be more than zero")
+        return float(seconds)
+
+    slo = adv.Slo(threshold(args.slo_ttft, "--slo-ttft"), threshold(args.slo_itl, "--slo-itl"),
+                  threshold(args.slo_e2e, "--slo-e2e"))
     observed = _observe(args.against, args.log) if args.against or args.log else None
     plans, notes = adv.plan_edges(capacity, slo, observed)
     advice = adv.Advice(capacity, plans, adv.checks(deployment, capacity, observed) if observed else [], notes)

@@ -68,6 +68,8 @@ def run_check(args: argparse.Namespace) -> int:
             content = source.read(1 << 20)
     except OSError as exc:
         raise ServewatchError(f"{args.file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ServewatchError(f"{args.file}: not a canary file (not UTF-8 text)") from None
     recorded = canary.parse(content, args.file)
     text, tokens, model = asyncio.run(canary.ask(args.url, recorded, args.model))
     result = canary.compare(recorded, text, tokens, model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from servewatch.commands import add_command
+from servewatch.watch.options import duration
 
 HELP = "run the built-in engine through four workloads and three silent failures, then report"
 DESCRIPTION = ("Start the built-in engine, run four load scenarios (normal, overload, long prompt, "
@@ -21,7 +22,7 @@ def register(subparsers) -> None:
                         help="virtual time: the same script in-process, in well under a minute")
     parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--interval", type=float, default=0.5, help="recorder cadence in seconds (default 0.5)")
+    parser.add_argument("--interval", type=duration, default=0.5, help="recorder cadence in seconds (default 0.5)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
 
 

@@ -83,7 +83,7 @@ def _record(args):
 
 
 def _failures(window) -> str:
-    from servewatch.doctor.diagnose import failure_words
+    from servewatch.kinds import failure_words
 
     said = []
     for path, samples in (("/health", window.health), ("/metrics", window.metrics)):

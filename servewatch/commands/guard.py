@@ -105,6 +105,13 @@ def run(args) -> int:
 
     if args.server_nice is not None and args.server_nice not in NICE_RANGE:
         raise ServewatchError(f"--server-nice {args.server_nice}: a nice is between {NICE_RANGE[0]} and {NICE_RANGE[-1]}")
+    if args.lives:      # a file that is not a ledger is not replaced by one: it may be anything (a wrong path)
+        from servewatch.actions import lives
+
+        why = lives.unreadable(Path(args.lives))
+        if why is not None:
+            raise ServewatchError(f"--lives {args.lives}: not a guard ledger ({why}); give a new file or one guard "
+                                  "wrote")
     config = GuardConfig(act_on=parse_act_on(args.act_on), exit_grace_s=args.exit_grace,
                          drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
     from servewatch.watch.options import options_from_args

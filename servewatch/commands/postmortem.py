@@ -82,7 +82,9 @@ def _model_shape(path: str):
         raise ServewatchError(f"--model-config {path}: larger than 4 MiB, not a config.json")
     try:
         config = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:      # a ValueError too, whose words are the codec's
+        raise ServewatchError(f"--model-config {path}: not JSON (not UTF-8 text)") from None
+    except ValueError as exc:
         raise ServewatchError(f"--model-config {path}: not JSON ({exc})") from None
     if not isinstance(config, dict):
         raise ServewatchError(f"--model-config {path}: not a JSON object")

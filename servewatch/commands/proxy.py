@@ -5,7 +5,7 @@ from __future__ import annotations
 from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 from servewatch.proxy.config import WATCH_FLAGS
-from servewatch.watch.options import RecordingOptions, add_recording_arguments
+from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
 
 HELP = "pass requests through to an engine and record each one (TTFT, tokens, outcome by reason)"
 DESCRIPTION = ("An OpenAI-compatible pass-through in front of a vLLM or SGLang server. Completions and chat "
@@ -44,7 +44,7 @@ def register(subparsers) -> None:
                             help={"interval": "--watch cadence in seconds (default {interval:g})",
                                   "out": "with --watch: an incident bundle per verdict into DIR",
                                   "detector_settings": "with --watch: a detector threshold, e.g. --set no_token.floor_s=5"})
-    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until ^C)")
+    p.add_argument("--duration", type=duration, metavar="S", help="stop after S seconds (default: until ^C)")
 
 
 def host_port(text: str, flag: str) -> tuple[str, int]:

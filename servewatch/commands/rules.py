@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
             text = handle.read(1 << 20)
     except OSError as exc:
         raise ServewatchError(f"--slo: cannot read {args.slo}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ServewatchError(f"--slo: cannot read {args.slo}: not UTF-8 text, not an SLO file") from None
     slo = load_slo(text, args.slo)
     check_thresholds(slo, series, args.slo)
     check_selector(slo, series, args.slo)

@@ -21,12 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servewatch.errors import SourceUnavailable
+    from servewatch.errors import BundleInvalid, SourceUnavailable
     from servewatch.bundle.incident import load_incident
     from servewatch.bundle.report_html import render_incident_page
     from servewatch.bundle.summarize import render_markdown
 
-    incident = load_incident(args.bundle)
+    try:
+        incident = load_incident(args.bundle)
+    except BundleInvalid as exc:        # what failed is said of a file in the bundle: say which bundle
+        raise BundleInvalid(f"{args.bundle}: {exc}") from None
     markdown = render_markdown(incident)
     if args.md is None and args.html is None:
         print(markdown, end="")

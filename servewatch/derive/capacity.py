@@ -121,6 +121,8 @@ def alarm_threshold(pool_tokens: int, request_tokens: int, admissions: int) -> F
 
 def derive(d: Deployment) -> Capacity:
     m, gpu = d.model, d.gpu
+    if d.max_model_len is not None and d.max_model_len < 1:
+        raise CapacityError(f"--max-model-len must be at least 1, not {d.max_model_len}")
     max_len = d.max_model_len or m.max_position_embeddings
     if not max_len:
         raise CapacityError("the config has no max_position_embeddings; give --max-model-len")

@@ -14,6 +14,7 @@ from servewatch.detectors.verdict import Verdict
 from servewatch.detectors.liveness import dialect_hint
 from servewatch.detectors.registry import runbook_for
 from servewatch.engine.served import run_means, served, totals
+from servewatch.kinds import failure_words
 from servewatch.timeline.window import Window
 
 SYMPTOMS = {
@@ -228,18 +229,6 @@ def _from_runbook(name: str, **kw) -> Hypothesis:
     branch = runbook_for(RUNBOOK_OF[name])
     return Hypothesis(name=name, next_check=branch.check_next[0], safe_action=branch.safe_action,
                       rollback=branch.rollback, restart_destroys=branch.restart_destroys, **kw)
-
-
-FAILURE_WORDS = {"connect": "connection refused", "timeout": "timed out", "protocol": "broken HTTP answer",
-                 "too_large": "answer over the size bound", "too_many_series": "too many series",
-                 "parse": "not Prometheus text", "no_engine_metrics": "no engine metrics"}
-
-
-def failure_words(kind: str) -> str:
-    """A failure kind as a reader says it: "connect" -> "connection refused", "http_503" -> "HTTP 503"."""
-    if kind.startswith("http_"):
-        return "HTTP " + kind.removeprefix("http_")
-    return FAILURE_WORDS.get(kind, kind.replace("_", " "))
 
 
 def _failure_list(failures: dict[str, int]) -> str:

@@ -278,6 +278,8 @@ def load_plan(path: str | Path) -> Plan:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"plan {path}: not UTF-8 text, not a YAML plan") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -304,7 +306,29 @@ def _readable(err) -> str:
         return "give either engine (vllm, sglang or sim) or url and pid of an existing server"
     if err.validator == "additionalProperties":
         return err.message.replace("Additional properties are not allowed", "unknown key(s)")
+    if err.validator == "type":       # jsonschema says the value as Python does ("None is not of type 'object'")
+        wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+        return f"expected {' or '.join(_TYPE_WORDS.get(t, t) for t in wanted)}, got {_value_words(err.instance)}"
     return err.message
+
+
+_TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "a whole number",
+               "number": "a number", "boolean": "true or false", "null": "nothing"}
+
+
+def _value_words(value) -> str:
+    """A YAML value as its reader wrote it: `null` (or nothing), `true`, a mapping, not Python's None or True."""
+    if value is None:
+        return "nothing (an empty or null value)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    return f"the number {value}"
 
 
 def _build(data: dict, source: str) -> Plan:

@@ -62,7 +62,11 @@ class LocalCounter:
         file = p / "tokenizer.json" if p.is_dir() else p
         if not file.is_file():
             raise FileNotFoundError(f"no tokenizer.json at {p}")
-        self._tok = Tokenizer.from_file(str(file))
+        try:
+            self._tok = Tokenizer.from_file(str(file))
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a file it cannot read
+            where = "" if file == p else f"{file}: "
+            raise ValueError(f"{where}not a readable tokenizer.json ({exc})") from None
 
     async def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=True).ids)

@@ -95,7 +95,8 @@ def make_client(config: LoadConfig, endpoint: Endpoint):
     return Http1Client(endpoint, connect_timeout=config.connect_timeout_s, headers=config.headers)
 
 
-async def resolve_model(client, timeout_s: float = 10.0) -> str:
+async def resolve_model(client, timeout_s: float = 10.0, url: str = "") -> str:
+    where = f"{url.rstrip('/')}/v1/models" if url else "/v1/models"
     try:
         async with asyncio.timeout(timeout_s):
             response = await client.request("GET", "/v1/models")
@@ -104,17 +105,17 @@ async def resolve_model(client, timeout_s: float = 10.0) -> str:
             finally:
                 response.release()
     except TimeoutError:
-        raise SourceUnavailable("no answer from /v1/models within "
+        raise SourceUnavailable(f"no answer from {where} within "
                                 f"{timeout_s:g} s; is the server up? (or pass --model)") from None
     except Exception as exc:  # noqa: BLE001
-        raise SourceUnavailable(f"cannot read /v1/models ({type(exc).__name__}: {exc}); "
+        raise SourceUnavailable(f"cannot read {where} ({str(exc) or type(exc).__name__}); "
                                 "is the server up? (or pass --model)") from None
     if response.status != 200:
-        raise SourceUnavailable(f"/v1/models answered HTTP {response.status} (pass --model)")
+        raise SourceUnavailable(f"{where} answered HTTP {response.status} (pass --model)")
     try:
         return json.loads(body)["data"][0]["id"]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise SourceUnavailable("/v1/models lists no model (pass --model)") from None
+        raise SourceUnavailable(f"{where} lists no model (pass --model)") from None
 
 
 class Watchdog:
@@ -313,7 +314,7 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
         metrics_client = Http1Client(endpoint, connect_timeout=config.connect_timeout_s, max_idle=2)
     notes: list[str] = []
     try:
-        model = config.model or await resolve_model(client)
+        model = config.model or await resolve_model(client, url=config.url)
         try:
             counter = await P.make_counter(config.tokenizer, client=client, model=model)
         except (OSError, ValueError, ImportError) as exc:

@@ -121,16 +121,16 @@ class LoadConfig:
             raise ValueError("give --duration or --requests, not both")
         if duration is None and requests is None:
             duration = DEFAULT_DURATION_S
-        if duration is not None and not duration > 0:
-            raise ValueError(f"--duration must be > 0, got {duration}")
+        if duration is not None and not (duration > 0 and math.isfinite(duration)):
+            raise ValueError(f"--duration must be a finite number > 0, got {duration}")
         if requests is not None and requests < 1:
             raise ValueError(f"--requests must be >= 1, got {requests}")
         prompt = self.prompt_tokens if self.prompt_tokens is not None else preset.prompt_tokens
         output = self.output_tokens if self.output_tokens is not None else preset.output_tokens
         if prompt < 1 or output < 1:
             raise ValueError("--prompt-tokens and --output-tokens must be >= 1")
-        if self.prompt_stdev < 0:
-            raise ValueError("prompt token stdev must be >= 0")
+        if not (self.prompt_stdev >= 0 and math.isfinite(self.prompt_stdev)):
+            raise ValueError(f"--prompt-tokens: the stdev after N: must be a number >= 0, got {self.prompt_stdev}")
         if self.api not in ("completions", "chat"):
             raise ValueError(f"--api must be completions or chat, got {self.api!r}")
         if self.client not in ("http1", "aiohttp"):
@@ -140,8 +140,10 @@ class LoadConfig:
             raise ValueError(f"--prompt-pool must be >= 1, got {pool}")
         if self.event_loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"event loop must be auto, asyncio or uvloop, got {self.event_loop!r}")
-        if self.metrics_interval_s < 0:
-            raise ValueError("--metrics-interval must be >= 0")
+        if not (self.metrics_interval_s >= 0 and math.isfinite(self.metrics_interval_s)):
+            raise ValueError(f"--metrics-interval must be >= 0, got {self.metrics_interval_s}")
+        if not (self.request_timeout_s > 0 and math.isfinite(self.request_timeout_s)):
+            raise ValueError(f"--timeout must be a positive number of seconds, got {self.request_timeout_s}")
         try:
             checked_headers(self.headers)
         except ValueError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import signal
 import sys
 
@@ -16,10 +17,17 @@ def config_from_args(args) -> ProxyConfig:
     for flag, value in (("--max-connections", args.max_connections), ("--max-request-mb", args.max_request_mb),
                         ("--first-byte-timeout", args.first_byte_timeout), ("--read-timeout", args.read_timeout),
                         ("--records-max-mb", args.records_max_mb), ("--records-keep", args.records_keep)):
-        if value <= 0:
+        if not 0 < value < math.inf:         # NaN too
             raise ServewatchError(f"{flag} must be above 0")
     if not 0.0 <= args.trace_sample <= 1.0:
         raise ServewatchError("--trace-sample must be between 0 and 1")
+    if args.otlp_endpoint:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(args.otlp_endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServewatchError(f"--otlp-endpoint {args.otlp_endpoint!r}: not an http(s) URL "
+                                  "(e.g. http://127.0.0.1:4318)")
     return ProxyConfig(upstream=args.upstream, max_connections=args.max_connections,
                        max_request_bytes=int(args.max_request_mb * 2**20),
                        first_byte_timeout_s=args.first_byte_timeout, read_idle_timeout_s=args.read_timeout,

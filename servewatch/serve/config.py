@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -134,7 +135,7 @@ def load(path: str) -> ServeConfig:
     if not isinstance(probe, bool):
         raise doc.error(("probe",), "true or false is expected")
     cap = value.get("bundle_cap_mb", 1024)
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0:
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf:
         raise doc.error(("bundle_cap_mb",), "a positive number of MiB is expected")
     return ServeConfig(bundle_cap_bytes=int(cap * 2**20), targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
                        node=text("node"),
@@ -239,8 +240,8 @@ def from_args(args) -> ServeConfig:
         changes["sinks"] = {**config.sinks, **given}
     changes["recording"] = recording_from_args(args, config.recording, RECORDING_FLAGS)   # the recording flags given, over the file's
     if args.bundle_cap is not None:
-        if args.bundle_cap <= 0:
-            raise ServewatchError(f"--bundle-cap {args.bundle_cap:g}: must be more than zero")
+        if not 0 < args.bundle_cap < math.inf:      # NaN too
+            raise ServewatchError(f"--bundle-cap {args.bundle_cap:g}: must be a number of MiB more than zero")
         changes["bundle_cap_bytes"] = int(args.bundle_cap * 2**20)
     if args.shard is not None:
         changes["shard"] = parse_shard(args.shard)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from servewatch.sim.behaviour import BEHAVIOURS
@@ -47,6 +48,15 @@ class SimConfig:
                 raise ValueError(f"{name.replace('_', '-')} must be positive")
         if self.tokens_per_chunk < 1:
             raise ValueError("tokens-per-chunk must be at least 1")
+        # Seconds: NaN and infinity fail these comparisons too (a NaN start would never be ready).
+        for name, least in (("log_stats_interval", 0.0), ("health_timeout", 0.0), ("watchdog_timeout", 0.0)):
+            if not least < getattr(self, name) < math.inf:
+                raise ValueError(f"{name.replace('_', '-')} must be a number of seconds above 0, "
+                                 f"not {getattr(self, name)}")
+        for name in ("startup_seconds", "exit_delay"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name.replace('_', '-')} must be a number of seconds, 0 or more, "
+                                 f"not {getattr(self, name)}")
 
     @property
     def hw(self) -> Profile:

@@ -151,8 +151,12 @@ def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
     file = getattr(args, "detectors_file", None) if "detectors_file" in flags else None
     if given or file:
         from servewatch.detectors import settings
+        from servewatch.errors import ServewatchError
 
-        changes["detectors"] = settings.build(given or [], file)
+        try:
+            changes["detectors"] = settings.build(given or [], file)
+        except UnicodeDecodeError:      # tomllib reads the file as UTF-8 and raises this for any other bytes
+            raise ServewatchError(f"--detectors {file}: not UTF-8 text, not a TOML file") from None
     return dataclasses.replace(base, **changes)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from servewatch.errors import ServewatchError
+from servewatch.kinds import NO_ENGINE_METRICS, failure_words
 from servewatch.watch.options import RecordingOptions
 
 if TYPE_CHECKING:
@@ -161,8 +162,9 @@ async def _announce_recording(recorder: Recorder, target: str, tool: str) -> Non
         if window.health and window.metrics:
             health, metrics = window.health[-1], window.metrics[-1]
             what = (f"{metrics.dialect} ({metrics.naming})" if metrics.dialect
-                    else (metrics.error or "no engine metrics"))
-            print(f"servewatch {tool}: recording {target}: /health {health.status or health.error}, "
+                    else failure_words(metrics.error or NO_ENGINE_METRICS))
+            said = health.status if health.status is not None else failure_words(health.error or "no answer")
+            print(f"servewatch {tool}: recording {target}: /health {said}, "
                   f"/metrics {what}", file=sys.stderr, flush=True)
             return
         await asyncio.sleep(0.1)
