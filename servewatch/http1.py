@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import ssl as ssl_module
 import time
 from collections.abc import Callable
@@ -58,12 +59,12 @@ def failure_kind(exc: BaseException) -> str:
 
 
 def connect_words(exc: OSError) -> str:
-    """Why a connection could not be made, as a reader says it: "connection refused", "name lookup
-    failed", else the system's own words."""
-    import socket
-
+    """Why a connection could not be made, as a reader says it: "connection refused", "connection
+    reset", "name lookup failed", else the system's own words."""
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
     if isinstance(exc, socket.gaierror):
         return "name lookup failed"
     return exc.strerror or str(exc) or type(exc).__name__

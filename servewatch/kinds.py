@@ -23,13 +23,13 @@ NO_ENGINE_METRICS = "no_engine_metrics"
 FAILURE_KINDS = (CONNECT, TIMEOUT, HTTP_STATUS, PROTOCOL, TOO_LARGE, TOO_MANY_SERIES, PARSE, NO_ENGINE_METRICS)
 
 # How a reader says each failure kind: the same words wherever one reaches a person (a status line, a diagnosis).
-FAILURE_WORDS = {"connect": "connection refused", "timeout": "timed out", "protocol": "broken HTTP answer",
+FAILURE_WORDS = {"connect": "could not connect", "timeout": "timed out", "protocol": "broken HTTP answer",
                  "too_large": "answer over the size bound", "too_many_series": "too many series",
                  "parse": "not Prometheus text", "no_engine_metrics": "no engine metrics"}
 
 
 def failure_words(kind: str) -> str:
-    """A failure kind as a reader says it: "connect" -> "connection refused", "http_503" -> "HTTP 503"."""
+    """A failure kind as a reader says it: "connect" -> "could not connect", "http_503" -> "HTTP 503"."""
     if kind.startswith("http_"):
         return "HTTP " + kind.removeprefix("http_")
     return FAILURE_WORDS.get(kind, kind.replace("_", " "))

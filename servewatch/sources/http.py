@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES
+from servewatch.http1 import connect_words
 from servewatch.sources.deadline import within
 from servewatch.sources.scrape import CONNECT, PROTOCOL, TIMEOUT, TOO_LARGE, ScrapeFailure
 
@@ -85,16 +86,12 @@ def connect_reason(exc: BaseException) -> str:
 
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return "name lookup failed"
-    cause = getattr(exc, "os_error", None) or exc
-    if isinstance(cause, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(cause, ConnectionResetError):
-        return "connection reset"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the server closed the connection without answering"
     if isinstance(exc, aiohttp.ClientSSLError):
         return f"TLS failed ({type(exc).__name__})"
-    return getattr(cause, "strerror", None) or type(exc).__name__
+    cause = getattr(exc, "os_error", None) or exc
+    return connect_words(cause) if isinstance(cause, OSError) else type(exc).__name__
 
 
 def http_transport(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> Transport:
