@@ -79,6 +79,8 @@ def from_toml(path: str) -> dict[str, object]:
         raise ServewatchError(f"--detectors {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ServewatchError(f"--detectors {path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:      # tomllib reads the file as UTF-8
+        raise ServewatchError(f"--detectors {path}: not UTF-8 text, not a TOML file") from None
     flat: dict[str, object] = {}
     for name, value in document.items():
         if isinstance(value, dict):

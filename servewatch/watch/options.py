@@ -151,12 +151,8 @@ def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
     file = getattr(args, "detectors_file", None) if "detectors_file" in flags else None
     if given or file:
         from servewatch.detectors import settings
-        from servewatch.errors import ServewatchError
 
-        try:
-            changes["detectors"] = settings.build(given or [], file)
-        except UnicodeDecodeError:      # tomllib reads the file as UTF-8 and raises this for any other bytes
-            raise ServewatchError(f"--detectors {file}: not UTF-8 text, not a TOML file") from None
+        changes["detectors"] = settings.build(given or [], file)
     return dataclasses.replace(base, **changes)
 
 
