@@ -88,6 +88,30 @@ def example_rules_check(workdir: Path) -> str | None:
                       err.strip(), FENCE]) + "\n"
 
 
+REQUESTS_ARGV = ("requests", "requests.jsonl", "--by", "outcome", "--goodput", "ttft=2000,tpot=100")
+
+
+def example_requests(workdir: Path) -> str:
+    """`servewatch requests` over the records of an overload: `servewatch load`'s overload scenario for 30 s
+    against the simulator (RTX 3060 profile, 16 slots, 20 s request timeout) in virtual time, so the same
+    records every run."""
+    from servewatch.clock import VirtualClock
+    from servewatch.load.output import write_outputs
+    from servewatch.load.scenarios import LoadConfig
+    from servewatch.load.virtual import run_load_virtual
+    from servewatch.sim import SimConfig, SimEngine
+
+    engine = SimEngine(SimConfig(profile="rtx3060-7b", max_num_seqs=16), VirtualClock())
+    run = run_load_virtual(LoadConfig(url="sim://in-process", scenario="overload", duration_s=30,
+                                      metrics_interval_s=0, request_timeout_s=20), engine)
+    assert not write_outputs(run, workdir)
+    with _cwd(workdir):
+        code, out, err = _servewatch(*REQUESTS_ARGV)
+    assert code == 0, err
+    return "\n".join([FENCE, "$ servewatch " + " ".join(REQUESTS_ARGV), *(line.rstrip() for line in out.rstrip().splitlines()),
+                      FENCE]) + "\n"
+
+
 @contextlib.contextmanager
 def _cwd(path: Path):
     import os
@@ -104,6 +128,7 @@ def _cwd(path: Path):
 EXAMPLES = {
     "rules-counts": (example_rules_counts, True),
     "rules-check": (example_rules_check, True),
+    "requests": (example_requests, True),
 }
 
 

@@ -14,6 +14,15 @@ def iso8601(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def parse_iso8601(text: str) -> float:
+    """An ISO 8601 stamp (as iso8601 writes it, or with an offset) as epoch seconds; one without an offset
+    is read as UTC. ValueError when it is not one."""
+    stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
 class Clock(Protocol):
     def now(self) -> float:
         """Seconds on a monotonic scale (reading as epoch seconds for RealClock)."""

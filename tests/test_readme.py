@@ -122,7 +122,7 @@ def test_every_example_region_is_known_to_the_script():
     assert set(examples.regions(README)) == set(examples.EXAMPLES)
 
 
-@pytest.mark.parametrize("name", ["rules-counts", "rules-check"])
+@pytest.mark.parametrize("name", ["rules-counts", "rules-check", "requests"])
 def test_the_readme_quotes_what_the_example_prints_now(name):
     examples = _examples()
     rendered = examples.render([name])[name]

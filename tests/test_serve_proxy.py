@@ -39,13 +39,17 @@ def test_a_targets_proxy_is_read_from_the_config_and_the_command_line(tmp_path):
     path.write_text("targets:\n"
                     "  - url: http://10.0.0.7:8000\n    name: a\n    proxy: 0.0.0.0:8080\n"
                     "  - url: http://10.0.0.8:8000\n    name: b\n    proxy:\n      listen: 127.0.0.1:8081\n"
-                    "      records: /tmp/b.jsonl\n      records_keep: 2\n      first_byte_timeout: 2m\n"
+                    "      records: /tmp/b.jsonl\n      records_keep: 2\n      first_byte_timeout: 2m\n      keep_itl: true\n"
                     "  - url: http://10.0.0.9:8000\n    name: c\n")
     cfg = serve_config.load(str(path))
     a, b, c = cfg.targets
     assert a.proxy == ProxySpec(listen="0.0.0.0:8080")
-    assert (b.proxy.listen, b.proxy.records, b.proxy.records_keep, b.proxy.first_byte_timeout_s) == \
-        ("127.0.0.1:8081", "/tmp/b.jsonl", 2, 120.0)
+    assert (b.proxy.listen, b.proxy.records, b.proxy.records_keep, b.proxy.first_byte_timeout_s, b.proxy.keep_itl) == \
+        ("127.0.0.1:8081", "/tmp/b.jsonl", 2, 120.0, True)
+    assert a.proxy.keep_itl is False
+    from servewatch.serve.sidecar import Sidecar
+
+    assert Sidecar(b).proxy.config.keep_itl and not Sidecar(a).proxy.config.keep_itl
     assert c.proxy is None
     cfg = serve_config.from_args(_args("--config", str(path), "--target", "d=http://10.0.0.10:8000",
                                        "--proxy", "d=127.0.0.1:8082"))
@@ -61,6 +65,7 @@ def test_a_targets_proxy_is_read_from_the_config_and_the_command_line(tmp_path):
     ("    proxy: {listen: 'a:1', records_keep: 0}\n", ":4: targets[0].proxy.records_keep: a positive whole number"),
     ("    proxy: {listen: 'a:1', read_timeout: soon}\n", ":4: targets[0].proxy.read_timeout: 'soon' is not a duration"),
     ("    proxy: [a]\n", ":4: targets[0].proxy: a listen address (HOST:PORT) or a mapping"),
+    ("    proxy: {listen: 'a:1', keep_itl: 'yes'}\n", ":4: targets[0].proxy.keep_itl: true or false is expected"),
 ])
 def test_bad_proxy_settings_name_file_line_and_key(tmp_path, text, expected):
     path = tmp_path / "serve.yaml"

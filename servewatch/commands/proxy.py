@@ -22,6 +22,12 @@ def register(subparsers) -> None:
                    help="serve the proxy's own /metrics here (a separate port: the engine's /metrics stays reachable "
                         "through the proxy)")
     p.add_argument("--records", metavar="FILE", help="append one JSON line per request to FILE (rotated by size)")
+    p.add_argument("--keep-text", action="store_true",
+                   help="records also carry each prompt and completion, as text (for debugging your own traffic; "
+                        "never in metrics, traces or bundles)")
+    p.add_argument("--keep-itl", action="store_true",
+                   help="records also carry every chunk's arrival and every inter-token gap (as `servewatch load` "
+                        "writes them), not only each request's p50, p99 and max gap")
     p.add_argument("--records-max-mb", type=float, default=64.0, help="rotate the records file at this size (default 64)")
     p.add_argument("--records-keep", type=int, default=3, help="files kept, the current one included (default 3)")
     p.add_argument("--max-connections", type=int, default=4096, help="client connections; over it: 503 (default 4096)")

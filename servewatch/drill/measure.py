@@ -17,8 +17,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
+
+from servewatch.clock import parse_iso8601
 
 PROBE_PERIOD_S = 0.5
 PROBE_TIMEOUT_S = 5.0           # a slower answer is recorded as no answer (its latency says how slow)
@@ -101,14 +102,10 @@ class VerdictEvent:
     details: dict | None = None   # the detector's own figures as the fired line gave them (e.g. threshold_s)
 
 
-def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def parse_watch_line(line: str) -> VerdictEvent | None:
     try:
         data = json.loads(line)
-        return VerdictEvent(data["event"], data["verdict"], _epoch(data["t"]), _epoch(data["onset"]),
+        return VerdictEvent(data["event"], data["verdict"], parse_iso8601(data["t"]), parse_iso8601(data["onset"]),
                             data.get("bundle"), str(data.get("why") or ""),
                             data["details"] if isinstance(data.get("details"), dict) else None)
     except (ValueError, KeyError, TypeError):

@@ -94,6 +94,73 @@ class RequestRecord:
             out["text"] = self.text
         return out
 
+    @classmethod
+    def from_json(cls, obj) -> "RequestRecord":
+        """A record as `to_json` wrote it (by `servewatch load` or `servewatch proxy`), read back; text is
+        never read back. ValueError names the first field that is not what to_json writes."""
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        rec = cls(id=_field(obj, "id", int, required=True), scheduled=_field(obj, "scheduled", float, required=True),
+                  prompt_tokens_target=_field(obj, "prompt_tokens_target", int),
+                  max_tokens=_field(obj, "max_tokens", int))
+        for name in ("sent", "ttft_s", "e2e_s", "tpot_s"):
+            setattr(rec, name, _field(obj, name, float))
+        for name in ("http_status", "input_tokens", "output_tokens"):
+            setattr(rec, name, _field(obj, name, int))
+        for name in ("token_source", "finish_reason", "error", "error_detail"):
+            setattr(rec, name, _field(obj, name, str))
+        rec.itl_exact = _field(obj, "itl_exact", bool)
+        chunks = _field(obj, "chunks", list) or []
+        try:
+            rec.chunk_t_s = [float(_number(t)) for t, _ in chunks]
+            rec.chunk_tokens = [int(_number(k, int)) for _, k in chunks]
+        except (TypeError, ValueError):
+            raise ValueError("field 'chunks': expected [[seconds, tokens], ...]") from None
+        for name in ("itl_token_s", "itl_chunk_s"):
+            values = _field(obj, name, list) or []
+            try:
+                setattr(rec, name, [float(_number(x)) for x in values])
+            except (TypeError, ValueError):
+                raise ValueError(f"field {name!r}: expected a list of seconds") from None
+        proxy = _field(obj, "proxy", dict)
+        if proxy is not None:
+            rec.proxy = proxy
+        return rec
+
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 7)
+
+
+def _number(x, kind=float):
+    """x when it is a JSON number (an int where `kind` is int), else TypeError; a bool is not a number."""
+    if isinstance(x, bool) or not isinstance(x, (int, float) if kind is float else int):
+        raise TypeError
+    return x
+
+
+def _field(obj: dict, name: str, kind: type, required: bool = False):
+    value = obj.get(name)
+    if value is None:
+        if required:
+            raise ValueError(f"field {name!r} is missing")
+        return None
+    if kind in (int, float):
+        try:
+            return kind(_number(value, kind))
+        except TypeError:
+            raise ValueError(f"field {name!r}: expected a number, got {_json_kind(value)}") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"field {name!r}: expected {_JSON_KINDS[kind]}, got {_json_kind(value)}")
+    return value
+
+
+_JSON_KINDS = {str: "a string", bool: "true or false", list: "an array", dict: "an object"}
+
+
+def _json_kind(value) -> str:
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return _JSON_KINDS.get(type(value), "another kind of value")

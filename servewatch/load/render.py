@@ -98,3 +98,68 @@ def print_summary(summary: dict) -> None:
 
 def _ms(x) -> str:
     return "—" if x is None else f"{1000 * x:.2f} ms"
+
+
+def _outcome_words(outcomes: dict) -> str:
+    bad = [f"{k} {v}" for k, v in outcomes.items() if k != "ok"]
+    return ", ".join(bad) if bad else "none"
+
+
+def print_requests(summary: dict) -> None:
+    """`servewatch requests`: the whole, then a table of its groups (see load.readback.summarize_records)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from servewatch.clock import iso8601
+
+    console = Console()
+    total = summary["total"]
+    by = summary["by"]
+    who = " and ".join({"load": "servewatch load", "proxy": "servewatch proxy"}[k] for k in summary["recorded_by"])
+    span = "—" if total["span_s"] is None else f"{total['span_s']:.1f} s"
+    rate = "—" if total["rate"] is None else f"{total['rate']:.2f} req/s"
+    console.print(f"{total['requests']} requests recorded by {who}, from {iso8601(total['first'])} over {span} "
+                  f"({rate})", soft_wrap=True)
+    console.print(f"{total['ok']} ok; not ok: {_outcome_words(total['outcomes'])}", soft_wrap=True)
+    if summary.get("skipped_lines"):
+        console.print(f"{summary['skipped_lines']} lines that are not request records skipped (see stderr)")
+    slo = summary.get("goodput_slo")
+    itl_words = ("of every token" if total["itl_from"] != "each request's p99"
+                 else "of each request's own p99 (proxy records kept without --keep-itl)")
+    table = Table(title=(f"by {by}" if by != "all" else "all requests") + ", times in ms", box=box.SIMPLE_HEAD,
+                  caption=f"times are of the successful requests; ITL p99 {itl_words}", caption_justify="left",
+                  padding=(0, 1), pad_edge=False, collapse_padding=True)
+    rows = summary["groups"] if by != "all" else []
+    columns = [by if by != "all" else "", "requests", "not ok", "TTFT\np50", "TTFT\np99", "TPOT\np50",
+               "ITL\np99", "E2E\np99", "tokens\nout"]
+    if slo is not None:
+        columns.append("good-\nput")
+    widest = max((len(g["key"]) for g in rows), default=0)
+    for col in columns:
+        table.add_column(col, justify="left" if col == columns[0] else "right", no_wrap=col != columns[0],
+                         min_width=min(max(widest, 5), 24) if col == columns[0] else None)
+    for group in [*rows, {"key": "total", **total}]:
+        cells = [group["key"], str(group["requests"]), str(group["requests"] - group["ok"]),
+                 *(_ms_cell(group[k][q]) for k, q in (("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"),
+                                                      ("itl_s", "p99"), ("e2e_s", "p99"))),
+                 f"{group['tokens_out']:,}"]
+        if slo is not None:
+            cells.append(_fmt(group["goodput_fraction"], "%"))
+        table.add_row(*cells, end_section=bool(rows) and group is rows[-1])
+    console.print(table)
+    if by not in ("all", "outcome"):
+        for group in rows:
+            if group["ok"] < group["requests"]:
+                console.print(f"not ok, {by} {group['key']}: {_outcome_words(group['outcomes'])}", soft_wrap=True)
+    if slo is not None:
+        words = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items() if v is not None)
+        console.print(f"goodput: the share of all requests that succeeded with {words}", soft_wrap=True)
+
+
+def _ms_cell(x) -> str:
+    """Milliseconds for a table cell: two decimals under 10 ms, one above."""
+    if x is None:
+        return "—"
+    ms = 1000 * x
+    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}"

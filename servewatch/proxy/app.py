@@ -31,7 +31,8 @@ def config_from_args(args) -> ProxyConfig:
     return ProxyConfig(upstream=args.upstream, max_connections=args.max_connections,
                        max_request_bytes=int(args.max_request_mb * 2**20),
                        first_byte_timeout_s=args.first_byte_timeout, read_idle_timeout_s=args.read_timeout,
-                       tenant_header=args.tenant_header.lower())
+                       tenant_header=args.tenant_header.lower(), keep_text=args.keep_text,
+                       keep_itl=args.keep_itl)
 
 
 async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, int] | None) -> int:
@@ -39,6 +40,9 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
     from servewatch.proxy.telemetry import Telemetry
 
     config = config_from_args(args)
+    if (config.keep_text or config.keep_itl) and not args.records:
+        raise ServewatchError(f"{'--keep-text' if config.keep_text else '--keep-itl'} keeps more in the records "
+                              "file: give one with --records FILE")
     log = None
     if args.records:
         try:
@@ -49,7 +53,7 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
     telemetry.log = log
 
     try:
-        proxy = Proxy(config, on_record=record_sink(log, telemetry))
+        proxy = Proxy(config, on_record=record_sink(log, telemetry, config.keep_text))
     except ValueError as exc:
         raise ServewatchError(f"--upstream {args.upstream}: {exc}") from None
     telemetry.proxy = proxy
@@ -68,6 +72,9 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
             except OSError as exc:
                 raise ServewatchError(f"--metrics-listen {args.metrics_listen}: {exc.strerror or exc}") from None
             print(f"servewatch proxy: /metrics on http://{metrics_listen[0]}:{mport}/metrics", file=sys.stderr)
+        if config.keep_text:
+            print(f"servewatch proxy: --keep-text: {args.records} holds every prompt and completion as text; "
+                  "do not share it", file=sys.stderr)
         print(f"servewatch proxy: listening on {listen[0]}:{port}, forwarding to {config.upstream}",
               file=sys.stderr, flush=True)
         stop = asyncio.Event()

@@ -29,4 +29,6 @@ class ProxyConfig:
     first_byte_timeout_s: float = 900.0        # upstream: request written -> first response byte (504)
     read_idle_timeout_s: float = 300.0         # upstream: silence between two response reads
     tenant_header: str = "x-tenant"            # tenant from this header, else from the API key (hashed)
+    keep_text: bool = False                    # records carry the prompt and completion text (never telemetry)
+    keep_itl: bool = False                     # records carry every chunk's time and every inter-token gap
     sweep_interval_s: float = 0.25             # how often deadlines are checked

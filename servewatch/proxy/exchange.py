@@ -53,16 +53,41 @@ def safe_word(value, limit: int = 64) -> str | None:
     return value
 
 
+def prompt_text(body: dict) -> str | None:
+    """What a request asked, as text (--keep-text only): a completion's prompt (a list of prompts one per
+    line), or a chat's messages as "role: content" lines (the text parts of a multi-part content)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        return "\n".join(prompt)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    lines = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content
+                              if isinstance(part, dict) and isinstance(part.get("text"), str))
+        if isinstance(content, str):
+            lines.append(f"{m.get('role') if isinstance(m.get('role'), str) else 'user'}: {content}")
+    return "\n".join(lines)
+
+
 class Exchange:
     """Per-request state. Times are epoch seconds from `time.time()`."""
 
     __slots__ = ("id", "arrival", "api", "method", "keep_alive", "tenant", "body_left", "body_copy",
                  "body_size", "pending", "sent", "connected", "first_byte", "last", "status", "headers",
                  "state", "collect", "collected", "done", "error", "error_detail", "client_gone",
-                 "model", "stream", "max_tokens", "ignore_eos", "upstream", "record", "malformed")
+                 "model", "stream", "max_tokens", "ignore_eos", "upstream", "record", "malformed",
+                 "keep_text", "prompt")
 
     def __init__(self, ident: int, arrival: float, api: str | None, method: bytes, keep_alive: bool,
-                 tenant: str | None, body_left: int, parse_cap: int):
+                 tenant: str | None, body_left: int, parse_cap: int, keep_text: bool = False):
         self.id = ident
         self.arrival = arrival
         self.api = api
@@ -93,6 +118,8 @@ class Exchange:
         self.upstream = None
         self.record: R.RequestRecord | None = None
         self.malformed = False
+        self.keep_text = keep_text                 # --keep-text: the prompt and completion go in the record
+        self.prompt: str | None = None
 
     # -- request side
     def request_complete(self) -> None:
@@ -112,6 +139,8 @@ class Exchange:
         mt = body.get("max_tokens", body.get("max_completion_tokens"))
         self.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
         self.ignore_eos = body.get("ignore_eos") is True
+        if self.keep_text:
+            self.prompt = prompt_text(body)
 
     # -- response side
     def on_head(self, status: int, headers: dict) -> None:
@@ -121,7 +150,7 @@ class Exchange:
             return
         ctype = headers.get("content-type", "")
         if status == 200 and ctype.startswith("text/event-stream"):
-            self.state = ProxyStream(self.api == "chat")
+            self.state = ProxyStream(self.api == "chat", self.keep_text)
         elif status == 200:
             self.collect, self.collected = JSON_BODY_BYTES, []
         else:
@@ -149,6 +178,7 @@ class Exchange:
                               max_tokens=self.max_tokens)
         rec.sent = self.sent
         rec.http_status = self.status
+        rec.prompt = self.prompt
         if self.sent is not None:
             rec.e2e_s = now - self.sent
         if self.state is not None:
@@ -209,7 +239,7 @@ class Exchange:
 
     def _state_from_json(self) -> StreamState:
         """A whole JSON answer read into the stream state's fields, so one rule finishes both."""
-        state = ProxyStream(self.api == "chat")
+        state = ProxyStream(self.api == "chat", self.keep_text)
         try:
             body = json.loads(b"".join(self.collected or ()))
         except (ValueError, UnicodeDecodeError):
@@ -225,6 +255,11 @@ class Exchange:
         choices = body.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             state.finish_reason = safe_word(choices[0].get("finish_reason"))
+            if self.keep_text:
+                message = choices[0].get("message")
+                text = message.get("content") if isinstance(message, dict) else choices[0].get("text")
+                if isinstance(text, str):
+                    state.text.append(text)
         return state
 
 
@@ -234,8 +269,8 @@ class ProxyStream(StreamState):
 
     __slots__ = ("malformed", "spent")
 
-    def __init__(self, chat: bool):
-        super().__init__(chat, False)
+    def __init__(self, chat: bool, keep_text: bool = False):
+        super().__init__(chat, keep_text)
         self.malformed = False
         self.spent = False
 

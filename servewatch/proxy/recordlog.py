@@ -107,16 +107,17 @@ class RecordLog:
             self._file = None
 
 
-def record_sink(log: RecordLog | None, telemetry) -> Callable:
+def record_sink(log: RecordLog | None, telemetry, keep_text: bool = False) -> Callable:
     """What a proxy does with each request's record (Proxy's on_record): its line in the records file when
-    it keeps one, then its metrics and span (servewatch.proxy.telemetry.Telemetry.observe)."""
+    it keeps one (with the prompt and completion text only with `keep_text`), then its metrics and span
+    (servewatch.proxy.telemetry.Telemetry.observe, which never reads the text)."""
     observe = telemetry.observe
     if log is None:
         return observe
     write = log.write
 
     def on_record(ex, rec) -> None:
-        write(rec.to_json())
+        write(rec.to_json(keep_text))
         observe(ex, rec)
 
     return on_record

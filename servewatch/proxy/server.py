@@ -223,7 +223,7 @@ class Proxy:
             self._record(ex, end)
 
     def _record(self, ex: Exchange, now: float) -> None:
-        rec = ex.finish(now)
+        rec = ex.finish(now, self.config.keep_itl)
         if rec.error is None and rec.ttft_s is not None and ex.stream:     # a whole answer's "TTFT" is its e2e
             self.recent.append((rec.ttft_s, max(ex.body_size, 1)))
         self.counters.requests += 1
@@ -686,7 +686,8 @@ class Client(asyncio.Protocol):
         api = API_PATHS.get(path) if method == b"POST" else None
         if auth is not None and tenant is None and auth[:7].lower() == b"bearer ":
             tenant = auth[7:].strip()
-        ex = Exchange(proxy.next_id(), self.last, api, method, keep_alive, None, length, config.parse_bytes)
+        ex = Exchange(proxy.next_id(), self.last, api, method, keep_alive, None, length, config.parse_bytes,
+                      config.keep_text)
         ex.body_size = length
         if api is None:
             proxy.counters.other_requests += 1

@@ -17,6 +17,7 @@
         proxy:                    # optional: a sidecar `servewatch proxy` in front of this target
           listen: 0.0.0.0:8080    #   clients connect here (a string alone is the listen address)
           records: /var/log/servewatch/llama-a.jsonl   # one JSON line per request (optional)
+          keep_itl: false         #   true: every inter-token gap in the records (optional)
     file_sd:
       - /etc/servewatch/targets/*.json
     prometheus_sd:                # the fleet's Prometheus as discovery: its active targets of a job
@@ -55,7 +56,7 @@ _AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "node", "probe",
 _SD_KEYS = ("url", "job", "labels", "refresh")
 _TARGET_KEYS = ("url", "name", "pid", "log_file", "proxy")
 _PROXY_KEYS = ("listen", "records", "records_max_mb", "records_keep", "max_connections", "first_byte_timeout",
-               "read_timeout", "tenant_header")
+               "read_timeout", "tenant_header", "keep_itl")
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,9 @@ def _proxy(doc, at: tuple, value, url: str, duration) -> ProxySpec | None:
     header = value.get("tenant_header", "x-tenant")
     if not isinstance(header, str) or not header:
         raise doc.error((*at, "tenant_header"), "a header name is expected")
+    keep_itl = value.get("keep_itl", False)
+    if not isinstance(keep_itl, bool):
+        raise doc.error((*at, "keep_itl"), "true or false is expected")
     numbers = {}
     for key, default, whole in (("records_max_mb", 64.0, False), ("records_keep", 3, True),
                                 ("max_connections", 4096, True)):
@@ -192,7 +196,7 @@ def _proxy(doc, at: tuple, value, url: str, duration) -> ProxySpec | None:
     return ProxySpec(listen=listen, records=records, records_max_mb=float(numbers["records_max_mb"]),
                      records_keep=numbers["records_keep"], max_connections=numbers["max_connections"],
                      first_byte_timeout_s=numbers["first_byte_timeout"], read_timeout_s=numbers["read_timeout"],
-                     tenant_header=header.lower())
+                     tenant_header=header.lower(), keep_itl=keep_itl)
 
 
 def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:

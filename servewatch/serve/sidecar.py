@@ -24,7 +24,8 @@ class Sidecar:
         self.telemetry = Telemetry(sample=0.0)
         self.proxy = Proxy(ProxyConfig(upstream=spec.url, max_connections=p.max_connections,
                                        first_byte_timeout_s=p.first_byte_timeout_s,
-                                       read_idle_timeout_s=p.read_timeout_s, tenant_header=p.tenant_header),
+                                       read_idle_timeout_s=p.read_timeout_s, tenant_header=p.tenant_header,
+                                       keep_itl=p.keep_itl),
                            on_record=self.telemetry.observe)
         self.telemetry.proxy = self.proxy
         self.port: int | None = None

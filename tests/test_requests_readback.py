@@ -1,0 +1,197 @@
+"""Request records read back (`servewatch requests`): load's and the proxy's records are one format, read
+by one reader; bad lines are counted with their places; --keep-text and --keep-itl on the proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from servewatch.load import records as R
+from servewatch.load.readback import read_records, summarize_records, window
+from servewatch.load.scenarios import Goodput
+from tests.test_proxy import Running, _post, _raw, _stream, _stream_body
+from tests.test_load_sim import SimServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _same(a: R.RequestRecord, b: R.RequestRecord) -> None:
+    """b is a read back as to_json wrote it (times rounded to 0.1 µs, text dropped); the delay is made
+    again from the two stamps, each rounded to the µs."""
+    again, first = b.to_json(), a.to_json()
+    assert again.pop("schedule_delay_s") == pytest.approx(first.pop("schedule_delay_s"), abs=1.1e-6)
+    assert again == first
+    assert b.text is None and b.prompt is None
+
+
+def test_load_records_read_back_as_they_were_written(tmp_path):
+    from servewatch.load.output import write_outputs
+    from tests.test_load_client import _run
+
+    _, result = _run({"tokens_per_chunk": 3, "gap_s": 0.002}, requests=3, output_tokens=9, keep_text=True)
+    write_outputs(result, tmp_path)
+    read = read_records([tmp_path / "requests.jsonl"])
+    assert read.bad_count == 0 and len(read.records) == 3
+    by_id = {r.id: r for r in result.records}
+    for rec in read.records:
+        _same(by_id[rec.id], rec)
+        assert len(rec.itl_token_s) == 9 - 3 and rec.proxy is None
+    assert "tok" in (tmp_path / "requests.jsonl").read_text()        # the file kept text; the reader did not
+
+
+def _proxied(keep_text: bool = False, keep_itl: bool = False, chat: bool = False):
+    async def go():
+        async with SimServer(profile="h100-8b", tokens_per_chunk=2, model_name="m") as sim, \
+                Running(sim.url, keep_text=keep_text, keep_itl=keep_itl) as proxy:
+            body = {**_stream_body(8, prompt="hello there"),
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            await _stream(proxy.port, body)
+            await _raw(proxy.port, _post("/v1/chat/completions", {
+                "model": "m", "max_tokens": 4, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "what is up"}]}))
+            return proxy.records
+    return asyncio.run(go())
+
+
+def test_proxy_records_read_back_and_keep_every_gap_only_when_asked():
+    plain = _proxied()
+    for rec in plain:
+        back = R.RequestRecord.from_json(json.loads(json.dumps(rec.to_json())))
+        _same(rec, back)
+        assert back.proxy["model"] == "m" and list(back.itl_token_s) == []
+    assert plain[0].proxy["itl_p99_s"] is not None
+    kept = _proxied(keep_itl=True)
+    stream = kept[0]
+    assert stream.output_tokens == 8 and sum(stream.chunk_tokens) == 8 and stream.itl_exact
+    assert len(stream.itl_token_s) == 8 - stream.chunk_tokens[0]
+    assert sum(stream.itl_token_s) == pytest.approx(stream.chunk_t_s[-1] - stream.chunk_t_s[0])
+    _same(stream, R.RequestRecord.from_json(json.loads(json.dumps(stream.to_json()))))
+    assert max(stream.itl_token_s) == pytest.approx(stream.proxy["itl_max_s"], abs=1e-6)
+
+
+def test_keep_text_puts_prompt_and_completion_in_the_records_only():
+    from servewatch.proxy.recordlog import record_sink
+
+    for rec in _proxied():
+        assert rec.prompt is None and rec.text is None
+    stream, chat = _proxied(keep_text=True)
+    assert stream.prompt == "hello there" and stream.text and stream.output_tokens == 8
+    assert chat.prompt == "user: what is up" and chat.text and chat.output_tokens == 4
+    assert "hello" not in json.dumps(stream.to_json())             # to_json() keeps text only when told
+
+    written, observed = [], []
+
+    class Log:
+        write = written.append
+
+    class Telemetry:
+        @staticmethod
+        def observe(ex, rec):
+            observed.append(rec)
+
+    record_sink(Log, Telemetry, keep_text=True)(None, stream)
+    record_sink(Log, Telemetry)(None, chat)
+    assert written[0]["prompt"] == "hello there" and written[0]["text"] == stream.text
+    assert "prompt" not in written[1] and "text" not in written[1]
+
+
+def _rec(i, model, ttft, error=None, tenant="t1", tokens=10):
+    rec = R.RequestRecord(id=i, scheduled=1000.0 + i, prompt_tokens_target=None, max_tokens=tokens)
+    rec.sent, rec.http_status = rec.scheduled + 0.001, 200 if error is None else 503
+    rec.error = error
+    rec.ttft_s, rec.e2e_s, rec.tpot_s = ttft, ttft + 0.5, 0.05
+    rec.output_tokens = tokens if error is None else None
+    rec.proxy = {"model": model, "api": "completions", "tenant": tenant, "itl_p99_s": 0.07}
+    return rec
+
+
+def test_groups_outcomes_percentiles_and_goodput():
+    recs = [_rec(i, "a", 0.1 * (i + 1)) for i in range(5)]                     # a: TTFT 0.1 .. 0.5
+    recs += [_rec(5, "b", 0.2), _rec(6, "b", 0.2, error=R.HTTP_5XX, tenant="t2")]
+    out = summarize_records(recs, "model", Goodput(ttft_s=0.25))
+    assert [g["key"] for g in out["groups"]] == ["a", "b"]
+    a, b = out["groups"]
+    assert a["requests"] == 5 and a["ttft_s"]["p50"] == pytest.approx(0.3)
+    assert a["ttft_s"]["p99"] == pytest.approx(0.1 + 0.4 * 0.99)              # linear between ranks
+    assert b["outcomes"] == {"ok": 1, "http_5xx": 1} and b["ok"] == 1
+    assert a["goodput_fraction"] == pytest.approx(2 / 5) and b["goodput_fraction"] == pytest.approx(1 / 2)
+    assert out["total"]["goodput_fraction"] == pytest.approx(3 / 7)
+    assert out["total"]["itl_from"] == "each request's p99" and out["total"]["tokens_out"] == 60
+    assert out["total"]["span_s"] == pytest.approx(6 + 0.001 + 0.2 + 0.5)
+    by_tenant = summarize_records(recs, "tenant")
+    assert {g["key"]: g["requests"] for g in by_tenant["groups"]} == {"t1": 6, "t2": 1}
+    load_rec = _rec(7, "a", 0.1)
+    load_rec.proxy = None
+    assert summarize_records([load_rec], "model")["groups"][0]["key"] == "(not recorded)"
+    assert [r.id for r in window(recs, last_s=2)] == [4, 5, 6]
+    assert [r.id for r in window(recs, since=1005)] == [5, 6]
+
+
+def test_bad_lines_are_counted_with_their_places_and_never_stop_the_reading(tmp_path):
+    good = json.dumps(_rec(1, "a", 0.1).to_json())
+    path = tmp_path / "requests.jsonl"
+    path.write_text("\n".join([good, "not json", json.dumps({"id": "x", "scheduled": 1.0}), good,
+                               json.dumps([1, 2]), good[:40]]))
+    read = read_records([path])
+    assert len(read.records) == 2 and read.bad_count == 4
+    assert [(b.line, b.why) for b in read.bad] == [
+        (2, "not JSON"), (3, "not a request record: field 'id': expected a number, got a string"),
+        (5, "not a request record: not a JSON object"), (6, "not JSON (cut short)")]
+
+
+# ---------------------------------------------------------------- the command
+
+def _file(tmp_path, recs, name="requests.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in recs))
+    return str(path)
+
+
+def test_the_command_prints_a_table_and_json(tmp_path, capsys):
+    from servewatch.cli import main
+
+    recs = [_rec(i, "a", 0.1 * (i + 1)) for i in range(5)] + [_rec(5, "b", 0.2, error=R.STREAM_CUT)]
+    older = _file(tmp_path, recs[:3], "requests.jsonl.1")
+    newer = _file(tmp_path, recs[3:])
+    assert main(["requests", newer, older, "--goodput", "ttft=250"]) == 0
+    out = capsys.readouterr().out
+    assert "6 requests recorded by servewatch proxy" in out and "stream_cut 1" in out
+    assert "a             5       0  300.0  " in out and "40.0%" in out     # a's TTFT p50; a's goodput 2 of 5
+    assert "not ok, model b: stream_cut 1" in out and "None" not in out
+    assert main(["requests", newer, older, "--by", "outcome", "--json", "--last", "2s"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["total"]["requests"] == 3 and {g["key"] for g in data["groups"]} == {"ok", "stream_cut"}
+    assert data["files"] == [newer, older] and data["skipped_lines"] == 0
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["requests", "{missing}"], "cannot read {missing}: No such file or directory"),
+    (["requests", "{dir}"], "a directory"),
+    (["requests", "{empty}"], "no request records in {empty}"),
+    (["requests", "{good}", "--last", "ten"], "--last: 'ten' is not a duration"),
+    (["requests", "{good}", "--since", "yesterday"], "--since: 'yesterday' is neither an ISO 8601 time"),
+    (["requests", "{good}", "--since", "2100-01-01T00:00:00Z"], "none of the 1 requests arrived in the window"),
+    (["requests", "{good}", "--goodput", "ttft=fast"], "--goodput: goodput item 'ttft=fast'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, words):
+    from servewatch.cli import main
+
+    places = {"missing": str(tmp_path / "nope.jsonl"), "dir": str(tmp_path), "empty": str(tmp_path / "e.jsonl"),
+              "good": _file(tmp_path, [_rec(1, "a", 0.1)])}
+    (tmp_path / "e.jsonl").write_text("garbage\n")
+    argv = [a.format(**places) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("servewatch requests: ") and words.format(**places) in err[-1]
+    assert "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("flag", ["--keep-text", "--keep-itl"])
+def test_keeping_more_asks_for_a_records_file(capsys, flag):
+    from servewatch.cli import main
+
+    assert main(["proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", flag]) == 2
+    assert capsys.readouterr().err == (f"servewatch proxy: {flag} keeps more in the records file: give one with "
+                                       "--records FILE\n")
