@@ -195,3 +195,38 @@ def test_keeping_more_asks_for_a_records_file(capsys, flag):
     assert main(["proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", flag]) == 2
     assert capsys.readouterr().err == (f"servewatch proxy: {flag} keeps more in the records file: give one with "
                                        "--records FILE\n")
+
+
+def test_the_html_page_has_the_figures_and_charts_and_no_text(tmp_path, capsys):
+    from servewatch.cli import main
+    from servewatch.load.requests_report import over_time
+
+    recs = [_rec(i, "a", 0.1 * (i + 1)) for i in range(5)] + [_rec(5, "b", 0.2, error=R.STREAM_CUT)]
+    recs[0].prompt, recs[0].text = "a secret prompt", "a secret answer"
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r.to_json(keep_text=True)) + "\n" for r in recs))
+    page = tmp_path / "r.html"
+    assert main(["requests", str(path), "--html", str(page), "--goodput", "ttft=250"]) == 0
+    assert capsys.readouterr().err == f"servewatch requests: wrote {page}\n"
+    html = page.read_text()
+    assert "secret" not in html and "<script" not in html and "http" not in html.replace("http://www.w3.org", "")
+    assert html.count("<svg") == 3 and "300.0 ms" in html and "stream_cut 1" in html and "40.0%" in html
+    series, width = over_time(recs)
+    assert width == 1.0 and [v for _, v in series["arrivals"]][:6] == [1.0] * 6
+    assert [v for _, v in series["not_ok"]][5] == 1.0 and series["ttft_p50"][5][1] is None
+    assert sum(v for _, v in series["tokens"]) == 50
+    assert main(["requests", str(path), "--html", str(tmp_path / "no" / "r.html")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        f"servewatch requests: --html: cannot write {tmp_path / 'no' / 'r.html'}: No such file or directory")
+
+
+def test_the_default_grouping_is_by_model_where_the_records_name_one(tmp_path, capsys):
+    from servewatch.cli import main
+
+    proxied = _file(tmp_path, [_rec(1, "a", 0.1)], "proxy.jsonl")
+    plain = _rec(2, "a", 0.1)
+    plain.proxy = None
+    loaded = _file(tmp_path, [plain], "load.jsonl")
+    for path, by in ((proxied, "model"), (loaded, "all")):
+        assert main(["requests", path, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["by"] == by

@@ -31,7 +31,7 @@ def write_out(path: str | None, text: str) -> None:
         print(text, end="")
 
 
-def write_atomically(path: str, text: str) -> None:
+def write_atomically(path: str, text: str, flag: str = "--out") -> None:
     import os
     import tempfile
 
@@ -44,4 +44,4 @@ def write_atomically(path: str, text: str) -> None:
             handle.write(text)
         os.replace(tmp, path)
     except OSError as exc:
-        raise ServewatchError(f"--out: cannot write {path}: {exc.strerror}") from None
+        raise ServewatchError(f"{flag}: cannot write {path}: {exc.strerror}") from None

@@ -19,18 +19,22 @@ DESCRIPTION = ("Read the requests.jsonl files that `servewatch load` and `servew
                "Prompt and completion text, where a record kept it, is never read.")
 EPILOG = ("examples:\n"
           "  servewatch requests proxy-records/requests.jsonl* --by tenant --last 10m\n"
-          "  servewatch requests out/requests.jsonl --goodput ttft=500,tpot=50 --json")
+          "  servewatch requests out/requests.jsonl --goodput ttft=500,tpot=50 --json\n"
+          "  servewatch requests records.jsonl --by model --html requests.html")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from servewatch.load.readback import GROUPS
 
-    parser = add_command(subparsers, "requests", HELP, DESCRIPTION, run, epilog=EPILOG,
+    import textwrap
+
+    parser = add_command(subparsers, "requests", HELP, textwrap.fill(DESCRIPTION, 79), run, epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", metavar="FILE", nargs="+", help="requests.jsonl files (rotated ones too)")
-    parser.add_argument("--by", choices=GROUPS, default="model",
-                        help="group by the model asked for, the tenant (hashed; proxy records), the API, "
-                             "the outcome, or not at all (default: model)")
+    parser.add_argument("--by", choices=GROUPS,
+                        help="group by the model asked for, the tenant (hashed), the API (these three are in the "
+                             "proxy's records only), the outcome, or not at all (default: model where the "
+                             "records name one, else all)")
     parser.add_argument("--last", metavar="DURATION",
                         help="only requests that arrived within DURATION (30s, 10m) of the newest one")
     parser.add_argument("--since", metavar="TIME",
@@ -39,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--goodput", metavar="ttft=MS,tpot=MS,e2e=MS",
                         help="the share of requests that succeeded within these SLOs")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--html", metavar="FILE",
+                        help="also write a single offline HTML page: the figures, the requests over time, "
+                             "the TTFT and TPOT distributions")
 
 
 def _since(text: str) -> float:
@@ -99,11 +106,18 @@ def run(args: argparse.Namespace) -> int:
     if not records:
         raise ServewatchError(f"none of the {len(read.records)} requests arrived in the window asked for "
                               "(--since / --last)")
-    summary = summarize_records(records, args.by, slo)
+    by = args.by or ("model" if any(r.proxy is not None for r in records) else "all")
+    summary = summarize_records(records, by, slo)
     summary["files"] = read.files
     summary["skipped_lines"] = read.bad_count
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print_requests(summary)
+    if args.html:
+        from servewatch.commands import write_atomically
+        from servewatch.load.requests_report import render_requests_page
+
+        write_atomically(args.html, render_requests_page(summary, records), "--html")
+        print(f"servewatch requests: wrote {args.html}", file=sys.stderr)
     return 0
