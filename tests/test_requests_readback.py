@@ -230,3 +230,44 @@ def test_the_default_grouping_is_by_model_where_the_records_name_one(tmp_path, c
     for path, by in ((proxied, "model"), (loaded, "all")):
         assert main(["requests", path, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["by"] == by
+
+
+def test_a_tenant_key_file_of_ones_own_changes_every_tenants_hash(tmp_path, capsys):
+    import os
+    import stat
+
+    from servewatch.proxy.config import DEFAULT_TENANT_KEY, tenant_key
+    from servewatch.proxy.exchange import tenant_id
+
+    path = tmp_path / "tenant.key"
+    key = tenant_key(str(path))                                   # made: 32 random bytes, hex, 0600
+    assert len(key) == 64 and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert tenant_key(str(path)) == key                           # read back the same
+    assert tenant_key(str(tmp_path / "other.key")) != key
+    assert tenant_id(b"acme", key) != tenant_id(b"acme", DEFAULT_TENANT_KEY) == tenant_id(b"acme")
+    assert len(tenant_id(b"acme", key)) == 12
+    (tmp_path / "short.key").write_text("abc\n")
+    with pytest.raises(ValueError, match="holds 3 bytes"):
+        tenant_key(str(tmp_path / "short.key"))
+
+    from servewatch.cli import main
+
+    argv = ["proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--tenant-key-file"]
+    assert main([*argv, str(tmp_path / "short.key")]) == 2
+    assert capsys.readouterr().err == (f"servewatch proxy: --tenant-key-file {tmp_path / 'short.key'}: holds 3 "
+                                       "bytes; a key of at least 16 is expected\n")
+    assert main([*argv, str(tmp_path / "no" / "k")]) == 2
+    assert "No such file or directory" in capsys.readouterr().err
+
+
+def test_the_proxy_hashes_tenants_with_its_configured_key():
+    from servewatch.proxy.exchange import tenant_id
+
+    async def go(key):
+        async with SimServer(profile="h100-8b", model_name="m") as sim, Running(sim.url, tenant_key=key) as proxy:
+            await _raw(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 2},
+                                         "X-Tenant: acme\r\n"))
+            return proxy.records[0].proxy["tenant"]
+
+    key = b"0123456789abcdef0123"
+    assert asyncio.run(go(key)) == tenant_id(b"acme", key) != tenant_id(b"acme")

@@ -40,13 +40,14 @@ def test_a_targets_proxy_is_read_from_the_config_and_the_command_line(tmp_path):
                     "  - url: http://10.0.0.7:8000\n    name: a\n    proxy: 0.0.0.0:8080\n"
                     "  - url: http://10.0.0.8:8000\n    name: b\n    proxy:\n      listen: 127.0.0.1:8081\n"
                     "      records: /tmp/b.jsonl\n      records_keep: 2\n      first_byte_timeout: 2m\n      keep_itl: true\n"
+                    "      tenant_key_file: /etc/servewatch/tenant.key\n"
                     "  - url: http://10.0.0.9:8000\n    name: c\n")
     cfg = serve_config.load(str(path))
     a, b, c = cfg.targets
     assert a.proxy == ProxySpec(listen="0.0.0.0:8080")
     assert (b.proxy.listen, b.proxy.records, b.proxy.records_keep, b.proxy.first_byte_timeout_s, b.proxy.keep_itl) == \
         ("127.0.0.1:8081", "/tmp/b.jsonl", 2, 120.0, True)
-    assert a.proxy.keep_itl is False
+    assert a.proxy.keep_itl is False and b.proxy.tenant_key_file == "/etc/servewatch/tenant.key"
     from servewatch.serve.sidecar import Sidecar
 
     assert Sidecar(b).proxy.config.keep_itl and not Sidecar(a).proxy.config.keep_itl
@@ -66,6 +67,7 @@ def test_a_targets_proxy_is_read_from_the_config_and_the_command_line(tmp_path):
     ("    proxy: {listen: 'a:1', read_timeout: soon}\n", ":4: targets[0].proxy.read_timeout: 'soon' is not a duration"),
     ("    proxy: [a]\n", ":4: targets[0].proxy: a listen address (HOST:PORT) or a mapping"),
     ("    proxy: {listen: 'a:1', keep_itl: 'yes'}\n", ":4: targets[0].proxy.keep_itl: true or false is expected"),
+    ("    proxy: {listen: 'a:1', tenant_key_file: 3}\n", ":4: targets[0].proxy.tenant_key_file: a file path"),
 ])
 def test_bad_proxy_settings_name_file_line_and_key(tmp_path, text, expected):
     path = tmp_path / "serve.yaml"
@@ -94,6 +96,18 @@ def test_a_proxy_that_cannot_listen_stops_serve_with_one_line():
         line = one_line(cli("--target", "a=http://127.0.0.1:1", "--proxy", f"a=127.0.0.1:{port}",
                             "--listen", "127.0.0.1:0"))
     assert line.startswith(f"servewatch serve: a: proxy listen 127.0.0.1:{port}: ") and "in use" in line
+
+
+def test_a_sidecar_tenant_key_that_cannot_be_read_stops_serve_with_one_line(tmp_path):
+    from tests.test_serve_cli import cli, one_line
+
+    path = tmp_path / "serve.yaml"
+    key = tmp_path / "short.key"
+    key.write_text("abc\n")
+    path.write_text(f"targets:\n  - url: http://127.0.0.1:1\n    name: a\n    proxy:\n      listen: 127.0.0.1:0\n"
+                    f"      tenant_key_file: {key}\n")
+    line = one_line(cli("--config", str(path), "--listen", "127.0.0.1:0"))
+    assert line == f"servewatch serve: a: proxy tenant_key_file {key}: holds 3 bytes; a key of at least 16 is expected"
 
 
 async def _stream(url: str, session: aiohttp.ClientSession, model: str, max_tokens: int) -> dict | None:

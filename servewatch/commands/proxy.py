@@ -38,6 +38,10 @@ def register(subparsers) -> None:
                    help="upstream silence allowed inside a response (default 300)")
     p.add_argument("--tenant-header", default="x-tenant",
                    help="tenant from this header, else from the API key; stored hashed (default x-tenant)")
+    p.add_argument("--tenant-key-file", metavar="FILE",
+                   help="the tenant hash's secret key, read from FILE (made with a random key if it does not exist); "
+                        "without it the key is servewatch's own, public one, and a guess of a header can be "
+                        "checked against its hash")
     p.add_argument("--otlp-endpoint", metavar="URL",
                    help="export one span per request over OTLP/HTTP, e.g. http://127.0.0.1:4318 "
                         "(needs the [otel] extra)")

@@ -9,7 +9,7 @@ import signal
 import sys
 
 from servewatch.errors import ServewatchError
-from servewatch.proxy.config import WATCH_FLAGS, ProxyConfig
+from servewatch.proxy.config import DEFAULT_TENANT_KEY, WATCH_FLAGS, ProxyConfig, tenant_key
 from servewatch.proxy.server import Proxy
 
 
@@ -28,10 +28,17 @@ def config_from_args(args) -> ProxyConfig:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ServewatchError(f"--otlp-endpoint {args.otlp_endpoint!r}: not an http(s) URL "
                                   "(e.g. http://127.0.0.1:4318)")
+    key = DEFAULT_TENANT_KEY
+    if args.tenant_key_file:
+        try:
+            key = tenant_key(args.tenant_key_file)
+        except (OSError, ValueError) as exc:
+            raise ServewatchError(f"--tenant-key-file {args.tenant_key_file}: "
+                                  f"{getattr(exc, 'strerror', None) or exc}") from None
     return ProxyConfig(upstream=args.upstream, max_connections=args.max_connections,
                        max_request_bytes=int(args.max_request_mb * 2**20),
                        first_byte_timeout_s=args.first_byte_timeout, read_idle_timeout_s=args.read_timeout,
-                       tenant_header=args.tenant_header.lower(), keep_text=args.keep_text,
+                       tenant_header=args.tenant_header.lower(), tenant_key=key, keep_text=args.keep_text,
                        keep_itl=args.keep_itl)
 
 

@@ -7,6 +7,31 @@ from dataclasses import dataclass
 
 # The shared recording flags `proxy --watch` takes (servewatch.watch.options).
 WATCH_FLAGS = ("interval", "out", "detector_settings")
+# The key of the tenant's hash without a key file of one's own: public, so a record's tenant can be confirmed
+# by whoever guesses the header; a key file makes it a pseudonym only its holder can link to a name.
+DEFAULT_TENANT_KEY = b"servewatch-proxy-tenant"
+TENANT_KEY_BYTES = 32
+
+
+def tenant_key(path: str) -> bytes:
+    """The secret in `path` (its bytes, surrounding whitespace stripped), made of 32 random bytes (hex, file
+    mode 0600) when the file does not exist yet. OSError when it cannot be read or made; ValueError when
+    what it holds is under 16 bytes."""
+    import os
+    import secrets
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        with open(path, "rb") as fh:
+            key = fh.read(4096).strip()
+        if len(key) < 16:
+            raise ValueError(f"holds {len(key)} bytes; a key of at least 16 is expected") from None
+        return key
+    key = secrets.token_hex(TENANT_KEY_BYTES).encode()
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key + b"\n")
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +54,7 @@ class ProxyConfig:
     first_byte_timeout_s: float = 900.0        # upstream: request written -> first response byte (504)
     read_idle_timeout_s: float = 300.0         # upstream: silence between two response reads
     tenant_header: str = "x-tenant"            # tenant from this header, else from the API key (hashed)
+    tenant_key: bytes = DEFAULT_TENANT_KEY     # the hash's key (tenant_key(FILE) for one's own)
     keep_text: bool = False                    # records carry the prompt and completion text (never telemetry)
     keep_itl: bool = False                     # records carry every chunk's time and every inter-token gap
     sweep_interval_s: float = 0.25             # how often deadlines are checked

@@ -12,11 +12,11 @@ import json
 
 from servewatch.load import records as R
 from servewatch.load.client import RequestSpec, StreamState, finish_record
+from servewatch.proxy.config import DEFAULT_TENANT_KEY
 
 API_PATHS = {b"/v1/completions": "completions", b"/v1/chat/completions": "chat"}
 ERROR_BODY_BYTES = 8 * 1024
 JSON_BODY_BYTES = 4 * 2**20
-_TENANT_KEY = b"servewatch-proxy-tenant"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/")
 _SAFE_SEEN: set[str] = set()                  # words safe_word has passed (bounded)
 _decode_json = json.JSONDecoder().decode      # what json.loads calls, without its per-call checks
@@ -30,11 +30,11 @@ def _loads(raw: bytes):
     return json.loads(raw)
 
 
-def tenant_id(value: bytes | None) -> str | None:
+def tenant_id(value: bytes | None, key: bytes = DEFAULT_TENANT_KEY) -> str | None:
     """A tenant header or API key, stored only as a keyed hash (12 hex digits)."""
     if not value:
         return None
-    return hmac.new(_TENANT_KEY, value, hashlib.sha256).hexdigest()[:12]
+    return hmac.new(key, value, hashlib.sha256).hexdigest()[:12]
 
 
 def safe_word(value, limit: int = 64) -> str | None:

@@ -704,7 +704,7 @@ class Client(asyncio.Protocol):
         # what only the record needs of the request (the tenant's hash, the body's model, stream and
         # max_tokens) is read once the request is on its way upstream, not before
         if api is not None and tenant:
-            ex.tenant = tenant_id(tenant)
+            ex.tenant = tenant_id(tenant, config.tenant_key)
         if ex.body_left == 0:
             ex.request_complete()
         if rest and not self.closing:

@@ -56,7 +56,7 @@ _AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "node", "probe",
 _SD_KEYS = ("url", "job", "labels", "refresh")
 _TARGET_KEYS = ("url", "name", "pid", "log_file", "proxy")
 _PROXY_KEYS = ("listen", "records", "records_max_mb", "records_keep", "max_connections", "first_byte_timeout",
-               "read_timeout", "tenant_header", "keep_itl")
+               "read_timeout", "tenant_header", "tenant_key_file", "keep_itl")
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,9 @@ def _proxy(doc, at: tuple, value, url: str, duration) -> ProxySpec | None:
     header = value.get("tenant_header", "x-tenant")
     if not isinstance(header, str) or not header:
         raise doc.error((*at, "tenant_header"), "a header name is expected")
+    key_file = value.get("tenant_key_file")
+    if key_file is not None and not (isinstance(key_file, str) and key_file):
+        raise doc.error((*at, "tenant_key_file"), "a file path is expected")
     keep_itl = value.get("keep_itl", False)
     if not isinstance(keep_itl, bool):
         raise doc.error((*at, "keep_itl"), "true or false is expected")
@@ -196,7 +199,7 @@ def _proxy(doc, at: tuple, value, url: str, duration) -> ProxySpec | None:
     return ProxySpec(listen=listen, records=records, records_max_mb=float(numbers["records_max_mb"]),
                      records_keep=numbers["records_keep"], max_connections=numbers["max_connections"],
                      first_byte_timeout_s=numbers["first_byte_timeout"], read_timeout_s=numbers["read_timeout"],
-                     tenant_header=header.lower(), keep_itl=keep_itl)
+                     tenant_header=header.lower(), tenant_key_file=key_file, keep_itl=keep_itl)
 
 
 def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:

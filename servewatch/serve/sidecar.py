@@ -39,6 +39,17 @@ class Sidecar:
         from servewatch.serve.config import parse_listen
 
         host, port = parse_listen(self.spec.listen, "proxy listen")
+        if self.spec.tenant_key_file:
+            from dataclasses import replace
+
+            from servewatch.proxy.config import tenant_key
+
+            try:
+                key = tenant_key(self.spec.tenant_key_file)
+            except (OSError, ValueError) as exc:
+                raise ServewatchError(f"{self.name}: proxy tenant_key_file {self.spec.tenant_key_file}: "
+                                      f"{getattr(exc, 'strerror', None) or exc}") from None
+            self.proxy.config = replace(self.proxy.config, tenant_key=key)
         if self.spec.records:
             try:
                 self.log = RecordLog(self.spec.records, max_bytes=int(self.spec.records_max_mb * 2**20),

@@ -25,6 +25,7 @@ class ProxySpec:
     first_byte_timeout_s: float = 900.0
     read_timeout_s: float = 300.0
     tenant_header: str = "x-tenant"
+    tenant_key_file: str | None = None      # the tenant hash's secret key (servewatch.proxy.config.tenant_key)
     keep_itl: bool = False                  # records carry every inter-token gap (prompt text: never here)
 
 
