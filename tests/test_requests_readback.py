@@ -271,3 +271,12 @@ def test_the_proxy_hashes_tenants_with_its_configured_key():
 
     key = b"0123456789abcdef0123"
     assert asyncio.run(go(key)) == tenant_id(b"acme", key) != tenant_id(b"acme")
+
+
+def test_a_group_name_from_the_file_is_printed_as_it_is(tmp_path, capsys):
+    from servewatch.cli import main
+
+    path = _file(tmp_path, [_rec(1, "[/bold]", 0.1), _rec(2, "[red]x", 0.1)])
+    assert main(["requests", path]) == 0
+    out = capsys.readouterr().out
+    assert "[/bold]" in out and "[red]x" in out

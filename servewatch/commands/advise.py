@@ -179,17 +179,20 @@ def _print(model, gpu, advice, dialects) -> None:
     from servewatch.derive import buckets as b
     from servewatch.derive import quantities as q
 
-    console = Console(highlight=False, soft_wrap=False)
-    console.print(f"[bold]{model.architecture}[/] — {model.layers} layers, {model.kv_heads} KV heads × "
-                  f"{model.head_dim}, vocabulary {model.vocab_size:,}, {model.dtype}, weights "
-                  f"{q.decimal(model.weight_bytes)} ({model.weight_source}); {gpu.name}: "
-                  f"{q.binary(gpu.memory_bytes)} ({gpu.memory_source})")
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=False, markup=False)   # a config.json's names as they are
+    console.print(Text.assemble((str(model.architecture), "bold"),
+                                f" — {model.layers} layers, {model.kv_heads} KV heads × {model.head_dim}, vocabulary "
+                                f"{model.vocab_size:,}, {model.dtype}, weights {q.decimal(model.weight_bytes)} "
+                                f"({model.weight_source}); {gpu.name}: {q.binary(gpu.memory_bytes)} "
+                                f"({gpu.memory_source})"))
     table = Table(show_lines=True, expand=True)
     table.add_column("figure", style="bold", ratio=2)
     table.add_column("value", ratio=2)
     table.add_column("arithmetic", ratio=6)
     for figure in advice.capacity.figures:
-        table.add_row(figure.label, figure.shown, f"{figure.formula}\n[dim]{figure.working}[/]")
+        table.add_row(figure.label, figure.shown, Text.assemble(f"{figure.formula}\n", (figure.working, "dim")))
     console.print(table)
     if advice.plans:
         edges = Table(title="histogram edges (seconds)", show_lines=True)
@@ -200,7 +203,7 @@ def _print(model, gpu, advice, dialects) -> None:
             edges.add_row(kind.upper(), ", ".join(f"{edge:g}" for edge in plan.edges), plan.reason)
         console.print(edges)
         for dialect in dialects:
-            console.print(f"[bold]{dialect}[/] flags:")
+            console.print(Text.assemble((dialect, "bold"), " flags:"))
             print(b.command_line(advice.flags(dialect)), flush=True)   # one unwrapped line, to copy
     if advice.checks:
         checks = Table(title="against the live server", show_lines=True)
@@ -211,4 +214,4 @@ def _print(model, gpu, advice, dialects) -> None:
             checks.add_row(check.name, check.derived, check.observed, mark, check.explanation)
         console.print(checks)
     for note in advice.notes:
-        console.print(note, markup=False)
+        console.print(note)

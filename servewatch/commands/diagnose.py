@@ -127,19 +127,21 @@ def _load_dir(path):
 
 def _print(hypotheses, readings, complaint) -> None:
     from rich.console import Console
+    from rich.text import Text
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, markup=False)    # the complaint, the sources and the figures as they are
     seen = f"{readings.scrapes} scrape(s) over {readings.seconds:.0f} s" if readings.seconds is not None else ""
-    console.print(f"[bold]Diagnose[/bold] {('“' + complaint + '”') if complaint else '(no symptom: what it sees)'}"
-                  f" from {', '.join(readings.sources)} {seen}".rstrip())
+    console.print(Text.assemble(("Diagnose", "bold"),
+                                f" {('“' + complaint + '”') if complaint else '(no symptom: what it sees)'}"
+                                f" from {', '.join(readings.sources)} {seen}".rstrip()))
     if readings.lifetime_means:
         console.print("no request finished in the window: the latency means are the server's lifetime ones")
     if readings.verdicts:
         console.print("recorder verdicts: " + ", ".join(v.name for v in readings.verdicts))
     colour = {"supported": "red", "ruled out": "green", "not measured": "yellow"}
     for i, h in enumerate(hypotheses, 1):
-        console.print(f"\n{i}. [bold]{h.title}[/bold] — [{colour[h.verdict]}]{h.verdict}[/{colour[h.verdict]}]"
-                      + (f" (confirmed by {h.confirmed_by})" if h.confirmed_by else ""))
+        console.print(Text.assemble(f"\n{i}. ", (h.title, "bold"), " — ", (h.verdict, colour[h.verdict]),
+                                    f" (confirmed by {h.confirmed_by})" if h.confirmed_by else ""))
         console.print(f"   quantity: {h.quantity} = {h.value} (expected: {h.expected})")
         console.print(f"   why: {h.why}")
         if h.verdict != "ruled out":

@@ -121,13 +121,15 @@ def _engine_title(labels: dict[str, str]) -> str:
 def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
+    console = Console(markup=False)          # label values and findings are the server's words: never markup
     engines = report["engines"]
     shown = engines[:max_engines]
     left_out = len(engines) - len(shown)
-    console.print(f"[bold]{report['dialect']}[/bold] (names: {report['generation']}), {len(engines)} engine(s)"
-                  + (f", the first {len(shown)} shown" if left_out else ""))
+    console.print(Text.assemble((str(report['dialect']), "bold"),
+                                f" (names: {report['generation']}), {len(engines)} engine(s)"
+                                + (f", the first {len(shown)} shown" if left_out else "")))
     for engine in shown:
         state = Table(title=_engine_title(engine["labels"]), show_header=False, title_justify="left")
         state.add_column("field")
@@ -155,13 +157,13 @@ def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
             first = ("n/a" if h["first_bucket_fraction"] is None
                      else f"{h['first_bucket_fraction']:.2%} (≤{_s(h['first_bucket_le'])})")
             hist.add_row(kind, _num(h["count"]), _s(h["mean_s"]), _s(h["p50_s"]), _s(h["p99_s"]), first,
-                         "[red]BLIND[/red]" if h["blind"] else "")
+                         Text("BLIND", style="red") if h["blind"] else "")
         console.print(hist)
     console.print("* p50/p99 as Prometheus histogram_quantile computes them from the buckets")
     shown_labels = [engine["labels"] for engine in shown]
     findings = [f for f in report["findings"] if f["labels"] in shown_labels]
     for finding in findings:
-        console.print(f"[yellow]finding[/yellow] {finding['finding']}")
+        console.print(Text.assemble(("finding", "yellow"), f" {finding['finding']}"))
     if left_out:
         hidden = len(report["findings"]) - len(findings)
         console.print(f"{left_out:,} more engine(s) not shown"

@@ -58,11 +58,17 @@ def _n(value, digits: int = 1) -> str:
 def print_text(pm: Postmortem, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = console or Console(highlight=False)
+    # what the log said (its messages, frames, stamps) is printed as it is: never read as markup
+    console = console or Console(highlight=False, markup=False)
     r, d = pm.record, pm.death
-    console.print(f"[bold]Postmortem[/bold] of a {r.dialect or 'unknown'} log: {r.lines:,} lines, "
-                  f"{r.first_clock or '?'} → {r.last_clock or '?'} ({_n(r.duration_s, 0)} s)")
+
+    def head(word: str, rest: str = "", style: str = "bold") -> None:
+        console.print(Text.assemble((word, style), rest))
+
+    head("Postmortem", f" of a {r.dialect or 'unknown'} log: {r.lines:,} lines, "
+                       f"{r.first_clock or '?'} → {r.last_clock or '?'} ({_n(r.duration_s, 0)} s)")
     if r.startup:
         table = Table(title="Startup", title_justify="left")
         for col in ("stage", "stamp", "took (s)", "numbers"):
@@ -72,7 +78,7 @@ def print_text(pm: Postmortem, console=None) -> None:
             table.add_row(s.name, s.clock or "–", _n(s.seconds, 2), numbers)
         console.print(table)
     if r.stats:
-        console.print(f"[bold]Timeline[/bold] ({len(r.stats)} stats points; {', '.join(sorted(r.stats_namings))})")
+        head("Timeline", f" ({len(r.stats)} stats points; {', '.join(sorted(r.stats_namings))})")
         console.print(ascii_chart(pm))
         table = Table()
         for col in ("stamp", "running", "waiting", "KV %", "gen tok/s", "prefix hit %", "source"):
@@ -82,7 +88,7 @@ def print_text(pm: Postmortem, console=None) -> None:
                           s.source)
         console.print(table)
     colour = "green" if d.classification in ("clean_shutdown", "still_running") else "red"
-    console.print(f"[bold]Death[/bold]: [{colour}]{d.label}[/{colour}] — {d.summary}")
+    console.print(Text.assemble(("Death", "bold"), ": ", (str(d.label), colour), f" — {d.summary}"))
     for label, value in (("when", d.clock), ("process", d.process), ("exception", d.exception),
                          ("innermost engine frame", d.innermost_engine_frame), ("engine's message", d.engine_message),
                          ("signal", d.signal), ("exit", d.exit)):
@@ -93,20 +99,18 @@ def print_text(pm: Postmortem, console=None) -> None:
         console.print(f"  at death ({a.clock}, {a.source}): running {_n(a.running)}, waiting {_n(a.waiting)}, "
                       f"KV {_n(a.kv_pct)} %")
     if pm.arithmetic:
-        console.print("[bold]The arithmetic[/bold]" + (f" ({_n(pm.requested_bytes)} B requested)"
-                                                        if pm.requested_bytes else ""))
+        head("The arithmetic", f" ({_n(pm.requested_bytes)} B requested)" if pm.requested_bytes else "")
         for t in pm.arithmetic:
-            mark = {"matches": "[green]matches[/green]", "ruled out": "[green]ruled out[/green]"}.get(
-                t.verdict, f"[yellow]{t.verdict}[/yellow]")
-            console.print(f"  {t.suspect}: {t.formula} → {mark}: {t.why}")
+            mark = (str(t.verdict), "green" if t.verdict in ("matches", "ruled out") else "yellow")
+            console.print(Text.assemble(f"  {t.suspect}: {t.formula} → ", mark, f": {t.why}"))
     if pm.conclusion:
-        console.print(f"[bold]Verdict[/bold]: {pm.conclusion}")
+        head("Verdict", f": {pm.conclusion}")
     if pm.actions:
-        console.print("[bold]Safe actions[/bold]")
+        head("Safe actions")
         for i, a in enumerate(pm.actions, 1):
             console.print(f"  {i}. {a.action} — {a.why}\n     rollback: {a.rollback}")
     for note in pm.partial:
-        console.print(f"[yellow]partial[/yellow]: {note}")
+        head("partial", f": {note}", "yellow")
 
 
 def _sampled(points: list, limit: int) -> list:

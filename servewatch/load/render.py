@@ -113,7 +113,7 @@ def print_requests(summary: dict) -> None:
 
     from servewatch.clock import iso8601
 
-    console = Console()
+    console = Console(markup=False, highlight=False)     # a group's name is read from a file: never markup
     total = summary["total"]
     by = summary["by"]
     who = " and ".join({"load": "servewatch load", "proxy": "servewatch proxy"}[k] for k in summary["recorded_by"])

@@ -29,32 +29,37 @@ def json_line(fired: Fired) -> str:
 
 
 def status_table(window: Window, fired: list[Fired], active_names: list[str], elapsed_s: float):
-    """A rich renderable: the target's current picture and the verdicts so far."""
+    """A rich renderable: the target's current picture and the verdicts so far. Every cell is plain text
+    (rich would read a str cell's "[...]" as a style): label values, process titles and the verdicts'
+    words come from the server."""
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
-    now = Table.grid(padding=(0, 2))
     health = window.health[-1] if window.health else None
     metrics = next((m for m in reversed(window.metrics) if m.error is None and m.engines), None)
     last_metrics = window.metrics[-1] if window.metrics else None
     process = window.process[-1] if window.process else None
-    now.add_row("watching", f"{elapsed_s:.0f} s")
-    now.add_row("health", "—" if health is None else (f"{health.status}" if health.status is not None
-                                                      else f"down ({health.error})"))
+    rows = [("watching", f"{elapsed_s:.0f} s"),
+            ("health", "—" if health is None else (f"{health.status}" if health.status is not None
+                                                   else f"down ({health.error})"))]
     if last_metrics is not None and last_metrics.error is not None:
-        now.add_row("metrics", f"scrape failed ({last_metrics.error})")
+        rows.append(("metrics", f"scrape failed ({last_metrics.error})"))
     if metrics is not None:
         for state in metrics.engines:
             kv = "n/a" if state.kv_usage is None else f"{state.kv_usage:.0%}"
             c = state.counters
-            now.add_row(f"engine {state.labels.get('engine', state.labels.get('tp_rank', ''))}".strip(),
-                        f"running {_n(state.running)}  waiting {_n(state.waiting)}  KV {kv}  "
-                        f"steps {_n(c.steps)}  gen tokens {_n(c.generation_tokens)}")
+            rows.append((f"engine {state.labels.get('engine', state.labels.get('tp_rank', ''))}".strip(),
+                         f"running {_n(state.running)}  waiting {_n(state.waiting)}  KV {kv}  "
+                         f"steps {_n(c.steps)}  gen tokens {_n(c.generation_tokens)}"))
     if process is not None:
         alive = "alive" if process.alive else "gone"
         titles = ", ".join(f"{m.title}:{m.status}" for m in process.members[:6])
-        now.add_row("process", f"{process.root_pid} {alive}  {titles}")
-    now.add_row("active", ", ".join(active_names) or "none")
+        rows.append(("process", f"{process.root_pid} {alive}  {titles}"))
+    rows.append(("active", ", ".join(active_names) or "none"))
+    now = Table.grid(padding=(0, 2))
+    for row in rows:
+        now.add_row(*map(Text, row))
 
     verdicts = Table(title="verdicts", expand=True)
     verdicts.add_column("time")
@@ -63,7 +68,7 @@ def status_table(window: Window, fired: list[Fired], active_names: list[str], el
     verdicts.add_column("why")
     for record in fired[-12:]:
         v = record.verdict
-        verdicts.add_row(iso8601(v.t)[11:23], v.name, f"{v.since_s:.1f} s", v.why)
+        verdicts.add_row(*map(Text, (iso8601(v.t)[11:23], v.name, f"{v.since_s:.1f} s", v.why)))
     return Group(now, verdicts)
 
 
