@@ -132,13 +132,18 @@ def test_groups_outcomes_percentiles_and_goodput():
 def test_bad_lines_are_counted_with_their_places_and_never_stop_the_reading(tmp_path):
     good = json.dumps(_rec(1, "a", 0.1).to_json())
     path = tmp_path / "requests.jsonl"
+    far = json.dumps({**json.loads(good), "scheduled": 1e300})
     path.write_text("\n".join([good, "not json", json.dumps({"id": "x", "scheduled": 1.0}), good,
-                               json.dumps([1, 2]), good[:40]]))
+                               json.dumps([1, 2]), far, good[:40]]))
     read = read_records([path])
-    assert len(read.records) == 2 and read.bad_count == 4
+    assert len(read.records) == 2 and read.bad_count == 5
     assert [(b.line, b.why) for b in read.bad] == [
         (2, "not JSON"), (3, "not a request record: field 'id': expected a number, got a string"),
-        (5, "not a request record: not a JSON object"), (6, "not JSON (cut short)")]
+        (5, "not a request record: not a JSON object"),
+        (6, "not a request record: field 'scheduled': 1e+300 is not a time in epoch seconds (1970 to 9999)"),
+        (7, "not JSON (cut short)")]
+    read = read_records([path], keep_bad=2)
+    assert len(read.bad) == 2 and read.bad_count == 5
 
 
 # ---------------------------------------------------------------- the command
@@ -169,7 +174,7 @@ def test_the_command_prints_a_table_and_json(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["requests", "{missing}"], "cannot read {missing}: No such file or directory"),
     (["requests", "{dir}"], "a directory"),
-    (["requests", "{empty}"], "no request records in {empty}"),
+    (["requests", "{empty}"], "no request records in {empty} (1 line that is not a record)"),
     (["requests", "{good}", "--last", "ten"], "--last: 'ten' is not a duration"),
     (["requests", "{good}", "--since", "yesterday"], "--since: 'yesterday' is neither an ISO 8601 time"),
     (["requests", "{good}", "--since", "2100-01-01T00:00:00Z"], "none of the 1 requests arrived in the window"),

@@ -97,11 +97,13 @@ def run(args: argparse.Namespace) -> int:
     for bad in read.bad:
         print(f"servewatch requests: {bad.path}, line {bad.line}: {bad.why}; skipped", file=sys.stderr)
     if read.bad_count > len(read.bad):
-        print(f"servewatch requests: {read.bad_count - len(read.bad)} more lines that are not request records "
-              "skipped", file=sys.stderr)
+        more = read.bad_count - len(read.bad)
+        print(f"servewatch requests: {more} more line{'s' if more > 1 else ''} that "
+              f"{'are not request records' if more > 1 else 'is not a request record'} skipped", file=sys.stderr)
     if not read.records:
-        raise ServewatchError(f"no request records in {', '.join(read.files)}"
-                              + (f" ({read.bad_count} lines that are not records)" if read.bad_count else ""))
+        bad = ("" if not read.bad_count else " (1 line that is not a record)" if read.bad_count == 1
+               else f" ({read.bad_count} lines that are not records)")
+        raise ServewatchError(f"no request records in {', '.join(read.files)}{bad}")
     records = window(read.records, since=since, last_s=last_s)
     if not records:
         raise ServewatchError(f"none of the {len(read.records)} requests arrived in the window asked for "

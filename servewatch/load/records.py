@@ -100,10 +100,11 @@ class RequestRecord:
         never read back. ValueError names the first field that is not what to_json writes."""
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
-        rec = cls(id=_field(obj, "id", int, required=True), scheduled=_field(obj, "scheduled", float, required=True),
+        rec = cls(id=_field(obj, "id", int, required=True), scheduled=_epoch(obj, "scheduled", required=True),
                   prompt_tokens_target=_field(obj, "prompt_tokens_target", int),
                   max_tokens=_field(obj, "max_tokens", int))
-        for name in ("sent", "ttft_s", "e2e_s", "tpot_s"):
+        rec.sent = _epoch(obj, "sent")
+        for name in ("ttft_s", "e2e_s", "tpot_s"):
             setattr(rec, name, _field(obj, name, float))
         for name in ("http_status", "input_tokens", "output_tokens"):
             setattr(rec, name, _field(obj, name, int))
@@ -153,6 +154,16 @@ def _field(obj: dict, name: str, kind: type, required: bool = False):
     if not isinstance(value, kind):
         raise ValueError(f"field {name!r}: expected {_JSON_KINDS[kind]}, got {_json_kind(value)}")
     return value
+
+
+LAST_EPOCH_S = 253402300799.0        # 9999-12-31T23:59:59Z: the last second an ISO 8601 date can name
+
+
+def _epoch(obj: dict, name: str, required: bool = False) -> float | None:
+    t = _field(obj, name, float, required)
+    if t is not None and not 0.0 <= t <= LAST_EPOCH_S:
+        raise ValueError(f"field {name!r}: {t:g} is not a time in epoch seconds (1970 to 9999)")
+    return t
 
 
 _JSON_KINDS = {str: "a string", bool: "true or false", list: "an array", dict: "an object"}
