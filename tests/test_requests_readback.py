@@ -32,13 +32,16 @@ def test_load_records_read_back_as_they_were_written(tmp_path):
 
     _, result = _run({"tokens_per_chunk": 3, "gap_s": 0.002}, requests=3, output_tokens=9, keep_text=True)
     write_outputs(result, tmp_path)
-    read = read_records([tmp_path / "requests.jsonl"])
+    read = read_records([tmp_path / "requests.jsonl"], sequences=True)
     assert read.bad_count == 0 and len(read.records) == 3
     by_id = {r.id: r for r in result.records}
     for rec in read.records:
         _same(by_id[rec.id], rec)
         assert len(rec.itl_token_s) == 9 - 3 and rec.proxy is None
     assert "tok" in (tmp_path / "requests.jsonl").read_text()        # the file kept text; the reader did not
+    light = read_records([tmp_path / "requests.jsonl"])               # what the figures need only
+    assert [list(r.itl_token_s) for r in light.records] == [list(r.itl_token_s) for r in read.records]
+    assert all(r.chunk_t_s == () and r.itl_chunk_s == () for r in light.records)
 
 
 def _proxied(keep_text: bool = False, keep_itl: bool = False, chat: bool = False):

@@ -115,6 +115,16 @@ def test_load_through_the_proxy_agrees_with_its_records(lab, server, proxy, run_
     assert diffs[0] >= -0.001, diffs           # the proxy's span lies inside load's (one machine's clock)
     assert abs(paired) <= TTFT_AGREEMENT_S, (paired, diffs)
     assert all("prompt" not in r and "text" not in r for r in seen)      # no text in the proxy's records
+    # one reader for both, `servewatch requests`: the same figures from load's records and from the proxy's
+    for path, who, by, p50 in ((out / "requests.jsonl", "load", "all", client_p50),
+                               (proxy.records, "proxy", "api", proxy_p50)):
+        read = run_cli("requests", str(path), "--by", by, "--json", timeout_s=60)
+        assert read.returncode == 0, read.stderr[-800:]
+        figures = json.loads(read.stdout)
+        [group] = [g for g in figures["groups"] if g["key"] in ("all", "completions")]
+        assert figures["recorded_by"] == [who] and figures["skipped_lines"] == 0, figures
+        assert group["ok"] == group["requests"] == n and group["tokens_out"] == 32 * n, group
+        assert group["ttft_s"]["p50"] == pytest.approx(p50, abs=1e-6), (who, group["ttft_s"], p50)
 
 
 def test_long_requests_that_are_not_streamed_fire_no_request_verdict(lab, server, proxy):
