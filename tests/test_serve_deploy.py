@@ -91,6 +91,11 @@ def test_the_service_reaches_the_engine_only_through_the_proxy(tmp_path):
     # records and bundles on the pod's volume; probes on the named target
     data = next(m["mountPath"] for m in sw["volumeMounts"] if m["name"] == "data")
     assert target.proxy.records.startswith(data + "/")
+    # the tenant hash's key from a Secret of the user's, mounted read-only where the config says
+    key_mount = next(m for m in sw["volumeMounts"] if target.proxy.tenant_key_file.startswith(m["mountPath"] + "/"))
+    key_volume = next(v for v in pod["volumes"] if v["name"] == key_mount["name"])
+    assert key_mount["readOnly"] is True and key_volume["secret"]["secretName"]
+    assert target.proxy.tenant_key_file.endswith("/tenant.key")
     _, serve_port = parse_listen(serve_config.load(str(tmp_path / "serve.yaml")).listen)
     assert vllm["livenessProbe"]["httpGet"] == {"path": f"/targets/{target.name}/livez", "port": serve_port}
     assert vllm["readinessProbe"]["httpGet"] == {"path": f"/targets/{target.name}/readyz", "port": serve_port}
