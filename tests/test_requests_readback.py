@@ -172,11 +172,15 @@ def test_the_command_prints_a_table_and_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["total"]["requests"] == 3 and {g["key"] for g in data["groups"]} == {"ok", "stream_cut"}
     assert data["files"] == [newer, older] and data["skipped_lines"] == 0
+    (tmp_path / "requests.jsonl.2").write_text("")                    # a directory: its files, oldest first
+    assert main(["requests", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == [str(tmp_path / n) for n in
+                                                           ("requests.jsonl.2", "requests.jsonl.1", "requests.jsonl")]
 
 
 @pytest.mark.parametrize("argv, words", [
     (["requests", "{missing}"], "cannot read {missing}: No such file or directory"),
-    (["requests", "{dir}"], "a directory"),
+    (["requests", "{dir}"], "{dir}: a directory without a requests.jsonl"),
     (["requests", "{empty}"], "no request records in {empty} (1 line that is not a record)"),
     (["requests", "{good}", "--last", "ten"], "--last: 'ten' is not a duration"),
     (["requests", "{good}", "--since", "yesterday"], "--since: 'yesterday' is neither an ISO 8601 time"),
@@ -186,7 +190,8 @@ def test_the_command_prints_a_table_and_json(tmp_path, capsys):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, words):
     from servewatch.cli import main
 
-    places = {"missing": str(tmp_path / "nope.jsonl"), "dir": str(tmp_path), "empty": str(tmp_path / "e.jsonl"),
+    (tmp_path / "d").mkdir()
+    places = {"missing": str(tmp_path / "nope.jsonl"), "dir": str(tmp_path / "d"), "empty": str(tmp_path / "e.jsonl"),
               "good": _file(tmp_path, [_rec(1, "a", 0.1)])}
     (tmp_path / "e.jsonl").write_text("garbage\n")
     argv = [a.format(**places) for a in argv]

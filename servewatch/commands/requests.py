@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = add_command(subparsers, "requests", HELP, textwrap.fill(DESCRIPTION, 79), run, epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("files", metavar="FILE", nargs="+", help="requests.jsonl files (rotated ones too)")
+    parser.add_argument("files", metavar="FILE", nargs="+",
+                        help="requests.jsonl files (rotated ones too), or a directory holding them")
     parser.add_argument("--by", choices=GROUPS,
                         help="group by the model asked for, the tenant (hashed), the API (these three are in the "
                              "proxy's records only), the outcome, or not at all (default: model where the "
@@ -76,6 +77,23 @@ def _last(text: str) -> float:
     return seconds
 
 
+def _files(path: str) -> list[str]:
+    """A file as it is; a directory (load's --out, the proxy's records directory) as its requests.jsonl and
+    the rotated requests.jsonl.N, oldest first."""
+    import os
+    import re
+
+    from servewatch.errors import SourceUnavailable
+
+    if not os.path.isdir(path):
+        return [path]
+    names = [n for n in os.listdir(path) if re.fullmatch(r"requests\.jsonl(\.\d+)?", n)]
+    if not names:
+        raise SourceUnavailable(f"{path}: a directory without a requests.jsonl")
+    names.sort(key=lambda n: -int(n.rpartition(".")[2]) if n[-1].isdigit() else 0)
+    return [os.path.join(path, n) for n in names]
+
+
 def run(args: argparse.Namespace) -> int:
     from servewatch.errors import ServewatchError, SourceUnavailable
     from servewatch.load.readback import read_records, summarize_records, window
@@ -89,9 +107,7 @@ def run(args: argparse.Namespace) -> int:
     since = _since(args.since) if args.since is not None else None
     last_s = _last(args.last) if args.last is not None else None
     try:
-        read = read_records(args.files)
-    except IsADirectoryError as exc:
-        raise SourceUnavailable(f"{exc.filename}: a directory (give its requests.jsonl files)") from None
+        read = read_records([f for path in args.files for f in _files(path)])
     except OSError as exc:
         raise SourceUnavailable(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
     for bad in read.bad:
