@@ -138,6 +138,15 @@ def summarize_group(records: Sequence[RequestRecord], slo: Goodput | None = None
     }
 
 
+def outcome_words(outcomes: dict) -> str:
+    """What went wrong, by reason ("timeout 3, http_5xx 1"), or "none"."""
+    return ", ".join(f"{k} {v}" for k, v in outcomes.items() if k != "ok") or "none"
+
+
+def recorded_by_words(summary: dict) -> str:
+    return " and ".join({"load": "servewatch load", "proxy": "servewatch proxy"}[k] for k in summary["recorded_by"])
+
+
 def summarize_records(records: Sequence[RequestRecord], by: str = "model", slo: Goodput | None = None) -> dict:
     """The whole and its groups (largest first), as `servewatch requests --json` prints them."""
     if by not in GROUPS:

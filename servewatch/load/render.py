@@ -100,11 +100,6 @@ def _ms(x) -> str:
     return "—" if x is None else f"{1000 * x:.2f} ms"
 
 
-def _outcome_words(outcomes: dict) -> str:
-    bad = [f"{k} {v}" for k, v in outcomes.items() if k != "ok"]
-    return ", ".join(bad) if bad else "none"
-
-
 def print_requests(summary: dict) -> None:
     """`servewatch requests`: the whole, then a table of its groups (see load.readback.summarize_records)."""
     from rich import box
@@ -112,16 +107,17 @@ def print_requests(summary: dict) -> None:
     from rich.table import Table
 
     from servewatch.clock import iso8601
+    from servewatch.load.readback import outcome_words, recorded_by_words
 
     console = Console(markup=False, highlight=False)     # a group's name is read from a file: never markup
     total = summary["total"]
     by = summary["by"]
-    who = " and ".join({"load": "servewatch load", "proxy": "servewatch proxy"}[k] for k in summary["recorded_by"])
+    who = recorded_by_words(summary)
     span = "—" if total["span_s"] is None else f"{total['span_s']:.1f} s"
     rate = "—" if total["rate"] is None else f"{total['rate']:.2f} req/s"
     console.print(f"{total['requests']} requests recorded by {who}, from {iso8601(total['first'])} over {span} "
                   f"({rate})", soft_wrap=True)
-    console.print(f"{total['ok']} ok; not ok: {_outcome_words(total['outcomes'])}", soft_wrap=True)
+    console.print(f"{total['ok']} ok; not ok: {outcome_words(total['outcomes'])}", soft_wrap=True)
     if summary.get("skipped_lines"):
         console.print(f"{summary['skipped_lines']} lines that are not request records skipped (see stderr)")
     slo = summary.get("goodput_slo")
@@ -151,7 +147,7 @@ def print_requests(summary: dict) -> None:
     if by not in ("all", "outcome"):
         for group in rows:
             if group["ok"] < group["requests"]:
-                console.print(f"not ok, {by} {group['key']}: {_outcome_words(group['outcomes'])}", soft_wrap=True)
+                console.print(f"not ok, {by} {group['key']}: {outcome_words(group['outcomes'])}", soft_wrap=True)
     if slo is not None:
         words = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items() if v is not None)
         console.print(f"goodput: the share of all requests that succeeded with {words}", soft_wrap=True)

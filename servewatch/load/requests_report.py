@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from servewatch.bundle.report_html import (Section, bin_values, render_facts, render_histogram_svg,
                                            render_report, render_table, render_timeline_svg)
 from servewatch.clock import iso8601
+from servewatch.load.readback import outcome_words, recorded_by_words
 from servewatch.load.records import RequestRecord
 from servewatch.load.summary import percentile
 
@@ -55,7 +56,7 @@ def _ms(x) -> str:
 def render_requests_page(summary: dict, records: Sequence[RequestRecord]) -> str:
     """The page for `summary` (load.readback.summarize_records) of `records`."""
     total, by = summary["total"], summary["by"]
-    who = " and ".join({"load": "servewatch load", "proxy": "servewatch proxy"}[k] for k in summary["recorded_by"])
+    who = recorded_by_words(summary)
     facts = render_facts([
         ("files", ", ".join(summary.get("files", [])) or "–"),
         ("recorded by", who),
@@ -63,7 +64,7 @@ def render_requests_page(summary: dict, records: Sequence[RequestRecord]) -> str
         ("span", "–" if total["span_s"] is None else f"{total['span_s']:.1f} s"),
         ("rate", "–" if total["rate"] is None else f"{total['rate']:.2f} requests/s"),
         ("requests", f"{total['requests']} ({total['ok']} ok)"),
-        ("not ok", ", ".join(f"{k} {v}" for k, v in total["outcomes"].items() if k != "ok") or "none"),
+        ("not ok", outcome_words(total["outcomes"])),
         ("lines skipped", summary.get("skipped_lines", 0)),
     ])
     headers = [by, "requests", "not ok", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99", "tokens out"]
@@ -72,7 +73,7 @@ def render_requests_page(summary: dict, records: Sequence[RequestRecord]) -> str
         headers.append("goodput")
     rows = []
     for g in [*(summary["groups"] if by != "all" else []), {"key": "total", **total}]:
-        row = [g["key"], g["requests"], ", ".join(f"{k} {v}" for k, v in g["outcomes"].items() if k != "ok") or "none",
+        row = [g["key"], g["requests"], outcome_words(g["outcomes"]),
                _ms(g["ttft_s"]["p50"]), _ms(g["ttft_s"]["p99"]), _ms(g["tpot_s"]["p50"]), _ms(g["itl_s"]["p99"]),
                _ms(g["e2e_s"]["p99"]), g["tokens_out"]]
         if slo is not None:
