@@ -149,6 +149,18 @@ def test_bad_lines_are_counted_with_their_places_and_never_stop_the_reading(tmp_
     assert len(read.bad) == 2 and read.bad_count == 5
 
 
+def test_a_line_over_the_bound_is_skipped_without_being_held(tmp_path, monkeypatch):
+    from servewatch.load import readback
+
+    monkeypatch.setattr(readback, "MAX_LINE_BYTES", 100)
+    good = json.dumps(_rec(1, "a", 0.1).to_json())
+    path = tmp_path / "requests.jsonl"
+    path.write_text("x" * (3 * 2**20) + "\n" + good[:90] + "\n")   # a 3 MiB line, then a short bad one
+    read = read_records([path])
+    assert read.bad_count == 2 and [(b.line, b.why) for b in read.bad] == [
+        (1, f"a line of {3 * 2**20 + 1:,} bytes, over 100"), (2, "not JSON")]
+
+
 # ---------------------------------------------------------------- the command
 
 def _file(tmp_path, recs, name="requests.jsonl"):
