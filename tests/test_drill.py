@@ -887,7 +887,7 @@ def test_the_proxy_records_a_step_the_workload_goes_through_it_and_a_learned_thr
     assert threshold >= 2.0 and abs(fault["detected"]["requests_no_token"] - threshold) <= 1.5
     assert "requests_no_token" in fault["cleared"]
     records = [json.loads(line) for line in (out / "logs" / "proxy-01.jsonl").read_text().splitlines()]
-    completions = [r for r in records if r.get("proxy", {}).get("api") == "completions"]
+    completions = [r for r in records if r.get("api") == "completions"]
     assert len(completions) >= fault["impact"]["requests"] > 0      # every request of the workload went through it
     assert all("prompt" not in r and "text" not in r for r in records)
 

@@ -101,7 +101,7 @@ def test_streamed_completion_passes_through_and_is_recorded():
     assert rec.finish_reason == "length" and rec.token_source == "server"
     assert 0 < rec.ttft_s <= rec.e2e_s
     out = rec.to_json()
-    assert out["proxy"]["model"] == "sim-model" and out["proxy"]["api"] == "completions"
+    assert out["model"] == "sim-model" and out["api"] == "completions" and "model" not in out["proxy"]
     assert out["proxy"]["tenant"] and "sk-secret" not in json.dumps(out)
     assert out["proxy"]["itl_p50_s"] is not None and out["proxy"]["first_byte_s"] <= out["ttft_s"]
     assert "hello" not in json.dumps(out)
@@ -126,7 +126,7 @@ def test_chat_non_streamed_and_other_paths():
     assert models == (200, models_direct)
     [rec] = records                                    # /v1/models is forwarded, not recorded
     assert rec.ok and rec.output_tokens == 5 and rec.token_source == "server" and rec.ttft_s is None
-    assert rec.proxy["api"] == "chat" and rec.proxy["stream"] is False
+    assert rec.api == "chat" and rec.proxy["stream"] is False
     assert counters.other_requests == 1 and counters.outcomes == {"ok": 1}
 
 

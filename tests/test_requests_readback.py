@@ -38,6 +38,7 @@ def test_load_records_read_back_as_they_were_written(tmp_path):
     for rec in read.records:
         _same(by_id[rec.id], rec)
         assert len(rec.itl_token_s) == 9 - 3 and rec.proxy is None
+        assert (rec.model, rec.api) == (result.model, "completions") and rec.model
     assert "tok" in (tmp_path / "requests.jsonl").read_text()        # the file kept text; the reader did not
     light = read_records([tmp_path / "requests.jsonl"])               # what the figures need only
     assert [list(r.itl_token_s) for r in light.records] == [list(r.itl_token_s) for r in read.records]
@@ -63,7 +64,8 @@ def test_proxy_records_read_back_and_keep_every_gap_only_when_asked():
     for rec in plain:
         back = R.RequestRecord.from_json(json.loads(json.dumps(rec.to_json())))
         _same(rec, back)
-        assert back.proxy["model"] == "m" and list(back.itl_token_s) == []
+        assert back.model == "m" and "model" not in back.proxy and list(back.itl_token_s) == []
+    assert [r.api for r in plain] == ["completions", "chat"]
     assert plain[0].proxy["itl_p99_s"] is not None
     kept = _proxied(keep_itl=True)
     stream = kept[0]
@@ -106,7 +108,8 @@ def _rec(i, model, ttft, error=None, tenant="t1", tokens=10):
     rec.error = error
     rec.ttft_s, rec.e2e_s, rec.tpot_s = ttft, ttft + 0.5, 0.05
     rec.output_tokens = tokens if error is None else None
-    rec.proxy = {"model": model, "api": "completions", "tenant": tenant, "itl_p99_s": 0.07}
+    rec.model, rec.api = model, "completions"
+    rec.proxy = {"tenant": tenant, "itl_p99_s": 0.07}
     return rec
 
 
@@ -125,9 +128,10 @@ def test_groups_outcomes_percentiles_and_goodput():
     assert out["total"]["span_s"] == pytest.approx(6 + 0.001 + 0.2 + 0.5)
     by_tenant = summarize_records(recs, "tenant")
     assert {g["key"]: g["requests"] for g in by_tenant["groups"]} == {"t1": 6, "t2": 1}
-    load_rec = _rec(7, "a", 0.1)
-    load_rec.proxy = None
-    assert summarize_records([load_rec], "model")["groups"][0]["key"] == "(not recorded)"
+    old_load_rec = _rec(7, "a", 0.1)                  # load's records of before 2026-12-04 named no model
+    old_load_rec.proxy = old_load_rec.model = None
+    assert summarize_records([old_load_rec], "model")["groups"][0]["key"] == "(not recorded)"
+    assert summarize_records([old_load_rec], "tenant")["groups"][0]["key"] == "(not recorded)"
     assert [r.id for r in window(recs, last_s=2)] == [4, 5, 6]
     assert [r.id for r in window(recs, since=1005)] == [5, 6]
 
@@ -252,7 +256,9 @@ def test_the_default_grouping_is_by_model_where_the_records_name_one(tmp_path, c
     plain = _rec(2, "a", 0.1)
     plain.proxy = None
     loaded = _file(tmp_path, [plain], "load.jsonl")
-    for path, by in ((proxied, "model"), (loaded, "all")):
+    plain.model = None
+    old_load = _file(tmp_path, [plain], "old-load.jsonl")
+    for path, by in ((proxied, "model"), (loaded, "model"), (old_load, "all")):
         assert main(["requests", path, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["by"] == by
 
@@ -305,3 +311,17 @@ def test_a_group_name_from_the_file_is_printed_as_it_is(tmp_path, capsys):
     assert main(["requests", path]) == 0
     out = capsys.readouterr().out
     assert "[/bold]" in out and "[red]x" in out
+
+
+def test_a_proxy_record_of_the_older_format_reads_its_model_and_api_from_its_proxy_part():
+    """Before 2026-12-04 the proxy wrote the model and the API inside its part of the record."""
+    line = {"id": 1, "scheduled": 1796287686.82, "http_status": 200, "ttft_s": 0.019,
+            "proxy": {"api": "chat", "model": "m", "stream": True, "tenant": "eb9aa2113fd0"}}
+    rec = R.RequestRecord.from_json(line)
+    assert (rec.model, rec.api) == ("m", "chat") and rec.proxy == {"stream": True, "tenant": "eb9aa2113fd0"}
+    assert rec.to_json()["model"] == "m" and "model" not in rec.to_json()["proxy"]
+    line["model"] = "top"
+    assert R.RequestRecord.from_json(line).model == "top"            # the newer place wins
+    line["proxy"]["model"] = 7
+    line.pop("model")
+    assert R.RequestRecord.from_json(line).model is None             # not a name: not taken

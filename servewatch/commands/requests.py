@@ -33,9 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("files", metavar="FILE", nargs="+",
                         help="requests.jsonl files (rotated ones too), or a directory holding them")
     parser.add_argument("--by", choices=GROUPS,
-                        help="group by the model asked for, the tenant (hashed), the API (these three are in the "
-                             "proxy's records only), the outcome, or not at all (default: model where the "
-                             "records name one, else all)")
+                        help="group by the model asked for, the tenant (hashed; in the proxy's records only), "
+                             "the API, the outcome, or not at all (default: model where the records name one, "
+                             "else all)")
     parser.add_argument("--last", metavar="DURATION",
                         help="only requests that arrived within DURATION (30s, 10m) of the newest one")
     parser.add_argument("--since", metavar="TIME",
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if not records:
         raise ServewatchError(f"none of the {len(read.records)} requests arrived in the window asked for "
                               "(--since / --last)")
-    by = args.by or ("model" if any(r.proxy is not None for r in records) else "all")
+    by = args.by or ("model" if any(r.model for r in records) else "all")
     summary = summarize_records(records, by, slo)
     summary["files"] = read.files
     summary["skipped_lines"] = read.bad_count

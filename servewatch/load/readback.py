@@ -97,8 +97,7 @@ def key_of(rec: RequestRecord, by: str) -> str:
         return "all"
     if by == "outcome":
         return "ok" if rec.error is None and rec.http_status == 200 else (rec.error or f"HTTP {rec.http_status}")
-    proxy = rec.proxy or {}
-    value = proxy.get(by)
+    value = (rec.proxy or {}).get("tenant") if by == "tenant" else getattr(rec, by)
     return value if isinstance(value, str) and value else UNRECORDED
 
 

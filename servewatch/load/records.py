@@ -52,9 +52,11 @@ class RequestRecord:
     error_detail: str | None = None           # our own short words, never the server's body
     text: str | None = None                   # completion text, only with --keep-text
     prompt: str | None = None                 # prompt text, only with --keep-text
+    model: str | None = None                  # the model the request asked for (its body's "model")
+    api: str | None = None                    # "completions" | "chat"
     # Set by `servewatch proxy` only (absent from load's records): `scheduled` is then the arrival of
     # the request at the proxy and `sent` when it was written to the upstream.
-    proxy: dict | None = None                 # see servewatch.proxy.exchange.proxy_fields
+    proxy: dict | None = None                 # see servewatch.proxy.exchange.Exchange.finish
 
     @property
     def ok(self) -> bool:
@@ -86,6 +88,8 @@ class RequestRecord:
             "chunks": [[_r(t), k] for t, k in zip(self.chunk_t_s, self.chunk_tokens)],
             "itl_token_s": [_r(x) for x in self.itl_token_s],
             "itl_chunk_s": [_r(x) for x in self.itl_chunk_s],
+            "model": self.model,
+            "api": self.api,
         }
         if self.proxy is not None:
             out["proxy"] = self.proxy
@@ -108,7 +112,7 @@ class RequestRecord:
             setattr(rec, name, _field(obj, name, float))
         for name in ("http_status", "input_tokens", "output_tokens"):
             setattr(rec, name, _field(obj, name, int))
-        for name in ("token_source", "finish_reason", "error", "error_detail"):
+        for name in ("token_source", "finish_reason", "error", "error_detail", "model", "api"):
             setattr(rec, name, _field(obj, name, str))
         rec.itl_exact = _field(obj, "itl_exact", bool)
         chunks = _field(obj, "chunks", list) or []
@@ -125,6 +129,12 @@ class RequestRecord:
                 raise ValueError(f"field {name!r}: expected a list of seconds") from None
         proxy = _field(obj, "proxy", dict)
         if proxy is not None:
+            # the proxy's records of before 2026-12-04 had the model and the API in their proxy part
+            for name in ("model", "api"):
+                if name in proxy:
+                    value = proxy.pop(name)
+                    if getattr(rec, name) is None and isinstance(value, str):
+                        setattr(rec, name, value)
             rec.proxy = proxy
         return rec
 

@@ -86,6 +86,11 @@ class LoadResult:
     model: str
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # a load run asks one model through one API: each of its records says which, as the proxy's do
+        for rec in self.records:
+            rec.model, rec.api = self.model, self.config.api
+
 
 def make_client(config: LoadConfig, endpoint: Endpoint):
     if config.client == "aiohttp":

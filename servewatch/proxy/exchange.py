@@ -203,9 +203,8 @@ class Exchange:
             itl = sorted(itl)
         else:
             itl.sort()            # (a list of this record's own, dropped below)
+        rec.model, rec.api = self.model, self.api
         rec.proxy = {
-            "api": self.api,
-            "model": self.model,
             "stream": self.stream,
             "tenant": self.tenant,
             "connect_s": _r(None if self.connected is None else self.connected - self.arrival),

@@ -87,7 +87,7 @@ def test_load_through_the_proxy_agrees_with_its_records(lab, server, proxy, run_
     assert summary["ok"] == n, summary
     client = sorted((json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()),
                     key=lambda r: r["sent"])
-    seen = sorted((r for r in _records(proxy.records, n) if r.get("proxy", {}).get("api") == "completions"),
+    seen = sorted((r for r in _records(proxy.records, n) if r.get("api") == "completions"),
                   key=lambda r: r["scheduled"])
     assert len(seen) == len(client) == n, (len(seen), len(client))
     assert all(r["error"] is None and r["output_tokens"] == 32 and r["proxy"]["stream"] for r in seen)
@@ -115,13 +115,16 @@ def test_load_through_the_proxy_agrees_with_its_records(lab, server, proxy, run_
     assert diffs[0] >= -0.001, diffs           # the proxy's span lies inside load's (one machine's clock)
     assert abs(paired) <= TTFT_AGREEMENT_S, (paired, diffs)
     assert all("prompt" not in r and "text" not in r for r in seen)      # no text in the proxy's records
-    # one reader for both, `servewatch requests`: the same figures from load's records and from the proxy's
-    for path, who, by, p50 in ((out / "requests.jsonl", "load", "all", client_p50),
-                               (proxy.records, "proxy", "api", proxy_p50)):
-        read = run_cli("requests", str(path), "--by", by, "--json", timeout_s=60)
+    # one reader for both, `servewatch requests`: the same figures from load's records and from the proxy's,
+    # grouped by default by the model both name (the one load asked the engine for)
+    model = "tiny"                                   # load's --model
+    assert all(r["model"] == model and r["api"] == "completions" for r in client + seen)
+    for path, who, p50 in ((out / "requests.jsonl", "load", client_p50), (proxy.records, "proxy", proxy_p50)):
+        read = run_cli("requests", str(path), "--json", timeout_s=60)
         assert read.returncode == 0, read.stderr[-800:]
         figures = json.loads(read.stdout)
-        [group] = [g for g in figures["groups"] if g["key"] in ("all", "completions")]
+        [group] = figures["groups"]
+        assert figures["by"] == "model" and group["key"] == model, figures
         assert figures["recorded_by"] == [who] and figures["skipped_lines"] == 0, figures
         assert group["ok"] == group["requests"] == n and group["tokens_out"] == 32 * n, group
         assert group["ttft_s"]["p50"] == pytest.approx(p50, abs=1e-6), (who, group["ttft_s"], p50)
