@@ -506,9 +506,10 @@ def main() -> int:
             up = urlsplit(args.upstream).port
         routes = {"direct": (up, [])}
         pport = free_port()
-        proxy = subprocess.Popen([str(ROOT / ".venv/bin/servewatch"), "proxy", "--listen", f"127.0.0.1:{pport}",
+        # this tree's servewatch on this interpreter (uvloop where it has it), whatever venv runs the benchmark
+        proxy = subprocess.Popen([sys.executable, "-m", "servewatch", "proxy", "--listen", f"127.0.0.1:{pport}",
                                   "--upstream", f"http://127.0.0.1:{up}", "--records", str(tmp / "requests.jsonl")],
-                                 stderr=subprocess.DEVNULL)
+                                 stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
         procs.append(proxy)
         wait_port(pport)
         routes["servewatch proxy"] = (pport, [proxy.pid])
