@@ -18,7 +18,13 @@ SECRET = "do-not-store-this-argument"
 
 @pytest.fixture
 def child():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--max-num-seqs", "24", SECRET])
+    # Popen returns at the exec, before Python has run: wait for the child's word that it is up. The kernel's
+    # RSS of /proc/PID/stat is its per-CPU counters' approximate sum (batches of 32+ pages each not yet
+    # folded in), so a process sampled at its exec read 0 bytes in a CI run (2026-12-04); once Python is up
+    # it has faulted in megabytes.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)",
+                             "--max-num-seqs", "24", SECRET], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "up\n"
     yield proc
     if proc.poll() is None:
         proc.kill()
