@@ -90,9 +90,10 @@ class Workload:
 def run(phases: list[Phase], *, interval: float = 0.5, faults: tuple[tuple[float, dict], ...] = (),
         config: SimConfig | None = None, detector_config: DetectorConfig | None = None, history: float = 600.0,
         with_process: bool = True, seed: int = 1, probe: tuple[float, float] | None = None,
-        with_log: bool = False):
+        with_log: bool = False, on_recorder=None):
     """Run the workload under the recorder; faults are (seconds after start, fault json); `probe` is
-    (interval, deadline) of the active probe (None: off). Returns (recorder, engine, start time)."""
+    (interval, deadline) of the active probe (None: off); `on_recorder(recorder)` before it runs. Returns
+    (recorder, engine, start time)."""
     clock = VirtualClock()
     lines = LogLines() if with_log else None
     engine = SimEngine(config or SimConfig(seed=seed), clock, log_stream=lines)
@@ -104,6 +105,8 @@ def run(phases: list[Phase], *, interval: float = 0.5, faults: tuple[tuple[float
     recorder = Recorder(sim_sources(engine, clock, interval, with_process=with_process, probe_every=every,
                                     probe_deadline=deadline, log_lines=lines), clock,
                         history_s=history, config=detector_config)
+    if on_recorder is not None:
+        on_recorder(recorder)
     asyncio.run(recorder.run_virtual(workload.end - start, advance=workload.advance))
     return recorder, engine, start
 

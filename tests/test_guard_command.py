@@ -118,7 +118,7 @@ def test_sigterm_drains_a_server_guard_started_and_exits_with_its_status(tmp_pat
     for client in clients:
         client.join(timeout=60)
     assert proc.returncode == 0, stderr
-    assert [line["guard"] for line in lines if "guard" in line] == ["identity", "drain", "exit"]
+    assert [line["guard"] for line in lines if "guard" in line] == ["policy", "identity", "drain", "exit"]
     assert "the server exited 0 after the drain" in stderr
     assert results == [(200, 200), (200, 200)]      # the requests in flight at SIGTERM finished
 

@@ -93,7 +93,8 @@ def test_clear_ends_the_wedge_and_the_verdict_clears_at_the_next_served_probe():
                              probe=(10, 5))
     assert [name for name, _ in incidents(recorder, start)] == ["not_serving"]
     assert [c.verdict.name for c in recorder.cleared] == ["not_serving"]
-    assert 80 < recorder.cleared[0].t - start <= 80 + 10 + 1
+    # a probe pending at the clear is answered at it (the confirmation moved the routine probes 0.5 s later)
+    assert 80 <= recorder.cleared[0].t - start <= 80 + 10 + 1
     assert recorder.ring.window().probe[-1].outcome == SERVED
 
 

@@ -29,7 +29,9 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_watch_and_guard_defaults_are_the_recording_defaults():
     assert options_from_args(parse("watch", "http://a:1"), WATCH) == RecordingOptions(url="http://a:1", probe=True)
     assert options_from_args(parse("watch", "http://a:1", "--no-probe"), WATCH).probe is False
-    assert options_from_args(parse("guard", "http://a:1"), GUARD) == RecordingOptions(url="http://a:1", interval=0.5)
+    assert options_from_args(parse("guard", "http://a:1"), GUARD) == RecordingOptions(url="http://a:1", interval=0.5,
+                                                                                       probe=True)
+    assert options_from_args(parse("guard", "http://a:1", "--no-probe"), GUARD).probe is False
     assert serve_config.from_args(parse("serve", "--target", "http://a:1")).recording == serve_config.FLEET_RECORDING
 
 

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from servewatch.detectors.verdict import Verdict
 from servewatch.engine.state import Counters, EngineState
 from servewatch.errors import ServewatchError
 from servewatch.serve import config as serve_config
@@ -187,19 +186,11 @@ def test_signals_from_a_window():
     assert signals(Window(), now=1.0).seconds_since_progress is None
 
 
-def _verdict(name):
-    return Verdict(name, 10.0, 5.0, f"{name} why")
 
-
-def test_livez_fails_only_on_stall_or_dead_engine_and_readyz_follows_health():
-    assert probes.livez([]).ok and probes.livez([_verdict("health_loss"), _verdict("overload")]).ok
-    for name in probes.LIVENESS_FAILURES:
-        answer = probes.livez([_verdict(name)])
-        assert not answer.ok and answer.status == 503 and answer.reason == f"{name}: {name} why"
+def test_readyz_follows_health_and_the_scrape():
     assert probes.readyz([], True, True, None).ok
     assert probes.readyz([], False, True, "http_503").reason == "/health not 2xx (http_503)"
     assert not probes.readyz([], True, False, "parse").ok
-    assert not probes.readyz([_verdict("engine_dead")], True, True, None).ok
 
 
 def test_prometheus_sd_keeps_active_targets_of_the_job_and_labels():

@@ -12,19 +12,26 @@ Exit status, so that an orchestrator's restart policy sees the truth:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from servewatch.detectors import registry
+from servewatch.detectors.verdict import RESTART
 
 EXIT_GONE_UNKNOWN = 1
 EXIT_KILLED = 3
 EXIT_MASKED_FAILURE = 4
 EXIT_DRAIN_TIMEOUT = 5
 
-DEFAULT_ACT_ON = ("alive_health_ok_no_progress", "engine_dead")
+
+def default_act_on() -> tuple[str, ...]:
+    """What guard acts on when not told: the verdicts of the `restart` action class (the registry's one
+    declaration), each once its evidence holds."""
+    return registry.by_action(RESTART)
 
 
 @dataclass(frozen=True, slots=True)
 class GuardConfig:
-    act_on: tuple[str, ...] = DEFAULT_ACT_ON
+    act_on: tuple[str, ...] = field(default_factory=default_act_on)
     # engine_dead: the time a server gets to exit by itself (a real vLLM's API server does, 1–5 s after
     # its engine died) before guard kills it; a stalled server never will, so a stall is acted on at once.
     exit_grace_s: float = 10.0

@@ -65,12 +65,27 @@ class Guard:
             self.outcome = replace(self.outcome, engine_died=True)
         if name == "process_exit":
             self._server_gone()
-            return
-        action = action_for(name, self.config)
-        if action is None or self.busy:
+
+    def on_evidence(self, verdict, fired_now: bool = True) -> None:
+        """The recorder's evidence listener (the event loop thread): a verdict whose evidence now holds — at
+        its firing, or later as the probes agree (the action policy, detectors.registry) — is acted on when it
+        is one of --act-on."""
+        action = action_for(verdict.name, self.config)
+        if action is None or self.busy or verdict.name == "process_exit":
             return
         self.busy = True      # a second verdict of the same detection run does not start a second action
         self._spawn(self._act(action))
+
+    def say_policy(self, probing: bool) -> None:
+        """What guard acts on, in one line at its start: each verdict with its class and the evidence it waits
+        for; and when the probe is off, which of them cannot fire."""
+        from servewatch.detectors import registry
+
+        line = f"acts on {', '.join(registry.policy_lines(self.config.act_on))}"
+        blind = [name for name in self.config.act_on if (found := registry.spec(name)) and found.probes]
+        if not probing and blind:
+            line += f"; the probe is off (--no-probe), so {' and '.join(blind)} cannot fire"
+        self.say(line, event="policy", act_on=list(self.config.act_on), probe=probing)
 
     def drain(self) -> None:
         """SIGTERM/SIGINT to guard. A server guard started is asked to drain; an attached one is left

@@ -10,14 +10,20 @@ from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
 
-HELP = "supervise a server: on a stall or a dead engine, dump its stacks and kill its tree"
-DESCRIPTION = ("Start the server (`-- COMMAND...`) or attach to it (--pid), record it like `watch`, and act "
-               "on the verdicts named by --act-on: py-spy stacks of every process in the tree (to a private "
-               "file, never into a bundle), then SIGKILL of the tree. An engine_dead server first gets "
-               "--exit-grace to exit by itself. SIGTERM or ^C to guard: a server it started is sent SIGTERM "
-               "and given --drain-timeout to finish its requests; an attached server is left alone.")
+HELP = "supervise a server: when only a restart helps (a stall, a dead engine), dump its stacks and kill its tree"
+DESCRIPTION = ("Start the server (`-- COMMAND...`) or attach to it (--pid), record it like `watch` (the active "
+               "probe on, as in watch and serve), and act on the verdicts named by --act-on once their evidence "
+               "holds: py-spy stacks of every process in the tree (to a private file, never into a bundle), then "
+               "SIGKILL of the tree. By default it acts on every verdict whose action class is `restart` (only a "
+               "restart helps), and says the set and the evidence each waits for when it starts; verdicts a person "
+               "must decide on (overload, KV pressure, errors, a stalled start) are reported, never acted on. An "
+               "engine_dead server first gets --exit-grace to exit by itself. SIGTERM or ^C to guard: a server it "
+               "started is sent SIGTERM and given --drain-timeout to finish its requests; an attached server is "
+               "left alone.")
 
-DEFAULTS = RecordingOptions(url="", interval=0.5)    # guard's recording defaults (the URL is the argument)
+# guard's recording defaults (the URL is the argument): the probe on, since a rank stalled while the engine reads
+# idle and an engine wedged while idle are told only by a request's answer.
+DEFAULTS = RecordingOptions(url="", interval=0.5, probe=True)
 
 EPILOG = """\
 exit status (what a restart policy should see):
@@ -47,7 +53,8 @@ def register(subparsers) -> None:
                              "(another host or network namespace); said in guard's output and kept in every bundle. "
                              "A PID proven NOT to serve the URL is refused all the same")
     parser.add_argument("--act-on", default=",".join(_default_act_on()), metavar="VERDICTS",
-                        help="comma-separated verdicts that make guard act (default: %(default)s)")
+                        help="comma-separated verdicts that make guard act, each once its evidence holds (default: "
+                             "the restart class, %(default)s)")
     parser.add_argument("--exit-grace", type=duration, default=10.0, metavar="S",
                         help="engine_dead: time the server gets to exit by itself before the kill (default 10s)")
     parser.add_argument("--drain-timeout", type=duration, default=30.0, metavar="S",
@@ -74,9 +81,9 @@ def register(subparsers) -> None:
 
 
 def _default_act_on() -> tuple[str, ...]:
-    from servewatch.actions.policy import DEFAULT_ACT_ON
+    from servewatch.actions.policy import default_act_on
 
-    return DEFAULT_ACT_ON
+    return default_act_on()
 
 
 def parse_act_on(text: str) -> tuple[str, ...]:
@@ -129,6 +136,7 @@ async def _guard(args, options, command: list[str], config) -> int:
     from servewatch.actions.supervisor import Guard
     from servewatch.actions.tree import Member
     from servewatch.sources.process import PsutilProbe
+    from servewatch.watch.output import evidence_printer
     from servewatch.watch.session import record
 
     loop = asyncio.get_running_loop()
@@ -152,6 +160,7 @@ async def _guard(args, options, command: list[str], config) -> int:
         guard = Guard(Member(pid, probe.create_time, "api"), config, stacks_dir,
                       returncode=server.poll if server is not None else None, url=options.url, proof=proof,
                       override=override, json_lines=args.json)
+        guard.say_policy(options.probe)
         if proof is not None:
             guard.say_proof()
         else:
@@ -162,6 +171,7 @@ async def _guard(args, options, command: list[str], config) -> int:
             guard.drain()
         await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired, _hold_first_bundle(options.out)],
                      clear_listeners=[_cleared_printer(args.json)], on_recorder=_attach(guard),
+                     evidence_listeners=[evidence_printer(args.json, "guard")],
                      identity=guard.identity_record)
         if not guard.done.is_set():          # --duration ran out
             guard.drain()
@@ -301,6 +311,7 @@ def _hold_first_bundle(out: str | None):
 def _attach(guard):
     def attach(recorder) -> None:
         guard.recorder = recorder
+        recorder.evidence_listeners.append(guard.on_evidence)
         if guard.outcome.drain is not None:      # asked to stop before the recording began
             recorder.hold_verdicts()
         if guard.done.is_set():

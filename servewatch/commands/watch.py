@@ -47,7 +47,7 @@ async def _watch(args) -> int:
     from servewatch.sources.process import PsutilProbe
     from servewatch.detectors.registry import is_incident
     from servewatch.watch.options import options_from_args
-    from servewatch.watch.output import cleared_line, json_line, status_table
+    from servewatch.watch.output import cleared_line, evidence_printer, json_line, status_table
     from servewatch.watch.session import record
 
     options = options_from_args(args, DEFAULTS)  # a bad --set / --detectors: one line, exit 2
@@ -96,6 +96,7 @@ async def _watch(args) -> int:
 
     try:
         recorder = await record(options, probe, tool="watch", listeners=listeners, clear_listeners=clear_listeners,
+                                evidence_listeners=[evidence_printer(True, "watch")] if args.json else [],
                                 stop_when=stop_when,
                                 on_recorder=on_recorder, drive=None if args.json else live,
                                 identity=(lambda: identity) if identity else None)

@@ -189,6 +189,22 @@ def _newest_probe_of(window: Window, rank: Rank):
     return window.probe[-1] if window.probe else None
 
 
+def _failed_since(window: Window, rank: Rank, since: float) -> int:
+    """How many probes of the rank's engine in a row, the newest last, got no token, asked after `since`."""
+    from servewatch.detectors.not_serving import asked_at
+
+    dp = rank.axis("DP")
+    aimed = dp is not None and any(p.engine is not None for p in window.probe)
+    count = 0
+    for probe in reversed(window.probe):
+        if aimed and probe.engine != str(dp):
+            continue
+        if not probe.failed or asked_at(probe) < since:
+            break
+        count += 1
+    return count
+
+
 def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) -> Verdict | None:
     from servewatch.detectors.not_serving import asked_at
 
@@ -236,7 +252,8 @@ def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) ->
                                  health.status if health.status is not None else health.error))
     details = {"pid": rank.pid, "title": rank.title, "kind": rank.kind, "how": _HOW_TOKENS[suspect.how],
                "rank": ",".join(f"{a}{n}" for a, n in rank.axes) or "none", "lasted_s": lasted,
-               "probe_deadline_s": probe.deadline_s}
+               "probe_deadline_s": probe.deadline_s,
+               "failed_probes": _failed_since(window, rank, suspect.onset - config.rank_probe_slack_s)}
     t = max(probe.t, suspect.t, health.t if health is not None else probe.t)
     return Verdict(NAME, t, suspect.onset, why, tuple(evidence), details)
 

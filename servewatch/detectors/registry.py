@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from servewatch.detectors import (blindness, capacity, liveness, no_token, not_serving, outcomes, progress, ranks,
                                   restart, runbooks, startup)
-from servewatch.detectors.verdict import FINDING, INCIDENT, RunbookBranch, VerdictSpec
+from servewatch.detectors.verdict import (ACTION_CLASSES, DRAIN, FINDING, INCIDENT, INFO, PAGE, RESTART, RunbookBranch,
+                                          Verdict, VerdictSpec)
 
 _REGISTRY: dict[str, VerdictSpec] = {}
-
-# The verdicts after which only a restart helps: serve's livez fails while one holds, and a drill's
-# kubelet on livez restarts on them. Both wait out startup and prefill by construction (the stall needs
-# admitted work and a frozen step counter past the adaptive window).
-LIVENESS_FAILURES = ("alive_health_ok_no_progress", "engine_dead")
 
 
 def register(spec: VerdictSpec) -> VerdictSpec:
@@ -52,52 +48,95 @@ def is_incident(name: str) -> bool:
     return found is not None and found.kind == INCIDENT
 
 
+# --- the action policy: one declaration (each spec's action, hold_s, probes), read by guard, serve's
+# livez/readyz, the rules and the drill ------------------------------------------------------------------
+
+def action_of(name: str) -> str:
+    """The verdict's action class (ACTION_CLASSES); an unknown name is only to be known."""
+    found = _REGISTRY.get(name)
+    return found.action if found is not None else INFO
+
+
+def by_action(*classes: str) -> tuple[str, ...]:
+    """The verdicts of these action classes, in declaration order: by_action(RESTART) is what guard acts on
+    and what fails livez by default."""
+    unknown = set(classes) - set(ACTION_CLASSES)
+    if unknown:
+        raise ValueError(f"unknown action class(es) {sorted(unknown)}")
+    return tuple(name for name, found in _REGISTRY.items() if found.action in classes)
+
+
+def acts(verdict: Verdict, *classes: str) -> bool:
+    """Whether `verdict` is of one of these action classes and carries the evidence its spec waits for."""
+    found = _REGISTRY.get(verdict.name)
+    return found is not None and found.action in classes and found.evidence_holds(verdict)
+
+
+def evidence_holds(verdict: Verdict) -> bool:
+    """Whether `verdict` carries the evidence its spec waits for before anything acts on it."""
+    found = _REGISTRY.get(verdict.name)
+    return found is not None and found.evidence_holds(verdict)
+
+
+def policy_lines(names: tuple[str, ...] | None = None) -> list[str]:
+    """One line per verdict (all, or `names`): its action class and the evidence it waits for — what guard
+    prints at its start and the README's tables say."""
+    out = []
+    for name in names if names is not None else tuple(_REGISTRY):
+        found = _REGISTRY.get(name)
+        if found is None:
+            continue
+        evidence = found.evidence_words()
+        out.append(f"{name} ({found.action}{': ' + evidence if evidence else ''})")
+    return out
+
+
 for _spec in (
     VerdictSpec("alive_health_ok_no_progress", progress.detect, INCIDENT, "page",
                 "health is green but no token has moved", runbooks.STALL,
-                ("metrics", "health", "process"), labels=("engine",)),
+                ("metrics", "health", "process"), labels=("engine",), action=RESTART),
     VerdictSpec("engine_dead", liveness.detect_engine_dead, INCIDENT, "page",
                 "the engine died behind a live API process", runbooks.ENGINE_DEAD,
-                ("health", "process", "log")),
+                ("health", "process", "log"), action=RESTART),
     VerdictSpec("process_exit", liveness.detect_process_exit, INCIDENT, "page",
-                "the server process exited", runbooks.PROCESS_EXIT, ("process", "health", "log")),
+                "the server process exited", runbooks.PROCESS_EXIT, ("process", "health", "log"), action=PAGE),
     VerdictSpec("health_loss", liveness.detect_health_loss, INCIDENT, "page",
-                "/health stopped answering 2xx", runbooks.HEALTH_LOSS, ("health",)),
+                "/health stopped answering 2xx", runbooks.HEALTH_LOSS, ("health",), action=PAGE),
     VerdictSpec("not_serving", not_serving.detect, INCIDENT, "page",
                 "health is green but a one-token probe gets no token", runbooks.NOT_SERVING,
-                ("probe", "health", "metrics")),
+                ("probe", "health", "metrics"), action=RESTART, probes=2),
     VerdictSpec("rank_stalled", ranks.detect, INCIDENT, "page",
                 "one engine process is stalled (stopped, or starved while the engine reads idle) and a probe gets no token",
-                runbooks.RANK_STALLED, ("process", "probe", "metrics", "health")),
+                runbooks.RANK_STALLED, ("process", "probe", "metrics", "health"), action=RESTART, probes=1),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
                 "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics", "log"),
-                labels=("engine", "cause")),
+                labels=("engine", "cause"), action=PAGE),
     VerdictSpec("kv_pressure", capacity.detect_kv_pressure, INCIDENT, "ticket",
-                "the KV cache is near full", runbooks.KV_PRESSURE, ("metrics",), labels=("engine", "rule")),
+                "the KV cache is near full", runbooks.KV_PRESSURE, ("metrics",), labels=("engine", "rule"), action=PAGE),
     VerdictSpec("preemption", capacity.detect_preemption, INCIDENT, "ticket",
                 "the engine preempted running requests", runbooks.PREEMPTION, ("metrics", "log"),
-                labels=("engine",)),
+                labels=("engine",), action=PAGE),
     VerdictSpec("histogram_blind", blindness.detect, FINDING, "info",
                 "a latency histogram's first bucket swallows the observations", runbooks.HISTOGRAM_BLIND,
-                ("metrics",), labels=("engine", "histogram")),
+                ("metrics",), labels=("engine", "histogram"), action=INFO),
     VerdictSpec("target_restarted", restart.detect, INCIDENT, "ticket",
-                "the target restarted", runbooks.TARGET_RESTARTED, ("process", "metrics"), labels=("by",)),
+                "the target restarted", runbooks.TARGET_RESTARTED, ("process", "metrics"), labels=("by",), action=INFO),
     VerdictSpec("server_errors", outcomes.detect_server_errors, INCIDENT, "page",
-                "requests fail with server errors (5xx)", runbooks.SERVER_ERRORS, ("metrics",)),
+                "requests fail with server errors (5xx)", runbooks.SERVER_ERRORS, ("metrics",), action=PAGE),
     VerdictSpec("client_errors", outcomes.detect_client_errors, FINDING, "ticket",
                 "clients send requests the server refuses (4xx)", runbooks.CLIENT_ERRORS, ("metrics",),
-                labels=("cause",)),
+                labels=("cause",), action=PAGE),
     VerdictSpec("requests_aborted", outcomes.detect_requests_aborted, INCIDENT, "ticket",
                 "clients abort their requests before the answer is complete", runbooks.REQUESTS_ABORTED,
-                ("metrics",)),
+                ("metrics",), action=PAGE),
     VerdictSpec("startup_stalled", startup.detect_startup_stalled, INCIDENT, "page",
                 "the start stopped at a stage", runbooks.STARTUP_STALLED, ("log", "process", "health"),
-                labels=("stage",)),
+                labels=("stage",), action=PAGE),
     VerdictSpec("crash_loop", restart.detect_crash_loop, INCIDENT, "page",
                 "the target dies or restarts again and again", runbooks.CRASH_LOOP, ("process", "metrics", "log"),
-                labels=("by",)),
+                labels=("by",), action=PAGE),
     VerdictSpec("requests_no_token", no_token.detect, INCIDENT, "page",
                 "requests in flight get no token from the engine", runbooks.REQUESTS_NO_TOKEN,
-                ("requests", "health", "metrics")),
+                ("requests", "health", "metrics"), action=PAGE),
 ):
     register(_spec)

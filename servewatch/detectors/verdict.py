@@ -54,6 +54,20 @@ INCIDENT = "incident"      # something is wrong now: stops `watch --stop-on-inci
 FINDING = "finding"        # a standing property of the target (e.g. a blind histogram): a ticket
 SEVERITIES = ("page", "ticket", "info")
 
+# What helps, once a verdict's evidence holds (its action class). Every consumer that acts reads it: guard's
+# default --act-on, serve's livez and readyz, the alert rules' labels and Alertmanager's routes, the drill's
+# judgement of what a fault demanded.
+RESTART = "restart"        # only a restart helps: guard kills the tree, livez fails, a kubelet restarts the pod
+DRAIN = "drain"            # the hardware under it is at fault: take the node out (readyz fails); a restart onto it is wrong
+PAGE = "page"              # a person decides (overload, KV pressure, errors, a stalled start): nothing acts by itself
+INFO = "info"              # to know; nothing to do now
+ACTION_CLASSES = {
+    RESTART: "only a restart helps",
+    DRAIN: "the hardware under it is at fault: drain the node, do not restart onto it",
+    PAGE: "a person decides",
+    INFO: "to know; nothing to do now",
+}
+
 
 @dataclass(frozen=True)
 class VerdictSpec:
@@ -68,9 +82,36 @@ class VerdictSpec:
     runbook: RunbookBranch
     evidence_sources: tuple[str, ...]        # the sources its evidence may point into
     labels: tuple[str, ...] = ()             # detail keys whose (token) values may become metric labels
+    action: str = INFO                       # one of ACTION_CLASSES: what helps once the evidence below holds
+    # The evidence an action waits for, beyond the verdict itself: how long the condition must have held (the
+    # verdict's onset to its newest sample) and how many probes in a row must have got no token.
+    hold_s: float = 0.0
+    probes: int = 0
+
+    def evidence_holds(self, verdict: Verdict) -> bool:
+        """Whether `verdict` (of this spec) carries the evidence its action class waits for."""
+        if verdict.since_s < self.hold_s:
+            return False
+        if self.probes:
+            failed = verdict.details.get("failed_probes")
+            return isinstance(failed, int) and failed >= self.probes
+        return True
+
+    def evidence_words(self) -> str:
+        """The evidence in words, e.g. "2 probes in a row with no token" ("" when the verdict is enough)."""
+        parts = []
+        if self.hold_s:
+            parts.append(f"held {self.hold_s:g} s")
+        if self.probes:
+            parts.append(f"{self.probes} probe{'s' if self.probes > 1 else ''} in a row with no token")
+        return ", ".join(parts)
 
     def __post_init__(self):
         problems = []
+        if self.action not in ACTION_CLASSES:
+            problems.append(f"action {self.action!r} is not one of {', '.join(ACTION_CLASSES)}")
+        if self.hold_s < 0 or self.probes < 0:
+            problems.append("hold_s and probes are never negative")
         if self.kind not in (INCIDENT, FINDING):
             problems.append(f"kind {self.kind!r} is not {INCIDENT!r} or {FINDING!r}")
         if self.severity not in SEVERITIES:

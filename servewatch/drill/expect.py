@@ -53,6 +53,8 @@ def check(expect, result) -> list[dict]:
         add(f"a good request within {expect.recover_within_s:g} s after the fault",
             took is not None and took <= expect.recover_within_s,
             "no good request after the fault" if took is None else f"after {took:g} s")
+    if expect.restart_within_s is not None or expect.no_restart:
+        add(*_restart(expect, result.policy or {}))
     if expect.guard is not None:
         for what, met, observed in _guard(expect.guard, result):
             add(what, met, observed)
@@ -236,3 +238,28 @@ def _cut(caught) -> tuple[str, bool, str]:
 
 def _code(code) -> str:
     return "unknown (still running)" if code is None else str(code)
+
+
+def policy_words(policy: dict) -> str:
+    """What the action policy did in a fault, in words: the verdict acted on, when, and a kubelet on livez."""
+    if not policy or policy.get("acted_s") is None and policy.get("livez_failed_s") is None:
+        return "nothing acted"
+    words = []
+    if policy.get("acted_s") is not None:
+        words.append(f"guard and livez act on {policy['acted_on']} after {policy['acted_s']:g} s")
+    if "livez_failed_s" in policy:
+        failed = policy["livez_failed_s"]
+        words.append("serve's livez never failed" if failed is None else f"serve's livez failed after {failed:g} s")
+    if policy.get("kubelet_by_s") is not None:
+        words.append(f"a kubelet on livez restarts by {policy['kubelet_by_s']:g} s")
+    return "; ".join(words)
+
+
+def _restart(expect, policy: dict) -> tuple[str, bool, str]:
+    acted = policy.get("acted_s")
+    failed = policy.get("livez_failed_s", acted)
+    if expect.no_restart:
+        return "no restart (guard's default and livez leave it be)", acted is None and failed is None, policy_words(policy)
+    within = expect.restart_within_s
+    return (f"restarted: guard's default and livez act within {within:g} s",
+            acted is not None and acted <= within and failed is not None and failed <= within, policy_words(policy))

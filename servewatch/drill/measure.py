@@ -93,13 +93,14 @@ class Prober:
 
 @dataclass
 class VerdictEvent:
-    event: str               # fired | cleared
+    event: str               # fired | cleared | evidence (the evidence of its action class came after the firing)
     verdict: str
     t: float                 # epoch seconds the recorder concluded it (fired) or saw it end (cleared)
     onset: float
     bundle: str | None = None
     why: str = ""            # the verdict's explanation (fired lines): which engine, which rank, which process
     details: dict | None = None   # the detector's own figures as the fired line gave them (e.g. threshold_s)
+    evidence: bool = True    # fired lines: the evidence its action class waits for already held
 
 
 def parse_watch_line(line: str) -> VerdictEvent | None:
@@ -107,7 +108,8 @@ def parse_watch_line(line: str) -> VerdictEvent | None:
         data = json.loads(line)
         return VerdictEvent(data["event"], data["verdict"], parse_iso8601(data["t"]), parse_iso8601(data["onset"]),
                             data.get("bundle"), str(data.get("why") or ""),
-                            data["details"] if isinstance(data.get("details"), dict) else None)
+                            data["details"] if isinstance(data.get("details"), dict) else None,
+                            data.get("evidence") is not False)
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -374,23 +376,60 @@ def health_answers(probes: list[ProbeAnswer], path: str = "/health") -> list[tup
     return [(p.t, p.ok and p.latency_s <= KUBELET_TIMEOUT_S) for p in probes if p.path == path]
 
 
+def acting(events: list[VerdictEvent], *classes: str) -> list[tuple[float, float, str]]:
+    """(from, to, verdict): when a verdict of these action classes held with its evidence, from the recorder's
+    fired, evidence and cleared lines — what guard acts on and what fails serve's livez (the registry's action
+    policy, one declaration)."""
+    from servewatch.detectors import registry
+
+    names = registry.by_action(*classes)
+    out = []
+    for e in events:
+        if e.event != "fired" or e.verdict not in names:
+            continue
+        cleared = next((c.t for c in events if c.event == "cleared" and c.verdict == e.verdict and c.t >= e.t),
+                       float("inf"))
+        since = e.t if e.evidence else next((c.t for c in events if c.event == "evidence" and c.verdict == e.verdict
+                                              and e.t <= c.t < cleared), None)
+        if since is not None:
+            out.append((since, cleared, e.verdict))
+    return out
+
+
 def livez_answers(events: list[VerdictEvent], start: float, end: float,
                   step_s: float = PROBE_PERIOD_S) -> list[tuple[float, bool]]:
-    """servewatch's livez over time, from the recorder's fired/cleared lines: it fails while a liveness
-    verdict (detectors.registry.LIVENESS_FAILURES) holds."""
-    from servewatch.detectors.registry import LIVENESS_FAILURES
+    """servewatch's livez over time, from the recorder's lines: it fails while a verdict of the restart class
+    holds with its evidence (`acting`)."""
+    from servewatch.detectors.verdict import RESTART
 
-    intervals = []
-    for e in events:
-        if e.event == "fired" and e.verdict in LIVENESS_FAILURES:
-            cleared = next((c.t for c in events if c.event == "cleared" and c.verdict == e.verdict and c.t >= e.t),
-                           float("inf"))
-            intervals.append((e.t, cleared))
+    intervals = [(a, b) for a, b, _ in acting(events, RESTART)]
     out = []
     t = start
     while t <= end:
         out.append((t, not any(a <= t < b for a, b in intervals)))
         t += step_s
+    return out
+
+
+def policy(demands: str, events: list[VerdictEvent], injected: float, end: float, *,
+           livez: list[tuple[float, int | None]] | None = None) -> dict:
+    """What the fault demanded (an action class, or "none") and what the action policy did about it between the
+    injection and `end`: the restart-class verdict guard with its defaults acts on and livez fails on, and when its
+    evidence held (`acted_s`, from the injection; None: nothing of the class); livez's first 503 as serve answered
+    it, where serve recorded the step; and the latest a kubelet on livez (period 10 s, failureThreshold 3) would
+    restart the pod had the fault lasted: the first failing livez plus three periods."""
+    from servewatch.detectors.verdict import RESTART
+
+    held = sorted((a, verdict) for a, b, verdict in acting(events, RESTART) if injected <= a <= end or a < injected < b)
+    acted_at, acted_on = (max(held[0][0], injected), held[0][1]) if held else (None, None)
+    out: dict = {"demands": demands, "acted_on": acted_on,
+                 "acted_s": None if acted_at is None else round(acted_at - injected, 2)}
+    failing = acted_at
+    if livez is not None:
+        failing = next((t for t, status in livez if injected <= t <= end and status is not None and status != 200), None)
+        out["livez_failed_s"] = None if failing is None else round(failing - injected, 2)
+    out["kubelet_by_s"] = (None if failing is None
+                           else round(failing - injected + KUBELET_FAILURE_THRESHOLD * KUBELET_PERIOD_S, 1))
     return out
 
 

@@ -63,6 +63,8 @@ class Expect:
     in_flight_cut: bool = False                                  # requests caught by the fault all fail
     log_shows: tuple[str, ...] = ()                              # the server's log after the injection
     fire_by_threshold: dict[str, float] = field(default_factory=dict)   # verdict -> allowance beyond its own threshold
+    restart_within_s: float | None = None     # guard's default and livez act (restart class, evidence held) within S
+    no_restart: bool = False                  # neither acts from the injection to the end: a busy server is left be
 
     def to_json(self) -> dict:
         out: dict = {}
@@ -96,6 +98,10 @@ class Expect:
             out["log_shows"] = list(self.log_shows)
         if self.fire_by_threshold:
             out["fire_by_threshold"] = dict(self.fire_by_threshold)
+        if self.restart_within_s is not None:
+            out["restart"] = {"within_s": self.restart_within_s}
+        elif self.no_restart:
+            out["restart"] = False
         return out
 
 
@@ -411,7 +417,9 @@ def _build(data: dict, source: str) -> Plan:
                         clear_within_s=e.get("clear_within_s"), exit_within_s=e.get("exit_within_s"),
                         ready_within_s=e.get("ready_within_s"), livez=e.get("livez", "any"),
                         in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())),
-                        fire_by_threshold=dict(e.get("fire_by_threshold", {})))
+                        fire_by_threshold=dict(e.get("fire_by_threshold", {})),
+                        restart_within_s=(e["restart"] or {}).get("within_s") if e.get("restart") else None,
+                        no_restart=e.get("restart") is False)
         params = dict(f.get("params", {}))
         try:
             fault.check_params(params)

@@ -14,7 +14,8 @@ from servewatch.drill.expect import describe_answers
 from servewatch.drill.measure import KUBELET_TIMEOUT_S, exit_words
 
 COLUMNS = ("#", "fault", "injected on", "detected by (s after injection)", "/health meanwhile",
-           "kubelet restart: /health", "kubelet restart: livez", "client impact", "recovery", "expectations")
+           "kubelet restart: /health", "kubelet restart: livez", "demanded, and what acted", "client impact", "recovery",
+           "expectations")
 
 TARGET_MEANING = ("target", "the plan's target the fault ran on (main: the plan's target:, the others its targets:)")
 COLUMN_MEANINGS = (
@@ -23,8 +24,12 @@ COLUMN_MEANINGS = (
     ("/health meanwhile", "what /health answered while the fault held (probed every 0.5 s)"),
     ("kubelet restart: /health", "when a liveness probe on /health (period 10 s, timeout 1 s, failureThreshold 3) "
                                  "would have restarted the pod, after the injection; – never"),
-    ("kubelet restart: livez", "the same probe on servewatch's livez (fails only while a stall or a dead engine "
-                               "holds)"),
+    ("kubelet restart: livez", "the same probe on servewatch's livez (fails only while a verdict of the restart "
+                               "class holds with its evidence), as the fault really lasted"),
+    ("demanded, and what acted", "what the fault's truth demanded (restart: only a restart helps; none: a busy "
+                                 "server, left be), then when guard with its defaults and livez acted (the restart-class "
+                                 "verdict, its evidence held) and the latest a kubelet on livez would restart had the "
+                                 "fault lasted (the first failing livez plus three 10 s periods)"),
     ("client impact", "requests failed of those sent in the step, by error class; TTFT p50 during the fault "
                       "against before it"),
     ("recovery", "from the end of the fault to the first good request completed after it; the server's exit "
@@ -139,9 +144,18 @@ def meanings(doc: dict) -> tuple[tuple[str, str], ...]:
 def rows(doc: dict) -> list[list[str]]:
     return [[str(r["index"]), r["name"], *([r["target"]] if doc["targets"] else []), _injected(r), _detected(r),
              describe_answers(r["health"]) + _slow(r) + (f"; serve's livez {describe_answers(r['livez'])}"
-                                                         if r.get("livez") else ""), _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _impact(r),
+                                                         if r.get("livez") else ""), _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _policy(r), _impact(r),
              _recovery(r), _verdict(r)]
             for r in doc["faults"]]
+
+
+def _policy(r: dict) -> str:
+    from servewatch.drill.expect import policy_words
+
+    policy = r.get("policy")
+    if not policy:
+        return "–"
+    return f"{policy['demands']}: {policy_words(policy)}"
 
 
 def _slow(r: dict) -> str:

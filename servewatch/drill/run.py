@@ -63,6 +63,7 @@ class StepResult:
     thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
     ready_s: float | None = None                          # at_start: the start the step made, to /health 200
     livez: dict[str, int] | None = None                   # serve: its livez answers while the fault held
+    policy: dict | None = None    # what the fault demanded (an action class) and when guard and livez acted (M.policy)
 
     @property
     def met(self) -> bool:
@@ -498,6 +499,10 @@ class DrillRun:
             livez = M.livez_answers(events, start, end)
         restart = M.kubelet_restart(livez, start, end)
         result.kubelet_livez_s = None if restart is None else round(restart - injected, 1)
+        from servewatch.drill.faults import FAULTS
+
+        result.policy = M.policy(FAULTS[step.kind].demands_of(step), events, injected, end,
+                                 livez=watcher.livez if step.serve else None)
         records = ctx.workload.records if ctx.workload is not None else []
         if records:
             M.save_records(records, self.out_dir / "logs" / f"workload-{result.index:02d}.jsonl")

@@ -119,7 +119,7 @@ async def _watch(args, proxy, stop: asyncio.Event) -> None:
     verdicts as JSON lines on stdout, bundles with --out."""
     from servewatch.proxy.signals import RequestsSource
     from servewatch.watch.options import RecordingOptions, recording_from_args
-    from servewatch.watch.output import cleared_line, json_line
+    from servewatch.watch.output import cleared_line, evidence_printer, json_line
     from servewatch.watch.session import record
 
     options = recording_from_args(args, RecordingOptions(url=args.upstream), WATCH_FLAGS)
@@ -130,6 +130,7 @@ async def _watch(args, proxy, stop: asyncio.Event) -> None:
     try:
         await record(options, None, tool="proxy", listeners=[lambda f: print(json_line(f), flush=True)],
                      clear_listeners=[lambda c: print(cleared_line(c), flush=True)],
+                     evidence_listeners=[evidence_printer(True, "proxy")],
                      extra_sources=sources_for)
     finally:
         stop.set()

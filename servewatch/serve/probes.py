@@ -1,10 +1,14 @@
 """Kubernetes probe answers for one target, from what servewatch knows about it (pure).
 
-livez fails only when restarting the server is the right move: a sustained stall (health green, no
-token moving with work admitted) or a dead engine. Startup, a long prefill, a slow /health or an
-overload never fail it, so a kubelet never kills a replica that is loading or merely busy.
-readyz follows health: the newest /health probe was 2xx, the newest /metrics scrape succeeded, and
-livez passes.
+Both follow the action policy declared with the verdicts (each spec's action class and the evidence it waits
+for, `servewatch.detectors.registry`):
+- livez fails while a verdict of the `restart` class holds with its evidence (a sustained stall, a dead engine,
+  a rank stalled with a probe unanswered, an idle wedge confirmed by two probes in a row): only a restart
+  helps, and a kubelet on livez restarts the pod. Startup, a long prefill, a slow /health or an overload never
+  fail it, so a kubelet never kills a replica that is loading or merely busy.
+- readyz fails as livez does, and also while a `drain` verdict holds (the hardware under the engine is at
+  fault: take it out of the Service, do not restart it onto the same GPU), when the newest /health probe was
+  not 2xx, or when the newest /metrics scrape failed.
 """
 
 from __future__ import annotations
@@ -13,10 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servewatch.detectors import registry
-from servewatch.detectors.verdict import Verdict
-
-LIVENESS_FAILURES = registry.LIVENESS_FAILURES   # declared with the verdicts
-assert all(registry.spec(name) for name in LIVENESS_FAILURES), "a liveness verdict is not registered"
+from servewatch.detectors.verdict import DRAIN, RESTART, Verdict
 
 
 @dataclass(frozen=True)
@@ -29,18 +30,22 @@ class ProbeAnswer:
         return 200 if self.ok else 503
 
 
-def livez(active: Sequence[Verdict]) -> ProbeAnswer:
+def _failing(active: Sequence[Verdict], *classes: str) -> ProbeAnswer | None:
     for verdict in active:
-        if verdict.name in LIVENESS_FAILURES:
-            return ProbeAnswer(False, f"{verdict.name}: {verdict.why}")
-    return ProbeAnswer(True, "ok")
+        if registry.acts(verdict, *classes):
+            return ProbeAnswer(False, f"{verdict.name} ({registry.action_of(verdict.name)}): {verdict.why}")
+    return None
+
+
+def livez(active: Sequence[Verdict]) -> ProbeAnswer:
+    return _failing(active, RESTART) or ProbeAnswer(True, "ok")
 
 
 def readyz(active: Sequence[Verdict], health_ok: bool | None, scrape_ok: bool | None,
            last_error: str | None) -> ProbeAnswer:
-    live = livez(active)
-    if not live.ok:
-        return live
+    failing = _failing(active, RESTART, DRAIN)
+    if failing is not None:
+        return failing
     if not health_ok:
         return ProbeAnswer(False, f"/health not 2xx ({last_error or 'no answer yet'})")
     if not scrape_ok:

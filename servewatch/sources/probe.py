@@ -31,6 +31,8 @@ DEFAULT_EVERY_S = 30.0
 DEFAULT_DEADLINE_S = 10.0
 URGENT_DEADLINE_S = 3.0      # a probe asked because a rank looks stalled: an idle server answers in well under 1 s
 URGENT_GAP_S = 10.0          # at most one such probe per this many seconds
+# A probe that got no token is asked again at once, with the urgent deadline, so that two probes in a row agree
+# before anything acts on not_serving (its action policy, detectors.registry): one confirmation per run of misses.
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,10 @@ class ProbeSource:
         self._first_poll: float | None = None
         self._engine: str | None = None    # the data-parallel engine the pending attempt was aimed at
         self._turn = 0                     # routine probes aimed in turn at each data-parallel engine
+        self._aim: Aim | None = None       # how the pending attempt was aimed
+        self._confirm: tuple[Aim | None] | None = None   # a miss to confirm: ask its engine again at once
+        self._confirmed_run = False        # this run of misses had its confirmation (until a probe is served)
+        self.confirms = 0                  # probes asked at once to confirm a miss
 
     # (window) -> (when an engine rank began to look stalled, how to aim a request at its data-parallel
     # engine or None), or None (bind_timeline)
@@ -98,6 +104,8 @@ class ProbeSource:
         span = self.clock.now() - self._first_poll if self._first_poll is not None else 0.0
         per_hour = f" ({self.sent * 3600 / span:.0f} an hour)" if span >= 60 else ""
         urgent = f" ({self.urgent} asked at once: a rank looked stalled)" if self.urgent else ""
+        if self.confirms:
+            urgent += f" ({self.confirms} asked at once to confirm a probe that got no token)"
         return (f"{self.sent} one-token request(s){urgent} in {span:.0f} s{per_hour}; {self.skipped} skipped "
                 f"because the counters had moved")
 
@@ -107,6 +115,10 @@ class ProbeSource:
             self._first_poll = now
         if self._attempt is not None:
             return self._collect(now)
+        if self._confirm is not None:
+            (aim,), self._confirm = self._confirm, None
+            self.confirms += 1
+            return self._ask(now, self.urgent_deadline_s, aim)
         urgent = self._urgent(now)
         if urgent is not None:
             self._last_urgent = now
@@ -139,6 +151,7 @@ class ProbeSource:
         self.sent += 1
         self._deadline = deadline_s
         self._engine = aim.engine if aim is not None else None
+        self._aim = aim
         self._attempt = self.prober(deadline_s, route=dict(aim.headers)) if aim is not None else self.prober(deadline_s)
         return self._collect(now)
 
@@ -176,6 +189,10 @@ class ProbeSource:
             answer = ProbeAnswer(DEADLINE, now - self._asked, error="timeout",
                                  detail=f"no token within {self._deadline:g} s")
         self._attempt = None
+        if answer.outcome == SERVED:
+            self._confirmed_run = False
+        elif answer.outcome in (DEADLINE, FAILED) and not self._confirmed_run:
+            self._confirm, self._confirmed_run = (self._aim,), True
         self._tell(answer)
         t = min(now, answer.at) if answer.at is not None else now
         return [ProbeSample(t=t, outcome=answer.outcome, latency_s=answer.latency_s, deadline_s=self._deadline,

@@ -1,10 +1,13 @@
-"""What `watch` prints: one JSON line per fired and per cleared verdict, or a live table."""
+"""What `watch` prints: one JSON line per fired and per cleared verdict (and per evidence that came later), or a
+live table."""
 
 from __future__ import annotations
 
 import json
 
 from servewatch.clock import iso8601
+from servewatch.detectors import registry
+from servewatch.detectors.verdict import Verdict
 from servewatch.sinks.base import Cleared, Fired
 from servewatch.bundle.serialize import verdict_to_dict
 from servewatch.timeline.window import Window
@@ -21,11 +24,37 @@ def cleared_line(cleared: Cleared) -> str:
 
 def json_line(fired: Fired) -> str:
     """One JSON line per fired verdict; `details` are the detector's own figures (e.g. the stall's
-    `threshold_s`), cleaned as a bundle cleans them."""
+    `threshold_s`), cleaned as a bundle cleans them; `action` its action class, `evidence` whether the evidence
+    that class waits for already holds (when not, an "evidence" line follows once it does)."""
     v = fired.verdict
     return json.dumps({"event": "fired", "t": iso8601(v.t), "verdict": v.name, "onset": iso8601(v.onset),
                        "since_s": round(v.since_s, 3), "why": v.why, "details": verdict_to_dict(v)["details"],
+                       "action": registry.action_of(v.name), "evidence": registry.evidence_holds(v),
                        "bundle": fired.bundle}, ensure_ascii=False)
+
+
+def evidence_line(verdict: Verdict) -> str:
+    """One JSON line when a verdict that fired without it gets the evidence its action class waits for (e.g.
+    not_serving's second probe in a row with no token)."""
+    return json.dumps({"event": "evidence", "t": iso8601(verdict.t), "verdict": verdict.name,
+                       "onset": iso8601(verdict.onset), "action": registry.action_of(verdict.name),
+                       "why": verdict.why, "details": verdict_to_dict(verdict)["details"]}, ensure_ascii=False)
+
+
+def evidence_printer(json_lines: bool, tool: str):
+    """The recorder's evidence listener for a command's output: a JSON line, or one line on stderr — only for a
+    verdict whose evidence came after its firing (the fired line already said the rest)."""
+    import sys
+
+    def show(verdict: Verdict, fired_now: bool) -> None:
+        if fired_now:
+            return
+        if json_lines:
+            print(evidence_line(verdict), flush=True)
+        else:
+            print(f"servewatch {tool}: {verdict.name}: the evidence for its action ({registry.action_of(verdict.name)}) "
+                  f"now holds: {verdict.why}", file=sys.stderr, flush=True)
+    return show
 
 
 def status_table(window: Window, fired: list[Fired], active_names: list[str], elapsed_s: float):

@@ -53,6 +53,9 @@ class Recorder:
         self.stop_when = stop_when
         self.fired: list[Fired] = []
         self.cleared: list[Cleared] = []
+        # Heard on the event loop after the fired sinks, once per condition: (verdict, fired_now) when its
+        # evidence first holds (at its firing, or later as probes agree): what acts (guard) listens here.
+        self.evidence_listeners: list[Callable[[Verdict, bool], None]] = []
         self.detection_runs = 0
         self.samples_seen = 0
         self.sink_failures = 0
@@ -79,17 +82,19 @@ class Recorder:
     def detect(self) -> list[Fired]:
         """Run the detectors over the current window; tell every sink (in this thread) what started and
         what ended."""
-        window, verdicts, started, ended = self._judge()
+        window, verdicts, started, ended, evidenced = self._judge()
         for cleared in ended:
             self._sink_cleared(cleared)
             self._clear(cleared)
-        return [self._fire(verdict, self._sink_fired(verdict, window, verdicts), window, verdicts)
-                for verdict in started]
+        fired = [self._fire(verdict, self._sink_fired(verdict, window, verdicts), window, verdicts)
+                 for verdict in started]
+        self._evidence(evidenced, started)
+        return fired
 
     async def detect_in_background(self) -> list[Fired]:
         """`detect` for the real-time loop: the sinks that may block (a bundle written and fsynced to a
         disk that may be slow) run in a worker thread, so the source tasks keep polling meanwhile."""
-        window, verdicts, started, ended = self._judge()
+        window, verdicts, started, ended, evidenced = self._judge()
         loop = asyncio.get_running_loop()
         off_loop = any(not on_loop(sink) for sink in self.sinks)
         for cleared in ended:
@@ -102,6 +107,7 @@ class Recorder:
             if off_loop:
                 bundle = await loop.run_in_executor(None, self._sink_fired, verdict, window, verdicts)
             fired.append(self._fire(verdict, bundle, window, verdicts))
+        self._evidence(evidenced, started)
         return fired
 
     def hold_verdicts(self) -> None:
@@ -109,16 +115,22 @@ class Recorder:
         stopped on purpose (guard's drain), and what a shutdown looks like is not an incident."""
         self.held = True
 
-    def _judge(self) -> tuple[Window, list[Verdict], list[Verdict], list[Cleared]]:
+    def _evidence(self, evidenced: Sequence[Verdict], started: Sequence[Verdict]) -> None:
+        for verdict in evidenced:
+            fired_now = any(verdict is s for s in started)
+            for listener in self.evidence_listeners:
+                listener(verdict, fired_now)
+
+    def _judge(self) -> tuple[Window, list[Verdict], list[Verdict], list[Cleared], list[Verdict]]:
         window = self.ring.window()
         if self.held:
-            return window, [], [], []
+            return window, [], [], [], []
         verdicts = run_detectors(window, self.config)
         self.detection_runs += 1
         update = self.latch.update(verdicts)
         end = window.end if window.end is not None else self.clock.now()
         ended = [Cleared(verdict, end, ended_by(verdict, window)) for verdict in update.cleared]
-        return window, verdicts, list(update.fired), ended
+        return window, verdicts, list(update.fired), ended, list(update.evidenced)
 
     def _fire(self, verdict: Verdict, bundle: str | None, window: Window, verdicts: Sequence[Verdict]) -> Fired:
         record = Fired(verdict, bundle)                 # kept without the window it was judged on

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from servewatch.clock import Clock
+    from servewatch.detectors.verdict import Verdict
     from servewatch.sinks.base import Cleared, Fired, Sink
     from servewatch.sources.base import Source
     from servewatch.sources.process import PsutilProbe
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: str,
                  listeners: Sequence[Callable[[Fired], None]] = (),
                  clear_listeners: Sequence[Callable[[Cleared], None]] = (), sinks: Sequence[Sink] = (),
+                 evidence_listeners: Sequence[Callable[[Verdict, bool], None]] = (),
                  stop_when: Callable[[Fired], bool] | None = None,
                  on_recorder: Callable[[Recorder], None] | None = None,
                  drive: Callable[[Recorder], Awaitable[None]] | None = None,
@@ -36,7 +38,7 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
     """Record options.url until options.duration ends or the recorder is stopped; the recorder when
     done. `sinks` hear fired and cleared verdicts after the bundle writer (--out); `listeners` and
     `clear_listeners` are plain functions heard on the event loop, after every sink (each an on-loop
-    `sinks.base.CallbackSink`); `drive(recorder)` replaces the plain run (the live table);
+    `sinks.base.CallbackSink`), and `evidence_listeners` once a verdict's evidence first holds (Recorder); `drive(recorder)` replaces the plain run (the live table);
     `on_recorder(recorder)` is called once it exists; `identity()` says how the PID was tied to the URL, for
     every bundle (actions.identity)."""
     import aiohttp
@@ -64,6 +66,7 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
         recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
                                   stop_when=stop_when, tool=tool,
                                   extra_sources=extra_sources(clock) if callable(extra_sources) else extra_sources)
+        recorder.evidence_listeners.extend(evidence_listeners)
         if on_recorder is not None:
             on_recorder(recorder)
         announce = asyncio.create_task(_announce_recording(recorder, target, tool))

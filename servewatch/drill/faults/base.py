@@ -20,6 +20,14 @@ class Fault:
     via_proxy = False               # the workload goes through the drill's TCP proxy
     full_bundle_dir = False         # the recorder writes bundles into a full filesystem
     params_known: dict[str, type | tuple[type, ...]] = {}
+    # What the fault's truth demands, as an action class (detectors.verdict.ACTION_CLASSES) or "none": a stall or
+    # a dead engine that does not end by itself is helped only by a restart; a busy server by nothing automatic.
+    demands = "none"
+
+    @classmethod
+    def demands_of(cls, step) -> str:
+        """What this fault demands in `step` (a fault during a start is the stalled start's: a person's)."""
+        return "page" if step.at_start and cls.demands == "restart" else cls.demands
 
     def __init__(self, step):
         self.step = step

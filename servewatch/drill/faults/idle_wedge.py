@@ -10,6 +10,7 @@ from servewatch.drill.faults.base import Fault, register
 
 @register
 class IdleWedge(Fault):
+    demands = "restart"
     kind = "idle_wedge"
     summary = "SIGSTOP one process while the server is idle, then traffic; SIGCONT at the end of the hold"
     default_role = "engine_core"

@@ -9,6 +9,7 @@ from servewatch.drill.faults.base import SignalFault, register
 
 @register
 class Kill(SignalFault):
+    demands = "restart"
     kind = "kill"
     summary = "SIGKILL one process (role, rank)"
     default_role = "engine_core"

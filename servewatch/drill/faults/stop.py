@@ -10,6 +10,7 @@ from servewatch.drill.faults.base import Fault, register
 
 @register
 class Stop(Fault):
+    demands = "restart"
     kind = "stop"
     summary = "SIGSTOP one process (role, rank) for the hold, then SIGCONT"
     default_role = "engine_core"
