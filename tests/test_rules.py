@@ -167,7 +167,9 @@ def test_without_out_the_rules_go_to_stdout_with_the_inhibit_rules_in_the_header
     assert main(["rules", "--slo", str(tmp_path / "slo.yaml"), "--dialect", "sglang"]) == 0
     text = capsys.readouterr().out
     header = "".join(line[2:] + "\n" for line in text.splitlines() if line.startswith("# "))
-    inhibit = yaml.safe_load(header[header.index("inhibit_rules:"):])["inhibit_rules"]
-    assert inhibit[0]["source_matchers"] == ['severity="page"']
+    printed = yaml.safe_load(header[header.index("inhibit_rules:"):])
+    assert printed["inhibit_rules"][0]["source_matchers"] == ['severity="page"']
+    assert [r["matchers"] for r in printed["route"]["routes"]] == [
+        ['action="restart"'], ['action="drain"'], ['action="page"'], ['action="info"']]
     assert yaml.safe_load(text)["groups"][0]["name"] == "servewatch-slo-chat-sli"
     assert str(tmp_path) not in text

@@ -85,3 +85,24 @@ def test_a_page_inhibits_the_same_jobs_ticket_and_warning_in_a_real_alertmanager
         assert seen[("LLMRequestsWaiting", "other")]["inhibitedBy"] == []
     finally:
         stop(proc)
+
+
+def test_amtool_routes_each_servewatch_alert_by_its_action_class(tmp_path):
+    """The routes the rule file's header prints, in a real alertmanager.yml: every verdict's alert (the labels the
+    Alertmanager sink sends) reaches the receiver of its action class."""
+    from servewatch.derive.rules import ACTION_ROUTES, action_routes_yaml
+    from servewatch.detectors import registry
+    from servewatch.sinks.alertmanager import _labels
+
+    receivers = {action: receiver for action, receiver, _ in ACTION_ROUTES}
+    config = _config()
+    config["route"]["routes"] = yaml.safe_load(action_routes_yaml())["route"]["routes"]
+    config["receivers"] += [{"name": name} for name in receivers.values()]
+    (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    for name in registry.names():
+        labels = _labels("engine-a", name)
+        result = subprocess.run([AMTOOL, "config", "routes", "test", f"--config.file={tmp_path / 'alertmanager.yml'}",
+                                 *(f"{k}={v}" for k, v in labels.items())], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.strip() == receivers[registry.action_of(name)], (name, result.stdout)
+    assert receivers[registry.action_of("rank_stalled")] == "servewatch-restarts"

@@ -66,7 +66,7 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                                               severity="page") == 1
                 await until(stalled, 30, "the stall gauge at 1")
                 status, text = await serve.get(f"/targets/{name_of(a.url)}/livez")
-                assert status == 503 and text.startswith(f"{STALL}: ")
+                assert status == 503 and text.startswith(f"{STALL} (restart): ")
                 assert (await serve.get(f"/targets/{name_of(b.url)}/livez"))[0] == 200
                 assert (await serve.get(f"/targets/{name_of(b.url)}/readyz"))[0] == 200
                 assert await serve.metric("servewatch_verdict_active", target=name_of(b.url), verdict=STALL) == 0

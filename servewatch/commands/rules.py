@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servewatch.derive.engine_series import series_from_args
-    from servewatch.derive.rules import build_rules, inhibit_rules_yaml, render_rule_file
+    from servewatch.derive.rules import action_routes_yaml, build_rules, inhibit_rules_yaml, render_rule_file
     from servewatch.derive.slo import check_selector, check_thresholds, load_slo
     from servewatch.errors import ServewatchError
 
@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     header = (f"servewatch rules for SLO '{slo.service}' on {series.dialect} ({series.naming} metric names).\n"
               f"Load with rule_files: in prometheus.yml; check with: promtool check rules FILE\n"
               f"Severity labels page > ticket > warning; in alertmanager.yml, so that a page silences the "
-              f"same job's tickets and warnings:\n" + inhibit_rules_yaml())
+              f"same job's tickets and warnings:\n" + inhibit_rules_yaml()
+              + "# servewatch's own alerts carry action (restart, drain, page, info: what helps); route on it, e.g.:\n"
+              + action_routes_yaml())
     output = render_rule_file(groups, header)
     write_out(args.out, output)
     return 0

@@ -243,9 +243,10 @@ def servewatch_group() -> RuleGroup:
     rules = []
     for spec in registry.specs():
         pages = spec.severity == "page"
+        labels = {"severity": "page"} if pages else {}
         rules.append(Rule(
             expr=f'servewatch_verdict_active{{verdict="{spec.name}"}} == 1', alert=servewatch_alert_name(spec.name),
-            for_="" if pages else "1m", labels={"severity": "page"} if pages else {},
+            for_="" if pages else "1m", labels={**labels, "action": spec.action},
             annotations=alert_runbook.for_verdict(spec).annotations()))
     rules += [
         Rule(expr="servewatch_target_up == 0", alert="ServewatchTargetDown", for_="1m", labels={"severity": "page"},
@@ -301,3 +302,26 @@ def inhibit_rules_yaml() -> str:
     import yaml
 
     return yaml.safe_dump({"inhibit_rules": [dict(r) for r in INHIBIT_RULES]}, sort_keys=False, width=110)
+
+
+# Alertmanager routes by the verdicts' action class (the `action` label servewatch's alerts carry): a restart is
+# done by guard or the kubelet on livez, so a person hears of it as a ticket unless it repeats (crash_loop pages);
+# a drain goes to whoever owns the hardware; a page to the on-call; info to no one. Receivers are the user's to
+# define: these names are placeholders to rename.
+ACTION_ROUTES = (
+    ("restart", "servewatch-restarts", "restarted by guard or the kubelet on livez; a ticket unless it repeats"),
+    ("drain", "servewatch-hardware", "the hardware under the engine is at fault: drain the node"),
+    ("page", "servewatch-oncall", "a person decides"),
+    ("info", "servewatch-null", "to know; nothing to do now"),
+)
+
+
+def action_routes_yaml() -> str:
+    """The child routes of alertmanager.yml's route: one per action class, matched on the `action` label."""
+    import yaml
+
+    from servewatch.detectors.verdict import ACTION_CLASSES
+
+    assert [a for a, _, _ in ACTION_ROUTES] == list(ACTION_CLASSES), "a route per action class, in order"
+    routes = [{"matchers": [f'action="{action}"'], "receiver": receiver} for action, receiver, _ in ACTION_ROUTES]
+    return yaml.safe_dump({"route": {"routes": routes}}, sort_keys=False, width=110)

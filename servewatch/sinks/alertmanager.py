@@ -26,7 +26,7 @@ RESEND_S = 60.0
 def _labels(target: str, name: str) -> dict:
     spec = registry.spec(name)
     return {"alertname": safe_token(name, "other"), "target": safe_token(target, "other"),
-            "severity": spec.severity if spec else "info"}
+            "severity": spec.severity if spec else "info", "action": registry.action_of(name)}
 
 
 def _annotations(verdict) -> dict:
