@@ -146,3 +146,79 @@ def test_guard_acts_by_default_on_the_restart_class_with_the_probe_on():
     assert args.no_probe is False                     # the probe is on unless --no-probe
     off = build_parser().parse_args(["guard", "http://127.0.0.1:1", "--pid", "1", "--no-probe"])
     assert off.no_probe is True
+
+
+# --- the drill judges it ------------------------------------------------------------------------------
+
+def _event(kind, name, t, **extra):
+    from servewatch.drill import measure as M
+
+    return M.VerdictEvent(kind, name, t, t - 1.0, **extra)
+
+
+def test_the_drill_times_the_restart_from_the_evidence_not_the_firing():
+    from servewatch.drill import measure as M
+
+    events = [_event("fired", "overload", 101.0),                                    # a person's: never acts
+              _event("fired", "not_serving", 104.0, evidence=False),               # one probe: not yet
+              _event("evidence", "not_serving", 107.5),                            # the second: acts
+              _event("cleared", "not_serving", 130.0)]
+    policy = M.policy("restart", events, injected=100.0, end=140.0)
+    assert policy == {"demands": "restart", "acted_on": "not_serving", "acted_s": 7.5, "kubelet_by_s": 37.5}
+    answers = dict(M.livez_answers(events, 100.0, 140.0, step_s=2.5))
+    assert answers[105.0] and not answers[107.5] and not answers[127.5] and answers[130.0]
+    busy = M.policy("none", events[:1], injected=100.0, end=140.0)
+    assert busy["acted_on"] is None and busy["acted_s"] is None and busy["kubelet_by_s"] is None
+    # serve's own livez as answered, where serve recorded the step
+    served = M.policy("restart", events, injected=100.0, end=140.0, livez=[(101.0, 200), (108.0, 503), (109.0, None)])
+    assert served["livez_failed_s"] == 8.0 and served["kubelet_by_s"] == 38.0
+
+
+def test_restart_expectations_are_met_only_within_their_bound_and_never_on_a_busy_fault():
+    from types import SimpleNamespace
+
+    from servewatch.drill.expect import check
+    from servewatch.drill.plan import Expect
+
+    def checks(expect, policy):
+        result = SimpleNamespace(detected={}, thresholds={}, fired_before=[], health={}, impact={}, recovery_s=None,
+                                 policy=policy, cleared={}, guard=None, livez=None, log_seen={}, server_exit=None,
+                                 ready_s=None, explained={}, bundles={}, facts={}, notes=[])
+        return [c for c in check(expect, result) if "restart" in c["expectation"]]
+
+    acted = {"demands": "restart", "acted_on": "rank_stalled", "acted_s": 4.4, "kubelet_by_s": 34.4}
+    [met] = checks(Expect(restart_within_s=5.0), acted)
+    assert met["met"] and met["observed"] == ("guard and livez act on rank_stalled after 4.4 s; a kubelet on livez "
+                                              "restarts by 34.4 s")
+    [late] = checks(Expect(restart_within_s=4.0), acted)
+    assert not late["met"]
+    [busy] = checks(Expect(no_restart=True), {**acted, "demands": "none"})
+    assert not busy["met"] and busy["expectation"] == "no restart (guard's default and livez leave it be)"
+    [quiet] = checks(Expect(no_restart=True), {"demands": "none", "acted_on": None, "acted_s": None,
+                                               "kubelet_by_s": None})
+    assert quiet["met"] and quiet["observed"] == "nothing acted"
+    # serve's livez must have failed too, where serve answered it
+    [unserved] = checks(Expect(restart_within_s=5.0), {**acted, "livez_failed_s": None})
+    assert not unserved["met"] and "serve's livez never failed" in unserved["observed"]
+
+
+def test_plans_read_the_restart_expectation_and_refuse_a_bad_one():
+    from servewatch.drill.plan import PlanError, plan_from_dict
+
+    def plan(restart):
+        return {"name": "p", "target": {"engine": "sim"}, "faults": [
+            {"kind": "stop", "role": "api", "expect": {"restart": restart}}]}
+
+    assert plan_from_dict(plan({"within_s": 5})).steps[0].expect.restart_within_s == 5
+    step = plan_from_dict(plan(False)).steps[0]
+    assert step.expect.no_restart and step.expect.to_json()["restart"] is False
+    for bad in (True, {"within_s": 0}, {"seconds": 5}):
+        with pytest.raises(PlanError, match="restart"):
+            plan_from_dict(plan(bad))
+
+
+def test_each_fault_says_what_its_truth_demands():
+    from servewatch.drill.faults import FAULTS
+
+    assert {kind for kind, fault in FAULTS.items() if fault.demands == RESTART} == {"stop", "idle_wedge", "kill"}
+    assert all(fault.demands in (RESTART, "none") for fault in FAULTS.values())
