@@ -178,7 +178,7 @@ def test_alertmanager_delivers_the_alert_and_its_resolution(tmp_path):
                                                 if alert["status"] == status and alert["labels"]["alertname"] == STALL]
                                     return check
                                 firing = (await until(notified("firing"), 60, "a firing notification"))[0]
-                                assert firing["labels"] == {"alertname": STALL, "target": "sim-a", "severity": "page"}
+                                assert firing["labels"] == {"alertname": STALL, "target": "sim-a", "severity": "page", "action": "restart"}
                                 assert "no token" in firing["annotations"]["summary"]
                                 assert firing["annotations"]["description"]          # the why line, with numbers
                                 assert "drain" in firing["annotations"]["safe_action"]
