@@ -112,6 +112,27 @@ def example_requests(workdir: Path) -> str:
                       FENCE]) + "\n"
 
 
+def example_action_policy(workdir: Path) -> str:
+    """The action policy as the registry declares it: each verdict's class, the evidence it waits for, and what
+    acts on it by default (guard, serve's livez and readyz, the Alertmanager route `servewatch rules` prints)."""
+    from servewatch.actions.policy import default_act_on
+    from servewatch.derive.rules import ACTION_ROUTES
+    from servewatch.detectors import registry
+    from servewatch.detectors.verdict import ACTION_CLASSES, DRAIN, RESTART
+
+    routes = {action: receiver for action, receiver, _ in ACTION_ROUTES}
+    lines = ["| verdict | action class | evidence before anything acts | guard (default) | livez | readyz | "
+             "alert route |", "|---|---|---|---|---|---|---|"]
+    for spec in registry.specs():
+        evidence = spec.evidence_words() or "the verdict (its own threshold)"
+        lines.append(f"| `{spec.name}` | {spec.action} | {evidence} | "
+                     f"{'kills the tree' if spec.name in default_act_on() else '–'} | "
+                     f"{'503' if spec.action == RESTART else '–'} | "
+                     f"{'503' if spec.action in (RESTART, DRAIN) else '–'} | `{routes[spec.action]}` |")
+    classes = "; ".join(f"**{name}**: {words}" for name, words in ACTION_CLASSES.items())
+    return "\n".join(lines) + "\n\n" + f"The classes: {classes}.\n"
+
+
 @contextlib.contextmanager
 def _cwd(path: Path):
     import os
@@ -129,6 +150,7 @@ EXAMPLES = {
     "rules-counts": (example_rules_counts, True),
     "rules-check": (example_rules_check, True),
     "requests": (example_requests, True),
+    "action-policy": (example_action_policy, True),
 }
 
 

@@ -54,6 +54,7 @@ def test_not_serving_acts_only_when_two_probes_agree_and_rank_stalled_on_its_one
     assert registry.acts(verdict("engine_dead"), RESTART)             # the verdict is its own evidence
     assert not registry.acts(verdict("engine_dead"), DRAIN)           # the class must match
     assert registry.spec("not_serving").evidence_words() == "2 probes in a row with no token"
+    assert registry.spec("rank_stalled").evidence_words() == "a probe with no token"
     assert registry.policy_lines(("not_serving", "engine_dead")) == [
         "not_serving (restart: 2 probes in a row with no token)", "engine_dead (restart)"]
 

@@ -85,7 +85,9 @@ class Guard:
         blind = [name for name in self.config.act_on if (found := registry.spec(name)) and found.probes]
         if not probing and blind:
             line += f"; the probe is off (--no-probe), so {' and '.join(blind)} cannot fire"
-        self.say(line, event="policy", act_on=list(self.config.act_on), probe=probing)
+        self.say(line, event="policy", act_on=list(self.config.act_on), probe=probing,
+                 evidence={name: found.evidence_words() for name in self.config.act_on
+                           if (found := registry.spec(name)) and found.evidence_words()})
 
     def drain(self) -> None:
         """SIGTERM/SIGINT to guard. A server guard started is asked to drain; an attached one is left

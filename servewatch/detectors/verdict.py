@@ -103,7 +103,7 @@ class VerdictSpec:
         if self.hold_s:
             parts.append(f"held {self.hold_s:g} s")
         if self.probes:
-            parts.append(f"{self.probes} probe{'s' if self.probes > 1 else ''} in a row with no token")
+            parts.append(f"{self.probes} probes in a row with no token" if self.probes > 1 else "a probe with no token")
         return ", ".join(parts)
 
     def __post_init__(self):
