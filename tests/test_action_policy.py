@@ -223,3 +223,68 @@ def test_each_fault_says_what_its_truth_demands():
 
     assert {kind for kind, fault in FAULTS.items() if fault.demands == RESTART} == {"stop", "idle_wedge", "kill"}
     assert all(fault.demands in (RESTART, "none") for fault in FAULTS.values())
+
+
+def test_node_drain_fails_only_on_the_drain_class_and_names_the_target(drain_and_hold_specs):
+    assert probes.node_drain({}).ok
+    assert probes.node_drain({"a": [verdict("engine_dead")], "b": [verdict("overload")]}).ok
+    answer = probes.node_drain({"b": [verdict("gpu_broken")], "a": [verdict("engine_dead")]})
+    assert not answer.ok and answer.status == 503 and answer.reason == "b: gpu_broken (drain): gpu_broken why"
+
+
+def test_the_node_problem_detector_plugin_exits_as_npd_reads_it_against_a_real_serve_answer(tmp_path):
+    """The plugin script from deploy/, run by sh against an HTTP server answering as /node/drain does: 0 on "ok",
+    1 with the verdict's line on a 503, 3 when nothing answers."""
+    import http.server
+    import json
+    import shutil
+    import socket
+    import subprocess
+    import threading
+    from pathlib import Path
+
+    import yaml
+
+    if shutil.which("curl") is None:
+        pytest.fail("curl is needed to run the node-problem-detector plugin (Debian package curl)")
+    doc = yaml.safe_load((Path(__file__).parent.parent / "deploy" / "kubernetes" / "node-problem-detector.yaml")
+                         .read_text())
+    config = json.loads(doc["data"]["servewatch-drain.json"])
+    assert config["plugin"] == "custom" and config["rules"][0]["path"] == "/config/servewatch-drain.sh"
+    answers = [probes.ProbeAnswer(True, "ok"), probes.ProbeAnswer(False, "b: gpu_broken (drain): why")]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            answer = answers[0]
+            body = (answer.reason + "\n").encode()
+            self.send_response(answer.status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    script = tmp_path / "check.sh"
+    script.write_text(doc["data"]["servewatch-drain.sh"].replace("127.0.0.1:9464", f"127.0.0.1:{port}"))
+
+    def check():
+        done = subprocess.run(["sh", str(script)], capture_output=True, text=True, timeout=10)
+        return done.returncode, done.stdout.strip()
+
+    try:
+        assert check() == (0, "ok")
+        answers.pop(0)
+        assert check() == (1, "b: gpu_broken (drain): why")
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as s:        # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    script.write_text(doc["data"]["servewatch-drain.sh"].replace("127.0.0.1:9464", f"127.0.0.1:{free}"))
+    assert check()[0] == 3

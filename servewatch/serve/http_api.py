@@ -1,6 +1,6 @@
 """serve's HTTP surface (aiohttp): /metrics, /api/v1/targets, /api/v1/verdicts, and per-target
-/targets/NAME/livez and /targets/NAME/readyz for Kubernetes probes, and /targets/NAME/proxy/metrics (the
-GenAI histograms and live state of a target's sidecar proxy)."""
+/targets/NAME/livez and /targets/NAME/readyz for Kubernetes probes, /node/drain for node-problem-detector, and
+/targets/NAME/proxy/metrics (the GenAI histograms and live state of a target's sidecar proxy)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def build_app(fleet, exporter) -> web.Application:
     app.router.add_get("/targets/{name}/livez", livez)
     app.router.add_get("/targets/{name}/readyz", readyz)
     app.router.add_get("/targets/{name}/proxy/metrics", proxy_metrics)
+    app.router.add_get("/node/drain", node_drain)
     return app
 
 
@@ -120,6 +121,13 @@ async def readyz(request: web.Request) -> web.Response:
     run = _run(request)
     s = run.status
     answer = probes.readyz(run.recorder.latch.active, s.health_ok, s.scrape_ok, s.last_error)
+    return web.Response(status=answer.status, text=answer.reason + "\n")
+
+
+async def node_drain(request: web.Request) -> web.Response:
+    """503 while a target here holds a verdict of the `drain` action class (the hardware under it is at fault):
+    what node-problem-detector's custom plugin reads (deploy/kubernetes/node-problem-detector.yaml)."""
+    answer = probes.node_drain({name: run.recorder.latch.active for name, run in request.app[FLEET].runs.items()})
     return web.Response(status=answer.status, text=answer.reason + "\n")
 
 

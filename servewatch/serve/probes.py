@@ -6,6 +6,8 @@ for, `servewatch.detectors.registry`):
   a rank stalled with a probe unanswered, an idle wedge confirmed by two probes in a row): only a restart
   helps, and a kubelet on livez restarts the pod. Startup, a long prefill, a slow /health or an overload never
   fail it, so a kubelet never kills a replica that is loading or merely busy.
+- node drain (`/node/drain`, for node-problem-detector): fails while any target on this serve holds a `drain`
+  verdict with its evidence — the node, not the replica, is at fault.
 - readyz fails as livez does, and also while a `drain` verdict holds (the hardware under the engine is at
   fault: take it out of the Service, do not restart it onto the same GPU), when the newest /health probe was
   not 2xx, or when the newest /metrics scrape failed.
@@ -13,7 +15,7 @@ for, `servewatch.detectors.registry`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from servewatch.detectors import registry
@@ -51,3 +53,11 @@ def readyz(active: Sequence[Verdict], health_ok: bool | None, scrape_ok: bool | 
     if not scrape_ok:
         return ProbeAnswer(False, f"/metrics scrape failed ({last_error or 'no answer yet'})")
     return ProbeAnswer(True, "ok")
+
+
+def node_drain(active_by_target: Mapping[str, Sequence[Verdict]]) -> ProbeAnswer:
+    """Whether this node should be drained: a `drain` verdict held with its evidence on any target here (one line
+    per target: "NAME: verdict (drain): why")."""
+    lines = [f"{name}: {failing.reason}" for name, active in sorted(active_by_target.items())
+             if (failing := _failing(active, DRAIN)) is not None]
+    return ProbeAnswer(not lines, "; ".join(lines) or "ok")
