@@ -31,8 +31,8 @@ DEFAULT_EVERY_S = 30.0
 DEFAULT_DEADLINE_S = 10.0
 URGENT_DEADLINE_S = 3.0      # a probe asked because a rank looks stalled: an idle server answers in well under 1 s
 URGENT_GAP_S = 10.0          # at most one such probe per this many seconds
-# A probe that got no token is asked again at once, with the urgent deadline, so that two probes in a row agree
-# before anything acts on not_serving (its action policy, detectors.registry): one confirmation per run of misses.
+# A probe that got no token is asked again at once, with the same deadline, so that two probes in a row agree before
+# anything acts on not_serving (its action policy, detectors.registry): one confirmation per run of misses.
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ class ProbeSource:
         if self._confirm is not None:
             (aim,), self._confirm = self._confirm, None
             self.confirms += 1
-            return self._ask(now, self.urgent_deadline_s, aim)
+            return self._ask(now, self.deadline_s, aim)
         urgent = self._urgent(now)
         if urgent is not None:
             self._last_urgent = now
