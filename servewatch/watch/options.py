@@ -61,7 +61,8 @@ class _Flag:
 
 PROBE_COST = ("Cost: one 1-token request per interval on an idle server, none on a busy one (the counters already "
               "prove it serves), plus one with a 3 s deadline at once when --pid shows an engine rank stopped or "
-              "starved beside its spinning siblings (at most one per 10 s)")
+              "starved beside its spinning siblings (at most one per 10 s), and one more at once after a probe that "
+              "got no token, to confirm it (a restart waits for two in a row)")
 NO_PROBE_HELP = ("turn off the active probe. It is on by default: when the counters have not moved for "
                  "--probe-interval, it asks the server for one token (a fixed few-token prompt, max_tokens 1, the model "
                  "/v1/models names) and fires not_serving (or rank_stalled, naming the rank) if none comes back within "
