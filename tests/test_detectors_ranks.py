@@ -446,3 +446,39 @@ def test_probes_sent_while_a_rank_was_stopped_are_no_new_incident_once_it_runs_a
     assert names(w) == []
     w = window(stopped, probes=[missed(10.5), missed(15.0, deadline=4.0), missed(20.5)], span=24.0)
     assert names(w) == ["not_serving"]
+
+
+def test_a_routine_probe_in_flight_gives_way_to_the_urgent_one_when_a_rank_stops():
+    """On a TP=2 vLLM whose engine core stopped while a routine probe (10 s deadline) was in flight, the verdict
+    waited for that deadline (10.5 s after the stop) although the process view showed the stop at once. The
+    routine probe, asked before the rank looked stalled, says nothing of it: it is cancelled and the urgent probe
+    asked at the first look after the stop; an urgent probe in flight is never cancelled for another."""
+    clock = VirtualClock(T0 - 5.0)
+    asked, cancelled = [], []
+
+    class Attempt:
+        def __init__(self, n):
+            self.n = n
+
+        def answer(self):
+            return None
+
+        def cancel(self):
+            cancelled.append(self.n)
+
+    def prober(deadline, route=None):
+        asked.append((clock.now(), deadline))
+        return Attempt(len(asked))
+
+    source = ProbeSource(prober, clock, every_s=30.0, deadline_s=10.0, check_s=0.5)
+    ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
+    source.bind_timeline(ring, lambda w: rank_detector.suspicion(w, CONFIG))
+    asyncio.run(source.poll())                       # the routine probe, idle server, asked at T0 - 5
+    w = window(stopped_at(6.0), span=9.0)
+    for i in range(int(9.0 / STEP) + 1):
+        t = T0 + i * STEP
+        clock.set(t)
+        ring.extend([s for s in (*w.process, *w.metrics, *w.health) if s.t == t])
+        asyncio.run(source.poll())
+    assert asked == [(T0 - 5.0, 10.0), (T0 + 6.0, URGENT_DEADLINE_S)]
+    assert cancelled == [1] and source.preempted == 1 and source.urgent == 1
