@@ -172,7 +172,12 @@ def test_the_drill_times_the_restart_from_the_evidence_not_the_firing():
     assert busy["acted_on"] is None and busy["acted_s"] is None and busy["kubelet_by_s"] is None
     # serve's own livez as answered, where serve recorded the step
     served = M.policy("restart", events, injected=100.0, end=140.0, livez=[(101.0, 200), (108.0, 503), (109.0, None)])
-    assert served["livez_failed_s"] == 8.0 and served["kubelet_by_s"] == 38.0
+    assert served == {"demands": "restart", "acted_on": "not_serving", "acted_s": 8.0, "livez_failed_s": 8.0,
+                      "kubelet_by_s": 38.0}
+    # serve's lines carry no evidence (they read as held at the firing): its livez answers decide
+    unconfirmed = [e for e in events if e.event != "evidence"]
+    served = M.policy("restart", unconfirmed, injected=100.0, end=140.0, livez=[(104.0, 200), (108.0, 503)])
+    assert served["acted_s"] == 8.0 and served["acted_on"] == "not_serving"
 
 
 def test_restart_expectations_are_met_only_within_their_bound_and_never_on_a_busy_fault():

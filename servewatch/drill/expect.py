@@ -245,11 +245,12 @@ def policy_words(policy: dict) -> str:
     if not policy or policy.get("acted_s") is None and policy.get("livez_failed_s") is None:
         return "nothing acted"
     words = []
-    if policy.get("acted_s") is not None:
-        words.append(f"guard and livez act on {policy['acted_on']} after {policy['acted_s']:g} s")
     if "livez_failed_s" in policy:
         failed = policy["livez_failed_s"]
-        words.append("serve's livez never failed" if failed is None else f"serve's livez failed after {failed:g} s")
+        words.append("serve's livez never failed" if failed is None
+                     else f"serve's livez failed on {policy['acted_on']} after {failed:g} s")
+    elif policy.get("acted_s") is not None:
+        words.append(f"guard and livez act on {policy['acted_on']} after {policy['acted_s']:g} s")
     if policy.get("kubelet_by_s") is not None:
         words.append(f"a kubelet on livez restarts by {policy['kubelet_by_s']:g} s")
     return "; ".join(words)

@@ -418,15 +418,21 @@ def policy(demands: str, events: list[VerdictEvent], injected: float, end: float
     evidence held (`acted_s`, from the injection; None: nothing of the class); livez's first 503 as serve answered
     it, where serve recorded the step; and the latest a kubelet on livez (period 10 s, failureThreshold 3) would
     restart the pod had the fault lasted: the first failing livez plus three periods."""
+    from servewatch.detectors import registry
     from servewatch.detectors.verdict import RESTART
 
     held = sorted((a, verdict) for a, b, verdict in acting(events, RESTART) if injected <= a <= end or a < injected < b)
     acted_at, acted_on = (max(held[0][0], injected), held[0][1]) if held else (None, None)
+    failing = acted_at
+    if livez is not None:     # serve's verdict lines carry no evidence: its livez, as answered, says when it acted
+        failing = next((t for t, status in livez if injected <= t <= end and status is not None and status != 200), None)
+        acted_at = failing
+        if acted_on is None and failing is not None:
+            acted_on = next((e.verdict for e in events if e.event == "fired" and e.t <= failing
+                             and registry.action_of(e.verdict) == RESTART), None)
     out: dict = {"demands": demands, "acted_on": acted_on,
                  "acted_s": None if acted_at is None else round(acted_at - injected, 2)}
-    failing = acted_at
     if livez is not None:
-        failing = next((t for t, status in livez if injected <= t <= end and status is not None and status != 200), None)
         out["livez_failed_s"] = None if failing is None else round(failing - injected, 2)
     out["kubelet_by_s"] = (None if failing is None
                            else round(failing - injected + KUBELET_FAILURE_THRESHOLD * KUBELET_PERIOD_S, 1))
