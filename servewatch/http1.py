@@ -94,15 +94,15 @@ class Endpoint:
         return self.host if self.port == default else f"{self.host}:{self.port}"
 
 
-_IDLE, _HEAD, _BODY, _CLOSED = range(4)
+STATE_IDLE, STATE_HEAD, STATE_BODY, STATE_CLOSED = range(4)
 
 
-class _Conn(asyncio.Protocol):
+class Conn(asyncio.Protocol):
     """One connection: parses the status line and headers, then decodes the body as it arrives."""
 
     def __init__(self, max_body: int):
         self.transport: asyncio.Transport | None = None
-        self.state = _IDLE
+        self.state = STATE_IDLE
         self.reused = False
         self.max_body = max_body
         self._loop = asyncio.get_running_loop()
@@ -129,9 +129,9 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         state = self.state
-        if state == _BODY:
+        if state == STATE_BODY:
             self._body(data)
-        elif state == _HEAD:
+        elif state == STATE_HEAD:
             self._head(data)
         else:                          # bytes nobody asked for: this connection is not reusable
             self._abort()
@@ -140,10 +140,10 @@ class _Conn(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc) -> None:
-        state, self.state = self.state, _CLOSED
-        if state == _HEAD:
+        state, self.state = self.state, STATE_CLOSED
+        if state == STATE_HEAD:
             self._fail(_EmptyHead() if not self._buf else StreamCut("connection closed in headers"))
-        elif state == _BODY and not self.body_done:
+        elif state == STATE_BODY and not self.body_done:
             if self._until_close:
                 self._complete()
             else:
@@ -157,7 +157,7 @@ class _Conn(asyncio.Protocol):
 
     def expect(self) -> asyncio.Future:
         """Await a response from now on, without writing anything (another thread writes it)."""
-        self.state = _HEAD
+        self.state = STATE_HEAD
         self._buf = b""
         self._pending = []
         self._received = 0
@@ -176,7 +176,7 @@ class _Conn(asyncio.Protocol):
 
     def unsent(self) -> None:
         """Another thread could not write the request at all: safe to retry on a fresh connection."""
-        if self.state == _HEAD:
+        if self.state == STATE_HEAD:
             self._fail(_EmptyHead())
 
     def body_future(self) -> asyncio.Future:
@@ -194,11 +194,11 @@ class _Conn(asyncio.Protocol):
 
     @property
     def closed(self) -> bool:
-        return self.state == _CLOSED or self.transport is None or self.transport.is_closing()
+        return self.state == STATE_CLOSED or self.transport is None or self.transport.is_closing()
 
     # -- internals
     def _abort(self) -> None:
-        self.state = _CLOSED
+        self.state = STATE_CLOSED
         if self.transport is not None:
             self.transport.abort()
 
@@ -208,13 +208,13 @@ class _Conn(asyncio.Protocol):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(exc)
                 waiter.exception()         # mark retrieved: a cancelled caller may never await it
-        if self.state != _CLOSED:
+        if self.state != STATE_CLOSED:
             self._abort()
 
     def _complete(self) -> None:
         self.body_done = True
-        if self.state != _CLOSED:
-            self.state = _IDLE
+        if self.state != STATE_CLOSED:
+            self.state = STATE_IDLE
         if self._body_waiter is not None and not self._body_waiter.done():
             self._body_waiter.set_result(None)
 
@@ -233,7 +233,7 @@ class _Conn(asyncio.Protocol):
         except _BROKEN as exc:
             self._fail(exc)
             return
-        self.state = _BODY
+        self.state = STATE_BODY
         waiter = self._head_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -382,7 +382,7 @@ class Response:
 
     __slots__ = ("status", "headers", "_conn", "_pool")
 
-    def __init__(self, conn: _Conn, pool: "Http1Client"):
+    def __init__(self, conn: Conn, pool: "Http1Client"):
         self.status = conn.status
         self.headers = conn.headers
         self._conn = conn
@@ -417,7 +417,7 @@ class Response:
         if conn is None:
             return
         conn.sink = None
-        if conn.body_done and conn.keep_alive and conn.state == _IDLE:
+        if conn.body_done and conn.keep_alive and conn.state == STATE_IDLE:
             self._pool._give_back(conn)
         else:
             conn._abort()
@@ -451,20 +451,20 @@ class Http1Client:
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
         self.max_body = max_body
-        self._idle: list[_Conn] = []
+        self._idle: list[Conn] = []
         self._ssl = ssl_context if ssl_context is not None else (
             ssl_module.create_default_context() if endpoint.scheme == "https" else None)
         extra = "".join(f"{name}: {value}\r\n" for name, value in checked_headers(headers))
         self._head = (f"Host: {endpoint.host_header}\r\nUser-Agent: servewatch-load\r\n"
                       f"Accept: */*\r\n{extra}").encode("ascii")
 
-    async def _connect(self) -> _Conn:
+    async def _connect(self) -> Conn:
         loop = asyncio.get_running_loop()
         max_body = self.max_body
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Conn(max_body), self.endpoint.host, self.endpoint.port, ssl=self._ssl,
+                    lambda: Conn(max_body), self.endpoint.host, self.endpoint.port, ssl=self._ssl,
                     server_hostname=self.endpoint.host if self._ssl else None)
         except TimeoutError:
             raise ConnectFailed("connect timeout") from None
@@ -479,12 +479,12 @@ class Http1Client:
         results = await asyncio.gather(*(self._connect() for _ in range(count)), return_exceptions=True)
         opened = 0
         for conn in results:
-            if isinstance(conn, _Conn):
+            if isinstance(conn, Conn):
                 self._idle.append(conn)
                 opened += 1
         return opened
 
-    def _give_back(self, conn: _Conn) -> None:
+    def _give_back(self, conn: Conn) -> None:
         if len(self._idle) < self.max_idle and not conn.closed:
             conn.reused = True
             self._idle.append(conn)
@@ -578,7 +578,7 @@ class Http1Client:
             head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n".encode("ascii")
         return head + b"\r\n" + (body or b"")
 
-    async def _exchange(self, conn: _Conn, raw: bytes, on_sent) -> Response:
+    async def _exchange(self, conn: Conn, raw: bytes, on_sent) -> Response:
         if on_sent is not None:
             on_sent()
         try:
@@ -599,7 +599,7 @@ class Pending:
     """A request whose response is awaited by `Http1Client.complete`. `sent` is the epoch time its
     bytes were handed to the socket (None until then); a retry on a fresh connection stamps the
     send again through `on_sent`. `fd`/`due`: see `Http1Client.prepare`."""
-    conn: _Conn
+    conn: Conn
     head: asyncio.Future
     raw: bytes
     on_sent: Callable[[], None] | None

@@ -24,7 +24,7 @@ _raw_decode = json.JSONDecoder().raw_decode
 ABORT_REASONS = frozenset({"abort", "error"})
 
 
-def _completion_event_pattern() -> re.Pattern:
+def completion_event_pattern() -> re.Pattern:
     """One whole SSE read `data: {...}\n\n` holding a compact completions chunk in the shape vLLM
     and the built-in simulator send, matched whole so that what it extracts is exactly what the
     JSON path would: printable-ASCII strings without escapes, scalar values, no duplicate, error or
@@ -49,7 +49,7 @@ def _completion_event_pattern() -> re.Pattern:
                       rb'(?:,"usage":' + usage + rb')?(?:,' + top + rb')*\}\n\n')
 
 
-_completion_event = _completion_event_pattern().fullmatch
+_completion_event = completion_event_pattern().fullmatch
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from servewatch.load.client import _completion_event_pattern
+from servewatch.load.client import completion_event_pattern
 
 _CHARS = rb'[\x20\x21\x23-\x5b\x5d-\x7e]*'          # printable ASCII but " and \
 _STRING = rb'"' + _CHARS + rb'"'
@@ -41,7 +41,7 @@ _USAGE = (rb'\{"prompt_tokens":' + _COUNT + rb',(?:' + _IN_USAGE + rb',)*?'
 _END = rb'(?:,"usage":' + _USAGE + rb')?(?:,' + _TOP + rb')*\}\n\n\r\n'       # to the chunk's end
 
 # completions: {"index":0,"text":"PIECE", ...}; the pattern is the load client's own, framed
-_COMPLETION = _completion_event_pattern().pattern
+_COMPLETION = completion_event_pattern().pattern
 _TEXT_AT = _COMPLETION.index(rb'"text":"(') + len(rb'"text":"')
 
 # chat: {"index":0,"delta":{... "content":"PIECE" ...}, ...}: the piece is delta.content or "" (a delta

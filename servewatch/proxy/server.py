@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
-from servewatch.http1 import Endpoint, StreamCut, _Conn, _BODY, _IDLE
+from servewatch.http1 import Endpoint, StreamCut, Conn, STATE_BODY, STATE_IDLE
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
@@ -184,7 +184,7 @@ class Proxy:
         up.attach(client, ex)
 
     def release(self, up: "Upstream") -> None:
-        if up.keep_alive and up.state == _IDLE and not up.closed and len(self.idle) < self.config.max_connections:
+        if up.keep_alive and up.state == STATE_IDLE and not up.closed and len(self.idle) < self.config.max_connections:
             up.exchange = up.client = up.client_write = None     # (no hold on the last client's transport)
             up.idle_since = self.now()
             if up.paused:
@@ -306,7 +306,7 @@ class Proxy:
                     client.fail_exchange(ex, R.TIMEOUT, "the upstream went silent", 504)
 
 
-class Upstream(_Conn):
+class Upstream(Conn):
     """An upstream connection: every read goes to the client first, then to the HTTP/1.1 parser."""
 
     def __init__(self, proxy: Proxy, max_body: int):
@@ -333,7 +333,7 @@ class Upstream(_Conn):
         self.client, self.exchange = client, ex
         ex.upstream = self
         # expect a response (the parser's state, without a future: the callbacks below are the waiters)
-        self.state = 1  # _HEAD
+        self.state = 1  # STATE_HEAD
         self._buf = b""
         self._pending = []
         self._received = 0
@@ -370,7 +370,7 @@ class Upstream(_Conn):
         if not ex.client_gone:
             self.client_write(data)
         # The hot path of a completions stream, one read = one whole chunk = one whole event: what
-        # _Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion -> _chunk do for it,
+        # Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion -> _chunk do for it,
         # inline. `inline` is set only while the parser is between chunks of an SSE completions body.
         # One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
         # goes to the parser, which reads it the same way).
@@ -456,7 +456,7 @@ class Upstream(_Conn):
         ex = self.exchange
         state = ex.state if ex is not None else None
         self.inline = (state is not None and not state.spent
-                       and not state.keep_text and self.state == _BODY and self._chunked and not self._buf
+                       and not state.keep_text and self.state == STATE_BODY and self._chunked and not self._buf
                        and not self._left and not self._need_crlf and not self._trailer
                        and not state.splitter.pending)
 
