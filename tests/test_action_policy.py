@@ -161,8 +161,8 @@ def test_the_drill_times_the_restart_from_the_evidence_not_the_firing():
     from servewatch.drill import measure as M
 
     events = [_event("fired", "overload", 101.0),                                    # a person's: never acts
-              _event("fired", "not_serving", 104.0, evidence=False),               # one probe: not yet
-              _event("evidence", "not_serving", 107.5),                            # the second: acts
+              _event("fired", "not_serving", 104.0, evidence_held=False),               # one probe: not yet
+              _event("evidence_held", "not_serving", 107.5),                            # the second: acts
               _event("cleared", "not_serving", 130.0)]
     policy = M.policy("restart", events, injected=100.0, end=140.0)
     assert policy == {"demands": "restart", "acted_on": "not_serving", "acted_s": 7.5, "kubelet_by_s": 37.5}
@@ -175,7 +175,7 @@ def test_the_drill_times_the_restart_from_the_evidence_not_the_firing():
     assert served == {"demands": "restart", "acted_on": "not_serving", "acted_s": 8.0, "livez_failed_s": 8.0,
                       "kubelet_by_s": 38.0}
     # serve's lines carry no evidence (they read as held at the firing): its livez answers decide
-    unconfirmed = [e for e in events if e.event != "evidence"]
+    unconfirmed = [e for e in events if e.event != "evidence_held"]
     served = M.policy("restart", unconfirmed, injected=100.0, end=140.0, livez=[(104.0, 200), (108.0, 503)])
     assert served["acted_s"] == 8.0 and served["acted_on"] == "not_serving"
 

@@ -53,9 +53,9 @@ def test_target_down_at_start_keeps_watching_and_reports_health_loss():
                                               "/metrics in 1.5 s")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["verdict"] for line in lines] == ["health_loss"]
-    assert set(lines[0]) == {"event", "t", "verdict", "onset", "since_s", "why", "details", "action", "evidence",
+    assert set(lines[0]) == {"event", "t", "verdict", "onset", "since_s", "why", "details", "action", "evidence_held",
                              "bundle"} and lines[0]["event"] == "fired"
-    assert lines[0]["action"] == "page" and lines[0]["evidence"] is True      # health_loss: a person decides
+    assert lines[0]["action"] == "page" and lines[0]["evidence_held"] is True      # health_loss: a person decides
     assert lines[0]["t"].endswith("Z") and lines[0]["since_s"] >= 0.3 and lines[0]["bundle"] is None
 
 

@@ -30,6 +30,7 @@ from servewatch.actions import tree
 from servewatch.actions.identity import (ServerIdentityError, ServerProof, prove_server, reprove, tree_listens,
                                          unverifiable_reason)
 from servewatch.actions.policy import Action, GuardConfig, Outcome, action_for, exit_status
+from servewatch.detectors import registry
 
 ReturnCode = Callable[[], "int | None"]     # Popen.poll of a server guard started; None when attached
 
@@ -79,8 +80,6 @@ class Guard:
     def say_policy(self, probing: bool) -> None:
         """What guard acts on, in one line at its start: each verdict with its class and the evidence it waits
         for; and when the probe is off, which of them cannot fire."""
-        from servewatch.detectors import registry
-
         line = f"acts on {', '.join(registry.policy_lines(self.config.act_on))}"
         blind = [name for name in self.config.act_on if (found := registry.spec(name)) and found.probes]
         if not probing and blind:

@@ -93,14 +93,14 @@ class Prober:
 
 @dataclass
 class VerdictEvent:
-    event: str               # fired | cleared | evidence (the evidence of its action class came after the firing)
+    event: str               # fired | cleared | evidence_held (the evidence of its action class came after the firing)
     verdict: str
     t: float                 # epoch seconds the recorder concluded it (fired) or saw it end (cleared)
     onset: float
     bundle: str | None = None
     why: str = ""            # the verdict's explanation (fired lines): which engine, which rank, which process
     details: dict | None = None   # the detector's own figures as the fired line gave them (e.g. threshold_s)
-    evidence: bool = True    # fired lines: the evidence its action class waits for already held
+    evidence_held: bool = True    # fired lines: the evidence its action class waits for already held
 
 
 def parse_watch_line(line: str) -> VerdictEvent | None:
@@ -109,7 +109,7 @@ def parse_watch_line(line: str) -> VerdictEvent | None:
         return VerdictEvent(data["event"], data["verdict"], parse_iso8601(data["t"]), parse_iso8601(data["onset"]),
                             data.get("bundle"), str(data.get("why") or ""),
                             data["details"] if isinstance(data.get("details"), dict) else None,
-                            data.get("evidence") is not False)
+                            data.get("evidence_held") is not False)
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -389,7 +389,7 @@ def acting(events: list[VerdictEvent], *classes: str) -> list[tuple[float, float
             continue
         cleared = next((c.t for c in events if c.event == "cleared" and c.verdict == e.verdict and c.t >= e.t),
                        float("inf"))
-        since = e.t if e.evidence else next((c.t for c in events if c.event == "evidence" and c.verdict == e.verdict
+        since = e.t if e.evidence_held else next((c.t for c in events if c.event == "evidence_held" and c.verdict == e.verdict
                                               and e.t <= c.t < cleared), None)
         if since is not None:
             out.append((since, cleared, e.verdict))

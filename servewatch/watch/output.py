@@ -1,5 +1,5 @@
-"""What `watch` prints: one JSON line per fired and per cleared verdict (and per evidence that came later), or a
-live table."""
+"""What `watch` prints: one JSON line per fired and per cleared verdict (and when a verdict's evidence came after its
+firing), or a live table."""
 
 from __future__ import annotations
 
@@ -24,19 +24,19 @@ def cleared_line(cleared: Cleared) -> str:
 
 def json_line(fired: Fired) -> str:
     """One JSON line per fired verdict; `details` are the detector's own figures (e.g. the stall's
-    `threshold_s`), cleaned as a bundle cleans them; `action` its action class, `evidence` whether the evidence
-    that class waits for already holds (when not, an "evidence" line follows once it does)."""
+    `threshold_s`), cleaned as a bundle cleans them; `action` its action class, `evidence_held` whether the evidence
+    that class waits for already holds (when not, an "evidence_held" line follows once it does)."""
     v = fired.verdict
     return json.dumps({"event": "fired", "t": iso8601(v.t), "verdict": v.name, "onset": iso8601(v.onset),
                        "since_s": round(v.since_s, 3), "why": v.why, "details": verdict_to_dict(v)["details"],
-                       "action": registry.action_of(v.name), "evidence": registry.evidence_holds(v),
+                       "action": registry.action_of(v.name), "evidence_held": registry.evidence_holds(v),
                        "bundle": fired.bundle}, ensure_ascii=False)
 
 
 def evidence_line(verdict: Verdict) -> str:
     """One JSON line when a verdict that fired without it gets the evidence its action class waits for (e.g.
     not_serving's second probe in a row with no token)."""
-    return json.dumps({"event": "evidence", "t": iso8601(verdict.t), "verdict": verdict.name,
+    return json.dumps({"event": "evidence_held", "t": iso8601(verdict.t), "verdict": verdict.name,
                        "onset": iso8601(verdict.onset), "action": registry.action_of(verdict.name),
                        "why": verdict.why, "details": verdict_to_dict(verdict)["details"]}, ensure_ascii=False)
 
