@@ -73,6 +73,19 @@ def test_a_stopped_tp_rank_while_the_engine_reads_idle_is_named_when_a_probe_get
     assert verdict.onset == T0 + 10.0 and verdict.details["rank"] == "TP1" and verdict.details["how"] == "stopped"
 
 
+def test_rank_stalled_counts_the_probes_missed_since_the_stop_its_action_evidence():
+    """failed_probes is what the action policy reads (rank_stalled acts on one): the misses in a row asked no
+    earlier than the stop, never one asked long before it."""
+    def failed(*probes):
+        w = window(stopped_at(10.0), probes=list(probes), span=16.0)
+        (verdict,) = [v for v in run_detectors(w, CONFIG) if v.name == "rank_stalled"]
+        return verdict.details["failed_probes"]
+
+    assert failed(missed(10.5)) == 1
+    assert failed(missed(10.5), missed(13.0)) == 2
+    assert failed(missed(1.0), missed(10.5)) == 1
+
+
 def test_no_verdict_without_a_missed_probe_nor_with_one_asked_before_the_stop():
     assert "rank_stalled" not in names(window(stopped_at(10.0), span=14.0))
     served = ProbeSample(T0 + 10.6, SERVED, 0.1, 3.0, status=200, tokens=1)

@@ -54,7 +54,7 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     # real vLLM's engine core resumed after 34 s: not_serving for 0.63 s on the probes sent during the stop).
     after = max((t for t in (_last_counter_movement(window, key), _last_stopped(window)) if t is not None),
                 default=None)
-    run = _trailing_failures(probes, after=after)
+    run = trailing_failures(probes, after=after)
     if not run or len(run) < config.probe_fail_count:
         return None
     first, last = run[0], run[-1]
@@ -109,7 +109,7 @@ def asked_at(probe: ProbeSample) -> float:
     return probe.t - waited
 
 
-def _trailing_failures(probes: tuple[ProbeSample, ...], after: float | None) -> list[ProbeSample]:
+def trailing_failures(probes: tuple[ProbeSample, ...], after: float | None) -> list[ProbeSample]:
     run: list[ProbeSample] = []
     for probe in reversed(probes):
         if not probe.failed or (after is not None and asked_at(probe) < after):

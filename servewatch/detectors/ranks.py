@@ -180,29 +180,26 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     return []
 
 
-def _newest_probe_of(window: Window, rank: Rank):
-    """The newest probe that asked the rank's engine: on a data-parallel server whose probes are aimed, the
-    newest aimed at its DP rank (engine 0 answering says nothing of engine 1); else the newest of all."""
+def _probes_of(window: Window, rank: Rank) -> tuple:
+    """The probes that asked the rank's engine: on a data-parallel server whose probes are aimed, those aimed at
+    its DP rank (engine 0 answering says nothing of engine 1); else all of them."""
     dp = rank.axis("DP")
     if dp is not None and any(p.engine is not None for p in window.probe):
-        return next((p for p in reversed(window.probe) if p.engine == str(dp)), None)
-    return window.probe[-1] if window.probe else None
+        return tuple(p for p in window.probe if p.engine == str(dp))
+    return window.probe
+
+
+def _newest_probe_of(window: Window, rank: Rank):
+    """The newest probe that asked the rank's engine (`_probes_of`)."""
+    probes = _probes_of(window, rank)
+    return probes[-1] if probes else None
 
 
 def _failed_since(window: Window, rank: Rank, since: float) -> int:
     """How many probes of the rank's engine in a row, the newest last, got no token, asked after `since`."""
-    from servewatch.detectors.not_serving import asked_at
+    from servewatch.detectors.not_serving import trailing_failures
 
-    dp = rank.axis("DP")
-    aimed = dp is not None and any(p.engine is not None for p in window.probe)
-    count = 0
-    for probe in reversed(window.probe):
-        if aimed and probe.engine != str(dp):
-            continue
-        if not probe.failed or asked_at(probe) < since:
-            break
-        count += 1
-    return count
+    return len(trailing_failures(_probes_of(window, rank), after=since))
 
 
 def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) -> Verdict | None:
