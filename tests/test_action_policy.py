@@ -293,3 +293,52 @@ def test_the_node_problem_detector_plugin_exits_as_npd_reads_it_against_a_real_s
         free = s.getsockname()[1]
     script.write_text(doc["data"]["servewatch-drain.sh"].replace("127.0.0.1:9464", f"127.0.0.1:{free}"))
     assert check()[0] == 3
+
+
+def test_an_idle_wedge_of_an_engine_whose_health_is_a_generation_is_not_serving_with_its_evidence():
+    """SGLang's /health runs its own one-token generation through the scheduler, so a scheduler wedged while idle
+    takes /health down too (503 once its own timeout, 2 s here, has passed): recorded by URL (no process view),
+    the probe's misses while /metrics still answers are the restart class's evidence, not a health loss alone."""
+    from servewatch.detectors.not_serving import detect as not_serving_detect
+    from servewatch.sim.config import SimConfig
+
+    recorder, engine, start = run([Phase(20), Phase(60)], faults=((30, {"kind": "wedge-idle"}),), probe=(10, 5),
+                                  config=SimConfig(dialect="sglang", seed=1, health_timeout=2.0),
+                                  with_process=False)
+    window = recorder.ring.window()
+    wedged = [h for h in window.health if h.t - start > 40]
+    assert wedged and all(h.status == 503 for h in wedged)         # /health is failing throughout
+    not_serving = [f.verdict for f in recorder.fired if f.verdict.name == "not_serving"]
+    assert not_serving, [f.verdict.name for f in recorder.fired]
+    assert "failed too (HTTP 503) while /metrics answered" in not_serving[0].why
+    held = not_serving_detect(window, recorder.config)
+    assert held and registry.acts(held[0], RESTART), held            # two probes agree: restart's evidence
+    assert "health_loss" in {f.verdict.name for f in recorder.fired}  # the page-class verdict says it too
+
+
+def test_a_failing_health_that_runs_through_the_engine_is_no_evidence_while_the_engine_computes_or_the_api_is_down():
+    """The same failed /health and missed probes are not not_serving where the engine process is visibly
+    computing (one long prefill step), or where /metrics no longer answers (the API process itself is frozen)."""
+    from servewatch.detectors import not_serving
+    from servewatch.detectors.config import DetectorConfig
+    from servewatch.engine.state import EngineState
+    from servewatch.timeline.samples import HealthSample, MetricsSample, ProbeSample, ProcessMember, ProcessSample
+    from servewatch.timeline.window import Window
+
+    def window(*, cpu: float, metrics_ok: bool) -> Window:
+        idle = EngineState("sglang", "sglang-0.5.23", {"model_name": "m"}, running=0.0, waiting=0.0)
+        metrics = [MetricsSample(t, "sglang", "sglang-0.5.23", (idle,)) for t in (0.0, 5.0, 10.0, 24.0)]
+        if not metrics_ok:       # answered after the first miss was asked (13 s), then stopped answering
+            metrics[-1:] = [MetricsSample(20.0, "sglang", "sglang-0.5.23", (idle,)),
+                            MetricsSample(24.0, None, None, error="timeout")]
+        health = [HealthSample(0.0, 200, 0.01)] + [HealthSample(float(t), None, None, error="timeout") for t in range(12, 25, 2)]
+        probe = [ProbeSample(t, DEADLINE, 5.0, 5.0, error="timeout") for t in (18.0, 23.0)]
+        member = ProcessMember(2, -3600.0, "engine_core", "sglang::scheduler", "sleeping", cpu_percent=cpu)
+        process = [ProcessSample(float(t), 1, -3600.0, True, (member,)) for t in range(12, 25, 2)]
+        return Window(metrics=tuple(metrics), health=tuple(health), probe=tuple(probe), process=tuple(process))
+
+    config = DetectorConfig()
+    [wedged] = not_serving.detect(window(cpu=0.0, metrics_ok=True), config)
+    assert wedged.details["failed_probes"] == 2 and "failed too (timeout)" in wedged.why
+    assert not_serving.detect(window(cpu=config.stall_busy_cpu_percent, metrics_ok=True), config) == []
+    assert not_serving.detect(window(cpu=0.0, metrics_ok=False), config) == []

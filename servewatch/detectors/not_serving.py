@@ -1,4 +1,5 @@
-"""not_serving: /health answers 2xx, yet a one-token probe gets no token, no counter moves and the gauges
+"""not_serving: /health answers 2xx (or, where /health is itself a generation through the engine, fails the same
+way), yet a one-token probe gets no token, no counter moves and the gauges
 show no admitted work (with work admitted and frozen, that is alive_health_ok_no_progress's verdict).
 
 The idle wedge: an engine that hangs while nothing runs keeps its gauges at 0 running and 0 waiting,
@@ -61,7 +62,10 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     asked = asked_at(first)
 
     health = [h for h in window.health if asked <= h.t <= last.t] or [h for h in window.health if h.t <= last.t][-1:]
-    if not health or not all(h.ok for h in health) or not window.health[-1].ok:
+    if not health:
+        return None
+    through = not (all(h.ok for h in health) and window.health[-1].ok)
+    if through and not _health_is_a_probe(window, config, asked):
         return None   # /health itself is failing: that is health_loss's (or engine_dead's) verdict
 
     newest = _newest_gauges(window, key)
@@ -72,15 +76,20 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
             else f"failed ({_problem(last)})")
     streak = f" ({len(run)} probes in a row over {last.t - asked:.1f} s)" if len(run) > 1 else ""
     aimed = f" sent to DP rank {engine}'s engine" if engine is not None else ""
-    why = (f"a one-token probe{aimed} {what}{streak} while /health answered {health[-1].status} "
-           f"({len(health)} time(s) meanwhile)")
+    if through:
+        why = (f"a one-token probe{aimed} {what}{streak}, and /health, which runs its own generation through this "
+               f"engine, failed too ({_problem(health[-1])}) while /metrics answered")
+    else:
+        why = (f"a one-token probe{aimed} {what}{streak} while /health answered {health[-1].status} "
+               f"({len(health)} time(s) meanwhile)")
     details: dict[str, float | int | str | bool | None] = {
         "failed_probes": len(run), "last_outcome": last.outcome, "deadline_s": last.deadline_s,
         "last_status": last.status, "last_error": last.error}
     if engine is not None:
         details["engine"] = key if key is not None else f"dp_rank={engine}"
     evidence = [Evidence("probe", first.t, "outcome", first.outcome),
-                Evidence("health", health[-1].t, "status", health[-1].status)]
+                (Evidence("health", health[-1].t, "status", health[-1].status) if health[-1].status is not None
+                 else Evidence("health", health[-1].t, "error", health[-1].error))]
     if last is not first:
         evidence.insert(1, Evidence("probe", last.t, "outcome", last.outcome))
     if newest is not None:
@@ -91,6 +100,29 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
         evidence += [Evidence("metrics", sample.t, "running", running),
                      Evidence("metrics", sample.t, "waiting", waiting)]
     return Verdict(NAME, max(last.t, health[-1].t), asked, why, tuple(evidence), details)
+
+
+def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> bool:
+    """Where /health runs a generation through the engine (SGLang 0.5.23: one token, waiting up to its own
+    20 s for any output), a /health that fails is the engine's own probe missing, not a contradiction of
+    ours — provided the HTTP process itself still answers (/metrics read since the first missed probe was
+    sent: a frozen API server is health_loss's), the engine is not visibly computing one long step (an
+    engine process using CPU, where the process tree is watched), no start or asked-for shutdown is under
+    way, and the engine has no "dead" status of its own (engine_dead's)."""
+    from servewatch.detectors import liveness, progress, startup
+
+    dialect = liveness.dialect_hint(window)
+    if dialect is None or not dialect.health_runs_through_engine:
+        return False
+    good = window.good_metrics()
+    if not good or good[-1].t < asked or window.metrics[-1] is not good[-1]:
+        return False
+    if progress.engine_busy(window.process, config) or startup.in_startup(window, config):
+        return False
+    last = window.health[-1]
+    if dialect.health_dead_status is not None and last.status == dialect.health_dead_status:
+        return False
+    return not liveness.in_shutdown(window, last.t, config)
 
 
 def _engine_key(window: Window, engine: str | None) -> str | None:
@@ -170,7 +202,8 @@ def _count(value) -> str:
     return "?" if value is None else f"{value:g}"
 
 
-def _problem(probe: ProbeSample) -> str:
+def _problem(probe) -> str:
+    """A failed probe's (or /health's) problem in words."""
     if probe.status is not None:
         return f"HTTP {probe.status}"
     return probe.error or "no answer"
