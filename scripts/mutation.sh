@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Mutation testing of the modules whose numbers an operator reads (issue 40), with mutmut 3.
+#
+#   scripts/mutation.sh [MODULE...]          every module given (default: the list below), one shard each
+#   scripts/mutation.sh --changed [REF]      only the listed modules that the change touches, capped at 5 minutes
+#   options: --floor PCT (default 90: exit 1 when a module's kill rate is below it)
+#            --budget S  (seconds for the whole run; default none, 300 with --changed)
+#            --report FILE (also write the markdown report there)
+#
+# One shard per module under mutants/<module>/ (gitignored): a pyproject.toml whose [tool.mutmut] mutates only
+# that module and runs only the test files that import it (found by grep), plus links to servewatch/ and tests/.
+# mutmut copies the package into the shard's mutants/ and never writes the sources; results are kept per
+# mutant, so a rerun tests only the functions that changed (incremental). The shards run one after another,
+# one test process at a time (--max-children 1) and under nice: the machine is shared.
+# Kill rate = (killed + timed out) / (all mutants - the equivalent ones in tests/mutation_equivalent.txt).
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+DEFAULT_MODULES=(
+  servewatch/detectors/verdict.py
+  servewatch/drill/measure.py
+  servewatch/sources/probe.py
+  servewatch/load/records.py
+  servewatch/load/summary.py
+  servewatch/proxy/telemetry.py
+  servewatch/engine/histogram.py
+  servewatch/derive/slo.py
+)
+
+FLOOR=90
+BUDGET=""
+CHANGED=""
+CHANGED_REF=""
+REPORT=""
+MODULES=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --changed) CHANGED=1
+               if [ $# -gt 1 ] && [ "${2#-}" = "$2" ] && [ "${2%.py}" = "$2" ]; then CHANGED_REF=$2; shift; fi ;;
+    --floor) FLOOR=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    --report) REPORT=$2; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -*) echo "mutation.sh: unknown option $1" >&2; exit 2 ;;
+    *) MODULES+=("$1") ;;
+  esac
+  shift
+done
+
+PY="$ROOT/.venv/bin/python"
+[ -x "$PY" ] || PY=$(command -v python3)
+if ! "$PY" -c 'import mutmut, sys; sys.exit(0 if mutmut.__version__.startswith("3.") else 1)' 2>/dev/null; then
+  echo "mutation.sh: installing mutmut 3" >&2
+  "$PY" -m pip install -q 'mutmut>=3.8,<4' || { echo "mutation.sh: could not install mutmut" >&2; exit 2; }
+fi
+
+if [ -n "$CHANGED" ]; then
+  [ -n "$BUDGET" ] || BUDGET=300
+  if [ -z "$CHANGED_REF" ]; then
+    if git rev-parse -q --verify origin/main >/dev/null; then CHANGED_REF="origin/main...HEAD"; else CHANGED_REF="HEAD~1"; fi
+  fi
+  touched=$( { git diff --name-only "$CHANGED_REF" 2>/dev/null; git diff --name-only HEAD 2>/dev/null; } | sort -u)
+  for m in "${DEFAULT_MODULES[@]}"; do
+    if printf '%s\n' "$touched" | grep -qx "$m"; then MODULES+=("$m"); fi
+  done
+  if [ ${#MODULES[@]} -eq 0 ]; then
+    echo "mutation.sh: the change ($CHANGED_REF) touches none of the mutation-tested modules"
+    exit 0
+  fi
+fi
+[ ${#MODULES[@]} -gt 0 ] || MODULES=("${DEFAULT_MODULES[@]}")
+
+# The test files that exercise a module: every top-level test file that imports it (the real-engine
+# conformance and lab folders are not part of the fast suite and are left out).
+tests_for() {
+  local mod=${1%.py}; mod=${mod//\//.}
+  local pkg=${mod%.*} leaf=${mod##*.}
+  grep -lE "${mod//./\\.}\b|from ${pkg//./\\.} import ([^#]*[ ,(])?${leaf}\b" tests/test_*.py 2>/dev/null | sort
+}
+
+make_shard() {   # $1 module, $2 shard dir, $3... test files
+  local module=$1 shard=$2; shift 2
+  mkdir -p "$shard"
+  ln -sfn "$ROOT/servewatch" "$shard/servewatch"
+  ln -sfn "$ROOT/tests" "$shard/tests"
+  # the other top-level files the tests read (README.md, deploy/, benchmarks/, ...): linked, then copied by also_copy
+  local extra=()
+  for e in $(git -C "$ROOT" ls-files | cut -d/ -f1 | sort -u); do
+    case "$e" in servewatch|tests|pyproject.toml|.gitignore) continue ;; esac
+    [ -e "$ROOT/$e" ] || continue
+    ln -sfn "$ROOT/$e" "$shard/$e"; extra+=("$e")
+  done
+  "$PY" - "$ROOT/pyproject.toml" "$shard/pyproject.toml" "$module" "${extra[*]}" "$@" <<'EOF'
+import json, re, sys
+src, dst, module, extra, tests = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5:]
+text = open(src, encoding="utf-8").read()
+# the project's own [tool.mutmut] section is replaced by the shard's (the pytest settings are kept)
+text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
+q = lambda xs: "[" + ", ".join(json.dumps(x) for x in xs) + "]"
+text += f"""
+[tool.mutmut]
+source_paths = ["servewatch"]
+only_mutate = [{json.dumps(module)}]
+also_copy = {q(extra)}
+pytest_add_cli_args_test_selection = {q(tests)}
+pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-p", "no:rerunfailures"]
+use_git_change_detection = false
+"""
+new = text
+try:
+    old = open(dst, encoding="utf-8").read()
+except FileNotFoundError:
+    old = None
+if old != new:
+    open(dst, "w", encoding="utf-8").write(new)
+EOF
+}
+
+START=$(date +%s)
+STATUS=0
+RESULTS=()
+for module in "${MODULES[@]}"; do
+  if [ ! -f "$module" ]; then echo "mutation.sh: no module $module" >&2; STATUS=2; continue; fi
+  slug=${module%.py}; slug=${slug//\//.}
+  shard="$ROOT/mutants/$slug"
+  mapfile -t tests < <(tests_for "$module")
+  if [ ${#tests[@]} -eq 0 ]; then echo "mutation.sh: no test file imports $module" >&2; STATUS=1; continue; fi
+  make_shard "$module" "$shard" "${tests[@]}"
+  limit=3600
+  if [ -n "$BUDGET" ]; then
+    limit=$(( BUDGET - ($(date +%s) - START) ))
+    if [ "$limit" -le 5 ]; then echo "mutation.sh: budget spent before $module" >&2; RESULTS+=("$module"); continue; fi
+  fi
+  echo "== $module: ${#tests[@]} test files: ${tests[*]}" >&2
+  t0=$(date +%s)
+  ( cd "$shard" && timeout -k 10 "$limit" nice -n 19 "$PY" -m mutmut run --max-children 1 ) > "$shard/run.log" 2>&1
+  rc=$?
+  echo "   mutmut exit $rc in $(( $(date +%s) - t0 )) s (log: mutants/$slug/run.log)" >&2
+  RESULTS+=("$module")
+done
+
+"$PY" - "$ROOT" "$FLOOR" "$(( $(date +%s) - START ))" "${REPORT:-}" "${RESULTS[@]}" <<'EOF'
+import json, os, sys
+from collections import Counter
+root, floor, elapsed, report, modules = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+from mutmut.stats import status_by_exit_code
+
+equivalent = {}
+path = os.path.join(root, "tests", "mutation_equivalent.txt")
+# one mutant a line: its name, then the reason; lines starting with # are comments
+for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
+    if line.strip() and not line.lstrip().startswith("#"):
+        name, _, why = line.strip().partition(" ")
+        equivalent[name] = why.strip()
+
+rows, bad, survivors = [], [], []
+for module in modules:
+    slug = module[:-3].replace("/", ".")
+    meta = os.path.join(root, "mutants", slug, "mutants", module + ".meta")
+    if not os.path.exists(meta):
+        rows.append((module, None)); bad.append(module); continue
+    codes = json.load(open(meta, encoding="utf-8")).get("exit_code_by_key", {})
+    c = Counter()
+    for name, code in codes.items():
+        status = status_by_exit_code[code]
+        if status == "survived" and name in equivalent:
+            status = "equivalent"
+        if status in ("survived", "no tests", "suspicious", "segfault"):
+            survivors.append((name, status))
+        c[status] += 1
+    caught = c["killed"] + c["timeout"] + c["caught by type check"]
+    judged = sum(c.values()) - c["equivalent"] - c["not checked"] - c["skipped"]
+    rate = 100.0 * caught / judged if judged else 0.0
+    rows.append((module, (c, rate)))
+    if rate < floor or c["not checked"]:
+        bad.append(module)
+
+out = ["| module | mutants | killed | timed out | survived | no tests | equivalent | not checked | kill rate |",
+       "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+for module, r in rows:
+    if r is None:
+        out.append(f"| {module} | — | — | — | — | — | — | — | not run |")
+        continue
+    c, rate = r
+    out.append(f"| {module} | {sum(c.values())} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+               f"{c['no tests']} | {c['equivalent']} | {c['not checked']} | {rate:.1f} % |")
+out.append("")
+out.append(f"floor {floor:g} %; {elapsed} s; modules below the floor or not finished: {', '.join(bad) or 'none'}")
+if survivors:
+    out.append("")
+    out.append("survivors (`mutmut show NAME` in the module's shard, mutants/<module>/):")
+    out += [f"- {n} ({s})" for n, s in sorted(survivors)]
+text = "\n".join(out) + "\n"
+print(text)
+os.makedirs(os.path.join(root, "mutants"), exist_ok=True)
+open(os.path.join(root, "mutants", "report.md"), "w", encoding="utf-8").write(text)
+if report:
+    open(report, "w", encoding="utf-8").write(text)
+sys.exit(1 if bad else 0)
+EOF
+rc=$?
+[ $STATUS -ne 0 ] && exit $STATUS
+exit $rc
