@@ -1038,12 +1038,13 @@ SERVE = """
           fire: {health_loss: 8}
           clear_within_s: 4
           livez: ok
+          readyz: failing
 """
 
 
 def test_servewatch_serve_can_record_a_fault_its_verdicts_and_livez_read_over_its_api(tmp_path):
     """The API server frozen: serve's health_loss fired and cleared as watch's would be; its livez stays 200
-    (health_loss is no liveness failure: /health itself already fails), as answered by serve itself."""
+    (health_loss is a person's, no liveness failure) and its readyz fails (/health fails), as serve answered."""
     path = tmp_path / "serve.yaml"
     path.write_text(textwrap.dedent(SERVE))
     out = tmp_path / "out"
@@ -1052,6 +1053,9 @@ def test_servewatch_serve_can_record_a_fault_its_verdicts_and_livez_read_over_it
     assert fault["met"], fault["checks"]
     assert 0 < fault["detected"]["health_loss"] <= 8 and fault["cleared"]["health_loss"] <= 4
     assert set(fault["livez"]) == {"200"} and fault["livez"]["200"] >= 8 / 0.5    # polled every 0.2 s at most
+    # readyz: no traffic to a server whose /health fails (its reason), though nothing there says restart
+    assert fault["readyz"].get("503", 0) >= 1
+    assert "servewatch serve's readyz fails while the fault holds" in [c["expectation"] for c in fault["checks"]]
     assert fault["bundles"]["written"] >= 1 and fault["bundles"]["verified"] == fault["bundles"]["written"]
     # `tokenizer: model` on a server whose model directory is not known (the simulator's is a name): approximate
     assert any("prompt sizes approximate" in note for note in fault["notes"]), fault["notes"]
@@ -1062,6 +1066,7 @@ def test_servewatch_serve_can_record_a_fault_its_verdicts_and_livez_read_over_it
                                                      "give serve or proxy, not both"),
     ({"kind": "stop", "serve": True, "guard": True}, "give serve or guard, not both"),
     ({"kind": "stop", "expect": {"livez": "failing"}}, "expect/livez: says what servewatch serve's livez answered"),
+    ({"kind": "stop", "expect": {"readyz": "ok"}}, "expect/readyz: says what servewatch serve's readyz answered"),
 ])
 def test_a_fault_recorded_by_serve_that_cannot_be_is_one_line(fault, words):
     with pytest.raises(PlanError, match=re.escape(words)):

@@ -63,6 +63,8 @@ def check(expect, result) -> list[dict]:
             add(what, met, observed)
     if expect.livez != "any":
         add(*_answered("servewatch serve's livez", expect.livez, result.livez or {}))
+    if expect.readyz != "any":
+        add(*_answered("servewatch serve's readyz", expect.readyz, result.readyz or {}))
     if expect.ready_within_s is not None:
         took = result.ready_s
         add(f"/health 200 within {expect.ready_within_s:g} s of the start", took is not None and

@@ -131,6 +131,7 @@ class Watcher:
                  stacks_dir: Path | None = None, proxy_records: Path | None = None, serve: bool = False):
         self.events: list[VerdictEvent] = []
         self.livez: list[tuple[float, int | None]] = []   # `serve`: its livez answers
+        self.readyz: list[tuple[float, int | None]] = []  # `serve`: its readyz answers (a readiness probe's view)
         self.serve_url: str | None = None
         self.actions: list[tuple[float, dict]] = []    # guard's lines (epoch seconds read, the line)
         self.log_path = log_path
@@ -238,15 +239,22 @@ class Watcher:
                         event = parse_watch_line(json.dumps({**item, "event": "cleared"}))
                         if event is not None:
                             self.events.append(event)
-            try:
-                with urllib.request.urlopen(f"{self.serve_url}/targets/{SERVE_TARGET}/livez", timeout=2) as response:
-                    status: int | None = response.status
-            except urllib.error.HTTPError as exc:
-                status = exc.code
-            except OSError:
-                status = None
-            self.livez.append((now, status))
+            self.livez.append((now, self._status("livez")))
+            self.readyz.append((now, self._status("readyz")))
             time.sleep(SERVE_POLL_S)   # serve's HTTP API, polled as a kubelet and a dashboard would
+
+    def _status(self, endpoint: str) -> int | None:
+        """serve's answer for the drill's target at `endpoint` (livez, readyz): its status, None without one."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.serve_url}/targets/{SERVE_TARGET}/{endpoint}", timeout=2) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
 
     def stop(self) -> int | None:
         if self.proc is None:

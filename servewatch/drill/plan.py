@@ -60,6 +60,7 @@ class Expect:
     exit_within_s: float | None = None                           # the server exits, process_exit says how
     ready_within_s: float | None = None                          # at_start: /health 200 this long after the start
     livez: str = "any"                                           # serve: ok | failing | any, while the fault holds
+    readyz: str = "any"                                          # serve: ok | failing | any, while the fault holds
     in_flight_cut: bool = False                                  # requests caught by the fault all fail
     log_shows: tuple[str, ...] = ()                              # the server's log after the injection
     fire_by_threshold: dict[str, float] = field(default_factory=dict)   # verdict -> allowance beyond its own threshold
@@ -89,6 +90,8 @@ class Expect:
             out["guard"] = self.guard.to_json()
         if self.livez != "any":
             out["livez"] = self.livez
+        if self.readyz != "any":
+            out["readyz"] = self.readyz
         for key in ("clear_within_s", "exit_within_s", "ready_within_s"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -395,9 +398,10 @@ def _build(data: dict, source: str) -> Plan:
         if f.get("serve") and others:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): serve: servewatch serve records the step in "
                             f"watch's place; give serve or {others[0]}, not both")
-        if "livez" in e and not f.get("serve"):
-            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/livez: says what servewatch serve's livez "
-                            f"answered; give the fault serve: true")
+        for endpoint in ("livez", "readyz"):
+            if endpoint in e and not f.get("serve"):
+                raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/{endpoint}: says what servewatch "
+                                f"serve's {endpoint} answered; give the fault serve: true")
         if "ready_within_s" in e and not at_start:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/ready_within_s: says how soon the server "
                             f"is up after a start the step makes; give the fault at_start")
@@ -416,6 +420,7 @@ def _build(data: dict, source: str) -> Plan:
                             diverging=tuple(g.get("diverging", ()))),
                         clear_within_s=e.get("clear_within_s"), exit_within_s=e.get("exit_within_s"),
                         ready_within_s=e.get("ready_within_s"), livez=e.get("livez", "any"),
+                        readyz=e.get("readyz", "any"),
                         in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())),
                         fire_by_threshold=dict(e.get("fire_by_threshold", {})),
                         restart_within_s=(e["restart"] or {}).get("within_s") if e.get("restart") else None,

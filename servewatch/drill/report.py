@@ -144,7 +144,8 @@ def meanings(doc: dict) -> tuple[tuple[str, str], ...]:
 def rows(doc: dict) -> list[list[str]]:
     return [[str(r["index"]), r["name"], *([r["target"]] if doc["targets"] else []), _injected(r), _detected(r),
              describe_answers(r["health"]) + _slow(r) + (f"; serve's livez {describe_answers(r['livez'])}"
-                                                         if r.get("livez") else ""), _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _policy(r), _impact(r),
+                                                         if r.get("livez") else "")
+             + (f", readyz {describe_answers(r['readyz'])}" if r.get("readyz") else ""), _s(r["kubelet_health_s"]), _s(r["kubelet_livez_s"]), _policy(r), _impact(r),
              _recovery(r), _verdict(r)]
             for r in doc["faults"]]
 

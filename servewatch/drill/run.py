@@ -63,6 +63,7 @@ class StepResult:
     thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
     ready_s: float | None = None                          # at_start: the start the step made, to /health 200
     livez: dict[str, int] | None = None                   # serve: its livez answers while the fault held
+    readyz: dict[str, int] | None = None                  # serve: its readyz answers while the fault held
     policy: dict | None = None    # what the fault demanded (an action class) and when guard and livez acted (M.policy)
 
     @property
@@ -495,6 +496,7 @@ class DrillRun:
         if step.serve:      # serve's own livez, as answered (a kubelet's view of it), not derived from verdicts
             livez = [(t, status == 200) for t, status in watcher.livez]
             result.livez = M.answers_during(watcher.livez, injected, reverted)
+            result.readyz = M.answers_during(watcher.readyz, injected, reverted)
         else:
             livez = M.livez_answers(events, start, end)
         restart = M.kubelet_restart(livez, start, end)
