@@ -24,10 +24,10 @@ DEFAULT_MODULES=(
   servewatch/drill/measure.py
   servewatch/drill/expect.py
   servewatch/sources/probe.py
-  servewatch/load/records.py
-  servewatch/load/summary.py
-  servewatch/proxy/telemetry.py
+  servewatch/load/itl.py
+  servewatch/proxy/exchange.py
   servewatch/engine/histogram.py
+  servewatch/load/summary.py
   servewatch/derive/slo.py
 )
 
