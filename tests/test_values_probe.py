@@ -1,0 +1,360 @@
+"""Values of the active probe (servewatch/sources/probe.py): its deadlines, its cadence, the backstop, the
+confirmation of a miss, the urgent probe and its gap, progress proven by the counters, the cost line and the
+classification of an answer — each on a hand-driven clock with the arithmetic beside it (issue 40). Boundaries
+read the module's constants: just under, at, just over."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from servewatch.clock import VirtualClock
+from servewatch.engine.state import Counters, EngineState
+from servewatch.sources import completions
+from servewatch.sources import probe as P
+from servewatch.sources.probe import ProbeAnswer, ProbeSource, classify, progress_proven
+from servewatch.timeline.ranks import Aim
+from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, UNAVAILABLE, MetricsSample, ProbeSample
+from servewatch.timeline.window import Window
+
+T0 = 1_800_000_000.0
+
+
+class Attempt:
+    def __init__(self, deadline_s, route):
+        self.deadline_s, self.route = deadline_s, route
+        self.result: ProbeAnswer | None = None
+        self.cancelled = False
+
+    def answer(self):
+        return self.result
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class Prober:
+    def __init__(self):
+        self.attempts: list[Attempt] = []
+
+    def __call__(self, deadline_s, route=None):
+        self.attempts.append(Attempt(deadline_s, route))
+        return self.attempts[-1]
+
+    @property
+    def last(self) -> Attempt:
+        return self.attempts[-1]
+
+
+class Ring:
+    def __init__(self, window=None):
+        self.window_ = window or Window()
+        self.asked: list[float] = []
+
+    def window(self, since):
+        self.asked.append(since)
+        return self.window_
+
+
+def poll(source):
+    return asyncio.run(source.poll())
+
+
+def make(**kw):
+    clock, prober = VirtualClock(T0), Prober()
+    said: list[str] = []
+    source = ProbeSource(prober, clock, say=said.append, **kw)
+    return source, clock, prober, said
+
+
+def served(latency=0.05, at=None):
+    return ProbeAnswer(SERVED, latency, 200, 1, at=at)
+
+
+def test_defaults_and_refusals():
+    source, *_ = make(deadline_s=10.0)
+    assert (source.every_s, source.deadline_s, source.urgent_deadline_s, source.interval) == \
+        (P.DEFAULT_EVERY_S, 10.0, P.URGENT_DEADLINE_S, 1.0)
+    assert make(deadline_s=2.0)[0].urgent_deadline_s == 2.0          # min(3, 2): never past the routine deadline
+    assert make(deadline_s=4.0, urgent_deadline_s=3.5)[0].urgent_deadline_s == 3.5
+    for kw in ({"every_s": 0.0}, {"deadline_s": 0.0}, {"check_s": 0.0}, {"every_s": -1.0}):
+        with pytest.raises(ValueError, match="^probe interval, deadline and check cadence must be positive$"):
+            make(**kw)
+    make(every_s=0.001, deadline_s=0.001, check_s=0.001)              # just over zero is fine
+
+
+def test_a_served_probe_becomes_one_sample_and_the_next_is_due_every_s_later():
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    assert poll(source) == []                                        # asked at T0, no answer yet
+    assert [a.deadline_s for a in prober.attempts] == [10.0] and prober.last.route is None
+    assert source.sent == 1
+    clock.advance(0.5)
+    prober.last.result = served(0.4, at=T0 + 0.4)
+    # t: the answer's own time when it is earlier than the poll (min(T0 + 0.5, T0 + 0.4))
+    assert poll(source) == [ProbeSample(t=T0 + 0.4, outcome=SERVED, latency_s=0.4, deadline_s=10.0, status=200,
+                                        tokens=1)]
+    clock.advance(29.499)                                            # 29.999 s after the ask: not due
+    assert poll(source) == [] and source.sent == 1
+    clock.advance(0.001)                                             # 30 s after: due
+    assert poll(source) == [] and source.sent == 2
+    prober.last.result = served(0.1, at=T0 + 40.0)                   # an `at` after the poll: the poll's time
+    clock.advance(0.2)
+    assert poll(source)[0].t == T0 + 30.2
+
+
+def test_the_backstop_gives_up_at_twice_the_deadline_plus_one_look():
+    source, clock, prober, _ = make(deadline_s=10.0, check_s=1.0)
+    poll(source)
+    backstop = 2 * 10.0 + 1.0                                         # 21 s after the ask
+    clock.advance(backstop - 0.001)
+    assert poll(source) == [] and not prober.last.cancelled
+    clock.advance(0.001)
+    [sample] = poll(source)
+    assert prober.attempts[0].cancelled
+    assert (sample.outcome, sample.latency_s, sample.deadline_s, sample.error) == (DEADLINE, pytest.approx(21.0),
+                                                                                   10.0, "timeout")
+    assert sample.t == T0 + 21.0
+
+
+def test_a_miss_is_asked_again_at_once_once_per_run_of_misses():
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    poll(source)
+    clock.advance(10.0)
+    prober.last.result = ProbeAnswer(DEADLINE, 10.0, error="timeout")
+    assert poll(source)[0].outcome == DEADLINE
+    clock.advance(1.0)
+    poll(source)                                                      # the confirmation, 11 s after the first ask
+    assert (source.sent, source.confirms, prober.last.deadline_s) == (2, 1, 10.0)
+    clock.advance(2.0)
+    prober.last.result = ProbeAnswer(FAILED, 2.0, 503)
+    assert poll(source)[0].outcome == FAILED
+    clock.advance(1.0)
+    assert poll(source) == [] and source.sent == 2                   # the run had its confirmation: wait the interval
+    clock.advance(26.999)                                             # T0 + 40.999: 29.999 s after the confirmation
+    poll(source)
+    assert source.sent == 2
+    clock.advance(0.001)                                              # T0 + 41: 30 s after it (asked at T0 + 11)
+    poll(source)
+    assert source.sent == 3
+    prober.last.result = served()
+    poll(source)
+    clock.advance(30.0)
+    poll(source)                                                      # routine
+    clock.advance(10.0)
+    prober.last.result = ProbeAnswer(FAILED, 0.1, 500)
+    poll(source)
+    poll(source)                                                      # a new run of misses: confirmed again at once
+    assert (source.sent, source.confirms) == (5, 2)
+
+
+def test_an_unavailable_probe_is_not_confirmed_and_is_said_once_per_error():
+    source, clock, prober, said = make(every_s=30.0)
+    poll(source)
+    prober.last.result = ProbeAnswer(UNAVAILABLE, None, error="no_models", detail="no model listed")
+    assert poll(source)[0].outcome == UNAVAILABLE
+    assert poll(source) == [] and source.confirms == 0 and source.sent == 1
+    assert said == ["probe unavailable: no model listed; no probe verdict until it answers"]
+    clock.advance(30.0)
+    poll(source)
+    prober.last.result = ProbeAnswer(UNAVAILABLE, None, error="no_models", detail="no model listed")
+    poll(source)
+    assert len(said) == 1                                             # said once
+    clock.advance(30.0)
+    poll(source)
+    prober.last.result = ProbeAnswer(UNAVAILABLE, None, error="connect", detail="")
+    poll(source)
+    assert len(said) == 1                                             # nothing to say without a detail
+    clock.advance(30.0)
+    poll(source)
+    prober.last.result = served()
+    poll(source)
+    clock.advance(30.0)
+    poll(source)
+    prober.last.result = ProbeAnswer(UNAVAILABLE, None, error="no_models", detail="again")
+    poll(source)
+    assert said[-1] == "probe unavailable: again; no probe verdict until it answers" and len(said) == 2
+
+
+def test_cost_line():
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    poll(source)
+    clock.advance(59.0)
+    assert source.cost_line() == ("1 one-token request(s) in 59 s; 0 skipped because the counters had moved; "
+                                  "deadline 10 s")
+    clock.advance(1.0)
+    # 1 x 3600 / 60 = 60 an hour
+    assert source.cost_line() == ("1 one-token request(s) in 60 s (60 an hour); 0 skipped because the counters had "
+                                  "moved; deadline 10 s")
+    source.urgent, source.confirms, source.skipped = 2, 1, 3
+    clock.advance(30.0)
+    # 1 x 3600 / 90 = 40 an hour
+    assert source.cost_line() == ("1 one-token request(s) (2 asked at once: a rank looked stalled) (1 asked at once to "
+                                  "confirm a probe that got no token) in 90 s (40 an hour); 3 skipped because the "
+                                  "counters had moved; deadline 10 s")
+    fresh = make()[0]
+    assert fresh.cost_line().startswith("0 one-token request(s) in 0 s;")
+
+
+# -- progress proven by the counters ------------------------------------------------------------------------------
+
+def scrape(t, tokens):
+    state = EngineState("vllm", "vllm-0.11", {"model_name": "m"}, counters=Counters(generation_tokens=tokens))
+    return MetricsSample(t=t, dialect="vllm", naming="vllm-0.11", engines=(state,))
+
+
+def probe_sample(t, tokens=1, outcome=SERVED):
+    return ProbeSample(t=t, outcome=outcome, latency_s=0.1, deadline_s=10.0, tokens=tokens)
+
+
+def test_progress_proven_is_more_tokens_than_the_probes_asked_for():
+    metrics = (scrape(0.0, 100), scrape(10.0, 105), scrape(20.0, 107))
+    # since 10: baseline the scrape at 10 (105), newest 107 -> 2 tokens
+    assert progress_proven(Window(metrics=metrics), 10.0, 5.0)
+    assert progress_proven(Window(metrics=metrics, probe=(probe_sample(12.0),)), 10.0, 5.0)      # 2 > 1
+    assert not progress_proven(Window(metrics=metrics, probe=(probe_sample(12.0, tokens=2),)), 10.0, 5.0)  # 2 > 2: no
+    # a probe answered up to a deadline before `since` counts (5.0 = 10 - 5); one before that does not
+    assert not progress_proven(Window(metrics=metrics, probe=(probe_sample(5.0, 1), probe_sample(6.0, None))), 10.0, 5.0)
+    assert progress_proven(Window(metrics=metrics, probe=(probe_sample(4.999, 5), probe_sample(6.0, None))), 10.0, 5.0)
+    # a probe that was not served asked for nothing
+    assert progress_proven(Window(metrics=metrics, probe=(probe_sample(12.0, 2, DEADLINE),)), 10.0, 5.0)
+    # since 9.999: baseline the scrape at 0 (100) -> 7 tokens
+    assert progress_proven(Window(metrics=metrics, probe=(probe_sample(12.0, 6),)), 9.999, 5.0)
+    # no scrape at or before `since`, or none after it: nothing proven
+    assert not progress_proven(Window(metrics=metrics), -0.001, 5.0)
+    assert not progress_proven(Window(metrics=metrics), 20.0, 5.0)
+    # counters that went down (a restart) or are unknown prove nothing
+    assert not progress_proven(Window(metrics=(scrape(0.0, 100), scrape(10.0, 50))), 0.0, 5.0)
+    assert not progress_proven(Window(metrics=(scrape(0.0, None), scrape(10.0, 50))), 0.0, 5.0)
+    assert not progress_proven(Window(metrics=(scrape(0.0, 100), scrape(10.0, None))), 0.0, 5.0)
+    assert not progress_proven(Window(metrics=(scrape(0.0, 100), scrape(10.0, 100))), 0.0, 5.0)
+
+
+def test_a_due_probe_is_skipped_when_the_counters_moved_and_skips_count_once_per_interval():
+    metrics = (scrape(T0 - 40.0, 100), scrape(T0 - 30.0, 100), scrape(T0, 150))
+    ring = Ring(Window(metrics=metrics))
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source.bind_timeline(ring)
+    assert poll(source) == [] and source.sent == 0 and source.skipped == 1
+    # the window read from now - every - deadline; progress judged since now - every (the scrape at T0 - 30)
+    assert ring.asked == [T0 - 40.0]
+    clock.advance(29.999)
+    poll(source)
+    assert source.skipped == 1
+    # a newer scrape: since T0 (150) -> 200, proven again
+    ring.window_ = Window(metrics=(*metrics, scrape(T0 + 30.0, 200)))
+    clock.advance(0.001)
+    poll(source)
+    assert source.skipped == 2 and source.sent == 0
+
+
+# -- the urgent probe ----------------------------------------------------------------------------------------------
+
+def test_an_urgent_probe_preempts_a_routine_one_and_waits_its_gap():
+    aim = Aim("1", (("X-data-parallel-rank", "1"),))
+    onset = {"t": None}
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source.bind_timeline(Ring(), lambda window: None if onset["t"] is None else (onset["t"], aim))
+    poll(source)                                                      # routine, asked at T0
+    clock.advance(2.0)
+    onset["t"] = T0 + 1.0                                             # a stall seen 1 s after the routine ask
+    assert poll(source) == []
+    routine, urgent = prober.attempts
+    assert routine.cancelled and source.preempted == 1 and source.urgent == 1
+    assert (urgent.deadline_s, urgent.route) == (P.URGENT_DEADLINE_S, {"X-data-parallel-rank": "1"})
+    clock.advance(P.URGENT_DEADLINE_S)
+    urgent.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+    [sample] = poll(source)
+    assert (sample.deadline_s, sample.engine, sample.t) == (3.0, "1", T0 + 5.0)
+    # the confirmation goes to the same engine with the routine deadline
+    poll(source)
+    assert (prober.last.deadline_s, prober.last.route) == (10.0, {"X-data-parallel-rank": "1"})
+    prober.last.result = served()
+    poll(source)
+    # a new stall after the last ask (T0 + 5), but within URGENT_GAP_S of the last urgent probe (asked at T0 + 2)
+    onset["t"] = clock.now() + 0.5
+    clock.advance(P.URGENT_GAP_S - 3.0 - 0.001)                       # now T0 + 11.999
+    poll(source)
+    assert source.urgent == 1
+    clock.advance(0.001)                                              # T0 + 12 = the urgent ask + 10 s
+    poll(source)
+    assert source.urgent == 2 and prober.last.deadline_s == 3.0
+
+
+def test_no_urgent_probe_for_a_stall_that_began_before_the_last_ask():
+    aim = Aim("0", ())
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source.bind_timeline(Ring(), lambda window: (T0, aim))
+    poll(source)                                                      # nothing asked yet: urgent at once
+    assert source.urgent == 1 and prober.last.deadline_s == 3.0
+    prober.last.result = served()
+    poll(source)
+    clock.advance(P.URGENT_GAP_S + 1.0)
+    poll(source)                                                      # the stall began at T0, the ask was at T0
+    assert source.urgent == 1 and source.sent == 1
+    # an urgent probe in flight is not preempted by another
+    source2, clock2, prober2, _ = make()
+    source2.bind_timeline(Ring(), lambda window: (clock2.now(), aim))
+    poll(source2)
+    clock2.advance(P.URGENT_GAP_S + 1.0)
+    assert [s.outcome for s in poll(source2)] == [DEADLINE]         # the urgent deadline's backstop: 2 x 3 + 1
+    assert source2.preempted == 0
+
+
+def test_routine_probes_take_the_engines_in_turn():
+    source, *_ = make()
+    assert source._in_turn(None) is None
+    assert source._in_turn(Window()) is None
+
+
+# -- an answer as an outcome ---------------------------------------------------------------------------------------
+
+def completion(status, elapsed=0.2, tokens=1, error=None, detail=""):
+    return completions.Completion(status=status, elapsed_s=elapsed, tokens=tokens, error=error, detail=detail)
+
+
+def test_classify():
+    assert classify(completion(None, 10.0, None, completions.TIMEOUT), 10.0) == \
+        ProbeAnswer(DEADLINE, 10.0, error="timeout", detail="no token within 10 s")
+    assert classify(completion(200, tokens=1), 10.0) == ProbeAnswer(SERVED, 0.2, 200, 1)
+    assert classify(completion(299, tokens=2), 10.0) == ProbeAnswer(SERVED, 0.2, 299, 2)
+    assert classify(completion(200, tokens=None), 10.0) == ProbeAnswer(SERVED, 0.2, 200, None)
+    assert classify(completion(200, tokens=0), 10.0) == ProbeAnswer(FAILED, 0.2, 200, 0, "no_token",
+                                                                    "an answer without a token")
+    assert classify(completion(200, error="bad_json", detail="d"), 10.0) == \
+        ProbeAnswer(UNAVAILABLE, 0.2, 200, error="bad_json", detail="d")
+    assert classify(completion(500, error="http_500", detail="d"), 10.0) == \
+        ProbeAnswer(FAILED, 0.2, 500, error="http_500", detail="d")
+    assert classify(completion(499, error="http_499", detail="d"), 10.0) == \
+        ProbeAnswer(UNAVAILABLE, 0.2, 499, error="http_499", detail="d")
+    assert classify(completion(300, error="http_300", detail="d"), 10.0).outcome == UNAVAILABLE
+    assert classify(completion(199, error=None), 10.0).outcome == UNAVAILABLE
+    assert classify(completion(None, error=completions.DISCONNECTED, detail="cut"), 10.0) == \
+        ProbeAnswer(FAILED, 0.2, None, error=completions.DISCONNECTED, detail="cut")
+    assert classify(completion(None, error=completions.CONNECT, detail="refused"), 10.0) == \
+        ProbeAnswer(UNAVAILABLE, 0.2, None, error=completions.CONNECT, detail="")
+    assert classify(completion(None, 2.5, None, completions.TIMEOUT), 2.5).detail == "no token within 2.5 s"
+
+
+def test_a_task_attempt_answers_as_its_task_ended():
+    async def main():
+        async def ok():
+            return served()
+
+        async def boom():
+            raise RuntimeError("x")
+
+        async def forever():
+            await asyncio.sleep(3600)
+
+        done, failed, pending = (P._TaskAttempt(asyncio.ensure_future(f())) for f in (ok, boom, forever))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert done.answer() == served()
+        assert failed.answer() == ProbeAnswer(UNAVAILABLE, None, error="RuntimeError")
+        assert pending.answer() is None
+        pending.cancel()
+        await asyncio.sleep(0)
+        assert pending.answer() == ProbeAnswer(UNAVAILABLE, None, error="cancelled")
+
+    asyncio.run(main())
