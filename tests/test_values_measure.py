@@ -337,3 +337,78 @@ def test_thresholds_from_threshold_s_or_bound_s():
     ((None,), {"exit_signal": 99}, "killed by signal 99"), ((), {}, "still running")])
 def test_exit_words(args, kw, words):
     assert M.exit_words(*args, **kw) == words
+
+
+# -- boundaries and precision the first mutation run left open (scripts/mutation.sh) -------------------------------
+
+def test_kubelet_restart_when_every_answer_is_before_a_probe():
+    # probe 10 reads 10.0 (one failure); probes 20 and 30 find no answer at or after them: skipped, not an error
+    assert M.kubelet_restart([(10.0, False)], 0.0, 30.0) is None
+
+
+def test_clearances_a_firing_at_the_injection_counts_and_a_second_one_does_not():
+    events = [fired("a", 100.0), cleared("a", 112.256), fired("a", 113.0), cleared("a", 118.0)]
+    # the firing at the injection itself counts; its clearance 112.256 - 110 = 2.256 -> 2.26 (two decimals);
+    # the second firing (113) does not replace it
+    assert M.clearances(events, 100.0, 110.0) == {"a": 2.26}
+
+
+def test_guard_outcome_at_the_injection_and_to_two_decimals():
+    events = [fired("not_serving", 100.0)]
+    actions = [(100.0, {"guard": "stacks", "verdict": "not_serving"}),
+               (106.256, {"guard": "kill", "verdict": "not_serving", "killed": 1})]
+    out = M.guard_outcome(actions, events, 100.0, exit_code=0, tree_left=0, signalled=[], captured=set())
+    # an action and a firing at the injection itself count: verdict 0 s, stacks 0 s
+    assert (out["acted_on"], out["verdict_s"], out["stacks"]["after_s"]) == ("not_serving", 0.0, 0.0)
+    # kill 106.256 - 100 = 6.256 -> 6.26; after the verdict the same
+    assert (out["kill"]["after_s"], out["kill"]["after_verdict_s"]) == (6.26, 6.26)
+    events = [fired("x", 104.123)]
+    actions = [(105.257, {"guard": "stacks", "verdict": "x"}), (106.256, {"guard": "kill", "verdict": "x"})]
+    out = M.guard_outcome(actions, events, 100.0, exit_code=0, tree_left=0, signalled=[], captured=set())
+    # verdict 4.123 -> 4.12; stacks 5.257 -> 5.26; kill after the verdict 106.256 - 104.123 = 2.133 -> 2.13
+    assert (out["verdict_s"], out["stacks"]["after_s"], out["kill"]["after_verdict_s"]) == (4.12, 5.26, 2.13)
+
+
+def test_impact_counts_each_error_class_and_places_a_request_by_when_it_was_sent():
+    records = [rec(1, 99.0, error="truncated", e2e=1.0), rec(2, 99.0, error="truncated", e2e=1.0),
+               rec(3, 99.0, error="timeout"),
+               rec(4, 100.5, ttft=0.12346, scheduled=99.0),      # scheduled before, sent after: during
+               rec(5, 99.5, ttft=0.56789)]
+    out = M.impact(records, 100.0, 110.0)
+    assert (out.failed, out.truncated, out.errors) == (3, 2, {"timeout": 1, "truncated": 2})
+    # medians to four decimals: 0.12346 -> 0.1235, 0.56789 -> 0.5679; 3 of 5 failed
+    assert (out.ttft_before_s, out.ttft_during_s) == (0.5679, 0.1235)
+    one_third = M.Impact(requests=3, failed=1)
+    assert one_third.to_json()["error_rate"] == 0.333            # three decimals
+
+
+def test_in_flight_counts_each_error_class():
+    records = [rec(1, 99.0, error="stream_cut", e2e=2.0), rec(2, 99.5, error="stream_cut", e2e=2.0)]
+    assert M.in_flight(records, 100.0)["errors"] == {"stream_cut": 2}
+
+
+def test_policy_at_the_injection_and_to_its_decimals():
+    # a restart verdict fired at the injection itself acts at 0 s
+    assert M.policy("restart", [fired("engine_dead", 100.0)], 100.0, 200.0)["acted_s"] == 0.0
+    # acted 106.256 - 100 = 6.256 -> 6.26; a kubelet 6.256 + 30 = 36.256 -> 36.3 (one decimal)
+    out = M.policy("restart", [fired("engine_dead", 106.256)], 100.0, 200.0)
+    assert (out["acted_s"], out["kubelet_by_s"]) == (6.26, 36.3)
+    # serve's livez failing at the injection itself; livez 503 at 103.256 -> 3.26
+    assert M.policy("restart", [], 100.0, 200.0, livez=[(100.0, 503)])["livez_failed_s"] == 0.0
+    assert M.policy("restart", [], 100.0, 200.0, livez=[(103.256, 503)])["livez_failed_s"] == 3.26
+    # the verdict the recorder's lines say acted is kept: not replaced by an earlier restart verdict's name
+    events = [fired("not_serving", 90.0, held=False), fired("engine_dead", 102.0)]
+    assert M.policy("restart", events, 100.0, 200.0, livez=[(103.0, 503)])["acted_on"] == "engine_dead"
+
+
+def test_recovery_counts_a_request_sent_at_the_revert_and_two_decimals():
+    assert M.recovery([rec(1, 110.0, e2e=1.256), rec(2, 110.5, e2e=1.0)], 110.0) == 1.26    # 111.256 - 110
+
+
+def test_reported_exit_reads_the_exit_code(tmp_path):
+    events = [fired("process_exit", 100.0, details={"exit_code": 1, "exit_signal": None})]
+    assert M.reported_exit(events, 100.0) == {"exit_code": 1, "exit_signal": None}
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "incident.json").write_text("{}")                  # no verdicts in it
+    assert M.stored_details([fired("x", 101.0, bundle=str(bundle))], 100.0, "x") is None
