@@ -343,32 +343,3 @@ def test_a_failing_health_that_runs_through_the_engine_is_no_evidence_while_the_
     assert not_serving.detect(window(cpu=config.stall_busy_cpu_percent, metrics_ok=True), config) == []
     assert not_serving.detect(window(cpu=0.0, metrics_ok=False), config) == []
 
-
-def test_an_engine_visibly_computing_is_not_wedged_until_the_stall_ceiling():
-    """vLLM, /health 200, gauges 0, two probes missed: not_serving — unless an engine process used at least
-    stall_busy_cpu_percent meanwhile (one long prefill step), and then only until the misses span the ceiling."""
-    from servewatch.detectors import not_serving
-    from servewatch.detectors.config import DetectorConfig
-    from servewatch.engine.state import EngineState
-    from servewatch.timeline.samples import HealthSample, MetricsSample, ProbeSample, ProcessMember, ProcessSample
-    from servewatch.timeline.window import Window
-
-    config = DetectorConfig()
-
-    def window(cpu: float, span: float) -> Window:
-        end = 20.0 + span
-        idle = EngineState("vllm", "vllm-0.32", {"model_name": "m"}, running=0.0, waiting=0.0)
-        metrics = tuple(MetricsSample(t, "vllm", "vllm-0.32", (idle,)) for t in (0.0, 10.0, end))
-        health = tuple(HealthSample(t, 200, 0.01) for t in (0.0, 20.0, end))
-        # two misses of 3 s each: the first asked at 20 s; the second answered (missed) `span` s after it
-        probe = (ProbeSample(23.0, DEADLINE, 3.0, 3.0, error="timeout"),
-                 ProbeSample(end, DEADLINE, 3.0, 3.0, error="timeout"))
-        member = ProcessMember(2, -3600.0, "engine_core", "VLLM::EngineCore", "running", cpu_percent=cpu)
-        process = tuple(ProcessSample(t, 1, -3600.0, True, (member,)) for t in (end - 1.0, end))
-        return Window(metrics=metrics, health=health, probe=probe, process=process)
-
-    busy = config.stall_busy_cpu_percent
-    assert [v.name for v in not_serving.detect(window(0.0, 6.0), config)] == ["not_serving"]
-    assert not_serving.detect(window(busy, 6.0), config) == []
-    assert not_serving.detect(window(busy, config.stall_ceiling_s - 0.5), config) == []
-    assert [v.name for v in not_serving.detect(window(busy, config.stall_ceiling_s), config)] == ["not_serving"]

@@ -18,7 +18,7 @@ from servewatch.sim import SimConfig, SimEngine
 from servewatch.bundle import serialize
 from servewatch.bundle.writer import BundleWriter
 from servewatch.bundle.verify import verify_bundle
-from servewatch.sources.probe import PROMPT
+from servewatch.sources.probe import PROMPT, ProbeAnswer
 from servewatch.timeline.samples import (DEADLINE, FAILED, SERVED, UNAVAILABLE, HealthSample, MetricsSample,
                                          ProbeSample)
 from servewatch.timeline.window import Window
@@ -217,3 +217,92 @@ def test_recording_options_carry_the_probe_flags(interval):
     on = options_from_args(parser.parse_args(["http://x:1", "--probe", "--probe-interval", f"{interval:g}s",
                                               "--probe-deadline", "3"]), defaults)
     assert (on.probe, on.probe_interval, on.probe_deadline) == (True, interval, 3.0)
+
+
+# --- the default probe: every 10 s, its deadline learned from the server's own answers ------------------------
+
+def test_the_learned_deadline_is_four_times_the_slowest_recent_answer_between_the_floor_and_the_ceiling():
+    from servewatch.sources import probe as P
+    from tests.test_values_probe import make, poll, served
+
+    source, clock, prober, _ = make()
+    assert source.fixed_deadline_s is None and source.deadline_s == P.DEADLINE_CEILING_S == 10.0   # none answered yet
+    assert "until the server has answered one" in source.deadline_words()
+
+    def answer(latency: float) -> None:
+        clock.advance(P.DEFAULT_EVERY_S)
+        poll(source)                               # asks (the routine probe is due: no ring, nothing proven)
+        prober.last.result = served(latency)
+        poll(source)                               # collects
+
+    answer(0.05)
+    assert prober.attempts[0].deadline_s == 10.0   # asked with the ceiling
+    assert source.deadline_s == 3.0                # 4 x 0.05 = 0.2 s, under the 3 s floor
+    answer(0.8)
+    assert source.deadline_s == pytest.approx(3.2)  # 4 x 0.8 s
+    assert prober.attempts[-1].deadline_s == 3.0    # that one was asked with the deadline learned before it
+    answer(2.6)
+    assert source.deadline_s == 10.0               # 4 x 2.6 = 10.4 s, over the ceiling
+    for _ in range(P.LEARN_FROM - 1):
+        answer(0.05)
+    assert source.deadline_s == 10.0               # the 2.6 s answer is one of the last 8 still
+    answer(0.05)
+    assert source.deadline_s == 3.0                # the 2.6 s answer (and the older 0.8 s) left the last 8: floor
+    assert "learned: 4 x the slowest of the last 8 served" in source.deadline_words()
+    fixed, *_ = make(deadline_s=7.0)
+    assert fixed.deadline_s == 7.0 and fixed.deadline_words() == "7 s"
+
+
+def test_the_default_probe_names_an_idle_wedge_within_15_s():
+    """Defaults: every 10 s, the deadline learned (the simulator answers in milliseconds: the 3 s floor). The engine
+    wedges while idle at 75 s; the next probe is due at most 10 s later and misses 3 s after it (one 1 s look and a
+    0.5 s detection cadence on top): not_serving by 75 + 10 + 3 + 1 + 0.5 = 89.5 s; the confirmation asked at once
+    misses 3 s (+1 s look) later: the restart class's evidence by 93.5 s (the old defaults, 30 s and 10 s: 116 s)."""
+    from servewatch.detectors import registry
+    from servewatch.detectors.verdict import RESTART
+    from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_EVERY_S
+
+    heard = []
+    recorder, engine, start = run([Phase(20), Phase(30, rate=2), Phase(120)], faults=((75, {"kind": "wedge-idle"}),),
+                                  probe=(DEFAULT_EVERY_S, DEFAULT_DEADLINE_S),
+                                  on_recorder=lambda r: r.evidence_listeners.append(lambda v, now: heard.append(v)))
+    fired_at = next(f.verdict.t for f in recorder.fired if f.verdict.name == "not_serving") - start
+    assert 75 < fired_at <= 75 + 10 + 3 + 1 + 0.5
+    missed = [p for p in recorder.ring.window().probe if p.outcome == DEADLINE]
+    assert missed[0].deadline_s == 3.0
+    held = next(v for v in heard if v.name == "not_serving")
+    assert registry.acts(held, RESTART) and held.t - start <= 75 + 10 + 3 + 1 + 3 + 1 + 0.5
+
+
+def test_a_miss_while_a_process_was_stopped_is_asked_again_at_once_when_the_stop_ends():
+    """gdb's attach holds the engine in a tracing stop for seconds, then its inferior call blocks it in a system call
+    (state S): probes asked during the stop prove nothing (not_serving leaves them out), so the one that missed is
+    asked again the moment the process view shows the stop over — not a routine interval later."""
+    from servewatch.timeline.samples import ProcessMember, ProcessSample
+    from tests.test_values_probe import T0, Ring, make, poll
+
+    def view(status: str, t: float) -> Window:
+        member = ProcessMember(7, T0 - 100, "engine_core", "VLLM::EngineCore", status)
+        return Window(process=(ProcessSample(t, 1, T0 - 100, True, (member,)),))
+
+    source, clock, prober, _ = make(deadline_s=3.0)
+    ring = Ring(view("tracing-stop", T0 + 1.0))
+    source.bind_timeline(ring)
+    poll(source)                                           # the routine probe, asked at T0
+    clock.advance(3.0)
+    prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+    poll(source)                                           # the miss, while the stop showed
+    poll(source)                                           # its confirmation, asked at once
+    assert len(prober.attempts) == 2 and source.confirms == 1
+    clock.advance(3.0)
+    prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+    poll(source)                                           # the confirmation missed too, the stop still showing
+    clock.advance(1.0)
+    poll(source)
+    assert len(prober.attempts) == 2 and source.after_stop == 0   # still stopped: nothing asked
+    ring.window_ = view("sleeping", clock.now())
+    clock.advance(1.0)
+    poll(source)                                           # the stop ended: asked at once, 8 s after the first
+    assert len(prober.attempts) == 3 and source.after_stop == 1
+    assert clock.now() - T0 == 8.0 < source.every_s
+    assert "1 asked at once when a stop that a miss coincided with ended" in source.cost_line()

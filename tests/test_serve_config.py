@@ -30,7 +30,7 @@ def test_config_file_is_read(tmp_path):
     assert cfg.shard == Shard(1, 3) and cfg.file_sd == ("/etc/sd/*.json",)
     assert [(t.name, t.url, t.pid) for t in cfg.targets] == [("llama-a", "http://10.0.0.7:8000", 42),
                                                              ("10.0.0.8:8000", "http://10.0.0.8:8000", None)]
-    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (True, 30.0, 10.0)   # on by default in a fleet
+    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (True, 10.0, None)   # on by default in a fleet, its deadline learned
 
 
 def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_path):

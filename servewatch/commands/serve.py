@@ -18,7 +18,7 @@ _HELP = {
              "--probe-interval, one completion of 1 token asks it to serve; cost: at most one 1-token request per "
              "idle target per interval, {probes_an_hour:g} an hour at the default)",
     "probe_interval": "at most one probe per S (default {probe_interval:g}s)",
-    "probe_deadline": "a probe without a token after S has missed (default {probe_deadline:g}s)",
+    "probe_deadline": "a probe without a token after S has missed (default: {probe_deadline_words})",
     "history": "history kept per target (default {history_min:g}m)",
     "detector_settings": "a detector threshold for every target, e.g. --set stall.floor_s=5 (repeatable)",
 }

@@ -60,10 +60,6 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
         return None
     first, last = run[0], run[-1]
     asked = asked_at(first)
-    from servewatch.detectors import progress
-
-    if progress.engine_busy(window.process, config) and last.t - asked < config.stall_ceiling_s:
-        return None   # an engine process visibly computing one long step (a huge prefill) is slow, not wedged
 
     health = [h for h in window.health if asked <= h.t <= last.t] or [h for h in window.health if h.t <= last.t][-1:]
     if not health:
@@ -110,9 +106,10 @@ def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> 
     """Where /health runs a generation through the engine (SGLang 0.5.23: one token, waiting up to its own
     20 s for any output), a /health that fails is the engine's own probe missing, not a contradiction of
     ours — provided the HTTP process itself still answers (/metrics read since the first missed probe was
-    sent: a frozen API server is health_loss's), no start or asked-for shutdown is under way, and the engine
-    has no "dead" status of its own (engine_dead's)."""
-    from servewatch.detectors import liveness, startup
+    sent: a frozen API server is health_loss's), the engine is not visibly computing one long step (an
+    engine process using CPU, where the process tree is watched: progress.engine_busy, as the stall's), no start
+    or asked-for shutdown is under way, and the engine has no "dead" status of its own (engine_dead's)."""
+    from servewatch.detectors import liveness, progress, startup
 
     dialect = liveness.dialect_hint(window)
     if dialect is None or not dialect.health_runs_through_engine:
@@ -120,7 +117,7 @@ def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> 
     good = window.good_metrics()
     if not good or good[-1].t < asked or window.metrics[-1] is not good[-1]:
         return False
-    if startup.in_startup(window, config):
+    if progress.engine_busy(window.process, config) or startup.in_startup(window, config):
         return False
     last = window.health[-1]
     if dialect.health_dead_status is not None and last.status == dialect.health_dead_status:

@@ -14,12 +14,13 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import (Track, admitted, cadence, has_progress_counters, num, progress, tracks,
                                          where)
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.timeline.samples import STOPPED
 from servewatch.timeline.window import Window
 
 NAME = "alive_health_ok_no_progress"
 _COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.prompt_tokens")
 _ENGINE_ROLES = ("engine_core", "worker")
-_STOPPED = ("stopped", "tracing-stop")
+_STOPPED = STOPPED
 
 
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:

@@ -23,11 +23,10 @@ from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import once_per_window, progress_totals
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.ranks import Aim, Rank, dp_aim, engine_ranks, rank_view, rank_words, siblings
-from servewatch.timeline.samples import DEADLINE, MetricsSample, ProcessSample
+from servewatch.timeline.samples import DEADLINE, STOPPED, MetricsSample, ProcessSample
 from servewatch.timeline.window import Window
 
 NAME = "rank_stalled"
-STOPPED = ("stopped", "tracing-stop")
 DISK = ("disk-sleep",)
 # Kinds whose stop stops the serving (a coordinator or detokenizer stopped stalls the streams too).
 _KINDS = ("engine_core", "worker", "scheduler", "detokenizer", "coordinator", "dp_controller")

@@ -3,8 +3,8 @@
     listen: 127.0.0.1:9464        # the HTTP surface (loopback unless said otherwise)
     interval: 2s                  # each target's health and scrape cadence
     probe: true                   # the active one-token probe of an idle target (default on; false turns it off)
-    probe_interval: 30s           # at most one probe per target per this long: 120 requests an hour when idle
-    probe_deadline: 10s
+    probe_interval: 10s           # at most one probe per target per this long: 360 requests an hour when idle
+    probe_deadline: 10s           # fixed; without it, learned from the target's own answers (3-10 s)
     history: 10m                  # how much timeline each target keeps
     out: /var/lib/servewatch      # incident bundles, one directory per target
     bundle_cap_mb: 1024           # all targets' bundles together; the oldest go first

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import sys
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,12 +24,22 @@ from typing import Protocol
 from servewatch.clock import Clock
 from servewatch.timeline.ranks import Aim, dp_engines
 from servewatch.timeline.tracks import engine_series
-from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, UNAVAILABLE, ProbeSample
+from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, STOPPED, UNAVAILABLE, ProbeSample
 from servewatch.timeline.window import Window
 
 PROMPT = "The sky is"        # a few tokens in any tokenizer
-DEFAULT_EVERY_S = 30.0
-DEFAULT_DEADLINE_S = 10.0
+# An idle server is asked every 10 s (NVIDIA Dynamo's canary asks an idle worker after 10 s, with a 3 s timeout), so
+# an engine that hangs while idle is named within about 10 s + its deadline of the request that first waits on it.
+DEFAULT_EVERY_S = 10.0
+# The deadline is learned from the server's own answers (None: learned; a number: fixed, as --probe-deadline gives):
+# LEARN_FACTOR times the slowest of its last LEARN_FROM served probes, never under DEADLINE_FLOOR_S and never over
+# DEADLINE_CEILING_S, which is also the deadline before the server has answered one. An idle tiny model on a CPU
+# answers in tens of milliseconds (the lab vLLM and SGLang, 2026-12): its deadline is the floor.
+DEFAULT_DEADLINE_S: float | None = None
+DEADLINE_FLOOR_S = 3.0
+DEADLINE_CEILING_S = 10.0
+LEARN_FACTOR = 4.0
+LEARN_FROM = 8
 URGENT_DEADLINE_S = 3.0      # a probe asked because a rank looks stalled: an idle server answers in well under 1 s
 URGENT_GAP_S = 10.0          # at most one such probe per this many seconds
 # A probe that got no token is asked again at once, with the same deadline, so that two probes in a row agree before
@@ -60,18 +71,21 @@ class ProbeSource:
     kind = "probe"
 
     def __init__(self, prober: Prober, clock: Clock, *, every_s: float = DEFAULT_EVERY_S,
-                 deadline_s: float = DEFAULT_DEADLINE_S, check_s: float = 1.0,
+                 deadline_s: float | None = DEFAULT_DEADLINE_S, check_s: float = 1.0,
                  say: Callable[[str], None] | None = None, urgent_deadline_s: float = URGENT_DEADLINE_S):
-        if every_s <= 0 or deadline_s <= 0 or check_s <= 0:
+        if every_s <= 0 or (deadline_s is not None and deadline_s <= 0) or check_s <= 0:
             raise ValueError("probe interval, deadline and check cadence must be positive")
         self.prober = prober
         self.clock = clock
         self.every_s = every_s
-        self.deadline_s = deadline_s
+        self.fixed_deadline_s = deadline_s     # None: learned from the server's answers (deadline_s)
+        self._served: deque[float] = deque(maxlen=LEARN_FROM)   # the latencies of the last served probes
         self.interval = check_s        # how often it looks whether an answer came or a probe is due
-        self.urgent_deadline_s = min(urgent_deadline_s, deadline_s)
+        self.urgent_deadline_s = min(urgent_deadline_s, deadline_s if deadline_s is not None else DEADLINE_FLOOR_S)
         self.urgent = 0                # probes asked at once because a rank looked stalled
-        self._deadline = deadline_s    # the pending attempt's
+        self._deadline = self.deadline_s   # the pending attempt's
+        self.after_stop = 0            # probes asked at once because a stop that explained a miss ended
+        self._stop_miss = False        # a probe missed while a process of the server was stopped: ask when it ends
         self._last_urgent: float | None = None
         self.say = say
         self.sent = 0                  # probes asked (what the probe cost)
@@ -91,6 +105,23 @@ class ProbeSource:
         self.preempted = 0                 # probes cancelled for an urgent one (asked before a rank looked stalled)
         self._pending_urgent = False       # the pending attempt is an urgent one
 
+    @property
+    def deadline_s(self) -> float:
+        """The routine probe's deadline: the fixed one, else learned — LEARN_FACTOR x the slowest of the last
+        LEARN_FROM served probes, between DEADLINE_FLOOR_S and DEADLINE_CEILING_S (the ceiling until one served)."""
+        if self.fixed_deadline_s is not None:
+            return self.fixed_deadline_s
+        if not self._served:
+            return DEADLINE_CEILING_S
+        return min(DEADLINE_CEILING_S, max(DEADLINE_FLOOR_S, LEARN_FACTOR * max(self._served)))
+
+    def deadline_words(self) -> str:
+        if self.fixed_deadline_s is not None:
+            return f"{self.fixed_deadline_s:g} s"
+        return (f"{self.deadline_s:g} s (learned: {LEARN_FACTOR:g} x the slowest of the last {len(self._served)} "
+                f"served, between {DEADLINE_FLOOR_S:g} and {DEADLINE_CEILING_S:g} s)" if self._served else
+                f"{self.deadline_s:g} s (until the server has answered one; then learned from its answers)")
+
     # (window) -> (when an engine rank began to look stalled, how to aim a request at its data-parallel
     # engine or None), or None (bind_timeline)
     suspicion = None
@@ -108,8 +139,10 @@ class ProbeSource:
         urgent = f" ({self.urgent} asked at once: a rank looked stalled)" if self.urgent else ""
         if self.confirms:
             urgent += f" ({self.confirms} asked at once to confirm a probe that got no token)"
+        if self.after_stop:
+            urgent += f" ({self.after_stop} asked at once when a stop that a miss coincided with ended)"
         return (f"{self.sent} one-token request(s){urgent} in {span:.0f} s{per_hour}; {self.skipped} skipped "
-                f"because the counters had moved")
+                f"because the counters had moved; deadline {self.deadline_words()}")
 
     async def poll(self) -> list[ProbeSample]:
         now = self.clock.now()
@@ -131,6 +164,13 @@ class ProbeSource:
             self._last_urgent = now
             self.urgent += 1
             return self._ask(now, self.urgent_deadline_s, urgent[0], urgent=True)
+        if self._stop_miss and self._ring is not None and not _stopped_now(self._ring.window(since=now - 5.0)):
+            # A miss while a process of the server was stopped (SIGSTOP, a tracer: gdb's attach) says nothing
+            # once it runs again (not_serving leaves such probes out): ask at once, not an interval later.
+            # It stands for the confirmation too: a miss now starts a run of its own, confirmed in its turn.
+            self._stop_miss, self._confirm, self._confirmed_run = False, None, False
+            self.after_stop += 1
+            return self._ask(now, self.deadline_s, self._aim)
         if self._confirm is not None:
             (aim,), self._confirm = self._confirm, None
             self.confirms += 1
@@ -203,8 +243,13 @@ class ProbeSource:
         self._attempt = None
         if answer.outcome == SERVED:
             self._confirmed_run = False
-        elif answer.outcome in (DEADLINE, FAILED) and not self._confirmed_run:
-            self._confirm, self._confirmed_run = (self._aim,), True
+            if answer.latency_s is not None:
+                self._served.append(answer.latency_s)
+        elif answer.outcome in (DEADLINE, FAILED):
+            if not self._confirmed_run:
+                self._confirm, self._confirmed_run = (self._aim,), True
+            if self._ring is not None and _stopped_since(self._ring.window(since=self._asked - 1.0), self._asked):
+                self._stop_miss = True
         self._tell(answer)
         t = min(now, answer.at) if answer.at is not None else now
         return [ProbeSample(t=t, outcome=answer.outcome, latency_s=answer.latency_s, deadline_s=self._deadline,
@@ -220,6 +265,16 @@ class ProbeSource:
         self._said.add(answer.error or "")
         if self.say is not None:
             self.say(f"probe unavailable: {answer.detail}; no probe verdict until it answers")
+
+
+def _stopped_since(window: Window, t: float) -> bool:
+    """A process sample at or after `t` shows a process of the server stopped."""
+    return any(m.status in STOPPED for sample in window.process if sample.t >= t for m in sample.members)
+
+
+def _stopped_now(window: Window) -> bool:
+    """The newest process sample shows a process of the server stopped (no process view: never)."""
+    return bool(window.process) and any(m.status in STOPPED for m in window.process[-1].members)
 
 
 def progress_proven(window: Window, since: float, deadline_s: float) -> bool:

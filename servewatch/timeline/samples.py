@@ -96,6 +96,9 @@ class LogEvent:
 
 
 # How an active probe (a one-token completion asked of an idle server) ended.
+# psutil statuses of a process that cannot run: SIGSTOP, or a tracer holding it (gdb, py-spy without --nonblocking)
+STOPPED = ("stopped", "tracing-stop")
+
 SERVED = "served"              # a token came back within the deadline
 DEADLINE = "deadline"          # no answer within the deadline
 FAILED = "failed"              # the server answered, but with an error (5xx, no token, a dropped connection)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_EVERY_S
+from servewatch.sources.probe import (DEADLINE_CEILING_S, DEADLINE_FLOOR_S, DEFAULT_DEADLINE_S, DEFAULT_EVERY_S,
+                                      LEARN_FACTOR)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -21,7 +22,9 @@ _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # The recording defaults, written once: watch, guard, diagnose and serve (and the recorder itself) read these.
 DEFAULT_HISTORY_S = 600.0            # how much of the timeline the ring keeps
 DEFAULT_PROBE_INTERVAL_S = DEFAULT_EVERY_S      # at most one probe per this many seconds (sources.probe)
-DEFAULT_PROBE_DEADLINE_S = DEFAULT_DEADLINE_S   # a probe without a token after this long has missed
+DEFAULT_PROBE_DEADLINE_S = DEFAULT_DEADLINE_S   # a probe without a token after this long has missed (None: learned)
+LEARNED_DEADLINE_WORDS = (f"learned from the server's own answers: {LEARN_FACTOR:g} x the slowest of its last served "
+                          f"probes, between {DEADLINE_FLOOR_S:g} s and {DEADLINE_CEILING_S:g} s")
 
 
 def duration(text: str) -> float:
@@ -46,7 +49,7 @@ class RecordingOptions:
     detectors: DetectorConfig = field(default_factory=DetectorConfig)
     probe: bool = False                 # ask an idle server for one token now and then (sources.probe)
     probe_interval: float = DEFAULT_PROBE_INTERVAL_S
-    probe_deadline: float = DEFAULT_PROBE_DEADLINE_S
+    probe_deadline: float | None = DEFAULT_PROBE_DEADLINE_S
     gpu: bool = True                    # sample this machine's GPUs (NVML): only when the server runs here
 
 
@@ -93,7 +96,7 @@ _FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
           "at most one probe per S seconds (default {probe_interval:g}s: at most {probes_an_hour:g} requests an hour)",
           {"type": duration, "metavar": "S"}),
     _Flag("--probe-deadline", "probe_deadline", "probe_deadline",
-          "a probe without a token after S seconds has missed (default {probe_deadline:g}s)",
+          "a probe without a token after S seconds has missed (default: {probe_deadline_words})",
           {"type": duration, "metavar": "S"}),
     _Flag("--duration", "duration", "duration", "stop after S seconds (default: until ^C)",
           {"type": duration, "metavar": "S"}),
@@ -111,7 +114,9 @@ def add_recording_arguments(parser: argparse.ArgumentParser, defaults: Recording
     `overlay`: the flags default to None (not given), for a command whose base is read later (serve's
     config file); `help`/`metavar`: a command's own wording, with {fields} of `defaults` filled in."""
     words = {**dataclasses.asdict(defaults), "history_min": defaults.history_s / 60,
-             "probes_an_hour": 3600 / defaults.probe_interval}
+             "probes_an_hour": 3600 / defaults.probe_interval,
+             "probe_deadline_words": (LEARNED_DEADLINE_WORDS if defaults.probe_deadline is None
+                                      else f"{defaults.probe_deadline:g} s")}
     for key in flags:
         flag = _FLAGS[key]
         kwargs = dict(flag.kwargs)

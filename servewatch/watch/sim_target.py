@@ -155,7 +155,7 @@ class SimLogSource:
 
 
 def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = True,
-                probe_every: float | None = None, probe_deadline: float = DEFAULT_DEADLINE_S,
+                probe_every: float | None = None, probe_deadline: float | None = DEFAULT_DEADLINE_S,
                 log_lines: LogLines | None = None) -> list:
     from servewatch.sources.probe import ProbeSource
 

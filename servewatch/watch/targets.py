@@ -31,7 +31,7 @@ def gpu_interval(interval: float) -> float:
 
 def http_sources(session, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
                  log_file: str | None = None, gpu: bool = True, health_path: str = "/health",
-                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float = DEFAULT_DEADLINE_S,
+                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float | None = DEFAULT_DEADLINE_S,
                  say=None) -> list:
     """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
     from servewatch.http1 import Endpoint, Http1Client
