@@ -156,6 +156,28 @@ for module in "${MODULES[@]}"; do
   t0=$(date +%s)
   ( cd "$shard" && timeout -k 10 "$limit" nice -n 19 "$PY" -m mutmut run --max-children 1 ) > "$shard/run.log" 2>&1
   rc=$?
+  # mutmut keeps a result per mutant and retests only the functions whose code changed: a survivor stays one
+  # after a new test unless it is named. So the survivors (of the module's scope) are named and run again.
+  mapfile -t again < <("$PY" - "$shard" "$module" <<'EOF'
+import json, os, re, sys
+from mutmut.stats import status_by_exit_code
+shard, module = sys.argv[1], sys.argv[2]
+meta = os.path.join(shard, "mutants", module + ".meta")
+scope = open(os.path.join(shard, "out_of_scope"), encoding="utf-8").read().strip()
+codes = json.load(open(meta, encoding="utf-8")).get("exit_code_by_key", {}) if os.path.exists(meta) else {}
+for name, code in codes.items():
+    if status_by_exit_code[code] in ("survived", "suspicious", "segfault") and not (scope and re.search(scope, name)):
+        print(name)
+EOF
+)
+  if [ $rc -eq 0 ] && [ ${#again[@]} -gt 0 ]; then
+    left=$limit; [ -n "$BUDGET" ] && left=$(( BUDGET - ($(date +%s) - START) ))
+    if [ "$left" -gt 5 ]; then
+      echo "   retesting ${#again[@]} survivor(s)" >&2
+      ( cd "$shard" && timeout -k 10 "$left" nice -n 19 "$PY" -m mutmut run --max-children 1 "${again[@]}" ) >> "$shard/run.log" 2>&1
+      rc=$?
+    fi
+  fi
   echo "   mutmut exit $rc in $(( $(date +%s) - t0 )) s (log: mutants/$slug/run.log)" >&2
   RESULTS+=("$module")
 done
