@@ -80,3 +80,18 @@ def test_no_token_no_timings():
 def test_the_rule_in_words():
     assert ITL_RULE == ("per-token ITL: a chunk of k tokens arriving Δ after the previous token-carrying chunk "
                         "adds k observations of Δ/k; the first chunk's tokens add none")
+
+
+def test_several_tokens_a_chunk_exact_without_a_total_or_when_the_counts_are_exact():
+    # no server total: the client's counts are taken as exact (the same numbers as with exact counts)
+    out = timings([0.5, 1.0, 2.0], [2, 1, 4], total=None, exact=False)
+    assert (out.exact, out.itl_token_s, out.tpot_s) == (True, [0.5, 0.25, 0.25, 0.25, 0.25], 0.25)
+    # exact per-chunk counts with a total of 9 (not the 7 counted): still exact; TPOT (2.0 - 0.5) / 8 = 0.1875
+    out = timings([0.5, 1.0, 2.0], [2, 1, 4], total=9, exact=True)
+    assert (out.exact, out.itl_token_s, out.tpot_s) == (True, [0.5, 0.25, 0.25, 0.25, 0.25], 0.1875)
+
+
+def test_a_mean_under_one_token_a_chunk():
+    # 3 text chunks but a server total of 2: k̄ = (2 - 1) / 2 gaps = 0.5, so each gap of 0.5 s reads 0.5 / 0.5 = 1.0
+    out = timings([0.5, 1.0, 1.5], [1, 1, 1], total=2, exact=False)
+    assert (out.exact, out.itl_token_s, out.itl_chunk_s, out.tpot_s) == (False, [1.0, 1.0], [0.5, 0.5], 1.0)
