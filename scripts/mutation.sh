@@ -44,6 +44,7 @@ declare -A OUT_OF_SCOPE=(
 declare -A TESTS=(
   # test_drill.py runs drills end to end against the simulator
   [servewatch/drill/measure.py]='tests/test_values_measure.py tests/test_action_policy.py'
+  [servewatch/drill/expect.py]='tests/test_values_expect.py tests/test_action_policy.py tests/test_ci_retry_policy.py'
 )
 
 FLOOR=90
