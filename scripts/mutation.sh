@@ -44,6 +44,8 @@ declare -A OUT_OF_SCOPE=(
 declare -A TESTS=(
   # test_drill.py runs drills end to end against the simulator
   [servewatch/drill/measure.py]='tests/test_values_measure.py tests/test_action_policy.py'
+  # test_proxy.py runs the proxy between sockets and a simulated upstream: 13 s of tests for each mutant of finish()
+  [servewatch/proxy/exchange.py]='tests/test_values_exchange.py tests/test_requests_readback.py'
   [servewatch/drill/expect.py]='tests/test_values_expect.py tests/test_action_policy.py tests/test_ci_retry_policy.py'
 )
 
