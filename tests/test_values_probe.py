@@ -358,3 +358,108 @@ def test_a_task_attempt_answers_as_its_task_ended():
         assert pending.answer() == ProbeAnswer(UNAVAILABLE, None, error="cancelled")
 
     asyncio.run(main())
+
+
+# -- the learned deadline ------------------------------------------------------------------------------------------
+
+def test_the_deadline_is_learned_from_the_served_probes_between_floor_and_ceiling():
+    source, clock, prober, _ = make(every_s=10.0)                     # deadline_s None: learned
+    assert source.deadline_s == P.DEADLINE_CEILING_S == 10.0         # before any answer: the ceiling
+    assert source.deadline_words() == "10 s (until the server has answered one; then learned from its answers)"
+    assert source.urgent_deadline_s == min(P.URGENT_DEADLINE_S, P.DEADLINE_FLOOR_S)
+    poll(source)
+    assert prober.last.deadline_s == 10.0
+    prober.last.result = served(0.05)
+    poll(source)
+    # 4 x 0.05 = 0.2 s, under the floor: 3 s
+    assert (P.LEARN_FACTOR, P.DEADLINE_FLOOR_S) == (4.0, 3.0)
+    assert source.deadline_s == 3.0
+    assert source.deadline_words() == "3 s (learned: 4 x the slowest of the last 1 served, between 3 and 10 s)"
+    for latency in (0.75, 0.7499, 2.0, 2.5001):
+        clock.advance(10.0)
+        poll(source)
+        prober.last.result = served(latency)
+        poll(source)
+    # the slowest of the last 8 is 2.5001: 4 x 2.5001 = 10.0004, over the ceiling: 10
+    assert source.deadline_s == 10.0
+    source._served.clear()
+    source._served.extend([0.75])
+    assert source.deadline_s == 3.0                                   # 4 x 0.75 = 3: at the floor
+    source._served.extend([0.7501])
+    assert source.deadline_s == pytest.approx(3.0004)                 # just over the floor
+    source._served.extend([2.5])
+    assert source.deadline_s == 10.0                                  # 4 x 2.5 = 10: at the ceiling
+    source._served.extend([2.4999])
+    assert source.deadline_s == 10.0
+    source._served.clear()
+    source._served.extend([2.4999])
+    assert source.deadline_s == pytest.approx(9.9996)                 # just under the ceiling
+
+
+def test_the_learned_deadline_forgets_all_but_the_last_served():
+    source, clock, prober, _ = make(every_s=10.0)
+    assert P.LEARN_FROM == 8
+    for latency in (2.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1):           # 8 served: the slowest 2.0 -> 8 s
+        poll(source)
+        prober.last.result = served(latency)
+        poll(source)
+        clock.advance(10.0)
+    assert source.deadline_s == 8.0
+    poll(source)
+    prober.last.result = served(0.1)                                  # a 9th: 2.0 drops out -> 4 x 0.1, the floor
+    poll(source)
+    assert source.deadline_s == 3.0
+    clock.advance(10.0)
+    poll(source)
+    prober.last.result = ProbeAnswer(SERVED, None, 200, 1)            # no latency: nothing learned
+    poll(source)
+    assert len(source._served) == 8 and source.deadline_s == 3.0
+
+
+def test_a_fixed_deadline_is_said_as_given():
+    source = make(deadline_s=2.5)[0]
+    assert (source.deadline_s, source.deadline_words(), source.urgent_deadline_s) == (2.5, "2.5 s", 2.5)
+
+
+# -- a miss while a process of the server was stopped ---------------------------------------------------------------
+
+def process(t, status):
+    from servewatch.timeline.samples import ProcessMember, ProcessSample
+    return ProcessSample(t=t, root_pid=1, root_create_time=0.0, alive=True,
+                         members=(ProcessMember(1, 0.0, "api", "api", "sleeping"),
+                                  ProcessMember(2, 0.0, "engine_core", "VLLM::EngineCore", status)))
+
+
+def test_a_miss_during_a_stop_is_asked_again_when_the_stop_ends():
+    ring = Ring(Window(process=(process(T0 + 1.0, "stopped"),)))
+    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source.bind_timeline(ring)
+    poll(source)                                                      # asked at T0
+    clock.advance(3.0)
+    prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+    poll(source)                                                      # a miss; the process view: stopped since T0 + 1
+    assert ring.asked[-1] == T0 - 1.0                                 # read from a second before the ask
+    clock.advance(1.0)
+    poll(source)                                                      # the confirmation goes out at once
+    assert (source.confirms, source.sent) == (1, 2)
+    clock.advance(3.0)
+    prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+    poll(source)
+    clock.advance(1.0)
+    assert poll(source) == [] and source.sent == 2                   # still stopped: nothing asked
+    ring.window_ = Window(process=(process(T0 + 1.0, "stopped"), process(clock.now(), "running")))
+    poll(source)                                                      # the stop ended: asked at once
+    assert (source.after_stop, source.sent, prober.last.deadline_s) == (1, 3, 3.0)
+    assert source.cost_line().endswith("0 skipped because the counters had moved; deadline 3 s")
+    assert "(1 asked at once when a stop that a miss coincided with ended)" in source.cost_line()
+
+
+def test_stopped_since_and_now():
+    stopped, traced, running = process(5.0, "stopped"), process(6.0, "tracing-stop"), process(7.0, "running")
+    assert P._stopped_since(Window(process=(stopped,)), 5.0)
+    assert not P._stopped_since(Window(process=(stopped,)), 5.001)
+    assert P._stopped_since(Window(process=(running, traced)), 6.0)
+    assert not P._stopped_since(Window(process=(running,)), 0.0)
+    assert P._stopped_now(Window(process=(running, traced)))
+    assert not P._stopped_now(Window(process=(traced, running)))
+    assert not P._stopped_now(Window())
