@@ -22,6 +22,7 @@ from servewatch.timeline.samples import (
     GpuDevice,
     GpuProcess,
     GpuSample,
+    GpuXid,
     HealthSample,
     PROBE_OUTCOMES,
     LogEvent,
@@ -247,6 +248,56 @@ def _log_fields(fields: Mapping[str, Any]) -> dict:
     return out
 
 
+# The GPU fields a bundle keeps beside the first five (each optional: a bundle written before has none).
+_GPU_NUMBERS = ("memory_utilization_pct", "sm_clock_mhz", "sm_clock_max_mhz", "memory_clock_mhz", "power_limit_w",
+                "temperature_c", "clock_event_reasons", "ecc_volatile_corrected", "ecc_volatile_uncorrected",
+                "ecc_aggregate_corrected", "ecc_aggregate_uncorrected", "remapped_rows_correctable",
+                "remapped_rows_uncorrectable", "pcie_replay")
+_GPU_FLAGS = ("remap_pending", "remap_failure")
+_GPU_IDS = {"uuid": re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,80}$"), "pci_bus_id": re.compile(r"^[0-9A-Fa-f:.]{1,32}$"),
+            "name": re.compile(r"^[A-Za-z0-9 ._()+-]{1,64}$")}
+
+
+def _gpu_id(key: str, value: str | None) -> str | None:
+    """A GPU's UUID, bus id or product name when it has their shape; None otherwise (never free text)."""
+    return value if isinstance(value, str) and _GPU_IDS[key].match(value) else None
+
+
+def _gpu_device_to_dict(d: GpuDevice) -> dict:
+    out = {"index": d.index, "utilization_pct": number(d.utilization_pct), "memory_used_bytes": d.memory_used_bytes,
+           "memory_total_bytes": d.memory_total_bytes, "power_w": number(d.power_w),
+           "processes": [{"pid": p.pid, "memory_used_bytes": p.memory_used_bytes,
+                          **({"sm_util_pct": number(p.sm_util_pct)} if p.sm_util_pct is not None else {})}
+                         for p in d.processes]}
+    for key in _GPU_IDS:
+        if (value := _gpu_id(key, getattr(d, key))) is not None:
+            out[key] = value
+    for key in _GPU_NUMBERS:
+        if (value := getattr(d, key)) is not None:
+            out[key] = number(value)
+    for key in _GPU_FLAGS:
+        if (value := getattr(d, key)) is not None:
+            out[key] = bool(value)
+    if d.lost:
+        out["lost"] = True
+    if d.unavailable:
+        out["unavailable"] = {k: error_class(v) for k, v in d.unavailable if _TOKEN.match(k)}
+    return out
+
+
+def _gpu_device_from_dict(x: Mapping) -> GpuDevice:
+    return GpuDevice(index=x["index"], utilization_pct=unnumber(x["utilization_pct"]),
+                     memory_used_bytes=x["memory_used_bytes"], memory_total_bytes=x["memory_total_bytes"],
+                     power_w=unnumber(x["power_w"]),
+                     processes=tuple(GpuProcess(p["pid"], p["memory_used_bytes"], unnumber(p.get("sm_util_pct")))
+                                     for p in x.get("processes", ())),
+                     **{key: x.get(key) for key in _GPU_IDS},
+                     **{key: unnumber(x.get(key)) for key in _GPU_NUMBERS},
+                     **{key: x.get(key) for key in _GPU_FLAGS},
+                     lost=bool(x.get("lost", False)),
+                     unavailable=tuple(sorted(x.get("unavailable", {}).items())))
+
+
 def sample_to_dict(s: Sample) -> dict:
     """One sample as an allow-listed dict with a "source" tag."""
     if isinstance(s, HealthSample):
@@ -262,14 +313,11 @@ def sample_to_dict(s: Sample) -> dict:
                 "members": [_member_to_dict(m) for m in s.members], "exit_code": s.exit_code,
                 "exit_signal": s.exit_signal, "error": error_class(s.error)}
     if isinstance(s, GpuSample):
-        return {"source": "gpu", "t": number(s.t), "available": s.available,
-                "devices": [{"index": d.index, "utilization_pct": number(d.utilization_pct),
-                             "memory_used_bytes": d.memory_used_bytes,
-                             "memory_total_bytes": d.memory_total_bytes, "power_w": number(d.power_w),
-                             "processes": [{"pid": p.pid, "memory_used_bytes": p.memory_used_bytes}
-                                           for p in d.processes]}
-                            for d in s.devices],
-                "error": error_class(s.error)}
+        out = {"source": "gpu", "t": number(s.t), "available": s.available,
+               "devices": [_gpu_device_to_dict(d) for d in s.devices], "error": error_class(s.error)}
+        if s.xids:
+            out["xids"] = [{"t": number(x.t), "index": x.index, "xid": x.xid} for x in s.xids]
+        return out
     if isinstance(s, LogEvent):
         return {"source": "log", "t": number(s.t), "kind": safe_token(s.kind), "fields": _log_fields(s.fields)}
     if isinstance(s, ProbeSample):
@@ -304,16 +352,9 @@ def sample_from_dict(d: Mapping) -> Sample:
                                  alive=d["alive"], members=tuple(_member_from_dict(m) for m in d["members"]),
                                  exit_code=d["exit_code"], exit_signal=d["exit_signal"], error=d["error"])
         if source == "gpu":
-            return GpuSample(t=t, available=d["available"],
-                             devices=tuple(GpuDevice(index=x["index"],
-                                                     utilization_pct=unnumber(x["utilization_pct"]),
-                                                     memory_used_bytes=x["memory_used_bytes"],
-                                                     memory_total_bytes=x["memory_total_bytes"],
-                                                     power_w=unnumber(x["power_w"]),
-                                                     processes=tuple(GpuProcess(p["pid"], p["memory_used_bytes"])
-                                                                     for p in x.get("processes", ())))
-                                           for x in d["devices"]),
-                             error=d["error"])
+            return GpuSample(t=t, available=d["available"], devices=tuple(_gpu_device_from_dict(x) for x in d["devices"]),
+                             error=d["error"], xids=tuple(GpuXid(unnumber(x["t"]), x["index"], x["xid"])
+                                                          for x in d.get("xids", ())))
         if source == "log":
             return LogEvent(t=t, kind=d["kind"], fields={k: unvalue(v) for k, v in d["fields"].items()})
         if source == "probe":

@@ -163,3 +163,21 @@ def gpu_of(pid: int, gpu) -> tuple[int, int | None] | None:
             if process.pid == pid:
                 return device.index, process.memory_used_bytes
     return None
+
+
+def gpus_of(pid: int, gpu) -> tuple:
+    """Every device (GpuDevice) whose NVML process list has `pid`, from a GpuSample: the GPU(s) a rank holds;
+    () when none lists it (no GPU, no NVML, or another PID namespace)."""
+    if gpu is None or not gpu.available:
+        return ()
+    return tuple(device for device in gpu.devices if any(p.pid == pid for p in device.processes))
+
+
+def rank_gpus(sample: ProcessSample | None, gpu) -> dict[int, tuple]:
+    """pid -> the devices it holds, for every rank of a process sample (ranks on no device are left out)."""
+    out = {}
+    for rank in rank_view(sample):
+        held = gpus_of(rank.pid, gpu)
+        if held:
+            out[rank.pid] = held
+    return out

@@ -65,19 +65,71 @@ class ProcessSample:
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
-    """A process NVML lists on a device (compute), with the device memory it holds when NVML says."""
+    """A process NVML lists on a device (compute), with the device memory it holds and its share of the SMs
+    (NVML's per-process utilisation) when NVML says."""
     pid: int
     memory_used_bytes: int | None
+    sm_util_pct: float | None = None
+
+
+# NVML's clock-event (throttle) reasons, as bits of `GpuDevice.clock_event_reasons` (nvmlClocksEventReason*).
+CLOCK_IDLE = 0x1
+CLOCK_APP_SETTING = 0x2
+CLOCK_SW_POWER_CAP = 0x4
+CLOCK_HW_SLOWDOWN = 0x8
+CLOCK_SYNC_BOOST = 0x10
+CLOCK_SW_THERMAL = 0x20
+CLOCK_HW_THERMAL = 0x40
+CLOCK_HW_POWER_BRAKE = 0x80
+CLOCK_REASON_WORDS = {CLOCK_IDLE: "idle", CLOCK_APP_SETTING: "application clocks", CLOCK_SW_POWER_CAP: "power cap",
+                      CLOCK_HW_SLOWDOWN: "HW slowdown", CLOCK_SYNC_BOOST: "sync boost",
+                      CLOCK_SW_THERMAL: "SW thermal slowdown", CLOCK_HW_THERMAL: "HW thermal slowdown",
+                      CLOCK_HW_POWER_BRAKE: "HW power brake"}
 
 
 @dataclass(frozen=True, slots=True)
 class GpuDevice:
+    """One GPU as NVML answers for it. A field NVML cannot give is None, with NVML's reason under its name in
+    `unavailable` ("not_supported", "no_permission", "gpu_is_lost", ...): never a zero that was not read."""
     index: int
     utilization_pct: float | None
     memory_used_bytes: int | None
     memory_total_bytes: int | None
     power_w: float | None
     processes: tuple[GpuProcess, ...] = ()      # which ranks run on it (pids as the host sees them)
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    name: str | None = None
+    memory_utilization_pct: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    clock_event_reasons: int | None = None      # a bit set of the CLOCK_* reasons
+    ecc_volatile_corrected: int | None = None
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_corrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    pcie_replay: int | None = None
+    lost: bool = False                          # NVML answers "GPU is lost": it fell off the bus
+    unavailable: tuple[tuple[str, str], ...] = ()   # (field, NVML's reason) for each field it could not give
+
+    def why_unavailable(self, name: str) -> str | None:
+        return dict(self.unavailable).get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuXid:
+    """An Xid critical error event NVML delivered (nvmlEventTypeXidCriticalError): when servewatch's event
+    thread received it, the device it names, and the code."""
+    t: float
+    index: int
+    xid: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +138,7 @@ class GpuSample:
     available: bool
     devices: tuple[GpuDevice, ...] = ()
     error: str | None = None       # e.g. "unavailable: no NVIDIA driver"
+    xids: tuple[GpuXid, ...] = ()  # the Xid events received since the previous GPU sample, each at its own time
 
 
 @dataclass(frozen=True, slots=True)

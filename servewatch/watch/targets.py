@@ -65,7 +65,7 @@ def _local_sources(clock, interval, process_probe, log_file, gpu) -> list:
     if process_probe is not None:
         sources.append(ProcessSource(process_probe, clock, interval))
     if gpu:
-        sources.append(GpuSource(NvmlProbe(), clock, gpu_interval(interval)))
+        sources.append(GpuSource(NvmlProbe(), clock, gpu_interval(interval), check_every=min(interval, 1.0)))
     if log_file is not None:
         sources.append(LogTail(log_file, clock, interval))
     return sources
