@@ -164,3 +164,51 @@ def test_plan_with_an_identity_adds_label_sets():
     assert (into, h.edges, list(h.cumulative), h.count, h.sum) == ("all", (1.0,), [4.0], 7.0, 3.5)
     no_sum = H.histogram_plan(samples[:2] + samples[3:5], "x", identity=lambda key: "all")
     assert math.isnan(H.apply_plan(no_sum, [s.value for s in samples[:2] + samples[3:5]])["all"].sum)
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_precision_correction_at_its_tolerance():
+    # 1 in 1e12: 1 / 1e12 = 1e-12, at the tolerance: flattened (<=)
+    counts = [1e12 - 1, 1e12, 3e12]
+    H._correct_precision_errors(counts)
+    assert counts == [1e12 - 1, 1e12 - 1, 3e12]
+    # an equal count does not end the pass
+    counts = [10.0, 10.0, 10.0 + 1e-11]
+    H._correct_precision_errors(counts)
+    assert counts == [10.0, 10.0, 10.0]
+
+
+def test_quantile_of_one_edge_and_of_one_observation():
+    # one finite edge: bounds [1, +Inf]; rank 2.5 of 10 in [0, 1]: 0 + 1 x 2.5 / 5 = 0.5
+    assert histogram_quantile(0.25, hist((1.0,), (5,), 10)) == 0.5
+    # one observation: rank 0.5 in [0, 1]: 0.5
+    assert histogram_quantile(0.5, hist((1.0, 2.0), (1, 1), 1)) == 0.5
+    # q = 0 over an empty first bucket at 0: the bound itself (0), not 0 x 0 / 0
+    assert histogram_quantile(0.0, hist((0.0, 1.0), (0, 10), 10)) == 0.0
+
+
+def test_mean_and_blindness_of_one_observation():
+    assert mean(hist((1.0,), (1,), 1, 0.5)) == 0.5
+    one = blindness(hist((0.5,), (1,), 1, 0.25))
+    assert (one.first_bucket_fraction, one.blind, one.mean) == (1.0, True, 0.25)
+
+
+def test_a_bucket_without_a_bound_is_skipped_not_the_end():
+    samples = [S_("x_bucket", 9, job="a"), S_("x_bucket", 9, le="bad", job="a"),
+               S_("x_bucket", 2, le="1", job="a"), S_("x_bucket", 3, le="+Inf", job="a")]
+    h = H.histogram_from_samples(samples, "x")
+    assert (h.edges, list(h.cumulative), h.count) == ((1.0,), [2.0], 3.0)
+
+
+def test_the_count_is_the_last_bucket_of_three():
+    only = H.histogram_from_samples([S_("z_bucket", 2, le="1"), S_("z_bucket", 3, le="2"), S_("z_bucket", 5, le="4")],
+                                    "z")
+    assert (only.edges, only.count) == ((1.0, 2.0, 4.0), 5.0)
+
+
+def test_shared_edges_returns_the_edges_even_the_first_time():
+    import uuid
+    edges = (float(uuid.uuid4().int % 10 ** 9) + 0.5, 2e9)           # edges no scrape has had before
+    assert H.shared_edges(edges) == edges
+    assert H.shared_edges(tuple(list(edges))) is H.shared_edges(edges)
