@@ -123,3 +123,42 @@ def test_signature_prefers_the_server():
     assert all(bare[k] is None and bare["sources"][k] is None for k in S.SIGNATURE_FIELDS)
     means = S.signature({}, {"means": {"itl": 0.02, "e2e": 3.0, "tokens_out": 7.0}})
     assert (means["itl_s"], means["e2e_s"], means["tokens_out"]) == (0.02, 3.0, 7.0)
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_summarize_counts_repeated_errors_and_reads_the_server():
+    config = LoadConfig(url="http://x", scenario="custom", rate=1.0, goodput=Goodput(ttft_s=1.0))
+    records = [rec(1, 100.0, error="timeout", status=None), rec(2, 100.0, error="timeout", status=None),
+               rec(3, 101.0, ttft=0.5, e2e=None, tokens_in=None, tokens_out=None)]     # ok, without an end or counts
+    server = {"means": {"ttft": 0.25}, "max_running": 2}
+    out = S.summarize(config, records, wall_s=0.5, prompt_source="p", prompts_exact=True, server=server)
+    assert out["errors"]["timeout"] == 2 and out["client"] == "http1" and out["api"] == "completions"
+    # sent 100, 100, 101: (3 - 1) / (101 - 100) = 2 a second
+    assert out["achieved_rate"] == 2.0
+    # 1 good (TTFT 0.5 <= 1) in 0.5 s: 2 a second
+    assert out["goodput"] == 2.0 and out["goodput_fraction"] == pytest.approx(1 / 3)
+    assert (out["tokens_in"], out["tokens_out"]) == (0, 0)
+    assert (out["signature"]["ttft_s"], out["signature"]["sources"]["ttft_s"]) == (0.25, "server")
+    assert out["signature"]["max_running"] == 2 and out["server_view"] is server
+    assert out["signature"]["client"]["generation_s"] is None            # no e2e: no generation time
+
+
+def test_achieved_rate_of_two_sends_and_of_equal_times():
+    config = LoadConfig(url="http://x", scenario="custom", rate=1.0)
+
+    def rate(*sent):
+        return S.summarize(config, [rec(i, t) for i, t in enumerate(sent)], wall_s=1.0, prompt_source="p",
+                           prompts_exact=True)["achieved_rate"]
+    assert rate(100.0, 100.5) == 2.0                 # (2 - 1) / 0.5
+    assert rate(100.0, 101.0, 101.0) == 2.0          # (3 - 1) / 1
+    assert rate(100.0, 100.0, 102.0) == 1.0          # (3 - 1) / 2
+    assert rate(100.0) is None
+
+
+def test_signature_takes_the_client_where_the_server_is_silent():
+    client = {"tokens_in": 20.0, "tokens_out": 4.0, "ttft_s": 0.5, "itl_s": 0.1, "generation_s": 1.5, "e2e_s": 2.0}
+    row = S.signature(client, None)
+    assert {k: row[k] for k in ("tokens_in", "tokens_out", "ttft_s", "itl_s", "generation_s", "e2e_s")} == client
+    assert all(row["sources"][k] == "client" for k in client)
+    assert all(row[k] is None for k in ("queue_wait_s", "prefill_s", "max_running", "max_waiting", "max_kv"))
