@@ -104,6 +104,7 @@ class NvmlProbe:
         self._xid_thread: threading.Thread | None = None
         self._xid_stop = threading.Event()
         self.xid_error: str | None = None  # why Xid events are not watched (None while they are)
+        self.xid_arrived = threading.Event()   # set when an event is queued (what a test waits on)
         try:
             pynvml = load_pynvml()
             pynvml.nvmlInit()
@@ -158,6 +159,7 @@ class NvmlProbe:
                 index = addresses.get(ctypes.cast(data.device, ctypes.c_void_p).value, -1)
                 with self._xid_lock:
                     self._xids.append(GpuXid(now(), index, int(data.eventData)))
+                    self.xid_arrived.set()
         finally:
             try:
                 nvml.nvmlEventSetFree(event_set)
@@ -172,6 +174,7 @@ class NvmlProbe:
         with self._xid_lock:
             taken = tuple(self._xids)
             self._xids.clear()
+            self.xid_arrived.clear()
         return taken
 
     def close(self, timeout: float = 5.0) -> None:
