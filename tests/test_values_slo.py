@@ -80,7 +80,11 @@ windows:
 def test_yaml_that_does_not_parse():
     with pytest.raises(SloInvalid) as e:
         load_slo("service: [chat\n", "slo.yaml")
-    assert str(e.value).startswith("slo.yaml: line ") and "not valid YAML (" in str(e.value)
+    # the parser's mark is 0-based: line index 1 is the second line
+    assert str(e.value) == "slo.yaml: line 2 not valid YAML (expected ',' or ']', but got '<stream end>')"
+    with pytest.raises(SloInvalid) as e:
+        load_slo("\x07", "slo.yaml")                          # a reader error: no mark, no problem
+    assert str(e.value) == "slo.yaml: not valid YAML (parse error)"
 
 
 @pytest.mark.parametrize("data, message", [
@@ -117,6 +121,7 @@ def test_the_longest_window_may_equal_the_budget():
     ({"latency": 1}, "slo.yaml: objectives.latency: unknown key (known: availability, success, ttft, tpot, e2e)"),
     ({"success": {"goal": 99}}, "slo.yaml: objectives.success.goal: unknown key (known: target)"),
     ({"availability": "most"}, "slo.yaml: objectives.availability: 'most' is not a percentage"),
+    ({"availability": "99X"}, "slo.yaml: objectives.availability: '99X' is not a percentage"),
     ({"availability": None}, "slo.yaml: objectives.availability: None is not a percentage"),
     ({"availability": True}, "slo.yaml: objectives.availability: True is not a percentage above 0"),
     ({"availability": 0}, "slo.yaml: objectives.availability: 0 is not a percentage above 0"),
@@ -212,3 +217,66 @@ def test_durations():
     assert S._percent(" 50 ", "k", fail) == 50.0
     assert S._percent(100, "k", fail, whole_allowed=True) == 100.0
     assert math.isclose(S._percent("0.0001", "k", fail), 0.0001)
+
+
+# -- the thresholds and the selector against an engine's series ----------------------------------------------------
+
+class Hist:
+    def __init__(self, edges):
+        self.edges, self.name, self.edge_flag = edges, "vllm:ttft_seconds", "--buckets"
+
+
+class Series:
+    def __init__(self, availability="a", success="s", hists=None, engine_labels=("engine",)):
+        self.naming, self.engine_labels = "vllm-9", engine_labels
+        self.availability = None if availability is None else type("R", (), {"counter": "http_requests_total"})()
+        self.success = success
+        self._hists = {"ttft": Hist((0.5, 1.0, 2.5))} if hists is None else hists
+
+    def histogram(self, kind):
+        return self._hists.get(kind)
+
+
+def slo_of(objectives, **kw):
+    return parse_slo(base(objectives=objectives, **kw), "f")
+
+
+def check(slo, series):
+    with pytest.raises(SloInvalid) as e:
+        S.check_thresholds(slo, series, "slo.yaml")
+    return str(e.value)
+
+
+def test_ratio_objectives_need_their_own_series():
+    S.check_thresholds(slo_of({"availability": 99}), Series(success=None), "slo.yaml")
+    S.check_thresholds(slo_of({"success": 99}), Series(availability=None), "slo.yaml")
+    assert check(slo_of({"success": 99}), Series(success=None)) == \
+        "slo.yaml: objectives.success: vllm-9 exports no series for it"
+    assert check(slo_of({"availability": 99}), Series(availability=None)) == \
+        "slo.yaml: objectives.availability: vllm-9 exports no series for it"
+
+
+def test_a_threshold_must_be_a_bucket_edge():
+    S.check_thresholds(slo_of({"ttft": {"target": 99, "threshold": 1.0 + 1e-10}}), Series(), "slo.yaml")  # isclose
+    assert check(slo_of({"tpot": {"target": 99, "threshold": 1}}), Series()) == \
+        "slo.yaml: objectives.tpot: vllm-9 exports no tpot histogram"
+    words = ("use one of those, or add the edge with --buckets and list the edges under engine.buckets.ttft")
+    assert check(slo_of({"ttft": {"target": 99, "threshold": 0.75}}), Series()) == \
+        f"slo.yaml: objectives.ttft.threshold: 0.75 s is not a bucket edge of vllm:ttft_seconds (nearest: 0.5 and 1 s); {words}"
+    assert check(slo_of({"ttft": {"target": 99, "threshold": 0.25}}), Series()) == \
+        f"slo.yaml: objectives.ttft.threshold: 0.25 s is not a bucket edge of vllm:ttft_seconds (nearest: 0.5 s); {words}"
+    assert check(slo_of({"ttft": {"target": 99, "threshold": 3}}), Series()) == \
+        f"slo.yaml: objectives.ttft.threshold: 3 s is not a bucket edge of vllm:ttft_seconds (nearest: 2.5 s); {words}"
+    # the SLO's own edges replace the engine's
+    S.check_thresholds(slo_of({"ttft": {"target": 99, "threshold": 0.75}}, engine={"buckets": {"ttft": [0.75]}}),
+                       Series(), "slo.yaml")
+
+
+def test_an_engine_label_in_the_selector_only_matters_for_availability():
+    S.check_selector(slo_of({"success": 99}, selector={"engine": "0"}), Series(), "slo.yaml")
+    S.check_selector(slo_of({"availability": 99}, selector={"engine": "0"}), Series(availability=None), "slo.yaml")
+    S.check_selector(slo_of({"availability": 99}, selector={"job": "x"}), Series(), "slo.yaml")
+    with pytest.raises(SloInvalid) as e:
+        S.check_selector(slo_of({"availability": 99}, selector={"job": "x", "engine": "0"}), Series(), "slo.yaml")
+    assert str(e.value) == ("slo.yaml: selector.engine: http_requests_total has no engine label, so the availability "
+                            "SLI would match nothing; select by a scrape label (job, instance)")
