@@ -30,8 +30,9 @@ def test_every_verdict_declares_one_action_class_and_the_restart_class_is_exactl
     assert registry.by_action(RESTART) == RESTART_VERDICTS
     assert registry.by_action(INFO) == INFO_VERDICTS
     busy = ("overload", "kv_pressure", "preemption", "client_errors", "server_errors", "requests_aborted",
-            "startup_stalled", "crash_loop", "health_loss", "process_exit", "requests_no_token")
+            "startup_stalled", "crash_loop", "health_loss", "process_exit", "requests_no_token", "gpu_throttled")
     assert all(registry.action_of(name) == PAGE for name in busy)
+    assert registry.by_action(DRAIN) == ("gpu_fault",)      # the hardware under it: drain, never restart onto it
     assert set(registry.by_action(*ACTION_CLASSES)) == set(registry.names())
     with pytest.raises(ValueError, match="unknown action"):
         registry.by_action("reboot")
@@ -91,7 +92,7 @@ def test_readyz_also_fails_on_drain_while_livez_does_not_restart_onto_the_broken
     assert probes.livez([broken]).ok
     answer = probes.readyz([broken], True, True, None)
     assert not answer.ok and answer.reason == "gpu_broken (drain): gpu_broken why"
-    assert "gpu_broken" not in registry.by_action(RESTART) and registry.by_action(DRAIN) == ("gpu_broken",)
+    assert "gpu_broken" not in registry.by_action(RESTART) and registry.by_action(DRAIN) == ("gpu_fault", "gpu_broken")
 
 
 def test_a_hold_waits_for_the_condition_to_have_lasted(drain_and_hold_specs):
@@ -226,7 +227,7 @@ def test_plans_read_the_restart_expectation_and_refuse_a_bad_one():
 def test_each_fault_says_what_its_truth_demands():
     from servewatch.drill.faults import FAULTS
 
-    assert {kind for kind, fault in FAULTS.items() if fault.demands == RESTART} == {"stop", "idle_wedge", "kill"}
+    assert {kind for kind, fault in FAULTS.items() if fault.demands == RESTART} == {"stop", "idle_wedge", "kill", "hang"}
     assert all(fault.demands in (RESTART, "none") for fault in FAULTS.values())
 
 
@@ -343,3 +344,15 @@ def test_a_failing_health_that_runs_through_the_engine_is_no_evidence_while_the_
     assert not_serving.detect(window(cpu=config.stall_busy_cpu_percent, metrics_ok=True), config) == []
     assert not_serving.detect(window(cpu=0.0, metrics_ok=False), config) == []
 
+
+
+def test_gpu_fault_drains_only_a_fault_that_needs_the_hardware():
+    spec = registry.spec("gpu_fault")
+    assert (spec.action, spec.requires, spec.evidence_words()) == (DRAIN, ("hardware",), "hardware fault")
+    hardware, restartable = verdict("gpu_fault", hardware=True), verdict("gpu_fault", hardware=False)
+    assert registry.acts(hardware, DRAIN) and not registry.acts(restartable, DRAIN)
+    assert not registry.acts(verdict("gpu_fault"), DRAIN)                 # no detail: not proven, not acted on
+    assert probes.livez([hardware]).ok                                      # never a restart onto the GPU
+    assert not probes.readyz([hardware], True, True, None).ok and probes.readyz([restartable], True, True, None).ok
+    assert not probes.node_drain({"a": [hardware]}).ok and probes.node_drain({"a": [restartable]}).ok
+    assert "gpu_fault" not in registry.by_action(RESTART)

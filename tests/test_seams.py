@@ -293,7 +293,7 @@ def fault(url, kind):
 BUILTIN_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss", "not_serving",
                     "rank_stalled", "overload", "kv_pressure", "preemption", "histogram_blind", "target_restarted",
                     "server_errors", "client_errors", "requests_aborted", "startup_stalled", "crash_loop",
-                    "requests_no_token")
+                    "requests_no_token", "gpu_fault", "gpu_throttled")
 
 
 def test_the_shipped_schemas_list_exactly_the_registered_builtin_verdicts():
@@ -308,7 +308,8 @@ def test_the_shipped_schemas_list_exactly_the_registered_builtin_verdicts():
 def test_every_verdict_has_a_complete_runbook_and_a_valid_spec():
     for spec in registry.specs():
         assert len(spec.runbook.check_next) >= 2 and spec.summary
-        assert set(spec.labels) <= {"engine", "cause", "rule", "histogram", "by", "stage"}
+        # gpu_fault's labels are servewatch_gpu_fault's: bounded by the node's GPUs and the Xid table
+        assert set(spec.labels) <= {"engine", "cause", "rule", "histogram", "by", "stage", "gpu_uuid", "xid", "action"}
     with pytest.raises(ValueError, match="severity 'urgent'"):
         VerdictSpec("x_y", detect_busy, FINDING, "urgent", "s", BUSY_RUNBOOK, ("metrics",))
     with pytest.raises(ValueError, match="unknown evidence sources"):

@@ -135,6 +135,12 @@ class DetectorConfig:
     rank_quiet_s: float = 2.0
     rank_idle_cpu_percent: float = 5.0
     rank_probe_slack_s: float = 1.0
+    # gpu_throttled: a GPU the engine holds has its SM clock under gpu_clock_held_share of its maximum for a
+    # thermal, power-brake or HW-slowdown reason for gpu_throttle_sustain_s, and the token rate since is down by
+    # gpu_throttle_drop (a share) against the rate before, with requests running.
+    gpu_throttle_sustain_s: float = 10.0
+    gpu_throttle_drop: float = 0.2
+    gpu_clock_held_share: float = 0.9
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -7,7 +7,7 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import (blindness, capacity, liveness, no_token, not_serving, outcomes, progress, ranks,
+from servewatch.detectors import (blindness, capacity, gpu, liveness, no_token, not_serving, outcomes, progress, ranks,
                                   restart, runbooks, startup)
 from servewatch.detectors.verdict import (ACTION_CLASSES, DRAIN, FINDING, INCIDENT, INFO, PAGE, RESTART, RunbookBranch,
                                           Verdict, VerdictSpec)
@@ -138,5 +138,12 @@ for _spec in (
     VerdictSpec("requests_no_token", no_token.detect, INCIDENT, "page",
                 "requests in flight get no token from the engine", runbooks.REQUESTS_NO_TOKEN,
                 ("requests", "health", "metrics"), action=PAGE),
+    VerdictSpec("gpu_fault", gpu.detect_gpu_fault, INCIDENT, "page",
+                "a GPU the engine holds reported a fault (an Xid, uncorrectable ECC, a row-remap failure, off the bus)",
+                runbooks.GPU_FAULT, ("gpu", "process"), labels=("gpu_uuid", "xid", "action"), action=DRAIN,
+                requires=("hardware",)),
+    VerdictSpec("gpu_throttled", gpu.detect_gpu_throttled, INCIDENT, "ticket",
+                "the token rate fell while the GPU's clocks are held by a thermal, power-brake or HW-slowdown reason",
+                runbooks.GPU_THROTTLED, ("gpu", "metrics", "process"), labels=("cause",), action=PAGE),
 ):
     register(_spec)

@@ -388,3 +388,50 @@ RANK_STALLED = RunbookBranch(
                      "and the frozen process state of the named rank that shows where it hung: take the stacks "
                      "before any restart.",
 )
+
+GPU_FAULT = RunbookBranch(
+    meaning="A GPU that a process of this engine holds reported a fault: an Xid critical error (NVML's event), an "
+            "uncorrectable ECC error, a row-remap failure, or it no longer answers NVML at all (fallen off the "
+            "bus). The why line names the GPU (index, UUID, PCI bus id), the rank on it, the Xid with its meaning "
+            "and NVIDIA's immediate action from the Xid catalogue "
+            "(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html). Where that action needs the "
+            "hardware (reset the GPU, reboot the node), restarting the server puts it back on the same broken GPU.",
+    check_next=(
+        "`nvidia-smi -q -i UUID` for the named GPU: ECC errors, retired pages / remapped rows (pending, failure), "
+        "and whether it answers at all.",
+        "The kernel log where it can be read (`dmesg | grep -i xid`): the Xid's own line, with its pid and the "
+        "codes that came with it (a 48 followed by 63/64, a 154 naming the recovery action).",
+        "The other GPUs of the node: one Xid on one GPU is that GPU; the same Xid on every GPU is the node "
+        "(power, PCIe switch, driver).",
+    ),
+    expected_range="No Xid beyond informational ones (63 a page retired as designed, 92 a high corrected-error "
+                   "rate), 0 uncorrectable volatile ECC errors, no row-remap failure, every GPU answering NVML.",
+    safe_action="For a hardware action (reset_gpu, reboot): drain the node (cordon it, stop routing to it) and do not "
+                "restart the server on that GPU; reset the GPU (`nvidia-smi -r -i UUID`) or reboot as NVIDIA's "
+                "action says, then run a diagnostic (dcgmi diag) before returning it. For restart_app: restart the "
+                "process.",
+    rollback="Return the node to scheduling once the GPU has been reset or replaced and a diagnostic passes.",
+    restart_destroys="Nothing the fault has not already destroyed: the requests on that GPU are lost with it. A "
+                     "restart onto the same GPU makes a crash loop out of a hardware fault.",
+    by_cause={},
+)
+
+GPU_THROTTLED = RunbookBranch(
+    meaning="A GPU the engine holds runs with its SM clock held down by a thermal, power-brake or hardware-"
+            "slowdown reason (NVML's clock-event reasons), and the engine's token rate fell since: the slowdown "
+            "is the GPU, not more demand. Without the GPU's reasons it reads as overload.",
+    check_next=(
+        "`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i UUID`: which reason is active, the temperature and "
+        "the power draw against its limit.",
+        "The node's cooling and power: fans, inlet temperature, a PSU or power-brake signal (HW power brake is "
+        "asserted by the system, not the GPU).",
+        "Whether other GPUs of the node are throttled too (the node's cooling) or only this one (its slot, its "
+        "heatsink).",
+    ),
+    expected_range="Under load a GPU runs at or near its maximum SM clock; a software power cap at full load is "
+                   "normal, thermal and HW slowdown are not.",
+    safe_action="Page the owner of the hardware; move load away from the node if the rate it serves no longer "
+                "meets the SLO. Adding replicas elsewhere helps; adding load here does not.",
+    rollback="Return load once the clocks are back at their maximum under load for several readings.",
+    restart_destroys="The KV and prefix caches; a restart does not cool a GPU.",
+)

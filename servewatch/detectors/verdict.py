@@ -87,10 +87,15 @@ class VerdictSpec:
     # verdict's onset to its newest sample) and how many probes in a row must have got no token.
     hold_s: float = 0.0
     probes: int = 0
+    # Detail keys that must be True for the action to be taken (gpu_fault: "hardware", a fault a restart
+    # does not cure): a verdict without them is reported, not acted on.
+    requires: tuple[str, ...] = ()
 
     def evidence_holds(self, verdict: Verdict) -> bool:
         """Whether `verdict` (of this spec) carries the evidence its action class waits for."""
         if verdict.since_s < self.hold_s:
+            return False
+        if any(verdict.details.get(key) is not True for key in self.requires):
             return False
         if self.probes:
             failed = verdict.details.get("failed_probes")
@@ -104,6 +109,7 @@ class VerdictSpec:
             parts.append(f"held {self.hold_s:g} s")
         if self.probes:
             parts.append(f"{self.probes} probes in a row with no token" if self.probes > 1 else "a probe with no token")
+        parts.extend(f"{key} fault" for key in self.requires)
         return ", ".join(parts)
 
     def __post_init__(self):

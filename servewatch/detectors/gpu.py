@@ -1,0 +1,235 @@
+"""gpu_fault and gpu_throttled: the GPU under the engine, read with the engine's own progress.
+
+gpu_fault: on a GPU that a process of this engine holds (NVML's process list; every GPU when no process list
+is read), an Xid event the table does not call informational, an uncorrectable ECC count that rose in the
+window, a row-remap failure, or a GPU that answers "GPU is lost" (fallen off the bus). The why line names the
+GPU (index, UUID, bus id), the rank on it and the Xid with its meaning and NVIDIA's action (`xid.py`). Its
+evidence holds for guard (the drain class) only when the fault needs the hardware (reset the GPU, reboot):
+a restartable or unknown code is reported, not acted on as a drain.
+
+gpu_throttled: the clocks of a GPU the engine holds are held down by a thermal, power-brake or hardware-slowdown
+reason (NVML's clock-event reasons; a power cap at full load is normal and not one) for gpu_throttle_sustain_s,
+and the engine's token rate since then is down by gpu_throttle_drop against the rate before, with requests
+running: the cause of a slowdown that otherwise reads as overload.
+
+Silent on a healthy busy engine, an idle one (the idle reason is not a throttle), a long prefill (no throttle
+reason), and a correctable ECC count however it grows.
+"""
+
+from __future__ import annotations
+
+from servewatch.detectors import xid as xids
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.series import num, once_per_window, progress_totals
+from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.timeline.ranks import rank_view, rank_words
+from servewatch.timeline.samples import (CLOCK_HW_POWER_BRAKE, CLOCK_HW_SLOWDOWN, CLOCK_HW_THERMAL, CLOCK_REASON_WORDS,
+                                         CLOCK_SW_THERMAL, GpuDevice, GpuSample)
+from servewatch.timeline.window import Window
+
+THROTTLE_REASONS = CLOCK_HW_SLOWDOWN | CLOCK_SW_THERMAL | CLOCK_HW_THERMAL | CLOCK_HW_POWER_BRAKE
+
+
+def _readings(window: Window) -> list[GpuSample]:
+    return [g for g in window.gpu if g.available and g.devices]
+
+
+def _identity(window: Window) -> dict[int, GpuDevice]:
+    """Each device index's newest reading that still knew its UUID (a lost GPU forgets who it is)."""
+    known: dict[int, GpuDevice] = {}
+    for sample in _readings(window):
+        for device in sample.devices:
+            if device.uuid is not None or device.index not in known:
+                known[device.index] = device
+    return known
+
+
+def _engine_pids(window: Window) -> set[int] | None:
+    """Every pid of the target's tree at its newest process sample; None when no process list is read."""
+    samples = [p for p in window.process if p.error is None and p.members]
+    if not samples:
+        return None
+    return {m.pid for m in samples[-1].members}
+
+
+def _held(window: Window) -> dict[int, set[int]] | None:
+    """Device index -> the engine's pids NVML listed on it anywhere in the window (None: no process list, every
+    device counts)."""
+    pids = _engine_pids(window)
+    if pids is None:
+        return None
+    held: dict[int, set[int]] = {}
+    for sample in _readings(window):
+        for device in sample.devices:
+            on = {p.pid for p in device.processes if p.pid in pids}
+            if on:
+                held.setdefault(device.index, set()).update(on)
+    return held
+
+
+def _holds(held: dict[int, set[int]] | None, index: int) -> bool:
+    return held is None or index in held
+
+
+def gpu_words(device: GpuDevice | None, index: int) -> str:
+    """"GPU 1 (GPU-aaaa..., bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3)"."""
+    if device is None:
+        return f"GPU {index}"
+    parts = [p for p in (device.uuid, f"bus {device.pci_bus_id}" if device.pci_bus_id else None, device.name) if p]
+    return f"GPU {index}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _rank_on(window: Window, pids: set[int]) -> tuple[str, int | None]:
+    """The rank on a device in words, and its pid ("" when no ranked process of the engine is on it)."""
+    samples = [p for p in window.process if p.error is None and p.members]
+    ranks = rank_view(samples[-1]) if samples else ()
+    on = sorted((r for r in ranks if r.pid in pids), key=lambda r: r.pid)
+    if on:
+        return rank_words(on[0], ranks), on[0].pid
+    if pids:
+        pid = min(pids)
+        return f"pid {pid}", pid
+    return "", None
+
+
+# --- gpu_fault ------------------------------------------------------------------------------------------
+
+def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
+    readings = _readings(window)
+    if not readings:
+        return []
+    held = _held(window)
+    faults = []        # (hardware, onset, evidence, index, xid row or None, what)
+    for sample in window.gpu:
+        for event in sample.xids:
+            row = xids.lookup(event.xid)
+            if row.action == xids.IGNORE or not _holds(held, event.index):
+                continue
+            faults.append((row.hardware, event.t, Evidence("gpu", sample.t, f"xids.{event.index}", event.xid),
+                           event.index, row, f"Xid {event.xid} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})"))
+    first, last = readings[0], readings[-1]
+    before = {d.index: d for d in first.devices}
+    for device in last.devices:
+        if not _holds(held, device.index):
+            continue
+        if device.lost:
+            onset = _first(readings, device.index, lambda d: d.lost)
+            faults.append((True, onset, Evidence("gpu", onset, f"devices.{device.index}.lost", True), device.index,
+                           None, "the GPU is lost (NVML: GPU is lost; fallen off the bus); NVIDIA: reboot the node"))
+            continue
+        if device.remap_failure:
+            onset = _first(readings, device.index, lambda d: bool(d.remap_failure))
+            faults.append((True, onset, Evidence("gpu", onset, f"devices.{device.index}.remap_failure", True),
+                           device.index, None, "row remapping failed (no spare rows left); reset the GPU, then "
+                                               "replace it"))
+        was = before.get(device.index)
+        now_unc, was_unc = device.ecc_volatile_uncorrected, was.ecc_volatile_uncorrected if was else None
+        if now_unc is not None and was_unc is not None and now_unc > was_unc:
+            onset = _first(readings, device.index, lambda d: (d.ecc_volatile_uncorrected or 0) > was_unc)
+            faults.append((True, onset, Evidence("gpu", onset, f"devices.{device.index}.ecc_volatile_uncorrected",
+                                                 now_unc), device.index, None,
+                           f"uncorrectable ECC errors {num(was_unc)} → {num(now_unc)} in the window; reset the GPU"))
+    if not faults:
+        return []
+    faults.sort(key=lambda f: (not f[0], f[1]))       # a fault that needs the hardware first, then the oldest
+    devices = {f[3] for f in faults}
+    hardware, onset, evidence, index, row, what = faults[0]
+    identity = _identity(window).get(index)
+    pids = (held or {}).get(index, set())
+    rank, rank_pid = _rank_on(window, pids)
+    action = row.action if row is not None else (xids.REBOOT if "lost" in what else xids.RESET_GPU)
+    tail = ": do not restart on this GPU" if hardware else ": a restart of the process helps" \
+        if action == xids.RESTART_APP else ": a person decides"
+    others = f" (and {len(devices) - 1} more GPU(s))" if len(devices) > 1 else ""
+    why = f"{gpu_words(identity, index)}{' under ' + rank if rank else ''}: {what}{tail}{others}"
+    details = {"gpu_index": index, "gpu_uuid": identity.uuid if identity else None,
+               "gpu_bus_id": identity.pci_bus_id if identity else None,
+               "xid": row.code if row is not None else None, "xid_meaning": row.meaning if row is not None else None,
+               "action": action, "hardware": hardware, "rank": rank or None, "rank_pid": rank_pid,
+               "gpus": len(devices)}
+    return [Verdict("gpu_fault", window.end, min(onset, window.end), why, (evidence,), details)]
+
+
+def _first(readings: list[GpuSample], index: int, holds) -> float:
+    """The time of the first reading (of the newest run) in which `holds(device)`."""
+    onset = readings[-1].t
+    for sample in reversed(readings):
+        device = next((d for d in sample.devices if d.index == index), None)
+        if device is None or not holds(device):
+            break
+        onset = sample.t
+    return onset
+
+
+# --- gpu_throttled --------------------------------------------------------------------------------------
+
+def _throttled(device: GpuDevice, config: DetectorConfig) -> bool:
+    reasons = device.clock_event_reasons
+    if reasons is None or not reasons & THROTTLE_REASONS:
+        return False
+    if device.sm_clock_mhz is not None and device.sm_clock_max_mhz:
+        return device.sm_clock_mhz < config.gpu_clock_held_share * device.sm_clock_max_mhz
+    return True
+
+
+def reason_words(reasons: int) -> str:
+    return " + ".join(words for bit, words in CLOCK_REASON_WORDS.items() if reasons & bit & THROTTLE_REASONS)
+
+
+def _token_rate(window: Window, start: float, end: float) -> tuple[float | None, float, float]:
+    """Generation tokens per second between the scrapes nearest inside [start, end] (None with under two)."""
+    points = [(m.t, progress_totals(m.engines)[1]) for m in window.good_metrics() if start <= m.t <= end]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None, 0.0, 0.0
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]), points[0][0], points[-1][0]
+
+
+@once_per_window
+def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
+    """The gpu_throttled verdict the window supports (shared with overload, which it explains)."""
+    readings = _readings(window)
+    if len(readings) < 2:
+        return None
+    held = _held(window)
+    last = readings[-1]
+    hot = [d for d in last.devices if _holds(held, d.index) and _throttled(d, config)]
+    if not hot:
+        return None
+    device = hot[0]
+    onset = _first(readings, device.index, lambda d: _throttled(d, config))
+    if last.t - onset < config.gpu_throttle_sustain_s:
+        return None
+    before, b0, b1 = _token_rate(window, window.start or onset, onset)
+    after, a0, a1 = _token_rate(window, onset, window.end)
+    if before is None or after is None or before <= 0 or after > (1 - config.gpu_throttle_drop) * before:
+        return None
+    metrics = window.good_metrics()
+    running = sum(e.running or 0 for e in metrics[-1].engines)
+    if running <= 0:
+        return None     # nothing runs: a slower rate is less demand, not a slower GPU
+    identity = _identity(window).get(device.index, device)
+    rank, rank_pid = _rank_on(window, (held or {}).get(device.index, set()))
+    clocks = (f"{num(device.sm_clock_mhz)} of {num(device.sm_clock_max_mhz)} MHz" if device.sm_clock_mhz is not None
+              and device.sm_clock_max_mhz else "clocks down")
+    temperature = f", {num(device.temperature_c)} °C" if device.temperature_c is not None else ""
+    power = (f", {num(device.power_w)} of {num(device.power_limit_w)} W" if device.power_w is not None
+             and device.power_limit_w is not None else "")
+    why = (f"{gpu_words(identity, device.index)}{' under ' + rank if rank else ''}: SM clock {clocks} held by "
+           f"{reason_words(device.clock_event_reasons)} for {last.t - onset:.0f} s{temperature}{power}; tokens "
+           f"{before:.0f}/s → {after:.0f}/s ({after / before - 1:+.0%}) with {num(running)} running: the GPU is "
+           "slowed, not the demand up")
+    cause = ("thermal" if device.clock_event_reasons & (CLOCK_SW_THERMAL | CLOCK_HW_THERMAL) else
+             "power_brake" if device.clock_event_reasons & CLOCK_HW_POWER_BRAKE else "hw_slowdown")
+    evidence = (Evidence("gpu", onset, f"devices.{device.index}.clock_event_reasons", device.clock_event_reasons),
+                Evidence("gpu", last.t, f"devices.{device.index}.sm_clock_mhz", device.sm_clock_mhz),
+                Evidence("metrics", a1, "counters.generation_tokens", round(after, 3)))
+    details = {"cause": cause, "gpu_index": device.index, "gpu_uuid": identity.uuid, "sm_clock_mhz": device.sm_clock_mhz,
+               "sm_clock_max_mhz": device.sm_clock_max_mhz, "temperature_c": device.temperature_c,
+               "tokens_per_s_before": round(before, 3), "tokens_per_s_after": round(after, 3),
+               "running": running, "rank": rank or None, "rank_pid": rank_pid}
+    return Verdict("gpu_throttled", window.end, onset, why, evidence, details)
+
+
+def detect_gpu_throttled(window: Window, config: DetectorConfig) -> list[Verdict]:
+    found = throttle_state(window, config)
+    return [found] if found is not None else []
