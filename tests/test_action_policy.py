@@ -142,9 +142,9 @@ def test_guard_acts_by_default_on_the_restart_class_with_the_probe_on():
     from servewatch.actions.policy import GuardConfig
     from servewatch.cli import build_parser
 
-    assert GuardConfig().act_on == RESTART_VERDICTS
+    assert GuardConfig().act_on == RESTART_VERDICTS + ("gpu_fault",)     # and the drain class: exit 6
     args = build_parser().parse_args(["guard", "http://127.0.0.1:1", "--pid", "1"])
-    assert args.act_on == ",".join(RESTART_VERDICTS)
+    assert args.act_on == ",".join(RESTART_VERDICTS + ("gpu_fault",))
     assert args.no_probe is False                     # the probe is on unless --no-probe
     off = build_parser().parse_args(["guard", "http://127.0.0.1:1", "--pid", "1", "--no-probe"])
     assert off.no_probe is True
@@ -356,3 +356,31 @@ def test_gpu_fault_drains_only_a_fault_that_needs_the_hardware():
     assert not probes.readyz([hardware], True, True, None).ok and probes.readyz([restartable], True, True, None).ok
     assert not probes.node_drain({"a": [hardware]}).ok and probes.node_drain({"a": [restartable]}).ok
     assert "gpu_fault" not in registry.by_action(RESTART)
+
+
+def test_guard_exits_with_the_hardware_status_and_line_after_a_gpu_fault():
+    from servewatch.actions.policy import (EXIT_HARDWARE, EXIT_KILLED, GuardConfig, Outcome, action_for,
+                                           exit_status)
+
+    details = {"fault": "xid", "gpu_index": 1, "gpu_uuid": "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+               "gpu_bus_id": "00000000:2A:00.0", "xid": 79, "xid_meaning": "GPU has fallen off the bus",
+               "hardware": True}
+    action = action_for("gpu_fault", GuardConfig(), details)
+    line = ("hardware: GPU 1 (GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, bus 00000000:2A:00.0) Xid 79 (GPU has "
+            "fallen off the bus), do not restart on this GPU")
+    assert (action.wait_for_exit_s, action.stacks, action.kill, action.hardware) == (0.0, True, True, line)
+    assert EXIT_HARDWARE == 6 and exit_status(Outcome(killed_for="gpu_fault", hardware=line)) == (6, line)
+    lost = action_for("gpu_fault", GuardConfig(), {"fault": "lost", "gpu_index": 0, "hardware": True}).hardware
+    assert lost == "hardware: GPU 0 lost (fallen off the bus), do not restart on this GPU"
+    assert action_for("engine_dead", GuardConfig(), {}).hardware is None          # a stall: exit 3 as before
+    assert exit_status(Outcome(killed_for="engine_dead")) == (EXIT_KILLED, "killed the server after engine_dead")
+
+
+def test_guard_help_and_the_systemd_unit_document_the_hardware_status():
+    from pathlib import Path
+
+    from servewatch.commands.guard import EPILOG
+
+    assert "  6    guard killed the server after a hardware fault" in EPILOG
+    unit = (Path(__file__).resolve().parent.parent / "deploy/systemd/servewatch-guard@.service").read_text()
+    assert "\nRestartPreventExitStatus=6\n" in unit and "servewatch guard" in unit

@@ -6,6 +6,8 @@ Exit status, so that an orchestrator's restart policy sees the truth:
   3  EXIT_KILLED           guard killed the tree after a verdict (a stall, a dead engine)
   4  EXIT_MASKED_FAILURE   the server exited 0 although its engine had died (vLLM #48966): a failure
   5  EXIT_DRAIN_TIMEOUT    asked to stop (SIGTERM), the server was still up after the drain timeout
+  6  EXIT_HARDWARE         guard killed the tree after a hardware fault (gpu_fault, the drain class): a restart
+                           policy must not start the server on that GPU again (systemd: RestartPreventExitStatus=6)
   1  EXIT_GONE_UNKNOWN     an attached server (not our child) exited; its status could not be read
   0                        an attached server is still running when guard stops (SIGTERM, --duration)
 """
@@ -15,18 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servewatch.detectors import registry
-from servewatch.detectors.verdict import RESTART
+from servewatch.detectors.verdict import DRAIN, RESTART
 
 EXIT_GONE_UNKNOWN = 1
 EXIT_KILLED = 3
 EXIT_MASKED_FAILURE = 4
 EXIT_DRAIN_TIMEOUT = 5
+EXIT_HARDWARE = 6
 
 
 def default_act_on() -> tuple[str, ...]:
-    """What guard acts on when not told: the verdicts of the `restart` action class (the registry's one
-    declaration), each once its evidence holds."""
-    return registry.by_action(RESTART)
+    """What guard acts on when not told: the verdicts of the `restart` and `drain` action classes (the registry's
+    one declaration), each once its evidence holds; after a drain-class verdict guard exits EXIT_HARDWARE."""
+    return registry.by_action(RESTART, DRAIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +49,34 @@ class Action:
     wait_for_exit_s: float      # let the server exit by itself first
     stacks: bool                # py-spy dump of the tree before the kill
     kill: bool                  # False in a dry run: say what would be done
+    hardware: str | None = None  # a drain-class verdict: the one line guard ends with ("hardware: GPU ...")
 
 
-def action_for(verdict: str, config: GuardConfig) -> Action | None:
+def action_for(verdict: str, config: GuardConfig, details: dict | None = None) -> Action | None:
     if verdict not in config.act_on:
         return None
     wait = config.exit_grace_s if verdict == "engine_dead" else 0.0
-    return Action(verdict, wait, config.stacks and not config.dry_run, not config.dry_run)
+    hardware = hardware_line(details or {}) if registry.action_of(verdict) == DRAIN else None
+    return Action(verdict, wait, config.stacks and not config.dry_run, not config.dry_run, hardware)
+
+
+FAULT_WORDS = {"lost": "lost (fallen off the bus)", "remap_failure": "row remapping failed",
+               "ecc_uncorrectable": "uncorrectable ECC errors"}
+
+
+def hardware_line(details: dict) -> str:
+    """"hardware: GPU 1 (GPU-..., bus 00000000:2A:00.0) Xid 79 (GPU has fallen off the bus), do not restart on
+    this GPU", from a gpu_fault's details."""
+    index = details.get("gpu_index")
+    gpu = f"GPU {index}" if index is not None else "a GPU"
+    ids = [str(x) for x in (details.get("gpu_uuid"), f"bus {details['gpu_bus_id']}" if details.get("gpu_bus_id")
+                            else None) if x]
+    if ids:
+        gpu += f" ({', '.join(ids)})"
+    xid = details.get("xid")
+    fault = (f"Xid {xid} ({details.get('xid_meaning')})" if xid is not None
+             else FAULT_WORDS.get(str(details.get("fault")), "hardware fault"))
+    return f"hardware: {gpu} {fault}, do not restart on this GPU"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +85,14 @@ class Outcome:
     server_gone: bool = False         # the root process is gone (its status may be unknown)
     engine_died: bool = False         # an engine_dead verdict, or process_exit after an engine death
     killed_for: str | None = None     # the verdict guard killed the tree for
+    hardware: str | None = None       # ... when it was a hardware fault: the line guard ends with
     drain: str | None = None          # None, "drained" or "timeout"
 
 
 def exit_status(outcome: Outcome) -> tuple[int, str]:
     """(guard's exit status, the one line that says why)."""
+    if outcome.killed_for is not None and outcome.hardware is not None:
+        return EXIT_HARDWARE, outcome.hardware
     if outcome.killed_for is not None:
         return EXIT_KILLED, f"killed the server after {outcome.killed_for}"
     if outcome.drain == "timeout":

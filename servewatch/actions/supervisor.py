@@ -71,7 +71,7 @@ class Guard:
         """The recorder's evidence listener (the event loop thread): a verdict whose evidence now holds — at
         its firing, or later as the probes agree (the action policy, detectors.registry) — is acted on when it
         is one of --act-on."""
-        action = action_for(verdict.name, self.config)
+        action = action_for(verdict.name, self.config, verdict.details)
         if action is None or self.busy or verdict.name == "process_exit":
             return
         self.busy = True      # a second verdict of the same detection run does not start a second action
@@ -138,7 +138,7 @@ class Guard:
             self.busy = False
             return
         killed = await loop.run_in_executor(None, tree.kill, members)
-        self.outcome = replace(self.outcome, killed_for=action.verdict)
+        self.outcome = replace(self.outcome, killed_for=action.verdict, hardware=action.hardware)
         self.say(f"{action.verdict}: killed the tree ({_roles(killed.members)})"
                  + (f"; still there: {list(killed.survivors)}" if killed.survivors else ""),
                  event="kill", verdict=action.verdict, killed=len(killed.members), survivors=list(killed.survivors))

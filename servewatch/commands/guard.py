@@ -15,7 +15,8 @@ DESCRIPTION = ("Start the server (`-- COMMAND...`) or attach to it (--pid), reco
                "probe on, as in watch and serve), and act on the verdicts named by --act-on once their evidence "
                "holds: py-spy stacks of every process in the tree (to a private file, never into a bundle), then "
                "SIGKILL of the tree. By default it acts on every verdict whose action class is `restart` (only a "
-               "restart helps), and says the set and the evidence each waits for when it starts; verdicts a person "
+               "restart helps) or `drain` (a hardware fault: guard then exits 6, which a restart policy must not "
+               "restart), and says the set and the evidence each waits for when it starts; verdicts a person "
                "must decide on (overload, KV pressure, errors, a stalled start) are reported, never acted on. An "
                "engine_dead server first gets --exit-grace to exit by itself. SIGTERM or ^C to guard: a server it "
                "started is sent SIGTERM and given --drain-timeout to finish its requests; an attached server is "
@@ -31,6 +32,9 @@ exit status (what a restart policy should see):
   3    guard killed the server after a verdict (stall, dead engine)
   4    the server exited 0 although its engine had died (vLLM #48966)
   5    after SIGTERM, the server was still up at the drain timeout and was killed
+  6    guard killed the server after a hardware fault (gpu_fault: an Xid, ECC or bus fault whose NVIDIA action is
+       a GPU reset or a reboot); its last line says "hardware: GPU ... Xid ..., do not restart on this GPU".
+       Do not restart on that GPU: systemd RestartPreventExitStatus=6 (deploy/systemd/servewatch-guard@.service)
   1    an attached server exited and its status could not be read
   0    the server exited 0, or guard stopped watching an attached server that still runs
   2    bad arguments or input
@@ -54,7 +58,7 @@ def register(subparsers) -> None:
                              "A PID proven NOT to serve the URL is refused all the same")
     parser.add_argument("--act-on", default=",".join(_default_act_on()), metavar="VERDICTS",
                         help="comma-separated verdicts that make guard act, each once its evidence holds (default: "
-                             "the restart class, %(default)s)")
+                             "the restart and drain classes, %(default)s)")
     parser.add_argument("--exit-grace", type=duration, default=10.0, metavar="S",
                         help="engine_dead: time the server gets to exit by itself before the kill (default 10s)")
     parser.add_argument("--drain-timeout", type=duration, default=30.0, metavar="S",

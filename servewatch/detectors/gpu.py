@@ -99,14 +99,15 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
     if not readings:
         return []
     held = _held(window)
-    faults = []        # (hardware, onset, evidence, index, xid row or None, what)
+    faults = []        # (hardware, onset, evidence, index, xid row or None, what, fault)
     for sample in window.gpu:
         for event in sample.xids:
             row = xids.lookup(event.xid)
             if row.action == xids.IGNORE or not _holds(held, event.index):
                 continue
             faults.append((row.hardware, event.t, Evidence("gpu", sample.t, f"xids.{event.index}", event.xid),
-                           event.index, row, f"Xid {event.xid} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})"))
+                           event.index, row, f"Xid {event.xid} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})",
+                           "xid"))
     first, last = readings[0], readings[-1]
     before = {d.index: d for d in first.devices}
     for device in last.devices:
@@ -115,34 +116,36 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
         if device.lost:
             onset = _first(readings, device.index, lambda d: d.lost)
             faults.append((True, onset, Evidence("gpu", onset, f"devices.{device.index}.lost", True), device.index,
-                           None, "the GPU is lost (NVML: GPU is lost; fallen off the bus); NVIDIA: reboot the node"))
+                           None, "the GPU is lost (NVML: GPU is lost; fallen off the bus); NVIDIA: reboot the node",
+                           "lost"))
             continue
         if device.remap_failure:
             onset = _first(readings, device.index, lambda d: bool(d.remap_failure))
             faults.append((True, onset, Evidence("gpu", onset, f"devices.{device.index}.remap_failure", True),
                            device.index, None, "row remapping failed (no spare rows left); reset the GPU, then "
-                                               "replace it"))
+                                               "replace it", "remap_failure"))
         was = before.get(device.index)
         now_unc, was_unc = device.ecc_volatile_uncorrected, was.ecc_volatile_uncorrected if was else None
         if now_unc is not None and was_unc is not None and now_unc > was_unc:
             onset = _first(readings, device.index, lambda d: (d.ecc_volatile_uncorrected or 0) > was_unc)
             faults.append((True, onset, Evidence("gpu", onset, f"devices.{device.index}.ecc_volatile_uncorrected",
                                                  now_unc), device.index, None,
-                           f"uncorrectable ECC errors {num(was_unc)} → {num(now_unc)} in the window; reset the GPU"))
+                           f"uncorrectable ECC errors {num(was_unc)} → {num(now_unc)} in the window; reset the GPU",
+                           "ecc_uncorrectable"))
     if not faults:
         return []
     faults.sort(key=lambda f: (not f[0], f[1]))       # a fault that needs the hardware first, then the oldest
     devices = {f[3] for f in faults}
-    hardware, onset, evidence, index, row, what = faults[0]
+    hardware, onset, evidence, index, row, what, fault = faults[0]
     identity = _identity(window).get(index)
     pids = (held or {}).get(index, set())
     rank, rank_pid = _rank_on(window, pids)
-    action = row.action if row is not None else (xids.REBOOT if "lost" in what else xids.RESET_GPU)
+    action = row.action if row is not None else (xids.REBOOT if fault == "lost" else xids.RESET_GPU)
     tail = ": do not restart on this GPU" if hardware else ": a restart of the process helps" \
         if action == xids.RESTART_APP else ": a person decides"
     others = f" (and {len(devices) - 1} more GPU(s))" if len(devices) > 1 else ""
     why = f"{gpu_words(identity, index)}{' under ' + rank if rank else ''}: {what}{tail}{others}"
-    details = {"gpu_index": index, "gpu_uuid": identity.uuid if identity else None,
+    details = {"fault": fault, "gpu_index": index, "gpu_uuid": identity.uuid if identity else None,
                "gpu_bus_id": identity.pci_bus_id if identity else None,
                "xid": row.code if row is not None else None, "xid_meaning": row.meaning if row is not None else None,
                "action": action, "hardware": hardware, "rank": rank or None, "rank_pid": rank_pid,
