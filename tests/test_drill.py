@@ -630,7 +630,7 @@ def test_guard_outcome_reads_the_lines_after_the_injection_and_the_dump_by_pid()
             "=== pid 12 (worker): captured — VLLM::Worker_TP1 (stopped)\n...\n=== pid 13 (api): failed\n")
     got = M.guard_outcome(lines, events, 100.0, exit_code=3, tree_left=0, signalled=[12, 13],
                           captured=M.stacks_captured(text))
-    assert got == {"acted_on": "rank_stalled", "verdict_s": 4.9, "exit": 3, "tree_left": 0, "signalled_stacks": [12],
+    assert got == {"acted_on": "rank_stalled", "verdict_s": 4.9, "evidence_s": 4.9, "exit": 3, "tree_left": 0, "signalled_stacks": [12],
                    "stacks": {"status": "captured", "processes": {"api": "captured", "worker": "captured"},
                               "diverging": ["VLLM::Worker_TP1"], "after_s": 5.2},
                    "kill": {"killed": 5, "survivors": 0, "after_s": 5.4, "after_verdict_s": 0.5}}

@@ -208,13 +208,13 @@ def test_guard_kills_within_its_bound():
     kill = {"killed": 3, "survivors": 0, "after_s": 6.0, "after_verdict_s": 2.0}
     stacks = {"status": "captured", "processes": {"engine_core": "captured"}, "diverging": [], "after_s": 5.5}
     assert checks(ex, guard_result(kill=kill, stacks=stacks)) == [
-        ("guard kills the tree within 2 s of its verdict", True,
+        ("guard kills the tree within 2 s of its verdict's evidence", True,
          "3 killed, 0 survived, on not_serving (4 s after the injection), 2 s after the verdict (the stacks took "
          "1.50 s of it)"),
         ("guard exits 3 (it killed the server after a verdict)", True, "exit 3"),
         ("no process of the tree is left", True, "0 left")]
     late = checks(ex, guard_result(kill={**kill, "after_verdict_s": 2.01}, verdict_s=None))
-    assert late[0] == ("guard kills the tree within 2 s of its verdict", False,
+    assert late[0] == ("guard kills the tree within 2 s of its verdict's evidence", False,
                        "3 killed, 0 survived, on not_serving, 2.01 s after the verdict")
     survivors = checks(Expect(guard=GuardExpect(kills=True)), guard_result(kill={**kill, "survivors": 1,
                                                                                  "after_verdict_s": None},

@@ -274,13 +274,20 @@ def test_guard_outcome():
                (106.25, {"guard": "kill", "verdict": "not_serving", "killed": 3, "survivors": [7]})]
     out = M.guard_outcome(actions, events, 100.0, exit_code=3, tree_left=1, signalled=[7, 8], captured={8, 9})
     # verdict 104 - 100 = 4; stacks 105 - 100 = 5; kill 106.25 - 100 = 6.25, after the verdict 2.25
-    assert out == {"acted_on": "not_serving", "verdict_s": 4.0, "exit": 3, "tree_left": 1, "signalled_stacks": [8],
+    assert out == {"acted_on": "not_serving", "verdict_s": 4.0, "evidence_s": 4.0, "exit": 3, "tree_left": 1,
+                   "signalled_stacks": [8],
                    "stacks": {"status": "captured", "processes": {"engine": "captured"}, "diverging": ["rank 1"],
                               "after_s": 5.0},
                    "kill": {"killed": 3, "survivors": 1, "after_s": 6.25, "after_verdict_s": 2.25}}
     nothing = M.guard_outcome([], [], 100.0, exit_code=None, tree_left=0, signalled=[], captured=set())
-    assert nothing == {"acted_on": None, "verdict_s": None, "stacks": None, "kill": None, "exit": None,
-                       "tree_left": 0, "signalled_stacks": []}
+    assert nothing == {"acted_on": None, "verdict_s": None, "evidence_s": None, "stacks": None, "kill": None,
+                       "exit": None, "tree_left": 0, "signalled_stacks": []}
+    # not_serving fired on one probe (104) and its evidence, the second, held at 105.5: guard's kill at 106.25 is
+    # 106.25 - 105.5 = 0.75 s after the evidence, what guard waited for (not 2.25 s after the firing)
+    later = M.guard_outcome(actions, [fired("not_serving", 104.0, held=False),
+                                      VerdictEvent("evidence_held", "not_serving", 105.5, 103.0)],
+                            100.0, exit_code=3, tree_left=0, signalled=[], captured=set())
+    assert (later["verdict_s"], later["evidence_s"], later["kill"]["after_verdict_s"]) == (4.0, 5.5, 0.75)
     only_stacks = M.guard_outcome([(101.0, {"guard": "stacks", "verdict": "x"})], [], 100.0, exit_code=0,
                                   tree_left=0, signalled=[], captured=set())
     assert only_stacks["acted_on"] == "x" and only_stacks["stacks"] == {"status": None, "processes": {},

@@ -154,11 +154,15 @@ def _guard(expect, result) -> list[tuple[str, bool, str]]:
         checks.append(("guard kills the tree", False, f"no kill; guard exit {_code(code)}"))
     else:
         after = kill["after_verdict_s"]
-        took = "" if after is None else f", {after:g} s after the verdict"
-        if after is not None and stacks and g.get("verdict_s") is not None:
-            took += f" (the stacks took {stacks['after_s'] - g['verdict_s']:.2f} s of it)"
-        checks.append(("guard kills the tree" + (f" within {expect.within_s:g} s of its verdict" if expect.within_s
-                                                   else ""),
+        held = g.get("evidence_s", g.get("verdict_s"))
+        later = held is not None and g.get("verdict_s") is not None and held > g["verdict_s"]
+        took = "" if after is None else f", {after:g} s after " + ("its evidence held" if later else "the verdict")
+        if after is not None and stacks and held is not None:
+            took += f" (the stacks took {stacks['after_s'] - held:.2f} s of it)"
+        if later:
+            took += f"; the evidence held {held - g['verdict_s']:.2f} s after the firing"
+        checks.append(("guard kills the tree" + (f" within {expect.within_s:g} s of its verdict's evidence"
+                                                   if expect.within_s else ""),
                        kill["survivors"] == 0 and (expect.within_s is None or (after is not None and after <= expect.within_s)),
                        f"{kill['killed']} killed, {kill['survivors']} survived, {acted}{took}"))
     checks.append(("guard exits 3 (it killed the server after a verdict)", code == 3, f"exit {_code(code)}"))

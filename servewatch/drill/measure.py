@@ -607,8 +607,13 @@ def guard_outcome(actions: list[tuple[float, dict]], events: list[VerdictEvent],
     stacks = next(((t, line) for t, line in mine if line.get("guard") == "stacks"), None)
     kill = next(((t, line) for t, line in mine if line.get("guard") == "kill"), None)
     acted_on = (kill or stacks or (None, {}))[1].get("verdict")
+    # Guard acts when the verdict's evidence holds (the action policy): at its firing, or at the evidence line after
+    # it (not_serving's second probe); the kill's delay counts from there.
     fired = next((e.t for e in events if e.event == "fired" and e.verdict == acted_on and e.t >= injected), None)
+    held = next((since for since, _, name in acting(events, *_classes_of(acted_on)) if name == acted_on
+                 and since >= injected), fired)
     out: dict = {"acted_on": acted_on, "verdict_s": None if fired is None else round(fired - injected, 2),
+                 "evidence_s": None if held is None else round(held - injected, 2),
                  "stacks": None, "kill": None, "exit": exit_code, "tree_left": tree_left,
                  "signalled_stacks": [pid for pid in signalled if pid in captured]}
     if stacks is not None:
@@ -619,8 +624,16 @@ def guard_outcome(actions: list[tuple[float, dict]], events: list[VerdictEvent],
         line = kill[1]
         out["kill"] = {"killed": int(line.get("killed", 0)), "survivors": len(line.get("survivors") or []),
                        "after_s": round(kill[0] - injected, 2),
-                       "after_verdict_s": None if fired is None else round(kill[0] - fired, 2)}
+                       "after_verdict_s": None if held is None else round(kill[0] - held, 2)}
     return out
+
+
+def _classes_of(verdict: str | None) -> tuple[str, ...]:
+    """The action class of `verdict` (all of them for a name the registry does not know)."""
+    from servewatch.detectors import registry
+    from servewatch.detectors.verdict import ACTION_CLASSES
+
+    return (registry.action_of(verdict),) if verdict in registry.names() else ACTION_CLASSES
 
 
 RECORD_FIELDS = ("id", "scheduled", "sent", "http_status", "error", "error_detail", "ttft_s", "e2e_s",

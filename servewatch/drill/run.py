@@ -109,6 +109,19 @@ class Context:
                                     "signal": signal.Signals(sig).name})
         return proc
 
+    def hang(self, role, rank, seconds: float):
+        """Block the main thread of the process aimed at for at most `seconds` (the test-only hook, drill.hang_hook):
+        it reads state S, no stop visible. (The process, the request to release.)"""
+        from servewatch.drill import hang_hook
+
+        proc = self.member(role, rank)
+        request = self.target.hang(proc, seconds)
+        if not self.result.touched:
+            self._injected_now()
+        self.result.touched.append({"pid": proc.pid, "title": proc.title, "role": proc.role, "rank": proc.rank,
+                                    "signal": hang_hook.signal_name()})
+        return proc, request
+
     def _injected_now(self) -> None:
         """Stamp the injection at the signal itself. Finding and proving the process comes first, and on a
         2-core machine busy with generation the drill itself was frozen for ~9 s there: a worker stop

@@ -4,6 +4,7 @@ engine), or an existing one given by URL and PID, accepted only once its PID is 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -78,6 +79,7 @@ class DrillTarget:
 
     owned = True
     dialect = "vllm"
+    hang_root: Path | None = None       # where the test-only hang hook and its requests live (drill.hang_hook), if installed
 
     def __init__(self, plan_target):
         self.spec = plan_target
@@ -94,6 +96,13 @@ class DrillTarget:
 
     def start(self) -> None:
         raise NotImplementedError
+
+    def _hang_hook(self, pythonpath: str | None = None) -> dict[str, str]:
+        """The variables that install the test-only hang hook in a server the drill starts (drill.hang_hook)."""
+        from servewatch.drill import hang_hook
+
+        self.hang_root = self.log_dir / "hang"
+        return hang_hook.environment(self.hang_root, pythonpath)
 
     def stop(self) -> None:
         raise NotImplementedError
@@ -232,6 +241,24 @@ class DrillTarget:
             raise TargetError(f"no {role} of rank {rank} (ranks here: {ranks})")
         return by_rank[0], ""
 
+    def hang(self, proc: Process, seconds: float) -> Path:
+        """Block `proc`'s main thread for at most `seconds` through the test-only hook (drill.hang_hook), proven and
+        checked to catch the hook's signal right before; the request's path (release it to end the hang)."""
+        from servewatch.drill import hang_hook
+
+        if self.hang_root is None:
+            raise TargetError("the hang hook is installed only in servers the drill starts itself (the lab engines, "
+                              "the simulator)")
+        if not hang_hook.catches(proc.pid):
+            raise TargetError(f"pid {proc.pid} ({proc.title}) does not catch the hang hook's signal: not sent")
+        path = hang_hook.request(self.hang_root, proc.pid, seconds)
+        try:
+            self.send(proc, hang_hook.HANG_SIGNAL)
+        except BaseException:
+            hang_hook.release(path)
+            raise
+        return path
+
     def send(self, proc: Process, sig: int) -> None:
         """Signal one process of the server, proven again right before."""
         import psutil
@@ -350,7 +377,7 @@ class SimTarget(DrillTarget):
                    "--profile", "tiny-cpu", "--log-stats-interval", "1", "--max-model-len",
                    str(self.spec.max_model_len), *self.spec.args]
         self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True, env={**os.environ, **self._hang_hook()})
         self.launched = time.monotonic()
         log.close()
 
@@ -405,7 +432,9 @@ class LabTarget(DrillTarget):
         self.model_dir = str(lab.model.path)
         self.lives += 1
         log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
-        common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args), "extra_env": tuple(self.spec.env)}
+        hook = self._hang_hook(str(lab.stand_in) if lab.stand_in is not None else os.environ.get("PYTHONPATH"))
+        common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args),
+                  "extra_env": (*tuple(self.spec.env), *hook.items())}
         if lab.recipe is VLLM:
             server = lab.server(log_path, max_model_len=self.spec.max_model_len, **common)
         else:
