@@ -155,6 +155,17 @@ SERVEWATCH = runbooks({
         "SIGSTOP resumes with SIGCONT.",
         "Nothing to roll back: restarting an engine whose rank is stuck loses only the requests it already lost.",
     ),
+    "gpu_fault": (
+        "A GPU under a target's engine reported a hardware fault whose NVIDIA action is a GPU reset or a reboot (an "
+        "Xid such as 79 fallen off the bus, 95 uncontained ECC; an uncorrectable ECC count that rose; a row-remap "
+        "failure): the gpu_uuid, xid and action labels name it.",
+        "The GPU on that node: nvidia-smi -q -i GPU_UUID (ECC, remapped rows); the kernel log for the Xid's own "
+        "line; whether other GPUs of the node report the same.",
+        "No servewatch_gpu_fault series with action reset_gpu or reboot.",
+        "Drain the node (cordon it, stop routing to it); do not restart the server on that GPU (servewatch guard "
+        "exits 6 and its systemd unit does not restart it). Reset or replace the GPU, then run a diagnostic.",
+        "Return the node to scheduling once the GPU is reset or replaced and a diagnostic passes.",
+    ),
     "absent": (
         "servewatch serve exports no series: it stopped, or Prometheus stopped scraping it.",
         "The servewatch serve process and its scrape job.",

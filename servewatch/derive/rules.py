@@ -254,6 +254,10 @@ def servewatch_group() -> RuleGroup:
         Rule(expr="increase(servewatch_probe_failures_total[5m]) >= 3", alert="ServewatchProbeFailing",
              for_="5m", labels={"severity": "ticket"},
              annotations=alert_runbook.SERVEWATCH["probe_failures"].annotations()),
+        # A hardware fault under an engine, by GPU: what drains the node (guard exits 6 and is not restarted).
+        Rule(expr='max by (target, gpu_uuid, xid, action) (servewatch_gpu_fault{action=~"reset_gpu|reboot"}) == 1',
+             alert="ServewatchGpuHardwareFault", labels={"severity": "page", "action": "drain"},
+             annotations=alert_runbook.SERVEWATCH["gpu_fault"].annotations()),
         Rule(expr="absent(servewatch_target_up)", alert="ServewatchAbsent", for_="10m",
              labels={"severity": "ticket"}, annotations=alert_runbook.SERVEWATCH["absent"].annotations()),
         # `serve --node` on every node: a rank the API node cannot see (another host of a multi-node engine).

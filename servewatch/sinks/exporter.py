@@ -66,6 +66,11 @@ class FleetExporter:
                                      "file or Prometheus service discovery; the last good targets were kept)", registry=r)
         self.sink_failures = Counter(PREFIX + "sink_failures", "Alert or webhook deliveries given up",
                                      ["sink"], registry=r)
+        self.gpu_fault = Gauge(PREFIX + "gpu_fault", "1 while a gpu_fault verdict holds on a GPU a target's engine "
+                               "holds: the GPU's UUID, the Xid (\"none\" for an ECC, row-remap or off-the-bus fault "
+                               "without one) and NVIDIA's action (restart_app, reset_gpu, reboot, workflow, "
+                               "recovery, unknown)", ["target", "gpu_uuid", "xid", "action"], registry=r)
+        self._gpu_faults: dict[str, tuple[str, str, str, str]] = {}
         self._lock = threading.Lock()
         self._active: dict[tuple[str, str], int] = {}
         if derived is not None:
@@ -96,6 +101,34 @@ class FleetExporter:
         with self._lock:
             for key in [key for key in self._active if key[0] == target]:
                 del self._active[key]
+        self.gpu_fault_cleared(target)
+
+    def gpu_fault_fired(self, target: str, details: dict) -> None:
+        """servewatch_gpu_fault{target,gpu_uuid,xid,action} = 1 for a target's gpu_fault (one per target, as the
+        verdict)."""
+        target = label(target)
+        xid = details.get("xid")
+        labels = (target, label(str(details.get("gpu_uuid") or "unknown")),
+                  str(xid) if isinstance(xid, int) else "none", label(str(details.get("action") or "unknown")))
+        with self._lock:
+            old = self._gpu_faults.pop(target, None)
+            self._gpu_faults[target] = labels
+        if old is not None and old != labels:
+            self._remove(self.gpu_fault, old)
+        self.gpu_fault.labels(*labels).set(1)
+
+    def gpu_fault_cleared(self, target: str) -> None:
+        with self._lock:
+            old = self._gpu_faults.pop(label(target), None)
+        if old is not None:
+            self._remove(self.gpu_fault, old)
+
+    @staticmethod
+    def _remove(metric, labels) -> None:
+        try:
+            metric.remove(*labels)
+        except KeyError:
+            pass
 
     def fired(self, target: str, verdict_name: str) -> None:
         target = label(target)
@@ -130,10 +163,14 @@ class ExporterSink:
 
     def on_fired(self, fired):
         self.exporter.fired(self.target, fired.verdict.name)
+        if fired.verdict.name == "gpu_fault":
+            self.exporter.gpu_fault_fired(self.target, fired.verdict.details)
         return None
 
     def on_cleared(self, cleared) -> None:
         self.exporter.cleared(self.target, cleared.verdict.name)
+        if cleared.verdict.name == "gpu_fault":
+            self.exporter.gpu_fault_cleared(self.target)
 
     def close(self) -> None:
         pass
