@@ -46,6 +46,8 @@ declare -A TESTS=(
   [servewatch/drill/measure.py]='tests/test_values_measure.py tests/test_action_policy.py'
   # test_proxy.py runs the proxy between sockets and a simulated upstream: 13 s of tests for each mutant of finish()
   [servewatch/proxy/exchange.py]='tests/test_values_exchange.py tests/test_requests_readback.py'
+  # test_rules_prometheus.py loads the rules into a real Prometheus: 17 s for each mutant of the SLO parser
+  [servewatch/derive/slo.py]='tests/test_values_slo.py tests/test_rules.py'
   [servewatch/drill/expect.py]='tests/test_values_expect.py tests/test_action_policy.py tests/test_ci_retry_policy.py'
 )
 

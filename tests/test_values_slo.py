@@ -280,3 +280,9 @@ def test_an_engine_label_in_the_selector_only_matters_for_availability():
         S.check_selector(slo_of({"availability": 99}, selector={"job": "x", "engine": "0"}), Series(), "slo.yaml")
     assert str(e.value) == ("slo.yaml: selector.engine: http_requests_total has no engine label, so the availability "
                             "SLI would match nothing; select by a scrape label (job, instance)")
+
+
+def test_load_slo_names_the_file_in_a_refusal():
+    with pytest.raises(SloInvalid) as e:
+        load_slo("service: 'a b'\nobjectives: {availability: 99}\n", "team/slo.yaml")
+    assert str(e.value) == "team/slo.yaml: service: required: 1-64 letters, digits, '_', '.', '-'"
