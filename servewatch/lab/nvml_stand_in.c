@@ -20,7 +20,8 @@
  *      lost=1: every call on the device answers NVML_ERROR_GPU_IS_LOST (fallen off the bus).
  *   at T proc INDEX WHO mem=BYTES sm=PCT memutil=PCT    a compute process on the device from T on
  *        WHO: a pid, or title:TITLE (every process whose /proc/PID/cmdline starts with TITLE, e.g. the
- *        process title a vLLM rank sets: title:VLLM::Worker_TP1)
+ *        process title a vLLM rank sets: title:VLLM::Worker_TP1), or cmdline:TEXT (every process whose
+ *        command line, its arguments joined by spaces, contains TEXT)
  *   at T noproc INDEX WHO                       the process leaves the device at T
  *   at T xid INDEX CODE                         an Xid critical error event on the device at T
  * A field never set answers NVML_ERROR_NOT_SUPPORTED, as a device without it does.
@@ -222,29 +223,37 @@ static int read_field(void *handle, int field, unsigned long long *value) {
     return rc;
 }
 
-/* The pids a WHO names: a number, or the processes whose cmdline starts with title:TITLE. */
+/* The pids a WHO names: a number, title:TITLE (the cmdline starts with it) or cmdline:TEXT (contains it). */
 static int pids_of(const char *who, unsigned int *out, int max) {
-    if (strncmp(who, "title:", 6) != 0) {
+    int by_title = strncmp(who, "title:", 6) == 0, by_cmdline = strncmp(who, "cmdline:", 8) == 0;
+    if (!by_title && !by_cmdline) {
         out[0] = (unsigned int)atoi(who);
         return 1;
     }
-    const char *title = who + 6;
-    size_t len = strlen(title);
+    const char *text = who + (by_title ? 6 : 8);
+    size_t len = strlen(text);
     int n = 0;
     DIR *proc = opendir("/proc");
     if (!proc) return 0;
     struct dirent *e;
     while ((e = readdir(proc)) && n < max) {
         if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[300], buf[512];
+        char path[300], buf[4096];
         snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
         FILE *f = fopen(path, "r");
         if (!f) continue;
         size_t got = fread(buf, 1, sizeof buf - 1, f);
         fclose(f);
         buf[got] = 0;
-        if (got >= len && strncmp(buf, title, len) == 0 && (buf[len] == 0 || buf[len] == ' '))
-            out[n++] = (unsigned int)atoi(e->d_name);
+        int match;
+        if (by_title) {
+            match = got >= len && strncmp(buf, text, len) == 0 && (buf[len] == 0 || buf[len] == ' ');
+        } else {
+            for (size_t i = 0; i + 1 < got; i++)
+                if (buf[i] == 0) buf[i] = ' ';
+            match = strstr(buf, text) != NULL;
+        }
+        if (match) out[n++] = (unsigned int)atoi(e->d_name);
     }
     closedir(proc);
     return n;
