@@ -148,3 +148,23 @@ def test_an_xid_brings_the_reading_forward_in_the_gpu_source(stand_in):
         assert [(x.index, x.xid) for x in forward.xids] == [(1, 79)]
     finally:
         probe.close()
+
+
+def test_a_full_reading_and_its_xids_survive_a_bundle_round_trip_and_validate(stand_in):
+    import jsonschema
+
+    from servewatch.bundle.schemas import _shipped
+    from servewatch.bundle.serialize import sample_from_dict, sample_to_dict
+    from tests.test_gpu_ranks import samples_schema
+
+    stand_in.write(tp2("at 0 gpu 1 temp=- pcie_replay=!4 reasons=0x44\nat 5 gpu 0 lost=1\n"))
+    probe = stand_in.probe()
+    stand_in.at(5.0)
+    sample = probe.snapshot(T0)
+    sample = type(sample)(sample.t, sample.available, sample.devices, None, (GpuXid(T0 - 0.5, 0, 79),))
+    as_dict = sample_to_dict(sample)
+    jsonschema.validate([as_dict], samples_schema(_shipped("samples")))
+    assert sample_from_dict(as_dict) == sample
+    assert as_dict["devices"][1]["unavailable"] == {"temperature_c": "not_supported", "pcie_replay": "no_permission"}
+    assert as_dict["devices"][0]["lost"] is True and "uuid" not in as_dict["devices"][0]
+    assert as_dict["xids"] == [{"t": T0 - 0.5, "index": 0, "xid": 79}]
