@@ -363,8 +363,7 @@ def test_guard_exits_with_the_hardware_status_and_line_after_a_gpu_fault():
                                            exit_status)
 
     details = {"fault": "xid", "gpu_index": 1, "gpu_uuid": "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
-               "gpu_bus_id": "00000000:2A:00.0", "xid": 79, "xid_meaning": "GPU has fallen off the bus",
-               "hardware": True}
+               "gpu_bus_id": "00000000:2A:00.0", "xid": 79, "hardware": True}
     action = action_for("gpu_fault", GuardConfig(), details)
     line = ("hardware: GPU 1 (GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, bus 00000000:2A:00.0) Xid 79 (GPU has "
             "fallen off the bus), do not restart on this GPU")

@@ -91,10 +91,14 @@ def test_xid_79_on_rank_1s_gpu_is_a_gpu_fault_naming_gpu_rank_and_xid(stand_in):
                          "Xid 79 (GPU has fallen off the bus; NVIDIA: reboot the node): do not restart on this GPU")
     assert (fault.onset, fault.t) == (T0 + 7.3, T0 + 8)
     assert fault.details == {"fault": "xid", "gpu_index": 1, "gpu_uuid": UUID1, "gpu_bus_id": BUS1, "xid": 79,
-                             "xid_meaning": "GPU has fallen off the bus", "action": "reboot", "hardware": True,
-                             "rank": "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112)", "rank_pid": 112, "gpus": 1}
+                             "xid_mnemonic": "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "action": "reboot",
+                             "hardware": True, "rank": "TP1", "rank_pid": 112, "gpus": 1}
     assert registry.acts(fault, DRAIN) and registry.action_of("gpu_fault") == DRAIN
     assert "gpu_throttled" not in verdicts
+    from servewatch.bundle.serialize import verdict_to_dict
+
+    stored = verdict_to_dict(fault)                          # what a bundle keeps: every detail, nothing redacted
+    assert stored["details"] == fault.details and stored["why"] == fault.why
 
 
 def test_an_xid_on_a_gpu_the_engine_does_not_hold_is_not_its_fault():

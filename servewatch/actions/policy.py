@@ -73,8 +73,10 @@ def hardware_line(details: dict) -> str:
                             else None) if x]
     if ids:
         gpu += f" ({', '.join(ids)})"
+    from servewatch.detectors.xid import lookup
+
     xid = details.get("xid")
-    fault = (f"Xid {xid} ({details.get('xid_meaning')})" if xid is not None
+    fault = (f"Xid {xid} ({lookup(xid).meaning})" if isinstance(xid, int)
              else FAULT_WORDS.get(str(details.get("fault")), "hardware fault"))
     return f"hardware: {gpu} {fault}, do not restart on this GPU"
 

@@ -79,17 +79,18 @@ def gpu_words(device: GpuDevice | None, index: int) -> str:
     return f"GPU {index}" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _rank_on(window: Window, pids: set[int]) -> tuple[str, int | None]:
-    """The rank on a device in words, and its pid ("" when no ranked process of the engine is on it)."""
+def _rank_on(window: Window, pids: set[int]) -> tuple[str, str | None, int | None]:
+    """The rank on a device: in words, as a token ("TP1"; "none" for a process without a rank), and its pid
+    (("", None, None) when no process of the engine is on it)."""
     samples = [p for p in window.process if p.error is None and p.members]
     ranks = rank_view(samples[-1]) if samples else ()
     on = sorted((r for r in ranks if r.pid in pids), key=lambda r: r.pid)
     if on:
-        return rank_words(on[0], ranks), on[0].pid
+        return rank_words(on[0], ranks), ",".join(f"{a}{n}" for a, n in on[0].axes) or "none", on[0].pid
     if pids:
         pid = min(pids)
-        return f"pid {pid}", pid
-    return "", None
+        return f"pid {pid}", "none", pid
+    return "", None, None
 
 
 # --- gpu_fault ------------------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
     hardware, onset, evidence, index, row, what, fault = faults[0]
     identity = _identity(window).get(index)
     pids = (held or {}).get(index, set())
-    rank, rank_pid = _rank_on(window, pids)
+    rank, rank_token, rank_pid = _rank_on(window, pids)
     action = row.action if row is not None else (xids.REBOOT if fault == "lost" else xids.RESET_GPU)
     tail = ": do not restart on this GPU" if hardware else ": a restart of the process helps" \
         if action == xids.RESTART_APP else ": a person decides"
@@ -147,8 +148,8 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
     why = f"{gpu_words(identity, index)}{' under ' + rank if rank else ''}: {what}{tail}{others}"
     details = {"fault": fault, "gpu_index": index, "gpu_uuid": identity.uuid if identity else None,
                "gpu_bus_id": identity.pci_bus_id if identity else None,
-               "xid": row.code if row is not None else None, "xid_meaning": row.meaning if row is not None else None,
-               "action": action, "hardware": hardware, "rank": rank or None, "rank_pid": rank_pid,
+               "xid": row.code if row is not None else None, "xid_mnemonic": row.mnemonic if row is not None else None,
+               "action": action, "hardware": hardware, "rank": rank_token, "rank_pid": rank_pid,
                "gpus": len(devices)}
     return [Verdict("gpu_fault", window.end, min(onset, window.end), why, (evidence,), details)]
 
@@ -211,7 +212,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
     if running <= 0:
         return None     # nothing runs: a slower rate is less demand, not a slower GPU
     identity = _identity(window).get(device.index, device)
-    rank, rank_pid = _rank_on(window, (held or {}).get(device.index, set()))
+    rank, rank_token, rank_pid = _rank_on(window, (held or {}).get(device.index, set()))
     clocks = (f"{num(device.sm_clock_mhz)} of {num(device.sm_clock_max_mhz)} MHz" if device.sm_clock_mhz is not None
               and device.sm_clock_max_mhz else "clocks down")
     temperature = f", {num(device.temperature_c)} °C" if device.temperature_c is not None else ""
@@ -229,7 +230,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
     details = {"cause": cause, "gpu_index": device.index, "gpu_uuid": identity.uuid, "sm_clock_mhz": device.sm_clock_mhz,
                "sm_clock_max_mhz": device.sm_clock_max_mhz, "temperature_c": device.temperature_c,
                "tokens_per_s_before": round(before, 3), "tokens_per_s_after": round(after, 3),
-               "running": running, "rank": rank or None, "rank_pid": rank_pid}
+               "running": running, "rank": rank_token, "rank_pid": rank_pid}
     return Verdict("gpu_throttled", window.end, onset, why, evidence, details)
 
 
