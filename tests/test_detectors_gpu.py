@@ -194,3 +194,37 @@ def test_an_idle_engine_and_a_long_prefill_have_no_gpu_verdict(stand_in):
     prefill = engine(60, lambda s: 1000 * min(s, 20), running=1, prompt_at=lambda s: 2000 * s)
     names = [v.name for v in run_detectors(Window(gpu=tuple(busy), **prefill), CONFIG)]
     assert not [n for n in names if n.startswith("gpu_")], names
+
+
+# --- the GPU of each rank in the stall and rank verdicts --------------------------------------------------
+
+def test_rank_stalled_says_which_rank_launches_no_work_on_its_gpu(stand_in):
+    """vllm#41725's shape: the stopped rank's GPU idle at 0 % while its peer's GPU spins at 98 % and 85 W (of 700)
+    waiting in the collective."""
+    import dataclasses
+
+    from tests import test_detectors_ranks as r
+
+    scenario = tp2("at 9 gpu 0 util=98 power_mw=85000 sm=1980\nat 9 gpu 1 util=0 power_mw=70000 sm=345\n")
+    gpu = readings(stand_in, scenario, (0, 5, 10))
+    gpu = [dataclasses.replace(g, t=r.T0 + s) for g, s in zip(gpu, (0, 5, 10))]
+    w = dataclasses.replace(r.window(r.stopped_at(10.0), probes=[r.missed(10.5)], span=14.0), gpu=tuple(gpu))
+    (verdict,) = [v for v in run_detectors(w, CONFIG) if v.name == "rank_stalled"]
+    assert verdict.why.endswith("; /health 200; GPUs: TP rank 0 GPU 0 98 % at 85 of 700 W (spinning or waiting), "
+                                "TP rank 1 GPU 1 idle 0 % at 70 of 700 W: TP rank 1 is not launching work")
+    assert verdict.details["gpus"] == "TP0=spin,TP1=idle"
+
+
+def test_a_stall_carries_each_ranks_gpu_and_no_gpu_reading_changes_nothing(stand_in):
+    import dataclasses
+
+    base = Window(**engine(40, lambda s: min(s, 10) * 1000, running=8))   # tokens stop at 10 s, 8 running
+    (stall,) = [v for v in run_detectors(base, CONFIG) if v.name == "alive_health_ok_no_progress"]
+    assert "GPUs:" not in stall.why and "gpus" not in stall.details
+    gpu = readings(stand_in, tp2("at 10 gpu 0 util=100 power_mw=90000\nat 10 gpu 1 util=100 power_mw=88000\n"),
+                   range(0, 41, 5))
+    (with_gpu,) = [v for v in run_detectors(dataclasses.replace(base, gpu=tuple(gpu)), CONFIG)
+                   if v.name == "alive_health_ok_no_progress"]
+    assert with_gpu.why == stall.why + ("; GPUs: TP rank 0 GPU 0 100 % at 90 of 700 W (spinning or waiting), "
+                                        "TP rank 1 GPU 1 100 % at 88 of 700 W (spinning or waiting)")
+    assert with_gpu.details == {**stall.details, "gpus": "TP0=spin,TP1=spin"}

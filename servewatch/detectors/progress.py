@@ -9,6 +9,8 @@ an engine that keeps using CPU is computing one long step (a huge prefill) until
 
 from __future__ import annotations
 
+import dataclasses
+
 from servewatch.detectors import liveness, ranks
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import (Track, admitted, cadence, has_progress_counters, num, progress, tracks,
@@ -42,8 +44,18 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     for key, track in sorted(tracks(window.metrics).items()):
         verdict = _engine_stall(key, track, health, process, busy, config)
         if verdict is not None:
-            verdicts.append(verdict)
+            verdicts.append(_with_gpus(verdict, window, process))
     return verdicts
+
+
+def _with_gpus(verdict: Verdict, window: Window, process) -> Verdict:
+    """The stall with each rank's GPU in its why line and details, where NVML lists the ranks."""
+    from servewatch.detectors.gpu import rank_gpu_evidence
+
+    clause, token = rank_gpu_evidence(window, process)
+    if token is None:
+        return verdict
+    return dataclasses.replace(verdict, why=verdict.why + clause, details={**verdict.details, "gpus": token})
 
 
 def _health_runs_through_engine(window: Window) -> bool:

@@ -235,6 +235,10 @@ def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) ->
     health = window.health[-1] if window.health else None
     if health is not None:
         why += f"; /health {health.status if health.status is not None else health.error or 'no answer'}"
+    from servewatch.detectors.gpu import rank_gpu_evidence
+
+    gpu_clause, gpu_token = rank_gpu_evidence(window, window.process[-1] if window.process else None)
+    why += gpu_clause
     evidence = [Evidence("process", suspect.onset, f"members[{rank.pid}].status", rank.member.status),
                 Evidence("process", suspect.t, f"members[{rank.pid}].status", rank.member.status),
                 Evidence("probe", probe.t, "outcome", probe.outcome)]
@@ -250,6 +254,8 @@ def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) ->
                "rank": ",".join(f"{a}{n}" for a, n in rank.axes) or "none", "lasted_s": lasted,
                "probe_deadline_s": probe.deadline_s,
                "failed_probes": _failed_since(window, rank, suspect.onset - config.rank_probe_slack_s)}
+    if gpu_token is not None:
+        details["gpus"] = gpu_token
     t = max(probe.t, suspect.t, health.t if health is not None else probe.t)
     return Verdict(NAME, t, suspect.onset, why, tuple(evidence), details)
 
