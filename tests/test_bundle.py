@@ -295,3 +295,16 @@ def test_verdict_text_keeps_endpoints_and_units_but_not_paths_or_urls():
     text = "/health 200, 12 tokens/s (/metrics) on /models/secret via http://h:1/v1?k=v user@host C:\\x"
     assert serialize.scrub_text(text) == ("/health 200, 12 tokens/s (/metrics) on [redacted] via [redacted] "
                                           "[redacted] [redacted]")
+
+
+def test_a_retired_setting_in_a_stored_config_is_read_and_ignored_and_an_unknown_one_refused():
+    """Bundles of earlier versions stored `engine_dead_status` (now the dialect's health_dead_status): verify's
+    recomputation ignores it; a name no version knows still fails closed, in one line naming it."""
+    from servewatch.bundle.recompute import detectors_recompute
+    from servewatch.detectors import DetectorConfig
+    from servewatch.errors import BundleInvalid
+
+    stored = {**DetectorConfig().to_dict(), "engine_dead_status": 503}
+    assert list(detectors_recompute([], stored)) == []
+    with pytest.raises(BundleInvalid, match="detector_config: unknown field 'no_such_setting'"):
+        detectors_recompute([], {**DetectorConfig().to_dict(), "no_such_setting": 1})

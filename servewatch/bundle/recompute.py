@@ -18,16 +18,19 @@ def detectors_recompute(samples: Sequence[Sample], config: Mapping[str, Any]) ->
     """Run the shipped detectors over the stored window with the stored configuration."""
     try:
         from servewatch.detectors import DetectorConfig, run_detectors
+        from servewatch.detectors.config import RETIRED
         from servewatch.timeline.window import Window
     except ImportError as exc:
         raise BundleInvalid(f"cannot recompute verdicts: detectors unavailable ({exc})") from None
-    return run_detectors(Window.from_samples(samples), config_from_dict(DetectorConfig, config))
+    return run_detectors(Window.from_samples(samples), config_from_dict(DetectorConfig, config, retired=RETIRED))
 
 
-def config_from_dict(config_type: type, stored: Mapping[str, Any]):
-    """Rebuild the detector configuration; a field this version does not know fails closed."""
+def config_from_dict(config_type: type, stored: Mapping[str, Any], *, retired: frozenset[str] = frozenset()):
+    """Rebuild the detector configuration; a field this version does not know fails closed, except the `retired`
+    settings that earlier versions stored and that now live elsewhere: read and ignored."""
     if not dataclasses.is_dataclass(config_type):
         return config_type(**stored)
+    stored = {k: v for k, v in stored.items() if k not in retired}
     fields = {f.name: f for f in dataclasses.fields(config_type)}
     unknown = sorted(set(stored) - set(fields))
     if unknown:
