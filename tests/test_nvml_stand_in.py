@@ -168,3 +168,26 @@ def test_a_full_reading_and_its_xids_survive_a_bundle_round_trip_and_validate(st
     assert as_dict["devices"][1]["unavailable"] == {"temperature_c": "not_supported", "pcie_replay": "no_permission"}
     assert as_dict["devices"][0]["lost"] is True and "uuid" not in as_dict["devices"][0]
     assert as_dict["xids"] == [{"t": T0 - 0.5, "index": 0, "xid": 79}]
+
+
+def test_a_scenario_maps_its_gpus_to_processes_by_title_or_command_line(stand_in):
+    """How the lab maps the stand-in's GPUs to real rank PIDs it cannot know in advance: by the process title a
+    rank sets (vLLM's setproctitle leaves it as argv[0], e.g. VLLM::Worker_TP1), or by text in the command line."""
+    import subprocess
+    import sys
+    import uuid
+
+    tag = uuid.uuid4().hex[:8]
+    title = f"SWTEST::Worker_TP1_{tag}"                    # unique: a real lab engine may run on this machine
+    ranked = subprocess.Popen([title, "60"], executable="sleep")
+    marked = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"--marker-{tag}"],
+                              stdin=subprocess.PIPE)
+    try:
+        stand_in.write(tp2(pids=(f"cmdline:--marker-{tag}", f"title:{title}")))
+        gpu0, gpu1 = stand_in.probe().snapshot(T0).devices
+        assert [p.pid for p in gpu0.processes] == [marked.pid] and [p.pid for p in gpu1.processes] == [ranked.pid]
+        assert gpu1.processes[0] == GpuProcess(ranked.pid, 71_000_000_000, 94.0)
+    finally:
+        for proc in (ranked, marked):
+            proc.kill()
+            proc.wait(10)
