@@ -60,6 +60,10 @@ async def within(work: Coroutine[object, object, T], timeout_s: float) -> T:
     finally:
         timer.cancel()
         task.remove_done_callback(wake)
+        # expire re-arms itself, so it refers to itself: a reference cycle that would keep the task and
+        # its answer (a whole /metrics body) until the cyclic collector runs, which serve makes rare
+        # (serve/heap.py): 100 targets' bodies piled up to +50 MB (benchmarks/serve_hostile.py)
+        expire = None
     if task.done():
         return task.result()
     task.cancel()
