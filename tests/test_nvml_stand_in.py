@@ -191,3 +191,41 @@ def test_a_scenario_maps_its_gpus_to_processes_by_title_or_command_line(stand_in
         for proc in (ranked, marked):
             proc.kill()
             proc.wait(10)
+
+
+def test_the_lab_scenarios_map_rank_titles_and_fault_at_the_injection(nvml_library, tmp_path, monkeypatch):
+    """What a lab run does: prepare("xid79", the TP=2 titles) → the watcher's environment and the clock; the
+    injection makes the Xid due on rank 1's GPU."""
+    import subprocess
+    import uuid
+
+    import pynvml
+
+    from servewatch.lab import nvml_stand_in as lab
+
+    titles = [f"SWLAB::Worker_TP{n}_{uuid.uuid4().hex[:6]}" for n in range(2)]
+    ranks = [subprocess.Popen([title, "60"], executable="sleep") for title in titles]
+    try:
+        env, clock = lab.prepare(tmp_path, "xid79", titles)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        from servewatch.sources.gpu import NvmlProbe
+
+        probe = NvmlProbe()
+        probe.start_events(lambda: T0)
+        try:
+            before = probe.snapshot(T0)
+            assert [[p.pid for p in d.processes] for d in before.devices] == [[ranks[0].pid], [ranks[1].pid]]
+            assert [d.uuid for d in before.devices] == [lab.gpu_uuid(0), lab.gpu_uuid(1)]
+            clock.inject()
+            assert probe.xid_arrived.wait(10)
+            after = probe.snapshot(T0 + 1)
+            assert after.xids == (GpuXid(T0, 1, 79),) and after.devices[1].lost
+        finally:
+            probe.close()
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait(10)
+        pynvml.nvmlLib = None
+        pynvml._nvmlGetFunctionPointer_cache.clear()

@@ -55,3 +55,65 @@ def environment(library: Path, scenario: Path, clock: Path | None = None) -> dic
     if clock is not None:
         env[CLOCK_VAR] = str(clock)
     return env
+
+
+# --- scenarios for the lab: the stand-in's GPUs mapped to a real engine's ranks by their process titles -------
+
+H100 = "NVIDIA H100 80GB HBM3"
+BUSY = ("util=97 memutil=41 mem_used=72000000000 mem_total=85899345920 power_mw=610000 limit_mw=700000 temp=64 "
+        "sm=1980 mem_clock=2619 max_sm=1980 max_mem=2619 reasons=0x0 ecc_vol_corr=0 ecc_vol_unc=0 ecc_agg_corr=2 "
+        "ecc_agg_unc=0 remap_corr=1 remap_unc=0 remap_pending=0 remap_failure=0 pcie_replay=0")
+INJECT_AT = 1000.0     # the scenario time of each named scenario's fault: the lab steps the clock file there
+
+
+def gpu_uuid(index: int) -> str:
+    return f"GPU-5e4e0000-0000-4000-8000-{index:012d}"
+
+
+def bus_id(index: int) -> str:
+    return f"00000000:{0x17 + index:02X}:00.0"
+
+
+def rank_scenario(titles: list[str], extra: str = "") -> str:
+    """A scenario with one busy H100 per rank, GPU i held by every process whose title (argv[0]) is titles[i]
+    (vLLM TP=2: ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]), then `extra` lines."""
+    lines = [f"device {i} {gpu_uuid(i)} {bus_id(i)} {H100}" for i in range(len(titles))]
+    for i, title in enumerate(titles):
+        lines += [f"at 0 gpu {i} {BUSY}", f"at 0 proc {i} title:{title} mem=71000000000 sm=95"]
+    return "\n".join(lines) + "\n" + extra
+
+
+# The named scenarios (GPU 1 is rank 1's): nothing happens before INJECT_AT; stepping the clock file to
+# INJECT_AT (ScenarioClock.inject) makes the fault happen at once.
+SCENARIOS = {
+    "healthy": "",
+    "xid79": f"at {INJECT_AT:g} xid 1 79\nat {INJECT_AT:g} gpu 1 lost=1\n",
+    "thermal": f"at {INJECT_AT:g} gpu 1 reasons=0x40 sm=1100 temp=88\n",
+}
+
+
+class ScenarioClock:
+    """The scenario time the stand-in reads (SERVEWATCH_TEST_ONLY_NVML_CLOCK): written whole, never torn."""
+
+    def __init__(self, path: Path, t: float = 0.0):
+        self.path = Path(path)
+        self.at(t)
+
+    def at(self, t: float) -> None:
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text(f"{t}\n")
+        os.replace(partial, self.path)
+
+    def inject(self) -> None:
+        self.at(INJECT_AT)
+
+
+def prepare(directory: Path, scenario: str, titles: list[str]) -> tuple[dict[str, str], ScenarioClock]:
+    """Build the stand-in into `directory`, write the named scenario for these rank titles and its clock at 0:
+    the environment to give the watcher (watch, serve or guard: never the engine) and the clock to step."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"nvml-{scenario}.txt"
+    path.write_text(rank_scenario(titles, SCENARIOS[scenario]))
+    clock = ScenarioClock(directory / "nvml-clock")
+    return environment(build(directory), path, clock.path), clock
