@@ -383,3 +383,20 @@ def test_guard_help_and_the_systemd_unit_document_the_hardware_status():
     assert "  6    guard killed the server after a hardware fault" in EPILOG
     unit = (Path(__file__).resolve().parent.parent / "deploy/systemd/servewatch-guard@.service").read_text()
     assert "\nRestartPreventExitStatus=6\n" in unit and "servewatch guard" in unit
+
+
+def test_precedence_is_declared_in_the_registry_and_applied_in_one_place():
+    """not_serving gives way to rank_stalled (the same missed probe, the rank named): declared on its spec, applied by
+    run_detectors' yield_way — not_serving's own detector no longer asks rank_stalled's."""
+    from servewatch.detectors import yield_way
+
+    assert registry.spec("not_serving").yields_to == ("rank_stalled",)
+    both = [verdict("not_serving", failed_probes=2), verdict("rank_stalled", failed_probes=1), verdict("overload")]
+    assert [v.name for v in yield_way(both)] == ["rank_stalled", "overload"]
+    alone = [verdict("not_serving", failed_probes=2), verdict("overload")]
+    assert [v.name for v in yield_way(alone)] == ["not_serving", "overload"]
+    import inspect
+
+    from servewatch.detectors import not_serving
+
+    assert "ranks.detect(" not in inspect.getsource(not_serving)

@@ -33,7 +33,19 @@ def run_detectors(window: Window, config: DetectorConfig | None = None) -> list[
     verdicts: list[Verdict] = []
     for spec in registry.specs():
         verdicts.extend(spec.detect(recent, config))
-    return verdicts
+    return yield_way(verdicts)
+
+
+def yield_way(verdicts: list[Verdict]) -> list[Verdict]:
+    """The verdicts less those that give way to another present (their spec's yields_to): precedence, declared in
+    the registry and applied here only."""
+    present = {v.name for v in verdicts}
+    out = []
+    for verdict in verdicts:
+        spec = registry.spec(verdict.name)
+        if spec is None or not present.intersection(spec.yields_to):
+            out.append(verdict)
+    return out
 
 
 def verdict_key(verdict: Verdict) -> tuple:

@@ -23,10 +23,7 @@ NAME = "not_serving"
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if not any(p.failed for p in window.probe):
         return []
-    from servewatch.detectors import ranks
-
-    if ranks.detect(window, config):
-        return []   # the same missed probe, with the stalled rank named: rank_stalled says it
+    # (The same missed probe with a stalled rank named is rank_stalled's: not_serving yields to it, registry.)
     # Each data-parallel engine answers for itself (the probe asks them in turn): engine 0 serving says
     # nothing of engine 1. Probes not aimed at an engine are one group of their own.
     verdicts = []

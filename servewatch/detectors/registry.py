@@ -104,7 +104,8 @@ for _spec in (
                 "/health stopped answering 2xx", runbooks.HEALTH_LOSS, ("health",), action=PAGE),
     VerdictSpec("not_serving", not_serving.detect, INCIDENT, "page",
                 "health is green but a one-token probe gets no token", runbooks.NOT_SERVING,
-                ("probe", "health", "metrics"), action=RESTART, probes=2),
+                ("probe", "health", "metrics"), action=RESTART, probes=2,
+                yields_to=("rank_stalled",)),       # the same missed probe, with the stalled rank named
     VerdictSpec("rank_stalled", ranks.detect, INCIDENT, "page",
                 "one engine process is stalled (stopped, or starved while the engine reads idle) and a probe gets no token",
                 runbooks.RANK_STALLED, ("process", "probe", "metrics", "health"), action=RESTART, probes=1),

@@ -90,6 +90,10 @@ class VerdictSpec:
     # Detail keys that must be True for the action to be taken (gpu_fault: "hardware", a fault a restart
     # does not cure): a verdict without them is reported, not acted on.
     requires: tuple[str, ...] = ()
+    # The verdicts this one gives way to: when one of them holds in the same window, this one is not reported (the
+    # same symptom, said better there). Applied in one place, detectors.run_detectors; detectors never call each other
+    # for it.
+    yields_to: tuple[str, ...] = ()
 
     def evidence_holds(self, verdict: Verdict) -> bool:
         """Whether `verdict` (of this spec) carries the evidence its action class waits for."""
