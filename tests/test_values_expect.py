@@ -266,3 +266,67 @@ def test_guard_leaves_the_server_alone():
     assert checks(ex, guard_result(exit=3, stacks={"processes": {}}, kill={"killed": 1})) == [
         (what, False, "stacks and a kill on not_serving (4 s after the injection)")]
     assert checks(ex, result()) == [(what, True, "no action; guard exit unknown (still running)")]
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_fire_any_at_its_bound_and_serve_livez_ok():
+    assert checks(Expect(fire_any=(("a",), 3.0)), result(detected={"a": 3.0}))[0][1] is True
+    assert checks(Expect(livez="ok"), result(livez={"200": 3})) == [
+        ("servewatch serve's livez stays 200 while the fault holds", True, "200 x3")]
+
+
+def test_a_single_cut_request_counted_failed_is_enough():
+    assert checks(Expect(in_flight_cut=True), result(impact={"in_flight_at_fault": {
+        "count": 1, "ok": 0, "whole": 0, "errors": {"stream_cut": 1}}}))[-1] == \
+        ("the requests the fault cut are counted failed, none a success", True, "1 caught: 1 stream_cut")
+
+
+def test_names_without_an_explanation_recorded():
+    ex = Expect(fire={"a": 5.0}, names=("x",))
+    assert checks(ex, result(detected={"a": 1.0}))[1] == ("the verdict names \u201cx\u201d", False,
+                                                          "a: no explanation recorded")
+
+
+def test_bundles_counted_where_a_count_is_missing():
+    assert checks(Expect(), result(bundles={"written": 2, "verified": 2})) == [
+        ("every bundle written verifies", True, "2 of 2 verified")]
+    assert checks(Expect(), result(bundles={"written": 2})) == [
+        ("every bundle written verifies", False, "0 of 2 verified")]
+    assert checks(Expect(), result(bundles={"holding_model_path": 0})) == [
+        ("no bundle holds the served model's path", True, "in none of the 0 bundle(s)")]
+    assert checks(Expect(bundle_write_fails=True), result(bundles={"write_failures": 1})) == [
+        ("the recorder reports bundles it could not write", True, "1 write failure(s), 0 written")]
+
+
+def test_guard_kill_timed_from_evidence_held_after_the_firing():
+    ex = Expect(guard=GuardExpect(kills=True, within_s=2.0))
+    stacks = {"status": "captured", "processes": {}, "diverging": [], "after_s": 7.0}
+    res = guard_result(kill={"killed": 2, "survivors": 0, "after_s": 8.0, "after_verdict_s": 1.5}, stacks=stacks,
+                       evidence_s=6.5)
+    del res.guard["tree_left"]
+    got = checks(ex, res)
+    # the evidence held at 6.5 s, 2.5 s after the firing (4 s); the stacks took 7.0 - 6.5 = 0.5 s
+    assert got[0] == ("guard kills the tree within 2 s of its verdict's evidence", True,
+                      "2 killed, 0 survived, on not_serving (4 s after the injection), 1.5 s after its evidence held "
+                      "(the stacks took 0.50 s of it); the evidence held 2.50 s after the firing")
+    assert got[2] == ("no process of the tree is left", True, "0 left")            # no count: none left
+    nobody = guard_result(kill={"killed": 1, "survivors": 0, "after_s": 1.0, "after_verdict_s": None}, acted_on=None)
+    assert checks(ex, nobody)[0] == ("guard kills the tree within 2 s of its verdict's evidence", False,
+                                     "1 killed, 0 survived, on no verdict")
+
+
+def test_guard_words_for_stacks_signalled_processes_and_divergence():
+    ex = Expect(guard=GuardExpect(kills=True, stacks_of=("api",), diverging=("r1", "r2")))
+    kill = {"killed": 1, "survivors": 0, "after_s": 1.0, "after_verdict_s": None}
+    res = guard_result(kill=kill, stacks={"status": "partial", "processes": {}, "diverging": ["r2", "r3"],
+                                          "after_s": 1.0})
+    del res.guard["signalled_stacks"]
+    res.touched = [{"pid": 7, "title": "a", "signal": "SIGSTOP"}, {"pid": 8, "title": "b", "signal": "SIGSTOP"}]
+    got = checks(ex, res)
+    assert got[3:] == [("stacks captured of api", False, "partial"),
+                       ("the stacks of the stopped process are in guard's dump", False,
+                        "a (pid 7) not captured; b (pid 8) not captured"),
+                       ("guard's stack dump names r1, r2 as the diverging rank", False, "r2, r3")]
+    res.guard["stacks"] = {"processes": {}, "diverging": [], "after_s": 1.0}
+    assert checks(ex, res)[3] == ("stacks captured of api", False, "none")
