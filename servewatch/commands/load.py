@@ -47,6 +47,19 @@ def register(subparsers) -> None:
     p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                    help="a header sent with every request (repeatable): an API key, or a routing header such as "
                         "vLLM's 'X-data-parallel-rank: 1' to load one data-parallel engine; never written to --out")
+    t = p.add_argument_group("trace replay")
+    t.add_argument("--trace", metavar="FILE",
+                   help="replay a trace open-loop instead of a scenario: Mooncake JSONL (timestamp ms, input_length, "
+                        "output_length, hash_ids), the Azure LLM inference trace CSV (TIMESTAMP, ContextTokens, "
+                        "GeneratedTokens) or servewatch's own requests.jsonl; each row at its arrival time, its "
+                        "prompt built to its input length (rows sharing hash_ids share prefixes), max_tokens with "
+                        "ignore_eos at its output length")
+    t.add_argument("--speed", type=float, default=1.0, help="with --trace: replay X times as fast (default 1)")
+    t.add_argument("--window", metavar="A:B",
+                   help="with --trace: only the rows that arrived from A s to before B s after its first (30:90, :60)")
+    t.add_argument("--max-rows", type=int, metavar="N", help="with --trace: at most the first N rows (of the window)")
+    t.add_argument("--trace-block", type=int, default=512, metavar="N",
+                   help="with --trace: tokens per hash id of a Mooncake trace (default 512, as Mooncake's)")
     p.add_argument("--client", default="http1", choices=("http1", "aiohttp"), help=argparse.SUPPRESS)
     p.add_argument("--out", help="directory for requests.jsonl, server.jsonl, summary.json")
     p.add_argument("--keep-text", action="store_true",
@@ -92,7 +105,44 @@ def config_from_args(args):
         prompt_stdev=stdev, output_tokens=args.output_tokens, tokenizer=args.tokenizer,
         model=args.model, api=args.api, goodput=goodput, metrics_interval_s=args.metrics_interval,
         seed=args.seed, keep_text=args.keep_text, request_timeout_s=args.timeout, client=args.client,
-        prompt_pool=args.prompt_pool, sender_priority=args.sender_priority, headers=_headers(args.header))
+        prompt_pool=args.prompt_pool, sender_priority=args.sender_priority, headers=_headers(args.header),
+        **_trace_args(args))
+
+
+def _trace_args(args) -> dict:
+    if args.trace is None:
+        for flag, given in (("--speed", args.speed != 1.0), ("--window", args.window),
+                            ("--max-rows", args.max_rows), ("--trace-block", args.trace_block != 512)):
+            if given:
+                raise ServewatchError(f"{flag} goes with --trace FILE")
+        return {}
+    from servewatch.load.scenarios import parse_window
+
+    try:
+        window = parse_window(args.window) if args.window is not None else None
+    except ValueError as exc:
+        raise ServewatchError(str(exc)) from None
+    return {"trace": args.trace, "speed": args.speed, "window": window, "max_rows": args.max_rows,
+            "trace_block": args.trace_block}
+
+
+def _read_trace(config):
+    """The trace, its bad rows said on stderr (one line each: file, line, why) before the run."""
+    from servewatch.errors import SourceUnavailable
+    from servewatch.load import trace as T
+
+    try:
+        trace = T.read_trace(config.trace, max_rows=config.max_rows, window=config.window, block=config.trace_block)
+    except OSError as exc:
+        raise SourceUnavailable(f"--trace {config.trace}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ServewatchError(f"--trace {config.trace}: {exc}") from None
+    for bad in trace.bad:
+        print(f"servewatch load: {bad.words()}", file=sys.stderr)
+    if trace.bad_count > len(trace.bad):
+        more = trace.bad_count - len(trace.bad)
+        print(f"servewatch load: {config.trace}: {more} more bad row{'s' if more > 1 else ''} skipped", file=sys.stderr)
+    return trace
 
 
 def run(args) -> int:
@@ -110,9 +160,10 @@ def run(args) -> int:
             output.prepare_out_dir(args.out)
         except OSError as exc:
             raise ServewatchError(f"--out {args.out}: {exc.strerror or exc}") from None
+    trace = _read_trace(config) if config.trace is not None else None
     show = not args.json and sys.stderr.isatty()
     with LiveProgress(enabled=show) as live:
-        result = run_load(config, on_progress=live.update, salvage_on_cancel=True)
+        result = run_load(config, on_progress=live.update, salvage_on_cancel=True, trace=trace)
     problems = output.write_outputs(result, args.out) if args.out else []
     if args.json:
         json.dump(result.summary, sys.stdout, indent=2, sort_keys=True)

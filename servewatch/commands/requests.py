@@ -20,7 +20,9 @@ DESCRIPTION = ("Read the requests.jsonl files that `servewatch load` and `servew
 EPILOG = ("examples:\n"
           "  servewatch requests proxy-records/requests.jsonl* --by tenant --last 10m\n"
           "  servewatch requests out/requests.jsonl --goodput ttft=500,tpot=50 --json\n"
-          "  servewatch requests records.jsonl --by model --html requests.html")
+          "  servewatch requests records.jsonl --by model --html requests.html\n"
+          "  servewatch requests proxy-records/ --export mooncake incident.jsonl\n"
+          "  servewatch requests out/requests.jsonl --export azure incident.csv")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,6 +49,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--html", metavar="FILE",
                         help="also write a single offline HTML page: the figures, the requests over time, "
                              "the TTFT and TPOT distributions")
+    parser.add_argument("--export", nargs=2, metavar=("FORMAT", "FILE"),
+                        help="write the requests as a trace instead of reading them: mooncake (JSONL rows of "
+                             "timestamp ms, input_length, output_length, hash_ids, as `vllm bench serve "
+                             "--dataset-name timed_trace` reads them) or azure (CSV: TIMESTAMP, ContextTokens, "
+                             "GeneratedTokens); no text, token id, request id or wall-clock time goes out")
+    parser.add_argument("--hash-key-file", metavar="FILE",
+                        help="with --export: the secret the prefix-block hashes are keyed with, reused from FILE "
+                             "(or written there when FILE does not exist) so that two exports can be joined; "
+                             "without it every export has its own and none can")
+    parser.add_argument("--block-size", type=int, default=512, metavar="N",
+                        help="with --export: tokens per prefix block of hash_ids (default 512, as Mooncake)")
+    parser.add_argument("--fill-missing-hashes", action="store_true",
+                        help="with --export mooncake: give a request whose token ids were not recorded block ids "
+                             "of its own (shared with no other request), so that `vllm bench serve` builds its "
+                             "prompt to the recorded length instead of an empty one; the row still says "
+                             "hash_ids_missing")
+    parser.add_argument("--tokenizer", metavar="DIR",
+                        help="with --export: a tokenizer.json (or a directory holding one) to turn the prompt text "
+                             "of --keep-text records into token ids for hash_ids; without it, only records that "
+                             "carry prompt_token_ids get hashes")
 
 
 def _since(text: str) -> float:
@@ -106,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
         raise ServewatchError(f"--goodput: {exc}") from None
     since = _since(args.since) if args.since is not None else None
     last_s = _last(args.last) if args.last is not None else None
+    if args.export:
+        return _export(args, since, last_s)
+    for flag, given in (("--hash-key-file", args.hash_key_file), ("--tokenizer", args.tokenizer)):
+        if given:
+            raise ServewatchError(f"{flag} goes with --export")
     try:
         read = read_records([f for path in args.files for f in _files(path)])
     except OSError as exc:
@@ -138,4 +165,80 @@ def run(args: argparse.Namespace) -> int:
 
         write_atomically(args.html, render_requests_page(summary, records), "--html")
         print(f"servewatch requests: wrote {args.html}", file=sys.stderr)
+    return 0
+
+
+def _export(args: argparse.Namespace, since: float | None, last_s: float | None) -> int:
+    """`--export FORMAT FILE`: the records as a trace, streamed through compact columns (see load/trace.py)."""
+    import os
+    import tempfile
+
+    from servewatch.errors import ServewatchError, SourceUnavailable
+    from servewatch.load import trace as T
+
+    fmt, out_path = args.export
+    if fmt not in T.FORMATS:
+        raise ServewatchError(f"--export: format {fmt!r} is not one of {', '.join(T.FORMATS)}")
+    if args.block_size < 1:
+        raise ServewatchError(f"--block-size must be >= 1, got {args.block_size}")
+    for flag, given in (("--by", args.by), ("--goodput", args.goodput), ("--json", args.json), ("--html", args.html)):
+        if given:
+            raise ServewatchError(f"{flag} does not go with --export")
+    if args.hash_key_file:
+        try:
+            key, created = T.load_or_create_key(args.hash_key_file)
+        except OSError as exc:
+            raise ServewatchError(f"--hash-key-file {args.hash_key_file}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ServewatchError(f"--hash-key-file {args.hash_key_file}: {exc}") from None
+        if created:
+            print(f"servewatch requests: wrote a new hash key to {args.hash_key_file} (keep it secret; "
+                  "exports made with it can be joined)", file=sys.stderr)
+    else:
+        key = T.new_key()
+    tokenize = None
+    if args.tokenizer:
+        try:
+            from servewatch.load.prompts import LocalCounter
+
+            tok = LocalCounter(args.tokenizer)._tok
+        except (OSError, ValueError, ImportError) as exc:
+            raise ServewatchError(f"--tokenizer {args.tokenizer}: {exc}") from None
+
+        def tokenize(text: str) -> list[int]:
+            return tok.encode(text, add_special_tokens=True).ids
+    files = [f for path in args.files for f in _files(path)]
+    try:
+        rows, stats = T.collect_rows(files, key=key, block=args.block_size, tokenize=tokenize, since=since)
+    except OSError as exc:
+        raise SourceUnavailable(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
+    for path, line, why in stats.bad:
+        print(f"servewatch requests: {path}, line {line}: {why}; skipped", file=sys.stderr)
+    if stats.skipped > len(stats.bad):
+        more = stats.skipped - len(stats.bad)
+        print(f"servewatch requests: {more} more line{'s' if more > 1 else ''} that "
+              f"{'are not request records' if more > 1 else 'is not a request record'} skipped", file=sys.stderr)
+    if not len(rows.arrival):
+        raise ServewatchError(f"no request records in {', '.join(files)}"
+                              + (" at or after --since" if since is not None else ""))
+    directory = os.path.dirname(os.path.abspath(out_path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".servewatch-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as fh:
+                written, without = T.write_trace(rows, fh, fmt, last_s=last_s, block=args.block_size,
+                                                 fill_key=T.new_key() if args.fill_missing_hashes else None)
+            os.replace(tmp, out_path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise ServewatchError(f"--export: cannot write {out_path}: {exc.strerror or exc}") from None
+    missing = ""
+    if fmt == "mooncake" and without and args.fill_missing_hashes:
+        missing = f"; {'all' if without == written else without} without recorded token ids, given ids of their own"
+    elif fmt == "mooncake" and without:
+        missing = (f"; {'all' if without == written else without} without hash_ids (no token ids recorded: "
+                   "prefix sharing unknown)")
+    print(f"servewatch requests: wrote {written} {fmt} rows to {out_path}{missing}", file=sys.stderr)
     return 0

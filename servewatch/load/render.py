@@ -64,8 +64,14 @@ def print_summary(summary: dict) -> None:
     console.print(head)
     errors = {k: v for k, v in summary["errors"].items() if v}
     console.print("errors: " + (", ".join(f"{k} {v}" for k, v in errors.items()) if errors else "none"))
+    trace = summary.get("trace")
+    if trace:
+        console.print(f"trace ({trace['format']}): {trace['rows']} rows replayed at speed {trace['speed']:g} over "
+                      f"{trace['span_s']:.1f} s, {trace['rows_with_hash_ids']} with prefix hash ids"
+                      + (f", {trace['skipped_rows']} bad rows skipped" if trace['skipped_rows'] else ""))
     delay = summary["schedule_delay_s"]
-    console.print(f"schedule delay p50 {_ms(delay['p50'])} p99 {_ms(delay['p99'])}")
+    console.print(f"schedule delay p50 {_ms(delay['p50'])} p99 {_ms(delay['p99'])}"
+                  + (" (the sender's lag behind the trace's arrival times)" if trace else ""))
     table = Table(title="latency (successful requests)")
     for col in ("metric", "mean", "p50", "p90", "p99", "max", "n"):
         table.add_column(col, justify="right" if col != "metric" else "left")

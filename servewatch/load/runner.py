@@ -279,12 +279,40 @@ class _Run:
                                           self.config.duration_s))
 
 
-def prewarm_count(config: LoadConfig) -> int:
+def prewarm_count(config: LoadConfig, replay=None) -> int:
     """Connections to open before the first request: the concurrency, or about two seconds of
     arrivals (a guess at what will be in flight), at most MAX_PREWARM."""
     if config.concurrency is not None:
         return min(config.concurrency, MAX_PREWARM)
-    return min(MAX_PREWARM, max(1, math.ceil(2 * config.rate)))
+    rate = config.rate
+    if replay is not None:
+        first = replay.offsets[:int(2 * 64)]        # the trace's opening rate
+        rate = (len(first) - 1) / first[-1] if len(first) > 1 and first[-1] > 0 else len(first)
+    return min(MAX_PREWARM, max(1, math.ceil(2 * rate)))
+
+
+async def _plan_replay(config: LoadConfig, counter, trace, notes: list[str]):
+    """The trace (read here unless the caller read it, and said its bad rows itself) as a replay plan."""
+    from servewatch.load import trace as T
+    from servewatch.load import trace_replay
+
+    if trace is None:
+        try:
+            trace = T.read_trace(config.trace, max_rows=config.max_rows, window=config.window,
+                                 block=config.trace_block)
+        except OSError as exc:
+            raise SourceUnavailable(f"--trace {config.trace}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ServewatchError(f"--trace {config.trace}: {exc}") from None
+        notes.extend(bad.words() for bad in trace.bad)
+    if not trace.rows:
+        raise ServewatchError(f"--trace {config.trace}: no rows to replay"
+                              + (" in the --window asked for" if config.window else ""))
+    replay = await trace_replay.plan(trace, config.speed, counter, config.seed)
+    if replay.maker.tokens_per_word != 1.0:
+        notes.append(f"trace prompts sized at {replay.maker.tokens_per_word:.3f} tokens a word (measured by the "
+                     f"{counter.source} counter on a sample), not counted one by one; server usage is the truth")
+    return replay
 
 
 async def build_prompts(config: LoadConfig, counter, count: int) -> list[P.Prompt]:
@@ -298,7 +326,7 @@ async def build_prompts(config: LoadConfig, counter, count: int) -> list[P.Promp
 async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                          on_progress: Callable[[Progress], None] | None = None,
                          read_scrape: Callable | None = None, metrics_client=None,
-                         salvage_on_cancel: bool = False) -> LoadResult:
+                         salvage_on_cancel: bool = False, trace=None) -> LoadResult:
     """Run the load described by `config`. Errors of single requests are records, never raised;
     a bad configuration or an unreachable target without --model raises ServewatchError.
     With `salvage_on_cancel` (the CLI's Ctrl-C), a cancelled run returns what it recorded so far,
@@ -327,7 +355,12 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
         if counter.source == "approx":
             notes.append("prompt token counts are APPROXIMATE (no tokenizer, no /tokenize): "
                          "one short word per token; server usage is the truth")
-        if config.concurrency is None:
+        replay = None
+        if config.trace is not None:
+            replay = await _plan_replay(config, counter, trace, notes)
+            offsets = replay.offsets
+            total = len(offsets)
+        elif config.concurrency is None:
             offsets = arrival_times(config.arrival, config.rate, seed=config.seed,
                                     requests=config.requests, duration_s=config.duration_s)
             total: int | None = len(offsets)
@@ -335,12 +368,12 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
             offsets = []
             total = config.requests
         try:
-            prompts = await build_prompts(config, counter, total or config.prompt_pool)
+            prompts = [] if replay is not None else await build_prompts(config, counter, total or config.prompt_pool)
         except (TimeoutError, OSError, RuntimeError, ValueError) as exc:   # /tokenize slow, down or odd
             what = f"no answer within {getattr(counter, 'timeout_s', 10):g} s" if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
             raise ServewatchError(f"{config.url}/tokenize: {what} while the prompts were being measured; give "
                                   "--tokenizer DIR to count tokens locally, or retry when the server answers") from None
-        if not all(p.exact for p in prompts) and counter.source != "approx":
+        if replay is None and not all(p.exact for p in prompts) and counter.source != "approx":
             notes.append("some prompts could not be built to the exact token count; see prompts_exact")
         path = "/v1/chat/completions" if config.api == "chat" else "/v1/completions"
         bodies = [build_body(config.api, model, p.text, config.output_tokens) for p in prompts]
@@ -350,6 +383,8 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
             return RequestSpec(i, scheduled, path, bodies[k], prompts[k].tokens, config.output_tokens,
                                True, prompts[k].text if config.keep_text else None)
 
+        if replay is not None:
+            specs_for = replay.specs_for(path, model, config.api, config.keep_text)
         run = _Run(config, client, clock, specs_for, total, on_progress)
         view = None
         if config.metrics_interval_s > 0:
@@ -357,7 +392,7 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                               config.metrics_interval_s, read_scrape=read_scrape)
             await view.scrape_once()        # the baseline, before the first request
         if hasattr(client, "prewarm"):
-            await client.prewarm(prewarm_count(config))
+            await client.prewarm(prewarm_count(config, replay))
         gc.collect()
         gc.freeze()
         stop = asyncio.Event()
@@ -396,6 +431,10 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                             prompts_exact=all(p.exact for p in prompts), server=server,
                             client_name=config.client)
         summary["model"] = model
+        if replay is not None:
+            summary["scenario"] = summary["arrival"] = "trace"
+            summary["trace"] = replay.summary()
+            summary["prompts_exact"] = counter.source == "approx" or replay.maker.tokens_per_word == 1.0
         # how rate-scheduled requests were written: by the sender thread at "realtime" or "normal"
         # scheduling priority, or None (by the event loop)
         summary["send_thread"] = run.sender.priority if run.sender is not None else None

@@ -98,6 +98,12 @@ class LoadConfig:
     # Request headers sent with every request (an API key, a routing header): never stored or printed
     headers: tuple[tuple[str, str], ...] = ()
     extra: dict = field(default_factory=dict)
+    # Trace replay (servewatch.load.trace): the rows of FILE at their arrival times / speed, instead of a rate
+    trace: str | None = None
+    speed: float = 1.0
+    window: tuple[float, float | None] | None = None   # (A, B) seconds of the trace, B None: to its end
+    max_rows: int | None = None
+    trace_block: int = 512                  # tokens per hash id in a Mooncake trace
 
     def resolved(self) -> "LoadConfig":
         """Fill preset values and validate; raises ValueError with one clear line."""
@@ -106,6 +112,8 @@ class LoadConfig:
         if self.sender_priority not in ("realtime", "normal"):
             raise ValueError(f"unknown sender priority {self.sender_priority!r}; choose realtime or normal")
         preset = PRESETS[self.scenario]
+        if self.trace is not None:
+            return self._resolved_trace(preset)
         rate = self.rate if self.rate is not None else (None if self.concurrency else preset.rate)
         if rate is None and self.concurrency is None:
             raise ValueError("scenario custom needs --rate R or --concurrency C")
@@ -150,6 +158,49 @@ class LoadConfig:
             raise ValueError(f"--header: {exc}") from None
         return replace(self, rate=rate if self.concurrency is None else None, duration_s=duration,
                        requests=requests, prompt_tokens=prompt, output_tokens=output, prompt_pool=pool)
+
+
+    def _resolved_trace(self, preset: Preset) -> "LoadConfig":
+        if self.rate is not None or self.concurrency is not None:
+            raise ValueError("--trace sends at the trace's own times: not with --rate or --concurrency")
+        if self.duration_s is not None or self.requests is not None:
+            raise ValueError("--trace: use --window A:B and --max-rows N, not --duration or --requests")
+        if self.prompt_tokens is not None or self.output_tokens is not None:
+            raise ValueError("--trace: the lengths come from the trace, not --prompt-tokens / --output-tokens")
+        if not (self.speed > 0 and math.isfinite(self.speed)):
+            raise ValueError(f"--speed must be a positive number, got {self.speed}")
+        if self.max_rows is not None and self.max_rows < 1:
+            raise ValueError(f"--max-rows must be >= 1, got {self.max_rows}")
+        if self.trace_block < 1:
+            raise ValueError(f"--trace-block must be >= 1, got {self.trace_block}")
+        if self.window is not None:
+            a, b = self.window
+            if not (a >= 0 and math.isfinite(a)) or (b is not None and not b > a):
+                raise ValueError(f"--window A:B needs 0 <= A < B, got {a}:{b}")
+        if self.api not in ("completions", "chat"):
+            raise ValueError(f"--api must be completions or chat, got {self.api!r}")
+        if not (self.metrics_interval_s >= 0 and math.isfinite(self.metrics_interval_s)):
+            raise ValueError(f"--metrics-interval must be >= 0, got {self.metrics_interval_s}")
+        if not (self.request_timeout_s > 0 and math.isfinite(self.request_timeout_s)):
+            raise ValueError(f"--timeout must be a positive number of seconds, got {self.request_timeout_s}")
+        try:
+            checked_headers(self.headers)
+        except ValueError as exc:
+            raise ValueError(f"--header: {exc}") from None
+        return replace(self, prompt_pool=1)
+
+
+def parse_window(text: str) -> tuple[float, float | None]:
+    """`A:B` seconds (either may be empty: `:60`, `30:`), as (A, B or None)."""
+    a, sep, b = text.partition(":")
+    try:
+        lo = float(a) if a.strip() else 0.0
+        hi = float(b) if b.strip() else None
+    except ValueError:
+        raise ValueError(f"--window {text!r}: expected A:B in seconds (30:90, :60, 30:)") from None
+    if not sep:
+        raise ValueError(f"--window {text!r}: expected A:B in seconds (30:90, :60, 30:)")
+    return lo, hi
 
 
 def parse_arrival(text: str) -> tuple[str, float | None]:
