@@ -200,7 +200,7 @@ def dp_tree(t, *, dp1_worker="running"):
 def test_the_dp_rank_is_said_once_whether_the_engine_key_names_it_or_not():
     """vLLM's key is engine=1: the process view adds "(DP rank 1)"; SGLang's key carries dp_rank=1 and its
     words already say "DP rank 1" (a real SGLang DP=2 stall once read "(DP rank 1, ...) (DP rank 1)")."""
-    from servewatch.detectors.ranks import dp_words
+    from servewatch.detectors.rank_words import dp_words
 
     sample = dp_tree(T0)
     assert dp_words(sample, "engine=1") == " (DP rank 1)"
@@ -276,10 +276,11 @@ def test_the_targets_api_lists_each_rank_with_its_state_title_and_pid_and_nothin
 
 
 def test_startup_and_other_verdicts_name_stopped_processes_by_rank():
+    from servewatch.detectors.rank_words import named_processes
+
     sample = stopped_at(0.0)(T0)
-    assert rank_detector.named_processes(sample, [(112, "VLLM::Worker_TP1")]) == \
-        "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112)"
-    assert rank_detector.named_processes(sample, [(100, "python3")]) == "python3"
+    assert named_processes(sample, [(112, "VLLM::Worker_TP1")]) == "TP rank 1 of 2 (VLLM::Worker_TP1, pid 112)"
+    assert named_processes(sample, [(100, "python3")]) == "python3"
 
 
 def test_engine_dead_from_the_log_alone_names_the_worker_rank_and_its_exit():

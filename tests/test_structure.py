@@ -1,4 +1,9 @@
-"""No package reaches into another's private names: a `_name` is its module's own business (or its package's), so a
+"""Two structural checks on the source (ast), each shown able to fail.
+
+No import cycle between the package's modules, counting imports inside functions too (a detector that imports
+another inside a function to silence itself is the circle the registry's `yields_to` replaced).
+
+No package reaches into another's private names: a `_name` is its module's own business (or its package's), so a
 caller in another package uses a public name, or the module makes one public. Checked on the source (ast): `from
 servewatch.pkg.mod import _name`, and `mod._name` where `mod` is a servewatch module imported from another package."""
 
@@ -57,3 +62,67 @@ def test_the_check_can_fail():
     # within one package a module may use a sibling's private helper
     assert crossings("from servewatch.detectors import ranks\nranks._member_run(1)\n",
                      "servewatch.detectors.not_serving") == []
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the servewatch modules it imports anywhere in its source (module-level or inside a function)."""
+    graph: dict[str, set[str]] = {m: set() for m in sources}
+    for module, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("servewatch"):
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    graph[module].add(name if name in sources else node.module)
+            elif isinstance(node, ast.Import):
+                graph[module].update(a.name for a in node.names if a.name.startswith("servewatch"))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_between_modules_even_inside_functions():
+    sources = {".".join(p.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"):
+               p.read_text(encoding="utf-8") for p in sorted(ROOT.rglob("*.py"))}
+    assert cycles(import_graph(sources)) == []
+
+
+def test_the_cycle_check_can_fail():
+    circle = {"servewatch.detectors.a": "from servewatch.detectors import b\n",
+              "servewatch.detectors.b": "def f():\n    from servewatch.detectors.a import x\n",
+              "servewatch.detectors.c": "from servewatch.detectors import a\n"}
+    assert cycles(import_graph(circle)) == [["servewatch.detectors.a", "servewatch.detectors.b"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from servewatch import dialects
 from servewatch.detectors import restart, startup
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.rank_words import gone_words
 from servewatch.detectors.series import once_per_window
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import HealthSample, ProcessSample
@@ -94,9 +95,8 @@ def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float
         onsets.append(first_missing.t)
         evidence.append(Evidence("process", first_missing.t, "alive", first_missing.alive))
         evidence += [Evidence("process", first_missing.t, f"members[{pid}]", "gone") for pid, _ in missing]
-        from servewatch.detectors import ranks
 
-        titles = ranks.gone_words(window.process, missing, window.logs)
+        titles = gone_words(window.process, missing, window.logs)
         reasons.append(f"engine process(es) gone ({titles}) while the API process {last.root_pid} lives")
 
     if dead_lines:

@@ -11,9 +11,12 @@ A probe that could not be asked (no /v1/models, the model 404s, a 4xx) proves no
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors import liveness, progress, startup
+from servewatch.detectors.probes import asked_at, trailing_failures
+from servewatch.detectors.rank_words import engine_dp_rank
 from servewatch.detectors.series import tracks, where
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.timeline.samples import DEADLINE, ProbeSample
+from servewatch.timeline.samples import DEADLINE, STOPPED, ProbeSample
 from servewatch.timeline.tracks import engine_key
 from servewatch.timeline.window import Window
 
@@ -106,8 +109,6 @@ def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> 
     sent: a frozen API server is health_loss's), the engine is not visibly computing one long step (an
     engine process using CPU, where the process tree is watched: progress.engine_busy, as the stall's), no start
     or asked-for shutdown is under way, and the engine has no "dead" status of its own (engine_dead's)."""
-    from servewatch.detectors import liveness, progress, startup
-
     dialect = liveness.dialect_hint(window)
     if dialect is None or not dialect.health_runs_through_engine:
         return False
@@ -127,25 +128,7 @@ def _engine_key(window: Window, engine: str | None) -> str | None:
     (not aimed, or no scrape names that engine)."""
     if engine is None:
         return None
-    from servewatch.detectors.ranks import engine_dp_rank
-
     return next((key for key in tracks(window.metrics) if engine_dp_rank(key) == engine), None)
-
-
-def asked_at(probe: ProbeSample) -> float:
-    """When the probe was sent: its answer time minus the time it waited."""
-    waited = probe.latency_s if probe.latency_s is not None else probe.deadline_s
-    return probe.t - waited
-
-
-def trailing_failures(probes: tuple[ProbeSample, ...], after: float | None) -> list[ProbeSample]:
-    run: list[ProbeSample] = []
-    for probe in reversed(probes):
-        if not probe.failed or (after is not None and asked_at(probe) < after):
-            break
-        run.append(probe)
-    run.reverse()
-    return run
 
 
 def _last_counter_movement(window: Window, key: str | None = None) -> float | None:
@@ -165,8 +148,6 @@ def _last_counter_movement(window: Window, key: str | None = None) -> float | No
 
 def _last_stopped(window: Window) -> float | None:
     """The newest process sample that shows a process of the server stopped (SIGSTOP, a tracer)."""
-    from servewatch.detectors.ranks import STOPPED
-
     for sample in reversed(window.process):
         if any(m.status in STOPPED for m in sample.members):
             return sample.t

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from servewatch.detectors import liveness, ranks
+from servewatch.detectors import liveness
+from servewatch.detectors.rank_words import dp_words, stopped_words
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import (Track, admitted, cadence, has_progress_counters, num, progress, tracks,
                                          where)
@@ -153,12 +154,12 @@ def _engine_stall(key, track: Track, health, process, busy: bool, config: Detect
     counters = dict(zip(_COUNTER_FIELDS, progress(last_state)))
     shown = ", ".join(f"{f.split('.')[1].replace('_', ' ')} {num(v)}" for f, v in counters.items() if v is not None)
     since_what = "last counter movement" if start == last_move else "work was admitted"
-    why = (f"no progress for {quiet_s:.1f} s{where(key)}{ranks.dp_words(process, key)} (threshold {threshold:.1f} s = "
+    why = (f"no progress for {quiet_s:.1f} s{where(key)}{dp_words(process, key)} (threshold {threshold:.1f} s = "
            f"max({config.stall_floor_s:g} s, "
            f"{config.stall_k:g} x {basis:.2f} s recent cadence)) since {since_what}, with {num(last_state.running)} "
            f"running and {num(last_state.waiting)} waiting; {shown} unchanged; /health {_health_said(health)}")
     if stopped:
-        why += ranks.stopped_words(process, key, stopped)
+        why += stopped_words(process, key, stopped)
     if busy:
         why += f"; its engine kept using CPU, so this waited for the {threshold:g} s ceiling (no step takes that long)"
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.probes import asked_at, trailing_failures
+from servewatch.detectors.rank_words import dp_rank_of
 from servewatch.detectors.series import once_per_window, progress_totals
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.ranks import Aim, Rank, dp_aim, engine_ranks, rank_view, rank_words, siblings
@@ -132,14 +134,10 @@ def suspicion(window: Window, config: DetectorConfig) -> tuple[float, Aim | None
     return newest.onset, dp_aim(newest.rank)
 
 
-def _engine_dp_rank(labels) -> str | None:
-    return labels.get("engine") or labels.get("dp_rank")
-
-
 def _rank_engines(sample: MetricsSample, rank: Rank) -> list:
     """The engines of a scrape that a rank serves: its DP rank's where the engines are data-parallel ranks."""
     dp = rank.axis("DP")
-    return [e for e in sample.engines if dp is None or _engine_dp_rank(e.labels) in (None, str(dp))]
+    return [e for e in sample.engines if dp is None or dp_rank_of(e.labels) in (None, str(dp))]
 
 
 def _moved_lately(window: Window, rank: Rank, config: DetectorConfig) -> bool:
@@ -196,14 +194,10 @@ def _newest_probe_of(window: Window, rank: Rank):
 
 def _failed_since(window: Window, rank: Rank, since: float) -> int:
     """How many probes of the rank's engine in a row, the newest last, got no token, asked after `since`."""
-    from servewatch.detectors.not_serving import trailing_failures
-
     return len(trailing_failures(_probes_of(window, rank), after=since))
 
 
 def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) -> Verdict | None:
-    from servewatch.detectors.not_serving import asked_at
-
     asked = asked_at(probe)
     if asked < suspect.onset - config.rank_probe_slack_s:
         return None     # asked before the rank looked stalled: it says nothing about it
@@ -258,61 +252,3 @@ def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) ->
         details["gpus"] = gpu_token
     t = max(probe.t, suspect.t, health.t if health is not None else probe.t)
     return Verdict(NAME, t, suspect.onset, why, tuple(evidence), details)
-
-
-# --- the rank in other verdicts --------------------------------------------------------------------
-
-def engine_dp_rank(key: str) -> str | None:
-    """The DP rank an engine key ("engine=1", "dp_rank=1,tp_rank=0") names, if any."""
-    labels = dict(part.split("=", 1) for part in key.split(",") if "=" in part)
-    return _engine_dp_rank(labels)
-
-
-def dp_words(process: ProcessSample | None, key: str) -> str:
-    """" (DP rank 1)" for a stall on one engine of a data-parallel server whose processes show DP ranks."""
-    if "dp_rank=" in key:          # SGLang's engine key says its DP rank already ("the unified engine (DP rank 1, ...)")
-        return ""
-    dp = engine_dp_rank(key)
-    if process is None or dp is None or not dp.isdigit():
-        return ""
-    if not any(r.axis("DP") is not None for r in rank_view(process)):
-        return ""
-    return f" (DP rank {dp})"
-
-
-def stopped_words(process: ProcessSample | None, key: str, stopped) -> str:
-    """"; DP rank 1 worker (VLLM::Worker, pid 907) stopped": the stopped processes by rank, those of the
-    stalled engine first; titles for processes the rank model does not know."""
-    view = rank_view(process)
-    by_pid = {r.pid: r for r in view}
-    mine = {r.pid for r in engine_ranks(view, engine_dp_rank(key))}
-    ordered = sorted(stopped, key=lambda m: (m.pid not in mine, m.pid))
-    named = [rank_words(by_pid[m.pid], view) if m.pid in by_pid else m.title for m in ordered]
-    return f"; {len(named)} process(es) stopped: {', '.join(named)}"
-
-
-def gone_words(samples, missing, logs=()) -> str:
-    """The engine processes that are gone, by rank where the last sample that showed them tells it ("TP rank 1
-    of 2 (VLLM::Worker_TP1, pid 812), exit code -9 (signal 9)"); how they ended where a log line said it."""
-    codes = [e.fields["exit_code"] for e in logs if e.kind == "engine_dead" and isinstance(e.fields.get("exit_code"), int)]
-    how = ""
-    if codes and len(missing) == 1:       # the line does not say which process: only when one is gone
-        code = codes[-1]
-        how = f", exit code {code}" + (f" (signal {-code})" if code < 0 else "")
-    words = []
-    for pid, title in missing:
-        last = next((p for p in reversed(samples) if p.error is None and any(m.pid == pid for m in p.members)), None)
-        view = rank_view(last)
-        rank = next((r for r in view if r.pid == pid), None)
-        words.append((rank_words(rank, view) if rank is not None else title) + how)
-    return ", ".join(sorted(words))
-
-
-def named_processes(sample: ProcessSample, pids_titles) -> str:
-    """(pid, title) pairs of one sample by rank where the rank model knows them ("TP rank 1 of 2
-    (VLLM::Worker_TP1, pid 812)"), else by title; each title once when none has a rank."""
-    view = rank_view(sample)
-    by_pid = {r.pid: r for r in view}
-    if not any(pid in by_pid for pid, _ in pids_titles):
-        return ", ".join(sorted({title for _, title in pids_titles}))
-    return ", ".join(sorted(rank_words(by_pid[pid], view) if pid in by_pid else title for pid, title in pids_titles))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.rank_words import named_processes
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.samples import LogEvent
 from servewatch.timeline.window import Window
@@ -148,7 +149,6 @@ def detect_startup_stalled(window: Window, config: DetectorConfig) -> list[Verdi
         evidence = [Evidence("process", window.process[-1].t, "root_create_time", last.t)]
     stopped = _stopped_members(window)
     if stopped:
-        from servewatch.detectors.ranks import named_processes
 
         why += f"; process(es) stopped: {named_processes(window.process[-1], stopped)}"
         evidence += [Evidence("process", window.process[-1].t, f"members[{pid}].status", "stopped")
