@@ -51,6 +51,7 @@ class RecordingOptions:
     probe_interval: float = DEFAULT_PROBE_INTERVAL_S
     probe_deadline: float | None = DEFAULT_PROBE_DEADLINE_S
     gpu: bool = True                    # sample this machine's GPUs (NVML): only when the server runs here
+    gpu_metrics: str | None = None      # dcgm-exporter's /metrics URL: the GPUs from there instead of NVML
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ _FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
           {"type": duration}),
     _Flag("--out", "out", "out", "write an incident bundle per verdict into DIR", {"metavar": "DIR"}),
     _Flag("--log-file", "log_file", "log_file", "the server's log file, tailed and parsed", {"metavar": "F"}),
+    _Flag("--gpu-metrics", "gpu_metrics", "gpu_metrics",
+          "read the GPUs from dcgm-exporter's /metrics at URL (e.g. http://127.0.0.1:9400/metrics) instead of NVML",
+          {"metavar": "URL"}),
     _Flag("--set", "detector_settings", "detectors",
           "a detector threshold, e.g. --set stall.floor_s=5 (repeatable; names as in servewatch/detectors/config.py)",
           {"action": "append", "default": [], "metavar": "KEY=VALUE"}),
@@ -103,8 +107,8 @@ _FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
 )}
 
 # What `watch` and `guard` take (the URL and every recording flag but --duration, which they place later).
-ONE_SERVER = ("url", "interval", "history", "out", "log_file", "detector_settings", "detectors_file", "probe",
-              "probe_interval", "probe_deadline")
+ONE_SERVER = ("url", "interval", "history", "out", "log_file", "gpu_metrics", "detector_settings", "detectors_file",
+              "probe", "probe_interval", "probe_deadline")
 
 
 def add_recording_arguments(parser: argparse.ArgumentParser, defaults: RecordingOptions,

@@ -108,9 +108,17 @@ def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, cl
     from servewatch.watch.targets import base_url, http_sources
 
     sources = http_sources(session, base_url(options.url), clock, options.interval, process_probe=probe,
-                           slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file, gpu=options.gpu,
+                           slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file,
+                           gpu=options.gpu and not options.gpu_metrics,
                            probe_every=options.probe_interval if options.probe else None,
                            probe_deadline=options.probe_deadline, say=stderr_say(tool))
+    if options.gpu_metrics:                    # dcgm-exporter's page in place of NVML
+        from servewatch.sources.dcgm import DcgmSource
+        from servewatch.sources.http import http_transport
+        from servewatch.watch.targets import gpu_interval
+
+        sources.append(DcgmSource(http_transport(session, options.gpu_metrics, timeout_s=5.0), clock,
+                                  gpu_interval(options.interval)))
     sources = [*sources, *extra_sources]       # e.g. the proxy's requests source
     if wrap_source is not None:
         sources = [wrap_source(source) for source in sources]

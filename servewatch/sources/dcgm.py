@@ -1,0 +1,126 @@
+"""GPUs from NVIDIA dcgm-exporter's /metrics, where NVML is not reachable from here (a Kubernetes node where the GPU
+operator runs dcgm-exporter): the same GPU picture as `sources.gpu`, joined by UUID.
+
+Read from dcgm-exporter's default counters (etc/default-counters.csv: DCGM_FI_DEV_SM_CLOCK, _MEM_CLOCK,
+_GPU_TEMP, _POWER_USAGE, _PCIE_REPLAY_COUNTER, _GPU_UTIL, _MEM_COPY_UTIL, _XID_ERRORS, _FB_FREE, _FB_USED,
+_UNCORRECTABLE_REMAPPED_ROWS, _CORRECTABLE_REMAPPED_ROWS, _ROW_REMAP_FAILURE), plus the clock-event reasons and
+ECC totals where the exporter's counters list adds them. A field the page does not carry is unavailable with the
+reason "not_exported", never 0. dcgm-exporter lists no processes (its pod, namespace and container labels name the
+pod using the GPU), so a GPU read here is tied to no rank.
+
+DCGM_FI_DEV_XID_ERRORS is the value of the last Xid on the device: a value that changes between two pages, to
+a code other than 0, is one Xid event at the second page's time (a value already there at the first page is older
+than this watch and is not reported).
+"""
+
+from __future__ import annotations
+
+from servewatch.clock import Clock
+from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES, parse
+from servewatch.sources.http import Transport
+from servewatch.sources.scrape import ScrapeFailure, http_status_failure
+from servewatch.timeline.samples import GpuDevice, GpuSample, GpuXid
+
+MIB = 2**20
+NOT_EXPORTED = "not_exported"
+
+# DCGM field -> (GpuDevice field, scale)
+FIELDS = {
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_pct", float),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("memory_utilization_pct", float),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", int),
+    "DCGM_FI_DEV_MEM_CLOCK": ("memory_clock_mhz", int),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", float),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", float),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", float),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("pcie_replay", int),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_volatile_corrected", int),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_volatile_uncorrected", int),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("ecc_aggregate_corrected", int),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc_aggregate_uncorrected", int),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows_correctable", int),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows_uncorrectable", int),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("remap_failure", bool),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("remap_pending", bool),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_event_reasons", int),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_event_reasons", int),
+}
+FB_USED, FB_FREE, XID = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_XID_ERRORS"
+FAMILIES = (*FIELDS, FB_USED, FB_FREE, XID)
+# The GpuDevice fields a page may give: those it does not are unavailable ("not_exported").
+READ_FIELDS = tuple(dict.fromkeys([f for f, _ in FIELDS.values()] + ["memory_used_bytes", "memory_total_bytes"]))
+
+
+def read_page(text: str | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES,
+              max_series: int = DEFAULT_MAX_SERIES) -> tuple[tuple[GpuDevice, ...], dict[int, int]]:
+    """The devices of one dcgm-exporter page, by the `gpu` label's index, and each device's last-Xid value."""
+    families = parse(text, FAMILIES, max_bytes=max_bytes, max_series=max_series)
+    values: dict[int, dict[str, object]] = {}
+    identity: dict[int, dict[str, str]] = {}
+    last_xid: dict[int, int] = {}
+    for name, family in families.items():
+        for sample in family.samples:
+            index = sample.labels.get("gpu", "")
+            if not index.isdigit() or sample.value != sample.value:     # no device index, or NaN
+                continue
+            index = int(index)
+            identity.setdefault(index, {k: sample.labels[k] for k in ("UUID", "pci_bus_id", "modelName")
+                                        if sample.labels.get(k)})
+            if name == XID:
+                last_xid[index] = int(sample.value)
+            elif name in (FB_USED, FB_FREE):
+                values.setdefault(index, {})[name] = int(sample.value) * MIB
+            elif name in FIELDS:
+                field, scale = FIELDS[name]
+                values.setdefault(index, {})[field] = scale(sample.value)
+    devices = []
+    for index in sorted(set(values) | set(identity)):
+        got = dict(values.get(index, {}))
+        used, free = got.pop(FB_USED, None), got.pop(FB_FREE, None)
+        got["memory_used_bytes"] = used
+        got["memory_total_bytes"] = used + free if used is not None and free is not None else None
+        ids = identity.get(index, {})
+        unavailable = tuple(sorted((f, NOT_EXPORTED) for f in READ_FIELDS if got.get(f) is None))
+        devices.append(GpuDevice(index=index, utilization_pct=got.pop("utilization_pct", None),
+                                 memory_used_bytes=got.pop("memory_used_bytes"),
+                                 memory_total_bytes=got.pop("memory_total_bytes"), power_w=got.pop("power_w", None),
+                                 uuid=ids.get("UUID"), pci_bus_id=ids.get("pci_bus_id"), name=ids.get("modelName"),
+                                 unavailable=unavailable, **got))
+    return tuple(devices), last_xid
+
+
+class DcgmSource:
+    """dcgm-exporter's /metrics (`--gpu-metrics URL`) as GPU samples."""
+
+    kind = "gpu"
+
+    def __init__(self, transport: Transport, clock: Clock, interval: float):
+        self._transport = transport
+        self._clock = clock
+        self.interval = interval
+        self._last_xid: dict[int, int] | None = None
+
+    async def poll(self) -> list[GpuSample]:
+        answer = await self._transport()
+        t = self._clock.now()
+        if isinstance(answer, ScrapeFailure):
+            return [GpuSample(t=t, available=False, error=f"unavailable: dcgm-exporter {answer.label}")]
+        if not 200 <= answer.status < 300:
+            return [GpuSample(t=t, available=False,
+                              error=f"unavailable: dcgm-exporter {http_status_failure(answer.status).label}")]
+        try:
+            devices, last_xid = read_page(answer.body)
+        except Exception as exc:  # noqa: BLE001 - a page that is not Prometheus text, or over the bounds
+            return [GpuSample(t=t, available=False, error=f"unavailable: dcgm-exporter {type(exc).__name__}")]
+        xids = ()
+        if self._last_xid is not None:
+            xids = tuple(GpuXid(t, index, code) for index, code in sorted(last_xid.items())
+                         if code and code != self._last_xid.get(index))
+        self._last_xid = last_xid
+        return [GpuSample(t=t, available=bool(devices), devices=devices, xids=xids,
+                          error=None if devices else "unavailable: no DCGM_FI_DEV_* series")]
+
+    async def close_connections(self) -> None:
+        close = getattr(self._transport, "close", None)
+        if close is not None:
+            await close()
