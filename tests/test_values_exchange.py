@@ -160,3 +160,128 @@ def test_prompt_text():
 def test_q(values, q, want):
     # index min(n - 1, int(q x n)): 0.5 x 3 = 1; 0.99 x 3 = 2; 0.5 x 4 = 2; 0.99 x 100 = 99; 0.99 x 101 = 99.99 -> 99
     assert X._q(values, q) == want
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+CHAT = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+
+
+def test_a_chat_stream_and_its_text():
+    ex = Exchange(3, 100.0, "chat", b"POST", True, None, 60, 4096, keep_text=True)
+    ex.body_copy += [b'{"model":"m","messages":[{"role":"user",', b'"content":"q"}],"max_tokens":2}']
+    ex.request_complete()                                  # a body in two pieces, joined
+    assert (ex.model, ex.max_tokens, ex.prompt) == ("m", 2, "user: q")
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "text/event-stream; charset=utf-8"})
+    for t in (100.5, 100.75):
+        ex.last = t
+        ex.on_body(CHAT)
+    rec = ex.finish(101.0)
+    # chat deltas counted: 2 tokens; TTFT 0.5; TPOT 0.25 / 1
+    assert (rec.ttft_s, rec.output_tokens, rec.tpot_s, rec.text, rec.api) == (0.5, 2, 0.25, "hihi", "chat")
+    assert rec.proxy["malformed_sse"] is None and ex.record is rec
+
+
+def test_a_whole_chat_answer_keeps_its_text():
+    ex = Exchange(3, 100.0, "chat", b"POST", True, None, 60, 4096, keep_text=True)
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "application/json"})
+    ex.on_body(json.dumps({"choices": [{"message": {"content": "hello"}, "finish_reason": "stop"}]}).encode())
+    rec = ex.finish(100.5)
+    assert (rec.text, rec.finish_reason) == ("hello", "stop")
+    ex = Exchange(4, 100.0, "completions", b"POST", True, None, 60, 4096, keep_text=True)
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "application/json"})
+    ex.on_body(json.dumps({"choices": [{"text": "plain"}]}).encode())
+    assert ex.finish(100.5).text == "plain"
+    ex = Exchange(5, 100.0, "completions", b"POST", True, None, 60, 4096)
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "application/json"})
+    ex.on_body(b'{"choices": []}')
+    rec = ex.finish(100.5)
+    assert (rec.finish_reason, rec.error) == (None, None)
+
+
+def test_a_malformed_event_is_counted_and_an_error_event_is_not():
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "text/event-stream"})
+    ex.last = 100.5
+    ex.on_body(EVENT)
+    ex.on_body(b"data: {not json\n\n")
+    rec = ex.finish(101.0)
+    assert (rec.error, rec.proxy["malformed_sse"], ex.malformed) == ("truncated", True, True)
+    sent_on_purpose = exchange()
+    sent_on_purpose.sent = 100.0
+    sent_on_purpose.on_head(200, {"content-type": "text/event-stream"})
+    sent_on_purpose.last = 100.5
+    sent_on_purpose.on_body(b'data: {"error": {"message": "x"}}\n\n')
+    rec = sent_on_purpose.finish(101.0)
+    assert (rec.error, rec.proxy["malformed_sse"]) == ("truncated", None)
+
+
+def test_several_events_in_one_read_are_each_counted():
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "text/event-stream"})
+    ex.last = 100.5
+    ex.on_body(EVENT + EVENT + b"data: [DONE]\n\n")          # three events read at once, at 0.5 s
+    ex.last = 101.0
+    ex.on_body(EVENT)
+    rec = ex.finish(101.0, keep_itl=True)
+    assert (list(rec.chunk_t_s), rec.output_tokens) == ([0.5, 0.5, 1.0], 3)
+    half = exchange()
+    half.sent = 100.0
+    half.on_head(200, {"content-type": "text/event-stream"})
+    half.last = 100.25
+    half.on_body(EVENT[:20])                                   # an event split across reads
+    half.last = 100.5
+    half.on_body(EVENT[20:] + EVENT)
+    rec = half.finish(101.0, keep_itl=True)
+    assert (list(rec.chunk_t_s), rec.output_tokens) == ([0.5, 0.5], 2)
+
+
+def test_a_status_other_than_200_is_an_error_and_the_spec_asks_for_max_tokens():
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(201, {"content-type": "application/json"})
+    ex.on_body(b"{}")
+    assert ex.finish(100.5).error == "http_4xx"
+    eos = exchange(b'{"model":"m","ignore_eos":true}')        # ignore_eos without max_tokens: nothing to miss
+    eos.sent = 100.0
+    eos.on_head(200, {"content-type": "application/json"})
+    eos.on_body(b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}')
+    assert eos.finish(100.5).error is None
+    short = exchange(b'{"model":"m","max_tokens":3,"ignore_eos":false}')
+    short.sent = 100.0
+    short.on_head(200, {"content-type": "application/json"})
+    short.on_body(b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}')
+    assert short.finish(100.5).error is None
+
+
+def test_loads_reads_what_json_reads():
+    assert X._loads(b'{"a":1}') == {"a": 1}
+    assert X._loads(b' {"a":1}') == {"a": 1}                  # leading space: json.loads' own path
+    assert X._loads(b"[1]") == [1] and X._loads(b"7") == 7
+    assert X._loads('{"s":"\u00e9"}'.encode()) == {"s": "\u00e9"}
+    with pytest.raises(ValueError):
+        X._loads(b"{")
+    with pytest.raises(ValueError):
+        X._loads(b'{\x00')
+    assert X._loads('{"x":"\ud800"}'.encode("utf-8", "surrogatepass")) == {"x": "\ud800"}
+
+
+def test_a_model_name_up_to_128_characters():
+    assert exchange(b'{"model":"' + b"m" * 128 + b'"}').model == "m" * 128
+    assert exchange(b'{"model":"' + b"m" * 129 + b'"}').model is None
+
+
+def test_the_body_copy_stops_at_its_bound_and_not_before():
+    ex = exchange()
+    ex.on_head(500, {})
+    ex.on_body(b"x" * (X.ERROR_BODY_BYTES - 1))
+    ex.on_body(b"yz")
+    assert sum(map(len, ex.collected)) == X.ERROR_BODY_BYTES and ex.collected[-1] == b"y"
+    ex.on_body(b"more")
+    assert len(ex.collected) == 2
