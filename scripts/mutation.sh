@@ -147,6 +147,9 @@ if old != new:
 EOF
 }
 
+# a stopped run stops its mutmut too (the one child it waits on, by its id)
+child=
+trap '[ -n "$child" ] && kill "$child" 2>/dev/null; exit 143' TERM INT
 START=$(date +%s)
 STATUS=0
 RESULTS=()
@@ -165,8 +168,8 @@ for module in "${MODULES[@]}"; do
   fi
   echo "== $module: tests ${tests[*]}" >&2
   t0=$(date +%s)
-  ( cd "$shard" && timeout -k 10 "$limit" nice -n 19 "$PY" -m mutmut run --max-children 1 ) > "$shard/run.log" 2>&1
-  rc=$?
+  ( cd "$shard" && exec timeout -k 10 "$limit" nice -n 19 "$PY" -m mutmut run --max-children 1 ) > "$shard/run.log" 2>&1 &
+  child=$!; wait "$child"; rc=$?; child=
   # mutmut keeps a result per mutant and retests only the functions whose code changed: a survivor stays one
   # after a new test unless it is named. So the survivors (of the module's scope) are named and run again.
   mapfile -t again < <("$PY" - "$shard" "$module" <<'EOF'
@@ -185,8 +188,9 @@ EOF
     left=$limit; [ -n "$BUDGET" ] && left=$(( BUDGET - ($(date +%s) - START) ))
     if [ "$left" -gt 5 ]; then
       echo "   retesting ${#again[@]} survivor(s)" >&2
-      ( cd "$shard" && timeout -k 10 "$left" nice -n 19 "$PY" -m mutmut run --max-children 1 "${again[@]}" ) >> "$shard/run.log" 2>&1
-      rc=$?
+      ( cd "$shard" && exec timeout -k 10 "$left" nice -n 19 "$PY" -m mutmut run --max-children 1 "${again[@]}" ) \
+        >> "$shard/run.log" 2>&1 &
+      child=$!; wait "$child"; rc=$?; child=
     fi
   fi
   echo "   mutmut exit $rc in $(( $(date +%s) - t0 )) s (log: mutants/$slug/run.log)" >&2
