@@ -12,6 +12,7 @@ least load-sensitive figure on a shared machine) alongside.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -89,6 +90,7 @@ def forget_memos() -> None:
 def main() -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--reps", type=int, default=200, help="rounds per fixture (default 200)")
+    cli.add_argument("--json", type=Path, help="also write the median speed ratios vs prometheus_client here")
     args = cli.parse_args()
 
     families, source = wanted_families()
@@ -150,6 +152,12 @@ def main() -> int:
                      f"{statistics.median(got['state_cold']) * 1e3:.3f} ms cold, "
                      f"{statistics.median(got['state_layout']) * 1e3:.3f} ms through the layout (target <= 2 ms)")
         print(line)
+        if args.json:
+            written = json.loads(args.json.read_text()) if statistic == "best" else {}
+            suffix = "_speedup" if statistic == "median" else "_speedup_best"
+            written.update({name + suffix: value for name, value in ratio.items()
+                            if name in ("fast", "fast_cold", "full", "layout")})
+            args.json.write_text(json.dumps(written) + "\n")
     if read_scrape is not None:
         consecutive_scrapes(read_scrape, args.reps)
     return 0
