@@ -17,7 +17,7 @@ from servewatch.watch.firing import Latch
 from tests.sim_harness import Phase, run
 
 # The truth of each verdict, pinned: a change of class changes what guard kills and what a kubelet restarts.
-RESTART_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "not_serving", "rank_stalled")
+RESTART_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "not_serving", "rank_stalled", "collective_hang")
 INFO_VERDICTS = ("histogram_blind", "target_restarted")
 
 
@@ -25,7 +25,7 @@ def verdict(name: str, *, onset: float = 5.0, t: float = 10.0, **details) -> Ver
     return Verdict(name, t, onset, f"{name} why", (), details)
 
 
-def test_every_verdict_declares_one_action_class_and_the_restart_class_is_exactly_the_stalls_and_the_dead():
+def test_every_verdict_declares_one_action_class_and_the_restart_class_is_exactly_the_stalls_the_dead_and_the_hung_collectives():
     assert all(s.action in ACTION_CLASSES for s in registry.specs())
     assert registry.by_action(RESTART) == RESTART_VERDICTS
     assert registry.by_action(INFO) == INFO_VERDICTS
@@ -66,9 +66,11 @@ def test_livez_fails_on_the_restart_class_once_its_evidence_holds_and_on_nothing
         if registry.action_of(name) != RESTART:
             assert probes.livez([verdict(name, failed_probes=9)]).ok, name
     for name in RESTART_VERDICTS:
-        answer = probes.livez([verdict(name, failed_probes=2)])
+        answer = probes.livez([verdict(name, onset=-30.0, failed_probes=2)])
         assert not answer.ok and answer.status == 503 and answer.reason == f"{name} (restart): {name} why"
     assert probes.livez([verdict("not_serving", failed_probes=1)]).ok
+    # collective_hang restarts only once the same rank stayed behind at the same collective for 30 s
+    assert probes.livez([verdict("collective_hang", onset=5.0, t=10.0)]).ok
     # readyz fails with livez
     assert not probes.readyz([verdict("engine_dead")], True, True, None).ok
     assert probes.readyz([verdict("overload")], True, True, None).ok

@@ -47,7 +47,7 @@ ROLES = frozenset({"api", "engine_core", "worker", "other"})
 # Log-event fields whose string values may be kept: a short token, or a fixed literal of a dialect's log
 # grammar (servewatch.dialects) or of the log source. Any other string is dropped.
 LOG_STRING_KEYS = frozenset({"level", "reason", "cause", "exception", "device", "unit", "signal", "phase",
-                             "worker", "code", "process", "dialect", "state", "stage", "component", "batch",
+                             "worker", "code", "process", "dialect", "state", "stage", "component", "batch", "op",
                              "error"})
 
 
@@ -252,7 +252,8 @@ def _log_fields(fields: Mapping[str, Any]) -> dict:
 _GPU_NUMBERS = ("memory_utilization_pct", "sm_clock_mhz", "sm_clock_max_mhz", "memory_clock_mhz", "power_limit_w",
                 "temperature_c", "clock_event_reasons", "ecc_volatile_corrected", "ecc_volatile_uncorrected",
                 "ecc_aggregate_corrected", "ecc_aggregate_uncorrected", "remapped_rows_correctable",
-                "remapped_rows_uncorrectable", "pcie_replay")
+                "remapped_rows_uncorrectable", "pcie_replay", "recovery_action", "nvlink_crc_errors",
+                "nvlink_replay_errors", "nvlink_recovery_errors")
 _GPU_FLAGS = ("remap_pending", "remap_failure")
 _GPU_IDS = {"uuid": re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,80}$"), "pci_bus_id": re.compile(r"^[0-9A-Fa-f:.]{1,32}$"),
             "name": re.compile(r"^[A-Za-z0-9 ._()+-]{1,64}$")}

@@ -7,8 +7,8 @@ is its detector module and one `register(VerdictSpec(...))`.
 
 from __future__ import annotations
 
-from servewatch.detectors import (blindness, capacity, gpu, liveness, no_token, not_serving, outcomes, progress, ranks,
-                                  restart, runbooks, startup)
+from servewatch.detectors import (blindness, capacity, collective, gpu, liveness, no_token, not_serving, outcomes,
+                                  progress, ranks, restart, runbooks, startup)
 from servewatch.detectors.verdict import (ACTION_CLASSES, DRAIN, FINDING, INCIDENT, INFO, PAGE, RESTART, RunbookBranch,
                                           Verdict, VerdictSpec)
 
@@ -109,6 +109,11 @@ for _spec in (
     VerdictSpec("rank_stalled", ranks.detect, INCIDENT, "page",
                 "one engine process is stalled (stopped, or starved while the engine reads idle) and a probe gets no token",
                 runbooks.RANK_STALLED, ("process", "probe", "metrics", "health"), action=RESTART, probes=1),
+    # Restart once the same rank has stayed behind at the same collective for 30 s of observations (a RAS count
+    # one behind that moves on is a race, not a hang).
+    VerdictSpec("collective_hang", collective.detect, INCIDENT, "page",
+                "ranks wait in a collective another rank has not entered (or the ranks issued different collectives)",
+                collective.RUNBOOK, ("log", "process"), labels=("cause",), action=RESTART, hold_s=30.0),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
                 "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics", "log"),
                 labels=("engine", "cause"), action=PAGE),

@@ -1,0 +1,69 @@
+"""What the collective sources saw, as timeline log events (kind "collective") a detector reads from a window
+and a bundle keeps: numbers and fixed tokens only (ranks, sequence numbers, counts, the op's name).
+
+One event per observation and source: component "flight_recorder" or "ras"; state "behind", "mismatch",
+"unresponsive", "dead" or "agree". For "behind": `rank` (the first rank behind), `ranks_behind`, `waiting_rank`
+(the first waiting), `ranks_waiting`, `seq` (the collective the waiting ranks are in; for RAS the count the
+ranks ahead reached), `behind_at` (where the rank behind is), `group` when the group's name is a number, `op`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from servewatch.sources.flight_recorder import Analysis
+from servewatch.sources.nccl_ras import RasReport
+from servewatch.timeline.samples import LogEvent
+
+KIND = "collective"
+_OP = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,39}$")
+
+
+def _op(op: str | None) -> str | None:
+    return op if op and _OP.match(op) else None
+
+
+def _group(name: str) -> dict:
+    return {"group": int(name)} if name.isdigit() else {}
+
+
+def from_flight_recorder(analysis: Analysis, t: float) -> list[LogEvent]:
+    events = []
+    for g in analysis.groups:
+        at = {p.rank: p for p in g.positions}
+        if g.behind:
+            fields = {"component": "flight_recorder", "state": "behind", "rank": g.behind[0],
+                      "ranks_behind": len(g.behind), "waiting_rank": g.waiting[0], "ranks_waiting": len(g.waiting),
+                      "seq": g.seq, **_group(g.group)}
+            if at[g.behind[0]].entered is not None:
+                fields["behind_at"] = at[g.behind[0]].entered
+            if _op(g.op):
+                fields["op"] = g.op
+            events.append(LogEvent(t, KIND, fields))
+        for m in g.mismatches[:1]:
+            ranks = sorted(m.by_rank)
+            fields = {"component": "flight_recorder", "state": "mismatch", "seq": m.seq, "rank": ranks[-1],
+                      "waiting_rank": ranks[0], **_group(g.group)}
+            events.append(LogEvent(t, KIND, fields))
+    if not events and analysis.groups:
+        events.append(LogEvent(t, KIND, {"component": "flight_recorder", "state": "agree"}))
+    return events
+
+
+def from_ras(report: RasReport, t: float) -> list[LogEvent]:
+    events = []
+    for comm in report.comms:
+        for rank in comm.ranks:
+            if rank.state in ("unresponsive", "dead"):
+                events.append(LogEvent(t, KIND, {"component": "ras", "state": rank.state, "rank": rank.rank}))
+        lag = comm.behind()
+        if lag is not None:
+            op, _, top, low, lowest = lag
+            fields = {"component": "ras", "state": "behind", "rank": low[0], "ranks_behind": len(low),
+                      "seq": top, "behind_at": lowest}
+            if _op(op) and op != "operation":
+                fields["op"] = op
+            events.append(LogEvent(t, KIND, fields))
+    if not events and (report.comms or report.table):
+        events.append(LogEvent(t, KIND, {"component": "ras", "state": "agree"}))
+    return events
