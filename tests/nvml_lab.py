@@ -17,7 +17,8 @@ DEVICES = f"device 0 {UUID0} {BUS0} {H100}\ndevice 1 {UUID1} {BUS1} {H100}\n"
 # A busy, healthy H100 pair (TP=2): the fields every reading answers unless a scenario changes them.
 BUSY = ("util=97 memutil=41 mem_used=72000000000 mem_total=85899345920 power_mw=610000 limit_mw=700000 temp=64 "
         "sm=1980 mem_clock=2619 max_sm=1980 max_mem=2619 reasons=0x0 ecc_vol_corr=0 ecc_vol_unc=0 ecc_agg_corr=2 "
-        "ecc_agg_unc=0 remap_corr=1 remap_unc=0 remap_pending=0 remap_failure=0 pcie_replay=0")
+        "ecc_agg_unc=0 remap_corr=1 remap_unc=0 remap_pending=0 remap_failure=0 pcie_replay=0 recovery_action=0 "
+        "nvlink_crc=0 nvlink_replay=0 nvlink_recovery=0")
 
 
 def tp2(extra: str = "", pids=(111, 112)) -> str:
@@ -58,3 +59,19 @@ class StandIn:
 
 def have_compiler() -> bool:
     return compiler() is not None
+
+
+def exec_done(proc, text: str, timeout_s: float = 10.0) -> None:
+    """Until /proc/PID/cmdline shows `text` (a Popen child runs the parent's command line until it has exec'd):
+    the condition itself, checked until a deadline."""
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    path = f"/proc/{proc.pid}/cmdline"
+    while time.monotonic() < deadline:
+        with open(path, "rb") as f:
+            if text.encode() in f.read():
+                return
+        os.sched_yield()
+    raise AssertionError(f"pid {proc.pid} never showed {text!r} in its command line")

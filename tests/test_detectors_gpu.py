@@ -228,3 +228,48 @@ def test_a_stall_carries_each_ranks_gpu_and_no_gpu_reading_changes_nothing(stand
     assert with_gpu.why == stall.why + ("; GPUs: TP rank 0 GPU 0 100 % at 90 of 700 W (spinning or waiting), "
                                         "TP rank 1 GPU 1 100 % at 88 of 700 W (spinning or waiting)")
     assert with_gpu.details == {**stall.details, "gpus": "TP0=spin,TP1=spin"}
+
+
+# --- Xid 154: the driver's recovery action wins ------------------------------------------------------------
+
+def xid154_window(stand_in, extra):
+    stand_in.write(tp2(extra + "at 5 xid 1 154\n"))
+    stand_in.at(0.0)
+    probe = stand_in.probe()
+    probe.start_events(lambda: T0 + 5.1)
+    try:
+        gpu = readings(stand_in, stand_in.scenario.read_text(), (0,), probe)
+        stand_in.at(5.0)
+        assert probe.xid_arrived.wait(10)
+        gpu.append(probe.snapshot(T0 + 5.5))
+    finally:
+        probe.close()
+    return Window(gpu=tuple(gpu), **engine(6, lambda s: 1000 * s))
+
+
+def test_xid_154_takes_the_recovery_action_nvml_reports(stand_in):
+    window = xid154_window(stand_in, "at 5 gpu 1 recovery_action=1\n")
+    assert window.gpu[-1].devices[1].recovery_action == 1 and window.gpu[0].devices[1].recovery_action == 0
+    (fault,) = run_detectors(window, CONFIG)
+    assert fault.why == (f"GPU 1 ({UUID1}, bus {BUS1}, {H100}) under TP rank 1 of 2 (VLLM::Worker_TP1, pid 112): Xid 154 "
+                         "(the driver's recovery action for the GPU changed: reset the GPU; NVIDIA: reset the GPU): "
+                         "do not restart on this GPU")
+    assert (fault.details["action"], fault.details["hardware"]) == ("reset_gpu", True) and registry.acts(fault, DRAIN)
+
+
+def test_xid_154_without_a_readable_recovery_action_is_reported_not_acted_on(stand_in):
+    window = xid154_window(stand_in, "at 0 gpu 1 recovery_action=-\n")      # a driver before the field
+    assert window.gpu[-1].devices[1].why_unavailable("recovery_action") == "not_supported"
+    (fault,) = run_detectors(window, CONFIG)
+    assert (fault.details["action"], fault.details["hardware"]) == ("recovery", False)
+    assert not registry.acts(fault, DRAIN)
+    none = xid154_window(stand_in, "at 5 gpu 1 recovery_action=0\n")      # the driver says: nothing to do
+    assert run_detectors(none, CONFIG) == []
+
+
+def test_nvlink_error_totals_are_read_with_the_recovery_action(stand_in):
+    (reading,) = readings(stand_in, tp2("at 0 gpu 0 nvlink_crc=7 nvlink_replay=2 nvlink_recovery=0\n"
+                                        "at 0 gpu 1 nvlink_crc=- nvlink_replay=- nvlink_recovery=-\n"), (0,))
+    gpu0, gpu1 = reading.devices
+    assert (gpu0.nvlink_crc_errors, gpu0.nvlink_replay_errors, gpu0.nvlink_recovery_errors) == (7, 2, 0)
+    assert gpu1.nvlink_crc_errors is None and gpu1.why_unavailable("nvlink_crc_errors") == "not_supported"

@@ -14,7 +14,7 @@ from servewatch.clock import VirtualClock
 from servewatch.sources.gpu import GpuSource
 from servewatch.timeline.ranks import gpus_of
 from servewatch.timeline.samples import CLOCK_HW_THERMAL, GpuProcess, GpuXid
-from tests.nvml_lab import BUS0, BUS1, H100, UUID0, UUID1, StandIn, have_compiler, tp2
+from tests.nvml_lab import BUS0, BUS1, H100, UUID0, UUID1, StandIn, exec_done, have_compiler, tp2
 
 if not have_compiler():
     pytest.skip("no C compiler (cc or gcc) on PATH to build the NVML stand-in", allow_module_level=True)
@@ -183,6 +183,8 @@ def test_a_scenario_maps_its_gpus_to_processes_by_title_or_command_line(stand_in
     marked = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"--marker-{tag}"],
                               stdin=subprocess.PIPE)
     try:
+        exec_done(ranked, title)
+        exec_done(marked, f"--marker-{tag}")
         stand_in.write(tp2(pids=(f"cmdline:--marker-{tag}", f"title:{title}")))
         gpu0, gpu1 = stand_in.probe().snapshot(T0).devices
         assert [p.pid for p in gpu0.processes] == [marked.pid] and [p.pid for p in gpu1.processes] == [ranked.pid]
@@ -206,6 +208,8 @@ def test_the_lab_scenarios_map_rank_titles_and_fault_at_the_injection(nvml_libra
     titles = [f"SWLAB::Worker_TP{n}_{uuid.uuid4().hex[:6]}" for n in range(2)]
     ranks = [subprocess.Popen([title, "60"], executable="sleep") for title in titles]
     try:
+        for proc, title in zip(ranks, titles):
+            exec_done(proc, title)
         env, clock = lab.prepare(tmp_path, "xid79", titles)
         for key, value in env.items():
             monkeypatch.setenv(key, value)

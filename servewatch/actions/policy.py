@@ -61,7 +61,8 @@ def action_for(verdict: str, config: GuardConfig, details: dict | None = None) -
 
 
 FAULT_WORDS = {"lost": "lost (fallen off the bus)", "remap_failure": "row remapping failed",
-               "ecc_uncorrectable": "uncorrectable ECC errors"}
+               "ecc_uncorrectable": "uncorrectable ECC errors",
+               "recovery_action": "NVML's recovery action asks for a reset or a reboot"}
 
 
 def hardware_line(details: dict) -> str:

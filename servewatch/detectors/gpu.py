@@ -24,7 +24,7 @@ from servewatch.detectors.series import num, once_per_window, progress_totals
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.ranks import rank_view, rank_words
 from servewatch.timeline.samples import (CLOCK_HW_POWER_BRAKE, CLOCK_HW_SLOWDOWN, CLOCK_HW_THERMAL, CLOCK_REASON_WORDS,
-                                         CLOCK_SW_THERMAL, GpuDevice, GpuSample)
+                                         CLOCK_SW_THERMAL, RECOVERY_WORDS, GpuDevice, GpuSample)
 from servewatch.timeline.window import Window
 
 THROTTLE_REASONS = CLOCK_HW_SLOWDOWN | CLOCK_SW_THERMAL | CLOCK_HW_THERMAL | CLOCK_HW_POWER_BRAKE
@@ -101,15 +101,18 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
         return []
     held = _held(window)
     faults = []        # (hardware, onset, evidence, index, xid row or None, what, fault)
+    first, last = readings[0], readings[-1]
+    recovery = {d.index: d.recovery_action for d in last.devices if d.recovery_action is not None}
     for sample in window.gpu:
         for event in sample.xids:
             row = xids.lookup(event.xid)
+            if event.xid == xids.RECOVERY_XID and event.index in recovery:
+                row = xids.with_recovery(row, recovery[event.index])     # the driver's reported action wins
             if row.action == xids.IGNORE or not _holds(held, event.index):
                 continue
             faults.append((row.hardware, event.t, Evidence("gpu", sample.t, f"xids.{event.index}", event.xid),
                            event.index, row, f"Xid {event.xid} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})",
                            "xid"))
-    first, last = readings[0], readings[-1]
     before = {d.index: d for d in first.devices}
     for device in last.devices:
         if not _holds(held, device.index):
@@ -120,6 +123,14 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
                            None, "the GPU is lost (NVML: GPU is lost; fallen off the bus); NVIDIA: reboot the node",
                            "lost"))
             continue
+        if device.recovery_action and not any(f[3] == device.index and f[0] for f in faults):
+            action = xids.RECOVERY_ACTIONS.get(device.recovery_action, xids.UNKNOWN)
+            onset = _first(readings, device.index, lambda d: d.recovery_action == device.recovery_action)
+            faults.append((action in xids.HARDWARE_ACTIONS, onset,
+                           Evidence("gpu", onset, f"devices.{device.index}.recovery_action", device.recovery_action),
+                           device.index, None, f"NVML's recovery action is {device.recovery_action} "
+                                               f"({RECOVERY_WORDS.get(device.recovery_action, 'unknown')})",
+                           "recovery_action"))
         if device.remap_failure:
             onset = _first(readings, device.index, lambda d: bool(d.remap_failure))
             faults.append((True, onset, Evidence("gpu", onset, f"devices.{device.index}.remap_failure", True),
@@ -141,7 +152,9 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
     identity = _identity(window).get(index)
     pids = (held or {}).get(index, set())
     rank, rank_token, rank_pid = _rank_on(window, pids)
-    action = row.action if row is not None else (xids.REBOOT if fault == "lost" else xids.RESET_GPU)
+    action = (row.action if row is not None else xids.REBOOT if fault == "lost" else
+              xids.RECOVERY_ACTIONS.get(identity_recovery(window, index), xids.UNKNOWN) if fault == "recovery_action"
+              else xids.RESET_GPU)
     tail = ": do not restart on this GPU" if hardware else ": a restart of the process helps" \
         if action == xids.RESTART_APP else ": a person decides"
     others = f" (and {len(devices) - 1} more GPU(s))" if len(devices) > 1 else ""
@@ -152,6 +165,15 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
                "action": action, "hardware": hardware, "rank": rank_token, "rank_pid": rank_pid,
                "gpus": len(devices)}
     return [Verdict("gpu_fault", window.end, min(onset, window.end), why, (evidence,), details)]
+
+
+def identity_recovery(window: Window, index: int) -> int | None:
+    """The newest recovery action NVML gave for device `index`."""
+    for sample in reversed(_readings(window)):
+        for device in sample.devices:
+            if device.index == index and device.recovery_action is not None:
+                return device.recovery_action
+    return None
 
 
 def _first(readings: list[GpuSample], index: int, holds) -> float:

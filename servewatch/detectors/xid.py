@@ -12,7 +12,10 @@ servewatch's action for each immediate action:
   RESTART_BM (baseboard/node)     reboot        the node must be rebooted: do not restart onto this GPU
   IGNORE                          ignore        informational; no verdict (e.g. a page retired as designed)
   WORKFLOW_* (a decision tree)    workflow      the catalogue's workflow decides: a person reads it
-  XID_154                         recovery      the driver's reported recovery action decides (not read yet)
+  XID_154                         recovery      the driver's reported recovery action decides: NVML's
+                                                GPU recovery action field, read with each reading, replaces it
+                                                (none: ignore; GPU/bus reset, drain and reset: reset_gpu; node or
+                                                system reboot: reboot; drain P2P, IMEX: workflow)
 The hardware actions (reset_gpu, reboot) make `gpu_fault` a drain: guard exits with its hardware status and a
 restart policy must not start the server on that GPU again.
 """
@@ -91,6 +94,20 @@ _ROWS = (
 
 TABLE: dict[int, Xid] = {code: Xid(code, mnemonic, meaning, bucket, _BUCKET.get(bucket, WORKFLOW))
                          for code, mnemonic, meaning, bucket in _ROWS}
+
+
+RECOVERY_XID = 154
+# NVML's GPU recovery action (nvmlDeviceGpuRecoveryAction_t) -> servewatch's action.
+RECOVERY_ACTIONS = {0: IGNORE, 1: RESET_GPU, 2: REBOOT, 3: WORKFLOW, 4: RESET_GPU, 5: WORKFLOW, 6: RESET_GPU, 7: REBOOT}
+
+
+def with_recovery(row: Xid, recovery_action: int) -> Xid:
+    """Xid 154 with the action the driver reported (NVML's recovery action); an unknown value is unknown."""
+    from servewatch.timeline.samples import RECOVERY_WORDS
+
+    words = RECOVERY_WORDS.get(recovery_action, f"recovery action {recovery_action}")
+    return Xid(row.code, row.mnemonic, f"{row.meaning}: {words}", f"recovery action {recovery_action}",
+               RECOVERY_ACTIONS.get(recovery_action, UNKNOWN))
 
 
 def lookup(code: int) -> Xid:

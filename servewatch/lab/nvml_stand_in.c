@@ -15,7 +15,7 @@
  *   at T gpu INDEX KEY=VALUE...                 from scenario time T on, set device fields:
  *        util memutil mem_used mem_total power_mw limit_mw temp sm mem_clock max_sm max_mem reasons
  *        ecc_vol_corr ecc_vol_unc ecc_agg_corr ecc_agg_unc remap_corr remap_unc remap_pending remap_failure
- *        pcie_replay lost
+ *        pcie_replay recovery_action nvlink_crc nvlink_replay nvlink_recovery lost
  *      VALUE is a number (reasons may be 0x...), "-" (unset: NVML_ERROR_NOT_SUPPORTED) or "!N" (NVML error N).
  *      lost=1: every call on the device answers NVML_ERROR_GPU_IS_LOST (fallen off the bus).
  *   at T proc INDEX WHO mem=BYTES sm=PCT memutil=PCT    a compute process on the device from T on
@@ -54,10 +54,11 @@
 
 enum field { F_UTIL, F_MEMUTIL, F_MEM_USED, F_MEM_TOTAL, F_POWER, F_LIMIT, F_TEMP, F_SM, F_MEMCLK, F_MAXSM,
              F_MAXMEM, F_REASONS, F_ECC_VC, F_ECC_VU, F_ECC_AC, F_ECC_AU, F_REMAP_C, F_REMAP_U, F_REMAP_P,
-             F_REMAP_F, F_REPLAY, F_LOST, F_COUNT };
+             F_REMAP_F, F_REPLAY, F_RECOVERY, F_NVL_CRC, F_NVL_REPLAY, F_NVL_RECOVERY, F_LOST, F_COUNT };
 static const char *FIELD_NAMES[F_COUNT] = {"util", "memutil", "mem_used", "mem_total", "power_mw", "limit_mw", "temp",
     "sm", "mem_clock", "max_sm", "max_mem", "reasons", "ecc_vol_corr", "ecc_vol_unc", "ecc_agg_corr", "ecc_agg_unc",
-    "remap_corr", "remap_unc", "remap_pending", "remap_failure", "pcie_replay", "lost"};
+    "remap_corr", "remap_unc", "remap_pending", "remap_failure", "pcie_replay", "recovery_action", "nvlink_crc",
+    "nvlink_replay", "nvlink_recovery", "lost"};
 
 typedef struct { int index; char uuid[96]; char bus[32]; char name[96]; } device_t;
 typedef struct { double t; int dev; int field; int error; unsigned long long value; } setting_t;
@@ -78,6 +79,11 @@ typedef struct {
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; }
     nvmlPciInfo_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+    unsigned int fieldId, scopeId; long long timestamp, latencyUsec; int valueType; int nvmlReturn;
+    union { double dVal; unsigned int uiVal; unsigned long ulVal; unsigned long long ullVal; long long sllVal;
+            int siVal; unsigned short usVal; } value;
+} nvmlFieldValue_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -506,6 +512,36 @@ int nvmlDeviceGetProcessUtilization(void *handle, nvmlProcessUtilizationSample_t
     }
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+/* Field values: the GPU recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 230) and the NVLink error totals
+ * (CRC flit 38 and data 45 summed as nvlink_crc, replay 52, recovery 59); any other field: not supported. */
+int nvmlDeviceGetFieldValues(void *handle, int count, nvmlFieldValue_t *values) {
+    if (!device_of(handle) || count < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        unsigned long long got = 0;
+        int field = -1, uint = 0;
+        switch (v->fieldId) {
+        case 230: field = F_RECOVERY; uint = 1; break;
+        case 38: field = F_NVL_CRC; break;
+        case 52: field = F_NVL_REPLAY; break;
+        case 59: field = F_NVL_RECOVERY; break;
+        case 45: field = -2; break;          /* counted in nvlink_crc */
+        }
+        v->timestamp = (long long)(monotonic() * 1e6);
+        v->latencyUsec = 0;
+        if (field == -2) {                   /* data CRC errors: there when the flit counter is, added to it */
+            v->nvmlReturn = read_field(handle, F_NVL_CRC, &got);
+            v->valueType = 3; v->value.ullVal = 0;
+            continue;
+        }
+        v->nvmlReturn = field < 0 ? NVML_ERROR_NOT_SUPPORTED : read_field(handle, field, &got);
+        if (v->nvmlReturn != NVML_SUCCESS) continue;
+        if (uint) { v->valueType = 1; v->value.uiVal = (unsigned int)got; }
+        else { v->valueType = 3; v->value.ullVal = got; }
+    }
+    return NVML_SUCCESS;
 }
 
 int nvmlEventSetCreate(void **set) {

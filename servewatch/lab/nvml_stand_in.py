@@ -62,7 +62,8 @@ def environment(library: Path, scenario: Path, clock: Path | None = None) -> dic
 H100 = "NVIDIA H100 80GB HBM3"
 BUSY = ("util=97 memutil=41 mem_used=72000000000 mem_total=85899345920 power_mw=610000 limit_mw=700000 temp=64 "
         "sm=1980 mem_clock=2619 max_sm=1980 max_mem=2619 reasons=0x0 ecc_vol_corr=0 ecc_vol_unc=0 ecc_agg_corr=2 "
-        "ecc_agg_unc=0 remap_corr=1 remap_unc=0 remap_pending=0 remap_failure=0 pcie_replay=0")
+        "ecc_agg_unc=0 remap_corr=1 remap_unc=0 remap_pending=0 remap_failure=0 pcie_replay=0 recovery_action=0 "
+        "nvlink_crc=0 nvlink_replay=0 nvlink_recovery=0")
 INJECT_AT = 1000.0     # the scenario time of each named scenario's fault: the lab steps the clock file there
 
 

@@ -38,6 +38,11 @@ NVML_REASONS = {1: "uninitialized", 2: "invalid_argument", 3: "not_supported", 4
 NVML_TIMEOUT = 10
 NVML_GPU_IS_LOST = 15
 XID_CRITICAL_ERROR = 0x8   # nvmlEventTypeXidCriticalError
+# nvmlDeviceGetFieldValues ids (nvml.h NVML_FI_DEV_*) -> the GpuDevice field; CRC flit and data errors add up.
+FIELD_IDS = ((230, "recovery_action"), (38, "nvlink_crc_errors"), (45, "nvlink_crc_errors"),
+             (52, "nvlink_replay_errors"), (59, "nvlink_recovery_errors"))
+FIELD_NAMES = tuple(dict.fromkeys(name for _, name in FIELD_IDS))
+_VALUE_ATTRIBUTES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 def _bytes(value) -> int | None:
@@ -208,6 +213,7 @@ class NvmlProbe:
         rows = read("remapped_rows", lambda: nvml.nvmlDeviceGetRemappedRows(handle))
         pci = read("pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(handle))
         limit = read("power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0)
+        fields = self._field_values(handle, read)
         return GpuDevice(
             index=index,
             utilization_pct=_percent(getattr(utilization, "gpu", None)),
@@ -234,8 +240,28 @@ class NvmlProbe:
             remap_pending=bool(rows[2]) if rows is not None else None,
             remap_failure=bool(rows[3]) if rows is not None else None,
             pcie_replay=read("pcie_replay", lambda: int(nvml.nvmlDeviceGetPcieReplayCounter(handle))),
+            **fields,
             lost=read.lost,
             unavailable=tuple(sorted(read.unavailable.items())))
+
+    def _field_values(self, handle, read: _Reader) -> dict[str, int | None]:
+        """The recovery action and the NVLink error totals, in one nvmlDeviceGetFieldValues call; each field NVML
+        does not give (a GPU without NVLink, a driver before the recovery action) unavailable with its reason."""
+        values = read("field_values", lambda: self._nvml.nvmlDeviceGetFieldValues(handle, [f for f, _ in FIELD_IDS]))
+        out: dict[str, int | None] = {name: None for name in FIELD_NAMES}
+        if values is None:
+            for name in FIELD_NAMES:
+                read.unavailable[name] = read.unavailable["field_values"]
+            del read.unavailable["field_values"]
+            return out
+        for (field_id, name), value in zip(FIELD_IDS, values):
+            if value.nvmlReturn != 0:
+                read.unavailable.setdefault(name, NVML_REASONS.get(int(value.nvmlReturn), "unknown"))
+                continue
+            number = getattr(value.value, _VALUE_ATTRIBUTES.get(int(value.valueType), "ullVal"))
+            out[name] = int(number) + (out[name] or 0)
+            read.unavailable.pop(name, None)
+        return out
 
     def _process_shares(self, index: int, handle) -> dict[int, float]:
         """Each process's SM share (%) from its newest utilisation sample since the last reading."""

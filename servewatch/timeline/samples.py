@@ -87,6 +87,12 @@ CLOCK_REASON_WORDS = {CLOCK_IDLE: "idle", CLOCK_APP_SETTING: "application clocks
                       CLOCK_HW_POWER_BRAKE: "HW power brake"}
 
 
+# NVML's GPU recovery action (nvmlDeviceGpuRecoveryAction_t; the action an Xid 154 reports).
+RECOVERY_WORDS = {0: "none", 1: "reset the GPU", 2: "reboot the node", 3: "drain peer-to-peer traffic",
+                  4: "drain peer-to-peer traffic and reset the GPU", 5: "recover the IMEX domain",
+                  6: "reset the GPU's PCIe bus", 7: "reboot the system"}
+
+
 @dataclass(frozen=True, slots=True)
 class GpuDevice:
     """One GPU as NVML answers for it. A field NVML cannot give is None, with NVML's reason under its name in
@@ -116,6 +122,10 @@ class GpuDevice:
     remap_pending: bool | None = None
     remap_failure: bool | None = None
     pcie_replay: int | None = None
+    recovery_action: int | None = None          # NVML's GPU recovery action (RECOVERY_* below); 0: none needed
+    nvlink_crc_errors: int | None = None        # NVLink CRC errors (flit + data), all links and lanes
+    nvlink_replay_errors: int | None = None
+    nvlink_recovery_errors: int | None = None
     lost: bool = False                          # NVML answers "GPU is lost": it fell off the bus
     unavailable: tuple[tuple[str, str], ...] = ()   # (field, NVML's reason) for each field it could not give
 
