@@ -13,7 +13,7 @@ from servewatch.errors import ServewatchError
 # Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
 # `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
 COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summarize", "postmortem", "diagnose",
-            "advise", "rules", "dashboard", "demo", "lab", "canary", "drill", "proxy", "requests")
+            "advise", "rules", "dashboard", "demo", "lab", "canary", "drill", "proxy", "requests", "collectives")
 
 
 class _Parser(argparse.ArgumentParser):

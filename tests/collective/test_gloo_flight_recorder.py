@@ -6,6 +6,7 @@ runs it after the vLLM lab install)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -54,3 +55,20 @@ def test_all_reduce_against_broadcast_at_one_sequence_is_a_mismatch(tmp_path):
     (mismatch,) = analysis.groups[0].mismatches
     assert mismatch.seq == 5 and mismatch.by_rank == {0: "all_reduce [1024]", 1: "broadcast [1024]"}
     assert analysis.behind == ()
+
+
+def test_the_command_given_the_pids_names_rank_1(tmp_path, capsys):
+    from servewatch.cli import main
+
+    with gloo_job("behind", tmp_path) as job:
+        job.wait_for("rank 0 pipe ready", "rank 1 pipe ready",
+                     "rank 0 entering collective 5", "rank 1 sleeping before collective 5")
+        t0 = time.monotonic()
+        code = main(["collectives", "--json", *[a for pid in job.pids for a in ("--pid", str(pid))]])
+        elapsed = time.monotonic() - t0
+    out = json.loads(capsys.readouterr().out)
+    print(f"\nservewatch collectives --pid ... named it in {elapsed:.3f} s: {out['flight_recorder']['why']}")
+    assert code == 1 and out["failures"] == []
+    (group,) = out["flight_recorder"]["groups"]
+    assert group["behind"] == [1] and group["seq"] == 5 and group["waiting"] == [0]
+    assert elapsed < 5.0
