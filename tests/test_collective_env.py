@@ -59,3 +59,13 @@ def test_ras_off_fr_off_and_unreadable_processes_are_said(tmp_path):
 def test_this_process_is_readable():
     (me,) = ce.discover([os.getpid()])
     assert me.readable and me.nccl_loaded is False
+
+
+def test_the_tree_under_a_process_and_the_line_watch_says(tmp_path):
+    for pid, children in ((10, "11 12"), (11, ""), (12, "13")):
+        task = tmp_path / str(pid) / "task" / str(pid)
+        task.mkdir(parents=True)
+        (task / "children").write_text(children)
+    (tmp_path / "13" / "task").mkdir(parents=True)
+    assert ce.tree_pids(10, proc=str(tmp_path)) == [10, 11, 12, 13]
+    assert ce.watch_line(os.getpid()).startswith("collectives: RAS: not in use (no NCCL loaded); Flight Recorder: ")

@@ -13,6 +13,7 @@ Only these variables are kept; the rest of the environment is never stored.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -98,6 +99,33 @@ def discover(pids: Iterable[int], proc: str = "/proc") -> tuple[RankEnv, ...]:
         maps = _read(f"{proc}/{pid}/maps", MAX_MAPS_BYTES)
         found.append(rank_env(pid, None if data is None else parse_environ(data), maps))
     return tuple(found)
+
+
+MAX_TREE = 512
+
+
+def tree_pids(root: int, proc: str = "/proc") -> list[int]:
+    """`root` and its descendants, from /proc/PID/task/TID/children (bounded to MAX_TREE processes)."""
+    seen, queue = [], [root]
+    while queue and len(seen) < MAX_TREE:
+        pid = queue.pop(0)
+        if pid in seen:
+            continue
+        seen.append(pid)
+        try:
+            tasks = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            data = _read(f"{proc}/{pid}/task/{tid}/children", 65536)
+            if data:
+                queue.extend(int(c) for c in data.split() if c.isdigit())
+    return seen
+
+
+def watch_line(root: int) -> str:
+    """The line `watch` and `guard` say once at start about the tree under `root`."""
+    return "collectives: " + summary(discover(tree_pids(root)))
 
 
 def summary(ranks: Iterable[RankEnv]) -> str:
