@@ -155,3 +155,27 @@ def test_collect_reads_only_a_new_dump_and_bounds_the_wait(tmp_path):
     os.close(reader)
     assert served.is_set() and got.failures == {}
     assert fr.analyse({1: got.dumps[0]}).groups[0].positions[0].entered == 4
+
+
+def test_collect_says_a_pickle_from_the_pipe_and_waits_out_a_file_still_being_written(tmp_path):
+    fifo = tmp_path / "pipe_0.pipe"
+    os.mkfifo(fifo)
+    dump = tmp_path / "fr_rank_0"
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    writes = iter([b"", b'{"version": "2.10", "entr', (FIXTURES / "gloo_behind_rank0.json").read_bytes()])
+
+    def pause(_):                                  # each poll, the writer has written a little more
+        data = next(writes, None)
+        if data is not None:
+            dump.write_bytes(data)
+
+    try:
+        got = fr.collect({0: (str(fifo), str(dump))}, timeout_s=30, pause=pause)
+        assert got.failures == {} and got.dumps[0].version == "2.10"
+        dump.write_bytes(pickle.dumps({"entries": []}))
+        stale = dump.stat()
+        got = fr.collect({0: (str(fifo), str(dump))}, timeout_s=30,
+                         pause=lambda _: dump.write_bytes(pickle.dumps({"entries": [], "n": 1})))
+        assert stale and got.failures[0].startswith("a pickle dump is not read")
+    finally:
+        os.close(reader)

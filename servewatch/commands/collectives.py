@@ -70,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
                 out["failures"].append(f"pid {r.pid}: no RANK in its environment: its dump is not known")
             elif r.pipe is None:
                 out["failures"].append(f"rank {r.rank}: no dump trigger pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE unset)")
+            elif r.dump is None:
+                out["failures"].append(f"rank {r.rank}: TORCH_FR_DUMP_TEMP_FILE unset: where torch writes its dump "
+                                       "depends on its version; set it")
             else:
                 wanted[r.rank] = (r.pipe, r.dump)
         analysis = None

@@ -6,8 +6,10 @@ The variables, as NCCL and PyTorch document them:
   NCCL_RAS_ENABLE (default 1 from NCCL 2.24), NCCL_RAS_ADDR (default localhost:28028);
   TORCH_FR_BUFFER_SIZE (older: TORCH_NCCL_TRACE_BUFFER_SIZE), > 0 turns the Flight Recorder on;
   TORCH_NCCL_DEBUG_INFO_PIPE_FILE: a pipe per rank (PREFIX + RANK + ".pipe") that asks for a dump;
-  TORCH_FR_DUMP_TEMP_FILE (older: TORCH_NCCL_DEBUG_INFO_TEMP_FILE; default /tmp/nccl_trace_rank_): where
-  a dump is written (PREFIX + RANK); RANK (torchrun), else LOCAL_RANK: the process's rank.
+  TORCH_FR_DUMP_TEMP_FILE (older: TORCH_NCCL_DEBUG_INFO_TEMP_FILE): where a dump is written (PREFIX + RANK);
+  unset, torch's default depends on its version (/tmp/nccl_trace_rank_ in older releases, under the cache
+  directory in newer ones), so it is not guessed: the rank's dump is said to be unknown;
+  RANK (torchrun), else LOCAL_RANK: the process's rank.
 Only these variables are kept; the rest of the environment is never stored.
 """
 
@@ -20,7 +22,6 @@ from dataclasses import dataclass
 MAX_ENVIRON_BYTES = 1024 * 1024
 MAX_MAPS_BYTES = 8 * 1024 * 1024
 RAS_DEFAULT_ADDR = "localhost:28028"
-DUMP_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 _KEPT = ("NCCL_RAS_ENABLE", "NCCL_RAS_ADDR", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
          "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
          "RANK", "LOCAL_RANK")
@@ -36,7 +37,7 @@ class RankEnv:
     ras_addr: str = RAS_DEFAULT_ADDR
     fr_buffer: int = 0                   # Flight Recorder ring size; 0: off
     pipe_prefix: str | None = None       # the dump trigger pipe's prefix (None: no pipe)
-    dump_prefix: str = DUMP_DEFAULT_PREFIX
+    dump_prefix: str | None = None       # None: unset (torch's default is version-dependent: not guessed)
 
     @property
     def pipe(self) -> str | None:
@@ -44,7 +45,7 @@ class RankEnv:
 
     @property
     def dump(self) -> str | None:
-        return None if self.rank is None else f"{self.dump_prefix}{self.rank}"
+        return None if self.rank is None or self.dump_prefix is None else f"{self.dump_prefix}{self.rank}"
 
 
 def parse_environ(data: bytes) -> dict[str, str]:
@@ -79,8 +80,7 @@ def rank_env(pid: int, env: dict[str, str] | None, maps: bytes | None) -> RankEn
         ras_addr=env.get("NCCL_RAS_ADDR") or RAS_DEFAULT_ADDR,
         fr_buffer=max(buffer, 0),
         pipe_prefix=env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") or None,
-        dump_prefix=env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-        or DUMP_DEFAULT_PREFIX)
+        dump_prefix=env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or None)
 
 
 def _read(path: str, limit: int) -> bytes | None:

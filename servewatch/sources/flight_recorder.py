@@ -363,6 +363,7 @@ def collect(ranks: Mapping[int, tuple[str, str]], *, timeout_s: float = 5.0, pol
             failures[rank] = why
     dumps: dict[int, Dump] = {}
     pending = [r for r in sorted(ranks) if r not in failures]
+    unparsed: dict[int, str] = {}     # a file still being written (torch's own writer writes in place)
     while pending:
         for rank in list(pending):
             try:
@@ -371,11 +372,14 @@ def collect(ranks: Mapping[int, tuple[str, str]], *, timeout_s: float = 5.0, pol
                     dumps[rank] = parse_dump(data)
                     pending.remove(rank)
             except DumpError as exc:
+                if str(exc).startswith("not a Flight Recorder JSON dump"):
+                    unparsed[rank] = str(exc)
+                    continue
                 failures[rank] = str(exc)
                 pending.remove(rank)
         if pending and clock() - t0 >= timeout_s:
             for rank in pending:
-                failures[rank] = f"no dump within {timeout_s:g} s of the request"
+                failures[rank] = unparsed.get(rank) or f"no dump within {timeout_s:g} s of the request"
             break
         if pending:
             pause(poll_s)
