@@ -103,11 +103,16 @@ def test_an_engine_environment_goes_to_the_lab_server(tmp_path, monkeypatch):
 
     lab = Lab()
     lab.recipe = recipe.VLLM
+    lab.stand_in = None
     lab.model = type("TinyModel", (), {"path": tmp_path / "tiny"})()
     monkeypatch.setattr(recipe, "prepare_lab", lambda _: lab)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     target = LabTarget(Target(engine="vllm", env=(("VLLM_CPU_KVCACHE_SPACE", "1"),)), tmp_path)
     target._build()
-    assert seen["extra_env"] == (("VLLM_CPU_KVCACHE_SPACE", "1"),)
+    hook = tmp_path / "hang"     # the drill's test-only hang hook, first on the engine's path (drill.hang_hook)
+    assert seen["extra_env"] == (("VLLM_CPU_KVCACHE_SPACE", "1"),
+                                 ("PYTHONPATH", str(hook / "servewatch-test-only-hang-hook")),
+                                 ("SERVEWATCH_TEST_ONLY_HANG_DIR", str(hook / "hang-requests")))
     assert target.model_path() == str(tmp_path / "tiny")     # what no bundle may hold
 
 

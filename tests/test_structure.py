@@ -10,6 +10,7 @@ servewatch.pkg.mod import _name`, and `mod._name` where `mod` is a servewatch mo
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "servewatch"
@@ -126,3 +127,36 @@ def test_the_cycle_check_can_fail():
               "servewatch.detectors.b": "def f():\n    from servewatch.detectors.a import x\n",
               "servewatch.detectors.c": "from servewatch.detectors import a\n"}
     assert cycles(import_graph(circle)) == [["servewatch.detectors.a", "servewatch.detectors.b"]]
+
+
+# Engine facts live in their dialect (and the simulator and the lab, which play and start the engines): no engine
+# name or metric prefix in code elsewhere. Docstrings and comments may name them; string constants in code may not.
+ENGINE_WORDS = re.compile(r"^(vllm|sglang)$|\b(vllm|sglang):|\b(VLLM|sglang)::")
+ENGINE_HOMES = ("servewatch/dialects/", "servewatch/sim/", "servewatch/lab/", "servewatch/commands/lab.py")
+
+
+def engine_strings(source: str, where: str) -> list[str]:
+    """String constants in code (not docstrings) that name an engine or one of its metric or process prefixes."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return sorted(f"{where}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                  and ENGINE_WORDS.search(node.value))
+
+
+def test_engine_names_and_prefixes_live_in_their_dialect():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        where = str(path.relative_to(ROOT.parent))
+        if not where.startswith(ENGINE_HOMES):
+            found += engine_strings(path.read_text(encoding="utf-8"), where)
+    assert found == []
+
+
+def test_the_engine_name_check_can_fail():
+    assert engine_strings('"""vllm: a docstring may say it"""\nx = "sglang" if "sglang:" in t else "vllm"\n', "m.py") \
+        == ["m.py:2 'sglang'", "m.py:2 'sglang:'", "m.py:2 'vllm'"]
+    assert engine_strings('n = "VLLM::Worker_TP1"\nm = "vllm:num_requests_running"\n', "m.py") == [
+        "m.py:1 'VLLM::Worker_TP1'", "m.py:2 'vllm:num_requests_running'"]

@@ -20,7 +20,11 @@ def register(subparsers) -> None:
                         help="where bundles and reports go (default ./servewatch-demo)")
     parser.add_argument("--fast", action="store_true",
                         help="virtual time: the same script in-process, in well under a minute")
-    parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
+    from servewatch.sim.behaviour import BEHAVIOURS
+    from servewatch.sim.config import SimConfig
+
+    parser.add_argument("--dialect", choices=tuple(BEHAVIOURS), default=SimConfig.dialect,
+                        help=f"which engine the simulator speaks (default {SimConfig.dialect})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--interval", type=duration, default=0.5, help="recorder cadence in seconds (default 0.5)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")

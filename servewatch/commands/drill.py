@@ -27,8 +27,11 @@ def register(subparsers) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     parser.add_argument("plan_file", nargs="?", metavar="PLAN.yaml", help="the plan (see --plan for shipped ones)")
     parser.add_argument("--plan", choices=("standard",), help="a shipped plan, for --engine")
-    parser.add_argument("--engine", choices=("vllm", "sglang", "sim"), default="vllm",
-                        help="the engine a shipped plan is for (default vllm)")
+    from servewatch.lab.recipe import RECIPES
+
+    engines = (*RECIPES, "sim")
+    parser.add_argument("--engine", choices=engines, default=engines[0],
+                        help=f"the engine a shipped plan is for (default {engines[0]})")
     parser.add_argument("--fault", metavar="KIND", help="one fault against --target/--pid instead of a plan")
     parser.add_argument("--target", metavar="URL", help="the existing server's URL (with --fault)")
     parser.add_argument("--pid", type=int, help="the existing server's API server PID (with --fault)")

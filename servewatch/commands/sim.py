@@ -18,7 +18,11 @@ class SimUsageError(ServewatchError):
 
 def register(subparsers) -> None:
     parser = add_command(subparsers, "sim", HELP, DESCRIPTION, run)
-    parser.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm")
+    from servewatch.sim.behaviour import BEHAVIOURS
+    from servewatch.sim.config import SimConfig
+
+    parser.add_argument("--dialect", choices=tuple(BEHAVIOURS), default=SimConfig.dialect,
+                        help=f"which engine the simulator speaks (default {SimConfig.dialect})")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stderr)")
     parser.add_argument("--model-name", default=None, help="served model name (default: the profile's model)")

@@ -28,7 +28,8 @@ def engine_series(dialect: str, naming: str | None = None) -> EngineSeries:
 
 def add_series_arguments(parser) -> None:
     """--dialect and --names, as `rules` and `dashboard` take them."""
-    parser.add_argument("--dialect", choices=tuple(NAMINGS), default="vllm")
+    parser.add_argument("--dialect", choices=tuple(NAMINGS), default=next(iter(NAMINGS)),
+                        help=f"the engine whose metric names to use (default {next(iter(NAMINGS))})")
     parser.add_argument("--names", metavar="NAMING", default=None,
                         help=f"metric naming: {NAMING_HELP} (default: the dialect's current names)")
 

@@ -5,13 +5,11 @@ or gone by rank ("TP rank 1 of 2 (VLLM::Worker_TP1, pid 812)"). Pure functions o
 
 from __future__ import annotations
 
+from servewatch.dialects import dp_rank_in_key_words, dp_rank_of
 from servewatch.timeline.ranks import engine_ranks, rank_view, rank_words
 from servewatch.timeline.samples import ProcessSample
 
-
-def dp_rank_of(labels) -> str | None:
-    """The data-parallel rank an engine's labels name (vLLM's `engine`, SGLang's `dp_rank`), if any."""
-    return labels.get("engine") or labels.get("dp_rank")
+__all__ = ["dp_rank_of", "dp_words", "engine_dp_rank", "gone_words", "named_processes", "stopped_words"]
 
 
 def engine_dp_rank(key: str) -> str | None:
@@ -22,7 +20,7 @@ def engine_dp_rank(key: str) -> str | None:
 
 def dp_words(process: ProcessSample | None, key: str) -> str:
     """" (DP rank 1)" for a stall on one engine of a data-parallel server whose processes show DP ranks."""
-    if "dp_rank=" in key:          # SGLang's engine key says its DP rank already ("the unified engine (DP rank 1, ...)")
+    if dp_rank_in_key_words(key):   # SGLang's engine key says its DP rank already ("the unified engine (DP rank 1, ...)")
         return ""
     dp = engine_dp_rank(key)
     if process is None or dp is None or not dp.isdigit():

@@ -44,6 +44,19 @@ def registered() -> tuple[Dialect, ...]:
     return tuple(_REGISTRY.values())
 
 
+def dp_rank_of(labels) -> str | None:
+    """The data-parallel rank a series' labels name, by the label of whichever registered dialect has one."""
+    for dialect in registered():
+        if dialect.dp_rank_label and labels.get(dialect.dp_rank_label) is not None:
+            return labels.get(dialect.dp_rank_label)
+    return None
+
+
+def dp_rank_in_key_words(key: str) -> bool:
+    """Whether an engine key ("dp_rank=1,tp_rank=0") is of a dialect whose own words of it say the DP rank."""
+    return any(d.dp_rank_in_key_words and f"{d.dp_rank_label}=" in key for d in registered() if d.dp_rank_label)
+
+
 def by_name(name: str | None) -> Dialect | None:
     return _REGISTRY.get(name) if name else None
 

@@ -241,6 +241,10 @@ class Dialect(ABC):
     # stalled: the API server balances by load, so an idle data-parallel server sends every request to engine
     # 0, and a probe that engine 0 answers says nothing about engine 1.
     dp_rank_header: str | None = None
+    # The metrics label that says which data-parallel rank's engine a series is (None: the engine has none).
+    dp_rank_label: str | None = None
+    # Whether the engine's own key of a series already words its DP rank (so a verdict need not add it again).
+    dp_rank_in_key_words: bool = False
     # Latency histograms by kind ("ttft", "itl", "e2e", ...) → the engine's default bucket edges.
     latency_edges: Mapping[str, tuple[float, ...]] = {}
     # Latency histograms by kind → the command-line flag that replaces their bucket edges.

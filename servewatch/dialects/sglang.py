@@ -26,6 +26,8 @@ IDENTITY_LABELS = ("model_name", "engine_type", "dp_rank", "tp_rank", "pp_rank",
 # routed_dp_rank, for completions (serving_completions.py:109) and chat; the data-parallel controller sends such a
 # request straight to that rank, srt/managers/data_parallel_controller.py:865-878).
 DP_RANK_HEADER = "X-Data-Parallel-Rank"
+DP_RANK_LABEL = "dp_rank"         # the scheduler's series carry dp_rank (its engine key words it: "DP rank 1")
+DP_RANK_IN_KEY_WORDS = True
 MODEL_LABELS = ("model_name",)
 
 # --- metric names -----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ IDENTITY_LABELS = ("model_name", "engine")
 # `_get_data_parallel_rank` reads it, an int or ignored; openai/completion/serving.py:151 and
 # chat_completion/serving.py:327 pass it to the engine client as data_parallel_rank).
 DP_RANK_HEADER = "X-data-parallel-rank"
+DP_RANK_LABEL = "engine"          # vllm:* series of data-parallel engine n carry engine="n"
 
 # --- metric names (exposed sample/family names as prometheus_client writes them) ----------------
 RUNNING = "vllm:num_requests_running"

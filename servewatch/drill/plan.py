@@ -10,6 +10,8 @@ from importlib import resources
 from pathlib import Path
 
 from servewatch.errors import ServewatchError
+from servewatch.lab.recipe import RECIPES
+from servewatch.sim.config import SimConfig
 
 SHIPPED = ("standard",)
 DEFAULT_TIMING = {"warmup_s": 6.0, "hold_s": 10.0, "observe_s": 10.0}
@@ -167,7 +169,7 @@ class FaultStep:
 @dataclass(frozen=True)
 class Target:
     engine: str | None = None          # vllm | sglang | sim: the drill starts and stops it
-    sim_dialect: str = "vllm"
+    sim_dialect: str = SimConfig.dialect    # the dialect the simulator speaks (its own default)
     args: tuple[str, ...] = ()
     max_model_len: int = 2048
     url: str | None = None             # or an existing server: URL + PID (+ consent)
@@ -483,13 +485,14 @@ def _guard(given) -> tuple[str, ...] | None:
 def _target(t: dict, where: str) -> Target:
     env = tuple(t.get("env", {}).items())
     if env and (t.get("url") is not None or t.get("engine") == "sim"):
-        raise PlanError(f"{where}: env: only for a lab engine the drill starts (vllm or sglang): "
+        raise PlanError(f"{where}: env: only for a lab engine the drill starts ({' or '.join(RECIPES)}): "
                         + ("an existing server keeps the environment it was started with" if t.get("url") is not None
                            else "the simulator reads none"))
     guarded = t.get("under_guard")
-    if guarded not in (None, False) and t.get("engine") not in ("vllm", "sglang"):
-        raise PlanError(f"{where}: under_guard: only for a lab engine the drill starts (vllm or sglang)")
-    return Target(engine=t.get("engine"), sim_dialect=t.get("sim_dialect", "vllm"), args=tuple(t.get("args", ())),
+    if guarded not in (None, False) and t.get("engine") not in RECIPES:
+        raise PlanError(f"{where}: under_guard: only for a lab engine the drill starts ({' or '.join(RECIPES)})")
+    return Target(engine=t.get("engine"), sim_dialect=t.get("sim_dialect", SimConfig.dialect),
+                  args=tuple(t.get("args", ())),
                   max_model_len=t.get("max_model_len", 2048), url=t.get("url"), pid=t.get("pid"),
                   consent=bool(t.get("consent", False)), ready_timeout_s=t.get("ready_timeout_s", 240.0), env=env,
                   under_guard=None if guarded in (None, False) else tuple(guarded if isinstance(guarded, list) else ()))

@@ -78,7 +78,7 @@ class DrillTarget:
     """Common part: URL, proof, process listing by role and rank, signals."""
 
     owned = True
-    dialect = "vllm"
+    dialect: str | None = None          # the engine's dialect (registered name); None: not known
     hang_root: Path | None = None       # where the test-only hang hook and its requests live (drill.hang_hook), if installed
 
     def __init__(self, plan_target):
@@ -294,7 +294,7 @@ class DrillTarget:
     def running(self, dp: int | None) -> float | None:
         """Requests running on the engine of data-parallel rank `dp` (all engines when None, or when the
         engines carry no DP label), from one /metrics read; None when it cannot be read."""
-        from servewatch.dialects import read_scrape
+        from servewatch.dialects import dp_rank_of, read_scrape
         from servewatch.errors import ServewatchError
 
         try:
@@ -302,7 +302,7 @@ class DrillTarget:
                 engines = read_scrape(response.read(METRICS_MAX_BYTES)).engines
         except (OSError, ValueError, ServewatchError):
             return None
-        mine = [e for e in engines if dp is not None and str(dp) in (e.labels.get("engine"), e.labels.get("dp_rank"))]
+        mine = [e for e in engines if dp is not None and dp_rank_of(e.labels) == str(dp)]
         return sum(e.running or 0.0 for e in (mine or engines))
 
     def log_file(self) -> Path | None:
@@ -432,6 +432,7 @@ class LabTarget(DrillTarget):
         self.model_dir = str(lab.model.path)
         self.lives += 1
         log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
+        # SGLang's test-only kernel stand-in stays on its PYTHONPATH, after the hang hook
         hook = self._hang_hook(str(lab.stand_in) if lab.stand_in is not None else os.environ.get("PYTHONPATH"))
         common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args),
                   "extra_env": (*tuple(self.spec.env), *hook.items())}
@@ -507,7 +508,7 @@ class ExistingTarget(DrillTarget):
         if not self.spec.consent:
             raise TargetError(f"drilling {self.url} signals its processes: pass --consent (or consent: true in the "
                               f"plan's target) to confirm this server may be disrupted")
-        self.dialect = _detect_dialect(self.url)
+        self.dialect = _detect_dialect(self.url, self.pid)
         self.processes()
 
     def stop(self) -> None:
@@ -544,13 +545,28 @@ def _own_child(pid: int) -> bool:
         return False
 
 
-def _detect_dialect(url: str) -> str:
+def _detect_dialect(url: str, pid: int) -> str | None:
+    """The engine behind an existing server, through the dialect registry: its /metrics as read_scrape reads it,
+    else the process titles of its tree (a dialect that names one of them); None when neither tells (never guessed)."""
+    import psutil
+
+    from servewatch.dialects import read_scrape, registered
+    from servewatch.errors import ServewatchError
+    from servewatch.sources.process import title_of
+
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-            text = response.read(4 << 20).decode("utf-8", "replace")
-    except (OSError, ValueError):
-        return "vllm"
-    return "sglang" if "sglang:" in text else "vllm"
+            dialect = read_scrape(response.read(4 << 20)).dialect
+        if dialect is not None:
+            return dialect
+    except (OSError, ValueError, ServewatchError):
+        pass
+    try:
+        root = psutil.Process(pid)
+        titles = [title_of(p) for p in (root, *root.children(recursive=True))]
+    except psutil.Error:
+        return None
+    return next((d.name for d in registered() if any(d.role_of(t) for t in titles)), None)
 
 
 def make_target(plan_target, log_dir: Path) -> DrillTarget:
