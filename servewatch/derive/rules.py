@@ -14,10 +14,11 @@ from servewatch.derive import alert_runbook
 from servewatch.derive.engine_series import EngineSeries, LatencyHistogram
 from servewatch.derive.slo import Objective, Slo, duration_text
 from servewatch.detectors import registry
+from servewatch.detectors.config import DetectorConfig
 
 SLI_BY = ("job",)
 TARGET_BY = ("job", "instance")
-KV_FULL = 0.9           # KV usage at which waiting requests wait for memory
+KV_FULL = DetectorConfig.kv_high   # KV usage at which waiting requests wait for memory: kv_pressure's own threshold
 KV_LOW = 0.5            # below this with running at the slot limit, the limit is slots, not memory
 QUEUE_RISE = 2          # queue wait over 5 m this many times its 1 h mean
 SEVERITY_LEADING = "warning"
