@@ -18,7 +18,7 @@ from servewatch.detectors.config import DetectorConfig
 
 SLI_BY = ("job",)
 TARGET_BY = ("job", "instance")
-KV_FULL = DetectorConfig.kv_high   # KV usage at which waiting requests wait for memory: kv_pressure's own threshold
+KV_FULL = DetectorConfig().kv_high   # KV usage at which waiting requests wait for memory: kv_pressure's own threshold
 KV_LOW = 0.5            # below this with running at the slot limit, the limit is slots, not memory
 QUEUE_RISE = 2          # queue wait over 5 m this many times its 1 h mean
 SEVERITY_LEADING = "warning"
