@@ -54,6 +54,8 @@ declare -A TESTS=(
     --deselect=tests/test_proxy.py::test_traces_export_over_otlp_keeping_errors'
   # test_rules_prometheus.py loads the rules into a real Prometheus: 17 s for each mutant of the SLO parser
   [servewatch/derive/slo.py]='tests/test_values_slo.py tests/test_rules.py'
+  # test_probe.py runs the recorder against the simulator in virtual time (10 s a test, 60 s for a mutant of poll())
+  [servewatch/sources/probe.py]='tests/test_values_probe.py tests/test_probe_http.py'
   [servewatch/drill/expect.py]='tests/test_values_expect.py tests/test_action_policy.py tests/test_ci_retry_policy.py'
 )
 

@@ -285,3 +285,50 @@ def test_the_body_copy_stops_at_its_bound_and_not_before():
     assert sum(map(len, ex.collected)) == X.ERROR_BODY_BYTES and ex.collected[-1] == b"y"
     ex.on_body(b"more")
     assert len(ex.collected) == 2
+
+
+# The proxy keeps one RequestSpec per (max_tokens, ignore_eos) and remembers the words safe_word passed: a test
+# reads the values they give with numbers and words no earlier request has used, so the cache cannot answer for them.
+def _fresh_max_tokens() -> int:
+    import uuid
+    return 10_000 + uuid.uuid4().int % 10 ** 9
+
+
+def test_a_fresh_spec_reads_max_tokens_ignore_eos_and_the_prompt_count():
+    n = _fresh_max_tokens()
+    ex = exchange(b'{"model":"m","max_tokens":%d,"ignore_eos":true}' % n)
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "application/json"})
+    ex.on_body(b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}')
+    rec = ex.finish(100.5)
+    # the spec's prompt count is None (the proxy does not build prompts): the input count stays unknown
+    assert (rec.error, rec.error_detail, rec.input_tokens) == ("truncated", f"1 of {n} tokens", None)
+    n = _fresh_max_tokens()
+    ex = exchange(b'{"model":"m","max_tokens":%d,"ignore_eos":false}' % n)
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "application/json"})
+    ex.on_body(b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}')
+    assert ex.finish(100.5).error is None
+    assert X._spec(n, False) is X._spec(n, False)                  # kept: one object per pair
+
+
+def test_a_word_of_every_safe_character_is_safe():
+    import random
+    chars = sorted(X._SAFE)
+    random.shuffle(chars)                                          # a word no earlier call has seen
+    word = "".join(chars)
+    assert len(word) == 67 and X.safe_word(word, 128) == word
+    assert X.safe_word(word + " ", 128) is None
+
+
+def test_an_exchange_that_never_got_an_answer():
+    ex = Exchange(9, 100.0, "completions", b"POST", True, None, 10 ** 9, 4096)   # a body too big to parse
+    ex.sent = 100.0
+    rec = ex.finish(100.5)
+    assert (rec.http_status, rec.max_tokens, rec.error, rec.model, rec.finish_reason) == (None, None, None, None, None)
+    assert (ex.method, ex.keep_alive, ex.done, ex.client_gone, ex.ignore_eos, ex.upstream) == \
+        (b"POST", True, False, False, False, None)
+    assert (ex.body_size, ex.last, ex.status, ex.headers, ex.error_detail) == (0, 100.0, None, None, None)
+    assert ex.malformed is False and ex.record is rec and ex.keep_text is False
+    stream = X.ProxyStream(False)
+    assert (stream.malformed, stream.spent, stream.keep_text, stream.chat) == (False, False, False, False)
