@@ -1,7 +1,9 @@
 """Trace export memory: peak RSS of `servewatch requests --export mooncake` over N request records (default a
 million, as the proxy writes them: ~450 bytes a line, slightly out of arrival order as requests finish out of
 order), against a plain export of the same rows (every record json-loaded into a list, the rows built as dicts,
-one json.dump), each in its own process; and the time of each.
+one json.dump), each in its own process; and the time of each. The export runs twice: as the command runs it
+(streamed through its reorder window) and with a window too small for the records' disorder (so from
+compact columns, its way for records far out of arrival order).
 
     .venv/bin/python benchmarks/trace_export.py [--rows 1000000] [--ids-every 0] [--keep]
 
@@ -22,16 +24,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+T_WINDOW = 65536        # servewatch.load.trace.REORDER_ROWS
 
 EXPORT = r"""
 import resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from servewatch.load import trace as T
 t = time.perf_counter()
-rows, st = T.collect_rows([sys.argv[1]], key=T.new_key())
-with open(sys.argv[2], "w", buffering=1 << 20) as fh:
-    n, without = T.write_trace(rows, fh, "mooncake")
-print(n, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+with open(sys.argv[2], "w+", buffering=1 << 20) as fh:
+    st = T.export([sys.argv[1]], fh, "mooncake", key=T.new_key(), reorder_rows=int(sys.argv[4]))
+print(st.rows, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, int(st.streamed))
 """
 
 PLAIN = r"""
@@ -70,11 +72,13 @@ def make_records(path: Path, n: int, ids_every: int) -> None:
             fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 
-def run(script: str, src: Path, out: Path) -> tuple[int, float, float]:
-    done = subprocess.run([sys.executable, "-c", script, str(src), str(out), str(ROOT)],
+def run(script: str, src: Path, out: Path, window: int = 0) -> tuple[int, float, float, str]:
+    done = subprocess.run([sys.executable, "-c", script, str(src), str(out), str(ROOT), str(window)],
                           capture_output=True, text=True, check=True)
-    n, seconds, maxrss_kib = done.stdout.split()
-    return int(n), float(seconds), int(maxrss_kib) / 1024
+    n, seconds, maxrss_kib, *streamed = done.stdout.split()
+    how = "" if not streamed else ("streamed through the reorder window" if streamed[0] == "1"
+                                   else "from compact columns")
+    return int(n), float(seconds), int(maxrss_kib) / 1024, how
 
 
 def main() -> None:
@@ -89,8 +93,10 @@ def main() -> None:
         make_records(src, args.rows, args.ids_every)
         size = src.stat().st_size
         print(f"{args.rows:,} records, {size / 2**20:.0f} MiB, made in {time.perf_counter() - t:.1f} s")
-        n1, s1, m1 = run(EXPORT, src, Path(tmp) / "trace.jsonl")
-        n2, s2, m2 = run(PLAIN, src, Path(tmp) / "plain.json")
+        n1, s1, m1, how1 = run(EXPORT, src, Path(tmp) / "trace.jsonl", T_WINDOW)
+        n3, s3, m3, how3 = run(EXPORT, src, Path(tmp) / "columns.jsonl", 16)   # too small a window: columns
+        n2, s2, m2, _ = run(PLAIN, src, Path(tmp) / "plain.json")
+        assert (Path(tmp) / "trace.jsonl").read_bytes().count(b"\n") == n3
         ours = [json.loads(x) for x in open(Path(tmp) / "trace.jsonl")]
         plain = json.load(open(Path(tmp) / "plain.json"))
         for a, b in zip(ours, plain):
@@ -100,9 +106,11 @@ def main() -> None:
         assert all(a["input_length"] == b["input_length"] and a["output_length"] == b["output_length"]
                    and abs(a["timestamp"] - b["timestamp"]) < 0.002 for a, b in zip(ours, plain))
         del ours, plain
-        print(f"export (servewatch requests --export mooncake): peak RSS {m1:7.0f} MiB, {s1:5.1f} s")
-        print(f"plain json dump of the same rows:               peak RSS {m2:7.0f} MiB, {s2:5.1f} s")
-        print(f"ratio: {m1 / m2:.3f} of the plain dump's memory ({m2 / m1:.1f}x less)")
+        print(f"export, {how1}: peak RSS {m1:7.0f} MiB, {s1:5.1f} s")
+        print(f"export, {how3}:                peak RSS {m3:7.0f} MiB, {s3:5.1f} s")
+        print(f"plain json dump of the same rows:                  peak RSS {m2:7.0f} MiB, {s2:5.1f} s")
+        print(f"ratio: {m1 / m2:.3f} of the plain dump's memory streamed ({m2 / m1:.1f}x less), "
+              f"{m3 / m2:.3f} from columns ({m2 / m3:.1f}x less)")
         if args.keep:
             keep = Path.cwd() / "trace-bench"
             keep.mkdir(exist_ok=True)

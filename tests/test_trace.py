@@ -168,3 +168,31 @@ def test_prompt_maker_shares_text_where_rows_share_hash_ids():
     assert maker.text(0, T.TraceRow(0, 10, 1, (46, 47, 48))) == a
     d = maker.text(3, T.TraceRow(0, 6, 1, (46,)))            # the ids cover 4 of 6: a tail of its own
     assert d.split()[:4] == a.split()[:4] and len(d.split()) == 6
+
+
+def test_streamed_export_equals_the_columns_one_and_falls_back_when_far_out_of_order(tmp_path):
+    import io
+    import random
+
+    rng = random.Random(3)
+    src = tmp_path / "requests.jsonl"
+    with open(src, "w") as fh:
+        for i in range(300):
+            t = 1764900000.0 + i * 0.01 + rng.random() * 0.05          # out of order by up to ~5 rows
+            fh.write(json.dumps({"id": i, "scheduled": t, "http_status": 200, "error": None, "input_tokens": i + 1,
+                                 "output_tokens": 3, "max_tokens": 8,
+                                 **({"prompt_token_ids": [i % 4] * 700} if i % 3 == 0 else {})}) + "\n")
+    key = b"x" * 32
+    texts = {}
+    for window in (64, 2):
+        out = io.StringIO()
+        st = T.export([str(src)], out, "mooncake", key=key, reorder_rows=window)
+        texts[window] = out.getvalue()
+        assert st.rows == 300 and st.without_hashes == 200
+        assert st.streamed is (window == 64)
+    assert texts[64] == texts[2]
+    rows = [json.loads(x) for x in texts[64].splitlines()]
+    assert rows[0]["timestamp"] == 0 and all(a["timestamp"] <= b["timestamp"] for a, b in zip(rows, rows[1:]))
+    last = io.StringIO()
+    st = T.export([str(src)], last, "azure", key=key, last_s=1.0)
+    assert st.rows == sum(1 for r in rows if r["timestamp"] >= rows[-1]["timestamp"] - 1000)

@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
     last_s = _last(args.last) if args.last is not None else None
     if args.export:
         return _export(args, since, last_s)
-    for flag, given in (("--hash-key-file", args.hash_key_file), ("--tokenizer", args.tokenizer)):
+    for flag, given in (("--hash-key-file", args.hash_key_file), ("--tokenizer", args.tokenizer),
+                        ("--fill-missing-hashes", args.fill_missing_hashes), ("--block-size", args.block_size != 512)):
         if given:
             raise ServewatchError(f"{flag} goes with --export")
     try:
@@ -208,32 +209,36 @@ def _export(args: argparse.Namespace, since: float | None, last_s: float | None)
         def tokenize(text: str) -> list[int]:
             return tok.encode(text, add_special_tokens=True).ids
     files = [f for path in args.files for f in _files(path)]
-    try:
-        rows, stats = T.collect_rows(files, key=key, block=args.block_size, tokenize=tokenize, since=since)
-    except OSError as exc:
-        raise SourceUnavailable(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
-    for path, line, why in stats.bad:
-        print(f"servewatch requests: {path}, line {line}: {why}; skipped", file=sys.stderr)
-    if stats.skipped > len(stats.bad):
-        more = stats.skipped - len(stats.bad)
-        print(f"servewatch requests: {more} more line{'s' if more > 1 else ''} that "
-              f"{'are not request records' if more > 1 else 'is not a request record'} skipped", file=sys.stderr)
-    if not len(rows.arrival):
-        raise ServewatchError(f"no request records in {', '.join(files)}"
-                              + (" at or after --since" if since is not None else ""))
     directory = os.path.dirname(os.path.abspath(out_path))
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".servewatch-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as fh:
-                written, without = T.write_trace(rows, fh, fmt, last_s=last_s, block=args.block_size,
-                                                 fill_key=T.new_key() if args.fill_missing_hashes else None)
-            os.replace(tmp, out_path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
     except OSError as exc:
         raise ServewatchError(f"--export: cannot write {out_path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w+", encoding="utf-8", buffering=1 << 20) as fh:
+            try:
+                stats = T.export(files, fh, fmt, key=key, block=args.block_size, tokenize=tokenize, since=since,
+                                 last_s=last_s, fill_key=T.new_key() if args.fill_missing_hashes else None)
+            except OSError as exc:
+                if exc.filename in files:
+                    raise SourceUnavailable(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
+                raise
+        for path, line, why in stats.bad:
+            print(f"servewatch requests: {path}, line {line}: {why}; skipped", file=sys.stderr)
+        if stats.skipped > len(stats.bad):
+            more = stats.skipped - len(stats.bad)
+            print(f"servewatch requests: {more} more line{'s' if more > 1 else ''} that "
+                  f"{'are not request records' if more > 1 else 'is not a request record'} skipped", file=sys.stderr)
+        if not stats.rows:
+            raise ServewatchError(f"no request records in {', '.join(files)}"
+                                  + (" in the window asked for (--since / --last)" if since or last_s else ""))
+        os.replace(tmp, out_path)
+    except OSError as exc:
+        raise ServewatchError(f"--export: cannot write {out_path}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    written, without = stats.rows, stats.without_hashes
     missing = ""
     if fmt == "mooncake" and without and args.fill_missing_hashes:
         missing = f"; {'all' if without == written else without} without recorded token ids, given ids of their own"

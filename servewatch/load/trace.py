@@ -17,8 +17,9 @@ request id, no model, no tenant, no path, no wall-clock time.
 The Azure CSV has the columns TIMESTAMP, ContextTokens, GeneratedTokens; its TIMESTAMPs count from
 1970-01-01 00:00:00 (the arrival after the first request, not the time of day).
 
-Memory: a first pass keeps 24 bytes a request (arrival, two lengths, where its hashes start) and 8 a
-hash in flat arrays, never a dict per record; rows are written as they are formatted.
+Memory: records are streamed through a reorder window (64k rows: a proxy writes a record when its request
+ends, so a little out of arrival order); where they are further out of order than that, the export starts
+again from compact columns, 24 bytes a request and 8 a hash, never a dict per record.
 
 In (`servewatch load URL --trace FILE`): `read_trace` reads any of the three (told apart by the first
 line), a bad row is a `BadRow` (file, line, why) and reading goes on.
@@ -95,6 +96,8 @@ class ExportStats:
     without_hashes: int = 0
     skipped: int = 0
     bad: list = field(default_factory=list)     # (path, line, why), the first few
+    rows: int = 0
+    streamed: bool = False                      # through the reorder window (else from compact columns)
 
 
 class _Rows:
@@ -156,35 +159,40 @@ def iter_record_lines(paths: Iterable[str]) -> Iterator[tuple[str, int, bytes]]:
                     yield str(path), number, line
 
 
+def _parse_record(line: bytes):
+    """(arrival, input tokens, output tokens, the record) of a records line, or why it is not one."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return "not JSON" + ("" if line.endswith(b"\n") else " (cut short)")
+    if not isinstance(obj, dict):
+        return "not a request record: not a JSON object"
+    arrival = obj.get("scheduled")
+    if isinstance(arrival, bool) or not isinstance(arrival, (int, float)) or not arrival >= 0:
+        return "not a request record: field 'scheduled' is not epoch seconds"
+    lengths = _record_lengths(obj)
+    if lengths is None:
+        return "not a request record: no token counts (input_tokens / max_tokens)"
+    return float(arrival), lengths[0], lengths[1], obj
+
+
 def collect_rows(paths: Iterable[str], *, key: bytes, block: int = DEFAULT_BLOCK,
                  tokenize: Callable[[str], list[int]] | None = None, since: float | None = None,
                  keep_bad: int = 5) -> tuple[_Rows, ExportStats]:
-    """First pass over request records: compact rows; a line that is not a record is counted and skipped."""
+    """Every row in compact columns (the export's way when the records are far out of arrival order); a line
+    that is not a record is counted and skipped."""
     rows, st = _Rows(), ExportStats()
     for path, number, line in iter_record_lines(paths):
-        why = None
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            obj, why = None, "not JSON" + ("" if line.endswith(b"\n") else " (cut short)")
-        if obj is not None:
-            if not isinstance(obj, dict):
-                why = "not a request record: not a JSON object"
-            else:
-                arrival = obj.get("scheduled")
-                lengths = _record_lengths(obj)
-                if isinstance(arrival, bool) or not isinstance(arrival, (int, float)) or arrival < 0:
-                    why = "not a request record: field 'scheduled' is not epoch seconds"
-                elif lengths is None:
-                    why = "not a request record: no token counts (input_tokens / max_tokens)"
-                elif since is None or arrival >= since:
-                    ids = _record_token_ids(obj, tokenize)
-                    hashes = block_hashes(key, ids, block) if ids else None
-                    rows.add(float(arrival), lengths[0], lengths[1], hashes)
-        if why is not None:
+        parsed = _parse_record(line)
+        if isinstance(parsed, str):
             st.skipped += 1
             if len(st.bad) < keep_bad:
-                st.bad.append((path, number, why))
+                st.bad.append((path, number, parsed))
+            continue
+        arrival, inp, out, obj = parsed
+        if since is None or arrival >= since:
+            ids = _record_token_ids(obj, tokenize)
+            rows.add(arrival, inp, out, block_hashes(key, ids, block) if ids else None)
     return rows, st
 
 
@@ -198,6 +206,22 @@ def _order(rows: _Rows) -> Iterable[int]:
 def _ms(seconds: float) -> int | float:
     ms = round(seconds * 1000.0, 3)
     return int(ms) if ms == int(ms) else ms
+
+
+def _format(fmt: str, offset: float, inp: int, out: int, hashes, seq: int, fill_key: bytes | None,
+            block: int) -> str:
+    if fmt == "azure":
+        return f"{_azure_time(offset)},{inp},{out}\n"
+    row = {"timestamp": _ms(offset), "input_length": inp, "output_length": out}
+    if hashes is None:
+        row["hash_ids_missing"] = NOT_RECORDED
+        if fill_key is not None:
+            row["hash_ids_missing"] = FILLED
+            row["hash_ids"] = [int.from_bytes(hmac.new(fill_key, struct.pack("<QQ", seq, j), hashlib.sha256)
+                                              .digest()[:8], "big") & _HASH_MASK for j in range(-(-inp // block))]
+    else:
+        row["hash_ids"] = list(hashes)
+    return orjson.dumps(row).decode() + "\n"
 
 
 def write_trace(rows: _Rows, out, fmt: str, last_s: float | None = None, *, fill_key: bytes | None = None,
@@ -227,25 +251,94 @@ def write_trace(rows: _Rows, out, fmt: str, last_s: float | None = None, *, fill
         if cutoff is not None and rows.arrival[i] < cutoff:
             continue
         written += 1
-        offset = rows.arrival[i] - t0
         start = rows.hash_at[i]
-        if fmt == "azure":
-            write(f"{_azure_time(offset)},{rows.inp[i]},{rows.out[i]}\n")
-            without += start < 0
+        without += start < 0
+        write(_format(fmt, rows.arrival[i] - t0, rows.inp[i], rows.out[i],
+                      None if start < 0 else rows.hashes[start:hash_end[i]], i, fill_key, block))
+    return written, without
+
+
+class _Disorder(Exception):
+    """A record arrived before one already written: further out of order than the reorder window."""
+
+
+REORDER_ROWS = 65536
+
+
+def export(paths: list[str], out, fmt: str, *, key: bytes, block: int = DEFAULT_BLOCK,
+           tokenize: Callable[[str], list[int]] | None = None, since: float | None = None,
+           last_s: float | None = None, fill_key: bytes | None = None, keep_bad: int = 5,
+           reorder_rows: int = REORDER_ROWS) -> ExportStats:
+    """The records of `paths` as a trace on the seekable text stream `out`, streamed through a reorder window
+    of `reorder_rows` (records are written as requests finish, so a little out of arrival order): memory is
+    the window's, not the file's. Records further out of order than that are written again from compact
+    columns (24 bytes a row). With `last_s`, a first pass finds the newest arrival. `stats.rows` and
+    `stats.without_hashes` say what was written; `stats.bad` the first bad lines (path, line, why)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown trace format {fmt!r}; choose from {', '.join(FORMATS)}")
+    cutoff = None
+    if last_s is not None:
+        newest = None
+        for _path, _number, line in iter_record_lines(paths):
+            parsed = _parse_record(line)
+            if not isinstance(parsed, str) and (since is None or parsed[0] >= since):
+                newest = parsed[0] if newest is None else max(newest, parsed[0])
+        cutoff = None if newest is None else newest - last_s
+    st = ExportStats()
+    try:
+        out.seek(0)
+        out.truncate()
+        st.rows, st.without_hashes = _stream(paths, out, fmt, key, block, tokenize, since, cutoff, fill_key,
+                                             reorder_rows, st, keep_bad)
+        st.streamed = True
+    except _Disorder:
+        out.seek(0)
+        out.truncate()
+        rows, st = collect_rows(paths, key=key, block=block, tokenize=tokenize, since=since, keep_bad=keep_bad)
+        st.rows, st.without_hashes = write_trace(rows, out, fmt, last_s, fill_key=fill_key, block=block)
+    return st
+
+
+def _stream(paths, out, fmt, key, block, tokenize, since, cutoff, fill_key, window, st, keep_bad) -> tuple[int, int]:
+    import heapq
+
+    t0 = None
+    heap: list = []
+    written = without = seq = 0
+    last = -1.0
+    write = out.write
+    if fmt == "azure":
+        write(",".join(AZURE_COLUMNS) + "\n")
+
+    def emit(item) -> None:
+        nonlocal written, without, last, t0
+        arrival, n, inp, outp, hashes = item
+        if t0 is None:
+            t0 = arrival                # the smallest: a smaller one later would be a _Disorder
+        last = arrival
+        written += 1
+        without += hashes is None
+        write(_format(fmt, arrival - t0, inp, outp, hashes, n, fill_key, block))
+
+    for path, number, line in iter_record_lines(paths):
+        parsed = _parse_record(line)
+        if isinstance(parsed, str):
+            st.skipped += 1
+            if len(st.bad) < keep_bad:
+                st.bad.append((path, number, parsed))
             continue
-        row = {"timestamp": _ms(offset), "input_length": rows.inp[i], "output_length": rows.out[i]}
-        if start < 0:
-            row["hash_ids_missing"] = NOT_RECORDED
-            without += 1
-            if fill_key is not None:
-                row["hash_ids_missing"] = FILLED
-                row["hash_ids"] = [int.from_bytes(hmac.new(fill_key, struct.pack("<QQ", i, j), hashlib.sha256)
-                                                  .digest()[:8], "big") & _HASH_MASK
-                                   for j in range(-(-rows.inp[i] // block))]
-        else:
-            row["hash_ids"] = list(rows.hashes[start:hash_end[i]])
-        write(orjson.dumps(row).decode())
-        write("\n")
+        arrival, inp, outp, obj = parsed
+        if (since is not None and arrival < since) or (cutoff is not None and arrival < cutoff):
+            continue
+        if arrival < last:
+            raise _Disorder
+        ids = _record_token_ids(obj, tokenize)
+        seq += 1
+        heapq.heappush(heap, (arrival, seq, inp, outp, array("Q", block_hashes(key, ids, block)) if ids else None))
+        if len(heap) > window:
+            emit(heapq.heappop(heap))
+    while heap:
+        emit(heapq.heappop(heap))
     return written, without
 
 
