@@ -259,7 +259,7 @@ def test_the_node_problem_detector_plugin_exits_as_npd_reads_it_against_a_real_s
                          .read_text())
     config = json.loads(doc["data"]["servewatch-drain.json"])
     assert config["plugin"] == "custom" and config["rules"][0]["path"] == "/config/servewatch-drain.sh"
-    answers = [probes.ProbeAnswer(True, "ok"), probes.ProbeAnswer(False, "b: gpu_broken (drain): why")]
+    answers = [probes.EndpointAnswer(True, "ok"), probes.EndpointAnswer(False, "b: gpu_broken (drain): why")]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

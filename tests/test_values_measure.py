@@ -7,7 +7,7 @@ import json
 import pytest
 
 from servewatch.drill import measure as M
-from servewatch.drill.measure import ProbeAnswer, VerdictEvent
+from servewatch.drill.measure import HttpAnswer, VerdictEvent
 from servewatch.load.records import RequestRecord
 
 P = M.KUBELET_PERIOD_S        # 10 s
@@ -33,7 +33,7 @@ def rec(i, sent, *, ttft=None, e2e=None, status=200, error=None, out=None, max_t
 
 @pytest.mark.parametrize("status, ok", [(None, False), (199, False), (200, True), (399, True), (400, False)])
 def test_probe_answer_ok_is_2xx_or_3xx(status, ok):
-    assert ProbeAnswer(0.0, "/health", status, 0.1).ok is ok
+    assert HttpAnswer(0.0, "/health", status, 0.1).ok is ok
 
 
 def test_parse_watch_line_reads_every_field():
@@ -76,8 +76,8 @@ def test_kubelet_restart_an_answer_resets_and_a_missing_one_is_skipped():
 
 
 def test_health_answers_fail_past_the_kubelet_timeout():
-    probes = [ProbeAnswer(1.0, "/health", 200, T), ProbeAnswer(2.0, "/health", 200, T + 0.001),
-              ProbeAnswer(3.0, "/health", 503, 0.01), ProbeAnswer(4.0, "/v1/models", 200, 0.01)]
+    probes = [HttpAnswer(1.0, "/health", 200, T), HttpAnswer(2.0, "/health", 200, T + 0.001),
+              HttpAnswer(3.0, "/health", 503, 0.01), HttpAnswer(4.0, "/v1/models", 200, 0.01)]
     assert M.health_answers(probes) == [(1.0, True), (2.0, False), (3.0, False)]
     assert M.health_answers(probes, "/v1/models") == [(4.0, True)]
 
@@ -161,15 +161,15 @@ def test_detections_from_the_first_firing_at_or_after_the_injection():
 
 def test_health_during_counts_by_answer_and_after_the_fault_when_stopped():
     end = 10.0
-    probes = [ProbeAnswer(0.0, "/health", 200, 0.01),                  # at start: in
-              ProbeAnswer(2.0, "/health", None, 5.0),                  # no answer
-              ProbeAnswer(3.0, "/health", 200, 7.5),                   # answered at 10.5 > end, sent 7 s before end
-              ProbeAnswer(end - T, "/health", 200, 1.5),               # sent exactly T before the end: after the fault
-              ProbeAnswer(end - T + 0.01, "/health", 200, 1.5),        # sent 0.99 s before: counted by its answer
-              ProbeAnswer(4.0, "/health", 200, 6.0),                   # answered at 10.0, not after the end
-              ProbeAnswer(end, "/health", 503, 0.1),                   # at end: in
-              ProbeAnswer(10.5, "/health", 200, 0.1),                  # after: out
-              ProbeAnswer(5.0, "/v1/models", 200, 0.1)]
+    probes = [HttpAnswer(0.0, "/health", 200, 0.01),                  # at start: in
+              HttpAnswer(2.0, "/health", None, 5.0),                  # no answer
+              HttpAnswer(3.0, "/health", 200, 7.5),                   # answered at 10.5 > end, sent 7 s before end
+              HttpAnswer(end - T, "/health", 200, 1.5),               # sent exactly T before the end: after the fault
+              HttpAnswer(end - T + 0.01, "/health", 200, 1.5),        # sent 0.99 s before: counted by its answer
+              HttpAnswer(4.0, "/health", 200, 6.0),                   # answered at 10.0, not after the end
+              HttpAnswer(end, "/health", 503, 0.1),                   # at end: in
+              HttpAnswer(10.5, "/health", 200, 0.1),                  # after: out
+              HttpAnswer(5.0, "/v1/models", 200, 0.1)]
     assert M.health_during(probes, 0.0, end) == {"200": 5, "no answer": 1, "503": 1}
     assert M.health_during(probes, 0.0, end, stopped=True) == {"200": 3, "no answer": 1, "200 after the fault": 2,
                                                                "503": 1}
@@ -177,8 +177,8 @@ def test_health_during_counts_by_answer_and_after_the_fault_when_stopped():
 
 
 def test_slowest_answers_during_and_first_ok_after():
-    probes = [ProbeAnswer(1.0, "/health", 200, 0.123), ProbeAnswer(2.0, "/health", None, 4.996),
-              ProbeAnswer(3.0, "/v1/models", 200, 9.0), ProbeAnswer(9.0, "/health", 200, 0.5)]
+    probes = [HttpAnswer(1.0, "/health", 200, 0.123), HttpAnswer(2.0, "/health", None, 4.996),
+              HttpAnswer(3.0, "/v1/models", 200, 9.0), HttpAnswer(9.0, "/health", 200, 0.5)]
     assert M.slowest(probes, 1.0, 2.0) == 5.0            # round(4.996, 2)
     assert M.slowest(probes, 1.0, 1.0) == 0.12
     assert M.slowest(probes, 1.0, 3.0, "/v1/models") == 9.0
@@ -190,7 +190,7 @@ def test_slowest_answers_during_and_first_ok_after():
     assert M.first_ok_after(probes, 1.0) == 0.12          # 1.0 + 0.123 - 1.0, rounded
     assert M.first_ok_after(probes, 3.0, "/v1/models") == 9.0
     assert M.first_ok_after(probes, 9.5) is None
-    assert M.first_ok_after([ProbeAnswer(5.0, "/health", 204, 0.1)], 0.0) is None
+    assert M.first_ok_after([HttpAnswer(5.0, "/health", 204, 0.1)], 0.0) is None
 
 
 # -- client impact -----------------------------------------------------------------------------------------------

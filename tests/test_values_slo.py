@@ -7,7 +7,7 @@ import math
 import pytest
 
 from servewatch.derive import slo as S
-from servewatch.derive.slo import Objective, SloInvalid, Window, duration_text, load_slo, parse_slo
+from servewatch.derive.slo import BurnWindow, Objective, SloInvalid, duration_text, load_slo, parse_slo
 
 DAY = 86400
 
@@ -41,7 +41,7 @@ def test_burn_rates_of_the_standard_windows():
     # a 7-day budget: 0.02 x 604,800 / 3,600 = 3.36
     assert S.STANDARD_WINDOWS[0].burn_rate(7 * DAY) == 3.36
     # six decimals: 1 % of 1,000 s in 3 s = 3.333333
-    assert Window("page", 3, 1, 1.0).burn_rate(1000) == 3.333333
+    assert BurnWindow("page", 3, 1, 1.0).burn_rate(1000) == 3.333333
 
 
 @pytest.mark.parametrize("seconds, text", [(300, "5m"), (DAY, "1d"), (7200, "2h"), (90, "90s"), (90000, "25h"),
@@ -70,7 +70,7 @@ windows:
     assert slo.objectives == (Objective("availability", 99.9), Objective("success", 99.5),
                               Objective("ttft", 99.0, 2.5), Objective("e2e", 95.0, 30.0))
     assert slo.buckets == {"ttft": (0.5, 1.0, 2.5)}
-    assert slo.windows == (Window("page", 3600, 300, 100.0),)
+    assert slo.windows == (BurnWindow("page", 3600, 300, 100.0),)
     assert slo.objective("e2e") == Objective("e2e", 95.0, 30.0) and slo.objective("tpot") is None
     plain = parse_slo(base(), "f")
     assert (plain.budget_s, plain.min_requests, plain.windows, plain.selector, plain.slot_limit, plain.buckets) == \
@@ -207,7 +207,7 @@ def test_refusals_of_windows(windows, message):
 
 def test_a_window_just_shorter():
     assert parse_slo(base(windows=[{**W, "short": "59m"}, {**W, "severity": "ticket"}]), "f").windows == \
-        (Window("page", 3600, 3540, 2.0), Window("ticket", 3600, 300, 2.0))
+        (BurnWindow("page", 3600, 3540, 2.0), BurnWindow("ticket", 3600, 300, 2.0))
 
 
 def test_durations():

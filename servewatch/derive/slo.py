@@ -55,7 +55,7 @@ class Objective:
 
 
 @dataclass(frozen=True)
-class Window:
+class BurnWindow:
     severity: str                   # page | ticket
     long_s: int
     short_s: int
@@ -70,10 +70,10 @@ class Window:
 # over 1 d and 2 h and at 1x over 3 d and 6 h (10 % each). Other budgets keep the shares and windows,
 # so their burn rates scale with the budget's length.
 STANDARD_WINDOWS = (
-    Window("page", 3600, 300, 2.0),
-    Window("page", 6 * 3600, 1800, 5.0),
-    Window("ticket", 86400, 2 * 3600, 10.0),
-    Window("ticket", 3 * 86400, 6 * 3600, 10.0),
+    BurnWindow("page", 3600, 300, 2.0),
+    BurnWindow("page", 6 * 3600, 1800, 5.0),
+    BurnWindow("ticket", 86400, 2 * 3600, 10.0),
+    BurnWindow("ticket", 3 * 86400, 6 * 3600, 10.0),
 )
 
 
@@ -86,7 +86,7 @@ class Slo:
     min_requests: int = 100
     slot_limit: int | None = None
     buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    windows: tuple[Window, ...] = STANDARD_WINDOWS
+    windows: tuple[BurnWindow, ...] = STANDARD_WINDOWS
 
     def objective(self, kind: str) -> Objective | None:
         return next((o for o in self.objectives if o.kind == kind), None)
@@ -267,7 +267,7 @@ def _engine(value: object, fail) -> tuple[int | None, dict[str, tuple[float, ...
     return slot_limit, buckets
 
 
-def _windows(value: object, fail) -> tuple[Window, ...]:
+def _windows(value: object, fail) -> tuple[BurnWindow, ...]:
     if not isinstance(value, list) or not value:
         raise fail("windows", "expected a list of {severity, long, short, budget_spent}")
     out = []
@@ -284,5 +284,5 @@ def _windows(value: object, fail) -> tuple[Window, ...]:
         if short_s >= long_s:
             raise fail(key + ".short", "must be shorter than long")
         spent = _percent(spec.get("budget_spent"), key + ".budget_spent", fail, whole_allowed=True)
-        out.append(Window(severity, long_s, short_s, spent))
+        out.append(BurnWindow(severity, long_s, short_s, spent))
     return tuple(out)

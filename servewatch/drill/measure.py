@@ -38,7 +38,7 @@ LOG_READ_LIMIT = 8 << 20         # bytes of the server's log read after an injec
 # -- recording ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class ProbeAnswer:
+class HttpAnswer:
     t: float                 # epoch seconds the request was sent
     path: str
     status: int | None       # None: no answer (refused, timed out)
@@ -57,7 +57,7 @@ class Prober:
         from concurrent.futures import ThreadPoolExecutor
 
         self.url = url
-        self.answers: list[ProbeAnswer] = []
+        self.answers: list[HttpAnswer] = []
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=int(2 * PROBE_TIMEOUT_S / PROBE_PERIOD_S) + 2,
                                         thread_name_prefix="drill-probe")
@@ -79,7 +79,7 @@ class Prober:
 
         t = time.time()
         status = health(self.url, path, timeout_s=PROBE_TIMEOUT_S)
-        self.answers.append(ProbeAnswer(t, path, status, time.time() - t))
+        self.answers.append(HttpAnswer(t, path, status, time.time() - t))
 
     def _run(self) -> None:
         next_t = time.monotonic()
@@ -380,7 +380,7 @@ def kubelet_restart(answers: list[tuple[float, bool]], start: float, end: float,
     return None
 
 
-def health_answers(probes: list[ProbeAnswer], path: str = "/health") -> list[tuple[float, bool]]:
+def health_answers(probes: list[HttpAnswer], path: str = "/health") -> list[tuple[float, bool]]:
     return [(p.t, p.ok and p.latency_s <= KUBELET_TIMEOUT_S) for p in probes if p.path == path]
 
 
@@ -465,7 +465,7 @@ def explanations(events: list[VerdictEvent], injected: float) -> dict[str, str]:
     return out
 
 
-def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health", *,
+def health_during(probes: list[HttpAnswer], start: float, end: float, path: str = "/health", *,
                   stopped: bool = False) -> dict:
     """What `path` answered to the probes sent between start and end: counts by answer ("200", "503",
     "no answer"). When the fault `stopped` a process (SIGSTOP), a probe left unanswered for a kubelet's
@@ -484,7 +484,7 @@ def health_during(probes: list[ProbeAnswer], start: float, end: float, path: str
     return counts
 
 
-def slowest(probes: list[ProbeAnswer], start: float, end: float, path: str = "/health") -> float | None:
+def slowest(probes: list[HttpAnswer], start: float, end: float, path: str = "/health") -> float | None:
     """The longest a probe of `path` sent between start and end waited for its answer (seconds), answered or
     not; None without a probe."""
     waits = [p.latency_s for p in probes if p.path == path and start <= p.t <= end]
@@ -501,7 +501,7 @@ def answers_during(answers: list[tuple[float, int | None]], start: float, end: f
     return counts
 
 
-def first_ok_after(probes: list[ProbeAnswer], t0: float, path: str = "/health") -> float | None:
+def first_ok_after(probes: list[HttpAnswer], t0: float, path: str = "/health") -> float | None:
     for p in sorted(probes, key=lambda p: p.t):
         if p.path == path and p.t >= t0 and p.status == 200:
             return round(p.t + p.latency_s - t0, 2)

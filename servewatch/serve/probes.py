@@ -23,7 +23,7 @@ from servewatch.detectors.verdict import DRAIN, RESTART, Verdict
 
 
 @dataclass(frozen=True)
-class ProbeAnswer:
+class EndpointAnswer:
     ok: bool
     reason: str          # one line: "ok", or what failed with its numbers
 
@@ -32,32 +32,32 @@ class ProbeAnswer:
         return 200 if self.ok else 503
 
 
-def _failing(active: Sequence[Verdict], *classes: str) -> ProbeAnswer | None:
+def _failing(active: Sequence[Verdict], *classes: str) -> EndpointAnswer | None:
     for verdict in active:
         if registry.acts(verdict, *classes):
-            return ProbeAnswer(False, f"{verdict.name} ({registry.action_of(verdict.name)}): {verdict.why}")
+            return EndpointAnswer(False, f"{verdict.name} ({registry.action_of(verdict.name)}): {verdict.why}")
     return None
 
 
-def livez(active: Sequence[Verdict]) -> ProbeAnswer:
-    return _failing(active, RESTART) or ProbeAnswer(True, "ok")
+def livez(active: Sequence[Verdict]) -> EndpointAnswer:
+    return _failing(active, RESTART) or EndpointAnswer(True, "ok")
 
 
 def readyz(active: Sequence[Verdict], health_ok: bool | None, scrape_ok: bool | None,
-           last_error: str | None) -> ProbeAnswer:
+           last_error: str | None) -> EndpointAnswer:
     failing = _failing(active, RESTART, DRAIN)
     if failing is not None:
         return failing
     if not health_ok:
-        return ProbeAnswer(False, f"/health not 2xx ({last_error or 'no answer yet'})")
+        return EndpointAnswer(False, f"/health not 2xx ({last_error or 'no answer yet'})")
     if not scrape_ok:
-        return ProbeAnswer(False, f"/metrics scrape failed ({last_error or 'no answer yet'})")
-    return ProbeAnswer(True, "ok")
+        return EndpointAnswer(False, f"/metrics scrape failed ({last_error or 'no answer yet'})")
+    return EndpointAnswer(True, "ok")
 
 
-def node_drain(active_by_target: Mapping[str, Sequence[Verdict]]) -> ProbeAnswer:
+def node_drain(active_by_target: Mapping[str, Sequence[Verdict]]) -> EndpointAnswer:
     """Whether this node should be drained: a `drain` verdict held with its evidence on any target here (one line
     per target: "NAME: verdict (drain): why")."""
     lines = [f"{name}: {failing.reason}" for name, active in sorted(active_by_target.items())
              if (failing := _failing(active, DRAIN)) is not None]
-    return ProbeAnswer(not lines, "; ".join(lines) or "ok")
+    return EndpointAnswer(not lines, "; ".join(lines) or "ok")
