@@ -167,7 +167,7 @@ def test_kubelet_restarts_at_the_third_failed_probe_in_a_row():
 
 
 def test_slow_health_answers_fail_a_kubelet_probe():
-    probes = [M.ProbeAnswer(t, "/health", 200, 1.5) for t in range(0, 40)]
+    probes = [M.HttpAnswer(t, "/health", 200, 1.5) for t in range(0, 40)]
     assert all(not ok for _, ok in M.health_answers(probes))
 
 
@@ -187,9 +187,9 @@ def _record(i, sent, *, ttft=0.1, e2e=0.5, error=None):
 
 def test_a_health_answer_that_came_only_after_the_fault_is_not_an_answer_while_it_held():
     # a stopped API server: its kernel queues the probes, all answered at once after SIGCONT at t=10
-    probes = [M.ProbeAnswer(0.0, "/health", 200, 0.01), M.ProbeAnswer(4.0, "/health", None, 5.0),
-              M.ProbeAnswer(6.0, "/health", 200, 4.1), M.ProbeAnswer(8.5, "/health", 200, 1.6),
-              M.ProbeAnswer(9.5, "/health", 200, 0.6), M.ProbeAnswer(10.5, "/health", 200, 0.01)]
+    probes = [M.HttpAnswer(0.0, "/health", 200, 0.01), M.HttpAnswer(4.0, "/health", None, 5.0),
+              M.HttpAnswer(6.0, "/health", 200, 4.1), M.HttpAnswer(8.5, "/health", 200, 1.6),
+              M.HttpAnswer(9.5, "/health", 200, 0.6), M.HttpAnswer(10.5, "/health", 200, 0.01)]
     # the probe sent in the last second and answered just after cannot tell: counted by its answer
     assert M.health_during(probes, 1.0, 10.0, stopped=True) == {"no answer": 1, "200 after the fault": 2, "200": 1}
     assert M.health_during(probes, 0.0, 0.5, stopped=True) == {"200": 1}
