@@ -6,10 +6,11 @@ recompute the verdicts with exactly the same thresholds.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 
-# Settings earlier releases stored in bundles and that now live elsewhere (read and ignored).
+# Settings earlier releases stored in bundles and that now live elsewhere: `verify` reads and ignores them
+# (bundle.recompute.config_from_dict).
 RETIRED = frozenset({"engine_dead_status"})    # now the dialect's health_dead_status
 
 
@@ -146,15 +147,3 @@ class DetectorConfig:
         data = asdict(self)
         data["blind_kinds"] = list(self.blind_kinds)
         return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> DetectorConfig:
-        known = {f.name for f in fields(cls)}
-        data = {k: v for k, v in data.items() if k not in RETIRED}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown detector settings: {', '.join(sorted(unknown))}")
-        values = dict(data)
-        if "blind_kinds" in values:
-            values["blind_kinds"] = tuple(values["blind_kinds"])
-        return cls(**values)
