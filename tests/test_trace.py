@@ -196,3 +196,28 @@ def test_streamed_export_equals_the_columns_one_and_falls_back_when_far_out_of_o
     last = io.StringIO()
     st = T.export([str(src)], last, "azure", key=key, last_s=1.0)
     assert st.rows == sum(1 for r in rows if r["timestamp"] >= rows[-1]["timestamp"] - 1000)
+
+
+def test_export_hashes_kept_prompt_text_with_a_local_tokenizer(tmp_path):
+    pytest.importorskip("tokenizers", reason="the tokenizer extra (pip install servewatch[tokenizer]) is not installed")
+    from servewatch.lab.venv import default_cache_dir
+
+    tok = default_cache_dir() / "models" / "tiny-llama-seed0" / "tokenizer.json"
+    if not tok.exists():
+        pytest.skip(f"no local tokenizer.json to count with ({tok} absent; `servewatch lab setup` fetches it)")
+    shared = " ".join(f"word{i}" for i in range(400))
+    src = tmp_path / "requests.jsonl"
+    with open(src, "w") as fh:
+        for i, tail in enumerate(("alpha beta", "gamma delta", None)):
+            prompt = f"{shared} {tail}" if tail else "something else entirely " * 300
+            fh.write(json.dumps({"id": i, "scheduled": 1764900000.0 + i, "http_status": 200, "error": None,
+                                 "input_tokens": 900, "output_tokens": 4, "max_tokens": 4, "prompt": prompt}) + "\n")
+    out = tmp_path / "t.jsonl"
+    done = _cli("requests", str(src), "--export", "mooncake", str(out), "--tokenizer", str(tok), "--block-size", "64")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    a, b, c = (r["hash_ids"] for r in rows)
+    k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert k >= 10 and a[:k] == b[:k]                  # ~400 words of shared text: a dozen blocks of 64 in common
+    assert c[0] != a[0]
+    assert "word" not in out.read_text() and "alpha" not in out.read_text()

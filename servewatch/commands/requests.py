@@ -200,14 +200,9 @@ def _export(args: argparse.Namespace, since: float | None, last_s: float | None)
     tokenize = None
     if args.tokenizer:
         try:
-            from servewatch.load.prompts import LocalCounter
-
-            tok = LocalCounter(args.tokenizer)._tok
+            tokenize = T.local_tokenize(args.tokenizer)
         except (OSError, ValueError, ImportError) as exc:
             raise ServewatchError(f"--tokenizer {args.tokenizer}: {exc}") from None
-
-        def tokenize(text: str) -> list[int]:
-            return tok.encode(text, add_special_tokens=True).ids
     files = [f for path in args.files for f in _files(path)]
     directory = os.path.dirname(os.path.abspath(out_path))
     try:

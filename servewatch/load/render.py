@@ -71,7 +71,7 @@ def print_summary(summary: dict) -> None:
                       + (f", {trace['skipped_rows']} bad rows skipped" if trace['skipped_rows'] else ""))
     delay = summary["schedule_delay_s"]
     console.print(f"schedule delay p50 {_ms(delay['p50'])} p99 {_ms(delay['p99'])}"
-                  + (" (the sender's lag behind the trace's arrival times)" if trace else ""))
+                  + (" (the sender's lag behind the trace)" if trace else ""))
     table = Table(title="latency (successful requests)")
     for col in ("metric", "mean", "p50", "p90", "p99", "max", "n"):
         table.add_column(col, justify="right" if col != "metric" else "left")

@@ -434,6 +434,7 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
         if replay is not None:
             summary["scenario"] = summary["arrival"] = "trace"
             summary["trace"] = replay.summary()
+            summary["requested_rate"] = summary["trace"]["mean_rate"]      # the trace's own, after --speed
             summary["prompts_exact"] = counter.source == "approx" or replay.maker.tokens_per_word == 1.0
         # how rate-scheduled requests were written: by the sender thread at "realtime" or "normal"
         # scheduling priority, or None (by the event loop)

@@ -76,6 +76,15 @@ def load_or_create_key(path: str) -> tuple[bytes, bool]:
     return key, False
 
 
+def local_tokenize(path: str) -> Callable[[str], list[int]]:
+    """Text -> token ids with a local tokenizer.json (or a directory holding one), special tokens included
+    as the server counts them. OSError, ValueError or ImportError (no `tokenizers`) for the caller to word."""
+    from servewatch.load.prompts import LocalCounter
+
+    tok = LocalCounter(path)._tok
+    return lambda text: tok.encode(text, add_special_tokens=True).ids
+
+
 def block_hashes(key: bytes, token_ids, block: int = DEFAULT_BLOCK) -> list[int]:
     """One id per block of `block` token ids (the last one partial), each chained over the blocks before."""
     out: list[int] = []
