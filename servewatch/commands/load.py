@@ -9,10 +9,11 @@ import sys
 from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 
-HELP = "run a load scenario (normal, overload, long-prompt, long-output) and record every request"
+HELP = "run a load scenario (normal, overload, long-prompt, long-output) or replay a trace, and record every request"
 DESCRIPTION = ("Run a load scenario (normal, overload, long-prompt, long-output, custom) against an "
                "OpenAI-compatible server, record every request, and sample the server's /metrics "
-               "alongside. Errors are counted per request; the run never stops on them.")
+               "alongside. Errors are counted per request; the run never stops on them. With --trace FILE, "
+               "replay a Mooncake, Azure or servewatch trace open-loop at its recorded times instead.")
 
 
 def register(subparsers) -> None:

@@ -16,7 +16,10 @@ DESCRIPTION = ("Read the requests.jsonl files that `servewatch load` and `servew
                "the outcomes by reason and the time to first token, time per output token, inter-token gap "
                "and end-to-end time of the successful requests. Lines that are not records (a file cut by "
                "a kill or a full disk) are counted and their places said; they never stop the reading. "
-               "Prompt and completion text, where a record kept it, is never read.")
+               "Prompt and completion text, where a record kept it, is never read (except, with --export "
+               "and --tokenizer, the prompt's, turned into keyed block hashes and never written). With "
+               "--export, write the requests as a Mooncake or Azure trace instead, for `servewatch load "
+               "--trace` or `vllm bench serve`.")
 EPILOG = ("examples:\n"
           "  servewatch requests proxy-records/requests.jsonl* --by tenant --last 10m\n"
           "  servewatch requests out/requests.jsonl --goodput ttft=500,tpot=50 --json\n"
