@@ -332,3 +332,84 @@ def test_an_exchange_that_never_got_an_answer():
     assert ex.malformed is False and ex.record is rec and ex.keep_text is False
     stream = X.ProxyStream(False)
     assert (stream.malformed, stream.spent, stream.keep_text, stream.chat) == (False, False, False, False)
+
+
+def test_record_figures_to_seven_decimals_and_p99_below_the_max():
+    ex = exchange()
+    ex.connected, ex.sent = 100.12345678, 100.5
+    ex.on_head(200, {"content-type": "text/event-stream"})
+    t = 100.5
+    for i in range(102):                                      # 101 gaps of 1, 2, ..., 101 ms
+        t += 0.001 * i
+        ex.last = t
+        ex.on_body(EVENT)
+    rec = ex.finish(t)
+    # connect 0.12345678 s to seven decimals: 0.1234568
+    assert rec.proxy["connect_s"] == 0.1234568
+    # sorted gaps 0 (the first chunk's own: none), 1 .. 101 ms: p99 at int(0.99 x 101) = 99 -> 100 ms; max 101 ms
+    assert (rec.proxy["itl_p99_s"], rec.proxy["itl_max_s"]) == (0.1, 0.101)
+
+
+def test_an_error_answer_in_pieces_and_one_that_is_not_an_object():
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(503, {"content-type": "application/json"})
+    ex.on_body(b'{"error": {"type": "over')
+    ex.on_body(b'loaded"}}')
+    assert ex.finish(100.5).error_detail == "HTTP 503 overloaded"
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(500, {"content-type": "application/json"})
+    ex.on_body(b"[1, 2]")
+    assert ex.finish(100.5).error_detail == "HTTP 500"
+    counted = exchange()
+    counted.sent = 100.0
+    counted.on_head(500, {"content-type": "application/json"})
+    counted.on_body(b'{"usage": {"completion_tokens": 3}}')          # an error body is not read as an answer
+    rec = counted.finish(100.5)
+    assert (rec.output_tokens, rec.token_source) == (None, None)
+
+
+def test_an_answer_without_a_content_type_is_collected_as_json():
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(200, {})
+    assert ex.headers == {} and ex.collect == X.JSON_BODY_BYTES and ex.state is None
+    ex.on_body(b'{"choices":[{"text":"a","finish_reason":"stop"}],"usage":{"completion_tokens":1}}')
+    assert ex.finish(100.5).output_tokens == 1
+
+
+def test_an_event_over_the_splitters_bound_spends_the_stream():
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "text/event-stream"})
+    ex.last = 100.5
+    ex.on_body(b"data: " + b"x" * (1 << 20) + b"y")           # no event end within 1 MiB
+    ex.on_body(EVENT)                                          # ignored: the stream is spent
+    rec = ex.finish(101.0)
+    assert (rec.error, rec.proxy["malformed_sse"], rec.output_tokens) == ("truncated", True, 0)
+
+
+def test_a_malformed_event_after_an_error_event_is_not_counted_malformed():
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "text/event-stream"})
+    ex.last = 100.5
+    ex.on_body(b'data: {"error": {"message": "x"}}\n\n')
+    ex.on_body(b"data: {not json\n\n")
+    assert ex.finish(101.0).proxy["malformed_sse"] is None
+
+
+def test_keep_itl_stores_arrays_and_parts_without_text_are_skipped():
+    from array import array
+    ex = exchange()
+    ex.sent = 100.0
+    ex.on_head(200, {"content-type": "text/event-stream"})
+    for t in (100.5, 101.0):
+        ex.last = t
+        ex.on_body(EVENT)
+    rec = ex.finish(101.0, keep_itl=True)
+    assert isinstance(rec.itl_token_s, array) and list(rec.itl_token_s) == [0.5]
+    assert X.prompt_text({"messages": [{"role": "user", "content": [{"text": 5}, "raw", {"text": "ok"}]}]}) == "user: ok"
+    fresh = Exchange(1, 0.0, "completions", b"POST", True, None, 10, 4096)
+    assert (fresh.record, fresh.malformed) == (None, False)
