@@ -6,6 +6,7 @@
 #   options: --floor PCT (default 90: exit 1 when a module's kill rate is below it)
 #            --budget S  (seconds for the whole run; default none, 300 with --changed)
 #            --report FILE (also write the markdown report there)
+#            --report-only (the report of the shards' last results: nothing is run)
 #
 # One shard per module under mutants/<module>/ (gitignored): a pyproject.toml whose [tool.mutmut] mutates only
 # that module and runs only the test files that import it (found by grep), plus links to servewatch/ and tests/.
@@ -64,6 +65,7 @@ BUDGET=""
 CHANGED=""
 CHANGED_REF=""
 REPORT=""
+REPORT_ONLY=""
 MODULES=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,6 +74,7 @@ while [ $# -gt 0 ]; do
     --floor) FLOOR=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --report) REPORT=$2; shift ;;
+    --report-only) REPORT_ONLY=1 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "mutation.sh: unknown option $1" >&2; exit 2 ;;
     *) MODULES+=("$1") ;;
@@ -157,6 +160,7 @@ STATUS=0
 RESULTS=()
 for module in "${MODULES[@]}"; do
   if [ ! -f "$module" ]; then echo "mutation.sh: no module $module" >&2; STATUS=2; continue; fi
+  if [ -n "$REPORT_ONLY" ]; then RESULTS+=("$module"); continue; fi     # the shards' last results, nothing run
   slug=${module%.py}; slug=${slug//\//.}
   shard="$ROOT/mutants/$slug"
   if [ -n "${TESTS[$module]:-}" ]; then read -r -a tests <<< "$(echo ${TESTS[$module]})"
