@@ -463,3 +463,64 @@ def test_stopped_since_and_now():
     assert P._stopped_now(Window(process=(running, traced)))
     assert not P._stopped_now(Window(process=(traced, running)))
     assert not P._stopped_now(Window())
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_routine_probes_take_each_data_parallel_engine_in_turn():
+    from servewatch.timeline.samples import ProcessMember, ProcessSample
+    members = tuple(ProcessMember(100 + i, 1.0, "engine_core", f"VLLM::EngineCore_DP{i}", "running") for i in range(3))
+    window = Window(process=(ProcessSample(t=1.0, root_pid=1, root_create_time=0.0, alive=True, members=members),))
+    source = make()[0]
+    # turns 1, 2, 3, 4, 5: engines (turn - 1) mod 3 = 0, 1, 2, 0, 1
+    assert [source._in_turn(window).engine for _ in range(5)] == ["0", "1", "2", "0", "1"]
+    assert source._in_turn(window).headers == (("X-data-parallel-rank", "2"),)
+
+
+def test_progress_proven_adds_every_engine_and_skips_one_without_a_baseline():
+    def scrape_of(t, engine, tokens):
+        state = EngineState("vllm", "vllm-0.11", {"model_name": "m", "engine": engine},
+                            counters=Counters(generation_tokens=tokens))
+        return MetricsSample(t=t, dialect="vllm", naming="vllm-0.11", engines=(state,))
+    # engine 0 has no scrape after `since` (10): skipped; engine 1 moved 10 -> 20: proven
+    skipped_first = (scrape_of(0.0, "0", 100), scrape_of(5.0, "1", 10), scrape_of(20.0, "1", 20))
+    assert progress_proven(Window(metrics=skipped_first), 10.0, 5.0)
+    # engines 0 and 1 moved 2 and 3 tokens: 5 > 4 probe tokens (either alone would not be)
+    both = (scrape_of(0.0, "0", 100), scrape_of(0.0, "1", 10), scrape_of(20.0, "0", 102), scrape_of(20.0, "1", 13))
+    assert progress_proven(Window(metrics=both, probe=(probe_sample(12.0, 4),)), 10.0, 5.0)
+
+
+def test_stderr_say(capsys):
+    P.stderr_say("watch")("probe unavailable: x")
+    assert capsys.readouterr().err == "servewatch watch: probe unavailable: x\n"
+
+
+def test_an_error_class_of_no_letters_is_said_once_too():
+    source, clock, prober, said = make(every_s=10.0)
+    for _ in range(2):
+        poll(source)
+        prober.last.result = ProbeAnswer(UNAVAILABLE, None, error="", detail="odd")
+        poll(source)
+        clock.advance(10.0)
+    assert said == ["probe unavailable: odd; no probe verdict until it answers"]
+
+
+def test_cancel_pending():
+    source, clock, prober, _ = make()
+    source.cancel_pending()                                           # nothing pending: nothing to do
+    poll(source)
+    assert source.pending is prober.last
+    source.cancel_pending()
+    assert prober.last.cancelled and source.pending is None
+    source.cancel_pending()
+
+
+def test_cost_line_per_hour_and_every_kind_asked_at_once():
+    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    poll(source)
+    clock.advance(3600.0)
+    source.sent, source.confirms, source.after_stop = 3600, 2, 1
+    # 3,600 x 3,600 / 3,600 = 3600 an hour
+    assert source.cost_line() == ("3600 one-token request(s) (2 asked at once to confirm a probe that got no token) "
+                                  "(1 asked at once when a stop that a miss coincided with ended) in 3600 s "
+                                  "(3600 an hour); 0 skipped because the counters had moved; deadline 3 s")
