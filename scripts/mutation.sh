@@ -43,6 +43,10 @@ declare -A OUT_OF_SCOPE=(
 # The test files of a module, where the grep below would bring in tests that run whole scenarios (a simulator and
 # a recorder in subprocesses, minutes a test): each mutant would rerun them. Named here instead.
 declare -A TESTS=(
+  # verdict.py is imported by nearly every test file; these read its values (test_probe.py, which imports it too,
+  # runs the recorder against the simulator: 70 s)
+  [servewatch/detectors/verdict.py]='tests/test_values_verdict.py tests/test_action_policy.py tests/test_bundle.py
+    tests/test_ended_by.py tests/test_seams.py tests/test_sink_registry.py tests/test_source_kinds.py tests/test_words.py'
   # test_drill.py runs drills end to end against the simulator
   [servewatch/drill/measure.py]='tests/test_values_measure.py tests/test_action_policy.py'
   # test_proxy.py runs the proxy between sockets and a simulated upstream: its requests_no_token scenarios (8 s) and
