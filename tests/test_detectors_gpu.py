@@ -273,3 +273,16 @@ def test_nvlink_error_totals_are_read_with_the_recovery_action(stand_in):
     gpu0, gpu1 = reading.devices
     assert (gpu0.nvlink_crc_errors, gpu0.nvlink_replay_errors, gpu0.nvlink_recovery_errors) == (7, 2, 0)
     assert gpu1.nvlink_crc_errors is None and gpu1.why_unavailable("nvlink_crc_errors") == "not_supported"
+
+
+def test_the_rate_before_a_throttle_is_the_baseline_just_before_not_an_idle_start(stand_in):
+    """Idle for the first 30 s, then 1000 tokens/s, then the throttle at 60 s halving it: the baseline is the
+    30 s before the throttle (1000/s), not the minute since the window began (500/s, which 500/s would not be
+    under)."""
+    def rate(s):
+        return 0 if s <= 30 else 1000 * (s - 30) if s <= 60 else 30_000 + 500 * (s - 60)
+
+    gpu = readings(stand_in, tp2("at 60 gpu 0 reasons=0x40 sm=1100 temp=88\n"), range(0, 91, 5))
+    (throttled,) = run_detectors(Window(gpu=tuple(gpu), **engine(90, rate)), CONFIG)
+    assert throttled.name == "gpu_throttled"
+    assert (throttled.details["tokens_per_s_before"], throttled.details["tokens_per_s_after"]) == (1000.0, 500.0)

@@ -138,9 +138,10 @@ class DetectorConfig:
     rank_probe_slack_s: float = 1.0
     # gpu_throttled: a GPU the engine holds has its SM clock under gpu_clock_held_share of its maximum for a
     # thermal, power-brake or HW-slowdown reason for gpu_throttle_sustain_s, and the token rate since is down by
-    # gpu_throttle_drop (a share) against the rate before, with requests running.
+    # gpu_throttle_drop (a share) against the rate over the gpu_throttle_baseline_s before, with requests running.
     gpu_throttle_sustain_s: float = 10.0
     gpu_throttle_drop: float = 0.2
+    gpu_throttle_baseline_s: float = 30.0
     gpu_clock_held_share: float = 0.9
 
     def to_dict(self) -> dict:

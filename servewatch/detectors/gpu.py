@@ -9,8 +9,8 @@ a restartable or unknown code is reported, not acted on as a drain.
 
 gpu_throttled: the clocks of a GPU the engine holds are held down by a thermal, power-brake or hardware-slowdown
 reason (NVML's clock-event reasons; a power cap at full load is normal and not one) for gpu_throttle_sustain_s,
-and the engine's token rate since then is down by gpu_throttle_drop against the rate before, with requests
-running: the cause of a slowdown that otherwise reads as overload.
+and the engine's token rate since then is down by gpu_throttle_drop against its rate over the
+gpu_throttle_baseline_s before, with requests running: the cause of a slowdown that otherwise reads as overload.
 
 Silent on a healthy busy engine, an idle one (the idle reason is not a throttle), a long prefill (no throttle
 reason), and a correctable ECC count however it grows.
@@ -225,7 +225,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
     onset = _first(readings, device.index, lambda d: _throttled(d, config))
     if last.t - onset < config.gpu_throttle_sustain_s:
         return None
-    before, b0, b1 = _token_rate(window, window.start or onset, onset)
+    before, b0, b1 = _token_rate(window, onset - config.gpu_throttle_baseline_s, onset)
     after, a0, a1 = _token_rate(window, onset, window.end)
     if before is None or after is None or before <= 0 or after > (1 - config.gpu_throttle_drop) * before:
         return None
