@@ -524,3 +524,128 @@ def test_cost_line_per_hour_and_every_kind_asked_at_once():
     assert source.cost_line() == ("3600 one-token request(s) (2 asked at once to confirm a probe that got no token) "
                                   "(1 asked at once when a stop that a miss coincided with ended) in 3600 s "
                                   "(3600 an hour); 0 skipped because the counters had moved; deadline 3 s")
+
+
+def test_classify_statuses_at_their_bounds():
+    assert classify(completion(300, error=None), 10.0).outcome == UNAVAILABLE        # 2xx is 200 to 299
+    assert classify(completion(200, error=completions.DISCONNECTED, detail="cut"), 10.0) == \
+        ProbeAnswer(FAILED, 0.2, 200, error=completions.DISCONNECTED, detail="cut")
+
+
+def test_the_http_prober_asks_one_token_and_stamps_the_answer(monkeypatch):
+    asked = []
+
+    async def served_model(session, base, *, timeout_s):
+        asked.append(("models", base, timeout_s))
+        return completions.ModelLookup("tiny")
+
+    async def complete(session, base, request, *, timeout_s, headers=None):
+        asked.append(("complete", request, timeout_s, headers))
+        return completions.Completion(status=200, elapsed_s=0.25, tokens=1)
+
+    monkeypatch.setattr(completions, "served_model", served_model)
+    monkeypatch.setattr(completions, "complete", complete)
+    clock = VirtualClock(T0)
+    prober = P.HttpProber(None, "http://x", clock)
+
+    async def main():
+        attempt = prober(1.5, route={"X-data-parallel-rank": "1"})
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return attempt.answer()
+    answer = asyncio.run(main())
+    assert answer == ProbeAnswer(SERVED, 0.25, 200, 1, at=T0)
+    # the model looked up with at least 2 s (max(1.5, 2.0)); one token, greedy, not streamed, with the route
+    assert asked == [("models", "http://x", 2.0),
+                     ("complete", {"model": "tiny", "prompt": P.PROMPT, "max_tokens": 1, "temperature": 0,
+                                   "stream": False}, 1.5, {"X-data-parallel-rank": "1"})]
+    assert prober.model == "tiny"
+
+
+def test_the_http_prober_without_a_model(monkeypatch):
+    async def served_model(session, base, *, timeout_s):
+        return completions.ModelLookup(None, error=None, detail="empty list")
+
+    monkeypatch.setattr(completions, "served_model", served_model)
+    answer = asyncio.run(P.HttpProber(None, "http://x", VirtualClock(T0))._outcome(3.0, {}))
+    assert answer == ProbeAnswer(UNAVAILABLE, None, error="no_models", detail="empty list")
+
+
+def test_a_long_exception_name_is_cut_to_40_characters():
+    class AnExceptionWhoseNameIsLongerThanFortyCharacters(Exception):
+        pass
+
+    async def main():
+        async def boom():
+            raise AnExceptionWhoseNameIsLongerThanFortyCharacters()
+        attempt = P._TaskAttempt(asyncio.ensure_future(boom()))
+        await asyncio.sleep(0)
+        return attempt.answer()
+    assert asyncio.run(main()).error == "AnExceptionWhoseNameIsLongerThanFortyCharacters"[:40]
+
+
+def test_the_urgent_probe_reads_the_last_minute_and_is_preempting_twice():
+    aim = Aim("1", (("X-data-parallel-rank", "1"),))
+    ring = Ring()
+    windows = []
+
+    def suspicion(window):
+        windows.append(window)
+        return (clock.now() - 0.5, aim)
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source.bind_timeline(ring, suspicion)
+    clock.advance(1.0)
+    poll(source)                                      # urgent at once (nothing asked before)
+    assert ring.asked[0] == T0 + 1.0 - 60.0 and windows[0] is ring.window_
+    prober.last.result = served()
+    poll(source)
+    for _ in range(2):                                # a routine probe, then a stall seen: preempted, twice
+        clock.advance(P.URGENT_GAP_S)
+        source._asked = clock.now() - 30.0            # the routine one is due now
+        source._last_urgent = clock.now()             # and the urgent gap not yet over
+        poll(source)
+        clock.advance(P.URGENT_GAP_S)
+        poll(source)
+        prober.last.result = served()
+        poll(source)
+    assert source.preempted == 2
+
+
+def test_after_a_stop_one_probe_then_the_routine_and_its_miss_confirmed():
+    ring = Ring(Window(process=(process(T0 + 1.0, "stopped"),)))
+    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source.bind_timeline(ring)
+    poll(source)
+    clock.advance(3.0)
+    prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+    poll(source)
+    ring.window_ = Window(process=(process(T0 + 1.0, "stopped"), process(clock.now(), "running")))
+    clock.advance(1.0)
+    poll(source)                                      # the stop ended: asked at once (it stands for the confirmation)
+    assert ring.asked[-1] == clock.now() - 5.0        # the process view of the last 5 s
+    assert (source.after_stop, source.sent, source.confirms) == (1, 2, 0)
+    clock.advance(3.0)
+    prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+    poll(source)
+    poll(source)                                      # its miss starts a run of its own: confirmed at once
+    assert (source.sent, source.confirms, source.after_stop) == (3, 1, 1)
+    prober.last.result = served()
+    poll(source)
+    clock.advance(1.0)
+    assert poll(source) == [] and source.sent == 3    # nothing more until the interval
+
+
+def test_a_routine_probe_is_aimed_at_the_engine_in_turn():
+    from servewatch.timeline.samples import ProcessMember, ProcessSample
+    members = tuple(ProcessMember(100 + i, 1.0, "engine_core", f"VLLM::EngineCore_DP{i}", "running") for i in range(2))
+    ring = Ring(Window(process=(ProcessSample(t=T0, root_pid=1, root_create_time=0.0, alive=True, members=members),)))
+    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source.bind_timeline(ring)
+    poll(source)
+    assert prober.last.route == {"X-data-parallel-rank": "0"}
+    prober.last.result = served()
+    [sample] = poll(source)
+    assert sample.engine == "0"
+    clock.advance(10.0)
+    poll(source)
+    assert prober.last.route == {"X-data-parallel-rank": "1"}
