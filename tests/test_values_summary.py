@@ -162,3 +162,11 @@ def test_signature_takes_the_client_where_the_server_is_silent():
     assert {k: row[k] for k in ("tokens_in", "tokens_out", "ttft_s", "itl_s", "generation_s", "e2e_s")} == client
     assert all(row["sources"][k] == "client" for k in client)
     assert all(row[k] is None for k in ("queue_wait_s", "prefill_s", "max_running", "max_waiting", "max_kv"))
+
+
+def test_an_error_class_outside_the_load_generators_own_is_counted_from_zero():
+    config = LoadConfig(url="http://x", scenario="custom", rate=1.0)
+    # the proxy's records add client_abort, not one of ERROR_CLASSES: 0 + 1
+    out = S.summarize(config, [rec(1, 100.0, error="client_abort", status=None)], wall_s=1.0, prompt_source="p",
+                      prompts_exact=True)
+    assert out["errors"]["client_abort"] == 1
