@@ -158,3 +158,52 @@ def test_an_export_replays_in_vllms_own_trace_loader(tmp_path):
     assert [(r[0], r[1]) for r in rows] == [(1030, 20), (1030, 21), (700, 22), (300, 7)]
     assert [r[2] for r in rows] == pytest.approx([0, 0.25, 0.5, 1.0])
     assert rows[0][3] == rows[1][3] == rows[2][3]            # the shared first block: the same prompt tokens
+
+
+def test_virtual_replay_keeps_per_second_arrivals_lengths_and_prefix_reuse(tmp_path):
+    """A minute of bursty traffic (Mooncake rows, 40 conversations reusing their first blocks) replayed in
+    virtual time: per-second arrival counts, input and output lengths exactly the trace's, and the simulator's
+    prefix cache hits the blocks the trace says were shared; at --speed 2 in half the time."""
+    import random
+    from collections import Counter
+
+    from servewatch.clock import VirtualClock
+    from servewatch.load.virtual import run_load_virtual
+    from servewatch.sim import SimConfig, SimEngine
+
+    rng = random.Random(7)
+    path = tmp_path / "burst.jsonl"
+    rows, t = [], 0.0
+    while t < 60_000:
+        conv = rng.randrange(40)
+        blocks = rng.randint(1, 3)
+        rows.append({"timestamp": round(t, 3), "input_length": 32 * blocks + rng.randint(1, 31),
+                     "output_length": rng.randint(1, 12), "hash_ids": [conv * 10 + k for k in range(blocks + 1)]})
+        t += rng.expovariate((20 if 20_000 <= t < 25_000 else 3) / 1000)   # a 5 s burst at 20 req/s
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    for speed in (1.0, 2.0):
+        engine = SimEngine(SimConfig(profile="h100-8b"), VirtualClock(1764900000.0))
+        cfg = LoadConfig(url="sim://", trace=str(path), speed=speed, tokenizer="approx", metrics_interval_s=1.0,
+                         trace_block=32)
+        result = run_load_virtual(cfg, engine)
+        recs = sorted(result.records, key=lambda r: r.id)
+        assert all(r.ok for r in recs) and len(recs) == len(rows)
+        t0 = recs[0].scheduled
+        sent = Counter(int((r.scheduled - t0) * speed + 1e-6) for r in recs)
+        assert sent == Counter(int(r["timestamp"] / 1000) for r in rows)
+        assert [r.input_tokens for r in recs] == [r["input_length"] for r in rows]
+        assert [r.output_tokens for r in recs] == [r["output_length"] for r in rows]
+        assert result.summary["wall_s"] == pytest.approx(rows[-1]["timestamp"] / 1000 / speed, abs=2.0)
+        # what the trace says a prefix cache can reuse: rows with the same first k ids share their first k
+        # blocks of 32 tokens (the last one partial where the row ends inside it); the sim caches whole 16-token
+        # pieces and hits the leading pieces it has seen
+        seen, reusable = set(), 0
+        for r in rows:
+            pieces = [(tuple(r["hash_ids"][:j // 2 + 1]), j % 2) for j in range(r["input_length"] // 16)]
+            lead = next((j for j, p in enumerate(pieces) if p not in seen), len(pieces))
+            reusable += 16 * lead
+            seen.update(pieces)
+        hits = next(float(x.rsplit(" ", 1)[1]) for x in engine.metrics_text().splitlines()
+                    if x.startswith("vllm:prefix_cache_hits_total{"))
+        assert hits == pytest.approx(reusable, rel=0.02)

@@ -18,7 +18,7 @@ from servewatch.errors import ServewatchError
 from servewatch.load import prompts as P
 from servewatch.load.client import RequestSpec, StreamState, finish_record
 from servewatch.load.records import RequestRecord, TIMEOUT, HTTP_4XX, HTTP_5XX
-from servewatch.load.runner import LoadResult, build_prompts
+from servewatch.load.runner import LoadResult, _plan_replay, build_prompts
 from servewatch.load.scenarios import LoadConfig, arrival_times
 from servewatch.load.server_view import ServerView
 from servewatch.load.summary import summarize
@@ -62,8 +62,9 @@ def finish_from_engine(rec: RequestRecord, spec: RequestSpec, handle, now: float
 
 
 def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None = None,
-                     drain_s: float | None = None) -> LoadResult:
-    """Run `config` against a `servewatch.sim.SimEngine` whose clock is a VirtualClock."""
+                     drain_s: float | None = None, trace=None) -> LoadResult:
+    """Run `config` against a `servewatch.sim.SimEngine` whose clock is a VirtualClock (a trace replay too:
+    `config.trace`, read here unless `trace` is given)."""
     try:
         config = config.resolved()
     except ValueError as exc:
@@ -73,9 +74,16 @@ def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None
     clock = engine.clock
     model = config.model or engine.config.model_name
     counter = SimCounter()
-    offsets = arrival_times(config.arrival, config.rate, seed=config.seed, requests=config.requests,
-                            duration_s=config.duration_s)
-    prompts: list[P.Prompt] = _run_coro(build_prompts(config, counter, len(offsets) or 1))
+    notes: list[str] = []
+    replay = None
+    if config.trace is not None:
+        replay = _run_coro(_plan_replay(config, counter, trace, notes))
+        offsets = replay.offsets
+        prompts: list[P.Prompt] = []
+    else:
+        offsets = arrival_times(config.arrival, config.rate, seed=config.seed, requests=config.requests,
+                                duration_s=config.duration_s)
+        prompts = _run_coro(build_prompts(config, counter, len(offsets) or 1))
     view = ServerView(None, clock.now, None, config.metrics_interval_s, read_scrape=read_scrape) \
         if config.metrics_interval_s > 0 else None
 
@@ -97,11 +105,18 @@ def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None
         nonlocal next_id
         i = next_id
         next_id += 1
-        prompt = prompts[i % len(prompts)]
-        spec = RequestSpec(i, scheduled, "", b"", prompt.tokens, config.output_tokens, True,
+        if replay is not None:
+            row = replay.trace.rows[i]
+            prompt = P.Prompt(replay.maker.text(i, row), max(1, row.input_tokens), max(1, row.input_tokens),
+                              counter.source)
+            max_tokens = max(1, row.output_tokens)
+        else:
+            prompt = prompts[i % len(prompts)]
+            max_tokens = config.output_tokens
+        spec = RequestSpec(i, scheduled, "", b"", prompt.tokens, max_tokens, True,
                            prompt.text if config.keep_text else None)
         rec = RequestRecord(id=i, scheduled=scheduled, prompt_tokens_target=prompt.tokens,
-                            max_tokens=config.output_tokens, sent=clock.now())
+                            max_tokens=max_tokens, sent=clock.now())
         if config.keep_text:
             rec.prompt = prompt.text
         from servewatch.sim import EngineDeadError, RequestRejected
@@ -112,7 +127,7 @@ def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None
             records.append(rec)
             return
         try:
-            handle = engine.submit(prompt=prompt.text, max_tokens=config.output_tokens, ignore_eos=True)
+            handle = engine.submit(prompt=prompt.text, max_tokens=max_tokens, ignore_eos=True)
         except RequestRejected:
             rec.http_status, rec.error, rec.error_detail = 400, HTTP_4XX, "HTTP 400"
             rec.e2e_s = 0.0
@@ -178,6 +193,10 @@ def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None
     summary = summarize(config, records, wall_s=wall, prompt_source=counter.source,
                         prompts_exact=all(p.exact for p in prompts), server=server, client_name="virtual")
     summary["model"] = model
-    summary["notes"] = ["virtual time against the in-process simulator"]
+    if replay is not None:
+        summary["scenario"] = summary["arrival"] = "trace"
+        summary["trace"] = replay.summary()
+        summary["requested_rate"] = summary["trace"]["mean_rate"]
+    summary["notes"] = ["virtual time against the in-process simulator", *notes]
     return LoadResult(config, records, view.samples if view else [], summary, counter.source, model,
                       summary["notes"])
