@@ -27,7 +27,7 @@ def test_mooncake_sample_rows_read_with_offsets_in_seconds_and_hash_ids():
     assert trace.fmt == "mooncake" and trace.bad_count == 0
     assert [r.offset_s for r in trace.rows] == [0, 0, 0, 0, 3.0, 3.0, 5.999, 9.0]
     assert trace.rows[0].input_tokens == 6758 and trace.rows[0].output_tokens == 500
-    assert trace.rows[0].hash_ids[:3] == (0, 1, 2) and len(trace.rows[0].hash_ids) == 14   # ceil(6758/512)
+    assert list(trace.rows[0].hash_ids[:3]) == [0, 1, 2] and len(trace.rows[0].hash_ids) == 14   # ceil(6758/512)
 
 
 def test_azure_sample_rows_read_as_offsets_from_the_first():
@@ -221,3 +221,18 @@ def test_export_hashes_kept_prompt_text_with_a_local_tokenizer(tmp_path):
     assert k >= 10 and a[:k] == b[:k]                  # ~400 words of shared text: a dozen blocks of 64 in common
     assert c[0] != a[0]
     assert "word" not in out.read_text() and "alpha" not in out.read_text()
+
+
+def test_a_trace_out_of_time_order_is_sorted_before_its_window(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [(5000, 1), (0, 2), (1000, 3), (7000, 4), (2500, 5)]
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": n, "output_length": 1}) + "\n"
+                            for t, n in rows))
+    trace = T.read_trace(str(path), window=(1.0, 6.0), max_rows=3)
+    assert [(r.offset_s, r.input_tokens) for r in trace.rows] == [(0.0, 3), (1.5, 5), (4.0, 1)]
+    ordered = tmp_path / "o.jsonl"
+    ordered.write_text("".join(json.dumps({"timestamp": t, "input_length": n, "output_length": 1}) + "\n"
+                               for t, n in sorted(rows)) + "not json\n")
+    trace = T.read_trace(str(ordered), window=(1.0, 6.0))
+    assert [r.input_tokens for r in trace.rows] == [3, 5, 1] and trace.bad_count == 0   # read up to the window's end
+    assert [r.input_tokens for r in T.read_trace(str(ordered), max_rows=2).rows] == [2, 3]

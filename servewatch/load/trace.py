@@ -33,7 +33,7 @@ import hmac
 import os
 import struct
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -367,7 +367,7 @@ class TraceRow:
     offset_s: float                 # arrival, seconds after the trace's first row (before --window/--speed)
     input_tokens: int
     output_tokens: int
-    hash_ids: tuple | None = None   # prefix-block ids; None: not in the trace
+    hash_ids: Sequence[int] | None = None   # prefix-block ids (an array('q')); None: not in the trace
 
 
 @dataclass(slots=True)
@@ -413,25 +413,43 @@ def sniff(path: str) -> str:
 
 
 def read_trace(path: str, *, keep_bad: int = 5, max_rows: int | None = None,
-               window: tuple[float, float | None] | None = None, block: int = DEFAULT_BLOCK) -> Trace:
+               window: tuple[float, float | None] | None = None, block: int = DEFAULT_BLOCK,
+               _ordered: bool = True) -> Trace:
     """The rows of a trace, in arrival order, offsets from its first row. `window` (A, B) keeps the rows
     that arrived at A s or later and before B s (after the first row), re-based to A; `max_rows` the first
-    N of those. OSError is the caller's; ValueError when the file is none of the three formats."""
+    N of those. A file in time order (as published traces are) is read only up to the end of what is kept;
+    one out of order is read whole and sorted. OSError is the caller's; ValueError when the file is none of
+    the three formats."""
     fmt = sniff(path)
     trace = Trace([], fmt, block=block)
     reader = {"mooncake": _mooncake, "azure": _azure, "servewatch": _records}[fmt]
-    raw: list[tuple[float, int, int, tuple | None]] = []
+    lo, hi = window if window is not None else (0.0, None)
+    raw: list[tuple[float, int, int, object]] = []
+    kept, last = 0, None
     for item in reader(path):
         if isinstance(item, BadRow):
             trace.bad_count += 1
             if len(trace.bad) < keep_bad:
                 trace.bad.append(item)
             continue
+        if not _ordered:
+            raw.append(item)
+            continue
+        if last is not None and item[0] < last:
+            # out of time order: read it all again, whole, and sort (rows skipped so far may be kept after all)
+            return read_trace(path, keep_bad=keep_bad, max_rows=max_rows, window=window, block=block,
+                              _ordered=False)
+        last = item[0]
+        if raw and (hi is not None and item[0] - raw[0][0] >= hi or max_rows is not None and kept >= max_rows):
+            break                               # in time order: nothing later is kept
+        offset = item[0] - raw[0][0] if raw else 0.0
+        if raw and offset < lo:
+            continue                            # before the window: only the first row (t0) is needed
+        kept += offset >= lo
         raw.append(item)
-    if any(raw[i][0] > raw[i + 1][0] for i in range(len(raw) - 1)):
+    if not _ordered:
         raw.sort(key=lambda r: r[0])
     t0 = raw[0][0] if raw else 0.0
-    lo, hi = window if window is not None else (0.0, None)
     for t, inp, out, hashes in raw:
         offset = t - t0
         if offset < lo or (hi is not None and offset >= hi):
@@ -495,7 +513,15 @@ def _mooncake(path: str):
         if why is not None:
             yield BadRow(path, number, why)
             continue
-        yield ts / 1000.0, inp, out, (tuple(hashes) if hashes else None)
+        yield ts / 1000.0, inp, out, (_ids(hashes) if hashes else None)
+
+
+def _ids(hashes: list[int]):
+    """Compact ids (8 bytes each, not a Python int each); a tuple where one is past 64 bits."""
+    try:
+        return array("q", hashes)
+    except OverflowError:
+        return tuple(hashes)
 
 
 def _records(path: str):
