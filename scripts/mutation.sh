@@ -190,7 +190,7 @@ meta = os.path.join(shard, "mutants", module + ".meta")
 scope = open(os.path.join(shard, "out_of_scope"), encoding="utf-8").read().strip()
 codes = json.load(open(meta, encoding="utf-8")).get("exit_code_by_key", {}) if os.path.exists(meta) else {}
 for name, code in codes.items():
-    if status_by_exit_code[code] in ("survived", "suspicious", "segfault") and not (scope and re.search(scope, name)):
+    if status_by_exit_code[code] in ("survived", "no tests", "suspicious", "segfault") and not (scope and re.search(scope, name)):
         print(name)
 EOF
 )

@@ -649,3 +649,43 @@ def test_a_routine_probe_is_aimed_at_the_engine_in_turn():
     clock.advance(10.0)
     poll(source)
     assert prober.last.route == {"X-data-parallel-rank": "1"}
+
+
+def test_after_stop_probes_are_counted_and_aimed_like_the_miss():
+    from servewatch.timeline.samples import ProcessMember, ProcessSample
+
+    def view(t, status):
+        members = (ProcessMember(100, 1.0, "engine_core", "VLLM::EngineCore_DP0", status),
+                   ProcessMember(101, 1.0, "engine_core", "VLLM::EngineCore_DP1", "running"))
+        return ProcessSample(t=t, root_pid=1, root_create_time=0.0, alive=True, members=members)
+    ring = Ring(Window(process=(view(T0, "stopped"),)))
+    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source.bind_timeline(ring)
+    for round_ in (1, 2):
+        ring.window_ = Window(process=(view(clock.now(), "stopped"),))
+        poll(source)                                    # routine, aimed at DP0 then DP1
+        aimed = prober.last.route
+        clock.advance(3.0)
+        prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+        poll(source)                                    # missed while DP0 was stopped
+        poll(source)                                    # the confirmation
+        clock.advance(3.0)
+        prober.last.result = ProbeAnswer(DEADLINE, 3.0, error="timeout")
+        poll(source)
+        ring.window_ = Window(process=(view(clock.now(), "running"),))
+        clock.advance(1.0)
+        poll(source)                                    # the stop ended: asked at once, at the same engine
+        assert source.after_stop == round_ and prober.last.route == aimed
+        prober.last.result = served()
+        poll(source)
+        clock.advance(10.0)
+
+
+def test_a_served_probe_just_before_the_span_does_not_prove_progress_in_a_due_check():
+    metrics = (scrape(T0 - 40.0, 100), scrape(T0 - 30.0, 100), scrape(T0, 101))
+    # 1 token since T0 - 30, and a probe served at T0 - 35 (within a deadline, 10 s, before the span): its own token
+    ring = Ring(Window(metrics=metrics, probe=(probe_sample(T0 - 35.0, 1),)))
+    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source.bind_timeline(ring)
+    poll(source)
+    assert (source.sent, source.skipped) == (1, 0)
