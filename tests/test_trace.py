@@ -236,3 +236,28 @@ def test_a_trace_out_of_time_order_is_sorted_before_its_window(tmp_path):
     trace = T.read_trace(str(ordered), window=(1.0, 6.0))
     assert [r.input_tokens for r in trace.rows] == [3, 5, 1] and trace.bad_count == 0   # read up to the window's end
     assert [r.input_tokens for r in T.read_trace(str(ordered), max_rows=2).rows] == [2, 3]
+
+
+def test_with_a_real_tokenizer_prompts_are_counted_to_the_recorded_length_and_keep_shared_blocks():
+    import asyncio
+
+    from servewatch.load.trace_replay import plan
+
+    class TwoPerWord:                     # a tokenizer where a word is two tokens and a letter one, plus a BOS
+        source = "tokenizer"
+
+        async def count(self, text: str) -> int:
+            return 1 + sum(2 if len(w) > 1 else 1 for w in text.split())
+
+    trace = T.read_trace(str(FIXTURES / "mooncake_conversation_head.jsonl"))
+    replay = asyncio.run(plan(trace, 1.0, TwoPerWord()))
+    assert replay.maker.tokens_per_word != 1.0 and replay.exact
+    counts = [asyncio.run(TwoPerWord().count(t)) for t in replay.texts]
+    assert counts == [r.input_tokens for r in trace.rows]
+    w = replay.maker.words_for(512)
+    heads = {tuple(t.split()[:w]) for t in replay.texts}
+    assert len(heads) == 1                # every row starts with block 0: the same words
+    assert replay.texts[0].split()[w:2 * w] != replay.texts[1].split()[w:2 * w]
+    sized = asyncio.run(plan(trace, 1.0, TwoPerWord(), exact_rows=4))   # too many rows to count before the start
+    assert sized.texts is None and not sized.exact
+    assert sized.summary()["prompts_counted"] is False

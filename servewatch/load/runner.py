@@ -309,9 +309,12 @@ async def _plan_replay(config: LoadConfig, counter, trace, notes: list[str]):
         raise ServewatchError(f"--trace {config.trace}: no rows to replay"
                               + (" in the --window asked for" if config.window else ""))
     replay = await trace_replay.plan(trace, config.speed, counter, config.seed)
-    if replay.maker.tokens_per_word != 1.0:
+    if replay.texts is None and replay.maker.tokens_per_word != 1.0:
         notes.append(f"trace prompts sized at {replay.maker.tokens_per_word:.3f} tokens a word (measured by the "
-                     f"{counter.source} counter on a sample), not counted one by one; server usage is the truth")
+                     f"{counter.source} counter on a sample), not counted one by one (over "
+                     f"{trace_replay.EXACT_ROWS} rows); server usage is the truth")
+    elif not replay.exact:
+        notes.append("some trace prompts could not be built to the exact token count; server usage is the truth")
     return replay
 
 
@@ -435,7 +438,7 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
             summary["scenario"] = summary["arrival"] = "trace"
             summary["trace"] = replay.summary()
             summary["requested_rate"] = summary["trace"]["mean_rate"]      # the trace's own, after --speed
-            summary["prompts_exact"] = counter.source == "approx" or replay.maker.tokens_per_word == 1.0
+            summary["prompts_exact"] = replay.exact
         # how rate-scheduled requests were written: by the sender thread at "realtime" or "normal"
         # scheduling priority, or None (by the event loop)
         summary["send_thread"] = run.sender.priority if run.sender is not None else None

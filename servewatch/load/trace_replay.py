@@ -10,9 +10,11 @@ servewatch's records, a Mooncake row whose ids were not recorded) gets a prompt 
 nothing.
 
 Token counts: load's words are one token each on the approx counter and on servewatch's simulator. With a
-real tokenizer (a local one or the server's /tokenize) the words per token are measured once on a sample of
-the same words and every block is sized by that ratio (not counted per prompt: a prompt built here must be
-ready within the sender's lead, ~20 ms, at hundreds of requests a second); the note says so.
+real tokenizer (a local one or the server's /tokenize) the tokens per word are measured once on a sample of
+the same words and every block is sized by that ratio; then, for a trace of up to EXACT_ROWS rows, every
+prompt is counted and cut to its recorded length before the start (as load's prompts are). A longer trace
+keeps the sized prompts (within a few per cent: a prompt built during the run must be ready within the
+sender's lead, ~20 ms, at hundreds of requests a second); the note says so.
 """
 
 from __future__ import annotations
@@ -79,19 +81,58 @@ async def tokens_per_word(counter, seed: int = 0) -> float:
     return 1.0 if abs(ratio - 1.0) < 0.005 else ratio
 
 
+EXACT_ROWS = 1000            # up to this many rows, a real tokenizer's prompts are counted to the token before the start
+
+
+async def exact_text(counter, maker: PromptMaker, index: int, row: TraceRow) -> tuple[str, int]:
+    """The row's prompt cut or grown at its end until the counter says the recorded length (or the closest
+    below it): the longest run of its words that does not exceed it. Its leading blocks stay those of its
+    hash ids, so prefix sharing is kept up to the last block."""
+    target = max(1, row.input_tokens)
+    words = maker.text(index, row).split(" ")
+    extra = random.Random(f"trace-exact:{maker.seed}:{index}")
+    while await counter.count(" ".join(words)) < target and len(words) < 8 * target + 16:
+        words += extra.choices(P.WORDS, k=max(1, len(words) // 8))
+    lo, hi = 1, len(words)                 # count(words[:lo]) <= target (or lo = 1), the best found in [lo, hi]
+    best = await counter.count(" ".join(words[:hi]))
+    if best <= target:
+        return " ".join(words), best
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if await counter.count(" ".join(words[:mid])) <= target:
+            lo = mid
+        else:
+            hi = mid
+    words = words[:lo]
+    n = await counter.count(" ".join(words))
+    for _ in range(P.MAX_FILL_TRIES):      # top up with letters and short words whose cost fits, as load does
+        if n >= target:
+            break
+        candidate = extra.choice(P.FILLERS)
+        n2 = await counter.count(" ".join(words + [candidate]))
+        if n2 <= target:
+            words.append(candidate)
+            n = n2
+    return " ".join(words), n
+
+
 @dataclass(slots=True)
 class Replay:
     trace: Trace
     speed: float
     offsets: list[float]
     maker: PromptMaker
+    texts: list[str] | None = None          # counted prompts, built before the start (EXACT_ROWS or fewer)
+    exact: bool = True                      # every prompt has the recorded length by the counter
 
     def specs_for(self, path: str, model: str, api: str, keep_text: bool):
         rows, maker = self.trace.rows, self.maker
 
+        texts = self.texts
+
         def specs_for(i: int, scheduled: float) -> RequestSpec:
             row = rows[i]
-            text = maker.text(i, row)
+            text = texts[i] if texts is not None else maker.text(i, row)
             out = max(1, row.output_tokens)
             return RequestSpec(i, scheduled, path, build_body(api, model, text, out), max(1, row.input_tokens),
                                out, True, text if keep_text else None)
@@ -110,10 +151,24 @@ class Replay:
             "rows_with_hash_ids": sum(1 for r in rows if r.hash_ids),
             "block_tokens": self.trace.block,
             "tokens_per_word": self.maker.tokens_per_word,
+            "prompts_counted": self.texts is not None,
+            "prompts_exact": self.exact,
         }
 
 
-async def plan(trace: Trace, speed: float, counter, seed: int = 0) -> Replay:
+async def plan(trace: Trace, speed: float, counter, seed: int = 0, exact_rows: int = EXACT_ROWS) -> Replay:
+    """The replay: offsets, and the prompts' maker. With a real tokenizer (not one word a token) and no more
+    than `exact_rows` rows, every prompt is counted to its recorded length now, before the start."""
     ratio = await tokens_per_word(counter, seed)
     offsets = [row.offset_s / speed for row in trace.rows]
-    return Replay(trace, speed, offsets, PromptMaker(trace.block, seed, ratio))
+    replay = Replay(trace, speed, offsets, PromptMaker(trace.block, seed, ratio))
+    if ratio != 1.0:
+        if len(trace.rows) <= exact_rows:
+            replay.texts = []
+            for i, row in enumerate(trace.rows):
+                text, n = await exact_text(counter, replay.maker, i, row)
+                replay.texts.append(text)
+                replay.exact = replay.exact and n == max(1, row.input_tokens)
+        else:
+            replay.exact = False
+    return replay
