@@ -360,7 +360,13 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                          "one short word per token; server usage is the truth")
         replay = None
         if config.trace is not None:
-            replay = await _plan_replay(config, counter, trace, notes)
+            try:
+                replay = await _plan_replay(config, counter, trace, notes)
+            except (TimeoutError, OSError, RuntimeError, ValueError) as exc:   # /tokenize slow, down or odd
+                what = f"no answer within {getattr(counter, 'timeout_s', 10):g} s" if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
+                raise ServewatchError(f"{config.url}/tokenize: {what} while the trace's prompts were being measured; "
+                                      "give --tokenizer DIR to count tokens locally, or retry when the server "
+                                      "answers") from None
             offsets = replay.offsets
             total = len(offsets)
         elif config.concurrency is None:

@@ -107,8 +107,8 @@ def run_load_virtual(config: LoadConfig, engine, *, read_scrape: Callable | None
         next_id += 1
         if replay is not None:
             row = replay.trace.rows[i]
-            prompt = P.Prompt(replay.maker.text(i, row), max(1, row.input_tokens), max(1, row.input_tokens),
-                              counter.source)
+            text = replay.texts[i] if replay.texts is not None else replay.maker.text(i, row)
+            prompt = P.Prompt(text, max(1, row.input_tokens), max(1, row.input_tokens), counter.source)
             max_tokens = max(1, row.output_tokens)
         else:
             prompt = prompts[i % len(prompts)]
