@@ -130,6 +130,11 @@ make_shard() {   # $1 module, $2 shard dir, $3... test files
     ln -sfn "$ROOT/$e" "$shard/$e"; extra+=("$e")
   done
   printf '%s\n' "${OUT_OF_SCOPE[$module]:-}" > "$shard/out_of_scope"
+  # mutmut copies the package's other files (schemas, plans) once and never again: bring them up to date
+  if [ -d "$shard/mutants/servewatch" ]; then
+    (cd "$ROOT" && find servewatch -type f ! -name '*.py' ! -name '*.pyc' -print0 |
+       xargs -0 -r cp -p --parents -t "$shard/mutants")
+  fi
   "$PY" - "$ROOT/pyproject.toml" "$shard/pyproject.toml" "$module" "${extra[*]}" "$@" <<'EOF'
 import json, re, sys
 src, dst, module, extra, tests = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5:]

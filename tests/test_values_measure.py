@@ -419,3 +419,18 @@ def test_reported_exit_reads_the_exit_code(tmp_path):
     bundle.mkdir()
     (bundle / "incident.json").write_text("{}")                  # no verdicts in it
     assert M.stored_details([fired("x", 101.0, bundle=str(bundle))], 100.0, "x") is None
+
+
+def test_guard_outcome_times_the_evidence():
+    from servewatch.detectors.verdict import ACTION_CLASSES
+    assert M._classes_of("not_serving") == ("restart",)
+    assert tuple(M._classes_of("nonesuch")) == tuple(M._classes_of(None)) == tuple(ACTION_CLASSES)   # every class
+    kill = (107.0, {"guard": "kill", "verdict": "not_serving", "killed": 1})
+    events = [fired("not_serving", 104.0, held=False), VerdictEvent("evidence_held", "not_serving", 106.256, 104.0)]
+    out = M.guard_outcome([kill], events, 100.0, exit_code=3, tree_left=0, signalled=[], captured=set())
+    # the evidence held 106.256 - 100 = 6.256 -> 6.26 s after the injection; the verdict 4 s
+    assert (out["verdict_s"], out["evidence_s"]) == (4.0, 6.26)
+    # evidence held at the injection itself, of a verdict fired before it: 0 s
+    events = [fired("not_serving", 99.0, held=False), VerdictEvent("evidence_held", "not_serving", 100.0, 99.0)]
+    out = M.guard_outcome([kill], events, 100.0, exit_code=3, tree_left=0, signalled=[], captured=set())
+    assert (out["verdict_s"], out["evidence_s"]) == (None, 0.0)
