@@ -9,6 +9,7 @@ have restarted the pod, client impact, recovery.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import statistics
@@ -128,7 +129,8 @@ class Watcher:
     def __init__(self, url: str, pid: int, out: Path, *, interval_s: float, settings: tuple[str, ...],
                  log_path: Path, wrapper: list[str] | None = None, server_log: Path | None = None,
                  probe: tuple[float, float] | None = None, guard: tuple[str, ...] | None = None,
-                 stacks_dir: Path | None = None, proxy_records: Path | None = None, serve: bool = False):
+                 stacks_dir: Path | None = None, proxy_records: Path | None = None, serve: bool = False,
+                 env: dict[str, str] | None = None):
         self.events: list[VerdictEvent] = []
         self.livez: list[tuple[float, int | None]] = []   # `serve`: its livez answers
         self.readyz: list[tuple[float, int | None]] = []  # `serve`: its readyz answers (a readiness probe's view)
@@ -165,13 +167,15 @@ class Watcher:
             elif guard is None:            # watch probes by default (guard does not); a fault that does not ask
                 command += ["--no-probe"]  # measures without it
         self.command = command
+        self.env = env or {}          # beside the drill's own environment (a fault's: the NVML stand-in)
         self.proc: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
         self.stderr_lines: list[str] = []
 
     def start(self, ready_timeout_s: float = 30.0) -> bool:
         self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True, bufsize=1)
+                                     stdin=subprocess.DEVNULL, text=True, bufsize=1,
+                                     env={**os.environ, **self.env} if self.env else None)
         self._threads = [threading.Thread(target=self._read_out, daemon=True),
                          threading.Thread(target=self._read_err, daemon=True)]
         for thread in self._threads:

@@ -325,7 +325,7 @@ class DrillRun:
                             probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None,
                             guard=step.guard, stacks_dir=self.out_dir / "stacks",
                             proxy_records=self.out_dir / "logs" / f"proxy-{index + 1:02d}.jsonl" if step.proxy else None,
-                            serve=step.serve)
+                            serve=step.serve, env=fault.recorder_env(ctx, self.out_dir / "recorder-env" / f"{index + 1:02d}"))
         prober = M.Prober(self.target.url)
         tree = []
         try:

@@ -77,10 +77,11 @@ def bus_id(index: int) -> str:
 
 def rank_scenario(titles: list[str], extra: str = "") -> str:
     """A scenario with one busy H100 per rank, GPU i held by every process whose title (argv[0]) is titles[i]
-    (vLLM TP=2: ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]), then `extra` lines."""
+    (vLLM TP=2: ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]), or by one process where it is "pid:N", then `extra`."""
     lines = [f"device {i} {gpu_uuid(i)} {bus_id(i)} {H100}" for i in range(len(titles))]
     for i, title in enumerate(titles):
-        lines += [f"at 0 gpu {i} {BUSY}", f"at 0 proc {i} title:{title} mem=71000000000 sm=95"]
+        holder = title.removeprefix("pid:") if title.startswith("pid:") else f"title:{title}"
+        lines += [f"at 0 gpu {i} {BUSY}", f"at 0 proc {i} {holder} mem=71000000000 sm=95"]
     return "\n".join(lines) + "\n" + extra
 
 

@@ -8,7 +8,7 @@ import importlib
 from servewatch.drill.faults.base import FAULTS, Fault, register
 
 MODULES = ("stop", "kill", "term", "cpu_starve", "client_abort", "oversized", "idle_wedge", "restart",
-           "disk_full", "slow_net", "quiet", "overload", "hang")
+           "disk_full", "slow_net", "quiet", "overload", "hang", "nvml")
 
 for _name in MODULES:
     importlib.import_module(f"servewatch.drill.faults.{_name}")

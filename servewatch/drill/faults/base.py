@@ -55,6 +55,11 @@ class Fault:
         """For --dry-run: what the fault acts on, besides the processes it signals."""
         return ""
 
+    def recorder_env(self, ctx, directory) -> dict[str, str]:
+        """Variables the step's recorder (watch, serve, guard or proxy) starts with, from files under `directory`
+        (none: its own environment)."""
+        return {}
+
     def inject(self, ctx) -> None:
         raise NotImplementedError
 
