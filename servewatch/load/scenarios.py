@@ -139,8 +139,6 @@ class LoadConfig:
             raise ValueError("--prompt-tokens and --output-tokens must be >= 1")
         if not (self.prompt_stdev >= 0 and math.isfinite(self.prompt_stdev)):
             raise ValueError(f"--prompt-tokens: the stdev after N: must be a number >= 0, got {self.prompt_stdev}")
-        if self.api not in ("completions", "chat"):
-            raise ValueError(f"--api must be completions or chat, got {self.api!r}")
         if self.client not in ("http1", "aiohttp"):
             raise ValueError(f"client must be http1 or aiohttp, got {self.client!r}")
         pool = self.prompt_pool if self.prompt_pool is not None else preset.prompt_pool
@@ -148,6 +146,14 @@ class LoadConfig:
             raise ValueError(f"--prompt-pool must be >= 1, got {pool}")
         if self.event_loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"event loop must be auto, asyncio or uvloop, got {self.event_loop!r}")
+        self._check_common()
+        return replace(self, rate=rate if self.concurrency is None else None, duration_s=duration,
+                       requests=requests, prompt_tokens=prompt, output_tokens=output, prompt_pool=pool)
+
+    def _check_common(self) -> None:
+        """What a synthetic run and a trace replay both check: the API, the metrics cadence, the timeout, headers."""
+        if self.api not in ("completions", "chat"):
+            raise ValueError(f"--api must be completions or chat, got {self.api!r}")
         if not (self.metrics_interval_s >= 0 and math.isfinite(self.metrics_interval_s)):
             raise ValueError(f"--metrics-interval must be >= 0, got {self.metrics_interval_s}")
         if not (self.request_timeout_s > 0 and math.isfinite(self.request_timeout_s)):
@@ -156,9 +162,6 @@ class LoadConfig:
             checked_headers(self.headers)
         except ValueError as exc:
             raise ValueError(f"--header: {exc}") from None
-        return replace(self, rate=rate if self.concurrency is None else None, duration_s=duration,
-                       requests=requests, prompt_tokens=prompt, output_tokens=output, prompt_pool=pool)
-
 
     def _resolved_trace(self, preset: Preset) -> "LoadConfig":
         if self.rate is not None or self.concurrency is not None:
@@ -177,16 +180,7 @@ class LoadConfig:
             a, b = self.window
             if not (a >= 0 and math.isfinite(a)) or (b is not None and not b > a):
                 raise ValueError(f"--window A:B needs 0 <= A < B, got {a}:{b}")
-        if self.api not in ("completions", "chat"):
-            raise ValueError(f"--api must be completions or chat, got {self.api!r}")
-        if not (self.metrics_interval_s >= 0 and math.isfinite(self.metrics_interval_s)):
-            raise ValueError(f"--metrics-interval must be >= 0, got {self.metrics_interval_s}")
-        if not (self.request_timeout_s > 0 and math.isfinite(self.request_timeout_s)):
-            raise ValueError(f"--timeout must be a positive number of seconds, got {self.request_timeout_s}")
-        try:
-            checked_headers(self.headers)
-        except ValueError as exc:
-            raise ValueError(f"--header: {exc}") from None
+        self._check_common()
         return replace(self, prompt_pool=1)
 
 
