@@ -141,12 +141,7 @@ def run(args: argparse.Namespace) -> int:
         read = read_records([f for path in args.files for f in _files(path)])
     except OSError as exc:
         raise SourceUnavailable(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
-    for bad in read.bad:
-        print(f"servewatch requests: {bad.path}, line {bad.line}: {bad.why}; skipped", file=sys.stderr)
-    if read.bad_count > len(read.bad):
-        more = read.bad_count - len(read.bad)
-        print(f"servewatch requests: {more} more line{'s' if more > 1 else ''} that "
-              f"{'are not request records' if more > 1 else 'is not a request record'} skipped", file=sys.stderr)
+    _say_skipped([(bad.path, bad.line, bad.why) for bad in read.bad], read.bad_count)
     if not read.records:
         bad = ("" if not read.bad_count else " (1 line that is not a record)" if read.bad_count == 1
                else f" ({read.bad_count} lines that are not records)")
@@ -221,12 +216,7 @@ def _export(args: argparse.Namespace, since: float | None, last_s: float | None)
                 if exc.filename in files:
                     raise SourceUnavailable(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
                 raise
-        for path, line, why in stats.bad:
-            print(f"servewatch requests: {path}, line {line}: {why}; skipped", file=sys.stderr)
-        if stats.skipped > len(stats.bad):
-            more = stats.skipped - len(stats.bad)
-            print(f"servewatch requests: {more} more line{'s' if more > 1 else ''} that "
-                  f"{'are not request records' if more > 1 else 'is not a request record'} skipped", file=sys.stderr)
+        _say_skipped(stats.bad, stats.skipped)
         if not stats.rows:
             raise ServewatchError(f"no request records in {', '.join(files)}"
                                   + (" in the window asked for (--since / --last)" if since or last_s else ""))
@@ -245,3 +235,13 @@ def _export(args: argparse.Namespace, since: float | None, last_s: float | None)
                    "prefix sharing unknown)")
     print(f"servewatch requests: wrote {written} {fmt} rows to {out_path}{missing}", file=sys.stderr)
     return 0
+
+
+def _say_skipped(shown, total: int) -> None:
+    """One line per bad line shown ((path, line, why)), then how many more were skipped, on stderr."""
+    for path, line, why in shown:
+        print(f"servewatch requests: {path}, line {line}: {why}; skipped", file=sys.stderr)
+    if total > len(shown):
+        more = total - len(shown)
+        print(f"servewatch requests: {more} more line{'s' if more > 1 else ''} that "
+              f"{'are not request records' if more > 1 else 'is not a request record'} skipped", file=sys.stderr)
