@@ -185,12 +185,9 @@ def _parse_record(line: bytes):
     return float(arrival), lengths[0], lengths[1], obj
 
 
-def collect_rows(paths: Iterable[str], *, key: bytes, block: int = DEFAULT_BLOCK,
-                 tokenize: Callable[[str], list[int]] | None = None, since: float | None = None,
-                 keep_bad: int = 5) -> tuple[_Rows, ExportStats]:
-    """Every row in compact columns (the export's way when the records are far out of arrival order); a line
-    that is not a record is counted and skipped."""
-    rows, st = _Rows(), ExportStats()
+def _parsed_records(paths: Iterable[str], st: "ExportStats", keep_bad: int):
+    """(arrival, input tokens, output tokens, the record) of every line that is a request record; the others are
+    counted in `st` (the first `keep_bad` of them with their file, line and why) and skipped."""
     for path, number, line in iter_record_lines(paths):
         parsed = _parse_record(line)
         if isinstance(parsed, str):
@@ -198,7 +195,16 @@ def collect_rows(paths: Iterable[str], *, key: bytes, block: int = DEFAULT_BLOCK
             if len(st.bad) < keep_bad:
                 st.bad.append((path, number, parsed))
             continue
-        arrival, inp, out, obj = parsed
+        yield parsed
+
+
+def collect_rows(paths: Iterable[str], *, key: bytes, block: int = DEFAULT_BLOCK,
+                 tokenize: Callable[[str], list[int]] | None = None, since: float | None = None,
+                 keep_bad: int = 5) -> tuple[_Rows, ExportStats]:
+    """Every row in compact columns (the export's way when the records are far out of arrival order); a line
+    that is not a record is counted and skipped."""
+    rows, st = _Rows(), ExportStats()
+    for arrival, inp, out, obj in _parsed_records(paths, st, keep_bad):
         if since is None or arrival >= since:
             ids = _record_token_ids(obj, tokenize)
             rows.add(arrival, inp, out, block_hashes(key, ids, block) if ids else None)
@@ -329,14 +335,7 @@ def _stream(paths, out, fmt, key, block, tokenize, since, cutoff, fill_key, wind
         without += hashes is None
         write(_format(fmt, arrival - t0, inp, outp, hashes, n, fill_key, block))
 
-    for path, number, line in iter_record_lines(paths):
-        parsed = _parse_record(line)
-        if isinstance(parsed, str):
-            st.skipped += 1
-            if len(st.bad) < keep_bad:
-                st.bad.append((path, number, parsed))
-            continue
-        arrival, inp, outp, obj = parsed
+    for arrival, inp, outp, obj in _parsed_records(paths, st, keep_bad):
         if (since is not None and arrival < since) or (cutoff is not None and arrival < cutoff):
             continue
         if arrival < last:
