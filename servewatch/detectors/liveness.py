@@ -50,7 +50,8 @@ def _trailing(samples, predicate) -> list:
     return run
 
 
-def _health_problem(sample: HealthSample) -> str:
+def answer_problem(sample) -> str:
+    """What went wrong with an answer (a /health sample or a probe's) in words: its HTTP status, else its error."""
     if sample.status is not None:
         return f"HTTP {sample.status}"
     return sample.error or "no answer"
@@ -270,15 +271,16 @@ def detect_health_loss(window: Window, config: DetectorConfig) -> list[Verdict]:
     if restart.in_crash_loop(window, config):
         return []
     first, last = run[0], run[-1]
-    kinds = sorted({_health_problem(h) for h in run})
+    kinds = sorted({answer_problem(h) for h in run})
     why = (f"{len(run)} consecutive health probes failed over {last.t - first.t:.1f} s "
-           f"(≥ {config.health_fail_count}); last: {_health_problem(last)}; seen: {', '.join(kinds)}")
-    evidence = (_probe_evidence(first), _probe_evidence(last))
+           f"(≥ {config.health_fail_count}); last: {answer_problem(last)}; seen: {', '.join(kinds)}")
+    evidence = (health_evidence(first), health_evidence(last))
     return [Verdict("health_loss", last.t, first.t, why, evidence,
                     {"failed_probes": len(run), "last_status": last.status, "last_error": last.error})]
 
 
-def _probe_evidence(sample: HealthSample) -> Evidence:
+def health_evidence(sample: HealthSample) -> Evidence:
+    """A /health sample as evidence: its status, or the error when it got none."""
     if sample.status is None:
         return Evidence("health", sample.t, "error", sample.error)
     return Evidence("health", sample.t, "status", sample.status)

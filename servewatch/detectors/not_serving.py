@@ -73,12 +73,12 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
         return None   # the gauges show admitted work that does not move: alive_health_ok_no_progress says it
 
     what = (f"got no token within {last.deadline_s:g} s" if last.outcome == DEADLINE
-            else f"failed ({_problem(last)})")
+            else f"failed ({liveness.answer_problem(last)})")
     streak = f" ({len(run)} probes in a row over {last.t - asked:.1f} s)" if len(run) > 1 else ""
     aimed = f" sent to DP rank {engine}'s engine" if engine is not None else ""
     if through:
         why = (f"a one-token probe{aimed} {what}{streak}, and /health, which runs its own generation through this "
-               f"engine, failed too ({_problem(health[-1])}) while /metrics answered")
+               f"engine, failed too ({liveness.answer_problem(health[-1])}) while /metrics answered")
     else:
         why = (f"a one-token probe{aimed} {what}{streak} while /health answered {health[-1].status} "
                f"({len(health)} time(s) meanwhile)")
@@ -88,8 +88,7 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     if engine is not None:
         details["engine"] = key if key is not None else f"dp_rank={engine}"
     evidence = [Evidence("probe", first.t, "outcome", first.outcome),
-                (Evidence("health", health[-1].t, "status", health[-1].status) if health[-1].status is not None
-                 else Evidence("health", health[-1].t, "error", health[-1].error))]
+                liveness.health_evidence(health[-1])]
     if last is not first:
         evidence.insert(1, Evidence("probe", last.t, "outcome", last.outcome))
     if newest is not None:
@@ -180,8 +179,3 @@ def _count(value) -> str:
     return "?" if value is None else f"{value:g}"
 
 
-def _problem(probe) -> str:
-    """A failed probe's (or /health's) problem in words."""
-    if probe.status is not None:
-        return f"HTTP {probe.status}"
-    return probe.error or "no answer"
