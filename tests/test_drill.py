@@ -67,6 +67,10 @@ def test_a_plan_workload_aimed_at_a_dp_rank_sends_the_engines_routing_header():
     (_plan(faults=[{"kind": "quiet", "params": {"traffic": 1}}]), "parameter 'traffic' must be true or false"),
     (_plan(faults=[{"kind": "stop", "name": "n", "expect": {"names": ["TP rank 1"]}}]),
      "faults/0 (n): expect/names: says what the verdict of fire or fire_any must name"),
+    (_plan(faults=[{"kind": "stop", "name": "n", "expect": {"probe_preempted": True}}]),
+     "faults/0 (n): expect/probe_preempted: says what the recorder's probe did; give the fault probe: true"),
+    (_plan(faults=[{"kind": "kill", "name": "n", "workload_first": True, "at_start": True}]),
+     "workload_first: a step that starts its server sends no workload"),
     (_plan(target={"url": "http://127.0.0.1:1", "pid": 3}, workload={"dp_rank": 1}),
      "dp_rank: the drill knows the engine's routing header only for a server it starts"),
 ])

@@ -182,6 +182,18 @@ def test_in_flight_cut():
     assert cut(None) == (what, False, "no request caught by the fault")
 
 
+def test_probe_preempted_reads_the_recorders_probe_cost_line():
+    from servewatch.sources.probe import PREEMPTED_WORDS
+    what = "a routine probe in flight gave way to an urgent one"
+    ex = Expect(probe_preempted=True)
+    said = f"3 one-token request(s) (1 asked at once: a rank looked stalled) (1 {PREEMPTED_WORDS}: asked before ..."
+    assert checks(ex, result(facts={"probe": said}))[-1] == (what, True, said)
+    unmoved = "2 one-token request(s) (1 asked at once: a rank looked stalled) in 20 s; 0 skipped"
+    assert checks(ex, result(facts={"probe": unmoved}))[-1] == (what, False, unmoved)
+    assert checks(ex, result())[-1] == (what, False, "the recorder said nothing of its probes")
+    assert checks(Expect(), result(facts={"probe": said})) == []
+
+
 def test_log_and_bundles():
     res = result(log_seen={"died": True, "oom": False}, bundles={"written": 2, "verified": 1, "holding_model_path": 0})
     assert checks(Expect(), res) == [

@@ -524,6 +524,9 @@ def test_cost_line_per_hour_and_every_kind_asked_at_once():
     assert source.cost_line() == ("3600 one-token request(s) (2 asked at once to confirm a probe that got no token) "
                                   "(1 asked at once when a stop that a miss coincided with ended) in 3600 s "
                                   "(3600 an hour); 0 skipped because the counters had moved; deadline 3 s")
+    source.preempted = 4
+    assert "ended) (4 in flight given up for an urgent one: asked before a rank looked stalled) in 3600 s" in \
+        source.cost_line()
 
 
 def test_classify_statuses_at_their_bounds():

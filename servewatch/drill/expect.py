@@ -4,6 +4,7 @@ was observed in words a reader can check."""
 from __future__ import annotations
 
 from servewatch.detectors import registry
+from servewatch.sources.probe import PREEMPTED_WORDS
 
 
 def check(expect, result) -> list[dict]:
@@ -75,6 +76,10 @@ def check(expect, result) -> list[dict]:
             add(what, met, observed)
     if expect.in_flight_cut:
         add(*_cut(result.impact.get("in_flight_at_fault")))
+    if expect.probe_preempted:
+        said = result.facts.get("probe")
+        add("a routine probe in flight gave way to an urgent one", bool(said) and PREEMPTED_WORDS in said,
+            said or "the recorder said nothing of its probes")
     for literal, seen in result.log_seen.items():
         add(f"the server's log shows \u201c{literal}\u201d after the injection", seen, "shown" if seen else "not shown")
     written, verified = result.bundles.get("written", 0), result.bundles.get("verified", 0)
@@ -165,7 +170,13 @@ def _guard(expect, result) -> list[tuple[str, bool, str]]:
                                                    if expect.within_s else ""),
                        kill["survivors"] == 0 and (expect.within_s is None or (after is not None and after <= expect.within_s)),
                        f"{kill['killed']} killed, {kill['survivors']} survived, {acted}{took}"))
-    checks.append(("guard exits 3 (it killed the server after a verdict)", code == 3, f"exit {_code(code)}"))
+    checks.append((f"guard exits {expect.exit} ({EXIT_WORDS.get(expect.exit, 'as the plan says')})",
+                   code == expect.exit, f"exit {_code(code)}"))
+    if expect.says:
+        said = g.get("said") or ""
+        missing = [w for w in expect.says if w not in said]
+        checks.append(("guard's last line says " + "; ".join(f"\u201c{w}\u201d" for w in expect.says), not missing,
+                       f"\u201c{said}\u201d" if said else "no exit line read"))
     checks.append(("no process of the tree is left", g.get("tree_left", 0) == 0 and kill is not None,
                    f"{g.get('tree_left', 0)} left"))
     roles = stacks["processes"] if stacks else {}
@@ -187,6 +198,9 @@ def _guard(expect, result) -> list[tuple[str, bool, str]]:
         checks.append((f"guard's stack dump names {', '.join(wanted)} as the diverging rank",
                        bool(seen) and sorted(seen) == sorted(wanted), ", ".join(seen) or "no divergence"))
     return checks
+
+
+EXIT_WORDS = {3: "it killed the server after a verdict", 6: "it killed the server after a hardware fault"}
 
 
 def _cleared(expect, result) -> list[tuple[str, bool, str]]:

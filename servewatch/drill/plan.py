@@ -33,9 +33,15 @@ class GuardExpect:
     within_s: float | None = None     # the kill, after the verdict guard acted on
     stacks_of: tuple[str, ...] = ()   # roles whose stacks it captured before the kill
     diverging: tuple[str, ...] = ()   # titles its stack dump names as the rank not where its siblings are
+    exit: int = 3                     # its exit status after the kill: 3 (a stall, a dead engine), 6 (hardware)
+    says: tuple[str, ...] = ()        # literals its last line (the exit's why) must hold
 
     def to_json(self) -> dict:
         out: dict = {"kills": self.kills}
+        if self.exit != 3:
+            out["exit"] = self.exit
+        if self.says:
+            out["says"] = list(self.says)
         if self.within_s is not None:
             out["within_s"] = self.within_s
         if self.stacks_of:
@@ -68,6 +74,7 @@ class Expect:
     fire_by_threshold: dict[str, float] = field(default_factory=dict)   # verdict -> allowance beyond its own threshold
     restart_within_s: float | None = None     # guard's default and livez act (restart class, evidence held) within S
     no_restart: bool = False                  # neither acts from the injection to the end: a busy server is left be
+    probe_preempted: bool = False             # a routine probe in flight gave way to an urgent one (the recorder says)
 
     def to_json(self) -> dict:
         out: dict = {}
@@ -107,6 +114,8 @@ class Expect:
             out["restart"] = {"within_s": self.restart_within_s}
         elif self.no_restart:
             out["restart"] = False
+        if self.probe_preempted:
+            out["probe_preempted"] = True
         return out
 
 
@@ -131,6 +140,7 @@ class FaultStep:
                                  # and injects during the start (no workload)
     on_log: str | None = None    # at_start: inject when the server's log first shows this (else at the start)
     serve: bool = False          # `servewatch serve` records instead (by URL), its verdicts and livez read over HTTP
+    workload_first: bool = False # the workload starts before the recorder: its first probe queues behind it
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -163,7 +173,8 @@ class FaultStep:
                 **({"guard": {"act_on": list(self.guard)}} if self.guard is not None else {}),
                 **({"proxy": True} if self.proxy else {}),
                 **({"at_start": {"on_log": self.on_log} if self.on_log else True} if self.at_start else {}),
-                **({"serve": True} if self.serve else {})}
+                **({"serve": True} if self.serve else {}),
+                **({"workload_first": True} if self.workload_first else {})}
 
 
 @dataclass(frozen=True)
@@ -404,13 +415,19 @@ def _build(data: dict, source: str) -> Plan:
             if endpoint in e and not f.get("serve"):
                 raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/{endpoint}: says what servewatch "
                                 f"serve's {endpoint} answered; give the fault serve: true")
+        if e.get("probe_preempted") and not (f.get("probe", recorder.get("probe", False)) or guard is not None):
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/probe_preempted: says what the recorder's "
+                            f"probe did; give the fault probe: true")
+        if f.get("workload_first") and at_start:
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): workload_first: a step that starts its server "
+                            f"sends no workload")
         if "ready_within_s" in e and not at_start:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/ready_within_s: says how soon the server "
                             f"is up after a start the step makes; give the fault at_start")
         g = e.get("guard")
         if g is not None and not g["kills"] and (g.keys() - {"kills"}):
-            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: within_s, stacks_of and diverging "
-                            f"describe a kill; with kills: false give none of them")
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/guard: within_s, stacks_of, diverging, "
+                            f"exit and says describe a kill; with kills: false give none of them")
         expect = Expect(fire=dict(e.get("fire", {})),
                         fire_any=(tuple(fire_any["verdicts"]), float(fire_any["within_s"])) if fire_any else None,
                         not_fire=tuple(e.get("not_fire", ())), no_incident=bool(e.get("no_incident", False)),
@@ -419,14 +436,16 @@ def _build(data: dict, source: str) -> Plan:
                         recover_within_s=e.get("recover_within_s"), bundle_write_fails=e.get("bundle_write_fails"),
                         guard=None if g is None else GuardExpect(
                             kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
-                            diverging=tuple(g.get("diverging", ()))),
+                            diverging=tuple(g.get("diverging", ())), exit=int(g.get("exit", 3)),
+                            says=tuple(g.get("says", ()))),
                         clear_within_s=e.get("clear_within_s"), exit_within_s=e.get("exit_within_s"),
                         ready_within_s=e.get("ready_within_s"), livez=e.get("livez", "any"),
                         readyz=e.get("readyz", "any"),
                         in_flight_cut=bool(e.get("in_flight_cut", False)), log_shows=tuple(e.get("log_shows", ())),
                         fire_by_threshold=dict(e.get("fire_by_threshold", {})),
                         restart_within_s=(e["restart"] or {}).get("within_s") if e.get("restart") else None,
-                        no_restart=e.get("restart") is False)
+                        no_restart=e.get("restart") is False,
+                        probe_preempted=bool(e.get("probe_preempted", False)))
         params = dict(f.get("params", {}))
         try:
             fault.check_params(params)
@@ -446,7 +465,8 @@ def _build(data: dict, source: str) -> Plan:
                                workload=dict(f["workload"]) if "workload" in f else None, guard=guard,
                                proxy=bool(f.get("proxy", False)), at_start=bool(at_start),
                                on_log=at_start.get("on_log") if isinstance(at_start, dict) else None,
-                               serve=bool(f.get("serve", False))))
+                               serve=bool(f.get("serve", False)),
+                               workload_first=bool(f.get("workload_first", False))))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     every = {"main": target, **targets}
     for i, step in enumerate(steps):

@@ -20,6 +20,7 @@ from servewatch.errors import ServewatchError
 
 # Past the workload's end and its request timeout: the load's own teardown (closing connections).
 WORKLOAD_JOIN_MARGIN_S = 10.0
+WORKLOAD_FIRST_LEAD_S = 1.0    # workload_first: how long the requests get to take every slot before the recorder starts
 LATE_SIGNAL_NOTE_S = 1.0       # a signal later than this after the injection began is said in the report
 RUNNING_WORK_WAIT_S = 60.0     # a stop `on_running_work` waits at most this long for a request to run
 RUNNING_WORK_TRIES = 3         # ... and is tried this many times when it lands on an idle engine
@@ -329,6 +330,11 @@ class DrillRun:
         prober = M.Prober(self.target.url)
         tree = []
         try:
+            if step.workload_first and fault.workload and not step.at_start:
+                # the recorder's first probe, asked at its start, then queues behind requests holding every slot
+                self.start_workload(ctx, after_s=0.0, duration_s=WORKLOAD_FIRST_LEAD_S + step.warmup_s
+                                    + step.hold_s + step.traffic_after_revert_s)
+                self._sleep_until(time.time() + WORKLOAD_FIRST_LEAD_S)
             if not watcher.start():
                 result.not_run = "the recorder did not start recording within 30 s"
                 return result
@@ -342,7 +348,7 @@ class DrillRun:
                 if step.on_log and not self._wait_for_log(step.on_log, result):
                     return result
             else:
-                if fault.workload:
+                if fault.workload and ctx.workload is None:
                     self.start_workload(ctx, after_s=0.0,
                                         duration_s=step.warmup_s + step.hold_s + step.traffic_after_revert_s)
                 self._sleep_until(begun + step.warmup_s)
@@ -387,6 +393,9 @@ class DrillRun:
             if disk_mode is not None:
                 full_disk.release(bundle_dir, disk_mode)
         result.facts.update(fault.facts)
+        cost = next((line.split("probe cost: ", 1)[1] for line in watcher.stderr_lines if "probe cost: " in line), None)
+        if cost is not None:
+            result.facts["probe"] = cost
         if step.guard is not None and result.injected_at is not None:
             result.guard = self._guard_outcome(result, watcher, tree)
         self._measure(result, step, watcher, prober, ctx)

@@ -41,6 +41,7 @@ DEADLINE_CEILING_S = 10.0
 LEARN_FACTOR = 4.0
 LEARN_FROM = 8
 URGENT_DEADLINE_S = 3.0      # a probe asked because a rank looks stalled: an idle server answers in well under 1 s
+PREEMPTED_WORDS = "in flight given up for an urgent one"   # the cost line's words (the drill reads them)
 URGENT_GAP_S = 10.0          # at most one such probe per this many seconds
 # A probe that got no token is asked again at once, with the same deadline, so that two probes in a row agree before
 # anything acts on not_serving (its action policy, detectors.registry): one confirmation per run of misses.
@@ -141,6 +142,8 @@ class ProbeSource:
             urgent += f" ({self.confirms} asked at once to confirm a probe that got no token)"
         if self.after_stop:
             urgent += f" ({self.after_stop} asked at once when a stop that a miss coincided with ended)"
+        if self.preempted:
+            urgent += f" ({self.preempted} {PREEMPTED_WORDS}: asked before a rank looked stalled)"
         return (f"{self.sent} one-token request(s){urgent} in {span:.0f} s{per_hour}; {self.skipped} skipped "
                 f"because the counters had moved; deadline {self.deadline_words()}")
 
