@@ -19,7 +19,6 @@ except ModuleNotFoundError:
 
 from tests.tools import needs_tool, tool_path
 
-CHROMIUM = tool_path("chromium")
 SCENARIO_VERDICTS_ALLOWED = {"overload", "kv_pressure", "preemption", "histogram_blind"}
 
 
@@ -123,7 +122,7 @@ def test_report_renders_in_chromium_without_console_errors(demo, tmp_path):
     _, report, _ = demo
     shot = tmp_path / "shot.png"
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-extensions", "--no-first-run",
+        [tool_path("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-extensions", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
          "--window-size=1200,2400", f"--screenshot={shot}", Path(report["report_html"]).resolve().as_uri()],

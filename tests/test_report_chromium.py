@@ -20,7 +20,6 @@ except ModuleNotFoundError:
 from tests.tools import needs_tool, tool_path
 
 pytestmark = [pytest.mark.chromium, needs_tool("chromium")]
-CHROMIUM = tool_path("chromium")
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytearray]]:
@@ -70,7 +69,7 @@ def test_summary_html_renders_offline_without_console_errors(tmp_path):
     assert main(["summarize", str(bundle), "--html", str(page)]) == 0
     shot = tmp_path / "shot.png"
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-extensions", "--no-first-run",
+        [tool_path("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-extensions", "--no-first-run",
          f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
          "--window-size=1000,1100", f"--screenshot={shot}", page.resolve().as_uri()],
         capture_output=True, text=True, timeout=90)

@@ -19,8 +19,6 @@ from tests.processes import stop
 
 from tests.tools import needs_tool, tool_path
 
-ALERTMANAGER = tool_path("alertmanager")
-AMTOOL = tool_path("amtool")
 pytestmark = [pytest.mark.prometheus, needs_tool("alertmanager", "amtool")]
 
 
@@ -49,7 +47,7 @@ def _request(url: str, body: bytes | None = None) -> tuple[int, bytes]:
 
 def test_amtool_accepts_the_inhibit_rules(tmp_path):
     (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(_config()))
-    result = subprocess.run([AMTOOL, "check-config", str(tmp_path / "alertmanager.yml")],
+    result = subprocess.run([tool_path("amtool"), "check-config", str(tmp_path / "alertmanager.yml")],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 inhibit rules" in result.stdout
@@ -59,7 +57,7 @@ def test_amtool_accepts_the_inhibit_rules(tmp_path):
 def test_a_page_inhibits_the_same_jobs_ticket_and_warning_in_a_real_alertmanager(tmp_path):
     (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(_config()))
     port = _free_port()
-    proc = subprocess.Popen([ALERTMANAGER, f"--config.file={tmp_path / 'alertmanager.yml'}",
+    proc = subprocess.Popen([tool_path("alertmanager"), f"--config.file={tmp_path / 'alertmanager.yml'}",
                              f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
                              "--cluster.listen-address=", "--log.level=warn"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -99,9 +97,10 @@ def test_amtool_routes_each_servewatch_alert_by_its_action_class(tmp_path):
     config["route"]["routes"] = yaml.safe_load(action_routes_yaml())["route"]["routes"]
     config["receivers"] += [{"name": name} for name in receivers.values()]
     (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    amtool = tool_path("amtool")
     for name in registry.names():
         labels = _labels("engine-a", name)
-        result = subprocess.run([AMTOOL, "config", "routes", "test", f"--config.file={tmp_path / 'alertmanager.yml'}",
+        result = subprocess.run([amtool, "config", "routes", "test", f"--config.file={tmp_path / 'alertmanager.yml'}",
                                  *(f"{k}={v}" for k, v in labels.items())], capture_output=True, text=True, timeout=30)
         assert result.returncode == 0, result.stdout + result.stderr
         assert result.stdout.strip() == receivers[registry.action_of(name)], (name, result.stdout)

@@ -31,7 +31,6 @@ from tests.test_node_view import API, CORE, RANK
 from tests.tools import needs_tool, tool_path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROMETHEUS = tool_path("prometheus")
 pytestmark = [pytest.mark.prometheus, needs_tool("prometheus")]
 SLO = (ROOT / "tests" / "rules" / "slo.yaml").read_text()
 MAX_BODY = 8 * 2**20
@@ -111,7 +110,7 @@ def test_every_rule_and_dashboard_query_returns_data_from_a_real_prometheus(tmp_
             {"job_name": slo.selector["job"], "static_configs": [{"targets": [f"127.0.0.1:{sim_port}"]}]},
             {"job_name": "servewatch", "static_configs": [{"targets": [f"127.0.0.1:{serve_port}"]}]}],
     }))
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+    prom = subprocess.Popen([tool_path("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}",
                              "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{prom_port}"

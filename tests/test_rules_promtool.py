@@ -16,7 +16,6 @@ from servewatch.derive.rule_tests import kept_files
 from tests.tools import needs_tool, tool_path
 
 RULES_DIR = Path(__file__).parent / "rules"
-PROMTOOL = tool_path("promtool")
 needs_promtool = needs_tool("promtool")
 ALL_NAMINGS = [g for gens in NAMINGS.values() for g in gens]
 
@@ -30,7 +29,7 @@ def test_the_kept_rule_tests_are_what_the_generator_writes_today():
 @needs_promtool
 @pytest.mark.parametrize("naming", ALL_NAMINGS)
 def test_promtool_check_rules_accepts_every_generated_file(naming):
-    result = subprocess.run([PROMTOOL, "check", "rules", str(RULES_DIR / naming / "rules.yml")],
+    result = subprocess.run([tool_path("promtool"), "check", "rules", str(RULES_DIR / naming / "rules.yml")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
@@ -40,7 +39,7 @@ def test_promtool_check_rules_accepts_every_generated_file(naming):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("naming", ALL_NAMINGS)
 def test_promtool_test_rules_passes_the_kept_cases(naming):
-    result = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=RULES_DIR / naming,
+    result = subprocess.run([tool_path("promtool"), "test", "rules", "tests.yml"], cwd=RULES_DIR / naming,
                             capture_output=True, text=True, timeout=220)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "SUCCESS" in result.stdout
@@ -54,7 +53,7 @@ def test_the_kept_cases_fail_against_rules_that_page_too_early(tmp_path):
     rules = (source / "rules.yml").read_text().replace("> (14.4 * 0.001)", "> (1 * 0.001)")
     (tmp_path / "rules.yml").write_text(rules)
     shutil.copy(source / "tests.yml", tmp_path / "tests.yml")
-    result = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
+    result = subprocess.run([tool_path("promtool"), "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=220)
     assert result.returncode != 0
     assert "a five-minute blip" in result.stdout + result.stderr

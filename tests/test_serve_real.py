@@ -22,8 +22,6 @@ from tests.processes import stop
 from tests.tools import needs_tool, tool_path
 
 pytestmark = pytest.mark.prometheus
-PROMETHEUS = tool_path("prometheus")
-ALERTMANAGER = tool_path("alertmanager")
 STALL = "alive_health_ok_no_progress"
 
 
@@ -71,7 +69,7 @@ def test_prometheus_sees_the_stall_in_a_promql_query(tmp_path):
                 port = free_port()
                 api = f"http://127.0.0.1:{port}"
                 with open(tmp_path / "prometheus.log", "wb") as log:
-                    async with process([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                    async with process([tool_path("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
                                         f"--storage.tsdb.path={tmp_path / 'data'}",
                                         f"--web.listen-address=127.0.0.1:{port}"], api + "/-/ready", log):
                         load = a.load(session) + b.load(session)
@@ -116,7 +114,7 @@ def test_the_fleets_prometheus_is_service_discovery(tmp_path):
             port = free_port()
             api = f"http://127.0.0.1:{port}"
             with open(tmp_path / "prometheus.log", "wb") as log:
-                async with process([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                async with process([tool_path("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
                                     f"--storage.tsdb.path={tmp_path / 'data'}",
                                     f"--web.listen-address=127.0.0.1:{port}"], api + "/-/ready", log):
                     config = ServeConfig(prometheus_sd=PrometheusSdConfig(api, job="vllm", refresh_s=1.0),
@@ -156,7 +154,7 @@ def test_alertmanager_delivers_the_alert_and_its_resolution(tmp_path):
             "send_resolved: true}]\n")
         try:
             with open(tmp_path / "alertmanager.log", "wb") as log:
-                async with process([ALERTMANAGER, f"--config.file={tmp_path / 'alertmanager.yml'}",
+                async with process([tool_path("alertmanager"), f"--config.file={tmp_path / 'alertmanager.yml'}",
                                     f"--storage.path={tmp_path / 'am'}", f"--web.listen-address=127.0.0.1:{port}",
                                     "--cluster.listen-address="], am + "/-/ready", log):
                     async with sim_target() as a, aiohttp.ClientSession() as session:
