@@ -31,6 +31,7 @@ from servewatch.actions.identity import (ServerIdentityError, ServerProof, prove
                                          unverifiable_reason)
 from servewatch.actions.policy import Action, GuardConfig, Outcome, action_for, exit_status
 from servewatch.detectors import registry
+from servewatch.sources.collective_source import collect_now
 
 ReturnCode = Callable[[], "int | None"]     # Popen.poll of a server guard started; None when attached
 
@@ -127,6 +128,8 @@ class Guard:
                      f"tree ({_roles(members)})", event="dry_run", verdict=action.verdict)
             self.busy = False
             return
+        if self.recorder is not None:      # every rank's Flight Recorder dump and RAS, on the record before the kill
+            await collect_now(self.recorder)
         if action.stacks:
             capture = await loop.run_in_executor(None, self._capture, members)
             where = f" → {capture.path}" if capture.path else ""
@@ -266,7 +269,7 @@ class Guard:
         code, why = exit_status(self.outcome)
         if self.refused:
             why += f"; {len(self.refused)} signal(s) not sent, the process was not proven to be the server"
-        self.say(f"exit {code}: {why}", event="exit", code=code)
+        self.say(f"exit {code}: {why}", event="exit", code=code, why=why)
         return code, why
 
     def _spawn(self, coro) -> None:

@@ -74,10 +74,6 @@ async def _watch(args) -> int:
             identity = {"verified": proof.verified, "override": args.unverified_pid_ok, "how": proof.how}
             given = "; --unverified-pid-ok was given" if args.unverified_pid_ok else ""
             print(f"servewatch watch: identity: {proof.how}{given}", file=sys.stderr, flush=True)
-    if probe is not None:    # said once: where the rank behind in a collective could be read from (issue 43)
-        from servewatch.sources.collective_env import watch_line
-
-        print(f"servewatch watch: {watch_line(args.pid)}", file=sys.stderr, flush=True)
     mismatch: list[str] = []
     listeners = [lambda fired: print(json_line(fired), flush=True)] if args.json else []
     clear_listeners = [lambda cleared: print(cleared_line(cleared), flush=True)] if args.json else []

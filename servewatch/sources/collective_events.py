@@ -67,3 +67,21 @@ def from_ras(report: RasReport, t: float) -> list[LogEvent]:
     if not events and (report.comms or report.table):
         events.append(LogEvent(t, KIND, {"component": "ras", "state": "agree"}))
     return events
+
+
+def positions(analysis: Analysis, t: float, *, limit: int = 256) -> list[LogEvent]:
+    """Where each rank is in each group, as the dumps said it (state "position"): the bundle's bounded copy of
+    the dumps (numbers only; a dump's frames and paths are never kept). At most `limit` events."""
+    events = []
+    for g in analysis.groups:
+        for p in g.positions:
+            if len(events) >= limit:
+                return events
+            fields = {"component": "flight_recorder", "state": "position", "rank": p.rank, **_group(g.group)}
+            for key, value in (("completed", p.completed), ("started", p.started), ("entered", p.entered)):
+                if value is not None:
+                    fields[key] = value
+            if _op(p.pending_op):
+                fields["op"] = p.pending_op
+            events.append(LogEvent(t, KIND, fields))
+    return events

@@ -63,9 +63,11 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
     async with aiohttp.ClientSession(connector=connector) as session:
         heard = [*(CallbackSink(listener, on_loop=True) for listener in listeners),
                  *(CallbackSink(on_cleared=listener, on_loop=True) for listener in clear_listeners)]
+        extra = list(extra_sources(clock) if callable(extra_sources) else extra_sources)
+        if probe is not None:    # the ranks' collective sources (RAS, Flight Recorder dumps), issue 43
+            extra.append(_collective_source(probe, clock, options, tool, identity))
         recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
-                                  stop_when=stop_when, tool=tool,
-                                  extra_sources=extra_sources(clock) if callable(extra_sources) else extra_sources)
+                                  stop_when=stop_when, tool=tool, extra_sources=extra)
         recorder.evidence_listeners.extend(evidence_listeners)
         if on_recorder is not None:
             on_recorder(recorder)
@@ -86,6 +88,19 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
         print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
     _say_probe_cost(recorder, tool)
     return recorder
+
+
+def _collective_source(probe: PsutilProbe, clock: Clock, options: RecordingOptions, tool: str,
+                       identity: Callable[[], dict | None] | None) -> Source:
+    """The tree's collective source: said once at its first poll; a dump trigger is written only while the
+    root's identity proof holds (watch and guard prove it; `identity()` says so)."""
+    from servewatch.sources.collective_source import CollectiveSource
+
+    def proven() -> bool:
+        said = identity() if identity is not None else None
+        return identity is None or bool(said and (said.get("verified") or said.get("override")))
+
+    return CollectiveSource(clock, options.interval, root=probe.pid, tool=tool, proven=proven)
 
 
 def _say_probe_cost(recorder: Recorder, tool: str) -> None:

@@ -1,0 +1,41 @@
+"""A stand-in rank (standard library only) for the fast suite: its environment says what a torchrun rank's
+would (RANK, TORCH_FR_BUFFER_SIZE, the dump trigger pipe and dump file prefixes); it serves the documented
+pipe trigger by writing a dump recorded from a real gloo job (tests/fixtures/flight_recorder/).
+
+    python fake_rank.py MODE DUMP_FIXTURE
+    MODE: serve    — each read of the pipe writes the fixture to the dump file (a temporary file, renamed)
+          noread   — makes the pipe and never opens it (a write would have no reader)
+          huge     — each read of the pipe leaves a sparse dump over servewatch's size bound
+Says "ready" on stdout once the pipe exists, "dumped" after each dump.
+"""
+
+import os
+import shutil
+import sys
+import threading
+
+
+def main() -> None:
+    mode, fixture = sys.argv[1], sys.argv[2]
+    rank = os.environ["RANK"]
+    pipe = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] + rank + ".pipe"
+    target = os.environ["TORCH_FR_DUMP_TEMP_FILE"] + rank
+    os.mkfifo(pipe)
+    print("ready", flush=True)
+    if mode == "noread":
+        threading.Event().wait()
+    while True:
+        with open(pipe, "rb") as fifo:
+            if not fifo.read(64):
+                continue
+        if mode == "huge":
+            with open(target + ".tmp", "wb") as out:
+                out.truncate(40 * 1024 * 1024)
+        else:
+            shutil.copyfile(fixture, target + ".tmp")
+        os.replace(target + ".tmp", target)
+        print("dumped", flush=True)
+
+
+if __name__ == "__main__":
+    main()

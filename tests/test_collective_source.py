@@ -1,0 +1,225 @@
+"""The live collective source (servewatch.sources.collective_source): discovery said once, every rank's Flight
+Recorder dump collected through its pipe when a stall is pending, `collective_hang` fired by the recorder
+from the timeline; and each safety case said in one line (a pipe no one reads, a pipe that would block, a
+dump too large, a RAS port held by something else, a process that is not the one discovered).
+
+The ranks here are stand-ins (tests/collective/fake_rank.py, standard library only) that serve dumps a
+real gloo job recorded; the real job is tests/collective/test_live_collection.py (marker collective)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from servewatch.clock import RealClock
+from servewatch.sources import collective_source as cs
+from servewatch.sources import flight_recorder as fr
+from servewatch.watch.recorder import Recorder
+
+FAKE = Path(__file__).parent / "collective" / "fake_rank.py"
+FIXTURES = Path(__file__).parent / "fixtures" / "flight_recorder"
+
+
+def _line(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    assert ready, f"the stand-in rank said nothing in {timeout_s:g} s"
+    return proc.stdout.readline().strip()
+
+
+@contextlib.contextmanager
+def ranks(tmp_path: Path, modes=("serve", "serve"), case: str = "behind", extra_env: dict | None = None):
+    procs = []
+    try:
+        for rank, mode in enumerate(modes):
+            env = dict(os.environ, RANK=str(rank), TORCH_FR_BUFFER_SIZE="2000",
+                       TORCH_NCCL_DEBUG_INFO_PIPE_FILE=str(tmp_path / "pipe_"),
+                       TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "fr_"), **(extra_env or {}))
+            procs.append(subprocess.Popen([sys.executable, str(FAKE), mode,
+                                           str(FIXTURES / f"gloo_{case}_rank{rank}.json")],
+                                          env=env, stdout=subprocess.PIPE, text=True))
+        for proc in procs:
+            assert _line(proc) == "ready"
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _record(source: cs.CollectiveSource, duration: float = 10.0):
+    fired_at: list[float] = []
+
+    def stop_when(fired) -> bool:
+        fired_at.append(time.monotonic())
+        return fired.verdict.name == "collective_hang"
+
+    recorder = Recorder([source], RealClock(), stop_when=stop_when, tool="test")
+    t0 = time.monotonic()
+    asyncio.run(recorder.run(duration))
+    return recorder, t0, fired_at
+
+
+def test_a_pending_stall_collects_every_ranks_dump_and_collective_hang_fires(tmp_path):
+    said: list[str] = []
+    with ranks(tmp_path) as procs:
+        source = cs.CollectiveSource(RealClock(), 0.2, pids=[p.pid for p in procs], pending=lambda: True,
+                                     say=said.append)
+        recorder, t0, fired_at = _record(source)
+    (fired,) = [f for f in recorder.fired if f.verdict.name == "collective_hang"]
+    assert fired.verdict.details["rank"] == 1 and fired.verdict.details["seq"] == 5
+    assert fired.verdict.details["evidence"] == "flight_recorder"
+    assert said[0] == "collectives: RAS: not in use (no NCCL loaded); Flight Recorder: on (buffer 2000, pipe), " \
+                      "2 of 2 processes"
+    assert sum(line.startswith("collectives: RAS") for line in said) == 1      # said once
+    assert source.collections == 1 and sorted(source.last_collected.dumps) == [0, 1]
+    assert str(tmp_path) not in " ".join(said)
+    # the bundle's copy of the dumps: positions, numbers only
+    positions = [e.fields for e in recorder.ring.window().logs if e.fields.get("state") == "position"]
+    assert {(p["rank"], p["entered"]) for p in positions} == {(0, 5), (1, 4)}
+
+
+def test_nothing_pending_writes_no_pipe(tmp_path):
+    said: list[str] = []
+    with ranks(tmp_path) as procs:
+        source = cs.CollectiveSource(RealClock(), 0.1, pids=[p.pid for p in procs], pending=lambda: False,
+                                     say=said.append)
+        _record(source, duration=0.6)
+    assert source.collections == 0 and not (tmp_path / "fr_0").exists()
+    assert len(said) == 1
+
+
+def test_forced_collection_before_a_kill(tmp_path):
+    with ranks(tmp_path) as procs:
+        source = cs.CollectiveSource(RealClock(), 60.0, pids=[p.pid for p in procs], pending=lambda: False,
+                                     say=lambda line: None)
+        recorder = Recorder([source], RealClock(), tool="test")
+
+        async def go():
+            await recorder.poll(source)          # the first poll: nothing pending, nothing asked
+            assert source.collections == 0
+            return await cs.collect_now(recorder)
+
+        assert asyncio.run(go()) is source
+    assert source.collections == 1
+    assert [e.fields["rank"] for e in recorder.ring.window().logs if e.fields.get("state") == "behind"] == [1]
+
+
+def test_a_pipe_no_one_reads_and_a_dump_too_large_are_one_line_each(tmp_path):
+    said: list[str] = []
+    with ranks(tmp_path, modes=("noread", "huge")) as procs:
+        source = cs.CollectiveSource(RealClock(), 0.1, pids=[p.pid for p in procs], pending=lambda: True,
+                                     say=said.append, dump_timeout_s=2.0)
+        recorder, _, _ = _record(source, duration=0.8)
+    assert "collectives: rank 0: no process reads the dump trigger pipe: not written" in said
+    assert any(line.startswith("collectives: rank 1: dump of 41,943,040 bytes is over the") for line in said)
+    assert not recorder.fired
+    assert len(said) == len(set(said))              # each said once, however often it repeats
+
+
+def test_a_pipe_that_would_block_is_said_not_waited_on(tmp_path):
+    pipe = tmp_path / "p.pipe"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)     # a reader that never reads
+    try:
+        writer = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        with contextlib.suppress(BlockingIOError):
+            for _ in range(100_000):
+                os.write(writer, b"x" * 4096)
+        os.close(writer)
+        t0 = time.monotonic()
+        assert fr.request_dump(str(pipe)) == "the dump trigger pipe is full (a request is already pending)"
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        os.close(reader)
+
+
+def test_a_process_not_the_one_discovered_is_not_written(tmp_path):
+    with ranks(tmp_path, modes=("serve",)) as (proc,):
+        pipe = str(tmp_path / "pipe_0.pipe")
+        assert cs.not_ours(proc.pid, pipe, cs._create_time(proc.pid)) is None
+        why = cs.not_ours(proc.pid, pipe, 12.0)
+        assert why == f"pid {proc.pid} is no longer the process discovered (gone or its PID reused): not written"
+        said: list[str] = []
+        source = cs.CollectiveSource(RealClock(), 0.1, pids=[proc.pid], pending=lambda: True, say=said.append)
+        source._created[proc.pid] = 12.0                 # as if the PID had been reused since discovery
+        _record(source, duration=0.5)
+    assert f"collectives: rank 0: {why}" in said and source.collections == 0
+    assert not (tmp_path / "fr_0").exists()
+
+
+def test_an_unproven_server_gets_no_pipe_write(tmp_path):
+    said: list[str] = []
+    with ranks(tmp_path, modes=("serve",)) as (proc,):
+        source = cs.CollectiveSource(RealClock(), 0.1, pids=[proc.pid], pending=lambda: True, say=said.append,
+                                     proven=lambda: False)
+        _record(source, duration=0.4)
+    assert "collectives: the server's identity is not proven: no dump trigger written" in said
+    assert not (tmp_path / "fr_0").exists()
+
+
+def _fake_proc(tmp_path: Path, pid: int, env: dict) -> str:
+    d = tmp_path / "proc" / str(pid)
+    d.mkdir(parents=True)
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0")
+    (d / "maps").write_bytes(b"7f0000-7f1000 r-xp 0 0:0 0 /usr/lib/libnccl.so.2.27.3\n")
+    return str(tmp_path / "proc")
+
+
+def test_a_ras_port_held_by_something_else_is_one_line(tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+
+    def answer():
+        with contextlib.suppress(OSError):
+            for _ in range(4):
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    proc = _fake_proc(tmp_path, 4242, {"RANK": "0", "NCCL_RAS_ADDR": f"127.0.0.1:{port}"})
+    said: list[str] = []
+    source = cs.CollectiveSource(RealClock(), 0.1, pids=[4242], pending=lambda: False, say=said.append, proc=proc)
+    try:
+        recorder, _, _ = _record(source, duration=0.5)
+    finally:
+        server.close()
+    assert said[0].startswith("collectives: RAS: on (127.0.0.1:"), said
+    assert (f"collectives: RAS at 127.0.0.1:{port}: the port answers, but not as NCCL RAS (something else holds it)"
+            in said)
+    assert source.ras_reads == 0 and not recorder.fired
+
+
+def test_ras_silent_port_is_bounded(tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)                                   # accepts (the kernel does) and never answers
+    port = server.getsockname()[1]
+    proc = _fake_proc(tmp_path, 4243, {"RANK": "0", "NCCL_RAS_ADDR": f"127.0.0.1:{port}"})
+    said: list[str] = []
+    source = cs.CollectiveSource(RealClock(), 0.1, pids=[4243], pending=lambda: False, say=said.append, proc=proc,
+                                 ras_total_s=0.5)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await source.poll()
+        return loop.time() - t0
+
+    try:
+        took = asyncio.run(go())
+    finally:
+        server.close()
+    assert f"collectives: RAS at 127.0.0.1:{port}: no answer within the time bound" in said
+    assert took < 0.5 + 0.5                            # the bound plus a measured allowance (discovery, thread)
