@@ -24,12 +24,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+class _Version(argparse.Action):
+    """`--version`: the package's version and the engine versions it was proven on (servewatch.lab.proven),
+    read only when asked, so that parsing stays fast."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from servewatch.lab.proven import version_lines
+
+        print("\n".join(version_lines(__version__)))
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="servewatch",
         description="Flight recorder, doctor and watchdog for vLLM and SGLang servers.",
     )
-    parser.add_argument("--version", action="version", version=f"servewatch {__version__}")
+    parser.add_argument("--version", action=_Version, help="the version, and the engine versions it was proven on")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
