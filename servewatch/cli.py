@@ -13,7 +13,8 @@ from servewatch.errors import ServewatchError
 # Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
 # `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
 COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summarize", "postmortem", "diagnose",
-            "advise", "rules", "dashboard", "demo", "lab", "canary", "drill", "proxy", "requests", "collectives")
+            "advise", "rules", "dashboard", "demo", "lab", "canary", "drill", "proxy", "requests", "collectives",
+            "completion")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, server_command = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
     args.server_command = server_command
+    args.root_parser = parser          # for `completion`, which writes the script of the whole parser
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
