@@ -7,15 +7,22 @@ from servewatch import dialects
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 
 __all__ = ["EngineSeries", "NAMINGS", "NAMING_HELP", "LatencyHistogram", "RatioSeries", "add_series_arguments",
-           "default_naming", "engine_series", "series_from_args"]
+           "default_naming", "engine_series", "namings", "series_from_args"]
 
-NAMINGS = {d.name: tuple(d.alert_namings) for d in dialects.registered() if d.alert_namings}
+
+def namings() -> dict[str, tuple[str, ...]]:
+    """Each registered dialect's alert namings (newest first), read from the registry now: a dialect
+    registered after import is a `--dialect` choice too."""
+    return {d.name: tuple(d.alert_namings) for d in dialects.registered() if d.alert_namings}
+
+
+NAMINGS = namings()          # the built-ins' (what the shipped tests and rule checks iterate)
 NAMING_HELP = ("vllm-0.32 (current names), vllm-0.11, vllm-legacy (before 0.11: gpu_cache_usage_perc, "
                    "time_per_output_token_seconds), sglang-0.5.23")
 
 
 def default_naming(dialect: str) -> str:
-    return NAMINGS[dialect][0]
+    return namings()[dialect][0]
 
 
 def engine_series(dialect: str, naming: str | None = None) -> EngineSeries:
@@ -28,8 +35,9 @@ def engine_series(dialect: str, naming: str | None = None) -> EngineSeries:
 
 def add_series_arguments(parser) -> None:
     """--dialect and --names, as `rules` and `dashboard` take them."""
-    parser.add_argument("--dialect", choices=tuple(NAMINGS), default=next(iter(NAMINGS)),
-                        help=f"the engine whose metric names to use (default {next(iter(NAMINGS))})")
+    known = namings()
+    parser.add_argument("--dialect", choices=tuple(known), default=next(iter(known)),
+                        help=f"the engine whose metric names to use (default {next(iter(known))})")
     parser.add_argument("--names", metavar="NAMING", default=None,
                         help=f"metric naming: {NAMING_HELP} (default: the dialect's current names)")
 
@@ -41,4 +49,4 @@ def series_from_args(args) -> EngineSeries:
         return engine_series(args.dialect, args.names)
     except KeyError:
         raise ServewatchError(f"--names: {args.names!r} is not a {args.dialect} metric naming "
-                              f"(one of {', '.join(NAMINGS[args.dialect])})") from None
+                              f"(one of {', '.join(namings()[args.dialect])})") from None

@@ -43,6 +43,9 @@ class EngineSeries:
     slot_limit_flag: str = ""
     default_slot_limit: int | None = None
     engine_labels: tuple[str, ...] = ()   # labels the engine adds (never on its HTTP counters)
+    # The counter of tokens generated (exposed name, `_total`): the engine's progress. The simulator writes it
+    # for a dialect it has no hand-written exposition of (servewatch.sim.metrics_series); "" where unstated.
+    generation_tokens: str = ""
 
     def histogram(self, kind: str) -> LatencyHistogram | None:
         return self.histograms.get(kind)

@@ -1,6 +1,10 @@
 """What makes the simulated engine a vLLM or an SGLang: one `EngineBehaviour` per engine, looked up by
 dialect name in `BEHAVIOURS`. The engine, the scheduler and the HTTP server are shared; everything that
-differs between the engines is a field here, so a new engine's simulator is one object and one entry.
+differs between the engines is a field here.
+
+A registered dialect with no entry here is simulated from its dialect alone (`behaviour_for`): its /metrics
+rendered from the series it declares (servewatch.sim.metrics_series), its /health "200 while alive, its
+dead status once dead", no engine log lines. A new engine's simulator is then nothing but its dialect.
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from servewatch.sim.logs import SGLANG_VERSION, VLLM_VERSION, LogSink, SglangLog, VllmLog
+from servewatch import dialects
+from servewatch.sim.logs import SGLANG_VERSION, VLLM_VERSION, LogSink, QuietLog, SglangLog, VllmLog
 
 TOKENIZE, LOAD = "tokenize", "load"     # optional endpoints an engine may serve (see server.OPTIONAL_ROUTES)
 
@@ -77,3 +82,28 @@ SGLANG = EngineBehaviour(
 )
 
 BEHAVIOURS: dict[str, EngineBehaviour] = {b.name: b for b in (VLLM, SGLANG)}
+
+
+def behaviour_for(name: str) -> EngineBehaviour | None:
+    """The behaviour of the engine `name`: a built-in one, or one made from its registered dialect (its
+    metric naming rendered by the simulator); None when no registered dialect names alert series."""
+    if name in BEHAVIOURS:
+        return BEHAVIOURS[name]
+    dialect = dialects.by_name(name)
+    if dialect is None or not dialect.alert_namings:
+        return None
+    series = dialect.alert_series(dialect.alert_namings[0])
+
+    def make_metrics(engine, created: float):
+        from servewatch.sim.metrics_series import SeriesMetrics
+        return SeriesMetrics(engine, created, series)
+
+    return EngineBehaviour(
+        name=name, version="0", model_owner=name, make_metrics=make_metrics, make_log=QuietLog,
+        error_body=_openai_error, listens_while_starting=False, health_generates=False, stall_watchdog=False,
+        periodic_stats_log=False, logs_shutdown=False, logs_ready_banner=False)
+
+
+def engine_names() -> tuple[str, ...]:
+    """Every engine the simulator speaks: the built-ins, then registered dialects that name their series."""
+    return tuple(dict.fromkeys((*BEHAVIOURS, *(d.name for d in dialects.registered() if d.alert_namings))))

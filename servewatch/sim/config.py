@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from servewatch.sim.behaviour import BEHAVIOURS
+from servewatch.sim.behaviour import behaviour_for, engine_names
 from servewatch.sim.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 
@@ -32,8 +32,8 @@ class SimConfig:
     faults: list[str] = field(default_factory=list)   # start-time fault specs, e.g. "stall@30s"
 
     def __post_init__(self) -> None:
-        if self.dialect not in BEHAVIOURS:
-            raise ValueError(f"dialect must be one of {', '.join(BEHAVIOURS)}, not {self.dialect!r}")
+        if behaviour_for(self.dialect) is None:
+            raise ValueError(f"dialect must be one of {', '.join(engine_names())}, not {self.dialect!r}")
         hw = get_profile(self.profile)
         if self.model_name is None:
             self.model_name = hw.model_name

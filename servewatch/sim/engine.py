@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from servewatch.clock import Clock, VirtualClock
 from servewatch.sim import roofline, tokens
-from servewatch.sim.behaviour import BEHAVIOURS
+from servewatch.sim.behaviour import behaviour_for
 from servewatch.sim.config import SimConfig
 from servewatch.sim.faults import STARTUP_KINDS, Fault, FaultSpecError, fault_from_json, parse_fault_spec
 from servewatch.sim.kvcache import BlockPool
@@ -70,7 +70,7 @@ class SimEngine:
         self.pool = BlockPool(cfg.num_blocks, enable_prefix_caching=cfg.enable_prefix_caching)
         self.scheduler = Scheduler(pool=self.pool, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
                                    max_batched_tokens=cfg.max_batched_tokens, max_model_len=cfg.max_model_len)
-        self.behaviour = behaviour = BEHAVIOURS[cfg.dialect]
+        self.behaviour = behaviour = behaviour_for(cfg.dialect)
         self.metrics = behaviour.make_metrics(self, self.started_at)
         self.log = behaviour.make_log(self, LogSink(log_stream))
         self.state = STARTING

@@ -330,3 +330,17 @@ class SglangLog(_Base):
         now = time.strftime("%H:%M:%S", time.localtime(self.engine.clock.now()))
         self._line(f"Health check failed. Server couldn't get a response from detokenizer for last "
                    f"{self.engine.config.health_timeout:g} seconds. tic start time: {now}. last_heartbeat time: {stamp}")
+
+
+class QuietLog(_Base):
+    """The log of an engine the simulator knows only by its dialect: the HTTP server's own lines, no engine
+    lines (an engine's log grammar is its dialect's to read, not the simulator's to guess)."""
+
+    STAGES = (("process_up", 0.0), ("engine_ready", 1.0))
+    FAILS_AT = "engine_ready"
+
+    def _quiet(self, *args, **kwargs) -> None:
+        return None
+
+    stage = ready = listening = fired_up = on_admitted = on_step = stats = _quiet
+    engine_death = oom = startup_oom = stall_watchdog = health_failed = _quiet
