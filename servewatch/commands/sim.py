@@ -45,6 +45,16 @@ def register(subparsers) -> None:
                              "(repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-file", default=None, help="write the engine's log lines here (default: stdout)")
+    replay = parser.add_argument_group("telemetry replay", "serve an incident bundle's recorded /health and /metrics "
+                                       "over time, in the engine's own names, instead of simulating an engine")
+    replay.add_argument("--replay", metavar="BUNDLE", default=None,
+                        help="the bundle directory to replay (watch its process view with `watch URL --replay BUNDLE`)")
+    replay.add_argument("--speed", type=float, default=1.0, help="bundle seconds per second (default 1)")
+    replay.add_argument("--loop", action="store_true",
+                        help="play again from the start after the end, counters continuing (default: hold the last "
+                             "recorded state)")
+    replay.add_argument("--start", type=float, default=0.0, metavar="SECONDS",
+                        help="begin this many seconds into the bundle (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise SimUsageError(f"--port {args.port} is not a TCP port")
+    if args.replay is not None:
+        return _replay(args)
+    if args.loop or args.speed != 1.0 or args.start:
+        raise SimUsageError("--speed, --loop and --start go with --replay BUNDLE")
     profile = args.profile or DEFAULT_PROFILE
     if profile not in PROFILES:
         raise SimUsageError(f"--profile {profile!r} is unknown (known: {', '.join(sorted(PROFILES))})")
@@ -110,3 +124,39 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if log_stream is not sys.stdout:
             log_stream.close()
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+    import sys
+
+    from servewatch.sim.replay import Playhead, ReplayError, load
+    from servewatch.sim.replay_server import serve
+
+    try:
+        telemetry = load(args.replay)
+        playhead = Playhead(telemetry, speed=args.speed, loop=args.loop, start_offset=args.start)
+    except ReplayError as exc:
+        raise SimUsageError(f"--replay: {exc}") from None
+
+    def listening(port: int) -> None:
+        verdicts = ", ".join(f"{v['name']} at {float(v['t']) - telemetry.start:.1f} s" for v in telemetry.verdicts)
+        after = "plays again from the start (counters continuing)" if args.loop else "holds its last recorded state"
+        print(f"servewatch sim: replaying {telemetry.dialect} telemetry ({telemetry.end - telemetry.start:.1f} s, "
+              f"{len(telemetry.metrics)} scrapes, from {args.start:g} s, at {args.speed:g}x; after its end it "
+              f"{after}) on http://{args.host}:{port}", file=sys.stderr, flush=True)
+        if verdicts:
+            print(f"servewatch sim: the bundle's verdicts (bundle seconds): {verdicts}", file=sys.stderr, flush=True)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            return await serve(playhead, args.host, args.port, on_listening=listening, stop=stop)
+        except OSError as exc:
+            raise SimUsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+
+    return asyncio.run(main())

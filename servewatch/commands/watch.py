@@ -23,6 +23,9 @@ def register(subparsers) -> None:
     parser.add_argument("--unverified-pid-ok", action="store_true",
                         help="record --pid although it cannot be proven, from here, to hold the URL's port (another "
                              "host or network namespace); kept in every bundle")
+    parser.add_argument("--replay", metavar="BUNDLE", default=None,
+                        help="URL is `servewatch sim --replay BUNDLE`: take the process view from the bundle, in step "
+                             "with the replay (in place of --pid)")
     add_recording_arguments(parser, DEFAULTS, ("duration",))
     parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
     parser.add_argument("--json", action="store_true",
@@ -44,6 +47,7 @@ async def _watch(args) -> int:
     import sys
     import time
 
+    from servewatch.errors import ServewatchError
     from servewatch.sources.process import PsutilProbe
     from servewatch.detectors.registry import is_incident
     from servewatch.watch.options import options_from_args
@@ -52,9 +56,18 @@ async def _watch(args) -> int:
 
     options = options_from_args(args, DEFAULTS)  # a bad --set / --detectors: one line, exit 2
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
+    if args.replay is not None:
+        from servewatch.sim.replay import ReplayError, attach
+
+        if probe is not None:
+            raise ServewatchError("--replay takes the process view from the bundle: leave out --pid")
+        try:
+            probe = await attach(options.url, args.replay)
+        except ReplayError as exc:
+            raise ServewatchError(f"--replay: {exc}") from None
     identity = None
     pending = False
-    if probe is not None:    # its process tree is recorded only once it is proven to be the server
+    if probe is not None and args.replay is None:   # its tree is recorded only once it is proven to be the server
         from servewatch.actions.identity import ServerIdentityError, prove_server
 
         try:

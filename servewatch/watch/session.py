@@ -64,7 +64,8 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
         heard = [*(CallbackSink(listener, on_loop=True) for listener in listeners),
                  *(CallbackSink(on_cleared=listener, on_loop=True) for listener in clear_listeners)]
         extra = list(extra_sources(clock) if callable(extra_sources) else extra_sources)
-        if probe is not None:    # the ranks' collective sources (RAS, Flight Recorder dumps), issue 43
+        if probe is not None and getattr(probe, "live", True):   # the ranks' collective sources (RAS, Flight
+            # Recorder dumps), issue 43; a replayed process view (`watch --replay`) has no live process to read
             extra.append(_collective_source(probe, clock, options, tool, identity))
         recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
                                   stop_when=stop_when, tool=tool, extra_sources=extra)
