@@ -109,6 +109,34 @@ def process_rows(incident: Incident) -> tuple[float | None, list[tuple]]:
     return last.t, rows
 
 
+COLLECTIVE_HEADERS = ("group", "rank", "last completed", "last entered", "waiting in")
+
+
+def collective_rows(incident: Incident) -> tuple[float | None, list[tuple]]:
+    """(time, rows) of the newest Flight Recorder collection in the bundle: each rank's position per process
+    group (the "position" events the collective source keeps; numbers and the op's name only)."""
+    from servewatch.timeline.samples import LogEvent
+
+    positions = [s for s in incident.samples if isinstance(s, LogEvent) and s.kind == "collective"
+                 and s.fields.get("state") == "position"]
+    if not positions:
+        return None, []
+    t = positions[-1].t
+    rows = []
+    for e in positions:
+        if e.t != t:
+            continue
+        f = e.fields
+        entered, completed = f.get("entered"), f.get("completed")
+        rows.append((_whole(f.get("group")), _whole(f.get("rank")), _whole(completed), _whole(entered),
+                     str(f["op"]) if isinstance(f.get("op"), str) and entered != completed else ""))
+    return t, sorted(rows, key=lambda r: (str(r[0]), str(r[1])))
+
+
+def _whole(value) -> str:
+    return str(int(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
+
+
 def log_rows(incident: Incident, limit: int = 20) -> list[tuple]:
     """The newest `limit` log events: time from the window start, kind, and their parsed fields."""
     from servewatch.timeline.samples import LogEvent

@@ -356,7 +356,8 @@ def incident_section(incident, *, title: str | None = None, anchor: str | None =
     caption = ("Health, running, waiting, KV cache and generation rate; red bands run from each verdict's onset "
                f"to the moment it was concluded. Time in seconds from {utc(t0)}.")
     body = (f"{facts}<figure>{chart}<figcaption>{esc(caption)}</figcaption></figure>{zoom}"
-            f"<h3>Verdicts</h3>{verdicts_html(incident.verdicts, t0)}{_latency_html(incident)}"
+            f"<h3>Verdicts</h3>{verdicts_html(incident.verdicts, t0)}{gpu_html(incident.samples, t0)}"
+            f"{_latency_html(incident)}"
             f"{_process_and_logs_html(incident, t0)}")
     return Section(title=title or f"Incident {incident.name}", body_html=body, anchor=anchor)
 
@@ -397,9 +398,36 @@ def _latency_html(incident) -> str:
             f"scrape in the bundle, per bucket.</p><div class=\"charts\">{charts}</div>{note}")
 
 
+def gpu_html(samples, t0: float | None) -> str:
+    """The GPU panel: per rank, its GPU over the window (utilisation, power, SM clock, temperature, whether a
+    throttle reason held its clocks), its Xid events and the moment it was lost marked; empty without GPU samples."""
+    from servewatch.bundle.gpu_panel import LABELS as GPU_LABELS
+    from servewatch.bundle.gpu_panel import gpu_panels, panel_title, throttle_words, xid_words
+
+    panels = gpu_panels(samples)
+    if not panels:
+        return ""
+    base = t0 if t0 is not None else min((p[0] for g in panels for p in g.series["utilization_pct"]), default=0.0)
+    out = ["<h3>GPUs per rank</h3><p>Each rank's GPU as NVML read it (the GPU source's readings); Xid events and "
+           "a GPU lost are marked in red. Time in seconds from " + esc(utc(base)) + ".</p>"]
+    for panel in panels:
+        title = panel_title(panel)
+        chart = render_timeline_svg(panel.series, panel.markers, labels=GPU_LABELS, panel_height=40, t0=base,
+                                    title=f"GPU panel of {title}")
+        said = [f"throttle reasons: {throttle_words(panel, base)}" if panel.throttles else "no throttle reason",
+                *(xid_words(x, base) for x in panel.xids)]
+        if panel.lost_at is not None:
+            said.append(f"lost (NVML: GPU is lost) from +{panel.lost_at - base:.1f} s")
+        out.append(f"<h3>{esc(title)}</h3><figure>{chart}<figcaption>{esc('; '.join(said))}</figcaption></figure>")
+        if panel.xids:
+            out.append(render_table(("time (s)", "Xid", "meaning", "NVIDIA's action"),
+                                    [(round(x.t - base, 3), x.xid, x.meaning, x.action) for x in panel.xids]))
+    return "".join(out)
+
+
 def _process_and_logs_html(incident, t0: float | None) -> str:
-    from servewatch.bundle.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, log_rows, process_rows,
-                                           stage_rows)
+    from servewatch.bundle.incident import (COLLECTIVE_HEADERS, LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS,
+                                           collective_rows, log_rows, process_rows, stage_rows)
 
     out = []
     stages = stage_rows(incident)
@@ -409,6 +437,10 @@ def _process_and_logs_html(incident, t0: float | None) -> str:
     if rows:
         at = f" at +{fmt(t - t0)} s" if t0 is not None else ""
         out.append(f"<h3>Process tree{esc(at)} (newest sample)</h3>{render_table(PROCESS_HEADERS, rows)}")
+    t, rows = collective_rows(incident)
+    if rows:
+        at = f" at +{fmt(t - t0)} s" if t0 is not None else ""
+        out.append(f"<h3>Collectives (Flight Recorder){esc(at)}</h3>{render_table(COLLECTIVE_HEADERS, rows)}")
     logs = log_rows(incident)
     if logs:
         out.append(f"<h3>Log events (newest {len(logs)})</h3>{render_table(LOG_HEADERS, logs)}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from servewatch.detectors.registry import runbook_for
 from servewatch.detectors.verdict import RunbookBranch
-from servewatch.bundle.incident import (LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS, latency_histograms, log_rows,
-                                       process_rows, stage_rows)
+from servewatch.bundle.incident import (COLLECTIVE_HEADERS, LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS,
+                                       collective_rows, latency_histograms, log_rows, process_rows, stage_rows)
 from servewatch.detectors.series import engine_words
 from servewatch.bundle.incident import detail_words
 from servewatch.bundle.report_html import fmt, utc
@@ -119,6 +119,13 @@ def _process_and_logs(incident, t0) -> list[str]:
                   "|" + "---|" * len(PROCESS_HEADERS)]
         lines += [_md_row(fmt(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else c for c in row)
                   for row in rows]
+        lines.append("")
+    t, rows = collective_rows(incident)
+    if rows:
+        at = f" at +{fmt(t - t0)} s" if t0 is not None else ""
+        lines += [f"## Collectives (Flight Recorder){at}", "", _md_row(COLLECTIVE_HEADERS),
+                  "|---:|---:|---:|---:|---|"]
+        lines += [_md_row(row) for row in rows]
         lines.append("")
     logs = log_rows(incident)
     if logs:

@@ -109,8 +109,11 @@ def panels(series: EngineSeries, slot_limit: int | None = None) -> list[PanelSpe
         _errors_panel(series),
         _serve_states("servewatch: stalled (tokens stopped while /health is 200)",
                       "1 = servewatch serve sees admitted requests but no token for longer than the step cadence "
-                      "allows. Keep its incident bundle and a stack dump, then drain the replica.",
-                      Query('servewatch_verdict_active{verdict="alive_health_ok_no_progress"}', "{{target}}")),
+                      "allows (collective hang: ranks wait in a collective another rank has not entered, from "
+                      "the Flight Recorder or NCCL RAS). Keep its incident bundle and a stack dump, then drain the "
+                      "replica.",
+                      Query('servewatch_verdict_active{verdict="alive_health_ok_no_progress"}', "{{target}}"),
+                      Query('servewatch_verdict_active{verdict="collective_hang"}', "collective hang {{target}}")),
         _serve_states("servewatch: engine ranks not running or sleeping",
                       "Each line is an engine rank (tensor-, pipeline- or data-parallel worker, engine core) in state "
                       "T (stopped), D (uninterruptible) or Z (zombie) on a target servewatch serve watches with its "

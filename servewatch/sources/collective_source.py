@@ -3,8 +3,8 @@ collected at once when a stall or a rank verdict is pending (or when asked, befo
 timeline as "collective" log events (servewatch.sources.collective_events) so `collective_hang` fires from it.
 
 - Discovery: from the process tree's /proc/PID/environ (servewatch.sources.collective_env), said once at the
-  first poll in one line ("collectives: RAS: ...; Flight Recorder: ..."), and read again at each collection
-  (ranks spawned after the start are found then).
+  first poll in one line ("collectives: RAS: ...; Flight Recorder: ..."), and read again (at most every 5 s)
+  only when a collection or a RAS read is due: ranks spawned after the start are found then.
 - RAS: every `ras_every_s` (30 s) and at once when something is pending, only where a rank has NCCL loaded
   with RAS on; bounded connect (1 s) and whole exchange (`ras_total_s`). A port held by something that is
   not RAS, a refused connection, a timeout: said in one line, once per kind of failure.
@@ -37,6 +37,7 @@ DUMP_TIMEOUT_S = 5.0          # from the pipe writes to the last dump read
 RAS_TOTAL_S = 5.0             # one RAS exchange, connect to the end of the report
 MAX_POSITIONS = 256           # position events kept per collection (rank x group)
 MAX_RANKS = 64                # processes asked for a dump per collection
+REDISCOVER_S = 5.0            # the tree's environments read again at most this often, and only when needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,8 @@ class CollectiveSource:
         self._said_discovery = False
         self._said: set[str] = set()          # one-line failures said once each
         self._created: dict[int, float | None] = {}
+        self._ranks: tuple[collective_env.RankEnv, ...] | None = None
+        self._discovered_t = 0.0
         self.discovery: str | None = None
         self.last_dump_t: float | None = None
         self.last_ras_t: float | None = None
@@ -144,14 +147,18 @@ class CollectiveSource:
     async def poll(self) -> list[LogEvent]:
         async with self._lock:
             loop = asyncio.get_running_loop()
-            ranks = await loop.run_in_executor(None, self._discover)
-            if not self._said_discovery:
-                self._said_discovery = True
-                self.discovery = collective_env.summary(ranks)
-                self.say(f"collectives: {self.discovery}")
             forced, self._forced = self._forced, False
             now = self.clock.now()
+            if self._ranks is None:
+                self._ranks, self._discovered_t = await loop.run_in_executor(None, self._discover), now
+                self.discovery = collective_env.summary(self._ranks)
+                self.say(f"collectives: {self.discovery}")
             pending = forced or self.pending()
+            ras_due = self.last_ras_t is None or now - self.last_ras_t >= self.ras_every_s
+            if (forced or pending or ras_due) and (forced or now - self._discovered_t >= REDISCOVER_S):
+                # read again only when there is something to do: ranks spawned (or gone) since the start
+                self._ranks, self._discovered_t = await loop.run_in_executor(None, self._discover), now
+            ranks = self._ranks
             events: list[LogEvent] = []
             fr_ranks = [r for r in ranks if r.readable and r.fr_buffer > 0]
             dump_due = self.last_dump_t is None or now - self.last_dump_t >= self.redump_s
@@ -159,7 +166,6 @@ class CollectiveSource:
                 self.last_dump_t = now
                 events += await loop.run_in_executor(None, self._collect_dumps, fr_ranks)
             addrs = sorted({r.ras_addr for r in ranks if r.readable and r.nccl_loaded and r.ras_enabled})
-            ras_due = self.last_ras_t is None or now - self.last_ras_t >= self.ras_every_s
             if addrs and (ras_due or (pending and now - (self.last_ras_t or 0.0) >= 1.0) or forced):
                 self.last_ras_t = now
                 events += await loop.run_in_executor(None, self._read_ras, addrs)

@@ -21,13 +21,18 @@ def main() -> None:
     pipe = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] + rank + ".pipe"
     target = os.environ["TORCH_FR_DUMP_TEMP_FILE"] + rank
     os.mkfifo(pipe)
-    print("ready", flush=True)
     if mode == "noread":
+        print("ready", flush=True)
         threading.Event().wait()
-    while True:
-        with open(pipe, "rb") as fifo:
-            if not fifo.read(64):
-                continue
+    # Open for reading before saying ready (a write before that would find no reader), and hold a writer of
+    # its own so the pipe never reads as ended: each read then waits for the next request.
+    fifo = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(fifo, True)
+    keep = os.open(pipe, os.O_WRONLY)
+    print("ready", flush=True)
+    while keep:
+        if not os.read(fifo, 64):
+            continue
         if mode == "huge":
             with open(target + ".tmp", "wb") as out:
                 out.truncate(40 * 1024 * 1024)

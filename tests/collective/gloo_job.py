@@ -26,11 +26,15 @@ def serve_dumps(rank: int) -> None:
     pipe = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] + f"{rank}.pipe"
     target = os.environ["TORCH_FR_DUMP_TEMP_FILE"] + f"{rank}"
     os.mkfifo(pipe)
+    # Open for reading before saying ready (a write before that would find no reader), and hold a writer of
+    # its own so the pipe never reads as ended: each read then waits for the next request.
+    fifo = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(fifo, True)
+    keep = os.open(pipe, os.O_WRONLY)
     print(f"rank {rank} pipe ready", flush=True)
-    while True:
-        with open(pipe, "rb") as fifo:          # blocks until a writer opens it
-            if not fifo.read(64):
-                continue
+    while keep:
+        if not os.read(fifo, 64):
+            continue
         data = _dump_fr_trace_json(True, False)   # collectives, not only the active ones
         with open(target + ".tmp", "wb") as out:
             out.write(data if isinstance(data, bytes) else data.encode())
