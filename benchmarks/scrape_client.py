@@ -32,7 +32,7 @@ def free_port() -> int:
 async def measure(base: str, requests: int) -> dict[tuple[str, str], float]:
     import aiohttp
 
-    from servewatch.http1 import Endpoint, Http1Client
+    from servewatch.transport.http1 import Endpoint, Http1Client
     from servewatch.sources.http import Response, fetch, http1_transport
 
     out = {}

@@ -4,7 +4,7 @@ Source kinds: where a sample comes from. A timeline `Window` holds one tuple per
 pointer names one as its `source`, and a bundle tags each stored sample and counts them by it.
 
 Scrape failure kinds: how a scrape of /metrics (or /health) failed; the meaning of each is in
-`servewatch.sources.scrape`. Transports (`servewatch.http1`, aiohttp in `sources.http`, a file) report
+`servewatch.sources.scrape`. Transports (`servewatch.transport.http1`, aiohttp in `sources.http`, a file) report
 `connect`, `timeout`, `protocol` and `too_large`; `sources.scrape.read_metrics` reports the rest.
 """
 

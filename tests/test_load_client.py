@@ -245,7 +245,7 @@ def test_dead_port_without_model_is_one_clear_error():
 def test_model_resolved_from_v1_models():
     async def go():
         async with FakeServer() as srv:
-            from servewatch.http1 import Endpoint, Http1Client
+            from servewatch.transport.http1 import Endpoint, Http1Client
             client = Http1Client(Endpoint.parse(srv.url))
             try:
                 return await resolve_model(client)

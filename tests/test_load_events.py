@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servewatch.load.client import StreamState, _completion_event
+from servewatch.transport.stream import StreamState, completion_event as _completion_event
 
 FIELDS = ("completion_tokens", "prompt_tokens", "finish_reason", "client_tokens", "counts_exact",
           "stream_error", "saw_done", "text")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from servewatch.http1 import BodyTooLarge, ConnectFailed, Endpoint, Http1Client, StreamCut
+from servewatch.transport.http1 import BodyTooLarge, ConnectFailed, Endpoint, Http1Client, StreamCut
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -205,7 +205,7 @@ def test_send_now_writes_at_once_and_complete_retries_a_stale_connection():
 def test_extra_headers_go_with_every_request_and_bad_ones_are_refused():
     """`load --header` (and a drill workload's dp_rank): the headers go on every request; a name that is not
     an HTTP token, a value with a line break, or a header the client writes itself is refused up front."""
-    from servewatch.http1 import checked_headers
+    from servewatch.transport.http1 import checked_headers
 
     heads = []
 

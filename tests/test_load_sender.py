@@ -14,7 +14,7 @@ import time
 import pytest
 
 from servewatch.load import runner as runner_module
-from servewatch.http1 import Endpoint, Http1Client, StreamCut
+from servewatch.transport.http1 import Endpoint, Http1Client, StreamCut
 from servewatch.load.runner import run_load_async
 from servewatch.load.scenarios import LoadConfig
 from servewatch.load.sender import TimedSender

@@ -18,7 +18,7 @@ from servewatch.load.itl import compute_timings
 from servewatch.load.prompts import ApproxCounter, LocalCounter, build_prompt
 from servewatch.load.scenarios import Goodput, LoadConfig, arrival_times, parse_arrival, prompt_lengths
 from servewatch.load.server_view import ServerView, run_means
-from servewatch.load.sse import SseSplitter
+from servewatch.transport.sse import SseSplitter
 from servewatch.load.summary import is_good, percentile, stats, summarize
 
 

@@ -13,7 +13,7 @@ from servewatch.cli import main
 from servewatch.clock import VirtualClock
 from servewatch.errors import ExpositionError, TooManySeries
 from servewatch.exposition.parser import check_series, parse
-from servewatch.http1 import Endpoint, Http1Client
+from servewatch.transport.http1 import Endpoint, Http1Client
 from servewatch.load.server_view import ServerView
 from servewatch.sources.http import fetch
 from servewatch.sources.metrics import MetricsSource

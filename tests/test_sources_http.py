@@ -10,7 +10,7 @@ from aiohttp import web
 
 from servewatch.clock import RealClock
 from servewatch.sources.health import HealthSource
-from servewatch.http1 import Endpoint, Http1Client
+from servewatch.transport.http1 import Endpoint, Http1Client
 from servewatch.sources.http import FetchFailure, Response, fetch, http1_transport, http_transport
 from servewatch.sources.http import http_transport as aiohttp_transport
 from servewatch.sources.metrics import MetricsSource

@@ -56,8 +56,8 @@ def test_no_package_uses_another_packages_private_names():
 
 
 def test_the_check_can_fail():
-    assert crossings("from servewatch.http1 import _Conn\n", "servewatch.proxy.server") == [
-        "servewatch.proxy.server:1 imports servewatch.http1._Conn"]
+    assert crossings("from servewatch.transport.http1 import _Conn\n", "servewatch.proxy.server") == [
+        "servewatch.proxy.server:1 imports servewatch.transport.http1._Conn"]
     assert crossings("from servewatch.detectors import ranks\nranks._member_run(1)\n", "servewatch.sources.probe") == [
         "servewatch.sources.probe:2 uses servewatch.detectors.ranks._member_run"]
     # within one package a module may use a sibling's private helper

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from servewatch.http1 import BodyTooLarge, ConnectFailed, Endpoint, StreamCut, checked_headers
+from servewatch.transport.http1 import BodyTooLarge, ConnectFailed, Endpoint, StreamCut, checked_headers
 
 
 class _Response:

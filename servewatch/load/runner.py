@@ -22,7 +22,7 @@ from servewatch.clock import RealClock
 from servewatch.errors import ServewatchError, SourceUnavailable
 from servewatch.load import prompts as P
 from servewatch.load.client import Deadline, RequestSpec, build_body, run_request
-from servewatch.http1 import Endpoint, Http1Client
+from servewatch.transport.http1 import Endpoint, Http1Client
 from servewatch.load.records import CONNECT, HTTP_5XX, STREAM_CUT, RequestRecord
 from servewatch.load.scenarios import LoadConfig, arrival_times, prompt_lengths
 from servewatch.load.sender import TimedSender

@@ -12,7 +12,7 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-from servewatch.http1 import checked_headers
+from servewatch.transport.http1 import checked_headers
 
 MAX_ARRIVALS = 1_000_000
 

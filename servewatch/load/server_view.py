@@ -92,7 +92,7 @@ class ServerView:
         except TimeoutError:
             return self.add_error(self._now(), TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - a failing scrape is a sample, never a crash
-            from servewatch.http1 import failure_kind
+            from servewatch.transport.http1 import failure_kind
 
             return self.add_error(self._now(), failure_kind(exc))
         return self.ingest(body, asked, self._now(), status=response.status)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from servewatch.errors import ServewatchError
 from servewatch.load import prompts as P
-from servewatch.load.client import RequestSpec, StreamState, finish_record
+from servewatch.load.client import RequestSpec, finish_record
+from servewatch.transport.stream import StreamState
 from servewatch.load.records import RequestRecord, TIMEOUT, HTTP_4XX, HTTP_5XX
 from servewatch.load.runner import LoadResult, _plan_replay, build_prompts
 from servewatch.load.scenarios import LoadConfig, arrival_times

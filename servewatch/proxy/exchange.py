@@ -11,7 +11,8 @@ import hmac
 import json
 
 from servewatch.load import records as R
-from servewatch.load.client import RequestSpec, StreamState, finish_record
+from servewatch.load.client import RequestSpec, finish_record
+from servewatch.transport.stream import StreamState
 from servewatch.proxy.config import DEFAULT_TENANT_KEY
 
 API_PATHS = {b"/v1/completions": "completions", b"/v1/chat/completions": "chat"}

@@ -2,7 +2,7 @@
 
 Each matches one HTTP/1.1 chunk ("SIZE\\r\\n" payload "\\r\\n") whose payload is one whole SSE event in the
 compact shape vLLM and the simulator send, and only when what it extracts is exactly what the JSON path
-(servewatch.load.client.StreamState.on_event) would read from it: printable-ASCII strings without escapes,
+(servewatch.transport.stream.StreamState.on_event) would read from it: printable-ASCII strings without escapes,
 scalar values, no duplicate, error or nested member that the JSON path looks at. Anything else takes
 the JSON path. Groups: the chunk size's hex digits, then the text piece, the finish reason, the prompt and
 the completion tokens (the last two from continuous usage).
@@ -21,33 +21,18 @@ from __future__ import annotations
 
 import re
 
-from servewatch.load.client import completion_event_pattern
+from servewatch.transport.stream import CHARS as _CHARS, TOP as _TOP, USAGE as _USAGE, completion_event_pattern, member
 
-_CHARS = rb'[\x20\x21\x23-\x5b\x5d-\x7e]*'          # printable ASCII but " and \
-_STRING = rb'"' + _CHARS + rb'"'
-_NUMBER = rb'-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?'
-_SCALAR = rb'(?:' + _STRING + rb'|' + _NUMBER + rb'|null|true|false)'
-_COUNT = rb'(0|[1-9][0-9]*)'
-
-
-def _member(excluded: bytes) -> bytes:
-    return rb'"(?!(?:' + excluded + rb')")' + _CHARS + rb'":' + _SCALAR
-
-
-_TOP = rb'(?!"object":"error")' + _member(rb'choices|usage|error')
-_IN_USAGE = _member(rb'prompt_tokens|completion_tokens')
-_USAGE = (rb'\{"prompt_tokens":' + _COUNT + rb',(?:' + _IN_USAGE + rb',)*?'
-          rb'"completion_tokens":' + _COUNT + rb'(?:,' + _IN_USAGE + rb')*\}')
 _END = rb'(?:,"usage":' + _USAGE + rb')?(?:,' + _TOP + rb')*\}\n\n\r\n'       # to the chunk's end
 
-# completions: {"index":0,"text":"PIECE", ...}; the pattern is the load client's own, framed
+# completions: {"index":0,"text":"PIECE", ...}; the pattern is the transport's own, framed
 _COMPLETION = completion_event_pattern().pattern
 _TEXT_AT = _COMPLETION.index(rb'"text":"(') + len(rb'"text":"')
 
 # chat: {"index":0,"delta":{... "content":"PIECE" ...}, ...}: the piece is delta.content or "" (a delta
 # without content, or with content null, carries none)
-_IN_CHAT_CHOICE = _member(rb'delta|finish_reason')
-_IN_DELTA = _member(rb'content')
+_IN_CHAT_CHOICE = member(rb'delta|finish_reason')
+_IN_DELTA = member(rb'content')
 _CHOICE_END = (rb'(?:,' + _IN_CHAT_CHOICE + rb')*?(?:,"finish_reason":(?:null|"([a-z_]*)"))?'
                rb'(?:,' + _IN_CHAT_CHOICE + rb')*\}\]')
 _CHAT_PIECE_REST = rb'(' + _CHARS + rb')"(?:,' + _IN_DELTA + rb')*\}' + _CHOICE_END

@@ -3,7 +3,7 @@ upstream connections, and bytes moved between the two transports as they arrive.
 
 - The response (head and body, its chunked framing included) reaches the client exactly as the
   upstream sent it; it is parsed only after it has been written on, to know where it ends and what it
-  says (the load client's parser: servewatch.http1 and servewatch.load.client).
+  says (the load client's parser: servewatch.transport.http1 and servewatch.load.client).
 - The request body is forwarded as it arrives; only the request head is rewritten (Host).
 - Backpressure both ways: a client that reads slowly pauses reading from its upstream connection, an
   upstream that reads slowly pauses reading from the client.
@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from servewatch.load import records as R
-from servewatch.http1 import Endpoint, StreamCut, Conn, STATE_BODY, STATE_IDLE
+from servewatch.transport.http1 import Endpoint, StreamCut, Conn, STATE_BODY, STATE_IDLE
 from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
@@ -383,7 +383,7 @@ class Upstream(Conn):
                 # a rest of the very bytes of the last one's (from the piece's closing quote on) reads
                 # as that one did, once the piece holds no quote, escape or control byte (see fastpath).
                 # The chunk's size line first: of the last one's width, it is the one a whole chunk of
-                # this read's length has (as servewatch.http1.one_whole_chunk reads it), else it is read.
+                # this read's length has (as servewatch.transport.http1.one_whole_chunk reads it), else it is read.
                 eol = self.event_eol
                 size = len(data) - eol - 4
                 if not (0 <= size < _SIZE_LINES_UP_TO and data.startswith(_SIZE_LINES[size])):

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES
-from servewatch.http1 import connect_words
+from servewatch.transport.http1 import connect_words
 from servewatch.sources.deadline import within
 from servewatch.sources.scrape import CONNECT, PROTOCOL, TIMEOUT, TOO_LARGE, ScrapeFailure
 
@@ -101,7 +101,7 @@ def http_transport(session, url: str, *, timeout_s: float, max_bytes: int = DEFA
 
 
 def http1_transport(client, path: str, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> Http1Transport:
-    """GET `path` through the project's own HTTP/1.1 client (`servewatch.http1.Http1Client`, one keep-alive
+    """GET `path` through the project's own HTTP/1.1 client (`servewatch.transport.http1.Http1Client`, one keep-alive
     pool per server): the answers and failure kinds of `fetch`, for about half aiohttp's client CPU
     per scrape (benchmarks/scrape_client.py: 145 vs 272 µs a 51 kB /metrics, 99 vs 183 µs a /health)."""
     return Http1Transport(client, path, timeout_s, max_bytes)
@@ -122,7 +122,7 @@ class Http1Transport:
 
     async def __call__(self) -> Answer:
         from servewatch.errors import BodyTooLarge
-        from servewatch.http1 import failure_kind
+        from servewatch.transport.http1 import failure_kind
 
         started = time.monotonic()
         try:

@@ -15,7 +15,7 @@ scrape is a `ScrapeFailure` whose `kind` is one of `KINDS`:
     parse              the body is not Prometheus / OpenMetrics text (or not UTF-8)
     no_engine_metrics  valid text without any engine's families (e.g. vLLM run with --disable-log-stats)
 
-Transports (aiohttp in `sources.http`, the shared HTTP/1.1 client in `servewatch.http1`, a
+Transports (aiohttp in `sources.http`, the shared HTTP/1.1 client in `servewatch.transport.http1`, a
 file) report only the first four kinds and `too_large`; `read_metrics` reports the rest. A failure's
 `detail` is one short line for a terminal: it never enters a bundle, only `label` does.
 """

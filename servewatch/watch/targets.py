@@ -34,7 +34,7 @@ def http_sources(session, url: str, clock: Clock, interval: float, *, process_pr
                  metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float | None = DEFAULT_DEADLINE_S,
                  say=None) -> list:
     """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
-    from servewatch.http1 import Endpoint, Http1Client
+    from servewatch.transport.http1 import Endpoint, Http1Client
 
     base = base_url(url)
     endpoint = Endpoint.parse(base)
