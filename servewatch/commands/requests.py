@@ -30,6 +30,7 @@ EPILOG = ("examples:\n"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from servewatch.load.readback import GROUPS
+    from servewatch.table import WIDE_HELP
 
     import textwrap
 
@@ -49,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--goodput", metavar="ttft=MS,tpot=MS,e2e=MS",
                         help="the share of requests that succeeded within these SLOs")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--wide", action="store_true", help=WIDE_HELP)
     parser.add_argument("--html", metavar="FILE",
                         help="also write a single offline HTML page: the figures, the requests over time, "
                              "the TTFT and TPOT distributions")
@@ -157,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print_requests(summary)
+        print_requests(summary, wide=args.wide)
     if args.html:
         from servewatch.commands import write_atomically
         from servewatch.load.requests_report import render_requests_page

@@ -106,16 +106,22 @@ def _ms(x) -> str:
     return "—" if x is None else f"{1000 * x:.2f} ms"
 
 
-def print_requests(summary: dict) -> None:
-    """`servewatch requests`: the whole, then a table of its groups (see load.readback.summarize_records)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+# The requests table's columns, most important first after the group's name: what is kept as the terminal narrows.
+# (header, priority); the name column is never left out, and shrinks with "…" before anything else goes.
+REQUESTS_COLUMNS = (("requests", 100), ("not ok", 90), ("good-\nput", 85), ("TTFT\np99", 80), ("TPOT\np50", 70),
+                    ("E2E\np99", 60), ("TTFT\np50", 50), ("tokens\nout", 40), ("ITL\np99", 30))
 
+
+def print_requests(summary: dict, wide: bool = False) -> None:
+    """`servewatch requests`: the whole, then a table of its groups (see load.readback.summarize_records),
+    fitted to the terminal (servewatch.table) unless `wide`."""
+    from rich import box
+
+    from servewatch import table as tables
     from servewatch.clock import iso8601
     from servewatch.load.readback import outcome_words, recorded_by_words
 
-    console = Console(markup=False, highlight=False)     # a group's name is read from a file: never markup
+    console = tables.console(wide, markup=False, highlight=False)   # a group's name is read from a file: never markup
     total = summary["total"]
     by = summary["by"]
     who = recorded_by_words(summary)
@@ -129,18 +135,16 @@ def print_requests(summary: dict) -> None:
     slo = summary.get("goodput_slo")
     itl_words = ("of every token" if total["itl_from"] != "each request's p99"
                  else "of each request's own p99 (proxy records kept without --keep-itl)")
-    table = Table(title=(f"by {by}" if by != "all" else "all requests") + ", times in ms", box=box.SIMPLE_HEAD,
-                  caption=f"times are of the successful requests; ITL p99 {itl_words}", caption_justify="left",
-                  padding=(0, 1), pad_edge=False, collapse_padding=True)
     rows = summary["groups"] if by != "all" else []
-    columns = [by if by != "all" else "", "requests", "not ok", "TTFT\np50", "TTFT\np99", "TPOT\np50",
-               "ITL\np99", "E2E\np99", "tokens\nout"]
+    priority = dict(REQUESTS_COLUMNS)
+    headers = ["requests", "not ok", "TTFT\np50", "TTFT\np99", "TPOT\np50", "ITL\np99", "E2E\np99", "tokens\nout"]
     if slo is not None:
-        columns.append("good-\nput")
-    widest = max((len(g["key"]) for g in rows), default=0)
-    for col in columns:
-        table.add_column(col, justify="left" if col == columns[0] else "right", no_wrap=col != columns[0],
-                         min_width=min(max(widest, 5), 24) if col == columns[0] else None)
+        headers.append("good-\nput")
+    key = tables.Column(by if by != "all" else "", priority=tables.ALWAYS, justify="left", shrink="ellipsis",
+                        min_width=16, name=by)
+    table = tables.Table([key, *(tables.Column(h, priority=priority[h]) for h in headers)],
+                         dict(title=(f"by {by}" if by != "all" else "all requests") + ", times in ms",
+                              box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True))
     for group in [*rows, {"key": "total", **total}]:
         cells = [group["key"], str(group["requests"]), str(group["requests"] - group["ok"]),
                  *(_ms_cell(group[k][q]) for k, q in (("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"),
@@ -149,7 +153,8 @@ def print_requests(summary: dict) -> None:
         if slo is not None:
             cells.append(_fmt(group["goodput_fraction"], "%"))
         table.add_row(*cells, end_section=bool(rows) and group is rows[-1])
-    console.print(table)
+    tables.print_table(console, table)
+    console.print(f"times are of the successful requests; ITL p99 {itl_words}")
     if by not in ("all", "outcome"):
         for group in rows:
             if group["ok"] < group["requests"]:

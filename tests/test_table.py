@@ -1,0 +1,148 @@
+"""Tables fit the terminal they are printed on (servewatch/table.py, issue 45): columns left out by declared
+priority, least important first, with a line saying which and that --wide shows them; never a header cut
+into fragments; long names ellipsised with a marker. The requests table at 80, 120 and 200 columns and piped."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from servewatch import table as tables
+from servewatch.cli import main
+from servewatch.load import records as R
+from servewatch.load.render import REQUESTS_COLUMNS
+
+LONG_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def _rec(i: int, model: str, ttft: float, error: str | None = None) -> R.RequestRecord:
+    rec = R.RequestRecord(id=i, scheduled=1000.0 + i, prompt_tokens_target=None, max_tokens=1234)
+    rec.sent, rec.http_status, rec.error = rec.scheduled + 0.001, 200 if error is None else 503, error
+    rec.ttft_s, rec.e2e_s, rec.tpot_s = ttft, ttft + 0.5, 0.05
+    rec.output_tokens = 1234 if error is None else None
+    rec.model, rec.api = model, "completions"
+    rec.proxy = {"tenant": "t1", "itl_p99_s": 0.07}
+    return rec
+
+
+@pytest.fixture
+def records(tmp_path) -> str:
+    recs = [_rec(i, "Qwen/Qwen2.5-7B-Instruct-AWQ", 0.1 * (i + 1)) for i in range(5)]
+    recs.append(_rec(5, LONG_MODEL, 0.2, error=R.STREAM_CUT))
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in recs))
+    return str(path)
+
+
+HEADERS = {" ".join(h.split()): h.split("\n") for h, _ in REQUESTS_COLUMNS}     # "TTFT p99" -> ["TTFT", "p99"]
+BY_PRIORITY = [" ".join(h.split()) for h, _ in sorted(REQUESTS_COLUMNS, key=lambda c: c[1])]   # least first
+
+
+def _read_table(out: str) -> tuple[list[str], list[str], list[str]]:
+    """(the table's lines from its header to its last row, the header's lines, the columns said left out)."""
+    lines = out.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.strip().startswith("TTFT") or "requests  not ok" in line)
+    rule = next(i for i in range(top, len(lines)) if "───" in lines[i])
+    end = next(i for i in range(rule, len(lines)) if lines[i].strip().startswith("total"))
+    words = lines[top:rule]
+    said = next((line for line in lines if line.startswith("(left out to fit the terminal: ")), None)
+    left_out = [] if said is None else said.removeprefix("(left out to fit the terminal: ").split(";")[0].split(", ")
+    if said is not None:
+        assert said.endswith("; --wide shows them)")
+    return lines[top - 1:end + 1], words, left_out
+
+
+def _check(out: str, width: int) -> list[str]:
+    """Every header whole or said left out, the left-out ones the least important, every line within width."""
+    lines, header, left_out = _read_table(out)
+    assert all(len(line.rstrip()) <= width for line in lines), [line for line in lines if len(line.rstrip()) > width]
+    assert left_out == BY_PRIORITY[:len(left_out)], f"left out {left_out}, not the least important first"
+    shown = [name for name in HEADERS if name not in left_out]
+    for name in shown:
+        for part in HEADERS[name]:
+            assert any(re.search(rf"(^|\s){re.escape(part)}(\s|$)", line) for line in header), \
+                f"the header {name!r} is not whole at {width} columns: {header}"
+    whole_words = {"model", *(w for parts in HEADERS.values() for p in parts for w in p.split())}
+    fragments = [w for line in header for w in line.split() if w not in whole_words]
+    assert not fragments, f"pieces of headers at {width} columns: {fragments}"
+    return left_out
+
+
+@pytest.mark.parametrize("width, left_out", [(80, ["ITL p99"]), (120, []), (200, [])])
+def test_the_requests_table_fits_the_terminal_with_every_header_whole(records, monkeypatch, capsys, width, left_out):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["requests", records, "--goodput", "ttft=250"]) == 0
+    out = capsys.readouterr().out
+    assert _check(out, width) == left_out
+    if width >= 120:
+        assert LONG_MODEL in out and "…" not in out
+    assert "6,170" in out and "33.3%" in out                      # tokens out and goodput kept at 80 columns too
+
+
+def test_a_narrow_terminal_leaves_out_more_in_priority_order_and_cuts_names_with_a_marker(records, monkeypatch,
+                                                                                         capsys):
+    monkeypatch.setenv("COLUMNS", "50")
+    assert main(["requests", records, "--goodput", "ttft=250"]) == 0
+    out = capsys.readouterr().out
+    left_out = _check(out, 50)
+    assert len(left_out) >= 4 and "requests" not in left_out and "good-put" not in left_out
+    assert re.search(r"meta-llama/\S*…", out)                       # the name ellipsised, with its marker
+    assert f"model {LONG_MODEL}: stream_cut 1" in out                # and said whole below the table
+
+
+def test_wide_prints_every_column_whatever_the_terminal(records, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "50")
+    assert main(["requests", records, "--goodput", "ttft=250", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert _check(out, 10_000) == [] and LONG_MODEL in out and "left out" not in out
+
+
+def test_piped_the_table_is_fitted_to_80_columns(records):
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run([sys.executable, "-m", "servewatch", "requests", records, "--goodput", "ttft=250"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert _check(done.stdout, 80) == ["ITL p99"]
+
+
+# ---------------------------------------------------------------- the renderer itself
+
+def _table(rows: int = 2) -> tables.Table:
+    t = tables.Table([tables.Column("name", priority=tables.ALWAYS, justify="left", shrink="ellipsis", min_width=6),
+                      tables.Column("first\nkept", priority=30), tables.Column("second", priority=20),
+                      tables.Column("least\nwanted", priority=10)], {})
+    for i in range(rows):
+        t.add_row(f"a-rather-long-name-{i}", "1,000", "2,000", "3,000")
+    return t
+
+
+def _render(t: tables.Table, width: int) -> tuple[str, list[str]]:
+    import io
+
+    console = tables.console(file=io.StringIO(), markup=False)
+    left_out = tables.print_table(console, t, width=width)
+    return console.file.getvalue(), [c.said() for c in left_out]
+
+
+def test_columns_go_least_important_first_and_the_name_shrinks_before_any_goes():
+    t = _table()
+    full, _ = _render(t, 200)
+    natural = max(len(line.rstrip()) for line in full.splitlines())
+    assert _render(t, natural)[1] == []
+    shrunk, gone = _render(t, natural - 5)                          # the name gives up 5 cells, nothing goes
+    assert gone == [] and "…" in shrunk and "least" in shrunk
+    assert _render(t, natural - 14)[1] == []                        # the name at its floor of 6 cells
+    assert _render(t, natural - 15)[1] == ["least wanted"]          # one cell less: a column goes
+    text, gone = _render(t, 16)
+    assert gone == ["least wanted", "second", "first kept"]
+    assert "name" in text and "(left out to fit the terminal: least wanted, second, first kept; --wide shows them)" in text
+
+
+def test_a_row_of_the_wrong_length_is_refused():
+    with pytest.raises(ValueError, match="a row of 2 cells in a table of 4 columns"):
+        _table().add_row("x", "y")
