@@ -122,6 +122,7 @@ def request_body(canary_or_none: Canary | None, model: str) -> dict:
 
 async def ask(url: str, canary: Canary | None, model: str | None, timeout_s: float = TIMEOUT_S):
     """(text, completion tokens, model) from the server; ServewatchError naming the URL on any failure."""
+    # aiohttp: the canary's few requests of any URL (https, redirects); no hot path for transport.http1 to serve.
     import aiohttp
 
     from servewatch.sources import completions

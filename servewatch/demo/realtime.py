@@ -41,6 +41,7 @@ def start_sim(dialect: str, seed: int, log_file: Path) -> tuple[subprocess.Popen
 
 
 async def _get_status(session, url: str, timeout_s: float = 2.0) -> int | None:
+    # aiohttp: the demo's own few requests to its in-process servers; no hot path for transport.http1 to serve.
     import aiohttp
 
     try:

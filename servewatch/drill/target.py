@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+# Not the transport: the drill's blocking steps between faults (no event loop; the transport is asyncio).
 import urllib.error
 import urllib.request
 from dataclasses import dataclass

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+# Not the transport: a blocking wait for a lab engine's /health at its start (no event loop; the transport is asyncio).
 import urllib.error
 import urllib.request
 from dataclasses import dataclass

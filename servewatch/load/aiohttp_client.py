@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+# aiohttp on purpose: the contender benchmarks/load_client.py measures transport.http1 against, and a fallback.
 import aiohttp
 
 from servewatch.transport.http1 import BodyTooLarge, ConnectFailed, Endpoint, StreamCut, checked_headers

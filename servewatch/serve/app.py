@@ -12,6 +12,7 @@ from servewatch.errors import ServewatchError
 from servewatch.serve.config import ServeConfig, parse_listen
 
 if TYPE_CHECKING:
+    # aiohttp: serve's HTTP server (aiohttp.web) and the fleet's probe and Prometheus session; scrapes take transport.http1.
     import aiohttp
 
     from servewatch.serve.discovery import FileSd

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from servewatch.serve.targets import TargetSpec
 
 if TYPE_CHECKING:
+    # aiohttp: the type of the probe session serve hands its targets (scrapes and health take transport.http1).
     import aiohttp
 
     from servewatch.clock import Clock

@@ -462,6 +462,7 @@ async def attach(url: str, bundle: str | Path) -> ReplayProcessProbe:
     """`watch URL --replay BUNDLE`: the bundle's process view in step with the replaying server at URL
     (its position read once from `/_sim/replay`); ReplayError (one line) when URL replays another bundle
     or is no replay."""
+    # aiohttp: one control request of the replay CLI to its server; no hot path for transport.http1 to serve.
     import aiohttp
 
     telemetry = load(bundle)

@@ -8,6 +8,7 @@ import queue
 import sys
 import threading
 import time
+# Not the transport: a blocking POST from the delivery thread (no event loop there; the transport is asyncio).
 import urllib.error
 import urllib.request
 from collections.abc import Callable

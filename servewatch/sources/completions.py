@@ -54,6 +54,7 @@ class Completion:
 async def exchange(session, method: str, url: str, *, timeout_s: float, max_bytes: int,
                    payload: dict | None = None, headers: dict[str, str] | None = None) -> Answer:
     """One request; the JSON body of the answer (any status), or an error class. Never raises."""
+    # aiohttp: the active probe's client, its failures worded from aiohttp's kinds; not yet on transport.http1.
     import aiohttp
 
     from servewatch.sources.http import connect_reason

@@ -23,6 +23,7 @@ def fetch_url(url: str, *, timeout_s: float, max_bytes: int) -> tuple[int, bytes
     from servewatch.sources.http import Response, fetch
 
     async def once():
+        # aiohttp: a one-off GET of a URL (inspect), its failures worded by sources/http.py from aiohttp's kinds.
         import aiohttp
 
         async with aiohttp.ClientSession() as session:

@@ -15,6 +15,7 @@ from servewatch.kinds import NO_ENGINE_METRICS, failure_words
 from servewatch.watch.options import RecordingOptions
 
 if TYPE_CHECKING:
+    # aiohttp: the recorder's probe session (sources/completions.py reads aiohttp's failures); scrapes and health take transport.http1.
     import aiohttp
 
     from servewatch.clock import Clock
