@@ -30,6 +30,7 @@ import lab_timing
 import pytest
 
 from servewatch.drill.plan import load_plan
+from servewatch.drill.run import WORKLOAD_FIRST_LEAD_S
 
 PLANS = Path(__file__).parent / "plans"
 # Per fault, beyond its windows: the recorder started and proven, then stopped, the requests still in
@@ -55,6 +56,7 @@ def after_start_bound(plan) -> float:
     windows = sum((targets[s.on].ready_timeout_s + s.hold_s + max(s.observe_s, s.expect.clear_within_s or 0.0)
                    if s.at_start else
                    s.warmup_s + s.hold_s + max(s.traffic_after_revert_s, s.watch_after_revert_s)) + STEP_OVERHEAD_S
+                  + (WORKLOAD_FIRST_LEAD_S if s.workload_first else 0.0)
                   for s in plan.steps)
     down = [FAULTS[s.kind].takes_server_down or bool(s.expect.guard and s.expect.guard.kills) for s in plan.steps]
     restarts = sum(targets[s.on].ready_timeout_s for i, s in enumerate(plan.steps)
