@@ -30,8 +30,9 @@ RUNBOOK = RunbookBranch(
     check_next=(
         "The rank named behind: its stacks (`py-spy dump --pid PID`): where it is instead of the collective "
         "(a data-dependent branch, a host-side wait, a different collective).",
-        "The Flight Recorder dumps in the bundle: per process group, each rank's last completed and last "
-        "entered collective, and the op and sizes at the sequence number named.",
+        "The bundle's Collectives table (from the Flight Recorder dumps): per process group, each rank's last "
+        "completed and last entered collective; the dumps themselves (op and sizes per sequence number, with "
+        "Python frames) stay where each rank wrote them (TORCH_FR_DUMP_TEMP_FILE + RANK).",
         "NCCL RAS (`echo status | nc localhost 28028` or `ncclras`): whether its per-rank counts agree, and "
         "whether a rank is unresponsive or dead; repeat the query: counts that move are not a hang.",
     ),
