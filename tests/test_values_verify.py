@@ -526,3 +526,51 @@ def test_describe_and_key():
     assert V._key({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
     with pytest.raises(ValueError):
         V._key({"a": float("nan")})
+
+
+# --- recompute.py ----------------------------------------------------------------------------------------------
+
+def test_config_from_dict_values():
+    import dataclasses as dc
+
+    from servewatch.bundle.recompute import config_from_dict
+
+    @dc.dataclass(frozen=True)
+    class Config:
+        floor_s: float = 3.0
+        kinds: tuple = ("itl",)
+        edges: tuple = (1.0,)
+        name: str = "x"
+        on: bool = True
+        limit: float | None = None
+
+    assert config_from_dict(Config, {}) == Config()
+    assert config_from_dict(Config, {"floor_s": 2.5, "edges": [1.0, "+Inf", "-Inf"], "kinds": ["itl", "ttft"],
+                                     "name": "y", "on": False, "limit": None}) == \
+        Config(2.5, ("itl", "ttft"), (1.0, float("inf"), float("-inf")), "y", False, None)
+    assert config_from_dict(Config, {"floor_s": "+Inf"}).floor_s == float("inf")
+    nan = config_from_dict(Config, {"floor_s": "NaN", "edges": ["NaN"]})
+    assert nan.floor_s != nan.floor_s and nan.edges[0] != nan.edges[0]
+    assert config_from_dict(Config, {"floor_s": 4}).floor_s == 4.0
+    assert config_from_dict(Config, {"retired_one": 1, "floor_s": 1.0}, retired=frozenset({"retired_one"})) == \
+        Config(floor_s=1.0)
+    with pytest.raises(BundleInvalid) as err:
+        config_from_dict(Config, {"zz": 1, "aa": 2})
+    assert str(err.value) == "detector_config: unknown field 'aa' (bundle from another version?)"
+    assert config_from_dict(dict, {"a": 1}) == {"a": 1}          # not a dataclass: the fields as given
+
+
+def test_detectors_recompute_uses_the_stored_config():
+    from servewatch.bundle.recompute import detectors_recompute
+    from servewatch.detectors import DetectorConfig, run_detectors
+    from servewatch.detectors.config import RETIRED
+    from servewatch.timeline.window import Window
+
+    window = stall_window(n=24, stalled_from=12)
+    samples = [*window.health, *window.metrics, *window.process]
+    samples.sort(key=lambda s: s.t)
+    stored = {**DetectorConfig(stall_floor_s=1.0).to_dict(), **{name: 1 for name in RETIRED}}
+    got = detectors_recompute(samples, stored)
+    assert list(got) == run_detectors(Window.from_samples(samples), DetectorConfig(stall_floor_s=1.0))
+    assert any(v.name == "alive_health_ok_no_progress" for v in got)
+    assert list(detectors_recompute(samples, {})) == run_detectors(Window.from_samples(samples), DetectorConfig())
