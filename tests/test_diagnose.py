@@ -229,3 +229,81 @@ def test_a_window_read_live_and_from_a_load_run_gives_the_same_quantities(engine
     live_top = diagnose(live, "slow-first-token")[0]
     stored_top = diagnose(stored, "slow-first-token")[0]
     assert (live_top.name, live_top.value) == (stored_top.name, stored_top.value)
+
+
+# --- a healthy run says so first; a refused connection is said after a short grace (issue 45) ----------------
+
+def _normal_load_dir(tmp_path):
+    from pathlib import Path
+
+    signature = json.loads((Path(__file__).parent / "fixtures" / "vllm_real" / "signatures.json").read_text())
+    (tmp_path / "summary.json").write_text(json.dumps({"signature": signature["normal"]}))
+    return str(tmp_path)
+
+
+def test_a_healthy_load_run_says_it_looks_healthy_first_with_its_figures(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    load_dir = _normal_load_dir(tmp_path)
+    assert main(["diagnose", load_dir]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Diagnose") and lines[1].startswith("Looks healthy: nothing measured supports a problem")
+    assert lines[1].endswith("(from the load run signature)")
+    assert lines[2].startswith("   figures: TTFT 24.1 ms, time between tokens 5.2 ms") and "KV at most 6%" in lines[2]
+    assert lines[3].startswith("   ruled out: 7 explanations (below); not measured here (listed last): the engine died")
+    first = next(line for line in lines if line.startswith("1. "))
+    assert "not measured" not in first and "the engine died" not in first, first
+    assert main(["diagnose", load_dir, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["looks_healthy"].startswith("Looks healthy")
+
+
+@pytest.mark.parametrize("name", [*SCENARIOS, "normal load run"])
+def test_a_hypothesis_not_measured_never_leads_and_healthy_is_said_only_without_a_problem(name, tmp_path):
+    from servewatch.doctor.diagnose import looks_healthy, readings_from_load
+
+    if name == "normal load run":
+        summary = json.loads((tmp_path.joinpath(_normal_load_dir(tmp_path), "summary.json")).read_text())
+        truth, readings = None, readings_from_load(summary)
+    else:
+        truth, readings = SCENARIOS[name]
+    for symptom in (None, "slow-first-token", "errors", "slow-text", "long-answers", "e2e-up"):
+        hypotheses = diagnose(readings, symptom)
+        if any(h.verdict != "not measured" for h in hypotheses):
+            assert hypotheses[0].verdict != "not measured", (symptom, [(h.name, h.verdict) for h in hypotheses])
+        problems = [h.name for h in hypotheses if h.verdict == "supported" and h.name != "idle"]
+        assert (looks_healthy(readings, hypotheses) is None) == bool(problems), (symptom, problems)
+    if truth not in (None, "idle"):
+        assert looks_healthy(readings, diagnose(readings)) is None
+
+
+def test_nothing_measured_is_not_called_healthy():
+    from servewatch.doctor.diagnose import looks_healthy
+
+    assert looks_healthy(Readings(), diagnose(Readings(), "errors")) is None
+
+
+def test_a_refused_connection_is_said_after_the_grace_not_the_whole_window(capsys, monkeypatch):
+    import time
+
+    from servewatch.doctor import diagnose as diagnosis
+
+    grace = diagnosis.CONNECT_GRACE_S
+    assert 0 < grace <= 5
+    url = f"http://127.0.0.1:{_free_port()}"
+    argv = ["diagnose", url, "--window", "30", "--interval", "0.25"]
+    # The measured allowance: the most the same command ran past a shorter grace (0, one retry step, two), each
+    # the same work (the parser, refused connections, the sleeps to the deadline, the same refusal said).
+    allowance = 0.0
+    for short in (0.0, diagnosis.CONNECT_RETRY_S, 2 * diagnosis.CONNECT_RETRY_S):
+        monkeypatch.setattr(diagnosis, "CONNECT_GRACE_S", short)
+        started = time.monotonic()
+        assert main(argv) == 2
+        allowance = max(allowance, time.monotonic() - started - short)
+        assert f"for {short:g} s" in capsys.readouterr().err
+    monkeypatch.undo()
+    started = time.monotonic()
+    assert main(argv) == 2
+    took = time.monotonic() - started
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not connect (connection refused)" in err[0], err
+    assert f"for {grace:g} s, the grace diagnose gives before its 30 s window" in err[0]
+    assert grace <= took <= grace + allowance, (took, grace, allowance)

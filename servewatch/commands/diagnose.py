@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from servewatch.doctor.diagnose import SYMPTOMS, diagnose
+    from servewatch.doctor.diagnose import SYMPTOMS, diagnose, looks_healthy
     from servewatch.errors import ServewatchError
 
     target = args.target
@@ -50,19 +50,21 @@ def run(args: argparse.Namespace) -> int:
     hypotheses = diagnose(readings, args.symptom)
     # A server that failed probes in the window is the first finding, and the exit says so.
     code = 1 if hypotheses and hypotheses[0].name == "not_answering" and hypotheses[0].verdict == "supported" else 0
+    healthy = looks_healthy(readings, hypotheses)
     if args.json:
         json.dump({"symptom": args.symptom, "sources": readings.sources, "scrapes": readings.scrapes,
                    "seconds": readings.seconds, "verdicts": [v.name for v in readings.verdicts],
-                   "hypotheses": [h.to_dict() for h in hypotheses]}, sys.stdout, indent=2)
+                   "looks_healthy": healthy, "hypotheses": [h.to_dict() for h in hypotheses]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return code
-    _print(hypotheses, readings, SYMPTOMS.get(args.symptom))
+    _print(hypotheses, readings, SYMPTOMS.get(args.symptom), healthy)
     return code
 
 
 def _record(args):
     import asyncio
 
+    from servewatch.doctor import diagnose as diagnosis
     from servewatch.doctor.diagnose import readings_from_window
     from servewatch.errors import ServewatchError
     from servewatch.watch.options import DEFAULT_HISTORY_S, recording_from_args
@@ -73,6 +75,11 @@ def _record(args):
     session = recording_from_args(args, RecordingOptions(url=args.target, duration=args.window,
                                                          history_s=max(DEFAULT_HISTORY_S, args.window * 2)),
                                   ("interval",))
+    grace = min(diagnosis.CONNECT_GRACE_S, args.window)
+    if diagnosis.refused_throughout(args.target, grace):
+        raise ServewatchError(f"{args.target}: the server did not answer: could not connect (connection refused) "
+                              f"for {grace:g} s, the grace diagnose gives before its {args.window:g} s window; "
+                              "nothing is listening there")
     print(f"servewatch diagnose: recording {args.target} for {args.window:g} s", file=sys.stderr)
     recorder = asyncio.run(record(session, None, tool="diagnose"))
     window = recorder.ring.window()
@@ -125,17 +132,20 @@ def _load_dir(path):
     return readings_from_load(summary)
 
 
-def _print(hypotheses, readings, complaint) -> None:
-    from rich.console import Console
+def _print(hypotheses, readings, complaint, healthy: str | None) -> None:
     from rich.text import Text
 
-    console = Console(highlight=False, markup=False)    # the complaint, the sources and the figures as they are
+    from servewatch import table as tables
+
+    console = tables.console(highlight=False, markup=False)   # the complaint, the sources and the figures as they are
     seen = f"{readings.scrapes} scrape(s) over {readings.seconds:.0f} s" if readings.seconds is not None else ""
     console.print(Text.assemble(("Diagnose", "bold"),
                                 f" {('“' + complaint + '”') if complaint else '(no symptom: what it sees)'}"
                                 f" from {', '.join(readings.sources)} {seen}".rstrip()))
     if readings.lifetime_means:
         console.print("no request finished in the window: the latency means are the server's lifetime ones")
+    if healthy:
+        console.print(Text(healthy, style="green"))
     if readings.verdicts:
         console.print("recorder verdicts: " + ", ".join(v.name for v in readings.verdicts))
     colour = {"supported": "red", "ruled out": "green", "not measured": "yellow"}

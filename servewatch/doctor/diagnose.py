@@ -35,6 +35,10 @@ CANDIDATES = {
     "e2e-up": ("not_answering", "long_output", "contention", "long_prompt"),
     None: ("not_answering", "engine_dead", "stall", "kv_pressure", "overload", "long_output", "long_prompt", "contention", "idle"),
 }
+# A live server whose every connection is refused is said to be so after this grace, not after the whole
+# --window (a server still starting gets the grace to begin listening); tried again every CONNECT_RETRY_S.
+CONNECT_GRACE_S = 5.0
+CONNECT_RETRY_S = 0.25
 # The doctor's own ranges, for quantities no detector judges (measured on a 7B model on one GPU: a normal
 # request was 44 tokens in / 128 out; the long-output run 1,024 out, the long-prompt run 2,905 in).
 LONG_OUTPUT_TOKENS = 512
@@ -421,11 +425,75 @@ CHECKS = {"not_answering": _not_answering, "engine_dead": _engine_dead, "stall":
 
 
 def diagnose(readings: Readings, symptom: str | None = None, config: DetectorConfig | None = None) -> list[Hypothesis]:
-    """Hypotheses for the symptom, supported first (strongest first), then not measured, then ruled out."""
+    """Hypotheses for the symptom, supported first (strongest first), then ruled out, then not measured: a
+    hypothesis nothing measured never leads (a load run has no /health; "the engine died — not measured" is
+    an open question, not a finding)."""
     if symptom is not None and symptom not in SYMPTOMS:
         raise ValueError(f"unknown symptom {symptom!r}")
     config = config or DetectorConfig()
     order = CANDIDATES[symptom]
     found = [CHECKS[name](readings, config) for name in order]
-    rank = {"supported": 0, "not measured": 1, "ruled out": 2}
+    rank = {"supported": 0, "ruled out": 1, "not measured": 2}
     return sorted(found, key=lambda h: (rank[h.verdict], -h.score, order.index(h.name)))
+
+
+def looks_healthy(readings: Readings, hypotheses: list[Hypothesis]) -> str | None:
+    """When something was measured and nothing measured supports a problem (an idle server is not one): the
+    line said first, "looks healthy", with the figures that show it and where they come from; else None."""
+    if any(h.verdict == "supported" and h.name != "idle" for h in hypotheses):
+        return None
+    ruled_out = [h.title for h in hypotheses if h.verdict == "ruled out"]
+    if not ruled_out and not any(h.verdict == "supported" for h in hypotheses):
+        return None                                     # nothing measured: nothing to call healthy
+    figures = [f"{label} {_fmt(value, 's')}" for label, value in
+               (("TTFT", readings.ttft_s), ("time between tokens", readings.itl_s), ("E2E", readings.e2e_s),
+                ("queue wait", readings.queue_s)) if value is not None]
+    mean_words = " (the server's lifetime means)" if readings.lifetime_means else " (means)"
+    said = [", ".join(figures) + mean_words] if figures else []
+    gauges = [f"{label} {_fmt(value, pct=pct)}" for label, value, pct in
+              (("running at most", readings.max_running, False), ("waiting at most", readings.max_waiting, False),
+               ("KV at most", readings.max_kv, True)) if value is not None]
+    if readings.slot_limit is not None and readings.max_running is not None:
+        gauges[0] += f" of {_fmt(readings.slot_limit)} slots"
+    said += [", ".join(gauges)] if gauges else []
+    if readings.tokens_moved:
+        said.append("tokens moved")
+    if readings.health_last is not None:
+        said.append(f"/health answered {readings.health_last}")
+    where = ", ".join(readings.sources) or "what was recorded"
+    not_measured = [h.title for h in hypotheses if h.verdict == "not measured"]
+    lines = [f"Looks healthy: nothing measured supports a problem (from the {where})"]
+    lines += [f"   figures: {'; '.join(said)}"] if said else []
+    lines += [f"   ruled out: {len(ruled_out)} explanation{'s' if len(ruled_out) != 1 else ''} (below)"
+              + (f"; not measured here (listed last): {'; '.join(not_measured)}" if not_measured else "")]
+    line = "\n".join(lines)
+    return line
+
+
+def refused_throughout(url: str, grace_s: float, retry_s: float = CONNECT_RETRY_S) -> bool:
+    """Whether every TCP connection to the URL's host and port was refused for `grace_s` seconds (nothing
+    listens there). False at the first connection made, and at any other failure (a timeout, a name that
+    does not resolve): the recording finds and says those. A connection made is closed at once, unused."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return False
+    host = parts.hostname or "localhost"
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, min(1.0, deadline - time.monotonic()))):
+                return False
+        except ConnectionRefusedError:
+            pass
+        except OSError:
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(retry_s, left))
