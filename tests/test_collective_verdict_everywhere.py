@@ -21,7 +21,7 @@ from servewatch.bundle.writer import BundleContext, BundleWriter
 from servewatch.cli import main
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
 from servewatch.sinks.base import Fired
-from servewatch.sinks.exporter import FleetExporter
+from servewatch.sinks.export.exporter import FleetExporter
 from servewatch.sources import collective_events, flight_recorder as fr
 from servewatch.timeline.samples import HealthSample
 from servewatch.timeline.window import Window

@@ -248,7 +248,7 @@ def test_engine_dead_names_the_rank_that_died_and_how_the_log_said():
 # --- servewatch_rank_state -------------------------------------------------------------------------
 
 def test_rank_state_series_are_one_per_rank_with_bounded_labels():
-    from servewatch.sinks.exporter import FleetExporter
+    from servewatch.sinks.export.exporter import FleetExporter
 
     samples = {"tp2": stopped_at(10.0)(T0 + 12.0), "dp2": dp_tree(T0), "gone": None}
     exporter = FleetExporter(ranks=lambda: list(samples.items()))

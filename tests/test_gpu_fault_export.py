@@ -7,7 +7,7 @@ from pathlib import Path
 
 from servewatch.detectors.verdict import Verdict
 from servewatch.sinks.base import Cleared, Fired
-from servewatch.sinks.exporter import FleetExporter
+from servewatch.sinks.export.exporter import FleetExporter
 
 UUID1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 

@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from servewatch.serve.node import NodeView
-from servewatch.sinks.exporter import label
-from servewatch.sinks.rank_series import NodeRankCollector
+from servewatch.sinks.export.exporter import label
+from servewatch.sinks.export.rank_series import NodeRankCollector
 from servewatch.sources.node import discover, listening_port, pod_uid
 
 # A fake engine: an "API server" listening on a port, whose child titles itself VLLM::EngineCore (argv[0], as

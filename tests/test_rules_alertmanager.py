@@ -90,7 +90,7 @@ def test_amtool_routes_each_servewatch_alert_by_its_action_class(tmp_path):
     Alertmanager sink sends) reaches the receiver of its action class."""
     from servewatch.derive.rules import ACTION_ROUTES, action_routes_yaml
     from servewatch.detectors import registry
-    from servewatch.sinks.alertmanager import _labels
+    from servewatch.sinks.delivery.alertmanager import _labels
 
     receivers = {action: receiver for action, receiver, _ in ACTION_ROUTES}
     config = _config()

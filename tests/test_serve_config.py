@@ -247,7 +247,7 @@ def test_only_a_target_running_on_this_machine_gets_a_gpu_source():
     from servewatch.serve.config import FLEET_RECORDING, ServeConfig
     from servewatch.serve.fleet import Fleet
     from servewatch.serve.targets import TargetSpec
-    from servewatch.sinks.exporter import FleetExporter
+    from servewatch.sinks.export.exporter import FleetExporter
 
     fleet = Fleet(ServeConfig(recording=replace(FLEET_RECORDING, probe=False)), None, RealClock(), FleetExporter(lambda: []),
                   extra_sinks=lambda spec: [])

@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
-from servewatch.sinks.alertmanager import WebhookClient
+from servewatch.sinks.delivery.webhook import WebhookClient
 from servewatch.sinks.base import Cleared, Fired, Sink
-from servewatch.sinks.delivery import Delivery
-from servewatch.sinks.exporter import FleetExporter
+from servewatch.sinks.delivery.post import Delivery
+from servewatch.sinks.export.exporter import FleetExporter
 
 
 def value(exporter, name, **labels):

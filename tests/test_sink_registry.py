@@ -13,9 +13,9 @@ import pytest
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import ServewatchError
 from servewatch.serve import config as serve_config
-from servewatch.sinks import registry
+from servewatch.sinks.delivery import registry
 from servewatch.sinks.base import CallbackSink, Cleared, Fired, Sink
-from servewatch.sinks.exporter import FleetExporter
+from servewatch.sinks.export.exporter import FleetExporter
 from servewatch.watch.recorder import Recorder
 from servewatch.watch.targets import callable_sources
 

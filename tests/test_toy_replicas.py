@@ -13,7 +13,7 @@ from servewatch import dialects
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
 from servewatch.bundle.writer import BundleContext, BundleWriter
 from servewatch.sinks.base import Fired
-from servewatch.sinks.exporter import FleetExporter
+from servewatch.sinks.export.exporter import FleetExporter
 from servewatch.bundle.verify import verify_bundle
 from servewatch.timeline.samples import HealthSample, MetricsSample
 from servewatch.timeline.window import Window

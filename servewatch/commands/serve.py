@@ -26,7 +26,7 @@ _HELP = {
 
 def register(subparsers) -> None:
     parser = add_command(subparsers, "serve", HELP, DESCRIPTION, run)
-    from servewatch.sinks.registry import sink_kinds, sink_names
+    from servewatch.sinks.delivery.registry import sink_kinds, sink_names
 
     parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, "
                                                          f"{', '.join(sink_names())}, shard, targets, file_sd, "

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from servewatch.serve.fleet import Fleet
     from servewatch.serve.prometheus_sd import PrometheusSd
     from servewatch.serve.targets import TargetSpec
-    from servewatch.sinks.exporter import FleetExporter
+    from servewatch.sinks.export.exporter import FleetExporter
 
 LAG_PERIOD_S = 0.5
 
@@ -35,8 +35,8 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     from servewatch.serve.fleet import Fleet
     from servewatch.serve.http_api import build_app
     from servewatch.serve.signals import signals
-    from servewatch.sinks.exporter import FleetExporter
-    from servewatch.sinks.registry import SinkContext, build_clients, sinks_for
+    from servewatch.sinks.export.exporter import FleetExporter
+    from servewatch.sinks.delivery.registry import SinkContext, build_clients, sinks_for
 
     say = f"servewatch {tool}:"
     stop = stop or asyncio.Event()
@@ -66,8 +66,8 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     node_view = None
     if config.node is not None:         # the engines on this node, by process title (serve.node)
         from servewatch.serve.node import NodeView
-        from servewatch.sinks.exporter import label
-        from servewatch.sinks.rank_series import NodeRankCollector
+        from servewatch.sinks.export.exporter import label
+        from servewatch.sinks.export.rank_series import NodeRankCollector
 
         node_view = NodeView(config.node, max(config.recording.interval, 1.0))
         exporter.registry.register(NodeRankCollector(config.node, lambda: node_view.samples, label,

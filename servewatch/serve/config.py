@@ -8,7 +8,7 @@
     history: 10m                  # how much timeline each target keeps
     out: /var/lib/servewatch      # incident bundles, one directory per target
     bundle_cap_mb: 1024           # all targets' bundles together; the oldest go first
-    alertmanager: http://alertmanager:9093   # a live sink, by its registered name (servewatch.sinks.registry)
+    alertmanager: http://alertmanager:9093   # a live sink, by its registered name (servewatch.sinks.delivery.registry)
     webhook: http://hooks.example/servewatch
     shard: 0/3
     targets:
@@ -39,7 +39,7 @@ from servewatch.serve.document import read_document
 from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import ProxySpec, Shard, TargetSpec, parse_shard, spec_for
 from servewatch.sinks.bundle_sink import check_writable
-from servewatch.sinks.registry import sink_names
+from servewatch.sinks.delivery.registry import sink_names
 from servewatch.watch.options import RecordingOptions, recording_from_args
 
 # How every target is recorded unless the config or the command line says otherwise: as `watch` records one
@@ -66,7 +66,7 @@ class ServeConfig:
     listen: str = DEFAULT_LISTEN
     recording: RecordingOptions = FLEET_RECORDING   # cadence, history, thresholds and probe, the same for every target
     out: str | None = None
-    sinks: dict[str, str] = field(default_factory=dict)   # sink name -> URL (servewatch.sinks.registry)
+    sinks: dict[str, str] = field(default_factory=dict)   # sink name -> URL (servewatch.sinks.delivery.registry)
     shard: Shard = field(default_factory=lambda: Shard(0, 1))
     prometheus_sd: PrometheusSdConfig | None = None
     bundle_cap_bytes: int = 1024 * 2**20         # all targets' bundles under `out` together

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from servewatch.serve.config import ServeConfig
     from servewatch.serve.sidecar import Sidecar
     from servewatch.sinks.base import Sink
-    from servewatch.sinks.exporter import FleetExporter
+    from servewatch.sinks.export.exporter import FleetExporter
     from servewatch.sources.base import Source
     from servewatch.watch.recorder import Recorder
 
@@ -141,7 +141,7 @@ class TargetRun:
 
 
 def _label(value: str) -> str:
-    from servewatch.sinks.exporter import label
+    from servewatch.sinks.export.exporter import label
     return label(value)
 
 

@@ -63,7 +63,7 @@ def _ranks(sample, now: float, gpu=None) -> list[dict]:
     """Each engine rank of a target's newest process sample (none older than RANK_SAMPLE_MAX_AGE_S): its
     role, rank, process state letter, title and pid — what servewatch_rank_state exports, and which process —
     and, where NVML lists the process on a device, that GPU's index and the device memory the rank holds."""
-    from servewatch.sinks.rank_series import MAX_RANKS, rank_label
+    from servewatch.sinks.export.rank_series import MAX_RANKS, rank_label
     from servewatch.timeline.ranks import gpu_of, rank_view
 
     if sample is None or not sample.alive or sample.error is not None or now - sample.t > RANK_SAMPLE_MAX_AGE_S:

@@ -1,6 +1,6 @@
-"""Alert sinks: firing and resolved verdicts posted to an Alertmanager (v2 API), or as plain JSON
-events to a webhook. Posts go through `Delivery` (a background thread: retried with backoff, never
-blocking the recorder).
+"""Alertmanager delivery: firing and resolved verdicts posted to an Alertmanager (v2 API); `AlertSink` is the
+per-target sink of any delivery client (the webhook's too, `delivery.webhook`). Posts go through `Delivery`
+(`delivery.post`: a background thread, retried with backoff, never blocking the recorder).
 
 An Alertmanager alert carries labels alertname (the verdict), target and severity (from the verdict
 registry), and annotations: summary (the verdict's one-line meaning), description (the verdict's why
@@ -16,7 +16,7 @@ import threading
 import time
 
 from servewatch.detectors import registry
-from servewatch.sinks.delivery import Delivery
+from servewatch.sinks.delivery.post import Delivery
 from servewatch.bundle.serialize import safe_token
 from servewatch.clock import iso8601
 
@@ -97,30 +97,3 @@ class AlertSink:
 
     def close(self) -> None:
         """The client is shared by the fleet and closed once, by its owner."""
-
-
-class WebhookClient:
-    """Plain JSON events, one POST each: {"event": "fired"|"cleared", "target", "verdict", "severity",
-    "why", "onset", "t", "safe_action"}."""
-
-    def __init__(self, url: str, *, on_give_up=None, **delivery):
-        self.delivery = Delivery(url, "webhook", on_give_up=on_give_up, **delivery)
-
-    def sink(self, target: str) -> "AlertSink":
-        return AlertSink(self, target)
-
-    def fire(self, target: str, verdict) -> None:
-        self._send("fired", target, verdict, verdict.t)
-
-    def resolve(self, target: str, cleared) -> None:
-        self._send("cleared", target, cleared.verdict, cleared.t)
-
-    def _send(self, event: str, target: str, verdict, t: float) -> None:
-        labels = _labels(target, verdict.name)
-        body = {"event": event, "target": labels["target"], "verdict": labels["alertname"],
-                "severity": labels["severity"], "why": verdict.why, "onset": iso8601(verdict.onset), "t": iso8601(t),
-                **({"safe_action": a} if (a := _annotations(verdict).get("safe_action")) else {})}
-        self.delivery.submit(json.dumps(body).encode())
-
-    def close(self) -> None:
-        self.delivery.close()

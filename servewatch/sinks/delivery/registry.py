@@ -90,7 +90,7 @@ def client_class(where: str) -> SinkFactory:
     return factory
 
 
-register_sink("alertmanager", client_class("servewatch.sinks.alertmanager:AlertmanagerClient"),
+register_sink("alertmanager", client_class("servewatch.sinks.delivery.alertmanager:AlertmanagerClient"),
               help="post alerts to this Alertmanager (v2 API)")
-register_sink("webhook", client_class("servewatch.sinks.alertmanager:WebhookClient"),
+register_sink("webhook", client_class("servewatch.sinks.delivery.webhook:WebhookClient"),
               help="post fired/cleared events as JSON to this URL")

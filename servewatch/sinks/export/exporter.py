@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from servewatch.detectors import registry
 from servewatch.bundle.serialize import safe_token
-from servewatch.sinks.verdict_series import VerdictSeries
+from servewatch.sinks.export.verdict_series import VerdictSeries
 
 PREFIX = "servewatch_"
 SCRAPE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -76,7 +76,7 @@ class FleetExporter:
         if derived is not None:
             r.register(_DerivedCollector(derived))
         if ranks is not None:         # (target, newest process sample): servewatch_rank_state
-            from servewatch.sinks.rank_series import RankCollector
+            from servewatch.sinks.export.rank_series import RankCollector
 
             r.register(RankCollector(ranks, label))
 
