@@ -1,16 +1,28 @@
-"""Regenerate the README's example blocks from real runs.
+"""Regenerate every shown output of the README and of the docs site (docs/site/) from real runs.
 
-A region of README.md between `<!-- example: NAME -->` and `<!-- /example -->` is what the example NAME prints
-when run now: the commands are run for real (servewatch through its own CLI, promtool when installed) in a
-temporary directory. `python scripts/readme_examples.py` rewrites the regions; `--check` exits 1 and shows a
-diff when the README differs. tests/test_readme.py runs the deterministic examples and compares.
+A region of README.md or of a page under docs/site/ between `<!-- example: NAME -->` and `<!-- /example -->` is
+what the example NAME prints when run now: the commands are run for real (servewatch through its own CLI,
+in-process, promtool when installed) in a temporary directory, on the inputs shipped in examples/ and
+tests/fixtures/, or on the built-in engine in virtual time. The command pages' usage and flags are rewritten
+from the parser as well (scripts/docs_commands.py).
+
+    python scripts/readme_examples.py           rewrite every region and command page
+    python scripts/readme_examples.py --check   exit 1 and show a diff where a file differs from a run now
+
+A code block that shows a command and is not such a region says why it is not run, on the line before it:
+`<!-- not-run: needs a real vLLM; quoted from the run of 2026-12-05 -->` (tests/test_docs.py checks).
+Examples marked not deterministic (their output holds a time measured on the machine) are rewritten by the
+first form and only run, not compared, by `--check`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import io
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,9 +32,42 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 README = ROOT / "README.md"
+SITE = ROOT / "docs" / "site"
+EXAMPLES_DIR = ROOT / "examples"
 REGION = re.compile(r"(<!-- example: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /example -->)", re.S)
 FENCE = "```"
+WIDTH = "100"          # the terminal width every example is printed at (tables wrap to it)
+BUNDLE = "examples/bundle-stall"      # a stall bundle made by `make_bundle()`, shipped, verified by the tests
+
+
+def documents() -> list[Path]:
+    """README.md and every page of the site."""
+    return [README, *sorted(SITE.rglob("*.md"))]
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+@contextlib.contextmanager
+def _columns(width: str = WIDTH):
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = width
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
 
 
 def _servewatch(*argv: str) -> tuple[int, str, str]:
@@ -30,18 +75,49 @@ def _servewatch(*argv: str) -> tuple[int, str, str]:
     from servewatch.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _columns():
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:           # argparse's own exits
+            code = exc.code if isinstance(exc.code, int) else 1
     return code, out.getvalue(), err.getvalue()
 
 
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.rstrip().splitlines()]
+
+
+def _shown(workdir: Path, argv: tuple[str, ...], expect: int = 0, comment: str = "",
+           keep=lambda lines: lines, stderr_first: bool = False) -> list[str]:
+    """`$ servewatch ARGV` and what it printed (stdout, then stderr; `stderr_first` for a command that reports
+    on stderr as it goes and prints its tables at the end), run in `workdir`; fails unless it exits `expect`."""
+    with _cwd(workdir):
+        code, out, err = _servewatch(*argv)
+    if code != expect:
+        raise SystemExit(f"servewatch {' '.join(argv)}: exit {code}, expected {expect}: {err.strip()[-400:]}")
+    import shlex
+
+    command = "$ servewatch " + shlex.join(argv) + (f"    # {comment}" if comment else "")
+    return [command, *keep(_lines(err) + _lines(out) if stderr_first else _lines(out) + _lines(err))]
+
+
+def _block(*lines: str, lang: str = "") -> str:
+    return "\n".join([FENCE + lang, *lines, FENCE]) + "\n"
+
+
+def _examples_in(workdir: Path) -> None:
+    """The shipped inputs, where the shown commands find them (`examples/...`, `tests/fixtures/...`)."""
+    shutil.copytree(EXAMPLES_DIR, workdir / "examples")
+    (workdir / "tests").mkdir()
+    shutil.copytree(ROOT / "tests" / "fixtures" / "metrics", workdir / "tests" / "fixtures" / "metrics")
+    shutil.copytree(ROOT / "tests" / "fixtures" / "postmortem", workdir / "tests" / "fixtures" / "postmortem")
+
+
+# --- rules, slo.yaml ---------------------------------------------------------------------------------------
+
 def slo_yaml() -> str:
-    """The README's own slo.yaml block: the example runs on exactly what the reader sees."""
-    text = README.read_text(encoding="utf-8")
-    match = re.search(r"```yaml\n# slo\.yaml\n(?P<body>.*?)```", text, re.S)
-    if match is None:
-        raise SystemExit("README.md: no ```yaml block starting with '# slo.yaml'")
-    return match["body"]
+    """examples/slo.yaml: the file the pages show and the examples run on."""
+    return (EXAMPLES_DIR / "slo.yaml").read_text(encoding="utf-8")
 
 
 def _rules(workdir: Path) -> Path:
@@ -53,7 +129,7 @@ def _rules(workdir: Path) -> Path:
 
 
 def rule_counts(workdir: Path) -> tuple[int, int]:
-    """(alerts, recording rules) in the rule file the README's slo.yaml gives."""
+    """(alerts, recording rules) in the rule file examples/slo.yaml gives."""
     import yaml
 
     doc = yaml.safe_load(_rules(workdir).read_text(encoding="utf-8"))
@@ -61,14 +137,31 @@ def rule_counts(workdir: Path) -> tuple[int, int]:
     return sum("alert" in r for r in rules), sum("record" in r for r in rules)
 
 
+def example_slo_yaml(workdir: Path) -> str:
+    return _block(*_lines(slo_yaml()), lang="yaml")
+
+
 def example_rules_counts(workdir: Path) -> str:
     alerts, records = rule_counts(workdir)
     return f"Two excerpts of `llm-rules.yml` ({alerts} alerts, {records} recording rules):\n"
 
 
+def example_rules_excerpt(workdir: Path) -> str:
+    """Two rules of the file, as written: the TTFT SLI's 5-minute error ratio and the availability page."""
+    text = _rules(workdir).read_text(encoding="utf-8")
+    items = re.split(r"(?m)^(?=  - (?:record|alert): )", text)
+    picked = [item for item in items if item.startswith("  - record: slo:sli_error:ratio_rate5m\n")
+              and "sli: ttft" in item][:1]
+    picked += [item for item in items if item.startswith("  - alert: ErrorBudgetBurnPage\n")
+               and "sli: availability" in item][:1]
+    if len(picked) != 2:
+        raise SystemExit("llm-rules.yml: the two excerpted rules are not there any more")
+    return _block(*_lines("".join(picked)), lang="yaml")
+
+
 def example_rules_check(workdir: Path) -> str | None:
     """`servewatch rules` then `promtool check rules`, and the one line a wrong threshold gets. None without
-    promtool (its line is its own: never written for it)."""
+    promtool (its region is left as it is: never written without it)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         return None
@@ -80,21 +173,32 @@ def example_rules_check(workdir: Path) -> str | None:
     with _cwd(workdir):
         code, _, err = _servewatch("rules", "--slo", "bad.yaml", "--out", "x.yml")
     assert code == 2, "a threshold off the bucket edges must be refused"
-    return "\n".join([FENCE,
-                      "$ servewatch rules --slo slo.yaml --out llm-rules.yml && promtool check rules llm-rules.yml",
-                      *(checked.stdout + checked.stderr).rstrip().splitlines(),
-                      "$ sed 's/threshold: 1}/threshold: 1.2}/' slo.yaml > bad.yaml && "
-                      "servewatch rules --slo bad.yaml --out x.yml",
-                      err.strip(), FENCE]) + "\n"
+    return _block("$ servewatch rules --slo slo.yaml --out llm-rules.yml && promtool check rules llm-rules.yml",
+                  *(checked.stdout + checked.stderr).rstrip().splitlines(),
+                  "$ sed 's/threshold: 1}/threshold: 1.2}/' slo.yaml > bad.yaml && "
+                  "servewatch rules --slo bad.yaml --out x.yml",
+                  err.strip())
 
 
-REQUESTS_ARGV = ("requests", "requests.jsonl", "--by", "outcome", "--goodput", "ttft=2000,tpot=100")
+def example_dashboard(workdir: Path) -> str:
+    """`servewatch dashboard`, and how many panels the file it writes holds."""
+    lines = _shown(workdir, ("dashboard", "--dialect", "vllm", "--out", "llm-dashboard.json"))
+    doc = json.loads((workdir / "llm-dashboard.json").read_text(encoding="utf-8"))
+    panels = doc.get("panels") or doc.get("dashboard", {}).get("panels") or []
+    count = sum(1 for panel in panels if panel.get("type") != "row")
+    titles = ", ".join(panel.get("title", "") for panel in panels if panel.get("type") != "row")
+    return (_block(*lines) + f"\nThe file holds a {count}-panel Grafana dashboard (built with Grafana's foundation "
+            f"SDK): {titles}.\n")
 
 
-def example_requests(workdir: Path) -> str:
-    """`servewatch requests` over the records of an overload: `servewatch load`'s overload scenario for 30 s
-    against the simulator (RTX 3060 profile, 16 slots, 20 s request timeout) in virtual time, so the same
-    records every run."""
+# --- requests ------------------------------------------------------------------------------------------------
+
+REQUESTS_ARGV = ("requests", "examples/requests.jsonl", "--by", "outcome", "--goodput", "ttft=2000,tpot=100")
+
+
+def make_requests(directory: Path) -> Path:
+    """examples/requests.jsonl: `servewatch load`'s overload scenario for 15 s against the simulator (RTX 3060
+    profile, 16 slots, 10 s request timeout) in virtual time, so the same records every run."""
     from servewatch.clock import VirtualClock
     from servewatch.load.output import write_outputs
     from servewatch.load.scenarios import LoadConfig
@@ -102,14 +206,265 @@ def example_requests(workdir: Path) -> str:
     from servewatch.sim import SimConfig, SimEngine
 
     engine = SimEngine(SimConfig(profile="rtx3060-7b", max_num_seqs=16), VirtualClock())
-    run = run_load_virtual(LoadConfig(url="sim://in-process", scenario="overload", duration_s=30,
-                                      metrics_interval_s=0, request_timeout_s=20), engine)
-    assert not write_outputs(run, workdir)
+    run = run_load_virtual(LoadConfig(url="sim://in-process", scenario="overload", duration_s=15,
+                                      metrics_interval_s=0, request_timeout_s=10), engine)
+    with tempfile.TemporaryDirectory() as tmp:
+        assert not write_outputs(run, Path(tmp))
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(tmp) / "requests.jsonl", directory / "requests.jsonl")
+    return directory / "requests.jsonl"
+
+
+def example_requests(workdir: Path) -> str:
+    _examples_in(workdir)
+    return _block(*_shown(workdir, REQUESTS_ARGV))
+
+
+def example_requests_export(workdir: Path) -> str:
+    _examples_in(workdir)
+    lines = _shown(workdir, ("requests", "examples/requests.jsonl", "--export", "mooncake", "incident.jsonl"))
+    head = (workdir / "incident.jsonl").read_text(encoding="utf-8").splitlines()[:2]
+    return _block(*lines, "$ head -2 incident.jsonl", *head)
+
+
+# --- the demo ------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _demo_output() -> tuple[str, ...]:
+    """`servewatch demo --fast` in a fresh directory (virtual time: the same every run): its verdicts as they
+    come (stderr), then its tables; the progress bar's line (it holds the seconds it took) left out."""
+    with tempfile.TemporaryDirectory(prefix="docs-demo-") as tmp:
+        lines = _shown(Path(tmp), ("demo", "--fast"), stderr_first=True)
+    return tuple(line for line in lines if not re.search(r"\d+/\d+ phases", line))
+
+
+def example_demo(workdir: Path) -> str:
+    return _block(*_demo_output())
+
+
+def example_demo_summary(workdir: Path) -> str:
+    """The demo's last part: the signature table and what the health checks missed."""
+    lines = list(_demo_output())
+    start = next(i for i, line in enumerate(lines) if line.startswith("Signatures of four workloads"))
+    return _block(lines[0], "…", *lines[start:])
+
+
+def example_demo_time(workdir: Path) -> str:
+    """How long the demo takes here: measured (not deterministic), rewritten with the rest."""
+    import datetime
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="docs-demo-time-") as tmp:
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "servewatch", "demo", "--fast", "--out", tmp + "/d"],
+                              capture_output=True, text=True, check=False)
+        took = time.monotonic() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"servewatch demo --fast: exit {done.returncode}")
+    cores = os.cpu_count()
+    return (f"`servewatch demo --fast` took {took:.1f} s here ({datetime.date.today().isoformat()}, "
+            f"{cores} cores, load average {os.getloadavg()[0]:.1f}; `scripts/readme_examples.py` measures it).\n")
+
+
+# --- bundles: verify, summarize, diagnose ----------------------------------------------------------------------
+
+def make_bundle(directory: Path) -> Path:
+    """The shipped stall bundle: the demo's health-green stall, recorded every 2 s (a small bundle), copied to
+    `directory`. Run by hand (`python scripts/readme_examples.py --make-inputs`), never by --check."""
+    with tempfile.TemporaryDirectory(prefix="docs-bundle-") as tmp:
+        with _cwd(Path(tmp)):
+            code, _, err = _servewatch("demo", "--fast", "--interval", "2", "--out", "d")
+        if code != 0:
+            raise SystemExit(f"demo failed: {err[-400:]}")
+        found = sorted(Path(tmp, "d", "bundles").glob("incident-*-alive_health_ok_no_progress-*"))
+        if directory.exists():
+            shutil.rmtree(directory)
+        shutil.copytree(found[0], directory)
+    return directory
+
+
+def example_verify(workdir: Path) -> str:
+    _examples_in(workdir)
+    ok = _shown(workdir, ("verify", BUNDLE))
+    tampered = workdir / "tampered"
+    shutil.copytree(workdir / BUNDLE, tampered)
+    samples = tampered / "samples-000.json"
+    data = bytearray(samples.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    samples.write_bytes(bytes(data))
+    bad = _shown(workdir, ("verify", "tampered"), expect=1, comment="one flipped bit; exit 1")
+    as_json = _shown(workdir, ("verify", "--json", BUNDLE))
+    return _block(*ok, *bad, *as_json)
+
+
+def example_summarize(workdir: Path) -> str:
+    _examples_in(workdir)
+    lines = _shown(workdir, ("summarize", BUNDLE, "--md", "stall.md", "--html", "stall.html"))
+    md = (workdir / "stall.md").read_text(encoding="utf-8").splitlines()
+    return _block(*lines, "$ head -20 stall.md") + _block(*md[:20], lang="markdown")
+
+
+def example_diagnose_bundle(workdir: Path) -> str:
+    _examples_in(workdir)
     with _cwd(workdir):
-        code, out, err = _servewatch(*REQUESTS_ARGV)
-    assert code == 0, err
-    return "\n".join([FENCE, "$ servewatch " + " ".join(REQUESTS_ARGV), *(line.rstrip() for line in out.rstrip().splitlines()),
-                      FENCE]) + "\n"
+        code, _, _ = _servewatch("diagnose", BUNDLE)
+    return _block(*_shown(workdir, ("diagnose", BUNDLE), expect=code))
+
+
+# --- inspect, postmortem, advise, drill ------------------------------------------------------------------------
+
+def example_inspect(workdir: Path) -> str:
+    _examples_in(workdir)
+    return _block(*_shown(workdir, ("inspect", "tests/fixtures/metrics/vllm_kv_pressure_t0.prom")))
+
+
+def example_postmortem(workdir: Path) -> str:
+    _examples_in(workdir)
+    argv = ("postmortem", "tests/fixtures/postmortem/vllm_overload_oom_reconstructed.log", "--vocab-size", "152064")
+    with _cwd(workdir):
+        code, _, _ = _servewatch(*argv)
+    return _block(*_shown(workdir, argv, expect=code))
+
+
+def example_advise(workdir: Path) -> str:
+    _examples_in(workdir)
+    return _block(*_shown(workdir, ("advise", "--model", "examples/llama-3-8b/", "--gpu", "H100",
+                                    "--weights-bytes", "14.96GiB", "--slo-itl", "50ms")))
+
+
+def example_drill_sim(workdir: Path) -> str:
+    return _block(*_shown(workdir, ("drill", "--plan", "standard", "--engine", "sim", "--dry-run")))
+
+
+# --- the reference, from the registry, the runbooks, the schemas and the exporter -----------------------------
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def example_verdicts(workdir: Path) -> str:
+    """Every verdict of the registry with its runbook branch (servewatch/detectors/runbooks.py)."""
+    from servewatch.detectors import registry
+
+    out = ["| verdict | kind | severity | action class | what it means |", "|---|---|---|---|---|"]
+    for spec in registry.specs():
+        out.append(f"| [`{spec.name}`](#{spec.name}) | {spec.kind} | {spec.severity} | "
+                   f"{spec.action} | {_cell(spec.summary)} |")
+    for spec in registry.specs():
+        book = spec.runbook
+        out += ["", f"### {spec.name}", "", f"*{spec.kind}, severity {spec.severity}, action class {spec.action}"
+                f"{'; acts once: ' + spec.evidence_words() if spec.evidence_words() else ''}; evidence from "
+                f"{', '.join(spec.evidence_sources)}.*", "", " ".join(book.meaning.split()), "",
+                "**Check next**", ""]
+        out += [f"- {' '.join(step.split())}" for step in book.check_next]
+        out += ["", f"**Expected range.** {' '.join(book.expected_range.split())}", "",
+                f"**Safe action.** {' '.join(book.safe_action.split())}", "",
+                f"**Rollback.** {' '.join(book.rollback.split())}", "",
+                f"**What a restart destroys.** {' '.join(book.restart_destroys.split())}"]
+        if book.by_cause:
+            out += ["", "**By cause**", ""]
+            out += [f"- `{cause}`: {' '.join(words.split())}" for cause, words in book.by_cause.items()]
+    return "\n".join(out) + "\n"
+
+
+def example_exit_statuses(workdir: Path) -> str:
+    """The exit statuses every command shares (servewatch/errors.py, servewatch/cli.py) and guard's own
+    (servewatch/actions/policy.py's table)."""
+    from servewatch.actions import policy
+    from servewatch.errors import BundleInvalid, ServewatchError
+
+    out = ["| status | every command |", "|---|---|",
+           "| 0 | done; nothing wrong found |",
+           f"| {BundleInvalid.exit_code} | a check failed: a bundle that does not verify, a canary that differs, "
+           "a demo or drill whose expectations were not met, a partial conclusion |",
+           f"| {ServewatchError.exit_code} | bad input (one line on stderr): a dead URL, a body that is not "
+           "Prometheus text, a wrong PID, an unwritable directory, a bad flag |",
+           "| 130 | interrupted (^C) |", "", "`servewatch guard`'s own, as `servewatch/actions/policy.py` declares "
+           "them:", "", "| status | guard |", "|---|---|"]
+    doc = policy.__doc__.split("Exit status", 1)[1].splitlines()[1:]
+    rows: list[list[str]] = []
+    for line in doc:
+        match = re.match(r"\s{2}(\S+(?: \S+)*?)\s{2,}(.*)", line)
+        if match and not line.startswith("    "):
+            code, words = match[1], match[2]
+            constant = re.match(r"(EXIT_\w+)\s+(.*)", words)
+            if constant:
+                code, words = f"{code} (`{constant[1]}`)", constant[2]
+            rows.append([code, words])
+        elif rows and line.strip():
+            rows[-1][1] += " " + line.strip()
+    out += [f"| {code} | {_cell(words)} |" for code, words in rows]
+    return "\n".join(out) + "\n"
+
+
+def example_bundle_schema(workdir: Path) -> str:
+    """The bundle's files and their fields, from the closed JSON Schemas (servewatch/bundle/schema/)."""
+    out = []
+    for path in sorted((ROOT / "servewatch" / "bundle" / "schema").glob("*.json")):
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        required = set(schema.get("required", ()))
+        out += [f"### {schema.get('title', path.name)}", "", f"`servewatch/bundle/schema/{path.name}`"
+                + (f": {_cell(schema['description'])}" if schema.get("description") else ""), "",
+                "| field | type | required |", "|---|---|---|"]
+        for name, field in schema.get("properties", {}).items():
+            out.append(f"| `{name}` | {_type(field)} | {'yes' if name in required else 'no'} |")
+        samples = schema.get("properties", {}).get("samples", {}).get("items", {})
+        for branch in samples.get("allOf", ()):
+            then = branch.get("then", {})
+            source = then.get("properties", {}).get("source", {}).get("const")
+            if source:
+                need = set(then.get("required", ()))
+                fields = ", ".join(f"`{n}`" + ("" if n in need else " (optional)")
+                                   for n in then.get("properties", {}) if n != "source")
+                out.append(f"\nA `{source}` sample: {fields}.")
+        out.append("")
+    return "\n".join(out)
+
+
+def _type(field: dict) -> str:
+    if "const" in field:
+        return f"`{field['const']}`"
+    if "enum" in field:
+        return "one of " + ", ".join(f"`{v}`" for v in field["enum"])
+    kind = field.get("type")
+    if isinstance(kind, list):
+        return " or ".join(kind)
+    return kind or ("object" if "properties" in field else "see the schema")
+
+
+def example_metrics(workdir: Path) -> str:
+    """The metrics `servewatch serve` exports, as its exporter writes them: a fleet of one target with a value
+    in every series (HELP, TYPE and the label names from the exposition itself)."""
+    from types import SimpleNamespace
+
+    from servewatch.sinks.export.exporter import DERIVED, FleetExporter
+
+    signals = SimpleNamespace(**{name: 0.0 for name in DERIVED})
+    exporter = FleetExporter(derived=lambda: [("t", signals)])
+    exporter.add_target("t")
+    exporter.scrape_failures.labels("t", "connect").inc(0)
+    exporter.sink_failures.labels("webhook").inc(0)
+    exporter.targets.labels("up").set(1)
+    exporter.gpu_fault_fired("t", {"gpu_uuid": "GPU-0", "xid": 79, "action": "reboot"})
+    text = exporter.exposition().decode()
+    helps, types, labels = {}, {}, {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, words = line[7:].split(" ", 1)
+            helps[name] = words
+        elif line.startswith("# TYPE "):
+            name, kind = line[7:].split(" ", 1)
+            types[name] = kind
+        elif (match := re.match(r"(\w+)\{(.*?)\}", line)):
+            base = next((n for n in (match[1], re.sub(r"_(total|bucket|count|sum)$", "", match[1])) if n in helps),
+                        match[1])
+            labels.setdefault(base, set()).update(k for k in re.findall(r"(\w+)=", match[2]) if k != "le")
+    out = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for name in sorted(helps):
+        shown = name + "_total" if types[name] == "counter" and not name.endswith("_total") else name
+        out.append(f"| `{shown}` | {types[name]} | {', '.join(sorted(labels.get(name, ()))) or '–'} | "
+                   f"{_cell(helps[name])} |")
+    return "\n".join(out) + "\n"
 
 
 def example_action_policy(workdir: Path) -> str:
@@ -133,24 +488,39 @@ def example_action_policy(workdir: Path) -> str:
     return "\n".join(lines) + "\n\n" + f"The classes: {classes}.\n"
 
 
-@contextlib.contextmanager
-def _cwd(path: Path):
-    import os
+def example_command_list(workdir: Path) -> str:
+    """Every command of the parser with its one line of help, linked to its page."""
+    import docs_commands
 
-    old = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(old)
+    rows = [f"| [`servewatch {name}`]({name}.md) | {_cell(words)} |" for name, words in docs_commands.one_liners().items()]
+    return "\n".join(["| command | what it does |", "|---|---|", *rows]) + "\n"
 
 
-# name -> (render(workdir) -> text or None when it cannot run here, deterministic)
+# name -> (render(workdir) -> text, or None when it cannot run here; deterministic)
 EXAMPLES = {
+    "slo-yaml": (example_slo_yaml, True),
     "rules-counts": (example_rules_counts, True),
     "rules-check": (example_rules_check, True),
+    "rules-excerpt": (example_rules_excerpt, True),
+    "dashboard": (example_dashboard, True),
     "requests": (example_requests, True),
+    "requests-export": (example_requests_export, True),
     "action-policy": (example_action_policy, True),
+    "demo": (example_demo, True),
+    "demo-summary": (example_demo_summary, True),
+    "demo-time": (example_demo_time, False),
+    "verify": (example_verify, True),
+    "summarize": (example_summarize, True),
+    "diagnose-bundle": (example_diagnose_bundle, True),
+    "inspect": (example_inspect, True),
+    "postmortem": (example_postmortem, True),
+    "advise": (example_advise, True),
+    "drill-sim": (example_drill_sim, True),
+    "command-list": (example_command_list, True),
+    "verdicts": (example_verdicts, True),
+    "exit-statuses": (example_exit_statuses, True),
+    "bundle-schema": (example_bundle_schema, True),
+    "metrics": (example_metrics, True),
 }
 
 
@@ -163,7 +533,7 @@ def render(names=None) -> dict[str, str | None]:
     for name, (make, _) in EXAMPLES.items():
         if names is not None and name not in names:
             continue
-        with tempfile.TemporaryDirectory(prefix=f"readme-{name}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"docs-{name}-") as tmp:
             out[name] = make(Path(tmp))
     return out
 
@@ -176,20 +546,35 @@ def rewrite(text: str, rendered: dict[str, str | None]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text(encoding="utf-8")
-    unknown = set(regions(text)) - set(EXAMPLES)
-    if unknown:
-        print(f"README.md: unknown example(s): {', '.join(sorted(unknown))}", file=sys.stderr)
-        return 2
-    new = rewrite(text, render())
-    if "--check" in argv:
-        if new != text:
-            sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), "README.md",
-                                                       "README.md (regenerated)"))
-            return 1
+    import docs_commands
+
+    if "--make-inputs" in argv:        # the shipped inputs themselves (by hand, once: they are inputs, not outputs)
+        make_bundle(ROOT / BUNDLE)
+        make_requests(EXAMPLES_DIR)
         return 0
-    README.write_text(new, encoding="utf-8")
-    return 0
+    check = "--check" in argv
+    texts = {path: path.read_text(encoding="utf-8") for path in documents()}
+    used = {name for text in texts.values() for name in regions(text)}
+    unknown = used - set(EXAMPLES)
+    if unknown:
+        print(f"unknown example(s): {', '.join(sorted(unknown))} (not in scripts/readme_examples.py)", file=sys.stderr)
+        return 2
+    rendered = render(used)
+    if check:                          # a measured example is run, not compared
+        rendered = {name: text for name, text in rendered.items() if EXAMPLES[name][1]}
+    differ = 0
+    for path, text in texts.items():
+        new = rewrite(text, rendered)
+        if new == text:
+            continue
+        if check:
+            differ += 1
+            sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), str(path.relative_to(ROOT)),
+                                                       f"{path.relative_to(ROOT)} (regenerated)"))
+        else:
+            path.write_text(new, encoding="utf-8")
+    commands = docs_commands.main(["--check"] if check else [])
+    return 1 if differ or commands else 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""The README renders and tells the truth: its code fences balance, every `servewatch …` command it shows parses
-with the current CLI, and the figures it quotes are what scripts/readme_examples.py gets from real runs."""
+"""The README and the docs site render and tell the truth: their code fences balance, every `servewatch …`
+command they show parses with the current CLI, and the README stays what it is for (under 200 lines: what
+servewatch is, the two commands, one real output, links into the site). The shown outputs themselves are
+compared with a run now in tests/test_docs.py."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import re
 import shlex
@@ -16,41 +17,49 @@ import pytest
 from servewatch.cli import TAKES_A_COMMAND_LINE, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = ROOT / "README.md"
+DOCUMENTS = [README, *sorted((ROOT / "docs" / "site").rglob("*.md"))]
 FENCE = re.compile(r"^\s*```")
 
 
-def _examples():
-    spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "scripts" / "readme_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 def _fences(text: str) -> list[int]:
     return [i for i, line in enumerate(text.splitlines(), 1) if FENCE.match(line)]
 
 
-def test_code_fences_balance():
-    fences = _fences(README)
-    assert len(fences) % 2 == 0, f"{len(fences)} code fences: one is not closed (fences at lines {fences})"
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_code_fences_balance(path):
+    fences = _fences(path.read_text(encoding="utf-8"))
+    assert len(fences) % 2 == 0, f"{_name(path)}: {len(fences)} code fences: one is not closed (at lines {fences})"
 
 
-def test_no_heading_or_table_inside_a_code_block():
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_no_heading_inside_a_code_block(path):
     """An unclosed fence shows the next section as code: no Markdown heading may sit inside a block."""
-    inside, lines = False, README.splitlines()
-    for i, line in enumerate(lines, 1):
+    inside, markdown = False, False
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if FENCE.match(line):
-            inside = not inside
-        elif inside:
-            assert not line.startswith("### "), f"line {i} is a heading inside a code block: {line}"
+            inside, markdown = not inside, line.strip() in ("```markdown", "```md")
+        elif inside and not markdown:           # a shown Markdown file has headings of its own
+            assert not line.startswith("## "), f"{_name(path)} line {i} is a heading inside a code block: {line}"
 
 
-def _shown_commands() -> list[tuple[int, str]]:
+def test_the_readme_is_short_and_shows_the_two_commands():
+    text = README.read_text(encoding="utf-8")
+    lines = text.count("\n")
+    assert lines < 200, f"README.md has {lines} lines: its sections belong in docs/site/"
+    assert "servewatch demo --fast" in text and "pytest -q -n 2" in text
+    assert "<!-- example:" in text, "the README shows one real output, as an example region"
+
+
+def _shown_commands(text: str) -> list[tuple[int, str]]:
     """(line, command) for every `$ servewatch …` line in a code block and every inline `servewatch …` span
     that is an invocation (not a synopsis with [options] or placeholders)."""
     found, inside = [], False
-    lines = README.splitlines()
+    lines = text.splitlines()
     for i, line in enumerate(lines, 1):
         j = i
         while inside and line.endswith("\\") and j < len(lines):      # a shell line continued
@@ -59,8 +68,9 @@ def _shown_commands() -> list[tuple[int, str]]:
             inside = not inside
             continue
         if inside:
-            for m in re.finditer(r"(?:^\$ |; do |&& )(servewatch [^\n]*)", line):
-                found.append((i, m[1]))
+            for m in re.finditer(r"(?:^\$ |^|; do |&& )(servewatch (?![a-z]+:)[^\n]*)", line):   # not a message
+                if "<TAB>" not in m[1]:                 # typed, not run: shell completion
+                    found.append((i, m[1]))
         else:
             for m in re.finditer(r"`(servewatch (?![a-z]+:)[^`]+)`", line):   # not a message ("servewatch watch: …")
                 # an invocation, not a synopsis ([options], placeholders) nor a command named in prose
@@ -73,6 +83,7 @@ def _args(command: str) -> list[str]:
     """The argv of one shown command: shell pipes, chains, redirections, comments and `&` cut off, shell
     variables given a value."""
     command = command.split(" #", 1)[0]
+    command = re.sub(r"\$\(pgrep[^)]*\)", "4242", command)
     lexer = shlex.shlex(command.replace("$SIM_PID", "4242").replace("$WRONG", "4242"), posix=True,
                         punctuation_chars=";&|<>")
     lexer.whitespace_split = True
@@ -88,19 +99,30 @@ def _args(command: str) -> list[str]:
     return argv
 
 
-COMMANDS = _shown_commands()
+# Pages other helpers of issue 45 own and write (their blocks show typed completions and refusals on purpose):
+# left to their authors here and in tests/test_docs.py.
+OWNED_ELSEWHERE = {"after-an-incident.md", "gpu.md", "collectives.md", "architecture.md", "completion.md"}
 
 
-def test_the_readme_shows_commands():
-    assert len(COMMANDS) >= 20, COMMANDS
+def owned_elsewhere(path: Path) -> bool:
+    return str(path.relative_to(ROOT)).removeprefix("docs/site/") in OWNED_ELSEWHERE
+
+
+COMMANDS = [(path, line, command) for path in DOCUMENTS if not owned_elsewhere(path)
+            for line, command in _shown_commands(path.read_text(encoding="utf-8"))]
+
+
+def test_the_pages_show_commands():
+    assert len(COMMANDS) >= 40, COMMANDS
 
 
 class _Refused(Exception):
     pass
 
 
-@pytest.mark.parametrize(("line", "command"), COMMANDS, ids=[f"line{line}" for line, _ in COMMANDS])
-def test_every_shown_command_parses_with_the_current_cli(line, command):
+@pytest.mark.parametrize(("path", "line", "command"), COMMANDS,
+                         ids=[f"{_name(path)}:{line}" for path, line, _ in COMMANDS])
+def test_every_shown_command_parses_with_the_current_cli(path, line, command):
     parser = build_parser()
 
     def refuse(self, message):
@@ -111,30 +133,5 @@ def test_every_shown_command_parses_with_the_current_cli(line, command):
         try:
             args = parser.parse_args(_args(command))
         except _Refused as exc:
-            pytest.fail(f"README line {line}: `{command}` does not parse: {exc}")
-    assert getattr(args, "func", None) is not None, f"README line {line}: `{command}` names no command"
-
-
-# --- the quoted figures come from the script ---------------------------------------------------------------
-
-def test_every_example_region_is_known_to_the_script():
-    examples = _examples()
-    assert set(examples.regions(README)) == set(examples.EXAMPLES)
-
-
-@pytest.mark.parametrize("name", ["rules-counts", "rules-check", "requests"])
-def test_the_readme_quotes_what_the_example_prints_now(name):
-    examples = _examples()
-    rendered = examples.render([name])[name]
-    if rendered is None:
-        pytest.skip(f"{name}: cannot run here (promtool not installed)")
-    assert examples.regions(README)[name] == rendered, \
-        f"README's '{name}' example is stale: run `python scripts/readme_examples.py`"
-
-
-def test_promtools_rule_count_is_the_alerts_plus_the_recording_rules(tmp_path):
-    """Without promtool too: the quoted 'SUCCESS: N rules found' is the file's own count."""
-    examples = _examples()
-    alerts, records = examples.rule_counts(tmp_path)
-    quoted = re.search(r"SUCCESS: (\d+) rules found", examples.regions(README)["rules-check"])
-    assert quoted and int(quoted[1]) == alerts + records
+            pytest.fail(f"{_name(path)} line {line}: `{command}` does not parse: {exc}")
+    assert getattr(args, "func", None) is not None, f"{_name(path)} line {line}: `{command}` names no command"
