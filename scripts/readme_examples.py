@@ -488,6 +488,21 @@ def example_action_policy(workdir: Path) -> str:
     return "\n".join(lines) + "\n\n" + f"The classes: {classes}.\n"
 
 
+def example_benchmark_results(workdir: Path) -> str:
+    """The figures CI holds the code to (benchmarks/results.json: each with its runs, its band and the date and
+    machine they were measured on)."""
+    doc = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+    machine = doc.get("machine", {})
+    out = [f"Measured on {doc.get('date')} by `{doc.get('command')}` ({doc.get('runs')} runs each) on "
+           f"{machine.get('cpus')} cores ({machine.get('cpu')}), Python {machine.get('python')}:", "",
+           "| figure | value | runs | band | better | what |", "|---|---|---|---|---|---|"]
+    for name, figure in doc.get("figures", {}).items():
+        runs = ", ".join(f"{run:g}" for run in figure.get("runs", ()))
+        out.append(f"| `{name}` | {figure['value']:g} {figure.get('unit', '')} | {runs} | "
+                   f"±{figure.get('band', 0):.0%} | {figure.get('better', '')} | {_cell(figure.get('what', ''))} |")
+    return "\n".join(out) + "\n"
+
+
 def example_command_list(workdir: Path) -> str:
     """Every command of the parser with its one line of help, linked to its page."""
     import docs_commands
@@ -517,6 +532,7 @@ EXAMPLES = {
     "advise": (example_advise, True),
     "drill-sim": (example_drill_sim, True),
     "command-list": (example_command_list, True),
+    "benchmark-results": (example_benchmark_results, True),
     "verdicts": (example_verdicts, True),
     "exit-statuses": (example_exit_statuses, True),
     "bundle-schema": (example_bundle_schema, True),

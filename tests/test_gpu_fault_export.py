@@ -1,5 +1,5 @@
 """A gpu_fault reaches the outside: serve's servewatch_gpu_fault{target,gpu_uuid,xid,action} while it holds, the
-ServewatchGpuHardwareFault alert in `servewatch rules`, and the guard exit status in the README's guard section."""
+ServewatchGpuHardwareFault alert in `servewatch rules`, and the guard exit status on guard's page (docs/site/commands/guard.md)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_rules_alert_on_a_hardware_gpu_fault_by_gpu_and_route_it_as_a_drain():
     assert rules["ServewatchGpuThrottled"].labels == {"action": "page"} and rules["ServewatchGpuThrottled"].for_ == "1m"
 
 
-def test_the_readme_guard_section_documents_the_hardware_exit():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    guard = readme[readme.index("### `servewatch guard URL"):readme.index("### `servewatch verify")]
+def test_the_guard_page_documents_the_hardware_exit():
+    page = Path(__file__).resolve().parent.parent / "docs" / "site" / "commands" / "guard.md"   # was the README's
+    guard = page.read_text(encoding="utf-8")                                                     # guard section
     assert "**6** killed after a hardware fault" in guard and "RestartPreventExitStatus=6" in guard
