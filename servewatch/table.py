@@ -58,7 +58,8 @@ class Column:
 
 @dataclass
 class Table:
-    """A table to print: its columns, its rows and rich's Table options (title, box, show_header...)."""
+    """A table to print: its columns, its rows and rich's Table options (title, box, show_header...); a
+    caption is printed as a line under the table, wrapped at the terminal's width, not the table's."""
 
     columns: list[Column]
     options: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +86,8 @@ def _width_of(console, cell: Any) -> int:
 def _rich_table(table: Table, keep: list[int], *, expand: bool):
     from rich.table import Table as RichTable
 
-    options = {**table.options, "expand": expand}
+    options = {k: v for k, v in table.options.items() if k not in ("caption", "caption_justify")}
+    options["expand"] = expand
     out = RichTable(**options)
     for i in keep:
         col = table.columns[i]
@@ -125,14 +127,36 @@ def left_out_line(left_out: list[Column]) -> str:
     return f"(left out to fit the terminal: {', '.join(c.said() for c in left_out)}; --wide shows them)"
 
 
+def _parts(console, table: Table, limit: int) -> tuple[list[Any], list[Column]]:
+    """The table fitted to `limit`, its caption under it (wrapped at the terminal, never cut at the table's
+    edge) and the line naming what was left out; and the columns left out."""
+    from rich.text import Text
+
+    rendered, left_out = fit(console, table, limit)
+    parts: list[Any] = [rendered]
+    if table.options.get("caption"):
+        parts.append(Text(table.options["caption"]))
+    if left_out:
+        parts.append(Text(left_out_line(left_out), style="dim"))
+    return parts, left_out
+
+
 def print_table(console, table: Table, *, width: int | None = None) -> list[Column]:
     """Print `table` fitted to the console's width (or `width`), then the line naming what was left out.
     The columns left out are returned."""
     limit = console.width if width is None else width
-    rendered, left_out = fit(console, table, limit)
-    console.print(rendered, width=limit)
-    if left_out:
-        from rich.text import Text
-
-        console.print(Text(left_out_line(left_out), style="dim"), soft_wrap=True)
+    parts, left_out = _parts(console, table, limit)
+    console.print(parts[0], width=limit)
+    for line in parts[1:]:
+        console.print(line, soft_wrap=line.plain.startswith("(left out"))   # the terminal wraps that one whole
     return left_out
+
+
+def renderable(table: Table, *, wide: bool = False):
+    """For a view that draws itself (rich's Live): the table fitted to the terminal (or whole, `wide`), with
+    its caption and the line naming what was left out, as one renderable."""
+    from rich.console import Group
+
+    measuring = console(wide)
+    parts, _ = _parts(measuring, table, measuring.width)
+    return Group(*parts)

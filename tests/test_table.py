@@ -146,3 +146,56 @@ def test_columns_go_least_important_first_and_the_name_shrinks_before_any_goes()
 def test_a_row_of_the_wrong_length_is_refused():
     with pytest.raises(ValueError, match="a row of 2 cells in a table of 4 columns"):
         _table().add_row("x", "y")
+
+
+# ---------------------------------------------------------------- watch's live table and load's summary
+
+@pytest.mark.parametrize("width, wide, left_out", [(60, False, ["time", "after"]), (70, False, ["time"]),
+                                                   (120, False, []), (44, True, [])])
+def test_the_live_watch_table_leaves_out_time_then_after_and_folds_the_why(monkeypatch, width, wide, left_out):
+    import io
+
+    from rich.console import Console
+
+    from servewatch.detectors.verdict import Verdict
+    from servewatch.sinks.base import Fired
+    from servewatch.timeline.window import Window
+    from servewatch.watch.output import status_table
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    why = "running 4 and the generation counter did not move in 12.0 s (threshold 8 s)"
+    verdict = Verdict(name="alive_health_ok_no_progress", t=10.0, onset=8.0, why=why)
+    out = io.StringIO()
+    Console(file=out, width=tables.WIDE_WIDTH if wide else width).print(
+        status_table(Window(), [Fired(verdict, None)], ["stall"], 3.0, wide=wide))
+    text = out.getvalue()
+    said = re.search(r"\(left out to fit the terminal: (.*); --wide shows them\)", " ".join(text.split()))
+    assert (said.group(1).split(", ") if said else []) == left_out
+    assert "alive_health_ok_no_progress" in text                         # a verdict's name is never cut
+    for header in ("verdict", "why", *(h for h in ("time", "after") if h not in left_out)):
+        assert re.search(rf"\b{header}\b", text), header
+    if not wide:
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    flat = " ".join(w for line in text.splitlines() for w in line.replace("│", " ").split())
+    assert all(word in flat for word in why.split() if len(word) < 12)    # the why folded, not cut
+
+
+@pytest.mark.parametrize("width, left_out", [(50, ["p90"]), (80, [])])
+def test_the_load_summary_keeps_p99_and_leaves_out_p90_first(monkeypatch, capsys, width, left_out):
+    from servewatch.load.render import print_summary
+
+    stats = {"mean": 0.0123, "p50": 0.0111, "p90": 0.0222, "p99": 0.0333, "max": 0.0444, "count": 20}
+    signature = {k: None for k in ("tokens_in", "tokens_out", "queue_wait_s", "prefill_s", "ttft_s", "itl_s",
+                                   "generation_s", "e2e_s", "max_running", "max_waiting", "max_kv")}
+    summary = {"scenario": "custom", "requests": 20, "ok": 20, "requested_rate": 4.0, "achieved_rate": 3.9,
+               "errors": {}, "schedule_delay_s": {"p50": 0.0001, "p99": 0.0002}, "ttft_s": stats, "itl_s": stats,
+               "itl_chunk_s": stats, "tpot_s": stats, "e2e_s": stats, "signature": {**signature, "sources": {}},
+               "token_count_source": "server", "prompt_token_source": "approx"}
+    monkeypatch.setenv("COLUMNS", str(width))
+    print_summary(summary)
+    out = capsys.readouterr().out
+    said = re.search(r"\(left out to fit the terminal: (.*); --wide shows them\)", out)
+    assert (said.group(1).split(", ") if said else []) == left_out
+    header = next(line for line in out.splitlines() if "metric" in line)
+    assert all(re.search(rf"\b{h}\b", header) for h in ("mean", "p50", "p99", "max", "n") if h not in left_out)
+    assert max(len(line.rstrip()) for line in out.splitlines() if not line.startswith("(left out")) <= width

@@ -8,6 +8,7 @@ import sys
 
 from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
+from servewatch.table import WIDE_HELP
 
 HELP = "run a load scenario (normal, overload, long-prompt, long-output) or replay a trace, and record every request"
 DESCRIPTION = ("Run a load scenario (normal, overload, long-prompt, long-output, custom) against an "
@@ -66,6 +67,7 @@ def register(subparsers) -> None:
     p.add_argument("--keep-text", action="store_true",
                    help="keep prompt and completion text in requests.jsonl (off by default)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    p.add_argument("--wide", action="store_true", help=WIDE_HELP)
 
 
 def _prompt_tokens(text: str | None) -> tuple[int | None, float]:
@@ -170,7 +172,7 @@ def run(args) -> int:
         json.dump(result.summary, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        print_summary(result.summary)
+        print_summary(result.summary, wide=args.wide)
     for problem in problems:
         print(f"servewatch load: {problem}", file=sys.stderr)
     if result.summary.get("interrupted"):

@@ -30,6 +30,8 @@ def register(subparsers) -> None:
     parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
     parser.add_argument("--json", action="store_true",
                         help="JSON lines instead of a live table: one when a verdict fires, one when it clears")
+    parser.add_argument("--wide", action="store_true", help="the live table whole, however wide (without it, "
+                                                            "columns that do not fit the terminal are left out)")
 
 
 def run(args) -> int:
@@ -105,7 +107,7 @@ async def _watch(args) -> int:
     proving: list = []
 
     async def live(recorder) -> None:
-        await _run_live(recorder, started, status_table, args.duration)
+        await _run_live(recorder, started, lambda *view: status_table(*view, wide=args.wide), args.duration)
 
     try:
         recorder = await record(options, probe, tool="watch", listeners=listeners, clear_listeners=clear_listeners,

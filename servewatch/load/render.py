@@ -53,11 +53,15 @@ def _fmt(x, unit: str = "s") -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
-def print_summary(summary: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+LATENCY_COLUMNS = (("p99", 90), ("p50", 80), ("n", 70), ("mean", 60), ("max", 50), ("p90", 40))
 
-    console = Console()
+
+def print_summary(summary: dict, wide: bool = False) -> None:
+    """`servewatch load`'s summary: the run, its latency table and its signature, fitted to the terminal
+    (servewatch.table) unless `wide`."""
+    from servewatch import table as tables
+
+    console = tables.console(wide)
     head = (f"scenario {summary['scenario']}: {summary['requests']} requests, {summary['ok']} ok, "
             f"rate {_fmt(summary['requested_rate'], 'n')} requested / "
             f"{_fmt(summary['achieved_rate'], 'n')} achieved req/s")
@@ -72,20 +76,21 @@ def print_summary(summary: dict) -> None:
     delay = summary["schedule_delay_s"]
     console.print(f"schedule delay p50 {_ms(delay['p50'])} p99 {_ms(delay['p99'])}"
                   + (" (the sender's lag behind the trace)" if trace else ""))
-    table = Table(title="latency (successful requests)")
-    for col in ("metric", "mean", "p50", "p90", "p99", "max", "n"):
-        table.add_column(col, justify="right" if col != "metric" else "left")
+    priority = dict(LATENCY_COLUMNS)
+    table = tables.Table([tables.Column("metric", priority=tables.ALWAYS, justify="left", shrink="fold", min_width=6),
+                          *(tables.Column(c, priority=priority[c]) for c in ("mean", "p50", "p90", "p99", "max", "n"))],
+                         dict(title="latency (successful requests)"))
     for key, label in (("ttft_s", "TTFT"), ("itl_s", "ITL per token"), ("itl_chunk_s", "ITL per chunk"),
                        ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         s = summary[key]
         table.add_row(label, *(_fmt(s[c]) for c in ("mean", "p50", "p90", "p99", "max")), str(s["count"]))
-    console.print(table)
+    tables.print_table(console, table)
     sig = summary["signature"]
     srcs = sig["sources"]
-    row = Table(title="signature", caption_justify="left",
-                caption="the fields that told four workloads apart on an RTX 3060 serving Qwen2.5-7B-AWQ")
-    for col in ("field", "value", "from"):
-        row.add_column(col, justify="left" if col != "value" else "right")
+    row = tables.Table([tables.Column("field", priority=tables.ALWAYS, justify="left", shrink="fold", min_width=8),
+                        tables.Column("value", priority=tables.ALWAYS), tables.Column("from", justify="left")],
+                       dict(title="signature",
+                            caption="the fields that told four workloads apart on an RTX 3060 serving Qwen2.5-7B-AWQ"))
     for key, label, unit in (("tokens_in", "tokens in (mean)", "n"), ("tokens_out", "tokens out (mean)", "n"),
                              ("queue_wait_s", "queue wait (s)", "s"), ("prefill_s", "prefill (s)", "s"),
                              ("ttft_s", "TTFT (s)", "s"), ("itl_s", "between two tokens (s)", "s"),
@@ -93,7 +98,7 @@ def print_summary(summary: dict) -> None:
                              ("max_running", "running, max", "n"), ("max_waiting", "waiting, max", "n"),
                              ("max_kv", "KV cache, max", "%")):
         row.add_row(label, _fmt(sig[key], unit), srcs.get(key) or "—")
-    console.print(row)
+    tables.print_table(console, row)
     if summary.get("goodput") is not None:
         console.print(f"goodput {summary['goodput']:.2f} req/s ({100 * summary['goodput_fraction']:.1f}% of requests)")
     console.print(f"token counts: {summary['token_count_source']}; prompts built with "

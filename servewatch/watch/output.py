@@ -57,13 +57,15 @@ def evidence_printer(json_lines: bool, tool: str):
     return show
 
 
-def status_table(window: Window, fired: list[Fired], active_names: list[str], elapsed_s: float):
-    """A rich renderable: the target's current picture and the verdicts so far. Every cell is plain text
-    (rich would read a str cell's "[...]" as a style): label values, process titles and the verdicts'
-    words come from the server."""
+def status_table(window: Window, fired: list[Fired], active_names: list[str], elapsed_s: float, wide: bool = False):
+    """A rich renderable: the target's current picture and the verdicts so far, the verdicts' table fitted to
+    the terminal (servewatch.table; whole with `wide`). Every cell is plain text (rich would read a str
+    cell's "[...]" as a style): label values, process titles and the verdicts' words come from the server."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from servewatch import table as tables
 
     health = window.health[-1] if window.health else None
     metrics = next((m for m in reversed(window.metrics) if m.error is None and m.engines), None)
@@ -90,15 +92,15 @@ def status_table(window: Window, fired: list[Fired], active_names: list[str], el
     for row in rows:
         now.add_row(*map(Text, row))
 
-    verdicts = Table(title="verdicts", expand=True)
-    verdicts.add_column("time")
-    verdicts.add_column("verdict")
-    verdicts.add_column("after", justify="right")
-    verdicts.add_column("why")
+    verdicts = tables.Table([tables.Column("time", priority=20, justify="left"),
+                             tables.Column("verdict", priority=tables.ALWAYS, justify="left"),
+                             tables.Column("after", priority=30),
+                             tables.Column("why", priority=tables.ALWAYS, justify="left", shrink="fold", min_width=20)],
+                            dict(title="verdicts", expand=True))
     for record in fired[-12:]:
         v = record.verdict
         verdicts.add_row(*map(Text, (iso8601(v.t)[11:23], v.name, f"{v.since_s:.1f} s", v.why)))
-    return Group(now, verdicts)
+    return Group(now, tables.renderable(verdicts, wide=wide))
 
 
 def _n(value) -> str:
