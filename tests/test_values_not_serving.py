@@ -372,3 +372,75 @@ def test_nothing_failed_says_nothing():
     # no /health at or before the last probe: nothing to compare with
     w = Window(health=(health(15),), metrics=(scrape(1),), probe=(missed(10),))
     assert N.detect(w, CONFIG) == []
+
+
+def test_the_health_before_the_probe_is_the_last_one_only():
+    # no /health in [10.5, 13.5]: the newest before it (10) is the one read, one of it, not those before it
+    w = Window(health=(health(6), health(8), health(10)), metrics=(scrape(8),), probe=(missed(10.5),))
+    v = one(w)
+    assert "(1 time(s) meanwhile)" in v.why and v.evidence[1] == Evidence("health", T0 + 10, "status", 200)
+
+
+def test_health_failing_only_at_the_end_of_the_window_is_not_ours():
+    w = Window(health=tuple(health(i, 503 if i == 20 else 200) for i in range(21)),
+               metrics=tuple(scrape(i) for i in range(21)), probe=(missed(10),))
+    assert N.detect(w, CONFIG) == []
+
+
+def test_a_streak_of_two_is_said():
+    v = one(Window(**idle(), probe=(missed(2), missed(6))), replace(CONFIG, probe_fail_count=2))
+    assert "got no token within 3 s (2 probes in a row over 7.0 s) while /health" in v.why
+
+
+def test_health_that_is_a_generation_names_its_newest_failure():
+    w = Window(health=tuple(health(i, 200 if i < 11 else (500 if i < 13 else 503)) for i in range(14)),
+               metrics=tuple(scrape(i, dialect="sglang") for i in range(21)), probe=(missed(10),))
+    assert "failed too (HTTP 503) while /metrics answered" in one(w).why
+
+
+def test_health_as_a_probe_reads_the_newest_health_for_the_dead_status(monkeypatch):
+    from servewatch.detectors import liveness
+
+    class Dead:
+        health_runs_through_engine = True
+        health_dead_status = 503
+
+    monkeypatch.setattr(liveness, "dialect_hint", lambda window: Dead)
+    w = Window(health=tuple(health(i, 200 if i < 11 else (503 if i == 20 else 500)) for i in range(21)),
+               metrics=tuple(scrape(i, dialect="sglang") for i in range(21)), probe=(missed(10),))
+    assert N.detect(w, CONFIG) == []          # the newest /health is the dead status: engine_dead's
+
+
+def test_health_as_a_probe_waits_out_a_start_by_the_config_s_startup_max_s():
+    # never healthy, no log; the target process was created 100 s before the window's end: a start in progress
+    # under the default startup_max_s (900 s), none under 50 s
+    def w():
+        created = T0 + 20 - 100
+        return Window(health=tuple(health(i, 503) for i in range(21)),
+                      metrics=tuple(scrape(i, engine(steps=0.0, dialect="sglang"), dialect="sglang")
+                                    for i in range(21)),
+                      process=tuple(ProcessSample(T0 + i, 1, created, True, proc(i).members) for i in range(21)),
+                      probe=(missed(10),))
+    assert N.detect(w(), CONFIG) == []
+    assert len(N.detect(w(), replace(CONFIG, startup_max_s=50.0))) == 1
+
+
+def test_last_counter_movement_at_the_ends_and_over_engines():
+    assert N._last_counter_movement(Window(metrics=_moving(20))) == T0 + 20           # the newest pair
+    first_only = tuple(scrape(i, engine(steps=10 if i == 0 else 11)) for i in range(6))
+    assert N._last_counter_movement(Window(metrics=first_only)) == T0 + 1             # the oldest pair
+    # engine 0 (read first) moved last: the newest of all engines, not the last engine read
+    dp = Window(metrics=_dp(moving0_until=9, moving1_until=6))
+    assert N._last_counter_movement(dp) == T0 + 9
+
+
+def test_work_on_the_first_engine_read_holds_it_back():
+    busy = EngineState("vllm", "vllm-test", {"model_name": "m", "engine": "0"}, running=1.0, waiting=2.0,
+                       counters=Counters(steps=10))
+    unknown = EngineState("vllm", "vllm-test", {"model_name": "m", "engine": "1"}, running=None, waiting=None,
+                          counters=Counters(steps=10))
+    metrics = tuple(scrape(i, busy, unknown) for i in range(21))
+    assert N.detect(Window(health=tuple(health(i) for i in range(21)), metrics=metrics, probe=(missed(10),)),
+                    CONFIG) == []
+    sample, running, waiting = N._newest_gauges(Window(metrics=metrics))
+    assert (running, waiting) == (1.0, 2.0)
