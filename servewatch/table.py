@@ -51,6 +51,7 @@ class Column:
     min_width: int = 12             # with shrink: the narrowest it becomes (never under its header's words)
     style: str | None = None
     name: str | None = None         # how the left-out line names it (default: its header on one line)
+    ratio: int | None = None        # in a table that fills the terminal (expand): its share of the width
 
     def said(self) -> str:
         return self.name or " ".join(self.header.split()) or "(unnamed)"
@@ -92,7 +93,7 @@ def _rich_table(table: Table, keep: list[int], *, expand: bool):
     for i in keep:
         col = table.columns[i]
         out.add_column(col.header, justify=col.justify, style=col.style, no_wrap=col.shrink is None,
-                       overflow=col.shrink or "fold", min_width=None)
+                       overflow=col.shrink or "fold", ratio=col.ratio if expand else None)
     for cells, end_section in table.rows:
         out.add_row(*(cells[i] for i in keep), end_section=end_section)
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from servewatch.commands import add_command
+from servewatch.table import WIDE_HELP
 
 HELP = "derive capacity, alarm thresholds and histogram edges from the model and the GPU"
 DESCRIPTION = ("Derive, with the arithmetic shown: KV bytes per token, weight bytes streamed per decode "
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a live server (base URL or its /metrics URL) to compare with")
     parser.add_argument("--log", metavar="FILE", help="the live server's startup log (slot limit, cache size)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("--wide", action="store_true", help=WIDE_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             raise ServewatchError(f"{flag}: {text!r} is no threshold: it must be more than zero")
         return float(seconds)
 
-    slo = adv.Slo(threshold(args.slo_ttft, "--slo-ttft"), threshold(args.slo_itl, "--slo-itl"),
+    slo = adv.LatencyTargets(threshold(args.slo_ttft, "--slo-ttft"), threshold(args.slo_itl, "--slo-itl"),
                   threshold(args.slo_e2e, "--slo-e2e"))
     observed = _observe(args.against, args.log) if args.against or args.log else None
     plans, notes = adv.plan_edges(capacity, slo, observed)
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(model, gpu, advice, observed, dialects), indent=1))
     else:
-        _print(model, gpu, advice, dialects)
+        _print(model, gpu, advice, dialects, wide=args.wide)
     return 0
 
 
@@ -172,46 +174,49 @@ def _as_json(model, gpu, advice, observed, dialects) -> dict:
     }
 
 
-def _print(model, gpu, advice, dialects) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _print(model, gpu, advice, dialects, wide: bool = False) -> None:
+    from rich.text import Text
 
+    from servewatch import table as tables
     from servewatch.derive import buckets as b
     from servewatch.derive import quantities as q
 
-    from rich.text import Text
-
-    console = Console(highlight=False, soft_wrap=False, markup=False)   # a config.json's names as they are
+    Column = tables.Column
+    console = tables.console(wide, highlight=False, soft_wrap=False, markup=False)   # a config.json's names as they are
     console.print(Text.assemble((str(model.architecture), "bold"),
                                 f" — {model.layers} layers, {model.kv_heads} KV heads × {model.head_dim}, vocabulary "
                                 f"{model.vocab_size:,}, {model.dtype}, weights {q.decimal(model.weight_bytes)} "
                                 f"({model.weight_source}); {gpu.name}: {q.binary(gpu.memory_bytes)} "
                                 f"({gpu.memory_source})"))
-    table = Table(show_lines=True, expand=True)
-    table.add_column("figure", style="bold", ratio=2)
-    table.add_column("value", ratio=2)
-    table.add_column("arithmetic", ratio=6)
+    table = tables.Table([Column("figure", priority=tables.ALWAYS, justify="left", shrink="fold", style="bold", ratio=2),
+                          Column("value", priority=tables.ALWAYS, justify="left", shrink="fold", min_width=10,
+                                 ratio=2),
+                          Column("arithmetic", priority=10, justify="left", shrink="fold", min_width=24, ratio=6)],
+                         dict(show_lines=True, expand=True))
     for figure in advice.capacity.figures:
         table.add_row(figure.label, figure.shown, Text.assemble(f"{figure.formula}\n", (figure.working, "dim")))
-    console.print(table)
+    tables.print_table(console, table)
     if advice.plans:
-        edges = Table(title="histogram edges (seconds)", show_lines=True)
-        edges.add_column("histogram", style="bold")
-        edges.add_column("edges")
-        edges.add_column("placed")
+        edges = tables.Table([Column("histogram", priority=tables.ALWAYS, justify="left", style="bold"),
+                              Column("edges", priority=tables.ALWAYS, justify="left", shrink="fold", min_width=20),
+                              Column("placed", priority=10, justify="left", shrink="fold", min_width=20)],
+                             dict(title="histogram edges (seconds)", show_lines=True))
         for kind, plan in advice.plans.items():
             edges.add_row(kind.upper(), ", ".join(f"{edge:g}" for edge in plan.edges), plan.reason)
-        console.print(edges)
+        tables.print_table(console, edges)
         for dialect in dialects:
             console.print(Text.assemble((dialect, "bold"), " flags:"))
             print(b.command_line(advice.flags(dialect)), flush=True)   # one unwrapped line, to copy
     if advice.checks:
-        checks = Table(title="against the live server", show_lines=True)
-        for column in ("check", "derived", "server", "", "why"):
-            checks.add_column(column)
+        checks = tables.Table([Column("check", priority=tables.ALWAYS, justify="left", shrink="fold", min_width=12),
+                               Column("derived", priority=80, justify="left", shrink="fold", min_width=10),
+                               Column("server", priority=80, justify="left", shrink="fold", min_width=10),
+                               Column("", priority=90, justify="left", name="agrees or differs"),
+                               Column("why", priority=20, justify="left", shrink="fold", min_width=20)],
+                              dict(title="against the live server", show_lines=True))
         for check in advice.checks:
             mark = {True: "agrees", False: "DIFFERS", None: "—"}[check.agrees]
             checks.add_row(check.name, check.derived, check.observed, mark, check.explanation)
-        console.print(checks)
+        tables.print_table(console, checks)
     for note in advice.notes:
         console.print(note)

@@ -9,6 +9,7 @@ import sys
 
 from servewatch.commands import add_command
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES
+from servewatch.table import WIDE_HELP
 
 TABLE_ENGINES = 8          # the table shows this many engines; --json has them all
 
@@ -23,6 +24,7 @@ def register(subparsers) -> None:
     parser = add_command(subparsers, "inspect", HELP, DESCRIPTION, run)
     parser.add_argument("source", metavar="SOURCE", help="http(s)://host:port (its /metrics is read), http(s)://host:port/metrics, or a file path")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--wide", action="store_true", help=WIDE_HELP)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds for the fetch (default 5)")
     parser.add_argument("--max-bytes", type=_positive, default=DEFAULT_MAX_BYTES,
                         help="refuse bodies larger than this (default 16 MiB)")
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(report, sys.stdout, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        print_report(report)
+        print_report(report, wide=args.wide)
     return 0
 
 
@@ -118,12 +120,16 @@ def _engine_title(labels: dict[str, str]) -> str:
     return engine_words(key) + (f", model {model}" if model else "")
 
 
-def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
-    from rich.console import Console
-    from rich.table import Table
+# The histogram table's columns after its name, by what is kept as the terminal narrows (servewatch.table).
+HISTOGRAM_COLUMNS = (("p99*", 90), ("blind", 85), ("p50*", 80), ("count", 70), ("mean", 60), ("in 1st bucket", 40))
+
+
+def print_report(report: dict, max_engines: int = TABLE_ENGINES, wide: bool = False) -> None:
     from rich.text import Text
 
-    console = Console(markup=False)          # label values and findings are the server's words: never markup
+    from servewatch import table as tables
+
+    console = tables.console(wide, markup=False)   # label values and findings are the server's words: never markup
     engines = report["engines"]
     shown = engines[:max_engines]
     left_out = len(engines) - len(shown)
@@ -131,9 +137,9 @@ def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
                                 f" (names: {report['generation']}), {len(engines)} engine(s)"
                                 + (f", the first {len(shown)} shown" if left_out else "")))
     for engine in shown:
-        state = Table(title=_engine_title(engine["labels"]), show_header=False, title_justify="left")
-        state.add_column("field")
-        state.add_column("value", justify="right")
+        state = tables.Table([tables.Column("field", priority=tables.ALWAYS, justify="left"),
+                              tables.Column("value", priority=tables.ALWAYS, shrink="fold", min_width=16)],
+                             dict(title=_engine_title(engine["labels"]), show_header=False, title_justify="left"))
         reasons = engine["waiting_by_reason"]
         waiting = _num(engine["waiting"]) + (f" ({', '.join(f'{k} {_num(v)}' for k, v in reasons.items())})"
                                              if reasons else "")
@@ -149,16 +155,19 @@ def print_report(report: dict, max_engines: int = TABLE_ENGINES) -> None:
                 ("finished", ", ".join(f"{k} {_num(v)}" for k, v in counters["finished"].items()) or "n/a")]
         for name, value in rows:
             state.add_row(name, value)
-        console.print(state)
-        hist = Table(title="latency histograms (cumulative since start)", title_justify="left")
-        for column in ("histogram", "count", "mean", "p50*", "p99*", "in 1st bucket", "blind"):
-            hist.add_column(column, justify="right" if column != "histogram" else "left")
+        tables.print_table(console, state)
+        priority = dict(HISTOGRAM_COLUMNS)
+        hist = tables.Table([tables.Column("histogram", priority=tables.ALWAYS, justify="left", shrink="fold",
+                                           min_width=10),
+                             *(tables.Column(c, priority=priority[c]) for c in ("count", "mean", "p50*", "p99*",
+                                                                               "in 1st bucket", "blind"))],
+                            dict(title="latency histograms (cumulative since start)", title_justify="left"))
         for kind, h in engine["histograms"].items():
             first = ("n/a" if h["first_bucket_fraction"] is None
                      else f"{h['first_bucket_fraction']:.2%} (≤{_s(h['first_bucket_le'])})")
             hist.add_row(kind, _num(h["count"]), _s(h["mean_s"]), _s(h["p50_s"]), _s(h["p99_s"]), first,
                          Text("BLIND", style="red") if h["blind"] else "")
-        console.print(hist)
+        tables.print_table(console, hist)
     console.print("* p50/p99 as Prometheus histogram_quantile computes them from the buckets")
     shown_labels = [engine["labels"] for engine in shown]
     findings = [f for f in report["findings"] if f["labels"] in shown_labels]
