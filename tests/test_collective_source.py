@@ -223,3 +223,87 @@ def test_ras_silent_port_is_bounded(tmp_path):
         server.close()
     assert f"collectives: RAS at 127.0.0.1:{port}: no answer within the time bound" in said
     assert took < 0.5 + 0.5                            # the bound plus a measured allowance (discovery, thread)
+
+
+def test_watch_pid_collects_the_dumps_once_the_stall_holds_and_names_the_rank(tmp_path):
+    """`servewatch watch URL --pid ROOT` over a tree with a simulator stalled under four streams and two
+    stand-in ranks: the stall holds, the dumps are collected through the pipes, collective_hang fires naming
+    rank 1 at collective 5, its bundle verifies and its report shows the ranks' positions."""
+    import json
+    import signal
+
+    from servewatch.bundle.incident import load_incident
+    from servewatch.bundle.summarize import render_markdown
+    from tests.test_watch_command import free_port, send_long_requests, wait_healthy
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    tree = subprocess.Popen([sys.executable, str(FAKE.with_name("fake_server_tree.py")), str(port), str(tmp_path),
+                             "behind", "--fault", "stall@3s"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    watch = None
+    try:
+        assert _line(tree) == "ready"
+        wait_healthy(url)
+        send_long_requests(url)
+        watch = subprocess.Popen([sys.executable, "-m", "servewatch", "watch", url, "--pid", str(tree.pid),
+                                  "--interval", "0.5", "--json", "--duration", "60", "--out", str(tmp_path / "b")],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        fired = []
+        while not any(f["verdict"] == "collective_hang" for f in fired):
+            line = _line(watch, timeout_s=60)
+            assert line, "watch ended before collective_hang"
+            fired.append(json.loads(line))
+        watch.send_signal(signal.SIGTERM)
+        _, stderr = watch.communicate(timeout=30)
+    finally:
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+        os.killpg(tree.pid, signal.SIGTERM)
+        tree.wait(timeout=20)
+    hang = next(f for f in fired if f["verdict"] == "collective_hang")
+    stall = [f["verdict"] for f in fired if f["verdict"] != "collective_hang"]
+    print(f"\nfired in order: {[f['verdict'] for f in fired]}; collective_hang: {hang['why']}")
+    assert stall, "collective_hang fired with no stall pending before it"
+    assert hang["why"].startswith("rank 1 behind in group 0: rank 0 waiting in collective 5 (all_reduce)")
+    said = [line for line in stderr.splitlines() if "collectives:" in line]
+    assert said[0] == ("servewatch watch: collectives: RAS: not in use (no NCCL loaded); Flight Recorder: on "
+                       "(buffer 2000, pipe), 2 of 4 processes"), stderr      # the parent and the simulator are not ranks
+    assert sum("Flight Recorder: on" in line for line in said) == 1
+    assert any(" 2 dump(s) in " in line for line in said)
+    report = render_markdown(load_incident(hang["bundle"]))
+    assert "| 0 | 0 | 4 | 5 | all_reduce |" in report
+
+
+def test_guard_collects_every_ranks_dump_before_it_kills_the_tree(tmp_path):
+    """`servewatch guard URL --pid ROOT` over the same tree: on the stall, the dumps are read (the forced
+    collection before the kill) and said before the tree is killed."""
+    import signal
+
+    from tests.test_watch_command import free_port, send_long_requests, wait_healthy
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    tree = subprocess.Popen([sys.executable, str(FAKE.with_name("fake_server_tree.py")), str(port), str(tmp_path),
+                             "behind", "--fault", "stall@3s"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert _line(tree) == "ready"
+        wait_healthy(url)
+        send_long_requests(url)
+        guard = subprocess.run([sys.executable, "-m", "servewatch", "guard", url, "--pid", str(tree.pid),
+                                "--interval", "0.5", "--no-stacks", "--duration", "60"],
+                               capture_output=True, text=True, timeout=90)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(tree.pid, signal.SIGKILL)
+        tree.wait(timeout=20)
+    lines = guard.stderr.splitlines()
+    print("\n" + "\n".join(lines))
+    assert guard.returncode == 3, guard.stderr
+    kill = next(i for i, line in enumerate(lines) if "killed the tree" in line)
+    dumps = [i for i, line in enumerate(lines) if "collectives: 2 dump(s) in " in line]
+    assert dumps and dumps[-1] < kill
+    assert "rank 1 at collective 4 (completed) — behind; rank 0 waiting in collective 5" in lines[dumps[-1]]
+    hang = next(i for i, line in enumerate(lines) if line.startswith("servewatch guard: collective_hang: rank 1 "))
+    assert dumps[-1] < hang < kill

@@ -128,8 +128,8 @@ class Guard:
                      f"tree ({_roles(members)})", event="dry_run", verdict=action.verdict)
             self.busy = False
             return
-        if self.recorder is not None:      # every rank's Flight Recorder dump and RAS, on the record before the kill
-            await collect_now(self.recorder)
+        if self.recorder is not None and await collect_now(self.recorder) is not None:
+            await self.recorder.detect_in_background()   # every rank's dumps and RAS judged (and kept) before the kill
         if action.stacks:
             capture = await loop.run_in_executor(None, self._capture, members)
             where = f" → {capture.path}" if capture.path else ""

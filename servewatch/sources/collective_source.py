@@ -105,6 +105,7 @@ class CollectiveSource:
         self.proc = proc
         self._ring = None
         self._suspicion = None
+        self._restart_pending: Callable[[], bool] | None = None
         self._lock = asyncio.Lock()
         self._forced = False
         self._said_discovery = False
@@ -126,15 +127,22 @@ class CollectiveSource:
         """The recorder's ring and, from the detectors' layer, when a rank began to look stalled."""
         self._ring, self._suspicion = ring, suspicion
 
+    def bind_verdicts(self, restart_pending: Callable[[], bool]) -> None:
+        """The recorder's word on whether a verdict only a restart helps holds (a stall, a stalled rank)."""
+        self._restart_pending = restart_pending
+
     def force(self) -> None:
         """The next poll collects the dumps and reads RAS whatever is pending (guard, before a kill)."""
         self._forced = True
 
     def pending(self) -> bool:
-        """A stall or rank verdict is pending: the caller's predicate, else a rank the process view shows
-        stalled (detectors.ranks.suspicion) or a probe that got no token within its deadline."""
+        """A stall or rank verdict is pending: the caller's predicate, else a verdict only a restart helps holds
+        (the recorder says), a rank the process view shows stalled (detectors.ranks.suspicion), or a probe
+        that got no token within its deadline."""
         if self._pending is not None:
             return bool(self._pending())
+        if self._restart_pending is not None and self._restart_pending():
+            return True
         if self._ring is None:
             return False
         window = self._ring.window()

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from servewatch.clock import Clock
-from servewatch.detectors import DetectorConfig, ranks, run_detectors
-from servewatch.detectors.verdict import Verdict
+from servewatch.detectors import DetectorConfig, ranks, registry, run_detectors
+from servewatch.detectors.verdict import RESTART, Verdict
 from servewatch.sinks.base import Cleared, Fired, Sink, ended_by, on_loop
 from servewatch.sources.base import Source
 from servewatch.timeline.ring import Ring
@@ -47,6 +47,9 @@ class Recorder:
             bind = getattr(source, "bind_timeline", None)   # a source that reads the timeline (the probe)
             if bind is not None:
                 bind(self.ring, partial(ranks.suspicion, config=self.config))
+            bind_verdicts = getattr(source, "bind_verdicts", None)   # a source that acts while one holds (collectives)
+            if bind_verdicts is not None:
+                bind_verdicts(self.restart_pending)
         self.latch = Latch()
         self.sinks = list(sinks)          # in the order they hear each verdict (the on-loop ones after the rest)
         self.detect_interval = detect_interval or min(s.interval for s in self.sources)
@@ -63,6 +66,11 @@ class Recorder:
         self.held = False
         self._new_samples: asyncio.Event | None = None
         self._stop_event: asyncio.Event | None = None
+
+    def restart_pending(self) -> bool:
+        """A verdict that only a restart helps (a stall, a stalled rank, a collective hang) holds now."""
+        return any(found is not None and found.action == RESTART
+                   for found in (registry.spec(v.name) for v in self.latch.active))
 
     # --- the parts both drivers share --------------------------------------------------------------
 
