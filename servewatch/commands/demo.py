@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from servewatch.commands import add_command
+from servewatch.table import WIDE_HELP
 from servewatch.watch.options import duration
 
 HELP = "run the built-in engine through four workloads and three silent failures, then report"
@@ -28,6 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--interval", type=duration, default=0.5, help="recorder cadence in seconds (default 0.5)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
+    parser.add_argument("--wide", action="store_true", help=WIDE_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(_json(result), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        _print(result)
+        _print(result, wide=args.wide)
     missing = result.missing_verdicts()
     if missing:
         print(f"servewatch demo: expected verdicts did not fire: {', '.join(missing)}", file=sys.stderr)
@@ -115,21 +117,19 @@ def _json(result) -> dict:
     }
 
 
-def _print(result) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+def _print(result, wide: bool = False) -> None:
+    from servewatch import table as tables
     from servewatch.demo.report import signature_rows, verdict_rows
 
-    console = Console()
-    table = Table(title="Signatures of four workloads (shape measured on an RTX 3060, Qwen2.5-7B-AWQ)",
-                  title_justify="left")
-    table.add_column("")
-    for p in result.scenarios:
-        table.add_column(p.phase.name, justify="right")
+    console = tables.console(wide)
+    # the workloads in the order they ran, the last left out first when the terminal is narrow
+    columns = [tables.Column("", priority=tables.ALWAYS, justify="left", shrink="fold", name="field"),
+               *(tables.Column(p.phase.name, priority=100 - i) for i, p in enumerate(result.scenarios))]
+    table = tables.Table(columns, dict(title="Signatures of four workloads (shape measured on an RTX 3060, "
+                                             "Qwen2.5-7B-AWQ)", title_justify="left"))
     for row in signature_rows(result.scenarios):
         table.add_row(*row)
-    console.print(table)
+    tables.print_table(console, table)
     console.print(f"[bold]Workload shapes[/bold] (the built-in engine with {result.slot_limit} slots)")
     for shape in result.shapes():
         colour = "green" if shape.ok else "red"
