@@ -85,9 +85,41 @@ def render_markdown(incident) -> str:
         branch = runbook_for(v.name)
         if branch is not None:
             lines += markdown_runbook(branch, v.details.get("cause"))
+    lines += _gpus(incident, t0)
     lines += _latency(incident)
     lines += _process_and_logs(incident, t0)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _gpus(incident, t0) -> list[str]:
+    """The GPU panel in Markdown: per rank and GPU, each reading's range and shape, throttles and Xid events."""
+    from servewatch.bundle.gpu_panel import LABELS as GPU_LABELS
+    from servewatch.bundle.gpu_panel import SERIES as GPU_SERIES
+    from servewatch.bundle.gpu_panel import gpu_panels, panel_title, throttle_words, xid_words
+
+    panels = gpu_panels(incident.samples)
+    if not panels:
+        return []
+    base = t0 if t0 is not None else 0.0
+    lines = ["## GPUs per rank", "", "Each rank's GPU as NVML read it (the GPU source's readings).", ""]
+    for panel in panels:
+        lines += [f"### {panel_title(panel)}", "", "| reading | min | max | last | shape |", "|---|---:|---:|---:|---|"]
+        for name in GPU_SERIES:
+            values = [v for _, v in panel.series[name]]
+            present = [v for v in values if v is not None]
+            if not present:
+                lines.append(f"| {GPU_LABELS[name]} | – | – | – | (no data) |")
+                continue
+            last = next((v for v in reversed(values) if v is not None), None)
+            lines.append(f"| {GPU_LABELS[name]} | {fmt(min(present))} | {fmt(max(present))} | {fmt(last)} | "
+                         f"`{sparkline(values)}` |")
+        lines.append("")
+        lines.append("- throttle reasons: " + (throttle_words(panel, base) if panel.throttles else "none"))
+        lines += [f"- {xid_words(x, base)}" for x in panel.xids]
+        if panel.lost_at is not None:
+            lines.append(f"- lost (NVML: GPU is lost) from +{panel.lost_at - base:.1f} s")
+        lines.append("")
+    return lines
 
 
 def _latency(incident) -> list[str]:

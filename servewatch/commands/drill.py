@@ -208,8 +208,10 @@ def _expect_words(expect: dict) -> str:
         parts.append("guard leaves the server alone")
     elif guard is not None:
         parts.append("guard kills the tree" + (f" within {guard['within_s']:g} s of its verdict" if "within_s" in guard
-                                               else "") + ", exit 3, nothing left"
+                                               else "") + f", exit {guard.get('exit', 3)}, nothing left"
                      + (f", stacks of {', '.join(guard['stacks_of'])}" if "stacks_of" in guard else "")
                      + (f", the dump naming {', '.join(guard['diverging'])} as diverging" if "diverging" in guard
-                        else ""))
+                        else "")
+                     + (", its last line saying " + "; ".join(f"\u201c{t}\u201d" for t in guard["says"])
+                        if "says" in guard else ""))
     return "; ".join(parts)

@@ -620,6 +620,9 @@ def guard_outcome(actions: list[tuple[float, dict]], events: list[VerdictEvent],
                  "evidence_s": None if held is None else round(held - injected, 2),
                  "stacks": None, "kill": None, "exit": exit_code, "tree_left": tree_left,
                  "signalled_stacks": [pid for pid in signalled if pid in captured]}
+    said = next((line.get("why") for _, line in actions if line.get("guard") == "exit"), None)
+    if isinstance(said, str):       # its last line: why it exited ("hardware: GPU 1 (...) Xid 79 (...), do not ...")
+        out["said"] = said
     if stacks is not None:
         line = stacks[1]
         out["stacks"] = {"status": line.get("status"), "processes": dict(line.get("processes") or {}),

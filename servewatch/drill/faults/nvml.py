@@ -1,12 +1,24 @@
 """A GPU fault on a machine without a GPU: the recorder reads NVML through the test-only stand-in library
 (servewatch.lab.nvml_stand_in), its GPUs mapped to the server's real ranks by process title (GPU i held by the
 worker of TP rank i), and the named scenario's fault happens at the injection (its clock stepped there): `xid79`,
-GPU 1 falls off the bus with Xid 79; `healthy`, nothing. The engine itself is not touched; only the recorder (watch,
-serve or guard) is given the stand-in, never the server."""
+GPU 1 falls off the bus with Xid 79 (and stays off); `thermal`, GPU 1's SM clock is held at 1,100 of 1,980 MHz by
+a thermal reason for the hold; `healthy`, nothing. Only the recorder (watch, serve or guard) is given the stand-in,
+never the server.
+
+`thermal` also slows the engine for the hold, as a clock held down would (the stand-in's clocks drive nothing):
+the simulator's own `slow` fault (step time x2), or, on a lab engine, one stress-ng CPU worker on each core its
+ranks may run on, in a session as nice as the engine's own, so that each rank gets about half its core. The
+slowdown is what gpu_throttled must explain; nothing else of the server is changed."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import urllib.request
+
 from servewatch.drill.faults.base import Fault, register
+
+SIM_SLOW_FACTOR = 3.0     # the simulator's step time in a thermal hold: its token rate is partly its client's (x2 gave -30%)
 
 
 @register
@@ -20,6 +32,9 @@ class Nvml(Fault):
         super().__init__(step)
         self.clock = None
         self.workload = True
+        self.scenario = self.param("scenario", "xid79")
+        self.competitor = None      # thermal on a lab engine: the stress-ng that slows its ranks
+        self.slowed_sim = False
 
     @classmethod
     def check_params(cls, params: dict) -> None:
@@ -30,6 +45,9 @@ class Nvml(Fault):
             raise ValueError(f"parameter 'scenario' must be one of {', '.join(sorted(SCENARIOS))}")
 
     def touches(self) -> str:
+        if self.scenario == "thermal":
+            return ("the recorder reads a test-only NVML library; the engine is slowed for the hold (the simulator's "
+                    "slow fault, or stress-ng on a lab engine's cores)")
         return "nothing of the server: the recorder reads a test-only NVML library"
 
     def recorder_env(self, ctx, directory) -> dict[str, str]:
@@ -40,13 +58,67 @@ class Nvml(Fault):
         # GPU i held by the worker of rank i; a server without ranked workers (the simulator): two GPUs, both held
         # by its one process
         holders = [p.title for p in workers] if len(workers) >= 2 else [f"pid:{ctx.target.pid}"] * 2
-        env, self.clock = prepare(directory, self.param("scenario", "xid79"), holders)
+        env, self.clock = prepare(directory, self.scenario, holders)
         held = "GPU i held by TP rank i's worker" if len(workers) >= 2 else "both held by the server's process"
-        self.facts["NVML"] = f"stand-in: {len(holders)} GPUs, {held}; scenario {self.param('scenario', 'xid79')}"
+        self.facts["NVML"] = f"stand-in: {len(holders)} GPUs, {held}; scenario {self.scenario}"
         return env
 
     def inject(self, ctx) -> None:
+        if self.scenario == "thermal":
+            self._slow(ctx)
         self.clock.inject()
 
     def revert(self, ctx) -> None:
-        pass        # a GPU that fell off the bus stays off
+        if self.scenario != "thermal":
+            return          # a GPU that fell off the bus stays off
+        self.clock.at(0.0)  # the clocks back up
+        if self.competitor is not None:
+            ctx.end_spawned(self.competitor)
+        if self.slowed_sim:
+            _sim_fault(ctx.url, {"kind": "clear"})
+
+    def _slow(self, ctx) -> None:
+        if ctx.target.spec.engine == "sim":
+            _sim_fault(ctx.url, {"kind": "slow", "factor": SIM_SLOW_FACTOR})
+            self.slowed_sim = True
+            self.facts["slowed"] = f"the simulator's step time x{SIM_SLOW_FACTOR:g}"
+            return
+        import psutil
+
+        from servewatch.sched import set_session_nice
+
+        stress = shutil.which("stress-ng")
+        if stress is None:
+            raise ctx.cannot("stress-ng is not installed (Debian package stress-ng): a thermal scenario slows the "
+                             "engine with it")
+        workers = [p for p in ctx.target.processes() if p.role == "worker"] or ctx.target.processes()
+        cpus: set[int] = set()
+        for p in workers:
+            try:
+                cpus.update(psutil.Process(p.pid).cpu_affinity())
+            except psutil.Error:
+                pass
+        cpus = cpus or set(range(psutil.cpu_count() or 1))
+        self.competitor = ctx.spawn([stress, "--cpu", str(len(cpus)), "--taskset", ",".join(map(str, sorted(cpus))),
+                                     "--timeout", f"{int(self.step.hold_s) + 5}s", "--quiet"])
+        nice = _autogroup_nice(ctx.target.pid)
+        why = set_session_nice(self.competitor.pid, nice) if nice is not None else "the engine's was not read"
+        self.facts["slowed"] = (f"stress-ng, {len(cpus)} CPU worker(s) on the ranks' {len(cpus)} core(s)"
+                                + (f", its session at the engine's nice {nice}" if why is None
+                                   else f"; its session's nice left as it is ({why})"))
+
+
+def _sim_fault(url: str, body: dict) -> None:
+    request = urllib.request.Request(f"{url}/_sim/fault", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        response.read()
+
+
+def _autogroup_nice(pid: int) -> int | None:
+    """The nice of `pid`'s session (/proc/PID/autogroup: "/autogroup-123 nice 10"); None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/autogroup", encoding="ascii") as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
