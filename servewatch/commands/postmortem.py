@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from servewatch.commands import add_command
+from servewatch.table import WIDE_HELP
 
 HELP = "read a dead vLLM or SGLang server's log: timeline, last words, culprit, safe action"
 DESCRIPTION = ("Read a vLLM or SGLang server log (ANSI colour, interleaved process prefixes, year-less "
@@ -23,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the model's config.json: its vocab_size (and KV shape) for the arithmetic")
     parser.add_argument("--vocab-size", type=int, metavar="N", help="the vocabulary size, when there is no config")
     parser.add_argument("--json", action="store_true", help="print the postmortem as JSON on stdout")
+    parser.add_argument("--wide", action="store_true", help=WIDE_HELP)
     parser.add_argument("--html", metavar="FILE", help="also write a single offline HTML page with the chart")
 
 
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(to_dict(pm), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print_text(pm)
+        print_text(pm, wide=args.wide)
     if args.html:
         try:
             with open(args.html, "w", encoding="utf-8") as f:

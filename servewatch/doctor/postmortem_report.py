@@ -55,13 +55,14 @@ def _n(value, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def print_text(pm: Postmortem, console=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def print_text(pm: Postmortem, console=None, wide: bool = False) -> None:
     from rich.text import Text
 
+    from servewatch import table as tables
+
+    Column = tables.Column
     # what the log said (its messages, frames, stamps) is printed as it is: never read as markup
-    console = console or Console(highlight=False, markup=False)
+    console = console or tables.console(wide, highlight=False, markup=False)
     r, d = pm.record, pm.death
 
     def head(word: str, rest: str = "", style: str = "bold") -> None:
@@ -70,23 +71,25 @@ def print_text(pm: Postmortem, console=None) -> None:
     head("Postmortem", f" of a {r.dialect or 'unknown'} log: {r.lines:,} lines, "
                        f"{r.first_clock or '?'} → {r.last_clock or '?'} ({_n(r.duration_s, 0)} s)")
     if r.startup:
-        table = Table(title="Startup", title_justify="left")
-        for col in ("stage", "stamp", "took (s)", "numbers"):
-            table.add_column(col)
+        table = tables.Table([Column("stage", priority=tables.ALWAYS, justify="left", shrink="fold"),
+                              Column("stamp", priority=30, justify="left"), Column("took (s)", priority=80, justify="left"),
+                              Column("numbers", priority=50, justify="left", shrink="fold", min_width=20)],
+                             dict(title="Startup", title_justify="left"))
         for s in r.startup:
             numbers = field_words(s.numbers)
             table.add_row(s.name, s.clock or "–", _n(s.seconds, 2), numbers)
-        console.print(table)
+        tables.print_table(console, table)
     if r.stats:
         head("Timeline", f" ({len(r.stats)} stats points; {', '.join(sorted(r.stats_namings))})")
         console.print(ascii_chart(pm))
-        table = Table()
-        for col in ("stamp", "running", "waiting", "KV %", "gen tok/s", "prefix hit %", "source"):
-            table.add_column(col, justify="right" if col not in ("stamp", "source") else "left")
+        table = tables.Table([Column("stamp", priority=tables.ALWAYS, justify="left"),
+                              *(Column(col, priority=p) for col, p in (("running", 90), ("waiting", 85), ("KV %", 80),
+                                                                      ("gen tok/s", 60), ("prefix hit %", 40))),
+                              Column("source", priority=30, justify="left")])
         for s in _sampled(r.stats, 12):
             table.add_row(s.clock, _n(s.running), _n(s.waiting), _n(s.kv_pct), _n(s.gen_tps), _n(s.prefix_hit_pct),
                           s.source)
-        console.print(table)
+        tables.print_table(console, table)
     colour = "green" if d.classification in ("clean_shutdown", "still_running") else "red"
     console.print(Text.assemble(("Death", "bold"), ": ", (str(d.label), colour), f" — {d.summary}"))
     for label, value in (("when", d.clock), ("process", d.process), ("exception", d.exception),
