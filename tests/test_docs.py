@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -182,6 +183,6 @@ def test_the_site_builds_strictly(tmp_path):
         pytest.skip(message)
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "index.html").exists()
