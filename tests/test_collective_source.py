@@ -307,3 +307,34 @@ def test_guard_collects_every_ranks_dump_before_it_kills_the_tree(tmp_path):
     assert "rank 1 at collective 4 (completed) — behind; rank 0 waiting in collective 5" in lines[dumps[-1]]
     hang = next(i for i, line in enumerate(lines) if line.startswith("servewatch guard: collective_hang: rank 1 "))
     assert dumps[-1] < hang < kill
+
+
+def test_ras_read_on_its_slow_cadence_fires_collective_hang_from_its_counts(tmp_path):
+    """A RAS stand-in speaking NCCL's protocol, answering the text report NCCL documents (26 ranks at operation
+    6650, 6 at 6649): the first poll reads it, collective_hang fires naming the first rank behind, and no
+    second read comes within the 30 s cadence."""
+    from tests.test_nccl_ras import StandIn, fixture
+
+    stand_in = StandIn("NCCL version 2.26.2 compiled with CUDA 12.8\n\n" + fixture("docs_text_mismatch_counts.txt"),
+                       json_ok=False)
+    proc = _fake_proc(tmp_path, 4244, {"RANK": "0", "NCCL_RAS_ADDR": stand_in.addr})
+    said: list[str] = []
+    source = cs.CollectiveSource(RealClock(), 0.1, pids=[4244], pending=lambda: False, say=said.append, proc=proc)
+    try:
+        recorder, _, _ = _record(source, duration=10.0)
+    finally:
+        stand_in.close()
+    (fired,) = recorder.fired
+    assert fired.verdict.name == "collective_hang" and fired.verdict.details["evidence"] == "ras"
+    assert fired.verdict.why == ("rank 0 behind: at collective count 6649, other ranks at 6650 — RAS; Flight "
+                                 "Recorder: not read")
+    assert source.ras_reads == 1 and stand_in.said[-1] == "STATUS"
+
+    async def again():                     # the next poll, at once: nothing pending, RAS not due for 30 s
+        t0 = time.monotonic()
+        await source.poll()
+        return time.monotonic() - t0
+
+    before = list(said)
+    assert asyncio.run(again()) < 0.5 and source.ras_reads == 1
+    assert said == before                  # no connection tried (the stand-in is closed: it would be refused, said)
