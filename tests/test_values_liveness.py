@@ -380,3 +380,57 @@ def test_dialect_hint():
     assert hint is not None and hint.name == "sglang"
     assert L.dialect_hint(Window(process=(proc(0, members=(API,)),))) is None
     assert L.dialect_hint(Window()) is None
+
+
+def test_death_before_names_the_first_sample_missing_the_engine():
+    w = Window(process=(proc(0), proc(1, members=(API,)), proc(1.5, members=(API,)), proc(2, alive=False)))
+    assert L._death_before(w, T0 + 2, CONFIG) == (T0 + 1, [Evidence("process", T0 + 1, "members[2]", "gone")])
+
+
+def test_death_before_reads_only_the_live_samples_before_the_exit():
+    # the engine gone at 2 from a root that had exited and come back (the same identity) at 1: the dead sample
+    # in between is not read (it would clear what was seen)
+    w = Window(process=(proc(0), proc(1, alive=False), proc(2, members=(API,)), proc(3, alive=False)))
+    assert L._death_before(w, T0 + 3, CONFIG) == (T0 + 2, [Evidence("process", T0 + 2, "members[2]", "gone")])
+
+
+def test_health_loss_waits_out_a_start_by_the_config_s_startup_max_s():
+    # never healthy, no log, no token generated; the process was created 100 s before the window's end: a start in
+    # progress under the default startup_max_s (900 s), none under 50 s
+    def w():
+        created = T0 + 10 - 100
+        return Window(health=tuple(health(i, None, "connect") for i in range(11)),
+                      metrics=(scrape(0, tokens=0.0),),
+                      process=tuple(ProcessSample(T0 + i, 1, created, True, (API, CORE)) for i in range(11)))
+    assert L.detect_health_loss(w(), CONFIG) == []
+    assert len(L.detect_health_loss(w(), replace(CONFIG, startup_max_s=50.0))) == 1
+
+
+def test_exit_zero_note_of_an_unknown_engine_and_of_several(monkeypatch):
+    assert L._exit_zero_note(Window(metrics=(scrape(0, dialect="no-such-engine"),))) is None
+
+    class A:
+        exit_zero_after_death_note = "a #1"
+
+    class B:
+        exit_zero_after_death_note = "b #2"
+
+    class C:
+        exit_zero_after_death_note = None
+
+    monkeypatch.setattr(L.dialects, "registered", lambda: (A, C, B))
+    assert L._exit_zero_note(Window()) == "a #1, b #2"
+    monkeypatch.setattr(L.dialects, "registered", lambda: (C,))
+    assert L._exit_zero_note(Window()) is None
+
+
+def test_describe_startup_failure_through_the_dialect_that_logged_it():
+    numbers = {"max_model_len": 4096, "needed_gib": 2.0, "available_gib": 1.0}
+    assert L._describe_startup_failure({"dialect": "vllm", "reason": "zzz", **numbers}) == (
+        "zzz (4096), (2.0 GiB KV cache is needed, which is larger than the available KV cache memory (1.0 GiB))")
+    # no dialect named: the one whose grammar has the reason; else the reason itself, else "unknown"
+    from servewatch import dialects
+    literal = sorted(dialects.by_name("vllm").grammar_literals() - dialects.by_name("sglang").grammar_literals())[0]
+    assert L._describe_startup_failure({"reason": literal, **numbers}).startswith(f"{literal} (4096), (2.0 GiB")
+    assert L._describe_startup_failure({"reason": "zzz", **numbers}) == "zzz"
+    assert L._describe_startup_failure({}) == "unknown"
