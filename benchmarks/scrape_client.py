@@ -33,7 +33,7 @@ async def measure(base: str, requests: int) -> dict[tuple[str, str], float]:
     import aiohttp
 
     from servewatch.transport.http1 import Endpoint, Http1Client
-    from servewatch.sources.http import Response, fetch, http1_transport
+    from servewatch.sources.http import FetchResponse, fetch, http1_transport
 
     out = {}
     async with aiohttp.ClientSession() as session:
@@ -42,12 +42,12 @@ async def measure(base: str, requests: int) -> dict[tuple[str, str], float]:
             contenders = {"aiohttp": lambda: fetch(session, base + path, timeout_s=5),
                           "http1": http1_transport(client, path, timeout_s=5)}
             for name, get in contenders.items():
-                assert isinstance(await get(), Response)
+                assert isinstance(await get(), FetchResponse)
                 started = time.process_time()
                 for _ in range(requests):
                     answer = await get()
                 out[name, path] = (time.process_time() - started) / requests
-                assert isinstance(answer, Response) and answer.status == 200, answer
+                assert isinstance(answer, FetchResponse) and answer.status == 200, answer
         await client.close()
     return out
 

@@ -42,7 +42,7 @@ class Canary:
 
 
 @dataclass(frozen=True)
-class Check:
+class CanaryCheck:
     matches: bool
     line: str
 
@@ -89,7 +89,7 @@ def parse(text: str, where: str) -> Canary:
                   recorded_t=float(data["recorded_t"]), text=text_kept)
 
 
-def compare(canary: Canary, text: str, tokens: int | None, model: str | None = None) -> Check:
+def compare(canary: Canary, text: str, tokens: int | None, model: str | None = None) -> CanaryCheck:
     """The answer (from `model`, when known) against the recording, as one line. Another model is never a
     match, whatever it answered: the canary vouches for the model it was recorded from."""
     n = f"{tokens} token(s)" if tokens is not None else f"{len(text)} character(s)"
@@ -97,10 +97,10 @@ def compare(canary: Canary, text: str, tokens: int | None, model: str | None = N
                                                               or tokens == canary.completion_tokens)
     if model is not None and model_label(model) != canary.model:
         what = "the same completion" if same_text else "a different completion"
-        return Check(False, f"canary MISMATCH: the model differs: the server answered as model {model_label(model)}, "
+        return CanaryCheck(False, f"canary MISMATCH: the model differs: the server answered as model {model_label(model)}, "
                             f"the canary was recorded from model {canary.model} ({what}, {n})")
     if same_text:
-        return Check(True, f"canary matches: {n}, the same completion as recorded from model {canary.model}")
+        return CanaryCheck(True, f"canary matches: {n}, the same completion as recorded from model {canary.model}")
     why = [f"the completion differs from the one recorded from model {canary.model}"]
     if tokens is not None and canary.completion_tokens is not None and tokens != canary.completion_tokens:
         why.append(f"{tokens} token(s) now, {canary.completion_tokens} recorded")
@@ -109,7 +109,7 @@ def compare(canary: Canary, text: str, tokens: int | None, model: str | None = N
     if canary.text is not None:
         at = next((i for i, (a, b) in enumerate(zip(text, canary.text)) if a != b), min(len(text), len(canary.text)))
         why.append(f"first difference at character {at}")
-    return Check(False, "canary MISMATCH: " + "; ".join(why) + " (the same model decodes this prompt greedily to "
+    return CanaryCheck(False, "canary MISMATCH: " + "; ".join(why) + " (the same model decodes this prompt greedily to "
                         "the same text)")
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from servewatch.cli import main
 from servewatch.derive import buckets as b
-from servewatch.derive.advice import Slo, checks, plan_edges
+from servewatch.derive.advice import LatencyTargets, checks, plan_edges
 from servewatch.derive.capacity import Deployment, alarm_threshold, derive, logits_temporary_bytes
 from servewatch.derive.hardware import resolve
 from servewatch.derive.model_facts import UnsupportedArchitecture, read_model
@@ -181,7 +181,7 @@ def test_a_qwen2_sliding_window_that_is_switched_off_is_accepted(tmp_path):
 
 def test_itl_edges_start_below_the_floor_that_vllm_s_first_edge_swallows(llama3):
     c = worked_example(llama3)
-    plans, _ = plan_edges(c, Slo())
+    plans, _ = plan_edges(c, LatencyTargets())
     floor = float(c.decode_floor_s)
     assert vllm.BUCKETS["inter_token_latency"][0] > floor        # the default is blind to healthy steps
     itl = plans["itl"].edges
@@ -193,14 +193,14 @@ def test_itl_edges_start_below_the_floor_that_vllm_s_first_edge_swallows(llama3)
 @pytest.mark.parametrize("kind, flag", [("itl", "--slo-itl"), ("ttft", "--slo-ttft"), ("e2e", "--slo-e2e")])
 def test_every_slo_threshold_is_an_edge(llama3, kind, flag):
     c = worked_example(llama3)
-    plans, _ = plan_edges(c, Slo(**{kind: 0.037}))
+    plans, _ = plan_edges(c, LatencyTargets(**{kind: 0.037}))
     assert 0.037 in plans[kind].edges
     for plan in plans.values():
         assert all(0 < a < b_ for a, b_ in zip(plan.edges, plan.edges[1:]))
 
 
 def test_vllm_value_uses_vllm_bucket_families_and_sglang_its_bucket_flags(llama3):
-    plans, _ = plan_edges(worked_example(llama3), Slo(itl=0.05))
+    plans, _ = plan_edges(worked_example(llama3), LatencyTargets(itl=0.05))
     edges = {kind: plan.edges for kind, plan in plans.items()}
     _, value_text = vllm.DIALECT.bucket_args(edges)
     value = json.loads(value_text)
@@ -259,7 +259,7 @@ def test_a_blind_itl_histogram_is_explained_by_the_floor(tmp_path):
     itl = next(check for check in checks(deployment, derive(deployment), observed) if check.name.startswith("ITL"))
     assert observed.histograms["itl"].first_bucket_fraction == 120 / 124
     assert itl.agrees is True and "clear the first edge" in itl.explanation
-    plans, _ = plan_edges(derive(deployment), Slo(), observed)
+    plans, _ = plan_edges(derive(deployment), LatencyTargets(), observed)
     mean = observed.histograms["itl"].mean_s
     assert plans["itl"].edges[0] < mean < plans["itl"].edges[-1]
     assert sum(1 for edge in plans["itl"].edges if mean / 4 <= edge <= mean * 4) >= 4   # resolution at the mean

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from servewatch.clock import VirtualClock
-from servewatch.sim import EngineDeadError, Fault, FaultSpecError, SimConfig, SimEngine, parse_fault_spec
+from servewatch.sim import EngineDeadError, SimFault, FaultSpecError, SimConfig, SimEngine, parse_fault_spec
 from servewatch.sim.faults import fault_from_json
 
 
@@ -97,7 +97,7 @@ def test_engine_death_503_then_in_flight_requests_end_short_then_exit_with_the_c
     engine.run_until(clock.now() + 0.5)
     exits = []
     engine.on_exit.append(lambda e: exits.append((clock.now(), e.exit_code)))
-    engine.inject(Fault("engine-death", exit_code=exit_code))
+    engine.inject(SimFault("engine-death", exit_code=exit_code))
     died_at = clock.now()
     assert engine.health() == 503
     assert all(h.finished and h.finish_reason == "abort" and 0 < h.output_len < 2000 for h in handles)
@@ -205,11 +205,11 @@ def test_startup_oom_exits_1_with_the_kv_sizing_error():
 
 
 @pytest.mark.parametrize("spec,expected", [
-    ("stall@30s", Fault("stall", at=30.0)),
-    ("engine-death@20s:exit=0", Fault("engine-death", at=20.0, exit_code=0)),
-    ("slow@500ms:factor=2.5", Fault("slow", at=0.5, factor=2.5)),
-    ("crash-oom:budget=80", Fault("crash-oom", budget_mib=80.0)),
-    ("stall@1m:for=10s", Fault("stall", at=60.0, duration=10.0)),
+    ("stall@30s", SimFault("stall", at=30.0)),
+    ("engine-death@20s:exit=0", SimFault("engine-death", at=20.0, exit_code=0)),
+    ("slow@500ms:factor=2.5", SimFault("slow", at=0.5, factor=2.5)),
+    ("crash-oom:budget=80", SimFault("crash-oom", budget_mib=80.0)),
+    ("stall@1m:for=10s", SimFault("stall", at=60.0, duration=10.0)),
 ])
 def test_fault_specs(spec, expected):
     assert parse_fault_spec(spec) == expected
@@ -222,7 +222,7 @@ def test_bad_fault_specs_are_refused_with_a_reason(spec):
 
 
 def test_fault_json_refuses_unknown_fields():
-    assert fault_from_json({"kind": "engine-death", "exit_code": 0}) == Fault("engine-death", exit_code=0)
+    assert fault_from_json({"kind": "engine-death", "exit_code": 0}) == SimFault("engine-death", exit_code=0)
     with pytest.raises(FaultSpecError):
         fault_from_json({"kind": "stall", "colour": "red"})
     with pytest.raises(FaultSpecError):

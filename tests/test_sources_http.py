@@ -11,7 +11,7 @@ from aiohttp import web
 from servewatch.clock import RealClock
 from servewatch.sources.health import HealthSource
 from servewatch.transport.http1 import Endpoint, Http1Client
-from servewatch.sources.http import FetchFailure, Response, fetch, http1_transport, http_transport
+from servewatch.sources.http import FetchFailure, FetchResponse, fetch, http1_transport, http_transport
 from servewatch.sources.http import http_transport as aiohttp_transport
 from servewatch.sources.metrics import MetricsSource
 from servewatch.watch import Recorder
@@ -76,8 +76,8 @@ async def _handlers_case(kind: str = "aiohttp"):
 @pytest.mark.parametrize("kind", ["aiohttp", "http1"])
 def test_fetch_answers_and_typed_failures(kind):
     results = run(_handlers_case(kind))
-    assert isinstance(results["ok"], Response) and results["ok"].body == b"fine" and results["ok"].status == 200
-    assert isinstance(results["dead"], Response) and results["dead"].status == 503
+    assert isinstance(results["ok"], FetchResponse) and results["ok"].body == b"fine" and results["ok"].status == 200
+    assert isinstance(results["dead"], FetchResponse) and results["dead"].status == 503
     assert isinstance(results["slow"], FetchFailure) and results["slow"].kind == "timeout"
     assert results["slow"].elapsed_s < 2.0
     assert results["huge"].kind == "too_large"          # declared length over the bound

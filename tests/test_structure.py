@@ -160,3 +160,28 @@ def test_the_engine_name_check_can_fail():
         == ["m.py:2 'sglang'", "m.py:2 'sglang:'", "m.py:2 'vllm'"]
     assert engine_strings('n = "VLLM::Worker_TP1"\nm = "vllm:num_requests_running"\n', "m.py") == [
         "m.py:1 'VLLM::Worker_TP1'", "m.py:2 'vllm:num_requests_running'"]
+
+
+# One name per concept: a public class name is defined once in the package, so that a reader (and an import)
+# never has to ask which `Window` or which `Response` is meant.
+def class_homes(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Public top-level class name -> the modules defining it, for the names defined more than once."""
+    homes: dict[str, list[str]] = {}
+    for module, source in sorted(sources.items()):
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(module)
+    return {name: modules for name, modules in homes.items() if len(modules) > 1}
+
+
+def test_a_public_class_name_is_defined_once_in_the_package():
+    sources = {".".join(p.relative_to(ROOT.parent).with_suffix("").parts): p.read_text(encoding="utf-8")
+               for p in sorted(ROOT.rglob("*.py"))}
+    assert class_homes(sources) == {}
+
+
+def test_the_class_name_check_can_fail():
+    assert class_homes({"servewatch.timeline.window": "class Window:\n    pass\n",
+                        "servewatch.derive.slo": "class Window:\n    pass\nclass _Private:\n    pass\n",
+                        "servewatch.demo.view": "class _Private:\n    pass\n"}) == {
+        "Window": ["servewatch.derive.slo", "servewatch.timeline.window"]}

@@ -19,7 +19,7 @@ QUEUE_ALLOWANCE_S = 60.0   # e2e includes queueing, which no step time bounds: c
 
 
 @dataclass(frozen=True, slots=True)
-class Slo:
+class LatencyTargets:
     ttft: float | None = None
     itl: float | None = None
     e2e: float | None = None
@@ -53,7 +53,7 @@ class Advice:
         return dialects.by_name(dialect).bucket_args({kind: plan.edges for kind, plan in self.plans.items()})
 
 
-def plan_edges(capacity: Capacity, slo: Slo, observed: Observed | None = None) -> tuple[dict[str, b.EdgePlan], list[str]]:
+def plan_edges(capacity: Capacity, slo: LatencyTargets, observed: Observed | None = None) -> tuple[dict[str, b.EdgePlan], list[str]]:
     """ITL, TTFT and e2e edges: the lowest below the decode floor, dense where healthy values live — around
     a live server's honest mean when one was read, else from the floor to the full-pool step — and up to
     a ceiling that covers the longest healthy value, with each SLO threshold an edge."""

@@ -27,7 +27,7 @@ CLASSES = {
 
 
 @dataclass(frozen=True, slots=True)
-class Action:
+class RecommendedAction:
     action: str
     why: str
     rollback: str
@@ -59,7 +59,7 @@ class Postmortem:
     requested_bytes: float | None
     arithmetic: list[arithmetic.SuspectTest]
     conclusion: str | None
-    actions: list[Action]
+    actions: list[RecommendedAction]
     partial: list[str] = field(default_factory=list)
     vocab_size: int | None = None
     vocab_source: str | None = None
@@ -241,7 +241,7 @@ def postmortem(record: LogRecord, shape: ModelShape | None = None, *, vocab_size
     return Postmortem(record, death, at_death, requested, tests, conclusion, actions, partial, vocab, vocab_source)
 
 
-def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests, vocab: int | None) -> list[Action]:
+def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests, vocab: int | None) -> list[RecommendedAction]:
     engine_dead = runbook_for("engine_dead")
     process_exit = runbook_for("process_exit")
     c = death.classification
@@ -256,7 +256,7 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
         if utilisation and not record.settings.get(budget_key):
             current += " (the default)"
         running = at_death.running if at_death else None
-        actions = [Action(f"Restart with {budget_flag} lowered from {current} to {lower}",
+        actions = [RecommendedAction(f"Restart with {budget_flag} lowered from {current} to {lower}",
                           "leaves more device memory outside the engine's budget for activations such as the "
                           "logits-sized temporaries (measured on a 7B model on one 12 GiB GPU: at 0.85 the same overload queued, running 256 and 44 waiting, instead of dying at 0.9)",
                           engine_dead.rollback)]
@@ -264,7 +264,7 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
         if running:
             per_seq = f" ({vocab * 4 / 2**10:,.0f} KiB per sequence for each such temporary)" if vocab else ""
             slot_flag = dialect.slot_limit_flag if dialect and dialect.slot_limit_flag else "the engine's slot limit"
-            actions.append(Action(f"Or cap concurrent sequences below {running} ({slot_flag})",
+            actions.append(RecommendedAction(f"Or cap concurrent sequences below {running} ({slot_flag})",
                                   "the temporary grows with the running count" + per_seq +
                                   ("; the arithmetic ties the failed allocation to it" if matched else ""),
                                   "Raise the cap again when waiting grows at peak while no death recurs; the "
@@ -273,31 +273,31 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
     if c == "startup_failure":
         said = f"the engine's own message: \"{death.engine_message}\"" if death.engine_message else \
             "the engine's error in its log" + (f" ({death.exception})" if death.exception else "")
-        return [Action(f"Read {said}, and change the flag, build or environment it points to before starting "
+        return [RecommendedAction(f"Read {said}, and change the flag, build or environment it points to before starting "
                        "again: a restart with the same flags fails the same way",
                        "the engine stopped before it was ready, for a reason other than memory sizing",
                        "Nothing served yet, so nothing to roll back; keep the failing flags in the deploy record.")]
     if c == "startup_sizing_error":
         length_flag = dialect.context_length_flag if dialect and dialect.context_length_flag else "the maximum length"
-        return [Action(f"Follow the engine's own message: raise the memory budget ({budget_flag}) or lower "
+        return [RecommendedAction(f"Follow the engine's own message: raise the memory budget ({budget_flag}) or lower "
                        f"{length_flag} until one request of the maximum length fits",
                        death.engine_message or "the engine stopped before it was ready",
                        "Nothing served yet, so nothing to roll back; keep the failing flags in the deploy record.")]
     if c == "engine_death_behind_live_api":
-        return [Action(engine_dead.safe_action, engine_dead.meaning, engine_dead.rollback),
-                Action(process_exit.safe_action, _exit_zero_words(record), process_exit.rollback)]
+        return [RecommendedAction(engine_dead.safe_action, engine_dead.meaning, engine_dead.rollback),
+                RecommendedAction(process_exit.safe_action, _exit_zero_words(record), process_exit.rollback)]
     if c == "watchdog_timeout":
         stall = runbook_for("alive_health_ok_no_progress")
-        return [Action(stall.safe_action, stall.meaning, stall.rollback)]
+        return [RecommendedAction(stall.safe_action, stall.meaning, stall.rollback)]
     if c == "signal":
-        return [Action(process_exit.safe_action, process_exit.meaning, process_exit.rollback)]
+        return [RecommendedAction(process_exit.safe_action, process_exit.meaning, process_exit.rollback)]
     if c == "no_last_words":
-        return [Action("Read the kernel log for the OOM killer (dmesg -T | grep -i oom) and the supervisor's record "
+        return [RecommendedAction("Read the kernel log for the OOM killer (dmesg -T | grep -i oom) and the supervisor's record "
                        "of the exit before restarting; persist the server's log outside the container",
                        "a death without last words in the log is usually a SIGKILL from outside",
                        "Nothing changed on the server: read-only.")]
     if c == "clean_shutdown":
-        return [Action("No action on the server: it was stopped on purpose",
+        return [RecommendedAction("No action on the server: it was stopped on purpose",
                        "an orderly shutdown with no error before it", "Nothing to roll back.")]
     return []
 

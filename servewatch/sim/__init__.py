@@ -13,7 +13,7 @@ In-process API (no HTTP, no sleeping; this is what the load generator, recorder 
     engine.step()                              # or one step at a time (clock advances by its duration)
     engine.health()                            # 200 / 503 / 0 (= would not answer), per dialect
     engine.metrics_text()                      # the /metrics body, byte-compatible with the dialect
-    engine.inject({"kind": "stall"})           # or "engine-death@20s:exit=0", Fault(...)
+    engine.inject({"kind": "stall"})           # or "engine-death@20s:exit=0", SimFault(...)
     engine.num_running, engine.num_waiting, engine.kv_usage, engine.steps, engine.state, engine.exit_code
 
 * `submit(prompt_tokens, max_tokens, *, prompt=None, ignore_eos=False, prefix_key=None,
@@ -43,12 +43,12 @@ tiny-cpu. Deterministic for a given config and seed.
 from servewatch.sim.config import SimConfig
 from servewatch.sim.engine import (DEAD, EXITED, NO_ANSWER, READY, STARTING, EngineDeadError, RequestFailed,
                                    RequestRejected, SimEngine)
-from servewatch.sim.faults import Fault, FaultSpecError, parse_fault_spec
+from servewatch.sim.faults import SimFault, FaultSpecError, parse_fault_spec
 from servewatch.sim.profiles import PROFILES, Profile
 from servewatch.sim.request import Request
-from servewatch.sim.scheduler import StepResult
+from servewatch.sim.scheduler import SimStep
 
 __all__ = [
-    "DEAD", "EXITED", "NO_ANSWER", "READY", "STARTING", "EngineDeadError", "Fault", "FaultSpecError", "PROFILES",
-    "Profile", "Request", "RequestFailed", "RequestRejected", "SimConfig", "SimEngine", "StepResult", "parse_fault_spec",
+    "DEAD", "EXITED", "NO_ANSWER", "READY", "STARTING", "EngineDeadError", "FaultSpecError", "PROFILES",
+    "Profile", "Request", "RequestFailed", "RequestRejected", "SimConfig", "SimEngine", "SimFault", "SimStep", "parse_fault_spec",
 ]

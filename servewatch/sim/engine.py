@@ -21,11 +21,11 @@ from servewatch.clock import Clock, VirtualClock
 from servewatch.sim import roofline, tokens
 from servewatch.sim.behaviour import behaviour_for
 from servewatch.sim.config import SimConfig
-from servewatch.sim.faults import STARTUP_KINDS, Fault, FaultSpecError, fault_from_json, parse_fault_spec
+from servewatch.sim.faults import STARTUP_KINDS, SimFault, FaultSpecError, fault_from_json, parse_fault_spec
 from servewatch.sim.kvcache import BlockPool
 from servewatch.sim.logs import LogSink
 from servewatch.sim.request import FINISH_ABORT, RUNNING, Request
-from servewatch.sim.scheduler import Scheduler, StepPlan, StepResult
+from servewatch.sim.scheduler import Scheduler, StepPlan, SimStep
 
 STARTING, READY, DEAD, EXITED = "starting", "ready", "dead", "exited"
 NO_ANSWER = 0   # health(): the server would not answer at all (not listening)
@@ -93,14 +93,14 @@ class SimEngine:
         self.crash_every: float | None = None  # crash-loop: ready → death interval
         self._crash_at: float | None = None
         self.restarts = 0                      # crash-loop: how often the supervisor started it again
-        self._pending: list[tuple[float, int, Fault]] = []
+        self._pending: list[tuple[float, int, SimFault]] = []
         self._inbox: list[Request] = []       # submitted, not yet seen by the scheduler (mid-step arrivals)
         self._polling = False
         self._inflight: _InFlight | None = None
         self._next_rid = 0
         self._next_log_at = self.started_at + cfg.log_stats_interval
         self.steps = 0
-        self.last_result: StepResult | None = None
+        self.last_result: SimStep | None = None
         self.last_output_at = self.started_at
         self.max_lag = 0.0
         self.total_lag = 0.0
@@ -250,7 +250,7 @@ class SimEngine:
         return True
 
     # --- faults ----------------------------------------------------------------------------------
-    def inject(self, fault: Fault | dict | str) -> None:
+    def inject(self, fault: SimFault | dict | str) -> None:
         """Apply a fault now, or at `fault.at` seconds after start if that is still ahead."""
         if isinstance(fault, str):
             fault = parse_fault_spec(fault)
@@ -280,7 +280,7 @@ class SimEngine:
             self._apply(fault)
         self._wake()
 
-    def _apply(self, fault: Fault) -> None:
+    def _apply(self, fault: SimFault) -> None:
         now = self.clock.now()
         kind = fault.kind
         if self.state in (DEAD, EXITED):
@@ -401,7 +401,7 @@ class SimEngine:
             set_time(t)
             self.poll()
 
-    def step(self) -> StepResult | None:
+    def step(self) -> SimStep | None:
         """Virtual time only: run until the next step completes (advancing the clock by its duration).
         None if no step can run (idle, stalled, not ready, dead)."""
         self.poll()
@@ -544,7 +544,7 @@ class SimEngine:
                                          context_tokens=plan.context_tokens, slow_factor=self.slow_factor)
         self._inflight = _InFlight(plan, now - carry, now - carry + duration)
 
-    def _finish_step(self, now: float) -> StepResult:
+    def _finish_step(self, now: float) -> SimStep:
         flight = self._inflight
         self._inflight = None
         result = self.scheduler.apply(flight.plan, now)

@@ -52,7 +52,7 @@ class FaultSpecError(ValueError):
 
 
 @dataclass(frozen=True)
-class Fault:
+class SimFault:
     kind: str
     at: float | None = None          # seconds after engine start; None = immediately
     exit_code: int | None = None     # engine-death / crash-oom; default 1
@@ -87,7 +87,7 @@ def parse_seconds(text: str) -> float:
     return {"ms": n / 1000, "m": n * 60}.get(match.group("unit") or "s", n)
 
 
-def parse_fault_spec(spec: str) -> Fault:
+def parse_fault_spec(spec: str) -> SimFault:
     head, _, options = spec.partition(":")
     kind, _, when = head.partition("@")
     kwargs: dict = {"kind": kind.strip()}
@@ -119,7 +119,7 @@ def parse_fault_spec(spec: str) -> Fault:
             if isinstance(exc, FaultSpecError):
                 raise
             raise FaultSpecError(f"bad value for {key!r} in {spec!r}") from None
-    return Fault(**kwargs)
+    return SimFault(**kwargs)
 
 
 def _status(text: str) -> int:
@@ -127,7 +127,7 @@ def _status(text: str) -> int:
     return int(text[0]) * 100 if text.endswith("xx") else int(text)
 
 
-def fault_from_json(body: object) -> Fault:
+def fault_from_json(body: object) -> SimFault:
     if not isinstance(body, dict) or not isinstance(body.get("kind"), str):
         raise FaultSpecError('body must be a JSON object with a string "kind"')
     allowed = {"kind", "at", "exit_code", "factor", "budget_mib", "duration", "status", "stage", "every"}
@@ -135,7 +135,7 @@ def fault_from_json(body: object) -> Fault:
     if unknown:
         raise FaultSpecError(f"unknown field(s): {', '.join(sorted(unknown))}")
     try:
-        return Fault(kind=body["kind"], at=_opt(body, "at", float), exit_code=_opt(body, "exit_code", int),
+        return SimFault(kind=body["kind"], at=_opt(body, "at", float), exit_code=_opt(body, "exit_code", int),
                      factor=float(body.get("factor", 4.0)), budget_mib=_opt(body, "budget_mib", float),
                      duration=_opt(body, "duration", float), status=_opt(body, "status", int),
                      stage=_opt(body, "stage", str), every=_opt(body, "every", float))

@@ -41,20 +41,20 @@ class ReplayError(ServewatchError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Scrape:
+class ReplayScrape:
     t: float
     engines: tuple[EngineState, ...]
     error: str | None
 
 
 @dataclasses.dataclass(frozen=True)
-class Answer:
+class ReplayAnswer:
     t: float
     status: int | None
     error: str | None
 
 
-class Telemetry:
+class ReplayTelemetry:
     """One bundle's health, metrics and process samples in time order (bundle time)."""
 
     def __init__(self, incident: Mapping[str, Any], samples: Sequence[Mapping[str, Any]]):
@@ -62,9 +62,9 @@ class Telemetry:
         self.dialect = incident.get("target", {}).get("dialect")
         self.naming = incident.get("target", {}).get("generation")
         try:
-            self.health = [Answer(float(d["t"]), d.get("status"), d.get("error"))
+            self.health = [ReplayAnswer(float(d["t"]), d.get("status"), d.get("error"))
                            for d in samples if d["source"] == "health"]
-            self.metrics = [Scrape(float(d["t"]), tuple(engine_from_dict(e) for e in d["engines"]), d.get("error"))
+            self.metrics = [ReplayScrape(float(d["t"]), tuple(engine_from_dict(e) for e in d["engines"]), d.get("error"))
                             for d in samples if d["source"] == "metrics"]
             self.process = [d for d in samples if d["source"] == "process"]
         except (KeyError, TypeError, ValueError, DecodeError) as exc:
@@ -103,17 +103,17 @@ class Telemetry:
         i = bisect_right(times, b) - 1
         return items[max(i, 0)] if items else None
 
-    def health_at(self, b: float) -> Answer | None:
+    def health_at(self, b: float) -> ReplayAnswer | None:
         return self._at(self._health_t, self.health, b)
 
-    def scrape_at(self, b: float) -> Scrape:
+    def scrape_at(self, b: float) -> ReplayScrape:
         return self._at(self._metrics_t, self.metrics, b)
 
     def process_at(self, b: float) -> dict | None:
         return self._at(self._process_t, self.process, b)
 
 
-def load(path: str | Path) -> Telemetry:
+def load(path: str | Path) -> ReplayTelemetry:
     """A bundle that passes `verify`'s file checks, as replayable telemetry; ReplayError (one line) otherwise."""
     from servewatch.bundle.verify import load_bundle
     from servewatch.errors import BundleInvalid
@@ -125,11 +125,11 @@ def load(path: str | Path) -> Telemetry:
         incident, samples = load_bundle(path)
     except BundleInvalid as exc:
         raise ReplayError(f"{path.name}: {exc}") from None
-    return Telemetry(incident, samples)
+    return ReplayTelemetry(incident, samples)
 
 
 @dataclasses.dataclass(frozen=True)
-class Position:
+class ReplayPosition:
     b: float            # the bundle time being shown
     loop: int           # 0 for the first play
     held: bool          # past the bundle's end, its last state held
@@ -139,7 +139,7 @@ class Playhead:
     """Where in the bundle a moment of real time falls: `start_offset` seconds into the bundle at `began`,
     moving `speed` bundle seconds a second."""
 
-    def __init__(self, telemetry: Telemetry, *, speed: float = 1.0, loop: bool = False, start_offset: float = 0.0,
+    def __init__(self, telemetry: ReplayTelemetry, *, speed: float = 1.0, loop: bool = False, start_offset: float = 0.0,
                  clock: Callable[[], float] = time.monotonic):
         if not (speed > 0 and math.isfinite(speed)):
             raise ReplayError(f"--speed {speed:g}: must be a positive number")
@@ -152,21 +152,21 @@ class Playhead:
         self.clock = clock
         self.began = clock()
 
-    def position(self, now: float | None = None) -> Position:
+    def position(self, now: float | None = None) -> ReplayPosition:
         tel = self.telemetry
         elapsed = self.start_offset + max(0.0, (self.clock() if now is None else now) - self.began) * self.speed
         if self.loop:
             loop, into = divmod(elapsed, tel.period)
-            return Position(tel.start + min(into, tel.end - tel.start), int(loop), False)
+            return ReplayPosition(tel.start + min(into, tel.end - tel.start), int(loop), False)
         if elapsed > tel.end - tel.start:
-            return Position(tel.end, 0, True)
-        return Position(tel.start + elapsed, 0, False)
+            return ReplayPosition(tel.end, 0, True)
+        return ReplayPosition(tel.start + elapsed, 0, False)
 
     def real_time_of(self, b: float) -> float:
         """The clock reading at which the first play shows bundle time b."""
         return self.began + (b - self.telemetry.start - self.start_offset) / self.speed
 
-    def metrics_text(self, now: float | None = None) -> tuple[str | None, Scrape]:
+    def metrics_text(self, now: float | None = None) -> tuple[str | None, ReplayScrape]:
         """The text to serve (None: the stored scrape failed) and the scrape it renders."""
         pos = self.position(now)
         scrape = self.telemetry.scrape_at(pos.b)
@@ -201,7 +201,7 @@ def _counter_items(e: EngineState) -> dict[str, float]:
     return out
 
 
-def _growth(scrapes: Sequence[Scrape]) -> dict[tuple, dict[str, float]]:
+def _growth(scrapes: Sequence[ReplayScrape]) -> dict[tuple, dict[str, float]]:
     """Per engine and counter: what one loop adds (its growth over the bundle plus its last step), so the
     next loop's first scrape follows the last one as a step of the recording would."""
     first: dict[tuple, dict[str, float]] = {}
@@ -421,7 +421,7 @@ class ReplayProcessProbe:
 
     live = False
 
-    def __init__(self, telemetry: Telemetry, playhead: Playhead):
+    def __init__(self, telemetry: ReplayTelemetry, playhead: Playhead):
         self.telemetry = telemetry
         self.playhead = playhead
         first = telemetry.process[0] if telemetry.process else {}
@@ -437,7 +437,7 @@ class ReplayProcessProbe:
         return sample_from_dict({**stored, "t": t})
 
 
-def follow(telemetry: Telemetry, state: Mapping[str, Any], *, clock: Callable[[], float] = time.monotonic) -> Playhead:
+def follow(telemetry: ReplayTelemetry, state: Mapping[str, Any], *, clock: Callable[[], float] = time.monotonic) -> Playhead:
     """A playhead that keeps in step with a replaying server, from its `/_sim/replay` answer (read once:
     the position then, the speed and whether it loops)."""
     playhead = Playhead(telemetry, speed=float(state["speed"]), loop=bool(state["loop"]), clock=clock)

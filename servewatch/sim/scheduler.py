@@ -50,7 +50,7 @@ class StepPlan:
 
 
 @dataclass
-class StepResult:
+class SimStep:
     t: float
     plan: StepPlan
     duration: float = 0.0
@@ -166,8 +166,8 @@ class Scheduler:
                 context += request.num_computed + n
         return StepPlan(scheduled, preempted, admitted, prefill, decode, context)
 
-    def apply(self, plan: StepPlan, now: float) -> StepResult:
-        result = StepResult(t=now, plan=plan)
+    def apply(self, plan: StepPlan, now: float) -> SimStep:
+        result = SimStep(t=now, plan=plan)
         sampled, itl = result.sampled, result.itl_groups
         max_model_len = self.max_model_len
         for request, n in plan.scheduled:

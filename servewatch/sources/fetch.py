@@ -20,7 +20,7 @@ def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int) -> tuple
 
 
 def fetch_url(url: str, *, timeout_s: float, max_bytes: int) -> tuple[int, bytes]:
-    from servewatch.sources.http import Response, fetch
+    from servewatch.sources.http import FetchResponse, fetch
 
     async def once():
         # aiohttp: a one-off GET of a URL (inspect), its failures worded by sources/http.py from aiohttp's kinds.
@@ -30,7 +30,7 @@ def fetch_url(url: str, *, timeout_s: float, max_bytes: int) -> tuple[int, bytes
             return await fetch(session, url, timeout_s=timeout_s, max_bytes=max_bytes)
 
     answer = asyncio.run(once())
-    if not isinstance(answer, Response):
+    if not isinstance(answer, FetchResponse):
         raise ScrapeFailed(url, answer)
     return answer.status, answer.body
 

@@ -24,13 +24,13 @@ FetchFailure = ScrapeFailure       # the name transports and sources have always
 
 
 @dataclass(frozen=True, slots=True)
-class Response:
+class FetchResponse:
     status: int
     body: bytes
     elapsed_s: float
 
 
-Answer = Response | ScrapeFailure
+Answer = FetchResponse | ScrapeFailure
 Transport = Callable[[], Awaitable[Answer]]
 
 
@@ -63,7 +63,7 @@ async def fetch(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT
                 if size > max_bytes:
                     return failed(TOO_LARGE, too_large_detail(max_bytes))
                 chunks.append(chunk)
-            return Response(response.status, b"".join(chunks), time.monotonic() - started)
+            return FetchResponse(response.status, b"".join(chunks), time.monotonic() - started)
 
     try:
         return await within(get(), timeout_s)
@@ -111,14 +111,14 @@ class Http1Transport:
     def __init__(self, client, path: str, timeout_s: float, max_bytes: int):
         self.client, self.path, self.timeout_s, self.max_bytes = client, path, timeout_s, max_bytes
 
-    async def _exchange(self) -> Response:
+    async def _exchange(self) -> FetchResponse:
         started = time.monotonic()
         response = await self.client.request("GET", self.path)
         try:
             body = await response.read_all(self.max_bytes)
         finally:
             response.release()
-        return Response(response.status, body, time.monotonic() - started)
+        return FetchResponse(response.status, body, time.monotonic() - started)
 
     async def __call__(self) -> Answer:
         from servewatch.errors import BodyTooLarge
@@ -159,7 +159,7 @@ def in_process_transport(call: Callable[[], object], *, max_bytes: int = DEFAULT
         status, body = _split(value)
         if len(body) > max_bytes:
             return ScrapeFailure(TOO_LARGE, time.monotonic() - started, too_large_detail(max_bytes))
-        return Response(status, body, time.monotonic() - started)
+        return FetchResponse(status, body, time.monotonic() - started)
     return get
 
 
