@@ -434,3 +434,21 @@ def test_describe_startup_failure_through_the_dialect_that_logged_it():
     assert L._describe_startup_failure({"reason": literal, **numbers}).startswith(f"{literal} (4096), (2.0 GiB")
     assert L._describe_startup_failure({"reason": "zzz", **numbers}) == "zzz"
     assert L._describe_startup_failure({}) == "unknown"
+
+
+def test_a_death_line_read_at_the_exit_itself_is_before_it():
+    # gap 0 (the line timed at the exit): said as read just after the exit, not as "0.0 s before"
+    v, = L.detect_process_exit(_exited(code=1, logs=(log(2, "engine_dead"),), metrics=(scrape(0, dialect="sglang"),)),
+                               CONFIG)
+    assert v.why == ("target process 1 is gone (exit code 1); the engine died before it (its death lines were read "
+                     "just after the exit)")
+    v, = L.detect_process_exit(_exited(code=1, logs=(log(1.75, "engine_dead"),),
+                                       metrics=(scrape(0, dialect="sglang"),)), CONFIG)
+    assert v.why == "target process 1 is gone (exit code 1); the engine died 0.2 s before"
+
+
+def test_the_startup_failure_line_with_numbers_is_one_with_more_than_two_fields():
+    lines = (log(1, "startup_failure", reason="first", dialect="vllm"),
+             log(1.5, "startup_failure", reason="numbers", dialect="vllm", needed_gib=4.0))
+    v, = L.detect_process_exit(_exited(code=1, logs=lines), CONFIG)
+    assert v.details["startup_failure"] == "numbers"
