@@ -14,7 +14,7 @@ from servewatch.errors import ServewatchError
 # `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
 COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summarize", "postmortem", "diagnose",
             "advise", "rules", "dashboard", "demo", "lab", "canary", "drill", "proxy", "requests", "collectives",
-            "completion")
+            "completion", "gpu_check")
 
 
 class _Parser(argparse.ArgumentParser):

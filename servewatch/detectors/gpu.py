@@ -320,3 +320,35 @@ def rank_gpu_evidence(window: Window, process) -> tuple[str, str | None]:
     if len(quiet) == 1 and working:
         clause += f": {quiet[0]} is not launching work"
     return clause, ",".join(tokens)[:128]
+
+
+# --- a node's GPUs, judged once (servewatch gpu-check: node-problem-detector's custom plugin) -------------------
+
+def node_gpu_problems(devices, last_xids: dict[int, int] | None = None) -> list[str]:
+    """What makes this node's GPUs unfit for work, one sentence per GPU at fault, from one reading (NVML's, or
+    dcgm-exporter's page with each device's last Xid): a GPU lost (fallen off the bus), a row-remap failure,
+    uncorrectable ECC errors since the driver loaded (the volatile count), NVML's recovery action asking for a
+    reset or a reboot, or a last Xid whose NVIDIA action needs the hardware. Empty: nothing to drain for. One
+    reading has no history: an Xid NVML delivered as an event before this process started is not seen (the
+    recorder's event thread sees those; dcgm-exporter's last-Xid value keeps the newest)."""
+    problems = []
+    last_xids = last_xids or {}
+    for d in sorted(devices, key=lambda d: d.index):
+        found = []
+        if d.lost:
+            found.append("lost (NVML: GPU is lost; fallen off the bus)")
+        if d.remap_failure:
+            found.append("row remapping failed (no spare rows left)")
+        if d.ecc_volatile_uncorrected:
+            found.append(f"{num(d.ecc_volatile_uncorrected)} uncorrectable ECC error(s) since the driver loaded")
+        if d.recovery_action and xids.RECOVERY_ACTIONS.get(d.recovery_action) in xids.HARDWARE_ACTIONS:
+            found.append(f"NVML's recovery action is {d.recovery_action} "
+                         f"({RECOVERY_WORDS.get(d.recovery_action, 'unknown')})")
+        code = last_xids.get(d.index)
+        if code:
+            row = xids.lookup(code)
+            if row.hardware:
+                found.append(f"last Xid {code} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})")
+        if found:
+            problems.append(f"{gpu_words(d, d.index)}: {'; '.join(found)}")
+    return problems
