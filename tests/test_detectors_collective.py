@@ -81,3 +81,35 @@ def test_the_events_survive_a_bundle_so_verify_recomputes_the_same_verdict():
     back = [sample_from_dict(sample_to_dict(e)) for e in events]
     assert back == events
     assert detect(back) == detect(events)
+
+
+def _tree(t: float):
+    from servewatch.timeline.samples import ProcessMember, ProcessSample
+
+    members = (ProcessMember(700, 1.0, "api", "python3", "sleeping"),
+               ProcessMember(811, 2.0, "worker", "VLLM::Worker_TP0", "sleeping", ppid=700),
+               ProcessMember(812, 2.0, "worker", "VLLM::Worker_TP1", "running", ppid=700))
+    return ProcessSample(t, 700, 1.0, True, members)
+
+
+def test_the_rank_behind_is_joined_by_its_pid_to_the_rank_model():
+    dumps = {r: fr.parse_dump((FR / f"gloo_behind_rank{r}.json").read_bytes()) for r in (0, 1)}
+    events = collective_events.from_flight_recorder(fr.analyse(dumps), 10.0, {0: 811, 1: 812})
+    (verdict,) = detect([_tree(9.5), *events])
+    assert verdict.why == ("rank 1 behind in group 0: rank 0 waiting in collective 5 (all_reduce), rank 1 last "
+                           "entered 4; rank 1 is TP rank 1 of 2 (VLLM::Worker_TP1, pid 812) — Flight Recorder; "
+                           "RAS: not read")
+    # kept through a bundle: the pid is a number, and the join is made again from the stored process sample
+    stored = [sample_from_dict(sample_to_dict(s)) for s in [_tree(9.5), *events]]
+    assert detect(stored)[0].why == verdict.why
+    # a pid the tree does not hold: no join, no guess
+    events = collective_events.from_flight_recorder(fr.analyse(dumps), 10.0, {1: 999})
+    assert "; rank 1 is" not in detect([_tree(9.5), *events])[0].why
+
+
+def test_ras_ranks_are_joined_only_when_pid_and_host_are_the_watched_trees():
+    report = nccl_ras.parse((RAS / "docs_text_mismatch_counts.txt").read_text())
+    here = collective_events.from_ras(report, 10.0, lambda pid, host: (pid, host) == (483072, "172.16.64.210"))
+    elsewhere = collective_events.from_ras(report, 10.0, lambda pid, host: False)
+    assert [e.fields.get("pid") for e in here if e.fields["state"] == "behind"] == [483072]
+    assert [e.fields.get("pid") for e in elsewhere if e.fields["state"] == "behind"] == [None]

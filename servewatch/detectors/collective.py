@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.verdict import Evidence, RunbookBranch, Verdict
+from servewatch.timeline.ranks import rank_view, rank_words
 from servewatch.timeline.samples import LogEvent
 from servewatch.timeline.window import Window
 
@@ -102,6 +103,22 @@ def _words(e: LogEvent) -> str:
             f"{at if at is not None else 'none'}")
 
 
+def _process(e: LogEvent, window: Window) -> str:
+    """The rank named, joined by its PID to the rank model of the newest process sample: "; rank 1 is TP rank 1
+    of 2 (VLLM::Worker_TP1, pid 812)". Empty when the event has no PID or the tree does not hold it."""
+    pid = _int(e.fields.get("pid"))
+    if pid is None or not window.process:
+        return ""
+    ranks = rank_view(window.process[-1])
+    found = next((r for r in ranks if r.pid == pid), None)
+    if found is not None:
+        return f"; rank {_int(e.fields.get('rank'))} is {rank_words(found, ranks)}"
+    member = next((m for m in window.process[-1].members if m.pid == pid), None)
+    if member is None:
+        return ""
+    return f"; rank {_int(e.fields.get('rank'))} is pid {pid}" + (f" ({member.title})" if member.title else "")
+
+
 def _other_says(component: str, events: list[LogEvent], hang: LogEvent) -> tuple[str, bool | None]:
     """The other source's newest word on it, and whether it agrees (None: not read)."""
     name = _WORDS[component]
@@ -140,7 +157,7 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     onset = _onset(_observations(events, component), hang)
     other = "ras" if component == "flight_recorder" else "flight_recorder"
     said, agrees = _other_says(other, newest.get(other, (0.0, []))[1], hang)
-    why = f"{_words(hang)} — {_WORDS[component]}; {said}"
+    why = f"{_words(hang)}{_process(hang, window)} — {_WORDS[component]}; {said}"
     evidence = [Evidence("log", hang.t, "collective.state", str(hang.fields.get("state")))]
     if onset != hang.t:
         evidence.insert(0, Evidence("log", onset, "collective.state", str(hang.fields.get("state"))))

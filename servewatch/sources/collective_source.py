@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ class CollectiveSource:
         self._ring = None
         self._suspicion = None
         self._restart_pending: Callable[[], bool] | None = None
+        self._local_names: set[str] | None = None
         self._lock = asyncio.Lock()
         self._forced = False
         self._said_discovery = False
@@ -196,6 +198,7 @@ class CollectiveSource:
             self._once("collectives: the server's identity is not proven: no dump trigger written")
             return []
         wanted: dict[int, tuple[str, str]] = {}
+        pids: dict[int, int] = {}
         for r in ranks[:MAX_RANKS]:
             if r.rank is None:
                 self._once(f"collectives: pid {r.pid} has no RANK in its environment: its dump is not known")
@@ -211,6 +214,7 @@ class CollectiveSource:
                 self._once(f"collectives: two processes say RANK={r.rank}: only the first is asked")
             else:
                 wanted[r.rank] = (r.pipe, r.dump)
+                pids[r.rank] = r.pid
         if not wanted:
             return []
         got = flight_recorder.collect(wanted, timeout_s=self.dump_timeout_s)
@@ -226,7 +230,7 @@ class CollectiveSource:
         for note in analysis.notes:
             self._once(f"collectives: {note}")
         self.say(f"collectives: {len(got.dumps)} dump(s) in {got.seconds:.2f} s: {analysis.why()}")
-        return collective_events.from_flight_recorder(analysis, t) + collective_events.positions(
+        return collective_events.from_flight_recorder(analysis, t, pids) + collective_events.positions(
             analysis, t, limit=MAX_POSITIONS)
 
     def _read_ras(self, addrs: list[str]) -> list[LogEvent]:
@@ -241,8 +245,23 @@ class CollectiveSource:
             self.ras_reads += 1
             if not report.known_version:
                 self._once(f"collectives: {report.version_words()}")
-            events += collective_events.from_ras(report, self.clock.now())
+            tree = {r.pid for r in self._ranks or ()}
+            events += collective_events.from_ras(report, self.clock.now(),
+                                                 lambda pid, host: pid in tree and self._local(host))
         return events
+
+    def _local(self, host: str | None) -> bool:
+        """Whether RAS's node name for a rank is this host (its name or one of its addresses)."""
+        if self._local_names is None:
+            names = {"localhost", socket.gethostname()}
+            try:
+                import psutil
+
+                names |= {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+            except Exception:  # noqa: BLE001 - no addresses: the host name alone
+                pass
+            self._local_names = names
+        return host is not None and (host in self._local_names or host.startswith("127."))
 
 
 async def collect_now(recorder) -> CollectiveSource | None:
