@@ -169,7 +169,7 @@ class FaultStep:
         return {"kind": self.kind, "name": self.name, "role": self.role, "rank": self.rank,
                 "warmup_s": self.warmup_s, "hold_s": self.hold_s, "observe_s": self.observe_s,
                 "params": self.params, "expect": self.expect.to_json(), "probe": self.probe, "target": self.on,
-                **({"workload": self.workload} if self.workload is not None else {}),
+                **({"workload": shareable_workload(self.workload)} if self.workload is not None else {}),
                 **({"guard": {"act_on": list(self.guard)}} if self.guard is not None else {}),
                 **({"proxy": True} if self.proxy else {}),
                 **({"at_start": {"on_log": self.on_log} if self.on_log else True} if self.at_start else {}),
@@ -258,7 +258,8 @@ class Plan:
 
     def to_json(self) -> dict:
         return {"name": self.name, "description": self.description, "target": self.target.to_json(),
-                "targets": {name: t.to_json() for name, t in self.targets.items()}, "workload": self.workload,
+                "targets": {name: t.to_json() for name, t in self.targets.items()},
+                "workload": shareable_workload(self.workload),
                 "recorder": {"interval_s": self.interval_s, "set": list(self.settings),
                              "probe_interval_s": self.probe_interval_s, "probe_deadline_s": self.probe_deadline_s},
                 "faults": [s.to_json() for s in self.steps]}
@@ -308,7 +309,61 @@ def load_plan(path: str | Path) -> Plan:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise PlanError(f"plan {Path(path).name}: not valid YAML{where}") from None
-    return plan_from_dict(data, source=Path(path).name)
+    return plan_from_dict(_traces_from(data, Path(path).parent), source=Path(path).name)
+
+
+def _traces_from(data, folder: Path):
+    """The plan with each workload's relative `trace` path read from the plan's own folder."""
+    if not isinstance(data, dict):
+        return data
+
+    def resolved(workload):
+        if isinstance(workload, dict) and isinstance(workload.get("trace"), str) \
+                and not Path(workload["trace"]).is_absolute():
+            return {**workload, "trace": str(folder / workload["trace"])}
+        return workload
+
+    out = dict(data)
+    if "workload" in out:
+        out["workload"] = resolved(out["workload"])
+    if isinstance(out.get("faults"), list):
+        out["faults"] = [{**f, "workload": resolved(f["workload"])} if isinstance(f, dict) and "workload" in f
+                         else f for f in out["faults"]]
+    return out
+
+
+TRACE_ONLY = ("speed", "start_s")
+
+
+def shareable_workload(workload: dict) -> dict:
+    """A workload as reports show it: a trace by its file name only (no folder)."""
+    return {**workload, "trace": Path(workload["trace"]).name} if "trace" in workload else dict(workload)
+
+NOT_WITH_TRACE = ("scenario", "rate", "concurrency", "prompt_tokens", "output_tokens", "arrival")
+
+
+def _check_trace(workload: dict, where: str) -> None:
+    """A trace workload sends the trace's own rows: no scenario beside it, and a file that reads as a trace."""
+    if "trace" not in workload:
+        given = [k for k in TRACE_ONLY if k in workload]
+        if given:
+            raise PlanError(f"{where}: {given[0]}: goes with trace: FILE")
+        return
+    clash = [k for k in NOT_WITH_TRACE if k in workload]
+    if clash:
+        raise PlanError(f"{where}: {clash[0]}: a trace workload sends the trace's own rows, at its own times and "
+                        f"lengths; give trace or {clash[0]}, not both")
+    from servewatch.load.trace import read_trace
+
+    path = workload["trace"]
+    try:
+        trace = read_trace(path, max_rows=1, keep_bad=1)
+    except OSError as exc:
+        raise PlanError(f"{where}: trace: cannot read {Path(path).name}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise PlanError(f"{where}: trace: {Path(path).name}: {exc}") from None
+    if not trace.rows:
+        raise PlanError(f"{where}: trace: {Path(path).name} holds no row to send")
 
 
 def plan_from_dict(data, *, source: str = "plan") -> Plan:
@@ -468,8 +523,11 @@ def _build(data: dict, source: str) -> Plan:
                                serve=bool(f.get("serve", False)),
                                workload_first=bool(f.get("workload_first", False))))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
+    _check_trace(workload, f"{source}: workload")
     every = {"main": target, **targets}
     for i, step in enumerate(steps):
+        if step.workload is not None:
+            _check_trace(step.workload, f"{source}: faults/{i} ({step.name}): workload")
         try:
             workload_headers(step.workload if step.workload is not None else workload, every[step.on])
         except ValueError as exc:

@@ -31,6 +31,59 @@ class FaultNotRun(ServewatchError):
     pass
 
 
+class TraceWorkload(M.Workload):
+    """A plan's `workload: {trace: FILE, speed: X, start_s: S}`: the trace replayed open-loop (servewatch.load's
+    trace replay) for the step's window, its rows from `start_s` on; a follow-on run (extend_to) sends the
+    rows after those."""
+
+    def __init__(self, *args, trace_offset_s: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trace_offset_s = trace_offset_s
+
+    def window(self) -> tuple[float, float]:
+        speed = float(self.spec.get("speed", 1.0))
+        first = float(self.spec.get("start_s", 0.0)) + self.trace_offset_s
+        return first, first + self.duration_s * speed
+
+    def extend_to(self, until: float) -> float:
+        added = until - self.ends_at
+        if added <= 0:
+            return 0.0
+        follower = TraceWorkload(self.url, self.model, self.spec, duration_s=added,
+                                 after_s=max(0.0, self.ends_at - time.time()), request_timeout_s=self.request_timeout_s,
+                                 seed=self.seed, headers=self.headers,
+                                 trace_offset_s=self.trace_offset_s + self.window()[1] - self.window()[0]).start()
+        self.followers.append(follower)
+        self.ends_at = until
+        return added
+
+    def _run(self) -> None:
+        from servewatch.load.runner import run_load
+        from servewatch.load.scenarios import LoadConfig
+
+        if self.after_s > 0:
+            time.sleep(self.after_s)   # the drill's own timeline, as a scenario's workload keeps it
+        from servewatch.load.trace import read_trace
+
+        spec = self.spec
+        try:
+            if not read_trace(spec["trace"], window=self.window(), max_rows=1, keep_bad=0).rows:
+                return          # the trace ended before the step did: no traffic after it, as in the incident
+        except (OSError, ValueError) as exc:
+            self._problem = f"trace {Path(spec['trace']).name}: {getattr(exc, 'strerror', None) or exc}"
+            return
+        config = LoadConfig(url=self.url, scenario="custom", trace=spec["trace"], speed=float(spec.get("speed", 1.0)),
+                            window=self.window(), tokenizer=spec.get("tokenizer", "approx"), model=self.model,
+                            metrics_interval_s=0.0, seed=self.seed, request_timeout_s=self.request_timeout_s,
+                            idle_timeout_s=self.request_timeout_s,
+                            connect_timeout_s=float(spec.get("connect_timeout_s", M.CONNECT_TIMEOUT_S)),
+                            sender_priority="normal", headers=self.headers)
+        try:
+            self._records = run_load(config).records
+        except ServewatchError as exc:     # the trace by its name only: a drill's report is shareable
+            self._problem = str(exc).replace(spec["trace"], Path(spec["trace"]).name)
+
+
 @dataclass
 class StepResult:
     index: int
@@ -286,8 +339,9 @@ class DrillRun:
                 ctx.result.notes.append("workload: the served model's directory is not known here: prompt sizes "
                                         "approximate (about one token a word)")
         headers = workload_headers(spec, self.plan.named_targets()[step.on])
-        workload = M.Workload(url, self.model, spec, duration_s=duration_s, after_s=after_s,
-                              request_timeout_s=timeout, seed=ctx.result.index, headers=headers).start()
+        kind = TraceWorkload if "trace" in spec else M.Workload
+        workload = kind(url, self.model, spec, duration_s=duration_s, after_s=after_s,
+                        request_timeout_s=timeout, seed=ctx.result.index, headers=headers).start()
         self.workloads.append(workload)
         ctx.workload = workload
 
