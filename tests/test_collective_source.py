@@ -35,15 +35,19 @@ def _line(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
 
 
 @contextlib.contextmanager
-def ranks(tmp_path: Path, modes=("serve", "serve"), case: str = "behind", extra_env: dict | None = None):
+def ranks(tmp_path: Path, modes=("serve", "serve"), case: str = "behind", extra_env: dict | None = None,
+          rank_env: bool = True):
     procs = []
     try:
         for rank, mode in enumerate(modes):
-            env = dict(os.environ, RANK=str(rank), TORCH_FR_BUFFER_SIZE="2000",
-                       TORCH_NCCL_DEBUG_INFO_PIPE_FILE=str(tmp_path / "pipe_"),
+            env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000", TORCH_NCCL_DEBUG_INFO_PIPE_FILE=str(tmp_path / "pipe_"),
                        TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "fr_"), **(extra_env or {}))
+            env.pop("RANK", None)
+            if rank_env:
+                env["RANK"] = str(rank)
             procs.append(subprocess.Popen([sys.executable, str(FAKE), mode,
-                                           str(FIXTURES / f"gloo_{case}_rank{rank}.json")],
+                                           str(FIXTURES / f"gloo_{case}_rank{rank}.json"),
+                                           *(() if rank_env else (str(rank),))],
                                           env=env, stdout=subprocess.PIPE, text=True))
         for proc in procs:
             assert _line(proc) == "ready"
@@ -84,6 +88,19 @@ def test_a_pending_stall_collects_every_ranks_dump_and_collective_hang_fires(tmp
     # the bundle's copy of the dumps: positions, numbers only
     positions = [e.fields for e in recorder.ring.window().logs if e.fields.get("state") == "position"]
     assert {(p["rank"], p["entered"]) for p in positions} == {(0, 5), (1, 4)}
+
+
+def test_ranks_without_rank_in_their_environment_are_found_by_their_pipes_names(tmp_path):
+    said: list[str] = []
+    with ranks(tmp_path, rank_env=False) as procs:
+        source = cs.CollectiveSource(RealClock(), 0.2, pids=[p.pid for p in procs], pending=lambda: True,
+                                     say=said.append)
+        recorder, _, _ = _record(source)
+    assert said[0].endswith("Flight Recorder: on (buffer 2000, pipe), 2 of 2 processes; 2 without RANK: their "
+                            "pipes are found by name")
+    (fired,) = recorder.fired
+    assert (fired.verdict.details["rank"], fired.verdict.details["seq"]) == (1, 5)
+    assert sorted(source.last_collected.dumps) == [0, 1]
 
 
 def test_nothing_pending_writes_no_pipe(tmp_path):

@@ -156,5 +156,5 @@ def summary(ranks: Iterable[RankEnv]) -> str:
         norank = sum(1 for r in fr_on if r.rank is None)
         fr = (f"on (buffer {'/'.join(str(s) for s in sizes)}, {trigger}), {len(fr_on)} of {len(readable)} "
               f"process{'es' if len(readable) != 1 else ''}"
-              + (f"; {norank} without RANK: its dump file is not known" if norank else ""))
+              + (f"; {norank} without RANK: their pipes are found by name" if norank else ""))
     return f"RAS: {ras}; Flight Recorder: {fr}{tail}"

@@ -199,9 +199,10 @@ class CollectiveSource:
             return []
         wanted: dict[int, tuple[str, str]] = {}
         pids: dict[int, int] = {}
+        rankless = []
         for r in ranks[:MAX_RANKS]:
             if r.rank is None:
-                self._once(f"collectives: pid {r.pid} has no RANK in its environment: its dump is not known")
+                rankless.append(r)
             elif r.pipe is None:
                 self._once(f"collectives: rank {r.rank}: no dump trigger pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE "
                            "unset): no dump asked")
@@ -215,6 +216,8 @@ class CollectiveSource:
             else:
                 wanted[r.rank] = (r.pipe, r.dump)
                 pids[r.rank] = r.pid
+        for rank, pipe, dump in self._by_pipe_name(rankless):
+            wanted.setdefault(rank, (pipe, dump))
         if not wanted:
             return []
         got = flight_recorder.collect(wanted, timeout_s=self.dump_timeout_s)
@@ -232,6 +235,41 @@ class CollectiveSource:
         self.say(f"collectives: {len(got.dumps)} dump(s) in {got.seconds:.2f} s: {analysis.why()}")
         return collective_events.from_flight_recorder(analysis, t, pids) + collective_events.positions(
             analysis, t, limit=MAX_POSITIONS)
+
+    def _by_pipe_name(self, rankless) -> list[tuple[int, str, str]]:
+        """Ranks whose environment has no RANK (an engine's own worker processes, started without torchrun):
+        the pipes their watchdogs made, PREFIX + N + ".pipe", are found by name in the prefix's directory, each
+        written only when it belongs to the user such a process runs as; the process behind each is not known."""
+        found: dict[int, tuple[int, str, str]] = {}
+        for r in rankless:
+            if r.pipe_prefix is None or r.dump_prefix is None:
+                self._once(f"collectives: pid {r.pid} has no RANK in its environment and no dump trigger pipe or "
+                           "dump path: its dump is not known")
+                continue
+            folder, stem = os.path.split(r.pipe_prefix)
+            try:
+                names = sorted(os.listdir(folder or "."))[:10 * MAX_RANKS]
+            except OSError:
+                continue
+            uid = _uid(r.pid)
+            for name in names:
+                number = name[len(stem):-len(".pipe")] if name.startswith(stem) and name.endswith(".pipe") else ""
+                if not number.isdigit() or int(number) in found or len(found) >= MAX_RANKS:
+                    continue
+                pipe = os.path.join(folder, name)
+                try:
+                    owner = os.stat(pipe).st_uid
+                except OSError:
+                    continue
+                if uid is not None and owner != uid:
+                    self._once(f"collectives: pipe of rank {number}: it belongs to another user than the ranks: "
+                               "not written")
+                    continue
+                found[int(number)] = (int(number), pipe, f"{r.dump_prefix}{number}")
+            if not found:
+                self._once(f"collectives: pid {r.pid} has no RANK in its environment and no dump trigger pipe was "
+                           "found by name: its dump is not known")
+        return sorted(found.values())
 
     def _read_ras(self, addrs: list[str]) -> list[LogEvent]:
         events = []

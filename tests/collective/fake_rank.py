@@ -2,7 +2,8 @@
 would (RANK, TORCH_FR_BUFFER_SIZE, the dump trigger pipe and dump file prefixes); it serves the documented
 pipe trigger by writing a dump recorded from a real gloo job (tests/fixtures/flight_recorder/).
 
-    python fake_rank.py MODE DUMP_FIXTURE
+    python fake_rank.py MODE DUMP_FIXTURE [RANK]   (RANK given: the environment has none, as an engine's own
+                                                    worker processes have none)
     MODE: serve    — each read of the pipe writes the fixture to the dump file (a temporary file, renamed)
           noread   — makes the pipe and never opens it (a write would have no reader)
           huge     — each read of the pipe leaves a sparse dump over servewatch's size bound
@@ -17,7 +18,7 @@ import threading
 
 def main() -> None:
     mode, fixture = sys.argv[1], sys.argv[2]
-    rank = os.environ["RANK"]
+    rank = sys.argv[3] if len(sys.argv) > 3 else os.environ["RANK"]   # a rank its environment does not say
     pipe = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] + rank + ".pipe"
     target = os.environ["TORCH_FR_DUMP_TEMP_FILE"] + rank
     os.mkfifo(pipe)
