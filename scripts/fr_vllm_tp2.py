@@ -1,7 +1,8 @@
 """What PyTorch's Flight Recorder sees of the lab vLLM at tensor parallel 2 (CPU, gloo), idle, under load, and
 with VLLM::Worker_TP1 stopped (SIGSTOP) under load: per rank, how many entries, which ops, in which process
 groups; whether vLLM's CPU all-reduce passes through c10d (its entries grow with decode steps) or bypasses it;
-and what servewatch's analysis and `collective_hang` say from the dumps. Issue 43, item 5. About 3 minutes
+and what servewatch's analysis and `collective_hang` say from the dumps, and what its live collective source
+(watch's and guard's path) says over the engine's tree. Issue 43, item 5. About 3 minutes
 (one start, 45-95 s with the compile cache warm).
 
     .venv/bin/python scripts/fr_vllm_tp2.py [--cache DIR] [--keep DIR]
@@ -132,6 +133,21 @@ def collect(tmp: Path, label: str, timeout_s: float = 5.0) -> dict[int, fr.Dump]
     return got.dumps
 
 
+def live_source(root: int) -> None:
+    """servewatch's own live path (what watch and guard run) over the engine's tree, once, as if a stall were
+    pending: its discovery line, its collection, the events and collective_hang."""
+    import asyncio
+
+    from servewatch.clock import RealClock
+    from servewatch.sources.collective_source import CollectiveSource
+
+    say("\n== servewatch's collective source over the tree (watch/guard's path), a stall pending")
+    source = CollectiveSource(RealClock(), 1.0, root=root, pending=lambda: True, say=lambda line: say("  " + line))
+    events = asyncio.run(source.poll())
+    verdicts = collective.detect(Window(logs=tuple(events)), DetectorConfig())
+    say(f"  {len(events)} event(s); collective_hang: {verdicts[0].why if verdicts else 'does not fire'}")
+
+
 def all_reduces(dumps: dict[int, fr.Dump]) -> int:
     return sum(1 for d in dumps.values() for g in d.groups.values() for e in g.entries if e.op == "all_reduce")
 
@@ -208,7 +224,8 @@ def main() -> int:
         verdict = ("they grow with decode steps: the CPU all-reduce passes through c10d" if grew > 0 else
                    "no growth: the decode all-reduce does not pass through c10d (a custom path bypasses the "
                    "Flight Recorder)")
-        say(f"\nc10d all_reduce entries, idle → under load: {all_reduces(idle)} → {all_reduces(loaded)} ({verdict})")
+        say(f"\nc10d all_reduce entries, idle → under load: {all_reduces(idle)} → {all_reduces(loaded)} "
+            f"({verdict})")
         worker = next((pid for pid in pids if titles.get(pid, "").startswith("VLLM::Worker_TP1")), None)
         if worker is None:
             for proc in psutil.Process(server.pid).children(recursive=True):
@@ -226,6 +243,7 @@ def main() -> int:
             say(f"\nSIGSTOP to VLLM::Worker_TP1 (pid {worker}) under load")
             time.sleep(4)     # rank 0 reaches the collective TP1 never enters: the measurement's span
             collect(tmp, "Worker_TP1 stopped under load (4 s in)")
+            live_source(server.pid)
             os.kill(worker, signal.SIGCONT)
             stopped_pid = None
             say(f"SIGCONT to pid {worker}")
