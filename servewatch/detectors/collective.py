@@ -105,7 +105,7 @@ def _words(e: LogEvent) -> str:
 
 def _process(e: LogEvent, window: Window) -> str:
     """The rank named, joined by its PID to the rank model of the newest process sample: "; rank 1 is TP rank 1
-    of 2 (VLLM::Worker_TP1, pid 812)". Empty when the event has no PID or the tree does not hold it."""
+    of 2 (TITLE, pid 812)". Empty when the event has no PID or the tree does not hold it."""
     pid = _int(e.fields.get("pid"))
     if pid is None or not window.process:
         return ""
