@@ -286,3 +286,20 @@ def test_the_rate_before_a_throttle_is_the_baseline_just_before_not_an_idle_star
     (throttled,) = run_detectors(Window(gpu=tuple(gpu), **engine(90, rate)), CONFIG)
     assert throttled.name == "gpu_throttled"
     assert (throttled.details["tokens_per_s_before"], throttled.details["tokens_per_s_after"]) == (1000.0, 500.0)
+
+
+def test_a_rank_on_no_gpus_process_list_is_said_absent(stand_in):
+    """TP rank 1 (pid 112) on no GPU's process list (another PID namespace, a rank that never opened its CUDA
+    context): absent, not guessed from its GPU index; its peer's GPU spinning at low power."""
+    import dataclasses
+
+    from tests import test_detectors_ranks as r
+
+    scenario = tp2("at 9 gpu 0 util=98 power_mw=85000 sm=1980\n", pids=(111, 999))
+    gpu = readings(stand_in, scenario, (0, 5, 10))
+    gpu = [dataclasses.replace(g, t=r.T0 + s) for g, s in zip(gpu, (0, 5, 10))]
+    w = dataclasses.replace(r.window(r.stopped_at(10.0), probes=[r.missed(10.5)], span=14.0), gpu=tuple(gpu))
+    (verdict,) = [v for v in run_detectors(w, CONFIG) if v.name == "rank_stalled"]
+    assert verdict.why.endswith("; GPUs: TP rank 0 GPU 0 98 % at 85 of 700 W (spinning or waiting), TP rank 1 on no "
+                                "GPU (absent from NVML's process lists): TP rank 1 is not launching work"), verdict.why
+    assert verdict.details["gpus"] == "TP0=spin,TP1=absent"

@@ -24,6 +24,7 @@ TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
     "amtool": (("amtool",), "Debian package prometheus-alertmanager"),
     "systemd-analyze": (("systemd-analyze",), "Debian package systemd"),
     "py-spy": ((), "PyPI package py-spy, a dependency of servewatch"),
+    "stress-ng": (("stress-ng",), "Debian package stress-ng"),
 }
 
 
