@@ -355,3 +355,35 @@ def test_ras_read_on_its_slow_cadence_fires_collective_hang_from_its_counts(tmp_
     before = list(said)
     assert asyncio.run(again()) < 0.5 and source.ras_reads == 1
     assert said == before                  # no connection tried (the stand-in is closed: it would be refused, said)
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def test_the_tree_is_read_again_on_the_slow_cadence_not_at_every_poll(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "77").mkdir(parents=True)
+    environ = proc / "77" / "environ"
+    environ.write_bytes(b"RANK=0\0")
+    clock = _Clock()
+    said: list[str] = []
+    source = cs.CollectiveSource(clock, 0.5, pids=[77], pending=lambda: False, say=said.append, proc=str(proc))
+
+    async def poll_at(t: float) -> int:
+        clock.t = t
+        await source.poll()
+        return source._ranks[0].fr_buffer
+
+    async def go():
+        assert await poll_at(0.0) == 0
+        environ.write_bytes(b"RANK=0\0TORCH_FR_BUFFER_SIZE=2000\0")     # the rank's environment, as read later
+        assert await poll_at(10.0) == 0                                  # not read again: nothing pending
+        assert await poll_at(30.0) == 2000                               # the slow cadence
+
+    asyncio.run(go())
+    assert len(said) == 1

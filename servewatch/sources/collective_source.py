@@ -3,8 +3,8 @@ collected at once when a stall or a rank verdict is pending (or when asked, befo
 timeline as "collective" log events (servewatch.sources.collective_events) so `collective_hang` fires from it.
 
 - Discovery: from the process tree's /proc/PID/environ (servewatch.sources.collective_env), said once at the
-  first poll in one line ("collectives: RAS: ...; Flight Recorder: ..."), and read again (at most every 5 s)
-  only when a collection or a RAS read is due: ranks spawned after the start are found then.
+  first poll in one line ("collectives: RAS: ...; Flight Recorder: ..."), and read again every 30 s, or (at
+  most every 5 s) while something is pending: ranks spawned after the start are found then.
 - RAS: every `ras_every_s` (30 s) and at once when something is pending, only where a rank has NCCL loaded
   with RAS on; bounded connect (1 s) and whole exchange (`ras_total_s`). A port held by something that is
   not RAS, a refused connection, a timeout: said in one line, once per kind of failure.
@@ -164,10 +164,11 @@ class CollectiveSource:
                 self.discovery = collective_env.summary(self._ranks)
                 self.say(f"collectives: {self.discovery}")
             pending = forced or self.pending()
-            ras_due = self.last_ras_t is None or now - self.last_ras_t >= self.ras_every_s
-            if (forced or pending or ras_due) and (forced or now - self._discovered_t >= REDISCOVER_S):
-                # read again only when there is something to do: ranks spawned (or gone) since the start
+            since = now - self._discovered_t
+            if forced or (pending and since >= REDISCOVER_S) or since >= self.ras_every_s:
+                # read again when something is to be done, else on the slow cadence: ranks spawned (or gone)
                 self._ranks, self._discovered_t = await loop.run_in_executor(None, self._discover), now
+            ras_due = self.last_ras_t is None or now - self.last_ras_t >= self.ras_every_s
             ranks = self._ranks
             events: list[LogEvent] = []
             fr_ranks = [r for r in ranks if r.readable and r.fr_buffer > 0]
@@ -183,9 +184,8 @@ class CollectiveSource:
 
     def _discover(self) -> tuple[collective_env.RankEnv, ...]:
         pids = collective_env.tree_pids(self.root, self.proc) if self.root is not None else list(self.pids)
-        for pid in pids:
-            if pid not in self._created:
-                self._created[pid] = _create_time(pid)
+        known = self._created
+        self._created = {pid: known[pid] if pid in known else _create_time(pid) for pid in pids}   # the tree now
         return collective_env.discover(pids, self.proc)
 
     def _once(self, line: str) -> None:
