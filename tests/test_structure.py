@@ -185,3 +185,41 @@ def test_the_class_name_check_can_fail():
                         "servewatch.derive.slo": "class Window:\n    pass\nclass _Private:\n    pass\n",
                         "servewatch.demo.view": "class _Private:\n    pass\n"}) == {
         "Window": ["servewatch.derive.slo", "servewatch.timeline.window"]}
+
+
+# Commands are wiring: each commands/*.py parses its arguments, calls the package and prints. Process handling
+# (signals, a server's start, identity proof, the live table) lives in watch/ and actions/. A command module
+# defines no class but an argparse helper (an Action, a HelpFormatter) or its usage error, and stays under a
+# line budget: 260 lines, measured on 2026-12-05 when the longest (requests.py) had 249 and guard.py 132.
+COMMANDS = ROOT / "commands"
+COMMAND_LINE_BUDGET = 260
+ALLOWED_COMMAND_BASES = re.compile(r"^(argparse\.\w+|\w*Action|\w*HelpFormatter|\w*Error)$")
+
+
+def command_problems(source: str, where: str, budget: int = COMMAND_LINE_BUDGET) -> list[str]:
+    problems = []
+    lines = source.count("\n")
+    if lines > budget:
+        problems.append(f"{where}: {lines} lines, over the {budget}-line budget of a command")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            bases = [ast.unparse(base) for base in node.bases]
+            if not bases or not all(ALLOWED_COMMAND_BASES.match(base) for base in bases):
+                problems.append(f"{where}:{node.lineno} class {node.name}({', '.join(bases)}) is not an argparse "
+                                f"helper: process handling goes in watch/ or actions/")
+    return problems
+
+
+def test_commands_are_wiring():
+    found = []
+    for path in sorted(COMMANDS.glob("*.py")):
+        found += command_problems(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT.parent)))
+    assert found == []
+
+
+def test_the_commands_check_can_fail():
+    assert command_problems("class _StopOnSigterm:\n    pass\n", "c.py") == [
+        "c.py:1 class _StopOnSigterm() is not an argparse helper: process handling goes in watch/ or actions/"]
+    assert command_problems("import argparse\nclass Keep(argparse.Action):\n    pass\n"
+                            "class SimUsageError(ServewatchError):\n    pass\n", "c.py") == []
+    assert command_problems("x = 1\n" * 3, "c.py", budget=2) == ["c.py: 3 lines, over the 2-line budget of a command"]

@@ -79,7 +79,7 @@ def test_a_server_that_exits_before_it_listens_is_left_to_process_exit_not_calle
     # proof said "not running", and the watch ended with exit 2 — before its process_exit verdict.
     import asyncio
 
-    from servewatch.commands.watch import _prove_once_listening
+    from servewatch.watch.lifecycle import prove_once_listening as _prove_once_listening
 
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:

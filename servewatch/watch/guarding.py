@@ -1,0 +1,173 @@
+"""`servewatch guard`'s process handling: the server started (or attached to) and proven, SIGTERM and ^C
+draining it, the recording whose verdicts the guard acts on, and the ledger of the server's lives.
+`commands/guard.py` parses the arguments and calls `guard_session`; starting the server and the stacks
+directory are `servewatch.actions.launch`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from servewatch.actions.launch import stacks_dir as checked_stacks_dir, start_server
+
+
+async def guard_session(args, options, command: list[str], config) -> int:
+    import asyncio
+    import signal
+    import subprocess
+    import time
+
+    from servewatch.actions.identity import ServerIdentityError, prove_server, unverifiable_reason
+    from servewatch.actions.supervisor import Guard
+    from servewatch.actions.tree import Member
+    from servewatch.sources.process import PsutilProbe
+    from servewatch.watch.output import evidence_printer
+    from servewatch.watch.session import record
+
+    loop = asyncio.get_running_loop()
+    started = time.time()
+    signalled: list[int] = []       # a signal before the guard exists is acted on once it does
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, signalled.append, sig)
+    server = None
+    override = args.unverified_pid_ok
+    stacks_dir = checked_stacks_dir(args, check=config.stacks and not config.dry_run)
+    if command and not override and (why := unverifiable_reason(options.url)):    # before starting anything
+        raise ServerIdentityError(f"cannot prove that the server started will serve {options.url}: {why} "
+                                  f"(pass --unverified-pid-ok to go on anyway)", unverifiable=True)
+    try:
+        if command:
+            server = start_server(command, json_lines=args.json, nice=args.server_nice)
+        pid = server.pid if server is not None else args.pid
+        probe = PsutilProbe(pid, exit_status=server.poll if server is not None else None)  # wrong PID: one line
+        # An attached server is proven now (a mismatch: one line, exit 2); a started one once it listens.
+        proof = prove_server(pid, options.url, allow_unverifiable=override) if server is None else None
+        guard = Guard(Member(pid, probe.create_time, "api"), config, stacks_dir,
+                      returncode=server.poll if server is not None else None, url=options.url, proof=proof,
+                      override=override, json_lines=args.json)
+        guard.say_policy(options.probe)
+        if proof is not None:
+            guard.say_proof()
+        else:
+            guard.prove_when_listening()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, guard.drain)
+        if signalled:
+            guard.drain()
+        await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired, _hold_first_bundle(options.out)],
+                     clear_listeners=[_cleared_printer(args.json)], on_recorder=_attach(guard),
+                     evidence_listeners=[evidence_printer(args.json, "guard")],
+                     identity=guard.identity_record)
+        if not guard.done.is_set():          # --duration ran out
+            guard.drain()
+        await guard.done.wait()
+        while guard.tasks:
+            await asyncio.gather(*list(guard.tasks), return_exceptions=True)
+    except BaseException:     # e.g. an unwritable --out: a server guard started does not outlive it
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait(timeout=10)
+        raise
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    if server is not None:
+        try:
+            server.wait(timeout=5)     # reap a killed server (its status is already decided)
+        except subprocess.TimeoutExpired:
+            pass
+    code, why = guard.result()
+    _remember_life(args, options, command, guard, started, code, why)
+    return code
+
+
+def _remember_life(args, options, command, guard, started: float, code: int, why: str) -> None:
+    """Add this run to the ledger of the server's lives; a crash loop across guard's restarts is said once,
+    with the first failure named and its bundle pinned."""
+    import sys
+    import time
+
+    from servewatch.actions import lives
+    from dataclasses import replace
+
+    from servewatch.bundle.writer import repin
+
+    path = Path(args.lives) if args.lives else lives.default_path(options.url, command)
+    past, problem = lives.load(path)
+    first_verdict, bundle = guard.first or (None, None)
+    life = lives.Life(started, time.time(), code, why, stopped=guard.outcome.drain is not None,
+                      first_verdict=first_verdict, bundle=os.path.basename(bundle) if bundle else None)
+    history = [*past, life]
+    count, window_s = options.detectors.crash_loop_count, options.detectors.crash_loop_window_s
+    loop = lives.crash_loop(history, count=count, window_s=window_s)
+    if loop is not None:
+        history = [replace(x, loop_first=True) if x is loop[0] else x for x in history]
+    problems = [problem]
+    if options.out:
+        hold, release = lives.pins(history, count=count, window_s=window_s)
+        problems.append(repin(options.out, add=hold, remove=release))
+    problems.append(lives.save(path, history))
+    if loop is not None:
+        guard.say(f"crash_loop: {lives.describe(loop)}", event="crash_loop", failures=len(loop),
+                  first_exit=loop[0].exit_status, first_verdict=loop[0].first_verdict, first_bundle=loop[0].bundle)
+    for line in filter(None, problems):
+        print(f"servewatch guard: {line}", file=sys.stderr, flush=True)
+
+
+def _verdict_printer(json_lines: bool):
+    import sys
+
+    from servewatch.watch.output import json_line
+
+    def show(fired) -> None:
+        if json_lines:
+            print(json_line(fired), flush=True)
+        else:
+            print(f"servewatch guard: {fired.verdict.name}: {fired.verdict.why}", file=sys.stderr, flush=True)
+    return show
+
+
+def _cleared_printer(json_lines: bool):
+    import sys
+
+    from servewatch.watch.output import cleared_line
+
+    def show(cleared) -> None:
+        if json_lines:
+            print(cleared_line(cleared), flush=True)
+        else:
+            print(f"servewatch guard: {cleared.verdict.name} cleared after {cleared.duration_s:.1f} s",
+                  file=sys.stderr, flush=True)
+    return show
+
+
+def _hold_first_bundle(out: str | None):
+    """Pin this life's first bundle as soon as it is written: if the life fails it may be the first failure
+    of a crash loop, and the same life's later bundles must not rotate it out. `_remember_life` releases
+    it when the life ends clean or a loop names another first."""
+    import sys
+
+    from servewatch.bundle.writer import repin
+
+    held = False
+
+    def hold(fired) -> None:
+        nonlocal held
+        first, held = not held, True
+        if not first or not out or not fired.bundle:
+            return
+        problem = repin(out, add={os.path.basename(fired.bundle)})
+        if problem:
+            print(f"servewatch guard: {problem}", file=sys.stderr, flush=True)
+    return hold
+
+
+def _attach(guard):
+    def attach(recorder) -> None:
+        guard.recorder = recorder
+        recorder.evidence_listeners.append(guard.on_evidence)
+        if guard.outcome.drain is not None:      # asked to stop before the recording began
+            recorder.hold_verdicts()
+        if guard.done.is_set():
+            recorder.stop()
+    return attach
