@@ -452,3 +452,13 @@ def test_the_startup_failure_line_with_numbers_is_one_with_more_than_two_fields(
              log(1.5, "startup_failure", reason="numbers", dialect="vllm", needed_gib=4.0))
     v, = L.detect_process_exit(_exited(code=1, logs=lines), CONFIG)
     assert v.details["startup_failure"] == "numbers"
+
+
+def test_engine_children_gone_of_the_newest_root_and_since_its_first_zombie():
+    # an earlier root (create time 1) then the newest (create time 5) that showed its engine, which is now gone
+    first, last, missing = L._engine_children_gone((proc(0), proc(1, root_ct=5.0), proc(2, members=(API,), root_ct=5.0)))
+    assert (first.t, last.t, missing) == (T0 + 2, T0 + 2, [(2, "VLLM::EngineCore")])
+    # a zombie then gone: gone since the zombie
+    zombie = replace(CORE, status="zombie")
+    first, last, _ = L._engine_children_gone((proc(0), proc(1, members=(API, zombie)), proc(2, members=(API,))))
+    assert (first.t, last.t) == (T0 + 1, T0 + 2)
