@@ -38,6 +38,8 @@ DEFAULT_MODULES=(
   servewatch/detectors/no_token.py
   servewatch/detectors/startup.py
   servewatch/detectors/blindness.py
+  servewatch/detectors/series.py
+  servewatch/detectors/probes.py
   servewatch/actions/identity.py
   servewatch/bundle/verify.py
   servewatch/bundle/recompute.py
@@ -89,6 +91,8 @@ declare -A TESTS=(
   [servewatch/detectors/no_token.py]="tests/test_values_no_token.py $DETECTOR_TESTS"
   [servewatch/detectors/startup.py]="tests/test_values_startup.py $DETECTOR_TESTS"
   [servewatch/detectors/blindness.py]="tests/test_values_blindness.py $DETECTOR_TESTS"
+  [servewatch/detectors/series.py]="tests/test_values_series.py $DETECTOR_TESTS"
+  [servewatch/detectors/probes.py]="tests/test_values_series.py $DETECTOR_TESTS"
   # test_guard_identity.py runs guard and watch as subprocesses (1 s a test)
   [servewatch/actions/identity.py]='tests/test_values_identity.py tests/test_identity.py'
   # the grep finds 17 files that write and verify whole bundles (the recorder, the simulator, watch)

@@ -1,0 +1,114 @@
+"""Value tests of detectors/series.py and detectors/probes.py (issue 40): the helpers every detector's figures go
+through — the words of an engine key and of a number, the scrape cadence, summed progress counters, the cache
+of one computation per window, when a probe was sent and the run of misses that ends a window."""
+
+from __future__ import annotations
+
+from servewatch.detectors import probes as P
+from servewatch.detectors import series as S
+from servewatch.engine.state import Counters, EngineState
+from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, UNAVAILABLE, MetricsSample, ProbeSample
+from servewatch.timeline.window import Window
+
+T0 = 1000.0
+
+
+def state(steps=None, gen=None, prompt=None, running=None, waiting=None):
+    return EngineState("vllm", "vllm-test", {"engine": "0"}, running=running, waiting=waiting,
+                       counters=Counters(prompt_tokens=prompt, generation_tokens=gen, steps=steps))
+
+
+def test_num():
+    assert S.num(None) == "n/a"
+    assert S.num(3.0) == "3"
+    assert S.num(7) == "7"
+    assert S.num(2.5) == "2.5"
+    assert S.num(1234.5678) == "1.23e+03"
+    assert S.num(0.012345) == "0.0123"
+    assert S.num(-2.0) == "-2"
+
+
+def test_where_and_engine_words():
+    assert S.where("") == ""
+    assert S.where("engine=1") == " on engine 1"
+    assert S.engine_words("") == "the engine"
+    assert S.engine_words("engine=0") == "engine 0"
+    assert S.engine_words("dp_rank=1,tp_rank=0") == "DP rank 1, TP rank 0"
+    assert S.engine_words("pp_rank=2,some_label=x") == "PP rank 2, some label x"
+    assert S.engine_words("dp_rank=0,engine_type=unified,moe_ep_rank=3") == "the unified engine (DP rank 0, EP rank 3)"
+    assert S.engine_words("engine_type=prefill") == "the prefill engine"
+
+
+def test_progress_and_totals():
+    assert S.progress(state(steps=1.0, gen=2.0, prompt=3.0)) == (1.0, 2.0, 3.0)
+    assert S.progress_totals([state(steps=1.0, gen=2.0), state(steps=10.0, prompt=5.0)]) == (11.0, 2.0, 5.0)
+    assert S.progress_totals([]) == (0, 0, 0)
+    assert S.progress_totals(iter([state(steps=1.0), state(steps=2.0)])) == (3.0, 0, 0)   # any iterable, read once
+    assert S.has_progress_counters(state()) is False
+    assert S.has_progress_counters(state(prompt=0.0)) is True
+    assert S.has_progress_counters(state(steps=0.0)) is True
+    assert S.has_progress_counters(state(gen=1.0)) is True
+
+
+def test_admitted():
+    assert S.admitted(state()) is False
+    assert S.admitted(state(running=0.0, waiting=0.0)) is False
+    assert S.admitted(state(running=0.5)) is True
+    assert S.admitted(state(waiting=1.0)) is True
+    assert S.admitted(state(running=-1.0, waiting=None)) is False
+
+
+def points(times):
+    return [(MetricsSample(T0 + t, "vllm", "vllm-test", (state(),)), state()) for t in times]
+
+
+def test_cadence():
+    assert S.cadence([]) is None
+    assert S.cadence(points([0])) is None
+    assert S.cadence(points([0, 1, 3])) == 1.5                     # median of 1 and 2
+    assert S.cadence(points([0, 1, 2, 5])) == 1.0                  # median of 1, 1, 3
+    assert S.cadence(points([0, 0, 2])) == 2.0                     # a repeated time is no gap
+    # the most recent `last` gaps only: 20 gaps of 10 s then 16 of 1 s
+    times = [10.0 * i for i in range(21)] + [200.0 + i for i in range(1, 17)]
+    assert S.cadence(points(times)) == 1.0
+    assert S.cadence(points(times), last=32) == 5.5                # 16 gaps of 10 s and 16 of 1 s: (1 + 10) / 2
+    assert S.cadence(points([0, 5, 6]), last=1) == 1.0
+
+
+def test_once_per_window():
+    calls = []
+
+    @S.once_per_window
+    def compute(window, config):
+        calls.append((window, config))
+        return len(calls)
+
+    a, b = Window(), Window()
+    config = object()
+    assert [compute(a, config), compute(a, config), compute(b, config), compute(a, config)] == [1, 1, 2, 3]
+    assert compute(a, object()) == 4
+    assert compute.__name__ == "compute"
+
+
+# --- probes.py ----------------------------------------------------------------------------------------------
+
+def probe(t, outcome=DEADLINE, latency=None, deadline=3.0):
+    return ProbeSample(T0 + t, outcome, latency, deadline)
+
+
+def test_asked_at():
+    assert P.asked_at(probe(13.0)) == T0 + 10.0                     # no answer: the deadline it waited
+    assert P.asked_at(probe(10.5, FAILED, latency=0.5)) == T0 + 10.0
+    assert P.asked_at(probe(10.0, FAILED, latency=0.0)) == T0 + 10.0   # an answer at once: latency 0, not the deadline
+
+
+def test_trailing_failures():
+    served = probe(5.0, SERVED, latency=0.1)
+    run = (probe(4.0), served, probe(9.0), probe(12.5, FAILED, latency=0.5))
+    assert P.trailing_failures(run, after=None) == [probe(9.0), probe(12.5, FAILED, latency=0.5)]
+    # asked at 6 and at 12: `after` 6 keeps both (asked at it counts), after 6.25 keeps the newest only
+    assert P.trailing_failures(run, after=T0 + 6.0) == [probe(9.0), probe(12.5, FAILED, latency=0.5)]
+    assert P.trailing_failures(run, after=T0 + 6.25) == [probe(12.5, FAILED, latency=0.5)]
+    assert P.trailing_failures(run + (served,), after=None) == []
+    assert P.trailing_failures((probe(4.0), probe(7.0, UNAVAILABLE)), after=None) == []
+    assert P.trailing_failures((), after=None) == []
