@@ -110,7 +110,6 @@ class CollectiveSource:
         self._local_names: set[str] | None = None
         self._lock = asyncio.Lock()
         self._forced = False
-        self._said_discovery = False
         self._said: set[str] = set()          # one-line failures said once each
         self._created: dict[int, float | None] = {}
         self._ranks: tuple[collective_env.RankEnv, ...] | None = None
