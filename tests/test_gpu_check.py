@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -119,3 +120,57 @@ def test_the_check_reads_dcgm_exporters_last_xid(dcgm_page):
                  .replace('err_msg="No Error"} 0\n', 'err_msg="No Error"} 13\n'))   # Xid 13: the process's, not the GPU's
     code, out = _check(["gpu-check", "--npd", "--gpu-metrics", url])
     assert code == 0, out
+
+
+def _gpu(index=0, **fields):
+    from servewatch.timeline.samples import GpuDevice
+
+    return GpuDevice(index, 97.0, 1, 2, 600.0, uuid=f"GPU-{index}", pci_bus_id=f"00000000:1{index}:00.0",
+                     name="NVIDIA H100 80GB HBM3", **fields)
+
+
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"remap_failure": True}, "row remapping failed (no spare rows left)"),
+    ({"ecc_volatile_uncorrected": 2}, "2 uncorrectable ECC error(s) since the driver loaded"),
+    ({"recovery_action": 1}, "NVML's recovery action is 1 (reset the GPU)"),
+    ({"recovery_action": 2}, "NVML's recovery action is 2 (reboot the node)"),
+])
+def test_each_hardware_fault_of_one_reading_is_a_problem(fields, said):
+    from servewatch.detectors.gpu import node_gpu_problems
+
+    assert node_gpu_problems([_gpu(0), _gpu(1, **fields)]) == [
+        f"GPU 1 (GPU-1, bus 00000000:11:00.0, NVIDIA H100 80GB HBM3): {said}"]
+
+
+def test_what_is_not_a_hardware_fault_is_no_problem():
+    """A pending remap, correctable ECC, no recovery action or one a person decides (drain P2P: 3), an
+    uncorrectable count of 0, and a last Xid that is the process's (13) or informational, or 0 (none)."""
+    from servewatch.detectors.gpu import node_gpu_problems
+
+    fine = _gpu(0, remap_pending=True, remap_failure=False, ecc_volatile_corrected=900, ecc_volatile_uncorrected=0,
+                ecc_aggregate_uncorrected=3, recovery_action=3)
+    assert node_gpu_problems([fine, _gpu(1, recovery_action=0)], {0: 13, 1: 0}) == []
+    assert node_gpu_problems([fine], {0: 79}) == [
+        "GPU 0 (GPU-0, bus 00000000:10:00.0, NVIDIA H100 80GB HBM3): last Xid 79 (GPU has fallen off the bus; "
+        "NVIDIA: reboot the node)"]
+
+
+def test_every_fault_of_a_gpu_is_said_in_one_sentence_gpus_in_index_order():
+    from servewatch.detectors.gpu import node_gpu_problems
+
+    assert node_gpu_problems([_gpu(2, remap_failure=True, ecc_volatile_uncorrected=1), _gpu(1, lost=True)]) == [
+        "GPU 1 (GPU-1, bus 00000000:11:00.0, NVIDIA H100 80GB HBM3): lost (NVML: GPU is lost; fallen off the bus)",
+        "GPU 2 (GPU-2, bus 00000000:12:00.0, NVIDIA H100 80GB HBM3): row remapping failed (no spare rows left); 1 "
+        "uncorrectable ECC error(s) since the driver loaded"]
+
+
+def test_npd_gets_one_line_of_at_most_200_characters(capsys):
+    from servewatch.commands.gpu_check import NPD_MESSAGE_CHARS, _say
+
+    assert _say(SimpleNamespace(npd=True), 1, ["GPU 1: lost", "GPU 2: lost"]) == 1
+    assert capsys.readouterr().out == "GPU 1: lost (and 1 more GPU(s))\n"
+    _say(SimpleNamespace(npd=True), 1, ["x" * 300])
+    out = capsys.readouterr().out
+    assert len(out.rstrip("\n")) == NPD_MESSAGE_CHARS == 200 and out.endswith("…\n")
+    _say(SimpleNamespace(npd=False), 1, ["GPU 1: lost", "GPU 2: lost"])
+    assert capsys.readouterr().out == "GPU 1: lost\nGPU 2: lost\n"
