@@ -190,9 +190,10 @@ def test_the_class_name_check_can_fail():
 # Commands are wiring: each commands/*.py parses its arguments, calls the package and prints. Process handling
 # (signals, a server's start, identity proof, the live table) lives in watch/ and actions/. A command module
 # defines no class but an argparse helper (an Action, a HelpFormatter) or its usage error, and stays under a
-# line budget: 260 lines, measured on 2026-12-05 when the longest (requests.py) had 249 and guard.py 132.
+# line budget: 280 lines, measured on 2026-12-05 when the longest (drill.py, requests.py) had 252 and 249
+# lines, guard.py 132 and watch.py 47.
 COMMANDS = ROOT / "commands"
-COMMAND_LINE_BUDGET = 260
+COMMAND_LINE_BUDGET = 280
 ALLOWED_COMMAND_BASES = re.compile(r"^(argparse\.\w+|\w*Action|\w*HelpFormatter|\w*Error)$")
 
 
