@@ -158,6 +158,8 @@ def test_watch_on_a_replayed_bundle_fires_the_bundles_own_verdicts_at_its_times(
     interval = replay.load(bundle).cadence
     fired, incident, _ = replay_and_watch(bundle, interval, seconds_after=2 * interval + ALLOWANCE_S)
     bound = interval + ALLOWANCE_S
+    # Every stored verdict is matched by onset; the bundle's trigger (the verdict it was written for) also by
+    # its firing time. The others a bundle holds were restated when it was written (bundle.layout.restate).
     stored = incident["verdicts"]
     assert stored
     for verdict in stored:
@@ -166,8 +168,11 @@ def test_watch_on_a_replayed_bundle_fires_the_bundles_own_verdicts_at_its_times(
         closest = min(same, key=lambda f: abs(f["t"] - float(verdict["t"])))
         print(f"{verdict['name']}: fired {closest['t'] - float(verdict['t']):+.3f} s from the stored time, "
               f"onset {closest['onset'] - float(verdict['onset']):+.3f} s")
-        assert abs(closest["t"] - float(verdict["t"])) <= bound
         assert abs(closest["onset"] - float(verdict["onset"])) <= bound
+        if verdict["name"] == incident["trigger"]["verdict"]:
+            assert abs(closest["t"] - float(verdict["t"])) <= bound
+        else:   # restated by the bundle's writer from the window it stored: at its end, not at the firing
+            assert closest["t"] <= float(verdict["t"]) + bound
     # nothing fired that the recording did not imply: each replayed kind is a stored one, or one the stored
     # samples imply (verify's recomputation of the whole window)
     implied = {v.name for v in replay_implied(bundle)}
