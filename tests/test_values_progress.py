@@ -256,3 +256,40 @@ def test_quiet_since():
     assert P._quiet_since(track([1, 1, 1, 1], [0, 2, 2, 2])) == 1      # idle before: the admitted stretch's first
     assert P._quiet_since(track([1, 2, 3, 4], [2] * 4)) == 3
     assert P._quiet_since(track([1, 1, 1], [2] * 3)) == 0
+
+
+def test_an_unknown_cpu_is_no_cpu_even_for_the_lowest_bar():
+    none_cpu = ProcessSample(T0 + 10, 1, 1.0, True, (ProcessMember(2, 2.0, "worker", "w", "running"),))
+    assert P.engine_busy((none_cpu,), replace(CONFIG, stall_busy_cpu_percent=1.0)) is False
+    assert P.engine_busy((proc(10, cpu=1.0),), replace(CONFIG, stall_busy_cpu_percent=1.0)) is True
+
+
+def test_two_scrapes_are_enough():
+    # two admitted scrapes 5 s apart, nothing moved: the threshold min(3 s ceiling, max(2, 4 x 5)) = 3 s
+    w = Window(health=(health(5),), metrics=(scrape(0, state(3)), scrape(5, state(3))))
+    v, = P.detect(w, replace(CONFIG, stall_ceiling_s=3.0))
+    assert (v.details["quiet_s"], v.details["threshold_s"]) == (5.0, 3.0)
+    assert P.detect(Window(health=(health(5),), metrics=(scrape(5, state(3)),)), replace(CONFIG, stall_ceiling_s=3.0)) == []
+
+
+def test_the_stall_names_each_rank_s_gpu():
+    from servewatch.detectors.gpu import rank_gpu_evidence
+    from servewatch.timeline.samples import GpuDevice, GpuProcess, GpuSample
+
+    def tree(t):
+        return ProcessSample(T0 + t, 1, 1.0, True, (
+            API, ProcessMember(2, 2.0, "engine_core", "VLLM::EngineCore", "sleeping", cpu_percent=1.0, ppid=1),
+            ProcessMember(3, 3.0, "worker", "VLLM::Worker_TP0", "running", cpu_percent=50.0, ppid=2),
+            ProcessMember(4, 4.0, "worker", "VLLM::Worker_TP1", "stopped", cpu_percent=0.0, ppid=2)))
+    gpus = GpuSample(T0 + 15, True, (
+        GpuDevice(0, 98.0, 2**30, 2**34, 85.0, (GpuProcess(3, 2**30),), power_limit_w=700.0),
+        GpuDevice(1, 0.0, 2**30, 2**34, 60.0, (GpuProcess(4, 2**30),), power_limit_w=700.0)))
+    plain = stalled(5.0, process=tuple(tree(t) for t in range(16)))
+    with_gpus = Window(health=plain.health, metrics=plain.metrics, process=plain.process, gpu=(gpus,))
+    bare, = P.detect(plain, CONFIG)
+    v, = P.detect(with_gpus, CONFIG)
+    clause, token = rank_gpu_evidence(with_gpus, plain.process[-1])
+    assert clause.startswith("; GPUs: TP rank 0 GPU 0 98 % at 85 of 700 W") and token
+    assert v.why == bare.why + clause
+    assert v.details == {**bare.details, "gpus": token}
+    assert (v.t, v.onset, v.evidence) == (bare.t, bare.onset, bare.evidence)
