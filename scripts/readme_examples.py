@@ -488,6 +488,39 @@ def example_action_policy(workdir: Path) -> str:
     return "\n".join(lines) + "\n\n" + f"The classes: {classes}.\n"
 
 
+BAD_INPUT = (   # (shown command, argv, files to write first): each must end at once with one line and exit 2
+    ("servewatch serve --config serve.yaml", ("serve", "--config", "serve.yaml"),
+     {"serve.yaml": "targets:\n  - url: not-a-url\n"}),
+    ("servewatch serve --out /proc/x --target http://127.0.0.1:9", ("serve", "--out", "/proc/x", "--target",
+                                                                   "http://127.0.0.1:9"), {}),
+    ("servewatch guard http://127.0.0.1:9 --stacks-dir /proc/x -- sleep 60",
+     ("guard", "http://127.0.0.1:9", "--stacks-dir", "/proc/x", "--", "sleep", "60"), {}),
+    ("servewatch inspect examples/slo.yaml", ("inspect", "examples/slo.yaml"), {}),
+    ("servewatch verify examples", ("verify", "examples"), {}),
+)
+
+
+def example_bad_input(workdir: Path) -> str:
+    """Bad input that needs no server: each command run as a user would (a process of its own, so that one that
+    wrongly started serving is stopped by the timeout, not left running), its exit status and its one line."""
+    _examples_in(workdir)
+    rows = ["| input | exit | the line on stderr |", "|---|---|---|"]
+    for shown, argv, files in BAD_INPUT:
+        for name, text in files.items():
+            (workdir / name).write_text(text, encoding="utf-8")
+        try:
+            done = subprocess.run([sys.executable, "-m", "servewatch", *argv], cwd=workdir, capture_output=True,
+                                  text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": WIDTH})
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"{shown}: still running after 60 s; bad input must end at once") from None
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        if done.returncode == 0 or len(said) != 1 or "Traceback" in done.stderr:
+            raise SystemExit(f"{shown}: exit {done.returncode}, stderr {done.stderr[-400:]!r}: not one line and a "
+                             "non-zero exit")
+        rows.append(f"| `{shown}` | {done.returncode} | `{said[0]}` |")
+    return "\n".join(rows) + "\n"
+
+
 def example_benchmark_results(workdir: Path) -> str:
     """The figures CI holds the code to (benchmarks/results.json: each with its runs, its band and the date and
     machine they were measured on)."""
@@ -532,6 +565,7 @@ EXAMPLES = {
     "advise": (example_advise, True),
     "drill-sim": (example_drill_sim, True),
     "command-list": (example_command_list, True),
+    "bad-input": (example_bad_input, True),
     "benchmark-results": (example_benchmark_results, True),
     "verdicts": (example_verdicts, True),
     "exit-statuses": (example_exit_statuses, True),
