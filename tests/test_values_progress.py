@@ -293,3 +293,11 @@ def test_the_stall_names_each_rank_s_gpu():
     assert v.why == bare.why + clause
     assert v.details == {**bare.details, "gpus": token}
     assert (v.t, v.onset, v.evidence) == (bare.t, bare.onset, bare.evidence)
+
+
+def test_the_newest_scrape_s_counters_are_what_is_read():
+    # no counters exported in the first two scrapes, then steady: the newest has them, so it is judged
+    bare = EngineState("vllm", "vllm-test", {"model_name": "m", "engine": "0"}, running=2.0, waiting=0.0)
+    metrics = tuple(scrape(t, bare if t < 2 else state(3)) for t in range(11))
+    v, = P.detect(Window(health=(health(10),), metrics=metrics), CONFIG)
+    assert (v.onset, v.details["quiet_s"]) == (T0 + 2, 8.0)
