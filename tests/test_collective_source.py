@@ -387,3 +387,54 @@ def test_the_tree_is_read_again_on_the_slow_cadence_not_at_every_poll(tmp_path):
 
     asyncio.run(go())
     assert len(said) == 1
+
+
+def test_ras_is_read_at_once_while_a_stall_is_pending_at_most_once_a_second(tmp_path):
+    from tests.test_nccl_ras import fixture
+
+    report = ("NCCL version 2.26.2 compiled with CUDA 12.8\n\n" + fixture("docs_text_mismatch_counts.txt")).encode()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    addr = f"127.0.0.1:{server.getsockname()[1]}"
+    served: list[int] = []
+
+    def serve():                                     # NCCL's RAS protocol, one connection after another
+        with contextlib.suppress(OSError):
+            while len(served) < 8:
+                conn, _ = server.accept()
+                with conn, conn.makefile("rwb") as f:
+                    for line in f:
+                        text = line.decode().strip()
+                        reply = {"CLIENT": b"SERVER PROTOCOL 2\n", "TIMEOUT": b"OK\n"}.get(text.split(" ")[0],
+                                                                                          b"ERROR\n")
+                        f.write(report if text.endswith("STATUS") else reply)
+                        f.flush()
+                        if text.endswith("STATUS"):
+                            served.append(1)
+                            break
+
+    threading.Thread(target=serve, daemon=True).start()
+    proc = _fake_proc(tmp_path, 4245, {"RANK": "0", "NCCL_RAS_ADDR": addr})
+    clock = _Clock()
+    pending = [False]
+    source = cs.CollectiveSource(clock, 0.5, pids=[4245], pending=lambda: pending[0], say=lambda line: None,
+                                 proc=proc)
+
+    async def poll_at(t: float) -> int:
+        clock.t = t
+        await source.poll()
+        return source.ras_reads
+
+    async def go():
+        assert await poll_at(0.0) == 1           # the first read
+        assert await poll_at(5.0) == 1           # nothing pending: the 30 s cadence
+        pending[0] = True
+        assert await poll_at(5.5) == 2           # a stall pending: at once
+        assert await poll_at(6.0) == 2           # ... at most once a second
+        assert await poll_at(6.5) == 3
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.close()
