@@ -438,3 +438,31 @@ def test_ras_is_read_at_once_while_a_stall_is_pending_at_most_once_a_second(tmp_
         asyncio.run(go())
     finally:
         server.close()
+
+
+def test_a_silent_ras_port_never_delays_the_recorders_other_sources(tmp_path):
+    from servewatch.timeline.samples import HealthSample
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)                                   # accepts (the kernel does) and never answers
+    proc = _fake_proc(tmp_path, 4246, {"RANK": "0", "NCCL_RAS_ADDR": f"127.0.0.1:{server.getsockname()[1]}"})
+    clock = RealClock()
+
+    class Health:
+        kind, interval = "health", 0.1
+
+        async def poll(self):
+            return [HealthSample(clock.now(), 200, 0.001)]
+
+    source = cs.CollectiveSource(clock, 0.1, pids=[4246], pending=lambda: True, say=lambda line: None, proc=proc,
+                                 ras_total_s=1.5)
+    recorder = Recorder([Health(), source], clock, tool="test")
+    try:
+        asyncio.run(recorder.run(1.5))               # the RAS read waits out its whole 1.5 s bound meanwhile
+    finally:
+        server.close()
+    health = recorder.ring.window().health
+    gaps = [b.t - a.t for a, b in zip(health, health[1:])]
+    assert source.ras_reads == 0 and len(health) >= 10, len(health)
+    assert max(gaps) < 0.1 + 0.2, gaps                # the cadence plus a measured allowance for a shared CPU
