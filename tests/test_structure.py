@@ -224,3 +224,39 @@ def test_the_commands_check_can_fail():
     assert command_problems("import argparse\nclass Keep(argparse.Action):\n    pass\n"
                             "class SimUsageError(ServewatchError):\n    pass\n", "c.py") == []
     assert command_problems("x = 1\n" * 3, "c.py", budget=2) == ["c.py: 3 lines, over the 2-line budget of a command"]
+
+
+# One HTTP transport (servewatch/transport/): a module that takes another HTTP client (aiohttp's or urllib's)
+# says why in a comment at the import, the line above it or on it. aiohttp's server (`from aiohttp import web`)
+# is not a client.
+OTHER_CLIENT = re.compile(r"^\s*(import aiohttp\b|import urllib\.request\b|from urllib import request\b"
+                          r"|from aiohttp import (?!web\b))")
+
+
+def unexplained_clients(source: str, where: str) -> list[str]:
+    lines = source.splitlines()
+    found = []
+    for number, line in enumerate(lines, 1):
+        if OTHER_CLIENT.match(line) and "#" not in line:
+            above = number - 2          # up through the import lines just above: one of them may be the comment
+            while above >= 0 and lines[above].strip().startswith(("import ", "from ")):
+                above -= 1
+            if above < 0 or not lines[above].strip().startswith("#"):
+                found.append(f"{where}:{number} {line.strip()}")
+    return found
+
+
+def test_another_http_client_says_why_at_its_import():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        where = str(path.relative_to(ROOT.parent))
+        if not where.startswith("servewatch/transport/"):
+            found += unexplained_clients(path.read_text(encoding="utf-8"), where)
+    assert found == []
+
+
+def test_the_client_check_can_fail():
+    assert unexplained_clients("import json\nimport urllib.request\n", "m.py") == ["m.py:2 import urllib.request"]
+    assert unexplained_clients("import urllib.error\nimport urllib.request\n", "m.py") == ["m.py:2 import urllib.request"]
+    assert unexplained_clients("    # a blocking thread: no event loop\n    import urllib.error\n    import urllib.request\n"
+                               "from aiohttp import web\nimport aiohttp  # the benchmark's contender\n", "m.py") == []

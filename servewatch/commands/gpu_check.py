@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
 def _read(args) -> tuple[tuple, dict[int, int], str | None]:
     """(devices, last Xid by device index, why they could not be read or None)."""
     if args.gpu_metrics:
+        # Not the transport: one blocking read of a metrics URL (no event loop; the transport is asyncio).
         import urllib.error
         import urllib.request
 

@@ -65,6 +65,7 @@ async def wait_ready(session, url: str, proc: subprocess.Popen) -> None:
 
 
 async def inject(session, url: str, fault: dict) -> None:
+    # aiohttp: the demo's own few requests to its in-process servers; no hot path for transport.http1 to serve.
     import aiohttp
 
     async with session.post(url + "/_sim/fault", data=json.dumps(fault),
@@ -90,6 +91,7 @@ def run_realtime(plan: list[Phase], *, dialect: str, seed: int, interval: float,
 
 
 async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, on_phase, log_dir):
+    # aiohttp: the demo's own few requests to its in-process servers; no hot path for transport.http1 to serve.
     import aiohttp
 
     from servewatch.sources.process import PsutilProbe

@@ -216,6 +216,7 @@ class Watcher:
         """serve's verdicts as watch's lines: each fired one (its own t, onset, why and bundle) once, and each
         cleared one once, at the time serve's recorder saw it end (as watch's cleared line, not when this poll
         happened to read it); livez's answers. Until serve exits."""
+        # Not the transport: the drill's blocking reads of serve's API from its polling thread (no event loop there).
         import urllib.error
         import urllib.request
 
@@ -249,6 +250,7 @@ class Watcher:
 
     def _status(self, endpoint: str) -> int | None:
         """serve's answer for the drill's target at `endpoint` (livez, readyz): its status, None without one."""
+        # Not the transport: the drill's blocking reads of serve's API from its polling thread (no event loop there).
         import urllib.error
         import urllib.request
 

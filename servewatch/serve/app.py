@@ -27,6 +27,7 @@ LAG_PERIOD_S = 0.5
 async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool: str = "serve",
                 on_listening: Callable[[int], None] | None = None) -> int:
     """Run until `stop` is set; `on_listening(port)` once the HTTP surface is up and the fleet started."""
+    # aiohttp: serve's HTTP server (aiohttp.web) and the fleet's probe and Prometheus session; scrapes take transport.http1.
     import aiohttp
     from aiohttp import web
 

@@ -42,6 +42,7 @@ def too_large_detail(max_bytes: int, declared: int | None = None) -> str:
 
 async def fetch(session, url: str, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> Answer:
     """GET `url` with aiohttp: the answer, or a typed failure. Never raises (except cancellation)."""
+    # aiohttp: a GET of any URL (inspect, serve's Prometheus discovery, a DCGM exporter); scrapes take http1_transport.
     import aiohttp
 
     started = time.monotonic()
@@ -82,6 +83,7 @@ _ACCEPT = {"Accept": "text/plain;version=0.0.4,*/*;q=0.1"}      # Prometheus tex
 
 def connect_reason(exc: BaseException) -> str:
     """Why no connection could be made, in words ("connection refused", "name lookup failed", ...)."""
+    # aiohttp: its failures (the probe's and fetch's) worded; transport.http1's are worded by connect_words.
     import aiohttp
 
     if isinstance(exc, aiohttp.ClientConnectorDNSError):

@@ -42,6 +42,7 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
     `sinks.base.CallbackSink`), and `evidence_listeners` once a verdict's evidence first holds (Recorder); `drive(recorder)` replaces the plain run (the live table);
     `on_recorder(recorder)` is called once it exists; `identity()` says how the PID was tied to the URL, for
     every bundle (actions.identity)."""
+    # aiohttp: the probe session (sources/completions.py reads aiohttp's failures); scrapes and health take transport.http1.
     import aiohttp
 
     from servewatch.clock import RealClock

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+# Not the transport: one blocking fault request to the simulator from a drill step (no event loop; the transport is asyncio).
 import urllib.request
 
 from servewatch.drill.faults.base import Fault, register
