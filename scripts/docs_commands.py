@@ -3,7 +3,7 @@
 A command page is prose written by hand and one generated part, between `<!-- generated: flags -->` and
 `<!-- /generated -->`: the usage, the description and every flag with its help, exactly as argparse knows them,
 so that a flag cannot be added, renamed or dropped without the page saying so. `python scripts/docs_commands.py`
-rewrites the generated parts (and makes the page of a new command); `--check` exits 1 naming every page that
+rewrites the generated parts (and makes the page of a new command, and lists it in mkdocs.yml's nav); `--check` exits 1 naming every page that
 differs. `python scripts/readme_examples.py` runs this too, and tests/test_docs.py compares.
 """
 
@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 COMMANDS_DIR = ROOT / "docs" / "site" / "commands"
 REGION = re.compile(r"<!-- generated: flags -->\n.*?<!-- /generated -->\n", re.S)
+MKDOCS = ROOT / "mkdocs.yml"
+NAV = re.compile(r"(?P<indent> *)# commands: written by scripts/docs_commands.py[^\n]*\n.*?# /commands\n", re.S)
 WIDTH = "100"     # argparse wraps the usage at the terminal's width: one width for every machine
 
 
@@ -128,8 +130,23 @@ def render_pages() -> dict[Path, tuple[str | None, str]]:
     return out
 
 
+def nav_text(current: str) -> str:
+    """mkdocs.yml with its Commands section listing every command's page, in the parser's order."""
+    def put(m: re.Match) -> str:
+        indent = m["indent"]
+        entries = "".join(f"{indent}- {name}: commands/{name}.md\n" for name in one_liners())
+        return (f"{indent}# commands: written by scripts/docs_commands.py from the parser (one entry per command)\n"
+                f"{entries}{indent}# /commands\n")
+    return NAV.sub(put, current, count=1)
+
+
 def main(argv: list[str]) -> int:
     differ = []
+    current = MKDOCS.read_text(encoding="utf-8")
+    if nav_text(current) != current:
+        differ.append(MKDOCS)
+        if "--check" not in argv:
+            MKDOCS.write_text(nav_text(current), encoding="utf-8")
     for path, (current, new) in render_pages().items():
         if current != new:
             differ.append(path)

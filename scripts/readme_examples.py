@@ -500,6 +500,15 @@ BAD_INPUT = (   # (shown command, argv, files to write first): each must end at 
 )
 
 
+def example_command_names(workdir: Path) -> str:
+    """The README's list of the commands, from the parser."""
+    import docs_commands
+
+    names = [f"[`{name}`](docs/site/commands/{name}.md)" for name in docs_commands.one_liners()]
+    return "- [Commands](docs/site/commands/index.md), one page each, its flags generated from the parser: " + \
+        ", ".join(names) + ".\n"
+
+
 def example_bad_input(workdir: Path) -> str:
     """Bad input that needs no server: each command run as a user would (a process of its own, so that one that
     wrongly started serving is stopped by the timeout, not left running), its exit status and its one line."""
@@ -566,6 +575,7 @@ EXAMPLES = {
     "drill-sim": (example_drill_sim, True),
     "command-list": (example_command_list, True),
     "bad-input": (example_bad_input, True),
+    "command-names": (example_command_names, True),
     "benchmark-results": (example_benchmark_results, True),
     "verdicts": (example_verdicts, True),
     "exit-statuses": (example_exit_statuses, True),
