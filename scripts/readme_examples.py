@@ -198,7 +198,8 @@ REQUESTS_ARGV = ("requests", "examples/requests.jsonl", "--by", "outcome", "--go
 
 def make_requests(directory: Path) -> Path:
     """examples/requests.jsonl: `servewatch load`'s overload scenario for 15 s against the simulator (RTX 3060
-    profile, 16 slots, 10 s request timeout) in virtual time, so the same records every run."""
+    profile, 16 slots) in virtual time, so the same records every run; the requests still unfinished 10 s after
+    the last arrival end as timeouts (the virtual run's drain, `request_timeout_s`)."""
     from servewatch.clock import VirtualClock
     from servewatch.load.output import write_outputs
     from servewatch.load.scenarios import LoadConfig
