@@ -301,3 +301,22 @@ def test_the_newest_scrape_s_counters_are_what_is_read():
     metrics = tuple(scrape(t, bare if t < 2 else state(3)) for t in range(11))
     v, = P.detect(Window(health=(health(10),), metrics=metrics), CONFIG)
     assert (v.onset, v.details["quiet_s"]) == (T0 + 2, 8.0)
+
+
+def test_a_gap_across_an_idle_stretch_is_not_the_cadence():
+    # moving to 1, idle (running 0) from 2 to 9, busy again from 10 moving at 10, 11, 12, then flat to 17: the gap
+    # from 1 to 10 spans idle time and is not counted; the gaps are 0 (next scrape), the threshold 4 x 1 s = 4
+    def st(t):
+        idle = 2 <= t <= 9
+        return state(min(t, 1) if t < 10 else min(t, 12) - 8, running=0.0 if idle else 2.0)
+    metrics = tuple(scrape(t, st(t)) for t in range(18))
+    v, = P.detect(Window(health=(health(17),), metrics=metrics), CONFIG)
+    assert (v.details["longest_gap_s"], v.details["threshold_s"], v.details["quiet_s"], v.onset) == \
+        (0.0, 4.0, 5.0, T0 + 12)
+
+
+def test_the_first_scrape_is_no_movement():
+    # flat from 0 to 2, one move at 3, flat to 8: no gap between movements (one movement), threshold 4, quiet 5
+    metrics = tuple(scrape(t, state(0 if t < 3 else 1)) for t in range(9))
+    v, = P.detect(Window(health=(health(8),), metrics=metrics), CONFIG)
+    assert (v.details["longest_gap_s"], v.details["threshold_s"], v.details["quiet_s"]) == (0.0, 4.0, 5.0)
