@@ -5,6 +5,7 @@ into fragments; long names ellipsised with a marker. The requests table at 80, 1
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 import re
 import subprocess
@@ -124,7 +125,7 @@ def _table(rows: int = 2) -> tables.Table:
 def _render(t: tables.Table, width: int) -> tuple[str, list[str]]:
     import io
 
-    console = tables.console(file=io.StringIO(), markup=False)
+    console = tables.console(wide=True, file=io.StringIO(), markup=False)   # the width is `width` alone
     left_out = tables.print_table(console, t, width=width)
     return console.file.getvalue(), [c.said() for c in left_out]
 
@@ -199,3 +200,33 @@ def test_the_load_summary_keeps_p99_and_leaves_out_p90_first(monkeypatch, capsys
     header = next(line for line in out.splitlines() if "metric" in line)
     assert all(re.search(rf"\b{h}\b", header) for h in ("mean", "p50", "p99", "max", "n") if h not in left_out)
     assert max(len(line.rstrip()) for line in out.splitlines() if not line.startswith("(left out")) <= width
+
+
+# ---------------------------------------------------------------- the drill's faults table
+
+DRILL_DOC = Path(__file__).parent / "fixtures" / "drill" / "short-sim.drill.json"   # a short drill on the simulator
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_drill_faults_table_keeps_the_verdict_and_leaves_out_the_least_important(monkeypatch, capsys, width):
+    from servewatch.commands.drill import FAULT_PRIORITY, _print_faults
+    from servewatch.drill import report
+
+    doc = json.loads(DRILL_DOC.read_text())
+    monkeypatch.setenv("COLUMNS", str(width))
+    left_out = _print_faults(doc, wide=False)
+    out = capsys.readouterr().out
+    names = list(report.columns(doc))
+    by_priority = sorted(names, key=lambda n: (FAULT_PRIORITY[n], -names.index(n)))
+    assert left_out == by_priority[:len(left_out)]
+    assert (f"(left out to fit the terminal: {', '.join(left_out)}; --wide shows them)" in out) == bool(left_out)
+    assert "expectations" not in left_out and "FAILED:" in out
+    assert (width, len(left_out)) in ((80, 6), (120, 4), (200, 0))
+    table_lines = [line for line in out.splitlines() if line[:1] in "┏┃┡│├└"]
+    assert max(len(line) for line in table_lines) <= width
+    header = [line for line in table_lines if line.startswith("┃")]
+    words = {w for line in header for w in line.replace("┃", " ").split()}
+    for name in names:
+        if name not in left_out:
+            assert all(word in words for word in name.split()), (name, header)
+    assert _print_faults(doc, wide=True) == [] and "left out" not in capsys.readouterr().out

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
+from servewatch.table import WIDE_HELP
 
 HELP = "fault drills: inject faults into a server, measure detection, impact and recovery"
 DESCRIPTION = ("Run a drill plan against a server the drill starts itself (the built-in simulator, the lab "
@@ -46,6 +48,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="drill-out", metavar="DIR", help="where the report goes (default drill-out)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan and the processes it would touch; touch nothing")
+    parser.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    parser.add_argument("--json", action="store_true", help="print the report (drill.json) instead of the faults table")
 
 
 def _plan(args):
@@ -100,10 +104,41 @@ def run(args) -> int:
         if drill.results:
             doc = report.document(drill)
             paths = report.write(doc, out)
-            print(report.markdown(doc).split("\n## Checks")[0])
+            if args.json:
+                print(json.dumps(doc, indent=1, ensure_ascii=False))
+            else:
+                _print_faults(doc, args.wide)
             print(f"servewatch drill: report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
     doc = report.document(drill)
     return 0 if doc["expectations_met"] else 1
+
+
+# The faults table in a terminal, by what is kept as it narrows (servewatch.table): the fault and whether its
+# expectations were met first, then what detected it, what /health said, the clients' harm, the recovery.
+FAULT_PRIORITY = {"#": 1_000, "fault": 1_000, "expectations": 95, "target": 92, "detected by (s after injection)": 90,
+                  "/health meanwhile": 70, "client impact": 60, "recovery": 50, "injected on": 40,
+                  "demanded, and what acted": 30, "kubelet restart: livez": 25, "kubelet restart: /health": 20}
+
+
+def _print_faults(doc: dict, wide: bool) -> list[str]:
+    """drill.md's head and faults table, the table fitted to the terminal (the whole report is in drill.md);
+    the names of the columns left out."""
+    from servewatch import table as tables
+    from servewatch.drill import report
+
+    head = report.markdown(doc).split("\n## Checks")[0]
+    console = tables.console(wide, highlight=False, markup=False)
+    for line in head.splitlines():
+        if not line.startswith("|"):
+            console.print(line, soft_wrap=True)
+    short = {"#": 2, "fault": 14, "expectations": 12}
+    table = tables.Table([tables.Column(name, priority=FAULT_PRIORITY.get(name, 10),
+                                        justify="right" if name == "#" else "left",
+                                        shrink=None if name == "#" else "fold", min_width=short.get(name, 16))
+                          for name in report.columns(doc)], dict(show_lines=True))
+    for row in report.rows(doc):
+        table.add_row(*row)
+    return [column.said() for column in tables.print_table(console, table)]
 
 
 def dry_run(plan) -> int:
