@@ -230,3 +230,36 @@ def test_the_drill_faults_table_keeps_the_verdict_and_leaves_out_the_least_impor
         if name not in left_out:
             assert all(word in words for word in name.split()), (name, header)
     assert _print_faults(doc, wide=True) == [] and "left out" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- one renderer, --wide and --json everywhere
+
+TABLE_COMMANDS = ("requests", "load", "watch", "inspect", "advise", "demo", "postmortem", "drill")
+
+
+def test_every_table_goes_through_the_one_renderer():
+    from pathlib import Path
+
+    import servewatch
+
+    root = Path(servewatch.__file__).parent
+    # watch's live view keeps one rich grid: two columns of label and value, no header to cut
+    allowed = {"table.py", "watch/output.py"}
+    direct = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                    if str(p.relative_to(root)) not in allowed
+                    and re.search(r"from rich\.table import|rich\.table\.Table", p.read_text(encoding="utf-8")))
+    assert direct == [], f"tables drawn with rich directly, not servewatch/table.py: {direct}"
+    grid_only = (root / "watch" / "output.py").read_text(encoding="utf-8")
+    assert re.findall(r"\bTable\.(\w+)\(", grid_only) == ["grid"] and "Table(" not in grid_only.replace("tables.Table(", "")
+
+
+@pytest.mark.parametrize("command", TABLE_COMMANDS)
+def test_every_command_that_prints_a_table_has_wide_and_json(command):
+    import argparse
+
+    from servewatch.cli import build_parser
+
+    root = build_parser()
+    subparsers = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {flag for action in subparsers.choices[command]._actions for flag in action.option_strings}
+    assert {"--wide", "--json"} <= flags, (command, sorted(flags))
