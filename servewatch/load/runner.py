@@ -34,7 +34,11 @@ WATCHDOG_TICK_S = 0.25
 PROGRESS_TICK_S = 0.25
 SERVER_TOKENIZE_POOL = 32
 MAX_PREWARM = 256
-SENDER_LEAD_S = 0.02        # a request is handed to the sender thread this long before its time
+SENDER_LEAD_S = 0.05        # a request is handed to the sender thread this long before its time: a loop busy
+                            # reading a burst of streams for less than this still hands it over in time
+RESERVE_S = 0.25            # idle connections are kept ready for this long of arrivals ahead (the sender writes
+                            # only on an idle one; without one a request connects on the loop, late)
+RESERVE_MARGIN = 8
 SENDER_SWITCH_S = 0.0002    # interpreter switch interval while the sender runs (default 5 ms)
 _switching = {"runs": 0, "saved": 0.0}
 _switching_lock = threading.Lock()
@@ -231,20 +235,31 @@ class _Run:
                                       self.config.sender_priority == "realtime").start()
             lead = SENDER_LEAD_S
             quick = _quick_switching(True)
+        reserve = _Reserve(self.client, offsets, t0) if self.sender is not None else None
         try:
-            for i, offset in enumerate(offsets):
-                due = t0 + offset
-                delay = due - lead - now()
-                if delay > 0:
-                    await sleep(delay)
-                spec = self.specs_for(i, due)
-                if self.sender is not None:
-                    self._hand_over(spec)
-                else:
-                    self._spawn(spec)
+            i, n = 0, len(offsets)
+            while i < n:
+                # absolute times: every request due before the horizon is handed over in one turn of the loop
+                # (one wake-up per batch, not a timer per request), then one sleep to the next one's lead
+                horizon = now() + lead
+                while i < n and t0 + offsets[i] <= horizon:
+                    spec = self.specs_for(i, t0 + offsets[i])
+                    if self.sender is not None:
+                        self._hand_over(spec)
+                    else:
+                        self._spawn(spec)
+                    i += 1
+                if reserve is not None:
+                    reserve.top_up(i, now())
+                if i < n:
+                    delay = t0 + offsets[i] - lead - now()
+                    if delay > 0:
+                        await sleep(delay)
             while self.tasks:
                 await asyncio.gather(*list(self.tasks), return_exceptions=True)
         finally:
+            if reserve is not None:
+                reserve.close()
             if quick:
                 _quick_switching(False)
 
@@ -277,6 +292,28 @@ class _Run:
                 self.on_progress(Progress(self.now() - self.started, len(self.records), self.total,
                                           len(self.watchdog.in_flight), self.errors, self.tokens_out,
                                           self.config.duration_s))
+
+
+class _Reserve:
+    """Idle connections kept ahead of the arrivals of the next RESERVE_S (at most MAX_PREWARM), opened by one
+    background task at a time, so that the sender finds one for each request when it is prepared."""
+
+    def __init__(self, client, offsets: list[float], t0: float):
+        self.client, self.offsets, self.t0 = client, offsets, t0
+        self.task: asyncio.Task | None = None
+
+    def top_up(self, i: int, now: float) -> None:
+        if self.task is not None and not self.task.done():
+            return
+        from bisect import bisect_right
+
+        ahead = bisect_right(self.offsets, now - self.t0 + RESERVE_S, lo=i) - i
+        want = min(MAX_PREWARM, ahead + RESERVE_MARGIN)
+        self.task = asyncio.get_running_loop().create_task(self.client.prewarm(want))
+
+    def close(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
 
 def prewarm_count(config: LoadConfig, replay=None) -> int:
