@@ -9,7 +9,7 @@ The issue's bar: >= 500 requests/s from one core with the lag's p99 <= 5 ms; the
 Measured 2026-12-05 ~10:56 UTC on the shared 2-core development machine (load average 6.6 from other work), two
 runs of --rate 500 --seconds 10 (4,940 rows): p50 0.037 / 0.040 ms, p99 2.06 / 2.44 ms, max 11.6 / 25.4 ms, every
 row sent at the trace's rate. Before absolute-time batches and the connection reserve (servewatch.load.runner):
-p99 1,258 ms at 442 of 494 req/s on the same machine (py-spy: requests that found no idle connection connected on
+p99 2,187 ms at 445 of 494 req/s with the same settings on the same machine (py-spy: requests that found no idle connection connected on
 the busy loop, late; with 20 ms of lead a burst of stream reads made the rest late).
 """
 
