@@ -267,6 +267,49 @@ def example_demo_time(workdir: Path) -> str:
             f"{cores} cores, load average {os.getloadavg()[0]:.1f}; `scripts/readme_examples.py` measures it).\n")
 
 
+def example_sim(workdir: Path) -> str:
+    """`servewatch sim` for real: started on a free port (shown as 8123), a stall injected through its fault
+    endpoint, /health asked (the requests curl would send, sent with urllib), then stopped with SIGTERM."""
+    import selectors
+    import signal
+    import time
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", "0", "--log-file", "sim.log"],
+                              cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        started, deadline = None, time.monotonic() + 60
+        with selectors.DefaultSelector() as selector:
+            selector.register(server.stderr, selectors.EVENT_READ)
+            while started is None and time.monotonic() < deadline and server.poll() is None:
+                if selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                    line = server.stderr.readline()
+                    started = re.search(r"on (http://127\.0\.0\.1:(\d+))", line) and line.rstrip()
+        if not started:
+            raise SystemExit("servewatch sim did not say where it listens within 60 s")
+        url = re.search(r"http://127\.0\.0\.1:\d+", started)[0]
+        port = url.rsplit(":", 1)[1]
+        fault = urllib.request.Request(url + "/_sim/fault", data=b'{"kind":"stall"}', method="POST")
+        with urllib.request.urlopen(fault, timeout=10) as answer:
+            said = answer.read().decode().strip()
+        with urllib.request.urlopen(url + "/health", timeout=10) as answer:
+            health = answer.status
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    def shown(text: str) -> str:                              # the port a reader types
+        return text.replace(f"127.0.0.1:{port}", "127.0.0.1:8123")
+
+    return _block("$ servewatch sim --port 8123 --log-file sim.log &", shown(started),
+                  "$ curl -s -X POST -d '{\"kind\":\"stall\"}' http://127.0.0.1:8123/_sim/fault", shown(said),
+                  "$ curl -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:8123/health      # still green",
+                  str(health))
+
+
 # --- bundles: verify, summarize, diagnose ----------------------------------------------------------------------
 
 def make_bundle(directory: Path) -> Path:
@@ -571,6 +614,7 @@ EXAMPLES = {
     "summarize": (example_summarize, True),
     "diagnose-bundle": (example_diagnose_bundle, True),
     "inspect": (example_inspect, True),
+    "sim": (example_sim, True),
     "postmortem": (example_postmortem, True),
     "advise": (example_advise, True),
     "drill-sim": (example_drill_sim, True),
