@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
     parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, "
                                                          f"{', '.join(sink_names())}, shard, targets, file_sd, "
-                                                         "prometheus_sd, node")
+                                                         "prometheus_sd, node, gpu_metrics")
     parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
                         help="a server to watch, e.g. http://127.0.0.1:8000, or NAME=URL to name it (repeatable)")
     parser.add_argument("--proxy", action="append", default=[], metavar="NAME=HOST:PORT",
@@ -47,6 +47,11 @@ def register(subparsers) -> None:
                              "servewatch_node_rank_state{node,engine,pod_uid,role,rank,state}, the engine named by "
                              "the port its API server listens on and its pod UID; for a DaemonSet with hostPID, "
                              "NAME from the node name (deploy/kubernetes/node-daemonset.yaml). Needs no --target")
+    parser.add_argument("--gpu-metrics", action="append", default=[], metavar="[NAME=]URL",
+                        help="dcgm-exporter's /metrics (e.g. http://127.0.0.1:9400/metrics): NAME=URL reads the GPUs "
+                             "of the target named NAME from there in NVML's place; a bare URL is this node's "
+                             "exporter, used for every target on this node (a pid, or a loopback URL) that names "
+                             "none of its own when NVML cannot be loaded here (said once at start) (repeatable)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="the HTTP surface (default 127.0.0.1:9464)")
     from servewatch.serve.config import FLEET_RECORDING, RECORDING_FLAGS
 

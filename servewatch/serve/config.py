@@ -11,9 +11,12 @@
     alertmanager: http://alertmanager:9093   # a live sink, by its registered name (servewatch.sinks.delivery.registry)
     webhook: http://hooks.example/servewatch
     shard: 0/3
+    gpu_metrics: http://127.0.0.1:9400/metrics   # this node's dcgm-exporter: the GPUs of the targets on this node
+                                  #   (a pid, or a loopback URL) when NVML cannot be loaded here
     targets:
       - url: http://10.0.0.7:8000
         name: llama-a             # optional; host:port otherwise
+        gpu_metrics: http://10.0.0.7:9400/metrics   # optional: its GPUs from that dcgm-exporter, in NVML's place
         proxy:                    # optional: a sidecar `servewatch proxy` in front of this target
           listen: 0.0.0.0:8080    #   clients connect here (a string alone is the listen address)
           records: /var/log/servewatch/llama-a.jsonl   # one JSON line per request (optional)
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from servewatch.errors import ServewatchError
 from servewatch.serve.document import read_document
 from servewatch.serve.prometheus_sd import PrometheusSdConfig
-from servewatch.serve.targets import ProxySpec, Shard, TargetSpec, parse_shard, spec_for
+from servewatch.serve.targets import ProxySpec, Shard, TargetSpec, check_gpu_metrics_url, parse_shard, spec_for
 from servewatch.sinks.bundle_sink import check_writable
 from servewatch.sinks.delivery.registry import sink_names
 from servewatch.watch.options import RecordingOptions, recording_from_args
@@ -52,9 +55,10 @@ RECORDING_FLAGS = ("interval", "probe", "probe_interval", "probe_deadline", "his
                    "detectors_file")
 DEFAULT_LISTEN = "127.0.0.1:9464"
 _BEFORE_SINKS = ("listen", "interval", "history", "out", "bundle_cap_mb")        # the keys, in the order said
-_AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "node", "probe", "probe_interval", "probe_deadline")
+_AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "node", "gpu_metrics", "probe", "probe_interval",
+                "probe_deadline")
 _SD_KEYS = ("url", "job", "labels", "refresh")
-_TARGET_KEYS = ("url", "name", "pid", "log_file", "proxy")
+_TARGET_KEYS = ("url", "name", "pid", "log_file", "proxy", "gpu_metrics")
 _PROXY_KEYS = ("listen", "records", "records_max_mb", "records_keep", "max_connections", "first_byte_timeout",
                "read_timeout", "tenant_header", "tenant_key_file", "keep_itl")
 
@@ -71,6 +75,9 @@ class ServeConfig:
     prometheus_sd: PrometheusSdConfig | None = None
     bundle_cap_bytes: int = 1024 * 2**20         # all targets' bundles under `out` together
     node: str | None = None       # the node-local view under this node name (serve.node): engines found by title
+    # This node's dcgm-exporter (/metrics URL): the GPUs of every target on this node (a pid, or a loopback URL)
+    # that names no exporter of its own, when NVML cannot be loaded here (serve.fleet says which, once, at start).
+    gpu_metrics: str | None = None
 
 
 def load(path: str) -> ServeConfig:
@@ -117,8 +124,10 @@ def load(path: str) -> ServeConfig:
         if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
             raise doc.error(("targets", i, "pid"), "a process id (a positive integer) is expected")
         proxy = _proxy(doc, ("targets", i, "proxy"), entry.get("proxy"), entry["url"], duration)
+        who = entry.get("name") if isinstance(entry.get("name"), str) else entry["url"]
+        gpu_metrics = _gpu_metrics(doc, ("targets", i, "gpu_metrics"), entry.get("gpu_metrics"), f"target {who}: ")
         try:
-            targets.append(spec_for(entry["url"], entry.get("name"), pid, entry.get("log_file"), proxy))
+            targets.append(spec_for(entry["url"], entry.get("name"), pid, entry.get("log_file"), proxy, gpu_metrics))
         except ServewatchError as exc:
             raise doc.error(("targets", i, "url" if "name" not in str(exc) else "name"), str(exc)) from None
     file_sd = value.get("file_sd") or ()
@@ -140,6 +149,7 @@ def load(path: str) -> ServeConfig:
         raise doc.error(("bundle_cap_mb",), "a positive number of MiB is expected")
     return ServeConfig(bundle_cap_bytes=int(cap * 2**20), targets=tuple(targets), file_sd=tuple(file_sd), listen=text("listen") or DEFAULT_LISTEN,
                        node=text("node"),
+                       gpu_metrics=_gpu_metrics(doc, ("gpu_metrics",), value.get("gpu_metrics"), ""),
                        prometheus_sd=_prometheus_sd(doc, value.get("prometheus_sd"), duration),
                        recording=replace(FLEET_RECORDING, probe=probe,
                                          interval=seconds("interval", FLEET_RECORDING.interval),
@@ -147,6 +157,18 @@ def load(path: str) -> ServeConfig:
                                          probe_interval=seconds("probe_interval", FLEET_RECORDING.probe_interval),
                                          probe_deadline=seconds("probe_deadline", FLEET_RECORDING.probe_deadline)),
                        out=text("out"), sinks={name: url for name in sink_names() if (url := text(name))}, shard=shard)
+
+
+def _gpu_metrics(doc, at: tuple, value, who: str) -> str | None:
+    """A `gpu_metrics:` value: dcgm-exporter's /metrics URL (one line naming the key and target otherwise)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise doc.error(at, f"{who}dcgm-exporter's /metrics URL is expected (e.g. http://127.0.0.1:9400/metrics)")
+    try:
+        return check_gpu_metrics_url(value)
+    except ServewatchError as exc:
+        raise doc.error(at, f"{who}{exc}") from None
 
 
 def _proxy(doc, at: tuple, value, url: str, duration) -> ProxySpec | None:
@@ -237,6 +259,8 @@ def from_args(args) -> ServeConfig:
         changes["targets"] = config.targets + tuple(target_from_arg(text) for text in args.target)
     if getattr(args, "proxy", None):
         changes["targets"] = _with_proxies(changes.get("targets", config.targets), args.proxy)
+    for text in getattr(args, "gpu_metrics", None) or ():
+        changes = {**changes, **_with_gpu_metrics(changes.get("targets", config.targets), text)}
     if args.file_sd:
         changes["file_sd"] = config.file_sd + tuple(args.file_sd)
     for key in ("listen", "out"):
@@ -271,6 +295,25 @@ def from_args(args) -> ServeConfig:
     if config.out:
         check_writable(config.out)
     return config
+
+
+def _with_gpu_metrics(targets: tuple[TargetSpec, ...], text: str) -> dict:
+    """--gpu-metrics NAME=URL: the target named NAME reads its GPUs from that dcgm-exporter; --gpu-metrics URL:
+    this node's exporter (ServeConfig.gpu_metrics). The changes to the config, as a dict."""
+    name, sep, url = text.partition("=")
+    if not sep or "/" in name or ":" in name:
+        name, url = None, text
+    try:
+        url = check_gpu_metrics_url(url)
+    except ServewatchError as exc:
+        raise ServewatchError(f"--gpu-metrics {exc}") from None
+    if name is None:
+        return {"gpu_metrics": url}
+    by_name = {t.name: t for t in targets}
+    if name not in by_name:
+        known = ", ".join(sorted(by_name)) or "none"
+        raise ServewatchError(f"--gpu-metrics {text!r}: no target named {name} (targets: {known})")
+    return {"targets": tuple(replace(t, gpu_metrics=url) if t.name == name else t for t in targets)}
 
 
 def _with_proxies(targets: tuple[TargetSpec, ...], texts: list[str]) -> tuple[TargetSpec, ...]:

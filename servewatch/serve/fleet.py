@@ -1,6 +1,11 @@
 """The fleet: one recorder per target (built exactly as `watch` builds one), each on its own tasks,
 started with a jittered offset so scrapes do not align; targets come and go as discovery changes.
 
+A target's GPUs: NVML when it runs on this machine (a PID given); dcgm-exporter's page in NVML's place when
+the target names one (`gpu_metrics`); this node's exporter (serve's own `gpu_metrics`) for every target on
+this node that names none, when NVML cannot be loaded here. The exporter is read on the target's GPU cadence
+by its own task, with a deadline and byte and series bounds (sources.dcgm): a slow exporter delays nothing else.
+
 A target whose health probe keeps failing without an answer backs off: each of its sources waits an
 exponentially growing delay (capped) before polling again, and it shows `up 0`. Its tasks are its own,
 so a slow or dead target never delays another.
@@ -16,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from servewatch.serve.targets import TargetSpec
+from servewatch.serve.targets import TargetSpec, on_this_node
 
 if TYPE_CHECKING:
     # aiohttp: the type of the probe session serve hands its targets (scrapes and health take transport.http1).
@@ -140,6 +145,17 @@ class TargetRun:
         await asyncio.get_running_loop().run_in_executor(None, self.recorder.close_sinks)
 
 
+def _nvml_error() -> str | None:
+    """Why NVML cannot be loaded on this machine ("unavailable: ..."), or None when it can."""
+    from servewatch.sources.gpu import NvmlProbe
+
+    probe = NvmlProbe()
+    try:
+        return probe.error
+    finally:
+        probe.close()
+
+
 def _label(value: str) -> str:
     from servewatch.sinks.export.exporter import label
     return label(value)
@@ -154,11 +170,25 @@ class Fleet:
 
     def __init__(self, config: ServeConfig, session: aiohttp.ClientSession | None, clock: Clock,
                  exporter: FleetExporter, *, extra_sinks: Callable[[TargetSpec], list[Sink]] = lambda s: [],
-                 rng: random.Random | None = None, tool: str = "serve"):
+                 rng: random.Random | None = None, tool: str = "serve",
+                 nvml_error: Callable[[], str | None] | None = None):
+        """`nvml_error()`: why NVML cannot be loaded here (None: it can); asked once, only when the config
+        names this node's dcgm-exporter."""
         self.config, self.session, self.clock, self.exporter = config, session, clock, exporter
         self.extra_sinks = extra_sinks
         self.rng = rng or random.Random()
         self.tool = tool
+        self.node_gpu_metrics: str | None = None     # this node's exporter, when it stands in for NVML
+        if config.gpu_metrics:
+            why = (nvml_error or _nvml_error)()
+            if why is None:
+                said = (f"GPUs from NVML (it loads here); this node's dcgm-exporter {config.gpu_metrics} is read only "
+                        "for targets that name it")
+            else:
+                self.node_gpu_metrics = config.gpu_metrics
+                said = (f"NVML cannot be loaded here ({why.removeprefix('unavailable: ')}): the GPUs of the targets "
+                        f"on this node come from dcgm-exporter at {config.gpu_metrics}")
+            print(f"servewatch {tool}: {said}", file=sys.stderr, flush=True)
         self.runs: dict[str, TargetRun] = {}
         self.quota = None
         if config.out:
@@ -172,7 +202,8 @@ class Fleet:
         from servewatch.watch.session import build_recorder
 
         options = replace(self.config.recording, url=spec.url, log_file=spec.log_file,
-                          gpu=spec.pid is not None)    # a remote server's GPUs are not this machine's
+                          gpu=spec.pid is not None,    # a remote server's GPUs are not this machine's
+                          gpu_metrics=self.gpu_metrics_of(spec))
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
@@ -180,6 +211,12 @@ class Fleet:
         extra = [sidecar.source(self.clock, self.config.recording.interval)] if sidecar is not None else []
         return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
                               wrap_source=wrap, tool=self.tool, extra_sources=extra)
+
+    def gpu_metrics_of(self, spec: TargetSpec) -> str | None:
+        """The dcgm-exporter a target's GPUs are read from (None: NVML where it runs here, or none)."""
+        if spec.gpu_metrics:
+            return spec.gpu_metrics
+        return self.node_gpu_metrics if self.node_gpu_metrics and on_this_node(spec) else None
 
     def _new_run(self, spec: TargetSpec) -> TargetRun:
         return TargetRun(spec, self.exporter, self.clock, self.config.recording.interval, self._recorder_for)

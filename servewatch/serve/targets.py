@@ -36,6 +36,36 @@ class TargetSpec:
     pid: int | None = None          # a local target's API server PID (process tree, exit detection)
     log_file: str | None = None     # a local target's log, tailed
     proxy: ProxySpec | None = None  # a sidecar proxy in front of it (config targets only)
+    gpu_metrics: str | None = None  # dcgm-exporter's /metrics URL: this target's GPUs from there, in NVML's place
+
+
+LOOPBACK_HOSTS = ("localhost", "::1")
+
+
+def on_this_node(spec: TargetSpec) -> bool:
+    """A target running on the machine serve runs on: a PID was given, or its URL is a loopback address."""
+    from urllib.parse import urlsplit
+
+    if spec.pid is not None:
+        return True
+    host = (urlsplit(spec.url).hostname or "").lower()
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def check_gpu_metrics_url(url: str) -> str:
+    """dcgm-exporter's /metrics URL as given (a bare http://HOST:PORT gets /metrics); raises ServewatchError
+    (the reason, without the key) when it is not an http(s) URL with a host."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port                      # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServewatchError(f"{url!r}: not an http(s) URL of dcgm-exporter's page "
+                              "(write e.g. http://127.0.0.1:9400/metrics)")
+    return url if parts.path not in ("", "/") else url.rstrip("/") + "/metrics"
 
 
 @dataclass(frozen=True)
@@ -69,9 +99,9 @@ def target_name(url: str, name: str | None = None) -> str:
 
 
 def spec_for(url: str, name: str | None = None, pid: int | None = None, log_file: str | None = None,
-             proxy: ProxySpec | None = None) -> TargetSpec:
+             proxy: ProxySpec | None = None, gpu_metrics: str | None = None) -> TargetSpec:
     base = base_url(url)
-    return TargetSpec(target_name(base, name), base, pid, log_file, proxy)
+    return TargetSpec(target_name(base, name), base, pid, log_file, proxy, gpu_metrics)
 
 
 def merge(specs: Iterable[TargetSpec]) -> tuple[list[TargetSpec], list[str]]:

@@ -11,9 +11,15 @@ pod using the GPU), so a GPU read here is tied to no rank.
 DCGM_FI_DEV_XID_ERRORS is the value of the last Xid on the device: a value that changes between two pages, to
 a code other than 0, is one Xid event at the second page's time (a value already there at the first page is older
 than this watch and is not reported).
+
+Bounds: each read has a deadline (READ_TIMEOUT_S, on top of the transport's own), a page over MAX_PAGE_BYTES or
+with more than MAX_SERIES series of the families read is refused (a typed unavailable sample), and the page is
+parsed off the event loop, so that a slow, huge or hostile exporter costs its own GPU cadence and nothing else.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from servewatch.clock import Clock
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES, parse
@@ -23,6 +29,12 @@ from servewatch.timeline.samples import GpuDevice, GpuSample, GpuXid
 
 MIB = 2**20
 NOT_EXPORTED = "not_exported"
+# dcgm-exporter's default counters with its pod labels: 13 series and about 3.7 KB a GPU (tests/fixtures/dcgm),
+# so about 30 KB for 8 GPUs. These bounds
+# leave room for MIG instances (7 per GPU) and the profiling counters, and no more.
+READ_TIMEOUT_S = 5.0
+MAX_PAGE_BYTES = 4 * MIB
+MAX_SERIES = 8192
 
 # DCGM field -> (GpuDevice field, scale)
 FIELDS = {
@@ -89,6 +101,22 @@ def read_page(text: str | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES,
     return tuple(devices), last_xid
 
 
+def _too_large() -> str:
+    size = f"{MAX_PAGE_BYTES / MIB:g} MiB" if MAX_PAGE_BYTES >= MIB else f"{MAX_PAGE_BYTES:,} bytes"
+    return f"too_large (a page over {size})"
+
+
+def _failure(exc: Exception) -> str:
+    """A page that could not be read, in the scrape vocabulary's words."""
+    from servewatch.errors import BodyTooLarge, TooManySeries
+
+    if isinstance(exc, TooManySeries):
+        return f"too_many_series (over {MAX_SERIES:,})"
+    if isinstance(exc, BodyTooLarge):
+        return _too_large()
+    return "not_prometheus_text"
+
+
 class DcgmSource:
     """dcgm-exporter's /metrics (`--gpu-metrics URL`) as GPU samples."""
 
@@ -101,17 +129,24 @@ class DcgmSource:
         self._last_xid: dict[int, int] | None = None
 
     async def poll(self) -> list[GpuSample]:
-        answer = await self._transport()
+        try:
+            answer = await asyncio.wait_for(self._transport(), READ_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return [GpuSample(t=self._clock.now(), available=False,
+                              error=f"unavailable: dcgm-exporter timeout (no page within {READ_TIMEOUT_S:g} s)")]
         t = self._clock.now()
         if isinstance(answer, ScrapeFailure):
             return [GpuSample(t=t, available=False, error=f"unavailable: dcgm-exporter {answer.label}")]
         if not 200 <= answer.status < 300:
             return [GpuSample(t=t, available=False,
                               error=f"unavailable: dcgm-exporter {http_status_failure(answer.status).label}")]
-        try:
-            devices, last_xid = read_page(answer.body)
+        if len(answer.body) > MAX_PAGE_BYTES:
+            return [GpuSample(t=t, available=False, error=f"unavailable: dcgm-exporter {_too_large()}")]
+        try:        # off the event loop: the other targets' sources go on while a large page is read
+            devices, last_xid = await asyncio.to_thread(read_page, answer.body, max_bytes=MAX_PAGE_BYTES,
+                                                        max_series=MAX_SERIES)
         except Exception as exc:  # noqa: BLE001 - a page that is not Prometheus text, or over the bounds
-            return [GpuSample(t=t, available=False, error=f"unavailable: dcgm-exporter {type(exc).__name__}")]
+            return [GpuSample(t=t, available=False, error=f"unavailable: dcgm-exporter {_failure(exc)}")]
         xids = ()
         if self._last_xid is not None:
             xids = tuple(GpuXid(t, index, code) for index, code in sorted(last_xid.items())
