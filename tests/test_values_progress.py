@@ -320,3 +320,17 @@ def test_the_first_scrape_is_no_movement():
     metrics = tuple(scrape(t, state(0 if t < 3 else 1)) for t in range(9))
     v, = P.detect(Window(health=(health(8),), metrics=metrics), CONFIG)
     assert (v.details["longest_gap_s"], v.details["threshold_s"], v.details["quiet_s"]) == (0.0, 4.0, 5.0)
+
+
+def test_the_verdict_time_is_the_scrape_when_it_is_the_newest():
+    v, = P.detect(stalled(5.0, health_=(health(14),), process=(proc(13),)), CONFIG)
+    assert v.t == T0 + 15
+
+
+def test_the_busy_line_is_the_whole_line_plus_the_ceiling():
+    limit = CONFIG.stall_ceiling_s
+    hot = tuple(proc(t, cpu=CONFIG.stall_busy_cpu_percent) for t in range(int(10 + limit) + 1))
+    v, = P.detect(stalled(limit, dialect="sglang", process=hot), CONFIG)
+    assert v.why.startswith(f"no progress for {limit:.1f} s on engine 0 (threshold {limit:.1f} s = ")
+    assert v.why.endswith("; /health 200; its engine kept using CPU, so this waited for the 60 s ceiling (no step "
+                          "takes that long)")
