@@ -267,15 +267,15 @@ def example_demo_time(workdir: Path) -> str:
             f"{cores} cores, load average {os.getloadavg()[0]:.1f}; `scripts/readme_examples.py` measures it).\n")
 
 
-def example_sim(workdir: Path) -> str:
-    """`servewatch sim` for real: started on a free port (shown as 8123), a stall injected through its fault
-    endpoint, /health asked (the requests curl would send, sent with urllib), then stopped with SIGTERM."""
+@contextlib.contextmanager
+def _sim_server(workdir: Path, *args: str):
+    """A `servewatch sim` on a free port for the length of the block: (the line it printed on stderr, its URL).
+    Stopped with SIGTERM after (killed if still up 30 s later)."""
     import selectors
     import signal
     import time
-    import urllib.request
 
-    server = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", "0", "--log-file", "sim.log"],
+    server = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", "0", *args],
                               cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         started, deadline = None, time.monotonic() + 60
@@ -286,14 +286,8 @@ def example_sim(workdir: Path) -> str:
                     line = server.stderr.readline()
                     started = re.search(r"on (http://127\.0\.0\.1:(\d+))", line) and line.rstrip()
         if not started:
-            raise SystemExit("servewatch sim did not say where it listens within 60 s")
-        url = re.search(r"http://127\.0\.0\.1:\d+", started)[0]
-        port = url.rsplit(":", 1)[1]
-        fault = urllib.request.Request(url + "/_sim/fault", data=b'{"kind":"stall"}', method="POST")
-        with urllib.request.urlopen(fault, timeout=10) as answer:
-            said = answer.read().decode().strip()
-        with urllib.request.urlopen(url + "/health", timeout=10) as answer:
-            health = answer.status
+            raise SystemExit(f"servewatch sim {' '.join(args)} did not say where it listens within 60 s")
+        yield started, re.search(r"http://127\.0\.0\.1:\d+", started)[0]
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -301,13 +295,39 @@ def example_sim(workdir: Path) -> str:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    def shown(text: str) -> str:                              # the port a reader types
-        return text.replace(f"127.0.0.1:{port}", "127.0.0.1:8123")
 
+
+def example_sim(workdir: Path) -> str:
+    """`servewatch sim` for real: started on a free port (shown as 8123), a stall injected through its fault
+    endpoint, /health asked (the requests curl would send, sent with urllib), then stopped with SIGTERM."""
+    import urllib.request
+
+    with _sim_server(workdir, "--log-file", "sim.log") as (started, url):
+        fault = urllib.request.Request(url + "/_sim/fault", data=b'{"kind":"stall"}', method="POST")
+        with urllib.request.urlopen(fault, timeout=10) as answer:
+            said = answer.read().decode().strip()
+        with urllib.request.urlopen(url + "/health", timeout=10) as answer:
+            health = answer.status
+
+    def shown(text: str) -> str:                              # the port a reader types
+        return text.replace(url, "http://127.0.0.1:8123")
     return _block("$ servewatch sim --port 8123 --log-file sim.log &", shown(started),
                   "$ curl -s -X POST -d '{\"kind\":\"stall\"}' http://127.0.0.1:8123/_sim/fault", shown(said),
                   "$ curl -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:8123/health      # still green",
                   str(health))
+
+
+def example_canary(workdir: Path) -> str:
+    """`canary record` from one simulator, `canary check` against it and against one serving another model
+    (free ports, shown as 8000 and 8001)."""
+    with _sim_server(workdir, "--model-name", "tiny") as (_, first), \
+            _sim_server(workdir, "--model-name", "other-model") as (_, second):
+        record = _shown(workdir, ("canary", "record", first, "--out", "canary.json"))
+        same = _shown(workdir, ("canary", "check", first, "canary.json"), comment="the same server")
+        other = _shown(workdir, ("canary", "check", second, "canary.json"), expect=1, comment="another model")
+    lines = [line.replace(first, "http://127.0.0.1:8000").replace(second, "http://127.0.0.1:8001")
+             for line in (*record, *same, *other)]
+    return _block(*lines)
 
 
 # --- bundles: verify, summarize, diagnose ----------------------------------------------------------------------
@@ -615,6 +635,7 @@ EXAMPLES = {
     "diagnose-bundle": (example_diagnose_bundle, True),
     "inspect": (example_inspect, True),
     "sim": (example_sim, True),
+    "canary": (example_canary, True),
     "postmortem": (example_postmortem, True),
     "advise": (example_advise, True),
     "drill-sim": (example_drill_sim, True),
