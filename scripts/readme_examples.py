@@ -470,8 +470,18 @@ def example_bundle_schema(workdir: Path) -> str:
         out += [f"### {schema.get('title', path.name)}", "", f"`servewatch/bundle/schema/{path.name}`"
                 + (f": {_cell(schema['description'])}" if schema.get("description") else ""), "",
                 "| field | type | required |", "|---|---|---|"]
+        nested = []
         for name, field in schema.get("properties", {}).items():
             out.append(f"| `{name}` | {_type(field)} | {'yes' if name in required else 'no'} |")
+            inner = field.get("items", field)
+            if "$ref" in inner:
+                inner = schema.get("$defs", {}).get(inner["$ref"].rsplit("/", 1)[1], {})
+            if inner.get("properties") and name != "samples":
+                need = set(inner.get("required", ()))
+                nested.append(f"- `{name}`{'[]' if 'items' in field else ''}: " + ", ".join(
+                    f"`{key}`" + ("" if key in need else " (optional)") for key in inner["properties"]))
+        if nested:
+            out += ["", *nested]
         samples = schema.get("properties", {}).get("samples", {}).get("items", {})
         for branch in samples.get("allOf", ()):
             then = branch.get("then", {})
