@@ -98,7 +98,7 @@ def test_this_nodes_exporter_stands_in_for_nvml_on_this_nodes_targets_only_where
     node = "http://127.0.0.1:9400/metrics"
     without = fleet_of(ServeConfig(recording=QUIET, gpu_metrics=node), nvml_error=lambda: "unavailable: no driver")
     said = capfd.readouterr().err
-    assert said == (f"servewatch serve: NVML cannot be loaded here (no driver): the GPUs of the targets on this node "
+    assert said == (f"servewatch serve: NVML cannot be loaded here: no driver; the GPUs of the targets on this node "
                     f"come from dcgm-exporter at {node}\n")
     assert without.gpu_metrics_of(spec_for("http://127.0.0.1:8000", pid=1)) == node
     assert without.gpu_metrics_of(spec_for("http://localhost:8000")) == node

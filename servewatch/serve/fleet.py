@@ -186,7 +186,7 @@ class Fleet:
                         "for targets that name it")
             else:
                 self.node_gpu_metrics = config.gpu_metrics
-                said = (f"NVML cannot be loaded here ({why.removeprefix('unavailable: ')}): the GPUs of the targets "
+                said = (f"NVML cannot be loaded here: {why.removeprefix('unavailable: ')}; the GPUs of the targets "
                         f"on this node come from dcgm-exporter at {config.gpu_metrics}")
             print(f"servewatch {tool}: {said}", file=sys.stderr, flush=True)
         self.runs: dict[str, TargetRun] = {}
