@@ -203,7 +203,8 @@ def test_a_target_with_gpu_metrics_carries_the_exporters_gpus_and_a_new_xid_is_i
 
 def test_a_hanging_exporter_delays_no_other_source_and_no_other_target(monkeypatch):
     monkeypatch.setattr(dcgm, "READ_TIMEOUT_S", 1.0)
-    allowance = 0.5          # scrape gaps measured 0.300-0.305 s at the 0.3 s cadence (3 runs, this 2-core box); room for load
+    # scrape gaps measured 0.300-0.305 s at the 0.3 s cadence (3 runs, this 2-core machine); the rest is room for load
+    allowance = 0.5
 
     async def main():
         async with contextlib.AsyncExitStack() as stack:
