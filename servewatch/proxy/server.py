@@ -370,8 +370,9 @@ class Upstream(Conn):
         if not ex.client_gone:
             self.client_write(data)
         # The hot path of a completions stream, one read = one whole chunk = one whole event: what
-        # Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion -> _chunk do for it,
-        # inline. `inline` is set only while the parser is between chunks of an SSE completions body.
+        # Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion do for it, inline up to
+        # the event's fields, which go to the transport's chunk counter (StreamState.on_fields). `inline`
+        # is set only while the parser is between chunks of an SSE completions body.
         # One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
         # goes to the parser, which reads it the same way).
         if self.inline:
@@ -427,25 +428,7 @@ class Upstream(Conn):
                 received = self._received + size
                 if received <= self.max_body:
                     self._received = received
-                    state = ex.state
-                    if pt is not None:
-                        state.prompt_tokens = int(pt)
-                    if reason:
-                        state.finish_reason = reason.decode()
-                    if piece:
-                        state.client_tokens += 1
-                    # StreamState._chunk
-                    if ct is not None:
-                        count = int(ct)
-                        k = count - state.completion_tokens
-                        state.completion_tokens = count
-                        if k < 0:
-                            k = 0
-                    else:
-                        state.counts_exact = False
-                        k = 1 if piece else 0
-                    state.chunk_t.append(t - ex.sent)
-                    state.chunk_k.append(k)
+                    ex.state.on_fields(piece, reason, pt, ct, t - ex.sent)     # the transport's chunk counter
                     return
         super().data_received(data)
         self._set_inline()

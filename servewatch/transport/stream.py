@@ -90,6 +90,11 @@ class StreamState:
     def _on_completion(self, m: re.Match, t: float) -> None:
         """What `on_event` does for the same event, from the fields `completion_event` matched."""
         piece, reason, pt, ct = m.groups()
+        self.on_fields(piece, reason, pt, ct, t)
+
+    def on_fields(self, piece, reason: bytes | None, pt: bytes | None, ct: bytes | None, t: float) -> None:
+        """One compact completions event read at `t`, from its matched fields (bytes as matched; `piece` may
+        be any truth value where the text is not kept): what the proxy's inline read path counts too."""
         if pt is not None:
             self.prompt_tokens = int(pt)
         if reason:
