@@ -274,3 +274,103 @@ def test_probes_of_a_dp_rank():
     unaimed = window(dp, probes=[missed(10.5), missed(11.0)])
     assert len(R._probes_of(unaimed, rank)) == 2
     assert R._newest_probe_of(window(dp, probes=[missed(10.5, engine="0")]), rank) is None
+
+
+def dp_tp(t, tp1="running"):
+    """DP rank 1's engine with two TP workers (their titles name both ranks)."""
+    return ProcessSample(T0 + t, 100, 1.0, True, (
+        ProcessMember(100, 1.0, "api", "python3", "sleeping", cpu_percent=1.0),
+        ProcessMember(120, 2.0, "engine_core", "VLLM::EngineCore_DP1", "sleeping", cpu_percent=1.0, ppid=100),
+        ProcessMember(121, 3.0, "worker", "VLLM::Worker_DP1_TP0", "running", cpu_percent=50.0, ppid=120),
+        ProcessMember(122, 4.0, "worker", "VLLM::Worker_DP1_TP1", tp1, cpu_percent=0.0 if tp1 == "stopped" else 50.0,
+                      ppid=120)))
+
+
+def two_engines(running0=3.0, running1=0.0, waiting1=0.0):
+    return tuple(MetricsSample(T0 + i, "vllm", "vllm-0.32", (
+        EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=running0, waiting=0.0,
+                    counters=Counters(steps=10.0 + i)),
+        EngineState("vllm", "vllm-0.32", {"engine": "1"}, running=running1, waiting=waiting1,
+                    counters=Counters(steps=10.0)))) for i in range(15))
+
+
+def test_a_data_parallel_rank_reads_its_own_engine_s_gauges():
+    process = lambda t: dp_tp(t, "stopped" if t >= 10 else "running")
+    v, = R.detect(window(process, probes=[missed(10.5)], metrics=two_engines()), CONFIG)
+    assert "; engine reports 0 running, 0 waiting; " in v.why
+    assert v.details["rank"] == "DP1,TP1"
+    assert "; DP rank 1 TP rank 0 busy 50 %;" in v.why
+    # work on engine 1 holds it back; engine 0's does not
+    assert R.detect(window(process, probes=[missed(10.5)], metrics=two_engines(running1=1.0)), CONFIG) == []
+    rank = next(r for r in R.rank_view(dp_tp(12, "stopped")) if r.pid == 122)
+    assert [e.labels["engine"] for e in R._rank_engines(two_engines()[0], rank)] == ["1"]
+    unlabelled = MetricsSample(T0, "vllm", "vllm-0.32", (EngineState("vllm", "vllm-0.32", {}),))
+    assert len(R._rank_engines(unlabelled, rank)) == 1          # an engine with no DP rank serves every rank
+
+
+def test_one_waiting_request_is_admitted_work():
+    waiting = tuple(scrape(i, waiting=1.0) for i in range(15))
+    assert R.detect(window(stopped_at(10.0), probes=[missed(10.5)], metrics=waiting), CONFIG) == []
+
+
+def test_the_newest_probe_of_the_rank_must_have_failed():
+    served = ProbeSample(T0 + 12.1, "served", 0.1, 3.0, status=200, tokens=1)
+    assert R.detect(window(stopped_at(10.0), probes=[missed(10.5), served]), CONFIG) == []
+
+
+def test_suspicion_is_the_newest_of_several():
+    process = lambda t: tree(t, tp1="stopped" if t >= 10 else "running", tp1_cpu=0.0 if t >= 10 else 50.0,
+                             tp0_cpu=0.0 if t >= 12 else 50.0)
+    both = lambda t: ProcessSample(process(t).t, 100, 1.0, True, tuple(
+        replace(m, status="stopped") if m.pid == 111 and t >= 12 else m for m in process(t).members))
+    found = R.suspects(window(both), CONFIG)
+    assert sorted((s.rank.pid, s.onset) for s in found) == [(111, T0 + 12), (112, T0 + 10)]
+    assert R.suspicion(window(both), CONFIG) == (T0 + 12, None)
+
+
+def test_moved_lately_with_one_recent_scrape_compares_the_last_two():
+    rank = R.rank_view(tree(0))[0]
+    # scrapes at 0, 5, 10 (only 10 within stall_floor_s of the newest): 5 against 10, not 0 against 10
+    metrics = (scrape(0, tokens=1.0), scrape(5, tokens=2.0), scrape(10, tokens=2.0))
+    assert R._moved_lately(Window(metrics=metrics), rank, CONFIG) is False
+    metrics = (scrape(0, tokens=1.0), scrape(5, tokens=1.0), scrape(10, tokens=2.0))
+    assert R._moved_lately(Window(metrics=metrics), rank, CONFIG) is True
+
+
+def test_moving_counters_beside_a_stop_keep_their_gauges_in_the_evidence():
+    moving = tuple(scrape(i, running=4.0, waiting=1.0, tokens=500 + 40 * i) for i in range(15))
+    v, = R.detect(window(stopped_at(10.0), probes=[missed(10.5)], metrics=moving), CONFIG)
+    assert (Evidence("metrics", T0 + 14, "running", 4.0), Evidence("metrics", T0 + 14, "waiting", 1.0)) == \
+        tuple(e for e in v.evidence if e.source == "metrics")
+
+
+def test_the_rank_s_gpus_are_said():
+    from servewatch.detectors.gpu import rank_gpu_evidence
+    from servewatch.timeline.samples import GpuDevice, GpuProcess, GpuSample
+
+    gpus = GpuSample(T0 + 14, True, (
+        GpuDevice(0, 98.0, 2**30, 2**34, 85.0, (GpuProcess(111, 2**30),), power_limit_w=700.0),
+        GpuDevice(1, 0.0, 2**30, 2**34, 60.0, (GpuProcess(112, 2**30),), power_limit_w=700.0)))
+
+    def process(t):
+        # the sample before the newest and the second one miss TP1 (read while it was being listed): the newest is
+        # what counts
+        sample = stopped_at(10.0)(t)
+        if t in (0.5, 13.5):
+            return replace(sample, members=sample.members[:3])
+        return sample
+    bare_w = window(process, probes=[missed(13.2)])
+    w = Window(health=bare_w.health, metrics=bare_w.metrics, process=bare_w.process, probe=bare_w.probe, gpu=(gpus,))
+    bare, = R.detect(bare_w, CONFIG)
+    v, = R.detect(w, CONFIG)
+    clause, token = rank_gpu_evidence(w, w.process[-1])
+    assert clause and token and "TP rank 1 GPU 1 idle 0 %" in clause
+    assert v.why == bare.why + clause
+    assert v.details == {**bare.details, "gpus": token}
+
+
+def test_a_rank_without_axes_is_said_to_have_none():
+    core_stopped = lambda t: ProcessSample(T0 + t, 100, 1.0, True, tuple(
+        replace(m, status="stopped") if m.pid == 110 and t >= 10 else m for m in tree(t).members))
+    v, = R.detect(window(core_stopped, probes=[missed(10.5)]), CONFIG)
+    assert (v.details["pid"], v.details["kind"], v.details["rank"]) == (110, "engine_core", "none")
