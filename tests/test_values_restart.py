@@ -179,3 +179,25 @@ def test_the_first_failure_line_up_to_one_second_after_the_first_episode():
         assert (found is not None) is said, after
     assert R._first_failure(Window(logs=(log(1, "shutdown"),), process=(proc(0),)), T0 + 10) is None
     assert R._first_failure(Window(process=(proc(0, alive=False),)), T0 + 10) is None
+
+
+def test_a_live_sample_without_a_create_time_is_no_new_process():
+    unknown = ProcessSample(T0 + 1, 1, None, True, ())
+    w = Window(process=(proc(0), unknown, proc(2)))
+    assert R.detect(w, CONFIG) == []
+    assert R._identity_changes(w) == []
+
+
+def test_a_log_line_between_deaths_does_not_end_the_reading():
+    logs = (log(0, "engine_dead"), log(1, "startup", stage="ready"), log(BURST + 5, "engine_dead"))
+    assert [t for t, _ in R._engine_deaths(Window(logs=logs), CONFIG)] == [T0, T0 + BURST + 5]
+
+
+def test_crash_loop_evidence_is_the_first_three_episodes_and_its_span_to_a_tenth():
+    # restarts every 10.125 s: at 10.125, 20.25, 30.375, 40.5; span 40.5 - 10.125 = 30.375, said 30.4
+    w = Window(process=restarts(4, every=10.125))
+    v, = R.detect_crash_loop(w, CONFIG)
+    assert v.evidence == tuple(Evidence("process", T0 + 10.125 * i, "root_create_time", 100.0 + i) for i in (1, 2, 3))
+    assert v.details == {"episodes": 4, "by": "restarts", "span_s": round(30.375, 1)}
+    assert round(30.375, 1) != round(30.375, 2) and round(30.375, 1) != round(30.375)
+    assert v.why.startswith(f"4 restarts (new process) in 30 s (≥ {COUNT:g} within {SPAN:g} s)")
