@@ -52,8 +52,9 @@ def test_a_changed_last_xid_is_one_event_and_a_gpu_fault_on_that_gpu():
     assert [s.xids for s in samples] == [(), (), (GpuXid(T0 + 10, 1, 79),)]
     (fault,) = run_detectors(Window(gpu=tuple(samples)), DetectorConfig())
     assert fault.name == "gpu_fault" and fault.details["gpu_uuid"] == UUID1 and fault.details["action"] == "reboot"
-    assert fault.why.startswith(f"GPU 1 ({UUID1}, bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3): Xid 79 (GPU has "
-                                "fallen off the bus; NVIDIA: reboot the node)")
+    assert fault.why.startswith(f"GPU 1 ({UUID1}, bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3, pod vllm-0, "
+                                "namespace llm, container vllm): Xid 79 (GPU has fallen off the bus; NVIDIA: reboot "
+                                "the node)")
 
 
 def test_an_unreachable_or_foreign_page_is_a_typed_unavailable_sample():

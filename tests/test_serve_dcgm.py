@@ -195,7 +195,9 @@ def test_a_target_with_gpu_metrics_carries_the_exporters_gpus_and_a_new_xid_is_i
                 # the exporter is read every gpu_interval (5 s at this cadence); detection follows within a second
                 await until(exported, 5.0 + 3.0, "servewatch_gpu_fault for GPU 1's Xid 79")
                 (fault,) = [v for v in fleet.runs["llama-a"].recorder.latch.active if v.name == "gpu_fault"]
-                assert fault.why.startswith(f"GPU 1 ({UUID1}, bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3): Xid 79")
+                assert fault.why.startswith(f"GPU 1 ({UUID1}, bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3, "
+                                            "pod vllm-0, namespace llm, container vllm): Xid 79")
+                assert "vllm-0" not in fleet.exporter.exposition().decode()     # pods: in why lines, never labels
             finally:
                 await fleet.close()
     run(main())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servewatch.bundle.series import Marker, Point
-from servewatch.detectors.gpu import THROTTLE_REASONS, gpu_words, reason_words
+from servewatch.detectors.gpu import THROTTLE_REASONS, gpu_words, gpus_held, reason_words
 from servewatch.detectors.xid import ACTION_WORDS, lookup
 from servewatch.timeline.ranks import rank_view, rank_words
 from servewatch.timeline.samples import GpuDevice, GpuSample, ProcessSample
@@ -45,8 +45,10 @@ class GpuPanel:
 
 
 def gpu_panels(samples) -> list[GpuPanel]:
-    """One panel per (rank, GPU) of the engine, ranks in order; where no process list was read (or no rank holds
-    a GPU), one per GPU NVML listed with the engine's pids on it, or every GPU when no process list at all."""
+    """One panel per (rank, GPU) of the engine, ranks in order; where no rank holds a GPU, one per GPU NVML listed
+    with the engine's pids on it; and one per GPU that counts as the engine's without a process list of its own
+    (detectors.gpu.gpus_held: every GPU when no process list at all; dcgm-exporter's GPUs, by pod label where
+    it can). A GPU's title names the pod using it where the source names one."""
     readings = [s for s in samples if isinstance(s, GpuSample) and s.available and s.devices]
     xids = [x for s in samples if isinstance(s, GpuSample) for x in s.xids]     # each at its own time
     if not readings and not xids:
@@ -64,6 +66,7 @@ def gpu_panels(samples) -> list[GpuPanel]:
                                                       if engine is None or p.pid in engine)
     for x in xids:
         holders.setdefault(x.index, set())
+    counted = gpus_held(readings, engine).devices
     ranks = rank_view(process)
     by_pid = {r.pid: r for r in ranks}
     pairs: list[tuple[tuple, str, int]] = []      # (order, holder words, device index)
@@ -75,7 +78,7 @@ def gpu_panels(samples) -> list[GpuPanel]:
             pid = min(pids)
             title = next((m.title for m in process.members if m.pid == pid), "") if process is not None else ""
             pairs.append(((1, (), pid, index), f"pid {pid}" + (f" ({title})" if title else ""), index))
-        elif engine is None:
+        elif counted is None or index in counted:
             pairs.append(((2, (), 0, index), "", index))
     return [_panel(holder, index, identity.get(index), readings, xids) for _, holder, index in sorted(pairs)]
 

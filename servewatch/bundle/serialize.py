@@ -255,12 +255,15 @@ _GPU_NUMBERS = ("memory_utilization_pct", "sm_clock_mhz", "sm_clock_max_mhz", "m
                 "remapped_rows_uncorrectable", "pcie_replay", "recovery_action", "nvlink_crc_errors",
                 "nvlink_replay_errors", "nvlink_recovery_errors")
 _GPU_FLAGS = ("remap_pending", "remap_failure")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")    # a pod's name (operator metadata)
 _GPU_IDS = {"uuid": re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,80}$"), "pci_bus_id": re.compile(r"^[0-9A-Fa-f:.]{1,32}$"),
-            "name": re.compile(r"^[A-Za-z0-9 ._()+-]{1,64}$")}
+            "name": re.compile(r"^[A-Za-z0-9 ._()+-]{1,64}$"), "pod": _K8S_NAME, "namespace": _K8S_NAME,
+            "container": _K8S_NAME}
 
 
 def _gpu_id(key: str, value: str | None) -> str | None:
-    """A GPU's UUID, bus id or product name when it has their shape; None otherwise (never free text)."""
+    """A GPU's UUID, bus id, product name or pod labels when it has their shape; None otherwise (never free
+    text)."""
     return value if isinstance(value, str) and _GPU_IDS[key].match(value) else None
 
 
@@ -318,6 +321,8 @@ def sample_to_dict(s: Sample) -> dict:
                "devices": [_gpu_device_to_dict(d) for d in s.devices], "error": error_class(s.error)}
         if s.xids:
             out["xids"] = [{"t": number(x.t), "index": x.index, "xid": x.xid} for x in s.xids]
+        if s.server_pod is not None and _K8S_NAME.match(s.server_pod):
+            out["server_pod"] = s.server_pod
         return out
     if isinstance(s, LogEvent):
         return {"source": "log", "t": number(s.t), "kind": safe_token(s.kind), "fields": _log_fields(s.fields)}
@@ -355,7 +360,8 @@ def sample_from_dict(d: Mapping) -> Sample:
         if source == "gpu":
             return GpuSample(t=t, available=d["available"], devices=tuple(_gpu_device_from_dict(x) for x in d["devices"]),
                              error=d["error"], xids=tuple(GpuXid(unnumber(x["t"]), x["index"], x["xid"])
-                                                          for x in d.get("xids", ())))
+                                                          for x in d.get("xids", ())),
+                             server_pod=d.get("server_pod"))
         if source == "log":
             return LogEvent(t=t, kind=d["kind"], fields={k: unvalue(v) for k, v in d["fields"].items()})
         if source == "probe":

@@ -1,11 +1,12 @@
 """gpu_fault and gpu_throttled: the GPU under the engine, read with the engine's own progress.
 
-gpu_fault: on a GPU that a process of this engine holds (NVML's process list; every GPU when no process list
-is read), an Xid event the table does not call informational, an uncorrectable ECC count that rose in the
-window, a row-remap failure, or a GPU that answers "GPU is lost" (fallen off the bus). The why line names the
-GPU (index, UUID, bus id), the rank on it and the Xid with its meaning and NVIDIA's action (`xid.py`). Its
-evidence holds for guard (the drain class) only when the fault needs the hardware (reset the GPU, reboot):
-a restartable or unknown code is reported, not acted on as a drain.
+gpu_fault: on a GPU that counts as this engine's (`gpus_held` states the rule, once), an Xid event the table
+does not call informational, an uncorrectable ECC count that rose in the window, a row-remap failure, or a GPU
+that answers "GPU is lost" (fallen off the bus). The why line names the GPU (index, UUID, bus id, and the pod
+using it where the source names one), the rank on it, the Xid with its meaning and NVIDIA's action (`xid.py`),
+and how the GPU was counted as the engine's when not by a process list. Its evidence holds for guard (the
+drain class) only when the fault needs the hardware (reset the GPU, reboot): a restartable or unknown code is
+reported, not acted on as a drain.
 
 gpu_throttled: the clocks of a GPU the engine holds are held down by a thermal, power-brake or hardware-slowdown
 reason (NVML's clock-event reasons; a power cap at full load is normal and not one) for gpu_throttle_sustain_s,
@@ -17,6 +18,9 @@ reason), and a correctable ECC count however it grows.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from servewatch.detectors import xid as xids
 from servewatch.detectors.config import DetectorConfig
@@ -52,30 +56,83 @@ def _engine_pids(window: Window) -> set[int] | None:
     return {m.pid for m in samples[-1].members}
 
 
-def _held(window: Window) -> dict[int, set[int]] | None:
-    """Device index -> the engine's pids NVML listed on it anywhere in the window (None: no process list, every
-    device counts)."""
-    pids = _engine_pids(window)
+@dataclass(frozen=True)
+class Held:
+    """The GPUs that count as the engine's: device index -> the engine's pids on it (None: every device counts),
+    and, for the GPUs counted without a process list of their own (`unlisted`), how they were counted."""
+    devices: dict[int, set[int]] | None
+    unlisted: frozenset[int] = frozenset()
+    how: str = ""                 # words for the why line: "dcgm-exporter lists no processes: ..."
+    by: str = ""                  # for the details: "every_gpu" or "pod"
+
+    def holds(self, index: int) -> bool:
+        return self.devices is None or index in self.devices
+
+    def words(self, index: int) -> str:
+        """"; how they were counted" for a device counted without a process list, else ""."""
+        return f"; {self.how}" if index in self.unlisted and self.how else ""
+
+    def details(self, index: int) -> dict[str, str]:
+        """{"attributed": "every_gpu" | "pod"} for a device counted without a process list, else {}."""
+        return {"attributed": self.by} if index in self.unlisted else {}
+
+
+def gpus_held(readings: Sequence[GpuSample], pids: set[int] | None) -> Held:
+    """The rule that says which GPUs are the engine's, for gpu_fault, gpu_throttled and the bundle's GPU panel:
+    - no process list of the engine read (`pids` None): every GPU counts (nothing says otherwise);
+    - a GPU whose readings list its processes (NVML): the engine's when a pid of the engine's tree is on it
+      anywhere in the window;
+    - a GPU whose source cannot list its processes (`processes` unavailable: dcgm-exporter, or NVML refused):
+      every such GPU counts, and the why line says so; unless the server's pod is known (the HOSTNAME of its
+      process, as the source read it) and the window's GPUs carry pod labels: then only those whose pod label
+      is that pod count (the kubelet's own word for which pod holds which GPU)."""
     if pids is None:
-        return None
-    held: dict[int, set[int]] = {}
-    for sample in _readings(window):
+        return Held(None)
+    devices: dict[int, set[int]] = {}
+    unlisted: dict[int, str] = {}          # index -> why its processes are not listed
+    listed: set[int] = set()               # the devices whose process list was read at least once
+    labelled: dict[int, str | None] = {}   # index -> its newest pod label
+    server_pod = None
+    for sample in readings:
+        server_pod = sample.server_pod or server_pod
         for device in sample.devices:
             on = {p.pid for p in device.processes if p.pid in pids}
             if on:
-                held.setdefault(device.index, set()).update(on)
-    return held
+                devices.setdefault(device.index, set()).update(on)
+            reason = device.why_unavailable("processes")
+            if reason is None:
+                listed.add(device.index)
+            else:
+                unlisted[device.index] = reason
+                labelled[device.index] = device.pod
+    unlisted = {i: r for i, r in unlisted.items() if i not in listed}
+    if not unlisted:
+        return Held(devices)
+    reason = sorted(set(unlisted.values()))[0]
+    exporter = reason == "not_exported"
+    source = "dcgm-exporter lists no processes" if exporter else f"NVML could not list the GPUs' processes ({reason})"
+    if server_pod is not None and any(labelled[i] for i in unlisted):
+        counted = frozenset(i for i in unlisted if labelled[i] == server_pod)
+        how = (f"{source}: the GPUs whose pod label is {server_pod} (the server's pod, its HOSTNAME) counted as "
+               "this server's")
+        return Held(devices | {i: set() for i in counted}, frozenset(unlisted), how, "pod")
+    how = f"{source}: every GPU {'on its page ' if exporter else ''}counted as this server's"
+    return Held(devices | {i: set() for i in unlisted}, frozenset(unlisted), how, "every_gpu")
 
 
-def _holds(held: dict[int, set[int]] | None, index: int) -> bool:
-    return held is None or index in held
+def _held(window: Window) -> Held:
+    return gpus_held(_readings(window), _engine_pids(window))
 
 
 def gpu_words(device: GpuDevice | None, index: int) -> str:
-    """"GPU 1 (GPU-aaaa..., bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3)"."""
+    """"GPU 1 (GPU-aaaa..., bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3, pod vllm-0, namespace llm,
+    container vllm)": the pod where its source names one (dcgm-exporter's labels)."""
     if device is None:
         return f"GPU {index}"
-    parts = [p for p in (device.uuid, f"bus {device.pci_bus_id}" if device.pci_bus_id else None, device.name) if p]
+    pod = [f"{key} {value}" for key, value in (("pod", device.pod), ("namespace", device.namespace),
+                                                ("container", device.container)) if value]
+    parts = [p for p in (device.uuid, f"bus {device.pci_bus_id}" if device.pci_bus_id else None, device.name, *pod)
+             if p]
     return f"GPU {index}" + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -108,14 +165,14 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
             row = xids.lookup(event.xid)
             if event.xid == xids.RECOVERY_XID and event.index in recovery:
                 row = xids.with_recovery(row, recovery[event.index])     # the driver's reported action wins
-            if row.action == xids.IGNORE or not _holds(held, event.index):
+            if row.action == xids.IGNORE or not held.holds(event.index):
                 continue
             faults.append((row.hardware, event.t, Evidence("gpu", sample.t, f"xids.{event.index}", event.xid),
                            event.index, row, f"Xid {event.xid} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})",
                            "xid"))
     before = {d.index: d for d in first.devices}
     for device in last.devices:
-        if not _holds(held, device.index):
+        if not held.holds(device.index):
             continue
         if device.lost:
             onset = _first(readings, device.index, lambda d: d.lost)
@@ -150,7 +207,7 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
     devices = {f[3] for f in faults}
     hardware, onset, evidence, index, row, what, fault = faults[0]
     identity = _identity(window).get(index)
-    pids = (held or {}).get(index, set())
+    pids = (held.devices or {}).get(index, set())
     rank, rank_token, rank_pid = _rank_on(window, pids)
     action = (row.action if row is not None else xids.REBOOT if fault == "lost" else
               xids.RECOVERY_ACTIONS.get(identity_recovery(window, index), xids.UNKNOWN) if fault == "recovery_action"
@@ -158,12 +215,12 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
     tail = ": do not restart on this GPU" if hardware else ": a restart of the process helps" \
         if action == xids.RESTART_APP else ": a person decides"
     others = f" (and {len(devices) - 1} more GPU(s))" if len(devices) > 1 else ""
-    why = f"{gpu_words(identity, index)}{' under ' + rank if rank else ''}: {what}{tail}{others}"
+    why = f"{gpu_words(identity, index)}{' under ' + rank if rank else ''}: {what}{tail}{others}{held.words(index)}"
     details = {"fault": fault, "gpu_index": index, "gpu_uuid": identity.uuid if identity else None,
                "gpu_bus_id": identity.pci_bus_id if identity else None,
                "xid": row.code if row is not None else None, "xid_mnemonic": row.mnemonic if row is not None else None,
                "action": action, "hardware": hardware, "rank": rank_token, "rank_pid": rank_pid,
-               "gpus": len(devices)}
+               "gpus": len(devices), **held.details(index)}
     return [Verdict("gpu_fault", window.end, min(onset, window.end), why, (evidence,), details)]
 
 
@@ -218,7 +275,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
         return None
     held = _held(window)
     last = readings[-1]
-    hot = [d for d in last.devices if _holds(held, d.index) and _throttled(d, config)]
+    hot = [d for d in last.devices if held.holds(d.index) and _throttled(d, config)]
     if not hot:
         return None
     device = hot[0]
@@ -234,7 +291,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
     if running <= 0:
         return None     # nothing runs: a slower rate is less demand, not a slower GPU
     identity = _identity(window).get(device.index, device)
-    rank, rank_token, rank_pid = _rank_on(window, (held or {}).get(device.index, set()))
+    rank, rank_token, rank_pid = _rank_on(window, (held.devices or {}).get(device.index, set()))
     clocks = (f"{num(device.sm_clock_mhz)} of {num(device.sm_clock_max_mhz)} MHz" if device.sm_clock_mhz is not None
               and device.sm_clock_max_mhz else "clocks down")
     temperature = f", {num(device.temperature_c)} °C" if device.temperature_c is not None else ""
@@ -243,7 +300,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
     why = (f"{gpu_words(identity, device.index)}{' under ' + rank if rank else ''}: SM clock {clocks} held by "
            f"{reason_words(device.clock_event_reasons)} for {last.t - onset:.0f} s{temperature}{power}; tokens "
            f"{before:.0f}/s → {after:.0f}/s ({after / before - 1:+.0%}) with {num(running)} running: the GPU is "
-           "slowed, not the demand up")
+           f"slowed, not the demand up{held.words(device.index)}")
     cause = ("thermal" if device.clock_event_reasons & (CLOCK_SW_THERMAL | CLOCK_HW_THERMAL) else
              "power_brake" if device.clock_event_reasons & CLOCK_HW_POWER_BRAKE else "hw_slowdown")
     evidence = (Evidence("gpu", onset, f"devices.{device.index}.clock_event_reasons", device.clock_event_reasons),
@@ -252,7 +309,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
     details = {"cause": cause, "gpu_index": device.index, "gpu_uuid": identity.uuid, "sm_clock_mhz": device.sm_clock_mhz,
                "sm_clock_max_mhz": device.sm_clock_max_mhz, "temperature_c": device.temperature_c,
                "tokens_per_s_before": round(before, 3), "tokens_per_s_after": round(after, 3),
-               "running": running, "rank": rank_token, "rank_pid": rank_pid}
+               "running": running, "rank": rank_token, "rank_pid": rank_pid, **held.details(device.index)}
     return Verdict("gpu_throttled", window.end, onset, why, evidence, details)
 
 

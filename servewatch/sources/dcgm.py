@@ -5,8 +5,11 @@ Read from dcgm-exporter's default counters (etc/default-counters.csv: DCGM_FI_DE
 _GPU_TEMP, _POWER_USAGE, _PCIE_REPLAY_COUNTER, _GPU_UTIL, _MEM_COPY_UTIL, _XID_ERRORS, _FB_FREE, _FB_USED,
 _UNCORRECTABLE_REMAPPED_ROWS, _CORRECTABLE_REMAPPED_ROWS, _ROW_REMAP_FAILURE), plus the clock-event reasons and
 ECC totals where the exporter's counters list adds them. A field the page does not carry is unavailable with the
-reason "not_exported", never 0. dcgm-exporter lists no processes (its pod, namespace and container labels name the
-pod using the GPU), so a GPU read here is tied to no rank.
+reason "not_exported", never 0. dcgm-exporter lists no processes (`processes` is unavailable "not_exported"), so a
+GPU read here is tied to no rank; its `pod`, `namespace` and `container` labels (present when its kubelet
+pod-resources mapping is on) name the pod using the GPU and are kept on the device. Given the watched server's pid,
+the source also reads the pod that server runs in: the HOSTNAME in its /proc/PID/environ (Kubernetes sets it to the
+pod's name), once, and nothing else of that environment. detectors.gpu says how the two attribute a GPU.
 
 DCGM_FI_DEV_XID_ERRORS is the value of the last Xid on the device: a value that changes between two pages, to
 a code other than 0, is one Xid event at the second page's time (a value already there at the first page is older
@@ -20,6 +23,7 @@ parsed off the event loop, so that a slow, huge or hostile exporter costs its ow
 from __future__ import annotations
 
 import asyncio
+import re
 
 from servewatch.clock import Clock
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES, parse
@@ -35,6 +39,10 @@ NOT_EXPORTED = "not_exported"
 READ_TIMEOUT_S = 5.0
 MAX_PAGE_BYTES = 4 * MIB
 MAX_SERIES = 8192
+MAX_ENVIRON_BYTES = 1 * MIB
+# A Kubernetes object name (RFC 1123 subdomain): a label or HOSTNAME of another shape is not kept.
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+POD_LABELS = ("pod", "namespace", "container")
 
 # DCGM field -> (GpuDevice field, scale)
 FIELDS = {
@@ -77,7 +85,8 @@ def read_page(text: str | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES,
                 continue
             index = int(index)
             identity.setdefault(index, {k: sample.labels[k] for k in ("UUID", "pci_bus_id", "modelName")
-                                        if sample.labels.get(k)})
+                                        if sample.labels.get(k)}
+                                | {k: sample.labels[k] for k in POD_LABELS if K8S_NAME.match(sample.labels.get(k, ""))})
             if name == XID:
                 last_xid[index] = int(sample.value)
             elif name in (FB_USED, FB_FREE):
@@ -92,13 +101,30 @@ def read_page(text: str | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES,
         got["memory_used_bytes"] = used
         got["memory_total_bytes"] = used + free if used is not None and free is not None else None
         ids = identity.get(index, {})
-        unavailable = tuple(sorted((f, NOT_EXPORTED) for f in READ_FIELDS if got.get(f) is None))
+        unavailable = tuple(sorted([(f, NOT_EXPORTED) for f in READ_FIELDS if got.get(f) is None]
+                                   + [("processes", NOT_EXPORTED)]))
         devices.append(GpuDevice(index=index, utilization_pct=got.pop("utilization_pct", None),
                                  memory_used_bytes=got.pop("memory_used_bytes"),
                                  memory_total_bytes=got.pop("memory_total_bytes"), power_w=got.pop("power_w", None),
                                  uuid=ids.get("UUID"), pci_bus_id=ids.get("pci_bus_id"), name=ids.get("modelName"),
+                                 pod=ids.get("pod"), namespace=ids.get("namespace"), container=ids.get("container"),
                                  unavailable=unavailable, **got))
     return tuple(devices), last_xid
+
+
+def server_pod(pid: int, proc_root: str = "/proc") -> str | None:
+    """The pod a process runs in: the HOSTNAME of its environment when it has a Kubernetes name's shape (None:
+    unreadable, unset, or another shape). Only that variable is looked at; nothing of the environment is kept."""
+    try:
+        with open(f"{proc_root}/{pid}/environ", "rb") as f:
+            data = f.read(MAX_ENVIRON_BYTES)
+    except OSError:
+        return None
+    for item in data.split(b"\0"):
+        if item.startswith(b"HOSTNAME="):
+            name = item.removeprefix(b"HOSTNAME=").decode("ascii", "replace")
+            return name if K8S_NAME.match(name) else None
+    return None
 
 
 def _too_large() -> str:
@@ -122,11 +148,21 @@ class DcgmSource:
 
     kind = "gpu"
 
-    def __init__(self, transport: Transport, clock: Clock, interval: float):
+    def __init__(self, transport: Transport, clock: Clock, interval: float, *, pid: int | None = None,
+                 proc_root: str = "/proc"):
         self._transport = transport
         self._clock = clock
         self.interval = interval
         self._last_xid: dict[int, int] | None = None
+        self._pid, self._proc_root = pid, proc_root
+        self._pod_read = pid is None
+        self._pod: str | None = None      # the pod the watched server runs in, read once
+
+    async def _server_pod(self) -> str | None:
+        if not self._pod_read:
+            self._pod_read = True
+            self._pod = await asyncio.to_thread(server_pod, self._pid, self._proc_root)
+        return self._pod
 
     async def poll(self) -> list[GpuSample]:
         try:
@@ -153,7 +189,8 @@ class DcgmSource:
                          if code and code != self._last_xid.get(index))
         self._last_xid = last_xid
         return [GpuSample(t=t, available=bool(devices), devices=devices, xids=xids,
-                          error=None if devices else "unavailable: no DCGM_FI_DEV_* series")]
+                          error=None if devices else "unavailable: no DCGM_FI_DEV_* series",
+                          server_pod=await self._server_pod())]
 
     async def close_connections(self) -> None:
         close = getattr(self._transport, "close", None)

@@ -128,6 +128,11 @@ class GpuDevice:
     nvlink_recovery_errors: int | None = None
     lost: bool = False                          # NVML answers "GPU is lost": it fell off the bus
     unavailable: tuple[tuple[str, str], ...] = ()   # (field, NVML's reason) for each field it could not give
+    # The Kubernetes pod using the GPU, as dcgm-exporter labels it (its kubelet pod-resources mapping): operator
+    # metadata kept in bundles and why lines, never a label on an exported series. None: not said.
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
 
     def why_unavailable(self, name: str) -> str | None:
         return dict(self.unavailable).get(name)
@@ -149,6 +154,7 @@ class GpuSample:
     devices: tuple[GpuDevice, ...] = ()
     error: str | None = None       # e.g. "unavailable: no NVIDIA driver"
     xids: tuple[GpuXid, ...] = ()  # the Xid events received since the previous GPU sample, each at its own time
+    server_pod: str | None = None  # the pod the watched server runs in (its process's HOSTNAME), where read
 
 
 @dataclass(frozen=True, slots=True)

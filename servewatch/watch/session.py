@@ -136,7 +136,7 @@ def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, cl
         from servewatch.watch.targets import gpu_interval
 
         sources.append(DcgmSource(http_transport(session, options.gpu_metrics, timeout_s=5.0), clock,
-                                  gpu_interval(options.interval)))
+                                  gpu_interval(options.interval), pid=getattr(probe, "pid", None)))
     sources = [*sources, *extra_sources]       # e.g. the proxy's requests source
     if wrap_source is not None:
         sources = [wrap_source(source) for source in sources]
