@@ -107,6 +107,25 @@ def test_after_its_end_a_replay_holds_the_last_recorded_state(bundles):
     assert telemetry.health_at(position.b) == telemetry.health[-1]
 
 
+def test_the_playhead_moves_speed_bundle_seconds_a_second_from_its_start(bundles):
+    telemetry = replay.load(bundles["alive_health_ok_no_progress"])
+    now = [100.0]
+    playhead = replay.Playhead(telemetry, speed=4.0, start_offset=30.0, clock=lambda: now[0])
+    assert playhead.position().b == telemetry.start + 30.0
+    now[0] += 10.0
+    assert playhead.position().b == pytest.approx(telemetry.start + 70.0)
+    assert playhead.real_time_of(telemetry.start + 70.0) == pytest.approx(now[0])
+    for speed, start in ((0.0, 0.0), (-1.0, 0.0), (1.0, telemetry.period + 1)):
+        with pytest.raises(replay.ReplayError):
+            replay.Playhead(telemetry, speed=speed, start_offset=start)
+
+
+def test_replay_flags_without_a_bundle_are_one_line_and_exit_2():
+    done = subprocess.run([sys.executable, "-m", "servewatch", "sim", "--speed", "2", "--port", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "go with --replay BUNDLE" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_bad_bundle_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "incident.json").write_text("{}")
     done = subprocess.run([sys.executable, "-m", "servewatch", "sim", "--replay", str(tmp_path), "--port", "0"],
