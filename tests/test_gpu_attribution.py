@@ -19,7 +19,7 @@ from servewatch.bundle.verify import verify_bundle
 from servewatch.bundle.writer import BundleContext, BundleWriter
 from servewatch.clock import VirtualClock
 from servewatch.detectors import DetectorConfig, run_detectors
-from servewatch.detectors.gpu import gpus_held
+from servewatch.detectors.gpu import gpu_words, gpus_held, node_gpu_problems
 from servewatch.sources.dcgm import DcgmSource, read_page, server_pod
 from servewatch.sources.http import in_process_transport
 from servewatch.timeline.samples import GpuDevice, GpuProcess, GpuSample, ProcessMember, ProcessSample
@@ -90,6 +90,13 @@ def test_the_pages_pod_namespace_and_container_labels_are_kept_on_each_gpu():
     assert gpu0.why_unavailable("processes") == "not_exported" and gpu0.processes == ()
     (odd, _), _ = read_page(page(pods=("Not A Name; rm", "vllm-0")))
     assert odd.pod is None                           # a label that is no Kubernetes name is not kept
+    assert gpu_words(gpu0, 0) == f"GPU 0 ({UUID0}, bus 00000000:17:00.0, NVIDIA H100 80GB HBM3, pod vllm-0, " \
+                                  "namespace llm, container vllm)"
+    assert gpu_words(gpu1, 1) == f"GPU 1 ({UUID1}, bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3, namespace llm, " \
+                                  "container vllm)"
+    # the node check (node-problem-detector) is about the node's hardware: no pod words in its bounded message
+    (problem,) = node_gpu_problems((gpu0, gpu1), {1: 79})
+    assert problem.startswith(f"GPU 1 ({UUID1}, bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3): last Xid 79")
 
 
 def test_the_servers_pod_is_its_processes_hostname_read_once(tmp_path):

@@ -124,14 +124,14 @@ def _held(window: Window) -> Held:
     return gpus_held(_readings(window), _engine_pids(window))
 
 
-def gpu_words(device: GpuDevice | None, index: int) -> str:
+def gpu_words(device: GpuDevice | None, index: int, *, pod: bool = True) -> str:
     """"GPU 1 (GPU-aaaa..., bus 00000000:2A:00.0, NVIDIA H100 80GB HBM3, pod vllm-0, namespace llm,
-    container vllm)": the pod where its source names one (dcgm-exporter's labels)."""
+    container vllm)": the pod where its source names one (dcgm-exporter's labels) and `pod` asks for it."""
     if device is None:
         return f"GPU {index}"
-    pod = [f"{key} {value}" for key, value in (("pod", device.pod), ("namespace", device.namespace),
-                                                ("container", device.container)) if value]
-    parts = [p for p in (device.uuid, f"bus {device.pci_bus_id}" if device.pci_bus_id else None, device.name, *pod)
+    pods = [f"{key} {value}" for key, value in (("pod", device.pod), ("namespace", device.namespace),
+                                                 ("container", device.container)) if value and pod]
+    parts = [p for p in (device.uuid, f"bus {device.pci_bus_id}" if device.pci_bus_id else None, device.name, *pods)
              if p]
     return f"GPU {index}" + (f" ({', '.join(parts)})" if parts else "")
 
@@ -407,5 +407,5 @@ def node_gpu_problems(devices, last_xids: dict[int, int] | None = None) -> list[
             if row.hardware:
                 found.append(f"last Xid {code} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})")
         if found:
-            problems.append(f"{gpu_words(d, d.index)}: {'; '.join(found)}")
+            problems.append(f"{gpu_words(d, d.index, pod=False)}: {'; '.join(found)}")   # the node's, not a pod's
     return problems
