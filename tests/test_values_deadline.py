@@ -16,12 +16,17 @@ from servewatch.sources import deadline as D
 from servewatch.sources.deadline import within
 
 
+HORIZON_S = 100.0     # no test here runs its clock past this: a deadline that never fires fails at once, not hangs
+
+
 class _Selector(selectors.DefaultSelector):
     loop: "_VirtualLoop"
 
     def select(self, timeout=None):
         if timeout is not None and timeout > 0:
             self.loop.now += timeout              # the loop would have slept this long: no real sleep
+        if self.loop.now > HORIZON_S:
+            raise RuntimeError(f"the virtual clock ran past {HORIZON_S:g} s: the deadline never fired")
         return super().select(0 if timeout is not None else 1.0)
 
 
