@@ -25,9 +25,9 @@ class _Selector(selectors.DefaultSelector):
     def select(self, timeout=None):
         if timeout is not None and timeout > 0:
             self.loop.now += timeout              # the loop would have slept this long: no real sleep
-        if self.loop.now > HORIZON_S:
-            raise RuntimeError(f"the virtual clock ran past {HORIZON_S:g} s: the deadline never fired")
-        return super().select(0 if timeout is not None else 1.0)
+        if self.loop.now > HORIZON_S or timeout is None:     # None: no timer left, nothing will ever wake the loop
+            raise RuntimeError(f"the virtual clock ran past {HORIZON_S:g} s or has no timer: the deadline never fired")
+        return super().select(0)
 
 
 class _VirtualLoop(asyncio.SelectorEventLoop):
