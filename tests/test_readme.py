@@ -138,11 +138,9 @@ def test_every_shown_command_parses_with_the_current_cli(path, line, command):
 
 
 def test_the_readmes_links_lead_to_files():
-    """mkdocs checks the site's links; the README is not in the site, so its own links are checked here (the pages other
-    helpers own, OWNED_ELSEWHERE, may be missing while they write them; every other target must exist)."""
+    """mkdocs checks the site's links; the README is not in the site, so its own links are checked here."""
     text = README.read_text(encoding="utf-8")
     targets = [t for t in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text) if not t.startswith(("http://", "https://"))]
     assert targets, "the README links into the docs site"
     missing = [t for t in targets if not (ROOT / t).exists()]
-    pending = [t for t in missing if Path(t).name in OWNED_ELSEWHERE]
-    assert not set(missing) - set(pending), f"README links to missing files: {sorted(set(missing) - set(pending))}"
+    assert not missing, f"README links to missing files: {sorted(set(missing))}"
