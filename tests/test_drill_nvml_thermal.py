@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from servewatch.drill.faults.nvml import Nvml
+from servewatch.drill.faults.nvml import COMPETITOR_NICE_LEAD, Nvml
 from servewatch.drill.plan import Expect, FaultStep
 from servewatch.drill.target import Process
 from servewatch.lab.nvml_stand_in import INJECT_AT, ScenarioClock
@@ -65,12 +65,12 @@ def test_a_thermal_scenario_slows_a_lab_engine_with_stress_ng_at_its_nice_and_re
         fault.inject(ctx)
         [stress] = ctx.spawned
         assert float((tmp_path / "clock").read_text()) == INJECT_AT
-        assert stress.poll() is None and _autogroup_nice(stress.pid) == 10
+        assert stress.poll() is None and _autogroup_nice(stress.pid) == 10 - COMPETITOR_NICE_LEAD == 7
         cpus = sorted(psutil.Process(engine.pid).cpu_affinity())
         [command] = ctx.commands       # (stress-ng rewrites its own title: read what was started, not /proc)
         assert command[1:5] == ["--cpu", str(len(cpus)), "--taskset", ",".join(map(str, cpus))]
         assert fault.facts["slowed"] == (f"stress-ng, {len(cpus)} CPU worker(s) on the ranks' {len(cpus)} core(s), "
-                                         "its session at the engine's nice 10")
+                                         "its session at nice 7 against the engine's 10")
         fault.revert(ctx)
         assert stress.poll() is not None and float((tmp_path / "clock").read_text()) == 0.0
     finally:
