@@ -24,7 +24,7 @@ FENCE = re.compile(r"^\s*```")
 
 # Pages other helpers of issue 45 own and write (their blocks show typed completions and refusals on purpose):
 # left to their authors here and in tests/test_docs.py.
-OWNED_ELSEWHERE = {"after-an-incident.md", "gpu.md", "collectives.md", "architecture.md", "completion.md"}
+OWNED_ELSEWHERE = {"completion.md", "collectives.md", "architecture.md"}
 
 
 def owned_elsewhere(path: Path) -> bool:
@@ -67,17 +67,19 @@ def test_the_readme_is_short_and_shows_the_two_commands():
 def _shown_commands(text: str) -> list[tuple[int, str]]:
     """(line, command) for every `$ servewatch …` line in a code block and every inline `servewatch …` span
     that is an invocation (not a synopsis with [options] or placeholders)."""
-    found, inside = [], False
+    found, inside, shell = [], False, False
     lines = text.splitlines()
     for i, line in enumerate(lines, 1):
         j = i
         while inside and line.endswith("\\") and j < len(lines):      # a shell line continued
             line, j = line[:-1] + " " + lines[j].strip(), j + 1
         if FENCE.match(line):
-            inside = not inside
+            inside, shell = not inside, line.strip() in ("```bash", "```sh", "```shell")
             continue
         if inside:
-            for m in re.finditer(r"(?:^\$ |^|; do |&& )(servewatch (?![a-z]+:)[^\n]*)", line):   # not a message
+            # a `$ ` prompt, or a bare line of a shell block; never a line of output ("servewatch serve was ...")
+            start = r"(?:^\$ |^|; do |&& )" if shell else r"(?:^\$ |; do |&& )"
+            for m in re.finditer(start + r"(servewatch (?![a-z]+:)[^\n]*)", line):   # not a message
                 if "<TAB>" not in m[1]:                 # typed, not run: shell completion
                     found.append((i, m[1]))
         else:
