@@ -49,9 +49,9 @@ def _run(main):
         loop.close()
 
 
-async def _answer_at(loop, t: float, value="answer"):
+async def _answer_at(loop, t: float, value="answer", steps=3):
     await asyncio.sleep(t - loop.time())      # the server answers at t...
-    for _ in range(3):                        # ...and the answer is read in a few steps (status, headers, body)
+    for _ in range(steps):                    # ...and the answer is read in a few steps (status, headers, body)
         await asyncio.sleep(0)
     return value
 
@@ -63,12 +63,12 @@ def _freeze(loop, at: float, until: float) -> None:
     loop.call_at(at, frozen)
 
 
-def _outcome(timeout_s: float, answer_at: float | None, freezes=()):
+def _outcome(timeout_s: float, answer_at: float | None, freezes=(), steps=3):
     """(what `within` gave: the answer or "timeout", the clock when it gave it)."""
     async def main(loop):
         for at, until in freezes:
             _freeze(loop, at, until)
-        work = _answer_at(loop, answer_at) if answer_at is not None else asyncio.Event().wait()
+        work = _answer_at(loop, answer_at, steps=steps) if answer_at is not None else asyncio.Event().wait()
         try:
             value = await within(work, timeout_s)
         except TimeoutError:
@@ -124,6 +124,8 @@ def test_the_time_given_back_is_at_most_the_timeout_in_all():
     assert _outcome(1.0, None, freezes=[(0.9, 1.75), (2.4, 3.0), (3.2, 4.0)]) == ("timeout", 4.0)
     # with exactly the timeout given back in one piece (late == timeout), a second late timer times out
     assert _outcome(1.0, None, freezes=[(0.9, 2.0), (2.5, 3.5)]) == ("timeout", 3.5)
+    # ...at once: not even a turn of the loop more for an answer that arrived meanwhile (`given_back < timeout_s`)
+    assert _outcome(1.0, 3.2, freezes=[(0.9, 2.0), (2.5, 3.5)], steps=0) == ("timeout", 3.5)
 
 
 def test_work_done_when_the_late_timer_runs_is_returned_not_given_more_time():
@@ -163,3 +165,32 @@ def test_a_failure_of_abandoned_work_is_retrieved_and_a_cancelled_one_left():
     failed.set_exception(ValueError("x"))
     D._consume(failed)
     assert failed._log_traceback is False  # retrieved
+
+
+def test_cancelling_the_caller_leaves_no_error_behind():
+    """The work cancelled with its caller, and failing as it unwinds: its exception is retrieved (_consume), and
+    no callback of `within` is left to fail."""
+    errors = []
+
+    async def main(loop):
+        loop.set_exception_handler(lambda _loop, context: errors.append(context.get("message")))
+
+        async def fails_when_cancelled():
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise ValueError("failed while unwinding") from None
+
+        caller = asyncio.ensure_future(within(fails_when_cancelled(), 1.0))
+        await asyncio.sleep(0.5)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return loop.time()
+
+    assert _run(main) == 0.5
+    import gc
+    gc.collect()
+    assert errors == []

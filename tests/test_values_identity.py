@@ -61,11 +61,33 @@ def host(monkeypatch):
         addresses = {ip("127.0.0.1")}
 
     h = Host()
-    monkeypatch.setattr(I, "_process", lambda pid, base: (h.root, "server"))
-    monkeypatch.setattr(I, "_create_time", lambda proc, pid, name, base: h.create_time)
-    monkeypatch.setattr(I, "_same_netns", lambda pid: h.netns)
-    monkeypatch.setattr(I, "_resolve", lambda hostname, port: h.addresses)
-    monkeypatch.setattr(I, "_holder", lambda port, addresses: h.holder)
+    h.base, h.host, h.port = "http://127.0.0.1:8000", "127.0.0.1", 8000    # what the fakes expect to be asked
+
+    def process(pid, base):
+        assert (pid, base) == (100, h.base)
+        return h.root, "server"
+
+    def create_time(proc, pid, name, base):
+        assert (proc, pid, name, base) == (h.root, 100, "server", h.base)
+        return h.create_time
+
+    def same_netns(pid):
+        assert pid == 100
+        return h.netns
+
+    def resolve(hostname, port):
+        assert (hostname, port) == (h.host, h.port)
+        return h.addresses
+
+    def holder(port, addresses):
+        assert (port, addresses) == (h.port, h.addresses)
+        return h.holder
+
+    monkeypatch.setattr(I, "_process", process)
+    monkeypatch.setattr(I, "_create_time", create_time)
+    monkeypatch.setattr(I, "_same_netns", same_netns)
+    monkeypatch.setattr(I, "_resolve", resolve)
+    monkeypatch.setattr(I, "_holder", holder)
     return h
 
 
@@ -142,7 +164,9 @@ def test_another_or_unreadable_network_namespace_is_unverifiable(host):
     host.netns = None
     with pytest.raises(ServerIdentityError) as err:
         I.prove_server(100, URL)
-    assert "its network namespace cannot be read by this user" in str(err.value) and err.value.unverifiable
+    assert str(err.value) == ("pid 100 (server) cannot be proven to serve http://127.0.0.1:8000: its network "
+                              "namespace cannot be read by this user (pass --unverified-pid-ok to go on anyway)")
+    assert err.value.unverifiable
 
 
 def test_a_tree_that_exits_while_listed_is_one_line(host):
@@ -155,12 +179,15 @@ def test_a_tree_that_exits_while_listed_is_one_line(host):
 def test_a_remote_host_is_unverifiable(host, monkeypatch):
     monkeypatch.setattr(I, "_local_addresses", lambda: {ip("10.0.0.5")})
     host.addresses = {ip("192.0.2.10")}
+    host.base, host.host = "http://192.0.2.10:8000", "192.0.2.10"
     proof = I.prove_server(100, "http://192.0.2.10:8000", allow_unverifiable=True)
     assert proof.how == ("not verified: 192.0.2.10 is not an address of this machine; pid 100 was accepted on "
                          "the user's explicit override")
     host.addresses = None
+    host.host, host.port = "nowhere.invalid", 1
     assert I.unverifiable_reason("http://nowhere.invalid:1") == "nowhere.invalid does not resolve here"
     host.addresses = {ip("10.0.0.5")}
+    host.host = "10.0.0.5"
     assert I.unverifiable_reason("http://10.0.0.5:1") is None
 
 
@@ -228,7 +255,7 @@ def test_tree_listens(monkeypatch):
         return trees[pid]
 
     monkeypatch.setattr(psutil, "Process", process)
-    monkeypatch.setattr(I, "_resolve", lambda h, p: {ip("127.0.0.1")})
+    monkeypatch.setattr(I, "_resolve", lambda h, p: {ip("127.0.0.1")} if (h, p) == ("127.0.0.1", 8000) else None)
     assert [I.tree_listens(pid, URL) for pid in (1, 2, 5, 9)] == [True, True, False, False]
     monkeypatch.setattr(I, "_resolve", lambda h, p: None)          # no address: only a wildcard v6 bind counts
     assert I.tree_listens(1, URL) is False
@@ -263,6 +290,7 @@ def test_listens_on():
     assert I._listens_on(listen("::", 8000), 8000, v6) is True
     assert I._listens_on(listen("::", 8000), 8000, v4) is True              # dual stack
     assert I._listens_on(listen("::ffff:127.0.0.1", 8000), 8000, v4) is True
+    assert I._listens_on(listen("::ffff:127.0.0.2", 8000), 8000, v4) is False
     assert I._listens_on(listen("::1", 8000), 8000, v4) is False
     assert I._listens_on(listen("fe80::1%eth0", 8000), 8000, {ip("fe80::1")}) is True
     assert I._listens_on(listen("not-an-ip", 8000), 8000, v4) is False
@@ -275,9 +303,9 @@ def test_resolve(monkeypatch):
             raise socket.gaierror("no")
         if host == "idna":
             raise UnicodeError("label")
-        return [(socket.AF_INET6, type, 6, "", ("fe80::1%eth0", port, 0, 2)),
-                (socket.AF_INET, type, 6, "", ("127.0.0.1", port)),
-                (socket.AF_INET, type, 6, "", ("junk", port))]
+        return [(socket.AF_INET, type, 6, "", ("junk", port)),
+                (socket.AF_INET6, type, 6, "", ("fe80::1%eth0", port, 0, 2)),
+                (socket.AF_INET, type, 6, "", ("127.0.0.1", port))]
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     assert I._resolve("h", 8000) == {ip("fe80::1"), ip("127.0.0.1")}
@@ -290,13 +318,14 @@ def test_resolve(monkeypatch):
 def test_local_addresses_and_is_local(monkeypatch):
     monkeypatch.setattr(psutil, "net_if_addrs", lambda: {
         "lo": [IfAddr(socket.AF_INET, "127.0.0.1"), IfAddr(socket.AF_INET6, "::1")],
-        "eth0": [IfAddr(socket.AF_INET, "10.0.0.5"), IfAddr(socket.AF_INET6, "fe80::5%eth0"),
-                 IfAddr(psutil.AF_LINK, "00:11:22:33:44:55"), IfAddr(socket.AF_INET, "bogus")]})
+        "eth0": [IfAddr(socket.AF_INET, "bogus"), IfAddr(socket.AF_INET, "10.0.0.5"),
+                 IfAddr(socket.AF_INET6, "fe80::5%eth0"), IfAddr(psutil.AF_LINK, "00:11:22:33:44:55")]})
     assert I._local_addresses() == {ip("127.0.0.1"), ip("::1"), ip("10.0.0.5"), ip("fe80::5")}
     assert I._is_local({ip("10.0.0.5"), ip("127.0.0.1")}) is True
     assert I._is_local({ip("10.0.0.5"), ip("10.0.0.6")}) is False
     assert I._is_local({ip("10.0.0.6"), ip("10.0.0.5")}) is False
     assert I._is_local({ip("0.0.0.0")}) is True
+    assert I._is_local([ip("127.0.0.1"), ip("10.0.0.6")]) is False       # a loopback first does not end the check
 
 
 def test_is_local_reads_the_interfaces_once_and_only_when_needed(monkeypatch):
@@ -375,3 +404,8 @@ def test_process_and_create_time(monkeypatch):
         I._create_time(P(psutil.STATUS_ZOMBIE), 5, "srv", "http://h:1")
     assert str(err.value) == "pid 5 (srv) is not running, so it cannot be the server behind http://h:1"
     assert err.value.gone is True and err.value.unverifiable is False
+
+
+def test_the_error_s_flags_default_to_false():
+    err = ServerIdentityError("x")
+    assert (str(err), err.unverifiable, err.not_listening, err.gone, err.exit_code) == ("x", False, False, False, 2)
