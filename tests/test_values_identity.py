@@ -270,6 +270,8 @@ def test_parse():
     assert I._parse("127.0.0.1:9") == ("http://127.0.0.1:9", "127.0.0.1", 9)
     assert I._parse("https://user:pw@host.example") == ("https://host.example", "host.example", 443)
     assert I._parse("http://host.example") == ("http://host.example", "host.example", 80)
+    # userinfo holding an "@": none of it is shown (the host is after the last "@")
+    assert I._parse("http://u@x:pw@host.example:1") == ("http://host.example:1", "host.example", 1)
     for bad, line in (("ftp://x", "'ftp://x': not an http(s) URL"), ("http://", "'http://': not an http(s) URL"),
                       ("http://h:99999", "'http://h:99999': bad port")):
         with pytest.raises(ServerIdentityError) as err:
