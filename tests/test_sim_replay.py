@@ -173,8 +173,11 @@ def replay_and_watch(bundle: Path, interval: float, seconds_after: float) -> tup
     return fired, telemetry.incident, duration
 
 
+# Each live replay runs in real time (about 30 s): one verdict kind per dialect keeps the fast suite fast, and
+# between them both dialects' renderings and both kinds (a stall, a death) are replayed live.
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("kind", ["alive_health_ok_no_progress", "process_exit"])
+@pytest.mark.parametrize(("bundles", "kind"), [("vllm", "alive_health_ok_no_progress"), ("sglang", "process_exit")],
+                         indirect=["bundles"])
 def test_watch_on_a_replayed_bundle_fires_the_bundles_own_verdicts_at_its_times(bundles, kind):
     bundle = bundles[kind]
     interval = replay.load(bundle).cadence
