@@ -574,3 +574,41 @@ def test_detectors_recompute_uses_the_stored_config():
     assert list(got) == run_detectors(Window.from_samples(samples), DetectorConfig(stall_floor_s=1.0))
     assert any(v.name == "alive_health_ok_no_progress" for v in got)
     assert list(detectors_recompute(samples, {})) == run_detectors(Window.from_samples(samples), DetectorConfig())
+
+
+def test_an_on_demand_trigger_is_the_newest_sample_not_the_creation(copy):
+    end = incident(copy)["window"]["end_t"]
+
+    def on_demand(onset):
+        def change(d):
+            d["created_t"] = end + 1.0
+            d["trigger"] = {"verdict": layout.ON_DEMAND, "onset": onset}
+        return change
+    edit_incident(copy, on_demand(end))
+    verify_bundle(copy, synthetic_recompute)
+    edit_incident(copy, on_demand(end + 1.0))
+    assert fails(copy) == "incident.json: on-demand trigger onset is not the window end"
+
+
+def _empty_incident(created=5.0, onset=5.0):
+    from servewatch.kinds import SOURCE_KINDS
+    return {"created_t": created, "trigger": {"verdict": layout.ON_DEMAND, "onset": onset},
+            "incident_id": "0" * 32, "verdicts": [],
+            "window": {"samples": {k: 0 for k in SOURCE_KINDS}, "start_t": None, "end_t": None,
+                       "thinned": {"applied": False, "samples_before": 0, "samples_after": 0, "method": None}}}
+
+
+def test_a_bundle_without_samples_is_judged_by_its_creation_time():
+    V._check_identity(_empty_incident(), [], "b")                     # no sample: no span, the trigger at creation
+    with pytest.raises(BundleInvalid) as err:
+        V._check_identity(_empty_incident(onset=4.0), [], "b")
+    assert str(err.value) == "incident.json: on-demand trigger onset is not the window end"
+
+
+def test_samples_that_do_not_decode(bundle, monkeypatch):
+    from servewatch.bundle import serialize
+
+    def bad(d):
+        raise serialize.DecodeError("health sample without a time")
+    monkeypatch.setattr(serialize, "sample_from_dict", bad)
+    assert fails(bundle) == "samples: health sample without a time"
