@@ -87,3 +87,11 @@ def test_nothing_to_judge():
     # the newest sample speaks
     assert N.detect(Window(requests=(requests(9.0, t=10.0), requests(1.0, t=20.0))), CONFIG) == []
     assert len(N.detect(Window(requests=(requests(1.0, t=10.0), requests(9.0, t=20.0))), CONFIG)) == 1
+
+
+def test_a_p99_under_a_second_is_named_and_the_threshold_rounded_to_a_millisecond():
+    # p99 0.61234 s: threshold 4 x 0.61234 = 2.44936 s, over the floor; said with the p99, stored as 2.449
+    p99 = 0.61234
+    v, = N.detect(Window(requests=(requests(3.0, p99=p99),)), CONFIG)
+    assert f"x recent TTFT p99 {p99:.3f} s)" in v.why
+    assert v.details["threshold_s"] == round(K * p99, 3) == 2.449
