@@ -153,3 +153,69 @@ def test_describe():
     assert S._describe(S.Stage("weights_loaded", T0, {"seconds": 2.5})) == "weights_loaded (took 2.5 s)"
     assert S._describe(S.Stage("compiled", T0)) == "compiled"
     assert S._describe(S.Stage("process_up", T0, {}, "process")) == "the process start (no startup line in the log)"
+
+
+def test_only_startup_lines_are_stages():
+    logs = (stage(0, "process_up"), LogEvent(T0 + 2, "engine_dead", {"stage": "weights_loading"}),
+            LogEvent(T0 + 3, "startup", {"stage": 5}))
+    assert [s.name for s in S.stages(Window(logs=logs))] == ["process_up"]
+    assert S.stages(Window(logs=(stage(3, "weights_loading"),)))[0] == S.Stage("process_up", T0 + 3, {}, "log")
+    assert S.latest_start(Window(logs=(stage(3, "weights_loading"), stage(4, "process_up"))), CONFIG) == \
+        S.Stage("process_up", T0 + 4, {}, "log")
+
+
+def test_the_config_s_startup_max_s_decides_the_start():
+    # no log; the process was created 1000 s before the end: a start under startup_max_s 2000 s, none under 900 s
+    # (watched from 850: it waited 150 s, over the floor)
+    w = Window(process=(proc(850, 0.0), proc(1000, 0.0)), health=(failing(1000),))
+    long = replace(CONFIG, startup_max_s=2000.0)
+    assert S.in_startup(w, CONFIG) is False and S.in_startup(w, long) is True
+    assert S.detect_startup_stalled(w, CONFIG) == []
+    v, = S.detect_startup_stalled(w, long)
+    assert (v.onset, v.details["stage"], v.details["waited_s"]) == (T0, "process_up", 150.0)
+    w = Window(process=(proc(100, 0.0),), health=(failing(100),))
+    assert S.in_startup(w, replace(CONFIG, startup_max_s=50.0)) is False and S.in_startup(w, CONFIG) is True
+
+
+def test_a_failure_or_tokens_at_the_start_itself_end_it():
+    logs = (stage(10, "process_up"),)
+    assert S.in_startup(Window(logs=logs + (LogEvent(T0 + 10, "startup_failure", {}),), health=(failing(12),)),
+                        CONFIG) is False
+    tokens = lambda t, gen: MetricsSample(T0 + t, "vllm", "vllm-test", (EngineState(
+        "vllm", "vllm-test", {"engine": "0"}, counters=Counters(generation_tokens=gen)),))
+    assert S.in_startup(Window(logs=logs, metrics=(tokens(10, 5.0),), health=(failing(12),)), CONFIG) is False
+    assert S.in_startup(Window(logs=logs, metrics=(tokens(11, 1.0),), health=(failing(12),)), CONFIG) is False
+
+
+def test_a_stage_the_table_does_not_know_waits_for_the_next_stage():
+    w = Window(logs=(stage(0, "process_up"), stage(10, "custom_stage")), health=(failing(10 + FLOOR),))
+    v, = S.detect_startup_stalled(w, CONFIG)
+    assert v.why.startswith(f"startup stuck after custom_stage for {FLOOR:.0f} s, the next stage (bound ")
+
+
+def test_the_stopped_processes_by_rank():
+    from servewatch.detectors.rank_words import named_processes
+    w = Window(logs=(stage(0, "process_up"),), process=(proc(FLOOR, -1.0, status="stopped"),),
+               health=(failing(FLOOR),))
+    v, = S.detect_startup_stalled(w, CONFIG)
+    named = named_processes(w.process[-1], [(2, "VLLM::EngineCore")])
+    assert v.why.endswith(f"; process(es) stopped: {named}")
+
+
+def test_failing_health_from_the_start_on_is_the_evidence():
+    logs = (stage(10, "process_up"),)
+    w = Window(logs=logs, health=(failing(5),), process=(proc(10 + FLOOR, -1.0),))
+    v, = S.detect_startup_stalled(w, CONFIG)
+    assert [e.source for e in v.evidence] == ["log"]                  # the failure at 5 is an earlier start's
+    w = Window(logs=logs, health=(failing(10),), process=(proc(10 + FLOOR, -1.0),))
+    v, = S.detect_startup_stalled(w, CONFIG)
+    assert v.evidence[-1] == Evidence("health", T0 + 10, "error", "connect")   # at the start itself: counted
+
+
+def test_the_details_are_rounded_to_a_tenth():
+    # the longest stage 50.0625 s: bound 4 x 50.0625 = 200.25 s, waited 200.375 s
+    w = Window(logs=(stage(0, "process_up"), stage(50.0625, "weights_loading"),
+                     stage(70.0625, "weights_loaded")), health=(failing(70.0625 + 200.375),))
+    v, = S.detect_startup_stalled(w, CONFIG)
+    assert (v.details["waited_s"], v.details["bound_s"], v.details["longest_gap_s"]) == \
+        (round(200.375, 1), round(200.25, 1), round(50.0625, 1)) == (200.4, 200.2, 50.1)
