@@ -219,3 +219,35 @@ def test_the_details_are_rounded_to_a_tenth():
     v, = S.detect_startup_stalled(w, CONFIG)
     assert (v.details["waited_s"], v.details["bound_s"], v.details["longest_gap_s"]) == \
         (round(200.375, 1), round(200.25, 1), round(50.0625, 1)) == (200.4, 200.2, 50.1)
+
+
+def test_latest_start_from_the_process_reads_live_readable_samples_and_takes_the_newest_candidate():
+    dead = ProcessSample(T0 + 20, 1, None, False, ())
+    assert S.latest_start(Window(process=(proc(10, 0.0), dead)), CONFIG) == S.Stage("process_up", T0, {}, "process")
+    unreadable = ProcessSample(T0 + 20, 1, T0 + 15, True, (), error="access_denied")
+    assert S.latest_start(Window(process=(proc(10, 0.0), unreadable)), CONFIG) == \
+        S.Stage("process_up", T0, {}, "process")
+    # a first stage line at 50 and a process created at 40: the line; created at 60: the process
+    line = (stage(50, "weights_loading"),)
+    assert S.latest_start(Window(logs=line, process=(proc(70, 40.0),)), CONFIG) == S.Stage("process_up", T0 + 50, {}, "log")
+    assert S.latest_start(Window(logs=line, process=(proc(70, 60.0),)), CONFIG) == \
+        S.Stage("process_up", T0 + 60, {}, "process")
+
+
+def test_stages_after_the_newest_start_whatever_came_before():
+    logs = (stage(0, "process_up"), stage(1, "weights_loading"), stage(2, "process_up"), stage(3, "weights_loaded"))
+    assert [(s.name, s.t) for s in S.stages(Window(logs=logs))] == [("process_up", T0 + 2), ("weights_loaded", T0 + 3)]
+
+
+def test_health_ok_is_a_stage_of_its_own_from_the_start_instant():
+    logs = (stage(5, "process_up"),)
+    found = S.stages(Window(logs=logs, health=(HealthSample(T0 + 5, 200, 0.01),)))
+    assert found[-1] == S.Stage("health_ok", T0 + 5, {}, "health")
+    # a log line named health_ok is replaced by /health's own
+    found = S.stages(Window(logs=logs + (stage(6, "health_ok"),), health=(HealthSample(T0 + 7, 200, 0.01),)))
+    assert [(s.name, s.t, s.source) for s in found] == [("process_up", T0 + 5, "log"), ("health_ok", T0 + 7, "health")]
+
+
+def test_stages_at_one_instant_are_in_the_table_s_order_unknown_last():
+    logs = (stage(0, "process_up"), stage(5, "custom"), stage(5, "weights_loaded"), stage(5, "weights_loading"))
+    assert [s.name for s in S.stages(Window(logs=logs))] == ["process_up", "weights_loading", "weights_loaded", "custom"]
