@@ -665,3 +665,29 @@ def test_the_directory_name_is_stamped_in_utc(bundle, monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_config_from_dict_refuses_what_is_no_number_and_reads_minus_inf():
+    import dataclasses as dc
+
+    from servewatch.bundle import serialize
+    from servewatch.bundle.recompute import config_from_dict
+
+    @dc.dataclass(frozen=True)
+    class Config:
+        floor_s: float = 3.0
+
+    assert config_from_dict(Config, {"floor_s": "-Inf"}).floor_s == float("-inf")
+    with pytest.raises(serialize.DecodeError) as err:
+        config_from_dict(Config, {"floor_s": {"a": 1}})
+    assert str(err.value) == "not a number: {'a': 1}"
+
+
+def test_detectors_recompute_without_the_detectors(monkeypatch):
+    import sys
+
+    from servewatch.bundle.recompute import detectors_recompute
+    monkeypatch.setitem(sys.modules, "servewatch.detectors.config", None)
+    with pytest.raises(BundleInvalid) as err:
+        detectors_recompute([], {})
+    assert str(err.value).startswith("cannot recompute verdicts: detectors unavailable (")
