@@ -99,7 +99,8 @@ CASES = [
     # diagnose
     row("diagnose {missing}", 2, "not a URL, a bundle directory or a load directory"),
     row("diagnose {bundle}", 2, "{bundle}: not a readable bundle"),
-    row(f"diagnose {CLOSED} --window 1", 2, "the server did not answer in 1 s", 3),
+    row(f"diagnose {CLOSED} --window 1", 2, "could not connect (connection refused) for 1 s; nothing is listening there",
+        3),
     row(f"diagnose {CLOSED} --window nan", 2, "--window nan"),
     # advise
     row("advise --model {missing} --gpu H100", 2, "{missing}: no such file"),

@@ -77,9 +77,9 @@ def _record(args):
                                   ("interval",))
     grace = min(diagnosis.CONNECT_GRACE_S, args.window)
     if diagnosis.refused_throughout(args.target, grace):
+        before = f" (the grace diagnose gives before its {args.window:g} s window)" if grace < args.window else ""
         raise ServewatchError(f"{args.target}: the server did not answer: could not connect (connection refused) "
-                              f"for {grace:g} s, the grace diagnose gives before its {args.window:g} s window; "
-                              "nothing is listening there")
+                              f"for {grace:g} s{before}; nothing is listening there")
     print(f"servewatch diagnose: recording {args.target} for {args.window:g} s", file=sys.stderr)
     recorder = asyncio.run(record(session, None, tool="diagnose"))
     window = recorder.ring.window()
