@@ -106,3 +106,36 @@ def test_each_engine_apart():
             EngineState("vllm", "vllm-test", {"engine": "0"}, histograms={"itl": hist(10.0, 200.0)}),
             EngineState("vllm", "vllm-test", {"engine": "1"}, histograms={"itl": hist(200.0, 200.0)})))))
     assert [v.details["engine"] for v in B.detect(w, CONFIG)] == ["engine=1"]
+
+
+def _two_kinds(itl_old, itl_new):
+    """itl as given (None: absent), and a blind ttft (200 observations in its first bucket) after it."""
+    old = {"ttft": hist(0.0, 0.0)} | ({"itl": itl_old} if itl_old is not None else {})
+    new = {"ttft": hist(200.0, 200.0)} | ({"itl": itl_new} if itl_new is not None else {})
+    return Window(metrics=(scrape(0, old), scrape(30, new)))
+
+
+def test_each_kind_is_judged_whatever_the_one_before_it():
+    cases = {
+        "itl in one scrape only": (None, hist(200.0, 200.0)),
+        "itl surely not blind": (hist(0.0, 0.0), hist(10.0, 200.0)),
+        "itl's delta unreadable (a bucket went down)": (
+            Histogram(edges=EDGES, cumulative=(0.0, 500.0, 500.0, 500.0), count=500.0, sum=5.0),
+            Histogram(edges=EDGES, cumulative=(900.0, 450.0, 900.0, 900.0), count=900.0, sum=5.0)),
+        "itl without edges": (Histogram(edges=(), cumulative=(), count=0.0, sum=0.0),
+                              Histogram(edges=(), cumulative=(), count=200.0, sum=1.0)),
+    }
+    for what, (old, new) in cases.items():
+        assert [v.details["histogram"] for v in B.detect(_two_kinds(old, new), CONFIG)] == ["ttft"], what
+
+
+def test_the_first_bucket_count_is_the_evidence():
+    v, = B.detect(window(9950.0, 10_000.0), CONFIG)
+    assert v.evidence[-1] == Evidence("metrics", T0 + 30, "histograms.itl.cumulative[0]", 9950.0)
+
+
+def test_surely_not_blind_on_the_delta_of_the_first_bucket():
+    assert B._surely_not_blind(hist(0.0, 1.0), hist(0.0, 0.0), 0.5) is True          # one observation, not in bucket one
+    old = hist(100.0, 100.0)
+    assert B._surely_not_blind(hist(150.0, 200.0), old, MIN) is True                 # (150 - 100) / 100 = 0.5
+    assert B._surely_not_blind(hist(200.0, 200.0), old, MIN) is False                # (200 - 100) / 100 = 1.0
