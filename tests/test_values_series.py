@@ -112,3 +112,17 @@ def test_trailing_failures():
     assert P.trailing_failures(run + (served,), after=None) == []
     assert P.trailing_failures((probe(4.0), probe(7.0, UNAVAILABLE)), after=None) == []
     assert P.trailing_failures((), after=None) == []
+
+
+def test_cadence_reads_the_last_16_gaps_by_default():
+    # the 17th gap from the end is 10 s; the last 16 are 8 of 1 s then 8 of 10 s: median (1 + 10) / 2 = 5.5
+    gaps = [10.0] * 5 + [1.0] * 8 + [10.0] * 8
+    times = [0.0]
+    for g in gaps:
+        times.append(times[-1] + g)
+    assert S.cadence(points(times)) == 5.5
+    assert S.cadence(points(times), last=17) == 10.0
+
+
+def test_engine_words_splits_at_the_first_equals_sign():
+    assert S.engine_words("engine=a=b") == "engine a=b"
