@@ -306,4 +306,7 @@ def test_a_refused_connection_is_said_after_the_grace_not_the_whole_window(capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "could not connect (connection refused)" in err[0], err
     assert f"for {grace:g} s (the grace diagnose gives before its 30 s window); nothing is listening there" in err[0]
-    assert grace <= took <= grace + allowance, (took, grace, allowance)
+    # The last attempt may begin just before the deadline and its sleep run late on a busy machine (8.7 ms past a
+    # measured 7.9 ms allowance, 2026-12-05): the bound is the measured allowance plus one retry step, the loop's own
+    # granularity, still far under the window's 30 s.
+    assert grace <= took <= grace + allowance + diagnosis.CONNECT_RETRY_S, (took, grace, allowance)
