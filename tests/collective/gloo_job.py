@@ -10,7 +10,7 @@ The dump trigger follows ProcessGroupNCCL's documented pipe (TORCH_NCCL_DEBUG_IN
 PREFIX + RANK + ".pipe"; anything written to it asks for a dump), which gloo has no watchdog to serve: a
 thread here serves it instead and writes the Flight Recorder's own JSON (`_dump_fr_trace_json`) to
 TORCH_FR_DUMP_TEMP_FILE + RANK, whole (a temporary file, then a rename). The dump content is torch's.
-The job says each step on stdout ("rank R entering collective N"), so a test waits on lines, not time.
+The job says each step on stdout ("rank R in collective N" once it is enqueued), so a test waits on lines, not time.
 """
 
 import os
@@ -52,11 +52,15 @@ def main() -> None:
         if n == 5 and mode == "behind" and rank == last:
             print(f"rank {rank} sleeping before collective {n}", flush=True)
             threading.Event().wait()            # never enters the 5th all_reduce
-        print(f"rank {rank} entering collective {n}", flush=True)
+        # asked without waiting, so that "in collective N" is said once the collective is enqueued — and in the
+        # Flight Recorder's ring — not before the call (a dump taken between a line said first and the call
+        # missed rank 0's 5th entry in a CI run of 2026-12-05)
         if n == 5 and mode == "mismatch" and rank == last:
-            dist.broadcast(t, src=last)
+            work = dist.broadcast(t, src=last, async_op=True)
         else:
-            dist.all_reduce(t)
+            work = dist.all_reduce(t, async_op=True)
+        print(f"rank {rank} in collective {n}", flush=True)
+        work.wait()
         print(f"rank {rank} left collective {n}", flush=True)
     print(f"rank {rank} idle", flush=True)
     threading.Event().wait()

@@ -15,8 +15,8 @@ from servewatch.sources import collective_env, flight_recorder
 from tests.collective.gloo import LAB_PYTHON, gloo_job
 
 OUT = Path(__file__).resolve().parents[1] / "fixtures" / "flight_recorder"
-WAIT = {"behind": ("rank 0 entering collective 5", "rank 1 sleeping before collective 5"),
-        "mismatch": ("rank 0 entering collective 5", "rank 1 entering collective 5")}
+WAIT = {"behind": ("rank 0 in collective 5", "rank 1 sleeping before collective 5"),
+        "mismatch": ("rank 0 in collective 5", "rank 1 in collective 5")}
 
 
 def main() -> None:

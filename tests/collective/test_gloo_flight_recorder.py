@@ -35,7 +35,7 @@ def _read(job) -> tuple[flight_recorder.Collected, flight_recorder.Analysis, flo
 def test_rank_1_sleeping_before_its_5th_all_reduce_is_named_behind(tmp_path):
     with gloo_job("behind", tmp_path) as job:
         job.wait_for("rank 0 pipe ready", "rank 1 pipe ready",
-                     "rank 0 entering collective 5", "rank 1 sleeping before collective 5")
+                     "rank 0 in collective 5", "rank 1 sleeping before collective 5")
         got, analysis, named_s, said = _read(job)
     print(f"\n{said}\ndumps in {got.seconds:.3f} s, named in {named_s * 1000:.1f} ms: {analysis.why()}")
     assert said.startswith("RAS: not in use (no NCCL loaded); Flight Recorder: on (buffer 2000, pipe), 2 of 2")
@@ -48,7 +48,7 @@ def test_rank_1_sleeping_before_its_5th_all_reduce_is_named_behind(tmp_path):
 def test_all_reduce_against_broadcast_at_one_sequence_is_a_mismatch(tmp_path):
     with gloo_job("mismatch", tmp_path) as job:
         job.wait_for("rank 0 pipe ready", "rank 1 pipe ready",
-                     "rank 0 entering collective 5", "rank 1 entering collective 5")
+                     "rank 0 in collective 5", "rank 1 in collective 5")
         got, analysis, named_s, _ = _read(job)
     print(f"\ndumps in {got.seconds:.3f} s, named in {named_s * 1000:.1f} ms: {analysis.why()}")
     assert got.failures == {}
@@ -62,7 +62,7 @@ def test_the_command_given_the_pids_names_rank_1(tmp_path, capsys):
 
     with gloo_job("behind", tmp_path) as job:
         job.wait_for("rank 0 pipe ready", "rank 1 pipe ready",
-                     "rank 0 entering collective 5", "rank 1 sleeping before collective 5")
+                     "rank 0 in collective 5", "rank 1 sleeping before collective 5")
         t0 = time.monotonic()
         code = main(["collectives", "--json", *[a for pid in job.pids for a in ("--pid", str(pid))]])
         elapsed = time.monotonic() - t0

@@ -43,7 +43,7 @@ def _run(job, mode: str):
 def test_the_recorder_names_rank_1_behind_at_its_5th_all_reduce(tmp_path):
     with gloo_job("behind", tmp_path) as job:
         job.wait_for("rank 0 pipe ready", "rank 1 pipe ready",
-                     "rank 0 entering collective 5", "rank 1 sleeping before collective 5")
+                     "rank 0 in collective 5", "rank 1 sleeping before collective 5")
         recorder, source, said, fired_at = _run(job, "behind")
     (fired,) = [f for f in recorder.fired if f.verdict.name == "collective_hang"]
     dumps_t = next(t for t, line in said if " dump(s) in " in line)
@@ -61,7 +61,7 @@ def test_the_recorder_names_rank_1_behind_at_its_5th_all_reduce(tmp_path):
 def test_the_recorder_names_a_mismatch(tmp_path):
     with gloo_job("mismatch", tmp_path) as job:
         job.wait_for("rank 0 pipe ready", "rank 1 pipe ready",
-                     "rank 0 entering collective 5", "rank 1 entering collective 5")
+                     "rank 0 in collective 5", "rank 1 in collective 5")
         recorder, _, said, _ = _run(job, "mismatch")
     (fired,) = [f for f in recorder.fired if f.verdict.name == "collective_hang"]
     print(f"\nwhy: {fired.verdict.why}")
