@@ -45,6 +45,11 @@ DEFAULT_MODULES=(
   servewatch/bundle/recompute.py
   servewatch/sources/deadline.py
   servewatch/actions/policy.py
+  servewatch/detectors/capacity.py
+  servewatch/detectors/outcomes.py
+  servewatch/detectors/xid.py
+  servewatch/detectors/collective.py
+  servewatch/detectors/gpu.py
 )
 
 # Functions out of the report's scope, by module (a regex on mutmut's mutant names: x_FUNC__ for a function,
@@ -101,6 +106,17 @@ declare -A TESTS=(
   [servewatch/sources/deadline.py]='tests/test_values_deadline.py tests/test_deadline.py'
   # guard's exit statuses and actions are decided here (supervisor.py carries them out: processes and signals)
   [servewatch/actions/policy.py]='tests/test_values_policy.py tests/test_guard_policy.py'
+  # overload, kv_pressure, preemption: the detectors' tests reach it through run_detectors (the grep finds one file)
+  [servewatch/detectors/capacity.py]="tests/test_values_capacity.py $DETECTOR_TESTS"
+  # server_errors, client_errors, requests_aborted: as capacity.py
+  [servewatch/detectors/outcomes.py]="tests/test_values_outcomes.py $DETECTOR_TESTS"
+  # the Xid table's lookups (the grep adds test_detectors_gpu.py, whose guard and gpu-check runs take 10 s)
+  [servewatch/detectors/xid.py]='tests/test_values_xid.py'
+  # collective_hang: the two files the grep finds, named
+  [servewatch/detectors/collective.py]='tests/test_values_collective.py tests/test_detectors_collective.py'
+  # gpu_fault, gpu_throttled, the GPU of each rank (test_detectors_gpu.py and test_gpu_check.py build and run the
+  # NVML stand-in and gpu-check: 10 s)
+  [servewatch/detectors/gpu.py]="tests/test_values_gpu.py $DETECTOR_TESTS"
 )
 
 FLOOR=90
