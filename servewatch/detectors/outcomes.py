@@ -103,11 +103,6 @@ def walked_increase(values: Iterable[float | None]) -> float:
     return total
 
 
-def _server_counts(state: EngineState) -> tuple[dict[str, float], float | None, float | None]:
-    c = state.counters
-    return c.responses, c.request_bytes, c.request_bytes_count
-
-
 @once_per_window          # three detectors read one window's outcomes
 def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
     """The increases over the last `outcome_window_s` of good scrapes (None with fewer than two)."""
