@@ -58,13 +58,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
     import sys
 
-    from servewatch.clock import RealClock
     from servewatch.sim.config import SimConfig
-    from servewatch.sim.engine import SimEngine
     from servewatch.sim.faults import FaultSpecError, parse_fault_spec
     from servewatch.sim.profiles import DEFAULT_PROFILE, PROFILES
     from servewatch.sim.server import serve
@@ -105,30 +101,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"servewatch sim: {args.dialect} engine ({profile}) on http://{args.host}:{port}", file=sys.stderr,
               flush=True)
 
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            engine = SimEngine(config, RealClock(), log_stream=log_stream)
-        except FaultSpecError as exc:       # e.g. startup-hang@STAGE with a stage this engine does not log
-            raise SimUsageError(f"--fault: {exc}") from None
-        try:
-            return await serve(engine, args.host, args.port, on_listening=listening, stop=stop)
-        except OSError as exc:
-            raise SimUsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-
     try:
-        return asyncio.run(main())
+        return _serve_until_signal(args, serve, lambda: _sim_engine(config, log_stream), listening)
     finally:
         if log_stream is not sys.stdout:
             log_stream.close()
 
 
 def _replay(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
     import sys
 
     from servewatch.sim.replay import Playhead, ReplayError, load
@@ -149,14 +129,34 @@ def _replay(args: argparse.Namespace) -> int:
         if verdicts:
             print(f"servewatch sim: the bundle's verdicts (bundle seconds): {verdicts}", file=sys.stderr, flush=True)
 
+    return _serve_until_signal(args, serve, lambda: playhead, listening)
+
+
+def _serve_until_signal(args: argparse.Namespace, serve, make, listening) -> int:
+    """Serve what `make()` gives on --host/--port until SIGINT or SIGTERM (the simulated engine or a replay)."""
+    import asyncio
+    import signal
+
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        served = make()
         try:
-            return await serve(playhead, args.host, args.port, on_listening=listening, stop=stop)
+            return await serve(served, args.host, args.port, on_listening=listening, stop=stop)
         except OSError as exc:
             raise SimUsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
 
     return asyncio.run(main())
+
+
+def _sim_engine(config, log_stream):
+    from servewatch.clock import RealClock
+    from servewatch.sim.faults import FaultSpecError
+    from servewatch.sim.engine import SimEngine
+
+    try:
+        return SimEngine(config, RealClock(), log_stream=log_stream)
+    except FaultSpecError as exc:       # e.g. startup-hang@STAGE with a stage this engine does not log
+        raise SimUsageError(f"--fault: {exc}") from None
