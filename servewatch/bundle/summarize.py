@@ -54,15 +54,7 @@ def render_markdown(incident) -> str:
 
     lines += ["## Timeline", "", "| series | min | max | last | shape |", "|---|---:|---:|---:|---|"]
     series = incident.series
-    for name in SERIES:
-        values = [v for _, v in series[name]]
-        present = [v for v in values if v is not None]
-        if not present:
-            lines.append(f"| {LABELS[name]} | – | – | – | (no data) |")
-            continue
-        last = next((v for v in reversed(values) if v is not None), None)
-        lines.append(f"| {LABELS[name]} | {fmt(min(present))} | {fmt(max(present))} | {fmt(last)} | "
-                     f"`{sparkline(values)}` |")
+    lines += [_series_row(LABELS[name], [v for _, v in series[name]]) for name in SERIES]
     lines.append("")
 
     lines += ["## Verdicts", ""]
@@ -104,15 +96,7 @@ def _gpus(incident, t0) -> list[str]:
     lines = ["## GPUs per rank", "", "Each rank's GPU as NVML read it (the GPU source's readings).", ""]
     for panel in panels:
         lines += [f"### {panel_title(panel)}", "", "| reading | min | max | last | shape |", "|---|---:|---:|---:|---|"]
-        for name in GPU_SERIES:
-            values = [v for _, v in panel.series[name]]
-            present = [v for v in values if v is not None]
-            if not present:
-                lines.append(f"| {GPU_LABELS[name]} | – | – | – | (no data) |")
-                continue
-            last = next((v for v in reversed(values) if v is not None), None)
-            lines.append(f"| {GPU_LABELS[name]} | {fmt(min(present))} | {fmt(max(present))} | {fmt(last)} | "
-                         f"`{sparkline(values)}` |")
+        lines += [_series_row(GPU_LABELS[name], [v for _, v in panel.series[name]]) for name in GPU_SERIES]
         lines.append("")
         lines.append("- throttle reasons: " + (throttle_words(panel, base) if panel.throttles else "none"))
         lines += [f"- {xid_words(x, base)}" for x in panel.xids]
@@ -183,3 +167,12 @@ def markdown_runbook(branch: RunbookBranch, cause: object = None) -> list[str]:
               f"- **Rollback (and when):** {branch.rollback}",
               f"- **What a restart would destroy:** {branch.restart_destroys}", ""]
     return lines
+
+
+def _series_row(label: str, values: list) -> str:
+    """One Markdown row: the label, min, max and last of the values present, and their sparkline."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return f"| {label} | – | – | – | (no data) |"
+    last = next(v for v in reversed(values) if v is not None)
+    return f"| {label} | {fmt(min(present))} | {fmt(max(present))} | {fmt(last)} | `{sparkline(values)}` |"
