@@ -117,6 +117,42 @@ def test_sglang_0410_names_one_state_per_rank():
         assert engine.counters.preemptions == 4.0
         assert engine.counters.generation_tokens == 1234.0  # model-level counter seen by each rank
         assert engine.counters.steps is None  # 0.4.10 exports no step counter
+        assert engine.counters.tokens_shared   # ... so the model's tokens still tell progress (series.progress)
+
+
+# SGLang 0.5.23 at --data-parallel-size 2, shaped as the lab server's scrape of 2026-12-05: each scheduler's series
+# carry dp_rank, the tokenizer process counts the model's tokens once, with no rank.
+SGLANG_0523_DP2 = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{dp_rank="0",engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 2.0
+sglang:num_running_reqs{dp_rank="1",engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 2.0
+# TYPE sglang:cuda_graph_passes_total counter
+sglang:cuda_graph_passes_total{dp_rank="0",engine_type="unified",mode="decode_none",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 786.0
+sglang:cuda_graph_passes_total{dp_rank="1",engine_type="unified",mode="decode_none",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 129.0
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{engine_type="unified",is_streaming="false",model_name="m"} 1040.0
+"""
+
+
+def test_sglang_data_parallel_ranks_count_their_own_steps_and_share_the_models_tokens():
+    from servewatch.detectors.series import generated_total, progress, progress_totals
+
+    scrape = read_scrape(SGLANG_0523_DP2)
+    assert [e.labels["dp_rank"] for e in scrape.engines] == ["0", "1"]
+    assert [e.counters.steps for e in scrape.engines] == [786.0, 129.0]
+    assert [e.counters.generation_tokens for e in scrape.engines] == [1040.0, 1040.0]
+    assert all(e.counters.tokens_shared for e in scrape.engines)
+    # A rank's progress is its own steps: rank 0's tokens are not rank 1's
+    assert [progress(e) for e in scrape.engines] == [(786.0, None, None), (129.0, None, None)]
+    assert progress_totals(scrape.engines) == (915.0, 0, 0)
+    assert generated_total(scrape.engines) == 1040.0          # the server's tokens, once
+
+
+def test_one_sglang_engine_owns_its_tokens():
+    one = "\n".join(line for line in SGLANG_0523_DP2.splitlines() if 'dp_rank="1"' not in line) + "\n"
+    (engine,) = read_scrape(one).engines
+    assert not engine.counters.tokens_shared
+    assert engine.counters.generation_tokens == 1040.0
 
 
 def test_unknown_families_are_ignored_and_non_engine_text_has_no_dialect():

@@ -181,6 +181,7 @@ def engine_to_dict(e: EngineState) -> dict:
             "request_bytes": number(c.request_bytes),
             "request_bytes_count": number(c.request_bytes_count),
             "answered": number(c.answered),
+            "tokens_shared": bool(c.tokens_shared),
         },
         "histograms": {kind: histogram_to_dict(e.histograms[kind]) for kind in HISTOGRAM_KINDS
                        if kind in e.histograms},
@@ -210,6 +211,7 @@ def engine_from_dict(d: Mapping) -> EngineState:
             request_bytes=unnumber(c.get("request_bytes")),
             request_bytes_count=unnumber(c.get("request_bytes_count")),
             answered=unnumber(c.get("answered")),
+            tokens_shared=bool(c.get("tokens_shared", False)),   # older bundles lack it
         ),
         histograms={k: histogram_from_dict(v) for k, v in d["histograms"].items()},
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from servewatch.detectors import xid as xids
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.series import num, once_per_window, progress_totals
+from servewatch.detectors.series import generated_total, num, once_per_window
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.timeline.ranks import rank_view, rank_words
 from servewatch.timeline.samples import (CLOCK_HW_POWER_BRAKE, CLOCK_HW_SLOWDOWN, CLOCK_HW_THERMAL, CLOCK_REASON_WORDS,
@@ -261,7 +261,7 @@ def reason_words(reasons: int) -> str:
 
 def _token_rate(window: Window, start: float, end: float) -> tuple[float | None, float, float]:
     """Generation tokens per second between the scrapes nearest inside [start, end] (None with under two)."""
-    points = [(m.t, progress_totals(m.engines)[1]) for m in window.good_metrics() if start <= m.t <= end]
+    points = [(m.t, generated_total(m.engines) or 0.0) for m in window.good_metrics() if start <= m.t <= end]
     if len(points) < 2 or points[-1][0] <= points[0][0]:
         return None, 0.0, 0.0
     return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]), points[0][0], points[-1][0]

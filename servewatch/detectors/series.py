@@ -34,15 +34,32 @@ def once_per_window(compute: Callable[[Window, object], R]) -> Callable[[Window,
 
 
 def progress(state: EngineState) -> tuple[float | None, float | None, float | None]:
-    """The counters whose movement means the engine did work: steps, generation and prompt tokens."""
-    c = state.counters
-    return (c.steps, c.generation_tokens, c.prompt_tokens)
+    """`Counters.progress`: steps, generation and prompt tokens, those that are this engine's own."""
+    return state.counters.progress()
 
 
 def progress_totals(engines: Iterable[EngineState]) -> tuple[float, float, float]:
     """Each progress counter summed over the engines (one that does not export it adds nothing)."""
     engines = tuple(engines)
     return tuple(sum(v for e in engines if (v := progress(e)[i]) is not None) for i in range(3))
+
+
+def generated_total(engines: Iterable[EngineState]) -> float | None:
+    """Generation tokens of the whole server: each engine's own, and a count shared by a model's engines
+    once (None when no engine counts them)."""
+    values: list[float] = []
+    shared: set[tuple] = set()
+    for e in engines:
+        c = e.counters
+        if c.generation_tokens is None:
+            continue
+        if c.tokens_shared:
+            pair = (c.prompt_tokens, c.generation_tokens)
+            if pair in shared:
+                continue
+            shared.add(pair)
+        values.append(c.generation_tokens)
+    return sum(values) if values else None
 
 
 def has_progress_counters(state: EngineState) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from collections.abc import Mapping
 
 from servewatch.dialects import base, pytorch
@@ -242,8 +243,11 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
                                          status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS)
     queue_hist = base.histograms_by(base.first_family(families, *HISTOGRAMS["queue"]), ids)
 
+    keys = sorted(set(running) | set(waiting) | set(usage))
+    # The tokenizer process counts a model's tokens once for all its ranks (DP > 1): shared, not a rank's own.
+    engines_of = Counter(base.model_key(key) for key in keys)
     states = []
-    for key in sorted(set(running) | set(waiting) | set(usage)):
+    for key in keys:
         model = base.model_key(key)
         finished = {}
         if model in requests:
@@ -269,6 +273,7 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
                 steps=steps.get(key),
                 finished=finished,
                 responses=dict(responses),
+                tokens_shared=engines_of[model] > 1,
             ),
             histograms=engine_histograms,
         ))

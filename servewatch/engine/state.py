@@ -54,6 +54,18 @@ class Counters:
     # 2xx responses of the handlers that run the engine (completions, chat), where the engine counts its
     # finished requests without those whose client hung up (vLLM): the difference is the hang-ups.
     answered: float | None = None
+    # prompt_tokens and generation_tokens are the model's, counted where every rank's requests pass (SGLang's
+    # tokenizer process at DP > 1): each engine of the model carries the same values, so they tell nothing of
+    # this engine's own progress; `steps` does.
+    tokens_shared: bool = False
+
+    def progress(self) -> tuple[float | None, float | None, float | None]:
+        """The counters whose movement means this engine did work: steps, generation and prompt tokens. Tokens
+        counted for the whole model (SGLang at DP > 1) move while this rank is stopped, so where the engine also
+        counts its own steps, only those tell (a stopped DP rank 1 read as moving for 4 s on 2026-12-05)."""
+        if self.tokens_shared and self.steps is not None:
+            return (self.steps, None, None)
+        return (self.steps, self.generation_tokens, self.prompt_tokens)
 
 
 @dataclass(slots=True)

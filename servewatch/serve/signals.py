@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servewatch.detectors.series import generated_total, progress_totals
 from servewatch.timeline.samples import MetricsSample
 from servewatch.timeline.window import Window
 
@@ -31,11 +32,11 @@ def _total(sample: MetricsSample, read) -> float | None:
 
 
 def _progress(sample: MetricsSample) -> tuple:
-    return tuple(_total(sample, lambda s, i=i: (s.counters.steps, s.counters.generation_tokens,
-                                                 s.counters.prompt_tokens)[i]) for i in range(3))
+    return progress_totals(sample.engines)
 
 
-def _rate(good: list[MetricsSample], read) -> float | None:
+def _rate(good: list[MetricsSample], total) -> float | None:
+    """The per-second rate of `total(sample)` over the newest RATE_SPAN_S of good scrapes."""
     newest = good[-1]
     if len(good) < 2:
         return None
@@ -43,7 +44,7 @@ def _rate(good: list[MetricsSample], read) -> float | None:
     while at > 0 and newest.t - good[at - 1].t <= RATE_SPAN_S:
         at -= 1
     first = good[at]
-    a, b = _total(first, read), _total(newest, read)
+    a, b = total(first), total(newest)
     span = newest.t - first.t
     if a is None or b is None or span <= 0 or b < a:     # b < a: a counter reset (restart)
         return None
@@ -67,9 +68,9 @@ def signals(window: Window, now: float) -> Signals:
     running, slots = _total(newest, lambda s: s.running), _total(newest, lambda s: s.slot_limit)
     return Signals(
         seconds_since_progress=max(0.0, now - last_move),
-        tokens_per_s=_rate(good, lambda s: s.counters.generation_tokens),
-        steps_per_s=_rate(good, lambda s: s.counters.steps),
-        preemptions_per_s=_rate(good, lambda s: s.counters.preemptions),
+        tokens_per_s=_rate(good, lambda m: generated_total(m.engines)),
+        steps_per_s=_rate(good, lambda m: _total(m, lambda s: s.counters.steps)),
+        preemptions_per_s=_rate(good, lambda m: _total(m, lambda s: s.counters.preemptions)),
         kv_usage_mean=sum(kv) / len(kv) if kv else None,
         waiting=_total(newest, lambda s: s.waiting),
         running_over_slot_limit=running / slots if running is not None and slots else None,

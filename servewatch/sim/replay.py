@@ -238,7 +238,8 @@ def _advanced(e: EngineState, growth: Mapping[tuple, Mapping[str, float]], loops
         finished={k: plus(f"finished.{k}", v) for k, v in c.finished.items()},
         responses={k: plus(f"responses.{k}", v) for k, v in c.responses.items()},
         request_bytes=plus("request_bytes", c.request_bytes),
-        request_bytes_count=plus("request_bytes_count", c.request_bytes_count), answered=plus("answered", c.answered))
+        request_bytes_count=plus("request_bytes_count", c.request_bytes_count), answered=plus("answered", c.answered),
+        tokens_shared=c.tokens_shared)
     histograms = {kind: Histogram(edges=h.edges,
                                   cumulative=tuple(plus(f"h.{kind}.{i}", v) for i, v in enumerate(h.cumulative)),
                                   count=plus(f"h.{kind}.count", h.count), sum=plus(f"h.{kind}.sum", h.sum))

@@ -55,8 +55,7 @@ COLUMNS: dict[str, Callable[[list[Point], object], list]] = {
     "request_bytes": _counter("request_bytes"),
     "request_bytes_count": _counter("request_bytes_count"),
     "answered": _counter("answered"),
-    "progress": lambda points, _: [(c.steps, c.generation_tokens, c.prompt_tokens)
-                                   for c in (state.counters for _, state in points)],
+    "progress": lambda points, _: [state.counters.progress() for _, state in points],
     "responses": lambda points, key: [state.counters.responses.get(key, 0.0) for _, state in points],
     "finished": lambda points, reason: [state.counters.finished.get(reason) for _, state in points],
 }
