@@ -1,6 +1,7 @@
 """The `nvml` fault's thermal scenario on a lab engine (no engine started here): at the injection the stand-in's
-clocks go down and the engine is slowed by one stress-ng CPU worker per core its ranks may run on, in a session as
-nice as the engine's own; at the revert both end. A stand-in "engine" (a sleeping process in a session at nice 10,
+clocks go down and the engine is slowed: TP rank 1's worker (the process of the throttled GPU 1) under a CPU cap,
+or, where no cap can be made or the server has one worker, one stress-ng CPU worker per core its ranks may run
+on, in a session 3 steps less nice than the engine's own; at the revert both end. A stand-in "engine" (a sleeping process in a session at nice 10,
 as servewatch.lab.server.yield_cpu leaves a lab engine) takes the place of vLLM's ranks."""
 
 from __future__ import annotations
@@ -13,20 +14,20 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from servewatch.drill.faults.nvml import COMPETITOR_NICE_LEAD, Nvml
+from servewatch.drill.faults.nvml import COMPETITOR_NICE_LEAD, THERMAL_CPU_SHARE, Nvml
 from servewatch.drill.plan import Expect, FaultStep
 from servewatch.drill.target import Process
 from servewatch.lab.nvml_stand_in import INJECT_AT, ScenarioClock
-from servewatch.sched import set_session_nice
+from servewatch.sched import CAP_PERIOD_US, cpu_cap, set_session_nice
 from tests.tools import needs_tool
 
 
 class _Ctx:
-    def __init__(self, engine: subprocess.Popen):
+    def __init__(self, engine: subprocess.Popen, *workers: subprocess.Popen):
         self.spawned: list[subprocess.Popen] = []
         self.commands: list[list[str]] = []
-        self.target = SimpleNamespace(spec=SimpleNamespace(engine="vllm"), pid=engine.pid,
-                                      processes=lambda: [Process(engine.pid, 0.0, "VLLM::Worker_TP0", "worker", 0)])
+        ranks = [Process(p.pid, 0.0, f"VLLM::Worker_TP{i}", "worker", i) for i, p in enumerate(workers or [engine])]
+        self.target = SimpleNamespace(spec=SimpleNamespace(engine="vllm"), pid=engine.pid, processes=lambda: ranks)
 
     def spawn(self, command):
         self.commands.append(command)
@@ -78,3 +79,47 @@ def test_a_thermal_scenario_slows_a_lab_engine_with_stress_ng_at_its_nice_and_re
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+
+
+def _cpu_cgroup(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        number, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(",") or (number == "0" and controllers == ""):
+            return path
+    raise AssertionError(f"no cpu cgroup line for pid {pid}")
+
+
+def test_a_thermal_scenario_caps_the_cpu_of_the_throttled_gpus_rank_and_reverts(tmp_path):
+    probe = cpu_cap(f"servewatch-test-{id(tmp_path)}", 0.5)
+    if isinstance(probe, str):
+        pytest.skip(f"no CPU cap can be made here ({probe}): the drill falls back to stress-ng, tested above")
+    probe.release()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    engine, rank0, rank1 = (subprocess.Popen(sleeper, start_new_session=True) for _ in range(3))
+    ctx = _Ctx(engine, rank0, rank1)
+    home = _cpu_cgroup(rank1.pid)
+    fault = None
+    try:
+        step = FaultStep(kind="nvml", name="thermal", role=None, rank=0, warmup_s=0, hold_s=2, observe_s=0,
+                         params={"scenario": "thermal"}, expect=Expect())
+        fault = Nvml(step)
+        fault.clock = ScenarioClock(tmp_path / "clock")
+        fault.inject(ctx)
+        assert ctx.spawned == []                        # no stress-ng where the cap is made
+        capped = _cpu_cgroup(rank1.pid)
+        assert capped != home and _cpu_cgroup(rank0.pid) == home and _cpu_cgroup(engine.pid) == home
+        cap_dir = Path(fault.cap.path)
+        quota = (cap_dir / "cpu.cfs_quota_us").read_text() if not fault.cap.v2 else \
+            (cap_dir / "cpu.max").read_text().split()[0]
+        assert int(quota) == int(THERMAL_CPU_SHARE * CAP_PERIOD_US)
+        assert fault.facts["slowed"] == (f"a CPU cap on VLLM::Worker_TP1 (pid {rank1.pid}), the process of GPU 1: "
+                                         f"{THERMAL_CPU_SHARE:.0%} of one CPU (cgroup CPU bandwidth)")
+        fault.revert(ctx)
+        assert _cpu_cgroup(rank1.pid) == home and not cap_dir.exists() and fault.cap is None
+        assert float((tmp_path / "clock").read_text()) == 0.0
+    finally:
+        if fault is not None and fault.cap is not None:
+            fault.cap.release()
+        for proc in (engine, rank0, rank1):
+            proc.kill()
+            proc.wait(5)

@@ -6,14 +6,18 @@ a thermal reason for the hold; `healthy`, nothing. Only the recorder (watch, ser
 never the server.
 
 `thermal` also slows the engine for the hold, as a clock held down would (the stand-in's clocks drive nothing):
-the simulator's own `slow` fault (step time x2), or, on a lab engine, one stress-ng CPU worker on each core its
-ranks may run on, in a session 3 steps less nice than the engine's own (COMPETITOR_NICE_LEAD), so that the ranks
-get about a third of their cores. The
-slowdown is what gpu_throttled must explain; nothing else of the server is changed."""
+the simulator's own `slow` fault (step time x3), or, on a lab engine, a CPU cap on the process of the throttled GPU
+(TP rank 1's worker): a cgroup's CFS bandwidth, THERMAL_CPU_SHARE of one CPU, so that rank 1 computes slower and
+rank 0 waits for it at every collective, as a throttled GPU makes its peers wait. Where no cgroup cpu controller
+can be written (no root, cgroup v2 without cpu at its root) one stress-ng CPU worker on each core its ranks may run
+on, in a session 3 steps less nice than the engine's own (COMPETITOR_NICE_LEAD), is the fallback: it slows an
+engine only while the machine is saturated, and the drill says which of the two it used. The slowdown is what
+gpu_throttled must explain; nothing else of the server is changed."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 # Not the transport: one blocking fault request to the simulator from a drill step (no event loop; the transport is asyncio).
 import urllib.request
@@ -35,7 +39,8 @@ class Nvml(Fault):
         self.clock = None
         self.workload = True
         self.scenario = self.param("scenario", "xid79")
-        self.competitor = None      # thermal on a lab engine: the stress-ng that slows its ranks
+        self.competitor = None      # thermal on a lab engine without a cgroup cap: the stress-ng that slows its ranks
+        self.cap = None             # thermal on a lab engine: the CPU cap on the throttled GPU's rank
         self.slowed_sim = False
 
     @classmethod
@@ -49,7 +54,7 @@ class Nvml(Fault):
     def touches(self) -> str:
         if self.scenario == "thermal":
             return ("the recorder reads a test-only NVML library; the engine is slowed for the hold (the simulator's "
-                    "slow fault, or stress-ng on a lab engine's cores)")
+                    "slow fault, or a CPU cap on the throttled GPU's rank of a lab engine)")
         return "nothing of the server: the recorder reads a test-only NVML library"
 
     def recorder_env(self, ctx, directory) -> dict[str, str]:
@@ -74,6 +79,11 @@ class Nvml(Fault):
         if self.scenario != "thermal":
             return          # a GPU that fell off the bus stays off
         self.clock.at(0.0)  # the clocks back up
+        if self.cap is not None:
+            left = self.cap.release()
+            self.cap = None
+            if left:
+                self.facts["slowed"] += f"; the cap was not fully undone: {left}"
         if self.competitor is not None:
             ctx.end_spawned(self.competitor)
         if self.slowed_sim:
@@ -87,8 +97,21 @@ class Nvml(Fault):
             return
         import psutil
 
-        from servewatch.sched import set_session_nice
+        from servewatch.sched import cpu_cap, set_session_nice
 
+        workers = [p for p in ctx.target.processes() if p.role == "worker"]
+        if len(workers) >= 2:
+            capped = workers[THROTTLED_GPU]
+            cap = cpu_cap(f"servewatch-drill-{os.getpid()}-{capped.pid}", THERMAL_CPU_SHARE)
+            why = cap if isinstance(cap, str) else cap.add(capped.pid)
+            if why is None:
+                self.cap = cap
+                self.facts["slowed"] = (f"a CPU cap on {capped.title} (pid {capped.pid}), the process of GPU "
+                                        f"{THROTTLED_GPU}: {THERMAL_CPU_SHARE:.0%} of one CPU (cgroup CPU bandwidth)")
+                return
+            if not isinstance(cap, str):
+                cap.release()
+            self.facts["cap"] = f"no CPU cap ({why}): stress-ng instead"
         stress = shutil.which("stress-ng")
         if stress is None:
             raise ctx.cannot("stress-ng is not installed (Debian package stress-ng): a thermal scenario slows the "
@@ -109,6 +132,15 @@ class Nvml(Fault):
         self.facts["slowed"] = (f"stress-ng, {len(cpus)} CPU worker(s) on the ranks' {len(cpus)} core(s)"
                                 + (f", its session at nice {nice} against the engine's {engine_nice}" if why is None
                                    else f"; its session's nice left as it is ({why})"))
+
+
+# The stand-in's thermal scenario throttles GPU 1, held by TP rank 1's worker.
+THROTTLED_GPU = 1
+# The throttled rank's CPU under the cap: the share of its clock the throttle leaves (1,100 of 1,980 MHz). On the
+# lab TP=2 vLLM under four 64-token streams (2026-12-05, a quiet machine): tokens 1,293/s -> 278/s (-78 %), TTFT
+# x2.5; at 30 %, -85 %. The rank's spinning OpenMP threads spend the quota too, so the engine slows by more than
+# the share.
+THERMAL_CPU_SHARE = 0.56
 
 
 # The competitor's session this much less nice than the engine's: each step of nice weighs about 1.25 x, so 3 steps
