@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -26,6 +24,7 @@ from servewatch.derive.dashboard import dashboard_queries, panels, to_grafana
 from servewatch.derive.engine_series import engine_series
 from servewatch.derive.rules import build_rules, render_rule_file
 from servewatch.derive.slo import load_slo
+from scripts.replay_alerts import free_port as _free_port, get as _get
 from tests.processes import stop
 from tests.test_node_view import API, CORE, RANK
 from tests.tools import needs_tool, tool_path
@@ -33,23 +32,6 @@ from tests.tools import needs_tool, tool_path
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.prometheus, needs_tool("prometheus")]
 SLO = (ROOT / "tests" / "rules" / "slo.yaml").read_text()
-MAX_BODY = 8 * 2**20
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read(MAX_BODY)
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(MAX_BODY)
-    except OSError:
-        return 0, b""
 
 
 def _query(base: str, expr: str) -> dict:
