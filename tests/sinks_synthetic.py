@@ -150,6 +150,21 @@ class Ticker:
         return Window.from_samples(self.samples)
 
 
+def synthetic_stall_bundle(out):
+    """A stall bundle of 24 samples written by the BundleWriter in files of 8 KiB at most (several sample files)."""
+    import io
+
+    from servewatch.bundle.writer import BundleContext, BundleWriter
+
+    window = stall_window(n=24, stalled_from=12)
+    writer = BundleWriter(out, stderr=io.StringIO(), recompute=synthetic_recompute, max_file_bytes=8192,
+                          max_sample_files=8)
+    path = writer.write(window, synthetic_stall_verdicts(window),
+                        BundleContext(target_url="http://127.0.0.1:8000", detector_config={"min_stall_s": 3.0}))
+    assert path is not None
+    return path
+
+
 def scenario(name: str, *, model: str = "tiny", title: str = "VLLM::EngineCore") -> Window:
     """A window on which the shipped detectors conclude `name`."""
     k = Ticker()

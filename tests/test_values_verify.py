@@ -6,7 +6,6 @@ passes, and created_t equal to the newest sample passes."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -16,25 +15,18 @@ import pytest
 from servewatch import __version__
 from servewatch.bundle import layout, verify as V
 from servewatch.bundle.verify import Verified, verify_bundle
-from servewatch.bundle.writer import BundleContext, BundleWriter
 from servewatch.errors import BundleInvalid
 from servewatch.timeline.samples import HealthSample
 
 try:
-    from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+    from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_bundle
 except ModuleNotFoundError:
-    from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+    from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_bundle
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bundles")
-    window = stall_window(n=24, stalled_from=12)
-    writer = BundleWriter(out, stderr=io.StringIO(), recompute=synthetic_recompute, max_file_bytes=8192,
-                          max_sample_files=8)
-    path = writer.write(window, synthetic_stall_verdicts(window),
-                        BundleContext(target_url="http://127.0.0.1:8000", detector_config={"min_stall_s": 3.0}))
-    assert path is not None
+    path = synthetic_stall_bundle(tmp_path_factory.mktemp("bundles"))
     return path
 
 

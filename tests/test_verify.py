@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import random
@@ -14,25 +13,20 @@ import pytest
 from servewatch.cli import main
 from servewatch.errors import BundleInvalid
 from servewatch.bundle import layout, serialize, verify
-from servewatch.bundle.writer import BundleContext, BundleWriter
 from servewatch.bundle.verify import config_from_dict, verify_bundle
 try:  # tests/ imported as a package or as a plain directory
-    from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+    from tests.sinks_synthetic import (stall_window, synthetic_recompute, synthetic_stall_bundle,
+                                       synthetic_stall_verdicts)
 except ModuleNotFoundError:
-    from sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
+    from sinks_synthetic import (stall_window, synthetic_recompute, synthetic_stall_bundle,
+                                 synthetic_stall_verdicts)
 
 MUTATIONS = 1200
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bundles")
-    window = stall_window(n=24, stalled_from=12)
-    writer = BundleWriter(out, stderr=io.StringIO(), recompute=synthetic_recompute, max_file_bytes=8192,
-                          max_sample_files=8)
-    path = writer.write(window, synthetic_stall_verdicts(window),
-                        BundleContext(target_url="http://127.0.0.1:8000", detector_config={"min_stall_s": 3.0}))
-    assert path is not None
+    path = synthetic_stall_bundle(tmp_path_factory.mktemp("bundles"))
     assert len(json.loads((path / "incident.json").read_bytes())["window"]["files"]) >= 2
     return path
 
