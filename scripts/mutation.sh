@@ -151,7 +151,13 @@ fi
 if [ -n "$CHANGED" ]; then
   [ -n "$BUDGET" ] || BUDGET=300
   if [ -z "$CHANGED_REF" ]; then
-    if git rev-parse -q --verify origin/main >/dev/null; then CHANGED_REF="origin/main...HEAD"; else CHANGED_REF="HEAD~1"; fi
+    # A branch: what it adds to main. Main itself (a clean clone's CI, where origin/main is HEAD and that range is
+    # empty): the last commit.
+    if git rev-parse -q --verify origin/main >/dev/null && [ "$(git rev-list --count origin/main...HEAD)" != 0 ]; then
+      CHANGED_REF="origin/main...HEAD"
+    else
+      CHANGED_REF="HEAD~1"
+    fi
   fi
   touched=$( { git diff --name-only "$CHANGED_REF" 2>/dev/null; git diff --name-only HEAD 2>/dev/null; } | sort -u)
   for m in "${DEFAULT_MODULES[@]}"; do

@@ -1,13 +1,14 @@
 """An incident's traffic, played again on a fresh real vLLM: about two minutes of `servewatch load --scenario
 normal` with a burst in the middle, recorded through `servewatch proxy` (prompts kept, local only, for the block
-hashes), exported with `servewatch requests --export mooncake` (16-token blocks, vLLM's own block size, hashed with
-the lab's tokenizer), replayed with `servewatch load --trace` at speed 1 against a fresh vLLM of the same flags.
+hashes), exported with `servewatch requests --export mooncake` (blocks of vLLM's own block size, read from its
+vllm:cache_config_info: 128 tokens on the CPU backend; hashed with the lab's tokenizer), replayed with `servewatch load --trace` at speed 1 against a fresh vLLM of the same flags.
 
 - per-second arrivals: at most 2 % of the requests land in another second than the recording's (each run's
   seconds counted from its first request);
 - input and output lengths: the same multiset (the server's own counts, through the replayed prompts cut to the
   recorded token counts by the lab's tokenizer, and max_tokens with ignore_eos);
-- prefix cache: vLLM's own hit rate (prefix_cache_hits / prefix_cache_queries over each run) within 5 points.
+- prefix cache: vLLM's own hit rate (prefix_cache_hits / prefix_cache_queries over each run) within 5 points, the
+  recording's at least 20 % (its normal load cycles 24 prompts).
 
 One vLLM startup per run (~40 s each on this CPU lab), two minutes of recording and two of replay: under nine
 minutes in all."""
@@ -32,14 +33,26 @@ from lab_servers import start_ready
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(540)]
 
 SLOTS = 16
-RECORD_S = 110               # the normal scenario's arrivals (2 a second, 44-token prompts, 128 tokens out); 170 s
+RECORD_S = 110               # the normal scenario's arrivals (2 a second, 128 tokens out); 170 s
                              # until 2026-12-05 12:10 (412 requests, 470 s with the alert replay), cut for CI's 75 min
 BURST_AT_S = 60              # a burst on top: 10 s of 8 a second, 32 tokens out
 BURST_S, BURST_RATE = 10, 8
-BLOCK = 16                   # vLLM's KV block: the export's hash granularity and the replay's
 ARRIVALS_MOVED = 0.02        # share of requests allowed in another second than recorded
+# The normal load cycles 24 distinct prompts of two KV blocks and 44 tokens (its default, 256 prompts of 44 tokens, is
+# under one 128-token block of the CPU backend and each prompt is sent about once: the hit rate read 0.0 % recorded
+# and replayed, a comparison that could not fail, 2026-12-05). A repeated prompt finds its two full blocks cached,
+# as requests sharing a long system prompt do.
+PROMPT_POOL = 24
+MIN_HIT_RATE = 20.0          # the recording's own hit rate at least this, or the comparison says nothing
 HIT_RATE_POINTS = 5.0
 SERVER = dict(max_num_seqs=SLOTS, kv_cache_memory_bytes=16 * 2**20, max_model_len=2048)
+
+
+def _block_size(metrics_text: str) -> int:
+    """The engine's KV block size in tokens, as its vllm:cache_config_info says."""
+    found = re.search(r'^vllm:cache_config_info\{[^}]*\bblock_size="(\d+)"', metrics_text, re.M)
+    assert found, "vllm:cache_config_info has no block_size label"
+    return int(found[1])
 
 
 def _hit_rate(before, after) -> float:
@@ -118,7 +131,9 @@ def test_a_recorded_minute_of_traffic_replays_on_a_fresh_vllm_with_its_arrivals_
         records = run_dir / "proxy-requests.jsonl"
         with _Proxy(original.url, records) as proxy:
             before = scrape(original.url)
+            block = _block_size(before.text)
             normal = _load(proxy.url, run_dir / "normal", "--scenario", "normal", "--duration", str(RECORD_S),
+                           "--prompt-pool", str(PROMPT_POOL), "--prompt-tokens", str(2 * block + 44),
                            "--timeout", "120", *tokenizer)
             time.sleep(BURST_AT_S)      # the burst's place in the incident's timeline, not a wait for an event
             burst = _load(proxy.url, run_dir / "burst", "--scenario", "custom", "--rate", str(BURST_RATE),
@@ -131,12 +146,13 @@ def test_a_recorded_minute_of_traffic_replays_on_a_fresh_vllm_with_its_arrivals_
         original.stop()
         lab.obs.save_text("trace_original_server.log", log_excerpt(original.log_text(), max_lines=400))
     recorded_rate = _hit_rate(before, after)
+    assert recorded_rate >= MIN_HIT_RATE, f"the recording reused no prefixes ({recorded_rate:.1f} % hits)"
     seen = [r for r in _records(records) if r.get("api") == "completions"]
     assert seen and all(r["error"] is None for r in seen), "the recording itself had failures"
 
-    # -- the export: Mooncake rows with 16-token block hashes from the kept prompts (a fresh key)
+    # -- the export: Mooncake rows with block hashes (the engine's block size) from the kept prompts (a fresh key)
     trace = run_dir / "incident.jsonl"
-    done = run_cli("requests", str(records), "--export", "mooncake", str(trace), "--block-size", str(BLOCK),
+    done = run_cli("requests", str(records), "--export", "mooncake", str(trace), "--block-size", str(block),
                    "--tokenizer", str(model), timeout_s=120)
     assert done.returncode == 0, done.stderr[-1500:]
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
@@ -147,7 +163,7 @@ def test_a_recorded_minute_of_traffic_replays_on_a_fresh_vllm_with_its_arrivals_
     fresh = start_ready(lab, "trace-replay", **SERVER)
     try:
         before = scrape(fresh.url)
-        replay = _load(fresh.url, run_dir / "replay", "--trace", str(trace), "--trace-block", str(BLOCK),
+        replay = _load(fresh.url, run_dir / "replay", "--trace", str(trace), "--trace-block", str(block),
                        "--timeout", "120", *tokenizer)
         summary = _finished(replay, RECORD_S + 240)
         after = scrape(fresh.url)
