@@ -126,3 +126,30 @@ def test_cadence_reads_the_last_16_gaps_by_default():
 
 def test_engine_words_splits_at_the_first_equals_sign():
     assert S.engine_words("engine=a=b") == "engine a=b"
+
+
+def _shared(steps, gen, prompt, shared=True):
+    return EngineState(dialect="sglang", naming="sglang-0.5.23", labels={},
+                       counters=Counters(steps=steps, generation_tokens=gen, prompt_tokens=prompt,
+                                         tokens_shared=shared))
+
+
+def test_progress_of_an_engine_whose_tokens_are_the_models():
+    assert S.progress(_shared(7.0, 100.0, 40.0)) == (7.0, None, None)           # its own steps only
+    assert S.progress(_shared(None, 100.0, 40.0)) == (None, 100.0, 40.0)        # no steps: the tokens still tell
+    assert S.progress(_shared(7.0, 100.0, 40.0, shared=False)) == (7.0, 100.0, 40.0)
+
+
+def test_generated_total_counts_a_shared_count_once():
+    # two DP ranks of one model (1,040 tokens seen by both) and an engine of its own (25 tokens): 1,065
+    engines = [_shared(786.0, 1040.0, 492.0), _shared(129.0, 1040.0, 492.0), _shared(3.0, 25.0, 9.0, shared=False)]
+    assert S.generated_total(engines) == 1065.0
+    # two models whose shared counts differ are two counts: 1,040 + 7
+    assert S.generated_total([_shared(1.0, 1040.0, 492.0), _shared(2.0, 7.0, 492.0)]) == 1047.0
+    # the same generation count with another prompt count is another model's: 10 + 10
+    assert S.generated_total([_shared(1.0, 10.0, 1.0), _shared(2.0, 10.0, 2.0)]) == 20.0
+    # own counts add up even when equal: 10 + 10
+    assert S.generated_total([_shared(1.0, 10.0, 1.0, shared=False), _shared(2.0, 10.0, 1.0, shared=False)]) == 20.0
+    assert S.generated_total([_shared(1.0, None, 1.0)]) is None
+    assert S.generated_total([_shared(1.0, None, 1.0), _shared(1.0, 0.0, 1.0)]) == 0.0
+    assert S.generated_total([]) is None

@@ -48,6 +48,24 @@ HIT_RATE_POINTS = 5.0
 SERVER = dict(max_num_seqs=SLOTS, kv_cache_memory_bytes=16 * 2**20, max_model_len=2048)
 
 
+def _read_by_vllm_bench(lab, trace: Path, rows: list[dict], block: int) -> None:
+    """The export read by `vllm bench serve`'s own timed-trace reader in the lab vLLM: every row, with its lengths,
+    its arrival (ms to s) and the same rows sharing a prompt as share hash ids."""
+    done = subprocess.run([str(lab.prepared.venv.python), str(Path(__file__).parent / "lab_vllm_trace_reader.py"),
+                           str(trace), str(block), str(lab.model.path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-1500:]
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(read) == len(rows)
+    assert [(r["prompt_len"], r["output_len"]) for r in read] == [(row["input_length"], row["output_length"])
+                                                                  for row in rows]
+    assert all(abs(r["at_s"] - row["timestamp"] / 1000) < 1e-6 for r, row in zip(read, rows))
+    same_ids = Counter(tuple(row["hash_ids"]) for row in rows)
+    same_prompt = Counter(r["prompt"] for r in read)
+    assert sorted(same_ids.values()) == sorted(same_prompt.values())     # the same reuse, seen by vLLM's reader
+    lab.obs.say(f"trace export read by vllm bench's timed-trace reader: {len(read)} rows, lengths and arrivals equal, "
+                f"{len(same_prompt)} distinct prompts for {len(same_ids)} distinct hash-id lists")
+
+
 def _block_size(metrics_text: str) -> int:
     """The engine's KV block size in tokens, as its vllm:cache_config_info says."""
     found = re.search(r'^vllm:cache_config_info\{[^}]*\bblock_size="(\d+)"', metrics_text, re.M)
@@ -158,6 +176,7 @@ def test_a_recorded_minute_of_traffic_replays_on_a_fresh_vllm_with_its_arrivals_
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(rows) == len(seen) and all(row.get("hash_ids") for row in rows)
     assert "prompt" not in trace.read_text()
+    _read_by_vllm_bench(lab, trace, rows, block)
 
     # -- the replay, at speed 1, on a fresh vLLM of the same flags (an empty prefix cache, as the first had)
     fresh = start_ready(lab, "trace-replay", **SERVER)

@@ -1,0 +1,34 @@
+"""Run with the lab vLLM's python: read a Mooncake JSONL file with `vllm bench serve`'s own timed-trace reader
+(vllm.benchmarks.datasets.datasets.TimedTrace: `--dataset-name timed-trace`, timestamps in ms so a multiplier of
+0.001, chunks of the block size) and print, as one JSON line, what it made of each row: prompt length, output
+length, arrival in seconds, and the prompt's token ids hashed (to compare which rows share a prompt, not the text).
+
+Usage: python lab_vllm_trace_reader.py TRACE BLOCK TOKENIZER_DIR"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+from transformers import AutoTokenizer
+from vllm.benchmarks.datasets.datasets import TimedTrace
+
+
+def main() -> None:
+    path, block, tokenizer_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    dataset = TimedTrace(dataset_path=path, random_seed=0, timed_trace_chunk_hash_size=block,
+                         timed_trace_sec_multiplier=0.001, timed_trace_label_timestamp="timestamp",
+                         timed_trace_label_input_length="input_length",
+                         timed_trace_label_output_length="output_length", timed_trace_label_hash_ids="hash_ids")
+    with open(path, encoding="utf-8") as f:
+        rows = sum(1 for line in f if line.strip())
+    samples = dataset.sample(tokenizer, num_requests=rows)
+    print(json.dumps([{"prompt_len": s.prompt_len, "output_len": s.expected_output_len, "at_s": s.timestamp,
+                       "prompt": hashlib.sha256(json.dumps(s.prompt).encode()).hexdigest()[:16]}
+                      for s in samples]))
+
+
+if __name__ == "__main__":
+    main()
