@@ -118,21 +118,6 @@ def test_trace_flags_are_checked_in_one_line():
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
-LOADER = r"""
-import json, sys
-from vllm.benchmarks.datasets.datasets import TimedTrace
-class Tok:                       # what TimedTrace asks of a tokenizer: a vocabulary and the special ids
-    all_special_ids = [0]
-    def get_vocab(self):
-        return {f"t{i}": i for i in range(4096)}
-d = TimedTrace(dataset_path=sys.argv[1], timed_trace_chunk_hash_size=512, timed_trace_sec_multiplier=0.001,
-               timed_trace_label_timestamp="timestamp", timed_trace_label_input_length="input_length",
-               timed_trace_label_output_length="output_length", timed_trace_label_hash_ids="hash_ids")
-s = d.sample(tokenizer=Tok(), num_requests=1000)
-print("ROWS " + json.dumps([[x.prompt_len, x.expected_output_len, x.timestamp, list(x.prompt[:3])] for x in s]))
-"""
-
-
 def test_an_export_replays_in_vllms_own_trace_loader(tmp_path):
     from servewatch.lab.venv import default_cache_dir
 
@@ -152,12 +137,13 @@ def test_an_export_replays_in_vllms_own_trace_loader(tmp_path):
     done = subprocess.run([sys.executable, "-m", "servewatch", "requests", str(src), "--export", "mooncake",
                            str(out), "--fill-missing-hashes"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    ran = subprocess.run([str(python), "-c", LOADER, str(out)], capture_output=True, text=True, timeout=110)
+    ran = subprocess.run([str(python), str(Path(__file__).parent / "vllm_trace_reader.py"), str(out), "512"],
+                         capture_output=True, text=True, timeout=110)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    rows = json.loads(next(x for x in ran.stdout.splitlines() if x.startswith("ROWS "))[5:])
-    assert [(r[0], r[1]) for r in rows] == [(1030, 20), (1030, 21), (700, 22), (300, 7)]
-    assert [r[2] for r in rows] == pytest.approx([0, 0.25, 0.5, 1.0])
-    assert rows[0][3] == rows[1][3] == rows[2][3]            # the shared first block: the same prompt tokens
+    rows = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert [(r["prompt_len"], r["output_len"]) for r in rows] == [(1030, 20), (1030, 21), (700, 22), (300, 7)]
+    assert [r["at_s"] for r in rows] == pytest.approx([0, 0.25, 0.5, 1.0])
+    assert rows[0]["head"] == rows[1]["head"] == rows[2]["head"]   # the shared first block: the same prompt tokens
 
 
 def test_virtual_replay_keeps_per_second_arrivals_lengths_and_prefix_reuse(tmp_path):

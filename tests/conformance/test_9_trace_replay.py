@@ -51,7 +51,7 @@ SERVER = dict(max_num_seqs=SLOTS, kv_cache_memory_bytes=16 * 2**20, max_model_le
 def _read_by_vllm_bench(lab, trace: Path, rows: list[dict], block: int) -> None:
     """The export read by `vllm bench serve`'s own timed-trace reader in the lab vLLM: every row, with its lengths,
     its arrival (ms to s) and the same rows sharing a prompt as share hash ids."""
-    done = subprocess.run([str(lab.prepared.venv.python), str(Path(__file__).parent / "lab_vllm_trace_reader.py"),
+    done = subprocess.run([str(lab.prepared.venv.python), str(Path(__file__).parents[1] / "vllm_trace_reader.py"),
                            str(trace), str(block), str(lab.model.path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-1500:]
     read = json.loads(done.stdout.strip().splitlines()[-1])
