@@ -399,6 +399,10 @@ def test_precedence_is_declared_in_the_registry_and_applied_in_one_place():
     assert [v.name for v in yield_way(alone)] == ["not_serving", "overload"]
     import inspect
 
-    from servewatch.detectors import not_serving
+    from servewatch.detectors import capacity, not_serving
 
     assert "ranks.detect(" not in inspect.getsource(not_serving)
+    # overload gives way to gpu_throttled (a slower GPU, not more demand), declared the same way
+    assert registry.spec("overload").yields_to == ("gpu_throttled",)
+    assert [v.name for v in yield_way([verdict("overload"), verdict("gpu_throttled")])] == ["gpu_throttled"]
+    assert "throttle_state" not in inspect.getsource(capacity)

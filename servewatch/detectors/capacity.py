@@ -49,11 +49,8 @@ def _pct(x: float | None) -> str:
 
 def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
     """From the scrapes; and, for an engine whose /metrics went unanswered for long stretches (a saturated
-    API server, a starved watcher), from the engine's own periodic stats lines in its log."""
-    from servewatch.detectors.gpu import throttle_state
-
-    if throttle_state(window, config) is not None:
-        return []    # the queue is a throttled GPU's (gpu_throttled says so), not more demand than capacity
+    API server, a starved watcher), from the engine's own periodic stats lines in its log. A queue behind a
+    throttled GPU is gpu_throttled's (the registry's yields_to), not more demand than capacity."""
     verdicts = []
     by_engine = tracks(window.metrics)
     for key, track in sorted(by_engine.items()):

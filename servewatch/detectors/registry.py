@@ -116,7 +116,8 @@ for _spec in (
                 collective.RUNBOOK, ("log", "process"), labels=("cause",), action=RESTART, hold_s=30.0),
     VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
                 "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics", "log"),
-                labels=("engine", "cause"), action=PAGE),
+                labels=("engine", "cause"), action=PAGE,
+                yields_to=("gpu_throttled",)),      # a slower GPU, not more demand than capacity
     VerdictSpec("kv_pressure", capacity.detect_kv_pressure, INCIDENT, "ticket",
                 "the KV cache is near full", runbooks.KV_PRESSURE, ("metrics",), labels=("engine", "rule"), action=PAGE),
     VerdictSpec("preemption", capacity.detect_preemption, INCIDENT, "ticket",
