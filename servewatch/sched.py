@@ -106,6 +106,28 @@ def cpu_cap(name: str, share: float) -> CpuCap | str:
     return CpuCap(path, v2)
 
 
+def remove_stale_caps(prefix: str) -> list[str]:
+    """Remove the caps named `prefix` + "<pid>-..." whose maker (that pid) is gone and that hold no process (a drill
+    killed in a hold leaves its cgroup behind); the names removed. A cap still holding a process stays: rmdir refuses
+    it."""
+    root, _ = _cpu_root()
+    removed = []
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(prefix)] if root else []
+    except OSError:
+        return removed
+    for name in names:
+        maker = name[len(prefix):].split("-", 1)[0]
+        if not maker.isdigit() or os.path.exists(f"/proc/{maker}"):
+            continue
+        try:
+            os.rmdir(os.path.join(root, name))
+        except OSError:
+            continue
+        removed.append(name)
+    return removed
+
+
 def _cpu_root() -> tuple[str | None, bool]:
     """The mount of the cpu controller: cgroup v1's, else cgroup v2's where its root delegates cpu."""
     try:

@@ -6,6 +6,7 @@ as servewatch.lab.server.yield_cpu leaves a lab engine) takes the place of vLLM'
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,25 @@ def test_a_thermal_scenario_caps_the_cpu_of_the_throttled_gpus_rank_and_reverts(
         for proc in (engine, rank0, rank1):
             proc.kill()
             proc.wait(5)
+
+
+def test_a_cap_left_by_a_drill_that_is_gone_is_removed_and_one_in_use_is_kept(tmp_path):
+    from servewatch.sched import remove_stale_caps
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(10)                                   # a pid no process has now
+    stale = cpu_cap(f"servewatch-test-stale-{gone.pid}-1", 0.5)
+    if isinstance(stale, str):
+        pytest.skip(f"no CPU cap can be made here ({stale})")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    held = cpu_cap(f"servewatch-test-stale-{gone.pid}-2", 0.5)     # its maker gone too, but a process in it
+    mine = cpu_cap(f"servewatch-test-stale-{os.getpid()}-3", 0.5)   # its maker alive
+    try:
+        assert held.add(sleeper.pid) is None
+        assert remove_stale_caps("servewatch-test-stale-") == [f"servewatch-test-stale-{gone.pid}-1"]
+        assert not Path(stale.path).exists() and Path(held.path).exists() and Path(mine.path).exists()
+    finally:
+        for cap in (held, mine, stale):
+            cap.release()
+        sleeper.kill()
+        sleeper.wait(5)

@@ -97,12 +97,13 @@ class Nvml(Fault):
             return
         import psutil
 
-        from servewatch.sched import cpu_cap, set_session_nice
+        from servewatch.sched import cpu_cap, remove_stale_caps, set_session_nice
 
         workers = [p for p in ctx.target.processes() if p.role == "worker"]
         if len(workers) >= 2:
             capped = workers[THROTTLED_GPU]
-            cap = cpu_cap(f"servewatch-drill-{os.getpid()}-{capped.pid}", THERMAL_CPU_SHARE)
+            remove_stale_caps(CAP_PREFIX)
+            cap = cpu_cap(f"{CAP_PREFIX}{os.getpid()}-{capped.pid}", THERMAL_CPU_SHARE)
             why = cap if isinstance(cap, str) else cap.add(capped.pid)
             if why is None:
                 self.cap = cap
@@ -141,6 +142,7 @@ THROTTLED_GPU = 1
 # x2.5; at 30 %, -85 %. The rank's spinning OpenMP threads spend the quota too, so the engine slows by more than
 # the share.
 THERMAL_CPU_SHARE = 0.56
+CAP_PREFIX = "servewatch-drill-"     # the cap's cgroup: this prefix, the drill's pid, the capped pid
 
 
 # The competitor's session this much less nice than the engine's: each step of nice weighs about 1.25 x, so 3 steps
