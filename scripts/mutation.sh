@@ -50,6 +50,7 @@ DEFAULT_MODULES=(
   servewatch/detectors/xid.py
   servewatch/detectors/collective.py
   servewatch/detectors/gpu.py
+  servewatch/detectors/registry.py
 )
 
 # Functions out of the report's scope, by module (a regex on mutmut's mutant names: x_FUNC__ for a function,
@@ -117,6 +118,8 @@ declare -A TESTS=(
   # gpu_fault, gpu_throttled, the GPU of each rank (test_detectors_gpu.py and test_gpu_check.py build and run the
   # NVML stand-in and gpu-check: 10 s)
   [servewatch/detectors/gpu.py]="tests/test_values_gpu.py $DETECTOR_TESTS"
+  # the specs, precedence and action policy (the grep finds the files that run watch, serve and drills)
+  [servewatch/detectors/registry.py]="tests/test_values_registry.py $DETECTOR_TESTS"
 )
 
 FLOOR=90
