@@ -52,7 +52,7 @@ class CpuCap:
 
     def add(self, pid: int) -> str | None:
         """Move `pid` (every thread of it) under the cap; None when done, else why not."""
-        home = _cgroup_dir(pid, self.v2)
+        home = _cgroup_dir(pid, os.path.dirname(self.path), self.v2)
         if home is None:
             return f"the cgroup of pid {pid} is not readable"
         try:
@@ -149,9 +149,8 @@ def _cpu_root() -> tuple[str | None, bool]:
     return None, False
 
 
-def _cgroup_dir(pid: int, v2: bool) -> str | None:
-    """The directory of `pid`'s cgroup under the cpu controller's mount."""
-    root, _ = _cpu_root()
+def _cgroup_dir(pid: int, root: str, v2: bool) -> str | None:
+    """The directory of `pid`'s cgroup under the cpu controller's mount `root`."""
     try:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
             lines = [line.rstrip("\n").split(":", 2) for line in f]
@@ -162,7 +161,7 @@ def _cgroup_dir(pid: int, v2: bool) -> str | None:
             continue
         controllers = fields[1].split(",")
         if (v2 and fields[0] == "0" and fields[1] == "") or (not v2 and "cpu" in controllers):
-            return os.path.join(root, fields[2].lstrip("/")) if root else None
+            return os.path.join(root, fields[2].lstrip("/"))
     return None
 
 
