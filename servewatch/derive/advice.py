@@ -12,8 +12,8 @@ from servewatch.derive import buckets as b
 from servewatch.derive import quantities as q
 from servewatch.derive.capacity import Capacity, Deployment
 from servewatch.derive.observed import Observed
+from servewatch.engine.histogram import BLIND_FRACTION   # the share in bucket one at which quantiles mean nothing
 
-BLIND_FRACTION = 0.99      # the share in bucket one at which quantiles stop meaning anything
 DENSE_SPAN = 4.0           # around a live server's mean, dense edges cover mean ÷ 4 … mean × 4
 QUEUE_ALLOWANCE_S = 60.0   # e2e includes queueing, which no step time bounds: cover at least a minute
 

@@ -56,7 +56,7 @@ def _surely_not_blind(new: Histogram, old: Histogram, min_count: float) -> bool:
     """What the delta and its summary would conclude, from the first bucket alone, when that is "not
     blind": too few observations, other bucket edges, or a first-bucket share under BLIND_FRACTION
     (computed with the very operations the delta and the summary use)."""
-    from servewatch.engine.summary import BLIND_FRACTION
+    from servewatch.engine.histogram import BLIND_FRACTION
 
     count = new.count - old.count
     if count < min_count or new.edges != old.edges:

@@ -249,6 +249,12 @@ def counter_delta(new: float | None, old: float | None) -> float | None:
     return new - old
 
 
+# The share of a histogram's observations in its first bucket from which its quantiles are blind (at or over
+# it: histogram_quantile prints the first edge's neighbourhood whatever the truth). The one place it is written:
+# the summaries, the histogram_blind detector and advise's ITL check read it from here.
+BLIND_FRACTION = 0.99
+
+
 @dataclass(frozen=True, slots=True)
 class BlindnessFinding:
     """How much of a histogram sits in its first bucket, and what the quantile panels print because of it."""
@@ -262,7 +268,7 @@ class BlindnessFinding:
     blind: bool                 # first_bucket_fraction >= threshold (with at least one observation)
 
 
-def blindness(h: Histogram, threshold: float = 0.99) -> BlindnessFinding | None:
+def blindness(h: Histogram, threshold: float = BLIND_FRACTION) -> BlindnessFinding | None:
     """The first-bucket share of a histogram (or of a scrape delta); None without finite buckets or
     without observations."""
     if not h.edges or not h.count > 0:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from servewatch.engine.histogram import blindness, histogram_quantile, mean
+from servewatch.engine.histogram import BLIND_FRACTION, blindness, histogram_quantile, mean
 from servewatch.engine.state import Histogram
-
-# The share of a histogram's observations in its first bucket from which its quantiles are blind.
-BLIND_FRACTION = 0.99
 
 LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E", "queue": "queue time",
           "prefill": "prefill time", "decode": "decode time"}
