@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         wanted = {}
         for r in ranks:
-            if not r.readable or r.fr_buffer <= 0:
+            if not r.readable or not r.dump_wanted:
                 continue
             if r.rank is None:
                 out["failures"].append(f"pid {r.pid}: no RANK in its environment: its dump is not known")
@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         if wanted:
             got = flight_recorder.collect(wanted, timeout_s=args.timeout)
             dumps = got.dumps
+            if dumps and ranks:          # a dump read is the evidence that its rank records: the line says so
+                held = {rank: flight_recorder.collectives_held(dump) for rank, dump in dumps.items()}
+                out["discovery"] = lines[0] = collective_env.summary(ranks, held)
             out["failures"] += [f"rank {r}: {why}" for r, why in sorted(got.failures.items())]
             analysis = flight_recorder.analyse(dumps) if dumps else None
     named = False

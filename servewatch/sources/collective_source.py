@@ -170,7 +170,7 @@ class CollectiveSource:
             ras_due = self.last_ras_t is None or now - self.last_ras_t >= self.ras_every_s
             ranks = self._ranks
             events: list[LogEvent] = []
-            fr_ranks = [r for r in ranks if r.readable and r.fr_buffer > 0]
+            fr_ranks = [r for r in ranks if r.readable and r.dump_wanted]
             dump_due = self.last_dump_t is None or now - self.last_dump_t >= self.redump_s
             if fr_ranks and (forced or (pending and dump_due)):
                 self.last_dump_t = now
@@ -227,6 +227,11 @@ class CollectiveSource:
             self._once(f"collectives: rank {rank}: {why}")
         if not got.dumps:
             return []
+        held = {rank: flight_recorder.collectives_held(dump) for rank, dump in got.dumps.items()}
+        discovery = collective_env.summary(self._ranks or (), held)
+        if discovery != self.discovery:          # a dump read is evidence the discovery line did not have
+            self.discovery = discovery
+            self.say(f"collectives: {discovery}")
         analysis = flight_recorder.analyse(got.dumps)
         self.last_analysis = analysis
         for note in analysis.notes:

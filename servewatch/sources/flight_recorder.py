@@ -126,6 +126,11 @@ def parse_dump(data: bytes) -> Dump:
                 known_version=version.startswith(KNOWN_VERSIONS))
 
 
+def collectives_held(dump: Dump) -> int:
+    """How many collectives a dump holds (over its groups): more than 0 is evidence that the rank records."""
+    return sum(len(g.entries) for g in dump.groups.values())
+
+
 def _desc(config: dict, name: str) -> str:
     entry = config.get(name)
     return str(entry.get("desc", "")) if isinstance(entry, dict) else ""
