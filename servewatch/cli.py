@@ -17,9 +17,68 @@ COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summ
             "completion", "gpu_check")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every --help at most 80 columns (narrower on a narrower terminal), a word never split: no break inside a
+    word, at a hyphen (`--drain-timeout`) or an underscore (`not_serving`); a comma-separated list may break
+    after a comma. A description or epilog paragraph of plain lines is filled; one laid out by hand (a line
+    that starts indented: a table, examples) keeps its lines, a line too long wrapped under its own text."""
+
+    WIDTH = 80
+
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        if width is None:
+            import shutil
+
+            width = min(self.WIDTH, max(40, shutil.get_terminal_size().columns - 2))
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    @staticmethod
+    def wrap(text: str, width: int, indent: str = "", hang: str = "") -> list[str]:
+        import re
+        import textwrap
+
+        class Wrapper(textwrap.TextWrapper):
+            def _split(self, chunk):                         # spaces, and after a comma inside a,b,c
+                return [part for part in re.split(r"(\s+|(?<=,)(?=[^\s,]))", chunk) if part]
+
+        return Wrapper(max(width, 20), initial_indent=indent, subsequent_indent=hang, break_long_words=False,
+                       break_on_hyphens=False).wrap(text) or [indent.rstrip()]
+
+    def _split_lines(self, text, width):
+        return self.wrap(self._whitespace_matcher.sub(" ", text).strip(), width)
+
+    def _fill_text(self, text, width, indent):
+        import re
+
+        out: list[str] = []
+        for paragraph in re.split(r"\n[ \t]*\n", text.strip("\n")):
+            lines = paragraph.splitlines()
+            if any(line[:1].isspace() for line in lines):
+                rows: list[list[str]] = []                            # [own indent, text's column, text]
+                for line in lines:
+                    own = line[:len(line) - len(line.lstrip())]
+                    if rows and rows[-1][1] and len(own) == len(rows[-1][1]):
+                        rows[-1][2] += " " + line.strip()              # a continuation of "  6    text"
+                        continue
+                    lead = re.match(r"\s*\S+ {2,}", line)             # "  6    text": wrapped under the text
+                    rows.append([own, " " * len(lead[0]) if lead else "", line.strip()])
+                for own, hang, words in rows:
+                    hang = hang if hang and len(hang) < width // 2 else own + "  "
+                    out += self.wrap(words, width, indent + own, indent + hang)
+            else:
+                out += self.wrap(" ".join(line.strip() for line in lines), width, indent, indent)
+            out.append("")
+        return "\n".join(out[:-1])
+
+
 class _Parser(argparse.ArgumentParser):
     """A usage error is one line, as every other bad input (the usage itself is in --help). Subcommand
-    parsers are of this class too: argparse makes them of the class of the parser they hang from."""
+    parsers are of this class too: argparse makes them of the class of the parser they hang from; each gets
+    HelpFormatter, whatever formatter_class its command asked for."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["formatter_class"] = HelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")

@@ -19,7 +19,31 @@ INSTALL = {   # one line each, as docs/site/completion.md shows them
     "fish": "mkdir -p ~/.config/fish/completions && "
             "servewatch completion fish > ~/.config/fish/completions/servewatch.fish",
 }
-EPILOG = "install (then open a new shell):\n" + "".join(f"  {shell}: {line}\n" for shell, line in INSTALL.items())
+
+
+def _continued(line: str, width: int = 74) -> list[str]:
+    """A shell line as lines of at most `width` columns where it can, broken at spaces outside quotes with a
+    backslash at each break, so that it still runs when pasted (bash, zsh and fish join a line that ends in a
+    backslash to the next)."""
+    words, word, quote = [], "", ""
+    for char in line:
+        if char == " " and not quote:
+            words, word = words + [word], ""
+            continue
+        quote = "" if char == quote else (char if not quote and char in "'\"" else quote)
+        word += char
+    lines = [words[0]]
+    for word in words[1:] + [word]:
+        if len(lines[-1]) + 1 + len(word) + 2 > width:
+            lines[-1] += " \\"
+            lines.append("  " + word)
+        else:
+            lines[-1] += " " + word
+    return lines
+
+
+EPILOG = "install (then open a new shell):\n" + "".join(
+    f"  {shell}:\n" + "".join(f"    {part}\n" for part in _continued(line)) for shell, line in INSTALL.items())
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -26,7 +26,8 @@ def register(subparsers) -> None:
 
     parser.add_argument("--dialect", choices=tuple(BEHAVIOURS), default=SimConfig.dialect,
                         help=f"which engine the simulator speaks (default {SimConfig.dialect})")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the simulated engine's seed: the same seed gives the same run (default 0)")
     parser.add_argument("--interval", type=duration, default=0.5, help="recorder cadence in seconds (default 0.5)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     parser.add_argument("--wide", action="store_true", help=WIDE_HELP)

@@ -20,8 +20,10 @@ SYMPTOM_NAMES = ("slow-first-token", "slow-text", "long-answers", "hangs-under-l
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(subparsers, "diagnose", HELP, DESCRIPTION, run)
-    parser.add_argument("target", metavar="URL|BUNDLE|LOAD_DIR")
-    parser.add_argument("--symptom", choices=SYMPTOM_NAMES,
+    parser.add_argument("target", metavar="URL|BUNDLE|LOAD_DIR",
+                        help="a live server's URL (recorded for --window), an incident bundle, or a directory "
+                             "`servewatch load --out` wrote")
+    parser.add_argument("--symptom", choices=SYMPTOM_NAMES, metavar="NAME",
                         help="the complaint: slow-first-token, slow-text, long-answers, hangs-under-load, errors, "
                              "e2e-up (E2E up while TTFT and the queue look normal); none: say what it sees")
     parser.add_argument("--window", type=float, default=30.0, metavar="S",

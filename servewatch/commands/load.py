@@ -20,8 +20,11 @@ DESCRIPTION = ("Run a load scenario (normal, overload, long-prompt, long-output,
 def register(subparsers) -> None:
     p = add_command(subparsers, "load", HELP, DESCRIPTION, run)
     p.add_argument("url", help="base URL of the server, e.g. http://127.0.0.1:8000")
-    p.add_argument("--scenario", default="normal",
-                   choices=("normal", "overload", "long-prompt", "long-output", "custom"))
+    p.add_argument("--scenario", default="normal", metavar="NAME",
+                   choices=("normal", "overload", "long-prompt", "long-output", "custom"),
+                   help="normal (2 req/s, 44 prompt and 128 output tokens), overload (14 req/s), long-prompt "
+                        "(1 req/s, 2,905 prompt tokens), long-output (1 req/s, 1,024 output tokens) or custom "
+                        "(--rate or --concurrency given); default normal")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--rate", type=float, help="requests per second (default: the scenario's)")
     g.add_argument("--concurrency", type=int, help="fixed number of requests in flight instead of a rate")
@@ -37,11 +40,14 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", default="auto",
                    help="DIR or tokenizer.json | auto (server /tokenize, else approx) | approx")
     p.add_argument("--model", help="model name (default: the first of /v1/models)")
-    p.add_argument("--api", default="completions", choices=("completions", "chat"))
+    p.add_argument("--api", default="completions", choices=("completions", "chat"),
+                   help="completions (/v1/completions, default) or chat (/v1/chat/completions)")
     p.add_argument("--goodput", metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput")
     p.add_argument("--metrics-interval", type=float, default=0.5,
                    help="seconds between /metrics samples (0: no server view)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="the random draws of prompts and arrival times: the same seed sends the same run "
+                        "(default 0)")
     p.add_argument("--timeout", type=float, default=600.0, help="per-request deadline in seconds")
     p.add_argument("--sender-priority", default="realtime", choices=("realtime", "normal"),
                    help="the thread that sends rate-scheduled requests on time: real-time priority where the "

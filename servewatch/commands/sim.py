@@ -23,18 +23,26 @@ def register(subparsers) -> None:
 
     parser.add_argument("--dialect", choices=tuple(BEHAVIOURS), default=SimConfig.dialect,
                         help=f"which engine the simulator speaks (default {SimConfig.dialect})")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stderr)")
     parser.add_argument("--model-name", default=None, help="served model name (default: the profile's model)")
     parser.add_argument("--profile", default=None, help="h100-8b, rtx3060-7b (default) or tiny-cpu")
-    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-seqs", type=int, default=256,
+                        help="requests the engine runs at once, as vLLM's flag (default 256)")
     parser.add_argument("--kv-tokens", type=int, default=None, help="KV pool size in tokens (default: profile)")
-    parser.add_argument("--block-size", type=int, default=None)
-    parser.add_argument("--max-batched-tokens", type=int, default=8192)
-    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="tokens per KV cache block (default: the profile's)")
+    parser.add_argument("--max-batched-tokens", type=int, default=8192,
+                        help="tokens one engine step may schedule, as vLLM's flag (default 8192)")
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="the longest prompt plus output in tokens; longer requests get a 400 (default: the "
+                             "profile's, cut to what the KV pool holds)")
     parser.add_argument("--tokens-per-chunk", type=int, default=1, help="pack up to K tokens per SSE chunk")
-    parser.add_argument("--no-prefix-caching", action="store_true")
-    parser.add_argument("--log-stats-interval", type=float, default=10.0)
+    parser.add_argument("--no-prefix-caching", action="store_true",
+                        help="no reuse of KV blocks between requests with the same prompt prefix")
+    parser.add_argument("--log-stats-interval", type=float, default=10.0,
+                        help="seconds between the engine's throughput lines in its log, as vLLM's "
+                             "VLLM_LOG_STATS_INTERVAL (default 10)")
     parser.add_argument("--startup-seconds", type=float, default=0.0, help="time until the engine is ready")
     parser.add_argument("--exit-delay", type=float, default=2.0, help="engine death -> process exit, seconds")
     parser.add_argument("--health-timeout", type=float, default=20.0, help="SGLang /health generation timeout")
@@ -43,7 +51,9 @@ def register(subparsers) -> None:
     parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
                         help="e.g. stall@30s, engine-death@20s:exit=0, slow@10s:factor=3, crash-oom:budget=80 "
                              "(repeatable)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the simulated model's weights: the same seed and requests give the same tokens "
+                             "(default 0)")
     parser.add_argument("--log-file", default=None, help="write the engine's log lines here (default: stdout)")
     replay = parser.add_argument_group("telemetry replay", "serve an incident bundle's recorded /health and /metrics "
                                        "over time, in the engine's own names, instead of simulating an engine")
