@@ -4,12 +4,18 @@
 Reads the JSON lines the conformance suites append to $SERVEWATCH_CASE_LOG (tests/conformance/lab_timing.py):
 one line per attempt. A case is retried once only when it missed a timing bound while the freeze meter
 measured a freeze long enough to explain it; its first attempt then reads "rerun".
-Usage: scripts/ci_case_table.py CASE_LOG
+Usage: scripts/ci_case_table.py CASE_LOG [--record FILE]
+
+With --record (.ci/run gives it on a full run: no case, suite or stage left out), the counts are also written to
+FILE, servewatch/lab/last_ci.json, the one place `servewatch --version` reads its real-engine claim from: commit it
+after a clean-clone CI.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,9 +41,31 @@ def rows(path: Path) -> list[dict]:
     return out
 
 
+def record(path: Path, table: list[dict], now: datetime.datetime, commit: str | None) -> dict:
+    """The run's counts, as `servewatch --version` reads them (servewatch/lab/proven.py), written to `path`."""
+    final = [r["retry"] if r["retry"] != "-" else r["first"] for r in table]
+    doc = {"about": "the real-engine cases of the last full clean-clone CI run (.ci/run), written by "
+                    "scripts/ci_case_table.py --record; servewatch --version says them",
+           "when": now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           **({"commit": commit} if commit else {}),
+           "cases": len(table), "passed": final.count("passed"), "failed": final.count("failed"),
+           "retried": sum(r["first"] == "failed, freeze-explained" for r in table)}
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return doc
+
+
+def _commit() -> str | None:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                          cwd=Path(__file__).resolve().parents[1])
+    return done.stdout.strip() or None
+
+
 def main(argv: list[str]) -> int:
+    recording = None
+    if len(argv) == 4 and argv[2] == "--record":
+        recording, argv = Path(argv[3]), argv[:2]
     if len(argv) != 2:
-        print("usage: ci_case_table.py CASE_LOG", file=sys.stderr)
+        print("usage: ci_case_table.py CASE_LOG [--record FILE]", file=sys.stderr)
         return 2
     path = Path(argv[1])
     if not path.is_file():
@@ -53,6 +81,9 @@ def main(argv: list[str]) -> int:
     final = [r["retry"] if r["retry"] != "-" else r["first"] for r in table]
     print(f"ci: {len(table)} real-engine cases: {final.count('passed')} passed, {final.count('failed')} failed, "
           f"{sum(r['first'] == 'failed, freeze-explained' for r in table)} retried after a measured freeze")
+    if recording is not None and table:
+        record(recording, table, datetime.datetime.now(datetime.timezone.utc), _commit())
+        print(f"ci: the counts written to {recording} (servewatch --version says them: commit it)")
     return 0
 
 
