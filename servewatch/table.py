@@ -10,9 +10,7 @@ how much it matters (`Column.priority`), and a table is printed like this:
 - columns are left out, least important first (the rightmost first among equals), until the rest fit at
   their natural width: a header is never cut, and a column that cannot show its header whole is not shown;
 - a column declared `shrink` (a name: a model, an engine, a check) may narrow down to its `min_width`, its
-  long cells ellipsised with "…" or folded onto more lines at spaces: a folded column is never narrower than
-  its longest word, so that a name (`requests_aborted`) is never cut in two; the widths are set here, not
-  left to rich (which would fold a word to make room);
+  long cells ellipsised with "…" or folded onto more lines;
 - a line under the table names the columns left out and says that `--wide` shows them.
 
 Kept small and on rich alone, not another table library: rich already renders every table and the live
@@ -86,18 +84,7 @@ def _width_of(console, cell: Any) -> int:
     return max((cell_len(line) for line in text.plain.split("\n")), default=0)
 
 
-def _longest_word(console, cell: Any) -> int:
-    from rich.cells import cell_len
-    from rich.text import Text
-
-    text = console.render_str(cell) if isinstance(cell, str) else cell
-    if not isinstance(text, Text):
-        return 0
-    return max((cell_len(word) for word in text.plain.split()), default=0)
-
-
-def _rich_table(table: Table, keep: list[int], *, expand: bool, widths: dict[int, int] | None = None,
-                floors: dict[int, int] | None = None):
+def _rich_table(table: Table, keep: list[int], *, expand: bool):
     from rich.table import Table as RichTable
 
     options = {k: v for k, v in table.options.items() if k not in ("caption", "caption_justify")}
@@ -106,8 +93,7 @@ def _rich_table(table: Table, keep: list[int], *, expand: bool, widths: dict[int
     for i in keep:
         col = table.columns[i]
         out.add_column(col.header, justify=col.justify, style=col.style, no_wrap=col.shrink is None,
-                       overflow=col.shrink or "fold", ratio=col.ratio if expand else None,
-                       width=(widths or {}).get(i), min_width=(floors or {}).get(i))
+                       overflow=col.shrink or "fold", ratio=col.ratio if expand else None)
     for cells, end_section in table.rows:
         out.add_row(*(cells[i] for i in keep), end_section=end_section)
     return out
@@ -120,9 +106,7 @@ def fit(console, table: Table, width: int) -> tuple[Any, list[Column]]:
     natural = [max([_width_of(console, part) for part in col.header.split("\n")]
                    + [_width_of(console, cells[i]) for cells, _ in table.rows]) for i, col in enumerate(table.columns)]
     floor = [natural[i] if col.shrink is None else
-             min(natural[i], max([col.min_width] + [_width_of(console, w) for w in col.header.split()]
-                                 + ([_longest_word(console, cells[i]) for cells, _ in table.rows]
-                                    if col.shrink == "fold" else [])))
+             min(natural[i], max([col.min_width] + [_width_of(console, w) for w in col.header.split()]))
              for i, col in enumerate(table.columns)]
     keep = list(range(len(table.columns)))
     left_out: list[Column] = []
@@ -137,18 +121,7 @@ def fit(console, table: Table, width: int) -> tuple[Any, list[Column]]:
         keep.remove(least)
         left_out.append(table.columns[least])
     expand = bool(table.options.get("expand")) and width < WIDE_WIDTH
-    shrunk = [i for i in keep if natural[i] > floor[i]]
-    if expand or needed + sum(natural[i] - floor[i] for i in shrunk) <= width or not shrunk:
-        return _rich_table(table, keep, expand=expand, floors={i: floor[i] for i in shrunk}), left_out
-    # Too wide at the natural widths: each shrinking column from its floor, the room left handed out one column
-    # at a time to the one furthest from its natural width (rich left alone would fold a word to make room).
-    widths = {i: floor[i] for i in shrunk}
-    for _ in range(max(0, width - needed)):
-        i = max(shrunk, key=lambda i: (natural[i] - widths[i], -i))
-        if widths[i] >= natural[i]:
-            break
-        widths[i] += 1
-    return _rich_table(table, keep, expand=False, widths=widths), left_out
+    return _rich_table(table, keep, expand=expand), left_out
 
 
 def left_out_line(left_out: list[Column]) -> str:

@@ -35,7 +35,6 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     from servewatch.serve.discovery import FileSd
     from servewatch.serve.fleet import Fleet
     from servewatch.serve.http_api import build_app
-    from servewatch.serve.signals import signals
     from servewatch.sinks.export.exporter import FleetExporter
     from servewatch.sinks.delivery.registry import SinkContext, build_clients, sinks_for
 
@@ -52,16 +51,13 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
 
     def derived():
         now = clock.now()
-        return [(name, signals(run.recorder.ring.window(), now)) for name, run in fleet.runs.items()]
+        return [(name, run.live_signals(now)) for name, run in fleet.runs.items()]
 
+        """(target, its signals): none for a target that does not answer (TargetRun.live_signals)."""
     def newest_process():
-        """(target, its newest process sample of the last 10 s, or None): the ranks' states."""
-        since = clock.now() - 10.0
-        out = []
-        for name, run in fleet.runs.items():
-            process = run.recorder.ring.window(since=since).process
-            out.append((name, process[-1] if process else None))
-        return out
+        """(target, its newest recent process sample, or None): the ranks' states (TargetRun.live_process)."""
+        now = clock.now()
+        return [(name, run.live_process(now)) for name, run in fleet.runs.items()]
 
     exporter = FleetExporter(derived, newest_process)
     node_view = None

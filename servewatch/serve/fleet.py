@@ -30,9 +30,11 @@ if TYPE_CHECKING:
     from servewatch.clock import Clock
     from servewatch.serve.config import ServeConfig
     from servewatch.serve.sidecar import Sidecar
+    from servewatch.serve.signals import Signals
     from servewatch.sinks.base import Sink
     from servewatch.sinks.export.exporter import FleetExporter
     from servewatch.sources.base import Source
+    from servewatch.timeline.samples import ProcessSample
     from servewatch.watch.recorder import Recorder
 
 RecorderFor = Callable[[TargetSpec, Callable[["Source"], "Source"], "Sidecar | None"], "Recorder"]
@@ -122,6 +124,23 @@ class TargetRun:
                     status.last_error = sample.error
                     self.exporter.scrape_failures.labels(_label(name), _label(_kind(sample.error))).inc()
         self.exporter.target_up.labels(_label(name)).set(1 if status.up else 0)
+
+    def live_signals(self, now: float) -> Signals:
+        """The derived signals serve exports for this target (every family at once, from here only): none
+        while it does not answer (`servewatch_target_up 0`): a rate from the last good scrapes before it
+        stopped is not its rate now, and an exporter drops what it cannot measure. They come back with the
+        first good scrape."""
+        from servewatch.serve.signals import Signals, signals
+
+        return signals(self.recorder.ring.window(), now) if self.status.up else Signals()
+
+    def live_process(self, now: float) -> ProcessSample | None:
+        """The newest process sample no older than rank_series.SAMPLE_MAX_AGE_S (None: no state to export). A
+        process that is gone has a sample saying so (not alive): its ranks' series go with it."""
+        from servewatch.sinks.export.rank_series import SAMPLE_MAX_AGE_S
+
+        process = self.recorder.ring.window(since=now - SAMPLE_MAX_AGE_S).process
+        return process[-1] if process else None
 
     async def open(self) -> int | None:
         """The sidecar proxy listening (before the recorder starts): its port. Raises ServewatchError if it

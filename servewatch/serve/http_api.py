@@ -8,6 +8,7 @@ from aiohttp import web
 
 from servewatch.detectors import registry
 from servewatch.serve import probes
+from servewatch.sinks.export.rank_series import SAMPLE_MAX_AGE_S
 from servewatch.bundle.serialize import verdict_to_dict
 from servewatch.clock import iso8601
 
@@ -37,18 +38,16 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-RANK_SAMPLE_MAX_AGE_S = 10.0     # as the exporter's servewatch_rank_state: an older process view is no state
+RANK_SAMPLE_MAX_AGE_S = SAMPLE_MAX_AGE_S     # as servewatch_rank_state: an older process view is no state
 
 
 async def targets(request: web.Request) -> web.Response:
-    from servewatch.serve.signals import signals
-
     fleet = request.app[FLEET]
     out = []
     for name, run in sorted(fleet.runs.items()):
         s = run.status
         window = run.recorder.ring.window()
-        values = signals(window, fleet.clock.now())
+        values = run.live_signals(fleet.clock.now())        # none while it does not answer, as /metrics
         out.append({"name": name, "url": run.spec.url, "state": s.state, "up": s.up, "health_ok": s.health_ok,
                     "scrape_ok": s.scrape_ok, "last_error": s.last_error, "backoff_s": s.backoff_s,
                     "active": [v.name for v in run.recorder.latch.active],

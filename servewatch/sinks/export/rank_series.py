@@ -9,6 +9,7 @@ bounded: role is one of the dialects' rank kinds, rank is the title's rank suffi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 from servewatch.timeline.ranks import rank_view
@@ -18,6 +19,7 @@ NAME = "servewatch_rank_state"
 HELP = ("1 for each engine rank of a target (from its process titles and parentage), labelled with its role, its "
         "rank and its process state letter (R running, S sleeping, D uninterruptible, T stopped, Z zombie)")
 MAX_RANKS = 64
+SAMPLE_MAX_AGE_S = 10.0     # an older process view is no state: its ranks are not exported (nor listed by serve's API)
 
 
 def rank_label(axes) -> str:
@@ -62,8 +64,10 @@ class NodeRankCollector:
     node view found (servewatch.serve.node)."""
 
     def __init__(self, node: str, newest: Callable[[], Iterable[tuple[object, ProcessSample | None]]],
-                 label: Callable[[str], str], errors: Callable[[], int] = lambda: 0):
-        self.node, self.newest, self.label, self.errors = node, newest, label, errors
+                 label: Callable[[str], str], errors: Callable[[], int] = lambda: 0,
+                 clock: Callable[[], float] = time.time):
+        """A sample older than SAMPLE_MAX_AGE_S by `clock()` (the view kept after failed cycles) exports no rank."""
+        self.node, self.newest, self.label, self.errors, self.clock = node, newest, label, errors, clock
 
     def describe(self):
         return []
@@ -72,7 +76,10 @@ class NodeRankCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         family = GaugeMetricFamily(NODE_NAME, NODE_HELP, labels=["node", "engine", "pod_uid", "role", "rank", "state"])
+        now = self.clock()
         for engine, sample in self.newest():
+            if sample is None or now - sample.t > SAMPLE_MAX_AGE_S:
+                continue
             for role, rank, state in rank_rows(sample):
                 family.add_metric([self.label(self.node), engine.engine, engine.pod_uid or "none", self.label(role),
                                    self.label(rank), self.label(state)], 1.0)
