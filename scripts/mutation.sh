@@ -3,6 +3,7 @@
 #
 #   scripts/mutation.sh [MODULE...]          every module given (default: the list below), one shard each
 #   scripts/mutation.sh --changed [REF]      only the listed modules that the change touches, capped at 5 minutes
+#   scripts/mutation.sh --list               the list (scripts/mutation_modules.txt's "mutate" lines), one a line
 #   options: --floor PCT (default 90: exit 1 when a module's kill rate is below it)
 #            --budget S  (seconds for the whole run; default none, 300 with --changed)
 #            --report FILE (also write the markdown report there)
@@ -20,38 +21,9 @@ set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
-DEFAULT_MODULES=(
-  servewatch/detectors/verdict.py
-  servewatch/drill/measure.py
-  servewatch/drill/expect.py
-  servewatch/sources/probe.py
-  servewatch/load/itl.py
-  servewatch/proxy/exchange.py
-  servewatch/engine/histogram.py
-  servewatch/load/summary.py
-  servewatch/derive/slo.py
-  servewatch/detectors/not_serving.py
-  servewatch/detectors/liveness.py
-  servewatch/detectors/progress.py
-  servewatch/detectors/ranks.py
-  servewatch/detectors/restart.py
-  servewatch/detectors/no_token.py
-  servewatch/detectors/startup.py
-  servewatch/detectors/blindness.py
-  servewatch/detectors/series.py
-  servewatch/detectors/probes.py
-  servewatch/actions/identity.py
-  servewatch/bundle/verify.py
-  servewatch/bundle/recompute.py
-  servewatch/sources/deadline.py
-  servewatch/actions/policy.py
-  servewatch/detectors/capacity.py
-  servewatch/detectors/outcomes.py
-  servewatch/detectors/xid.py
-  servewatch/detectors/collective.py
-  servewatch/detectors/gpu.py
-  servewatch/detectors/registry.py
-)
+# The list, by a rule (issue 50): scripts/mutation_modules.txt, whose "mutate" lines are mutated here and whose
+# "skip" lines say why a module the rule finds is left out (tests/test_mutation_scope.py holds the two to the code).
+mapfile -t DEFAULT_MODULES < <(awk '$1 == "mutate" { print $2 }' "$ROOT/scripts/mutation_modules.txt")
 
 # Functions out of the report's scope, by module (a regex on mutmut's mutant names: x_FUNC__ for a function,
 # xǁCLASSǁ for a class's methods): the plumbing that is no figure an operator reads. Their mutants are made and
@@ -59,6 +31,19 @@ DEFAULT_MODULES=(
 declare -A OUT_OF_SCOPE=(
   # the recording half of the drill (subprocesses, threads, HTTP polling, files); its figures are derived below
   [servewatch/drill/measure.py]='xǁ(Prober|Watcher|Workload)ǁ|\.x_(save_records|files_holding|log_shows|log_size)__'
+)
+
+# The other way round, for a module most of whose functions are plumbing that every test of it reaches: the functions
+# in scope (fnmatch patterns of mutant names, mutmut run's own filter). Only their mutants are run; the others are
+# "out of scope" in the report.
+declare -A IN_SCOPE=(
+  # the proxy's recording path: the time base (the request sent upstream, each read's time, the connection's),
+  # the record made at the end and the live sample; not its HTTP handling (the request head's parsing, error
+  # answers, deadlines, backpressure, the pool), which the proxy's tests read byte for byte
+  [servewatch/proxy/server.py]='servewatch.proxy.server.xǁProxyǁ_record__mutmut_* servewatch.proxy.server.xǁProxyǁfinished__mutmut_*
+    servewatch.proxy.server.xǁProxyǁrecord_ended__mutmut_* servewatch.proxy.server.xǁProxyǁsnapshot__mutmut_*
+    servewatch.proxy.server.xǁProxyǁacquire__mutmut_* servewatch.proxy.server.xǁProxyǁ_connect__mutmut_*
+    servewatch.proxy.server.xǁUpstreamǁattach__mutmut_* servewatch.proxy.server.xǁUpstreamǁdata_received__mutmut_*'
 )
 
 # The test files of a module, where the grep below would bring in tests that run whole scenarios (a simulator and
@@ -120,6 +105,18 @@ declare -A TESTS=(
   [servewatch/detectors/gpu.py]="tests/test_values_gpu.py $DETECTOR_TESTS"
   # the specs, precedence and action policy (the grep finds the files that run watch, serve and drills)
   [servewatch/detectors/registry.py]="tests/test_values_registry.py $DETECTOR_TESTS"
+  # the histogram summaries (issue 50): their values, at the blind fraction's boundary (the grep adds the
+  # conformance of a real server, which needs one)
+  [servewatch/engine/summary.py]='tests/test_values_engine_summary.py tests/test_values_blind_fraction.py
+    tests/test_values_blindness.py tests/test_detectors_tracks.py'
+  # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
+  # proxy's tests as exchange.py runs them, the live sample's values
+  [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
+    --deselect=tests/test_proxy.py::test_requests_no_token_is_silent_through_an_overload_served_in_turn
+    --deselect=tests/test_proxy.py::test_requests_no_token_is_silent_through_long_requests_that_are_not_streamed
+    --deselect=tests/test_proxy.py::test_requests_no_token_is_silent_through_a_long_prefill
+    --deselect=tests/test_proxy.py::test_requests_no_token_fires_on_a_stalled_engine_within_its_threshold
+    --deselect=tests/test_proxy.py::test_traces_export_over_otlp_keeping_errors'
 )
 
 FLOOR=90
@@ -137,7 +134,8 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift ;;
     --report) REPORT=$2; shift ;;
     --report-only) REPORT_ONLY=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --list) printf '%s\n' "${DEFAULT_MODULES[@]}"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "mutation.sh: unknown option $1" >&2; exit 2 ;;
     *) MODULES+=("$1") ;;
   esac
@@ -194,6 +192,7 @@ make_shard() {   # $1 module, $2 shard dir, $3... test files
     ln -sfn "$ROOT/$e" "$shard/$e"; extra+=("$e")
   done
   printf '%s\n' "${OUT_OF_SCOPE[$module]:-}" > "$shard/out_of_scope"
+  printf '%s\n' "${IN_SCOPE[$module]:-}" | tr -s ' \n' '\n' | grep -v '^$' > "$shard/in_scope"
   # mutmut copies the package's other files (schemas, plans) once and never again: bring them up to date
   if [ -d "$shard/mutants/servewatch" ]; then
     (cd "$ROOT" && find servewatch -type f ! -name '*.py' ! -name '*.pyc' -print0 |
@@ -250,19 +249,24 @@ for module in "${MODULES[@]}"; do
   fi
   echo "== $module: tests ${tests[*]}" >&2
   t0=$(date +%s)
-  ( cd "$shard" && exec timeout -k 10 "$limit" nice -n 19 "$PY" -m mutmut run --max-children 1 ) > "$shard/run.log" 2>&1 &
+  mapfile -t only < "$shard/in_scope"     # (patterns: never expanded by the shell)
+  ( cd "$shard" && exec timeout -k 10 "$limit" nice -n 19 "$PY" -m mutmut run --max-children 1 "${only[@]}" ) \
+    > "$shard/run.log" 2>&1 &
   child=$!; wait "$child"; rc=$?; child=
   # mutmut keeps a result per mutant and retests only the functions whose code changed: a survivor stays one
   # after a new test unless it is named. So the survivors (of the module's scope) are named and run again.
   mapfile -t again < <("$PY" - "$shard" "$module" <<'EOF'
-import json, os, re, sys
+import fnmatch, json, os, re, sys
 from mutmut.stats import status_by_exit_code
 shard, module = sys.argv[1], sys.argv[2]
 meta = os.path.join(shard, "mutants", module + ".meta")
 scope = open(os.path.join(shard, "out_of_scope"), encoding="utf-8").read().strip()
+only_file = os.path.join(shard, "in_scope")
+only = open(only_file, encoding="utf-8").read().split() if os.path.exists(only_file) else []
 codes = json.load(open(meta, encoding="utf-8")).get("exit_code_by_key", {}) if os.path.exists(meta) else {}
 for name, code in codes.items():
-    if status_by_exit_code[code] in ("survived", "no tests", "suspicious", "segfault") and not (scope and re.search(scope, name)):
+    if (status_by_exit_code[code] in ("survived", "no tests", "suspicious", "segfault") and not (scope and re.search(scope, name))
+            and not (only and not any(fnmatch.fnmatch(name, p) for p in only))):
         print(name)
 EOF
 )
@@ -280,7 +284,7 @@ EOF
 done
 
 "$PY" - "$ROOT" "$FLOOR" "$(( $(date +%s) - START ))" "${REPORT:-}" "${RESULTS[@]}" <<'EOF'
-import json, os, re, sys
+import fnmatch, json, os, re, sys
 from collections import Counter
 root, floor, elapsed, report, modules = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
 from mutmut.stats import status_by_exit_code
@@ -302,10 +306,12 @@ for module in modules:
     codes = json.load(open(meta, encoding="utf-8")).get("exit_code_by_key", {})
     scope_file = os.path.join(root, "mutants", slug, "out_of_scope")
     out_of_scope = open(scope_file, encoding="utf-8").read().strip() if os.path.exists(scope_file) else ""
+    only_file = os.path.join(root, "mutants", slug, "in_scope")
+    only = open(only_file, encoding="utf-8").read().split() if os.path.exists(only_file) else []
     c = Counter()
     for name, code in codes.items():
         status = status_by_exit_code[code]
-        if out_of_scope and re.search(out_of_scope, name):
+        if (out_of_scope and re.search(out_of_scope, name)) or (only and not any(fnmatch.fnmatch(name, p) for p in only)):
             c["out of scope"] += 1
             continue
         if status == "survived" and name in equivalent:

@@ -1,0 +1,271 @@
+"""Values of the proxy's recording path in servewatch/proxy/server.py (issue 50: the time base of every TTFT the proxy
+records is computed here, not in exchange.py): the request's times (arrival, connected, sent upstream, each read),
+the record made when it ends (at once, or a moment later on a kept-alive connection, with the end it had), the
+counters and the recent TTFTs, and the live sample requests_no_token reads. Driven without sockets on a virtual
+clock (the proxy's `now` and the reads' `_now`), each figure computed by hand beside the assertion."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from servewatch.load import records as R
+from servewatch.proxy import Proxy, ProxyConfig
+from servewatch.proxy import server as S
+from servewatch.proxy.exchange import Exchange, ProxyStream
+from tests.test_proxy import _Wire, _completion_event
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+EVENTS = [_completion_event(t, "length" if i == 2 else None, None) for i, t in enumerate(("a", " b", " c"))]
+CHUNKS = [b"%x\r\n%s\r\n" % (len(e), e) for e in [*EVENTS, b"data: [DONE]\n\n"]] + [b"0\r\n\r\n"]
+
+
+class Clock:
+    def __init__(self, t: float):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _request(keep_alive: bool, max_tokens: int = 3) -> bytes:
+    body = json.dumps({"model": "m", "prompt": "p", "max_tokens": max_tokens, "stream": True}).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n%s"
+            % (len(body), b"" if keep_alive else b"Connection: close\r\n", body))
+
+
+def _stream(monkeypatch, reads, *, keep_alive=False, pooled=True):
+    """One streamed request on a virtual clock: the client's request at 100.0 (connected through a new upstream
+    connection at 100.25 unless `pooled`), then `reads` as (time, bytes) from the upstream. Returns the proxy,
+    its records and the exchange."""
+    clock = Clock(100.0)
+    monkeypatch.setattr(S, "_now", clock)
+
+    async def run():
+        records = []
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append((ex, rec)),
+                      now=clock)
+        client, wire = Client(proxy), _Wire()
+        client.connection_made(wire)
+        up = S.Upstream(proxy, 2**20)
+        up.connection_made(_Wire())
+        if pooled:
+            up.idle_since = 99.5
+            proxy.idle.append(up)
+            client.data_received(_request(keep_alive))
+        else:
+            connected = asyncio.Event()
+
+            async def create_connection(factory, host, port):
+                clock.t = 100.25                      # the connection took a quarter of a second
+                connected.set()
+                return _Wire(), up
+
+            loop = asyncio.get_running_loop()
+            loop.create_connection = create_connection
+            client.data_received(_request(keep_alive))
+            await asyncio.wait_for(connected.wait(), 5)
+            for _ in range(1000):                     # _connect attaches the connection right after it is made
+                if client.connecting is None:
+                    break
+                await asyncio.sleep(0)
+            assert client.connecting is None
+        [ex] = proxy.inflight
+        for t, data in reads:
+            clock.t = t
+            up.data_received(data)
+        return proxy, records, ex
+
+    Client = S.Client
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("shape", ["whole-chunks", "cut"])
+def test_a_stream_is_timed_from_the_request_sent_upstream(shape, monkeypatch):
+    # the head at 100.5, the events at 101.0, 101.25, 101.75, the end at 102.0
+    times = [100.5, 101.0, 101.25, 101.75, 102.0, 102.0]
+    if shape == "whole-chunks":               # one read a chunk: the inline path for the events
+        reads = list(zip(times, [HEAD, *CHUNKS]))
+    else:                                     # the head with half the first event, then the rest of it: the parser's
+        first = HEAD + CHUNKS[0]
+        cut = len(HEAD) + 20
+        reads = [(100.5, first[:cut]), (101.0, first[cut:])] + list(zip(times[2:], CHUNKS[1:]))
+    proxy, [(ex, rec)], _ = _stream(monkeypatch, reads)
+    assert (ex.arrival, ex.connected, ex.sent, ex.first_byte, ex.last) == (100.0, 100.0, 100.0, 100.5, 102.0)
+    # TTFT 101.0 - 100.0 (from the request sent upstream; from the first byte it would read 0.5); e2e to the end
+    assert (rec.ttft_s, rec.e2e_s, rec.sent, rec.scheduled) == (1.0, 2.0, 100.0, 100.0)
+    # TPOT (101.75 - 101.0) / 2; the gaps 0.25, 0.5: p50 index int(0.5 x 2) = 1 -> 0.5
+    assert (rec.output_tokens, rec.tpot_s, rec.error, rec.finish_reason) == (3, 0.375, None, "length")
+    assert rec.proxy == {"stream": True, "tenant": None, "connect_s": 0.0, "first_byte_s": 0.5, "itl_p50_s": 0.5,
+                         "itl_p99_s": 0.5, "itl_max_s": 0.5, "malformed_sse": None}
+    assert list(proxy.recent) == [(1.0, len(json.dumps({"model": "m", "prompt": "p", "max_tokens": 3,
+                                                        "stream": True})))]
+    assert (proxy.counters.requests, proxy.counters.outcomes, proxy.last_end) == (1, {"ok": 1}, 102.0)
+
+
+def test_a_new_upstream_connection_is_timed(monkeypatch):
+    reads = list(zip([100.5, 101.0, 101.25, 101.75, 102.0, 102.0], [HEAD, *CHUNKS]))
+    _, [(ex, rec)], _ = _stream(monkeypatch, reads, pooled=False)
+    # connected at 100.25 and the request sent then: TTFT 101.0 - 100.25, e2e 102.0 - 100.25
+    assert (ex.connected, ex.sent, rec.ttft_s, rec.e2e_s) == (100.25, 100.25, 0.75, 1.75)
+    assert (rec.proxy["connect_s"], rec.proxy["first_byte_s"]) == (0.25, 0.25)
+
+
+def test_a_kept_alive_stream_is_recorded_later_with_the_end_it_had(monkeypatch):
+    reads = list(zip([100.5, 101.0, 101.25, 101.75, 102.0, 102.0], [HEAD, *CHUNKS]))
+    proxy, records, ex = _stream(monkeypatch, reads, keep_alive=True)
+    # asyncio.run's loop ended before the RECORD_AFTER_S timer: the record waits for a snapshot or close
+    assert records == [] and proxy._later == [(ex, 102.0)] and proxy.last_end == 102.0
+    sample = proxy.snapshot(105.0)
+    [(_, rec)] = records
+    assert (rec.e2e_s, rec.ttft_s, proxy._later, proxy._later_handle) == (2.0, 1.0, [], None)    # 102.0, not 105.0
+    assert (sample.ttft_count, sample.ttft_p99_s, sample.outcomes, sample.in_flight) == (1, 1.0, {"ok": 1}, 0)
+
+
+def test_the_record_is_made_a_moment_after_a_kept_alive_end(monkeypatch):
+    assert S.RECORD_AFTER_S == 0.002
+    made = []
+
+    async def run():
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: made.append(rec),
+                      now=Clock(50.0))
+        exes = [Exchange(i, 49.0, "completions", b"POST", True, None, 0, 0) for i in (1, 2)]
+        for ex in exes:
+            ex.sent = 49.5
+            proxy.inflight.add(ex)
+            proxy.finished(ex, later=True)
+        handle = proxy._later_handle
+        assert [end for _, end in proxy._later] == [50.0, 50.0] and handle is not None
+        assert made == [] and proxy.inflight == set()
+        loop = asyncio.get_running_loop()
+        assert handle.when() - loop.time() == pytest.approx(0.002, abs=0.002)
+        other = Exchange(3, 49.0, None, b"GET", True, None, 0, 0)       # not an API request: no record
+        proxy.inflight.add(other)
+        proxy.finished(other, later=True)
+        assert proxy.inflight == set() and len(proxy._later) == 2
+        while len(made) < 2:
+            await asyncio.sleep(0.001)
+        assert proxy._later == [] and proxy._later_handle is None
+        return proxy
+
+    proxy = asyncio.run(run())
+    assert [r.e2e_s for r in made] == [0.5, 0.5] and proxy.counters.requests == 2
+
+
+def _ended(error=None, stream=True, chunk_t=(1.0,), malformed=False):
+    ex = Exchange(1, 10.0, "completions", b"POST", False, None, 0, 0)
+    ex.sent, ex.status, ex.stream, ex.body_size = 10.0, 200 if error is None else 504, stream, 250
+    ex.state = ProxyStream(False)
+    ex.state.chunk_t.extend(chunk_t)
+    ex.state.chunk_k.extend([1] * len(chunk_t))
+    ex.error, ex.malformed = error, malformed
+    return ex
+
+
+def test_what_a_record_adds_to_the_counters_and_the_recent_ttfts():
+    seen = []
+    proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: seen.append((ex, rec)))
+    ok, failed, whole, silent, bad = (_ended(), _ended(error=R.TIMEOUT), _ended(stream=False), _ended(chunk_t=()),
+                                      _ended(malformed=True))
+    for ex in (ok, failed, whole, silent, bad):
+        proxy._record(ex, 12.0)
+    # only a successful stream with a first token feeds the recent TTFTs (a whole answer's "TTFT" is its e2e)
+    assert list(proxy.recent) == [(1.0, 250), (1.0, 250)]
+    assert proxy.counters.requests == 5 and proxy.counters.outcomes == {"ok": 4, R.TIMEOUT: 1}
+    assert proxy.counters.malformed_sse == 1 and [ex for ex, _ in seen] == [ok, failed, whole, silent, bad]
+    assert [rec.e2e_s for _, rec in seen] == [2.0] * 5
+    zero = _ended()
+    zero.body_size = 0
+    proxy._record(zero, 12.0)
+    assert proxy.recent[-1] == (1.0, 1)                  # an empty body counts as one byte
+
+
+def _inflight(proxy, i, arrival, *, api="completions", sent=None, stream=True, first_byte=None, last=None,
+              chunks=None, done=False, body_size=0):
+    ex = Exchange(i, arrival, api, b"POST", True, None, 0, 0)
+    ex.sent, ex.stream, ex.first_byte, ex.done, ex.body_size = sent, stream, first_byte, done, body_size
+    if last is not None:
+        ex.last = last
+    if chunks is not None:
+        ex.state = ProxyStream(False)
+        ex.state.chunk_t.extend(chunks)
+    proxy.inflight.add(ex)
+    return ex
+
+
+def test_the_live_sample():
+    proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"))
+    _inflight(proxy, 1, 990.0)                                           # not sent yet: the oldest
+    _inflight(proxy, 2, 995.0, api="chat", sent=995.5, body_size=300)     # waiting, no head: the longest wait
+    _inflight(proxy, 3, 996.0, sent=996.25, first_byte=997.0, last=998.5, chunks=[0.75])   # streaming
+    _inflight(proxy, 4, 997.0, sent=997.5, first_byte=997.75, last=997.75, chunks=[])       # a head, no token
+    _inflight(proxy, 5, 998.0, sent=998.0, stream=False, last=999.9)     # not streamed: its silence says nothing
+    _inflight(proxy, 6, 900.0, api=None, sent=900.0)                     # another path
+    _inflight(proxy, 7, 901.0, sent=901.0, done=True)                    # ended
+    proxy.last_end = 998.0
+    proxy.counters.outcomes = {"ok": 3, "timeout": 1}
+    proxy.recent.extend([(0.5, 100), (2.0, 100), (1.0, 400), (0.25, 50)])
+    s = proxy.snapshot(1000.0)
+    assert (s.t, s.in_flight, s.waiting_first_token, s.oldest_s, s.oldest_waiting_s) == (1000.0, 5, 2, 10.0, 4.5)
+    # the newest byte of a stream: request 3's last read at 998.5 (after the last end, 998.0)
+    assert s.quiet_s == 1.5
+    # p99 of [0.25, 0.5, 1.0, 2.0]: index min(3, int(0.99 x 4) = 3); per byte [0.0025, 0.005, 0.005, 0.02] at
+    # index 3, times the longest-waiting request's 300 bytes
+    assert (s.ttft_p99_s, s.ttft_count, s.expected_ttft_s) == (2.0, 4, 6.0)
+    assert s.outcomes == {"ok": 3, "timeout": 1} and s.outcomes is not proxy.counters.outcomes
+
+
+def test_the_live_sample_at_its_edges():
+    proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"))
+    s = proxy.snapshot(50.0)
+    assert (s.in_flight, s.waiting_first_token, s.oldest_s, s.oldest_waiting_s, s.quiet_s) == (0, 0, None, None, None)
+    assert (s.ttft_p99_s, s.ttft_count, s.expected_ttft_s, s.outcomes) == (None, 0, None, {})
+    # 200 recent TTFTs 0.00 ... 1.99: the p99 is at index int(0.99 x 200) = 198
+    proxy.recent.extend((i / 100, 1) for i in range(200))
+    proxy.last_end = 40.0
+    _inflight(proxy, 1, 45.0, sent=46.0, chunks=[], body_size=0)         # waiting since 46.0, an empty body
+    _inflight(proxy, 2, 44.0, sent=44.5, first_byte=45.0, last=49.5, chunks=[])   # waiting, bytes until 49.5
+    s = proxy.snapshot(50.0)
+    assert (s.ttft_p99_s, s.ttft_count) == (1.98, 200) and s.ttft_count == len(proxy.recent)
+    # the longest wait is request 2's (5.5 s), 0 bytes counted as 1: 1.98 per byte x 1
+    assert (s.waiting_first_token, s.oldest_waiting_s, s.oldest_s, s.expected_ttft_s) == (2, 5.5, 6.0, 1.98)
+    assert s.quiet_s == 0.5                                              # 50.0 - 49.5
+    proxy.last_end = 51.0                                                # a request ended after: no quiet below 0
+    assert proxy.snapshot(50.0).quiet_s == 0.0
+    proxy.inflight.clear()
+    _inflight(proxy, 3, 45.0, sent=46.0, chunks=[0.5], first_byte=46.5, last=47.0)   # streaming, none waiting
+    s = proxy.snapshot(50.0)
+    assert (s.waiting_first_token, s.oldest_waiting_s, s.expected_ttft_s, s.quiet_s) == (0, None, None, 0.0)
+    proxy.last_end = None
+    assert proxy.snapshot(50.0).quiet_s == 3.0                           # 50.0 - 47.0
+
+
+def test_a_pooled_connection_idle_too_long_is_not_reused(monkeypatch):
+    """acquire: a pooled connection idle for more than POOL_IDLE_S is aborted, not used; one idle for exactly
+    that long is used, and the exchange counts as connected on arrival."""
+    assert S.POOL_IDLE_S == 2.0
+
+    async def run(idle_since):
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), now=Clock(100.0))
+        client, wire = S.Client(proxy), _Wire()
+        client.connection_made(wire)
+        up = S.Upstream(proxy, 2**20)
+        upstream_wire = _Wire()
+        up.connection_made(upstream_wire)
+        up.idle_since = idle_since
+        proxy.idle.append(up)
+        aborted = []
+        monkeypatch.setattr(up, "_abort", lambda: aborted.append(up))
+        client.data_received(_request(False))
+        [ex] = proxy.inflight
+        if client.connecting is not None:
+            client.connecting.cancel()
+        return ex, aborted, upstream_wire.out, proxy.idle
+
+    ex, aborted, sent, idle = asyncio.run(run(98.0))                      # idle exactly 2.0 s: reused
+    assert (ex.connected, ex.sent, ex.upstream is not None, aborted, idle) == (100.0, 100.0, True, [], [])
+    assert sent and sent[0].startswith(b"POST /v1/completions HTTP/1.1\r\n")
+    ex, aborted, sent, idle = asyncio.run(run(97.9))                      # 2.1 s: aborted, a new one is asked for
+    assert (ex.connected, ex.sent, ex.upstream, len(aborted), sent, idle) == (None, None, None, 1, [], [])
