@@ -63,7 +63,8 @@ def test_runs_until_sigterm_and_serves_metrics():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0 and stderr.strip().endswith("servewatch serve: stopped")
+    assert proc.returncode == 143, stderr       # 128 + SIGTERM, after an orderly stop
+    assert stderr.strip().endswith("servewatch serve: stopped by SIGTERM: no --out given, no bundle written")
 
 
 def test_a_bad_detector_setting_is_one_line():

@@ -44,11 +44,19 @@ def run_record(args: argparse.Namespace) -> int:
     directory = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(directory):
         raise ServewatchError(f"--out {args.out}: no such directory")
-    text, tokens, model = asyncio.run(canary.ask(args.url, None, args.model))
-    recorded = canary.recorded(text, tokens, model, time.time(), keep_text=args.keep_text)
     try:
-        with open(args.out, "w", encoding="utf-8") as out:
+        text, tokens, model = asyncio.run(canary.ask(args.url, None, args.model))
+    except KeyboardInterrupt:      # ^C, SIGTERM or SIGHUP before the answer (servewatch.stopping)
+        from servewatch import stopping
+
+        stopping.say("canary", f"no canary recorded, {args.out} left as it was")
+        return stopping.status()
+    recorded = canary.recorded(text, tokens, model, time.time(), keep_text=args.keep_text)
+    partial = f"{args.out}.partial"         # whole or not at all: a stop while it is written leaves the old file
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
             out.write(recorded.to_json())
+        os.replace(partial, args.out)
     except OSError as exc:
         raise ServewatchError(f"--out {args.out}: {exc.strerror or exc}") from None
     count = f"{tokens} token(s)" if tokens is not None else f"{len(text)} character(s)"

@@ -66,7 +66,6 @@ def host_port(text: str, flag: str) -> tuple[str, int]:
 
 def run(args) -> int:
     import asyncio
-    import sys
 
     from servewatch.proxy.app import run_proxy
 
@@ -80,6 +79,8 @@ def run(args) -> int:
         if uvloop is not None:
             return uvloop.run(run_proxy(args, listen, metrics))
         return asyncio.run(run_proxy(args, listen, metrics))
-    except KeyboardInterrupt:
-        print("servewatch proxy: stopped", file=sys.stderr)
-        return 0
+    except KeyboardInterrupt:   # a signal before it listened, or a second one: stopped at once (servewatch.stopping)
+        from servewatch import stopping
+
+        stopping.say("proxy")
+        return stopping.status()

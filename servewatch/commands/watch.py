@@ -36,12 +36,13 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     import asyncio
-    import sys
 
     from servewatch.watch.lifecycle import watch_session
 
     try:
         return asyncio.run(watch_session(args, DEFAULTS))
-    except KeyboardInterrupt:   # ^C is how a watch usually ends
-        print("servewatch watch: stopped", file=sys.stderr)
-        return 0
+    except KeyboardInterrupt:   # a signal before the recording began, or a second one: stopped at once
+        from servewatch import stopping
+
+        stopping.say("watch")
+        return stopping.status()

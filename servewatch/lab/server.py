@@ -405,13 +405,11 @@ _LIVE: set[LabServer] = set()
 def stop_servers_on_termination() -> None:
     """SIGTERM and SIGHUP (a CI timeout, a closed terminal) end this program as ^C does, through its `with`
     blocks, finalizers and the atexit hook below, which stop the servers it started. Left at their defaults
-    they kill it at once and the servers, in sessions of their own, run on (a DP=2 SGLang did, 2026-12-02)."""
+    they kill it at once and the servers, in sessions of their own, run on (a DP=2 SGLang did, 2026-12-02).
+    The signal is noted: the program exits 128 + its number (servewatch.stopping)."""
+    from servewatch import stopping
 
-    def interrupt(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, interrupt)
+    stopping.interrupt_on_termination()
 
 
 @atexit.register

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from servewatch import stopping
 from servewatch.clock import RealClock
 from servewatch.errors import ServewatchError, SourceUnavailable
 from servewatch.load import prompts as P
@@ -519,7 +520,19 @@ def run_load(config: LoadConfig, **kwargs) -> LoadResult:
         # The main task must not return the result: on closing, asyncio.Runner restores the SIGINT
         # handler and Python 3.11's signal module builds a repr of the old handler, which holds the
         # task and so its result — every record (measured: 0.8 CPU-s for 1000 x 100 tokens).
-        box.append(await run_load_async(config, **kwargs))
+        remove = None
+        if kwargs.get("salvage_on_cancel") and threading.current_thread() is threading.main_thread():
+            # ^C, SIGTERM or SIGHUP: the run is cancelled and what finished is kept (servewatch.stopping)
+            remove = stopping.on_stop(asyncio.get_running_loop(), asyncio.current_task().cancel)
+        try:
+            box.append(await run_load_async(config, **kwargs))
+        except asyncio.CancelledError:
+            if remove is not None and stopping.received() is not None:
+                raise KeyboardInterrupt from None     # stopped before the first request: nothing to keep
+            raise
+        finally:
+            if remove is not None:
+                remove()
 
     with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
         runner.run(main())

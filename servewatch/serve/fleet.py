@@ -209,6 +209,7 @@ class Fleet:
                         f"on this node come from dcgm-exporter at {config.gpu_metrics}")
             print(f"servewatch {tool}: {said}", file=sys.stderr, flush=True)
         self.runs: dict[str, TargetRun] = {}
+        self.writers: list = []           # every target's bundle writer this run, gone targets' too (their counts)
         self.quota = None
         if config.out:
             from servewatch.serve.bundle_quota import FleetBundleQuota
@@ -226,6 +227,8 @@ class Fleet:
         probe = PsutilProbe(spec.pid) if spec.pid is not None else None
         bundles = (bundle_sink(os.path.join(self.config.out, spec.name), spec.url, options.detectors)
                    if self.config.out else None)
+        if bundles is not None:
+            self.writers.append(bundles.writer)
         sinks = [*([self.quota.sink()] if bundles else []), self.exporter.sink(spec.name), *self.extra_sinks(spec)]
         extra = [sidecar.source(self.clock, self.config.recording.interval)] if sidecar is not None else []
         return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,

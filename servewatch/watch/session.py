@@ -86,11 +86,29 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
         finally:
             announce.cancel()
             on_demand.close()
+            if on_demand.tasks:         # a bundle asked for before the stop is finished, and counted
+                await asyncio.gather(*on_demand.tasks, return_exceptions=True)
             await asyncio.get_running_loop().run_in_executor(None, recorder.close_sinks)
     if sink is not None and sink.failures:
         print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
     _say_probe_cost(recorder, tool)
     return recorder
+
+
+def bundles_kept(written: int, out: str | None) -> str:
+    """What a stop keeps of a session, for its one line (servewatch.stopping.say): the bundles written to
+    --out, every one complete (a bundle being written when the signal came is finished first)."""
+    if not out:
+        return "no --out given, no bundle written"
+    return f"{written} bundle{'' if written == 1 else 's'} written to {out}"
+
+
+def bundles_written(recorders: Sequence[Recorder]) -> int:
+    """The bundles the recorders' bundle sinks wrote."""
+    from servewatch.sinks.bundle_sink import BundleSink
+
+    return sum(sink.writer.bundles_written for recorder in recorders for sink in recorder.sinks
+               if isinstance(sink, BundleSink))
 
 
 def _collective_source(probe: PsutilProbe, clock: Clock, options: RecordingOptions, tool: str,
