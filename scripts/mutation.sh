@@ -112,6 +112,8 @@ declare -A TESTS=(
   # one request to one record (issue 50): the load client's time base and error classes; finish_record is the
   # proxy's too (the grep finds none: the runner's tests reach it through the simulator)
   [servewatch/load/client.py]='tests/test_values_load_client.py tests/test_values_exchange.py tests/test_values_proxy_server.py'
+  # the series a bundle's report charts (issue 50; the grep finds the report's tests, which write whole bundles)
+  [servewatch/bundle/series.py]='tests/test_values_bundle_series.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
