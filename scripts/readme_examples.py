@@ -432,19 +432,14 @@ def example_verdicts(workdir: Path) -> str:
 
 
 def example_exit_statuses(workdir: Path) -> str:
-    """The exit statuses every command shares (servewatch/errors.py, servewatch/cli.py) and guard's own
-    (servewatch/actions/policy.py's table)."""
+    """The exit statuses every command shares (servewatch/errors.py's EXIT_STATUSES, the table every --help ends
+    with) and guard's own (servewatch/actions/policy.py's table)."""
     from servewatch.actions import policy
-    from servewatch.errors import BundleInvalid, ServewatchError
+    from servewatch.errors import EXIT_STATUSES
 
-    out = ["| status | every command |", "|---|---|",
-           "| 0 | done; nothing wrong found |",
-           f"| {BundleInvalid.exit_code} | a check failed: a bundle that does not verify, a canary that differs, "
-           "a demo or drill whose expectations were not met, a partial conclusion |",
-           f"| {ServewatchError.exit_code} | bad input (one line on stderr): a dead URL, a body that is not "
-           "Prometheus text, a wrong PID, an unwritable directory, a bad flag |",
-           "| 130 | interrupted (^C) |", "", "`servewatch guard`'s own, as `servewatch/actions/policy.py` declares "
-           "them:", "", "| status | guard |", "|---|---|"]
+    out = ["| status | every command |", "|---|---|", *(f"| {code} | {meaning} |" for code, meaning in EXIT_STATUSES),
+           "", "`servewatch guard`'s own, as `servewatch/actions/policy.py` declares them (what a restart policy "
+           "should see; bad input is 2 as for every command):", "", "| status | guard |", "|---|---|"]
     doc = policy.__doc__.split("Exit status", 1)[1].splitlines()[1:]
     rows: list[list[str]] = []
     for line in doc:
@@ -570,7 +565,9 @@ BAD_INPUT = (   # (shown command, argv, files to write first): each must end at 
     ("servewatch guard http://127.0.0.1:9 --stacks-dir /proc/x -- sleep 60",
      ("guard", "http://127.0.0.1:9", "--stacks-dir", "/proc/x", "--", "sleep", "60"), {}),
     ("servewatch inspect examples/slo.yaml", ("inspect", "examples/slo.yaml"), {}),
-    ("servewatch verify examples", ("verify", "examples"), {}),
+    ("servewatch watch http://[::1:8000", ("watch", "http://[::1:8000"), {}),
+    ("servewatch load http://no-such-host.invalid:8000", ("load", "http://no-such-host.invalid:8000"), {}),
+    ("servewatch verify examples/llama-3-8b", ("verify", "examples/llama-3-8b"), {}),
 )
 
 

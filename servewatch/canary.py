@@ -126,9 +126,9 @@ async def ask(url: str, canary: Canary | None, model: str | None, timeout_s: flo
     import aiohttp
 
     from servewatch.sources import completions
-    from servewatch.watch.targets import base_url
+    from servewatch.transport.urls import resolve
 
-    base = base_url(url)
+    base = resolve(url).base        # a bad URL, a host name that does not resolve: one line, status 2
     async with aiohttp.ClientSession() as session:
         if model is None:
             found = await completions.served_model(session, base, timeout_s=min(timeout_s, 30.0))

@@ -8,7 +8,7 @@ import os
 import sys
 
 from servewatch import __version__
-from servewatch.errors import ServewatchError
+from servewatch.errors import USAGE, ServewatchError, exit_status_epilog
 
 # Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
 # `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
@@ -81,7 +81,15 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        """Every command's --help ends with the one exit-status table (servewatch/errors.py), added here once;
+        a command whose epilog has a table of its own in the same terms (guard, drill) shows that one."""
+        text = super().format_help()
+        if "exit status" in (self.epilog or ""):
+            return text
+        return text.rstrip("\n") + "\n\n" + exit_status_epilog() + "\n"
 
 
 class _Version(argparse.Action):

@@ -1,10 +1,41 @@
-"""Errors that reach the user as one line on stderr and a non-zero exit."""
+"""Errors that reach the user as one line on stderr and a non-zero exit, and the exit statuses of every
+command (one table: docs/site/reference.md "Exit statuses" and every command's --help show it)."""
+
+# The exit statuses, the same for every command.
+OK = 0              # success: the command did what it was asked and found nothing wrong
+CHECKED_BAD = 1     # the thing checked is bad: a verdict fired, a bundle fails verify, a drill step missed,
+                    # no request succeeded
+USAGE = 2           # usage or bad input: a bad flag or URL, a file that is missing or unreadable, a server
+                    # that cannot be reached at the start
+ACTED = 3           # acted: guard killed or restarted the server's process tree
+HARDWARE = 6        # a hardware fault: a GPU fault (an Xid, a fallen-off GPU, ...)
+SIGNALLED = 128     # stopped by signal N after an orderly stop (records kept): 128 + N (130 SIGINT, 143 SIGTERM)
+
+EXIT_STATUSES = (
+    (OK, "success"),
+    (CHECKED_BAD, "the thing checked is bad (a verdict fired, a bundle fails verify, a canary differs, a drill "
+                  "step missed, no request succeeded)"),
+    (USAGE, "usage or bad input (a bad flag, URL or file; a host name that does not resolve; nothing could be "
+            "read)"),
+    (ACTED, "acted (guard killed or restarted the server)"),
+    (HARDWARE, "a hardware fault (a GPU fault)"),
+    ("128+N", "stopped by signal N after an orderly stop, records kept (130 Ctrl-C, 143 SIGTERM)"),
+)
+
+
+def exit_status_epilog() -> str:
+    """The table as every command's --help ends."""
+    import textwrap
+
+    rows = [textwrap.fill(meaning, 79, initial_indent=f"  {str(code):<6} ", subsequent_indent=" " * 9)
+            for code, meaning in EXIT_STATUSES]
+    return "exit statuses (every command):\n" + "\n".join(rows)
 
 
 class ServewatchError(Exception):
     """Base class: str(error) is the one line the user sees."""
 
-    exit_code = 2
+    exit_code = USAGE
 
 
 class SourceUnavailable(ServewatchError):
@@ -32,4 +63,4 @@ class TooManySeries(ExpositionError):
 class BundleInvalid(ServewatchError):
     """A bundle that fails verification (hash, schema, identity or verdict)."""
 
-    exit_code = 1
+    exit_code = CHECKED_BAD

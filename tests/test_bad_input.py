@@ -85,7 +85,8 @@ CASES = [
     row(f"serve --target {CLOSED} --listen 127.0.0.1:0 --bundle-cap nan", 2, "--bundle-cap nan"),
     row("serve --target htp://x", 2, "not an http(s) URL"),
     # verify, summarize: a bad bundle is named
-    row("verify {missing}", 1, "{missing}: not a bundle directory"),
+    row("verify {missing}", 2, "{missing}: no such file or directory"),
+    row("summarize {missing}", 2, "{missing}: no such file or directory"),
     row("verify {dir}", 1, "{dir}: manifest.json missing"),
     row("verify {bundle}", 1, "{bundle}: manifest.json: not valid JSON"),
     row("summarize {bundle}", 1, "{bundle}: manifest.json: not valid JSON"),

@@ -206,8 +206,8 @@ def test_cli_exit_codes_and_one_line(bundle, copy, capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith(f"servewatch verify: {copy}: samples-000.json: SHA-256 does not match")
-    assert main(["verify", str(copy / "nope")]) == 1
-    assert "not a bundle directory" in capsys.readouterr().err
+    assert main(["verify", str(copy / "nope")]) == 2            # a path that is not there: bad input
+    assert capsys.readouterr().err == f"servewatch verify: {copy / 'nope'}: no such file or directory\n"
 
 
 def test_stored_verdict_dicts_use_the_same_normalisation():

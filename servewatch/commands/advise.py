@@ -135,8 +135,9 @@ def _observe(url: str | None, log_path: str | None):
 
     observed = Observed()
     if url:
-        if not url.startswith(("http://", "https://")):
-            raise SourceUnavailable(f"--against {url!r}: not an http(s) URL")
+        from servewatch.transport.urls import resolve
+
+        resolve(url, "--against")       # a bad URL, a host name that does not resolve: one line, status 2
         url = metrics_url(url)
         status, body = fetch_url(url, timeout_s=METRICS_TIMEOUT_S, max_bytes=METRICS_MAX_BYTES)
         if status != 200:

@@ -4,16 +4,18 @@ through each rank's documented pipe (or read from files given), and a bounded NC
 group, the last collective each rank completed and entered, the rank(s) behind, an op or size mismatch at one
 sequence number.
 
-Exit status: 0 when the sources read show no rank behind and no mismatch, 1 when they name one, 3 when no
-source could be read."""
+Exit status (servewatch/errors.py's table): 0 when the sources read show no rank behind and no mismatch, 1 when
+they name one, 2 on bad input or when no source could be read (one line on stderr saying which)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from servewatch.commands import add_command
+from servewatch.errors import CHECKED_BAD, OK, USAGE, ServewatchError
 
 HELP = "name the rank behind in a collective, from Flight Recorder dumps and NCCL RAS (given the ranks' PIDs)"
 DESCRIPTION = ("Read each rank's collective sources from outside: /proc/PID/environ for NCCL RAS and the Flight "
@@ -39,7 +41,7 @@ def register(subparsers) -> None:
 def _dump_arg(text: str) -> tuple[int, str]:
     rank, sep, path = text.partition("=")
     if not sep or not rank.isdigit() or not path:
-        raise SystemExit(f"servewatch collectives: --dump {text!r} is not RANK=FILE")
+        raise ServewatchError(f"--dump {text!r}: not RANK=FILE (e.g. --dump 0=rank0.json)")
     return int(rank), path
 
 
@@ -47,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from servewatch.sources import collective_env, flight_recorder, nccl_ras
 
     if not args.pid and not args.dump and not args.ras:
-        print("servewatch collectives: give --pid for every rank, --dump RANK=FILE, or --ras HOST:PORT")
-        return 2
+        raise ServewatchError("give --pid for every rank, --dump RANK=FILE, or --ras HOST:PORT")
     out: dict = {"discovery": None, "flight_recorder": None, "ras": None, "failures": []}
     lines: list[str] = []
     ranks = collective_env.discover(args.pid) if args.pid else ()
@@ -116,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
     else:
         print("\n".join(lines))
-    if out["flight_recorder"] is None and out["ras"] is None:
-        return 3
-    return 1 if named else 0
+    if out["flight_recorder"] is None and out["ras"] is None:     # nothing read: nothing checked
+        why = out["failures"][0] if out["failures"] else "no rank's environment names a source"
+        more = f" (and {len(out['failures']) - 1} more above)" if len(out["failures"]) > 1 else ""
+        print(f"servewatch collectives: no Flight Recorder dump or NCCL RAS answer could be read: {why}{more}",
+              file=sys.stderr)
+        return USAGE
+    return CHECKED_BAD if named else OK

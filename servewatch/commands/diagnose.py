@@ -41,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from servewatch.errors import ServewatchError
 
     target = args.target
-    if target.startswith(("http://", "https://")):
+    if "://" in target:         # a URL: checked, its host name looked up, before the window starts
+        from servewatch.transport.urls import resolve
+
+        resolve(target)
         readings = _record(args)
     elif Path(target).is_dir() and (Path(target) / "summary.json").is_file():
         readings = _load_dir(Path(target))

@@ -63,6 +63,9 @@ def _plan(args):
             raise PlanError("--only picks faults of a plan; --fault is one fault already")
         if not args.target or args.pid is None:
             raise PlanError("--fault needs --target URL and --pid PID of the server")
+        from servewatch.transport.urls import resolve
+
+        resolve(args.target, "--target")    # a bad URL, a host name that does not resolve: one line, status 2
         return single_fault_plan(args.fault, args.target, args.pid, consent=args.consent, role=args.role,
                                  hold_s=args.hold)
     if args.target or args.pid is not None:

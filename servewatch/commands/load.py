@@ -102,7 +102,9 @@ def _headers(given: list[str]) -> tuple[tuple[str, str], ...]:
 
 def config_from_args(args):
     from servewatch.load.scenarios import Goodput, LoadConfig
+    from servewatch.transport.urls import resolve
 
+    resolve(args.url)          # a bad URL, a host name that does not resolve: one line, status 2
     prompt, stdev = _prompt_tokens(args.prompt_tokens)
     try:
         goodput = Goodput.parse(args.goodput) if args.goodput else None
@@ -184,4 +186,12 @@ def run(args) -> int:
     if result.summary.get("interrupted"):
         print("servewatch load: interrupted; the summary covers the requests that finished", file=sys.stderr)
         return 130
+    sent, ok = result.summary.get("requests", 0), result.summary.get("ok", 0)
+    if sent and not ok:         # every request failed: the thing checked is bad (errors.CHECKED_BAD)
+        from servewatch.kinds import failure_words
+
+        why = ", ".join(f"{n} {failure_words(kind)}" for kind, n in (result.summary.get("errors") or {}).items() if n)
+        print(f"servewatch load: none of the {sent} request(s) succeeded" + (f" ({why})" if why else ""),
+              file=sys.stderr)
+        return 1
     return 1 if problems else 0

@@ -561,6 +561,13 @@ def _guard(given) -> tuple[str, ...] | None:
 
 
 def _target(t: dict, where: str) -> Target:
+    if t.get("url") is not None:                # the one URL checker (servewatch.transport.urls)
+        from servewatch.transport.urls import BadUrl, check
+
+        try:
+            check(t["url"])
+        except BadUrl as exc:
+            raise PlanError(f"{where}: url: {exc}") from None
     env = tuple(t.get("env", {}).items())
     if env and (t.get("url") is not None or t.get("engine") == "sim"):
         raise PlanError(f"{where}: env: only for a lab engine the drill starts ({' or '.join(RECIPES)}): "

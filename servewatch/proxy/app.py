@@ -24,10 +24,16 @@ def config_from_args(args) -> ProxyConfig:
     if args.otlp_endpoint:
         from urllib.parse import urlsplit
 
-        parts = urlsplit(args.otlp_endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(args.otlp_endpoint)
+        except ValueError:                  # an unclosed '['
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise ServewatchError(f"--otlp-endpoint {args.otlp_endpoint!r}: not an http(s) URL "
                                   "(e.g. http://127.0.0.1:4318)")
+    from servewatch.transport.urls import resolve
+
+    resolve(args.upstream, "--upstream")    # a bad URL, a host name that does not resolve: one line, status 2
     key = DEFAULT_TENANT_KEY
     if args.tenant_key_file:
         try:

@@ -43,6 +43,7 @@ from servewatch.serve.prometheus_sd import PrometheusSdConfig
 from servewatch.serve.targets import ProxySpec, Shard, TargetSpec, check_gpu_metrics_url, parse_shard, spec_for
 from servewatch.sinks.bundle_sink import check_writable
 from servewatch.sinks.delivery.registry import sink_names
+from servewatch.transport.urls import check as check_url
 from servewatch.watch.options import RecordingOptions, recording_from_args
 
 # How every target is recorded unless the config or the command line says otherwise: as `watch` records one
@@ -118,8 +119,10 @@ def load(path: str) -> ServeConfig:
                 raise doc.error(("targets", i, key), f"unknown key (known: {', '.join(_TARGET_KEYS)})")
         if not isinstance(entry.get("url"), str):
             raise doc.error(("targets", i, "url"), "a URL is required")
-        if not entry["url"].startswith(("http://", "https://")):
-            raise doc.error(("targets", i, "url"), f"{entry['url']!r}: not an http(s) URL (write http://HOST:PORT)")
+        try:                    # the one URL checker (servewatch.transport.urls), as for --target
+            check_url(entry["url"])
+        except ServewatchError as exc:
+            raise doc.error(("targets", i, "url"), str(exc)) from None
         pid = entry.get("pid")
         if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
             raise doc.error(("targets", i, "pid"), "a process id (a positive integer) is expected")
@@ -335,10 +338,15 @@ def _with_proxies(targets: tuple[TargetSpec, ...], texts: list[str]) -> tuple[Ta
 
 def target_from_arg(text: str) -> TargetSpec:
     """--target URL, or --target NAME=URL to name it (the name is the `target` label and the probe path)."""
+    from servewatch.transport.urls import BadUrl
+
     name, sep, url = text.partition("=")
-    if sep and "/" not in name and ":" not in name:
-        return spec_for(url, name)
-    return spec_for(text)
+    try:
+        if sep and "/" not in name and ":" not in name:
+            return spec_for(url, name)
+        return spec_for(text)
+    except BadUrl as exc:       # the one URL checker's line (servewatch.transport.urls), the flag named
+        raise BadUrl(f"--target {text!r}: {exc.reason}") from None
 
 
 def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:

@@ -55,17 +55,16 @@ def on_this_node(spec: TargetSpec) -> bool:
 def check_gpu_metrics_url(url: str) -> str:
     """dcgm-exporter's /metrics URL as given (a bare http://HOST:PORT gets /metrics); raises ServewatchError
     (the reason, without the key) when it is not an http(s) URL with a host."""
-    from urllib.parse import urlsplit
+    from servewatch.transport.urls import BadUrl, parse
 
     try:
-        parts = urlsplit(url)
-        parts.port                      # noqa: B018 - a port that is not a number raises here
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        parsed = parse(url) if "://" in url else None     # the one URL checker; a scheme is required here
+    except BadUrl:
+        parsed = None
+    if parsed is None:
         raise ServewatchError(f"{url!r}: not an http(s) URL of dcgm-exporter's page "
                               "(write e.g. http://127.0.0.1:9400/metrics)")
-    return url if parts.path not in ("", "/") else url.rstrip("/") + "/metrics"
+    return url if parsed.path not in ("", "/") else url.rstrip("/") + "/metrics"
 
 
 @dataclass(frozen=True)

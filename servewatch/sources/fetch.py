@@ -12,9 +12,11 @@ from servewatch.sources.scrape import CONNECT, TOO_LARGE, ScrapeFailed, ScrapeFa
 def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int) -> tuple[int, bytes]:
     """(HTTP status, body) of a URL (a base URL means its /metrics), or (200, contents) of a file; ScrapeFailed when unreachable,
     too slow or over `max_bytes`."""
-    if source.startswith(("http://", "https://")):
+    if "://" in source:         # a URL (http or https only: servewatch.transport.urls says why not)
         from servewatch.sources.urls import metrics_url
+        from servewatch.transport.urls import resolve
 
+        resolve(source)
         return fetch_url(metrics_url(source), timeout_s=timeout_s, max_bytes=max_bytes)
     return 200, read_file(source, max_bytes=max_bytes)
 

@@ -92,8 +92,10 @@ def parse_dump(data: bytes) -> Dump:
         raise DumpError(PICKLE_WORDS)
     try:
         doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DumpError(f"not a Flight Recorder JSON dump ({type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise DumpError("not a Flight Recorder JSON dump (not UTF-8 text)") from None
+    except ValueError:
+        raise DumpError("not a Flight Recorder JSON dump (not valid JSON)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("entries", []), list):
         raise DumpError("not a Flight Recorder JSON dump (no entries list)")
     version = str(doc.get("version", ""))
@@ -399,8 +401,8 @@ def analyse_files(paths: Sequence[tuple[int, str]]) -> tuple[Analysis, dict[int,
             with open(path, "rb") as f:
                 data = f.read(MAX_DUMP_BYTES + 1)
             dumps[rank] = parse_dump(data)
-        except OSError as exc:
-            failures[rank] = f"dump not read ({type(exc).__name__})"
+        except OSError as exc:          # the system's words: "Is a directory", "No such file or directory"
+            failures[rank] = f"{path}: not read ({exc.strerror or 'unreadable'})"
         except DumpError as exc:
             failures[rank] = str(exc)
     return analyse(dumps), failures

@@ -14,9 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES
-from servewatch.transport.http1 import connect_words
 from servewatch.sources.deadline import within
 from servewatch.sources.scrape import CONNECT, PROTOCOL, TIMEOUT, TOO_LARGE, ScrapeFailure
+from servewatch.transport.http1 import connect_words
+from servewatch.transport.urls import unresolved_words
 
 _CHUNK = 64 * 1024
 
@@ -82,12 +83,13 @@ _ACCEPT = {"Accept": "text/plain;version=0.0.4,*/*;q=0.1"}      # Prometheus tex
 
 
 def connect_reason(exc: BaseException) -> str:
-    """Why no connection could be made, in words ("connection refused", "name lookup failed", ...)."""
+    """Why no connection could be made, in words ("connection refused", "the host name HOST could not be
+    resolved", ...)."""
     # aiohttp: its failures (the probe's and fetch's) worded; transport.http1's are worded by connect_words.
     import aiohttp
 
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return "name lookup failed"
+        return unresolved_words(getattr(exc, "host", None))
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the server closed the connection without answering"
     if isinstance(exc, aiohttp.ClientSSLError):

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-from servewatch.errors import ServewatchError
+from servewatch.transport.urls import parse
 
 
-def base_url(url: str) -> str:
-    """scheme://host:port of what the user gave (a path such as /metrics or a query is dropped)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ServewatchError(f"{url!r}: not an http(s) URL")
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError:
-        raise ServewatchError(f"{url!r}: bad port") from None
-    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
+def base_url(url: str, what: str | None = None) -> str:
+    """scheme://host:port of what the user gave (a path such as /metrics or a query is dropped); BadUrl (one
+    line, status 2) when it is not a server's URL (servewatch.transport.urls, the one checker)."""
+    return parse(url, what).base
 
 
 def metrics_url(url: str) -> str:
     """The /metrics URL of what the user gave: a base URL (scheme://host:port, with or without a trailing
     slash) gets /metrics; a URL with a path of its own (/metrics, or an exporter's other path) is kept."""
-    parts = urlsplit(url)
-    if parts.path in ("", "/"):
-        return f"{base_url(url)}/metrics"
-    return url
+    parsed = parse(url)
+    if parsed.path in ("", "/"):
+        return f"{parsed.base}/metrics"
+    return url if "://" in url else f"http://{url}"

@@ -20,10 +20,11 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from servewatch import kinds
 from servewatch.errors import BodyTooLarge
+from servewatch.transport.urls import parse as parse_url
+from servewatch.transport.urls import unresolved_words
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_CHUNK_SIZE_LINE = 1024
@@ -59,15 +60,15 @@ def failure_kind(exc: BaseException) -> str:
     return kinds.CONNECT           # an OSError from the socket
 
 
-def connect_words(exc: OSError) -> str:
+def connect_words(exc: OSError, host: str | None = None) -> str:
     """Why a connection could not be made, as a reader says it: "connection refused", "connection
-    reset", "name lookup failed", else the system's own words."""
+    reset", "the host name HOST could not be resolved", else the system's own words."""
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, ConnectionResetError):
         return "connection reset"
     if isinstance(exc, socket.gaierror):
-        return "name lookup failed"
+        return unresolved_words(host)
     return exc.strerror or str(exc) or type(exc).__name__
 
 
@@ -80,14 +81,9 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str) -> "Endpoint":
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            raise ValueError(f"bad port in URL: {url!r}") from None
-        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+        """BadUrl (a ValueError; one line, status 2) when `url` is not a server's URL (transport.urls)."""
+        parsed = parse_url(url)
+        return cls(parsed.scheme, parsed.host, parsed.port, parsed.path.rstrip("/"))
 
     @property
     def host_header(self) -> str:
@@ -470,7 +466,7 @@ class Http1Client:
         except TimeoutError:
             raise ConnectFailed("connect timeout") from None
         except OSError as exc:
-            raise ConnectFailed(connect_words(exc)) from None
+            raise ConnectFailed(connect_words(exc, self.endpoint.host)) from None
         return conn
 
     async def prewarm(self, count: int) -> int:

@@ -168,5 +168,9 @@ def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
 
 def options_from_args(args: argparse.Namespace, defaults: RecordingOptions) -> RecordingOptions:
     """`watch` and `guard`: the options their flags say over the command's `defaults`. Raises
-    ServewatchError naming a bad detector setting."""
+    ServewatchError naming a bad URL (servewatch.transport.urls: a host name that does not resolve too) or a
+    bad detector setting."""
+    from servewatch.transport.urls import resolve
+
+    resolve(args.url)
     return recording_from_args(args, dataclasses.replace(defaults, url=args.url))
