@@ -69,6 +69,7 @@ class BundleContext:
     created_t: float | None = None                # defaults to the writer's clock
     overwritten: Mapping[str, int] = field(default_factory=dict)   # samples the ring dropped, per source
     identity: Mapping[str, Any] | None = None     # guard/watch --pid: how the PID was tied to the URL (actions.identity)
+    recorder: Mapping[str, Any] | None = None     # the recorder's own sampling gaps (timeline.gaps.SamplingGaps.to_dict)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,10 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
     parts, thinning = split_samples(sample_dicts, referenced, max_file_bytes, max_sample_files)
     stored = [d for part in parts for d in part]
     if recompute is not None and verdict_dicts:
+        if context.recorder is not None:     # the notes of verdicts concluded across a gap, restated from the gaps
+            from servewatch.bundle.recompute import with_gaps
+
+            recompute = with_gaps(recompute, context.recorder)
         verdict_dicts = restate(verdict_dicts, stored, config, recompute)
 
     target = serialize.target_url(context.target_url)
@@ -168,6 +173,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             "overwritten": {s: int(context.overwritten.get(s, 0)) for s in SOURCE_KINDS},
             "files": list(files),
             "thinned": thinning.to_dict(),
+            **({"recorder": _recorder(context.recorder)} if context.recorder is not None else {}),
         },
         "verdicts": verdict_dicts,
         "detector_config": config,
@@ -177,6 +183,15 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
     files[INCIDENT] = encode(incident)
     files[MANIFEST] = manifest_bytes({name: sha256(data) for name, data in files.items()})
     return ident, files
+
+
+def _recorder(stored: Mapping[str, Any]) -> dict:
+    """window.recorder: the recorder's sampling interval, the gap it counts as starved, and its gaps (epoch seconds)
+    that overlap the window — evidence that a verdict in it was concluded late because the watcher was not run."""
+    return {"interval_s": serialize.number(float(stored["interval_s"])),
+            "threshold_s": serialize.number(float(stored["threshold_s"])),
+            "gaps": [{"start_t": serialize.number(float(g["start_t"])), "end_t": serialize.number(float(g["end_t"]))}
+                     for g in stored.get("gaps", ())]}
 
 
 def restate(verdict_dicts: Sequence[dict], stored: Sequence[dict], config: Mapping[str, Any],

@@ -25,6 +25,22 @@ def detectors_recompute(samples: Sequence[Sample], config: Mapping[str, Any]) ->
     return run_detectors(Window.from_samples(samples), config_from_dict(DetectorConfig, config, retired=RETIRED))
 
 
+def with_gaps(recompute: Recompute, stored_gaps: Mapping[str, Any] | None) -> Recompute:
+    """`recompute`, its verdicts noted with the recorder's sampling gaps a bundle stores (window.recorder:
+    detectors.starved), as the recorder noted them when it concluded them; `recompute` itself without any."""
+    from servewatch.timeline.gaps import gaps_from_dict
+
+    gaps = gaps_from_dict(stored_gaps)
+    if not gaps:
+        return recompute
+
+    def noted(samples: Sequence[Sample], config: Mapping[str, Any]) -> Sequence[Verdict]:
+        from servewatch.detectors.starved import note_gaps
+
+        return note_gaps(recompute(samples, config), gaps)
+    return noted
+
+
 def config_from_dict(config_type: type, stored: Mapping[str, Any], *, retired: frozenset[str] = frozenset()):
     """Rebuild the detector configuration; a field this version does not know fails closed, except the `retired`
     settings that earlier versions stored and that now live elsewhere: read and ignored."""

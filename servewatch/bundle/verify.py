@@ -25,7 +25,7 @@ from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.bundle import layout, schemas, serialize
-from servewatch.bundle.recompute import Recompute, config_from_dict, detectors_recompute
+from servewatch.bundle.recompute import Recompute, config_from_dict, detectors_recompute, with_gaps
 
 READ_LIMIT = 16 * 2**20            # no file a writer produces comes near this; anything larger is refused
 MAX_FILES = 66                     # incident.json, manifest.json and at most 64 samples files (the schema's limit)
@@ -241,7 +241,7 @@ def _check_recomputation(incident: dict, sample_dicts: list[dict], recompute: Re
     except serialize.DecodeError as exc:
         raise BundleInvalid(f"samples: {exc}") from None
     try:
-        recomputed = recompute(samples, incident["detector_config"])
+        recomputed = with_gaps(recompute, incident["window"].get("recorder"))(samples, incident["detector_config"])
     except BundleInvalid:
         raise
     except Exception as exc:

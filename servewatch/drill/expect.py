@@ -10,20 +10,22 @@ from servewatch.sources.probe import PREEMPTED_WORDS
 def check(expect, result) -> list[dict]:
     checks: list[dict] = []
 
-    def add(what: str, met: bool, observed: str) -> None:
-        checks.append({"expectation": what, "met": bool(met), "observed": observed})
+    def add(what: str, met: bool, observed: str, over: float | None = None) -> None:
+        """`over`: how far a time bound was overshot (seconds), kept on a miss as over_s (`inconclusive` reads it)."""
+        checks.append({"expectation": what, "met": bool(met), "observed": observed,
+                       **({"over_s": round(over, 2)} if not met and over is not None and over > 0 else {})})
 
     detected = result.detected
     for verdict, within in expect.fire.items():
         took = detected.get(verdict)
         add(f"{verdict} within {within:g} s", took is not None and took <= within,
-            "not fired" if took is None else f"after {took:g} s")
+            "not fired" if took is None else f"after {took:g} s", _over(took, within))
     if expect.fire_any:
         names, within = expect.fire_any
         hits = {n: detected[n] for n in names if n in detected}
         first = min(hits.items(), key=lambda kv: kv[1]) if hits else None
         add(f"one of {', '.join(names)} within {within:g} s", first is not None and first[1] <= within,
-            "none fired" if first is None else f"{first[0]} after {first[1]:g} s")
+            "none fired" if first is None else f"{first[0]} after {first[1]:g} s", _over(first and first[1], within))
     for verdict, allowance in expect.fire_by_threshold.items():
         took, threshold = detected.get(verdict), result.thresholds.get(verdict)
         what = f"{verdict} at its own threshold \u00b1 {allowance:g} s"
@@ -31,7 +33,7 @@ def check(expect, result) -> list[dict]:
             add(what, False, "not fired" if took is None else f"after {took:g} s; no threshold in its bundle")
         else:
             add(what, threshold - allowance <= took <= threshold + allowance,
-                f"after {took:g} s, threshold {threshold:g} s")
+                f"after {took:g} s, threshold {threshold:g} s", _over(took, threshold + allowance))
     for verdict in expect.not_fire:
         took = detected.get(verdict)
         add(f"no {verdict}", took is None, "not fired" if took is None else f"fired after {took:g} s")
@@ -53,15 +55,16 @@ def check(expect, result) -> list[dict]:
         took = result.recovery_s
         add(f"a good request within {expect.recover_within_s:g} s after the fault",
             took is not None and took <= expect.recover_within_s,
-            "no good request after the fault" if took is None else f"after {took:g} s")
+            "no good request after the fault" if took is None else f"after {took:g} s",
+            _over(took, expect.recover_within_s))
     if expect.restart_within_s is not None or expect.no_restart:
         add(*_restart(expect, result.policy or {}))
     if expect.guard is not None:
-        for what, met, observed in _guard(expect.guard, result):
-            add(what, met, observed)
+        for item in _guard(expect.guard, result):
+            add(*item)
     if expect.clear_within_s is not None:
-        for what, met, observed in _cleared(expect, result):
-            add(what, met, observed)
+        for item in _cleared(expect, result):
+            add(*item)
     if expect.livez != "any":
         add(*_answered("servewatch serve's livez", expect.livez, result.livez or {}))
     if expect.readyz != "any":
@@ -72,8 +75,8 @@ def check(expect, result) -> list[dict]:
             took <= expect.ready_within_s, f"after {took:g} s" if took is not None else
             result.facts.get("start", "not up"))
     if expect.exit_within_s is not None:
-        for what, met, observed in _exit(expect.exit_within_s, result):
-            add(what, met, observed)
+        for item in _exit(expect.exit_within_s, result):
+            add(*item)
     if expect.in_flight_cut:
         add(*_cut(result.impact.get("in_flight_at_fault")))
     if expect.probe_preempted:
@@ -95,6 +98,33 @@ def check(expect, result) -> list[dict]:
             else "every bundle is written", (failures > 0) == expect.bundle_write_fails,
             f"{failures} write failure(s), {result.bundles.get('written', 0)} written")
     return checks
+
+
+STARVED_SHARE = 0.25     # of a step's window the recorder spent starved: none of its expectations measured the code
+
+
+def inconclusive(checks: list[dict], starved_s: float, frozen_s: float = 0.0, window_s: float = 0.0) -> str | None:
+    """A step that missed while the recorder was starved (its own sampling had gaps over twice its interval plus an
+    allowance: `starved_s` the longest, `frozen_s` their time within the step's `window_s`) is inconclusive, said
+    "recorder starved N s", not a miss: when every miss is a time bound overshot (over_s: a verdict, a clearing,
+    an action or a good request late; after a gap the detectors need their own hold again, so a detection can be
+    late by more than the gap: 14 s against 5 s with a 7 s gap), or when the recorder spent STARVED_SHARE or more
+    of the window starved (then nothing of the step measured the code: the conformance suite's rule for its
+    freezes, tests/conformance/test_7_drill.py). Any other miss stays a miss (a verdict that must not fire and
+    did, one that never fired, a wrong /health); a step that met every expectation is met; one with no gap is
+    scored as it is."""
+    missed = [c for c in checks if not c["met"]]
+    if starved_s <= 0 or not missed:
+        return None
+    explained = all(c.get("over_s") is not None for c in missed)
+    if not explained and not (window_s > 0 and frozen_s >= STARVED_SHARE * window_s):
+        return None
+    return f"recorder starved {starved_s:g} s"
+
+
+def _over(took: float | None, bound: float | None) -> float | None:
+    """How far `took` overshot `bound`, or None (no figure, or within it)."""
+    return None if took is None or bound is None or took <= bound else took - bound
 
 
 def _answered(what: str, wanted: str, answers: dict[str, int]) -> tuple[str, bool, str]:
@@ -169,7 +199,8 @@ def _guard(expect, result) -> list[tuple[str, bool, str]]:
         checks.append(("guard kills the tree" + (f" within {expect.within_s:g} s of its verdict's evidence"
                                                    if expect.within_s else ""),
                        kill["survivors"] == 0 and (expect.within_s is None or (after is not None and after <= expect.within_s)),
-                       f"{kill['killed']} killed, {kill['survivors']} survived, {acted}{took}"))
+                       f"{kill['killed']} killed, {kill['survivors']} survived, {acted}{took}",
+                       _over(after, expect.within_s) if kill["survivors"] == 0 else None))
     checks.append((f"guard exits {expect.exit} ({EXIT_WORDS.get(expect.exit, 'as the plan says')})",
                    code == expect.exit, f"exit {_code(code)}"))
     if expect.says:
@@ -215,7 +246,7 @@ def _cleared(expect, result) -> list[tuple[str, bool, str]]:
     for verdict in fired:
         took = result.cleared.get(verdict)
         out.append((f"{verdict} clears within {within:g} s after the fault", took is not None and took <= within,
-                    "not cleared" if took is None else f"after {took:g} s"))
+                    "not cleared" if took is None else f"after {took:g} s", _over(took, within)))
     return out
 
 
@@ -228,7 +259,7 @@ def _exit(within: float, result) -> list[tuple[str, bool, str]]:
     state = result.server_exit or {}
     status, reported = state.get("status"), state.get("reported")
     checks = [(f"process_exit within {within:g} s", took is not None and took <= within,
-               "not fired" if took is None else f"after {took:g} s")]
+               "not fired" if took is None else f"after {took:g} s", _over(took, within))]
     if status is None and not state.get("read_as_parent", True):
         return checks       # a server the drill did not start: its exit status is its own parent's to read
     if status is None:
@@ -276,11 +307,13 @@ def policy_words(policy: dict) -> str:
     return "; ".join(words)
 
 
-def _restart(expect, policy: dict) -> tuple[str, bool, str]:
+def _restart(expect, policy: dict) -> tuple:
     acted = policy.get("acted_s")
     failed = policy.get("livez_failed_s", acted)
     if expect.no_restart:
         return "no restart (guard's default and livez leave it be)", acted is None and failed is None, policy_words(policy)
     within = expect.restart_within_s
+    late = None if acted is None or failed is None else _over(max(acted, failed), within)
     return (f"restarted: guard's default and livez act within {within:g} s",
-            acted is not None and acted <= within and failed is not None and failed <= within, policy_words(policy))
+            acted is not None and acted <= within and failed is not None and failed <= within, policy_words(policy),
+            late)

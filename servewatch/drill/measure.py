@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servewatch.clock import parse_iso8601
+from servewatch.timeline.gaps import STARVED_LINE, Gap, frozen, longest
 
 PROBE_PERIOD_S = 0.5
 PROBE_TIMEOUT_S = 5.0           # a slower answer is recorded as no answer (its latency says how slow)
@@ -362,6 +363,32 @@ class Workload:
 
 
 # -- derived figures (pure) ----------------------------------------------------------------------------
+
+def starved_gaps(lines: list[str]) -> list[Gap]:
+    """The gaps in its own sampling the recorder said on stderr ("recorder starved: 7.0 s gap at <ISO>, interval
+    0.5 s": each over twice its interval plus an allowance), as (start, end) in epoch seconds."""
+    out = []
+    for line in lines:
+        said = re.search(STARVED_LINE, line)
+        if said is None:
+            continue
+        try:
+            start = parse_iso8601(said[2].rstrip(","))
+        except ValueError:
+            continue
+        out.append(Gap(start, start + float(said[1])))
+    return out
+
+
+def starved_during(gaps: list[Gap], start: float, end: float) -> float:
+    """The longest gap in the recorder's own sampling that overlaps [start, end], in seconds (0.0: none)."""
+    return round(longest(gaps, start, end), 1)
+
+
+def frozen_during(gaps: list[Gap], start: float, end: float) -> float:
+    """How long [start, end] the recorder spent in those gaps (each clipped to it), in seconds."""
+    return round(frozen(gaps, start, end), 1)
+
 
 def kubelet_restart(answers: list[tuple[float, bool]], start: float, end: float, *,
                     period_s: float = KUBELET_PERIOD_S, threshold: int = KUBELET_FAILURE_THRESHOLD) -> float | None:

@@ -35,7 +35,8 @@ COLUMN_MEANINGS = (
     ("recovery", "from the end of the fault to the first good request completed after it; the server's exit "
                  "status when it exited; when the recorder cleared the verdicts the fault raised; guard's kill of the "
                  "tree when guard recorded the step; the drill's own restart of a server it had to start again"),
-    ("expectations", "met when every expectation of the plan held"),
+    ("expectations", "met when every expectation of the plan held; inconclusive when one did not while the recorder "
+                     "was starved (its own sampling had a gap over twice its interval: the watcher was not run)"),
 )
 
 
@@ -49,7 +50,8 @@ def _target(spec, started) -> dict:
 def document(run) -> dict:
     plan = run.plan
     results = [r.to_json() for r in run.results]
-    failed = [r.index for r in run.results if not r.met]
+    failed = [r.index for r in run.results if not r.met and not r.inconclusive]
+    inconclusive = [r.index for r in run.results if r.inconclusive]
     return {
         "schema": "servewatch.drill/1",
         "plan": plan.to_json(),
@@ -60,9 +62,21 @@ def document(run) -> dict:
         "duration_s": round((run.ended or 0) - (run.started or 0), 1),
         "faults": results,
         "leaks": run.leaks,
-        "expectations_met": not failed and bool(run.leaks.get("ok", False)),
+        "expectations_met": not failed and not inconclusive and bool(run.leaks.get("ok", False)),
         "failed_faults": failed,
+        "inconclusive_faults": inconclusive,
     }
+
+
+INCONCLUSIVE_EXIT = 4     # neither passed nor failed: a fault missed while the recorder was starved
+
+
+def exit_status(doc: dict) -> int:
+    """The drill's exit status: 1 when a fault failed or could not run or something leaked; else 4 when a fault was
+    inconclusive (it missed while the recorder was starved: not a pass, not a miss); else 0."""
+    if doc["failed_faults"] or not doc["leaks"].get("ok", False):
+        return 1
+    return INCONCLUSIVE_EXIT if doc.get("inconclusive_faults") else 0
 
 
 def validate(doc: dict) -> None:
@@ -129,6 +143,9 @@ def _verdict(r: dict) -> str:
     missed = [c for c in r["checks"] if not c["met"]]
     if not missed:
         return f"met ({len(r['checks'])})"
+    if r.get("inconclusive"):        # not a miss: the recorder was not run meanwhile (expect.inconclusive)
+        return (f"inconclusive: {r['inconclusive']}; not met meanwhile: "
+                + "; ".join(f"{c['expectation']} ({c['observed']})" for c in missed))
     return "FAILED: " + "; ".join(f"{c['expectation']} ({c['observed']})" for c in missed)
 
 
@@ -171,12 +188,15 @@ def _slow(r: dict) -> str:
 
 def _summary_line(doc: dict) -> str:
     met = sum(1 for r in doc["faults"] if r["met"])
+    starved = len(doc.get("inconclusive_faults", ()))
+    unsure = (f", {starved} inconclusive (the recorder was starved: not scored a miss, not a pass)"
+              if starved else "")
     leaks = doc["leaks"]
     leak = ("no leaks" if leaks.get("ok") else
             f"leaks: {leaks.get('processes_left', 0)} process(es) left, {leaks.get('ports_held', 0)} port(s) held")
     others = "".join(f" and {name}, {t['description']}" for name, t in doc["targets"].items())
     return (f"{doc['plan']['name']} on {doc['target']['description']}{others}: {met} of {len(doc['faults'])} faults met "
-            f"their expectations in {doc['duration_s']:g} s; {leak}")
+            f"their expectations{unsure} in {doc['duration_s']:g} s; {leak}")
 
 
 def markdown(doc: dict) -> str:

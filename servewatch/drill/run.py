@@ -119,6 +119,7 @@ class StepResult:
     livez: dict[str, int] | None = None                   # serve: its livez answers while the fault held
     readyz: dict[str, int] | None = None                  # serve: its readyz answers while the fault held
     policy: dict | None = None    # what the fault demanded (an action class) and when guard and livez acted (M.policy)
+    inconclusive: str | None = None   # "recorder starved N s": a miss while the recorder was starved (expect.inconclusive)
 
     @property
     def met(self) -> bool:
@@ -553,7 +554,8 @@ class DrillRun:
         return round(took, 1)
 
     def _measure(self, result: StepResult, step, watcher, prober, ctx) -> None:
-        from servewatch.drill.expect import check
+        from servewatch.clock import iso8601
+        from servewatch.drill.expect import check, inconclusive
         from servewatch.bundle.verify import verify_bundle
 
         injected, reverted = result.injected_at, result.reverted_at or result.injected_at
@@ -617,6 +619,15 @@ class DrillRun:
         if bundles and self.model_path:         # privacy: where the model was loaded from, in no bundle
             result.bundles["holding_model_path"] = M.files_holding(bundles, self.model_path)
         result.checks = check(step.expect, result)
+        # the recorder's own sampling from the step's start to its stop (its lines end there)
+        gaps = [g for g in M.starved_gaps(watcher.stderr_lines) if g.end >= start]
+        starved = M.starved_during(gaps, start, max(end, time.time()))
+        if gaps:
+            worst = max(gaps, key=lambda g: g.seconds)
+            result.notes.append(f"the recorder was starved: a {starved:g} s gap in its own sampling at "
+                                f"{iso8601(worst.start)[11:19]} UTC, interval {self.plan.interval_s:g} s; "
+                                f"{M.frozen_during(gaps, start, end):g} s of the step's {end - start:.0f} s in gaps")
+        result.inconclusive = inconclusive(result.checks, starved, M.frozen_during(gaps, start, end), end - start)
 
     # -- after the drill
     def find_leaks(self) -> dict:

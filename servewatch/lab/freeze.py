@@ -12,7 +12,9 @@ like the watcher it stands beside, so what it measures is what the host did, not
     meter.frozen(t0, t1)    # the time within [t0, t1] spent in gaps
     meter.stop()
 
-File format: one line per gap above `report_over_s`: "<start> <end>" in CLOCK_MONOTONIC seconds.
+File format: one line per gap above `report_over_s`: "<start> <end>" in CLOCK_MONOTONIC seconds. The questions
+asked of the gaps (longest, frozen) are the recorder's own (`servewatch.timeline.gaps`, where the recorder measures
+its own sampling the same way).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from servewatch.timeline import gaps as sampling
+
 STEP_S = 0.05
-REPORT_OVER_S = 0.25   # five steps: scheduling noise below this is not a freeze
+REPORT_OVER_S = sampling.ALLOWANCE_S   # five steps: scheduling noise below this is not a freeze
 
 
 class FreezeMeter:
@@ -71,14 +75,17 @@ class FreezeMeter:
     def longest(self, since: float, until: float | None = None) -> float:
         """The longest gap overlapping [since, until] (now when until is None), in seconds; 0.0 if none."""
         until = time.monotonic() if until is None else until
-        return max((end - start for start, end in self.gaps() if end >= since and start <= until), default=0.0)
+        return sampling.longest(self._gaps(), since, until)
 
     def frozen(self, since: float, until: float | None = None) -> float:
         """How long [since, until] was spent in gaps (each gap clipped to it), in seconds: the time the host
         ran nothing of ours. A detection delayed by two freezes is delayed by both; the longest alone
         understates it (a real DP=2 vLLM in CI: 13.3 s frozen in a 14.8 s detection, the longest gap 5.1 s)."""
         until = time.monotonic() if until is None else until
-        return sum(max(0.0, min(end, until) - max(start, since)) for start, end in self.gaps())
+        return sampling.frozen(self._gaps(), since, until)
+
+    def _gaps(self) -> list[sampling.Gap]:
+        return [sampling.Gap(start, end) for start, end in self.gaps()]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -54,9 +54,19 @@ class BundleSink:
                                 dialect=metrics.dialect if metrics else None,
                                 naming=metrics.naming if metrics else None, trigger=trigger,
                                 overwritten=dict(self.recorder.ring.overwritten) if self.recorder else {},
-                                identity=self.identity() if self.identity is not None else None)
+                                identity=self.identity() if self.identity is not None else None,
+                                recorder=self._gaps(recent, verdicts))
         with self._writing:
             return self.writer.write(recent, verdicts, context)
+
+    def _gaps(self, window, verdicts):
+        """The recorder's own sampling gaps over the bundle's window (from the earliest onset among its verdicts):
+        None without a recorder that measures them (a virtual-time run)."""
+        gaps = getattr(self.recorder, "gaps", None)
+        if gaps is None or not gaps.beats:
+            return None
+        starts = [t for t in (window.start, *(v.onset for v in verdicts)) if t is not None]
+        return gaps.to_dict(min(starts) if starts else None, window.end)
 
 
 def bundle_sink(out: str, target: str | None, config, *, keep: int | None = None) -> BundleSink:

@@ -5,7 +5,10 @@ ones that run on it (printing, acting), which see the bundle written.
 
 Two drivers over the same parts:
 - `run()` — real time: one task per source, so a slow /metrics scrape never delays the next health
-  probe; detection runs whenever new samples arrived.
+  probe; detection runs whenever new samples arrived. A heartbeat measures the recorder's own sampling
+  (`timeline.gaps`): a gap between two wakes over twice the interval plus an allowance is a starved recorder,
+  said on stderr at once, kept (`gaps`, and in every bundle over it), and noted on each verdict concluded
+  across it (`detectors.starved`).
 - `run_virtual()` — virtual time, deterministic and sleep-free: a schedule of due times; before each
   poll, `advance(t)` moves the world (e.g. an in-process simulator) to t.
 """
@@ -20,9 +23,11 @@ from functools import partial
 
 from servewatch.clock import Clock
 from servewatch.detectors import DetectorConfig, ranks, registry, run_detectors
+from servewatch.detectors.starved import note_gaps
 from servewatch.detectors.verdict import RESTART, Verdict
 from servewatch.sinks.base import Cleared, Fired, Sink, ended_by, on_loop
 from servewatch.sources.base import Source
+from servewatch.timeline.gaps import SamplingGaps, starved_words
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
 from servewatch.watch.firing import Latch
@@ -53,6 +58,7 @@ class Recorder:
         self.latch = Latch()
         self.sinks = list(sinks)          # in the order they hear each verdict (the on-loop ones after the rest)
         self.detect_interval = detect_interval or min(s.interval for s in self.sources)
+        self.gaps = SamplingGaps(min(s.interval for s in self.sources))   # its own sampling's (run() beats it)
         self.stop_when = stop_when
         self.fired: list[Fired] = []
         self.cleared: list[Cleared] = []
@@ -133,7 +139,7 @@ class Recorder:
         window = self.ring.window()
         if self.held:
             return window, [], [], [], []
-        verdicts = run_detectors(window, self.config)
+        verdicts = note_gaps(run_detectors(window, self.config), self.gaps.gaps)
         self.detection_runs += 1
         update = self.latch.update(verdicts)
         end = window.end if window.end is not None else self.clock.now()
@@ -202,6 +208,7 @@ class Recorder:
         if self.stopped:
             self._stop_event.set()
         tasks = [asyncio.create_task(self._source_loop(source)) for source in self.sources]
+        tasks.append(asyncio.create_task(self._heartbeat()))
         detector = asyncio.create_task(self._detect_loop())
         stop = asyncio.create_task(self._stop_event.wait())
         try:
@@ -231,6 +238,16 @@ class Recorder:
             if due < now:  # the poll overran its slot(s): skip them rather than burst
                 due = now
             await self.clock.sleep(due - now)
+
+    async def _heartbeat(self) -> None:
+        """Wake every sampling interval and note the time since the last wake: a starved recorder (its process
+        not run, or its loop held) shows as a gap, said once on stderr as it ends."""
+        interval = self.gaps.interval_s
+        while True:
+            gap = self.gaps.beat(self.clock.now())
+            if gap is not None:
+                print(f"servewatch {self.tool}: {starved_words(gap, interval)}", file=sys.stderr, flush=True)
+            await self.clock.sleep(interval)
 
     async def _detect_loop(self) -> None:
         while not self.stopped:
