@@ -69,16 +69,19 @@ def _as_interrupt(signum, frame) -> None:
 
 
 def interrupt_on_termination() -> None:
-    """SIGTERM and SIGHUP end this program as ^C does (see the module's words)."""
+    """SIGTERM and SIGHUP end this program as ^C does (see the module's words). One ignored when the program
+    started stays ignored (`nohup` ignores SIGHUP: the program must outlive its terminal)."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _as_interrupt)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _as_interrupt)
 
 
 def on_stop(loop, callback: Callable[[], object], again: Callable[[], object] | None = None) -> Callable[[], None]:
     """SIGINT, SIGTERM and SIGHUP call `callback()` on `loop` (the first noted); any later one `again()`, by
     default a KeyboardInterrupt out of the loop (the stop cut short). Returns what removes them, putting
     back the handlers they replaced."""
-    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS
+              if signal.getsignal(signum) is not signal.SIG_IGN}     # an ignored one stays ignored (nohup)
 
     def heard(signum: int) -> None:
         if note(signum):
@@ -88,11 +91,11 @@ def on_stop(loop, callback: Callable[[], object], again: Callable[[], object] | 
         else:
             raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    for signum in STOP_SIGNALS:
+    for signum in before:
         loop.add_signal_handler(signum, heard, signum)
 
     def remove() -> None:
-        for signum in STOP_SIGNALS:
+        for signum in before:
             loop.remove_signal_handler(signum)
             if before[signum] is not None and signal.getsignal(signum) is not before[signum]:
                 signal.signal(signum, before[signum])

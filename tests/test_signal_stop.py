@@ -77,10 +77,13 @@ def sim():
 class Run:
     """One `servewatch` subprocess, its stderr in a file (read while it runs, no pipe to fill)."""
 
-    def __init__(self, tmp_path: Path, *args: str):
+    def __init__(self, tmp_path: Path, *args: str, ignoring: signal.Signals | None = None):
         self.err_path = tmp_path / f"{args[0]}.stderr"
         self.err_file = open(self.err_path, "w")       # noqa: SIM115 - closed in finish()
-        self.proc = subprocess.Popen([*SERVEWATCH, *args], stdout=subprocess.DEVNULL, stderr=self.err_file)
+        # `ignoring`: a signal ignored when it starts, as `nohup` ignores SIGHUP
+        ignore = (lambda: signal.signal(ignoring, signal.SIG_IGN)) if ignoring is not None else None
+        self.proc = subprocess.Popen([*SERVEWATCH, *args], stdout=subprocess.DEVNULL, stderr=self.err_file,
+                                     preexec_fn=ignore)
 
     def stderr(self) -> str:
         return self.err_path.read_text()
@@ -173,6 +176,16 @@ def test_watch_stopped_finishes_the_bundle_being_written(sim, tmp_path):
     assert line.endswith(f"written to {out}")
     assert verify_bundle(bundles[0]).incident["trigger"]["verdict"] == "on_demand"     # whole: it verifies
     assert proc.poll() is None and healthy(url)
+
+
+def test_a_signal_ignored_at_the_start_stays_ignored(sim, tmp_path):
+    """`nohup servewatch watch URL` must outlive its terminal: its SIGHUP is no stop, a SIGTERM still is."""
+    _, url = sim
+    run = Run(tmp_path, "watch", url, "--interval", "0.2", "--json", ignoring=signal.SIGHUP)
+    wait_for("watch's 'recording' line", lambda: run.said(r"^servewatch watch: recording ") or run.proc.poll() is not None)
+    # SIGHUP first (a lower number is also taken first when both are pending): heard, it would give 129
+    assert run.stop(random.Random(SEED), signal.SIGHUP, signal.SIGTERM) == 143, run.stderr()
+    assert run.stop_line("watch", signal.SIGTERM) == "servewatch watch: stopped by SIGTERM: no --out given, no bundle written"
 
 
 def test_serve_stopped_by_sighup_says_so_and_exits_129(sim, tmp_path):
