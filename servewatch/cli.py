@@ -142,14 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from servewatch import stopping
+
+    stopping.interrupt_on_termination()     # SIGTERM and SIGHUP stop every command as ^C does (servewatch.stopping)
     try:
         return int(args.func(args) or 0)
     except ServewatchError as exc:
         print(f"servewatch {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"servewatch {args.command}: interrupted", file=sys.stderr)
-        return 130
+        stopping.say(args.command)
+        return stopping.status()
     except BrokenPipeError:
         # The reader of stdout went away (`| head`): nothing more to say to it. As the Python docs advise,
         # point stdout at devnull so that the interpreter's final flush does not raise again.

@@ -103,8 +103,11 @@ def run(args) -> int:
         raise ServewatchError(f"--out {args.out}: {exc.strerror or exc}") from None
     drill = DrillRun(plan, out, say=lambda line: print(f"servewatch drill: {line}", file=sys.stderr, flush=True))
     stop_servers_on_termination()       # a SIGTERM ends the drill as ^C does: its servers stopped, its report written
+    paths, stopped = [], False
     try:
         drill.run()
+    except KeyboardInterrupt:           # ^C, SIGTERM or SIGHUP (servewatch.stopping)
+        stopped = True
     finally:
         if drill.results:
             doc = report.document(drill)
@@ -114,6 +117,12 @@ def run(args) -> int:
             else:
                 _print_faults(doc, args.wide)
             print(f"servewatch drill: report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    if stopped:
+        from servewatch import stopping
+
+        done = f"{len(drill.results)} of {len(plan.steps)} fault(s) run"
+        stopping.say("drill", f"{done}, the report in {paths[0]}" if paths else f"{done}, no report written")
+        return stopping.status()
     doc = report.document(drill)
     return report.exit_status(doc)
 

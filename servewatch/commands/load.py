@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from servewatch.commands import add_command
@@ -183,9 +184,17 @@ def run(args) -> int:
         print_summary(result.summary, wide=args.wide)
     for problem in problems:
         print(f"servewatch load: {problem}", file=sys.stderr)
-    if result.summary.get("interrupted"):
-        print("servewatch load: interrupted; the summary covers the requests that finished", file=sys.stderr)
-        return 130
+    if result.summary.get("interrupted"):       # ^C, SIGTERM or SIGHUP: what finished is kept (servewatch.stopping)
+        from servewatch import stopping
+
+        count = f"{len(result.records)} record{'' if len(result.records) == 1 else 's'}"
+        if args.out and not problems:
+            kept = (f"{count} kept in {os.path.join(args.out, 'requests.jsonl')}, their summary in "
+                    f"{os.path.join(args.out, 'summary.json')}")
+        else:
+            kept = f"{count} in the summary above ({'files not written' if args.out else 'no --out given'})"
+        stopping.say("load", kept)
+        return stopping.status()
     sent, ok = result.summary.get("requests", 0), result.summary.get("ok", 0)
     if sent and not ok:         # every request failed: the thing checked is bad (errors.CHECKED_BAD)
         from servewatch.kinds import failure_words
