@@ -114,6 +114,8 @@ declare -A TESTS=(
   [servewatch/load/client.py]='tests/test_values_load_client.py tests/test_values_exchange.py tests/test_values_proxy_server.py'
   # the series a bundle's report charts (issue 50; the grep finds the report's tests, which write whole bundles)
   [servewatch/bundle/series.py]='tests/test_values_bundle_series.py'
+  # every sample's time (issue 50; 40 test files import the clock: these read its values)
+  [servewatch/clock.py]='tests/test_values_clock.py tests/test_clock_steps.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py

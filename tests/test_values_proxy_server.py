@@ -269,3 +269,32 @@ def test_a_pooled_connection_idle_too_long_is_not_reused(monkeypatch):
     assert sent and sent[0].startswith(b"POST /v1/completions HTTP/1.1\r\n")
     ex, aborted, sent, idle = asyncio.run(run(97.9))                      # 2.1 s: aborted, a new one is asked for
     assert (ex.connected, ex.sent, ex.upstream, len(aborted), sent, idle) == (None, None, None, 1, [], [])
+
+
+def test_which_requests_the_live_sample_counts_in_order():
+    """The requests in flight in a given order (a list where the proxy keeps a set): one ended or not an API
+    request is passed over, not the end of the count; of two waits equally long, the first found gives the
+    expected TTFT; a request sent without a byte back is as new as its send."""
+    proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"))
+    proxy.recent.extend([(1.0, 100)])                                      # 0.01 s a byte
+    ended = _inflight(proxy, 1, 10.0, sent=10.0, done=True)
+    other = _inflight(proxy, 2, 11.0, api=None, sent=11.0)
+    first = _inflight(proxy, 3, 40.0, sent=45.0, chunks=[], body_size=100)
+    second = _inflight(proxy, 4, 42.0, sent=45.0, chunks=[], body_size=300)
+    proxy.inflight = [ended, other, first, second]
+    s = proxy.snapshot(50.0)
+    # both counted after the two passed over; both waiting 5.0 s: the first one's 100 bytes x 0.01
+    assert (s.in_flight, s.waiting_first_token, s.oldest_s, s.oldest_waiting_s) == (2, 2, 10.0, 5.0)
+    assert s.expected_ttft_s == 1.0
+    # no byte back yet: the newest activity is the send at 45.0 (not the arrival at 40.0 or 42.0)
+    assert s.quiet_s == 5.0
+
+
+def test_no_quiet_without_a_stream_in_flight():
+    proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"))
+    proxy.last_end = 40.0                                                  # a request ended at 40.0
+    _inflight(proxy, 1, 41.0, sent=41.0, stream=False, last=41.0)          # not streamed
+    s = proxy.snapshot(50.0)
+    assert (s.in_flight, s.quiet_s, s.waiting_first_token) == (1, None, 0)
+    proxy.inflight.clear()
+    assert proxy.snapshot(50.0).quiet_s is None                            # nothing in flight: no quiet either
