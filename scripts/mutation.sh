@@ -116,6 +116,9 @@ declare -A TESTS=(
   [servewatch/bundle/series.py]='tests/test_values_bundle_series.py'
   # every sample's time (issue 50; 40 test files import the clock: these read its values)
   [servewatch/clock.py]='tests/test_values_clock.py tests/test_clock_steps.py'
+  # the chunk counter of load and the proxy (issue 50; the grep finds one file)
+  [servewatch/transport/stream.py]='tests/test_values_stream.py tests/test_load_events.py tests/test_values_load_client.py
+    tests/test_values_exchange.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
