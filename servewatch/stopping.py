@@ -7,9 +7,9 @@ SIGTERM, 129 SIGHUP). A second one during that stop ends the program at once, as
 KeyboardInterrupt between two records, never inside one (a record is written whole, in one call).
 
 Two ways in, one path:
-- `interrupt_on_termination()` (the cli, for every command): SIGTERM and SIGHUP do what SIGINT does at that
-  moment: asyncio.Runner's handler (the main task cancelled, then a KeyboardInterrupt at the second) or
-  Python's (a KeyboardInterrupt).
+- `interrupt_on_termination()` (the cli, for every command): SIGTERM and SIGHUP raise SIGINT, so they do what
+  ^C does at that moment: Python's KeyboardInterrupt, asyncio.Runner's handler (the main task cancelled, then a
+  KeyboardInterrupt at the second) or an event loop's own.
 - `on_stop(loop, callback)` (a command that stops its event loop itself: load, watch, guard, serve, proxy):
   each of the three signals calls `callback` on the loop the first time; later ones call `again`, by default
   a KeyboardInterrupt. Removing it puts back the handlers it replaced.
@@ -59,11 +59,9 @@ def say(tool: str, kept: str | None = None) -> None:
 
 def _as_interrupt(signum, frame) -> None:
     note(signum)
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler) and getattr(handler, "__name__", "") != "_sighandler_noop":
-        handler(signal.SIGINT, frame)         # asyncio.Runner's (cancel the main task) or Python's (raise)
-    elif callable(handler):
-        signal.raise_signal(signal.SIGINT)    # an event loop's own SIGINT handler: the signal itself
+    if callable(signal.getsignal(signal.SIGINT)):
+        # whatever ^C does now: Python's KeyboardInterrupt, asyncio.Runner's handler or an event loop's
+        signal.raise_signal(signal.SIGINT)
     else:
         raise KeyboardInterrupt(signal.Signals(signum).name)   # SIGINT ignored (a background job) or default
 
