@@ -63,6 +63,9 @@ def register(subparsers) -> None:
     for kind in sink_kinds():         # --alertmanager URL, --webhook URL, ...: each registered live sink
         parser.add_argument(f"--{kind.name.replace('_', '-')}", dest=kind.name, metavar="URL", help=kind.help)
     parser.add_argument("--shard", metavar="I/N", help="watch only the targets whose stable hash falls on shard I of N")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON line per event on stdout, each naming its target (in place of the plain line "
+                             "per verdict fired, with its bundle's path, and per verdict cleared)")
     add_recording_arguments(parser, FLEET_RECORDING, RECORDING_FLAGS[5:], help=_HELP)
 
 
@@ -74,6 +77,7 @@ def run(args) -> int:
     from servewatch.serve import heap
     from servewatch.serve.app import serve
     from servewatch.serve.config import from_args
+    from servewatch.watch.event_lines import EventLines
 
     config = from_args(args)          # a bad config: one line naming file, line and key; exit 2
     heap.settle()
@@ -83,7 +87,7 @@ def run(args) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return await serve(config, stop=stop)
+        return await serve(config, stop=stop, events=EventLines(json_lines=args.json))
 
     code = asyncio.run(main())
     print("servewatch serve: stopped", file=sys.stderr)

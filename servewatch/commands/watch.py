@@ -29,7 +29,9 @@ def register(subparsers) -> None:
     add_recording_arguments(parser, DEFAULTS, ("duration",))
     parser.add_argument("--stop-on-incident", action="store_true", help="stop at the first incident verdict")
     parser.add_argument("--json", action="store_true",
-                        help="JSON lines instead of a live table: one when a verdict fires, one when it clears")
+                        help="one JSON line per event (a verdict fired, with its bundle's path; cleared; its "
+                             "evidence held later) in place of the live table on a terminal, or of the plain line "
+                             "per event written when stdout is not a terminal")
     parser.add_argument("--wide", action="store_true", help="the live table whole, however wide (without it, "
                                                             "columns that do not fit the terminal are left out)")
 

@@ -125,7 +125,7 @@ async def _watch(args, proxy, stop: asyncio.Event) -> None:
     verdicts as JSON lines on stdout, bundles with --out."""
     from servewatch.proxy.signals import RequestsSource
     from servewatch.watch.options import RecordingOptions, recording_from_args
-    from servewatch.watch.output import cleared_line, evidence_printer, json_line
+    from servewatch.watch.event_lines import EventLines
     from servewatch.watch.session import record
 
     options = recording_from_args(args, RecordingOptions(url=args.upstream), WATCH_FLAGS)
@@ -134,9 +134,9 @@ async def _watch(args, proxy, stop: asyncio.Event) -> None:
         return [RequestsSource(proxy, clock, options.interval)]
 
     try:
-        await record(options, None, tool="proxy", listeners=[lambda f: print(json_line(f), flush=True)],
-                     clear_listeners=[lambda c: print(cleared_line(c), flush=True)],
-                     evidence_listeners=[evidence_printer(True, "proxy")],
+        lines = EventLines(json_lines=True)      # the output contract of watch (watch.event_lines)
+        await record(options, None, tool="proxy", listeners=[lines.fired], clear_listeners=[lines.cleared],
+                     evidence_listeners=[lines.evidence],
                      extra_sources=sources_for)
     finally:
         stop.set()

@@ -20,13 +20,15 @@ if TYPE_CHECKING:
     from servewatch.serve.prometheus_sd import PrometheusSd
     from servewatch.serve.targets import TargetSpec
     from servewatch.sinks.export.exporter import FleetExporter
+    from servewatch.watch.event_lines import EventLines
 
 LAG_PERIOD_S = 0.5
 
 
 async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool: str = "serve",
-                on_listening: Callable[[int], None] | None = None) -> int:
-    """Run until `stop` is set; `on_listening(port)` once the HTTP surface is up and the fleet started."""
+                on_listening: Callable[[int], None] | None = None, events: EventLines | None = None) -> int:
+    """Run until `stop` is set; `on_listening(port)` once the HTTP surface is up and the fleet started;
+    `events` writes a line per verdict fired (with its bundle) and cleared, each naming its target."""
     # aiohttp: serve's HTTP server (aiohttp.web) and the fleet's probe and Prometheus session; scrapes take transport.http1.
     import aiohttp
     from aiohttp import web
@@ -76,8 +78,11 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     runner = None
     try:
         async with aiohttp.ClientSession(connector=connector) as session:
-            fleet = Fleet(config, session, clock, exporter,
-                          extra_sinks=lambda spec: sinks_for(clients, spec.name), tool=tool)
+            def extra_sinks(spec):
+                lines = [events.for_target(spec.name, bundles=bool(config.out)).sink()] if events else []
+                return [*sinks_for(clients, spec.name), *lines]
+
+            fleet = Fleet(config, session, clock, exporter, extra_sinks=extra_sinks, tool=tool)
             runner = web.AppRunner(build_app(fleet, exporter), access_log=None, shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, host, port)

@@ -15,13 +15,14 @@ async def guard_session(args, options, command: list[str], config) -> int:
     import asyncio
     import signal
     import subprocess
+    import sys
     import time
 
     from servewatch.actions.identity import ServerIdentityError, prove_server, unverifiable_reason
     from servewatch.actions.supervisor import Guard
     from servewatch.actions.tree import Member
     from servewatch.sources.process import PsutilProbe
-    from servewatch.watch.output import evidence_printer
+    from servewatch.watch.event_lines import EventLines
     from servewatch.watch.session import record
 
     loop = asyncio.get_running_loop()
@@ -54,9 +55,13 @@ async def guard_session(args, options, command: list[str], config) -> int:
             loop.add_signal_handler(sig, guard.drain)
         if signalled:
             guard.drain()
-        await record(options, probe, tool="guard", listeners=[_verdict_printer(args.json), guard.on_fired, _hold_first_bundle(options.out)],
-                     clear_listeners=[_cleared_printer(args.json)], on_recorder=_attach(guard),
-                     evidence_listeners=[evidence_printer(args.json, "guard")],
+        # The output contract (watch.event_lines): a line per verdict fired (with its bundle's path), cleared
+        # and evidenced, on stderr with guard's own lines (its stdout may be the server's), or JSON on stdout.
+        lines = (EventLines(json_lines=True) if args.json
+                 else EventLines(stream=sys.stderr, prefix="servewatch guard: ", bundles=bool(options.out)))
+        await record(options, probe, tool="guard", listeners=[lines.fired, guard.on_fired, _hold_first_bundle(options.out)],
+                     clear_listeners=[lines.cleared], on_recorder=_attach(guard),
+                     evidence_listeners=[lines.evidence],
                      identity=guard.identity_record)
         if not guard.done.is_set():          # --duration ran out
             guard.drain()
@@ -112,33 +117,6 @@ def _remember_life(args, options, command, guard, started: float, code: int, why
                   first_exit=loop[0].exit_status, first_verdict=loop[0].first_verdict, first_bundle=loop[0].bundle)
     for line in filter(None, problems):
         print(f"servewatch guard: {line}", file=sys.stderr, flush=True)
-
-
-def _verdict_printer(json_lines: bool):
-    import sys
-
-    from servewatch.watch.output import json_line
-
-    def show(fired) -> None:
-        if json_lines:
-            print(json_line(fired), flush=True)
-        else:
-            print(f"servewatch guard: {fired.verdict.name}: {fired.verdict.why}", file=sys.stderr, flush=True)
-    return show
-
-
-def _cleared_printer(json_lines: bool):
-    import sys
-
-    from servewatch.watch.output import cleared_line
-
-    def show(cleared) -> None:
-        if json_lines:
-            print(cleared_line(cleared), flush=True)
-        else:
-            print(f"servewatch guard: {cleared.verdict.name} cleared after {cleared.duration_s:.1f} s",
-                  file=sys.stderr, flush=True)
-    return show
 
 
 def _hold_first_bundle(out: str | None):

@@ -13,7 +13,8 @@ async def watch_session(args, defaults) -> int:
     from servewatch.sources.process import PsutilProbe
     from servewatch.detectors.registry import is_incident
     from servewatch.watch.options import options_from_args
-    from servewatch.watch.output import cleared_line, evidence_printer, json_line, status_table
+    from servewatch.watch.event_lines import EventLines
+    from servewatch.watch.output import status_table
     from servewatch.watch.session import record
 
     options = options_from_args(args, defaults)  # a bad --set / --detectors: one line, exit 2
@@ -50,8 +51,12 @@ async def watch_session(args, defaults) -> int:
             given = "; --unverified-pid-ok was given" if args.unverified_pid_ok else ""
             print(f"servewatch watch: identity: {proof.how}{given}", file=sys.stderr, flush=True)
     mismatch: list[str] = []
-    listeners = [lambda fired: print(json_line(fired), flush=True)] if args.json else []
-    clear_listeners = [lambda cleared: print(cleared_line(cleared), flush=True)] if args.json else []
+    # The output contract (watch.event_lines): one line per event with --json, or in plain words when stdout
+    # is not a terminal (a log, a pipe, a service manager); on a terminal, the live table.
+    lines = (EventLines(json_lines=True) if args.json
+             else None if sys.stdout.isatty() else EventLines(bundles=bool(options.out)))
+    listeners = [lines.fired] if lines else []
+    clear_listeners = [lines.cleared] if lines else []
     stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
     started = time.monotonic()
     terminated = []
@@ -71,9 +76,9 @@ async def watch_session(args, defaults) -> int:
 
     try:
         recorder = await record(options, probe, tool="watch", listeners=listeners, clear_listeners=clear_listeners,
-                                evidence_listeners=[evidence_printer(True, "watch")] if args.json else [],
+                                evidence_listeners=[lines.evidence] if lines else [],
                                 stop_when=stop_when,
-                                on_recorder=on_recorder, drive=None if args.json else live,
+                                on_recorder=on_recorder, drive=None if lines else live,
                                 identity=(lambda: identity) if identity else None)
     finally:
         for handler in terminated:

@@ -41,22 +41,6 @@ def evidence_line(verdict: Verdict) -> str:
                        "why": verdict.why, "details": verdict_to_dict(verdict)["details"]}, ensure_ascii=False)
 
 
-def evidence_printer(json_lines: bool, tool: str):
-    """The recorder's evidence listener for a command's output: a JSON line, or one line on stderr — only for a
-    verdict whose evidence came after its firing (the fired line already said the rest)."""
-    import sys
-
-    def show(verdict: Verdict, fired_now: bool) -> None:
-        if fired_now:
-            return
-        if json_lines:
-            print(evidence_line(verdict), flush=True)
-        else:
-            print(f"servewatch {tool}: {verdict.name}: the evidence for its action ({registry.action_of(verdict.name)}) "
-                  f"now holds: {verdict.why}", file=sys.stderr, flush=True)
-    return show
-
-
 def status_table(window: Window, fired: list[Fired], active_names: list[str], elapsed_s: float, wide: bool = False):
     """A rich renderable: the target's current picture and the verdicts so far, the verdicts' table fitted to
     the terminal (servewatch.table; whole with `wide`). Every cell is plain text (rich would read a str
@@ -88,6 +72,10 @@ def status_table(window: Window, fired: list[Fired], active_names: list[str], el
         titles = ", ".join(f"{m.title}:{m.status}" for m in process.members[:6])
         rows.append(("process", f"{process.root_pid} {alive}  {titles}"))
     rows.append(("active", ", ".join(active_names) or "none"))
+    bundles = [record.bundle for record in fired if record.bundle]
+    if bundles:                  # where the newest incident was frozen (--out), by path
+        before = f" (and {len(bundles) - 1} before it)" if len(bundles) > 1 else ""
+        rows.append(("bundle", f"{bundles[-1]}{before}"))
     now = Table.grid(padding=(0, 2))
     for row in rows:
         now.add_row(*map(Text, row))
