@@ -298,3 +298,54 @@ def test_no_quiet_without_a_stream_in_flight():
     assert (s.in_flight, s.quiet_s, s.waiting_first_token) == (1, None, 0)
     proxy.inflight.clear()
     assert proxy.snapshot(50.0).quiet_s is None                            # nothing in flight: no quiet either
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_inline_path_over_reads_of_varied_framing(seed):
+    """The inline path's shortcuts (the last event's size line, prefix and rest) against the parser, over reads that
+    hold one, two or three whole chunks, a chunk and a half, chunk sizes of 2, 3 and 4 hex digits (one over the
+    size lines kept, 4096), upper-case hex and a chunk extension: the same bytes forwarded and the same counts."""
+    import random
+
+    from tests.test_proxy import _drive, _post
+
+    rng = random.Random(seed)
+    events = []
+    for i in range(240):
+        piece = rng.choice(["a", "bc", "x" * rng.choice([1, 60, 200, 4100]), ""])
+        reason = "length" if i == 239 else rng.choice([None] * 9 + ["stop"])
+        usage = (7, i + 1) if rng.random() < 0.5 else None
+        events.append(_completion_event(piece, reason, usage))
+    events.append(b"data: [DONE]\n\n")
+    chunks = []
+    for e in events:
+        size = b"%x" % len(e)
+        roll = rng.random()
+        if roll < 0.05:
+            size = size.upper()
+        elif roll < 0.08:
+            size += b";ext=1"
+        chunks.append(size + b"\r\n" + e + b"\r\n")
+    chunks.append(b"0\r\n\r\n")
+    reads, i = [HEAD], 0
+    while i < len(chunks):
+        n = rng.choice([1, 1, 1, 2, 3])
+        group = b"".join(chunks[i:i + n])
+        i += n
+        if rng.random() < 0.1 and i < len(chunks):      # and half of the next
+            half = len(chunks[i]) // 2
+            group, chunks[i] = group + chunks[i][:half], chunks[i][half:]
+        reads.append(group)
+    request = _post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 240, "stream": True})
+    whole = b"".join(reads)
+    grouped = _drive(request, reads)
+    cut = _drive(request, [whole[j:j + 31] for j in range(0, len(whole), 31)])
+    assert grouped[0] == cut[0] == whole
+    assert grouped[3] > 50                                                  # the inline path was taken
+    (_, a, ra, _), (_, b, rb, _) = grouped, cut
+    assert list(a.chunk_k) == list(b.chunk_k) and len(a.chunk_t) == len(b.chunk_t)
+    assert (a.completion_tokens, a.prompt_tokens, a.client_tokens, a.counts_exact, a.finish_reason, a.saw_done,
+            a.stream_error, a.malformed) == (b.completion_tokens, b.prompt_tokens, b.client_tokens, b.counts_exact,
+                                             b.finish_reason, b.saw_done, b.stream_error, b.malformed)
+    assert (ra.output_tokens, ra.error, ra.finish_reason) == (rb.output_tokens, rb.error, rb.finish_reason)
+    assert ra.error is None and ra.finish_reason == "length"
