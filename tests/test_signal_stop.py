@@ -188,20 +188,50 @@ def test_a_signal_ignored_at_the_start_stays_ignored(sim, tmp_path):
     assert run.stop_line("watch", signal.SIGTERM) == "servewatch watch: stopped by SIGTERM: no --out given, no bundle written"
 
 
-def test_serve_stopped_by_sighup_says_so_and_exits_129(sim, tmp_path):
-    _, url = sim
+def send_long_requests(url: str, n: int = 4) -> None:
+    """Requests that are still running when the simulator stalls (each in a thread; they end with it)."""
+    def one() -> None:
+        body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 1500, "ignore_eos": True}).encode()
+        request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                response.read()
+        except OSError:
+            pass
+    for _ in range(n):
+        threading.Thread(target=one, daemon=True).start()
+
+
+def test_serve_stopped_by_sighup_keeps_its_bundles_and_exits_129(tmp_path):
+    """A stall fires a verdict and its bundle; SIGHUP at a random moment after: the count said is the
+    bundles on disk, each whole (it verifies)."""
     rng = random.Random(f"{SEED}-serve")
+    port = free_port()
+    stalled = subprocess.Popen([*SERVEWATCH, "sim", "--port", str(port), "--max-num-seqs", "8", "--model-name", "tiny",
+                                "--fault", "stall@2s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
     out = tmp_path / "sb"
-    run = Run(tmp_path, "serve", "--target", url, "--listen", "127.0.0.1:0", "--interval", "0.2", "--out", str(out))
-    listening = wait_for("serve's 'listening' line",
-                         lambda: run.said(r"listening on http://127\.0\.0\.1:(\d+)") or run.proc.poll() is not None)
-    with urllib.request.urlopen(f"http://127.0.0.1:{listening[1]}/metrics", timeout=10) as response:
-        assert b"servewatch_target_up" in response.read()
-    assert run.stop(rng, signal.SIGHUP) == 129, run.stderr()
+    try:
+        wait_for("the simulator's /health 200", lambda: healthy(url))
+        send_long_requests(url)
+        run = Run(tmp_path, "serve", "--target", f"llama={url}", "--listen", "127.0.0.1:0", "--interval", "0.2",
+                  "--out", str(out))
+        listening = wait_for("serve's 'listening' line",
+                             lambda: run.said(r"listening on http://127\.0\.0\.1:(\d+)") or run.proc.poll() is not None)
+        with urllib.request.urlopen(f"http://127.0.0.1:{listening[1]}/metrics", timeout=10) as response:
+            assert b"servewatch_target_up" in response.read()
+        wait_for("the stall's bundle", lambda: list(out.glob("llama/incident-*")) or run.proc.poll() is not None)
+        assert run.stop(rng, signal.SIGHUP) == 129, run.stderr()
+    finally:
+        stalled.kill()
+        stalled.wait(timeout=10)
     line = run.stop_line("serve", signal.SIGHUP)
-    on_disk = [p for p in out.rglob("incident-*") if p.is_dir()] if out.exists() else []
+    on_disk = [p for p in (out / "llama").iterdir() if p.is_dir()]
     assert line == f"servewatch serve: stopped by SIGHUP: {len(on_disk)} bundle{'' if len(on_disk) == 1 else 's'} " \
                    f"written to {out}"
+    assert len(on_disk) >= 1
+    for bundle in on_disk:
+        verify_bundle(bundle)                        # whole: every hash, the schema, the verdicts recomputed
 
 
 def test_proxy_stopped_keeps_a_record_of_every_answered_request(sim, tmp_path):
