@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from servewatch.drill import report as R
 from servewatch.drill.expect import inconclusive
 from servewatch.drill.run import StepResult
 from servewatch.timeline.gaps import ALLOWANCE_S, Gap, SamplingGaps, starved_over, starved_words
+from tests.tools import needs_tool
 
 
 # -- the gap measure at its boundary -------------------------------------------------------------------------
@@ -242,3 +244,60 @@ def test_every_time_bound_says_how_far_it_was_overshot():
     for what in ("restarted: guard's default and livez act within 6 s", "a good request within 10 s after the fault",
                  "guard kills the tree within 2 s of its verdict's evidence"):
         assert "over_s" not in never[what], never[what]
+
+
+# -- the watcher's scheduling priority in deploy/ --------------------------------------------------------------
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+def _docs(name):
+    import yaml
+
+    return [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if d]
+
+
+def test_the_watcher_pods_run_at_a_priority_above_the_engines_and_every_watcher_requests_cpu():
+    import kubernetes_validate   # a test dependency: missing, the test fails
+
+    [priority] = _docs("priority-class.yaml")
+    kubernetes_validate.validate(priority, "1.33.0", strict=True)
+    assert priority["kind"] == "PriorityClass" and priority["value"] > 0 and priority["globalDefault"] is False
+    for name in ("fleet.yaml", "node-daemonset.yaml"):        # pods of the watcher alone
+        [pod] = [d["spec"]["template"]["spec"] for d in _docs(name) if d["kind"] in ("StatefulSet", "DaemonSet")]
+        assert pod["priorityClassName"] == priority["metadata"]["name"], name
+    for name in ("sidecar.yaml", "proxy.yaml", "fleet.yaml", "node-daemonset.yaml"):
+        pods = [d["spec"]["template"]["spec"] for d in _docs(name) if d["kind"] in ("Deployment", "StatefulSet",
+                                                                                     "DaemonSet")]
+        [watcher] = [c for pod in pods for c in pod["containers"] if c["name"] == "servewatch"]
+        cpu = watcher["resources"]["requests"]["cpu"]
+        assert cpu.endswith("m") and int(cpu[:-1]) >= 100, (name, cpu)       # its weight beside the engine
+        assert "cpu" not in watcher["resources"].get("limits", {}), name    # no limit: never throttled
+
+
+def _unit(name):
+    text = (DEPLOY / "systemd" / name).read_text()
+    return text, dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_the_systemd_units_run_the_watcher_ahead_of_the_engine():
+    _, serve = _unit("servewatch.service")
+    assert int(serve["CPUWeight"]) > 100 and int(serve["Nice"]) < 0     # the default weight is 100, nice 0
+    _, guard = _unit("servewatch-guard@.service")
+    nice = int(guard["Nice"])
+    assert nice < 0
+    # guard starts the server in its own cgroup: back at nice 0, below guard
+    assert f" -- nice -n {-nice} vllm serve " in guard["ExecStart"]
+
+
+@needs_tool("systemd-analyze")
+def test_the_guard_unit_verifies(tmp_path):
+    import subprocess
+    import sys
+
+    text, _ = _unit("servewatch-guard@.service")
+    local = tmp_path / "servewatch-guard@8000.service"
+    local.write_text(text.replace("/usr/local/bin/servewatch", f"{sys.executable} -m servewatch"))
+    result = subprocess.run(["systemd-analyze", "verify", str(local)], capture_output=True, text=True, timeout=60)
+    problems = [line for line in result.stderr.splitlines() if "servewatch-guard" in line]
+    assert result.returncode == 0 and not problems, result.stderr
