@@ -9,7 +9,7 @@ HELP = "watch many servers in one process; export verdicts to Prometheus, Alertm
 DESCRIPTION = ("Record every target as `watch` does (the same detectors), from a YAML config, --target URLs "
                "and Prometheus file_sd files (re-read when they change). Serves /metrics, /api/v1/targets, "
                "/api/v1/verdicts and /targets/NAME/livez and /readyz on --listen (loopback by default). "
-               "Runs until SIGINT or SIGTERM.")
+               "Runs until ^C, SIGTERM or SIGHUP: an orderly stop, exit 128 + the signal.")
 
 # serve's wording of the shared recording flags (servewatch.watch.options), defaults from serve's own
 _HELP = {
@@ -71,9 +71,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     import asyncio
-    import signal
-    import sys
 
+    from servewatch import stopping
     from servewatch.serve import heap
     from servewatch.serve.app import serve
     from servewatch.serve.config import from_args
@@ -84,11 +83,11 @@ def run(args) -> int:
 
     async def main() -> int:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        return await serve(config, stop=stop, events=EventLines(json_lines=args.json))
+        remove = stopping.on_stop(asyncio.get_running_loop(), stop.set)    # ^C, SIGTERM, SIGHUP: an orderly stop
+        try:
+            return await serve(config, stop=stop, events=EventLines(json_lines=args.json))
+        finally:
+            remove()
 
     code = asyncio.run(main())
-    print("servewatch serve: stopped", file=sys.stderr)
-    return code
+    return stopping.status() if stopping.received() is not None else code

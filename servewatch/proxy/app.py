@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
-import signal
 import sys
 
+from servewatch import stopping
 from servewatch.errors import ServewatchError
 from servewatch.proxy.config import DEFAULT_TENANT_KEY, WATCH_FLAGS, ProxyConfig, tenant_key
 from servewatch.proxy.server import Proxy
@@ -91,8 +91,7 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         print(f"servewatch proxy: listening on {listen[0]}:{port}, forwarding to {config.upstream}",
               file=sys.stderr, flush=True)
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        remove = stopping.on_stop(asyncio.get_running_loop(), stop.set)   # ^C, SIGTERM, SIGHUP: an orderly stop
         try:
             flusher = asyncio.create_task(flush_forever(log)) if log is not None else None
             watcher = asyncio.create_task(_watch(args, proxy, stop)) if args.watch else None
@@ -109,7 +108,7 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
                 except asyncio.CancelledError:
                     pass
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            remove()
     finally:
         await proxy.close()
         if metrics_runner is not None:
@@ -117,7 +116,19 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         telemetry.close()
         if log is not None:
             log.close()
+    if stopping.received() is not None:
+        stopping.say("proxy", _records_kept(log))
+        return stopping.status()
     return 0
+
+
+def _records_kept(log) -> str:
+    """The stop line's words for the records file: every record finished before the stop is in it, whole."""
+    if log is None:
+        return "no --records given, no record written"
+    kept = log.written - log.lost
+    rotated = f" and {log.rotations} rotated file{'' if log.rotations == 1 else 's'}" if log.rotations else ""
+    return f"{kept} record{'' if kept == 1 else 's'} kept in {log.path}{rotated}"
 
 
 async def _watch(args, proxy, stop: asyncio.Event) -> None:

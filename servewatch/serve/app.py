@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from servewatch import stopping
 from servewatch.errors import ServewatchError
 from servewatch.serve.config import ServeConfig, parse_listen
 
@@ -52,10 +53,10 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
     fleet: Fleet | None = None
 
     def derived():
+        """(target, its signals): none for a target that does not answer (TargetRun.live_signals)."""
         now = clock.now()
         return [(name, run.live_signals(now)) for name, run in fleet.runs.items()]
 
-        """(target, its signals): none for a target that does not answer (TargetRun.live_signals)."""
     def newest_process():
         """(target, its newest recent process sample, or None): the ranks' states (TargetRun.live_process)."""
         now = clock.now()
@@ -116,6 +117,10 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
             await runner.cleanup()
         for client in clients:
             await asyncio.get_running_loop().run_in_executor(None, client.close)
+    if stopping.received() is not None:       # ^C, SIGTERM or SIGHUP (servewatch.stopping): what was kept
+        from servewatch.watch.session import bundles_kept
+
+        stopping.say(tool, bundles_kept(sum(w.bundles_written for w in fleet.writers), config.out))
     return 0
 
 

@@ -13,23 +13,30 @@ from servewatch.actions.launch import stacks_dir as checked_stacks_dir, start_se
 
 async def guard_session(args, options, command: list[str], config) -> int:
     import asyncio
-    import signal
     import subprocess
     import sys
     import time
 
+    from servewatch import stopping
     from servewatch.actions.identity import ServerIdentityError, prove_server, unverifiable_reason
     from servewatch.actions.supervisor import Guard
     from servewatch.actions.tree import Member
     from servewatch.sources.process import PsutilProbe
     from servewatch.watch.event_lines import EventLines
-    from servewatch.watch.session import record
+    from servewatch.watch.session import bundles_kept, bundles_written, record
 
     loop = asyncio.get_running_loop()
     started = time.time()
     signalled: list[int] = []       # a signal before the guard exists is acted on once it does
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, signalled.append, sig)
+    guard = None
+
+    def stop_asked() -> None:       # ^C, SIGTERM or SIGHUP (servewatch.stopping); a second one too
+        if guard is None:
+            signalled.append(1)
+        else:
+            guard.drain()
+
+    remove_stop = stopping.on_stop(loop, stop_asked, again=stop_asked)
     server = None
     override = args.unverified_pid_ok
     stacks_dir = checked_stacks_dir(args, check=config.stacks and not config.dry_run)
@@ -51,18 +58,16 @@ async def guard_session(args, options, command: list[str], config) -> int:
             guard.say_proof()
         else:
             guard.prove_when_listening()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, guard.drain)
         if signalled:
             guard.drain()
         # The output contract (watch.event_lines): a line per verdict fired (with its bundle's path), cleared
         # and evidenced, on stderr with guard's own lines (its stdout may be the server's), or JSON on stdout.
         lines = (EventLines(json_lines=True) if args.json
                  else EventLines(stream=sys.stderr, prefix="servewatch guard: ", bundles=bool(options.out)))
-        await record(options, probe, tool="guard", listeners=[lines.fired, guard.on_fired, _hold_first_bundle(options.out)],
-                     clear_listeners=[lines.cleared], on_recorder=_attach(guard),
-                     evidence_listeners=[lines.evidence],
-                     identity=guard.identity_record)
+        recorder = await record(options, probe, tool="guard",
+                                listeners=[lines.fired, guard.on_fired, _hold_first_bundle(options.out)],
+                                clear_listeners=[lines.cleared], on_recorder=_attach(guard),
+                                evidence_listeners=[lines.evidence], identity=guard.identity_record)
         if not guard.done.is_set():          # --duration ran out
             guard.drain()
         await guard.done.wait()
@@ -74,14 +79,15 @@ async def guard_session(args, options, command: list[str], config) -> int:
             server.wait(timeout=10)
         raise
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        remove_stop()
     if server is not None:
         try:
             server.wait(timeout=5)     # reap a killed server (its status is already decided)
         except subprocess.TimeoutExpired:
             pass
     code, why = guard.result()
+    if stopping.received() is not None:      # guard's own exit status (actions/policy.py), not 128 + N
+        stopping.say("guard", bundles_kept(bundles_written([recorder]), options.out))
     _remember_life(args, options, command, guard, started, code, why)
     return code
 

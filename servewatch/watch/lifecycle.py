@@ -62,7 +62,7 @@ async def watch_session(args, defaults) -> int:
     terminated = []
 
     def on_recorder(recorder) -> None:
-        terminated.append(StopOnSigterm(recorder))
+        terminated.append(StopOnSignal(recorder))
         if pending:
             import asyncio
 
@@ -89,8 +89,11 @@ async def watch_session(args, defaults) -> int:
         print(f"servewatch watch: {mismatch[0]}", file=sys.stderr)
         return 2
     if terminated and terminated[0].received:
-        print("servewatch watch: stopped (SIGTERM)", file=sys.stderr)
-        return 0
+        from servewatch import stopping
+        from servewatch.watch.session import bundles_kept, bundles_written
+
+        stopping.say("watch", bundles_kept(bundles_written([recorder]), options.out))
+        return stopping.status()
     if recorder.stopped:
         return 1
     if args.duration is not None and never_answered(recorder.ring):      # a dead URL is bad input: non-zero, as every command
@@ -143,27 +146,22 @@ def never_answered(ring) -> bool:
             and all(m.error is not None for m in window.metrics))
 
 
-class StopOnSigterm:
-    """SIGTERM (a service manager stopping the watch) ends it like ^C: bundles being written are
-    finished, exit status 0."""
+class StopOnSignal:
+    """^C, SIGTERM (a service manager stopping the watch) or SIGHUP end it in order (servewatch.stopping):
+    bundles being written are finished, then one line says what was kept; exit status 128 + the signal."""
 
     def __init__(self, recorder):
         import asyncio
-        import signal
+
+        from servewatch import stopping
 
         self.received = False
         self.recorder = recorder
-        self.loop = asyncio.get_running_loop()
-        self.loop.add_signal_handler(signal.SIGTERM, self._stop)
+        self.close = stopping.on_stop(asyncio.get_running_loop(), self._stop)
 
     def _stop(self) -> None:
         self.received = True
         self.recorder.stop()
-
-    def close(self) -> None:
-        import signal
-
-        self.loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def run_live(recorder, started, status_table, duration) -> None:
