@@ -19,7 +19,7 @@ from servewatch.drill import measure as M
 from servewatch.drill import report as R
 from servewatch.drill.expect import inconclusive
 from servewatch.drill.run import StepResult
-from servewatch.timeline.gaps import ALLOWANCE_S, Gap, SamplingGaps, starved_over, starved_words
+from servewatch.timeline.gaps import ALLOWANCE_S, FLOOR_S, Gap, SamplingGaps, starved_over, starved_words
 from tests.tools import needs_tool
 
 
@@ -27,6 +27,8 @@ from tests.tools import needs_tool
 
 def test_a_gap_counts_as_starved_only_over_twice_the_interval_plus_the_allowance():
     assert starved_over(0.5) == 2 * 0.5 + ALLOWANCE_S == 1.25
+    assert starved_over(0.375) == FLOOR_S == 1.0 and starved_over(0.376) == pytest.approx(1.002)
+    assert starved_over(0.01) == 1.0           # a test's or --fast's interval: a second at least
     gaps = SamplingGaps(0.5)
     assert gaps.threshold_s == 1.25
     assert gaps.beat(100.0) is None                 # the first wake: nothing to measure from
@@ -49,6 +51,7 @@ def test_the_gap_kept_is_bounded_to_the_newest():
     gaps = SamplingGaps(0.1, keep=3)
     for i in range(6):
         gaps.beat(i * 10.0)
+    assert gaps.threshold_s == 1.0
     assert [g.start for g in gaps.gaps] == [20.0, 30.0, 40.0]
 
 
@@ -89,9 +92,9 @@ def test_a_starved_recorder_says_so_notes_the_verdict_and_its_bundle_verifies_wi
         calls.append(1)
         if len(calls) == 2:
             started = time.monotonic()
-            time.sleep(1.0)     # the starvation measured: the loop is held, as a node under CPU pressure holds it
+            time.sleep(1.6)     # the starvation measured: the loop is held, as a node under CPU pressure holds it
             blocked.append(time.monotonic() - started)
-        raise ConnectionRefusedError("down")        # health_loss: 3 failed probes, the second held 1 s
+        raise ConnectionRefusedError("down")        # health_loss: 3 failed probes, the second held 1.6 s
 
     clock = RealClock()
     sink = bundle_sink(str(tmp_path / "bundles"), None, DetectorConfig())
@@ -100,19 +103,19 @@ def test_a_starved_recorder_says_so_notes_the_verdict_and_its_bundle_verifies_wi
     sink.recorder = recorder
     asyncio.run(recorder.run(duration=60))
 
-    assert recorder.gaps.threshold_s == pytest.approx(0.45)
-    [gap] = [g for g in recorder.gaps.gaps if g.seconds >= 1.0]
-    assert gap.seconds <= blocked[0] + 0.45 + 1.0        # the hold, plus at most a threshold and some noise
+    assert recorder.gaps.threshold_s == 1.0             # twice 0.1 s plus 0.25 s is under the floor
+    [gap] = [g for g in recorder.gaps.gaps if g.seconds >= 1.6]
+    assert gap.seconds <= blocked[0] + 1.0 + 1.0        # the hold, plus at most a threshold and some noise
     said = [line for line in capsys.readouterr().err.splitlines() if "recorder starved" in line]
     assert said and said[0].startswith("servewatch watch: recorder starved: ") and ", interval 0.1 s" in said[0]
     [fired] = recorder.fired
     assert fired.verdict.name == "health_loss"
-    assert fired.verdict.details[GAP_DETAIL] >= 1.0
+    assert fired.verdict.details[GAP_DETAIL] >= 1.6
     assert "in the recorder's own sampling" in fired.verdict.why
     # the bundle carries the gaps and the noted verdict, and verify recomputes the note from them
     checked = verify_bundle(fired.bundle)
     window = checked.incident["window"]["recorder"]
-    assert window["interval_s"] == 0.1 and window["threshold_s"] == pytest.approx(0.45)
+    assert window["interval_s"] == 0.1 and window["threshold_s"] == 1.0
     assert {"start_t": gap.start, "end_t": gap.end} in window["gaps"]
     [stored] = [v for v in checked.incident["verdicts"] if v["name"] == "health_loss"]
     assert stored["details"][GAP_DETAIL] == fired.verdict.details[GAP_DETAIL]
