@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import select
 import socket
 import subprocess
@@ -322,7 +323,8 @@ def test_guard_collects_every_ranks_dump_before_it_kills_the_tree(tmp_path):
     dumps = [i for i, line in enumerate(lines) if "collectives: 2 dump(s) in " in line]
     assert dumps and dumps[-1] < kill
     assert "rank 1 at collective 4 (completed) — behind; rank 0 waiting in collective 5" in lines[dumps[-1]]
-    hang = next(i for i, line in enumerate(lines) if line.startswith("servewatch guard: collective_hang: rank 1 "))
+    hang = next(i for i, line in enumerate(lines)     # watch.event_lines' fired line, on guard's stderr
+                if re.match(r"servewatch guard: \d\d:\d\d:\d\d verdict collective_hang fired: rank 1 ", line))
     assert dumps[-1] < hang < kill
 
 
