@@ -330,6 +330,206 @@ def example_canary(workdir: Path) -> str:
     return _block(*lines)
 
 
+# --- watch and guard in real time (regenerated, run by --check but not compared: times and figures are measured) --
+
+SHOWN_URL = "http://127.0.0.1:8123"      # the simulator's free port, as a reader types it
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _live(workdir: Path, argv: tuple[str, ...], url: str, steps=(), timeout: float = 120,
+          env: dict | None = None, shown: str = SHOWN_URL) -> tuple[int, list[str]]:
+    """`servewatch ARGV` in a process of its own, its stdout (not a terminal) and stderr read as one stream in
+    the order written, the URL shown as `shown`: (exit status, lines). `steps`: (pattern, act(process)) in
+    order, each act called at the first line its pattern matches (a signal to the running command). A command
+    still running after `timeout` seconds fails the example."""
+    import threading
+
+    process = subprocess.Popen([sys.executable, "-m", "servewatch", *argv], cwd=workdir, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "COLUMNS": WIDTH, "PYTHONUNBUFFERED": "1", **(env or {})})
+    lines: list[str] = []
+    pending = list(steps)
+    timer = threading.Timer(timeout, process.kill)
+    timer.start()
+    try:
+        for line in process.stdout:
+            lines.append(line.rstrip().replace(url, shown))
+            if pending and re.search(pending[0][0], line):
+                pending.pop(0)[1](process)
+        code = process.wait()
+    finally:
+        timer.cancel()
+    if code == -9:
+        raise SystemExit(f"servewatch {' '.join(argv)}: still running after {timeout:.0f} s:\n" + "\n".join(lines))
+    return code, lines
+
+
+@contextlib.contextmanager
+def _load_in_background(workdir: Path, url: str, *args: str):
+    """`servewatch load URL ARGS` for the length of the block (the work a stall is seen under), then stopped."""
+    import signal
+
+    load = subprocess.Popen([sys.executable, "-m", "servewatch", "load", url, *args], cwd=workdir,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield load
+    finally:
+        if load.poll() is None:
+            load.send_signal(signal.SIGTERM)
+        try:
+            load.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            load.kill()
+            load.wait()
+
+
+def _needs(lines: list[str], pattern: str, what: str) -> None:
+    if not any(re.search(pattern, line) for line in lines):
+        raise SystemExit(f"{what}: no line matches {pattern!r}; the run printed:\n" + "\n".join(lines[-20:]))
+
+
+WATCH_ARGV = ("--interval", "0.5", "--out", "bundles", "--json", "--duration", "20")
+
+
+def example_watch_stall(workdir: Path) -> str:
+    """`watch --json --out` on the built-in engine under load (4 long answers), a stall of 6 s injected 8 s after
+    the engine's start: the fired line with its bundle's path, the cleared line, the exit status."""
+    with _sim_server(workdir, "--fault", "stall@8s:for=6") as (_, url), \
+            _load_in_background(workdir, url, "--scenario", "long-output", "--requests", "4"):
+        code, lines = _live(workdir, ("watch", url, *WATCH_ARGV), url)
+    _needs(lines, r'"event": "fired".*"verdict": "alive_health_ok_no_progress"', "watch-stall")
+    _needs(lines, r'"event": "cleared".*"verdict": "alive_health_ok_no_progress"', "watch-stall")
+    return _block(f"$ servewatch watch {SHOWN_URL} {' '.join(WATCH_ARGV)}", *lines, "$ echo $?", str(code))
+
+
+def example_watch_on_demand(workdir: Path) -> str:
+    """A bundle of the current window at any time: SIGUSR1 to a running `watch` (once it records), SIGTERM once
+    it said the bundle's path, then `verify` of that bundle."""
+    import signal
+
+    with _sim_server(workdir) as (_, url):
+        code, lines = _live(workdir, ("watch", url, "--interval", "0.5", "--out", "bundles"), url,
+                            steps=[(r"recording", lambda p: p.send_signal(signal.SIGUSR1)),
+                                   (r"bundle on demand", lambda p: p.send_signal(signal.SIGTERM))])
+    asked = next((i for i, line in enumerate(lines) if "recording" in line), None)
+    said = next((i for i, line in enumerate(lines) if re.search(r"bundle on demand: \S+", line)), None)
+    if asked is None or said is None or said < asked:
+        raise SystemExit("watch-on-demand: no 'recording' then 'bundle on demand' line:\n" + "\n".join(lines))
+    bundle = re.search(r"bundle on demand: (\S+)", lines[said])[1]
+    return _block(f"$ servewatch watch {SHOWN_URL} --interval 0.5 --out bundles &", *lines[:asked + 1],
+                  "$ kill -USR1 %1", *lines[asked + 1:said + 1],
+                  "$ kill -TERM %1; wait %1; echo $?", *lines[said + 1:], str(code),
+                  *_shown(workdir, ("verify", bundle)))
+
+
+GUARD_SHOWN = ("servewatch guard http://127.0.0.1:8123 --json --stacks-dir stacks -- servewatch sim --port 8123 "
+               "--fault stall@8s")
+
+
+def example_guard_stall(workdir: Path) -> str:
+    """`guard --json` starting the built-in engine itself, a stall injected 8 s after its start while `load`
+    gives it 4 long answers: guard's own lines (its JSON on stdout, its words on stderr; the server's log, which
+    guard passes on to stderr, left out): the policy, the server's identity, the fired line, the stacks, the
+    kill and guard's exit status (3: acted)."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    script = Path(sys.executable).with_name("servewatch")       # the venv's command, as a reader runs it
+    command = (str(script),) if script.exists() else (sys.executable, "-m", "servewatch")
+    argv = ("guard", url, "--json", "--stacks-dir", "stacks", "--", *command, "sim", "--port", str(port), "--fault",
+            "stall@8s")
+    loads: list = []
+
+    def give_work(process):
+        loads.append(subprocess.Popen([sys.executable, "-m", "servewatch", "load", url, "--scenario",
+                                       "long-output", "--requests", "4"], cwd=workdir,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        code, lines = _live(workdir, argv, url, steps=[(r'"guard": "identity"', give_work)])
+    finally:
+        for load in loads:
+            if load.poll() is None:
+                load.terminate()
+            load.wait(timeout=30)
+    lines = [line.replace(f"port {port}", "port 8123") for line in lines
+             if line.startswith(("{", "servewatch guard:"))]
+    _needs(lines, r'"guard": "kill"', "guard-stall")
+    return _block("$ " + GUARD_SHOWN, *lines, "$ echo $?", str(code))
+
+
+PROBE_ARGV = ("--interval", "0.5", "--json", "--probe", "--probe-interval", "5s", "--probe-deadline", "5s",
+              "--duration", "25")
+
+
+def example_watch_probe(workdir: Path) -> str:
+    """The active probe against the built-in engine wedged while idle (2 s after its start, for 12 s): /health
+    green, no counter moving, and a one-token probe with no token; cleared when the engine answers again."""
+    with _sim_server(workdir, "--fault", "wedge-idle@2s:for=12") as (_, url):
+        code, lines = _live(workdir, ("watch", url, *PROBE_ARGV), url)
+    _needs(lines, r'"event": "fired".*"verdict": "not_serving"', "watch-probe")
+    _needs(lines, r'"event": "cleared".*"verdict": "not_serving"', "watch-probe")
+    return _block(f"$ servewatch watch {SHOWN_URL} {' '.join(PROBE_ARGV)}", *lines)
+
+
+PROXY_SHOWN = {"listen": "127.0.0.1:18432", "upstream": "http://127.0.0.1:18431", "metrics": "127.0.0.1:18433"}
+
+
+def example_proxy_stall(workdir: Path) -> str:
+    """`servewatch proxy --watch` in front of the built-in engine, one streamed request through it, then a stall
+    injected under that stream: the request path's verdict (`requests_no_token`) beside the counters' one."""
+    import threading
+    import urllib.request
+
+    listen, metrics = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
+    argv = ("proxy", "--listen", "LISTEN", "--upstream", "UPSTREAM", "--metrics-listen", "METRICS", "--records",
+            "requests.jsonl", "--watch", "--interval", "0.5", "--duration", "15")
+    with _sim_server(workdir, "--model-name", "m") as (_, upstream):
+        def stream_then_stall():
+            body = json.dumps({"model": "m", "prompt": "hello", "max_tokens": 4000, "stream": True}).encode()
+            request = urllib.request.Request(f"http://{listen}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    answer.readline()                       # the stream has begun: stall the engine under it
+                    stall = urllib.request.Request(upstream + "/_sim/fault", data=b'{"kind":"stall"}', method="POST")
+                    urllib.request.urlopen(stall, timeout=10).read()
+                    while answer.readline():
+                        pass
+            except OSError:
+                pass                                        # the proxy stopped at --duration, mid-stream
+        given = {"LISTEN": listen, "UPSTREAM": upstream, "METRICS": metrics}
+        code, lines = _live(workdir, tuple(given.get(a, a) for a in argv), upstream,
+                            steps=[(r"listening on", lambda p: threading.Thread(target=stream_then_stall,
+                                                                                daemon=True).start())],
+                            shown=PROXY_SHOWN["upstream"])
+    lines = [line.replace(listen, PROXY_SHOWN["listen"]).replace(metrics, PROXY_SHOWN["metrics"]) for line in lines]
+    _needs(lines, r'"event": "fired".*"verdict": "requests_no_token"', "proxy-stall")
+    shown = {"LISTEN": PROXY_SHOWN["listen"], "UPSTREAM": PROXY_SHOWN["upstream"], "METRICS": PROXY_SHOWN["metrics"]}
+    return _block("$ servewatch " + " ".join(shown.get(a, a) for a in argv), *lines)
+
+
+CRASHING = 'python3 -c "import sys,time; time.sleep(.5); sys.exit(7)"'
+
+
+def example_guard_crash_loop(workdir: Path) -> str:
+    """Three guard runs around a server that exits 7 after half a second: the third names the crash loop (guard's
+    ledger of earlier runs kept under the example's own $XDG_STATE_HOME)."""
+    state = {"XDG_STATE_HOME": str(workdir / "state")}
+    argv = ("guard", "http://127.0.0.1:9", "--out", "out", "--", "python3", "-c",
+            "import sys,time; time.sleep(.5); sys.exit(7)")
+    runs = [_live(workdir, argv, "http://127.0.0.1:9", env=state, shown="http://127.0.0.1:9") for _ in range(3)]
+    _needs(runs[-1][1], r"crash_loop", "guard-crash-loop")
+    return _block(f"$ for i in 1 2 3; do servewatch guard http://127.0.0.1:9 --out out -- {CRASHING}; done",
+                  "...    # the first two runs, then the third:", *runs[-1][1], "$ echo $?    # of the third",
+                  str(runs[-1][0]))
+
+
 # --- bundles: verify, summarize, diagnose ----------------------------------------------------------------------
 
 def make_bundle(directory: Path) -> Path:
@@ -643,6 +843,12 @@ EXAMPLES = {
     "inspect": (example_inspect, True),
     "sim": (example_sim, True),
     "canary": (example_canary, True),
+    "watch-stall": (example_watch_stall, False),
+    "watch-on-demand": (example_watch_on_demand, False),
+    "guard-stall": (example_guard_stall, False),
+    "guard-crash-loop": (example_guard_crash_loop, False),
+    "watch-probe": (example_watch_probe, False),
+    "proxy-stall": (example_proxy_stall, False),
     "postmortem": (example_postmortem, True),
     "advise": (example_advise, True),
     "drill-sim": (example_drill_sim, True),

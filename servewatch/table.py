@@ -10,7 +10,9 @@ how much it matters (`Column.priority`), and a table is printed like this:
 - columns are left out, least important first (the rightmost first among equals), until the rest fit at
   their natural width: a header is never cut, and a column that cannot show its header whole is not shown;
 - a column declared `shrink` (a name: a model, an engine, a check) may narrow down to its `min_width`, its
-  long cells ellipsised with "…" or folded onto more lines;
+  long cells ellipsised with "…" or folded onto more lines at spaces: a folded column is never narrower than
+  its longest word, so that a name (`requests_aborted`) is never cut in two; the widths are set here, not
+  left to rich (which would fold a word to make room);
 - a line under the table names the columns left out and says that `--wide` shows them.
 
 Kept small and on rich alone, not another table library: rich already renders every table and the live
@@ -84,7 +86,18 @@ def _width_of(console, cell: Any) -> int:
     return max((cell_len(line) for line in text.plain.split("\n")), default=0)
 
 
-def _rich_table(table: Table, keep: list[int], *, expand: bool):
+def _longest_word(console, cell: Any) -> int:
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    text = console.render_str(cell) if isinstance(cell, str) else cell
+    if not isinstance(text, Text):
+        return 0
+    return max((cell_len(word) for word in text.plain.split()), default=0)
+
+
+def _rich_table(table: Table, keep: list[int], *, expand: bool, widths: dict[int, int] | None = None,
+                floors: dict[int, int] | None = None):
     from rich.table import Table as RichTable
 
     options = {k: v for k, v in table.options.items() if k not in ("caption", "caption_justify")}
@@ -93,7 +106,8 @@ def _rich_table(table: Table, keep: list[int], *, expand: bool):
     for i in keep:
         col = table.columns[i]
         out.add_column(col.header, justify=col.justify, style=col.style, no_wrap=col.shrink is None,
-                       overflow=col.shrink or "fold", ratio=col.ratio if expand else None)
+                       overflow=col.shrink or "fold", ratio=col.ratio if expand else None,
+                       width=(widths or {}).get(i), min_width=(floors or {}).get(i))
     for cells, end_section in table.rows:
         out.add_row(*(cells[i] for i in keep), end_section=end_section)
     return out
@@ -106,7 +120,9 @@ def fit(console, table: Table, width: int) -> tuple[Any, list[Column]]:
     natural = [max([_width_of(console, part) for part in col.header.split("\n")]
                    + [_width_of(console, cells[i]) for cells, _ in table.rows]) for i, col in enumerate(table.columns)]
     floor = [natural[i] if col.shrink is None else
-             min(natural[i], max([col.min_width] + [_width_of(console, w) for w in col.header.split()]))
+             min(natural[i], max([col.min_width] + [_width_of(console, w) for w in col.header.split()]
+                                 + ([_longest_word(console, cells[i]) for cells, _ in table.rows]
+                                    if col.shrink == "fold" else [])))
              for i, col in enumerate(table.columns)]
     keep = list(range(len(table.columns)))
     left_out: list[Column] = []
@@ -121,7 +137,20 @@ def fit(console, table: Table, width: int) -> tuple[Any, list[Column]]:
         keep.remove(least)
         left_out.append(table.columns[least])
     expand = bool(table.options.get("expand")) and width < WIDE_WIDTH
-    return _rich_table(table, keep, expand=expand), left_out
+    shrunk = [i for i in keep if natural[i] > floor[i]]
+    if expand or needed + sum(natural[i] - floor[i] for i in shrunk) <= width or not shrunk:
+        return _rich_table(table, keep, expand=expand, floors={i: floor[i] for i in shrunk}), left_out
+    # Too wide at the natural widths: the widest shrinking column narrowed a column at a time, as rich narrows,
+    # but never under its floor (rich alone would fold a word to make room).
+    widths = {i: natural[i] for i in shrunk}
+    excess = needed + sum(natural[i] - floor[i] for i in shrunk) - width
+    while excess > 0:
+        narrowable = [i for i in shrunk if widths[i] > floor[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable, key=lambda i: (widths[i], i))] -= 1
+        excess -= 1
+    return _rich_table(table, keep, expand=False, widths=widths), left_out
 
 
 def left_out_line(left_out: list[Column]) -> str:

@@ -134,3 +134,88 @@ def test_no_markdown_escape_shows_as_text(site):
         for match in ESCAPE.finditer(html.unescape(re.sub(r"<[^>]+>", "", body))):
             shown.append(f"{page.relative_to(site).parent}: {match[0]!r}")
     assert shown == [], f"markdown escapes shown as text: {shown}"
+
+
+# --- the verdict lines the pages show ---------------------------------------------------------------------
+
+def _written_keys() -> dict[str, list[str]]:
+    """The keys, in order, of each JSON line watch, guard, serve and the proxy write now (watch.output)."""
+    from servewatch.detectors.verdict import Verdict
+    from servewatch.sinks.base import Cleared, Fired
+    from servewatch.watch.output import cleared_line, evidence_line, json_line
+
+    verdict = Verdict(name="alive_health_ok_no_progress", t=10.0, onset=8.0, why="no progress for 2.0 s")
+    return {"fired": list(json.loads(json_line(Fired(verdict, "bundles/b")))),
+            "cleared": list(json.loads(cleared_line(Cleared(verdict, 12.0)))),
+            "evidence_held": list(json.loads(evidence_line(verdict)))}
+
+
+def _top_level_keys(text: str) -> list[str]:
+    """The keys of a JSON object's first level, read as far as the text goes (a quote may stop at an elision)."""
+    keys, depth, i, expect_key = [], 0, 0, False
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            end = i + 1
+            while end < len(text) and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            if depth == 1 and expect_key:
+                keys.append(text[i + 1:end])
+                expect_key = False
+            i = end + 1
+            continue
+        if char in "{[":
+            depth += 1
+            expect_key = char == "{" and depth == 1
+        elif char in "}]":
+            depth -= 1
+        elif char == "," and depth == 1:
+            expect_key = True
+        i += 1
+    return keys
+
+
+def _event_lines():
+    """(document, line number, the line with its hand-wrapped continuation lines joined) of every verdict line
+    (`{"event": ...`) in a fenced block of the README or a page."""
+    from tests.test_docs import DOCUMENTS, _name
+
+    for path in DOCUMENTS:
+        lines, inside = path.read_text(encoding="utf-8").splitlines(), False
+        for i, line in enumerate(lines):
+            if line.startswith("```"):
+                inside = not inside
+            elif inside and line.startswith('{"event": "'):
+                joined, j = line, i + 1
+                while j < len(lines) and lines[j].startswith(" ") and not lines[j].startswith("```"):
+                    joined, j = joined + lines[j], j + 1
+                yield _name(path), i + 1, joined
+
+
+def test_every_verdict_line_a_page_shows_has_the_fields_written_now():
+    """A whole line shows exactly the keys the code writes now, in its order (serve's lines add `target`); a
+    quote that stops at an elision ("…", "...") shows only keys written now, in that order. A line copied from
+    an older run (no `details`, `action`, `evidence_held`) fails: regenerate it (scripts/readme_examples.py)."""
+    written = _written_keys()
+    wrong = []
+    for where, number, line in _event_lines():
+        event = json.loads(line[:line.index(",")] + "}")["event"]
+        assert event in written, f"{where}:{number}: an event the code does not write: {event!r}"
+        try:
+            keys = [key for key in json.loads(line) if key != "target"]
+        except ValueError:
+            if "…" not in line and "..." not in line:
+                wrong.append(f"{where}:{number}: not one JSON object and no elision said")
+                continue
+            keys = [key for key in _top_level_keys(line) if key != "target"]
+            if keys != [key for key in written[event] if key in keys] or not set(keys) <= set(written[event]):
+                wrong.append(f"{where}:{number}: keys {keys} are not those written now, in order: {written[event]}")
+            continue
+        if keys != written[event]:
+            wrong.append(f"{where}:{number}: keys {keys}, written now: {written[event]}")
+    assert wrong == [], "verdict lines unlike what the code writes:\n" + "\n".join(wrong)
+
+
+def test_the_key_reader_reads_a_cut_quote():
+    assert _top_level_keys('{"event": "fired", "details": {"a": 1, "b": [1, {"c": 2}]}, "why": "x, \\"y\\"", …') == [
+        "event", "details", "why"]

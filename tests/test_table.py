@@ -232,6 +232,61 @@ def test_the_drill_faults_table_keeps_the_verdict_and_leaves_out_the_least_impor
     assert _print_faults(doc, wide=True) == [] and "left out" not in capsys.readouterr().out
 
 
+NAMES = ("alive_health_ok_no_progress", "requests_aborted", "histogram_blind")
+
+
+def _cells(out: str) -> list[list[str]]:
+    """Each column's text, its lines joined, in a table drawn with rich's box lines (header and rows)."""
+    lines = [line for line in out.splitlines() if line[:1] in "┃│"]
+    columns: list[list[str]] = []
+    for line in lines:
+        for i, part in enumerate(re.split(r"[┃│]", line)[1:-1]):
+            if len(columns) <= i:
+                columns.append([])
+            columns[i].append(part.strip())
+    return columns
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_the_drill_table_never_cuts_a_verdict_name(monkeypatch, capsys, width):
+    """A fault detected by three verdicts, one of them 27 characters long: at 80 columns the table folds its
+    cells at spaces only, every verdict name on one line whole (rich alone printed `alive_health_ok_no_` over
+    `progress`, `requests_aborte` over `d`), and it still fits the terminal."""
+    from servewatch.commands.drill import _print_faults
+
+    doc = json.loads(DRILL_DOC.read_text())
+    doc["faults"][0]["detected"] = {"alive_health_ok_no_progress": 2.51, "requests_aborted": 3.02,
+                                    "histogram_blind": 7.04}
+    monkeypatch.setenv("COLUMNS", str(width))
+    left_out = _print_faults(doc, wide=False)
+    out = capsys.readouterr().out
+    assert "detected by (s after injection)" not in left_out
+    table_lines = [line for line in out.splitlines() if line[:1] in "┏┃┡│├└"]
+    assert max(len(line) for line in table_lines) <= width
+    for name in NAMES:
+        assert sum(name in line for line in table_lines) == 1, (name, "\n".join(table_lines))
+    detected = next(col for col in _cells(out) if any("detected" in part for part in col))
+    assert re.findall(r"[a-z_]+ \d+\.\d+", " ".join(p for p in detected if p)) == [
+        "alive_health_ok_no_progress 2.51", "requests_aborted 3.02", "histogram_blind 7.04"]
+
+
+def test_a_folded_column_is_never_narrower_than_its_longest_word():
+    """The renderer itself, squeezed: a `fold` column keeps its longest word whole and a column goes first."""
+    import io
+
+    from rich.console import Console
+
+    table = tables.Table([tables.Column("check", priority=tables.ALWAYS, justify="left", shrink="fold", min_width=8),
+                          tables.Column("note", priority=5, justify="left", shrink="fold", min_width=8)])
+    table.add_row("requests_aborted and alive_health_ok_no_progress held", "x " * 30)
+    out = io.StringIO()
+    left_out = tables.print_table(Console(file=out, width=40, highlight=False), table)
+    text = out.getvalue()
+    assert "alive_health_ok_no_progress" in text and "requests_aborted" in text
+    assert max(len(line) for line in text.splitlines() if line[:1] in "┏┃┡│├└┌└") <= 40
+    assert [c.header for c in left_out] in ([], ["note"])
+
+
 # ---------------------------------------------------------------- one renderer, --wide and --json everywhere
 
 TABLE_COMMANDS = ("requests", "load", "watch", "inspect", "advise", "demo", "postmortem", "drill")
