@@ -342,3 +342,66 @@ def test_guard_words_for_stacks_signalled_processes_and_divergence():
                        ("guard's stack dump names r1, r2 as the diverging rank", False, "r2, r3")]
     res.guard["stacks"] = {"processes": {}, "diverging": [], "after_s": 1.0}
     assert checks(ex, res)[3] == ("stacks captured of api", False, "none")
+
+
+# -- a miss while the recorder was starved is inconclusive (issue 50) ----------------------------------------
+
+MISSED = {"expectation": "target_restarted within 5 s", "met": False, "observed": "after 14 s", "over_s": 9.0}
+MET = {"expectation": "every bundle written verifies", "met": True, "observed": "1 of 1 verified"}
+FIRED = {"expectation": "no process_exit", "met": False, "observed": "fired after 0.6 s"}
+
+
+def test_a_late_verdict_is_a_time_bound_overshot_and_a_wrong_one_is_not():
+    check = E.check
+
+    result = StepResult(index=1, kind="restart", name="r", detected={"target_restarted": 14.0, "process_exit": 0.6})
+    said = {c["expectation"]: c for c in check(Expect(fire={"target_restarted": 5, "stall": 9},
+                                                      not_fire=("process_exit",)), result)}
+    assert said["target_restarted within 5 s"] == MISSED
+    assert said["stall within 9 s"] == {"expectation": "stall within 9 s", "met": False, "observed": "not fired"}
+    assert said["no process_exit"] == FIRED
+    on_time = check(Expect(fire={"target_restarted": 14}), result)
+    assert on_time == [{"expectation": "target_restarted within 14 s", "met": True, "observed": "after 14 s"}]
+
+
+def test_a_miss_while_the_recorder_was_starved_is_inconclusive_and_a_pass_stays_a_pass():
+    # the issue's case: restart named at 14 s against 5 s, a 7 s gap in the recorder's own sampling
+    assert E.inconclusive([MET, MISSED], 7.0) == "recorder starved 7 s"
+    assert E.inconclusive([MISSED], 1.3) == "recorder starved 1.3 s"
+    assert E.inconclusive([MET], 7.0) is None          # met every expectation despite it: met
+    assert E.inconclusive([MET, MISSED], 0.0) is None  # no gap: a miss is a miss
+    # a verdict that must not fire and did is no timing: a miss, unless a quarter of the step was starved
+    assert E.inconclusive([MISSED, FIRED], 7.0, frozen_s=7.0, window_s=28.01) is None
+    assert E.inconclusive([MISSED, FIRED], 7.0, frozen_s=7.0, window_s=28.0) == "recorder starved 7 s"
+    assert E.inconclusive([FIRED], 1.3, frozen_s=1.3, window_s=30.0) is None
+
+
+def test_every_time_bound_says_how_far_it_was_overshot():
+    """fire_any, a verdict's own threshold, a good request, livez and guard's default, a clearing, process_exit and
+    guard's kill: each late one carries over_s (what `inconclusive` reads); each on time, or never there, none."""
+    check = E.check
+    result = StepResult(index=1, kind="stop", name="s", detected={"stall": 6.5, "process_exit": 4.25},
+                        thresholds={"stall": 3.0}, recovery_s=12.0, cleared={"stall": 8.0},
+                        policy={"acted_on": "stall", "acted_s": 7.5, "livez_failed_s": 9.0},
+                        guard={"acted_on": "stall", "verdict_s": 6.5, "evidence_s": 6.5, "exit": 3, "tree_left": 0,
+                               "kill": {"killed": 2, "survivors": 0, "after_s": 9.0, "after_verdict_s": 2.5},
+                               "stacks": None, "signalled_stacks": []},
+                        server_exit={"status": None, "reported": None, "read_as_parent": False})
+    late = Expect(fire_any=(("stall", "health_loss"), 5.0), fire_by_threshold={"stall": 1.0}, recover_within_s=10.0,
+                  restart_within_s=6.0, clear_within_s=5.0, exit_within_s=4.0, guard=GuardExpect(kills=True, within_s=2.0))
+    over = {c["expectation"]: c.get("over_s") for c in check(late, result) if not c["met"]}
+    assert over == {"one of stall, health_loss within 5 s": 1.5, "stall at its own threshold \u00b1 1 s": 2.5,
+                    "a good request within 10 s after the fault": 2.0,
+                    "restarted: guard's default and livez act within 6 s": 3.0,
+                    "stall clears within 5 s after the fault": 3.0, "process_exit within 4 s": 0.25,
+                    "guard kills the tree within 2 s of its verdict's evidence": 0.5}
+    on_time = Expect(fire_any=(("stall",), 6.5), fire_by_threshold={"stall": 3.5}, recover_within_s=12.0,
+                     restart_within_s=9.0, clear_within_s=8.0, exit_within_s=4.25, guard=GuardExpect(kills=True, within_s=2.5))
+    assert [c for c in check(on_time, result) if not c["met"]] == []
+    result.policy = {"acted_on": None, "acted_s": None, "livez_failed_s": None}
+    result.recovery_s = None
+    result.guard["kill"]["survivors"] = 1      # a kill that left a survivor is not late: it failed
+    never = {c["expectation"]: c for c in check(late, result) if not c["met"]}
+    for what in ("restarted: guard's default and livez act within 6 s", "a good request within 10 s after the fault",
+                 "guard kills the tree within 2 s of its verdict's evidence"):
+        assert "over_s" not in never[what], never[what]

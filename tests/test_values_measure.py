@@ -434,3 +434,28 @@ def test_guard_outcome_times_the_evidence():
     events = [fired("not_serving", 99.0, held=False), VerdictEvent("evidence_held", "not_serving", 100.0, 99.0)]
     out = M.guard_outcome([kill], events, 100.0, exit_code=3, tree_left=0, signalled=[], captured=set())
     assert (out["verdict_s"], out["evidence_s"]) == (None, 0.0)
+
+
+# -- the recorder's own sampling gaps, as it said them on stderr (issue 50: a starved recorder) -------------
+
+T0 = 1_796_467_630.25          # an epoch with whole milliseconds: the line's stamp holds it exactly
+
+
+def test_the_drill_reads_the_gaps_the_recorder_said_and_measures_them_over_a_step():
+    from servewatch.clock import iso8601
+    from servewatch.timeline.gaps import Gap, starved_words
+
+    lines = ["servewatch watch: recording http://127.0.0.1:8000: /health 200, /metrics vllm (v1)",
+             "servewatch watch: " + starved_words(Gap(T0, T0 + 7.0), 0.5),
+             "servewatch guard: " + starved_words(Gap(T0 + 20.0, T0 + 21.3), 0.5),
+             "servewatch watch: recorder starved: 7.0 s gap at not-a-time, interval 0.5 s"]
+    assert lines[1] == f"servewatch watch: recorder starved: 7.0 s gap at {iso8601(T0)}, interval 0.5 s"
+    gaps = M.starved_gaps(lines)
+    assert [(g.start, round(g.seconds, 3)) for g in gaps] == [(T0, 7.0), (T0 + 20.0, 1.3)]
+    assert M.starved_during(gaps, T0 - 5, T0 + 30) == 7.0
+    assert M.starved_during(gaps, T0 + 7.0, T0 + 30) == 7.0          # touching its end
+    assert M.starved_during(gaps, T0 + 7.001, T0 + 30) == 1.3
+    assert M.starved_during(gaps, T0 + 7.001, T0 + 19.999) == 0.0
+    assert M.starved_during([], T0, T0 + 30) == 0.0
+    assert M.frozen_during(gaps, T0 + 3.0, T0 + 30) == 4.0 + 1.3      # each clipped to the step, summed
+    assert M.frozen_during(gaps, T0 + 21.3, T0 + 30) == 0.0
