@@ -887,6 +887,9 @@ def rewrite(text: str, rendered: dict[str, str | None]) -> str:
 def main(argv: list[str]) -> int:
     import docs_commands
 
+    if {"-h", "--help"} & set(argv):    # say how, never regenerate
+        print(__doc__.strip())
+        return 0
     if "--make-inputs" in argv:        # the shipped inputs themselves (by hand, once: they are inputs, not outputs)
         make_bundle(ROOT / BUNDLE)
         make_requests(EXAMPLES_DIR)
