@@ -124,6 +124,11 @@ def test_a_starved_recorder_says_so_notes_the_verdict_and_its_bundle_verifies_wi
     assert plain and GAP_DETAIL not in plain[0].details      # the note is the stored gaps', not the samples'
     noted = [v for v in with_gaps(detectors_recompute, window)(samples, config) if v.name == "health_loss"]
     assert noted[0].details[GAP_DETAIL] == stored["details"][GAP_DETAIL]
+    from servewatch.bundle.incident import load_incident
+    from servewatch.bundle.summarize import render_markdown
+
+    summary = render_markdown(load_incident(fired.bundle))
+    assert f"- recorder starved: {gap.seconds:.1f} s gap at " in summary and "own sampling" in summary
 
 
 # -- the drill: a step during which the recorder was starved is inconclusive -------------------------------------
@@ -225,3 +230,15 @@ def test_the_guard_unit_verifies(tmp_path):
     result = subprocess.run(["systemd-analyze", "verify", str(local)], capture_output=True, text=True, timeout=60)
     problems = [line for line in result.stderr.splitlines() if "servewatch-guard" in line]
     assert result.returncode == 0 and not problems, result.stderr
+
+
+def test_summarize_says_the_gaps_a_bundle_holds_and_that_there_were_none():
+    from servewatch.bundle.summarize import _recorder
+
+    assert _recorder({"start_t": 1.0}) == []                     # a virtual-time recorder measures none
+    none = {"recorder": {"interval_s": 0.5, "threshold_s": 1.25, "gaps": []}}
+    assert _recorder(none) == ["- the recorder's own sampling: every 0.5 s, no gap over 1.25 s"]
+    starved = {"recorder": {"interval_s": 0.5, "threshold_s": 1.25,
+                            "gaps": [{"start_t": 1_796_467_384.0, "end_t": 1_796_467_391.0}]}}
+    assert _recorder(starved) == ["- recorder starved: 7.0 s gap at 2026-12-05 10:43:04.000Z, interval 0.5 s (a "
+                                  "verdict concluded across a gap says so)"]

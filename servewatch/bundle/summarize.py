@@ -49,6 +49,7 @@ def render_markdown(incident) -> str:
              + ", ".join(f"{k} {v}" for k, v in window["samples"].items()),
              "- samples kept: " + ("{samples_after} of {samples_before} (thinned to fit the bundle)".format(
                  **window["thinned"]) if window["thinned"]["applied"] else "all (none thinned)"),
+             *_recorder(window),
              f"- bundle writes that failed before this one: {meta['writer']['write_failures']}",
              f"- servewatch {meta['servewatch_version']}", ""]
 
@@ -81,6 +82,19 @@ def render_markdown(incident) -> str:
     lines += _latency(incident)
     lines += _process_and_logs(incident, t0)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _recorder(window) -> list[str]:
+    """The recorder's own sampling over the window (window.recorder: a real-time recorder's), in one line: each gap
+    in which it was starved, or that there was none."""
+    stored = window.get("recorder")
+    if not stored:
+        return []
+    interval, gaps = stored["interval_s"], stored["gaps"]
+    if not gaps:
+        return [f"- the recorder's own sampling: every {fmt(interval)} s, no gap over {fmt(stored['threshold_s'])} s"]
+    said = "; ".join(f"{g['end_t'] - g['start_t']:.1f} s gap at {utc(g['start_t'])}" for g in gaps)
+    return [f"- recorder starved: {said}, interval {fmt(interval)} s (a verdict concluded across a gap says so)"]
 
 
 def _gpus(incident, t0) -> list[str]:
