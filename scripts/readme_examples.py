@@ -613,11 +613,14 @@ def example_verdicts(workdir: Path) -> str:
     out = ["| verdict | kind | severity | action class | what it means |", "|---|---|---|---|---|"]
     for spec in registry.specs():
         out.append(f"| [`{spec.name}`](#{spec.name}) | {spec.kind} | {spec.severity} | "
-                   f"{spec.action} | {_cell(spec.summary)} |")
+                   f"{', '.join(spec.actions) + ' (per firing)' if spec.actions else spec.action} | "
+                   f"{_cell(spec.summary)} |")
     for spec in registry.specs():
         book = spec.runbook
-        out += ["", f"### {spec.name}", "", f"*{spec.kind}, severity {spec.severity}, action class {spec.action}"
-                f"{'; acts once: ' + spec.evidence_words() if spec.evidence_words() else ''}; evidence from "
+        cls = f"action class {spec.action}" if not spec.actions else f"action class {spec.action_by}"
+        acts = spec.evidence_words() if not spec.actions else ""     # its class's words say it all
+        out += ["", f"### {spec.name}", "", f"*{spec.kind}, severity {spec.severity}, {cls}"
+                f"{'; acts once: ' + acts if acts else ''}; evidence from "
                 f"{', '.join(spec.evidence_sources)}.*", "", " ".join(book.meaning.split()), "",
                 "**Check next**", ""]
         out += [f"- {' '.join(step.split())}" for step in book.check_next]
@@ -749,6 +752,14 @@ def example_action_policy(workdir: Path) -> str:
              "alert route |", "|---|---|---|---|---|---|---|"]
     for spec in registry.specs():
         evidence = spec.evidence_words() or "the verdict (its own threshold)"
+        if spec.actions:           # each firing's own class (gpu_fault: per fault)
+            acting = [a for a in spec.actions if a in (RESTART, DRAIN)]
+            lines.append(f"| `{spec.name}` | {', '.join(spec.actions)} (per firing) | {evidence} | "
+                         f"{'kills the tree (' + ', '.join(acting) + ')' if spec.name in default_act_on() else '–'} | "
+                         f"{'503 (restart)' if RESTART in spec.actions else '–'} | "
+                         f"503 ({', '.join(acting)}) | "
+                         f"{', '.join(f'`{routes[a]}`' for a in spec.actions)} |")
+            continue
         lines.append(f"| `{spec.name}` | {spec.action} | {evidence} | "
                      f"{'kills the tree' if spec.name in default_act_on() else '–'} | "
                      f"{'503' if spec.action == RESTART else '–'} | "

@@ -348,15 +348,24 @@ def test_a_failing_health_that_runs_through_the_engine_is_no_evidence_while_the_
 
 
 
-def test_gpu_fault_drains_only_a_fault_that_needs_the_hardware():
+def test_gpu_fault_acts_by_the_class_of_its_own_fault():
+    """A gpu_fault firing carries its fault's action class (issue 50: Xid 13 said "a restart helps" and "drain"):
+    drain takes the node out, restart fails livez, page acts on nothing; a firing without its own is not acted on."""
+    from dataclasses import replace
+
     spec = registry.spec("gpu_fault")
-    assert (spec.action, spec.requires, spec.evidence_words()) == (DRAIN, ("hardware",), "hardware fault")
-    hardware, restartable = verdict("gpu_fault", hardware=True), verdict("gpu_fault", hardware=False)
-    assert registry.acts(hardware, DRAIN) and not registry.acts(restartable, DRAIN)
-    assert not registry.acts(verdict("gpu_fault"), DRAIN)                 # no detail: not proven, not acted on
-    assert probes.livez([hardware]).ok                                      # never a restart onto the GPU
-    assert not probes.readyz([hardware], True, True, None).ok and probes.readyz([restartable], True, True, None).ok
-    assert not probes.node_drain({"a": [hardware]}).ok and probes.node_drain({"a": [restartable]}).ok
+    assert (spec.action, spec.requires) == (DRAIN, ())
+    assert spec.evidence_words() == ("per fault: drain for a GPU reset or reboot, restart when a process restart "
+                                     "helps, else page")
+    hardware, restartable, person = (replace(verdict("gpu_fault"), action=a) for a in (DRAIN, RESTART, PAGE))
+    assert [registry.action_for(v) for v in (hardware, restartable, person)] == [DRAIN, RESTART, PAGE]
+    assert registry.acts(hardware, DRAIN) and not registry.acts(restartable, DRAIN) and not registry.acts(person, DRAIN)
+    assert registry.acts(restartable, RESTART) and not registry.acts(person, RESTART, DRAIN)
+    assert not registry.acts(verdict("gpu_fault"), DRAIN, RESTART)      # no action of its own: not proven
+    assert [probes.livez([v]).ok for v in (hardware, restartable, person)] == [True, False, True]
+    assert [probes.readyz([v], True, True, None).ok for v in (hardware, restartable, person)] == [False, False, True]
+    assert [probes.node_drain({"a": [v]}).ok for v in (hardware, restartable, person)] == [False, True, True]
+    assert probes.livez([restartable]).reason == "gpu_fault (restart): gpu_fault why"
     assert "gpu_fault" not in registry.by_action(RESTART)
 
 

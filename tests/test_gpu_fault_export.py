@@ -44,7 +44,13 @@ def test_rules_alert_on_a_hardware_gpu_fault_by_gpu_and_route_it_as_a_drain():
     assert alert.expr == ('max by (target, gpu_uuid, xid, action) (servewatch_gpu_fault{action=~"reset_gpu|reboot"}) '
                           "== 1")
     assert alert.labels == {"severity": "page", "action": "drain"} and alert.for_ == ""
-    assert rules["ServewatchGpuFault"].labels == {"severity": "page", "action": "drain"}
+    assert "ServewatchGpuFault" not in rules        # no one static action for every firing: one alert per class
+    assert rules["ServewatchGpuFaultRestart"].expr == ('max by (target, gpu_uuid, xid, action) (servewatch_gpu_fault'
+                                                       '{action=~"restart_app"}) == 1')
+    assert rules["ServewatchGpuFaultRestart"].labels == {"severity": "page", "action": "restart"}
+    assert rules["ServewatchGpuFaultPage"].expr == ('max by (target, gpu_uuid, xid, action) (servewatch_gpu_fault'
+                                                    '{action=~"workflow|recovery|unknown"}) == 1')
+    assert rules["ServewatchGpuFaultPage"].labels == {"severity": "page", "action": "page"}
     assert rules["ServewatchGpuThrottled"].labels == {"action": "page"} and rules["ServewatchGpuThrottled"].for_ == "1m"
 
 

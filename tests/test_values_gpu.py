@@ -61,7 +61,7 @@ def test_an_xid_that_needs_the_hardware_is_the_whole_verdict():
         (Evidence("gpu", T0 + 2, "xids.1", 79),),
         {"fault": "xid", "gpu_index": 1, "gpu_uuid": "GPU-1", "gpu_bus_id": "00000000:01:00.0", "xid": 79,
          "xid_mnemonic": "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "action": "reboot", "hardware": True,
-         "rank": "TP1", "rank_pid": 112, "gpus": 1})]
+         "rank": "TP1", "rank_pid": 112, "gpus": 1}, action="drain")]
 
 
 def test_the_hardware_fault_first_then_the_oldest_and_the_others_counted():
@@ -73,10 +73,11 @@ def test_the_hardware_fault_first_then_the_oldest_and_the_others_counted():
     v, = fault(reading(1, xids=[GpuXid(T0 + 0.5, 0, 13)]), reading(2))
     assert v.why == ("GPU 0 (GPU-0, bus 00000000:00:00.0, NVIDIA H100) under TP rank 0 of 2 (VLLM::Worker_TP0, pid 111): "
                      "Xid 13 (graphics engine exception; NVIDIA: restart the process): a restart of the process helps")
-    assert (v.details["action"], v.details["hardware"], v.details["gpus"]) == ("restart_app", False, 1)
+    assert (v.details["action"], v.details["hardware"], v.details["gpus"], v.action) == ("restart_app", False, 1,
+                                                                                          "restart")
     v, = fault(reading(1, xids=[GpuXid(T0 + 0.5, 0, 48)]), reading(2))
     assert v.why.endswith("NVIDIA: follow NVIDIA's workflow for it): a person decides")
-    assert v.details["action"] == "workflow"
+    assert (v.details["action"], v.action) == ("workflow", "page")
     # informational, or on a GPU the engine does not hold: nothing
     assert fault(reading(1, xids=[GpuXid(T0 + 0.5, 0, 63)]), reading(2)) == []
     other = dev(2, pids=(999,))
@@ -109,7 +110,8 @@ def test_a_lost_gpu_is_named_by_its_last_known_identity():
         "the bus); NVIDIA: reboot the node: do not restart on this GPU",
         (Evidence("gpu", T0 + 2, "devices.1.lost", True),),
         {"fault": "lost", "gpu_index": 1, "gpu_uuid": "GPU-1", "gpu_bus_id": "00000000:01:00.0", "xid": None,
-         "xid_mnemonic": None, "action": "reboot", "hardware": True, "rank": "TP1", "rank_pid": 112, "gpus": 1})
+         "xid_mnemonic": None, "action": "reboot", "hardware": True, "rank": "TP1", "rank_pid": 112, "gpus": 1},
+        action="drain")
     # a GPU never known: its index alone
     v, = fault(reading(1, dev(0), lost))
     assert v.why.startswith(f"GPU 1 under {TP1}: the GPU is lost")

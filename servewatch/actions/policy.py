@@ -52,11 +52,18 @@ class Action:
     hardware: str | None = None  # a drain-class verdict: the one line guard ends with ("hardware: GPU ...")
 
 
-def action_for(verdict: str, config: GuardConfig, details: dict | None = None) -> Action | None:
+def action_for(verdict: str, config: GuardConfig, details: dict | None = None,
+               action: str | None = None) -> Action | None:
+    """What guard does about a verdict of --act-on; `action`: this firing's own class (registry.action_for), which
+    decides over its spec's: a firing whose own class is neither restart nor drain (gpu_fault for a fault a person
+    decides) is reported, not acted on; a drain ends with the hardware line (EXIT_HARDWARE)."""
     if verdict not in config.act_on:
         return None
+    cls = action or registry.action_of(verdict)
+    if cls != registry.action_of(verdict) and cls not in (RESTART, DRAIN):
+        return None
     wait = config.exit_grace_s if verdict == "engine_dead" else 0.0
-    hardware = hardware_line(details or {}) if registry.action_of(verdict) == DRAIN else None
+    hardware = hardware_line(details or {}) if cls == DRAIN else None
     return Action(verdict, wait, config.stacks and not config.dry_run, not config.dry_run, hardware)
 
 

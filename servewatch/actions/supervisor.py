@@ -72,7 +72,7 @@ class Guard:
         """The recorder's evidence listener (the event loop thread): a verdict whose evidence now holds — at
         its firing, or later as the probes agree (the action policy, detectors.registry) — is acted on when it
         is one of --act-on."""
-        action = action_for(verdict.name, self.config, verdict.details)
+        action = action_for(verdict.name, self.config, verdict.details, registry.action_for(verdict))
         if action is None or self.busy or verdict.name == "process_exit":
             return
         self.busy = True      # a second verdict of the same detection run does not start a second action

@@ -15,7 +15,7 @@ from typing import Any
 
 from servewatch import dialects
 from servewatch.detectors import registry
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import ACTION_CLASSES, Evidence, Verdict
 from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (
@@ -417,6 +417,7 @@ def evidence_from_dict(d: Mapping) -> Evidence:
 def verdict_to_dict(v: Verdict) -> dict:
     return {
         "name": v.name if registry.spec(v.name) is not None else "redacted",
+        "action": registry.action_for(v),        # this firing's action class, as its JSON line and probes said it
         "t": number(v.t),
         "onset": number(v.onset),
         "why": scrub_text(v.why),
@@ -428,8 +429,12 @@ def verdict_to_dict(v: Verdict) -> dict:
 def verdict_from_dict(d: Mapping) -> Verdict:
     try:
         details = {k: unvalue(x) for k, x in d["details"].items()}
+        action = d.get("action")             # absent in a bundle written before firings carried their own
+        spec = registry.spec(d["name"])
+        own = action if action in ACTION_CLASSES and (action != registry.action_of(d["name"]) or
+                                                      (spec is not None and spec.action_by)) else None
         return Verdict(name=d["name"], t=unnumber(d["t"]), onset=unnumber(d["onset"]), why=d["why"],
-                       evidence=tuple(evidence_from_dict(e) for e in d["evidence"]), details=details)
+                       evidence=tuple(evidence_from_dict(e) for e in d["evidence"]), details=details, action=own)
     except (KeyError, TypeError, DecodeError) as exc:
         raise DecodeError(f"malformed verdict: {exc}") from None
 

@@ -238,11 +238,35 @@ def servewatch_alert_name(verdict: str) -> str:
     return SERVEWATCH_ALERT_NAMES.get(verdict) or "Servewatch" + "".join(p.title() for p in verdict.split("_"))
 
 
+GPU_FAULT_ALERTS = {"drain": "ServewatchGpuHardwareFault", "restart": "ServewatchGpuFaultRestart",
+                    "page": "ServewatchGpuFaultPage"}
+
+
+def gpu_fault_rules() -> list[Rule]:
+    """gpu_fault by GPU, one alert per action class its firings carry: servewatch_gpu_fault's `action` label is the
+    fault's NVIDIA action word, and xid.ACTION_CLASS (the mapping the verdict's own action comes from) says which
+    words make which class, so the alert's `action` is the firing's. A hardware fault drains the node (guard exits 6
+    and is not restarted); restart_app is restarted (livez, guard); the rest pages a person."""
+    from servewatch.detectors import xid
+
+    spec = registry.spec("gpu_fault")
+    rules = []
+    for action, alert in GPU_FAULT_ALERTS.items():
+        words = "|".join(xid.words_of_class(action))
+        text = alert_runbook.SERVEWATCH["gpu_fault"] if action == "drain" else alert_runbook.for_verdict(spec)
+        rules.append(Rule(expr=f'max by (target, gpu_uuid, xid, action) (servewatch_gpu_fault{{action=~"{words}"}}) '
+                               "== 1", alert=alert, labels={"severity": spec.severity, "action": action},
+                          annotations=text.annotations()))
+    return rules
+
+
 def servewatch_group() -> RuleGroup:
     """Alerts on the series `servewatch serve` exports; the only way to alert on tokens that stopped
     while /health stays 200. A verdict's severity comes from its series unless the verdict always pages."""
     rules = []
     for spec in registry.specs():
+        if spec.action_by:
+            continue         # its firings carry their own action: alerted per action class (gpu_fault_rules)
         pages = spec.severity == "page"
         labels = {"severity": "page"} if pages else {}
         rules.append(Rule(
@@ -255,10 +279,7 @@ def servewatch_group() -> RuleGroup:
         Rule(expr="increase(servewatch_probe_failures_total[5m]) >= 3", alert="ServewatchProbeFailing",
              for_="5m", labels={"severity": "ticket"},
              annotations=alert_runbook.SERVEWATCH["probe_failures"].annotations()),
-        # A hardware fault under an engine, by GPU: what drains the node (guard exits 6 and is not restarted).
-        Rule(expr='max by (target, gpu_uuid, xid, action) (servewatch_gpu_fault{action=~"reset_gpu|reboot"}) == 1',
-             alert="ServewatchGpuHardwareFault", labels={"severity": "page", "action": "drain"},
-             annotations=alert_runbook.SERVEWATCH["gpu_fault"].annotations()),
+        *gpu_fault_rules(),
         Rule(expr="absent(servewatch_target_up)", alert="ServewatchAbsent", for_="10m",
              labels={"severity": "ticket"}, annotations=alert_runbook.SERVEWATCH["absent"].annotations()),
         # `serve --node` on every node: a rank the API node cannot see (another host of a multi-node engine).

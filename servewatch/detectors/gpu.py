@@ -4,9 +4,9 @@ gpu_fault: on a GPU that counts as this engine's (`gpus_held` states the rule, o
 does not call informational, an uncorrectable ECC count that rose in the window, a row-remap failure, or a GPU
 that answers "GPU is lost" (fallen off the bus). The why line names the GPU (index, UUID, bus id, and the pod
 using it where the source names one), the rank on it, the Xid with its meaning and NVIDIA's action (`xid.py`),
-and how the GPU was counted as the engine's when not by a process list. Its evidence holds for guard (the
-drain class) only when the fault needs the hardware (reset the GPU, reboot): a restartable or unknown code is
-reported, not acted on as a drain.
+and how the GPU was counted as the engine's when not by a process list. Each firing carries the action class of its
+own fault (xid.ACTION_CLASS; Verdict.action): drain when the fault needs the hardware (reset the GPU, reboot),
+restart for restart_app, page (a person decides) for the rest; the why line ends with the same (xid.CLASS_WORDS).
 
 gpu_throttled: the clocks of a GPU the engine holds are held down by a thermal, power-brake or hardware-slowdown
 reason (NVML's clock-event reasons; a power cap at full load is normal and not one) for gpu_throttle_sustain_s,
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from servewatch.detectors import xid as xids
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import generated_total, num, once_per_window
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import DRAIN, Evidence, Verdict
 from servewatch.timeline.ranks import rank_view, rank_words
 from servewatch.timeline.samples import (CLOCK_HW_POWER_BRAKE, CLOCK_HW_SLOWDOWN, CLOCK_HW_THERMAL, CLOCK_REASON_WORDS,
                                          CLOCK_SW_THERMAL, RECOVERY_WORDS, GpuDevice, GpuSample)
@@ -212,8 +212,8 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
     action = (row.action if row is not None else xids.REBOOT if fault == "lost" else
               xids.RECOVERY_ACTIONS.get(identity_recovery(window, index), xids.UNKNOWN) if fault == "recovery_action"
               else xids.RESET_GPU)
-    tail = ": do not restart on this GPU" if hardware else ": a restart of the process helps" \
-        if action == xids.RESTART_APP else ": a person decides"
+    cls = xids.action_class(action)      # this firing's action class: the sentence and the field say the same
+    tail = f": {xids.CLASS_WORDS[cls]}"
     others = f" (and {len(devices) - 1} more GPU(s))" if len(devices) > 1 else ""
     why = f"{gpu_words(identity, index)}{' under ' + rank if rank else ''}: {what}{tail}{others}{held.words(index)}"
     details = {"fault": fault, "gpu_index": index, "gpu_uuid": identity.uuid if identity else None,
@@ -221,7 +221,7 @@ def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
                "xid": row.code if row is not None else None, "xid_mnemonic": row.mnemonic if row is not None else None,
                "action": action, "hardware": hardware, "rank": rank_token, "rank_pid": rank_pid,
                "gpus": len(devices), **held.details(index)}
-    return [Verdict("gpu_fault", window.end, min(onset, window.end), why, (evidence,), details)]
+    return [Verdict("gpu_fault", window.end, min(onset, window.end), why, (evidence,), details, action=cls)]
 
 
 def identity_recovery(window: Window, index: int) -> int | None:
@@ -404,7 +404,7 @@ def node_gpu_problems(devices, last_xids: dict[int, int] | None = None) -> list[
         code = last_xids.get(d.index)
         if code:
             row = xids.lookup(code)
-            if row.hardware:
+            if row.action_class == DRAIN:          # the class a gpu_fault for it carries: the node drains
                 found.append(f"last Xid {code} ({row.meaning}; NVIDIA: {xids.ACTION_WORDS[row.action]})")
         if found:
             problems.append(f"{gpu_words(d, d.index, pod=False)}: {'; '.join(found)}")   # the node's, not a pod's

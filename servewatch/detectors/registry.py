@@ -52,9 +52,17 @@ def is_incident(name: str) -> bool:
 # livez/readyz, the rules and the drill ------------------------------------------------------------------
 
 def action_of(name: str) -> str:
-    """The verdict's action class (ACTION_CLASSES); an unknown name is only to be known."""
+    """The action class (ACTION_CLASSES) a verdict of this name is declared with; an unknown name is only to be
+    known. A firing may carry its own (gpu_fault: per fault): ask action_for(verdict) about a firing."""
     found = _REGISTRY.get(name)
     return found.action if found is not None else INFO
+
+
+def action_for(verdict: Verdict) -> str:
+    """This firing's action class: its own where its evidence decides it (Verdict.action), else its spec's. The one
+    place the watch JSON line, livez/readyz, guard, the alerts and the bundle read a firing's action from."""
+    own = verdict.action
+    return own if own in ACTION_CLASSES else action_of(verdict.name)
 
 
 def by_action(*classes: str) -> tuple[str, ...]:
@@ -69,7 +77,7 @@ def by_action(*classes: str) -> tuple[str, ...]:
 def acts(verdict: Verdict, *classes: str) -> bool:
     """Whether `verdict` is of one of these action classes and carries the evidence its spec waits for."""
     found = _REGISTRY.get(verdict.name)
-    return found is not None and found.action in classes and found.evidence_holds(verdict)
+    return found is not None and action_for(verdict) in classes and found.evidence_holds(verdict)
 
 
 def evidence_holds(verdict: Verdict) -> bool:
@@ -87,6 +95,9 @@ def policy_lines(names: tuple[str, ...] | None = None) -> list[str]:
         if found is None:
             continue
         evidence = found.evidence_words()
+        if found.action_by:        # the class is each firing's own: the words say how it is chosen
+            out.append(f"{name} ({evidence})")
+            continue
         out.append(f"{name} ({found.action}{': ' + evidence if evidence else ''})")
     return out
 
@@ -148,7 +159,8 @@ for _spec in (
     VerdictSpec("gpu_fault", gpu.detect_gpu_fault, INCIDENT, "page",
                 "a GPU the engine holds reported a fault (an Xid, uncorrectable ECC, a row-remap failure, off the bus)",
                 runbooks.GPU_FAULT, ("gpu", "process"), labels=("gpu_uuid", "xid", "action"), action=DRAIN,
-                requires=("hardware",)),
+                action_by="per fault: drain for a GPU reset or reboot, restart when a process restart helps, "
+                          "else page", actions=(DRAIN, RESTART, PAGE)),
     VerdictSpec("gpu_throttled", gpu.detect_gpu_throttled, INCIDENT, "ticket",
                 "the token rate fell while the GPU's clocks are held by a thermal, power-brake or HW-slowdown reason",
                 runbooks.GPU_THROTTLED, ("gpu", "metrics", "process"), labels=("cause",), action=PAGE),

@@ -27,6 +27,9 @@ class Verdict:
     why: str               # one line, with the numbers
     evidence: tuple[Evidence, ...] = ()
     details: dict[str, float | int | str | bool | None] = field(default_factory=dict)  # e.g. {"cause": "slots"}
+    # This firing's own action class, where its evidence decides it (gpu_fault: its fault's NVIDIA action); None:
+    # its spec's. Read through registry.action_for, the one place every consumer asks.
+    action: str | None = None
 
     @property
     def since_s(self) -> float:
@@ -87,9 +90,12 @@ class VerdictSpec:
     # verdict's onset to its newest sample) and how many probes in a row must have got no token.
     hold_s: float = 0.0
     probes: int = 0
-    # Detail keys that must be True for the action to be taken (gpu_fault: "hardware", a fault a restart
-    # does not cure): a verdict without them is reported, not acted on.
+    # Detail keys that must be True for the action to be taken: a verdict without them is reported, not acted on.
     requires: tuple[str, ...] = ()
+    # How a firing chooses its own action class (Verdict.action), in words, and the classes it may choose from;
+    # empty: every firing has `action`.
+    action_by: str = ""
+    actions: tuple[str, ...] = ()
     # The verdicts this one gives way to: when one of them holds in the same window, this one is not reported (the
     # same symptom, said better there). Applied in one place, detectors.run_detectors; detectors never call each other
     # for it.
@@ -99,6 +105,8 @@ class VerdictSpec:
         """Whether `verdict` (of this spec) carries the evidence its action class waits for."""
         if verdict.since_s < self.hold_s:
             return False
+        if self.action_by and verdict.action is None:
+            return False           # a firing that does not say its own action (action_by) is not proven: reported
         if any(verdict.details.get(key) is not True for key in self.requires):
             return False
         if self.probes:
@@ -114,12 +122,17 @@ class VerdictSpec:
         if self.probes:
             parts.append(f"{self.probes} probes in a row with no token" if self.probes > 1 else "a probe with no token")
         parts.extend(f"{key} fault" for key in self.requires)
+        if self.action_by:
+            parts.append(self.action_by)
         return ", ".join(parts)
 
     def __post_init__(self):
         problems = []
-        if self.action not in ACTION_CLASSES:
-            problems.append(f"action {self.action!r} is not one of {', '.join(ACTION_CLASSES)}")
+        for action in (self.action, *self.actions):
+            if action not in ACTION_CLASSES:
+                problems.append(f"action {action!r} is not one of {', '.join(ACTION_CLASSES)}")
+        if bool(self.action_by) != bool(self.actions):
+            problems.append("action_by and actions go together")
         if self.hold_s < 0 or self.probes < 0:
             problems.append("hold_s and probes are never negative")
         if self.kind not in (INCIDENT, FINDING):

@@ -16,13 +16,18 @@ servewatch's action for each immediate action:
                                                 GPU recovery action field, read with each reading, replaces it
                                                 (none: ignore; GPU/bus reset, drain and reset: reset_gpu; node or
                                                 system reboot: reboot; drain P2P, IMEX: workflow)
-The hardware actions (reset_gpu, reboot) make `gpu_fault` a drain: guard exits with its hardware status and a
-restart policy must not start the server on that GPU again.
+Each firing of `gpu_fault` carries the action class of its own fault (ACTION_CLASS, the one mapping every consumer
+reads through the verdict: the watch JSON line, livez/readyz, the rules, node-problem-detector's check, the bundle):
+the hardware actions (reset_gpu, reboot) make it a drain (guard exits with its hardware status and a restart policy
+must not start the server on that GPU again); restart_app a restart (a restart of the process helps); the rest
+(workflow, an unresolved recovery action, unknown) a page: a person decides.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from servewatch.detectors.verdict import DRAIN, INFO, PAGE, RESTART
 
 RESTART_APP = "restart_app"
 RESET_GPU = "reset_gpu"
@@ -36,6 +41,24 @@ ACTION_WORDS = {RESTART_APP: "restart the process", RESET_GPU: "reset the GPU",
                 REBOOT: "reboot the node", IGNORE: "nothing (informational)",
                 WORKFLOW: "follow NVIDIA's workflow for it", RECOVERY: "the driver's recovery action decides",
                 UNKNOWN: "unknown (not in servewatch's Xid table)"}
+# servewatch's action class for each action word: what a gpu_fault with that fault makes happen
+ACTION_CLASS = {RESTART_APP: RESTART, RESET_GPU: DRAIN, REBOOT: DRAIN, IGNORE: INFO, WORKFLOW: PAGE, RECOVERY: PAGE,
+                UNKNOWN: PAGE}
+# ... and the words a gpu_fault's why line ends with for that class
+CLASS_WORDS = {DRAIN: "do not restart on this GPU", RESTART: "a restart of the process helps",
+               PAGE: "a person decides", INFO: "nothing to do"}
+
+
+def action_class(action: str) -> str:
+    """The action class (restart, drain, page, info) of an action word; a word not known is a person's to decide."""
+    return ACTION_CLASS.get(action, PAGE)
+
+
+def words_of_class(cls: str) -> tuple[str, ...]:
+    """The action words of one class, in declaration order: what the rules select on servewatch_gpu_fault."""
+    return tuple(word for word, found in ACTION_CLASS.items() if found == cls)
+
+
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
 
@@ -50,6 +73,10 @@ class Xid:
     @property
     def hardware(self) -> bool:
         return self.action in HARDWARE_ACTIONS
+
+    @property
+    def action_class(self) -> str:
+        return action_class(self.action)
 
 
 _BUCKET = {"RESTART_APP": RESTART_APP, "RESET_GPU": RESET_GPU, "RESTART_BM": REBOOT, "IGNORE": IGNORE,

@@ -80,7 +80,7 @@ def _ranks(sample, now: float, gpu=None) -> list[dict]:
 def _verdict(name: str, verdict, bundle=None) -> dict:
     spec = registry.spec(verdict.name)
     return {"target": name, "verdict": verdict.name, "severity": spec.severity if spec else None,
-            "action": registry.action_of(verdict.name), "evidence_held": registry.evidence_holds(verdict),
+            "action": registry.action_for(verdict), "evidence_held": registry.evidence_holds(verdict),
             "onset": iso8601(verdict.onset), "t": iso8601(verdict.t), "since_s": round(verdict.since_s, 3),
             "why": verdict.why, "details": verdict_to_dict(verdict)["details"], "bundle": bundle,
             "evidence": [{"source": e.source, "t": iso8601(e.t), "field": e.field, "value": e.value}

@@ -35,7 +35,7 @@ class EndpointAnswer:
 def _failing(active: Sequence[Verdict], *classes: str) -> EndpointAnswer | None:
     for verdict in active:
         if registry.acts(verdict, *classes):
-            return EndpointAnswer(False, f"{verdict.name} ({registry.action_of(verdict.name)}): {verdict.why}")
+            return EndpointAnswer(False, f"{verdict.name} ({registry.action_for(verdict)}): {verdict.why}")
     return None
 
 

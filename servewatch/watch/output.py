@@ -29,7 +29,7 @@ def json_line(fired: Fired) -> str:
     v = fired.verdict
     return json.dumps({"event": "fired", "t": iso8601(v.t), "verdict": v.name, "onset": iso8601(v.onset),
                        "since_s": round(v.since_s, 3), "why": v.why, "details": verdict_to_dict(v)["details"],
-                       "action": registry.action_of(v.name), "evidence_held": registry.evidence_holds(v),
+                       "action": registry.action_for(v), "evidence_held": registry.evidence_holds(v),
                        "bundle": fired.bundle}, ensure_ascii=False)
 
 
@@ -37,7 +37,7 @@ def evidence_line(verdict: Verdict) -> str:
     """One JSON line when a verdict that fired without it gets the evidence its action class waits for (e.g.
     not_serving's second probe in a row with no token)."""
     return json.dumps({"event": "evidence_held", "t": iso8601(verdict.t), "verdict": verdict.name,
-                       "onset": iso8601(verdict.onset), "action": registry.action_of(verdict.name),
+                       "onset": iso8601(verdict.onset), "action": registry.action_for(verdict),
                        "why": verdict.why, "details": verdict_to_dict(verdict)["details"]}, ensure_ascii=False)
 
 

@@ -23,10 +23,13 @@ from servewatch.clock import iso8601
 RESEND_S = 60.0
 
 
-def _labels(target: str, name: str) -> dict:
+def _labels(target: str, verdict) -> dict:
+    """An alert's labels for a firing (its own action class, registry.action_for) or a verdict name (its spec's)."""
+    name = verdict if isinstance(verdict, str) else verdict.name
     spec = registry.spec(name)
+    action = registry.action_of(name) if isinstance(verdict, str) else registry.action_for(verdict)
     return {"alertname": safe_token(name, "other"), "target": safe_token(target, "other"),
-            "severity": spec.severity if spec else "info", "action": registry.action_of(name)}
+            "severity": spec.severity if spec else "info", "action": action}
 
 
 def _annotations(verdict) -> dict:
@@ -52,7 +55,7 @@ class AlertmanagerClient:
         return AlertSink(self, target)
 
     def fire(self, target: str, verdict) -> None:
-        alert = {"labels": _labels(target, verdict.name), "annotations": _annotations(verdict),
+        alert = {"labels": _labels(target, verdict), "annotations": _annotations(verdict),
                  "startsAt": iso8601(verdict.onset), "endsAt": iso8601(time.time() + 4 * self.resend_s)}
         key = (target, verdict.name)
         with self._lock:
@@ -70,7 +73,7 @@ class AlertmanagerClient:
                 self._firing[key] = (alert, holders - 1)
                 return
             self._firing.pop(key, None)
-        resolved = {"labels": _labels(target, cleared.verdict.name), "annotations": _annotations(cleared.verdict),
+        resolved = {"labels": _labels(target, cleared.verdict), "annotations": _annotations(cleared.verdict),
                     "startsAt": iso8601(cleared.verdict.onset), "endsAt": iso8601(max(cleared.t, cleared.verdict.onset))}
         self.delivery.submit(json.dumps([resolved]).encode())
 
