@@ -40,3 +40,19 @@ def test_the_drivers_recovery_action_replaces_the_catalogues():
     assert X.with_recovery(row, 42) == X.Xid(154, "GPU_RECOVERY_ACTION_CHANGED",
                                              "the driver's recovery action for the GPU changed: recovery action 42",
                                              "recovery action 42", X.UNKNOWN)
+
+
+def test_each_action_word_has_the_class_a_gpu_fault_for_it_carries():
+    """What a gpu_fault makes happen per action word (issue 50: one mapping, read by every consumer)."""
+    assert X.ACTION_CLASS == {"restart_app": "restart", "reset_gpu": "drain", "reboot": "drain", "ignore": "info",
+                              "workflow": "page", "recovery": "page", "unknown": "page"}
+    assert [X.action_class(w) for w in ("restart_app", "reset_gpu", "reboot", "ignore", "workflow", "recovery",
+                                        "unknown", "not a word")] == [
+        "restart", "drain", "drain", "info", "page", "page", "page", "page"]
+    assert [X.lookup(c).action_class for c in (13, 46, 79, 48, 63, 154, 9999)] == [
+        "restart", "drain", "drain", "page", "info", "page", "page"]
+    assert (X.words_of_class("drain"), X.words_of_class("restart"), X.words_of_class("page"),
+            X.words_of_class("info")) == (("reset_gpu", "reboot"), ("restart_app",),
+                                          ("workflow", "recovery", "unknown"), ("ignore",))
+    assert X.CLASS_WORDS == {"drain": "do not restart on this GPU", "restart": "a restart of the process helps",
+                             "page": "a person decides", "info": "nothing to do"}
