@@ -135,6 +135,9 @@ def test_an_unread_torch_version_is_said_not_known_never_off(tmp_path):
     assert [(r.torch_loaded, r.torch_version, r.fr_buffer, r.fr_from) for r in ranks] == [
         (True, None, None, "unknown"), (None, None, None, "unknown")]
     assert [r.dump_wanted for r in ranks] == [True, False]        # a pipe to ask through: a dump read decides
+    _proc(tmp_path, 17, {"RANK": "2"}, b"7f0000-7f1000 r-xp 0 0:0 0 /opt/libtorch/lib/libtorch_cpu.so\n")
+    (alone,) = ce.discover([17], proc=str(tmp_path))           # libtorch outside a torch package: not known
+    assert (alone.torch_loaded, alone.fr_buffer, alone.fr_from) == (True, None, "unknown")
     line = ce.summary(ranks)
     assert line.endswith("Flight Recorder: not known — torch version of 2 processes not read; TORCH_FR_BUFFER_SIZE "
                          "unset, which records 2,000 entries from torch 2.11 on")

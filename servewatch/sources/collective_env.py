@@ -126,8 +126,8 @@ def torch_of(pid: int, maps: bytes | None, proc: str = "/proc") -> tuple[bool | 
     if maps is None:
         return None, None
     found = re.search(rb"(/\S*)/torch/lib/lib(?:torch|c10)\S*\.so", maps)
-    if found is None:
-        return False, None
+    if found is None:          # a libtorch outside a torch package (a source build, libtorch alone): not known
+        return (True if re.search(rb"/lib(?:torch|c10)[^/\s]*\.so", maps) else False), None
     path = f"{proc}/{pid}/root{found.group(1).decode('utf-8', 'replace')}/torch/version.py"
     data = _read(path, MAX_VERSION_BYTES)
     line = _VERSION_LINE.search(data) if data else None
