@@ -447,8 +447,8 @@ def test_the_drill_reads_the_gaps_the_recorder_said_and_measures_them_over_a_ste
 
     lines = ["servewatch watch: recording http://127.0.0.1:8000: /health 200, /metrics vllm (v1)",
              "servewatch watch: " + starved_words(Gap(T0, T0 + 7.0), 0.5),
-             "servewatch guard: " + starved_words(Gap(T0 + 20.0, T0 + 21.3), 0.5),
-             "servewatch watch: recorder starved: 7.0 s gap at not-a-time, interval 0.5 s"]
+             "servewatch watch: recorder starved: 7.0 s gap at not-a-time, interval 0.5 s",     # skipped, not the end
+             "servewatch guard: " + starved_words(Gap(T0 + 20.0, T0 + 21.3), 0.5)]
     assert lines[1] == f"servewatch watch: recorder starved: 7.0 s gap at {iso8601(T0)}, interval 0.5 s"
     gaps = M.starved_gaps(lines)
     assert [(g.start, round(g.seconds, 3)) for g in gaps] == [(T0, 7.0), (T0 + 20.0, 1.3)]
@@ -459,3 +459,5 @@ def test_the_drill_reads_the_gaps_the_recorder_said_and_measures_them_over_a_ste
     assert M.starved_during([], T0, T0 + 30) == 0.0
     assert M.frozen_during(gaps, T0 + 3.0, T0 + 30) == 4.0 + 1.3      # each clipped to the step, summed
     assert M.frozen_during(gaps, T0 + 21.3, T0 + 30) == 0.0
+    # to a tenth of a second, as the recorder says them
+    assert M.starved_during([Gap(0.0, 7.04)], 0.0, 10.0) == 7.0 and M.frozen_during([Gap(0.0, 7.04)], 0.0, 10.0) == 7.0

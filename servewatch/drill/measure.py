@@ -373,7 +373,7 @@ def starved_gaps(lines: list[str]) -> list[Gap]:
         if said is None:
             continue
         try:
-            start = parse_iso8601(said[2].rstrip(","))
+            start = parse_iso8601(said[2])
         except ValueError:
             continue
         out.append(Gap(start, start + float(said[1])))
