@@ -349,3 +349,51 @@ def test_the_inline_path_over_reads_of_varied_framing(seed):
                                              b.finish_reason, b.saw_done, b.stream_error, b.malformed)
     assert (ra.output_tokens, ra.error, ra.finish_reason) == (rb.output_tokens, rb.error, rb.finish_reason)
     assert ra.error is None and ra.finish_reason == "length"
+
+
+def test_each_malformed_stream_is_counted():
+    proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"))
+    for _ in range(3):
+        proxy._record(_ended(malformed=True), 12.0)
+    proxy._record(_ended(), 12.0)
+    assert (proxy.counters.malformed_sse, proxy.counters.requests) == (3, 4)
+
+
+@pytest.mark.parametrize("failure, detail", [
+    (TimeoutError, "upstream connect timeout"),
+    (ConnectionRefusedError(111, "refused"), "upstream refused"),
+    (OSError(113, "no route"), "upstream OSError"),
+    (ConnectionResetError(104, "reset"), "upstream ConnectionResetError"),
+], ids=["timeout", "refused", "oserror", "reset"])
+def test_an_upstream_that_cannot_be_reached_is_recorded_as_a_connect_error(failure, detail):
+    """_connect: the record says connect (never sent: no e2e, no TTFT) with what went wrong in a word, the
+    client gets the proxy's own 502 naming it, and the counters count an upstream unavailable."""
+    clock = Clock(100.0)
+
+    async def run():
+        records = []
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9", connect_timeout_s=0.05),
+                      on_record=lambda ex, rec: records.append(rec), now=clock)
+        client, wire = S.Client(proxy), _Wire()
+        client.connection_made(wire)
+
+        async def create_connection(factory, host, port):
+            clock.t = 100.5
+            if failure is TimeoutError:
+                await asyncio.sleep(5)                # past connect_timeout_s
+            raise failure
+
+        asyncio.get_running_loop().create_connection = create_connection
+        client.data_received(_request(False))
+        task = client.connecting
+        await asyncio.wait_for(task, 5)
+        return proxy, records, b"".join(wire.out), client
+
+    proxy, [rec], answer, client = asyncio.run(run())
+    assert (rec.error, rec.error_detail, rec.http_status, rec.sent, rec.e2e_s, rec.ttft_s) == \
+           (R.CONNECT, detail, 502, None, None, None)
+    assert answer.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+    assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"error": {"message": detail,
+                                                                      "type": "upstream_unavailable", "code": 502}}
+    assert proxy.counters.refused == {"upstream_unavailable": 1} and proxy.counters.outcomes == {R.CONNECT: 1}
+    assert client.connecting is None and proxy.inflight == set()
