@@ -683,3 +683,32 @@ def test_detectors_recompute_without_the_detectors(monkeypatch):
     with pytest.raises(BundleInvalid) as err:
         detectors_recompute([], {})
     assert str(err.value).startswith("cannot recompute verdicts: detectors unavailable (")
+
+
+# --- the recorder's own sampling gaps (issue 50): a verdict concluded across one is noted, and verify checks it ------
+
+def test_a_verdict_across_a_stored_gap_must_carry_its_note(copy):
+    from servewatch.bundle.recompute import with_gaps
+    from servewatch.detectors.starved import GAP_DETAIL
+
+    [stored] = incident(copy)["verdicts"]
+    gap = {"start_t": stored["onset"] + 0.25, "end_t": stored["onset"] + 2.0}     # inside [onset, t]: 1.75 s
+
+    def add_gap(doc):
+        doc["window"]["recorder"] = {"interval_s": 0.5, "threshold_s": 1.25, "gaps": [gap]}
+    edit_incident(copy, add_gap)
+    assert fails(copy) == (f"verdict {stored['name']} at t={stored['t']} does not follow from the stored samples "
+                           f"(recomputed: onset={stored['onset']} t={stored['t']})")
+
+    def add_note(doc):
+        [v] = doc["verdicts"]
+        v["why"] += "; concluded across a 1.8 s gap in the recorder's own sampling"
+        v["details"][GAP_DETAIL] = 1.75
+    edit_incident(copy, add_note)
+    assert verify_bundle(copy, synthetic_recompute).verdicts_checked == 1
+    # the note follows from the stored gaps alone: none stored, none made; a gap outside the verdict, none either
+    assert with_gaps(synthetic_recompute, None) is synthetic_recompute
+    assert with_gaps(synthetic_recompute, {"interval_s": 0.5, "threshold_s": 1.25, "gaps": []}) is synthetic_recompute
+    far = {"interval_s": 0.5, "threshold_s": 1.25, "gaps": [{"start_t": stored["t"] + 1.0, "end_t": stored["t"] + 3.0}]}
+    samples = [V.serialize.sample_from_dict(d) for d in verify_bundle(copy, synthetic_recompute).samples]
+    assert all(GAP_DETAIL not in v.details for v in with_gaps(synthetic_recompute, far)(samples, {"min_stall_s": 3.0}))
