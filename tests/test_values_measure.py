@@ -461,3 +461,16 @@ def test_the_drill_reads_the_gaps_the_recorder_said_and_measures_them_over_a_ste
     assert M.frozen_during(gaps, T0 + 21.3, T0 + 30) == 0.0
     # to a tenth of a second, as the recorder says them
     assert M.starved_during([Gap(0.0, 7.04)], 0.0, 10.0) == 7.0 and M.frozen_during([Gap(0.0, 7.04)], 0.0, 10.0) == 7.0
+
+
+def test_guard_outcome_keeps_what_guards_exit_line_said():
+    """`said`: the why of guard's exit line (its last), not of another line; absent without one or without words."""
+    events = [fired("gpu_fault", 101.0)]
+    lines = [(101.5, {"guard": "stacks", "why": "stacks of the tree"}),
+             (102.0, {"guard": "exit", "why": "hardware: GPU 1 Xid 79, do not restart on this GPU"})]
+    out = M.guard_outcome(lines, events, 100.0, exit_code=6, tree_left=0, signalled=[], captured=set())
+    assert out["said"] == "hardware: GPU 1 Xid 79, do not restart on this GPU"
+    assert "said" not in M.guard_outcome(lines[:1], events, 100.0, exit_code=6, tree_left=0, signalled=[],
+                                         captured=set())
+    wordless = [(102.0, {"guard": "exit", "why": None})]
+    assert "said" not in M.guard_outcome(wordless, events, 100.0, exit_code=6, tree_left=0, signalled=[], captured=set())
