@@ -409,6 +409,23 @@ def example_watch_stall(workdir: Path) -> str:
     return _block(f"$ servewatch watch {SHOWN_URL} {' '.join(WATCH_ARGV)}", *lines, "$ echo $?", str(code))
 
 
+LOG_ARGV = ("--interval", "0.5", "--out", "bundles", "--duration", "20")
+EVENT_LINE = re.compile(r"^\d\d:\d\d:\d\d ")     # watch.event_lines' plain line: its time first
+
+
+def example_watch_log(workdir: Path) -> str:
+    """The stall of watch-stall with watch's stdout a file and no --json: one plain line per event in the log
+    (the fired line with its bundle's path, the cleared line), written as each happened; the rest on stderr."""
+    with _sim_server(workdir, "--fault", "stall@8s:for=6") as (_, url), \
+            _load_in_background(workdir, url, "--scenario", "long-output", "--requests", "4"):
+        code, lines = _live(workdir, ("watch", url, *LOG_ARGV), url)
+    log = [line for line in lines if EVENT_LINE.match(line)]          # stdout: the event lines, in order
+    said = [line for line in lines if not EVENT_LINE.match(line)]     # stderr, to the terminal
+    _needs(log, r"verdict alive_health_ok_no_progress fired: .* — bundle bundles/incident-\S+$", "watch-log")
+    _needs(log, r"verdict alive_health_ok_no_progress cleared after \d+\.\d s$", "watch-log")
+    return _block(f"$ servewatch watch {SHOWN_URL} {' '.join(LOG_ARGV)} > log", *said, "$ cat log", *log)
+
+
 def example_watch_on_demand(workdir: Path) -> str:
     """A bundle of the current window at any time: SIGUSR1 to a running `watch` (once it records), SIGTERM once
     it said the bundle's path, then `verify` of that bundle."""
@@ -856,6 +873,7 @@ EXAMPLES = {
     "canary": (example_canary, True),
     "watch-stall": (example_watch_stall, False),
     "watch-on-demand": (example_watch_on_demand, False),
+    "watch-log": (example_watch_log, False),
     "guard-stall": (example_guard_stall, False),
     "guard-crash-loop": (example_guard_crash_loop, False),
     "watch-probe": (example_watch_probe, False),
