@@ -397,3 +397,93 @@ def test_an_upstream_that_cannot_be_reached_is_recorded_as_a_connect_error(failu
                                                                       "type": "upstream_unavailable", "code": 502}}
     assert proxy.counters.refused == {"upstream_unavailable": 1} and proxy.counters.outcomes == {R.CONNECT: 1}
     assert client.connecting is None and proxy.inflight == set()
+
+
+def _drive_bounded(request: bytes, reads: list[bytes], max_body: int = 2**20):
+    """tests/test_proxy.py's _drive with the upstream's body bound given: (bytes forwarded, stream state, record,
+    reads that took the inline path); the record None while the response has not ended."""
+
+    async def run():
+        records = []
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append((ex, rec)))
+        client, wire = S.Client(proxy), _Wire()
+        client.connection_made(wire)
+        up = S.Upstream(proxy, max_body)
+        up.connection_made(_Wire())
+        up.idle_since = proxy.now()
+        proxy.idle.append(up)
+        client.data_received(request)
+        inline_reads = 0
+        for data in reads:
+            before = up.inline
+            up.data_received(data)
+            inline_reads += before
+        proxy.record_ended()
+        if not records:                               # not ended (the response is incomplete): no record yet
+            [ex] = proxy.inflight
+            return b"".join(wire.out), ex.state, None, inline_reads
+        [(ex, rec)] = records
+        return b"".join(wire.out), ex.state, rec, inline_reads
+
+    return asyncio.run(run())
+
+
+def _chunk(event: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+def _sized(n: int, reason=None, usage=None) -> bytes:
+    """A completions event of exactly n bytes."""
+    base = len(_completion_event("", reason, usage))
+    return _completion_event("x" * (n - base), reason, usage)
+
+
+def test_the_inline_path_at_the_size_lines_it_keeps():
+    """Chunks of 4,095, 4,096 and 4,097 bytes after one of the same size line's width: the size lines kept
+    (4,096 of them, for sizes 0 to 4,095) end at 4,095; the next is read, not looked up."""
+    events = [_sized(4200), _sized(4095), _sized(4096), _sized(4097), _sized(4096), _sized(300, "length")]
+    assert [len(e) for e in events[1:4]] == [4095, 4096, 4097]
+    request = _request(False, max_tokens=6)
+    chunks = [_chunk(e) for e in events] + [_chunk(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
+    whole = HEAD + b"".join(chunks)
+    inline = _drive_bounded(request, [HEAD, *chunks])
+    cut = _drive_bounded(request, [whole[i:i + 1000] for i in range(0, len(whole), 1000)])
+    assert inline[0] == cut[0] == whole and inline[3] >= 5
+    for _, state, rec, _ in (inline, cut):
+        assert (list(state.chunk_k), rec.output_tokens, rec.error, rec.finish_reason) == ([1] * 6, 6, None, "length")
+
+
+def test_the_inline_path_keeps_the_response_bound():
+    """An upstream response over the bound is cut (stream_cut) on the inline path as on the parser's: a body of
+    exactly the bound is whole, one byte more is not."""
+    events = [_sized(200), _sized(200), _sized(200, "length")]
+    chunks = [_chunk(e) for e in events]
+    body = sum(len(e) for e in events)                 # the bound counts the body's bytes, not its framing
+    request = _request(False, max_tokens=3)
+    at = _drive_bounded(request, [HEAD, *chunks, b"0\r\n\r\n"], max_body=body)
+    assert (at[2].error, at[2].output_tokens) == (None, 3) and at[3] >= 3
+    over = _drive_bounded(request, [HEAD, *chunks, b"0\r\n\r\n"], max_body=body - 1)
+    assert (over[2].error, over[2].error_detail) == (R.STREAM_CUT, "upstream response over the size bound")
+    assert over[2].output_tokens == 2                                   # the third chunk went over
+
+
+def test_the_prompt_count_from_events_on_the_inline_path_only():
+    """The server's counts in events read on the inline path, none in the last read (the parser's): the record
+    holds its prompt count, and its completion count (3, the last it said) over the client's 4 pieces."""
+    events = [_completion_event(t, None, (17, i + 1)) for i, t in enumerate("abc")]
+    last = _completion_event("d", "length", None) + b"data: [DONE]\n\n"
+    chunks = [_chunk(e) for e in events] + [_chunk(last), b"0\r\n\r\n"]
+    _, state, rec, inline_reads = _drive_bounded(_request(False, max_tokens=4), [HEAD, *chunks])
+    assert inline_reads >= 3 and (state.prompt_tokens, rec.input_tokens, rec.output_tokens) == (17, 17, 3)
+    assert (state.client_tokens, rec.token_source) == (4, "server")
+
+
+def test_a_chunk_whose_size_line_is_wrong_is_no_event():
+    """A chunk that says one byte less than its event holds is not taken as that event on the inline path: the
+    parser reads the framing, the event is not whole, and the stream is cut there."""
+    events = [_completion_event(t, None, None) for t in "ab"]
+    bad = _completion_event("c", "length", None)
+    chunks = [_chunk(e) for e in events] + [b"%x\r\n%s\r\n" % (len(bad) - 1, bad), b"0\r\n\r\n"]
+    _, state, rec, _ = _drive_bounded(_request(False, max_tokens=3), [HEAD, *chunks])
+    assert (list(state.chunk_k), state.finish_reason) == ([1, 1], None)
+    assert (rec.error, rec.output_tokens) == (R.STREAM_CUT, 2)

@@ -469,7 +469,7 @@ class Upstream(Conn):
         if ex is None or ex.done:
             return
         if isinstance(exc, BodyTooLarge):
-            detail = "upstream response over the size bound"
+            detail = "response over the size bound"
         elif isinstance(exc, StreamCut):
             detail = str(exc)
         else:
