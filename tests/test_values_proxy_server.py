@@ -487,3 +487,56 @@ def test_a_chunk_whose_size_line_is_wrong_is_no_event():
     _, state, rec, _ = _drive_bounded(_request(False, max_tokens=3), [HEAD, *chunks])
     assert (list(state.chunk_k), state.finish_reason) == ([1, 1], None)
     assert (rec.error, rec.output_tokens) == (R.STREAM_CUT, 2)
+
+
+def test_a_request_body_held_until_the_upstream_is_connected():
+    """A body that arrives before the upstream connection is made is held (reading from the client paused past
+    1 MiB), then sent with the head in one write; what arrives after goes straight on. The record reads the body."""
+    clock = Clock(100.0)
+    body = json.dumps({"model": "m", "prompt": "p" * (3 * 2**19), "max_tokens": 3, "stream": True}).encode()
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    cut = 2**20 + 2**19                                  # 1.5 MiB before the connection, the rest after
+
+    class Wire(_Wire):
+        def __init__(self):
+            super().__init__()
+            self.paused = []
+
+        def pause_reading(self):
+            self.paused.append(True)
+
+        def resume_reading(self):
+            self.paused.append(False)
+
+    async def run():
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), now=clock)
+        client, wire = S.Client(proxy), Wire()
+        client.connection_made(wire)
+        up, upstream_wire = S.Upstream(proxy, 2**20), _Wire()
+        up.connection_made(upstream_wire)
+        go = asyncio.Event()
+
+        async def create_connection(factory, host, port):
+            await go.wait()
+            clock.t = 100.5
+            return upstream_wire, up
+
+        asyncio.get_running_loop().create_connection = create_connection
+        client.data_received(head + body[:cut])
+        held = (client.reading_paused_for_upstream, list(wire.paused), upstream_wire.out[:])
+        go.set()
+        for _ in range(1000):
+            if client.connecting is None:
+                break
+            await asyncio.sleep(0)
+        after = (client.reading_paused_for_upstream, list(wire.paused), len(upstream_wire.out))
+        client.data_received(body[cut:])
+        [ex] = proxy.inflight
+        return held, after, upstream_wire.out, ex
+
+    held, after, sent, ex = asyncio.run(run())
+    assert held == (True, [True], [])                   # over 1 MiB held: the client's reading paused
+    assert after == (False, [True, False], 1)            # connected: head and held body in one write, reading again
+    assert b"".join(sent) == head.replace(b"Host: x\r\n", b"") .replace(
+        b"Connection: close\r\n\r\n", b"Connection: close\r\nHost: 127.0.0.1:9\r\n\r\n") + body
+    assert (ex.sent, ex.connected, ex.body_left, ex.model, ex.max_tokens, ex.stream) == (100.5, 100.5, 0, "m", 3, True)
