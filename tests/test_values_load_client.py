@@ -272,3 +272,55 @@ def test_keep_text_keeps_the_prompt():
     rec = run(Client(clock, Response(clock, reads=[(100.5, event("a", "length"))], end=100.6)),
               spec(max_tokens=1, prompt_text="the prompt"))
     assert (rec.prompt, rec.text) == (None, None)
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_the_request_asked_and_a_chat_stream():
+    clock = Clock(100.0)
+    chat = [b'data: {"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}\n\n',
+            b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n']
+    client = Client(clock, Response(clock, reads=[(100.5, chat[0]), (100.75, chat[1])], end=101.0))
+    s = C.RequestSpec(3, 99.0, "/v1/chat/completions", b'{"x":1}', 5, 1)
+    rec = asyncio.run(C.run_request(client, s, clock, api="chat"))
+    assert client.asked == ("POST", "/v1/chat/completions", b'{"x":1}')
+    # read as chat deltas: the role-only delta is a chunk of 0 tokens, "hi" one token at 100.75
+    assert (rec.output_tokens, list(rec.chunk_tokens), list(rec.chunk_t_s), rec.ttft_s) == (1, [0, 1], [0.5, 0.75], 0.75)
+    assert (rec.error, rec.finish_reason) == (None, "length")
+    # the same bytes read as completions: no text in them, so no token (the API given decides)
+    rec = asyncio.run(C.run_request(Client(clock, Response(clock, reads=[(100.5, chat[0]), (100.75, chat[1])],
+                                                           end=101.0)), s, clock))
+    assert rec.output_tokens == 0 and rec.error == R.TRUNCATED
+
+
+def test_a_deadline_starts_at_its_time():
+    d = C.Deadline(5.0)
+    assert (d.start, d.last, d.fired) == (5.0, 5.0, None)
+
+
+def test_one_token_asked_and_none_given_is_truncated():
+    rec = _finished([], s=spec(max_tokens=1))
+    assert (rec.error, rec.error_detail) == (R.TRUNCATED, "0 of 1 tokens")
+
+
+def test_the_chunks_and_their_exactness_reach_the_record():
+    state = StreamState(False, False)
+    state.chunk_t.extend([0.5, 1.0, 1.5])
+    state.chunk_k.extend([1, 2, 1])
+    state.completion_tokens = 5                          # the server's total over the 4 its chunks counted
+    rec = R.RequestRecord(id=1, scheduled=0.0, prompt_tokens_target=1, max_tokens=5, http_status=200)
+    C.finish_record(rec, state, spec(max_tokens=5))
+    # per-chunk counts the server gave (exact) stand, whatever the total
+    assert (list(rec.chunk_tokens), rec.itl_exact, rec.output_tokens, rec.token_source) == ([1, 2, 1], True, 5, "server")
+    state.counts_exact = False                           # counted one a piece: the 5 over 4 makes them not exact
+    C.finish_record(rec, state, spec(max_tokens=5))
+    assert rec.itl_exact is False
+    # the client's count where the server's per-chunk counts say 0 (usage with no completion count): the total
+    # given to the timings is the client's 2, over chunks that carry 0 each
+    state = StreamState(False, False)
+    state.chunk_t.extend([0.5, 1.0])
+    state.chunk_k.extend([0, 0])
+    state.client_tokens = 2
+    rec = R.RequestRecord(id=1, scheduled=0.0, prompt_tokens_target=1, max_tokens=2, http_status=200)
+    C.finish_record(rec, state, spec(max_tokens=2))
+    assert (rec.output_tokens, rec.token_source, rec.ttft_s) == (2, "client", None)
