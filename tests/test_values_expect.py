@@ -405,3 +405,45 @@ def test_every_time_bound_says_how_far_it_was_overshot():
     for what in ("restarted: guard's default and livez act within 6 s", "a good request within 10 s after the fault",
                  "guard kills the tree within 2 s of its verdict's evidence"):
         assert "over_s" not in never[what], never[what]
+
+
+def test_inconclusive_at_its_boundaries():
+    assert E.inconclusive([MISSED], 1.0) == "recorder starved 1 s"          # any gap the recorder said
+    assert E.inconclusive([FIRED], 1.3, window_s=4.0) is None               # no time in gaps given: none
+    assert E.inconclusive([FIRED], 1.3, frozen_s=0.25) is None              # no window given: no share
+    assert E.inconclusive([FIRED], 1.3, frozen_s=0.0, window_s=0.0) is None
+    assert E.inconclusive([FIRED], 1.3, frozen_s=0.25, window_s=1.0) == "recorder starved 1.3 s"   # a quarter of 1 s
+
+
+def test_over_s_to_the_hundredth_only_on_a_late_miss():
+    ex = Expect(exit_within_s=4.0, guard=GuardExpect(kills=True, within_s=None))
+    res = result(detected={"process_exit": 4.256}, server_exit={"status": None, "reported": None, "read_as_parent": False},
+                 guard={"acted_on": "stall", "verdict_s": 1.0, "evidence_s": 1.0, "exit": 3, "tree_left": 0,
+                        "kill": {"killed": 1, "survivors": 0, "after_s": 2.0, "after_verdict_s": 1.0},
+                        "stacks": None, "signalled_stacks": []})
+    said = {c["expectation"]: c for c in E.check(ex, res)}
+    assert said["process_exit within 4 s"]["over_s"] == 0.26
+    assert said["guard kills the tree"] == {"expectation": "guard kills the tree", "met": True,
+                                            "observed": "1 killed, 0 survived, on stall (1 s after the injection), "
+                                                        "1 s after the verdict"}
+    early = E.check(Expect(fire_by_threshold={"stall": 0.5}), result(detected={"stall": 1.0}, thresholds={"stall": 3.0}))
+    assert early == [{"expectation": "stall at its own threshold \u00b1 0.5 s", "met": False,
+                      "observed": "after 1 s, threshold 3 s"}]                # too early: a miss, no overshoot
+
+
+def test_guard_says_and_an_exit_status_the_plan_names():
+    g = {"acted_on": "gpu_fault", "verdict_s": 1.0, "evidence_s": 1.0, "exit": 5, "tree_left": 0,
+         "kill": {"killed": 1, "survivors": 0, "after_s": 2.0, "after_verdict_s": 1.0}, "stacks": None,
+         "signalled_stacks": [], "said": "hardware: GPU 1 Xid 79, do not restart on this GPU"}
+    ex = Expect(guard=GuardExpect(kills=True, exit=5, says=("Xid 79", "do not restart")))
+    said = {c["expectation"]: (c["met"], c["observed"]) for c in E.check(ex, result(guard=g))}
+    assert said["guard exits 5 (as the plan says)"] == (True, "exit 5")
+    assert said["guard's last line says \u201cXid 79\u201d; \u201cdo not restart\u201d"] == (
+        True, "\u201chardware: GPU 1 Xid 79, do not restart on this GPU\u201d")
+    g["said"] = "hardware: GPU 1 Xid 79"
+    said = {c["expectation"]: (c["met"], c["observed"]) for c in E.check(ex, result(guard=g))}
+    assert said["guard's last line says \u201cXid 79\u201d; \u201cdo not restart\u201d"] == (
+        False, "\u201chardware: GPU 1 Xid 79\u201d")
+    del g["said"]
+    said = {c["expectation"]: (c["met"], c["observed"]) for c in E.check(ex, result(guard=g))}
+    assert said["guard's last line says \u201cXid 79\u201d; \u201cdo not restart\u201d"] == (False, "no exit line read")

@@ -123,8 +123,9 @@ def inconclusive(checks: list[dict], starved_s: float, frozen_s: float = 0.0, wi
 
 
 def _over(took: float | None, bound: float | None) -> float | None:
-    """How far `took` overshot `bound`, or None (no figure, or within it)."""
-    return None if took is None or bound is None or took <= bound else took - bound
+    """How far `took` overshot `bound` (negative: within it), or None without a figure; `check` keeps it only on a
+    miss and only above 0."""
+    return None if took is None or bound is None else took - bound
 
 
 def _answered(what: str, wanted: str, answers: dict[str, int]) -> tuple[str, bool, str]:
