@@ -1,7 +1,7 @@
 """One URL checker and one exit-status table for every command (issue 50, items 4 and 5).
 
 Every command that takes a server's URL, run (in-process, through the CLI's `main`) with each kind of bad URL:
-exactly one line on stderr naming what is wrong, exit status 2 (errors.USAGE), nothing raised. Then the statuses
+exactly one line on stderr naming what is wrong, exit status 2 (2), nothing raised. Then the statuses
 that differed by command: `verify` and `summarize` on a path that is not there (2) and on a directory of
 bundles (a line each, 1 when one fails, naming it), `load` when no request succeeded (1), and the table itself
 in errors.py, reference.md and every --help."""
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,7 +71,15 @@ CASES = [pytest.param(command, kind, id=f"{command}-{kind}") for command in COMM
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """main(argv): (status, stdout, stderr); anything raised (a traceback) fails the test, naming the command."""
+    """main(argv): (status, stdout, stderr); anything raised (a traceback) fails the test, naming the command.
+    `serve` runs in a process of its own: a URL it wrongly accepts would be watched until a timeout ends it."""
+    if argv[0] == "serve":
+        try:
+            done = subprocess.run([sys.executable, "-m", "servewatch", *argv], capture_output=True, text=True,
+                                  timeout=30, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{' '.join(argv)}: accepted, still running after 30 s") from None
+        return done.returncode, done.stdout, done.stderr
     try:
         code = main(argv)
     except SystemExit as exc:
@@ -88,7 +98,7 @@ def test_every_command_refuses_every_bad_url_in_one_line(command, kind, tmp_path
     argv = COMMANDS[command].format(u=url, tmp=tmp_path).split()
     code, _, err = run_cli(argv, capsys)
     lines = err.splitlines()
-    assert code == errors.USAGE, (argv, code, err)
+    assert code == 2, (argv, code, err)
     assert len(lines) == 1 and words in lines[0], (argv, err)
     assert lines[0].startswith(f"servewatch {argv[0]}: ")
     assert "Traceback" not in err and "ValueError" not in err and "None" not in err
@@ -109,7 +119,7 @@ def test_the_checker_names_brackets_schemes_ports_and_host_names():
         with pytest.raises(BadUrl, match=words) as caught:
             parse(bad, "--upstream")
         assert str(caught.value).startswith(f"--upstream {bad!r}: ")
-        assert isinstance(caught.value, ValueError) and caught.value.exit_code == errors.USAGE
+        assert isinstance(caught.value, ValueError) and caught.value.exit_code == 2
 
 
 def test_a_dns_failure_is_named_where_a_connection_failure_is_worded():
@@ -152,19 +162,19 @@ def recompute(monkeypatch):
 def test_verify_a_directory_of_bundles_gives_a_line_each(bundles, recompute, tmp_path, capsys):
     names = sorted(p.name for p in bundles.iterdir() if p.is_dir())
     code, out, err = run_cli(["verify", str(bundles)], capsys)
-    assert code == errors.OK and err == ""
+    assert code == 0 and err == ""
     assert [line.split(":")[0] for line in out.splitlines()] == [f"OK {name}" for name in names] + [str(bundles)]
     assert out.splitlines()[-1] == f"{bundles}: 2 of 2 bundle(s) verified"
     broken = tmp_path / "out"
     shutil.copytree(bundles, broken)
     (broken / names[1] / "incident.json").write_bytes((broken / names[1] / "incident.json").read_bytes() + b" ")
     code, out, err = run_cli(["verify", str(broken)], capsys)
-    assert code == errors.CHECKED_BAD
+    assert code == 1
     assert out.splitlines() == [out.splitlines()[0], f"{broken}: 1 of 2 bundle(s) verified, 1 failed"]
     assert out.startswith(f"OK {names[0]}:")
     assert err.count("\n") == 1 and err.startswith(f"servewatch verify: {broken / names[1]}: incident.json: SHA-256")
     code, out, _ = run_cli(["verify", "--json", str(broken)], capsys)
-    assert code == errors.CHECKED_BAD
+    assert code == 1
     assert [(row["bundle"], row["ok"]) for row in map(json.loads, out.splitlines())] == \
         [(str(broken / names[0]), True), (str(broken / names[1]), False)]
 
@@ -172,25 +182,25 @@ def test_verify_a_directory_of_bundles_gives_a_line_each(bundles, recompute, tmp
 def test_a_path_that_is_not_there_is_bad_input(bundles, recompute, tmp_path, capsys):
     for command in ("verify", "summarize"):
         code, out, err = run_cli([command, str(tmp_path / "nope")], capsys)
-        assert code == errors.USAGE and out == ""
+        assert code == 2 and out == ""
         assert err == f"servewatch {command}: {tmp_path / 'nope'}: no such file or directory\n"
     code, out, err = run_cli(["verify", str(tmp_path / "nope"), str(bundles)], capsys)   # the rest still checked
-    assert code == errors.USAGE and out.count("OK ") == 2 and err.count("\n") == 1
+    assert code == 2 and out.count("OK ") == 2 and err.count("\n") == 1
 
 
 def test_summarize_a_directory_of_bundles(bundles, tmp_path, capsys):
     names = sorted(p.name for p in bundles.iterdir() if p.is_dir())
     code, out, err = run_cli(["summarize", str(bundles)], capsys)
-    assert code == errors.OK and err == ""
+    assert code == 0 and err == ""
     assert [line for line in out.splitlines() if line.startswith("- bundle: ")] == \
         [f"- bundle: `{name}`" for name in names]
     code, out, err = run_cli(["summarize", str(bundles), "--md", str(tmp_path / "md")], capsys)
-    assert code == errors.OK and sorted(p.name for p in (tmp_path / "md").iterdir()) == sorted(f"{n}.md" for n in names)
+    assert code == 0 and sorted(p.name for p in (tmp_path / "md").iterdir()) == sorted(f"{n}.md" for n in names)
     broken = tmp_path / "out"
     shutil.copytree(bundles, broken)
     (broken / names[0] / "manifest.json").write_text("{", encoding="utf-8")
     code, out, err = run_cli(["summarize", str(broken)], capsys)
-    assert code == errors.CHECKED_BAD
+    assert code == 1
     assert out.count("- bundle: ") == 1 and f"- bundle: `{names[1]}`" in out
     first, last = err.splitlines()
     assert first.startswith(f"servewatch summarize: {broken / names[0]}: manifest.json: not valid JSON")
@@ -205,7 +215,7 @@ def test_load_with_no_request_that_succeeded_exits_1_saying_so(capsys):
         port = s.getsockname()[1]
     code, _, err = run_cli(["load", f"http://127.0.0.1:{port}", "--requests", "4", "--model", "m",
                             "--tokenizer", "approx", "--metrics-interval", "0", "--json"], capsys)
-    assert code == errors.CHECKED_BAD
+    assert code == 1
     assert err.splitlines()[-1] == "servewatch load: none of the 4 request(s) succeeded (4 could not connect)"
 
 
