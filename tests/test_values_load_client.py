@@ -324,3 +324,16 @@ def test_the_chunks_and_their_exactness_reach_the_record():
     rec = R.RequestRecord(id=1, scheduled=0.0, prompt_tokens_target=1, max_tokens=2, http_status=200)
     C.finish_record(rec, state, spec(max_tokens=2))
     assert (rec.output_tokens, rec.token_source, rec.ttft_s) == (2, "client", None)
+
+
+def test_the_client_count_is_no_total_for_the_timings():
+    """Counted by the client, the tokens are the chunks' own: no total beside them. A usage member with no
+    completion count (0) on the first piece, none on the second: one token a chunk is known for the second only;
+    the TTFT is its time, and no TPOT is made of one token (a total of 2 would give 0.0 and call it inexact)."""
+    state = StreamState(False, False)
+    state.on_body(b'data: {"choices":[{"index":0,"text":"a"}],"usage":{"completion_tokens":0}}\n\n', 0.5)
+    state.on_body(b'data: {"choices":[{"index":0,"text":"b","finish_reason":"length"}]}\n\n', 1.0)
+    assert (list(state.chunk_k), state.client_tokens, state.completion_tokens) == ([0, 1], 2, 0)
+    rec = R.RequestRecord(id=1, scheduled=0.0, prompt_tokens_target=1, max_tokens=2, http_status=200)
+    C.finish_record(rec, state, spec(max_tokens=2))
+    assert (rec.output_tokens, rec.token_source, rec.ttft_s, rec.tpot_s, rec.itl_exact) == (2, "client", 1.0, None, True)
