@@ -61,3 +61,10 @@ def test_no_rate_across_a_failed_scrape_a_reset_or_a_missing_counter():
                                     (17.0, 3.0)]
     assert [v for _, v in out["running"]] == [1.0, 1.0, None, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, None, None, None]
     assert out["kv_pct"][0] == (0.0, None) and out["waiting"][2] == (6.0, None) and out["health"] == []
+
+
+def test_a_scrape_that_failed_charts_nothing_whatever_it_holds():
+    out = timeline_series([scrape(0.0, engine(1, 0, 0.5, 10.0)), scrape(2.0, engine(3, 2, 0.75, 30.0), error="too_large"),
+                           scrape(4.0, engine(1, 0, 0.5, 50.0))])
+    assert out["running"] == [(0.0, 1.0), (2.0, None), (4.0, 1.0)] and out["kv_pct"][1] == (2.0, None)
+    assert out["progress_rate"] == [(0.0, None), (2.0, None), (4.0, None)]       # no rate across the failed one
