@@ -6,6 +6,7 @@ usage count where it sends one, else one a non-empty piece (then not exact) — 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -114,3 +115,53 @@ def test_a_read_that_starts_mid_event_goes_through_the_splitter():
     assert s.splitter.pending and list(s.chunk_t) == []
     s.on_body(e[5:] + ev(comp("b", usage=(2, 2))), 0.75)   # the rest of one event and a whole one: both at 0.75
     assert (list(s.chunk_t), list(s.chunk_k), s.completion_tokens) == ([0.75, 0.75], [1, 1], 2)
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_the_grammar_built_is_the_one_read():
+    """The grammar is built at import (the patterns are module constants): built again here, it reads events as
+    the module's own does — the groups of a plain event, one with a reason and usage, other members ignored —
+    and refuses what the JSON path must read."""
+    from servewatch.transport import stream as T
+
+    fresh = T.completion_event_pattern().fullmatch
+    cases = [
+        (b'data: {"id":"c","choices":[{"index":0,"text":"ab","logprobs":null}],"model":"m"}\n\n',
+         (b"ab", None, None, None)),
+        (b'data: {"choices":[{"index":0,"text":"","finish_reason":"length","stop_reason":null}],'
+         b'"usage":{"prompt_tokens":7,"total_tokens":10,"completion_tokens":3}}\n\n', (b"", b"length", b"7", b"3")),
+        (b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}],"created":1}\n\n', (b"a", None, None, None)),
+    ]
+    for event, groups in cases:
+        assert fresh(event).groups() == T.completion_event(event).groups() == groups
+    refused = [b'data: {"choices":[{"index":0,"text":"a\\"b"}]}\n\n',           # an escape: the JSON path
+               b'data: {"object":"error","choices":[{"index":0,"text":"a"}]}\n\n',
+               b'data: {"choices":[{"index":0,"text":"a"}],"usage":{"completion_tokens":3}}\n\n',
+               b'data: {"choices":[{"index":1,"text":"a"}]}\n\n',
+               b'data: {"choices":[{"index":0,"text":"a"}]}\n',
+               b'data: {"choices":[{"index":0,"text":"a","text":"b"}]}\n\n',
+               b'data: {"error":1,"choices":[{"index":0,"text":"a"}]}\n\n']
+    for event in refused:
+        assert fresh(event) is None and T.completion_event(event) is None, event
+    name = T.member(rb"a|b")
+    assert name == rb'"(?!(?:a|b)")' + T.CHARS + rb'":' + T.SCALAR
+    assert re.fullmatch(name, b'"c":1') and re.fullmatch(name, b'"ab":"x"') and not re.fullmatch(name, b'"a":1')
+
+
+def test_a_stream_without_a_finish_reason_has_none():
+    s = feed(StreamState(False, False), [(0.5, ev(comp("a")))])
+    assert s.finish_reason is None and list(s.chunk_k) == [1]
+
+
+def test_a_count_that_is_not_a_number_is_no_count():
+    s = feed(StreamState(False, False), [(0.5, ev({"choices": [{"index": 0, "text": "a"}],
+                                                   "usage": {"completion_tokens": "3"}}))])
+    assert (list(s.chunk_k), s.completion_tokens, s.counts_exact) == ([1], 0, False)
+
+
+def test_a_whole_event_after_a_half_one_is_read_with_it():
+    """An event left half (no end) and a whole one after it: the splitter joins them into one event, which is
+    not JSON — the stream is broken, not the second event counted alone."""
+    s = feed(StreamState(False, False), [(0.5, b'data: {"choices":[{"index":0,"te'), (0.75, ev(comp("b")))])
+    assert (s.stream_error, list(s.chunk_t)) == (True, [])
