@@ -119,6 +119,8 @@ declare -A TESTS=(
   # the chunk counter of load and the proxy (issue 50; the grep finds one file)
   [servewatch/transport/stream.py]='tests/test_values_stream.py tests/test_load_events.py tests/test_values_load_client.py
     tests/test_values_exchange.py'
+  # what load's server view and diagnose report of a stretch of scrapes (issue 50; no test file imports it)
+  [servewatch/engine/served.py]='tests/test_values_engine_served.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
