@@ -102,11 +102,12 @@ def test_command_reads_a_bundle(tmp_path, capsys):
     assert "a restart would destroy" in out
 
 
-@pytest.mark.parametrize("target", ["nope", "ftp://x"])
-def test_command_bad_target_is_one_line(target, capsys):
+@pytest.mark.parametrize("target, words", [("nope", "not a URL, a bundle directory or a load directory"),
+                                           ("ftp://x", "'ftp://x': not an http(s) URL: the scheme is ftp")])
+def test_command_bad_target_is_one_line(target, words, capsys):
     assert main(["diagnose", target]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not a URL, a bundle directory or a load directory" in err[0]
+    assert len(err) == 1 and words in err[0]
 
 
 def test_command_bad_bundle_is_one_line(tmp_path, capsys):
