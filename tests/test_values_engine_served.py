@@ -93,3 +93,22 @@ def test_each_mean_kind_is_read(kind):
     first, last = [eng("0", hist={kind: h(1, 1.0)})], [eng("0", hist={kind: h(3, 2.0)})]
     means = run_means(first, last)
     assert means[kind] == 0.5 and all(means[k] is None for k in MEAN_KINDS if k != kind)
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_engines_left_out_before_one_counted():
+    get = lambda e: e.counters.prompt_tokens                                # noqa: E731
+    old = [eng("0", prompt=100.0), eng("2", prompt=10.0), eng("4", prompt=None)]
+    new = [eng("3", prompt=99.0), eng("2", prompt=5.0), eng("4", prompt=7.0), eng("0", prompt=130.0)]
+    assert counter_delta(new, old, get) == 30.0                              # the three before it passed over
+    old_h = [eng("0", hist={"ttft": h(10, 5.0)}), eng("2", hist={"ttft": h(1, 1.0)})]
+    new_h = [eng("3", hist={"ttft": h(5, 5.0)}), eng("2", hist={"ttft": h(0, 0.0)}), eng("1"),
+             eng("0", hist={"ttft": h(12, 6.5)})]
+    assert delta_mean(new_h, old_h, "ttft") == 0.75                          # (6.5 - 5.0) / (12 - 10)
+
+
+def test_one_observation_is_a_mean_and_one_token_a_move():
+    assert delta_mean([eng("0", hist={"e2e": h(3, 4.5)})], [eng("0", hist={"e2e": h(2, 2.0)})], "e2e") == 2.5
+    s = served([eng("0", generated=10.0)], [eng("0", generated=11.0)], [], scrapes=2)
+    assert s.tokens_moved is True
