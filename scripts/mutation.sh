@@ -121,6 +121,8 @@ declare -A TESTS=(
     tests/test_values_exchange.py'
   # what load's server view and diagnose report of a stretch of scrapes (issue 50; no test file imports it)
   [servewatch/engine/served.py]='tests/test_values_engine_served.py'
+  # run_detectors, the lookback window, precedence and the evidence window (issue 50; 59 test files import it)
+  [servewatch/detectors/__init__.py]="tests/test_values_registry.py tests/test_bundle.py $DETECTOR_TESTS"
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
