@@ -88,7 +88,7 @@ class SamplingGaps:
         """What a bundle stores of them (window.recorder): the interval, the threshold, and the gaps that overlap
         the bundle's window (all of them for a window without times)."""
         held = list(self.gaps) if since is None or until is None else overlapping(self.gaps, since, until)
-        return {"interval_s": self.interval_s, "threshold_s": round(self.threshold_s, 6),
+        return {"interval_s": self.interval_s, "threshold_s": self.threshold_s,
                 "gaps": [{"start_t": g.start, "end_t": g.end} for g in held]}
 
 
@@ -96,7 +96,7 @@ def gaps_from_dict(stored: dict | None) -> list[Gap]:
     """The gaps a bundle's window.recorder holds (none for a bundle without it)."""
     if not stored:
         return []
-    return [Gap(float(g["start_t"]), float(g["end_t"])) for g in stored.get("gaps", ())]
+    return [Gap(float(g["start_t"]), float(g["end_t"])) for g in stored["gaps"]]
 
 
 def starved_words(gap: Gap, interval_s: float) -> str:
