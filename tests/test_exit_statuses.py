@@ -239,3 +239,12 @@ def test_the_table_is_in_errors_reference_and_every_help():
             assert "exit status" in text and "2 " in text
         else:
             assert text.rstrip("\n").endswith(epilog), name
+
+
+def test_gpu_check_reads_dcgm_exporters_url_through_the_same_checker(capsys):
+    """gpu-check --gpu-metrics: a bad URL said as serve's --gpu-metrics says it, a DNS failure named."""
+    code, out, err = run_cli(["gpu-check", "--gpu-metrics", "http://[::1:9400"], capsys)
+    assert code == 2 and "Traceback" not in err and "Invalid IPv6" not in out + err
+    assert "--gpu-metrics 'http://[::1:9400': not an http(s) URL of dcgm-exporter's page" in out + err
+    code, out, err = run_cli(["gpu-check", "--gpu-metrics", "http://no-such-host.invalid:9400"], capsys)
+    assert code == 2 and "(the host name no-such-host.invalid could not be resolved)" in out + err

@@ -50,15 +50,26 @@ def _read(args) -> tuple[tuple, dict[int, int], str | None]:
         import urllib.error
         import urllib.request
 
-        from servewatch.errors import ExpositionError
+        from servewatch.errors import ExpositionError, ServewatchError
+        from servewatch.serve.targets import check_gpu_metrics_url
         from servewatch.sources.dcgm import read_page
 
+        try:                    # the one URL checker (servewatch.transport.urls), as serve's --gpu-metrics
+            url = check_gpu_metrics_url(args.gpu_metrics)
+        except ServewatchError as exc:
+            return (), {}, f"--gpu-metrics {exc}"
         try:
-            with urllib.request.urlopen(args.gpu_metrics, timeout=args.timeout) as response:
+            with urllib.request.urlopen(url, timeout=args.timeout) as response:
                 text = response.read(8 << 20)
             devices, last = read_page(text)
         except (OSError, ValueError, ExpositionError) as exc:
             reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            if isinstance(reason, OSError):     # refused, or a host name that does not resolve, in words
+                from urllib.parse import urlsplit
+
+                from servewatch.transport.http1 import connect_words
+
+                reason = connect_words(reason, urlsplit(url).hostname)
             return (), {}, f"dcgm-exporter's page at {args.gpu_metrics} not read ({reason})"
         return devices, last, None
     import time
