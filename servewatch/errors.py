@@ -7,8 +7,8 @@ CHECKED_BAD = 1     # the thing checked is bad: a verdict fired, a bundle fails 
                     # no request succeeded
 USAGE = 2           # usage or bad input: a bad flag or URL, a file that is missing or unreadable, a server
                     # that cannot be reached at the start
-ACTED = 3           # acted: guard killed or restarted the server's process tree
-HARDWARE = 6        # a hardware fault: a GPU fault (an Xid, a fallen-off GPU, ...)
+ACTED = 3           # acted: guard killed the server's process tree after a verdict (actions/policy.EXIT_KILLED)
+HARDWARE = 6        # acted on a hardware fault: guard killed it after a GPU fault (actions/policy.EXIT_HARDWARE)
 SIGNALLED = 128     # stopped by signal N after an orderly stop (records kept): 128 + N (130 SIGINT, 143 SIGTERM)
 
 EXIT_STATUSES = (
@@ -17,8 +17,9 @@ EXIT_STATUSES = (
                   "step missed, no request succeeded)"),
     (USAGE, "usage or bad input (a bad flag, URL or file; a host name that does not resolve; nothing could be "
             "read)"),
-    (ACTED, "acted (guard killed or restarted the server)"),
-    (HARDWARE, "a hardware fault (a GPU fault)"),
+    (ACTED, "acted (guard killed the server after a verdict)"),
+    (HARDWARE, "acted on a hardware fault (guard killed the server after a GPU fault: do not restart it on "
+               "that GPU)"),
     ("128+N", "stopped by signal N after an orderly stop, records kept (130 Ctrl-C, 143 SIGTERM)"),
 )
 
