@@ -124,7 +124,7 @@ declare -A TESTS=(
   # run_detectors, the lookback window, precedence and the evidence window (issue 50; 59 test files import it)
   [servewatch/detectors/__init__.py]="tests/test_values_registry.py tests/test_bundle.py $DETECTOR_TESTS"
   # a process's start, which identity and restarts rest on (issue 50)
-  [servewatch/proctime.py]='tests/test_proctime.py tests/test_sources_process.py'
+  [servewatch/proctime.py]='tests/test_values_proctime.py tests/test_proctime.py tests/test_sources_process.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
