@@ -102,6 +102,12 @@ def test_every_bundle_the_demo_wrote_verifies(demo, capsys):
     for bundle in report["bundles"]:
         assert Path(bundle).parent == out / "bundles"
         assert main(["verify", bundle]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    # What the demo tells its user to run: the directory of bundles, a line each.
+    assert main(["verify", str(out / "bundles")]) == 0, capsys.readouterr().err
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(report["bundles"]) + 1 and all(line.startswith("OK ") for line in lines[:-1])
+    assert lines[-1] == f"{out / 'bundles'}: {len(report['bundles'])} of {len(report['bundles'])} bundle(s) verified"
 
 
 def test_report_is_one_offline_file(demo):
