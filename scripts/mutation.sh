@@ -105,6 +105,13 @@ declare -A TESTS=(
   [servewatch/detectors/gpu.py]="tests/test_values_gpu.py $DETECTOR_TESTS"
   # the specs, precedence and action policy (the grep finds the files that run watch, serve and drills)
   [servewatch/detectors/registry.py]="tests/test_values_registry.py $DETECTOR_TESTS"
+  # the evidence several verdicts read, moved below them (issue 51): the value tests of the verdicts that read it
+  [servewatch/detectors/evidence/engine_signs.py]="tests/test_values_liveness.py tests/test_values_progress.py
+    tests/test_values_not_serving.py tests/test_values_outcomes.py $DETECTOR_TESTS"
+  [servewatch/detectors/evidence/crash_loop.py]="tests/test_values_restart.py $DETECTOR_TESTS"
+  [servewatch/detectors/evidence/stages.py]="tests/test_values_startup.py $DETECTOR_TESTS"
+  [servewatch/detectors/evidence/gpus.py]="tests/test_values_gpu.py tests/test_values_progress.py tests/test_values_ranks.py
+    $DETECTOR_TESTS"
   # the histogram summaries (issue 50): their values, at the blind fraction's boundary (the grep adds the
   # conformance of a real server, which needs one)
   [servewatch/engine/summary.py]='tests/test_values_engine_summary.py tests/test_values_blind_fraction.py
@@ -125,6 +132,9 @@ declare -A TESTS=(
   [servewatch/detectors/__init__.py]="tests/test_values_registry.py tests/test_bundle.py $DETECTOR_TESTS"
   # a process's start, which identity and restarts rest on (issue 50)
   [servewatch/proctime.py]='tests/test_values_proctime.py tests/test_proctime.py tests/test_sources_process.py'
+  # a request's record, written and read back (issue 50; the grep brings in the simulator's and the drill's runs)
+  [servewatch/load/records.py]='tests/test_values_records.py tests/test_requests_readback.py tests/test_values_load_client.py
+    tests/test_values_summary.py tests/test_values_exchange.py tests/test_load_summary.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
