@@ -248,3 +248,32 @@ def test_gpu_check_reads_dcgm_exporters_url_through_the_same_checker(capsys):
     assert "--gpu-metrics 'http://[::1:9400': not an http(s) URL of dcgm-exporter's page" in out + err
     code, out, err = run_cli(["gpu-check", "--gpu-metrics", "http://no-such-host.invalid:9400"], capsys)
     assert code == 2 and "(the host name no-such-host.invalid could not be resolved)" in out + err
+
+
+def test_serve_names_a_target_whose_host_name_does_not_resolve_and_watches_the_rest():
+    """serve is not refused for it (a fleet's name may appear later), but says it as such, once, at the start."""
+    import selectors
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "servewatch", "serve", "--target", DNS, "--target",
+                                "http://127.0.0.1:9", "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stderr, selectors.EVENT_READ)
+            deadline = time.monotonic() + 30
+            while not any("listening on" in line for line in lines) and time.monotonic() < deadline:
+                if selector.select(timeout=deadline - time.monotonic()):
+                    line = process.stderr.readline()
+                    if not line:
+                        break
+                    lines.append(line.rstrip("\n"))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        process.stderr.close()
+    assert lines[0] == (f"servewatch serve: target no-such-host.invalid:8000: '{DNS}': the host name "
+                        "no-such-host.invalid could not be resolved; watched all the same, as down until it resolves")
+    assert lines[1].startswith("servewatch serve: listening on http://127.0.0.1:") and "watching 2 target(s)" in lines[1]

@@ -79,6 +79,7 @@ def run(args) -> int:
     from servewatch.watch.event_lines import EventLines
 
     config = from_args(args)          # a bad config: one line naming file, line and key; exit 2
+    _say_unresolved(config.targets)
     heap.settle()
 
     async def main() -> int:
@@ -91,3 +92,18 @@ def run(args) -> int:
 
     code = asyncio.run(main())
     return stopping.status() if stopping.received() is not None else code
+
+
+def _say_unresolved(targets) -> None:
+    """A target whose host name does not resolve is said once, as such (not as "could not connect"), and watched
+    all the same: in a fleet a name may appear later (a pod's DNS record), and the others are still watched."""
+    import sys
+
+    from servewatch.transport.urls import HostNotResolved, resolve
+
+    for target in targets:
+        try:
+            resolve(target.url)
+        except HostNotResolved as exc:
+            print(f"servewatch serve: target {target.name}: {exc}; watched all the same, as down until it resolves",
+                  file=sys.stderr, flush=True)
