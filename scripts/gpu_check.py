@@ -9,7 +9,7 @@ every reading as a bundle stores it (servewatch.bundle.serialize.sample_to_dict)
 the date and the hardware. Prints one line per phase: the median utilisation, power and SM clock, and the class
 (idle / busy / spin); exits 0 when idle reads idle, the matmul busy and the spin kernel spin, 1 when not, 2 when
 there is no GPU. What it settles: whether "busy at low power" (a kernel resident, not computing) is what a
-spinning rank looks like on this GPU, the rule `servewatch.detectors.gpu` uses (SPIN_POWER_SHARE of the limit).
+spinning rank looks like on this GPU, the rule `servewatch.detectors.evidence.gpus` uses (SPIN_POWER_SHARE of the limit).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> int:
         print("gpu_check: no CUDA GPU visible to torch")
         return 2
     from servewatch.bundle.serialize import sample_to_dict
-    from servewatch.detectors.gpu import SPIN_POWER_SHARE, _rank_state
+    from servewatch.detectors.evidence.gpus import SPIN_POWER_SHARE, _rank_state
     from servewatch.sources.gpu import NvmlProbe, load_pynvml
 
     probe = NvmlProbe()

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from servewatch.detectors import DetectorConfig, evidence_window, run_detectors
-from servewatch.detectors.startup import stages
+from servewatch.detectors.evidence.stages import stages
 from servewatch.sources.logs import parse_line
 from servewatch.timeline.samples import HealthSample, LogEvent, ProcessMember, ProcessSample
 from servewatch.timeline.window import Window

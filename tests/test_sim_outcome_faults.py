@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from servewatch.detectors import registry
-from servewatch.detectors.startup import stages
+from servewatch.detectors.evidence.stages import stages
 from servewatch.sim import SimConfig, SimEngine
 from servewatch.sim.faults import FaultSpecError, parse_fault_spec
 from tests.sim_harness import Phase, fired, run

@@ -260,3 +260,67 @@ def test_the_client_check_can_fail():
     assert unexplained_clients("import urllib.error\nimport urllib.request\n", "m.py") == ["m.py:2 import urllib.request"]
     assert unexplained_clients("    # a blocking thread: no event loop\n    import urllib.error\n    import urllib.request\n"
                                "from aiohttp import web\nimport aiohttp  # the benchmark's contender\n", "m.py") == []
+
+
+# Shared evidence one floor below the verdicts (issue 51): a verdict module (a module of detectors/ that defines a
+# top-level `detect...` function) takes what another verdict also reads from detectors/evidence/, never from that
+# verdict's module; the evidence floor imports no verdict module either.
+DETECTORS = ROOT / "detectors"
+
+
+def verdict_modules(sources: dict[str, str]) -> set[str]:
+    """The verdict modules among `sources` (dotted name -> source): those with a top-level `def detect...`."""
+    return {name for name, source in sources.items()
+            if any(isinstance(n, ast.FunctionDef) and n.name.startswith("detect") for n in ast.parse(source).body)}
+
+
+def verdict_crossings(sources: dict[str, str]) -> list[str]:
+    """Each import by which a verdict module, or a module of detectors/evidence/, takes another verdict module (at
+    module level or inside a function; `from servewatch.detectors import liveness` and `from
+    servewatch.detectors.liveness import x` alike)."""
+    verdicts = verdict_modules(sources)
+    found = []
+    for name, source in sorted(sources.items()):
+        if name not in verdicts and not name.startswith("servewatch.detectors.evidence"):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = name.split(".")[:len(name.split(".")) - node.level]
+                    base = ".".join(package + ([base] if base else []))
+                taken = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                taken = [alias.name for alias in node.names]
+            else:
+                continue
+            hit = sorted({v for v in verdicts if v != name and any(t == v or t.startswith(v + ".") for t in taken)})
+            if hit:
+                found.append(f"{name}:{node.lineno} imports verdict module {', '.join(hit)}")
+    return found
+
+
+def _detector_sources() -> dict[str, str]:
+    return {".".join(p.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): p.read_text("utf-8")
+            for p in sorted(DETECTORS.rglob("*.py"))}
+
+
+def test_no_verdict_module_imports_another():
+    sources = _detector_sources()
+    assert {"servewatch.detectors.liveness", "servewatch.detectors.restart"} <= verdict_modules(sources)
+    assert verdict_crossings(sources) == []
+
+
+def test_the_verdict_check_can_fail():
+    d = "servewatch.detectors."
+    verdict = "def detect(window, config):\n    return []\n"
+    sources = {d + "a": verdict, d + "b": verdict + "from servewatch.detectors import a\n",
+               d + "c": "def detect_c(w, c):\n    from servewatch.detectors.a import x\n",
+               d + "e": "from . import a\nfrom .evidence import y\ndef detect_e(w, c):\n    pass\n",
+               d + "evidence.f": "import servewatch.detectors.b\n",
+               d + "series": "from servewatch.detectors import a\n"}      # not a verdict: may read one
+    assert verdict_crossings(sources) == [
+        "servewatch.detectors.b:3 imports verdict module servewatch.detectors.a",
+        "servewatch.detectors.c:2 imports verdict module servewatch.detectors.a",
+        "servewatch.detectors.e:1 imports verdict module servewatch.detectors.a",
+        "servewatch.detectors.evidence.f:1 imports verdict module servewatch.detectors.b"]

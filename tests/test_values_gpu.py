@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from servewatch.detectors import gpu as G
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence import gpus as GE
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState
 from servewatch.timeline.samples import (CLOCK_HW_POWER_BRAKE, CLOCK_HW_SLOWDOWN, CLOCK_HW_THERMAL, CLOCK_SW_POWER_CAP,
@@ -305,11 +306,11 @@ def test_token_rate():
 # --- the GPU of each rank -------------------------------------------------------------------------------------
 
 def test_rank_state_under_at_and_over():
-    s = lambda **kw: G._rank_state(dev(0, **kw))
+    s = lambda **kw: GE._rank_state(dev(0, **kw))
     assert s(utilization_pct=None) == "unknown"
-    assert [s(utilization_pct=u) for u in (G.IDLE_PCT - 0.5, G.IDLE_PCT, G.IDLE_PCT + 0.5)] == ["idle", "busy", "busy"]
-    spin_at = G.SPIN_POWER_SHARE * 700
-    assert [s(utilization_pct=u, power_w=spin_at - 1) for u in (G.BUSY_PCT - 0.5, G.BUSY_PCT, G.BUSY_PCT + 0.5)] == [
+    assert [s(utilization_pct=u) for u in (GE.IDLE_PCT - 0.5, GE.IDLE_PCT, GE.IDLE_PCT + 0.5)] == ["idle", "busy", "busy"]
+    spin_at = GE.SPIN_POWER_SHARE * 700
+    assert [s(utilization_pct=u, power_w=spin_at - 1) for u in (GE.BUSY_PCT - 0.5, GE.BUSY_PCT, GE.BUSY_PCT + 0.5)] == [
         "busy", "spin", "spin"]
     assert [s(utilization_pct=98.0, power_w=p) for p in (spin_at - 1, spin_at, spin_at + 1)] == ["spin", "busy", "busy"]
     assert s(utilization_pct=98.0, power_w=None) == "busy" and s(utilization_pct=98.0, power_limit_w=0.0) == "busy"
@@ -318,21 +319,21 @@ def test_rank_state_under_at_and_over():
 def test_rank_gpu_evidence():
     w = lambda *devices: Window(gpu=(reading(1, *devices),))
     spin, idle = dev(0, utilization_pct=98.0, power_w=85.0), dev(1, utilization_pct=0.0)
-    assert G.rank_gpu_evidence(w(spin, idle), tree()) == (
+    assert GE.rank_gpu_evidence(w(spin, idle), tree()) == (
         "; GPUs: TP rank 0 GPU 0 98 % at 85 of 700 W (spinning or waiting), TP rank 1 GPU 1 idle 0 % at 300 of 700 W: "
         "TP rank 1 is not launching work", "TP0=spin,TP1=idle")
-    assert G.rank_gpu_evidence(w(spin, dev(1, pids=())), tree()) == (
+    assert GE.rank_gpu_evidence(w(spin, dev(1, pids=())), tree()) == (
         "; GPUs: TP rank 0 GPU 0 98 % at 85 of 700 W (spinning or waiting), TP rank 1 on no GPU (absent from NVML's "
         "process lists): TP rank 1 is not launching work", "TP0=spin,TP1=absent")
     busy = dev(1, utilization_pct=97.0, power_w=None)
-    assert G.rank_gpu_evidence(w(spin, busy), tree()) == (
+    assert GE.rank_gpu_evidence(w(spin, busy), tree()) == (
         "; GPUs: TP rank 0 GPU 0 98 % at 85 of 700 W (spinning or waiting), TP rank 1 GPU 1 97 %", "TP0=spin,TP1=busy")
-    both_idle = G.rank_gpu_evidence(w(dev(0, utilization_pct=1.0, power_limit_w=None), idle), tree())
+    both_idle = GE.rank_gpu_evidence(w(dev(0, utilization_pct=1.0, power_limit_w=None), idle), tree())
     assert both_idle == ("; GPUs: TP rank 0 GPU 0 idle 1 % at 300 W, TP rank 1 GPU 1 idle 0 % at 300 of 700 W",
                          "TP0=idle,TP1=idle")
-    assert G.rank_gpu_evidence(w(dev(0, pids=()), dev(1, pids=())), tree()) == ("", None)
-    assert G.rank_gpu_evidence(Window(), tree()) == ("", None)
-    assert G.rank_gpu_evidence(w(spin, idle), None) == ("", None)
+    assert GE.rank_gpu_evidence(w(dev(0, pids=()), dev(1, pids=())), tree()) == ("", None)
+    assert GE.rank_gpu_evidence(Window(), tree()) == ("", None)
+    assert GE.rank_gpu_evidence(w(spin, idle), None) == ("", None)
 
 
 # --- a node's GPUs --------------------------------------------------------------------------------------------
@@ -448,25 +449,25 @@ def test_token_rate_at_its_edges():
 def test_rank_gpu_evidence_of_every_kind():
     w = lambda *devices: Window(gpu=(reading(1, *devices),))
     # one rank of unknown state and one idle: nobody is seen working, so no rank is blamed
-    assert G.rank_gpu_evidence(w(dev(0, utilization_pct=None), dev(1, utilization_pct=0.0)), tree()) == (
+    assert GE.rank_gpu_evidence(w(dev(0, utilization_pct=None), dev(1, utilization_pct=0.0)), tree()) == (
         "; GPUs: TP rank 0 GPU 0 n/a % at 300 of 700 W, TP rank 1 GPU 1 idle 0 % at 300 of 700 W", "TP0=unknown,TP1=idle")
     # busy (not spinning) is working
-    clause, _ = G.rank_gpu_evidence(w(dev(0, utilization_pct=97.0, power_w=500.0), dev(1, utilization_pct=0.0)), tree())
+    clause, _ = GE.rank_gpu_evidence(w(dev(0, utilization_pct=97.0, power_w=500.0), dev(1, utilization_pct=0.0)), tree())
     assert clause.endswith(": TP rank 1 is not launching work")
     # an absent rank first, then the one that holds a GPU
-    assert G.rank_gpu_evidence(w(dev(1, utilization_pct=97.0, power_w=500.0)), tree()) == (
+    assert GE.rank_gpu_evidence(w(dev(1, utilization_pct=97.0, power_w=500.0)), tree()) == (
         "; GPUs: TP rank 0 on no GPU (absent from NVML's process lists), TP rank 1 GPU 1 97 % at 500 of 700 W: TP rank "
         "0 is not launching work", "TP0=absent,TP1=busy")
     # the engine core holding the GPU itself (TP 1), and SGLang's schedulers with two axes
-    assert G.rank_gpu_evidence(w(dev(0, pids=(110,))), tree()) == (
+    assert GE.rank_gpu_evidence(w(dev(0, pids=(110,))), tree()) == (
         "; GPUs: VLLM::EngineCore (pid 110) GPU 0 90 % at 300 of 700 W", "110=busy")
-    assert G.rank_gpu_evidence(w(dev(0, pids=(200,)), dev(1, pids=(201,), utilization_pct=0.0)), sglang()) == (
+    assert GE.rank_gpu_evidence(w(dev(0, pids=(200,)), dev(1, pids=(201,), utilization_pct=0.0)), sglang()) == (
         "; GPUs: DP rank 0 TP rank 0 GPU 0 90 % at 300 of 700 W, DP rank 0 TP rank 1 GPU 1 idle 0 % at 300 of 700 W: "
         "DP rank 0 TP rank 1 is not launching work", "DP0,TP0=busy,DP0,TP1=idle")
     # the token is cut at 128 characters
     many = ProcessSample(T0, 100, 1.0, True, tuple(ProcessMember(500 + i, 1.0, "worker", f"VLLM::Worker_TP{i}", "running")
                                                     for i in range(16)))
     devices = tuple(dev(i, pids=(500 + i,)) for i in range(16))
-    _, token = G.rank_gpu_evidence(Window(gpu=(GpuSample(T0, True, devices),)), many)
+    _, token = GE.rank_gpu_evidence(Window(gpu=(GpuSample(T0, True, devices),)), many)
     full = ",".join(f"TP{i}=busy" for i in range(16))
     assert len(full) > 128 and token == full[:128]

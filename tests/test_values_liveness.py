@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from servewatch.detectors import liveness as L
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence import engine_signs as ES
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState
 from servewatch.timeline.samples import HealthSample, LogEvent, MetricsSample, ProcessMember, ProcessSample
@@ -79,18 +80,18 @@ def test_health_loss_is_the_whole_verdict():
 
 
 def test_answer_problem_and_health_evidence():
-    assert L.answer_problem(health(0, 503)) == "HTTP 503"
-    assert L.answer_problem(health(0, None, "connect")) == "connect"
-    assert L.answer_problem(HealthSample(T0, None, None, None)) == "no answer"
-    assert L.health_evidence(health(1, 200)) == Evidence("health", T0 + 1, "status", 200)
-    assert L.health_evidence(health(1, None, "timeout")) == Evidence("health", T0 + 1, "error", "timeout")
+    assert ES.answer_problem(health(0, 503)) == "HTTP 503"
+    assert ES.answer_problem(health(0, None, "connect")) == "connect"
+    assert ES.answer_problem(HealthSample(T0, None, None, None)) == "no answer"
+    assert ES.health_evidence(health(1, 200)) == Evidence("health", T0 + 1, "status", 200)
+    assert ES.health_evidence(health(1, None, "timeout")) == Evidence("health", T0 + 1, "error", "timeout")
 
 
 def test_trailing():
-    assert L._trailing([1, 2, 0, 3, 4], lambda x: x > 0) == [3, 4]
-    assert L._trailing([1, 2], lambda x: x > 0) == [1, 2]
-    assert L._trailing([1, 0], lambda x: x > 0) == []
-    assert L._trailing([], lambda x: True) == []
+    assert ES._trailing([1, 2, 0, 3, 4], lambda x: x > 0) == [3, 4]
+    assert ES._trailing([1, 2], lambda x: x > 0) == [1, 2]
+    assert ES._trailing([1, 0], lambda x: x > 0) == []
+    assert ES._trailing([], lambda x: True) == []
 
 
 # --- engine_dead: /health's dead status --------------------------------------------------------------------
@@ -110,9 +111,9 @@ def test_engine_dead_by_health_is_the_whole_verdict():
 def test_a_dead_status_counts_only_for_a_dialect_that_has_one():
     w = Window(health=dead_health(5, 3), metrics=(scrape(0, dialect="sglang"),))
     assert L.detect_engine_dead(w, CONFIG) == []
-    assert L._dead_status(w) is None
-    assert L._dead_status(Window(metrics=(scrape(0),))) == 503
-    assert L._dead_status(Window()) is None
+    assert ES._dead_status(w) is None
+    assert ES._dead_status(Window(metrics=(scrape(0),))) == 503
+    assert ES._dead_status(Window()) is None
 
 
 def test_with_a_log_a_dead_status_counts_once_it_held_shutdown_log_wait_s():
@@ -136,17 +137,17 @@ def test_a_death_line_makes_a_dead_status_count_at_once():
 
 def test_in_shutdown_bounds_under_at_and_over():
     w = Window(logs=(log(10, "shutdown"),))
-    at = lambda t: L.in_shutdown(w, T0 + t, CONFIG)
+    at = lambda t: ES.in_shutdown(w, T0 + t, CONFIG)
     assert [at(10 - WAIT - STEP), at(10 - WAIT), at(10 - WAIT + STEP)] == [False, True, True]
     assert [at(10 + KEEP - STEP), at(10 + KEEP), at(10 + KEEP + STEP)] == [True, True, False]
-    assert L.in_shutdown(Window(logs=(log(10, "engine_dead"),)), T0 + 10, CONFIG) is False
+    assert ES.in_shutdown(Window(logs=(log(10, "engine_dead"),)), T0 + 10, CONFIG) is False
 
 
 def test_a_requested_shutdown_is_no_death():
     w = Window(health=(health(0), health(5, 503), health(6, 503), health(9, 503)), metrics=(scrape(0),),
                logs=(log(5, "shutdown"), log(5.5, "engine_dead")))
     assert L.detect_engine_dead(w, CONFIG) == []
-    assert L.engine_death_evidence(w, CONFIG) == (None, [], [])
+    assert ES.engine_death_evidence(w, CONFIG) == (None, [], [])
 
 
 # --- engine_dead: the log's death lines ------------------------------------------------------------------
@@ -197,7 +198,7 @@ def test_with_a_log_a_vanished_engine_counts_once_it_held_shutdown_log_wait_s():
 
 
 def test_engine_children_gone():
-    gone = L._engine_children_gone
+    gone = ES._engine_children_gone
     assert gone(()) is None
     assert gone((proc(0), proc(1))) is None
     # gone at 2 and still gone at 3: the first sample missing it is 2
@@ -246,7 +247,7 @@ def test_the_whole_target_gone_at_once_is_process_exits_and_an_api_that_outlived
 def test_several_signs_take_the_earliest_onset():
     process = tuple(proc(i) for i in range(6)) + (proc(6, members=(API,)),)
     w = Window(health=dead_health(4, 3), metrics=(scrape(0),), process=process)
-    onset, evidence, reasons = L.engine_death_evidence(w, CONFIG)
+    onset, evidence, reasons = ES.engine_death_evidence(w, CONFIG)
     assert onset == T0 + 4 and len(reasons) == 2
     assert reasons[0] == "/health 503 for 3 probe(s) over 2.0 s"
 
@@ -372,14 +373,14 @@ def test_exit_zero_note():
 
 
 def test_dialect_hint():
-    assert L.dialect_hint(Window(metrics=(scrape(0, dialect="sglang"), scrape(1)))).name == "vllm"
-    assert L.dialect_hint(Window(metrics=(scrape(0), MetricsSample(T0 + 1, None, None, error="x")))).name == "vllm"
-    assert L.dialect_hint(Window(process=(proc(0),))).name == "vllm"
+    assert ES.dialect_hint(Window(metrics=(scrape(0, dialect="sglang"), scrape(1)))).name == "vllm"
+    assert ES.dialect_hint(Window(metrics=(scrape(0), MetricsSample(T0 + 1, None, None, error="x")))).name == "vllm"
+    assert ES.dialect_hint(Window(process=(proc(0),))).name == "vllm"
     sg = ProcessMember(5, 5.0, "engine_core", "sglang::scheduler", "running", ppid=1)
-    hint = L.dialect_hint(Window(process=(proc(0, members=(API, sg)),)))
+    hint = ES.dialect_hint(Window(process=(proc(0, members=(API, sg)),)))
     assert hint is not None and hint.name == "sglang"
-    assert L.dialect_hint(Window(process=(proc(0, members=(API,)),))) is None
-    assert L.dialect_hint(Window()) is None
+    assert ES.dialect_hint(Window(process=(proc(0, members=(API,)),))) is None
+    assert ES.dialect_hint(Window()) is None
 
 
 def test_death_before_names_the_first_sample_missing_the_engine():
@@ -456,9 +457,9 @@ def test_the_startup_failure_line_with_numbers_is_one_with_more_than_two_fields(
 
 def test_engine_children_gone_of_the_newest_root_and_since_its_first_zombie():
     # an earlier root (create time 1) then the newest (create time 5) that showed its engine, which is now gone
-    first, last, missing = L._engine_children_gone((proc(0), proc(1, root_ct=5.0), proc(2, members=(API,), root_ct=5.0)))
+    first, last, missing = ES._engine_children_gone((proc(0), proc(1, root_ct=5.0), proc(2, members=(API,), root_ct=5.0)))
     assert (first.t, last.t, missing) == (T0 + 2, T0 + 2, [(2, "VLLM::EngineCore")])
     # a zombie then gone: gone since the zombie
     zombie = replace(CORE, status="zombie")
-    first, last, _ = L._engine_children_gone((proc(0), proc(1, members=(API, zombie)), proc(2, members=(API,))))
+    first, last, _ = ES._engine_children_gone((proc(0), proc(1, members=(API, zombie)), proc(2, members=(API,))))
     assert (first.t, last.t) == (T0 + 1, T0 + 2)

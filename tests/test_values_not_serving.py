@@ -332,16 +332,16 @@ def test_health_as_a_probe_not_while_the_engine_computes_or_shuts_down():
 
 def test_health_as_a_probe_judged_by_the_window_s_dialect(monkeypatch):
     # the dialect's own "dead" status on /health is engine_dead's: a dialect with one
-    from servewatch.detectors import liveness
+    from servewatch.detectors.evidence import engine_signs
 
     class Dead:
         health_runs_through_engine = True
         health_dead_status = 503
 
-    monkeypatch.setattr(liveness, "dialect_hint", lambda window: Dead)
+    monkeypatch.setattr(engine_signs, "dialect_hint", lambda window: Dead)
     assert N.detect(_sglang(503), CONFIG) == []
     assert len(N.detect(_sglang(500), CONFIG)) == 1
-    monkeypatch.setattr(liveness, "dialect_hint", lambda window: None)
+    monkeypatch.setattr(engine_signs, "dialect_hint", lambda window: None)
     assert N.detect(_sglang(500), CONFIG) == []
 
 
@@ -399,13 +399,13 @@ def test_health_that_is_a_generation_names_its_newest_failure():
 
 
 def test_health_as_a_probe_reads_the_newest_health_for_the_dead_status(monkeypatch):
-    from servewatch.detectors import liveness
+    from servewatch.detectors.evidence import engine_signs
 
     class Dead:
         health_runs_through_engine = True
         health_dead_status = 503
 
-    monkeypatch.setattr(liveness, "dialect_hint", lambda window: Dead)
+    monkeypatch.setattr(engine_signs, "dialect_hint", lambda window: Dead)
     w = Window(health=tuple(health(i, 200 if i < 11 else (503 if i == 20 else 500)) for i in range(21)),
                metrics=tuple(scrape(i, dialect="sglang") for i in range(21)), probe=(missed(10),))
     assert N.detect(w, CONFIG) == []          # the newest /health is the dead status: engine_dead's

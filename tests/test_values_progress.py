@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from servewatch.detectors import progress as P
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence.engine_signs import engine_busy
 from servewatch.detectors.verdict import Evidence
 from servewatch.engine.state import Counters, EngineState
 from servewatch.timeline.samples import HealthSample, LogEvent, MetricsSample, ProcessMember, ProcessSample
@@ -204,20 +205,20 @@ def test_a_busy_engine_waits_for_the_ceiling():
 
 def test_engine_busy_under_at_and_over_and_its_window():
     pct, floor = CONFIG.stall_busy_cpu_percent, CONFIG.stall_floor_s
-    assert P.engine_busy((), CONFIG) is False
+    assert engine_busy((), CONFIG) is False
     for cpu, busy in ((pct - STEP, False), (pct, True), (pct + STEP, True)):
-        assert P.engine_busy((proc(0, cpu=1.0), proc(1, cpu=cpu)), CONFIG) is busy, cpu
+        assert engine_busy((proc(0, cpu=1.0), proc(1, cpu=cpu)), CONFIG) is busy, cpu
     # a hot sample stall_floor_s before the newest counts; one STEP older does not
-    assert P.engine_busy((proc(10 - floor, cpu=pct), proc(10, cpu=0.0)), CONFIG) is True
-    assert P.engine_busy((proc(10 - floor - STEP, cpu=pct), proc(10, cpu=0.0)), CONFIG) is False
+    assert engine_busy((proc(10 - floor, cpu=pct), proc(10, cpu=0.0)), CONFIG) is True
+    assert engine_busy((proc(10 - floor - STEP, cpu=pct), proc(10, cpu=0.0)), CONFIG) is False
     # a stopped engine now is not busy, however hot before
-    assert P.engine_busy((proc(9, cpu=99.0), proc(10, status="stopped", cpu=0.0)), CONFIG) is False
-    assert P.engine_busy((proc(9, cpu=99.0), proc(10, status="tracing-stop", cpu=0.0)), CONFIG) is False
+    assert engine_busy((proc(9, cpu=99.0), proc(10, status="stopped", cpu=0.0)), CONFIG) is False
+    assert engine_busy((proc(9, cpu=99.0), proc(10, status="tracing-stop", cpu=0.0)), CONFIG) is False
     # only engine processes count
     hot_api = ProcessSample(T0 + 10, 1, 1.0, True, (replace(API, cpu_percent=99.0),))
-    assert P.engine_busy((hot_api,), CONFIG) is False
+    assert engine_busy((hot_api,), CONFIG) is False
     none_cpu = ProcessSample(T0 + 10, 1, 1.0, True, (ProcessMember(2, 2.0, "worker", "w", "running"),))
-    assert P.engine_busy((none_cpu,), CONFIG) is False
+    assert engine_busy((none_cpu,), CONFIG) is False
 
 
 def test_stopped_processes_are_named_and_counted():
@@ -260,8 +261,8 @@ def test_quiet_since():
 
 def test_an_unknown_cpu_is_no_cpu_even_for_the_lowest_bar():
     none_cpu = ProcessSample(T0 + 10, 1, 1.0, True, (ProcessMember(2, 2.0, "worker", "w", "running"),))
-    assert P.engine_busy((none_cpu,), replace(CONFIG, stall_busy_cpu_percent=1.0)) is False
-    assert P.engine_busy((proc(10, cpu=1.0),), replace(CONFIG, stall_busy_cpu_percent=1.0)) is True
+    assert engine_busy((none_cpu,), replace(CONFIG, stall_busy_cpu_percent=1.0)) is False
+    assert engine_busy((proc(10, cpu=1.0),), replace(CONFIG, stall_busy_cpu_percent=1.0)) is True
 
 
 def test_two_scrapes_are_enough():
@@ -273,7 +274,7 @@ def test_two_scrapes_are_enough():
 
 
 def test_the_stall_names_each_rank_s_gpu():
-    from servewatch.detectors.gpu import rank_gpu_evidence
+    from servewatch.detectors.evidence.gpus import rank_gpu_evidence
     from servewatch.timeline.samples import GpuDevice, GpuProcess, GpuSample
 
     def tree(t):

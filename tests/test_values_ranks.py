@@ -345,7 +345,7 @@ def test_moving_counters_beside_a_stop_keep_their_gauges_in_the_evidence():
 
 
 def test_the_rank_s_gpus_are_said():
-    from servewatch.detectors.gpu import rank_gpu_evidence
+    from servewatch.detectors.evidence.gpus import rank_gpu_evidence
     from servewatch.timeline.samples import GpuDevice, GpuProcess, GpuSample
 
     gpus = GpuSample(T0 + 14, True, (

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from servewatch.detectors import restart as R
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence import crash_loop as CL
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState
 from servewatch.timeline.samples import HealthSample, LogEvent, MetricsSample, ProcessSample
@@ -99,7 +100,7 @@ def test_crash_loop_count_under_at_and_over():
     for n, fires in ((COUNT - 1, False), (COUNT, True), (COUNT + 1, True)):
         w = Window(process=restarts(n))
         assert (R.detect_crash_loop(w, CONFIG) != []) is fires, n
-        assert R.in_crash_loop(w, CONFIG) is fires
+        assert CL.in_crash_loop(w, CONFIG) is fires
         assert (R.detect(w, CONFIG) == []) is fires            # a crash loop is not also a restart
 
 
@@ -122,10 +123,10 @@ def test_crash_loop_window_under_at_and_over():
 
 def test_engine_death_lines_within_a_burst_are_one_death_under_at_and_over():
     for gap, deaths in ((BURST - STEP, 1), (BURST, 1), (BURST + STEP, 2)):
-        episodes = R._engine_deaths(Window(logs=(log(0, "engine_dead"), log(gap, "engine_dead"))), CONFIG)
+        episodes = CL._engine_deaths(Window(logs=(log(0, "engine_dead"), log(gap, "engine_dead"))), CONFIG)
         assert len(episodes) == deaths, gap
     # a burst is measured from its first line: 0, 6, 12 with a 10 s burst are 0 (with 6) and 12
-    episodes = R._engine_deaths(Window(logs=(log(0, "engine_dead"), log(6, "engine_dead"), log(12, "engine_dead"),
+    episodes = CL._engine_deaths(Window(logs=(log(0, "engine_dead"), log(6, "engine_dead"), log(12, "engine_dead"),
                                              log(13, "shutdown"))), replace(CONFIG, crash_loop_burst_s=10.0))
     assert episodes == [(T0, Evidence("log", T0, "kind", "engine_dead")),
                         (T0 + 12, Evidence("log", T0 + 12, "kind", "engine_dead"))]
@@ -134,27 +135,27 @@ def test_engine_death_lines_within_a_burst_are_one_death_under_at_and_over():
 def test_the_signal_with_the_most_episodes_speaks():
     # 3 new processes, and 4 deaths: deaths speak
     logs = tuple(log(5 + i * 20, "engine_dead", reason="EngineDeadError") for i in range(4))
-    what, episodes = R.crash_loop_episodes(Window(process=restarts(3), logs=logs), CONFIG)
+    what, episodes = CL.crash_loop_episodes(Window(process=restarts(3), logs=logs), CONFIG)
     assert (what, len(episodes)) == ("engine deaths", 4)
     # a tie: the first signal listed keeps it (new process before deaths)
     logs = tuple(log(5 + i * 20, "engine_dead") for i in range(3))
-    what, _ = R.crash_loop_episodes(Window(process=restarts(3), logs=logs), CONFIG)
+    what, _ = CL.crash_loop_episodes(Window(process=restarts(3), logs=logs), CONFIG)
     assert what == "restarts (new process)"
 
 
 def test_each_signal_of_a_restart():
     ups = tuple(log(i * 10, "startup", stage="process_up") for i in range(4)) + (log(45, "startup", stage="ready"),)
-    assert R._later_starts(Window(logs=ups)) == [(T0 + t, Evidence("log", T0 + t, "stage", "process_up"))
+    assert CL._later_starts(Window(logs=ups)) == [(T0 + t, Evidence("log", T0 + t, "stage", "process_up"))
                                                  for t in (10, 20, 30)]
     process = (proc(0), proc(1, alive=False, code=1), proc(2, alive=False), proc(3), proc(4, alive=False))
-    assert R._exits(Window(process=process)) == [(T0 + 1, Evidence("process", T0 + 1, "alive", False)),
+    assert CL._exits(Window(process=process)) == [(T0 + 1, Evidence("process", T0 + 1, "alive", False)),
                                                  (T0 + 4, Evidence("process", T0 + 4, "alive", False))]
     metrics = (scrape(0, steps=5), scrape(1, steps=1), scrape(2, steps=2), scrape(3, steps=1),
                scrape(0.5, steps=9, engine="1"), scrape(1.5, steps=1, engine="1"))
-    resets = R._counter_resets(Window(metrics=tuple(sorted(metrics, key=lambda m: m.t))))
+    resets = CL._counter_resets(Window(metrics=tuple(sorted(metrics, key=lambda m: m.t))))
     assert resets == [(T0 + 1, Evidence("metrics", T0 + 1, "counters.steps", 1.0)),
                       (T0 + 3, Evidence("metrics", T0 + 3, "counters.steps", 1.0))]    # engine 0's only
-    assert R._identity_changes(Window(process=restarts(2))) == [
+    assert CL._identity_changes(Window(process=restarts(2))) == [
         (T0 + 10, Evidence("process", T0 + 10, "root_create_time", 101.0)),
         (T0 + 20, Evidence("process", T0 + 20, "root_create_time", 102.0))]
 
@@ -185,12 +186,12 @@ def test_a_live_sample_without_a_create_time_is_no_new_process():
     unknown = ProcessSample(T0 + 1, 1, None, True, ())
     w = Window(process=(proc(0), unknown, proc(2)))
     assert R.detect(w, CONFIG) == []
-    assert R._identity_changes(w) == []
+    assert CL._identity_changes(w) == []
 
 
 def test_a_log_line_between_deaths_does_not_end_the_reading():
     logs = (log(0, "engine_dead"), log(1, "startup", stage="ready"), log(BURST + 5, "engine_dead"))
-    assert [t for t, _ in R._engine_deaths(Window(logs=logs), CONFIG)] == [T0, T0 + BURST + 5]
+    assert [t for t, _ in CL._engine_deaths(Window(logs=logs), CONFIG)] == [T0, T0 + BURST + 5]
 
 
 def test_crash_loop_evidence_is_the_first_three_episodes_and_its_span_to_a_tenth():

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from servewatch.detectors import startup as S
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence import stages as ST
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.engine.state import Counters, EngineState
 from servewatch.timeline.samples import HealthSample, LogEvent, MetricsSample, ProcessMember, ProcessSample
@@ -61,8 +62,8 @@ def test_the_whole_verdict():
 
 
 def test_stall_bound():
-    stages = [S.Stage("process_up", T0), S.Stage("engine_start", T0 + 5), S.Stage("weights_loading", T0 + 45),
-              S.Stage("weights_loaded", T0 + 50)]
+    stages = [ST.Stage("process_up", T0), ST.Stage("engine_start", T0 + 5), ST.Stage("weights_loading", T0 + 45),
+              ST.Stage("weights_loaded", T0 + 50)]
     assert S.stall_bound(stages, CONFIG) == (max(FLOOR, K * 40.0), 40.0)
     assert S.stall_bound(stages[:1], CONFIG) == (FLOOR, 0.0)
     assert S.stall_bound(stages, replace(CONFIG, startup_stall_k=2.0, startup_stall_floor_s=10.0)) == (80.0, 40.0)
@@ -79,9 +80,9 @@ def test_startup_max_s_under_at_and_over():
     for age, starting in ((MAX - STEP, True), (MAX, True), (MAX + STEP, False)):
         end = 1000.0
         w = Window(process=(proc(end, end - age),), health=(failing(end),))
-        assert S.in_startup(w, CONFIG) is starting, age
-        start = S.latest_start(w, CONFIG)
-        assert (start == S.Stage("process_up", T0 + end - age, {}, "process")) is starting
+        assert ST.in_startup(w, CONFIG) is starting, age
+        start = ST.latest_start(w, CONFIG)
+        assert (start == ST.Stage("process_up", T0 + end - age, {}, "process")) is starting
 
 
 def test_a_start_seen_only_by_its_process_counts_from_the_first_look():
@@ -113,55 +114,55 @@ def test_stopped_processes_are_named():
 
 def test_in_startup_ends():
     logs = (stage(0, "process_up"),)
-    assert S.in_startup(Window(logs=logs, health=(failing(5),)), CONFIG) is True
-    assert S.in_startup(Window(logs=logs, health=(failing(5), HealthSample(T0 + 6, 200, 0.01))), CONFIG) is False
+    assert ST.in_startup(Window(logs=logs, health=(failing(5),)), CONFIG) is True
+    assert ST.in_startup(Window(logs=logs, health=(failing(5), HealthSample(T0 + 6, 200, 0.01))), CONFIG) is False
     # healthy before the start does not count
-    assert S.in_startup(Window(logs=logs + (stage(10, "process_up"),),
+    assert ST.in_startup(Window(logs=logs + (stage(10, "process_up"),),
                                health=(HealthSample(T0 + 6, 200, 0.01), failing(12))), CONFIG) is True
-    assert S.in_startup(Window(logs=logs + (LogEvent(T0 + 3, "startup_failure", {"reason": "oom"}),),
+    assert ST.in_startup(Window(logs=logs + (LogEvent(T0 + 3, "startup_failure", {"reason": "oom"}),),
                                health=(failing(5),)), CONFIG) is False
     # a failure line before the start is an earlier start's
-    assert S.in_startup(Window(logs=(LogEvent(T0 - 3, "startup_failure", {}),) + logs, health=(failing(5),)),
+    assert ST.in_startup(Window(logs=(LogEvent(T0 - 3, "startup_failure", {}),) + logs, health=(failing(5),)),
                         CONFIG) is True
     tokens = lambda t, gen: MetricsSample(T0 + t, "vllm", "vllm-test", (EngineState(
         "vllm", "vllm-test", {"engine": "0"}, counters=Counters(generation_tokens=gen)),))
-    assert S.in_startup(Window(logs=logs, metrics=(tokens(2, 5.0),), health=(failing(5),)), CONFIG) is False
-    assert S.in_startup(Window(logs=logs, metrics=(tokens(2, 0.0),), health=(failing(5),)), CONFIG) is True
-    assert S.in_startup(Window(logs=logs, metrics=(tokens(-2, 5.0),), health=(failing(5),)), CONFIG) is True
-    assert S.in_startup(Window(logs=logs, process=(proc(5, -1.0, alive=False),), health=(failing(5),)), CONFIG) is False
+    assert ST.in_startup(Window(logs=logs, metrics=(tokens(2, 5.0),), health=(failing(5),)), CONFIG) is False
+    assert ST.in_startup(Window(logs=logs, metrics=(tokens(2, 0.0),), health=(failing(5),)), CONFIG) is True
+    assert ST.in_startup(Window(logs=logs, metrics=(tokens(-2, 5.0),), health=(failing(5),)), CONFIG) is True
+    assert ST.in_startup(Window(logs=logs, process=(proc(5, -1.0, alive=False),), health=(failing(5),)), CONFIG) is False
     # a log-only watch that read "ready": started
-    assert S.in_startup(Window(logs=logs + (stage(4, "ready"),)), CONFIG) is False
-    assert S.in_startup(Window(logs=logs + (stage(4, "ready"),), health=(failing(5),)), CONFIG) is True
-    assert S.in_startup(Window(), CONFIG) is False
+    assert ST.in_startup(Window(logs=logs + (stage(4, "ready"),)), CONFIG) is False
+    assert ST.in_startup(Window(logs=logs + (stage(4, "ready"),), health=(failing(5),)), CONFIG) is True
+    assert ST.in_startup(Window(), CONFIG) is False
 
 
 def test_stages_merge_the_numbers_of_later_lines():
     logs = (stage(0, "process_up"), stage(5, "kv_cache_size", tokens=100), stage(6, "kv_cache_size", concurrency=2.5),
             stage(7, "kv_cache_size", tokens=999))
-    found = S.stages(Window(logs=logs))
-    assert found[-1] == S.Stage("kv_cache_size", T0 + 5, {"tokens": 100, "concurrency": 2.5}, "log")
+    found = ST.stages(Window(logs=logs))
+    assert found[-1] == ST.Stage("kv_cache_size", T0 + 5, {"tokens": 100, "concurrency": 2.5}, "log")
     # the newest process_up starts the stages; lines before it are an earlier start's
-    found = S.stages(Window(logs=(stage(0, "process_up"), stage(1, "weights_loading"), stage(2, "process_up"))))
+    found = ST.stages(Window(logs=(stage(0, "process_up"), stage(1, "weights_loading"), stage(2, "process_up"))))
     assert [s.name for s in found] == ["process_up"] and found[0].t == T0 + 2
     # a log without process_up: its first stage line is the start
-    found = S.stages(Window(logs=(stage(3, "weights_loading"), stage(4, "weights_loaded"))))
+    found = ST.stages(Window(logs=(stage(3, "weights_loading"), stage(4, "weights_loaded"))))
     assert [(s.name, s.t) for s in found] == [("process_up", T0 + 3), ("weights_loading", T0 + 3),
                                               ("weights_loaded", T0 + 4)]
 
 
 def test_describe():
-    assert S._describe(S.Stage("weights_loaded", T0, {"seconds": 2.5})) == "weights_loaded (took 2.5 s)"
-    assert S._describe(S.Stage("compiled", T0)) == "compiled"
-    assert S._describe(S.Stage("process_up", T0, {}, "process")) == "the process start (no startup line in the log)"
+    assert S._describe(ST.Stage("weights_loaded", T0, {"seconds": 2.5})) == "weights_loaded (took 2.5 s)"
+    assert S._describe(ST.Stage("compiled", T0)) == "compiled"
+    assert S._describe(ST.Stage("process_up", T0, {}, "process")) == "the process start (no startup line in the log)"
 
 
 def test_only_startup_lines_are_stages():
     logs = (stage(0, "process_up"), LogEvent(T0 + 2, "engine_dead", {"stage": "weights_loading"}),
             LogEvent(T0 + 3, "startup", {"stage": 5}))
-    assert [s.name for s in S.stages(Window(logs=logs))] == ["process_up"]
-    assert S.stages(Window(logs=(stage(3, "weights_loading"),)))[0] == S.Stage("process_up", T0 + 3, {}, "log")
-    assert S.latest_start(Window(logs=(stage(3, "weights_loading"), stage(4, "process_up"))), CONFIG) == \
-        S.Stage("process_up", T0 + 4, {}, "log")
+    assert [s.name for s in ST.stages(Window(logs=logs))] == ["process_up"]
+    assert ST.stages(Window(logs=(stage(3, "weights_loading"),)))[0] == ST.Stage("process_up", T0 + 3, {}, "log")
+    assert ST.latest_start(Window(logs=(stage(3, "weights_loading"), stage(4, "process_up"))), CONFIG) == \
+        ST.Stage("process_up", T0 + 4, {}, "log")
 
 
 def test_the_config_s_startup_max_s_decides_the_start():
@@ -169,22 +170,22 @@ def test_the_config_s_startup_max_s_decides_the_start():
     # (watched from 850: it waited 150 s, over the floor)
     w = Window(process=(proc(850, 0.0), proc(1000, 0.0)), health=(failing(1000),))
     long = replace(CONFIG, startup_max_s=2000.0)
-    assert S.in_startup(w, CONFIG) is False and S.in_startup(w, long) is True
+    assert ST.in_startup(w, CONFIG) is False and ST.in_startup(w, long) is True
     assert S.detect_startup_stalled(w, CONFIG) == []
     v, = S.detect_startup_stalled(w, long)
     assert (v.onset, v.details["stage"], v.details["waited_s"]) == (T0, "process_up", 150.0)
     w = Window(process=(proc(100, 0.0),), health=(failing(100),))
-    assert S.in_startup(w, replace(CONFIG, startup_max_s=50.0)) is False and S.in_startup(w, CONFIG) is True
+    assert ST.in_startup(w, replace(CONFIG, startup_max_s=50.0)) is False and ST.in_startup(w, CONFIG) is True
 
 
 def test_a_failure_or_tokens_at_the_start_itself_end_it():
     logs = (stage(10, "process_up"),)
-    assert S.in_startup(Window(logs=logs + (LogEvent(T0 + 10, "startup_failure", {}),), health=(failing(12),)),
+    assert ST.in_startup(Window(logs=logs + (LogEvent(T0 + 10, "startup_failure", {}),), health=(failing(12),)),
                         CONFIG) is False
     tokens = lambda t, gen: MetricsSample(T0 + t, "vllm", "vllm-test", (EngineState(
         "vllm", "vllm-test", {"engine": "0"}, counters=Counters(generation_tokens=gen)),))
-    assert S.in_startup(Window(logs=logs, metrics=(tokens(10, 5.0),), health=(failing(12),)), CONFIG) is False
-    assert S.in_startup(Window(logs=logs, metrics=(tokens(11, 1.0),), health=(failing(12),)), CONFIG) is False
+    assert ST.in_startup(Window(logs=logs, metrics=(tokens(10, 5.0),), health=(failing(12),)), CONFIG) is False
+    assert ST.in_startup(Window(logs=logs, metrics=(tokens(11, 1.0),), health=(failing(12),)), CONFIG) is False
 
 
 def test_a_stage_the_table_does_not_know_waits_for_the_next_stage():
@@ -223,31 +224,31 @@ def test_the_details_are_rounded_to_a_tenth():
 
 def test_latest_start_from_the_process_reads_live_readable_samples_and_takes_the_newest_candidate():
     dead = ProcessSample(T0 + 20, 1, None, False, ())
-    assert S.latest_start(Window(process=(proc(10, 0.0), dead)), CONFIG) == S.Stage("process_up", T0, {}, "process")
+    assert ST.latest_start(Window(process=(proc(10, 0.0), dead)), CONFIG) == ST.Stage("process_up", T0, {}, "process")
     unreadable = ProcessSample(T0 + 20, 1, T0 + 15, True, (), error="access_denied")
-    assert S.latest_start(Window(process=(proc(10, 0.0), unreadable)), CONFIG) == \
-        S.Stage("process_up", T0, {}, "process")
+    assert ST.latest_start(Window(process=(proc(10, 0.0), unreadable)), CONFIG) == \
+        ST.Stage("process_up", T0, {}, "process")
     # a first stage line at 50 and a process created at 40: the line; created at 60: the process
     line = (stage(50, "weights_loading"),)
-    assert S.latest_start(Window(logs=line, process=(proc(70, 40.0),)), CONFIG) == S.Stage("process_up", T0 + 50, {}, "log")
-    assert S.latest_start(Window(logs=line, process=(proc(70, 60.0),)), CONFIG) == \
-        S.Stage("process_up", T0 + 60, {}, "process")
+    assert ST.latest_start(Window(logs=line, process=(proc(70, 40.0),)), CONFIG) == ST.Stage("process_up", T0 + 50, {}, "log")
+    assert ST.latest_start(Window(logs=line, process=(proc(70, 60.0),)), CONFIG) == \
+        ST.Stage("process_up", T0 + 60, {}, "process")
 
 
 def test_stages_after_the_newest_start_whatever_came_before():
     logs = (stage(0, "process_up"), stage(1, "weights_loading"), stage(2, "process_up"), stage(3, "weights_loaded"))
-    assert [(s.name, s.t) for s in S.stages(Window(logs=logs))] == [("process_up", T0 + 2), ("weights_loaded", T0 + 3)]
+    assert [(s.name, s.t) for s in ST.stages(Window(logs=logs))] == [("process_up", T0 + 2), ("weights_loaded", T0 + 3)]
 
 
 def test_health_ok_is_a_stage_of_its_own_from_the_start_instant():
     logs = (stage(5, "process_up"),)
-    found = S.stages(Window(logs=logs, health=(HealthSample(T0 + 5, 200, 0.01),)))
-    assert found[-1] == S.Stage("health_ok", T0 + 5, {}, "health")
+    found = ST.stages(Window(logs=logs, health=(HealthSample(T0 + 5, 200, 0.01),)))
+    assert found[-1] == ST.Stage("health_ok", T0 + 5, {}, "health")
     # a log line named health_ok is replaced by /health's own
-    found = S.stages(Window(logs=logs + (stage(6, "health_ok"),), health=(HealthSample(T0 + 7, 200, 0.01),)))
+    found = ST.stages(Window(logs=logs + (stage(6, "health_ok"),), health=(HealthSample(T0 + 7, 200, 0.01),)))
     assert [(s.name, s.t, s.source) for s in found] == [("process_up", T0 + 5, "log"), ("health_ok", T0 + 7, "health")]
 
 
 def test_stages_at_one_instant_are_in_the_table_s_order_unknown_last():
     logs = (stage(0, "process_up"), stage(5, "custom"), stage(5, "weights_loaded"), stage(5, "weights_loading"))
-    assert [s.name for s in S.stages(Window(logs=logs))] == ["process_up", "weights_loading", "weights_loaded", "custom"]
+    assert [s.name for s in ST.stages(Window(logs=logs))] == ["process_up", "weights_loading", "weights_loaded", "custom"]

@@ -69,7 +69,7 @@ STAGE_HEADERS = ("stage", "at (s from the start)", "since the previous stage (s)
 def stage_rows(incident: Incident) -> list[tuple]:
     """The newest start's stages in the bundle (process up, weights loaded, KV cache sized, ..., first
     /health 200): when each came and what its line said; empty when the bundle shows no start."""
-    from servewatch.detectors.startup import stages
+    from servewatch.detectors.evidence.stages import stages
     from servewatch.timeline.window import Window
 
     window = Window.from_samples(incident.samples)

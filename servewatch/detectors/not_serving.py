@@ -11,7 +11,8 @@ A probe that could not be asked (no /v1/models, the model 404s, a 4xx) proves no
 from __future__ import annotations
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors import liveness, progress, startup
+from servewatch.detectors.evidence import engine_signs
+from servewatch.detectors.evidence.stages import in_startup
 from servewatch.detectors.probes import asked_at, trailing_failures
 from servewatch.detectors.rank_words import engine_dp_rank
 from servewatch.detectors.series import tracks, where
@@ -73,12 +74,12 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
         return None   # the gauges show admitted work that does not move: alive_health_ok_no_progress says it
 
     what = (f"got no token within {last.deadline_s:g} s" if last.outcome == DEADLINE
-            else f"failed ({liveness.answer_problem(last)})")
+            else f"failed ({engine_signs.answer_problem(last)})")
     streak = f" ({len(run)} probes in a row over {last.t - asked:.1f} s)" if len(run) > 1 else ""
     aimed = f" sent to DP rank {engine}'s engine" if engine is not None else ""
     if through:
         why = (f"a one-token probe{aimed} {what}{streak}, and /health, which runs its own generation through this "
-               f"engine, failed too ({liveness.answer_problem(health[-1])}) while /metrics answered")
+               f"engine, failed too ({engine_signs.answer_problem(health[-1])}) while /metrics answered")
     else:
         why = (f"a one-token probe{aimed} {what}{streak} while /health answered {health[-1].status} "
                f"({len(health)} time(s) meanwhile)")
@@ -88,7 +89,7 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     if engine is not None:
         details["engine"] = key if key is not None else f"dp_rank={engine}"
     evidence = [Evidence("probe", first.t, "outcome", first.outcome),
-                liveness.health_evidence(health[-1])]
+                engine_signs.health_evidence(health[-1])]
     if last is not first:
         evidence.insert(1, Evidence("probe", last.t, "outcome", last.outcome))
     if newest is not None:
@@ -106,20 +107,20 @@ def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> 
     20 s for any output), a /health that fails is the engine's own probe missing, not a contradiction of
     ours — provided the HTTP process itself still answers (/metrics read since the first missed probe was
     sent: a frozen API server is health_loss's), the engine is not visibly computing one long step (an
-    engine process using CPU, where the process tree is watched: progress.engine_busy, as the stall's), no start
+    engine process using CPU, where the process tree is watched: engine_busy, as the stall's), no start
     or asked-for shutdown is under way, and the engine has no "dead" status of its own (engine_dead's)."""
-    dialect = liveness.dialect_hint(window)
+    dialect = engine_signs.dialect_hint(window)
     if dialect is None or not dialect.health_runs_through_engine:
         return False
     good = window.good_metrics()
     if not good or good[-1].t < asked or window.metrics[-1] is not good[-1]:
         return False
-    if progress.engine_busy(window.process, config) or startup.in_startup(window, config):
+    if engine_signs.engine_busy(window.process, config) or in_startup(window, config):
         return False
     last = window.health[-1]
     if dialect.health_dead_status is not None and last.status == dialect.health_dead_status:
         return False
-    return not liveness.in_shutdown(window, last.t, config)
+    return not engine_signs.in_shutdown(window, last.t, config)
 
 
 def _engine_key(window: Window, engine: str | None) -> str | None:

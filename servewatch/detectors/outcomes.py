@@ -16,8 +16,8 @@ from functools import reduce
 from operator import add, attrgetter, ge, sub
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.liveness import dialect_hint, engine_death_evidence
-from servewatch.detectors.restart import in_crash_loop
+from servewatch.detectors.evidence.crash_loop import in_crash_loop
+from servewatch.detectors.evidence.engine_signs import dialect_hint, engine_death_evidence
 from servewatch.detectors.verdict import Evidence, Verdict
 from servewatch.detectors.series import Track, once_per_window, progress_totals, tracks
 from servewatch.engine.state import EngineState

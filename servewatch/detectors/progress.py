@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from servewatch.detectors import liveness
 from servewatch.detectors.rank_words import dp_words, stopped_words
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence.engine_signs import dialect_hint, engine_busy, engine_death_evidence
+from servewatch.detectors.evidence.gpus import rank_gpu_evidence
 from servewatch.detectors.series import (Track, admitted, cadence, has_progress_counters, num, progress, tracks,
                                          where)
 from servewatch.detectors.verdict import Evidence, Verdict
@@ -22,7 +23,6 @@ from servewatch.timeline.window import Window
 
 NAME = "alive_health_ok_no_progress"
 _COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.prompt_tokens")
-_ENGINE_ROLES = ("engine_core", "worker")
 _STOPPED = STOPPED
 
 
@@ -36,7 +36,7 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     process = window.process[-1] if window.process else None
     if process is not None and not process.alive:
         return []
-    if liveness.engine_death_evidence(window, config)[0] is not None:
+    if engine_death_evidence(window, config)[0] is not None:
         return []   # an engine that died makes no progress: that is engine_dead's verdict, not a stall
     verdicts = []
     # Not only while /health fails: the probe that the long step's end answers can arrive before the
@@ -51,8 +51,6 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
 
 def _with_gpus(verdict: Verdict, window: Window, process) -> Verdict:
     """The stall with each rank's GPU in its why line and details, where NVML lists the ranks."""
-    from servewatch.detectors.gpu import rank_gpu_evidence
-
     clause, token = rank_gpu_evidence(window, process)
     if token is None:
         return verdict
@@ -62,22 +60,8 @@ def _with_gpus(verdict: Verdict, window: Window, process) -> Verdict:
 def _health_runs_through_engine(window: Window) -> bool:
     """Whether this engine's /health waits on the engine itself (SGLang): then a stalled engine takes
     /health down with it, and the stall is still told by its progress counters."""
-    dialect = liveness.dialect_hint(window)
+    dialect = dialect_hint(window)
     return dialect is not None and dialect.health_runs_through_engine
-
-
-def engine_busy(process_samples, config: DetectorConfig) -> bool:
-    """The engine is computing: no engine process is stopped now, and one of them used at least
-    stall_busy_cpu_percent in some process sample of the last stall_floor_s (one sample on a shared
-    machine can read low). No process samples (no --pid) is not busy."""
-    if not process_samples:
-        return False
-    newest = process_samples[-1]
-    if any(m.role in _ENGINE_ROLES and m.status in _STOPPED for m in newest.members):
-        return False
-    recent = [p for p in process_samples if p.t >= newest.t - config.stall_floor_s]
-    return any((m.cpu_percent or 0.0) >= config.stall_busy_cpu_percent
-               for p in recent for m in p.members if m.role in _ENGINE_ROLES)
 
 
 def typical_longest_gap(gaps: list[float]) -> float:

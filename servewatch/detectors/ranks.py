@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servewatch.detectors import liveness
 from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence.engine_signs import engine_death_evidence
+from servewatch.detectors.evidence.gpus import rank_gpu_evidence
 from servewatch.detectors.probes import asked_at, trailing_failures
 from servewatch.detectors.rank_words import dp_rank_of
 from servewatch.detectors.series import once_per_window, progress_totals
@@ -167,7 +168,7 @@ def _gauges(window: Window, rank: Rank):
 def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
     if not any(p.failed for p in window.probe):
         return []
-    if liveness.engine_death_evidence(window, config)[0] is not None:
+    if engine_death_evidence(window, config)[0] is not None:
         return []   # a dead rank is engine_dead's verdict
     for suspect in suspects(window, config):
         probe = _newest_probe_of(window, suspect.rank)
@@ -229,7 +230,6 @@ def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) ->
     health = window.health[-1] if window.health else None
     if health is not None:
         why += f"; /health {health.status if health.status is not None else health.error or 'no answer'}"
-    from servewatch.detectors.gpu import rank_gpu_evidence
 
     gpu_clause, gpu_token = rank_gpu_evidence(window, window.process[-1] if window.process else None)
     why += gpu_clause

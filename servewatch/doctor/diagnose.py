@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors.verdict import Verdict
-from servewatch.detectors.liveness import dialect_hint
+from servewatch.detectors.evidence.engine_signs import dialect_hint
 from servewatch.detectors.registry import runbook_for
 from servewatch.engine.served import run_means, served, totals
 from servewatch.kinds import failure_words
