@@ -135,6 +135,8 @@ declare -A TESTS=(
   # a request's record, written and read back (issue 50; the grep brings in the simulator's and the drill's runs)
   [servewatch/load/records.py]='tests/test_values_records.py tests/test_requests_readback.py tests/test_values_load_client.py
     tests/test_values_summary.py tests/test_values_exchange.py tests/test_load_summary.py'
+  # `servewatch requests` over the records of load and the proxy (issue 50)
+  [servewatch/load/readback.py]='tests/test_values_readback.py tests/test_requests_readback.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
