@@ -131,3 +131,26 @@ def test_a_line_over_the_bound_is_skipped_to_its_end(tmp_path, monkeypatch):
     assert [(b.line, b.why) for b in back.bad] == [
         (1, f"a line of {len(long_line) + 1:,} bytes, over {limit:,}"),
         (3, f"a line of {len(ok) + 2:,} bytes, over {limit:,}")]
+
+
+# -- what the first mutation run left open (scripts/mutation.sh) -----------------------------------------------------
+
+def test_ok_first_however_few_and_tokens_not_said_are_none(tmp_path):
+    g = B.summarize_group([rec(1, 1.0, e2e=1.0)] + [rec(i, 1.0, error=R.TIMEOUT, status=None) for i in (2, 3, 4)]
+                          + [rec(5, 1.0, e2e=1.0, tokens=(None, None))])
+    assert list(g["outcomes"].items()) == [("ok", 2), ("timeout", 3)]
+    assert (g["tokens_in"], g["tokens_out"]) == (0, 0)
+    # five bad lines kept with their places by default, every one counted
+    path = tmp_path / "requests.jsonl"
+    path.write_text("x\n" * 8, encoding="utf-8")
+    back = B.read_records([str(path)])
+    assert (len(back.bad), back.bad_count, [b.line for b in back.bad]) == (5, 8, [1, 2, 3, 4, 5])
+
+
+def test_a_window_since_a_time_and_within_the_last_seconds():
+    records = [rec(i, float(t), e2e=1.0) for i, t in enumerate((10, 20, 30, 40))]
+    assert [r.scheduled for r in B.window(records, since=25.0)] == [30.0, 40.0]
+    assert [r.scheduled for r in B.window(records, last_s=15.0)] == [30.0, 40.0]            # 40 - 15 = 25
+    assert [r.scheduled for r in B.window(records, since=35.0, last_s=25.0)] == [40.0]      # the later of the two
+    assert [r.scheduled for r in B.window(records, since=12.0, last_s=25.0)] == [20.0, 30.0, 40.0]
+    assert B.window(records) == records and B.window([], last_s=5.0) == []
