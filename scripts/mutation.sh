@@ -137,6 +137,8 @@ declare -A TESTS=(
     tests/test_values_summary.py tests/test_values_exchange.py tests/test_load_summary.py'
   # `servewatch requests` over the records of load and the proxy (issue 50)
   [servewatch/load/readback.py]='tests/test_values_readback.py tests/test_requests_readback.py'
+  # `servewatch requests --html` (issue 50)
+  [servewatch/load/requests_report.py]='tests/test_values_requests_report.py tests/test_requests_readback.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
