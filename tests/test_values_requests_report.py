@@ -25,11 +25,11 @@ def rec(i, scheduled, *, e2e=1.0, ttft=None, tpot=None, error=None, status=200, 
 def test_the_bins_over_time():
     records = [rec(1, 100.0, ttft=0.5, tokens=4, e2e=1.5),           # ends at 101.5: bin 1
                rec(2, 100.25, ttft=0.25, tokens=2, e2e=0.5),         # ends at 100.75: bin 0
-               rec(3, 101.0, ttft=1.0, tokens=6, sent_after=0.5, e2e=1.0),   # ends at 102.5: bin 2
+               rec(3, 101.0, ttft=1.0, tokens=6, sent_after=0.75, e2e=0.5),  # sent 0.75 s late: ends at 102.25, bin 2
                rec(4, 101.5, error=R.TIMEOUT, status=None, tokens=9, e2e=1.0),
                rec(5, 102.0, status=503, error=R.HTTP_5XX, ttft=0.1, e2e=0.25)]
     series, width = Q.over_time(records)
-    # span 100.0 -> 102.5: under MAX_BINS seconds, so bins of 1 s: 3 bins, their middles 100.5, 101.5, 102.5
+    # span 100.0 -> 102.25: under MAX_BINS seconds, so bins of 1 s: 3 bins, their middles 100.5, 101.5, 102.5
     assert width == 1.0 and [t for t, _ in series["arrivals"]] == [100.5, 101.5, 102.5]
     assert [v for _, v in series["arrivals"]] == [2.0, 2.0, 1.0]
     assert [v for _, v in series["not_ok"]] == [0.0, 1.0, 1.0]
@@ -41,8 +41,13 @@ def test_the_bins_over_time():
 
 
 def test_wide_bins_for_a_long_stretch():
-    records = [rec(1, 0.0, e2e=0.0, ttft=0.1, tokens=1), rec(2, 480.0, e2e=0.0, ttft=0.2, tokens=3)]
+    records = [rec(1, 0.0, e2e=0.0, ttft=0.1, tokens=1), rec(2, 480.0, e2e=0.0, ttft=0.2, tokens=3),
+               rec(3, 241.0, e2e=0.5, ttft=0.3, tokens=2), rec(4, 242.0, e2e=1.0, ttft=0.5, tokens=5),
+               rec(5, 241.5, error=R.TIMEOUT, status=None), rec(6, 242.5, error=R.TIMEOUT, status=None)]
     series, width = Q.over_time(records)
+    # bin 60 (240 to 244 s): 4 arrivals, 2 of them failed, tokens 2 + 5 ended in it, TTFTs [0.3, 0.5]
+    assert series["arrivals"][60] == (242.0, 1.0) and series["not_ok"][60] == (242.0, 0.5)
+    assert series["tokens"][60] == (242.0, 1.75) and series["ttft_p50"][60] == (242.0, 0.4)
     # 480 s over at most 120 bins: 4 s a bin, floor(480 / 4) + 1 = 121 bins, the last holding the last arrival
     assert (width, len(series["arrivals"])) == (4.0, 121)
     assert series["arrivals"][0] == (2.0, 0.25) and series["arrivals"][-1] == (482.0, 0.25)
@@ -68,6 +73,14 @@ def test_the_page():
         assert f"<th>{header}</th>" in page, header
     # the groups (largest first: m with 2), then the total; goodput 1 of 3 overall
     assert page.index(">m<") < page.index(">n<") < page.index(">total<")
+    assert "<thead><tr><th>model</th><th>requests</th><th>not ok</th><th>TTFT p50</th><th>TTFT p99</th>" \
+           "<th>TPOT p50</th><th>ITL p99</th><th>E2E p99</th><th>tokens out</th><th>goodput</th></tr></thead>" in page
+    # the total's TTFT p99 of [0.25, 0.5] by interpolation: 497.5 ms; its E2E p99 of [2.0, 4.0]: 3,980 ms
+    assert "<td>497.5 ms</td>" in page and "<td>3980.0 ms</td>" in page
+    assert "<title>Request records</title>" in page
+    for title in ("Summary", "Over time", "Distributions"):
+        assert f"<h2>{title}</h2>" in page, title
+    assert page.count("<figure>") == 3
     assert "250.0 ms" in page and "12.5 ms" in page and "33.3%" in page and "50.0%" in page and "0.0%" in page
     assert "times of the successful requests; ITL p99 over every token's gap" in page
     assert "by arrival, in bins of 1 s (tokens by the request's end); seconds from the first arrival" in page
@@ -90,4 +103,7 @@ def test_figures_not_there_read_as_a_dash():
     page = H.unescape(Q.render_requests_page(summary, [rec(1, 10.0, e2e=None, error=R.CONNECT, status=None)]))
     assert "<tr><th>span</th><td>–</td></tr>" in page and "<tr><th>rate</th><td>–</td></tr>" in page
     assert Q._ms(None) == "–" and Q._ms(0.01234) == "12.3 ms"
+    summary = B.summarize_records([rec(1, 10.0, ttft=0.1)], "all", Goodput(ttft_s=1.0))
+    summary["total"]["goodput_fraction"] = None
+    assert "<td>–</td></tr>" in H.unescape(Q.render_requests_page(summary, [rec(1, 10.0, ttft=0.1)]))
     assert Q.EDGES_S[:4] == (0.001, 0.002, 0.005, 0.01) and Q.EDGES_S[-1] == 100.0 and len(Q.EDGES_S) == 16
