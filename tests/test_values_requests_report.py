@@ -85,8 +85,9 @@ def test_the_page():
     assert "times of the successful requests; ITL p99 over every token's gap" in page
     assert "by arrival, in bins of 1 s (tokens by the request's end); seconds from the first arrival" in page
     assert "3 requests recorded by servewatch load; no request text" in page
-    assert "TTFT of the successful requests" in page and "TPOT of the successful requests" in page
-    assert "requests over time" in page and "TTFT p99 (s)" in page and "tokens out / s" in page
+    assert "<title>TTFT of the successful requests</title>" in page
+    assert "<title>TPOT of the successful requests</title>" in page and "</svg></figure><figure><svg" in page
+    assert "<title>requests over time</title>" in page and "TTFT p99 (s)" in page and "tokens out / s" in page
     assert page.count("<svg") == 3
     # by "all": the total only; without an SLO, no goodput column; proxy records with per-request p99s
     proxied = [rec(1, 1_700_000_000.0, ttft=0.25, tokens=1, proxy={"itl_p99_s": 0.125})]
@@ -105,5 +106,5 @@ def test_figures_not_there_read_as_a_dash():
     assert Q._ms(None) == "–" and Q._ms(0.01234) == "12.3 ms"
     summary = B.summarize_records([rec(1, 10.0, ttft=0.1)], "all", Goodput(ttft_s=1.0))
     summary["total"]["goodput_fraction"] = None
-    assert "<td>–</td></tr>" in H.unescape(Q.render_requests_page(summary, [rec(1, 10.0, ttft=0.1)]))
+    assert '<td class="num">0</td><td>–</td></tr>' in H.unescape(Q.render_requests_page(summary, [rec(1, 10.0, ttft=0.1)]))
     assert Q.EDGES_S[:4] == (0.001, 0.002, 0.005, 0.01) and Q.EDGES_S[-1] == 100.0 and len(Q.EDGES_S) == 16
