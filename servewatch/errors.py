@@ -8,6 +8,7 @@ CHECKED_BAD = 1     # the thing checked is bad: a verdict fired, a bundle fails 
 USAGE = 2           # usage or bad input: a bad flag or URL, a file that is missing or unreadable, a server
                     # that cannot be reached at the start
 ACTED = 3           # acted: guard killed the server's process tree after a verdict (actions/policy.EXIT_KILLED)
+INCONCLUSIVE = 4    # drill: a fault missed while the recorder was starved, none failed (drill/report.INCONCLUSIVE_EXIT)
 HARDWARE = 6        # acted on a hardware fault: guard killed it after a GPU fault (actions/policy.EXIT_HARDWARE)
 SIGNALLED = 128     # stopped by signal N after an orderly stop (records kept): 128 + N (130 SIGINT, 143 SIGTERM)
 
@@ -18,6 +19,8 @@ EXIT_STATUSES = (
     (USAGE, "usage or bad input (a bad flag, URL or file; a host name that does not resolve; nothing could be "
             "read)"),
     (ACTED, "acted (guard killed the server after a verdict)"),
+    ("4, 5", "a command's own: drill 4 — a fault inconclusive, missed while the recorder was starved, none "
+             "failed; guard 4 and 5 — see guard --help"),
     (HARDWARE, "acted on a hardware fault (guard killed the server after a GPU fault: do not restart it on "
                "that GPU)"),
     ("128+N", "stopped by signal N after an orderly stop, records kept (130 Ctrl-C, 143 SIGTERM)"),

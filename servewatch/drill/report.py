@@ -12,6 +12,7 @@ from pathlib import Path
 
 from servewatch.drill.expect import describe_answers
 from servewatch.drill.measure import KUBELET_TIMEOUT_S, exit_words
+from servewatch.errors import INCONCLUSIVE
 
 COLUMNS = ("#", "fault", "injected on", "detected by (s after injection)", "/health meanwhile",
            "kubelet restart: /health", "kubelet restart: livez", "demanded, and what acted", "client impact", "recovery",
@@ -68,7 +69,7 @@ def document(run) -> dict:
     }
 
 
-INCONCLUSIVE_EXIT = 4     # neither passed nor failed: a fault missed while the recorder was starved
+INCONCLUSIVE_EXIT = INCONCLUSIVE   # neither passed nor failed: a fault missed while the recorder was starved
 
 
 def exit_status(doc: dict) -> int:
