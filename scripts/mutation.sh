@@ -129,7 +129,7 @@ declare -A TESTS=(
   # what load's server view and diagnose report of a stretch of scrapes (issue 50; no test file imports it)
   [servewatch/engine/served.py]='tests/test_values_engine_served.py'
   # run_detectors, the lookback window, precedence and the evidence window (issue 50; 59 test files import it)
-  [servewatch/detectors/__init__.py]="tests/test_values_registry.py tests/test_bundle.py $DETECTOR_TESTS"
+  [servewatch/detectors/__init__.py]="tests/test_values_detectors_window.py tests/test_values_registry.py tests/test_bundle.py $DETECTOR_TESTS"
   # a process's start, which identity and restarts rest on (issue 50)
   [servewatch/proctime.py]='tests/test_values_proctime.py tests/test_proctime.py tests/test_sources_process.py'
   # a request's record, written and read back (issue 50; the grep brings in the simulator's and the drill's runs)
