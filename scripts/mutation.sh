@@ -140,7 +140,7 @@ declare -A TESTS=(
   # `servewatch requests --html` (issue 50)
   [servewatch/load/requests_report.py]='tests/test_values_requests_report.py tests/test_requests_readback.py'
   # the process tree's samples: CPU %, states, members (issue 50; test_serve_stale.py runs serve)
-  [servewatch/sources/process.py]='tests/test_sources_process.py tests/test_proctime.py'
+  [servewatch/sources/process.py]='tests/test_values_process_source.py tests/test_sources_process.py tests/test_proctime.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
