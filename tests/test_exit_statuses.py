@@ -61,6 +61,8 @@ OWN_WORDS = {
     ("diagnose", "no scheme"): "not-a-url: not a URL, a bundle directory or a load directory",
     ("diagnose", "a=b=c"): "a=b=c: not a URL, a bundle directory or a load directory",
     ("serve --target", "a=b=c"): "--target 'a=b=c': not an http(s) URL",     # NAME=URL: name a, URL b=c
+    # with --pid the identity check names the host (and --unverified-pid-ok, for a host seen only from elsewhere)
+    ("guard", "dns"): "no-such-host.invalid does not resolve here (pass --unverified-pid-ok",
 }
 # serve watches a fleet: a host name that does not resolve yet is a target that is down (its records say why),
 # not a reason to stop watching the others; it is refused on its syntax only.

@@ -58,8 +58,9 @@ def register(subparsers) -> None:
     parser.add_argument("--drain-timeout", type=duration, default=30.0, metavar="S",
                         help="after SIGTERM, time the server gets to finish its requests (default 30s); set it "
                              "from your e2e latency p99, not a platform default")
-    parser.add_argument("--stacks-dir", metavar="DIR", help=f"where py-spy dumps go (private; default "
-                                                            f"{_default_stacks_dir()})")
+    parser.add_argument("--stacks-dir", metavar="DIR", help="where py-spy dumps go (private; default "
+                                                            "$XDG_STATE_HOME/servewatch/stacks, else "
+                                                            "~/.local/state/servewatch/stacks)")
     parser.add_argument("--no-stacks", action="store_true", help="kill without dumping stacks first")
     parser.add_argument("--dry-run", action="store_true", help="say what would be done; send no signal")
     parser.add_argument("--server-nice", type=int, metavar="N",
@@ -76,12 +77,6 @@ def register(subparsers) -> None:
                              "failures within crash_loop_window_s, see --set) naming the first failure, whose bundle "
                              "in --out is then pinned against rotation (default: one file per URL and command "
                              "under $XDG_STATE_HOME/servewatch/guard)")
-
-
-def _default_stacks_dir():
-    from servewatch.actions.launch import default_stacks_dir
-
-    return default_stacks_dir()
 
 
 def _default_act_on() -> tuple[str, ...]:
@@ -125,8 +120,9 @@ def run(args) -> int:
                                   "wrote")
     config = GuardConfig(act_on=parse_act_on(args.act_on), exit_grace_s=args.exit_grace,
                          drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
-    from servewatch.watch.options import options_from_args
-
     from servewatch.watch.guarding import guard_session
+    from servewatch.watch.options import options_from_args, resolve_at_start
 
-    return asyncio.run(guard_session(args, options_from_args(args, DEFAULTS), command, config))
+    options = options_from_args(args, DEFAULTS)
+    resolve_at_start(args)
+    return asyncio.run(guard_session(args, options, command, config))

@@ -12,12 +12,13 @@ async def watch_session(args, defaults) -> int:
     from servewatch.errors import ServewatchError
     from servewatch.sources.process import PsutilProbe
     from servewatch.detectors.registry import is_incident
-    from servewatch.watch.options import options_from_args
+    from servewatch.watch.options import options_from_args, resolve_at_start
     from servewatch.watch.event_lines import EventLines
     from servewatch.watch.output import status_table
     from servewatch.watch.session import record
 
-    options = options_from_args(args, defaults)  # a bad --set / --detectors: one line, exit 2
+    options = options_from_args(args, defaults)  # a bad URL, --set or --detectors: one line, exit 2
+    resolve_at_start(args)
     probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
     if args.replay is not None:
         from servewatch.sim.replay import ReplayError, attach

@@ -168,9 +168,20 @@ def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
 
 def options_from_args(args: argparse.Namespace, defaults: RecordingOptions) -> RecordingOptions:
     """`watch` and `guard`: the options their flags say over the command's `defaults`. Raises
-    ServewatchError naming a bad URL (servewatch.transport.urls: a host name that does not resolve too) or a
-    bad detector setting."""
+    ServewatchError naming a bad URL (servewatch.transport.urls) or a bad detector setting. No look-up of the
+    host name here: see `resolve_at_start`."""
+    from servewatch.transport.urls import check
+
+    check(args.url)
+    return recording_from_args(args, dataclasses.replace(defaults, url=args.url))
+
+
+def resolve_at_start(args: argparse.Namespace) -> None:
+    """`watch` and `guard` on the one server the user named: a host name this machine cannot resolve is said at
+    once (HostNotResolved: one line, status 2), not watched forever as a server that does not answer. With
+    --pid the identity check says it instead, where --unverified-pid-ok can accept a host seen only from
+    elsewhere."""
     from servewatch.transport.urls import resolve
 
-    resolve(args.url)
-    return recording_from_args(args, dataclasses.replace(defaults, url=args.url))
+    if getattr(args, "pid", None) is None:
+        resolve(args.url)
