@@ -69,6 +69,28 @@ class Counters:
 
 
 @dataclass(slots=True)
+class KvTransfer:
+    """An engine's side of a KV connector (prefill/decode disaggregation); EngineState.kv_transfer is None when
+    the engine has none. Gauges are the scrape's values, counters are cumulative; None where not exported."""
+
+    role: str | None = None                    # "prefill" | "decode" | None (when the series cannot tell)
+    waiting_for_kv: float | None = None        # decode requests waiting for remote KV (vLLM waiting_by_reason
+                                               # "deferred"; SGLang num_decode_prealloc+transfer queue)
+    fetch_in_progress: float | None = None     # vLLM num_requests_kv_fetch_by_stage{in_progress}
+    prefill_queue: float | None = None         # SGLang num_prefill_bootstrap+inflight queue
+    external_prompt_tokens: float | None = None  # counter: prompt tokens that came by KV transfer
+    local_prompt_tokens: float | None = None     # counter: prompt tokens computed locally
+    transfers: float | None = None               # counter: finished transfers (nixl_xfer_time_seconds_count,
+                                                 # SGLang kv_transfer_latency_ms count)
+    bytes_transferred: float | None = None       # counter
+    failed_transfers: float | None = None        # counter (vLLM nixl_num_failed_transfers_total,
+                                                 # SGLang num_transfer_failed_reqs_total)
+    failed_notifications: float | None = None    # counter (nixl_num_failed_notifications_total)
+    bootstrap_failed: float | None = None        # counter (SGLang num_bootstrap_failed_reqs_total)
+    expired: float | None = None                 # counter (nixl_num_kv_expired_reqs_total)
+
+
+@dataclass(slots=True)
 class EngineState:
     """One engine (model x engine index / rank) as seen in one scrape."""
 
@@ -84,3 +106,4 @@ class EngineState:
     kv_total_tokens: float | None = None
     counters: Counters = field(default_factory=Counters)
     histograms: dict[str, Histogram] = field(default_factory=dict)  # keys from HISTOGRAM_KINDS
+    kv_transfer: KvTransfer | None = None      # the KV connector's side, None when the engine has none
