@@ -170,6 +170,26 @@ def test_serve_says_each_event_in_one_line_naming_its_target(sim, tmp_path, json
             assert re.match(r"^\d\d:\d\d:\d\d llama-a: verdict \w+ ", line), line
 
 
+def test_serve_says_when_the_evidence_for_an_action_holds_after_the_firing(sim, tmp_path):
+    """An idle engine that answers no probe: not_serving fires at the first missed probe and its action (restart)
+    waits for a second one; serve says that line too, naming the target (issue 50: serve had no such line, so a
+    log showed a restart-class verdict that nothing would act on yet, and never when that changed)."""
+    server, url = sim()
+    argv = [*SERVE, "--target", f"llama-a={url}", "--listen", "127.0.0.1:0", "--interval", "0.3",
+            "--probe-interval", "1", "--probe-deadline", "3"]
+    proc, out, err = _start(argv, tmp_path)
+    try:
+        err.until(r"^servewatch serve: listening on ")
+        _fault(url, "stall")
+        fired = out.until(r"^\d\d:\d\d:\d\d llama-a: verdict not_serving fired: (.+)$")
+        assert "no token within 3 s" in fired[1]
+        held = out.until(r"^\d\d:\d\d:\d\d llama-a: verdict not_serving: the evidence for its action \(restart\) "
+                         r"now holds: .*\(2 probes in a row over (\d+\.\d) s\)")
+        assert proc.poll() is None and float(held[1]) >= 1.0
+    finally:
+        stop(proc)
+
+
 def test_guard_says_the_bundle_of_the_verdict_it_acts_on_and_the_pid_it_killed(sim, tmp_path):
     server, url = sim()
     proc, out, err = _start([*GUARD, url, "--pid", str(server.pid), "--interval", "0.3", "--no-probe",

@@ -83,7 +83,11 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                 lines = [events.for_target(spec.name, bundles=bool(config.out)).sink()] if events else []
                 return [*sinks_for(clients, spec.name), *lines]
 
-            fleet = Fleet(config, session, clock, exporter, extra_sinks=extra_sinks, tool=tool)
+            def extra_evidence(spec):
+                return [events.for_target(spec.name, bundles=bool(config.out)).evidence] if events else []
+
+            fleet = Fleet(config, session, clock, exporter, extra_sinks=extra_sinks,
+                          extra_evidence=extra_evidence, tool=tool)
             runner = web.AppRunner(build_app(fleet, exporter), access_log=None, shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, host, port)

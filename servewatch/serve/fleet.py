@@ -189,12 +189,15 @@ class Fleet:
 
     def __init__(self, config: ServeConfig, session: aiohttp.ClientSession | None, clock: Clock,
                  exporter: FleetExporter, *, extra_sinks: Callable[[TargetSpec], list[Sink]] = lambda s: [],
+                 extra_evidence: Callable[[TargetSpec], list[Callable]] = lambda s: [],
                  rng: random.Random | None = None, tool: str = "serve",
                  nvml_error: Callable[[], str | None] | None = None):
         """`nvml_error()`: why NVML cannot be loaded here (None: it can); asked once, only when the config
-        names this node's dcgm-exporter."""
+        names this node's dcgm-exporter. `extra_evidence(spec)`: listeners told when a verdict's evidence
+        first holds (the recorder's evidence listeners: serve's line when it comes after the firing)."""
         self.config, self.session, self.clock, self.exporter = config, session, clock, exporter
         self.extra_sinks = extra_sinks
+        self.extra_evidence = extra_evidence
         self.rng = rng or random.Random()
         self.tool = tool
         self.node_gpu_metrics: str | None = None     # this node's exporter, when it stands in for NVML
@@ -231,8 +234,10 @@ class Fleet:
             self.writers.append(bundles.writer)
         sinks = [*([self.quota.sink()] if bundles else []), self.exporter.sink(spec.name), *self.extra_sinks(spec)]
         extra = [sidecar.source(self.clock, self.config.recording.interval)] if sidecar is not None else []
-        return build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
-                              wrap_source=wrap, tool=self.tool, extra_sources=extra)
+        recorder = build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
+                                  wrap_source=wrap, tool=self.tool, extra_sources=extra)
+        recorder.evidence_listeners.extend(self.extra_evidence(spec))
+        return recorder
 
     def gpu_metrics_of(self, spec: TargetSpec) -> str | None:
         """The dcgm-exporter a target's GPUs are read from (None: NVML where it runs here, or none)."""
