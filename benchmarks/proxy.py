@@ -379,7 +379,10 @@ class Stream(asyncio.Protocol):
                 self.first = False
                 st["ttft"].append(now - self.sent)
             elif st["measure"] and self.stamped:
-                st["lag"].append(now - float(data[i + 8:j]))
+                try:
+                    st["lag"].append(now - float(data[i + 8:j]))
+                except ValueError:    # the stamp split across two chunks by a route: counted, not timed
+                    st["split"] += 1
             st["tokens"] += st["measure"]
             pos = j
         if data.endswith(b"0\r\n\r\n"):
@@ -399,7 +402,8 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
     """Closed-loop streams through one route. With `model` the upstream is a real engine: every request
     asks for exactly `tokens` (ignore_eos) and tokens are counted, not timed."""
     loop = asyncio.get_running_loop()
-    stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True}
+    stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True,
+             "split": 0}
     request = {"model": model or "m", "prompt": "p", "max_tokens": tokens, "stream": True}
     if model is not None:
         request.update(prompt="The quick brown fox jumps over the lazy dog.", ignore_eos=True, temperature=0.0)
@@ -433,7 +437,8 @@ async def hold(port: int, streams: int, pids: list[int]) -> float:
     """kB of the proxy's RSS per in-flight stream: `streams` long streams held open, against idle."""
     loop = asyncio.get_running_loop()
     base = rss_kb(pids)
-    stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": False}
+    stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": False,
+             "split": 0}
     body = json.dumps({"model": "m", "prompt": "p", "max_tokens": 100000, "stream": True}).encode()
     conns = []
     for _ in range(streams):

@@ -540,3 +540,41 @@ def test_a_request_body_held_until_the_upstream_is_connected():
     assert b"".join(sent) == head.replace(b"Host: x\r\n", b"") .replace(
         b"Connection: close\r\n\r\n", b"Connection: close\r\nHost: 127.0.0.1:9\r\n\r\n") + body
     assert (ex.sent, ex.connected, ex.body_left, ex.model, ex.max_tokens, ex.stream) == (100.5, 100.5, 0, "m", 3, True)
+
+
+def test_a_read_of_several_whole_events_is_counted_inline():
+    """A proxy behind its upstream reads several whole chunks at once: each whole event is counted on the inline
+    path (the parser gets only what is not one: here the [DONE] and the last chunk), with the same counts as the
+    parser's over reads of one byte-run each."""
+    events = [_completion_event(t, None, (5, i + 1)) for i, t in enumerate("abcdefgh")]
+    events.append(_completion_event("i", "length", (5, 9)))
+    chunks = [_chunk(e) for e in events] + [_chunk(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
+    reads = [HEAD, b"".join(chunks[0:3]), b"".join(chunks[3:6]), b"".join(chunks[6:9]), b"".join(chunks[9:])]
+    request = _request(False, max_tokens=9)
+
+    async def run(reads):
+        records, parsed = [], []
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append(rec))
+        client, wire = S.Client(proxy), _Wire()
+        client.connection_made(wire)
+        up = S.Upstream(proxy, 2**20)
+        up.connection_made(_Wire())
+        up.idle_since = proxy.now()
+        proxy.idle.append(up)
+        client.data_received(request)
+        sink = up.sink
+        up.sink = lambda out: (parsed.append(out), sink(out))
+        for data in reads:
+            up.data_received(data)
+        proxy.record_ended()
+        return b"".join(wire.out), records, parsed
+
+    whole = b"".join(reads)
+    grouped, [rec], parsed = asyncio.run(run(reads))
+    cut, [ref], _ = asyncio.run(run([whole[i:i + 7] for i in range(0, len(whole), 7)]))
+    assert grouped == cut == whole
+    assert parsed == [b"data: [DONE]\n\n"]                  # every event inline; the parser read the rest
+    assert (rec.output_tokens, rec.input_tokens, rec.finish_reason, rec.error) == (9, 5, "length", None)
+    assert (rec.output_tokens, rec.input_tokens, rec.finish_reason, rec.error, list(rec.chunk_tokens)) == \
+           (ref.output_tokens, ref.input_tokens, ref.finish_reason, ref.error, list(ref.chunk_tokens))
+    assert rec.proxy["itl_p99_s"] is not None and ref.proxy["itl_p99_s"] is not None

@@ -376,62 +376,94 @@ class Upstream(Conn):
         # One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
         # goes to the parser, which reads it the same way).
         if self.inline:
-            m = None
-            prefix = self.event_prefix
-            if prefix is not None:
-                # The events of one stream mostly differ only in their piece: a read that starts as the
-                # last whole event did up to its piece's opening quote needs only the rest matched, and
-                # a rest of the very bytes of the last one's (from the piece's closing quote on) reads
-                # as that one did, once the piece holds no quote, escape or control byte (see fastpath).
-                # The chunk's size line first: of the last one's width, it is the one a whole chunk of
-                # this read's length has (as servewatch.transport.http1.one_whole_chunk reads it), else it is read.
-                eol = self.event_eol
-                size = len(data) - eol - 4
-                if not (0 <= size < _SIZE_LINES_UP_TO and data.startswith(_SIZE_LINES[size])):
-                    eol = data.find(b"\r\n", 0, 10)
-                    try:
-                        size = int(data[:eol], 16) if eol > 0 else -1
-                    except ValueError:
-                        size = -1
-                    if size == len(data) - eol - 4:
-                        self.event_eol = eol
-                    else:
-                        size = -1
-                if size >= 0 and data.startswith(prefix, eol + 2):
-                    start = eol + 2 + len(prefix)
-                    rest = self.event_rest
-                    end = len(data) - len(rest)
-                    if end >= start and data.endswith(rest) and _plain_piece(data, start, end) is not None:
-                        reason, pt, ct = self.event_groups
-                        piece = end > start
-                        m = True
-                    elif data.endswith(b"\n\n\r\n"):        # (every pattern ends so: see below)
-                        m = self.event_tail(data, start)
-                        if m is not None:
-                            piece, reason, pt, ct = m.groups()
-                            self.event_rest, self.event_groups = data[m.end(1):], (reason, pt, ct)
-            # every pattern ends with an event's end and the chunk's: a read that does not, such as a
-            # stream's last event with its [DONE] and the last chunk, goes to the parser without a try
-            if m is None and data.endswith(b"\n\n\r\n"):
-                m = self.whole_event(data)
-                if m is not None:
-                    size_hex, piece, reason, pt, ct = m.groups()
-                    size = len(data) - len(size_hex) - 4
-                    if int(size_hex, 16) != size:
-                        m = None
-                    elif piece is not None:
-                        self.event_prefix = data[len(size_hex) + 2:m.start(2)]
-                        self.event_rest, self.event_groups = data[m.end(2):], (reason, pt, ct)
-                    else:           # (a chat event without a piece has no place to start a tail from)
-                        self.event_prefix = None
-            if m is not None:
-                received = self._received + size
-                if received <= self.max_body:
-                    self._received = received
-                    ex.state.on_fields(piece, reason, pt, ct, t - ex.sent)     # the transport's chunk counter
-                    return
+            if self._inline_event(data, ex, t):
+                return
+            # a read of several whole chunks (what a proxy behind its upstream reads): each whole event
+            # chunk inline while they are, from the first that is not on to the parser
+            data = self._inline_chunks(data, ex, t)
+            if not data:
+                return
         super().data_received(data)
         self._set_inline()
+
+    def _inline_event(self, data: bytes, ex: Exchange, t: float) -> bool:
+        """One read that is one whole chunk of one whole event, counted inline; False: the parser's."""
+        m = None
+        prefix = self.event_prefix
+        if prefix is not None:
+            # The events of one stream mostly differ only in their piece: a read that starts as the
+            # last whole event did up to its piece's opening quote needs only the rest matched, and
+            # a rest of the very bytes of the last one's (from the piece's closing quote on) reads
+            # as that one did, once the piece holds no quote, escape or control byte (see fastpath).
+            # The chunk's size line first: of the last one's width, it is the one a whole chunk of
+            # this read's length has (as servewatch.transport.http1.one_whole_chunk reads it), else it is read.
+            eol = self.event_eol
+            size = len(data) - eol - 4
+            if not (0 <= size < _SIZE_LINES_UP_TO and data.startswith(_SIZE_LINES[size])):
+                eol = data.find(b"\r\n", 0, 10)
+                try:
+                    size = int(data[:eol], 16) if eol > 0 else -1
+                except ValueError:
+                    size = -1
+                if size == len(data) - eol - 4:
+                    self.event_eol = eol
+                else:
+                    size = -1
+            if size >= 0 and data.startswith(prefix, eol + 2):
+                start = eol + 2 + len(prefix)
+                rest = self.event_rest
+                end = len(data) - len(rest)
+                if end >= start and data.endswith(rest) and _plain_piece(data, start, end) is not None:
+                    reason, pt, ct = self.event_groups
+                    piece = end > start
+                    m = True
+                elif data.endswith(b"\n\n\r\n"):        # (every pattern ends so: see below)
+                    m = self.event_tail(data, start)
+                    if m is not None:
+                        piece, reason, pt, ct = m.groups()
+                        self.event_rest, self.event_groups = data[m.end(1):], (reason, pt, ct)
+        # every pattern ends with an event's end and the chunk's: a read that does not, such as a
+        # stream's last event with its [DONE] and the last chunk, goes to the parser without a try
+        if m is None and data.endswith(b"\n\n\r\n"):
+            m = self.whole_event(data)
+            if m is not None:
+                size_hex, piece, reason, pt, ct = m.groups()
+                size = len(data) - len(size_hex) - 4
+                if int(size_hex, 16) != size:
+                    m = None
+                elif piece is not None:
+                    self.event_prefix = data[len(size_hex) + 2:m.start(2)]
+                    self.event_rest, self.event_groups = data[m.end(2):], (reason, pt, ct)
+                else:           # (a chat event without a piece has no place to start a tail from)
+                    self.event_prefix = None
+        if m is not None:
+            received = self._received + size
+            if received <= self.max_body:
+                self._received = received
+                ex.state.on_fields(piece, reason, pt, ct, t - ex.sent)     # the transport's chunk counter
+                return True
+        return False
+
+    def _inline_chunks(self, data: bytes, ex: Exchange, t: float) -> bytes:
+        """The whole chunks at the read's start, each counted inline while it is one whole event; what
+        is left (from the first chunk that is not, or is cut) is returned for the parser."""
+        pos, n = 0, len(data)
+        while pos < n:
+            eol = data.find(b"\r\n", pos, pos + 10)
+            if eol <= pos:
+                break
+            try:
+                size = int(data[pos:eol], 16)
+            except ValueError:
+                break
+            # a size line as the parser reads it (any other spelling goes to the parser)
+            if not (0 < size < _SIZE_LINES_UP_TO and data.startswith(_SIZE_LINES[size], pos)):
+                break
+            end = eol + 4 + size
+            if end > n or not self._inline_event(data[pos:end], ex, t):
+                break
+            pos = end
+        return data[pos:] if pos else data
 
     def _set_inline(self) -> None:
         """Whether the next read may take the inline path: an SSE completions or chat body (nothing
