@@ -4,20 +4,34 @@ from __future__ import annotations
 
 from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
-from servewatch.proxy.config import WATCH_FLAGS
+from servewatch.proxy.config import DECODE_FIRST_BYTE_TIMEOUT_S, PREFILL_TIMEOUT_S, WATCH_FLAGS
 from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
 
 HELP = "pass requests through to an engine and record each one (TTFT, tokens, outcome by reason)"
 DESCRIPTION = ("An OpenAI-compatible pass-through in front of a vLLM or SGLang server. Completions and chat "
                "completions (streamed or not) are recorded one line per request, without prompt or "
                "completion text; any other path is forwarded untouched. Responses reach the client byte "
-               "for byte as the engine sent them.")
+               "for byte as the engine sent them. With --prefill and --decode instead of --upstream, each request "
+               "goes through a disaggregated pair (prefill, then decode with the prefill's KV) and both legs are "
+               "recorded.")
 
 
 def register(subparsers) -> None:
     p = add_command(subparsers, "proxy", HELP, DESCRIPTION, run)
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="where clients connect, e.g. 127.0.0.1:8080")
-    p.add_argument("--upstream", required=True, metavar="URL", help="the engine, e.g. http://127.0.0.1:8000")
+    p.add_argument("--upstream", metavar="URL", help="the engine, e.g. http://127.0.0.1:8000")
+    p.add_argument("--prefill", action="append", metavar="URL",
+                   help="instead of --upstream, a disaggregated pair: a prefill instance (repeat for more; taken in "
+                        "turn); each request is prefilled there with max_tokens 1, then sent to a --decode instance "
+                        "with the prefill's kv_transfer_params")
+    p.add_argument("--decode", action="append", metavar="URL",
+                   help="a decode instance of the pair (repeat for more; taken in turn); its answer is the client's")
+    p.add_argument("--prefill-timeout", type=float, default=PREFILL_TIMEOUT_S, metavar="S",
+                   help=f"a pair's prefill leg: its whole answer within S (default {PREFILL_TIMEOUT_S:g}, as "
+                        "--first-byte-timeout)")
+    p.add_argument("--decode-first-byte-timeout", type=float, default=DECODE_FIRST_BYTE_TIMEOUT_S, metavar="S",
+                   help=f"a pair's decode leg: its first byte within S (default {DECODE_FIRST_BYTE_TIMEOUT_S:g}: above "
+                        "the engines' own bound on a KV wait); then --read-timeout between reads")
     p.add_argument("--metrics-listen", metavar="HOST:PORT",
                    help="serve the proxy's own /metrics here (a separate port: the engine's /metrics stays reachable "
                         "through the proxy)")

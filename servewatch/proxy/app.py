@@ -16,7 +16,9 @@ from servewatch.proxy.server import Proxy
 def config_from_args(args) -> ProxyConfig:
     for flag, value in (("--max-connections", args.max_connections), ("--max-request-mb", args.max_request_mb),
                         ("--first-byte-timeout", args.first_byte_timeout), ("--read-timeout", args.read_timeout),
-                        ("--records-max-mb", args.records_max_mb), ("--records-keep", args.records_keep)):
+                        ("--records-max-mb", args.records_max_mb), ("--records-keep", args.records_keep),
+                        ("--prefill-timeout", args.prefill_timeout),
+                        ("--decode-first-byte-timeout", args.decode_first_byte_timeout)):
         if not 0 < value < math.inf:         # NaN too
             raise ServewatchError(f"{flag} must be above 0")
     if not 0.0 <= args.trace_sample <= 1.0:
@@ -33,7 +35,20 @@ def config_from_args(args) -> ProxyConfig:
                                   "(e.g. http://127.0.0.1:4318)")
     from servewatch.transport.urls import resolve
 
-    resolve(args.upstream, "--upstream")    # a bad URL, a host name that does not resolve: one line, status 2
+    prefill, decode = tuple(args.prefill or ()), tuple(args.decode or ())
+    if args.upstream is None and not (prefill and decode):
+        raise ServewatchError("give --upstream URL, or a pair: --prefill URL and --decode URL (each may repeat)")
+    if args.upstream is not None and (prefill or decode):
+        raise ServewatchError("--upstream is one engine; --prefill and --decode are a pair: give one or the other")
+    if args.upstream is None and args.watch:
+        raise ServewatchError("--watch records one upstream; a pair's instances are recorded by `servewatch watch` "
+                              "on each")
+    for flag, url in (("--upstream", args.upstream), *(("--prefill", u) for u in prefill),
+                      *(("--decode", u) for u in decode)):
+        if url is not None:
+            parsed = resolve(url, flag)     # a bad URL, a host name that does not resolve: one line, status 2
+            if parsed.scheme != "http" and flag != "--upstream":    # (--upstream's: Proxy says it)
+                raise ServewatchError(f"{flag} {url!r}: a plain http:// URL is expected")
     key = DEFAULT_TENANT_KEY
     if args.tenant_key_file:
         try:
@@ -41,7 +56,9 @@ def config_from_args(args) -> ProxyConfig:
         except (OSError, ValueError) as exc:
             raise ServewatchError(f"--tenant-key-file {args.tenant_key_file}: "
                                   f"{getattr(exc, 'strerror', None) or exc}") from None
-    return ProxyConfig(upstream=args.upstream, max_connections=args.max_connections,
+    return ProxyConfig(upstream=args.upstream or "", prefill=prefill, decode=decode,
+                       prefill_timeout_s=args.prefill_timeout, decode_first_byte_timeout_s=args.decode_first_byte_timeout,
+                       max_connections=args.max_connections,
                        max_request_bytes=int(args.max_request_mb * 2**20),
                        first_byte_timeout_s=args.first_byte_timeout, read_idle_timeout_s=args.read_timeout,
                        tenant_header=args.tenant_header.lower(), tenant_key=key, keep_text=args.keep_text,
@@ -66,7 +83,12 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
     telemetry.log = log
 
     try:
-        proxy = Proxy(config, on_record=record_sink(log, telemetry, config.keep_text))
+        if config.prefill:
+            from servewatch.proxy.pair import PairProxy      # the pair's path: its own module, the single path untouched
+
+            proxy = PairProxy(config, on_record=record_sink(log, telemetry, config.keep_text))
+        else:
+            proxy = Proxy(config, on_record=record_sink(log, telemetry, config.keep_text))
     except ValueError as exc:
         raise ServewatchError(f"--upstream {args.upstream}: {exc}") from None
     telemetry.proxy = proxy
@@ -88,8 +110,12 @@ async def run_proxy(args, listen: tuple[str, int], metrics_listen: tuple[str, in
         if config.keep_text:
             print(f"servewatch proxy: --keep-text: {args.records} holds every prompt and completion as text; "
                   "do not share it", file=sys.stderr)
-        print(f"servewatch proxy: listening on {listen[0]}:{port}, forwarding to {config.upstream}",
-              file=sys.stderr, flush=True)
+        if config.prefill:
+            where = (f"prefill {', '.join(config.prefill)} then decode {', '.join(config.decode)} "
+                     "(each side in turn)")
+        else:
+            where = config.upstream
+        print(f"servewatch proxy: listening on {listen[0]}:{port}, forwarding to {where}", file=sys.stderr, flush=True)
         stop = asyncio.Event()
         remove = stopping.on_stop(asyncio.get_running_loop(), stop.set)   # ^C, SIGTERM, SIGHUP: an orderly stop
         try:

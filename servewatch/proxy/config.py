@@ -34,6 +34,18 @@ def tenant_key(path: str) -> bytes:
     return key
 
 
+# A prefill/decode pair (servewatch.proxy.pair): each leg's own bound, where the toy router of vLLM's tests waits
+# forever. The prefill leg is one whole answer (max_tokens 1, not streamed): its first byte is its last, so it has
+# the single path's first-byte bound, for the same reason (a long queue and a long prompt hold it for minutes).
+FIRST_BYTE_TIMEOUT_S = 900.0
+PREFILL_TIMEOUT_S = FIRST_BYTE_TIMEOUT_S
+# Decode's first byte after its request: its queue, the KV transfer and one step (no prompt is computed there).
+# Above the engines' own bound on that wait, so that their error, which says why, arrives first: SGLang 0.5.23's
+# SGLANG_DISAGGREGATION_WAITING_TIMEOUT is 300 s; vLLM 0.32's NIXL decode failed its request ~50 s after the
+# prefill died (issue 52). The proxy's bound only catches a decode that never answers.
+DECODE_FIRST_BYTE_TIMEOUT_S = 360.0
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
     upstream: str                              # base URL of the engine, e.g. http://127.0.0.1:8000
@@ -51,10 +63,15 @@ class ProxyConfig:
     # starved of CPU for longer ran the expired timer before seeing the connect done: a 502 for a request
     # the engine would have served (1 of 55 in a CI run)
     connect_timeout_s: float = 60.0
-    first_byte_timeout_s: float = 900.0        # upstream: request written -> first response byte (504)
+    first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S   # upstream: request written -> first response byte (504)
     read_idle_timeout_s: float = 300.0         # upstream: silence between two response reads
     tenant_header: str = "x-tenant"            # tenant from this header, else from the API key (hashed)
     tenant_key: bytes = DEFAULT_TENANT_KEY     # the hash's key (tenant_key(FILE) for one's own)
     keep_text: bool = False                    # records carry the prompt and completion text (never telemetry)
     keep_itl: bool = False                     # records carry every chunk's time and every inter-token gap
     sweep_interval_s: float = 0.25             # how often deadlines are checked
+    # a prefill/decode pair instead of one upstream (servewatch.proxy.pair): base URLs, round-robin on each side
+    prefill: tuple[str, ...] = ()
+    decode: tuple[str, ...] = ()
+    prefill_timeout_s: float = PREFILL_TIMEOUT_S                 # prefill leg: request written -> answer's end
+    decode_first_byte_timeout_s: float = DECODE_FIRST_BYTE_TIMEOUT_S   # decode leg: request written -> first body byte

@@ -1,0 +1,336 @@
+"""`servewatch proxy --prefill URL... --decode URL...`: the router leg of a disaggregated pair, over real loopback
+HTTP against stand-in engines that answer as vLLM's prefill and decode do (kv_transfer_params from the prefill,
+a stream from decode): each request's legs recorded with the instances that served them, round robin on each
+side, a bound on each leg, a failed leg told apart, never a 200 with an empty body, no prompt in a record."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from servewatch.proxy import ProxyConfig
+from servewatch.proxy.pair import PairProxy, kv_said
+from servewatch.proxy.recordlog import RecordLog, record_sink
+
+pytestmark = pytest.mark.timeout(60)
+
+PROMPT = "the secret prompt zebra-17 says"
+
+
+class Engine:
+    """One stand-in instance on an ephemeral port: a prefill answers one JSON with kv_transfer_params naming
+    itself; a decode streams `tokens` events, saying with `said` how many prompt tokens came by transfer.
+    `mode`: "ok", "hang" (no answer until the test ends), "500", "cut" (two events, then the connection
+    closed mid-body), "empty" (200 with no body)."""
+
+    def __init__(self, role: str, mode: str = "ok", *, tokens: int = 4, said: int | None = None,
+                 delay_s: float = 0.0):
+        self.role, self.mode, self.tokens, self.said, self.delay_s = role, mode, tokens, said, delay_s
+        self.bodies: list[dict] = []
+        self.request_ids: list[str] = []
+        self.release = asyncio.Event()
+        self.runner = None
+        self.port = None
+
+    async def __aenter__(self) -> "Engine":
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.release.set()
+        await self.runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def where(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def models(self, request):
+        return web.json_response({"object": "list", "data": [{"id": f"m-{self.role}"}]})
+
+    async def completions(self, request):
+        body = await request.json()
+        self.bodies.append(body)
+        self.request_ids.append(request.headers.get("X-Request-Id", ""))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)          # the stand-in's own prefill time, measured by the proxy
+        if self.mode == "hang":
+            await self.release.wait()
+        if self.mode == "500":
+            return web.json_response({"error": {"message": f"boom on {PROMPT}", "type": "InternalServerError"}},
+                                     status=500)
+        if self.role == "prefill":
+            return web.json_response({
+                "id": "cmpl-p", "object": "text_completion",
+                "choices": [{"index": 0, "text": "a", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
+                "kv_transfer_params": {"do_remote_prefill": True, "do_remote_decode": False,
+                                       "remote_engine_id": f"engine-{self.port}", "remote_block_ids": [1, 2],
+                                       "remote_host": "127.0.0.1", "remote_port": self.port}})
+        if self.mode == "empty":
+            return web.Response(status=200, content_type="text/event-stream")
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for i in range(self.tokens):
+            if self.mode == "cut" and i == 2:
+                request.transport.close()
+                return out
+            event = {"id": "cmpl-d", "object": "text_completion",
+                     "choices": [{"index": 0, "text": f"t{i}", "finish_reason": "length" if i == self.tokens - 1
+                                  else None}],
+                     "usage": {"prompt_tokens": 7, "completion_tokens": i + 1, "total_tokens": 8 + i}}
+            if i == self.tokens - 1 and self.said is not None:
+                event["kv_transfer_params"] = {"external_prompt_tokens": self.said}
+            await out.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
+            await asyncio.sleep(0.01)
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+
+class Pair:
+    """A PairProxy on an ephemeral port in this loop, its records collected (and written with `log`)."""
+
+    def __init__(self, prefill, decode, log: RecordLog | None = None, **config):
+        self.records = []
+        self.lines = []
+        self.log = log
+
+        def on_record(ex, rec):
+            self.records.append(rec)
+            self.lines.append(rec.to_json())
+            if log is not None:
+                log.write(rec.to_json())
+
+        urls = [tuple(e if isinstance(e, str) else e.url for e in side) for side in (prefill, decode)]
+        self.proxy = PairProxy(ProxyConfig(upstream="", prefill=urls[0], decode=urls[1], **config),
+                               on_record=on_record)
+
+    async def __aenter__(self) -> "Pair":
+        self.port = await self.proxy.start("127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.proxy.close()
+
+    async def post(self, body: dict, *, path: str = "/v1/completions"):
+        """(status, body bytes, error while reading or None)."""
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"http://127.0.0.1:{self.port}{path}", json=body,
+                              headers={"Authorization": "Bearer key-1"}) as r:
+                data = b""
+                try:
+                    async for piece in r.content.iter_any():
+                        data += piece
+                except aiohttp.ClientPayloadError as exc:
+                    return r.status, data, exc
+                return r.status, data, None
+
+    async def settled(self, count: int) -> None:
+        """Until `count` records are made (the record follows the answer's end)."""
+        async with asyncio.timeout(10):
+            while len(self.records) < count:
+                await asyncio.sleep(0.01)
+
+
+def _stream(max_tokens: int = 4) -> dict:
+    return {"model": "m", "prompt": PROMPT, "max_tokens": max_tokens, "stream": True, "min_tokens": 2,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def _events(data: bytes) -> list:
+    return [json.loads(b[6:]) for b in data.split(b"\n\n") if b.startswith(b"data: {")]
+
+
+def test_each_leg_is_recorded_with_the_instances_that_served_it_in_turn():
+    async def go():
+        async with Engine("prefill", delay_s=0.05) as p0, Engine("prefill", delay_s=0.05) as p1, \
+                Engine("decode", said=7) as d0, Engine("decode") as d1, Engine("decode", said=0) as d2:
+            async with Pair([p0, p1], [d0, d1, d2]) as pair:
+                answers = [await pair.post(_stream()) for _ in range(6)]
+                await pair.settled(6)
+                return answers, pair.records, (p0, p1), (d0, d1, d2)
+
+    answers, records, prefills, decodes = asyncio.run(go())
+    for status, data, error in answers:
+        assert status == 200 and error is None
+        assert [e["choices"][0]["text"] for e in _events(data)] == ["t0", "t1", "t2", "t3"]
+    # round robin, each side on its own turn: prefill 0 1 0 1 0 1, decode 0 1 2 0 1 2
+    assert [r.proxy["pd"]["prefill_index"] for r in records] == [0, 1, 0, 1, 0, 1]
+    assert [r.proxy["pd"]["decode_index"] for r in records] == [0, 1, 2, 0, 1, 2]
+    assert [r.proxy["pd"]["prefill"] for r in records] == [prefills[i % 2].where for i in range(6)]
+    assert [r.proxy["pd"]["decode"] for r in records] == [decodes[i % 3].where for i in range(6)]
+    assert [len(p.bodies) for p in prefills] == [3, 3] and [len(d.bodies) for d in decodes] == [2, 2, 2]
+    # the prefill is asked for one whole token and a remote decode; decode gets the request and the prefill's params
+    asked = prefills[0].bodies[0]
+    assert (asked["max_tokens"], asked["stream"]) == (1, False)
+    assert "stream_options" not in asked and "min_tokens" not in asked
+    assert asked["kv_transfer_params"]["do_remote_decode"] is True
+    assert asked["kv_transfer_params"]["do_remote_prefill"] is False
+    for i in range(6):
+        sent = decodes[i % 3].bodies[i // 3]
+        assert (sent["max_tokens"], sent["stream"], sent["min_tokens"], sent["prompt"]) == (4, True, 2, PROMPT)
+        assert sent["kv_transfer_params"]["remote_engine_id"] == f"engine-{prefills[i % 2].port}"
+    # one request id on both legs (each engine's log can be joined), a new one per request
+    assert prefills[0].request_ids[0] == decodes[0].request_ids[0] != prefills[1].request_ids[0]
+    for rec in records:
+        pd = rec.proxy["pd"]
+        assert rec.error is None and rec.http_status == 200 and rec.output_tokens == 4
+        assert pd["failed_leg"] is None and pd["prefill_status"] == 200 and pd["kv_params"] is True
+        assert pd["prefill_s"] >= 0.05                          # the stand-in's own 50 ms
+        # the client's TTFT is the prefill, the wait between the legs and decode's first token
+        assert pd["decode_ttft_s"] <= pd["kv_wait_s"] <= rec.ttft_s - pd["prefill_s"] + 1e-6
+        assert rec.ttft_s >= pd["prefill_s"] + pd["decode_ttft_s"] - 1e-6
+        assert pd["decode_s"] >= 3 * 0.01 and rec.proxy["itl_max_s"] is not None
+    # decode 0 says 7 tokens came by transfer, decode 2 says none did, decode 1 does not say
+    assert [r.proxy["pd"]["kv_transferred"] for r in records] == [True, None, False] * 2
+
+
+def test_a_prefill_past_its_bound_fails_the_request_naming_the_prefill_leg():
+    async def go():
+        async with Engine("prefill", mode="hang") as p0, Engine("decode") as d0:
+            async with Pair([p0], [d0], prefill_timeout_s=0.5) as pair:
+                answer = await pair.post(_stream())
+                await pair.settled(1)
+                return answer, pair.records[0], p0, d0
+
+    (status, data, error), rec, p0, d0 = asyncio.run(go())
+    assert status == 504 and error is None
+    message = json.loads(data)["error"]["message"]
+    assert message == f"prefill leg: prefill 0 ({p0.where}) sent no answer in 0.5 s"
+    assert rec.error == "timeout" and rec.error_detail == message and rec.http_status == 504
+    assert rec.proxy["pd"]["failed_leg"] == "prefill" and rec.proxy["pd"]["decode"] is None
+    assert 0.5 <= rec.proxy["pd"]["prefill_s"] < 0.5 + 2.0      # the bound, and the sweep of a loaded machine
+    assert d0.bodies == []                                       # decode never asked
+
+
+def test_a_decode_that_breaks_mid_stream_ends_in_an_error_event_and_a_cut_not_a_clean_end():
+    async def go():
+        async with Engine("prefill") as p0, Engine("decode", mode="cut") as d0:
+            async with Pair([p0], [d0]) as pair:
+                answer = await pair.post(_stream())
+                await pair.settled(1)
+                return answer, pair.records[0], d0
+
+    (status, data, error), rec, d0 = asyncio.run(go())
+    assert status == 200 and isinstance(error, aiohttp.ClientPayloadError)   # the body never ended cleanly
+    events = _events(data)
+    assert [e["choices"][0]["text"] for e in events[:-1]] == ["t0", "t1"]
+    assert events[-1]["error"]["type"] == "decode_failed"
+    assert events[-1]["error"]["message"] == f"decode leg: decode 0 ({d0.where}) closed the connection mid-answer"
+    assert rec.error == "stream_cut" and rec.proxy["pd"]["failed_leg"] == "decode"
+    assert rec.error_detail.startswith("decode leg: ") and rec.output_tokens == 2
+
+
+@pytest.mark.parametrize("bad", ["prefill", "decode"])
+def test_a_leg_that_answers_500_is_a_502_naming_that_leg(bad):
+    async def go():
+        async with Engine("prefill", mode="500" if bad == "prefill" else "ok") as p0, \
+                Engine("decode", mode="500" if bad == "decode" else "ok") as d0:
+            async with Pair([p0], [d0]) as pair:
+                answer = await pair.post(_stream())
+                await pair.settled(1)
+                return answer, pair.records[0], {"prefill": p0, "decode": d0}
+
+    (status, data, error), rec, engines = asyncio.run(go())
+    message = json.loads(data)["error"]["message"]
+    assert status == 502
+    assert message == f"{bad} leg: {bad} 0 ({engines[bad].where}) answered HTTP 500 InternalServerError"
+    assert rec.error == "http_5xx" and rec.proxy["pd"]["failed_leg"] == bad and rec.http_status == 502
+    assert rec.proxy["pd"]["prefill_status"] == (500 if bad == "prefill" else 200)
+    assert PROMPT not in json.dumps(rec.to_json()) and PROMPT not in message   # the engine's words stay out
+
+
+def test_an_empty_200_from_decode_is_never_passed_on_as_a_200():
+    async def go():
+        async with Engine("prefill") as p0, Engine("decode", mode="empty") as d0:
+            async with Pair([p0], [d0]) as pair:
+                answer = await pair.post(_stream())
+                await pair.settled(1)
+                return answer, pair.records[0], d0
+
+    (status, data, error), rec, d0 = asyncio.run(go())
+    assert status == 502
+    assert json.loads(data)["error"]["message"] == f"decode leg: decode 0 ({d0.where}) answered HTTP 200 with an empty body"
+    assert rec.error == "stream_cut" and rec.proxy["pd"]["failed_leg"] == "decode"
+
+
+def test_a_decode_that_refuses_connections_is_a_502_naming_decode():
+    async def go():
+        async with Engine("decode") as d0:
+            dead = d0.url                       # a port that listened, and no longer does
+        async with Engine("prefill") as p0:
+            async with Pair([p0], [dead]) as pair:
+                answer = await pair.post(_stream())
+                await pair.settled(1)
+                return answer, pair.records[0], dead
+
+    (status, data, error), rec, dead = asyncio.run(go())
+    assert status == 502
+    assert json.loads(data)["error"]["message"] == (f"decode leg: decode 0 ({dead[len('http://'):]}) refused the "
+                                                    "connection")
+    assert rec.error == "connect" and rec.proxy["pd"]["failed_leg"] == "decode"
+    assert rec.proxy["pd"]["prefill_status"] == 200
+
+
+def test_records_carry_no_prompt_path_or_request_id(tmp_path):
+    async def go():
+        log = RecordLog(str(tmp_path / "requests.jsonl"))
+        async with Engine("prefill") as p0, Engine("decode", said=7) as d0:
+            pair = Pair([p0], [d0])
+            pair.proxy.on_record = record_sink(log, _NoTelemetry())     # what `proxy --records` writes
+            async with pair:
+                for body in (_stream(), {"model": "m", "messages": [{"role": "user", "content": PROMPT}],
+                                         "max_tokens": 3}):
+                    path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+                    status, _, _ = await pair.post(body, path=path)
+                    assert status == 200
+        log.close()
+        return (tmp_path / "requests.jsonl").read_text(), p0.request_ids + d0.request_ids
+
+    text, ids = asyncio.run(go())
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert len(lines) == 2 and [line["api"] for line in lines] == ["completions", "chat"]
+    assert all(line["proxy"]["pd"]["decode_index"] == 0 for line in lines)
+    assert "zebra" not in text and "/v1" not in text and "Bearer" not in text and "key-1" not in text
+    assert all(i and i not in text for i in ids)
+
+
+def test_other_paths_go_to_a_decode_instance():
+    async def go():
+        async with Engine("prefill") as p0, Engine("decode") as d0:
+            async with Pair([p0], [d0]) as pair:
+                async with aiohttp.ClientSession() as s:
+                    async with s.get(f"http://127.0.0.1:{pair.port}/v1/models") as r:
+                        return r.status, await r.json(), pair.proxy.counters.other_requests
+
+    status, body, counted = asyncio.run(go())
+    assert (status, body["data"][0]["id"], counted) == (200, "m-decode", 1)
+
+
+def test_what_decode_says_of_transferred_kv():
+    assert kv_said({"kv_transfer_params": {"external_prompt_tokens": 300}}) is True
+    assert kv_said({"kv_transfer_params": {"external_prompt_tokens": 0}}) is False
+    assert kv_said({"kv_transfer_params": None}) is None                 # vLLM 0.32's decode: it does not say
+    assert kv_said({"kv_transfer_params": {"external_prompt_tokens": True}}) is None
+    assert kv_said({"usage": {"prompt_tokens_details": {"cached_tokens": 300}}}) is None
+
+
+class _NoTelemetry:
+    def observe(self, ex, rec) -> None:
+        pass
