@@ -293,7 +293,8 @@ def fault(url, kind):
 BUILTIN_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "process_exit", "health_loss", "not_serving",
                     "rank_stalled", "collective_hang", "overload", "kv_pressure", "preemption", "histogram_blind", "target_restarted",
                     "server_errors", "client_errors", "requests_aborted", "startup_stalled", "crash_loop",
-                    "requests_no_token", "gpu_fault", "gpu_throttled")
+                    "requests_no_token", "gpu_fault", "gpu_throttled", "kv_transfer_stall", "kv_expired", "pd_bypass",
+                    "kv_transfer_failures")
 
 
 def test_the_shipped_schemas_list_exactly_the_registered_builtin_verdicts():

@@ -20,8 +20,9 @@ def state(rank, histograms=None):
 
 def test_what_makes_two_verdicts_the_same():
     v = Verdict("histogram_blind", 5.0, 1.0, "why", (), {"engine": "engine=0", "histogram": "itl", "count": 3})
-    assert verdict_key(v) == ("histogram_blind", "engine=0", "itl")
-    assert verdict_key(Verdict("stall", 5.0, 1.0, "why", (), {})) == ("stall", None, None)
+    assert verdict_key(v) == ("histogram_blind", "engine=0", "itl", None)
+    assert verdict_key(Verdict("stall", 5.0, 1.0, "why", (), {})) == ("stall", None, None, None)
+    assert verdict_key(Verdict("stall", 5.0, 1.0, "why", (), {"instance": "prefill-0"}))[3] == "prefill-0"
 
 
 def test_the_lookback_slice_keeps_the_startup_stages_before_it():

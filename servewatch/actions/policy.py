@@ -41,6 +41,10 @@ class GuardConfig:
     drain_timeout_s: float = 30.0
     stacks: bool = True
     dry_run: bool = False
+    # The deployment instance whose process tree this guard holds (a prefill or a decode server of a pair), by the
+    # name its verdicts give it; None: a single server. Guard acts only on verdicts about its own side
+    # (registry.may_act_on): a verdict about the pair names the one instance whose tree may be acted on.
+    instance: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,8 @@ def action_for(verdict: str, config: GuardConfig, details: dict | None = None,
     decides) is reported, not acted on; a drain ends with the hardware line (EXIT_HARDWARE)."""
     if verdict not in config.act_on:
         return None
+    if not registry.may_act_on(verdict, details or {}, config.instance):
+        return None         # the other side's fault, or a verdict about the pair that names no side to act on
     cls = action or registry.action_of(verdict)
     if cls != registry.action_of(verdict) and cls not in (RESTART, DRAIN):
         return None

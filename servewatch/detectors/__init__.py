@@ -30,10 +30,28 @@ def run_detectors(window: Window, config: DetectorConfig | None = None) -> list[
     recent = _recent(window, config)
     if recent is None:
         return []
+    if window.instances:
+        return _deployment(window, recent, config)
     verdicts: list[Verdict] = []
     for spec in registry.specs():
-        verdicts.extend(spec.detect(recent, config))
+        if not spec.pair:
+            verdicts.extend(spec.detect(recent, config))
     return yield_way(verdicts)
+
+
+def _deployment(window: Window, recent: Window, config: DetectorConfig) -> list[Verdict]:
+    """A deployment's verdicts: each instance's own (judged on its window as on a target's, each named by its
+    `instance` and `role` details), then the pair's (judged on the instances together)."""
+    verdicts: list[Verdict] = []
+    for instance in window.instances:
+        own = run_detectors(instance.window, config)
+        verdicts.extend(dataclasses.replace(v, details={**v.details, "instance": instance.name, "role": instance.role})
+                        for v in own)
+    pair: list[Verdict] = []
+    for spec in registry.specs():
+        if spec.pair:
+            pair.extend(spec.detect(recent, config))
+    return verdicts + yield_way(pair)
 
 
 def yield_way(verdicts: list[Verdict]) -> list[Verdict]:
@@ -50,7 +68,8 @@ def yield_way(verdicts: list[Verdict]) -> list[Verdict]:
 
 def verdict_key(verdict: Verdict) -> tuple:
     """What makes two verdicts "the same condition" for firing once: the name and what it is about."""
-    return (verdict.name, verdict.details.get("engine"), verdict.details.get("histogram"))
+    return (verdict.name, verdict.details.get("engine"), verdict.details.get("histogram"),
+            verdict.details.get("instance"))
 
 
 def evidence_window(window: Window, config: DetectorConfig | None = None) -> Window:

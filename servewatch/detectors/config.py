@@ -144,6 +144,29 @@ class DetectorConfig:
     gpu_throttle_baseline_s: float = 30.0
     gpu_clock_held_share: float = 0.9
 
+    # A deployment (prefill and decode instances watched as one; issue 52).
+    # kv_transfer_stall: decode has requests waiting for KV from a prefill for at least kv_stall_s while no
+    # transferred prompt token (nor a finished transfer) arrives at decode. A healthy NIXL transfer over TCP took
+    # 17-20 s to move 192 KiB on the loaded 2-core lab machine (nothing arrives until it ends); vLLM 0.32's decode
+    # held a request ~50 s after its prefill died before failing it (NIXL_ERR_REMOTE_DISCONNECT, HTTP 500); SGLang
+    # waits 300 s (SGLANG_DISAGGREGATION_WAITING_TIMEOUT). 30 s: half again the slowest healthy transfer seen,
+    # and named 20 s before vLLM fails the request.
+    kv_stall_s: float = 30.0
+    # kv_expired, pd_bypass and kv_transfer_failures read the counters' increase over the last pd_window_s.
+    pd_window_s: float = 60.0
+    # kv_expired: the prefill's lease on the blocks it keeps for decode, said with the verdict (vLLM's
+    # kv_lease_duration, default 30 s: the engine does not export it; set yours).
+    kv_lease_s: float = 30.0
+    # pd_bypass: decode computed at least pd_bypass_min_tokens prompt tokens itself over pd_window_s, none came by
+    # transfer, and no prefill computed a prompt token. The active probe's few-token prompt, at most one per
+    # 10 s by default (about 60 tokens a minute), stays under it.
+    pd_bypass_min_tokens: float = 256.0
+    # kv_transfer_failures: at least kv_failure_min failed transfers, notifications or bootstraps over pd_window_s,
+    # and at least kv_failure_fraction of the transfers tried (as server_errors: one failure at a prefill's death
+    # is the stall's end, not a rate).
+    kv_failure_min: float = 3.0
+    kv_failure_fraction: float = 0.05
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["blind_kinds"] = list(self.blind_kinds)

@@ -8,7 +8,7 @@ is its detector module and one `register(VerdictSpec(...))`.
 from __future__ import annotations
 
 from servewatch.detectors import (blindness, capacity, collective, gpu, liveness, no_token, not_serving, outcomes,
-                                  progress, ranks, restart, runbooks, startup)
+                                  pd, progress, ranks, restart, runbooks, startup)
 from servewatch.detectors.verdict import (ACTION_CLASSES, DRAIN, FINDING, INCIDENT, INFO, PAGE, RESTART, RunbookBranch,
                                           Verdict, VerdictSpec)
 
@@ -84,6 +84,19 @@ def evidence_holds(verdict: Verdict) -> bool:
     """Whether `verdict` carries the evidence its spec waits for before anything acts on it."""
     found = _REGISTRY.get(verdict.name)
     return found is not None and found.evidence_holds(verdict)
+
+
+def may_act_on(name: str, details: dict, instance: str | None = None) -> bool:
+    """Whether what holds `instance`'s process tree may act on a firing of `name` with these `details` (instance
+    None: a single server, no deployment's instance). A verdict about a deployment names the one instance whose tree may be acted on (its
+    `act_on` detail; none: a person decides); an instance's own verdict names that instance (`instance`). So a
+    guard or a livez of one side never acts on the other side's fault."""
+    found = _REGISTRY.get(name)
+    if found is not None and found.pair:
+        side = details.get("act_on")
+        return side is not None and side == instance
+    side = details.get("instance")
+    return side is None or side == instance
 
 
 def policy_lines(names: tuple[str, ...] | None = None) -> list[str]:
@@ -164,5 +177,20 @@ for _spec in (
     VerdictSpec("gpu_throttled", gpu.detect_gpu_throttled, INCIDENT, "ticket",
                 "the token rate fell while the GPU's clocks are held by a thermal, power-brake or HW-slowdown reason",
                 runbooks.GPU_THROTTLED, ("gpu", "metrics", "process"), labels=("cause",), action=PAGE),
+    # A deployment's verdicts (prefill and decode instances judged together, issue 52).
+    VerdictSpec("kv_transfer_stall", pd.detect_kv_transfer_stall, INCIDENT, "page",
+                "decode requests wait for KV from a prefill and no transferred token arrives",
+                runbooks.KV_TRANSFER_STALL, ("metrics", "health", "process"),
+                action=RESTART, action_by="restart the prefill when it is dead, stopped or not answering (decode "
+                "never), else page", actions=(RESTART, PAGE), pair=True),
+    VerdictSpec("kv_expired", pd.detect_kv_expired, INCIDENT, "page",
+                "a prefill released KV blocks before decode read them: answers may be wrong", runbooks.KV_EXPIRED,
+                ("metrics",), action=PAGE, pair=True),
+    VerdictSpec("pd_bypass", pd.detect_pd_bypass, INCIDENT, "ticket",
+                "decode computes every prompt itself while the prefill is idle: the router went decode-only",
+                runbooks.PD_BYPASS, ("metrics",), action=PAGE, pair=True),
+    VerdictSpec("kv_transfer_failures", pd.detect_kv_transfer_failures, INCIDENT, "page",
+                "KV transfers between prefill and decode fail at a rate", runbooks.KV_TRANSFER_FAILURES,
+                ("metrics",), action=PAGE, pair=True),
 ):
     register(_spec)

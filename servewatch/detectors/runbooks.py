@@ -435,3 +435,80 @@ GPU_THROTTLED = RunbookBranch(
     rollback="Return load once the clocks are back at their maximum under load for several readings.",
     restart_destroys="The KV and prefix caches; a restart does not cool a GPU.",
 )
+
+KV_TRANSFER_STALL = RunbookBranch(
+    meaning="Decode holds requests that wait for their KV from a prefill instance, and no transferred token has "
+            "arrived for longer than a healthy transfer takes. The prefill that should send it is named with how "
+            "it lives: dead, stopped or not answering, it is the side at fault; alive, the path between them is.",
+    check_next=(
+        "The prefill's own state in the bundle: its process, /health and last scrape. A prefill killed or "
+        "stopped after its step leaves decode waiting (vLLM #35943; vLLM 0.32 with NIXL held the request ~50 s, "
+        "then failed it with NIXL_ERR_REMOTE_DISCONNECT and HTTP 500).",
+        "Decode's kv_transfer gauges: requests waiting for KV (vLLM num_requests_waiting_by_reason{reason="
+        "\"deferred\"}, num_requests_kv_fetch_by_stage{stage=\"in_progress\"}; SGLang's prealloc and transfer "
+        "queues) against transferred prompt tokens (prompt_tokens_by_source_total{source=\"external_kv_transfer\"}).",
+        "A live prefill: the connector's side channel and transport (NIXL's side-channel host and port, UCX_TLS; "
+        "SGLang's bootstrap port and its 'timed out ... in KVPoll' lines).",
+        "After a prefill restart, decode's log for a stale peer or a crash in the connector (vLLM #49238, "
+        "llm-d #2187).",
+    ),
+    expected_range="A transfer ends within seconds (17-20 s at worst for NIXL over TCP on a loaded 2-core "
+                   "machine); requests waiting for KV with no transferred token for 30 s are outside the range.",
+    safe_action="Restart the prefill when it is dead, stopped or silent (guard and a kubelet on its livez do it); "
+                "never restart decode for this: its blocks and in-flight requests are not at fault. A live "
+                "prefill: take the pair out of routing and read the connector's logs.",
+    rollback="Return the pair to routing once decode's waiting requests clear and transferred tokens move again.",
+    restart_destroys="The prefill's in-flight prefills and the KV blocks it holds for decode: the requests decode "
+                     "waits on fail and must be retried.",
+)
+
+KV_EXPIRED = RunbookBranch(
+    meaning="A prefill released the KV blocks it kept for decode before decode read them (its lease ran out), "
+            "and decode still answered those requests: their answers may be wrong (aws-samples/aws-do-eks#84: "
+            "8 of 42 answered 200 from released blocks).",
+    check_next=(
+        "The prefill's lease (vLLM kv_lease_duration, default 30 s) against decode's measured wait for KV in the "
+        "verdict: a wait longer than the lease expires blocks.",
+        "The prefill's log: 'Releasing expired KV blocks ... retrieved by 0 remote worker(s)' and 'Potentially "
+        "invalid KV blocks'; its counter nixl_num_kv_expired_reqs_total.",
+        "Why decode waited: a busy decode, a slow transfer path, a router that delays the decode leg.",
+    ),
+    expected_range="0 expired leases: decode reads every block well within the lease.",
+    safe_action="Raise the lease above decode's longest wait, or shorten the wait; tell the owners of the "
+                "affected answers that they may be wrong.",
+    rollback="Set the lease back once decode's waits are short again.",
+    restart_destroys="Nothing is restarted for this: the blocks are already gone; a restart only adds failures.",
+)
+
+PD_BYPASS = RunbookBranch(
+    meaning="Decode computes every prompt itself and no token comes by KV transfer, while the prefill computes "
+            "nothing: the router sends requests to decode alone (llm-d-router #2427, #1461). Every request still "
+            "answers; the prefill's capacity is wasted and decode's TTFT carries the prefill.",
+    check_next=(
+        "The router's view of the prefill: is it ready, is its address and port right?",
+        "Decode's prompt_tokens_by_source_total: local_compute rising, external_kv_transfer flat.",
+        "The prefill's request counters: flat while decode serves.",
+    ),
+    expected_range="On a working pair almost every prompt token at decode comes by transfer.",
+    safe_action="Fix the router's prefill list (or make the prefill ready); nothing to restart.",
+    rollback="None needed: the router going back to the pair is the fix.",
+    restart_destroys="Nothing is restarted for this.",
+)
+
+KV_TRANSFER_FAILURES = RunbookBranch(
+    meaning="KV transfers between the prefill and decode instances fail (transfers, completion notifications or "
+            "bootstraps) at a rate: the requests they carried fail, or are recomputed where the connector's "
+            "failure policy says so.",
+    check_next=(
+        "Which side counts them and which kind (the verdict says): vLLM nixl_num_failed_transfers_total and "
+        "nixl_num_failed_notifications_total, SGLang num_transfer_failed_reqs_total and "
+        "num_bootstrap_failed_reqs_total.",
+        "The connector's log lines: 'NIXL transfer failure', 'Failing N request(s) due to KV load failure', "
+        "SGLang's 'KVTransferError ... timed out'.",
+        "The transport between the two hosts (UCX transports, the side-channel or bootstrap port, the network).",
+    ),
+    expected_range="0 failed transfers per window on a healthy pair.",
+    safe_action="Keep the bundles of both sides; take the pair out of routing if other pairs serve.",
+    rollback="Return it to routing once a window passes with no failed transfer.",
+    restart_destroys="In-flight requests on the side restarted, and the KV blocks held for the other side.",
+)

@@ -100,6 +100,10 @@ class VerdictSpec:
     # same symptom, said better there). Applied in one place, detectors.run_detectors; detectors never call each other
     # for it.
     yields_to: tuple[str, ...] = ()
+    # A verdict about a deployment (prefill and decode instances together): its detector reads the window's
+    # instances (Window.instances) and its firing names, as its `act_on` detail, the one instance whose process tree
+    # may be acted on (none: a person decides). Every other verdict is judged on each instance's own window.
+    pair: bool = False
 
     def evidence_holds(self, verdict: Verdict) -> bool:
         """Whether `verdict` (of this spec) carries the evidence its action class waits for."""

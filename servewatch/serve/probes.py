@@ -32,26 +32,39 @@ class EndpointAnswer:
         return 200 if self.ok else 503
 
 
-def _failing(active: Sequence[Verdict], *classes: str) -> EndpointAnswer | None:
+def _failing(active: Sequence[Verdict], *classes: str, instance: str | None = None) -> EndpointAnswer | None:
     for verdict in active:
-        if registry.acts(verdict, *classes):
+        if registry.acts(verdict, *classes) and registry.may_act_on(verdict.name, verdict.details, instance):
             return EndpointAnswer(False, f"{verdict.name} ({registry.action_for(verdict)}): {verdict.why}")
     return None
 
 
-def livez(active: Sequence[Verdict]) -> EndpointAnswer:
-    return _failing(active, RESTART) or EndpointAnswer(True, "ok")
+def livez(active: Sequence[Verdict], instance: str | None = None) -> EndpointAnswer:
+    """`instance`: a deployment's instance this livez is of (None: a single target): only verdicts about its own
+    side fail it (registry.may_act_on), so a dead prefill never fails decode's livez."""
+    return _failing(active, RESTART, instance=instance) or EndpointAnswer(True, "ok")
 
 
 def readyz(active: Sequence[Verdict], health_ok: bool | None, scrape_ok: bool | None,
-           last_error: str | None) -> EndpointAnswer:
-    failing = _failing(active, RESTART, DRAIN)
+           last_error: str | None, instance: str | None = None) -> EndpointAnswer:
+    failing = _failing(active, RESTART, DRAIN, instance=instance)
     if failing is not None:
         return failing
     if not health_ok:
         return EndpointAnswer(False, f"/health not 2xx ({last_error or 'no answer yet'})")
     if not scrape_ok:
         return EndpointAnswer(False, f"/metrics scrape failed ({last_error or 'no answer yet'})")
+    return EndpointAnswer(True, "ok")
+
+
+def deployment_readyz(instances: Sequence[tuple[str, str, EndpointAnswer]]) -> EndpointAnswer:
+    """A deployment's readiness from each instance's (name, role, readyz answer): not ready while no prefill is
+    ready (decode alone would compute every prompt, or wait for KV that never comes) or no decode is ready."""
+    for role in ("prefill", "decode"):
+        mine = [(name, answer) for name, r, answer in instances if r == role]
+        if not any(answer.ok for _, answer in mine):
+            said = "; ".join(f"{name}: {answer.reason}" for name, answer in mine) or "none in the deployment"
+            return EndpointAnswer(False, f"no {role} instance is ready ({said})")
     return EndpointAnswer(True, "ok")
 
 

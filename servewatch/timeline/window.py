@@ -30,6 +30,16 @@ def kind_of(sample: Sample) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceWindow:
+    """One server of a deployment (a prefill or a decode instance of a disaggregated pair) and its own timeline:
+    each instance is recorded as a target of its own; the deployment's window holds them side by side."""
+
+    name: str          # a short token (host:port unless named): never a path
+    role: str          # "prefill" | "decode": what the deployment says it is
+    window: Window
+
+
+@dataclass(frozen=True, slots=True)
 class Window:
     health: tuple[HealthSample, ...] = ()
     metrics: tuple[MetricsSample, ...] = ()
@@ -38,6 +48,9 @@ class Window:
     logs: tuple[LogEvent, ...] = ()
     probe: tuple[ProbeSample, ...] = ()
     requests: tuple[RequestsSample, ...] = ()      # from `servewatch proxy`
+    # A deployment (prefill and decode instances watched as one target): each instance's own window, with its
+    # role. The verdicts of one engine are judged on each instance's window, the pair's on all of them together.
+    instances: tuple[InstanceWindow, ...] = ()
 
     @classmethod
     def from_samples(cls, samples: Iterable[Sample]) -> Window:
@@ -56,22 +69,28 @@ class Window:
         return iter(sorted(merged, key=lambda s: s.t))
 
     def __len__(self) -> int:
-        return sum(len(self.of(kind)) for kind in SOURCE_KINDS)
+        return sum(len(self.of(kind)) for kind in SOURCE_KINDS) + sum(len(i.window) for i in self.instances)
 
     @property
     def start(self) -> float | None:
         firsts = [self.of(kind)[0].t for kind in SOURCE_KINDS if self.of(kind)]
+        firsts += [t for i in self.instances if (t := i.window.start) is not None]
         return min(firsts) if firsts else None
 
     @property
     def end(self) -> float | None:
-        """The time of the newest sample: the window's "now"."""
+        """The time of the newest sample (of any instance's, in a deployment): the window's "now"."""
         lasts = [self.of(kind)[-1].t for kind in SOURCE_KINDS if self.of(kind)]
+        lasts += [t for i in self.instances if (t := i.window.end) is not None]
         return max(lasts) if lasts else None
 
     def since(self, t: float) -> Window:
-        """The samples at or after `t`."""
-        return Window(**{_field(kind): _since(self.of(kind), t) for kind in SOURCE_KINDS})
+        """The samples at or after `t` (each instance's too)."""
+        instances = tuple(InstanceWindow(i.name, i.role, i.window.since(t)) for i in self.instances)
+        return Window(**{_field(kind): _since(self.of(kind), t) for kind in SOURCE_KINDS}, instances=instances)
+
+    def instance(self, name: str) -> InstanceWindow | None:
+        return next((i for i in self.instances if i.name == name), None)
 
     def good_metrics(self) -> tuple[MetricsSample, ...]:
         """Scrapes that answered and were understood."""

@@ -1,0 +1,294 @@
+"""The verdicts of a deployment: prefill and decode instances joined by a KV connector, judged together.
+
+Each instance is recorded as a target of its own (`Window.instances`, each with the role the deployment gives
+it); these detectors read the instances' connector series side by side (`EngineState.kv_transfer`, summed over
+an instance's engines) and say which side is at fault:
+
+- kv_transfer_stall: decode requests wait for KV while no transferred token arrives; the prefill named, and
+  whether it lives. A dead, stopped or silent prefill is the side to restart (the `act_on` detail); decode never.
+- kv_expired: a prefill released blocks before decode read them: decode's answers to them may be wrong.
+- pd_bypass: decode computes every prompt itself while no prefill computes one: the router went decode-only.
+- kv_transfer_failures: failed transfers, notifications or bootstraps at a rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.evidence.engine_signs import answer_problem, health_evidence
+from servewatch.detectors.verdict import PAGE, RESTART, Evidence, Verdict
+from servewatch.timeline.samples import STOPPED
+from servewatch.timeline.window import InstanceWindow, Window
+
+PREFILL, DECODE = "prefill", "decode"
+_FIELDS = ("waiting_for_kv", "fetch_in_progress", "external_prompt_tokens", "local_prompt_tokens", "transfers",
+           "failed_transfers", "failed_notifications", "bootstrap_failed", "expired")
+_FAILURES = (("failed_transfers", "failed transfer"), ("failed_notifications", "failed notification"),
+             ("bootstrap_failed", "failed bootstrap"))
+# How an instance lives, as the stall's evidence says it; the first three are the side a restart helps.
+DEAD, STOPPED_STATE, DOWN, ALIVE, UNKNOWN = "dead", "stopped", "silent", "alive", "unknown"
+RESTARTABLE = (DEAD, STOPPED_STATE, DOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """One good scrape of an instance: its connector fields summed over its engines (None: none exports it)."""
+
+    t: float
+    kv: dict
+    prompt_tokens: float | None        # the engines' prompt tokens, summed
+
+    def waiting(self) -> float | None:
+        found = self.kv["waiting_for_kv"]
+        return found if found is not None else self.kv["fetch_in_progress"]
+
+    def arrivals(self) -> tuple:
+        return (self.kv["external_prompt_tokens"], self.kv["transfers"])
+
+    def computed(self) -> float | None:
+        """Prompt tokens this instance computed itself."""
+        found = self.kv["local_prompt_tokens"]
+        return found if found is not None else self.prompt_tokens
+
+
+def _points(window: Window) -> list[_Point]:
+    out = []
+    for sample in window.good_metrics():
+        sides = [e.kv_transfer for e in sample.engines if e.kv_transfer is not None]
+        kv = {}
+        for name in _FIELDS:
+            values = [v for side in sides if (v := getattr(side, name)) is not None]
+            kv[name] = sum(values) if values else None
+        prompts = [v for e in sample.engines if (v := e.counters.prompt_tokens) is not None]
+        out.append(_Point(sample.t, kv, sum(prompts) if prompts else None))
+    return out
+
+
+def _role(window: Window, role: str) -> list[InstanceWindow]:
+    return [i for i in window.instances if i.role == role]
+
+
+def _rise(points: list[_Point], read, since: float) -> tuple[float | None, float | None]:
+    """(how much `read(point)` rose over the points at or after `since`, a counter reset counted from 0; the time
+    of its first rise) — (None, None) when it is not read there."""
+    values = [(p.t, v) for p in points if p.t >= since and (v := read(p)) is not None]
+    if not values:
+        return None, None
+    total, first = 0.0, None
+    for (_, before), (t, after) in zip(values, values[1:]):
+        step = after - before if after >= before else after
+        if step > 0:
+            total += step
+            first = t if first is None else first
+    return total, first
+
+
+def _lives(instance: InstanceWindow, config: DetectorConfig) -> tuple[str, str, list[Evidence]]:
+    """(state, the words, the evidence) of how an instance lives now, from its own process, health and scrapes."""
+    window = instance.window
+    if window.process:
+        process = window.process[-1]
+        if not process.alive:
+            return DEAD, "its process exited", [Evidence("process", process.t, "alive", False)]
+        stopped = [m for m in process.members if m.status in STOPPED]
+        if stopped:
+            member = stopped[0]
+            return (STOPPED_STATE, f"{member.title or 'a process'} (pid {member.pid}) is stopped",
+                    [Evidence("process", process.t, "members.status", member.status)])
+    health = window.health
+    failed = []
+    for sample in reversed(health):
+        if sample.ok:
+            break
+        failed.append(sample)
+    if failed and len(failed) >= config.health_fail_count:
+        newest, oldest = failed[0], failed[-1]
+        return (DOWN, f"/health has not answered 2xx for {newest.t - oldest.t:.0f} s ({answer_problem(newest)})",
+                [health_evidence(newest)])
+    if health and health[-1].ok:
+        return ALIVE, "/health answers 2xx", [health_evidence(health[-1])]
+    if health:
+        return UNKNOWN, f"/health {answer_problem(health[-1])}", [health_evidence(health[-1])]
+    return UNKNOWN, "nothing read from it yet", []
+
+
+def _count(n: float, one: str) -> str:
+    return f"{n:g} {one}{'' if n == 1 else 's'}"
+
+
+# --- kv_transfer_stall -------------------------------------------------------------------------------------
+
+def detect_kv_transfer_stall(window: Window, config: DetectorConfig) -> list[Verdict]:
+    """Decode has had requests waiting for KV for at least kv_stall_s with no transferred token (nor a finished
+    transfer) arriving; the prefill is named with how it lives. Action: restart that prefill when it is dead,
+    stopped or not answering (its name in `act_on`); otherwise a person decides (the path between them). Decode is
+    never the side acted on: its requests wait on the other side."""
+    prefills = _role(window, PREFILL)
+    out = []
+    for decode in _role(window, DECODE):
+        points = _points(decode.window)
+        if not points or not (points[-1].waiting() or 0) > 0:
+            continue
+        newest = points[-1]
+        i = len(points) - 1
+        while i > 0 and (points[i - 1].waiting() or 0) > 0 and points[i - 1].arrivals() == newest.arrivals():
+            i -= 1
+        onset = points[i].t
+        held = newest.t - onset
+        if held < config.kv_stall_s:
+            continue
+        lives = [(p, *_lives(p, config)) for p in prefills]
+        at_fault = next((x for x in lives if x[1] in RESTARTABLE), None)
+        named = at_fault or (lives[0] if lives else None)
+        waiting = newest.waiting()
+        why = (f"decode {decode.name}: {_count(waiting, 'request')} waiting for KV for {held:.0f} s (bound "
+               f"{config.kv_stall_s:g} s) and no transferred token arrived")
+        details: dict = {"decode": decode.name, "waiting": waiting, "held_s": round(held, 3)}
+        evidence = [Evidence("metrics", onset, "kv_transfer.waiting_for_kv", points[i].waiting()),
+                    Evidence("metrics", newest.t, "kv_transfer.waiting_for_kv", waiting),
+                    Evidence("metrics", newest.t, "kv_transfer.external_prompt_tokens",
+                             newest.kv["external_prompt_tokens"])]
+        action = PAGE
+        if named is None:
+            why += "; no prefill instance is known to this deployment"
+        else:
+            prefill, state, words, shown = named
+            details.update(prefill=prefill.name, prefill_state=state)
+            evidence.extend(shown)
+            why += f"; prefill {prefill.name}: {words}"
+            if at_fault is not None:
+                action = RESTART
+                details["act_on"] = prefill.name
+                why += " — the prefill is the side to restart; decode is not restarted"
+            else:
+                why += " — the prefill lives: the transfer between them is at fault (a person decides; " \
+                       "decode is not restarted)"
+        out.append(Verdict("kv_transfer_stall", newest.t, onset, why, tuple(evidence), details, action=action))
+    return out
+
+
+# --- kv_expired --------------------------------------------------------------------------------------------
+
+def _longest_wait(decodes: list[InstanceWindow]) -> tuple[float | None, str | None]:
+    """The longest stretch decode's gauges showed a request waiting for KV (its first to its last scrape with
+    one waiting), and the decode instance; (None, None) when no scrape saw one waiting."""
+    best, where = None, None
+    for decode in decodes:
+        start = None
+        for point in _points(decode.window):
+            if (point.waiting() or 0) > 0:
+                start = point.t if start is None else start
+                if best is None or point.t - start > best:
+                    best, where = point.t - start, decode.name
+            else:
+                start = None
+    return best, where
+
+
+def detect_kv_expired(window: Window, config: DetectorConfig) -> list[Verdict]:
+    """A prefill's expired-lease counter rose over the last pd_window_s: it released the blocks of requests
+    decode had not read, and decode answers them anyway — possibly wrong. With the lease and decode's wait as
+    its gauges measured it."""
+    end = window.end
+    if end is None:
+        return []
+    out = []
+    for prefill in _role(window, PREFILL):
+        points = _points(prefill.window)
+        rose, first = _rise(points, lambda p: p.kv["expired"], end - config.pd_window_s)
+        if not rose or first is None:
+            continue
+        wait, decode = _longest_wait(_role(window, DECODE))
+        waited = (f"decode {decode} had a request waiting for KV for {wait:.0f} s" if wait is not None
+                  else "decode's wait for KV was too short for its scrapes to see")
+        why = (f"prefill {prefill.name} released the KV blocks of {_count(rose, 'request')} before decode read "
+               f"them in the last {config.pd_window_s:g} s (its lease: {config.kv_lease_s:g} s, the kv_lease_s "
+               f"setting; vLLM's kv_lease_duration); {waited}: decode's answers to them may be wrong")
+        details = {"prefill": prefill.name, "expired": rose, "lease_s": config.kv_lease_s,
+                   "decode_wait_s": round(wait, 3) if wait is not None else None}
+        evidence = (Evidence("metrics", first, "kv_transfer.expired", points[-1].kv["expired"]),)
+        out.append(Verdict("kv_expired", points[-1].t, first, why, evidence, details))
+    return out
+
+
+# --- pd_bypass ---------------------------------------------------------------------------------------------
+
+def detect_pd_bypass(window: Window, config: DetectorConfig) -> list[Verdict]:
+    """Over the last pd_window_s decode computed at least pd_bypass_min_tokens prompt tokens itself, none came by
+    transfer, and no prefill computed a prompt token: the requests go to decode alone (a router fallen back to
+    decode-only, a wrong prefill address). Every request still answers; the prefill's capacity is wasted and
+    decode's TTFT carries every prefill."""
+    end = window.end
+    if end is None:
+        return []
+    since = end - config.pd_window_s
+    prefills = _role(window, PREFILL)
+    prefill_work = []
+    for prefill in prefills:
+        rose, _ = _rise(_points(prefill.window), lambda p: p.computed(), since)
+        prefill_work.append((prefill, rose))
+    if not prefills or any(rose for _, rose in prefill_work):
+        return []
+    out = []
+    for decode in _role(window, DECODE):
+        points = _points(decode.window)
+        local, first = _rise(points, lambda p: p.computed(), since)
+        external, _ = _rise(points, lambda p: p.kv["external_prompt_tokens"], since)
+        if local is None or external is None or external > 0 or local < config.pd_bypass_min_tokens:
+            continue
+        idle = ", ".join(f"{p.name} {'computed none' if rose is not None else 'gave no good scrape'}"
+                         for p, rose in prefill_work)
+        why = (f"decode {decode.name} computed {local:g} prompt tokens itself in the last {config.pd_window_s:g} s "
+               f"and none came by KV transfer, while the prefill was idle ({idle}): requests bypass the prefill "
+               f"(a router gone decode-only, or a wrong prefill address)")
+        details = {"decode": decode.name, "local_prompt_tokens": local, "prefill": prefills[0].name}
+        evidence = (Evidence("metrics", points[-1].t, "kv_transfer.local_prompt_tokens", points[-1].computed()),
+                    Evidence("metrics", points[-1].t, "kv_transfer.external_prompt_tokens",
+                             points[-1].kv["external_prompt_tokens"]))
+        out.append(Verdict("pd_bypass", points[-1].t, first if first is not None else points[0].t, why, evidence,
+                           details))
+    return out
+
+
+# --- kv_transfer_failures ----------------------------------------------------------------------------------
+
+def detect_kv_transfer_failures(window: Window, config: DetectorConfig) -> list[Verdict]:
+    """At least kv_failure_min failed transfers, notifications or bootstraps over the last pd_window_s (each
+    instance's counters, both sides), and at least kv_failure_fraction of the transfers tried where the finished
+    ones are counted."""
+    end = window.end
+    if end is None:
+        return []
+    since = end - config.pd_window_s
+    failed, onset, newest = 0.0, None, None
+    done: dict[str, float] = {}         # finished transfers by the role that counts them (one transfer, two sides)
+    parts, evidence = [], []
+    for instance in window.instances:
+        points = _points(instance.window)
+        if not points:
+            continue
+        newest = max(newest or points[-1].t, points[-1].t)
+        for field, one in _FAILURES:
+            rose, first = _rise(points, lambda p, f=field: p.kv[f], since)
+            if rose:
+                failed += rose
+                onset = first if onset is None else min(onset, first)
+                parts.append(f"{_count(rose, one)} at {instance.role} {instance.name}")
+                evidence.append(Evidence("metrics", points[-1].t, f"kv_transfer.{field}", points[-1].kv[field]))
+        finished, _ = _rise(points, lambda p: p.kv["transfers"], since)
+        if finished is not None:
+            done[instance.role] = done.get(instance.role, 0.0) + finished
+    if failed < config.kv_failure_min or onset is None:
+        return []
+    share = ""
+    done = done.get(DECODE, done.get(PREFILL))    # decode's count where it keeps one: it reads the blocks
+    if done is not None:
+        tried = done + failed
+        if failed / tried < config.kv_failure_fraction:
+            return []
+        share = f", {failed / tried:.0%} of {tried:g} tried"
+    why = (f"{_count(failed, 'KV transfer failure')} in the last {config.pd_window_s:g} s ({'; '.join(parts)}"
+           f"{share}): the requests they carried fail or are recomputed")
+    details = {"failed": failed, "transfers": done}
+    return [Verdict("kv_transfer_failures", newest, onset, why, tuple(evidence), details)]
