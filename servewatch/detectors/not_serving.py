@@ -17,6 +17,7 @@ from servewatch.detectors.probes import asked_at, trailing_failures
 from servewatch.detectors.rank_words import engine_dp_rank
 from servewatch.detectors.series import tracks, where
 from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.kinds import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, STOPPED, ProbeSample
 from servewatch.timeline.tracks import engine_key
 from servewatch.timeline.window import Window
@@ -69,7 +70,13 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     if through and not _health_is_a_probe(window, config, asked):
         return None   # /health itself is failing: that is health_loss's (or engine_dead's) verdict
 
-    newest = _newest_gauges(window, key)
+    # Where /metrics waits on the engine's own loop (Dialect.metrics_wait_on_engine), scrapes that time out since the first missed probe was
+    # sent are the hung loop's second sign, and the gauges read before it are stale: they decide nothing. The same
+    # silence during one long prompt batch is no hang: the log shows the loop finishing batches meanwhile.
+    silent = _metrics_silent(window, asked)
+    if silent and _loop_logged_progress(window, asked):
+        return None
+    newest = None if silent else _newest_gauges(window, key)
     if newest is not None and ((newest[1] or 0) > 0 or (newest[2] or 0) > 0):
         return None   # the gauges show admitted work that does not move: alive_health_ok_no_progress says it
 
@@ -92,6 +99,13 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
                 engine_signs.health_evidence(health[-1])]
     if last is not first:
         evidence.insert(1, Evidence("probe", last.t, "outcome", last.outcome))
+    if silent:
+        why += (f"; /metrics timed out {len(silent)} time(s) since the first missed probe was sent (this engine answers "
+                f"/metrics from the loop that decodes, /health from its HTTP thread)")
+        details["timed_out"] = "/metrics"
+        details["metrics_timeouts"] = len(silent)
+        evidence += [Evidence("metrics", silent[0].t, "error", silent[0].error),
+                     Evidence("metrics", silent[-1].t, "error", silent[-1].error)]
     if newest is not None:
         sample, running, waiting = newest
         why += (f"; no counter moved{where(key) if key is not None else ''} "
@@ -100,6 +114,22 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
         evidence += [Evidence("metrics", sample.t, "running", running),
                      Evidence("metrics", sample.t, "waiting", waiting)]
     return Verdict(NAME, max(last.t, health[-1].t), asked, why, tuple(evidence), details)
+
+
+def _metrics_silent(window: Window, asked: float) -> tuple:
+    """The scrapes since `asked`, where every one of them timed out and this engine's /metrics waits on its loop
+    (Dialect.metrics_wait_on_engine); () otherwise."""
+    dialect = engine_signs.dialect_hint(window)
+    if dialect is None or not dialect.metrics_wait_on_engine:
+        return ()
+    since = tuple(m for m in window.metrics if m.t >= asked)
+    return since if since and all(m.error == TIMEOUT for m in since) else ()
+
+
+def _loop_logged_progress(window: Window, asked: float) -> bool:
+    """The engine's log shows its loop finishing work since `asked`: a prompt batch's progress line or a generation
+    rate line (a `stats` event)."""
+    return any(event.kind == "stats" and event.t >= asked for event in window.logs)
 
 
 def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> bool:

@@ -104,10 +104,14 @@ def read_scrape(text: str | bytes, *, max_bytes: int = 16 * 2**20) -> Scrape:
     return read_families(parse(text, wanted_families(), max_bytes=max_bytes))
 
 
-def _register_builtins() -> None:
-    from servewatch.dialects import sglang, vllm
+BUILTINS = ("vllm", "sglang", "llamacpp")      # the engines servewatch ships: one module each, in this package
 
-    for module in (vllm, sglang):
+
+def _register_builtins() -> None:
+    from importlib import import_module
+
+    for name in BUILTINS:
+        module = import_module(f"servewatch.dialects.{name}")
         _REGISTRY[module.DIALECT.name] = module.DIALECT
 
 

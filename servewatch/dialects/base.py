@@ -178,6 +178,25 @@ class StatsReading:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One slot of an engine's slot listing, in numbers only: never its prompt, text, task or sampling settings."""
+
+    id: int
+    busy: bool                          # processing a request (prompt or generation)
+    n_ctx: int | None = None            # the slot's context size
+    prompt_tokens: int | None = None    # tokens in the slot's cache (its prompt and, once generating, its output)
+    prompt_processed: int | None = None   # prompt tokens computed for its current (or last) request
+    prompt_cached: int | None = None    # prompt tokens reused from the cache
+    decoded: int | None = None          # tokens generated for its current (or last) request
+    remaining: int | None = None        # tokens it may still generate (-1: no limit)
+
+    @property
+    def prefilling(self) -> bool:
+        """Busy with no token generated yet: still computing its prompt."""
+        return self.busy and self.decoded == 0
+
+
 @dataclass(frozen=True)
 class RecordGrammar:
     """What reading a whole log after the fact (the postmortem) needs of an engine's log beyond
@@ -259,6 +278,13 @@ class Dialect(ABC):
     log_clock_format: str | None = None
     # Metric namings alert rules and dashboards can be written for (newest first).
     alert_namings: tuple[str, ...] = ()
+    # Where /metrics (and the slot listing) are answered by the engine's own loop, not by the HTTP server
+    # (a task posted to the loop that decodes): a hung loop leaves them unanswered while /health is 200.
+    metrics_wait_on_engine: bool = False
+    # The path of the engine's slot listing (JSON, read by `read_slots`), where it has one.
+    slots_path: str | None = None
+    # The message of the 503 every endpoint answers while the model loads, where the server listens meanwhile.
+    loading_message: str | None = None
     record_grammar: RecordGrammar = RecordGrammar()
 
     @abstractmethod
@@ -301,6 +327,15 @@ class Dialect(ABC):
     def alert_series(self, naming: str):
         """The series rules and dashboards read at `naming` (a `dialects.series.EngineSeries`)."""
         raise KeyError(naming)
+
+    def read_slots(self, data: object) -> tuple[Slot, ...]:
+        """The slot listing's JSON (at `slots_path`) → one Slot per slot; ValueError for a body of another shape."""
+        raise ValueError(f"{self.name} has no slot listing")
+
+    def simulator_series(self):
+        """The series the simulator writes for this engine (a `dialects.series.EngineSeries`), None for none: by
+        default its alert series at its newest naming."""
+        return self.alert_series(self.alert_namings[0]) if self.alert_namings else None
 
     def grammar_literals(self) -> frozenset[str]:
         """Fixed strings of this dialect's grammar: the only free text a bundle may keep from a log."""

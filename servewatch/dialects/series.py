@@ -46,6 +46,10 @@ class EngineSeries:
     # The counter of tokens generated (exposed name, `_total`): the engine's progress. The simulator writes it
     # for a dialect it has no hand-written exposition of (servewatch.sim.metrics_series); "" where unstated.
     generation_tokens: str = ""
+    # The counters of prompt tokens computed and of the engine's steps (exposed names, `_total`), where the simulator
+    # writes them too; "" where unstated.
+    prompt_tokens: str = ""
+    steps: str = ""
 
     def histogram(self, kind: str) -> LatencyHistogram | None:
         return self.histograms.get(kind)

@@ -4,7 +4,9 @@ differs between the engines is a field here.
 
 A registered dialect with no entry here is simulated from its dialect alone (`behaviour_for`): its /metrics
 rendered from the series it declares (servewatch.sim.metrics_series), its /health "200 while alive, its
-dead status once dead", no engine log lines. A new engine's simulator is then nothing but its dialect.
+dead status once dead" (503 with its loading message while starting, where it states one), its slot listing
+where it has one, /metrics and slots that wait on a stalled loop where its do, no engine log lines. A new engine's
+simulator is then nothing but its dialect.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ class EngineBehaviour:
     # counts it nowhere: 8 streams closed after their first chunk left request_success_total flat.
     counts_client_aborts: bool = True
     optional_endpoints: frozenset[str] = frozenset()
+    # The dialect's slot listing (GET, JSON), where it has one (Dialect.slots_path).
+    slots_path: str | None = None
+    # /metrics and the slot listing wait on the engine's loop (Dialect.metrics_wait_on_engine): a stall leaves them
+    # unanswered while /health stays 200 (a decode-loop hang).
+    metrics_wait_on_engine: bool = False
+    # The message of the 503 every endpoint answers while starting (Dialect.loading_message), where there is one.
+    loading_message: str | None = None
 
 
 def _vllm_metrics(engine, created: float):
@@ -90,9 +99,9 @@ def behaviour_for(name: str) -> EngineBehaviour | None:
     if name in BEHAVIOURS:
         return BEHAVIOURS[name]
     dialect = dialects.by_name(name)
-    if dialect is None or not dialect.alert_namings:
+    series = dialect.simulator_series() if dialect is not None else None
+    if series is None:
         return None
-    series = dialect.alert_series(dialect.alert_namings[0])
 
     def make_metrics(engine, created: float):
         from servewatch.sim.metrics_series import SeriesMetrics
@@ -100,10 +109,12 @@ def behaviour_for(name: str) -> EngineBehaviour | None:
 
     return EngineBehaviour(
         name=name, version="0", model_owner=name, make_metrics=make_metrics, make_log=QuietLog,
-        error_body=_openai_error, listens_while_starting=False, health_generates=False, stall_watchdog=False,
-        periodic_stats_log=False, logs_shutdown=False, logs_ready_banner=False)
+        error_body=_openai_error, listens_while_starting=dialect.loading_message is not None, health_generates=False,
+        stall_watchdog=False, periodic_stats_log=False, logs_shutdown=False, logs_ready_banner=False,
+        slots_path=dialect.slots_path, metrics_wait_on_engine=dialect.metrics_wait_on_engine,
+        loading_message=dialect.loading_message)
 
 
 def engine_names() -> tuple[str, ...]:
     """Every engine the simulator speaks: the built-ins, then registered dialects that name their series."""
-    return tuple(dict.fromkeys((*BEHAVIOURS, *(d.name for d in dialects.registered() if d.alert_namings))))
+    return tuple(dict.fromkeys((*BEHAVIOURS, *(d.name for d in dialects.registered() if d.simulator_series()))))

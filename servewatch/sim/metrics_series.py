@@ -29,7 +29,7 @@ class SeriesMetrics:
         cfg = engine.config
         self.base = sorted_labels({label: cfg.model_name if label == "model_name" else "0"
                                    for label in series.engine_labels})
-        self.generated = self.preempted = 0.0
+        self.generated = self.preempted = self.prompt = 0.0
         self.finished = {"good": 0.0, "bad": 0.0}
         self.responses = {"good": 0.0, "bad": 0.0}
         self.h = {kind: Hist(h.edges) for kind, h in series.histograms.items()}
@@ -48,6 +48,7 @@ class SeriesMetrics:
     def on_step(self, result) -> None:
         self.preempted += len(result.plan.preempted)
         self.generated += sum(1 for r in result.sampled if r.count_in_metrics)
+        self.prompt += result.plan.prefill_tokens
         if "ttft" in self.h:
             for request in result.first_tokens:
                 if request.count_in_metrics:
@@ -76,11 +77,13 @@ class SeriesMetrics:
 
     def families(self):
         e, s, base, created = self.engine, self.series, self.base, self.created
-        out = [gauge(s.running, "Requests running.", [(base, e.num_running)]),
-               gauge(s.waiting, "Requests waiting.", [(base, e.num_waiting)]),
-               gauge(s.kv_usage, "KV cache usage (0 to 1).", [(base, e.kv_usage)])]
+        out = [gauge(name, text, [(base, value)]) for name, text, value in (
+            (s.running, "Requests running.", e.num_running), (s.waiting, "Requests waiting.", e.num_waiting),
+            (s.kv_usage, "KV cache usage (0 to 1).", e.kv_usage)) if name]
         for name, value, text in ((s.preemptions, self.preempted, "Preempted requests."),
-                                  (s.generation_tokens, self.generated, "Generated tokens.")):
+                                  (s.generation_tokens, self.generated, "Generated tokens."),
+                                  (s.prompt_tokens, self.prompt, "Prompt tokens computed."),
+                                  (s.steps, e.steps, "Engine steps.")):
             if name:
                 out.append(counter(_base(name), text, [(base, value)], created))
         for ratio, counts, labels in ((s.success, self.finished, base), (s.availability, self.responses, {})):

@@ -1,0 +1,272 @@
+"""llama.cpp's llama-server as a third engine (issue 53): its dialect (servewatch/dialects/llamacpp.py) read from
+bodies written the way its source writes them (tools/server/server-task.cpp, server-context.cpp; each test names
+the lines), its hang told from a long prompt batch (not_serving), the simulator speaking it, and the count of what
+the dialect needed: one module and one registry line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from servewatch import dialects
+from servewatch.detectors import not_serving as N
+from servewatch.detectors.config import DetectorConfig
+from servewatch.dialects import llamacpp
+from servewatch.engine.state import Counters, EngineState
+from servewatch.timeline.samples import DEADLINE, HealthSample, LogEvent, MetricsSample, ProbeSample
+from servewatch.timeline.window import Window
+
+ROOT = Path(__file__).resolve().parent.parent
+HUNG_S = 10.0        # a condition the tests wait on is met well within this (the simulator answers in milliseconds)
+
+
+def exposition(prompt=120, predicted=48, decode=60, processing=1, deferred=0, prompt_tps=310.5, predicted_tps=22.75):
+    """A /metrics body as server_task_result_metrics::to_metrics writes it (server-task.cpp:1531-1610): HELP, TYPE
+    and one unlabelled sample per item, counters first, then gauges."""
+    counters = [("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", prompt),
+                ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", 16),
+                ("prompt_seconds_total", "Total time spent processing prompts", 0.41),
+                ("tokens_predicted_total", "Number of generation tokens processed", predicted),
+                ("tokens_predicted_seconds_total", "Total time spent generating tokens", 2.2),
+                ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and "
+                                   "multimodal decoding", decode),
+                ("n_tokens_max", "Largest observed sequence length (prompt + generation)", 168)]
+    gauges = [("prompt_tokens_seconds", "Average prompt throughput in tokens/s", prompt_tps),
+              ("predicted_tokens_seconds", "Average generation throughput in tokens/s", predicted_tps),
+              ("requests_processing", "Number of requests processing", processing),
+              ("requests_deferred", "Number of requests deferred", deferred),
+              ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", 1.25)]
+    lines = []
+    for kind, items in (("counter", counters), ("gauge", gauges)):
+        for name, text, value in items:
+            lines += [f"# HELP llamacpp:{name} {text}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value}"]
+    return "\n".join(lines) + "\n"
+
+
+# --- the dialect -------------------------------------------------------------------------------------------------
+
+def test_a_scrape_reads_as_one_engine_with_its_slots_and_totals():
+    scrape = dialects.read_scrape(exposition(prompt=120, predicted=48, decode=60, processing=2, deferred=3))
+    assert (scrape.dialect, scrape.naming) == ("llamacpp", "llamacpp")
+    [state] = scrape.engines
+    assert (state.labels, state.running, state.waiting, state.kv_usage) == ({}, 2, 3, None)
+    assert (state.counters.prompt_tokens, state.counters.generation_tokens, state.counters.steps) == (120, 48, 60)
+    assert state.counters.progress() == (60, 48, 120)
+
+
+def test_the_gauges_every_scrape_resets_are_never_read_so_another_scraper_changes_nothing_servewatch_sees():
+    # Every GET /metrics resets the buckets behind these two (server-context.cpp:5052-5053, 2723-2725): another
+    # scraper moves them, and servewatch's own scrapes shorten another's averaging window. servewatch reads the
+    # totals only, so two bodies that differ in nothing but those gauges read the same.
+    assert set(llamacpp.RESET_ON_SCRAPE) == {"llamacpp:prompt_tokens_seconds", "llamacpp:predicted_tokens_seconds"}
+    assert not set(llamacpp.RESET_ON_SCRAPE) & set(dialects.wanted_families())
+    fresh = dialects.read_scrape(exposition(prompt_tps=310.5, predicted_tps=22.75)).engines
+    reset = dialects.read_scrape(exposition(prompt_tps=0, predicted_tps=0)).engines
+    assert fresh == reset and fresh[0].counters.generation_tokens == 48
+
+
+def test_the_slot_listing_reads_as_numbers_and_tells_a_slot_still_on_its_prompt():
+    # server_slot::to_json (server-context.cpp:724-757) without LLAMA_SERVER_SLOTS_DEBUG: no prompt, no text
+    body = [{"id": 0, "n_ctx": 4096, "speculative": False, "is_processing": True, "id_task": 7,
+             "n_prompt_tokens": 2048, "n_prompt_tokens_processed": 2048, "n_prompt_tokens_cache": 0,
+             "params": {"n_predict": 64},
+             "next_token": [{"has_next_token": True, "has_new_line": False, "n_remain": 64, "n_decoded": 0}]},
+            {"id": 1, "n_ctx": 4096, "speculative": False, "is_processing": True, "id_task": 5,
+             "n_prompt_tokens": 40, "n_prompt_tokens_processed": 30, "n_prompt_tokens_cache": 8,
+             "next_token": [{"has_next_token": True, "has_new_line": False, "n_remain": 6, "n_decoded": 10}]},
+            {"id": 2, "n_ctx": 4096, "speculative": False, "is_processing": False}]
+    first, second, third = llamacpp.DIALECT.read_slots(body)
+    assert (first.id, first.busy, first.prefilling, first.prompt_processed, first.decoded) == (0, True, True, 2048, 0)
+    assert (second.prefilling, second.prompt_cached, second.decoded, second.remaining) == (False, 8, 10, 6)
+    assert (third.busy, third.prefilling, third.n_ctx, third.decoded) == (False, False, 4096, None)
+    assert "prompt" not in repr(llamacpp.DIALECT.read_slots(body)).replace("prompt_", "")
+    with pytest.raises(ValueError, match="slot 0 has no integer id"):
+        llamacpp.DIALECT.read_slots([{"id": "0", "is_processing": True}])
+    with pytest.raises(ValueError, match="not a JSON array"):
+        llamacpp.DIALECT.read_slots({"slots": []})
+    with pytest.raises(ValueError, match="vllm has no slot listing"):
+        dialects.by_name("vllm").read_slots(body)
+
+
+def test_health_process_and_flags_are_the_servers():
+    d = llamacpp.DIALECT
+    assert (d.loading_message, d.slots_path, d.metrics_wait_on_engine, d.health_runs_through_engine) == \
+        ("Loading model", "/slots", True, False)
+    assert d.health_dead_status is None
+    assert (d.role_of("llama-server"), d.role_of("python3")) == ("api", None)
+    assert (d.slot_limit_flag, d.context_length_flag) == ("--parallel", "--ctx-size")
+    assert not d.alert_namings       # no latency histograms or request outcomes: no alert rules in its names
+
+
+@pytest.mark.parametrize("line, found", [
+    # the SLT_INF / SRV_INF macros (server-common.h:28, 35): "slot %12.*s: id %2d | task %d | ", "srv  %12.*s: "
+    ("slot print_timing: id  0 | task 12 | prompt processing, n_tokens =   2048, progress = 0.50, t =   3.10 s / "
+     "660.65 tokens per second",
+     ("stats", {"batch": "prefill", "slot": 0, "tokens": 2048, "progress": 0.5, "seconds": 3.1, "tps": 660.65})),
+    ("slot print_timing: id  3 | task 40 | n_gen =    120, tg =  21.50 t/s, tg_3s =  20.10 t/s",
+     ("stats", {"batch": "decode", "slot": 3, "decoded": 120, "tps": 21.5})),
+    ("srv    load_model: loading model '/models/tiny.gguf'", ("startup", {"stage": "weights_loading"})),
+    ("srv          init: initializing, n_slots = 4, n_ctx_slot = 4096, kv_unified = 'true'",
+     ("startup", {"stage": "kv_cache_size", "max_running": 4, "per_request": 4096})),
+    ("srv          main: model loaded", ("startup", {"stage": "ready"})),
+    ("srv          main: listening on http://127.0.0.1:8080", ("startup", {"stage": "api_listening"})),
+    ("srv    load_model: failed to load model, '/models/x.gguf'", ("startup_failure", {"reason": "failed to load model"})),
+    ("srv  update_slots: decode() failed: out of memory", ("error", {"reason": "decode() failed"})),
+])
+def test_log_lines_read_as_numbers_and_literals(line, found):
+    match = llamacpp.LOG_PREFIX.match("0.03.120.004 I " + line)
+    assert match and match.group("level") == "I" and match.group("msg") == line
+    assert llamacpp.DIALECT.parse_log_message(line) == [found]
+    assert "/models" not in repr(llamacpp.DIALECT.parse_log_message(line))
+
+
+# --- the hang: not_serving ---------------------------------------------------------------------------------------
+
+T0 = 1000.0
+
+
+def _state(running=0.0):
+    return EngineState("llamacpp", "llamacpp", {}, running=running, waiting=0.0,
+                       counters=Counters(prompt_tokens=100.0, generation_tokens=40.0, steps=50.0))
+
+
+def _window(*, hang_at=10.0, running=0.0, logs=(), dialect="llamacpp", span=30):
+    """/health 200 every second; /metrics answers until `hang_at`, then each scrape times out (5 s); probes asked
+    at 12 and 16 miss their 3 s deadline."""
+    good = tuple(MetricsSample(T0 + t, dialect, dialect, (_state(running),)) for t in range(int(hang_at)))
+    timeouts = tuple(MetricsSample(T0 + t, None, None, scrape_s=None, error="timeout")
+                     for t in range(int(hang_at) + 5, span, 5))
+    return Window(health=tuple(HealthSample(T0 + t, 200, 0.001) for t in range(span)), metrics=good + timeouts,
+                  probe=tuple(ProbeSample(T0 + asked + 3.0, DEADLINE, None, 3.0, error="timeout") for asked in (12, 16)),
+                  logs=tuple(logs))
+
+
+def test_health_ok_while_metrics_time_out_and_probes_miss_is_not_serving_naming_the_endpoint():
+    [verdict] = N.detect(_window(), DetectorConfig())
+    assert verdict.name == "not_serving" and verdict.onset == T0 + 12
+    assert verdict.details["timed_out"] == "/metrics" and verdict.details["metrics_timeouts"] == 3   # at 15, 20 and 25
+    assert "/metrics timed out 3 time(s)" in verdict.why and "while /health answered 200" in verdict.why
+    assert [(e.source, e.field, e.value) for e in verdict.evidence if e.field == "error"] == \
+        [("metrics", "error", "timeout")] * 2
+
+
+def test_the_hang_under_load_is_named_though_the_last_scrape_before_it_showed_requests_running():
+    # The gauges read before the loop hung are stale: they no longer send the verdict to the stall detector, which
+    # cannot fire without fresh scrapes.
+    [verdict] = N.detect(_window(running=3.0), DetectorConfig())
+    assert verdict.details["timed_out"] == "/metrics" and "running" not in verdict.details
+
+
+def test_a_long_prompt_batch_logged_meanwhile_is_not_a_hang():
+    progress = LogEvent(T0 + 14.0, "stats", {"batch": "prefill", "slot": 0, "tokens": 4096, "progress": 0.5})
+    assert N.detect(_window(running=1.0, logs=[progress]), DetectorConfig()) == []
+    # the same line from before the first missed probe was sent proves nothing about now
+    earlier = LogEvent(T0 + 11.0, "stats", {"batch": "prefill", "slot": 0, "tokens": 4096, "progress": 0.5})
+    assert len(N.detect(_window(running=1.0, logs=[earlier]), DetectorConfig())) == 1
+
+
+def test_an_engine_whose_metrics_do_not_wait_on_its_loop_keeps_the_old_rule():
+    # vLLM answers /metrics from its API process: its timeouts say nothing of the engine, the stale gauges decide
+    assert N.detect(_window(running=3.0, dialect="vllm"), DetectorConfig()) == []
+
+
+# --- the simulator speaks it -------------------------------------------------------------------------------------
+
+class LlamacppSim:
+    """`servewatch sim --dialect llamacpp` in this process, on 127.0.0.1, starting for `startup` seconds."""
+
+    def __init__(self, startup: float):
+        from servewatch.clock import RealClock
+        from servewatch.sim import SimConfig, SimEngine
+        from servewatch.sim.server import serve
+
+        self.engine = SimEngine(SimConfig(dialect="llamacpp", profile="tiny-cpu", model_name="tiny", max_num_seqs=3,
+                                          startup_seconds=startup), RealClock())
+        self.loop = asyncio.new_event_loop()
+        listening = threading.Event()
+        self.stop = None
+
+        def on_listening(port):
+            self.url = f"http://127.0.0.1:{port}"
+            listening.set()
+
+        async def run():
+            self.stop = asyncio.Event()
+            await serve(self.engine, "127.0.0.1", 0, on_listening=on_listening, stop=self.stop)
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(run(),), daemon=True)
+        self.thread.start()
+        assert listening.wait(HUNG_S)
+
+    def get(self, path, timeout=HUNG_S):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    def post(self, path, body):
+        request = urllib.request.Request(self.url + path, json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=HUNG_S) as answer:
+            return answer.status, json.loads(answer.read())
+
+    def close(self):
+        self.post("/_sim/fault", {"kind": "clear"})
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(HUNG_S)
+
+
+@pytest.fixture
+def sim():
+    server = LlamacppSim(startup=60.0)
+    yield server
+    server.close()
+
+
+def test_the_simulator_answers_loading_model_then_its_metrics_and_slots_and_hangs_as_the_decode_loop_does(sim):
+    status, body = sim.get("/health")
+    assert (status, json.loads(body)["error"]["message"]) == (503, "Loading model")
+    assert sim.get("/metrics")[0] == 503
+    sim.engine._become_ready(sim.engine.clock.now())          # the model is loaded
+    assert sim.get("/health")[0] == 200
+    status, body = sim.get("/metrics")
+    [state] = dialects.read_scrape(body).engines
+    assert (state.dialect, state.running, state.counters.steps) == ("llamacpp", 0, 0)
+    status, body = sim.get("/slots")
+    assert [s.busy for s in llamacpp.DIALECT.read_slots(json.loads(body))] == [False, False, False]
+    assert sim.post("/v1/completions", {"prompt": "the sky is", "max_tokens": 4})[0] == 200
+    [state] = dialects.read_scrape(sim.get("/metrics")[1]).engines
+    assert state.counters.generation_tokens == 4 and state.counters.steps >= 4 and state.counters.prompt_tokens > 0
+
+    sim.post("/_sim/fault", {"kind": "stall"})                # the decode loop hangs
+    assert sim.get("/health")[0] == 200
+    for path in ("/metrics", "/slots"):
+        with pytest.raises(TimeoutError):
+            sim.get(path, timeout=0.5)
+
+
+# --- what the dialect needed ----------------------------------------------------------------------------------
+
+def test_the_dialect_needed_one_module_and_one_registry_line():
+    """Under servewatch/, only its own module and one line of the registry name the engine; the simulator, the
+    sources and the detectors serve it through the Dialect interface (the lab, which builds the real server, is a
+    recipe of its own). A second file or line that names it fails here."""
+    pattern = re.compile(r"llamacpp|llama\.cpp|llama-server", re.IGNORECASE)
+    files: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "servewatch").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if name.startswith("servewatch/lab/"):
+            continue
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if pattern.search(line)]
+        if lines:
+            files[name] = lines
+    assert set(files) == {"servewatch/dialects/llamacpp.py", "servewatch/dialects/__init__.py"}, sorted(files)
+    [line] = files["servewatch/dialects/__init__.py"]
+    assert re.search(r'BUILTINS = \("vllm", "sglang", "llamacpp"\)', line)
