@@ -18,10 +18,10 @@ class SimUsageError(ServewatchError):
 
 def register(subparsers) -> None:
     parser = add_command(subparsers, "sim", HELP, DESCRIPTION, run)
-    from servewatch.sim.behaviour import BEHAVIOURS
+    from servewatch.sim.behaviour import engine_names
     from servewatch.sim.config import SimConfig
 
-    parser.add_argument("--dialect", choices=tuple(BEHAVIOURS), default=SimConfig.dialect,
+    parser.add_argument("--dialect", choices=engine_names(), default=SimConfig.dialect,
                         help=f"which engine the simulator speaks (default {SimConfig.dialect})")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stderr)")

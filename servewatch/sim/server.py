@@ -3,7 +3,8 @@
 One asyncio loop: the engine's step loop is a task (`SimEngine.run_realtime`), handlers only queue
 requests and wait for the engine's listener to wake them. Endpoints: /v1/completions,
 /v1/chat/completions (streaming SSE and not), /v1/models, /health (SGLang: a real one-token
-generation), /health_generate and /ready (SGLang), /ping, /version, /load, /metrics, and the
+generation), /health_generate and /ready (SGLang), /ping, /version, /load, /metrics, a dialect's slot listing
+(Dialect.slots_path), and the
 loopback-only admin endpoints POST /_sim/fault and GET /_sim/state.
 """
 
@@ -44,6 +45,8 @@ def build_app(engine: SimEngine) -> web.Application:
     app.router.add_get("/ready", ready)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
+    if engine.behaviour.slots_path:
+        app.router.add_get(engine.behaviour.slots_path, slots)
     app.router.add_post("/_sim/fault", sim_fault)
     app.router.add_get("/_sim/state", sim_state)
     return app
@@ -54,6 +57,12 @@ async def _access_log(request: web.Request, handler):
     """uvicorn-style access line and the instrumentator's counts: a stream whose client vanished counts
     with the status it had begun with (as vLLM's middleware counts it); nothing for any other vanished client."""
     started = time.monotonic()
+    engine = request.app[ENGINE_KEY]
+    if engine.state == STARTING and engine.behaviour.loading_message and not request.path.startswith("/_sim/"):
+        # every endpoint answers 503 with the loading message until the model is loaded
+        _record(request, 503, started)
+        return web.json_response({"error": {"message": engine.behaviour.loading_message, "type": "unavailable_error",
+                                            "code": 503}}, status=503)
     try:
         response = await handler(request)
     except asyncio.CancelledError:
@@ -176,8 +185,40 @@ OPTIONAL_ROUTES = {TOKENIZE: ("POST", "/tokenize", tokenize), LOAD: ("GET", "/lo
 
 async def metrics(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
+    await _engine_loop_answers(engine)
     body = engine.metrics_text().encode("utf-8")
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+LOOP_POLL_S = 0.05
+
+
+async def _engine_loop_answers(engine: SimEngine) -> None:
+    """Where /metrics and the slot listing are tasks of the engine's own loop (Dialect.metrics_wait_on_engine), a
+    stalled loop never answers them: wait until the stall ends (the client's timeout, or the shutdown, cancels it)."""
+    while engine.behaviour.metrics_wait_on_engine and engine.stalled and engine.state == READY:
+        await asyncio.sleep(LOOP_POLL_S)
+
+
+async def slots(request: web.Request) -> web.Response:
+    """The slot listing (in the shape of Dialect.read_slots' input): one object per slot, the running requests in
+    the first slots; numbers only."""
+    engine = request.app[ENGINE_KEY]
+    await _engine_loop_answers(engine)
+    cfg = engine.config
+    running = list(engine.scheduler.running)
+    listing = []
+    for slot in range(cfg.max_num_seqs):
+        item = {"id": slot, "n_ctx": cfg.max_model_len, "speculative": False, "is_processing": slot < len(running)}
+        if slot < len(running):
+            r = running[slot]
+            item.update({"id_task": r.rid, "n_prompt_tokens": r.num_tokens,
+                         "n_prompt_tokens_processed": min(r.num_computed, r.prompt_len),
+                         "n_prompt_tokens_cache": r.prefix_hit_tokens,
+                         "next_token": [{"has_next_token": True, "has_new_line": False,
+                                         "n_remain": r.stop_at - r.output_len, "n_decoded": r.output_len}]})
+        listing.append(item)
+    return web.json_response(listing)
 
 
 async def models(request: web.Request) -> web.Response:
