@@ -241,6 +241,15 @@ def test_the_plain_and_json_lines_word_for_word():
     assert cleared_json["duration_s"] == 31.0 and cleared_json["target"] == "llama-a"
 
 
+def test_a_bundle_asked_for_with_sigusr1_is_a_line_too():
+    plain, as_json = io.StringIO(), io.StringIO()
+    EventLines(stream=plain).for_target("llama-a").on_demand("wb/incident-on_demand-1", 3723.0)
+    EventLines(json_lines=True, stream=as_json).on_demand("wb/incident-on_demand-1", 3723.0)
+    assert plain.getvalue() == "01:02:03 llama-a: bundle on demand (SIGUSR1): wb/incident-on_demand-1\n"
+    assert json.loads(as_json.getvalue()) == {"event": "bundle", "t": "1970-01-01T01:02:03.000Z", "asked_by": "SIGUSR1",
+                                              "bundle": "wb/incident-on_demand-1"}
+
+
 def test_a_reader_gone_ends_the_lines_not_the_recording():
     read, write = os.pipe()
     os.close(read)

@@ -197,7 +197,10 @@ def test_sigusr1_writes_a_bundle_of_the_window_on_demand_and_watching_goes_on(si
     finally:
         watch.send_signal(signal.SIGINT)
         stdout, _ = watch.communicate(timeout=30)
-    assert stdout == ""                       # an idle simulator: no verdict
+    # An idle simulator: no verdict; each bundle also one JSON line on stdout (the output contract), by path.
+    events = [json.loads(line) for line in stdout.splitlines()]
+    assert [(e["event"], e["asked_by"], e["bundle"]) for e in events] == [
+        ("bundle", "SIGUSR1", first[1]), ("bundle", "SIGUSR1", second[1])]
     for path in (first[1], second[1]):
         assert "-on_demand-" in path and stat_mode(path) == 0o700
         report = verify_bundle(path)          # hashes, schema, and the (absent) verdicts recomputed

@@ -1,6 +1,6 @@
 """The output contract of `watch`, `guard` and `serve`: one line per event, written and flushed the moment it
 happens — a verdict fired (with the bundle written for it, by path), a verdict cleared (how long it held), a
-verdict's evidence held after its firing. Plain English for a log or a person (`watch` and `serve` on
+verdict's evidence held after its firing, a bundle asked for with SIGUSR1 (by path). Plain English for a log or a person (`watch` and `serve` on
 stdout when it is not a terminal, `serve` always, guard on stderr with its other lines), or one JSON object
 per line with `--json` (the shape of `watch.output`'s lines; serve's carry the target's name).
 
@@ -81,6 +81,14 @@ class EventLines:
         action = json.loads(line)["action"]        # the JSON line's own field: the two words never differ
         self._write(f"{self.prefix}{clock_time(verdict.t)} {self._of()}verdict {verdict.name}: the evidence for "
                     f"its action ({action}) now holds: {verdict.why}")
+
+    def on_demand(self, path: str, t: float) -> None:
+        """A bundle asked for with SIGUSR1 (no verdict needed), by path."""
+        if self.json_lines:
+            self._write(self._targeted(json.dumps({"event": "bundle", "t": iso8601(t), "asked_by": "SIGUSR1",
+                                                   "bundle": path}, ensure_ascii=False)))
+            return
+        self._write(f"{self.prefix}{clock_time(t)} {self._of()}bundle on demand (SIGUSR1): {path}")
 
     def sink(self) -> CallbackSink:
         """The lines as an on-loop sink: heard after the bundle writer, so each fired line has its path."""

@@ -67,7 +67,9 @@ async def guard_session(args, options, command: list[str], config) -> int:
         recorder = await record(options, probe, tool="guard",
                                 listeners=[lines.fired, guard.on_fired, _hold_first_bundle(options.out)],
                                 clear_listeners=[lines.cleared], on_recorder=_attach(guard),
-                                evidence_listeners=[lines.evidence], identity=guard.identity_record)
+                                evidence_listeners=[lines.evidence], identity=guard.identity_record,
+                                # plain: the session's own stderr line already says it, with guard's prefix
+                                bundle_listeners=[lines.on_demand] if args.json else [])
         if not guard.done.is_set():          # --duration ran out
             guard.drain()
         await guard.done.wait()

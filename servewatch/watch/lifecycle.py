@@ -78,6 +78,7 @@ async def watch_session(args, defaults) -> int:
     try:
         recorder = await record(options, probe, tool="watch", listeners=listeners, clear_listeners=clear_listeners,
                                 evidence_listeners=[lines.evidence] if lines else [],
+                                bundle_listeners=[lines.on_demand] if lines else [],
                                 stop_when=stop_when,
                                 on_recorder=on_recorder, drive=None if lines else live,
                                 identity=(lambda: identity) if identity else None)

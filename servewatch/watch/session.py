@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -15,15 +16,13 @@ from servewatch.kinds import NO_ENGINE_METRICS, failure_words
 from servewatch.watch.options import RecordingOptions
 
 if TYPE_CHECKING:
-    # aiohttp: the recorder's probe session (sources/completions.py reads aiohttp's failures); scrapes and health take transport.http1.
-    import aiohttp
-
     from servewatch.clock import Clock
     from servewatch.detectors.verdict import Verdict
     from servewatch.sinks.base import Cleared, Fired, Sink
     from servewatch.sources.base import Source
     from servewatch.sources.process import PsutilProbe
     from servewatch.sinks.bundle_sink import BundleSink
+    from servewatch.transport.contract import Transport
     from servewatch.watch.recorder import Recorder
 
 
@@ -31,6 +30,7 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
                  listeners: Sequence[Callable[[Fired], None]] = (),
                  clear_listeners: Sequence[Callable[[Cleared], None]] = (), sinks: Sequence[Sink] = (),
                  evidence_listeners: Sequence[Callable[[Verdict, bool], None]] = (),
+                 bundle_listeners: Sequence[Callable[[str, float], None]] = (),
                  stop_when: Callable[[Fired], bool] | None = None,
                  on_recorder: Callable[[Recorder], None] | None = None,
                  drive: Callable[[Recorder], Awaitable[None]] | None = None,
@@ -39,15 +39,14 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
     """Record options.url until options.duration ends or the recorder is stopped; the recorder when
     done. `sinks` hear fired and cleared verdicts after the bundle writer (--out); `listeners` and
     `clear_listeners` are plain functions heard on the event loop, after every sink (each an on-loop
-    `sinks.base.CallbackSink`), and `evidence_listeners` once a verdict's evidence first holds (Recorder); `drive(recorder)` replaces the plain run (the live table);
+    `sinks.base.CallbackSink`), and `evidence_listeners` once a verdict's evidence first holds (Recorder), `bundle_listeners(path, t)`
+    once a bundle asked for with SIGUSR1 is written; `drive(recorder)` replaces the plain run (the live table);
     `on_recorder(recorder)` is called once it exists; `identity()` says how the PID was tied to the URL, for
     every bundle (actions.identity)."""
-    # aiohttp: the probe session (sources/completions.py reads aiohttp's failures); scrapes and health take transport.http1.
-    import aiohttp
-
     from servewatch.clock import RealClock
     from servewatch.sinks.base import CallbackSink
     from servewatch.sinks.bundle_sink import bundle_sink
+    from servewatch.transport.contract import Http1Transport
     from servewatch.watch.targets import base_url
 
     target = base_url(options.url)
@@ -61,21 +60,21 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
     if sink is not None:
         sink.identity = identity
     clock = RealClock()
-    connector = aiohttp.TCPConnector(limit=8, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    transport = Http1Transport()          # health, metrics, the probe (a fresh connection each) and dcgm-exporter
+    try:
         heard = [*(CallbackSink(listener, on_loop=True) for listener in listeners),
                  *(CallbackSink(on_cleared=listener, on_loop=True) for listener in clear_listeners)]
         extra = list(extra_sources(clock) if callable(extra_sources) else extra_sources)
         if probe is not None and getattr(probe, "live", True):   # the ranks' collective sources (RAS, Flight
             # Recorder dumps), issue 43; a replayed process view (`watch --replay`) has no live process to read
             extra.append(_collective_source(probe, clock, options, tool, identity))
-        recorder = build_recorder(options, session, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
+        recorder = build_recorder(options, transport, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
                                   stop_when=stop_when, tool=tool, extra_sources=extra)
         recorder.evidence_listeners.extend(evidence_listeners)
         if on_recorder is not None:
             on_recorder(recorder)
         announce = asyncio.create_task(_announce_recording(recorder, target, tool))
-        on_demand = _OnDemand(recorder, sink, tool)
+        on_demand = _OnDemand(recorder, sink, tool, bundle_listeners)
         try:
             if drive is not None:
                 await drive(recorder)
@@ -89,6 +88,8 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
             if on_demand.tasks:         # a bundle asked for before the stop is finished, and counted
                 await asyncio.gather(*on_demand.tasks, return_exceptions=True)
             await asyncio.get_running_loop().run_in_executor(None, recorder.close_sinks)
+    finally:
+        await transport.close()
     if sink is not None and sink.failures:
         print(f"servewatch {tool}: {sink.failures} bundle(s) could not be written", file=sys.stderr)
     _say_probe_cost(recorder, tool)
@@ -131,7 +132,7 @@ def _say_probe_cost(recorder: Recorder, tool: str) -> None:
             print(f"servewatch {tool}: probe cost: {source.cost_line()}", file=sys.stderr, flush=True)
 
 
-def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, clock: Clock, *, tool: str,
+def build_recorder(options: RecordingOptions, transport: Transport, clock: Clock, *, tool: str,
                    probe: PsutilProbe | None = None, bundles: BundleSink | None = None, sinks: Sequence[Sink] = (),
                    stop_when: Callable[[Fired], bool] | None = None,
                    wrap_source: Callable[[Source], Source] | None = None,
@@ -143,7 +144,7 @@ def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, cl
     from servewatch.watch.recorder import Recorder
     from servewatch.watch.targets import base_url, http_sources
 
-    sources = http_sources(session, base_url(options.url), clock, options.interval, process_probe=probe,
+    sources = http_sources(transport, base_url(options.url), clock, options.interval, process_probe=probe,
                            slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file,
                            gpu=options.gpu and not options.gpu_metrics,
                            probe_every=options.probe_interval if options.probe else None,
@@ -153,7 +154,7 @@ def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, cl
         from servewatch.sources.http import http_transport
         from servewatch.watch.targets import gpu_interval
 
-        sources.append(DcgmSource(http_transport(session, options.gpu_metrics, timeout_s=5.0), clock,
+        sources.append(DcgmSource(http_transport(transport, options.gpu_metrics, timeout_s=5.0), clock,
                                   gpu_interval(options.interval), pid=getattr(probe, "pid", None)))
     sources = [*sources, *extra_sources]       # e.g. the proxy's requests source
     if wrap_source is not None:
@@ -168,10 +169,11 @@ def build_recorder(options: RecordingOptions, session: aiohttp.ClientSession, cl
 class _OnDemand:
     """SIGUSR1 → a bundle of the current window, written off the event loop (the probes go on)."""
 
-    def __init__(self, recorder: Recorder, sink: BundleSink | None, tool: str):
+    def __init__(self, recorder: Recorder, sink: BundleSink | None, tool: str,
+                 listeners: Sequence[Callable[[str, float], None]] = ()):
         import signal
 
-        self.recorder, self.sink, self.tool = recorder, sink, tool
+        self.recorder, self.sink, self.tool, self.listeners = recorder, sink, tool, listeners
         self.loop = asyncio.get_running_loop()
         self.tasks: set = set()
         self.signal = getattr(signal, "SIGUSR1", None)
@@ -192,9 +194,12 @@ class _OnDemand:
         if not len(window):
             print(f"{say} nothing recorded yet, no bundle written", file=sys.stderr, flush=True)
             return
+        asked = time.time()
         path = await self.loop.run_in_executor(None, self.sink.write_on_demand, window)
         if path is not None:   # a failure was already said on stderr by the writer, and counted
             print(f"servewatch {self.tool}: bundle on demand: {path}", file=sys.stderr, flush=True)
+            for listener in self.listeners:      # the output contract's line (stdout when not a terminal)
+                listener(str(path), asked)
 
     def close(self) -> None:
         if self.signal is not None:
