@@ -143,6 +143,10 @@ CASES = [
     row(f"{PROXY} --duration 1 --read-timeout nan", 2, "--read-timeout"),
     row(f"{PROXY} --duration 1 --otlp-endpoint htp://x", 2, "--otlp-endpoint"),
     row(f"{PROXY} --duration 1 --records {{dir}}", 2, "--records {dir}"),
+    row(f"proxy --listen 127.0.0.1:0 --prefill {CLOSED}", 2, "--prefill URL and --decode URL"),
+    row(f"proxy --listen 127.0.0.1:0 --prefill {CLOSED} --decode htp://x", 2, "--decode 'htp://x'"),
+    row(f"{PROXY} --prefill {CLOSED} --decode {CLOSED}", 2, "give one or the other"),
+    row(f"proxy --listen 127.0.0.1:0 --prefill {CLOSED} --decode {CLOSED} --prefill-timeout 0", 2, "--prefill-timeout"),
     # the root
     row("nope", 2, "invalid choice"),
 ]

@@ -334,3 +334,53 @@ def test_what_decode_says_of_transferred_kv():
 class _NoTelemetry:
     def observe(self, ex, rec) -> None:
         pass
+
+
+# --- against the simulator's P/D pair (servewatch.sim.pd), which speaks vLLM's connector protocol -----------------
+
+def _sim_pair(**config):
+    from tests.pd_harness import pd_pair
+
+    return pd_pair("vllm", **config)
+
+
+def test_the_sim_pair_serves_through_the_proxy_with_its_prompt_transferred():
+    async def go():
+        async with _sim_pair() as sims:
+            model = sims.decode.engine.config.model_name
+            async with Pair([sims.prefill.url], [sims.decode.url]) as pair:
+                body = {"model": model, "prompt": "hello " * 40, "max_tokens": 6, "stream": True, "ignore_eos": True,
+                        "stream_options": {"include_usage": True}}
+                answers = [await pair.post(body) for _ in range(2)]
+                await pair.settled(2)
+                return answers, pair.records, sims.decode.engine.pd.received
+
+    answers, records, received = asyncio.run(go())
+    assert [a[0] for a in answers] == [200, 200] and all(a[2] is None for a in answers)
+    assert received == 2                           # decode read both prompts' KV from the prefill
+    for rec in records:
+        pd = rec.proxy["pd"]
+        assert rec.error is None and rec.output_tokens == 6
+        assert pd["kv_params"] is True and pd["prefill_status"] == 200 and pd["failed_leg"] is None
+        assert pd["prefill_index"] == pd["decode_index"] == 0
+        assert pd["kv_wait_s"] is not None and pd["decode_ttft_s"] <= pd["kv_wait_s"]
+        assert pd["kv_transferred"] is None        # the simulated decode, as vLLM's, does not say
+
+
+def test_a_stalled_kv_transfer_is_a_504_naming_the_decode_leg_past_its_bound():
+    async def go():
+        async with _sim_pair() as sims:
+            model = sims.decode.engine.config.model_name
+            async with aiohttp.ClientSession() as s:
+                await sims.decode.fault(s, "kv-stall")
+            async with Pair([sims.prefill.url], [sims.decode.url], decode_first_byte_timeout_s=1.0) as pair:
+                answer = await pair.post({"model": model, "prompt": "hello " * 40, "max_tokens": 6, "stream": True})
+                await pair.settled(1)
+                return answer, pair.records[0], sims.decode.url
+
+    (status, data, error), rec, decode = asyncio.run(go())
+    where = decode.removeprefix("http://")
+    assert status == 504
+    assert json.loads(data)["error"]["message"] == f"decode leg: decode 0 ({where}) sent no first byte in 1 s"
+    assert rec.error == "timeout" and rec.proxy["pd"]["failed_leg"] == "decode"
+    assert rec.proxy["pd"]["prefill_status"] == 200 and rec.proxy["pd"]["kv_params"] is True
