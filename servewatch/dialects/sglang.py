@@ -7,6 +7,7 @@ Sources: SGLang 0.5.23 `srt/observability/metrics_collector.py` (0.4.10 and 0.5.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections import Counter
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 
 from servewatch.dialects import base, pytorch
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
-from servewatch.engine.state import Counters, EngineState
+from servewatch.engine.state import Counters, EngineState, KvTransfer
 from servewatch.exposition.model import Family
 
 NAME = "sglang"
@@ -67,6 +68,22 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "queue": ("sglang:queue_time_seconds",),
 }
 
+# Prefill/decode disaggregation (observability/metrics_collector.py): the scheduler's queues, refreshed with its
+# other gauges (a QueueCount: the total under the default labels, per priority under priority="<n>" when
+# priority scheduling is on); counters and histograms appear once first used. engine_type says the role
+# (disaggregation/utils.py DisaggregationMode.to_engine_type: prefill, decode, unified; "dynamic" with role switch).
+PREFILL_BOOTSTRAP_QUEUE = "sglang:num_prefill_bootstrap_queue_reqs"
+PREFILL_INFLIGHT_QUEUE = "sglang:num_prefill_inflight_queue_reqs"
+DECODE_PREALLOC_QUEUE = "sglang:num_decode_prealloc_queue_reqs"
+DECODE_TRANSFER_QUEUE = "sglang:num_decode_transfer_queue_reqs"
+BOOTSTRAP_FAILED = "sglang:num_bootstrap_failed_reqs_total"
+TRANSFER_FAILED = "sglang:num_transfer_failed_reqs_total"
+KV_TRANSFER_LATENCY = "sglang:kv_transfer_latency_ms"        # histogram, observed by the prefill per transfer
+KV_TRANSFER_TOTAL_MB = "sglang:kv_transfer_total_mb"         # histogram: MiB (bytes / 1024 / 1024) per transfer
+ENGINE_TYPE_LABEL = "engine_type"
+PD_ROLES = ("prefill", "decode")
+PRIORITY_LABEL = "priority"
+
 # Metric-naming markers.
 MARKERS_0_5_23 = (FORWARD_PASSES, REALTIME_TOKENS, KV_USED_TOKENS, MAX_TOTAL_NUM_TOKENS,
                   "sglang:request_time_per_output_token_seconds")
@@ -81,6 +98,8 @@ BUCKETS = {
                             1200, 1800, 2400),
     "inter_token_latency": (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
                             0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0),
+    "kv_transfer_latency_ms": (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000),
+    "kv_transfer_total_mb": (1, 5, 10, 50, 100, 500, 1000, 5000, 10000),
     "queue_time": (0.0, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50,
                    60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800,
                    2000, 2500, 3000),
@@ -122,6 +141,21 @@ PREFILL_LINE = re.compile(
     r"#cached-token: (?P<cached_tokens>\d+), (?:full )?token usage: (?P<token_usage>[\d.]+).*?"
     r"#running-req: (?P<running>\d+), #queue-req: (?P<queue>\d+)"
 )
+# Disaggregation (managers/scheduler_components/metrics_reporter.py): a decode instance's Decode batch line and a
+# prefill's Prefill batch line carry their queues.
+PD_DECODE_QUEUES = re.compile(r"#prealloc-req: (?P<prealloc>\d+), #transfer-req: (?P<transfer>\d+)")
+PD_PREFILL_QUEUES = re.compile(r"#bootstrap-req: (?P<bootstrap>\d+), #inflight-req: (?P<inflight>\d+)")
+# disaggregation/prefill.py and decode.py: "<Side> <stage> failed for request rank=.. <rid> <room> with exception
+# KVTransferError(bootstrap_room=N): Request N timed out after 300.0s in KVPoll.WaitingForInput" (common/conn.py);
+# only the side, the stage, the seconds and the poll state are read.
+KV_TRANSFER_FAILED_LINE = re.compile(r"(?P<side>Prefill|Decode) (?P<stage>transfer|bootstrap|handshake) failed for "
+                                     r"request")
+KV_POLL_TIMEOUT = re.compile(r"timed out after (?P<seconds>[\d.]+)s in KVPoll\.(?P<poll>\w+)")
+KV_FAILURE_STAGES = ("transfer", "bootstrap", "handshake")
+KV_POLL_STATES = ("Bootstrapping", "WaitingForInput", "Transferring")
+# common/conn.py's warning_once lines when a bootstrap or a transfer times out.
+KV_TIMEOUT_LINES = ("Some requests timed out when bootstrapping",
+                    "Some requests fail to receive KV Cache transfer done signal after bootstrapping")
 RETRACTION_LINE = re.compile(
     r"KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<retracted>\d+), "
     r"#new_tokens_gained: (?P<tokens_gained>\d+)"
@@ -215,6 +249,8 @@ def wanted_families() -> tuple[str, ...]:
     names = [RUNNING, WAITING, TOKEN_USAGE, KV_USED_TOKENS, NUM_USED_TOKENS, KV_AVAILABLE_TOKENS,
              MAX_TOTAL_NUM_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED,
              RETRACTED_REQUESTS, RETRACTED_LEGACY, FORWARD_PASSES, REALTIME_TOKENS, HTTP_RESPONSES,
+             PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE,
+             BOOTSTRAP_FAILED, TRANSFER_FAILED, KV_TRANSFER_LATENCY, KV_TRANSFER_TOTAL_MB,
              *MARKERS_0_5_5, "sglang:num_prefill_infight_queue_reqs", "sglang:avg_request_queue_latency"]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
@@ -242,6 +278,7 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
     responses = base.responses_by_status(families, HTTP_RESPONSES, handler_label=HTTP_HANDLER_LABEL,
                                          status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS)
     queue_hist = base.histograms_by(base.first_family(families, *HISTOGRAMS["queue"]), ids)
+    connector = _kv_transfer(families)
 
     keys = sorted(set(running) | set(waiting) | set(usage))
     # The tokenizer process counts a model's tokens once for all its ranks (DP > 1): shared, not a rank's own.
@@ -276,8 +313,62 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
                 tokens_shared=engines_of[model] > 1,
             ),
             histograms=engine_histograms,
+            kv_transfer=connector.get(key),
         ))
     return states
+
+
+def _queue_totals(family: Family | None) -> dict:
+    """A QueueCount gauge per engine: the total only (priority "" or none), never the per-priority breakdown."""
+    if family is None:
+        return {}
+    out: dict = {}
+    for sample in family.samples:
+        if sample.labels.get(PRIORITY_LABEL) or math.isnan(sample.value):
+            continue
+        key = base.identity(sample.labels, IDENTITY_LABELS)
+        out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def _kv_transfer(families: Mapping[str, Family]) -> dict:
+    """Each scheduler's side of the disaggregation, for engines whose engine_type is prefill or decode (a
+    unified engine exposes the same queues at 0 and has no connector)."""
+    ids = IDENTITY_LABELS
+    bootstrap = _queue_totals(families.get(PREFILL_BOOTSTRAP_QUEUE))
+    inflight = _queue_totals(families.get(PREFILL_INFLIGHT_QUEUE))
+    prealloc = _queue_totals(families.get(DECODE_PREALLOC_QUEUE))
+    transfer = _queue_totals(families.get(DECODE_TRANSFER_QUEUE))
+    bootstrap_failed = base.sum_counter(families, BOOTSTRAP_FAILED, ids)
+    transfer_failed = base.sum_counter(families, TRANSFER_FAILED, ids)
+    latency = base.sum_by(families.get(KV_TRANSFER_LATENCY), ids, sample_name=KV_TRANSFER_LATENCY + "_count")
+    megabytes = base.sum_by(families.get(KV_TRANSFER_TOTAL_MB), ids, sample_name=KV_TRANSFER_TOTAL_MB + "_sum")
+    computed = base.sum_counter(families, REALTIME_TOKENS, ids, label="mode")
+    out = {}
+    for key in set(bootstrap) | set(inflight) | set(prealloc) | set(transfer) | set(transfer_failed):
+        role = dict(key).get(ENGINE_TYPE_LABEL)
+        if role not in PD_ROLES:
+            continue
+        decode = role == "decode"
+        out[key] = KvTransfer(
+            role=role,
+            waiting_for_kv=_add(prealloc.get(key), transfer.get(key)) if decode else None,
+            prefill_queue=None if decode else _add(bootstrap.get(key), inflight.get(key)),
+            # the prefill counts finished transfers; a prefill that has sent none yet has the family absent
+            transfers=None if decode else latency.get(key, 0.0),
+            bytes_transferred=None if decode else megabytes.get(key, 0.0) * 2**20,
+            failed_transfers=transfer_failed.get(key, 0.0),
+            bootstrap_failed=bootstrap_failed.get(key, 0.0),
+            # prompt tokens this scheduler computed itself (a decode that gets its KV computes almost none);
+            # SGLang counts no transferred tokens
+            local_prompt_tokens=computed.get(key, {}).get("prefill_compute"),
+        )
+    return out
+
+
+def _add(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
 
 
 def _per_model(values: dict) -> dict[str | None, float]:
@@ -289,6 +380,10 @@ TOKENS_HISTOGRAM_EDGES = (100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000
                           12500, 15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000,
                           100000, 200000, 300000, 400000, 600000, 800000, 1000000, 1100000)
 HELP = {
+    "sglang:num_bootstrap_failed_reqs": "The number of bootstrap failed requests.",
+    "sglang:num_transfer_failed_reqs": "The number of transfer failed requests.",
+    KV_TRANSFER_LATENCY: "Histogram of KV cache transfer latency in ms.",
+    KV_TRANSFER_TOTAL_MB: "Histogram of KV cache transfer size in MB.",
     "sglang:num_running_reqs": "The number of running requests.",
     "sglang:num_queue_reqs": "The number of requests in the waiting queue.",
     "sglang:num_grammar_queue_reqs": "The number of requests in the grammar waiting queue.",
@@ -382,12 +477,30 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
     if match:
         fields = base.numbers(match, {"running": int, "tokens": int, "token_usage": float, "gen_tps": float,
                                       "queue": int})
+        queues = PD_DECODE_QUEUES.search(msg)
+        if queues:
+            fields.update(base.numbers(queues, {"prealloc": int, "transfer": int}))
         return [("stats", {"batch": "decode", **fields})]
     match = PREFILL_LINE.search(msg)
     if match:
         fields = base.numbers(match, {"new_seq": int, "new_tokens": int, "cached_tokens": int, "token_usage": float,
                                       "running": int, "queue": int})
+        queues = PD_PREFILL_QUEUES.search(msg)
+        if queues:
+            fields.update(base.numbers(queues, {"bootstrap": int, "inflight": int}))
         return [("stats", {"batch": "prefill", **fields})]
+    match = KV_TRANSFER_FAILED_LINE.search(msg)
+    if match:
+        fields = {"side": match["side"].lower(), "stage": match["stage"]}
+        timeout = KV_POLL_TIMEOUT.search(msg)
+        if timeout:
+            fields["timeout_s"] = float(timeout["seconds"])
+            if timeout["poll"] in KV_POLL_STATES:
+                fields["poll"] = timeout["poll"]
+        return [("kv_transfer_failure", fields)]
+    for literal in KV_TIMEOUT_LINES:
+        if literal in msg:
+            return [("kv_timeout", {"reason": literal})]
     match = RETRACTION_LINE.search(msg)
     if match:
         return [("retraction", base.numbers(match, {"retracted": int, "tokens_gained": int}))]

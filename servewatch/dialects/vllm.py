@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from servewatch.dialects import base, pytorch
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
-from servewatch.engine.state import Counters, EngineState
+from servewatch.engine.state import Counters, EngineState, KvTransfer
 from servewatch.exposition.model import Family
 
 NAME = "vllm"
@@ -43,6 +43,33 @@ REQUEST_SUCCESS = "vllm:request_success_total"                   # label finishe
 ITERATION_TOKENS = "vllm:iteration_tokens_total"                 # histogram: _count = engine steps
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+# --- the KV connector (prefill/decode disaggregation), 0.32 ------------------------------------------------
+# v1/metrics/loggers.py: decode-side gauges; kv_fetch_by_stage is registered only where the connector's role
+# consumes KV (kv_consumer, kv_both), with stages from v1/metrics/stats.py KV_FETCH_STAGES.
+KV_FETCH_BY_STAGE = "vllm:num_requests_kv_fetch_by_stage"
+KV_FETCH_STAGES = ("waiting_to_start", "in_progress", "completed_waiting")
+WAITING_REASON_DEFERRED = "deferred"      # waiting_by_reason: KV transfer (also LoRA budget, blocked status)
+EXTERNAL_PREFIX_QUERIES = "vllm:external_prefix_cache_queries_total"
+EXTERNAL_PREFIX_HITS = "vllm:external_prefix_cache_hits_total"
+SOURCE_EXTERNAL = "external_kv_transfer"  # prompt_tokens_by_source{source=...}: tokens that came by KV transfer
+SOURCE_LOCAL = "local_compute"
+# distributed/kv_transfer/kv_connector/v1/nixl/stats.py NixlPromMetrics (per engine; the "vllm:" prefix): the
+# transfer histograms are recorded where the transfer is read (decode, in pull mode); expired leases on the
+# prefill ("tracked on the P instance"). failed_transfers includes handshake and notification failures.
+NIXL_XFER_TIME = "vllm:nixl_xfer_time_seconds"
+NIXL_POST_TIME = "vllm:nixl_post_time_seconds"
+NIXL_BYTES = "vllm:nixl_bytes_transferred"
+NIXL_DESCRIPTORS = "vllm:nixl_num_descriptors"
+NIXL_FAILED_TRANSFERS = "vllm:nixl_num_failed_transfers_total"
+NIXL_FAILED_NOTIFICATIONS = "vllm:nixl_num_failed_notifications_total"
+NIXL_EXPIRED = "vllm:nixl_num_kv_expired_reqs_total"
+NIXL_AFTER_EXPIRY = "vllm:nixl_num_notifications_after_expiry_total"
+NIXL_BUCKETS = {
+    NIXL_XFER_TIME: (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0),
+    NIXL_POST_TIME: (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0),
+    NIXL_BYTES: tuple(2 ** (10 + i) for i in range(1, 25, 2)),
+    NIXL_DESCRIPTORS: (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000),
+}
 # The API server's HTTP counter (prometheus-fastapi-instrumentator, no "vllm:" prefix, the same name in
 # 0.11 and 0.32): labels handler (the route, "none" for a path without one), method, status ("2xx", ...).
 HTTP_REQUESTS = "http_requests_total"
@@ -126,7 +153,8 @@ STATS_LINE = re.compile(
     r"Avg generation throughput: (?P<gen_tps>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, "
     r"Waiting: (?P<waiting>\d+) reqs"
     r"(?:, Deferred: (?P<deferred>\d+) reqs)?"
-    r"(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
+    r"(?:, KV fetch: (?P<kv_fetch_waiting>\d+) waiting to start, (?P<kv_fetch_in_progress>\d+) in progress, "
+    r"(?P<kv_fetch_completed>\d+) completed waiting)?"
     r"(?:, Preemptions: (?P<preemptions>\d+))?"
     r", (?P<device>\w+) KV cache usage: (?P<kv_pct>[\d.]+)%"
     r"(?:, Prefix cache hit rate: (?P<prefix_hit_pct>[\d.]+)%)?"
@@ -212,6 +240,28 @@ def describe_startup_failure(fields) -> str:
 
 
 OOM_LINE = re.compile(r"OutOfMemoryError|out of memory\. Tried to allocate (?P<mib>[\d.]+) (?P<unit>[MG]iB)")
+
+# --- the KV connector's log lines (0.32) ---------------------------------------------------------------------
+# kv_connector/v1/metrics.py KVConnectorLogging.log, after each stats line: NixlKVConnectorStats.reduce()'s keys.
+KV_TRANSFER_METRICS_LINE = re.compile(r"KV Transfer metrics: (?P<body>.*)$")
+KV_TRANSFER_METRICS_FIELDS = {"Num successful transfers": "transfers", "Avg xfer time (ms)": "avg_xfer_ms",
+                              "P90 xfer time (ms)": "p90_xfer_ms", "Avg MB per transfer": "avg_mb",
+                              "Throughput (MB/s)": "throughput_mb_s", "Num failed transfers": "failed",
+                              "Num KV expired reqs": "expired", "Num notifs after expiry": "after_expiry"}
+# v1/core/sched/scheduler.py:3418 (failure_policy=fail, ERROR) and :3427 (recompute, WARNING); the request ids
+# that follow are never read.
+KV_LOAD_FAILED_LINE = re.compile(r"Failing (?P<requests>\d+) request\(s\) due to KV load failure "
+                                 r"\(failure_policy=\w+, (?P<tokens>\d+) tokens affected\)")
+KV_LOAD_RECOVERED_LINE = re.compile(r"Recovered from KV load failure: (?P<requests>\d+) request\(s\) rescheduled "
+                                    r"\((?P<tokens>\d+) tokens affected\)")
+# nixl/base_worker.py:3033 (prefill, WARNING): a lease ran out before decode read the blocks.
+KV_EXPIRED_LINE = re.compile(r"Releasing expired KV blocks for request \S+ which were retrieved by (?P<workers>\d+) "
+                             r"remote worker\(s\) before lease expired")
+# nixl/base_worker.py:1261 (ERROR) "NIXL transfer failure: <type> | Context: {...}" (the context names requests).
+NIXL_FAILURE_LINE = re.compile(r"NIXL transfer failure: (?P<failure_type>[a-z_]+)")
+NIXL_FAILURE_TYPES = ("handshake_setup_failed", "handshake_failed", "transfer_setup_failed", "transfer_failed",
+                      "transfer_exception", "transfer_release_failed", "notification_failed", "other")
+EXTERNAL_CACHE_HIT_LINE = "External Cache Hit!"      # example_connector.py:292 (decode found the prefill's KV)
 
 # --- what reading a whole log after the fact needs beyond parse_log_message (the postmortem) ----------
 # Before "Engine 000: ", V1 wrote the stats line without the engine part, and the V0 engine wrote
@@ -303,7 +353,7 @@ def detect(families: Mapping[str, Family]) -> str | None:
 def wanted_families() -> tuple[str, ...]:
     names = [RUNNING, WAITING, WAITING_BY_REASON, KV_USAGE, KV_USAGE_LEGACY, CACHE_CONFIG_INFO,
              ENGINE_SLEEP_STATE, PROMPT_TOKENS, PROMPT_TOKENS_BY_SOURCE, GENERATION_TOKENS, PREEMPTIONS,
-             REQUEST_SUCCESS, ITERATION_TOKENS, HTTP_REQUESTS, HTTP_REQUEST_SIZE]
+             REQUEST_SUCCESS, ITERATION_TOKENS, HTTP_REQUESTS, HTTP_REQUEST_SIZE, *KV_CONNECTOR_FAMILIES]
     for candidates in HISTOGRAMS.values():
         names.extend(candidates)
     return tuple(n for name in names for n in base.counter_names(name))
@@ -323,6 +373,7 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
     histograms = {kind: base.histograms_by(base.first_family(families, *names), ids)
                   for kind, names in HISTOGRAMS.items()}
     kv_total = _kv_total_tokens(families.get(CACHE_CONFIG_INFO))
+    connector = _kv_transfer(families, by_reason)
     responses = base.responses_by_status(families, HTTP_REQUESTS, handler_label=HTTP_HANDLER_LABEL,
                                          status_label=HTTP_STATUS_LABEL, skip_handlers=HTTP_MONITORING_HANDLERS,
                                          unrouted_handler=HTTP_UNROUTED_HANDLER)
@@ -364,8 +415,55 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
                 answered=answered_2xx,
             ),
             histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
+            kv_transfer=connector.get(key),
         ))
     return states
+
+
+KV_CONNECTOR_FAMILIES = (KV_FETCH_BY_STAGE, EXTERNAL_PREFIX_QUERIES, EXTERNAL_PREFIX_HITS, NIXL_XFER_TIME, NIXL_BYTES,
+                         NIXL_FAILED_TRANSFERS, NIXL_FAILED_NOTIFICATIONS, NIXL_EXPIRED)
+
+
+def _kv_transfer(families: Mapping[str, Family], by_reason: Mapping) -> dict:
+    """Each engine's side of a KV connector, where its series show one: the NIXL connector's families, the KV
+    fetch gauge (a consumer's), or prompt tokens that came by transfer. An engine without them has none."""
+    ids = IDENTITY_LABELS
+    fetch = base.sum_by(families.get(KV_FETCH_BY_STAGE), ids, label="stage")
+    by_source = base.sum_counter(families, PROMPT_TOKENS_BY_SOURCE, ids, label="source")
+    queries = base.sum_counter(families, EXTERNAL_PREFIX_QUERIES, ids)
+    transfers = base.sum_by(families.get(NIXL_XFER_TIME), ids, sample_name=NIXL_XFER_TIME + "_count")
+    nbytes = base.sum_by(families.get(NIXL_BYTES), ids, sample_name=NIXL_BYTES + "_sum")
+    failed = base.sum_counter(families, NIXL_FAILED_TRANSFERS, ids)
+    notifications = base.sum_counter(families, NIXL_FAILED_NOTIFICATIONS, ids)
+    expired = base.sum_counter(families, NIXL_EXPIRED, ids)
+    nixl = set(transfers) | set(failed) | set(expired)
+    out = {}
+    for key in set(fetch) | nixl | set(by_source) | set(queries):
+        sources = by_source.get(key, {})
+        external = sources.get(SOURCE_EXTERNAL)
+        if key not in fetch and key not in nixl and not external and not queries.get(key):
+            continue            # no connector: the source counter and the external cache at 0 are every engine's
+        if external:
+            role = "decode"     # prompt tokens arrived by transfer
+        elif key not in fetch or expired.get(key):
+            role = "prefill"    # a connector that produces KV only, or leases that expired (counted on P)
+        elif key not in nixl:
+            role = "decode"     # a consumer-only connector (kv_consumer)
+        else:
+            role = None         # kv_both with nothing transferred yet
+        out[key] = KvTransfer(
+            role=role,
+            waiting_for_kv=by_reason.get(key, {}).get(WAITING_REASON_DEFERRED),
+            fetch_in_progress=fetch.get(key, {}).get("in_progress"),
+            external_prompt_tokens=external,
+            local_prompt_tokens=sources.get(SOURCE_LOCAL),
+            transfers=transfers.get(key),
+            bytes_transferred=nbytes.get(key),
+            failed_transfers=failed.get(key),
+            failed_notifications=notifications.get(key),
+            expired=expired.get(key),
+        )
+    return out
 
 
 def _kv_total_tokens(info: Family | None) -> dict[str | None, float]:
@@ -415,6 +513,23 @@ HELP = {
                                           "sharing, in terms of number of queried tokens.",
     "vllm:external_prefix_cache_hits": "External prefix cache hits from KV connector cross-instance cache sharing, "
                                        "in terms of number of cached tokens.",
+    KV_FETCH_BY_STAGE: "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs "
+                       "an async KV load that has not started; 'in_progress' = load started and not yet reported "
+                       "finished; 'completed_waiting' = load finished, request not running yet.",
+    NIXL_XFER_TIME: "Histogram of transfer duration for NIXL KV Cache transfers.",
+    NIXL_POST_TIME: "Histogram of transfer post time for NIXL KV Cache transfers.",
+    NIXL_BYTES: "Histogram of bytes transferred per NIXL KV Cache transfers.",
+    NIXL_DESCRIPTORS: "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+    "vllm:nixl_num_failed_transfers": "Number of failed NIXL KV Cache transfers, including handshake and notification "
+                                      "failures. NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs.",
+    "vllm:nixl_num_failed_notifications": "Number of failed NIXL KV Cache notifications. Retained for compatibility; "
+                                          "these failures are also included in vllm:nixl_num_failed_transfers.",
+    "vllm:nixl_num_kv_expired_reqs": "Number of requests that had their KV expire. NOTE: This metric is tracked on "
+                                     "the P instance.",
+    "vllm:nixl_num_notifications_after_expiry": "Number of completion notifications for requests that were no longer "
+                                                "tracked, usually because their KV lease expired. The KV blocks may "
+                                                "have been reused before the transfer finished. Counted per "
+                                                "notification (one per remote rank), not per request.",
     "vllm:mm_cache_queries": "Multi-modal cache queries, in terms of number of queried items.",
     "vllm:mm_cache_hits": "Multi-modal cache hits, in terms of number of cached items.",
     "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
@@ -507,12 +622,16 @@ def alert_series(naming: str) -> EngineSeries:
 # --- the Dialect ---------------------------------------------------------------------------------
 
 _STATS_NUMBERS = {"engine": int, "prompt_tps": float, "gen_tps": float, "running": int, "waiting": int,
-                  "deferred": int, "preemptions": int, "kv_pct": float, "prefix_hit_pct": float}
+                  "deferred": int, "kv_fetch_waiting": int, "kv_fetch_in_progress": int, "kv_fetch_completed": int,
+                  "preemptions": int, "kv_pct": float, "prefix_hit_pct": float}
 
 
 def parse_log_message(msg: str) -> list[base.LogFinding]:
     """vLLM's log grammar: periodic stats, KV cache size, worker and engine deaths, startup failures,
-    out-of-memory, ready, a requested shutdown."""
+    out-of-memory, ready, a requested shutdown, the KV connector's lines."""
+    found = _kv_connector_line(msg)
+    if found:
+        return found
     match = STATS_LINE.search(msg)
     if match:
         fields = base.numbers(match, _STATS_NUMBERS)
@@ -565,6 +684,36 @@ def _startup_stage(msg: str) -> list[base.LogFinding]:
                                                                                "concurrency": float})})]
     if API_LISTENING_LINE.search(msg):
         return [("startup", {"stage": "api_listening"})]
+    return []
+
+
+def _kv_connector_line(msg: str) -> list[base.LogFinding]:
+    """The KV connector's lines (P/D disaggregation); numbers and grammar literals only, never a request id."""
+    match = KV_TRANSFER_METRICS_LINE.search(msg)
+    if match:
+        fields = {}
+        for part in match.group("body").split(", "):
+            key, _, value = part.partition("=")
+            name = KV_TRANSFER_METRICS_FIELDS.get(key.strip())
+            if name is not None:
+                try:
+                    fields[name] = float(value)
+                except ValueError:
+                    continue
+        return [("kv_transfer_stats", fields)]
+    match = KV_LOAD_FAILED_LINE.search(msg) or KV_LOAD_RECOVERED_LINE.search(msg)
+    if match:
+        return [("kv_load_failed", {"requests": int(match["requests"]), "tokens": int(match["tokens"]),
+                                    "recovered": match.re is KV_LOAD_RECOVERED_LINE})]
+    match = KV_EXPIRED_LINE.search(msg)
+    if match:
+        return [("kv_expired", {"retrieved_by": int(match["workers"])})]
+    match = NIXL_FAILURE_LINE.search(msg)
+    if match:
+        kind = match["failure_type"]
+        return [("kv_transfer_failure", {"failure_type": kind if kind in NIXL_FAILURE_TYPES else "other"})]
+    if EXTERNAL_CACHE_HIT_LINE in msg:
+        return [("kv_external_hit", {})]
     return []
 
 

@@ -9,6 +9,9 @@ from servewatch.sim.behaviour import behaviour_for, engine_names
 from servewatch.sim.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 
+PD_ROLES = (None, "prefill", "decode")
+
+
 @dataclass
 class SimConfig:
     dialect: str = "vllm"
@@ -30,6 +33,10 @@ class SimConfig:
     watchdog_timeout: float = 300.0        # SGLang --watchdog-timeout: a hung batch kills the server
     exit_delay: float = 2.0                # engine death -> API process exit (vLLM: up to ~5 s)
     faults: list[str] = field(default_factory=list)   # start-time fault specs, e.g. "stall@30s"
+    # Prefill/decode disaggregation (servewatch.sim.pd): None (a whole engine), "prefill" or "decode".
+    pd_role: str | None = None
+    kv_lease_seconds: float = 30.0         # vLLM NIXL kv_lease_duration: how long a prefill keeps blocks for decode
+    kv_wait_timeout: float = 50.0          # decode gives up on a KV transfer after this long (vLLM ~50 s seen)
 
     def __post_init__(self) -> None:
         if behaviour_for(self.dialect) is None:
@@ -51,6 +58,12 @@ class SimConfig:
         # Seconds: NaN and infinity fail these comparisons too (a NaN start would never be ready).
         for name, least in (("log_stats_interval", 0.0), ("health_timeout", 0.0), ("watchdog_timeout", 0.0)):
             if not least < getattr(self, name) < math.inf:
+                raise ValueError(f"{name.replace('_', '-')} must be a number of seconds above 0, "
+                                 f"not {getattr(self, name)}")
+        if self.pd_role not in PD_ROLES:
+            raise ValueError(f"pd-role must be prefill or decode, not {self.pd_role!r}")
+        for name in ("kv_lease_seconds", "kv_wait_timeout"):
+            if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"{name.replace('_', '-')} must be a number of seconds above 0, "
                                  f"not {getattr(self, name)}")
         for name in ("startup_seconds", "exit_delay"):

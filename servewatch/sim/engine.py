@@ -21,9 +21,10 @@ from servewatch.clock import Clock, VirtualClock
 from servewatch.sim import roofline, tokens
 from servewatch.sim.behaviour import behaviour_for
 from servewatch.sim.config import SimConfig
-from servewatch.sim.faults import STARTUP_KINDS, SimFault, FaultSpecError, fault_from_json, parse_fault_spec
+from servewatch.sim.faults import PD_KINDS, STARTUP_KINDS, SimFault, FaultSpecError, fault_from_json, parse_fault_spec
 from servewatch.sim.kvcache import BlockPool
 from servewatch.sim.logs import LogSink
+from servewatch.sim.pd import PdSide
 from servewatch.sim.request import FINISH_ABORT, RUNNING, Request
 from servewatch.sim.scheduler import Scheduler, StepPlan, SimStep
 
@@ -71,6 +72,7 @@ class SimEngine:
         self.scheduler = Scheduler(pool=self.pool, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
                                    max_batched_tokens=cfg.max_batched_tokens, max_model_len=cfg.max_model_len)
         self.behaviour = behaviour = behaviour_for(cfg.dialect)
+        self.pd = PdSide(self) if cfg.pd_role else None     # a prefill or decode instance's KV connector side
         self.metrics = behaviour.make_metrics(self, self.started_at)
         self.log = behaviour.make_log(self, LogSink(log_stream))
         self.state = STARTING
@@ -168,12 +170,12 @@ class SimEngine:
                prompt: str | Sequence[str] | None = None, ignore_eos: bool = False,
                prefix_key: object = None, is_streaming: bool = True,
                listener: Callable[[Request], None] | None = None, count_in_metrics: bool = True,
-               greedy: bool = False) -> Request:
+               greedy: bool = False, external_tokens: int = 0) -> Request:
         """Queue a request. Give `prompt_tokens` (with an optional `prefix_key`: requests with the same
         key share their prompt's leading blocks, i.e. prefix-cache hits), or `prompt` text / pre-split
         pieces (hashed for real prefix matching). `greedy` (temperature 0): the completion depends only
-        on the prompt and the engine's seed (its "weights"), as greedy decoding does. Returns the live
-        Request (the handle)."""
+        on the prompt and the engine's seed (its "weights"), as greedy decoding does. `external_tokens`: prompt
+        tokens whose KV came by transfer (a P/D decode), not computed here. Returns the live Request (the handle)."""
         if self.state in (DEAD, EXITED):
             raise EngineDeadError()
         cfg = self.config
@@ -217,7 +219,8 @@ class SimEngine:
         request = Request(rid=rid, arrival=self.clock.now(), prompt_len=prompt_len, max_tokens=max_tokens,
                           ignore_eos=ignore_eos, eos_at=eos_at, block_hashes=hashes,
                           stream_seed=stream_seed, is_streaming=is_streaming,
-                          count_in_metrics=count_in_metrics, listener=listener)
+                          count_in_metrics=count_in_metrics, listener=listener,
+                          external_tokens=min(max(0, int(external_tokens)), prompt_len))
         self._inbox.append(request)
         if self._inflight is None and not self._polling:
             self.poll()          # an idle engine core picks a request up at once
@@ -256,6 +259,9 @@ class SimEngine:
             fault = parse_fault_spec(fault)
         elif isinstance(fault, dict):
             fault = fault_from_json(fault)
+        if fault.kind in PD_KINDS and (self.pd is None or self.pd.role != PD_KINDS[fault.kind]):
+            raise FaultSpecError(f"{fault.kind} applies to a {PD_KINDS[fault.kind]} instance (--pd-role "
+                                 f"{PD_KINDS[fault.kind]}), not to this one")
         if fault.kind in STARTUP_KINDS:
             if self.state != STARTING:
                 raise ValueError(f"{fault.kind} only applies at startup")
@@ -285,6 +291,8 @@ class SimEngine:
         kind = fault.kind
         if self.state in (DEAD, EXITED):
             return
+        if self.pd is not None and (kind in PD_KINDS or kind == "clear"):
+            self.pd.apply(kind)
         if kind == "stall":
             if self.stalled_since is None:
                 self.stalled_since = now
@@ -448,6 +456,8 @@ class SimEngine:
             self._become_ready(now)
         if self.stall_until is not None and now >= self.stall_until:
             self._clear_stall(now)
+        if self.pd is not None and self.state == READY and self.stalled_since is None:
+            self.pd.expire_due(now)      # a stopped prefill's worker releases nothing
         if (self.behaviour.stall_watchdog and self.stalled_since is not None and self.state == READY
                 and self.scheduler.running and now - self.stalled_since >= self.config.watchdog_timeout):
             self._die("watchdog", 137, self.log.stall_watchdog)
@@ -476,6 +486,7 @@ class SimEngine:
         self.pool = BlockPool(cfg.num_blocks, enable_prefix_caching=cfg.enable_prefix_caching)
         self.scheduler = Scheduler(pool=self.pool, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
                                    max_batched_tokens=cfg.max_batched_tokens, max_model_len=cfg.max_model_len)
+        self.pd = PdSide(self) if cfg.pd_role else None     # a new process: its leases and counters are gone
         self.metrics = self.behaviour.make_metrics(self, now)
         self.log = self.behaviour.make_log(self, self.log.sink)
         self.state = STARTING
@@ -517,6 +528,8 @@ class SimEngine:
             candidates.append(self.started_at + self.config.startup_seconds)
         if self.stall_until is not None:
             candidates.append(self.stall_until)
+        if self.pd is not None and self.pd.leases and self.state == READY and self.stalled_since is None:
+            candidates.append(self.pd.next_expiry())
         if self.behaviour.stall_watchdog and self.stalled_since is not None and self.scheduler.running:
             candidates.append(self.stalled_since + self.config.watchdog_timeout)
         if self.behaviour.periodic_stats_log and self.state in (READY, DEAD):

@@ -35,7 +35,15 @@ Kinds and their external signatures:
                       requests wait forever without showing in any gauge. Only a request that needs a
                       token (an active probe) tells it from an idle server. SGLang: its generating /health
                       turns 503 after its probe timeout.
-  clear               ends stall, slow, admission-deadlock and wedge-idle, disarms crash-oom.
+  kv-stall            (a P/D decode) KV transfers never finish: requests pile up waiting for KV (vLLM: waiting,
+                      reason "deferred"; SGLang: the decode transfer queue), /health stays 200.
+  kv-expire           (a P/D prefill) every lease on its blocks runs out before decode reads them: vLLM counts
+                      them expired and decode still answers 200 (from released blocks); SGLang's prefill
+                      fails their bootstrap.
+  kv-fail             (a P/D decode) every KV transfer fails: the request fails (HTTP 500), the failure counted.
+  pd-bypass           (a P/D decode) the router went decode-only: transfer parameters ignored, every prompt
+                      computed locally, the prefill left idle.
+  clear               ends stall, slow, admission-deadlock, wedge-idle and the P/D faults, disarms crash-oom.
 """
 
 from __future__ import annotations
@@ -44,7 +52,8 @@ import re
 from dataclasses import dataclass
 
 KINDS = ("stall", "engine-death", "crash-oom", "slow", "admission-deadlock", "startup-hang", "startup-oom",
-         "clear", "wedge-idle", "error-storm", "crash-loop")
+         "clear", "wedge-idle", "error-storm", "crash-loop", "kv-stall", "kv-expire", "kv-fail", "pd-bypass")
+PD_KINDS = {"kv-stall": "decode", "kv-expire": "prefill", "kv-fail": "decode", "pd-bypass": "decode"}
 STARTUP_KINDS = ("startup-hang", "startup-oom")
 _STATUS = re.compile(r"^[45](?:xx|[0-9][0-9])$")
 

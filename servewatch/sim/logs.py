@@ -153,18 +153,58 @@ class VllmLog(_Base):
         prompt_tps, gen_tps = self._prompt / elapsed, self._gen / elapsed
         idle = prompt_tps == 0 and gen_tps == 0
         if not (idle and self._prev_idle):
+            deferred = e.pd.waiting_for_kv if e.pd is not None else 0
             parts = [f"Avg prompt throughput: {prompt_tps:.1f} tokens/s",
                      f"Avg generation throughput: {gen_tps:.1f} tokens/s",
-                     f"Running: {e.num_running} reqs", f"Waiting: {e.num_waiting} reqs"]
+                     f"Running: {e.num_running} reqs", f"Waiting: {e.num_waiting + deferred} reqs"]
+            if deferred:
+                parts.append(f"Deferred: {deferred} reqs")
+                parts.append(f"KV fetch: 0 waiting to start, {deferred} in progress, 0 completed waiting")
             if self._preempt:
                 parts.append(f"Preemptions: {self._preempt}")
             parts.append(f"{e.config.hw.device} KV cache usage: {e.kv_usage * 100:.1f}%")
             if self._queries:
                 parts.append(f"Prefix cache hit rate: {self._hits / self._queries * 100:.1f}%")
             self._line("APIServer", "INFO", "loggers.py:335", "Engine 000: " + ", ".join(parts))
+        if e.pd is not None:
+            self._kv_transfer_metrics(e.pd.take_interval())
         self._prev_idle = idle
         self._window_start = now
         self._prompt = self._gen = self._preempt = 0
+
+    def _kv_transfer_metrics(self, interval: dict[str, list]) -> None:
+        """kv_connector/v1/metrics.py KVConnectorLogging.log: NixlKVConnectorStats.reduce() of the interval,
+        written only when the interval saw a transfer, a failure or an expiry."""
+        xfer = interval["xfer"]
+        if not any(interval.values()):
+            return
+        failures = (f"Num failed transfers={len(interval['failed'])}, Num KV expired reqs={len(interval['expired'])}, "
+                    f"Num notifs after expiry={len(interval['after_expiry'])}")
+        if not xfer:
+            body = ("Num successful transfers=0, Avg xfer time (ms)=0, P90 xfer time (ms)=0, Avg post time (ms)=0, "
+                    "P90 post time (ms)=0, Avg MB per transfer=0, Throughput (MB/s)=0, Avg number of descriptors=0, ")
+        else:
+            times = sorted(t for t, _ in xfer)
+            mb = sum(b for _, b in xfer) / 2**20
+            p90 = times[min(len(times) - 1, int(0.9 * (len(times) - 1) + 0.5))]
+            body = (f"Num successful transfers={len(xfer)}, Avg xfer time (ms)={sum(times) / len(times) * 1e3:.3f}, "
+                    f"P90 xfer time (ms)={p90 * 1e3:.3f}, Avg post time (ms)=0.5, P90 post time (ms)=0.5, "
+                    f"Avg MB per transfer={mb / len(xfer):.3f}, Throughput (MB/s)={mb / max(sum(times), 1e-9):.3f}, "
+                    "Avg number of descriptors=1.0, ")
+        self._line("APIServer", "INFO", "loggers.py:341", "KV Transfer metrics: " + body + failures)
+
+    # --- the KV connector (P/D) --------------------------------------------------------------------
+    def kv_expired(self, rid: str, held_s: float) -> None:
+        self._line("EngineCore", "WARNING", "base_worker.py:3033", f"Releasing expired KV blocks for request {rid} "
+                   "which were retrieved by 0 remote worker(s) before lease expired.")
+
+    def kv_failed(self, failure_type: str, tokens: int, timeout_s: float) -> None:
+        rid = f"cmpl-{self.engine.config.seed:04x}{self.engine.pd.failed_transfers:028x}"
+        self._line("EngineCore", "ERROR", "base_worker.py:1261", f"NIXL transfer failure: {failure_type} | Context: "
+                   f"{{'failure_type': '{failure_type}', 'request_id': '{rid}', 'engine_id': "
+                   f"'{self.engine.pd.engine_id}'}}")
+        self._line("EngineCore", "ERROR", "scheduler.py:3418", f"Failing 1 request(s) due to KV load failure "
+                   f"(failure_policy=fail, {tokens} tokens affected). Request IDs: {{'{rid}'}}")
 
     # --- failures --------------------------------------------------------------------------------
     def engine_death(self) -> None:
@@ -281,14 +321,37 @@ class SglangLog(_Base):
             elapsed = max(now - self._last_prefill, 1e-9)
             self._last_prefill = now
             cached = sum(a.hit_tokens for a in plan.admitted)
+            disagg = ""
+            if e.pd is not None and e.pd.role == "prefill":
+                disagg = f"#bootstrap-req: 0, #inflight-req: {len(e.pd.leases)}, #optimistic-req: 0, "
             self._line(f"Prefill batch, #new-seq: {len(plan.admitted)}, #new-token: {plan.prefill_tokens}, "
                        f"#cached-token: {cached}, token usage: {usage:.2f}, #running-req: "
                        f"{e.num_running - len(plan.admitted)}, #queue-req: {e.num_waiting}, #pending-token: 0, "
-                       f"{graph}: False, input throughput (token/s): {plan.prefill_tokens / elapsed:.2f}")
+                       f"{disagg}{graph}: False, input throughput (token/s): {plan.prefill_tokens / elapsed:.2f}")
         elif plan.decode_tokens and e.metrics.decode_steps % e.config.decode_log_interval == 0:
+            disagg = ""
+            if e.pd is not None and e.pd.role == "decode":
+                disagg = (f"pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: {e.pd.waiting_for_kv}, "
+                          "#retracted-req: 0, ")
             self._line(f"Decode batch, #running-req: {e.num_running}, #token: {e.kv_used_tokens}, token usage: "
-                       f"{usage:.2f}, {graph}: {e.config.hw.device == 'GPU'}, gen throughput (token/s): "
+                       f"{usage:.2f}, {disagg}{graph}: {e.config.hw.device == 'GPU'}, gen throughput (token/s): "
                        f"{e.metrics.snapshot['sglang:gen_throughput']:.2f}, #queue-req: {e.num_waiting}")
+
+    # --- the KV connector (P/D): disaggregation/prefill.py and decode.py, KVTransferError's text -------------
+    def kv_expired(self, rid: str, held_s: float) -> None:
+        room = abs(hash(rid)) % 2**63
+        self._line("Some requests timed out when bootstrapping, which means prefill instances fail to receive the KV "
+                   "indices from the decode instance of this request. If a greater mean TTFT is acceptable, you can "
+                   "'export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600' (10 minutes) to relax the timeout condition. ")
+        self._line(f"Prefill bootstrap failed for request rank=0 req.rid='{rid}' req.bootstrap_room={room} with "
+                   f"exception KVTransferError(bootstrap_room={room}): Request {room} timed out after {held_s:.1f}s "
+                   "in KVPoll.Bootstrapping")
+
+    def kv_failed(self, failure_type: str, tokens: int, timeout_s: float) -> None:
+        room = self.engine.pd.failed_transfers
+        self._line(f"Decode transfer failed for request rank=0 decode_req.req.rid='{room:032x}' "
+                   f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
+                   f"Request {room} timed out after {timeout_s:.1f}s in KVPoll.WaitingForInput")
 
     def stats(self, now: float) -> None:
         pass
@@ -343,4 +406,4 @@ class QuietLog(_Base):
         return None
 
     stage = ready = listening = fired_up = on_admitted = on_step = stats = _quiet
-    engine_death = oom = startup_oom = stall_watchdog = health_failed = _quiet
+    engine_death = oom = startup_oom = stall_watchdog = health_failed = kv_expired = kv_failed = _quiet

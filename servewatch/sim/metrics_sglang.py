@@ -148,9 +148,12 @@ class SglangMetrics:
         self._created = engine.clock.now()
         cfg = engine.config
         self.gpu = cfg.hw.device == "GPU"
-        self.sched = sorted_labels({"engine_type": "unified", "model_name": cfg.model_name, "moe_ep_rank": "0",
+        engine_type = cfg.pd_role or "unified"      # DisaggregationMode.to_engine_type: prefill | decode | unified
+        self.sched = sorted_labels({"engine_type": engine_type, "model_name": cfg.model_name, "moe_ep_rank": "0",
                                     "pp_rank": "0", "tp_rank": "0"})
-        self.tok = sorted_labels({"engine_type": "unified", "model_name": cfg.model_name})
+        self.tok = sorted_labels({"engine_type": engine_type, "model_name": cfg.model_name})
+        self.kv_latency = Hist(dialect.BUCKETS["kv_transfer_latency_ms"])    # observed by the prefill
+        self.kv_total_mb = Hist(dialect.BUCKETS["kv_transfer_total_mb"])
         self.pid = str(os.getpid())
         self.cache_queries = self.cache_hits = 0.0
         self.snapshot = self._take_snapshot(gen_throughput=0.0)
@@ -209,6 +212,11 @@ class SglangMetrics:
         for request in result.first_tokens:
             if request.count_in_metrics:
                 self._stream(request)["ttft"].observe(result.t - request.arrival)
+
+    def on_kv_sent(self, seconds: float, nbytes: float) -> None:
+        """A prefill's transfer done (req_time_stats.compute_and_observe_kv_transfer_metrics): latency and size."""
+        self.kv_latency.observe(seconds * 1000)
+        self.kv_total_mb.observe(nbytes / 2**20)
 
     def on_idle(self, now: float) -> None:
         self._count_idle(now)
@@ -343,7 +351,22 @@ class SglangMetrics:
         """What a real 0.5.23 also exposes; mostly idle for one dense engine, with the same names and labels."""
         cfg = self.engine.config
         sched, tok = self.sched, self.tok
-        out = [gauge(name, text, [(sched, 0.0)]) for name, text in _ZERO_SCHEDULER_GAUGES.items()]
+        pd = self.engine.pd
+        queues = {}
+        if pd is not None:
+            queues = {dialect.PREFILL_INFLIGHT_QUEUE: float(len(pd.leases)), dialect.DECODE_TRANSFER_QUEUE:
+                      float(pd.waiting_for_kv)}
+        out = [gauge(name, text, [(sched, queues.get(name, 0.0))]) for name, text in _ZERO_SCHEDULER_GAUGES.items()]
+        if pd is not None:
+            for name, value in ((dialect.BOOTSTRAP_FAILED, pd.bootstrap_failed),
+                                (dialect.TRANSFER_FAILED, pd.failed_transfers)):
+                if value:
+                    family = name[:-len("_total")]
+                    out.append(counter(family, HELP[family], [(sched, value)], None))
+            for name, hist in ((dialect.KV_TRANSFER_LATENCY, self.kv_latency),
+                               (dialect.KV_TRANSFER_TOTAL_MB, self.kv_total_mb)):
+                if hist.count:
+                    out.append(histogram(name, HELP[name], [(sched, hist)], None, sum_first=True))
         kv_gb = cfg.num_blocks * cfg.block_size * cfg.hw.kv_bytes_per_token / 2**30
         for name, value in (("sglang:weight_memory_usage_gb", cfg.hw.weight_bytes / 2**30),
                             ("sglang:kv_cache_memory_usage_gb", kv_gb),

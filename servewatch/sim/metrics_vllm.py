@@ -49,6 +49,10 @@ class VllmMetrics:
             self.h[name] = Hist(dialect.BUCKETS[family])
         self.h["vllm:request_num_preemptions"] = Hist(dialect.BUCKETS["request_num_preemptions"])
         self.h["vllm:request_prefill_kv_computed_tokens"] = Hist(tok)
+        self.external_queries = self.external_hits = 0.0
+        # the NIXL connector's histograms (nixl/stats.py), on a P/D instance only
+        self.nixl = ({name: Hist(edges) for name, edges in dialect.NIXL_BUCKETS.items()}
+                     if engine.pd is not None else {})
         self.http = HttpStats(created)
         self.registry = make_registry(self.families, with_process=True)
 
@@ -56,6 +60,21 @@ class VllmMetrics:
     def on_admitted(self, admission) -> None:
         self.c["prefix_cache_queries"] += admission.query_tokens
         self.c["prefix_cache_hits"] += admission.hit_tokens
+        if self.engine.pd is not None and self.engine.pd.role == "decode":
+            # decode's connector is asked about every prompt; it finds the transferred ones
+            self.external_queries += admission.request.prompt_len
+            self.external_hits += admission.request.external_tokens
+
+    def on_kv_received(self, seconds: float, nbytes: float) -> None:
+        """A transfer this (decode) instance read: NIXL records its time and size on the reading side."""
+        self.nixl[dialect.NIXL_XFER_TIME].observe(seconds)
+        self.nixl[dialect.NIXL_POST_TIME].observe(min(seconds, 0.001))
+        self.nixl[dialect.NIXL_BYTES].observe(nbytes)
+        self.nixl[dialect.NIXL_DESCRIPTORS].observe(max(1.0, nbytes / 2**14))
+
+    def on_kv_failed(self, prompt_tokens: int) -> None:
+        """A request failed for its KV load (failure_policy=fail): finished with reason "error"."""
+        self.success["error"] = self.success.get("error", 0.0) + 1
 
     def on_step(self, result) -> None:
         plan = result.plan
@@ -67,12 +86,14 @@ class VllmMetrics:
         for request in result.first_tokens:
             if not request.count_in_metrics:
                 continue
-            hit = request.prefix_hit_tokens
+            hit, external = request.prefix_hit_tokens, request.external_tokens
             self.c["prompt_tokens"] += request.prompt_len
-            self.by_source["local_compute"] += request.prompt_len - hit
+            self.by_source["local_compute"] += request.prompt_len - hit - external
             self.by_source["local_cache_hit"] += hit
-            self.c["prompt_tokens_cached"] += hit
+            self.by_source["external_kv_transfer"] += external
+            self.c["prompt_tokens_cached"] += hit + external
             self.cached_by_source["device"] += hit
+            self.cached_by_source["p2p"] += external
             ttft.observe(result.t - request.arrival)
         itl = self.h["vllm:inter_token_latency_seconds"]
         for gap, n in result.itl_groups.items():
@@ -111,17 +132,23 @@ class VllmMetrics:
         one = [(base, 0.0)]
         out = [counter(n, HELP[n], one, created) for n in (
             "vllm:estimated_flops_per_gpu", "vllm:estimated_read_bytes_per_gpu", "vllm:estimated_write_bytes_per_gpu")]
+        deferred = float(e.pd.waiting_for_kv) if e.pd is not None else 0.0
         out.append(gauge(dialect.RUNNING, HELP[dialect.RUNNING], [(base, e.num_running)]))
-        out.append(gauge(dialect.WAITING, HELP[dialect.WAITING], [(base, e.num_waiting)]))
+        out.append(gauge(dialect.WAITING, HELP[dialect.WAITING], [(base, e.num_waiting + deferred)]))
         out.append(gauge(dialect.WAITING_BY_REASON, HELP[dialect.WAITING_BY_REASON], [
             (sorted_labels(base, {"reason": "capacity"}), e.num_waiting),
-            (sorted_labels(base, {"reason": "deferred"}), 0.0)]))
+            (sorted_labels(base, {"reason": "deferred"}), deferred)]))
+        if e.pd is not None and e.pd.role == "decode":     # registered on a KV consumer only
+            out.append(gauge(dialect.KV_FETCH_BY_STAGE, HELP[dialect.KV_FETCH_BY_STAGE], [
+                (sorted_labels(base, {"stage": stage}), deferred if stage == "in_progress" else 0.0)
+                for stage in dialect.KV_FETCH_STAGES]))
         out.append(gauge(dialect.ENGINE_SLEEP_STATE, HELP[dialect.ENGINE_SLEEP_STATE],
                          [(sorted_labels(base, {"sleep_state": s}), v) for s, v in SLEEP_STATES]))
         out.append(gauge(dialect.KV_USAGE, HELP[dialect.KV_USAGE], [(base, e.kv_usage)]))
         for name, value in (("vllm:prefix_cache_queries", self.c["prefix_cache_queries"]),
                             ("vllm:prefix_cache_hits", self.c["prefix_cache_hits"]),
-                            ("vllm:external_prefix_cache_queries", 0.0), ("vllm:external_prefix_cache_hits", 0.0),
+                            ("vllm:external_prefix_cache_queries", self.external_queries),
+                            ("vllm:external_prefix_cache_hits", self.external_hits),
                             ("vllm:mm_cache_queries", 0.0), ("vllm:mm_cache_hits", 0.0),
                             ("vllm:num_preemptions", self.c["num_preemptions"]),
                             ("vllm:prompt_tokens", self.c["prompt_tokens"])):
@@ -143,9 +170,23 @@ class VllmMetrics:
                             for r in ADMISSION_REASONS], created))
         for name, hist in self.h.items():
             out.append(histogram(name, HELP[name], [(base, hist)], created))
+        if e.pd is not None:
+            out.extend(self._nixl_families())
         out.append(gauge(dialect.CACHE_CONFIG_INFO, HELP[dialect.CACHE_CONFIG_INFO],
                          [(self._cache_config_labels(), 1.0)]))
         out.extend(self.http.families())
+        return out
+
+    def _nixl_families(self):
+        """The NIXL connector's series (nixl/stats.py NixlPromMetrics): per engine, on both sides of the pair."""
+        pd, base, created = self.engine.pd, self.base, self.created
+        out = [histogram(name, HELP[name], [(base, hist)], created) for name, hist in self.nixl.items()]
+        for name, value in ((dialect.NIXL_FAILED_TRANSFERS, pd.failed_transfers + pd.failed_notifications),
+                            (dialect.NIXL_FAILED_NOTIFICATIONS, pd.failed_notifications),
+                            (dialect.NIXL_EXPIRED, pd.expired),
+                            (dialect.NIXL_AFTER_EXPIRY, pd.notifications_after_expiry)):
+            family = name[:-len("_total")]
+            out.append(counter(family, HELP[family], [(base, value)], created))
         return out
 
     def _cache_config_labels(self) -> dict[str, str]:

@@ -33,6 +33,7 @@ class Request:
     blocks: list[int] = field(default_factory=list)
     num_cached_blocks: int = 0            # prompt blocks already published to the prefix cache
     prefix_hit_tokens: int = 0            # cached tokens found at first admission
+    external_tokens: int = 0              # prompt tokens whose KV came by transfer (a P/D decode), not computed
     preemptions: int = 0
     queued_ts: float = 0.0
     scheduled_ts: float | None = None     # first scheduling only (preemptions ignored, as in vLLM)

@@ -138,21 +138,24 @@ class Scheduler:
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 request = self.waiting[0]
                 hits: list[int] = []
-                if request.num_computed == 0:
+                # KV that came by transfer (a P/D decode) counts as computed at the first admission only: a
+                # preempted request recomputes it locally, as vLLM's does
+                external = min(request.external_tokens, request.num_tokens - 1) if request.scheduled_ts is None else 0
+                if request.num_computed == 0 and not external:
                     hits = self.pool.lookup(request.block_hashes)
                     if len(hits) * self.block_size >= request.num_tokens:
                         hits = hits[:-1]  # at least one token must be computed to sample from
                 hit_tokens = len(hits) * self.block_size
-                n = min(request.num_tokens - hit_tokens, budget)
+                n = min(request.num_tokens - hit_tokens - external, budget)
                 self.pool.touch(hits)
-                fresh = self.pool.allocate(_blocks_for(hit_tokens + n, self.block_size) - len(hits))
+                fresh = self.pool.allocate(_blocks_for(hit_tokens + external + n, self.block_size) - len(hits))
                 if fresh is None:
                     self.pool.release(hits)
                     break
                 self.waiting.popleft()
                 first_admission = request.scheduled_ts is None
                 request.blocks = hits + fresh
-                request.num_computed = hit_tokens
+                request.num_computed = hit_tokens + external
                 request.num_cached_blocks = len(hits)
                 request.status = RUNNING
                 if first_admission:
