@@ -48,6 +48,12 @@ def register(subparsers) -> None:
     parser.add_argument("--health-timeout", type=float, default=20.0, help="SGLang /health generation timeout")
     parser.add_argument("--enable-server-load-tracking", action="store_true",
                         help="vLLM's flag: /load reports in-flight requests (without it, 0 as in vLLM)")
+    parser.add_argument("--pd-role", choices=("prefill", "decode"), default=None,
+                        help="run as one side of a prefill/decode pair, honouring requests' kv_transfer_params")
+    parser.add_argument("--kv-lease-seconds", type=float, default=30.0,
+                        help="prefill: how long it keeps a request's KV for decode (default 30, vLLM's lease)")
+    parser.add_argument("--kv-wait-timeout", type=float, default=50.0,
+                        help="decode: how long it waits for a request's KV before failing it (default 50)")
     parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
                         help="e.g. stall@30s, engine-death@20s:exit=0, slow@10s:factor=3, crash-oom:budget=80 "
                              "(repeatable)")
@@ -97,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
                            tokens_per_chunk=args.tokens_per_chunk, log_stats_interval=args.log_stats_interval,
                            startup_seconds=args.startup_seconds, exit_delay=args.exit_delay,
                            health_timeout=args.health_timeout, faults=list(args.fault),
-                           enable_server_load_tracking=args.enable_server_load_tracking)
+                           enable_server_load_tracking=args.enable_server_load_tracking, pd_role=args.pd_role,
+                           kv_lease_seconds=args.kv_lease_seconds, kv_wait_timeout=args.kv_wait_timeout)
     except ValueError as exc:
         raise SimUsageError(str(exc)) from None
     log_stream = sys.stdout

@@ -23,6 +23,7 @@ from servewatch.sim.engine import (DEAD, EXITED, READY, STARTING, EngineDeadErro
                                    SimEngine)
 from servewatch.sim.faults import FaultSpecError, fault_from_json
 from servewatch.sim.behaviour import LOAD, TOKENIZE
+from servewatch.sim.pd import PREFILL, READ_PATH
 
 ENGINE_KEY = web.AppKey("engine", SimEngine)
 STREAM_STATUS = web.RequestKey("stream_status", int)   # on the request: the status a stream began with
@@ -49,6 +50,8 @@ def build_app(engine: SimEngine) -> web.Application:
         app.router.add_get(engine.behaviour.slots_path, slots)
     app.router.add_post("/_sim/fault", sim_fault)
     app.router.add_get("/_sim/state", sim_state)
+    if engine.pd is not None:
+        app.router.add_post(READ_PATH, sim_kv_read)
     return app
 
 
@@ -249,6 +252,29 @@ async def sim_fault(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "kind": fault.kind, "state": engine.state})
 
 
+async def sim_kv_read(request: web.Request) -> web.Response:
+    """A P/D decode reads a request's KV from this prefill (loopback only): {"outcome": "ok"|"expired"}, 404 for a
+    lease it never gave. A stopped (stalled) prefill does not answer until it runs again; a dead one answers 503."""
+    engine = request.app[ENGINE_KEY]
+    if not _is_loopback(request):
+        return _error(engine, 403, "KV reads are loopback-only")
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return _error(engine, 400, "request body is not valid JSON")
+    rid = body.get("remote_request_id") if isinstance(body, dict) else None
+    if not isinstance(rid, str):
+        return _error(engine, 400, 'body must be a JSON object with a string "remote_request_id"')
+    while engine.stalled and engine.state == READY:
+        await asyncio.sleep(0.1)      # a stopped process answers nothing; the reader's own deadline ends the wait
+    if engine.state != READY:
+        return _error(engine, 503, "the prefill's engine is not running")
+    outcome = engine.pd.read(rid)
+    if outcome == "unknown":
+        return _error(engine, 404, "no KV held for that request")
+    return web.json_response({"outcome": outcome})
+
+
 async def sim_state(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     return web.json_response({
@@ -312,6 +338,7 @@ class _Params:
             raise RequestRejected("stream_options must be an object")
         self.include_usage = bool(options.get("include_usage", False))
         self.continuous_usage = bool(options.get("continuous_usage_stats", False))
+        self.kv_transfer_params = body.get("kv_transfer_params")     # P/D: vLLM's connector parameters
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -329,10 +356,18 @@ async def _serve_completion(request: web.Request, *, chat: bool) -> web.StreamRe
     params, error = await _read_body(request, engine, lambda body: _Params(body, chat, engine))
     if error is not None:
         return error
+    external = 0
+    pd = engine.pd
+    if pd is not None and pd.wants_remote_kv(params.kv_transfer_params):
+        failure = await pd.fetch(params.kv_transfer_params, len(params.pieces))
+        if failure is not None:
+            return _error(engine, 500, f"KV load failure ({failure}): the request failed")
+        external = len(params.pieces)
     woke = asyncio.Event()
     try:
         handle = engine.submit(prompt=params.pieces, max_tokens=params.max_tokens, ignore_eos=params.ignore_eos,
-                               is_streaming=params.stream, listener=lambda _r: woke.set(), greedy=params.greedy)
+                               is_streaming=params.stream, listener=lambda _r: woke.set(), greedy=params.greedy,
+                               external_tokens=external)
     except RequestRejected as exc:
         return _error(engine, exc.status, str(exc))
     except RequestFailed as exc:
@@ -355,7 +390,12 @@ async def _serve_completion(request: web.Request, *, chat: bool) -> web.StreamRe
         while not handle.finished:
             woke.clear()
             await woke.wait()
-        return web.json_response(_full_body(engine, handle, chat, ident, created))
+        body = _full_body(engine, handle, chat, ident, created)
+        kv = params.kv_transfer_params
+        if (pd is not None and pd.role == PREFILL and isinstance(kv, dict) and kv.get("do_remote_decode")
+                and handle.finish_reason != "abort"):
+            body["kv_transfer_params"] = pd.lease(handle)     # what decode needs to read this prompt's KV
+        return web.json_response(body)
     finally:
         if not handle.finished:
             engine.abort(handle)   # the client went away (handler cancelled) or the write failed
@@ -461,6 +501,8 @@ async def serve(engine: SimEngine, host: str, port: int, *, on_listening=None, s
             await site.start()
             bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
             engine.log.listening(host, bound)
+            if engine.pd is not None:
+                engine.pd.host, engine.pd.port = host, bound
             if on_listening is not None:
                 on_listening(bound)
         announced = False
