@@ -122,6 +122,7 @@ class PdSide:
     def read(self, rid: str) -> str:
         """Decode reads a lease: "ok", "expired" (the blocks were released; vLLM's decode reads them anyway and
         answers from whatever they now hold) or "unknown"."""
+        self.expire_due(self.engine.clock.now())     # a lease past its time is gone, whether or not the loop ran
         if rid in self.leases:
             del self.leases[rid]
             started, tokens = self._lease_of.pop(rid, (self.engine.clock.now(), 0))
