@@ -16,10 +16,10 @@ from servewatch.sim import SimConfig, SimEngine
 from servewatch.sim.server import build_app
 
 
-async def _site(app: web.Application) -> tuple[web.AppRunner, str]:
+async def _site(app: web.Application, port: int = 0) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
 
@@ -33,18 +33,23 @@ class Sim:
             assert response.status == 200, await response.text()
 
     def load(self, session, n: int = 4) -> list[asyncio.Task]:
-        async def one():
-            body = {"model": self.engine.config.model_name, "prompt": "hello", "max_tokens": 1500,
-                    "ignore_eos": True}
-            with contextlib.suppress(Exception):
-                async with session.post(self.url + "/v1/completions", json=body,
-                                        timeout=aiohttp.ClientTimeout(total=120)) as response:
-                    await response.read()
-        return [asyncio.create_task(one()) for _ in range(n)]
+        return long_requests(session, self.url, n, self.engine.config.model_name)
+
+
+def long_requests(session, url: str, n: int = 4, model: str = SimConfig().model_name) -> list[asyncio.Task]:
+    """`n` completions of 1,500 tokens sent to `url` as tasks (their failures ignored: the target may die)."""
+    async def one():
+        body = {"model": model, "prompt": "hello", "max_tokens": 1500, "ignore_eos": True}
+        with contextlib.suppress(Exception):
+            async with session.post(url + "/v1/completions", json=body,
+                                    timeout=aiohttp.ClientTimeout(total=120)) as response:
+                await response.read()
+    return [asyncio.create_task(one()) for _ in range(n)]
 
 
 @contextlib.asynccontextmanager
-async def sim_target(**config):
+async def sim_target(port: int = 0, **config):
+    """A simulator on 127.0.0.1:port (0: any) with `config`, and the times of the /metrics scrapes it answered."""
     engine = SimEngine(SimConfig(max_num_seqs=8, **config), RealClock())
     scrapes: list[float] = []
 
@@ -56,7 +61,7 @@ async def sim_target(**config):
 
     app = build_app(engine)
     app.middlewares.append(count)
-    runner, url = await _site(app)
+    runner, url = await _site(app, port)
     stepping = asyncio.create_task(engine.run_realtime())
     try:
         yield Sim(engine, url, scrapes)

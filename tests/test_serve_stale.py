@@ -15,16 +15,12 @@ import time
 from dataclasses import replace
 
 import aiohttp
-from aiohttp import web
 
-from servewatch.clock import RealClock
 from servewatch.detectors import registry
 from servewatch.serve.config import FLEET_RECORDING, ServeConfig
 from servewatch.serve.targets import spec_for
-from servewatch.sim import SimConfig, SimEngine
-from servewatch.sim.server import build_app
 from servewatch.sinks.export.exporter import DERIVED, PREFIX
-from tests.serve_harness import running_serve, until
+from tests.serve_harness import long_requests, running_serve, sim_target, until
 from tests.test_node_view import API, CORE, RANK
 
 INTERVAL = 0.3
@@ -37,41 +33,9 @@ def run(coro):
 
 @contextlib.asynccontextmanager
 async def sim_on(port: int = 0):
-    """A simulator on 127.0.0.1:port (0: any), with the times of the /metrics scrapes it answered."""
-    engine = SimEngine(SimConfig(max_num_seqs=8), RealClock())
-    scrapes: list[float] = []
-
-    @web.middleware
-    async def count(request, handler):
-        if request.path == "/metrics":
-            scrapes.append(time.monotonic())
-        return await handler(request)
-
-    app = build_app(engine)
-    app.middlewares.append(count)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    stepping = asyncio.create_task(engine.run_realtime())
-    try:
-        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", engine, scrapes
-    finally:
-        await runner.cleanup()
-        while not stepping.done():          # as tests.serve_harness.sim_target: cancel until it has ended
-            stepping.cancel()
-            await asyncio.wait([stepping], timeout=0.5)
-        await asyncio.gather(stepping, return_exceptions=True)
-
-
-def load(session, url: str, n: int = 4) -> list[asyncio.Task]:
-    async def one():
-        body = {"model": SimConfig().model_name, "prompt": "hello", "max_tokens": 1500, "ignore_eos": True}
-        with contextlib.suppress(Exception):
-            async with session.post(url + "/v1/completions", json=body,
-                                    timeout=aiohttp.ClientTimeout(total=120)) as response:
-                await response.read()
-    return [asyncio.create_task(one()) for _ in range(n)]
+    """A simulator on 127.0.0.1:port (0: any): its URL, engine and the times of the /metrics scrapes it answered."""
+    async with sim_target(port) as sim:
+        yield sim.url, sim.engine, sim.scrapes
 
 
 async def series_of(serve, target: str) -> dict[str, float]:
@@ -103,7 +67,7 @@ def test_a_stopped_target_loses_its_rates_and_state_within_an_interval_and_gets_
             config = ServeConfig(targets=(spec_for(a_url), spec_for(b_url)), listen="127.0.0.1:0",
                                  recording=replace(FLEET_RECORDING, interval=INTERVAL, probe=False))
             serve = await stack.enter_async_context(running_serve(config))
-            tasks = load(session, a_url) + load(session, b_url)
+            tasks = long_requests(session, a_url) + long_requests(session, b_url)
             try:
                 async def both_generating():
                     rates = [await serve.metric(PREFIX + "generation_tokens_per_second", target=t) for t in (a, b)]
@@ -142,7 +106,7 @@ def test_a_stopped_target_loses_its_rates_and_state_within_an_interval_and_gets_
                 # it comes back on the same port: so do its series
                 port = int(a.rsplit(":", 1)[1])
                 back_url, _, _ = await stack.enter_async_context(sim_on(port))
-                tasks += load(session, back_url)
+                tasks += long_requests(session, back_url)
 
                 async def back():
                     series = await series_of(serve, a)
