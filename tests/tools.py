@@ -25,6 +25,8 @@ TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
     "systemd-analyze": (("systemd-analyze",), "Debian package systemd"),
     "py-spy": ((), "PyPI package py-spy, a dependency of servewatch"),
     "stress-ng": (("stress-ng",), "Debian package stress-ng"),
+    "cmake": (("cmake",), "Debian package cmake"),
+    "cc": (("cc", "gcc"), "Debian package gcc"),
 }
 
 

@@ -59,6 +59,97 @@ if _DIR:
 '''
 
 
+# The same hook for a server that is no Python program (llama.cpp's llama-server): a shared library the drill builds
+# with the C compiler and puts in the server's LD_PRELOAD. Its constructor installs the handler (only with
+# HANG_DIR_ENV set); a signal the kernel hands to another thread is passed on to the main thread (tgkill), which is
+# the one that sleeps: llama-server's main thread runs its slots (the decode loop), its HTTP threads go on.
+NATIVE_SOURCE = f"""/* TEST-ONLY, written and built by `servewatch drill` (servewatch.drill.hang_hook): the drill's `hang` fault
+   for a server that is not a Python program. Loaded through LD_PRELOAD; active only with {HANG_DIR_ENV} set. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static char request[4096];
+
+static double now_s(void) {{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+}}
+
+static double seconds_in(const char * text) {{    /* "12.5": no strtod in a signal handler */
+    double whole = 0, scale = 0;
+    for (; *text; text++) {{
+        if (*text == '.') {{ scale = 1; continue; }}
+        if (*text < '0' || *text > '9') break;
+        if (scale > 0) {{ scale /= 10; whole += (*text - '0') * scale; }} else whole = whole * 10 + (*text - '0');
+    }}
+    return whole;
+}}
+
+static void hang(int sig) {{
+    pid_t pid = getpid();
+    if ((pid_t) syscall(SYS_gettid) != pid) {{      /* another thread got it: the main thread is the one to block */
+        syscall(SYS_tgkill, pid, pid, sig);
+        return;
+    }}
+    char text[32] = {{0}};
+    int fd = open(request, O_RDONLY);
+    if (fd < 0) return;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return;
+    double until = now_s() + seconds_in(text);
+    struct timespec nap = {{0, 200000000}};
+    while (access(request, F_OK) == 0 && now_s() < until) nanosleep(&nap, NULL);
+}}
+
+__attribute__((constructor)) static void install(void) {{
+    const char * dir = getenv("{HANG_DIR_ENV}");
+    if (dir == NULL) return;
+    snprintf(request, sizeof request, "%s/hang-%d", dir, (int) getpid());
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = hang;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGRTMIN + {HANG_SIGNAL - signal.SIGRTMIN}, &action, NULL);
+}}
+"""
+NATIVE_LIBRARY = "servewatch-test-only-hang.so"
+
+
+def native_library(root: Path) -> Path:
+    """Build (once per source) the hook's shared library under `root`; its path, for LD_PRELOAD."""
+    import hashlib
+    import subprocess
+
+    from servewatch.errors import ServewatchError
+
+    hook = root / HOOK_DIR_NAME
+    hook.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(NATIVE_SOURCE.encode()).hexdigest()[:12]
+    library = hook / f"{digest}-{NATIVE_LIBRARY}"
+    if library.is_file():
+        return library
+    source = hook / "servewatch-test-only-hang.c"
+    source.write_text(NATIVE_SOURCE, encoding="utf-8")
+    try:
+        done = subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(library), str(source)],
+                              capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServewatchError(f"cannot build the drill's hang hook with cc: {exc}") from exc
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ServewatchError(f"building the drill's hang hook failed (cc exit {done.returncode}): {last}")
+    return library
+
+
 def signal_name() -> str:
     """The hook's signal as the report says it: SIGRTMIN+6."""
     return f"SIGRTMIN+{HANG_SIGNAL - signal.SIGRTMIN}"
@@ -74,11 +165,14 @@ def write_hook(root: Path) -> Path:
     return hook
 
 
-def environment(root: Path, pythonpath: str | None = None) -> dict[str, str]:
+def environment(root: Path, pythonpath: str | None = None, *, native: bool = False) -> dict[str, str]:
     """The variables that install the hook in a server started with them: PYTHONPATH with the hook first (before
-    `pythonpath`, the one the server needs anyway), and the request directory (created here)."""
+    `pythonpath`, the one the server needs anyway), and the request directory (created here); with `native`, for a
+    server that is no Python program, LD_PRELOAD naming the hook's shared library instead of PYTHONPATH."""
     requests = root / "hang-requests"
     requests.mkdir(parents=True, exist_ok=True)
+    if native:
+        return {"LD_PRELOAD": str(native_library(root)), HANG_DIR_ENV: str(requests)}
     path = str(write_hook(root)) + (os.pathsep + pythonpath if pythonpath else "")
     return {"PYTHONPATH": path, HANG_DIR_ENV: str(requests)}
 

@@ -179,7 +179,7 @@ class FaultStep:
 
 @dataclass(frozen=True)
 class Target:
-    engine: str | None = None          # vllm | sglang | sim: the drill starts and stops it
+    engine: str | None = None          # vllm | sglang | llamacpp | sim: the drill starts and stops it
     sim_dialect: str = SimConfig.dialect    # the dialect the simulator speaks (its own default)
     args: tuple[str, ...] = ()
     max_model_len: int = 2048
@@ -380,7 +380,7 @@ def plan_from_dict(data, *, source: str = "plan") -> Plan:
 
 def _readable(err) -> str:
     if err.validator == "oneOf" and list(err.absolute_path)[:1] in (["target"], ["targets"]):
-        return "give either engine (vllm, sglang or sim) or url and pid of an existing server"
+        return "give either engine (vllm, sglang, llamacpp or sim) or url and pid of an existing server"
     if err.validator == "additionalProperties":
         return err.message.replace("Additional properties are not allowed", "unknown key(s)")
     if err.validator == "type":       # jsonschema says the value as Python does ("None is not of type 'object'")

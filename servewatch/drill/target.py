@@ -98,12 +98,13 @@ class DrillTarget:
     def start(self) -> None:
         raise NotImplementedError
 
-    def _hang_hook(self, pythonpath: str | None = None) -> dict[str, str]:
-        """The variables that install the test-only hang hook in a server the drill starts (drill.hang_hook)."""
+    def _hang_hook(self, pythonpath: str | None = None, *, native: bool = False) -> dict[str, str]:
+        """The variables that install the test-only hang hook in a server the drill starts (drill.hang_hook); `native`:
+        the server is no Python program (llama-server), the hook is preloaded."""
         from servewatch.drill import hang_hook
 
         self.hang_root = self.log_dir / "hang"
-        return hang_hook.environment(self.hang_root, pythonpath)
+        return hang_hook.environment(self.hang_root, pythonpath, native=native)
 
     def stop(self) -> None:
         raise NotImplementedError
@@ -404,7 +405,7 @@ class SimTarget(DrillTarget):
 
 
 class LabTarget(DrillTarget):
-    """A lab vLLM or SGLang (servewatch.lab), started on a loopback port the drill keeps across restarts."""
+    """A lab vLLM, SGLang or llama.cpp (servewatch.lab), started on a loopback port the drill keeps across restarts."""
 
     def __init__(self, plan_target, log_dir: Path):
         super().__init__(plan_target)
@@ -434,7 +435,8 @@ class LabTarget(DrillTarget):
         self.lives += 1
         log_path = self.log_dir / f"{self.dialect}-{self.lives}.log"
         # SGLang's test-only kernel stand-in stays on its PYTHONPATH, after the hang hook
-        hook = self._hang_hook(str(lab.stand_in) if lab.stand_in is not None else os.environ.get("PYTHONPATH"))
+        hook = self._hang_hook(str(lab.stand_in) if lab.stand_in is not None else os.environ.get("PYTHONPATH"),
+                               native=lab.recipe.engine == "llamacpp")
         common = {"port": self.port_fixed, "extra_args": tuple(self.spec.args),
                   "extra_env": (*tuple(self.spec.env), *hook.items())}
         if lab.recipe is VLLM:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servewatch.lab.llamacpp import LlamacppConfig, LlamacppServer, binary_path, ensure_llamacpp, ensure_tiny_gguf
 from servewatch.lab.model_dir import TinyModel, ensure_tiny_model
 from servewatch.lab.server import LabServer, ServerConfig, VllmServer
 from servewatch.lab.sglang_server import SglangConfig, SglangServer
@@ -21,14 +22,16 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class LabRecipe:
-    engine: str                                   # "vllm" | "sglang": the `servewatch lab` subcommand
-    title: str                                    # in messages: "vLLM", "SGLang"
-    ensure_venv: Callable[..., LabVenv]           # (cache_dir, progress=) → the engine's venv
+    engine: str                                   # "vllm" | "sglang" | "llamacpp": the `servewatch lab` subcommand
+    title: str                                    # in messages: "vLLM", "SGLang", "llama.cpp"
+    ensure_venv: Callable[..., LabVenv]           # (cache_dir, progress=) → the engine's venv (llama.cpp: its build,
+                                                  # then the venv that writes its model)
     stand_in: bool                                # SGLang's CPU path needs the test-only sgl_kernel stand-in
     server_kind: type[LabServer]
-    config: Callable[..., ServerConfig | SglangConfig]   # (prepared lab, **overrides) → the server's config
+    config: Callable[..., ServerConfig | SglangConfig | LlamacppConfig]   # (prepared lab, **overrides) → its config
     processes: tuple[str, str, str]               # the engine's names of ProcessTree's api_server, engine_core, worker
     watch_log: bool                               # `watch` wants its log too (signals its /metrics lacks)
+    ensure_model: Callable[..., TinyModel] = ensure_tiny_model   # (venv, cache_dir) → the tiny model
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class PreparedLab:
     model: TinyModel
     stand_in: Path | None                         # the stand-in's directory (SGLang), first on its PYTHONPATH
 
-    def config(self, **overrides: Any) -> ServerConfig | SglangConfig:
+    def config(self, **overrides: Any) -> ServerConfig | SglangConfig | LlamacppConfig:
         """The engine's server config: the lab's model and cache paths, then `overrides`."""
         return self.recipe.config(self, **overrides)
 
@@ -58,11 +61,18 @@ def _sglang_config(lab: PreparedLab, **overrides: Any) -> SglangConfig:
                         **overrides)
 
 
+def _llamacpp_config(lab: PreparedLab, **overrides: Any) -> LlamacppConfig:
+    return LlamacppConfig(model_path=lab.model.path, binary=binary_path(lab.cache_dir), **overrides)
+
+
 VLLM = LabRecipe("vllm", "vLLM", ensure_venv, False, VllmServer, _vllm_config, ("api_server", "engine_core", "worker"),
                  watch_log=False)
 SGLANG = LabRecipe("sglang", "SGLang", ensure_sglang_venv, True, SglangServer, _sglang_config,
                    ("main", "scheduler", "detokenizer"), watch_log=True)
-RECIPES = {recipe.engine: recipe for recipe in (VLLM, SGLANG)}
+# llama-server is one process: its HTTP threads and, on its main thread, the slots' loop.
+LLAMACPP = LabRecipe("llamacpp", "llama.cpp", ensure_llamacpp, False, LlamacppServer, _llamacpp_config,
+                     ("server", "", ""), watch_log=True, ensure_model=ensure_tiny_gguf)
+RECIPES = {recipe.engine: recipe for recipe in (VLLM, SGLANG, LLAMACPP)}
 
 
 def prepare_lab(recipe: LabRecipe, cache_dir: str | Path | None = None, *, say: Say = lambda line: None) -> PreparedLab:
@@ -71,7 +81,7 @@ def prepare_lab(recipe: LabRecipe, cache_dir: str | Path | None = None, *, say: 
     cache = resolve_cache_dir(cache_dir)
     venv = recipe.ensure_venv(cache, progress=say)
     say(f"venv: {venv.root} ({'reused' if venv.reused else 'installed'} in {venv.seconds:.1f}s)")
-    model = ensure_tiny_model(venv, cache)
+    model = recipe.ensure_model(venv, cache)
     say(f"model: {model.path} ({'reused' if model.reused else 'generated'} in {model.seconds:.1f}s)")
     stand_in = None
     if recipe.stand_in:
