@@ -17,7 +17,8 @@ from servewatch.watch.firing import Latch
 from tests.sim_harness import Phase, run
 
 # The truth of each verdict, pinned: a change of class changes what guard kills and what a kubelet restarts.
-RESTART_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "not_serving", "rank_stalled", "collective_hang")
+RESTART_VERDICTS = ("alive_health_ok_no_progress", "engine_dead", "not_serving", "rank_stalled", "collective_hang",
+                    "kv_transfer_stall")
 INFO_VERDICTS = ("histogram_blind", "target_restarted")
 
 
@@ -30,7 +31,8 @@ def test_every_verdict_declares_one_action_class_and_the_restart_class_is_exactl
     assert registry.by_action(RESTART) == RESTART_VERDICTS
     assert registry.by_action(INFO) == INFO_VERDICTS
     busy = ("overload", "kv_pressure", "preemption", "client_errors", "server_errors", "requests_aborted",
-            "startup_stalled", "crash_loop", "health_loss", "process_exit", "requests_no_token", "gpu_throttled")
+            "startup_stalled", "crash_loop", "health_loss", "process_exit", "requests_no_token", "gpu_throttled",
+            "kv_expired", "pd_bypass", "kv_transfer_failures")
     assert all(registry.action_of(name) == PAGE for name in busy)
     assert registry.by_action(DRAIN) == ("gpu_fault",)      # the hardware under it: drain, never restart onto it
     assert set(registry.by_action(*ACTION_CLASSES)) == set(registry.names())
@@ -66,6 +68,8 @@ def test_livez_fails_on_the_restart_class_once_its_evidence_holds_and_on_nothing
         if registry.action_of(name) != RESTART:
             assert probes.livez([verdict(name, failed_probes=9)]).ok, name
     for name in RESTART_VERDICTS:
+        if registry.spec(name).pair:     # a deployment's: only the livez of the side it names fails (test_pd_verdicts)
+            continue
         answer = probes.livez([verdict(name, onset=-30.0, failed_probes=2)])
         assert not answer.ok and answer.status == 503 and answer.reason == f"{name} (restart): {name} why"
     assert probes.livez([verdict("not_serving", failed_probes=1)]).ok
@@ -144,9 +148,10 @@ def test_guard_acts_by_default_on_the_restart_class_with_the_probe_on():
     from servewatch.actions.policy import GuardConfig
     from servewatch.cli import build_parser
 
-    assert GuardConfig().act_on == RESTART_VERDICTS + ("gpu_fault",)     # and the drain class: exit 6
+    default = RESTART_VERDICTS[:-1] + ("gpu_fault", "kv_transfer_stall")     # and the drain class: exit 6
+    assert GuardConfig().act_on == default
     args = build_parser().parse_args(["guard", "http://127.0.0.1:1", "--pid", "1"])
-    assert args.act_on == ",".join(RESTART_VERDICTS + ("gpu_fault",))
+    assert args.act_on == ",".join(default)
     assert args.no_probe is False                     # the probe is on unless --no-probe
     off = build_parser().parse_args(["guard", "http://127.0.0.1:1", "--pid", "1", "--no-probe"])
     assert off.no_probe is True
