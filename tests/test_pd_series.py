@@ -101,3 +101,25 @@ def test_connector_log_findings_keep_no_request_ids(name):
     for _, fields in _events(name):
         for value in fields.values():
             assert not isinstance(value, str) or not any(t in value for t in ("cmpl", "5c1e9d", "8812", "e1c0"))
+
+
+def test_an_engine_with_a_connector_keeps_its_side_through_a_bundle():
+    """serialize -> schema-valid JSON -> the same KvTransfer (so verify and recompute see what the recorder saw); an
+    engine without a connector writes no kv_transfer, as bundles did before."""
+    import json
+
+    import jsonschema
+
+    from servewatch.bundle import serialize
+    from servewatch.bundle.schemas import load
+
+    schema = load("samples", (), ("engine", "model_name"))
+    engine_schema = {"$defs": schema["$defs"], "$ref": "#/$defs/engine"}
+    decode = read_scrape((FIXTURES / "vllm_decode_nixl.metrics").read_text()).engines[0]
+    plain = read_scrape((FIXTURES / "vllm_plain.metrics").read_text()).engines[0]
+    written = json.loads(json.dumps(serialize.engine_to_dict(decode)))
+    jsonschema.validate(written, engine_schema)
+    assert written["kv_transfer"]["role"] == "decode"
+    assert serialize.engine_from_dict(written).kv_transfer == decode.kv_transfer
+    assert "kv_transfer" not in serialize.engine_to_dict(plain)
+    assert serialize.engine_from_dict(serialize.engine_to_dict(plain)).kv_transfer is None

@@ -16,7 +16,7 @@ from typing import Any
 from servewatch import dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import ACTION_CLASSES, Evidence, Verdict
-from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram
+from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram, KvTransfer
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (
     GpuDevice,
@@ -157,7 +157,27 @@ def histogram_from_dict(d: Mapping) -> Histogram:
                      count=unnumber(d["count"]), sum=unnumber(d["sum"]))
 
 
+KV_ROLES = ("prefill", "decode")
+_KV_NUMBERS = tuple(name for name in KvTransfer.__dataclass_fields__ if name != "role")
+
+
+def kv_transfer_to_dict(kv: KvTransfer) -> dict:
+    return {"role": kv.role if kv.role in KV_ROLES else None, **{name: number(getattr(kv, name)) for name in _KV_NUMBERS}}
+
+
+def kv_transfer_from_dict(d: Mapping) -> KvTransfer:
+    role = d.get("role")
+    return KvTransfer(role=role if role in KV_ROLES else None, **{name: unnumber(d.get(name)) for name in _KV_NUMBERS})
+
+
 def engine_to_dict(e: EngineState) -> dict:
+    out = _engine_to_dict(e)
+    if e.kv_transfer is not None:      # only an engine with a KV connector (P/D) has it; older bundles never do
+        out["kv_transfer"] = kv_transfer_to_dict(e.kv_transfer)
+    return out
+
+
+def _engine_to_dict(e: EngineState) -> dict:
     c = e.counters
     return {
         "dialect": safe_token(e.dialect),
@@ -214,6 +234,7 @@ def engine_from_dict(d: Mapping) -> EngineState:
             tokens_shared=bool(c.get("tokens_shared", False)),   # older bundles lack it
         ),
         histograms={k: histogram_from_dict(v) for k, v in d["histograms"].items()},
+        kv_transfer=kv_transfer_from_dict(d["kv_transfer"]) if d.get("kv_transfer") is not None else None,
     )
 
 
