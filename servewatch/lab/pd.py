@@ -67,12 +67,13 @@ def _imports_nixl(venv: LabVenv) -> bool:
 def kv_transfer_config(connector: str, role: str, *, storage: Path | None = None,
                        lease_s: int = DEFAULT_LEASE_S) -> dict:
     """vLLM's --kv-transfer-config for one side ("prefill" | "decode") of the pair."""
+    kv_role = "kv_producer" if role == "prefill" else "kv_consumer"   # NIXL's kv_both is deprecated in 0.32
     if connector == "example":
         assert storage is not None
-        return {"kv_connector": "ExampleConnector", "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+        return {"kv_connector": "ExampleConnector", "kv_role": kv_role,
                 "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
     if connector == "nixl":
-        return {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu",
+        return {"kv_connector": "NixlConnector", "kv_role": kv_role, "kv_buffer_device": "cpu",
                 "kv_connector_extra_config": {"kv_lease_duration": int(lease_s)}}
     raise ValueError(f"unknown connector {connector!r}")
 

@@ -14,12 +14,12 @@ from servewatch.lab.model_dir import TinyModel
 from servewatch.lab.venv import LabSetupError, LabVenv
 
 
-def _lab(monkeypatch, tmp_path: Path):
+def _lab(tmp_path: Path):
     venv = LabVenv(tmp_path / "venv", reused=True, seconds=0.0)
-    monkeypatch.setattr(lab_recipe, "ensure_tiny_model",
-                        lambda v, cache: TinyModel(tmp_path / "tiny", {}, reused=True, seconds=0.0))
     fake = lab_recipe.LabRecipe("vllm", "vLLM", lambda cache, progress: venv, False, lab_recipe.VLLM.server_kind,
-                                lab_recipe.VLLM.config, lab_recipe.VLLM.processes, False)
+                                lab_recipe.VLLM.config, lab_recipe.VLLM.processes, False,
+                                ensure_model=lambda v, cache: TinyModel(tmp_path / "tiny", {}, reused=True,
+                                                                        seconds=0.0))
     return lab_recipe.prepare_lab(fake, tmp_path)
 
 
@@ -29,8 +29,8 @@ def _config(server, *more: str) -> dict:
     return json.loads(args[1])
 
 
-def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(monkeypatch, tmp_path):
-    pair = pd.pd_pair(_lab(monkeypatch, tmp_path), "example", tmp_path / "work", max_num_seqs=4)
+def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(tmp_path):
+    pair = pd.pd_pair(_lab(tmp_path), "example", tmp_path / "work", max_num_seqs=4)
     prefill, decode = _config(pair.prefill), _config(pair.decode)
     assert (prefill["kv_connector"], prefill["kv_role"], decode["kv_role"]) == (
         "ExampleConnector", "kv_producer", "kv_consumer")
@@ -41,13 +41,12 @@ def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(monkeypatc
     assert dict(pair.prefill.config.extra_env) == {}
 
 
-def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(monkeypatch, tmp_path):
-    pair = pd.pd_pair(_lab(monkeypatch, tmp_path), "nixl", tmp_path / "work", lease_s=5, prefill_port=4001,
+def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(tmp_path):
+    pair = pd.pd_pair(_lab(tmp_path), "nixl", tmp_path / "work", lease_s=5, prefill_port=4001,
                       extra_args=("--enforce-eager",))
-    for server in pair.servers():
+    for server, role in zip(pair.servers(), ("kv_producer", "kv_consumer")):
         config = _config(server, "--enforce-eager")
-        assert (config["kv_connector"], config["kv_role"], config["kv_buffer_device"]) == (
-            "NixlConnector", "kv_both", "cpu")
+        assert (config["kv_connector"], config["kv_role"], config["kv_buffer_device"]) == ("NixlConnector", role, "cpu")
         assert config["kv_connector_extra_config"] == {"kv_lease_duration": 5}
         env = dict(server.config.extra_env)
         assert (env["UCX_TLS"], env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == ("tcp,self", "127.0.0.1")
@@ -58,9 +57,9 @@ def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(mo
     assert pair.prefill.log_path.name == "vllm-prefill-4001.log"
 
 
-def test_an_unknown_connector_is_refused(monkeypatch, tmp_path):
+def test_an_unknown_connector_is_refused(tmp_path):
     with pytest.raises(ValueError, match="mooncake"):
-        pd.pd_pair(_lab(monkeypatch, tmp_path), "mooncake", tmp_path)
+        pd.pd_pair(_lab(tmp_path), "mooncake", tmp_path)
 
 
 def _venv_with(tmp_path: Path, script: str) -> LabVenv:
