@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import os
+import re
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -15,6 +23,9 @@ import pytest
 from servewatch.dialects import read_scrape
 from servewatch.sources.logs import parse_line
 from tests.pd_harness import pd_pair
+from tests.processes import stop
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PROMPT = "hello world " * 40          # 160 prompt tokens by the simulator's counter
 TOKENS = 160
@@ -195,3 +206,65 @@ def test_a_fault_for_the_other_side_is_refused():
 
     status, message = _run(go())
     assert status == 400 and "kv-stall applies to a decode instance" in message
+
+
+# --- `servewatch sim --pd-role` as processes ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,needle", [
+    (["--pd-role", "prefill", "--fault", "kv-stall"], "kv-stall applies to a decode instance (--pd-role decode)"),
+    (["--fault", "kv-expire"], "kv-expire applies to a prefill instance (--pd-role prefill)"),
+    (["--pd-role", "prefill", "--kv-lease-seconds", "0"], "kv-lease-seconds must be a number of seconds above 0"),
+    (["--pd-role", "decode", "--kv-wait-timeout", "nan"], "kv-wait-timeout must be a number of seconds above 0"),
+])
+def test_bad_pd_arguments_fail_with_one_line(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "servewatch", "sim", "--port", "0", "--log-file", os.devnull, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("servewatch sim: ") and needle in lines[0], proc.stderr
+
+
+def _start(role: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", "0", "--profile", "tiny-cpu",
+                             "--log-file", os.devnull, "--pd-role", role],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()            # the server prints its address once it listens
+    match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+    if not match:
+        proc.kill()
+        raise AssertionError(f"no address line: {line!r}")
+    return proc, int(match.group(1))
+
+
+def _post(port: int, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_pair_of_sim_processes_names_its_own_address_for_decode_to_read_from():
+    procs = []
+    try:
+        prefill, prefill_port = _start("prefill")
+        procs.append(prefill)
+        decode, decode_port = _start("decode")
+        procs.append(decode)
+        status, answer = _post(prefill_port, {"prompt": PROMPT, "max_tokens": 1,
+                                              "kv_transfer_params": {"do_remote_decode": True}})
+        params = answer["kv_transfer_params"]
+        assert status == 200 and (params["remote_host"], params["remote_port"]) == ("127.0.0.1", prefill_port)
+        status, answer = _post(decode_port, {"prompt": PROMPT, "max_tokens": 3, "kv_transfer_params": params})
+        assert status == 200 and answer["usage"]["completion_tokens"] >= 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{decode_port}/metrics", timeout=10) as response:
+            [engine] = read_scrape(response.read()).engines
+        assert (engine.kv_transfer.external_prompt_tokens, engine.kv_transfer.transfers) == (TOKENS, 1)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            stop(proc)
+            proc.stderr.close()

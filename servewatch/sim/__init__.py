@@ -35,7 +35,9 @@ In-process API (no HTTP, no sleeping; this is what the load generator, recorder 
   `exit_code` at `exit_at` (the HTTP server does exit; in-process, callbacks in `engine.on_exit` run).
 
 Faults (servewatch.sim.faults): stall, engine-death, crash-oom, slow, admission-deadlock,
-startup-hang (or startup-hang@STAGE), startup-oom, error-storm (5xx or 4xx), crash-loop, clear.
+startup-hang (or startup-hang@STAGE), startup-oom, error-storm (5xx or 4xx), crash-loop, clear; on one side of
+a prefill/decode pair (`SimConfig(pd_role="prefill" | "decode")`, servewatch.sim.pd): kv-stall, kv-expire,
+kv-fail, pd-bypass.
 Profiles (servewatch.sim.profiles): h100-8b, rtx3060-7b (default),
 tiny-cpu. Deterministic for a given config and seed.
 """
