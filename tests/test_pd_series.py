@@ -123,3 +123,70 @@ def test_an_engine_with_a_connector_keeps_its_side_through_a_bundle():
     assert serialize.engine_from_dict(written).kv_transfer == decode.kv_transfer
     assert "kv_transfer" not in serialize.engine_to_dict(plain)
     assert serialize.engine_from_dict(serialize.engine_to_dict(plain)).kv_transfer is None
+
+
+# --- the lab's real NIXL pair (tests/fixtures/pd/, captured by the lab; its README says how) ----------------------
+
+REAL = Path(__file__).parent / "fixtures" / "pd"
+
+
+def _real(name: str) -> KvTransfer | None:
+    [engine] = read_scrape((REAL / name).read_text()).engines
+    return engine.kv_transfer
+
+
+def test_real_nixl_pair_after_one_transfer():
+    decode = _real("kvboth-nixl-healthy-decode.metrics.txt")
+    prefill = _real("kvboth-nixl-healthy-prefill.metrics.txt")
+    assert decode == KvTransfer(role="decode", waiting_for_kv=0.0, fetch_in_progress=0.0, external_prompt_tokens=1063.0,
+                                local_prompt_tokens=0.0, transfers=1.0, bytes_transferred=589824.0,
+                                failed_transfers=0.0, failed_notifications=0.0, expired=0.0)
+    # kv_both on both sides: the prefill's series cannot tell its role (the deployment says it)
+    assert (prefill.role, prefill.local_prompt_tokens, prefill.external_prompt_tokens, prefill.transfers) == (
+        None, 1063.0, 0.0, 0.0)
+
+
+def test_real_nixl_bypass_decode_computes_while_the_prefill_is_unchanged():
+    decode = _real("kvboth-nixl-bypass-decode.metrics.txt")
+    assert (decode.local_prompt_tokens, decode.external_prompt_tokens, decode.transfers) == (1090.0, 1063.0, 1.0)
+    assert _real("kvboth-nixl-bypass-prefill.metrics.txt") == _real("kvboth-nixl-healthy-prefill.metrics.txt")
+
+
+def test_real_nixl_prefill_killed_decode_counts_the_failures():
+    decode = _real("kvboth-nixl-prefill-killed-after-handshake-decode.metrics.txt")
+    assert (decode.failed_transfers, decode.failed_notifications, decode.waiting_for_kv) == (2.0, 1.0, 0.0)
+    events = [(e.kind, e.fields) for line in
+              (REAL / "kvboth-nixl-prefill-killed-after-handshake-decode.log.txt").read_text().splitlines()
+              for e in parse_line(line, 0.0) if e.kind != "startup"]
+    assert events == [
+        ("kv_transfer_failure", {"dialect": "vllm", "failure_type": "transfer_setup_failed"}),
+        ("kv_load_failed", {"dialect": "vllm", "requests": 1, "tokens": 1068, "recovered": False}),
+        ("kv_transfer_failure", {"dialect": "vllm", "failure_type": "notification_failed"}),
+    ]
+
+
+def test_real_decode_stats_line_carries_the_external_prefix_cache_hit_rate():
+    stats = [e.fields for line in (REAL / "kvboth-nixl-healthy-decode.log.txt").read_text().splitlines()
+             for e in parse_line(line, 0.0) if e.kind == "stats"]
+    assert stats and {s["external_hit_pct"] for s in stats} == {100.0}
+
+
+def test_the_simulated_decode_exposes_every_connector_family_the_real_one_does():
+    """Same names and types for the P/D families (nixl_*, the KV fetch gauge, the external cache, by-source)."""
+    import asyncio
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.pd_harness import pd_pair
+
+    def pd_families(text: str) -> dict[str, str]:
+        return {f.name: f.type for f in text_string_to_metric_families(text)
+                if any(word in f.name for word in ("nixl", "kv_fetch", "external_prefix", "by_source", "by_reason"))}
+
+    async def sim_text() -> str:
+        async with pd_pair("vllm") as pair:
+            return pair.decode.engine.metrics_text()
+
+    real = pd_families((REAL / "kvboth-nixl-healthy-decode.metrics.txt").read_text())
+    assert len([name for name in real if not name.endswith("_created")]) == 14
+    assert pd_families(asyncio.run(sim_text())) == real

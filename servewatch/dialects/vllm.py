@@ -158,6 +158,7 @@ STATS_LINE = re.compile(
     r"(?:, Preemptions: (?P<preemptions>\d+))?"
     r", (?P<device>\w+) KV cache usage: (?P<kv_pct>[\d.]+)%"
     r"(?:, Prefix cache hit rate: (?P<prefix_hit_pct>[\d.]+)%)?"
+    r"(?:, Corrupted: \d+ reqs)?(?:, External prefix cache hit rate: (?P<external_hit_pct>[\d.]+)%)?"   # a KV connector's
 )
 KV_CACHE_SIZE_LINE = re.compile(
     r"(?P<device>\w+) KV cache size: (?P<tokens>[\d,]+) tokens"
@@ -623,7 +624,7 @@ def alert_series(naming: str) -> EngineSeries:
 
 _STATS_NUMBERS = {"engine": int, "prompt_tps": float, "gen_tps": float, "running": int, "waiting": int,
                   "deferred": int, "kv_fetch_waiting": int, "kv_fetch_in_progress": int, "kv_fetch_completed": int,
-                  "preemptions": int, "kv_pct": float, "prefix_hit_pct": float}
+                  "preemptions": int, "kv_pct": float, "prefix_hit_pct": float, "external_hit_pct": float}
 
 
 def parse_log_message(msg: str) -> list[base.LogFinding]:

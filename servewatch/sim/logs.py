@@ -71,6 +71,7 @@ class VllmLog(_Base):
         self._prompt = self._gen = self._preempt = 0
         self._prev_idle = True
         self._hits = self._queries = 0
+        self._ext_hits = self._ext_queries = 0
 
     def _line(self, process: str, level: str, where: str, message: str) -> None:
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(self.engine.clock.now()))
@@ -139,6 +140,9 @@ class VllmLog(_Base):
     def on_admitted(self, admission) -> None:
         self._queries += admission.query_tokens
         self._hits += admission.hit_tokens
+        if self.engine.pd is not None:
+            self._ext_queries += admission.request.prompt_len
+            self._ext_hits += admission.request.external_tokens
 
     def on_step(self, result) -> None:
         plan = result.plan
@@ -165,6 +169,8 @@ class VllmLog(_Base):
             parts.append(f"{e.config.hw.device} KV cache usage: {e.kv_usage * 100:.1f}%")
             if self._queries:
                 parts.append(f"Prefix cache hit rate: {self._hits / self._queries * 100:.1f}%")
+            if self._ext_queries:
+                parts.append(f"External prefix cache hit rate: {self._ext_hits / self._ext_queries * 100:.1f}%")
             self._line("APIServer", "INFO", "loggers.py:335", "Engine 000: " + ", ".join(parts))
         if e.pd is not None:
             self._kv_transfer_metrics(e.pd.take_interval())

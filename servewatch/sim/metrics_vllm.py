@@ -60,8 +60,9 @@ class VllmMetrics:
     def on_admitted(self, admission) -> None:
         self.c["prefix_cache_queries"] += admission.query_tokens
         self.c["prefix_cache_hits"] += admission.hit_tokens
-        if self.engine.pd is not None and self.engine.pd.role == "decode":
-            # decode's connector is asked about every prompt; it finds the transferred ones
+        if self.engine.pd is not None:
+            # the connector is asked about every prompt, on both sides (a real prefill: queries 1,063, hits 0);
+            # decode finds the transferred ones
             self.external_queries += admission.request.prompt_len
             self.external_hits += admission.request.external_tokens
 
