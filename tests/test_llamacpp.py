@@ -123,8 +123,15 @@ def test_health_process_and_flags_are_the_servers():
 def test_log_lines_read_as_numbers_and_literals(line, found):
     match = llamacpp.LOG_PREFIX.match("0.03.120.004 I " + line)
     assert match and match.group("level") == "I" and match.group("msg") == line
+    assert llamacpp.LOG_PREFIX.match(line).group("msg") == line        # neither stamp nor level by default
     assert llamacpp.DIALECT.parse_log_message(line) == [found]
     assert "/models" not in repr(llamacpp.DIALECT.parse_log_message(line))
+
+
+def test_the_log_prefix_reads_only_the_servers_own_lines():
+    for other in ("INFO 12-05 10:00:01 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s",
+                  "[2026-12-05 10:00:01] Decode batch, #running-req: 1", "llama_model_loader: loaded meta data"):
+        assert llamacpp.LOG_PREFIX.match(other) is None
 
 
 # --- the hang: not_serving ---------------------------------------------------------------------------------------
@@ -137,24 +144,37 @@ def _state(running=0.0):
                        counters=Counters(prompt_tokens=100.0, generation_tokens=40.0, steps=50.0))
 
 
-def _window(*, hang_at=10.0, running=0.0, logs=(), dialect="llamacpp", span=30):
-    """/health 200 every second; /metrics answers until `hang_at`, then each scrape times out (5 s); probes asked
-    at 12 and 16 miss their 3 s deadline."""
+def _window(*, hang_at=10.0, running=0.0, logs=(), dialect="llamacpp", span=24):
+    """/health 200 every second up to `span`; /metrics answers until `hang_at`, then each scrape times out (5 s);
+    probes asked at 12 and 20 miss their 3 s deadline (at 15 and 23)."""
     good = tuple(MetricsSample(T0 + t, dialect, dialect, (_state(running),)) for t in range(int(hang_at)))
     timeouts = tuple(MetricsSample(T0 + t, None, None, scrape_s=None, error="timeout")
                      for t in range(int(hang_at) + 5, span, 5))
     return Window(health=tuple(HealthSample(T0 + t, 200, 0.001) for t in range(span)), metrics=good + timeouts,
-                  probe=tuple(ProbeSample(T0 + asked + 3.0, DEADLINE, None, 3.0, error="timeout") for asked in (12, 16)),
+                  probe=tuple(ProbeSample(T0 + asked + 3.0, DEADLINE, None, 3.0, error="timeout") for asked in (12, 20)),
                   logs=tuple(logs))
 
 
 def test_health_ok_while_metrics_time_out_and_probes_miss_is_not_serving_naming_the_endpoint():
     [verdict] = N.detect(_window(), DetectorConfig())
     assert verdict.name == "not_serving" and verdict.onset == T0 + 12
-    assert verdict.details["timed_out"] == "/metrics" and verdict.details["metrics_timeouts"] == 3   # at 15, 20 and 25
-    assert "/metrics timed out 3 time(s)" in verdict.why and "while /health answered 200" in verdict.why
-    assert [(e.source, e.field, e.value) for e in verdict.evidence if e.field == "error"] == \
-        [("metrics", "error", "timeout")] * 2
+    # scrapes timed out at 15 and 20; the last answer came at 9, the verdict at 23 (the second miss)
+    assert verdict.details == {**verdict.details, "timed_out": "/metrics", "metrics_timeouts": 2,
+                               "metrics_silent_s": 14.0}
+    assert verdict.t == T0 + 23
+    assert "/metrics has not answered for 14.0 s (2 scrape(s) timed out meanwhile" in verdict.why
+    assert "while /health answered 200" in verdict.why
+    assert [(e.source, e.t - T0, e.field, e.value) for e in verdict.evidence if e.field == "error"] == \
+        [("metrics", 15, "error", "timeout"), ("metrics", 20, "error", "timeout")]
+
+
+def test_a_scrape_still_waiting_when_the_probes_miss_is_silence_too():
+    window = _window(hang_at=10.0)
+    window = Window(health=window.health, metrics=tuple(m for m in window.metrics if m.error is None),
+                    probe=window.probe)
+    [verdict] = N.detect(window, DetectorConfig())
+    assert (verdict.details["metrics_timeouts"], verdict.details["metrics_silent_s"]) == (0, 14.0)
+    assert "/metrics has not answered for 14.0 s (0 scrape(s) timed out meanwhile" in verdict.why
 
 
 def test_the_hang_under_load_is_named_though_the_last_scrape_before_it_showed_requests_running():
@@ -165,7 +185,7 @@ def test_the_hang_under_load_is_named_though_the_last_scrape_before_it_showed_re
 
 
 def test_a_long_prompt_batch_logged_meanwhile_is_not_a_hang():
-    progress = LogEvent(T0 + 14.0, "stats", {"batch": "prefill", "slot": 0, "tokens": 4096, "progress": 0.5})
+    progress = LogEvent(T0 + 18.0, "stats", {"batch": "prefill", "slot": 0, "tokens": 4096, "progress": 0.5})
     assert N.detect(_window(running=1.0, logs=[progress]), DetectorConfig()) == []
     # the same line from before the first missed probe was sent proves nothing about now
     earlier = LogEvent(T0 + 11.0, "stats", {"batch": "prefill", "slot": 0, "tokens": 4096, "progress": 0.5})
@@ -254,15 +274,20 @@ def test_the_simulator_answers_loading_model_then_its_metrics_and_slots_and_hang
 
 # --- what the dialect needed ----------------------------------------------------------------------------------
 
+# The lab (which builds and starts the real server) and the drill's real-engine plans run a llama-server process:
+# they are tools for the real engine, not what reading one needs.
+TOOLS_THAT_RUN_THE_REAL_SERVER = ("servewatch/lab/", "servewatch/commands/lab.py", "servewatch/drill/")
+
+
 def test_the_dialect_needed_one_module_and_one_registry_line():
-    """Under servewatch/, only its own module and one line of the registry name the engine; the simulator, the
-    sources and the detectors serve it through the Dialect interface (the lab, which builds the real server, is a
-    recipe of its own). A second file or line that names it fails here."""
+    """Under servewatch/, only its own module and one line of the registry name the engine: the sources, the
+    detectors, the recorder, the bundle and the simulator serve it through the Dialect interface. A second file or
+    line that names it fails here."""
     pattern = re.compile(r"llamacpp|llama\.cpp|llama-server", re.IGNORECASE)
     files: dict[str, list[str]] = {}
     for path in sorted((ROOT / "servewatch").rglob("*.py")):
         name = path.relative_to(ROOT).as_posix()
-        if name.startswith("servewatch/lab/"):
+        if name.startswith(TOOLS_THAT_RUN_THE_REAL_SERVER):
             continue
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if pattern.search(line)]
         if lines:
@@ -270,3 +295,68 @@ def test_the_dialect_needed_one_module_and_one_registry_line():
     assert set(files) == {"servewatch/dialects/llamacpp.py", "servewatch/dialects/__init__.py"}, sorted(files)
     [line] = files["servewatch/dialects/__init__.py"]
     assert re.search(r'BUILTINS = \("vllm", "sglang", "llamacpp"\)', line)
+
+
+# --- the hang end to end: watch on the simulator -----------------------------------------------------------------
+
+class ScrapesSeen:
+    """Counts the simulator's /metrics renderings and says when `more` have come (an event, not a sleep)."""
+
+    def __init__(self, engine):
+        self.lock = threading.Lock()
+        self.count = 0
+        self.waiting: list[tuple[int, threading.Event]] = []
+        render = engine.metrics_text
+
+        def counted():
+            text = render()
+            with self.lock:
+                self.count += 1
+                for target, event in self.waiting:
+                    if self.count >= target:
+                        event.set()
+            return text
+
+        engine.metrics_text = counted
+
+    def wait_for(self, more: int) -> bool:
+        event = threading.Event()
+        with self.lock:
+            self.waiting.append((self.count + more, event))
+        return event.wait(HUNG_S)
+
+
+@pytest.fixture
+def ready_sim():
+    server = LlamacppSim(startup=0.0)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("load", [0, 2], ids=["idle", "under load"])
+def test_watch_names_the_decode_loop_hang_not_serving_with_metrics_timing_out(ready_sim, load, tmp_path, capsys):
+    from servewatch.cli import main
+    from servewatch.detectors import registry
+    from tests.test_seams import streams_under_way
+
+    seen = ScrapesSeen(ready_sim.engine)
+
+    def hang_once_recorded():
+        if load:
+            streams_under_way(ready_sim.url, n=load)
+        seen.wait_for(5)
+        ready_sim.post("/_sim/fault", {"kind": "stall"})
+
+    driver = threading.Thread(target=hang_once_recorded, daemon=True)
+    driver.start()
+    code = main(["watch", ready_sim.url, "--interval", "0.2", "--json", "--out", str(tmp_path), "--stop-on-incident",
+                 "--probe-interval", "1", "--probe-deadline", "1", "--duration", "40"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    driver.join(HUNG_S)
+    fired = [line for line in lines if line["event"] == "fired"]
+    assert code == 1 and [line["verdict"] for line in fired] == ["not_serving"], lines
+    assert registry.action_of("not_serving") == "restart"
+    assert "/metrics has not answered for" in fired[0]["why"] and "while /health answered 200" in fired[0]["why"]
+    assert fired[0]["action"] == "restart"
+    incident = json.loads((tmp_path / fired[0]["bundle"] / "incident.json").read_text())
+    assert incident["target"]["dialect"] == "llamacpp"

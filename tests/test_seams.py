@@ -320,7 +320,7 @@ def test_every_verdict_has_a_complete_runbook_and_a_valid_spec():
 def test_the_shipped_schemas_list_exactly_the_builtin_dialects_identity_labels():
     from servewatch.bundle import schemas
 
-    assert [d.name for d in dialects.registered()] == ["vllm", "sglang"]
+    assert [d.name for d in dialects.registered()] == ["vllm", "sglang", "llamacpp"]     # llama.cpp's series: no labels
     labels = list(dict.fromkeys(label for d in dialects.registered() for label in d.identity_labels))
     for name in ("incident", "samples"):
         objects = schemas.engine_label_objects(schemas._shipped(name))

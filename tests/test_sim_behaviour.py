@@ -16,7 +16,7 @@ from aiohttp import web
 from servewatch import dialects
 from servewatch.clock import VirtualClock
 from servewatch.sim import SimConfig, SimEngine
-from servewatch.sim.behaviour import BEHAVIOURS, SGLANG, VLLM
+from servewatch.sim.behaviour import BEHAVIOURS, SGLANG, VLLM, engine_names
 from servewatch.sim.server import build_app
 
 
@@ -26,7 +26,9 @@ def _register(monkeypatch, behaviour):
 
 
 def test_registry_names_match_the_engine_dialects():
-    assert set(BEHAVIOURS) == {dialect.name for dialect in dialects.registered()}
+    # every registered engine is simulated: vLLM and SGLang by hand-written behaviours, llama.cpp from its dialect
+    assert set(BEHAVIOURS) == {"vllm", "sglang"}
+    assert engine_names() == tuple(dialect.name for dialect in dialects.registered()) == ("vllm", "sglang", "llamacpp")
     for name, behaviour in BEHAVIOURS.items():
         assert behaviour.name == name
 
@@ -39,7 +41,7 @@ def test_the_engine_process_titles_map_to_the_dialects_roles(name):
 
 
 def test_an_unregistered_dialect_is_refused_by_name():
-    with pytest.raises(ValueError, match="dialect must be one of vllm, sglang, not 'toy'"):
+    with pytest.raises(ValueError, match="dialect must be one of vllm, sglang, llamacpp, not 'toy'"):
         SimConfig(dialect="toy")
 
 

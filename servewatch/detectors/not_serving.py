@@ -100,12 +100,14 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     if last is not first:
         evidence.insert(1, Evidence("probe", last.t, "outcome", last.outcome))
     if silent:
-        why += (f"; /metrics timed out {len(silent)} time(s) since the first missed probe was sent (this engine answers "
-                f"/metrics from the loop that decodes, /health from its HTTP thread)")
-        details["timed_out"] = "/metrics"
-        details["metrics_timeouts"] = len(silent)
-        evidence += [Evidence("metrics", silent[0].t, "error", silent[0].error),
-                     Evidence("metrics", silent[-1].t, "error", silent[-1].error)]
+        at = max(last.t, health[-1].t)
+        timeouts = [m for m in window.metrics if asked <= m.t <= at]
+        answered = [m.t for m in window.good_metrics() if m.t < asked]
+        quiet_s = at - (answered[-1] if answered else asked)
+        why += (f"; /metrics has not answered for {quiet_s:.1f} s ({len(timeouts)} scrape(s) timed out meanwhile; this "
+                f"engine answers /metrics from the loop that decodes, /health from its HTTP thread)")
+        details.update(timed_out="/metrics", metrics_timeouts=len(timeouts), metrics_silent_s=round(quiet_s, 3))
+        evidence += [Evidence("metrics", m.t, "error", m.error) for m in timeouts[:1] + timeouts[1:][-1:]]
     if newest is not None:
         sample, running, waiting = newest
         why += (f"; no counter moved{where(key) if key is not None else ''} "
@@ -116,14 +118,13 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     return Verdict(NAME, max(last.t, health[-1].t), asked, why, tuple(evidence), details)
 
 
-def _metrics_silent(window: Window, asked: float) -> tuple:
-    """The scrapes since `asked`, where every one of them timed out and this engine's /metrics waits on its loop
-    (Dialect.metrics_wait_on_engine); () otherwise."""
+def _metrics_silent(window: Window, asked: float) -> bool:
+    """This engine's /metrics waits on its loop (Dialect.metrics_wait_on_engine) and has not answered since `asked`:
+    every scrape since then timed out, or none has ended yet (the first is still waiting)."""
     dialect = engine_signs.dialect_hint(window)
-    if dialect is None or not dialect.metrics_wait_on_engine:
-        return ()
-    since = tuple(m for m in window.metrics if m.t >= asked)
-    return since if since and all(m.error == TIMEOUT for m in since) else ()
+    if not getattr(dialect, "metrics_wait_on_engine", False):
+        return False
+    return all(m.error == TIMEOUT for m in window.metrics if m.t >= asked)
 
 
 def _loop_logged_progress(window: Window, asked: float) -> bool:

@@ -76,8 +76,9 @@ CONTEXT_LENGTH_FLAG = "--ctx-size"         # "-c" (common/arg.cpp:1642)
 # --- log grammar ------------------------------------------------------------------------------------------------
 # common/log.cpp:124-143: with --log-timestamps a "M.SS.mmm.uuu " minutes-since-start stamp, with --log-prefix a
 # level letter; neither by default. The server's own lines begin "srv  <func>: " or "slot <func>: id N | task M | "
-# (server-common.h:26-37, the function name right-aligned in 12 characters).
-LOG_PREFIX = re.compile(r"^(?:\d+\.\d\d\.\d{3}\.\d{3} )?(?:(?P<level>[IWED]) )?(?P<msg>.*)$")
+# (server-common.h:26-37, the function name right-aligned in 12 characters): the prefix reads only those (the
+# message keeps that head), so another engine's lines are never taken for this one's.
+LOG_PREFIX = re.compile(r"^(?:\d+\.\d\d\.\d{3}\.\d{3} )?(?:(?P<level>[IWED]) )?(?P<msg>(?:srv|slot) +\w+: .*)$")
 SLOT_HEAD = r"slot +\w+: id +(?P<slot>\d+) \| task -?\d+ \| "
 # server-context.cpp:666: every prompt batch of a prompt that has taken 3 s or more (3667).
 PROMPT_PROGRESS_LINE = re.compile(SLOT_HEAD + r"prompt processing, n_tokens = +(?P<tokens>\d+), "
