@@ -384,3 +384,25 @@ def test_a_stalled_kv_transfer_is_a_504_naming_the_decode_leg_past_its_bound():
     assert json.loads(data)["error"]["message"] == f"decode leg: decode 0 ({where}) sent no first byte in 1 s"
     assert rec.error == "timeout" and rec.proxy["pd"]["failed_leg"] == "decode"
     assert rec.proxy["pd"]["prefill_status"] == 200 and rec.proxy["pd"]["kv_params"] is True
+
+
+def test_a_stop_ends_the_requests_in_flight_at_once_with_their_records():
+    async def go():
+        async with Engine("prefill") as p0, Engine("decode", mode="hang") as d0:
+            pair = Pair([p0], [d0])
+            async with pair:
+                task = asyncio.create_task(pair.post(_stream()))
+                async with asyncio.timeout(10):
+                    while not d0.bodies:                  # the request is at decode, which does not answer
+                        await asyncio.sleep(0.01)
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                await pair.proxy.close()
+                took = loop.time() - started
+            await asyncio.gather(task, return_exceptions=True)
+            return took, pair.records
+
+    took, records = asyncio.run(go())
+    assert took < 2.0                                     # not aiohttp's 60 s wait for handlers to finish
+    assert len(records) == 1 and records[0].error == "client_abort"
+    assert records[0].proxy["pd"]["prefill_status"] == 200 and records[0].proxy["pd"]["decode_index"] == 0

@@ -51,6 +51,7 @@ REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False, "remote_e
 # what decode does not take from a prefill's own request, or the prefill cannot do (the toy router drops them)
 NOT_FOR_PREFILL = ("stream_options", "min_tokens", "min_completion_tokens")
 KV_KEY = b'"kv_transfer_params"'
+STOP_WAIT_S = 0.1        # what a stop waits for a request in flight before it is cancelled (see PairProxy.start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +231,10 @@ class PairProxy(Proxy):
             auto_decompress=False, skip_auto_headers=("User-Agent",))
         app = web.Application(client_max_size=c.max_request_bytes)
         app.router.add_route("*", "/{tail:.*}", self._handle)
+        # a stop ends the requests in flight at once (their records made), as the single path's close aborts its
+        # clients: aiohttp waits this long for handlers to end, then cancels them (0 would mean no bound at all)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
-                                     keepalive_timeout=c.keepalive_timeout_s)
+                                     keepalive_timeout=c.keepalive_timeout_s, shutdown_timeout=STOP_WAIT_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, backlog=1024, reuse_address=True)
         await site.start()
