@@ -1,5 +1,5 @@
-"""Client CPU per scrape: aiohttp's `fetch` against the transport `watch` and `serve` use (the project's
-HTTP/1.1 client), on the same server in the same run.
+"""Client CPU per scrape: a bounded aiohttp GET against the transport `watch` and `serve` use (the transport
+contract over the project's HTTP/1.1 client, `transport.contract.Http1Transport`), on the same server in the same run.
 
     .venv/bin/python benchmarks/scrape_client.py [--requests 3000]
 
@@ -29,18 +29,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+async def _aiohttp_get(session, url: str, max_bytes: int = 64 * 2**20) -> tuple[int, bytes]:
+    """The contender: a bounded GET on aiohttp, as `sources.http.fetch` was before the transport contract."""
+    async with session.get(url, allow_redirects=False) as response:
+        chunks, size = [], 0
+        while chunk := await response.content.read(64 * 1024):
+            size += len(chunk)
+            assert size <= max_bytes
+            chunks.append(chunk)
+        return response.status, b"".join(chunks)
+
+
 async def measure(base: str, requests: int) -> dict[tuple[str, str], float]:
     import aiohttp
 
-    from servewatch.transport.http1 import Endpoint, Http1Client
-    from servewatch.sources.http import FetchResponse, fetch, http1_transport
+    from servewatch.sources.deadline import within
+    from servewatch.sources.http import FetchResponse, http_transport
+    from servewatch.transport.contract import Http1Transport
 
     out = {}
-    async with aiohttp.ClientSession() as session:
-        client = Http1Client(Endpoint.parse(base))
+    async with aiohttp.ClientSession() as session, Http1Transport() as transport:
         for path in ("/metrics", "/health"):
-            contenders = {"aiohttp": lambda: fetch(session, base + path, timeout_s=5),
-                          "http1": http1_transport(client, path, timeout_s=5)}
+            async def theirs():
+                status, body = await within(_aiohttp_get(session, base + path), 5)
+                return FetchResponse(status, body, 0.0)
+            contenders = {"aiohttp": theirs, "http1": http_transport(transport, base + path, timeout_s=5)}
             for name, get in contenders.items():
                 assert isinstance(await get(), FetchResponse)
                 started = time.process_time()
@@ -48,7 +61,6 @@ async def measure(base: str, requests: int) -> dict[tuple[str, str], float]:
                     answer = await get()
                 out[name, path] = (time.process_time() - started) / requests
                 assert isinstance(answer, FetchResponse) and answer.status == 200, answer
-        await client.close()
     return out
 
 

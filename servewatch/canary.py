@@ -122,20 +122,21 @@ def request_body(canary_or_none: Canary | None, model: str) -> dict:
 
 async def ask(url: str, canary: Canary | None, model: str | None, timeout_s: float = TIMEOUT_S):
     """(text, completion tokens, model) from the server; ServewatchError naming the URL on any failure."""
-    # aiohttp: the canary's few requests of any URL (https, redirects); no hot path for transport.http1 to serve.
-    import aiohttp
-
     from servewatch.sources import completions
+    from servewatch.transport.contract import Http1Transport
     from servewatch.transport.urls import resolve
 
     base = resolve(url).base        # a bad URL, a host name that does not resolve: one line, status 2
-    async with aiohttp.ClientSession() as session:
+    transport = Http1Transport()
+    try:
         if model is None:
-            found = await completions.served_model(session, base, timeout_s=min(timeout_s, 30.0))
+            found = await completions.served_model(transport, base, timeout_s=min(timeout_s, 30.0))
             if found.model is None:
                 raise ServewatchError(f"{base}: {found.detail or 'no model to ask'}")
             model = found.model
-        done = await completions.complete(session, base, request_body(canary, model), timeout_s=timeout_s)
+        done = await completions.complete(transport, base, request_body(canary, model), timeout_s=timeout_s)
+    finally:
+        await transport.close()
     if done.error is not None or done.text is None:
         raise ServewatchError(f"{base}: {done.detail or done.error}")
     return done.text, done.tokens, model

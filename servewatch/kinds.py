@@ -4,8 +4,8 @@ Source kinds: where a sample comes from. A timeline `Window` holds one tuple per
 pointer names one as its `source`, and a bundle tags each stored sample and counts them by it.
 
 Scrape failure kinds: how a scrape of /metrics (or /health) failed; the meaning of each is in
-`servewatch.sources.scrape`. Transports (`servewatch.transport.http1`, aiohttp in `sources.http`, a file) report
-`connect`, `timeout`, `protocol` and `too_large`; `sources.scrape.read_metrics` reports the rest.
+`servewatch.sources.scrape`. Transports (`servewatch.transport.contract`, a file) report `connect`, `dns`,
+`timeout`, `protocol` and `too_large`; `sources.scrape.read_metrics` reports the rest.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 SOURCE_KINDS = ("health", "metrics", "process", "gpu", "log", "probe", "requests")
 
 CONNECT = "connect"
+DNS = "dns"                  # the server's host name could not be resolved (not "could not connect")
 TIMEOUT = "timeout"
 HTTP_STATUS = "http_status"
 PROTOCOL = "protocol"
@@ -20,12 +21,12 @@ TOO_LARGE = "too_large"
 TOO_MANY_SERIES = "too_many_series"
 PARSE = "parse"
 NO_ENGINE_METRICS = "no_engine_metrics"
-FAILURE_KINDS = (CONNECT, TIMEOUT, HTTP_STATUS, PROTOCOL, TOO_LARGE, TOO_MANY_SERIES, PARSE, NO_ENGINE_METRICS)
+FAILURE_KINDS = (CONNECT, DNS, TIMEOUT, HTTP_STATUS, PROTOCOL, TOO_LARGE, TOO_MANY_SERIES, PARSE, NO_ENGINE_METRICS)
 
 # How a reader says each failure kind: the same words wherever one reaches a person (a status line, a diagnosis).
-FAILURE_WORDS = {"connect": "could not connect", "timeout": "timed out", "protocol": "broken HTTP answer",
-                 "too_large": "answer over the size bound", "too_many_series": "too many series",
-                 "parse": "not Prometheus text", "no_engine_metrics": "no engine metrics"}
+FAILURE_WORDS = {"connect": "could not connect", "dns": "host name not resolved", "timeout": "timed out",
+                 "protocol": "broken HTTP answer", "too_large": "answer over the size bound",
+                 "too_many_series": "too many series", "parse": "not Prometheus text", "no_engine_metrics": "no engine metrics"}
 
 
 def failure_words(kind: str) -> str:

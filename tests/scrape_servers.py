@@ -1,7 +1,8 @@
 """A local /metrics server with one path per scrape failure kind, for the three readers' tests.
 
 `FAILING` maps each failure kind to how to provoke it: a prefix on the server (its URL is
-base + prefix + "/metrics", read with the bounds below), or None for `connect` (a port nobody listens on).
+base + prefix + "/metrics", read with the bounds below), or None for `connect` (a port nobody listens on), or
+NO_SUCH_HOST for `dns` (a host name no resolver knows: .invalid is reserved for that).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ BODIES = {
     "/html": (200, b"<html><body>hello</body></html>\n"),
     "/other": (200, b"# TYPE up gauge\nup 1\n"),
 }
+NO_SUCH_HOST = "http://servewatch-no-such-host.invalid:9"
 FAILING = {                      # failure kind -> the prefix that provokes it (None: nobody listening)
     "connect": None,
+    "dns": NO_SUCH_HOST,
     "timeout": "/slow",
     "http_status": "/unavailable",
     "protocol": "/garbage",
@@ -94,4 +97,6 @@ def closed_port_url() -> str:
 def url_for(base: str, kind: str) -> str:
     """The /metrics URL that fails with `kind`."""
     prefix = FAILING[kind]
+    if prefix == NO_SUCH_HOST:
+        return prefix + "/metrics"
     return (closed_port_url() if prefix is None else base + prefix) + "/metrics"

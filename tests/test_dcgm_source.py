@@ -68,12 +68,12 @@ def test_an_unreachable_or_foreign_page_is_a_typed_unavailable_sample():
 
 
 def test_gpu_metrics_puts_dcgm_exporter_in_place_of_nvml():
-    import aiohttp
 
     from servewatch.cli import build_parser
     from servewatch.commands.watch import DEFAULTS
     from servewatch.sources.gpu import GpuSource
     from servewatch.watch.options import options_from_args
+    from servewatch.transport.contract import Http1Transport
     from servewatch.watch.session import build_recorder
 
     args = build_parser().parse_args(["watch", "http://127.0.0.1:1", "--gpu-metrics", "http://127.0.0.1:9400/metrics"])
@@ -81,8 +81,8 @@ def test_gpu_metrics_puts_dcgm_exporter_in_place_of_nvml():
     assert options.gpu_metrics == "http://127.0.0.1:9400/metrics"
 
     async def sources():
-        async with aiohttp.ClientSession() as session:
-            return build_recorder(options, session, VirtualClock(T0), tool="watch").sources
+        async with Http1Transport() as transport:
+            return build_recorder(options, transport, VirtualClock(T0), tool="watch").sources
 
     kinds = [type(s) for s in asyncio.run(sources()) if s.kind == "gpu"]
     assert kinds == [DcgmSource] and GpuSource not in kinds

@@ -7,13 +7,13 @@ import asyncio
 import contextlib
 import socket
 
-import aiohttp
 from aiohttp import web
 
 from servewatch.clock import RealClock, VirtualClock
 from servewatch.sim import SimConfig, SimEngine
 from servewatch.sim.server import build_app
 from servewatch.sources.probe import HttpProber, ProbeSource
+from servewatch.transport.contract import Http1Transport
 from servewatch.timeline.samples import DEADLINE, FAILED, SERVED, UNAVAILABLE
 
 
@@ -26,7 +26,7 @@ async def serving(app: web.Application, engine: SimEngine | None = None):
     port = site._server.sockets[0].getsockname()[1]
     loop_task = asyncio.create_task(engine.run_realtime()) if engine is not None else None
     try:
-        async with aiohttp.ClientSession() as session:
+        async with Http1Transport() as session:
             yield session, f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
@@ -137,7 +137,7 @@ def test_nobody_listening_is_unavailable_without_a_line():
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         lines: list[str] = []
-        async with aiohttp.ClientSession() as session:
+        async with Http1Transport() as session:
             clock = VirtualClock()
             source = ProbeSource(HttpProber(session, f"http://127.0.0.1:{port}", clock), clock, every_s=1.0,
                                  deadline_s=2.0, say=lines.append)

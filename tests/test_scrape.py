@@ -6,7 +6,6 @@ import asyncio
 import json
 import re
 
-import aiohttp
 import pytest
 
 from servewatch.cli import main
@@ -16,6 +15,7 @@ from servewatch.exposition.parser import check_series, parse
 from servewatch.transport.http1 import Endpoint, Http1Client
 from servewatch.load.server_view import ServerView
 from servewatch.sources.http import fetch
+from servewatch.transport.contract import Http1Transport
 from servewatch.sources.metrics import MetricsSource
 from servewatch.sources.scrape import KINDS, ScrapeBounds, ScrapeFailure, read_metrics
 from servewatch.watch import Recorder
@@ -97,6 +97,7 @@ def test_read_metrics_on_bodies():
 
 EXPECTED_LINE = {           # what the one stderr line says, per kind
     "connect": "connection refused",
+    "dns": "the host name servewatch-no-such-host.invalid could not be resolved",
     "timeout": f"no answer within {TIMEOUT_S:g} s",
     "http_status": "HTTP 503",
     "protocol": "malformed answer",
@@ -121,7 +122,8 @@ def test_inspect_says_each_failure_in_one_line(server, capsys, kind):
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     [line] = captured.err.strip().splitlines()
-    assert line.startswith(f"servewatch inspect: {url}: ") and EXPECTED_LINE[kind] in line
+    named = f"{url!r}" if kind == "dns" else url       # a name that does not resolve is said before any request
+    assert line.startswith(f"servewatch inspect: {named}: ") and EXPECTED_LINE[kind] in line
 
 
 def test_inspect_reads_the_same_server_within_bounds(server, capsys):
@@ -173,7 +175,7 @@ def test_inspect_table_with_few_engines_leaves_nothing_out(tmp_path, capsys):
 async def _record_each_kind(base: str):
     urls = [url_for(base, kind) for kind in KINDS] + [base + "/metrics"]
     clock = VirtualClock()
-    async with aiohttp.ClientSession() as session:
+    async with Http1Transport() as session:
         pending = iter(urls)
 
         async def transport():

@@ -11,7 +11,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -24,6 +23,7 @@ from servewatch.serve.targets import TargetSpec, spec_for
 from servewatch.sinks.export.exporter import FleetExporter
 from servewatch.sources import dcgm
 from servewatch.sources.dcgm import DcgmSource
+from servewatch.transport.contract import Http1Transport
 from tests.serve_harness import _site, sim_target, until
 
 PAGE = (Path(__file__).parent / "fixtures" / "dcgm" / "dcgm_exporter_h100x2.prom").read_text()
@@ -172,7 +172,7 @@ def test_a_target_with_gpu_metrics_carries_the_exporters_gpus_and_a_new_xid_is_i
         async with contextlib.AsyncExitStack() as stack:
             sim = await stack.enter_async_context(sim_target())
             exporter = await stack.enter_async_context(fake_exporter())
-            session = await stack.enter_async_context(aiohttp.ClientSession())
+            session = await stack.enter_async_context(Http1Transport())
             spec = spec_for(sim.url, "llama-a", gpu_metrics=exporter.url)
             fleet = fleet_of(ServeConfig(targets=(spec,), recording=QUIET), session)
             try:
@@ -214,7 +214,7 @@ def test_a_hanging_exporter_delays_no_other_source_and_no_other_target(monkeypat
             b = await stack.enter_async_context(sim_target())
             hung = await stack.enter_async_context(fake_exporter(hang=True))
             good = await stack.enter_async_context(fake_exporter())
-            session = await stack.enter_async_context(aiohttp.ClientSession())
+            session = await stack.enter_async_context(Http1Transport())
             specs = [spec_for(a.url, "a", gpu_metrics=hung.url), spec_for(b.url, "b", gpu_metrics=good.url)]
             fleet = fleet_of(ServeConfig(targets=tuple(specs), recording=QUIET), session)
             try:

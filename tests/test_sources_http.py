@@ -4,15 +4,13 @@ and a slow scrape that does not delay the health probe."""
 import asyncio
 import time
 
-import aiohttp
 import pytest
 from aiohttp import web
 
 from servewatch.clock import RealClock
 from servewatch.sources.health import HealthSource
-from servewatch.transport.http1 import Endpoint, Http1Client
-from servewatch.sources.http import FetchFailure, FetchResponse, fetch, http1_transport, http_transport
-from servewatch.sources.http import http_transport as aiohttp_transport
+from servewatch.sources.http import FetchFailure, FetchResponse, fetch, http_transport
+from servewatch.transport.contract import Http1Transport
 from servewatch.sources.metrics import MetricsSource
 from servewatch.watch import Recorder
 from tests.conftest import FIXTURES
@@ -36,7 +34,7 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
-async def _handlers_case(kind: str = "aiohttp"):
+async def _handlers_case():
     async def ok(request):
         return web.Response(text="fine")
 
@@ -59,12 +57,9 @@ async def _handlers_case(kind: str = "aiohttp"):
 
     runner, base = await serve({"/ok": ok, "/dead": dead, "/slow": slow, "/huge": huge, "/chunked": huge_chunked})
     try:
-        async with aiohttp.ClientSession() as session:
+        async with Http1Transport() as transport:
             def get(url: str, **bounds):
-                if kind == "aiohttp":
-                    return fetch(session, url, **bounds)
-                return http1_transport(Http1Client(Endpoint.parse(url.rsplit("/", 1)[0])), "/" + url.rsplit("/", 1)[1],
-                                       **bounds)()
+                return fetch(transport, url, **bounds)
             results = {name: await get(base + "/" + name, timeout_s=0.5, max_bytes=100_000)
                        for name in ("ok", "dead", "slow", "huge", "chunked")}
             results["refused"] = await get("http://127.0.0.1:1/health", timeout_s=0.5)
@@ -73,9 +68,8 @@ async def _handlers_case(kind: str = "aiohttp"):
     return results
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "http1"])
-def test_fetch_answers_and_typed_failures(kind):
-    results = run(_handlers_case(kind))
+def test_fetch_answers_and_typed_failures():
+    results = run(_handlers_case())
     assert isinstance(results["ok"], FetchResponse) and results["ok"].body == b"fine" and results["ok"].status == 200
     assert isinstance(results["dead"], FetchResponse) and results["dead"].status == 503
     assert isinstance(results["slow"], FetchFailure) and results["slow"].kind == "timeout"
@@ -85,7 +79,7 @@ def test_fetch_answers_and_typed_failures(kind):
     assert results["refused"].kind == "connect"
 
 
-async def _sources_case(kind: str):
+async def _sources_case():
     async def health(request):
         return web.Response(status=503)
 
@@ -101,15 +95,7 @@ async def _sources_case(kind: str):
     runner, base = await serve({"/health": health, "/metrics": metrics, "/garbage": garbage, "/broken": broken})
     clock = RealClock()
     try:
-        async with aiohttp.ClientSession() as session:
-            client = Http1Client(Endpoint.parse(base))
-
-            def http_transport(session, url, **bounds):      # the transport `watch` and `serve` use, or aiohttp's
-                if kind == "aiohttp":
-                    return aiohttp_transport(session, url, **bounds)
-                origin, path = url.rsplit("/", 1)
-                return http1_transport(client if origin == base else Http1Client(Endpoint.parse(origin)), "/" + path,
-                                       **bounds)
+        async with Http1Transport() as session:          # the transport `watch` and `serve` use
             h = await HealthSource(http_transport(session, base + "/health", timeout_s=1), clock, 1).poll()
             m = await MetricsSource(http_transport(session, base + "/metrics", timeout_s=1), clock, 1,
                                     slot_limit=16).poll()
@@ -124,9 +110,8 @@ async def _sources_case(kind: str):
     return h[0], m[0], g[0], b[0], small[0], down[0]
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "http1"])
-def test_http_sources_make_typed_samples(kind):
-    health, metrics, garbage, broken, small, down = run(_sources_case(kind))
+def test_http_sources_make_typed_samples():
+    health, metrics, garbage, broken, small, down = run(_sources_case())
     assert health.status == 503 and health.error == "http_503" and not health.ok
     assert metrics.error is None and metrics.dialect == "vllm"
     (engine,) = metrics.engines
@@ -150,7 +135,7 @@ async def _slow_scrape_case():
     runner, base = await serve({"/health": health, "/metrics": metrics})
     clock = RealClock()
     try:
-        async with aiohttp.ClientSession() as session:
+        async with Http1Transport() as session:
             sources = [HealthSource(http_transport(session, base + "/health", timeout_s=1), clock, 0.1),
                        MetricsSource(http_transport(session, base + "/metrics", timeout_s=5), clock, 0.1)]
             recorder = Recorder(sources, clock)
@@ -181,7 +166,7 @@ async def _connections_after_a_recording():
     runner, base = await serve({"/health": health, "/metrics": metrics})
     clock = RealClock()
     try:
-        async with aiohttp.ClientSession() as session:
+        async with Http1Transport() as session:
             recorder = Recorder(http_sources(session, base, clock, 0.1, gpu=False), clock)
             await recorder.run(duration=0.5)
             open_during = len(recorder.ring.window().metrics)

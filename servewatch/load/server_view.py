@@ -92,9 +92,9 @@ class ServerView:
         except TimeoutError:
             return self.add_error(self._now(), TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - a failing scrape is a sample, never a crash
-            from servewatch.transport.http1 import failure_kind
+            from servewatch.transport.contract import SCRAPE_KIND, outcome_of
 
-            return self.add_error(self._now(), failure_kind(exc))
+            return self.add_error(self._now(), SCRAPE_KIND[outcome_of(exc)[0]])
         return self.ingest(body, asked, self._now(), status=response.status)
 
     def ingest(self, body: bytes | str, asked: float, arrived: float, status: int = 200) -> ServerSample:

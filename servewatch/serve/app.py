@@ -13,14 +13,12 @@ from servewatch.errors import ServewatchError
 from servewatch.serve.config import ServeConfig, parse_listen
 
 if TYPE_CHECKING:
-    # aiohttp: serve's HTTP server (aiohttp.web) and the fleet's probe and Prometheus session; scrapes take transport.http1.
-    import aiohttp
-
     from servewatch.serve.discovery import FileSd
     from servewatch.serve.fleet import Fleet
     from servewatch.serve.prometheus_sd import PrometheusSd
     from servewatch.serve.targets import TargetSpec
     from servewatch.sinks.export.exporter import FleetExporter
+    from servewatch.transport.contract import Transport
     from servewatch.watch.event_lines import EventLines
 
 LAG_PERIOD_S = 0.5
@@ -30,8 +28,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                 on_listening: Callable[[int], None] | None = None, events: EventLines | None = None) -> int:
     """Run until `stop` is set; `on_listening(port)` once the HTTP surface is up and the fleet started;
     `events` writes a line per verdict fired (with its bundle) and cleared, each naming its target."""
-    # aiohttp: serve's HTTP server (aiohttp.web) and the fleet's probe and Prometheus session; scrapes take transport.http1.
-    import aiohttp
+    # aiohttp: serve's HTTP server (aiohttp.web); every request serve makes goes through transport.contract.
     from aiohttp import web
 
     from servewatch.clock import RealClock
@@ -74,11 +71,13 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                                                      lambda: node_view.errors))
     clients = build_clients(config.sinks, lambda name: SinkContext(tool, exporter.sink_failures.labels(name).inc))
     host, port = parse_listen(config.listen)
-    # No connection-pool limit shared across targets: one slow target must not hold a slot another needs.
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
+    from servewatch.transport.contract import Http1Transport
+
     runner = None
     try:
-        async with aiohttp.ClientSession(connector=connector) as session:
+        # A keep-alive pool per target (health, metrics), a fresh connection per probe, no limit shared across
+        # targets: one slow target holds no slot another needs.
+        async with Http1Transport(max_idle=4) as transport:
             def extra_sinks(spec):
                 lines = [events.for_target(spec.name, bundles=bool(config.out)).sink()] if events else []
                 return [*sinks_for(clients, spec.name), *lines]
@@ -86,7 +85,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
             def extra_evidence(spec):
                 return [events.for_target(spec.name, bundles=bool(config.out)).evidence] if events else []
 
-            fleet = Fleet(config, session, clock, exporter, extra_sinks=extra_sinks,
+            fleet = Fleet(config, transport, clock, exporter, extra_sinks=extra_sinks,
                           extra_evidence=extra_evidence, tool=tool)
             runner = web.AppRunner(build_app(fleet, exporter), access_log=None, shutdown_timeout=2.0)
             await runner.setup()
@@ -100,7 +99,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
             lag = node_task = None
             try:
                 if prometheus_sd is not None:
-                    await discovery.refresh_prometheus(session, exporter, say)
+                    await discovery.refresh_prometheus(transport, exporter, say)
                 await fleet.apply(discovery.specs(say))     # a sidecar proxy that cannot listen: one line, exit 2
                 shard = f" (shard {config.shard.index}/{config.shard.count})" if config.shard.count > 1 else ""
                 node = f", and every engine on node {config.node} by its process titles" if config.node else ""
@@ -110,7 +109,7 @@ async def serve(config: ServeConfig, *, stop: asyncio.Event | None = None, tool:
                     on_listening(bound)
                 lag = asyncio.create_task(_measure_lag(exporter))
                 node_task = asyncio.create_task(node_view.run()) if node_view is not None else None
-                await _rediscover(config, discovery, fleet, exporter, session, stop, say)
+                await _rediscover(config, discovery, fleet, exporter, transport, stop, say)
             finally:
                 for task in (lag, node_task):
                     if task is not None:
@@ -133,9 +132,9 @@ class _Discovery:
         self.config, self.file_sd, self.prometheus_sd = config, file_sd, prometheus_sd
         self._said: set[str] = set()
 
-    async def refresh_prometheus(self, session: aiohttp.ClientSession, exporter: FleetExporter, say: str) -> bool:
+    async def refresh_prometheus(self, transport: Transport, exporter: FleetExporter, say: str) -> bool:
         errors = self.prometheus_sd.errors
-        changed, problem = await self.prometheus_sd.refresh(session)
+        changed, problem = await self.prometheus_sd.refresh(transport)
         if self.prometheus_sd.errors > errors:
             exporter.config_errors.inc()
         if problem:
@@ -157,7 +156,7 @@ class _Discovery:
 
 
 async def _rediscover(config: ServeConfig, discovery: _Discovery, fleet: Fleet, exporter: FleetExporter,
-                      session: aiohttp.ClientSession, stop: asyncio.Event, say: str) -> None:
+                      transport: Transport, stop: asyncio.Event, say: str) -> None:
     period = max(1.0, min(5.0, config.recording.interval))
     sd = discovery.prometheus_sd
     next_sd = time.monotonic() + (sd.config.refresh_s if sd else 0)
@@ -177,7 +176,7 @@ async def _rediscover(config: ServeConfig, discovery: _Discovery, fleet: Fleet, 
             changed = result.changed
         if sd is not None and time.monotonic() >= next_sd:
             next_sd = time.monotonic() + sd.config.refresh_s
-            changed = await discovery.refresh_prometheus(session, exporter, say) or changed
+            changed = await discovery.refresh_prometheus(transport, exporter, say) or changed
         if changed:
             started, stopped = await fleet.apply(discovery.specs(say))
             if started or stopped:

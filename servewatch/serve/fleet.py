@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING
 from servewatch.serve.targets import TargetSpec, on_this_node
 
 if TYPE_CHECKING:
-    # aiohttp: the type of the probe session serve hands its targets (scrapes and health take transport.http1).
-    import aiohttp
-
     from servewatch.clock import Clock
     from servewatch.serve.config import ServeConfig
     from servewatch.serve.sidecar import Sidecar
+    from servewatch.transport.contract import Transport
     from servewatch.serve.signals import Signals
     from servewatch.sinks.base import Sink
     from servewatch.sinks.export.exporter import FleetExporter
@@ -187,7 +185,7 @@ def _kind(error: str) -> str:
 class Fleet:
     """The running targets. `apply(specs)` starts the new ones and stops the gone ones."""
 
-    def __init__(self, config: ServeConfig, session: aiohttp.ClientSession | None, clock: Clock,
+    def __init__(self, config: ServeConfig, transport: Transport | None, clock: Clock,
                  exporter: FleetExporter, *, extra_sinks: Callable[[TargetSpec], list[Sink]] = lambda s: [],
                  extra_evidence: Callable[[TargetSpec], list[Callable]] = lambda s: [],
                  rng: random.Random | None = None, tool: str = "serve",
@@ -195,7 +193,7 @@ class Fleet:
         """`nvml_error()`: why NVML cannot be loaded here (None: it can); asked once, only when the config
         names this node's dcgm-exporter. `extra_evidence(spec)`: listeners told when a verdict's evidence
         first holds (the recorder's evidence listeners: serve's line when it comes after the firing)."""
-        self.config, self.session, self.clock, self.exporter = config, session, clock, exporter
+        self.config, self.transport, self.clock, self.exporter = config, transport, clock, exporter
         self.extra_sinks = extra_sinks
         self.extra_evidence = extra_evidence
         self.rng = rng or random.Random()
@@ -234,7 +232,7 @@ class Fleet:
             self.writers.append(bundles.writer)
         sinks = [*([self.quota.sink()] if bundles else []), self.exporter.sink(spec.name), *self.extra_sinks(spec)]
         extra = [sidecar.source(self.clock, self.config.recording.interval)] if sidecar is not None else []
-        recorder = build_recorder(options, self.session, self.clock, probe=probe, bundles=bundles, sinks=sinks,
+        recorder = build_recorder(options, self.transport, self.clock, probe=probe, bundles=bundles, sinks=sinks,
                                   wrap_source=wrap, tool=self.tool, extra_sources=extra)
         recorder.evidence_listeners.extend(self.extra_evidence(spec))
         return recorder

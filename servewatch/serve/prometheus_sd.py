@@ -61,13 +61,13 @@ class PrometheusSd:
     def targets(self) -> list[TargetSpec]:
         return list(self._targets)
 
-    async def refresh(self, session) -> tuple[bool, str | None]:
+    async def refresh(self, transport) -> tuple[bool, str | None]:
         """(changed, an error line to say — only when a run of failures starts)."""
         from servewatch.sources.http import fetch
         from servewatch.sources.scrape import ScrapeFailure
 
         url = self.config.url.rstrip("/") + "/api/v1/targets?state=active"
-        answer = await fetch(session, url, timeout_s=TIMEOUT_S, max_bytes=MAX_BYTES)
+        answer = await fetch(transport, url, timeout_s=TIMEOUT_S, max_bytes=MAX_BYTES)
         problem = None
         if isinstance(answer, ScrapeFailure):
             problem = answer.detail or answer.kind

@@ -4,12 +4,11 @@ answer, never an exception (except cancellation). What is asked and answered sta
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from dataclasses import dataclass
 
-from servewatch.sources.deadline import within
+from servewatch.transport import contract
+from servewatch.transport.contract import Failed, HttpRequest
 
 MAX_MODELS_BYTES = 1 * 2**20
 MAX_COMPLETION_BYTES = 256 * 2**10
@@ -17,6 +16,7 @@ MAX_COMPLETION_BYTES = 256 * 2**10
 # Error classes (short words, safe to store).
 TIMEOUT = "timeout"
 CONNECT = "connect"              # no connection could be made
+DNS = "dns"                      # the server's host name could not be resolved
 DISCONNECTED = "disconnected"    # the connection broke before a whole answer
 PROTOCOL = "protocol"            # an answer that is not the JSON the API promises
 TOO_LARGE = "too_large"
@@ -51,58 +51,38 @@ class Completion:
     detail: str = ""
 
 
-async def exchange(session, method: str, url: str, *, timeout_s: float, max_bytes: int,
+async def exchange(transport, method: str, url: str, *, timeout_s: float, max_bytes: int,
                    payload: dict | None = None, headers: dict[str, str] | None = None) -> Answer:
-    """One request; the JSON body of the answer (any status), or an error class. Never raises."""
-    # aiohttp: the active probe's client, its failures worded from aiohttp's kinds; not yet on transport.http1.
-    import aiohttp
-
-    from servewatch.sources.http import connect_reason
-
-    started = time.monotonic()
-
-    def failed(error: str, detail: str, status: int | None = None) -> Answer:
-        return Answer(status, time.monotonic() - started, None, error, detail)
-
-    async def ask() -> Answer:
-        # A fresh connection each time: an API server closes idle keep-alive connections (uvicorn after
-        # 5 s), and a request sent down a closed one would fail for no fault of the server.
-        sent = {**(headers or {}), "Connection": "close", "Accept": "application/json"}
-        async with session.request(method, url, json=payload, headers=sent, allow_redirects=False) as response:
-            declared = response.content_length
-            if declared is not None and declared > max_bytes:
-                return failed(TOO_LARGE, f"answer of {declared:,} bytes exceeds the {max_bytes:,}-byte bound",
-                              response.status)
-            body = await response.content.read(max_bytes + 1)
-            if len(body) > max_bytes:
-                return failed(TOO_LARGE, f"answer exceeds the {max_bytes:,}-byte bound", response.status)
-            try:
-                parsed = json.loads(body) if body else None
-            except (ValueError, UnicodeError):
-                parsed = None
-            error = None if 200 <= response.status < 300 else f"http_{response.status}"
-            if error is None and parsed is None:
-                return failed(PROTOCOL, "the answer is not JSON", response.status)
-            return Answer(response.status, time.monotonic() - started, parsed, error,
-                          f"HTTP {response.status}" if error else "")
-
+    """One request through `transport` (a `transport.contract.Transport`, which maps every socket, DNS, TLS and
+    timer error to one outcome); the JSON body of the answer (any status), or an error class. Never raises."""
+    body = json.dumps(payload).encode() if payload is not None else None
+    # A connection of its own each time (`fresh`): an API server closes idle keep-alive connections (uvicorn
+    # after 5 s), and a request sent down a closed one would fail for no fault of the server.
+    got = await transport.send(HttpRequest(method, url, timeout_s=timeout_s, max_bytes=max_bytes, body=body,
+                                       headers=tuple((headers or {}).items()), fresh=True))
+    if isinstance(got, Failed):
+        detail = got.detail.replace("body", "answer", 1) if got.outcome == contract.TOO_LARGE else got.detail
+        return Answer(got.status, got.elapsed_s, None, _ERROR[got.outcome], detail)
     try:
-        return await within(ask(), timeout_s)
-    except (asyncio.TimeoutError, TimeoutError):
-        return failed(TIMEOUT, f"no answer within {timeout_s:g} s")
-    except aiohttp.ClientConnectorError as exc:
-        return failed(CONNECT, connect_reason(exc))
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError) as exc:
-        return failed(DISCONNECTED, connect_reason(exc))
-    except (aiohttp.ClientError, ValueError, UnicodeError) as exc:
-        return failed(PROTOCOL, f"malformed answer ({type(exc).__name__})")
-    except OSError as exc:
-        return failed(CONNECT, connect_reason(exc))
+        parsed = json.loads(got.body) if got.body else None
+    except (ValueError, UnicodeError):
+        parsed = None
+    error = None if got.ok else f"http_{got.status}"
+    if error is None and parsed is None:
+        return Answer(got.status, got.elapsed_s, None, PROTOCOL, "the answer is not JSON")
+    return Answer(got.status, got.elapsed_s, parsed, error, f"HTTP {got.status}" if error else "")
 
 
-async def served_model(session, base: str, *, timeout_s: float) -> ModelLookup:
+# The contract's outcomes as the probe's error classes: only a connection that broke mid-answer says the server
+# failed (DISCONNECTED); one never made says it is unavailable; a name that does not resolve is said as such.
+_ERROR = {contract.REFUSED: CONNECT, contract.TLS: CONNECT, contract.CONNECT: CONNECT, contract.DNS: DNS,
+          contract.TIMEOUT: TIMEOUT, contract.NO_ANSWER: DISCONNECTED, contract.CUT: DISCONNECTED,
+          contract.TOO_LARGE: TOO_LARGE, contract.PROTOCOL: PROTOCOL}
+
+
+async def served_model(transport, base: str, *, timeout_s: float) -> ModelLookup:
     """The first model the server lists at /v1/models."""
-    answer = await exchange(session, "GET", base + "/v1/models", timeout_s=timeout_s, max_bytes=MAX_MODELS_BYTES)
+    answer = await exchange(transport, "GET", base + "/v1/models", timeout_s=timeout_s, max_bytes=MAX_MODELS_BYTES)
     if answer.error is not None:
         if answer.status == 404:
             return ModelLookup(None, answer.error, "GET /v1/models: HTTP 404 (the server has no OpenAI model list)")
@@ -115,11 +95,11 @@ async def served_model(session, base: str, *, timeout_s: float) -> ModelLookup:
     return ModelLookup(model)
 
 
-async def complete(session, base: str, request: dict, *, timeout_s: float,
+async def complete(transport, base: str, request: dict, *, timeout_s: float,
                    headers: dict[str, str] | None = None) -> Completion:
     """POST /v1/completions with `request` (the caller's model, prompt and sampling), with `headers` besides
     the usual (a dialect's routing header)."""
-    answer = await exchange(session, "POST", base + "/v1/completions", timeout_s=timeout_s,
+    answer = await exchange(transport, "POST", base + "/v1/completions", timeout_s=timeout_s,
                             max_bytes=MAX_COMPLETION_BYTES, payload=request, headers=headers)
     if answer.error is not None:
         return Completion(answer.status, answer.elapsed_s, error=answer.error,

@@ -23,13 +23,14 @@ def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int) -> tuple
 
 def fetch_url(url: str, *, timeout_s: float, max_bytes: int) -> tuple[int, bytes]:
     from servewatch.sources.http import FetchResponse, fetch
+    from servewatch.transport.contract import Http1Transport
 
     async def once():
-        # aiohttp: a one-off GET of a URL (inspect), its failures worded by sources/http.py from aiohttp's kinds.
-        import aiohttp
-
-        async with aiohttp.ClientSession() as session:
-            return await fetch(session, url, timeout_s=timeout_s, max_bytes=max_bytes)
+        transport = Http1Transport(keep_alive=False)
+        try:
+            return await fetch(transport, url, timeout_s=timeout_s, max_bytes=max_bytes)
+        finally:
+            await transport.close()
 
     answer = asyncio.run(once())
     if not isinstance(answer, FetchResponse):

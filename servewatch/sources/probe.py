@@ -304,8 +304,8 @@ def progress_proven(window: Window, since: float, deadline_s: float) -> bool:
 class HttpProber:
     """Probes over HTTP: the model from /v1/models (looked up again after a 404), then one completion."""
 
-    def __init__(self, session, base: str, clock: Clock):
-        self.session = session
+    def __init__(self, transport, base: str, clock: Clock):
+        self.transport = transport          # a `transport.contract.Transport`
         self.base = base
         self.clock = clock
         self.model: str | None = None
@@ -321,13 +321,13 @@ class HttpProber:
         from servewatch.sources import completions
 
         if self.model is None:
-            found = await completions.served_model(self.session, self.base, timeout_s=max(deadline_s, 2.0))
+            found = await completions.served_model(self.transport, self.base, timeout_s=max(deadline_s, 2.0))
             if found.model is None:
                 return ProbeAnswer(UNAVAILABLE, None, error=found.error or "no_models",
                                    detail=found.detail if found.error != completions.CONNECT else "")
             self.model = found.model
         request = {"model": self.model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0, "stream": False}
-        done = await completions.complete(self.session, self.base, request, timeout_s=deadline_s, headers=route)
+        done = await completions.complete(self.transport, self.base, request, timeout_s=deadline_s, headers=route)
         if done.status == 404:
             self.model = None      # renamed or reloaded: look it up again next time
         return classify(done, deadline_s)

@@ -5,8 +5,9 @@ A scrape is bounded in time (each transport's timeout), in bytes (`max_bytes`) a
 (`max_series`: sample lines, counted before any parsing and no further than the bound). A failed
 scrape is a `ScrapeFailure` whose `kind` is one of `KINDS`:
 
-    connect            no connection, or it broke before any answer (refused, reset, name lookup, TLS);
+    connect            no connection, or it broke before any answer (refused, reset, TLS);
                        for a file, it could not be opened
+    dns                the server's host name could not be resolved
     timeout            no complete answer within the time bound
     http_status        an answer other than 200 (recorded as "http_<status>", e.g. "http_503")
     protocol           a malformed or cut HTTP answer (status line, headers, chunking, closed mid-body)
@@ -15,8 +16,8 @@ scrape is a `ScrapeFailure` whose `kind` is one of `KINDS`:
     parse              the body is not Prometheus / OpenMetrics text (or not UTF-8)
     no_engine_metrics  valid text without any engine's families (e.g. vLLM run with --disable-log-stats)
 
-Transports (aiohttp in `sources.http`, the shared HTTP/1.1 client in `servewatch.transport.http1`, a
-file) report only the first four kinds and `too_large`; `read_metrics` reports the rest. A failure's
+Transports (the one contract, `servewatch.transport.contract`, and a file) report only the first five kinds
+and `too_large`; `read_metrics` reports the rest. A failure's
 `detail` is one short line for a terminal: it never enters a bundle, only `label` does.
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from servewatch.errors import BodyTooLarge, ExpositionError, ServewatchError, TooManySeries
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES, bounded_text
-from servewatch.kinds import (CONNECT, FAILURE_KINDS as KINDS, HTTP_STATUS, NO_ENGINE_METRICS, PARSE,  # noqa: F401
+from servewatch.kinds import (CONNECT, DNS, FAILURE_KINDS as KINDS, HTTP_STATUS, NO_ENGINE_METRICS, PARSE,  # noqa: F401
                               PROTOCOL, TIMEOUT, TOO_LARGE, TOO_MANY_SERIES)   # the kinds, re-exported for readers
 
 

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from servewatch import kinds
 from servewatch.errors import BodyTooLarge
 from servewatch.transport.urls import parse as parse_url
 from servewatch.transport.urls import unresolved_words
@@ -31,7 +30,12 @@ MAX_CHUNK_SIZE_LINE = 1024
 
 
 class ConnectFailed(Exception):
-    """No TCP (or TLS) connection could be made."""
+    """No TCP (or TLS) connection could be made; `cause` is the socket's, TLS's or the timer's error (the
+    contract in `transport.contract` words each kind once)."""
+
+    def __init__(self, words: str, cause: BaseException | None = None):
+        super().__init__(words)
+        self.cause = cause
 
 
 class StreamCut(Exception):
@@ -42,22 +46,12 @@ class NoAnswer(StreamCut):
     """The connection closed before any byte of the response."""
 
 
+class StreamBroken(StreamCut):
+    """The connection closed after part of the response (in its headers or mid-body): an answer cut, not a
+    malformed one."""
+
+
 _BROKEN = (StreamCut, BodyTooLarge)      # what ends one response (BodyTooLarge: the one class, from errors)
-
-
-def failure_kind(exc: BaseException) -> str:
-    """The scrape failure kind (see `servewatch.kinds`) of an exception from this client."""
-    if isinstance(exc, ConnectFailed):
-        return kinds.CONNECT
-    if isinstance(exc, BodyTooLarge):
-        return kinds.TOO_LARGE
-    if isinstance(exc, NoAnswer):
-        return kinds.CONNECT
-    if isinstance(exc, TimeoutError):
-        return kinds.TIMEOUT
-    if isinstance(exc, StreamCut | ValueError):
-        return kinds.PROTOCOL
-    return kinds.CONNECT           # an OSError from the socket
 
 
 def connect_words(exc: OSError, host: str | None = None) -> str:
@@ -139,12 +133,12 @@ class Conn(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         state, self.state = self.state, STATE_CLOSED
         if state == STATE_HEAD:
-            self._fail(_EmptyHead() if not self._buf else StreamCut("connection closed in headers"))
+            self._fail(_EmptyHead() if not self._buf else StreamBroken("connection closed in headers"))
         elif state == STATE_BODY and not self.body_done:
             if self._until_close:
                 self._complete()
             else:
-                self._fail(StreamCut("connection closed mid-body"))
+                self._fail(StreamBroken("connection closed mid-body"))
 
     # -- request side
     def start(self, raw: bytes) -> asyncio.Future:
@@ -438,6 +432,13 @@ def checked_headers(headers) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def encoded_headers(headers) -> bytes:
+    """Header lines on the wire, each checked (`checked_headers`)."""
+    if not headers:
+        return b""
+    return "".join(f"{name}: {value}\r\n" for name, value in checked_headers(headers)).encode("ascii")
+
+
 class Http1Client:
     """One endpoint, a pool of idle keep-alive connections, no global state."""
 
@@ -451,9 +452,8 @@ class Http1Client:
         self._idle: list[Conn] = []
         self._ssl = ssl_context if ssl_context is not None else (
             ssl_module.create_default_context() if endpoint.scheme == "https" else None)
-        extra = "".join(f"{name}: {value}\r\n" for name, value in checked_headers(headers))
         self._head = (f"Host: {endpoint.host_header}\r\nUser-Agent: servewatch-load\r\n"
-                      f"Accept: */*\r\n{extra}").encode("ascii")
+                      f"Accept: */*\r\n").encode("ascii") + encoded_headers(headers)
 
     async def _connect(self) -> Conn:
         loop = asyncio.get_running_loop()
@@ -463,10 +463,10 @@ class Http1Client:
                 _, conn = await loop.create_connection(
                     lambda: Conn(max_body), self.endpoint.host, self.endpoint.port, ssl=self._ssl,
                     server_hostname=self.endpoint.host if self._ssl else None)
-        except TimeoutError:
-            raise ConnectFailed("connect timeout") from None
+        except TimeoutError as exc:
+            raise ConnectFailed("connect timeout", exc) from None
         except OSError as exc:
-            raise ConnectFailed(connect_words(exc, self.endpoint.host)) from None
+            raise ConnectFailed(connect_words(exc, self.endpoint.host), exc) from None
         return conn
 
     async def prewarm(self, count: int) -> int:
@@ -489,13 +489,14 @@ class Http1Client:
             conn._abort()
 
     async def request(self, method: str, path: str, body: bytes | None = None,
-                      content_type: str = "application/json", on_sent=None) -> Response:
+                      content_type: str = "application/json", on_sent=None, headers: bytes = b"") -> Response:
         """Send one request and wait for the status line and headers.
 
         `on_sent()` is called right before the request bytes are written. A pooled connection that
-        the server closed before answering anything is retried once on a fresh one.
+        the server closed before answering anything is retried once on a fresh one. `headers`: this
+        request's own header lines besides the client's, encoded (`encoded_headers`).
         """
-        raw = self._encode(method, path, body, content_type)
+        raw = self._encode(method, path, body, content_type, headers)
         while self._idle:
             conn = self._idle.pop()
             if conn.closed:
@@ -568,9 +569,9 @@ class Http1Client:
             raise
         return Response(pending.conn, self)
 
-    def _encode(self, method: str, path: str, body: bytes | None, content_type: str) -> bytes:
+    def _encode(self, method: str, path: str, body: bytes | None, content_type: str, extra: bytes = b"") -> bytes:
         target = self.endpoint.base_path + path
-        head = f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._head
+        head = f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._head + extra
         if body is not None:
             head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n".encode("ascii")
         return head + b"\r\n" + (body or b"")

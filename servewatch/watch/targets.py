@@ -8,7 +8,7 @@ from collections.abc import Callable
 from servewatch.clock import Clock
 from servewatch.sources.gpu import GpuSource, NvmlProbe
 from servewatch.sources.health import HealthSource
-from servewatch.sources.http import http1_transport, in_process_transport
+from servewatch.sources.http import http_transport, in_process_transport
 from servewatch.sources.logs import LogTail
 from servewatch.sources.metrics import MetricsSource
 from servewatch.sources.probe import DEFAULT_DEADLINE_S, HttpProber, ProbeSource
@@ -29,24 +29,21 @@ def gpu_interval(interval: float) -> float:
     return max(5.0, 5 * interval)
 
 
-def http_sources(session, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
+def http_sources(transport, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
                  log_file: str | None = None, gpu: bool = True, health_path: str = "/health",
                  metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float | None = DEFAULT_DEADLINE_S,
                  say=None) -> list:
-    """`probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
-    from servewatch.transport.http1 import Endpoint, Http1Client
-
+    """`transport`: a `transport.contract.Transport` (one keep-alive pool per server for health and metrics);
+    `probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
     base = base_url(url)
-    endpoint = Endpoint.parse(base)
-    client = Http1Client(endpoint, connect_timeout=health_timeout(interval), max_idle=2)   # health and metrics
     sources = [
-        HealthSource(http1_transport(client, health_path, timeout_s=health_timeout(interval),
-                                     max_bytes=64 * 1024), clock, interval),
-        MetricsSource(http1_transport(client, metrics_path, timeout_s=metrics_timeout(interval)),
+        HealthSource(http_transport(transport, base + health_path, timeout_s=health_timeout(interval),
+                                    max_bytes=64 * 1024), clock, interval),
+        MetricsSource(http_transport(transport, base + metrics_path, timeout_s=metrics_timeout(interval)),
                       clock, interval, slot_limit=slot_limit),
     ]
     if probe_every is not None:
-        sources.append(ProbeSource(HttpProber(session, base, clock), clock, every_s=probe_every,
+        sources.append(ProbeSource(HttpProber(transport, base, clock), clock, every_s=probe_every,
                                    deadline_s=probe_deadline, check_s=interval, say=say))
     return sources + _local_sources(clock, interval, process_probe, log_file, gpu)
 

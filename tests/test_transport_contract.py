@@ -1,0 +1,241 @@
+"""The transport contract (servewatch.transport.contract): each error that can end a request becomes its ONE
+outcome, once through the in-process MockTransport (the handler raises what a connection would) and once
+through the real Http1Transport against a loopback server that misbehaves in that way."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import ssl
+
+import pytest
+
+from servewatch import kinds
+from servewatch.errors import BodyTooLarge
+from servewatch.transport import contract as C
+from servewatch.transport.http1 import NoAnswer, StreamBroken, StreamCut
+
+
+def _request(url: str = "http://127.0.0.1:9/x", *, timeout_s: float = 2.0, max_bytes: int = 1000, **kw) -> C.HttpRequest:
+    return C.HttpRequest("GET", url, timeout_s=timeout_s, max_bytes=max_bytes, **kw)
+
+
+def _mock_send(handler, request=None) -> C.Outcome:
+    async def go():
+        return await C.MockTransport(handler).send(request or _request())
+    return asyncio.run(go())
+
+
+def _raise(exc):
+    def handler(request):
+        raise exc
+    return handler
+
+
+# -- through the mock: the mapping, one error each ---------------------------------------------------------------
+
+@pytest.mark.parametrize("error, outcome, kind, words", [
+    (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), C.REFUSED, "connect", "connection refused"),
+    (socket.gaierror(-2, "Name or service not known"), C.DNS, "dns", "the host name 127.0.0.1 could not be resolved"),
+    (ssl.SSLCertVerificationError(1, "certificate verify failed"), C.TLS, "connect", "TLS failed"),
+    (ssl.SSLError(1, "wrong version number"), C.TLS, "connect", "TLS failed"),
+    (OSError(errno.ENETUNREACH, "Network is unreachable"), C.CONNECT, "connect", "Network is unreachable"),
+    (TimeoutError(), C.TIMEOUT, "timeout", "no answer within 2 s"),
+    (NoAnswer("x"), C.NO_ANSWER, "connect", "closed the connection without answering"),
+    (StreamBroken("connection closed mid-body"), C.CUT, "protocol", "cut off (connection closed mid-body)"),
+    (ConnectionResetError(errno.ECONNRESET, "reset"), C.CUT, "protocol", "connection reset"),
+    (BodyTooLarge("over"), C.TOO_LARGE, "too_large", "exceeds the 1,000-byte bound"),
+    (StreamCut("malformed status line"), C.PROTOCOL, "protocol", "malformed answer (malformed status line)"),
+    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), C.PROTOCOL, "protocol", "malformed answer"),
+])
+def test_mock_maps_each_error_to_one_outcome(error, outcome, kind, words):
+    got = _mock_send(_raise(error))
+    assert isinstance(got, C.Failed)
+    assert (got.outcome, got.kind) == (outcome, kind)
+    assert words in got.detail
+
+
+def test_mock_connect_failure_is_worded_by_its_cause():
+    from servewatch.transport.http1 import ConnectFailed
+
+    for cause, outcome in [(socket.gaierror(-2, "x"), C.DNS), (ConnectionRefusedError(111, "x"), C.REFUSED),
+                           (ssl.SSLError(1, "x"), C.TLS), (TimeoutError(), C.TIMEOUT),
+                           (OSError(errno.EHOSTUNREACH, "No route to host"), C.CONNECT)]:
+        got = _mock_send(_raise(ConnectFailed("words", cause)))
+        assert got.outcome == outcome, cause
+
+
+def test_mock_answers_bounds_and_deadline():
+    got = _mock_send(lambda r: (503, "busy"))
+    assert (got.status, got.body, got.ok) == (503, b"busy", False)
+    assert (got.failure().outcome, got.failure().kind, got.failure().detail) == (C.HTTP_STATUS, "http_503", "HTTP 503")
+    assert _mock_send(lambda r: "ok").failure() is None
+    over = _mock_send(lambda r: b"x" * 1001)
+    assert (over.outcome, over.status) == (C.TOO_LARGE, 200)
+    assert _mock_send(lambda r: b"x" * 1000).body == b"x" * 1000
+
+    async def never(request):
+        await asyncio.Event().wait()
+    late = _mock_send(never, _request(timeout_s=0.2))
+    assert late.outcome == C.TIMEOUT and 0.2 <= late.elapsed_s < 1.0
+
+
+def test_scrape_kinds_cover_every_outcome():
+    assert set(C.SCRAPE_KIND) == set(C.OUTCOMES)
+    assert set(C.SCRAPE_KIND.values()) - {kinds.HTTP_STATUS} <= set(kinds.FAILURE_KINDS)
+    assert kinds.failure_words("dns") == "host name not resolved"
+
+
+# -- through a real loopback server: the same outcomes from real sockets ------------------------------------------
+
+async def _serve(reply):
+    """A raw TCP server on 127.0.0.1 whose every connection is handed to `reply(reader, writer)`."""
+    async def handle(reader, writer):
+        try:
+            await reply(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _head(reader):
+    await reader.readuntil(b"\r\n\r\n")
+
+
+def _loopback(reply, path="/x", *, timeout_s=2.0, max_bytes=1000, scheme="http", request=None) -> C.Outcome:
+    async def go():
+        server, port = await _serve(reply)
+        transport = C.Http1Transport()
+        try:
+            return await transport.send(request or _request(f"{scheme}://127.0.0.1:{port}{path}", timeout_s=timeout_s,
+                                                            max_bytes=max_bytes))
+        finally:
+            await transport.close()
+            server.close()
+    return asyncio.run(go())
+
+
+async def _answer(reader, writer, raw: bytes):
+    await _head(reader)
+    writer.write(raw)
+    await writer.drain()
+
+
+def test_loopback_answer_and_http_status():
+    got = _loopback(lambda r, w: _answer(r, w, b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\nX-A: b\r\n\r\nbusy"))
+    assert isinstance(got, C.Reply)
+    assert (got.status, got.body, got.headers["x-a"], got.failure().kind) == (503, b"busy", "b", "http_503")
+
+
+def test_loopback_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]        # bound, never listening: the kernel refuses
+        got = asyncio.run(C.Http1Transport().send(_request(f"http://127.0.0.1:{port}/")))
+    assert (got.outcome, got.kind, got.detail) == (C.REFUSED, "connect", "connection refused")
+
+
+def test_loopback_dns():
+    got = asyncio.run(C.Http1Transport().send(_request("http://servewatch-no-such-host.invalid:8000/metrics")))
+    assert (got.outcome, got.kind) == (C.DNS, "dns")
+    assert got.detail == "the host name servewatch-no-such-host.invalid could not be resolved"
+
+
+def test_loopback_tls_against_plain_http():
+    async def plain(reader, writer):                 # answers in plain HTTP before any TLS hello
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await reader.read(1)
+    got = _loopback(plain, scheme="https")
+    assert (got.outcome, got.kind) == (C.TLS, "connect")
+    assert got.detail.startswith("TLS failed")
+
+
+def test_loopback_timeout():
+    async def silent(reader, writer):
+        await _head(reader)
+        await asyncio.Event().wait()
+    got = _loopback(silent, timeout_s=0.3)
+    assert (got.outcome, got.kind, got.detail) == (C.TIMEOUT, "timeout", "no answer within 0.3 s")
+    assert 0.3 <= got.elapsed_s < 1.5
+
+
+def test_loopback_no_answer():
+    got = _loopback(lambda r, w: _head(r))      # reads the request, closes without a byte
+    assert (got.outcome, got.kind) == (C.NO_ANSWER, "connect")
+
+
+def test_loopback_cut_mid_body():
+    got = _loopback(lambda r, w: _answer(r, w, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b"))
+    assert (got.outcome, got.kind, got.detail) == (C.CUT, "protocol", "the answer was cut off (connection closed mid-body)")
+
+
+def test_loopback_too_large_declared_and_read():
+    declared = _loopback(lambda r, w: _answer(r, w, b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n"))
+    assert (declared.outcome, declared.status) == (C.TOO_LARGE, 200)
+    assert declared.detail == "body of 5,000 bytes exceeds the 1,000-byte bound"
+    chunk = b"%x\r\n%s\r\n" % (600, b"y" * 600)
+    read = _loopback(lambda r, w: _answer(r, w, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 2))
+    assert (read.outcome, read.detail) == (C.TOO_LARGE, "body exceeds the 1,000-byte bound")
+
+
+def test_loopback_protocol():
+    got = _loopback(lambda r, w: _answer(r, w, b"SSH-2.0-OpenSSH\r\n\r\n"))
+    assert (got.outcome, got.kind, got.detail) == (C.PROTOCOL, "protocol", "malformed answer (malformed status line)")
+
+
+def test_loopback_request_carries_method_body_headers_and_query():
+    seen = {}
+
+    async def echo(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen["head"] = head.decode()
+        seen["body"] = await reader.readexactly(7)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    async def go():
+        server, port = await _serve(echo)
+        try:
+            return await C.Http1Transport(keep_alive=False).send(C.HttpRequest(
+                "POST", f"http://127.0.0.1:{port}/v1/completions?a=1", timeout_s=2.0, max_bytes=100,
+                body=b'{"a":1}', headers=(("X-Route", "r1"),)))
+        finally:
+            server.close()
+    got = asyncio.run(go())
+    assert (got.status, got.body) == (200, b"{}")
+    assert seen["head"].startswith("POST /v1/completions?a=1 HTTP/1.1\r\n")
+    assert "X-Route: r1\r\n" in seen["head"] and "Content-Type: application/json\r\n" in seen["head"]
+    assert seen["body"] == b'{"a":1}'
+
+
+def test_send_blocking_without_a_loop():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            size = int(self.headers["Content-Length"])
+            body = self.rfile.read(size)
+            self.send_response(202)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        got = C.send_blocking(C.HttpRequest("POST", f"http://127.0.0.1:{server.server_port}/hook", timeout_s=2.0,
+                                        max_bytes=100, body=b"hello"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (got.status, got.body, got.ok) == (202, b"hello", True)
