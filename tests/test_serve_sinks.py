@@ -70,7 +70,7 @@ def test_an_unreachable_endpoint_never_blocks_is_said_once_and_counted(capsys):
     assert delivery.delivered == 0 and delivery.given_up >= 1
     lines = [line for line in capsys.readouterr().err.splitlines() if "alertmanager" in line]
     assert lines == ["servewatch serve: alertmanager http://127.0.0.1:1/api/v2/alerts: unreachable "
-                     "(Connection refused); retrying with backoff, watching continues"]
+                     "(connection refused); retrying with backoff, watching continues"]
 
 
 def test_webhook_posts_one_event_per_fired_and_cleared():

@@ -8,10 +8,9 @@ import queue
 import sys
 import threading
 import time
-# Not the transport: a blocking POST from the delivery thread (no event loop there; the transport is asyncio).
-import urllib.error
-import urllib.request
 from collections.abc import Callable
+
+from servewatch.transport.contract import HTTP_STATUS, TIMEOUT, TOO_LARGE, Failed, HttpRequest, send_blocking
 
 MAX_ANSWER_BYTES = 64 * 1024
 
@@ -95,17 +94,13 @@ class Delivery:
             self.on_give_up()
 
     def _post(self, body: bytes) -> str | None:
-        """None when delivered, else why not in a few words."""
-        request = urllib.request.Request(self.url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
-                answer.read(MAX_ANSWER_BYTES)
-                return None
-        except urllib.error.HTTPError as exc:
-            return f"HTTP {exc.code}"
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            return f"unreachable ({getattr(reason, 'strerror', None) or reason})"
-        except (OSError, ValueError) as exc:
-            return f"unreachable ({type(exc).__name__})"
+        """None when delivered, else why not in a few words (the transport contract's outcome, from this
+        thread, which has no event loop of its own: `send_blocking`)."""
+        got = send_blocking(HttpRequest("POST", self.url, timeout_s=self.timeout_s, max_bytes=MAX_ANSWER_BYTES,
+                                        body=body))
+        failed = got if isinstance(got, Failed) else got.failure()
+        if failed is None or (failed.outcome == TOO_LARGE and 200 <= (failed.status or 0) < 300):
+            return None              # delivered: a long answer is not read past the bound
+        if failed.outcome in (HTTP_STATUS, TIMEOUT):
+            return failed.detail
+        return f"unreachable ({failed.detail})"
