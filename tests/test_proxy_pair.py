@@ -406,3 +406,24 @@ def test_a_stop_ends_the_requests_in_flight_at_once_with_their_records():
     assert took < 2.0                                     # not aiohttp's 60 s wait for handlers to finish
     assert len(records) == 1 and records[0].error == "client_abort"
     assert records[0].proxy["pd"]["prefill_status"] == 200 and records[0].proxy["pd"]["decode_index"] == 0
+
+
+def test_the_proxys_metrics_count_a_pairs_requests():
+    from servewatch.proxy.telemetry import Telemetry
+
+    async def go():
+        telemetry = Telemetry()
+        async with Engine("prefill") as p0, Engine("decode") as d0, Engine("decode", mode="500") as d1:
+            pair = Pair([p0], [d0, d1])
+            pair.proxy.on_record = record_sink(None, telemetry)
+            telemetry.proxy = pair.proxy
+            async with pair:
+                statuses = [(await pair.post(_stream()))[0] for _ in range(2)]
+                return statuses, telemetry.exposition().decode()
+
+    statuses, text = asyncio.run(go())
+    assert statuses == [200, 502]
+    assert 'servewatch_proxy_requests_total{outcome="ok"} 1' in text
+    assert 'servewatch_proxy_requests_total{outcome="http_5xx"} 1' in text
+    assert ('gen_ai_server_time_to_first_token_seconds_count{gen_ai_operation_name="text_completion",'
+            'gen_ai_request_model="m",outcome="ok"} 1.0') in text
