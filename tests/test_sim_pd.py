@@ -198,6 +198,34 @@ def test_a_dead_prefill_fails_decode_after_its_wait_and_decode_stays_healthy():
     assert (kv.failed_transfers, kv.waiting_for_kv) == (1, 0)
 
 
+def test_a_prefill_killed_after_decode_read_from_it_fails_decode_at_once_as_the_real_pair_did():
+    """tests/fixtures/pd/kvboth-nixl-prefill-killed-after-handshake-decode.*: HTTP 500 at once (0.2 s), failed transfers
+    2 of which notifications 1, and the same three connector lines."""
+    wait_s = 30.0
+
+    async def go():
+        async with pd_pair("vllm", decode={"kv_wait_timeout": wait_s}) as pair, aiohttp.ClientSession() as s:
+            first = await pair.complete(s, prompt=PROMPT, max_tokens=2)
+            async with s.post(pair.prefill.url + "/v1/completions", json={
+                    "prompt": PROMPT, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}}) as r:
+                params = (await r.json())["kv_transfer_params"]
+            await pair.prefill.fault(s, "engine-death")
+            log = _log(pair.decode)
+            started = time.monotonic()
+            async with s.post(pair.decode.url + "/v1/completions", json={
+                    "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": params}) as r:
+                status = r.status
+            return first, status, time.monotonic() - started, _kv(pair.decode).kv_transfer, _events(log)
+
+    first, status, took, kv, events = _run(go())
+    assert first.decode_status == 200 and status == 500
+    assert took < wait_s / 2                      # not the wait of a prefill never reached
+    assert (kv.failed_transfers, kv.failed_notifications) == (2, 1)
+    assert [(k, f.get("failure_type", f.get("requests"))) for k, f in events if k.startswith("kv_")] == [
+        ("kv_transfer_failure", "transfer_setup_failed"), ("kv_load_failed", 1),
+        ("kv_transfer_failure", "notification_failed")]
+
+
 def test_a_fault_for_the_other_side_is_refused():
     async def go():
         async with pd_pair("vllm") as pair, aiohttp.ClientSession() as s:

@@ -204,13 +204,17 @@ class VllmLog(_Base):
         self._line("EngineCore", "WARNING", "base_worker.py:3033", f"Releasing expired KV blocks for request {rid} "
                    "which were retrieved by 0 remote worker(s) before lease expired.")
 
-    def kv_failed(self, failure_type: str, tokens: int, timeout_s: float) -> None:
+    def kv_failed(self, failure_type: str, tokens: int, timeout_s: float, *, notification: bool = False) -> None:
         rid = f"cmpl-{self.engine.config.seed:04x}{self.engine.pd.failed_transfers:028x}"
-        self._line("EngineCore", "ERROR", "base_worker.py:1261", f"NIXL transfer failure: {failure_type} | Context: "
-                   f"{{'failure_type': '{failure_type}', 'request_id': '{rid}', 'engine_id': "
-                   f"'{self.engine.pd.engine_id}'}}")
-        self._line("EngineCore", "ERROR", "scheduler.py:3418", f"Failing 1 request(s) due to KV load failure "
+        context = f"{{'request_id': '{rid}', 'engine_id': '{self.engine.pd.engine_id}'}}"
+        self._line("Worker", "ERROR", "pull_worker.py:562", f"NIXL transfer failure: {failure_type} | Context: "
+                   f"{{'failure_type': '{failure_type}', {context[1:]}")
+        self._line("EngineCore", "ERROR", "scheduler.py:3417", f"Failing 1 request(s) due to KV load failure "
                    f"(failure_policy=fail, {tokens} tokens affected). Request IDs: {{'{rid}'}}")
+        if notification:
+            self._line("Worker", "ERROR", "pull_worker.py:452", "NIXL transfer failure: notification_failed. P worker "
+                       "blocks will be freed after timeout. This may indicate network issues. | Context: "
+                       f"{{'failure_type': 'notification_failed', {context[1:]}")
 
     # --- failures --------------------------------------------------------------------------------
     def engine_death(self) -> None:
@@ -353,7 +357,7 @@ class SglangLog(_Base):
                    f"exception KVTransferError(bootstrap_room={room}): Request {room} timed out after {held_s:.1f}s "
                    "in KVPoll.Bootstrapping")
 
-    def kv_failed(self, failure_type: str, tokens: int, timeout_s: float) -> None:
+    def kv_failed(self, failure_type: str, tokens: int, timeout_s: float, *, notification: bool = False) -> None:
         room = self.engine.pd.failed_transfers
         self._line(f"Decode transfer failed for request rank=0 decode_req.req.rid='{room:032x}' "
                    f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "

@@ -68,6 +68,7 @@ class PdSide:
         self.bypass = False
         self._changed: asyncio.Event | None = None
         self._next = itertools.count()
+        self._peers: set[tuple[str, int]] = set()     # prefills this decode has read from (NIXL's handshake done)
 
     # --- faults -------------------------------------------------------------------------------------------
     def apply(self, kind: str) -> None:
@@ -172,6 +173,10 @@ class PdSide:
                 if hook is not None:
                     hook(seconds, nbytes)
                 return None
+            if outcome == "disconnected":
+                # a prefill already handshaken went away: NIXL fails the read at once (NIXL_ERR_REMOTE_DISCONNECT)
+                # and the completion notification too, as a real decode did when its prefill was killed
+                return self._failed(prompt_tokens, "transfer_setup_failed", notification=True)
             return self._failed(prompt_tokens, "transfer_exception")
         finally:
             self.waiting_for_kv -= 1
@@ -185,6 +190,7 @@ class PdSide:
         import aiohttp
 
         url = f"http://{host}:{port}{READ_PATH}"
+        peer = (host, port)
         clock = self.engine.clock
         async with aiohttp.ClientSession() as session:
             while True:
@@ -195,19 +201,29 @@ class PdSide:
                     async with session.post(url, json={"remote_request_id": rid},
                                             timeout=aiohttp.ClientTimeout(total=left)) as response:
                         if response.status == 200:
+                            self._peers.add(peer)
                             return (await response.json()).get("outcome", "ok")
                         if response.status == 404:
                             return "unknown"
-                except (aiohttp.ClientError, asyncio.TimeoutError):
-                    pass
+                        gone = True              # 503: the prefill's engine is dead
+                except asyncio.TimeoutError:
+                    gone = False                 # a stopped prefill: the read hangs, decode keeps waiting
+                except aiohttp.ClientError:
+                    gone = True                  # nothing listens there any more
+                if gone and peer in self._peers:
+                    return "disconnected"
                 if self.kv_fail:
                     return "failed"
                 await asyncio.sleep(min(RETRY_S, max(0.0, deadline - clock.now())))
 
-    def _failed(self, prompt_tokens: int, failure_type: str) -> str:
+    def _failed(self, prompt_tokens: int, failure_type: str, *, notification: bool = False) -> str:
         self.failed_transfers += 1
         self.interval["failed"].append(1)
-        self.engine.log.kv_failed(failure_type, prompt_tokens, self.engine.config.kv_wait_timeout)
+        if notification:
+            self.failed_notifications += 1
+            self.interval["failed"].append(1)
+        self.engine.log.kv_failed(failure_type, prompt_tokens, self.engine.config.kv_wait_timeout,
+                                  notification=notification)
         hook = getattr(self.engine.metrics, "on_kv_failed", None)
         if hook is not None:
             hook(prompt_tokens)
