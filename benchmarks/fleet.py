@@ -187,6 +187,7 @@ def main() -> None:
     parser.add_argument("--stalled", type=int, default=3)
     parser.add_argument("--history", type=float, default=600.0)
     parser.add_argument("--serve-scrape", type=float, default=5.0, help="seconds between reads of serve's /metrics")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE as JSON (benchmarks/run.py)")
     parser.add_argument("--serve-fleet", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fleet:
@@ -301,6 +302,12 @@ def main() -> None:
     problems += [f"{len(stalled) - len(times)} stalled target(s) never flagged"] if len(times) < len(stalled) else []
     if problems:
         raise SystemExit("fleet benchmark FAILED: " + "; ".join(problems))
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "targets": n, "interval_s": args.interval, "window_s": window,
+            "ms_per_target_scrape": {who: v * 1e3 for who, v in per.items()},
+            "cpu_ratio": per["servewatch"] / per["prometheus"] if "prometheus" in per else None,
+            "rss_kib_per_target": rss / n * 1024, "stalls_flagged_s": times}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

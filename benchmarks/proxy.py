@@ -476,14 +476,15 @@ def main() -> int:
                     help="staggered: each stream's tokens on its own schedule, the sends spread over the step (an "
                     "engine's independent requests; what the latency figures mean); lockstep: every stream's token "
                     "in the same tick of the upstream (a burst of --streams tokens each step)")
-    ap.add_argument("--hold", type=int, default=1000, help="streams held open for the memory figure")
+    ap.add_argument("--hold", type=int, default=1000, help="streams held open for the memory figure (0: none)")
     ap.add_argument("--baseline", metavar="DIR", help="also run `servewatch proxy` from the source tree DIR (e.g. a "
                     "worktree of an earlier commit) as the route 'baseline proxy', to compare two versions in one run")
     ap.add_argument("--rounds", type=int, default=3, help="each route measured once a round, in rotating order")
     ap.add_argument("--upstream", metavar="URL", help="a running engine (e.g. `servewatch lab vllm --port 8000`) "
                     "instead of the built-in upstream: TTFT and CPU per token only (its tokens carry no send "
                     "time), no memory figure; use far fewer --streams than the built-in upstream takes")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                    help="the figures as JSON, to FILE (benchmarks/run.py) or, without one, to stdout")
     args = ap.parse_args()
     model = None
     if args.upstream:
@@ -558,7 +559,7 @@ def main() -> int:
                              "req_leg": sorted(x for p in parts for x in p["req_leg"]),
                              "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
                              "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
-        memory = {} if model is not None else {   # (a real engine is not asked for 1000 long streams)
+        memory = {} if model is not None or args.hold <= 0 else {   # (a real engine is not asked for 1000 streams)
             name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
     finally:
         for p in reversed(procs):
@@ -598,8 +599,22 @@ def main() -> int:
             mine, theirs = (r[n]["cpu_s"] / max(r[n]["tokens"], 1) for n in ("servewatch proxy", "nginx"))
             per_round.append(mine / theirs if theirs else float("nan"))
     if args.json:
-        print(json.dumps({"routes": table, "cpu_ratio_per_round": per_round, "event_loop": event_loop(),
-                          "schedule": args.schedule}, indent=2))
+        document = {"routes": table, "cpu_ratio_per_round": per_round, "event_loop": event_loop(),
+                    "schedule": args.schedule}
+        if "nginx" in table and "servewatch proxy" in table:
+            # what benchmarks/run.py holds: CPU per token as a ratio, the added latencies as the proxy's minus
+            # nginx's (ms; the two measured in the same run against the same upstream)
+            mine, theirs = table["servewatch proxy"], table["nginx"]
+            document["vs_nginx"] = {
+                "cpu_per_token_ratio": mine["cpu_s_per_100k_tokens"] / theirs["cpu_s_per_100k_tokens"],
+                **{f"{key}_minus_ms": mine[key] - theirs[key]
+                   for key in ("added_ttft_p50_ms", "added_ttft_p99_ms", "added_token_p99_ms")
+                   if mine.get(key) is not None and theirs.get(key) is not None}}
+        text = json.dumps(document, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
         return 0
     sched = ("each stream on its own schedule, the sends spread over the step" if args.schedule == "staggered"
              else "every stream's token in the same tick")

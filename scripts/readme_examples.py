@@ -839,8 +839,10 @@ def example_benchmark_results(workdir: Path) -> str:
            "| figure | value | runs | band | better | what |", "|---|---|---|---|---|---|"]
     for name, figure in doc.get("figures", {}).items():
         runs = ", ".join(f"{run:g}" for run in figure.get("runs", ()))
+        band = (f"±{figure.get('band', 0):g} {figure.get('unit', '')}" if figure.get("absolute")   # in its unit
+                else f"±{figure.get('band', 0):.0%}")
         out.append(f"| `{name}` | {figure['value']:g} {figure.get('unit', '')} | {runs} | "
-                   f"±{figure.get('band', 0):.0%} | {figure.get('better', '')} | {_cell(figure.get('what', ''))} |")
+                   f"{band} | {figure.get('better', '')} | {_cell(figure.get('what', ''))} |")
     return "\n".join(out) + "\n"
 
 

@@ -112,6 +112,35 @@ def test_the_committed_results_name_every_figure_of_the_runner(run):
         assert f["band"] >= f["floor"] and len(f["runs"]) >= 2, name
 
 
+def test_an_absolute_figure_is_banded_in_its_unit(run, tmp_path):
+    """A figure that may sit near or below zero (ms the proxy adds beyond nginx) has its spread, band and
+    "worse by" in its unit: from 0.5 ms to 1.2 ms is 0.7 ms worse, within a 1 ms band and beyond a 0.5 ms one
+    (relative to 0.5 it would be 140 % worse, and a figure at 0 could never regress)."""
+    benchmark = run.Benchmark("abs", (), {"ms": run.Figure("ms", "ms", "lower", 0.5, "ms added", absolute=True)})
+    [(name, summary)] = run.summarize(benchmark, [{"ms": -0.2}, {"ms": 1.2}]).items()
+    assert (summary["spread"], summary["band"], summary["absolute"]) == (pytest.approx(1.4), pytest.approx(1.4), True)
+    previous = {"abs.ms": {**figure(0.5, 1.0), "absolute": True}}
+    verdict = run.compare(previous, {"abs.ms": {**figure(1.2, 0.5), "absolute": True}})[0]
+    assert (verdict["status"], verdict["worse_by"]) == ("within", pytest.approx(0.7))
+    previous["abs.ms"]["band"] = 0.5
+    assert run.compare(previous, {"abs.ms": {**figure(1.2, 0.5), "absolute": True}})[0]["status"] == "regressed"
+    assert run.compare({"z.ms": {**figure(0.0, 0.5), "absolute": True}},
+                       {"z.ms": {**figure(0.6, 0.5), "absolute": True}})[0]["status"] == "regressed"
+    assert run.compare(previous, {"abs.ms": {**figure(-0.1, 0.5), "absolute": True}})[0]["status"] == "improved"
+
+
+def test_a_benchmark_whose_baseline_is_missing_is_skipped_and_its_figures_kept(run, tmp_path, capsys):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"figures": {"gone.x": {**figure(1.0, 0.1), "runs": [1.0, 1.0]}}}))
+    absent = run.Benchmark("gone", (), {"x": run.Figure("x", "x", "lower", 0.1, "needs a program")},
+                           run=lambda: {"x": 9.0}, needs=("no-such-program-servewatch",))
+    argv = ["--results", str(results), "--previous", str(results)]
+    assert run.main(argv, [absent, synthetic(run, [{"peak": 100, "alone": 50}] * 2)]) == 0
+    assert "gone: skipped, its baseline needs no-such-program-servewatch" in capsys.readouterr().out
+    written = json.loads(results.read_text())["figures"]
+    assert written["gone.x"]["value"] == 1.0 and written["syn.mb"]["value"] == 100
+
+
 def test_within_leaves_no_reference_cycle():
     """Every scrape goes through within; a cycle there held each answer (a whole /metrics body) until
     serve's rare cyclic collection: +40 MB over 100 targets at a 0.5 s cadence."""
