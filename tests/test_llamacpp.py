@@ -360,3 +360,62 @@ def test_watch_names_the_decode_loop_hang_not_serving_with_metrics_timing_out(re
     assert fired[0]["action"] == "restart"
     incident = json.loads((tmp_path / fired[0]["bundle"] / "incident.json").read_text())
     assert incident["target"]["dialect"] == "llamacpp"
+
+
+# --- the slot picture: a bounded source --------------------------------------------------------------------------
+
+def test_the_slots_source_says_which_slot_is_busy_for_how_long_and_times_out_with_the_loop(ready_sim):
+    from servewatch.clock import RealClock
+    from servewatch.sources.http import http_transport
+    from servewatch.sources.slots import SlotsSource
+    from servewatch.transport.contract import Http1Transport
+    from tests.test_seams import streams_under_way
+
+    streams_under_way(ready_sim.url, n=2)
+    clock = RealClock()
+
+    async def readings(max_bytes=2**20):
+        async with Http1Transport() as transport:
+            source = SlotsSource(http_transport(transport, ready_sim.url + "/slots", timeout_s=0.5, max_bytes=max_bytes),
+                                 clock, 0.2, llamacpp.DIALECT)
+            first = (await source.poll())[0]
+            second = (await source.poll())[0]
+            ready_sim.post("/_sim/fault", {"kind": "stall"})
+            hung = (await source.poll())[0]
+            ready_sim.post("/_sim/fault", {"kind": "clear"})
+            return first, second, hung
+
+    first, second, hung = asyncio.run(readings())
+    assert (first.error, first.busy, first.prefilling, len(first.slots)) == (None, 2, 0, 3)
+    busy = [view for view in second.slots if view.slot.busy]
+    assert [view.slot.id for view in busy] == [0, 1] and all(view.slot.decoded >= 1 for view in busy)
+    # the same request on the same slot: busy since the first reading, so longer by the time between the two
+    assert all(b.busy_s >= a.busy_s + (second.t - first.t) - 1e-6 for a, b in zip(first.slots, second.slots)
+               if a.slot.busy)
+    assert [view.busy_s for view in second.slots if not view.slot.busy] == [None]
+    assert (hung.error, hung.slots) == ("timeout", ())        # the listing waits on the hung loop: bounded at 0.5 s
+    [small] = asyncio.run(_one_reading(ready_sim.url + "/slots", max_bytes=64))
+    assert small.error == "too_large"
+
+
+async def _one_reading(url, max_bytes=2**20):
+    from servewatch.clock import RealClock
+    from servewatch.sources.http import http_transport
+    from servewatch.sources.slots import SlotsSource
+    from servewatch.transport.contract import Http1Transport
+
+    async with Http1Transport() as transport:
+        return await SlotsSource(http_transport(transport, url, timeout_s=2.0, max_bytes=max_bytes), RealClock(), 0.2,
+                                 llamacpp.DIALECT).poll()
+
+
+def test_the_slots_source_reads_the_loading_503_and_a_body_of_another_shape_as_failures(sim):
+    [loading] = asyncio.run(_one_reading(sim.url + "/slots"))
+    assert (loading.error, loading.slots) == ("http_503", ())
+    sim.engine._become_ready(sim.engine.clock.now())
+    [ready] = asyncio.run(_one_reading(sim.url + "/slots"))
+    assert (ready.error, ready.busy, len(ready.slots)) == (None, 0, 3)
+    [not_json] = asyncio.run(_one_reading(sim.url + "/metrics"))
+    assert (not_json.error, not_json.slots) == ("parse", ())
+    [no_listing] = asyncio.run(_one_reading(sim.url + "/v1/models"))      # JSON, but not a slot array
+    assert no_listing.error == "parse"

@@ -1,0 +1,94 @@
+"""The slot picture: an engine's slot listing (`Dialect.slots_path`, read by `Dialect.read_slots`) → which slot is
+busy, since when it has been seen busy on the same request, and the tokens it has processed; or a reading whose
+`error` is the failure's kind in the scrape vocabulary ("connect", "timeout", "http_503", "too_large", "parse").
+
+Bounded like every source: the transport's timeout and byte bound (`http_transport`, the project's HTTP/1.1 client
+under `transport.contract`). An engine's listing may wait on its loop (Dialect.metrics_wait_on_engine): then a
+timeout is the loop's silence, as /metrics's is. A slot holds numbers only; the engine's task id is used to tell
+one request from the next on a slot and is never kept in a reading.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from servewatch.clock import Clock
+from servewatch.dialects.base import Dialect, Slot
+from servewatch.kinds import PARSE
+from servewatch.sources.http import Transport
+from servewatch.sources.scrape import ScrapeFailure, http_status_failure
+
+MAX_BYTES = 1 * 2**20        # a listing of 256 slots without debug fields is about 60 kB
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """One slot as the source last saw it: the dialect's numbers, and how long it has been busy on one request."""
+
+    slot: Slot
+    busy_s: float | None          # since the first reading that saw it busy on this request; None when idle
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsReading:
+    t: float                                 # when the answer arrived (or the failure)
+    slots: tuple[SlotView, ...] = ()
+    elapsed_s: float | None = None
+    error: str | None = None
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for view in self.slots if view.slot.busy)
+
+    @property
+    def prefilling(self) -> int:
+        return sum(1 for view in self.slots if view.slot.prefilling)
+
+
+class SlotsSource:
+    """Polled like a source (`poll()` never raises); not yet one of the recorder's kinds (kinds.SOURCE_KINDS)."""
+
+    def __init__(self, transport: Transport, clock: Clock, interval: float, dialect: Dialect):
+        self._transport = transport
+        self._clock = clock
+        self.interval = interval
+        self.dialect = dialect
+        self._busy_since: dict[int, tuple[object, float]] = {}     # slot id -> (its request's task id, first seen)
+
+    async def poll(self) -> list[SlotsReading]:
+        answer = await self._transport()
+        t = self._clock.now()
+        if isinstance(answer, ScrapeFailure):
+            return [SlotsReading(t, error=answer.label, elapsed_s=answer.elapsed_s)]
+        if answer.status != 200:
+            return [SlotsReading(t, error=http_status_failure(answer.status).label, elapsed_s=answer.elapsed_s)]
+        try:
+            data = json.loads(answer.body)
+            slots = self.dialect.read_slots(data)
+        except (ValueError, UnicodeDecodeError):
+            return [SlotsReading(t, error=PARSE, elapsed_s=answer.elapsed_s)]
+        tasks = _task_ids(data)
+        views = []
+        seen: dict[int, tuple[object, float]] = {}
+        for slot in slots:
+            if not slot.busy:
+                views.append(SlotView(slot, None))
+                continue
+            task = tasks.get(slot.id)
+            before = self._busy_since.get(slot.id)
+            since = before[1] if before is not None and before[0] == task else t
+            seen[slot.id] = (task, since)
+            views.append(SlotView(slot, t - since))
+        self._busy_since = seen
+        return [SlotsReading(t, tuple(views), answer.elapsed_s)]
+
+    async def close_connections(self) -> None:
+        close = getattr(self._transport, "close", None)
+        if close is not None:
+            await close()
+
+
+def _task_ids(data) -> dict[int, object]:
+    """slot id -> the engine's task id on it (compared between readings, never stored)."""
+    return {item["id"]: item.get("id_task") for item in data if isinstance(item, dict) and "id" in item}
