@@ -27,6 +27,9 @@ NIXL_PIN = "nixl==1.5.1"          # 1.5.2 was offered on 2026-12-06 and pip sett
 NIXL_INSTALL_TIMEOUT_S = 900.0
 DEFAULT_LEASE_S = 30              # vLLM's own default kv_lease_duration
 UCX_TRANSPORTS = "tcp,self"
+# Both instances run eager (no torch.compile): with it, neither of two instances starting at once on 2 busy cores
+# was ready in 300 s (docs/site/real-engines.md); eager, both were in 272-284 s under a load average of 12-20.
+PAIR_ARGS = ("--enforce-eager",)
 # The request fields that make a prefill keep its blocks for a remote decode (vLLM's toy disaggregation proxy).
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
 
@@ -110,9 +113,9 @@ class PdPair:
 
 def pd_pair(lab, connector: str, workdir: Path, *, lease_s: int = DEFAULT_LEASE_S,
             prefill_port: int | None = None, decode_port: int | None = None,
-            log_dir: Path | None = None, extra_args: tuple[str, ...] = (), **settings) -> PdPair:
+            log_dir: Path | None = None, extra_args: tuple[str, ...] = PAIR_ARGS, **settings) -> PdPair:
     """Two lab vLLM servers (not started) joined by `connector`; the example connector's files under `workdir`.
-    `extra_args` go to both (e.g. --enforce-eager); `settings` are ServerConfig fields both share
+    `extra_args` go to both (default PAIR_ARGS); `settings` are ServerConfig fields both share
     (max_model_len, kv_cache_memory_bytes, ...)."""
     if connector not in CONNECTORS:
         raise ValueError(f"unknown connector {connector!r}")

@@ -31,7 +31,7 @@ def _config(server, *more: str) -> dict:
 
 def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(tmp_path):
     pair = pd.pd_pair(_lab(tmp_path), "example", tmp_path / "work", max_num_seqs=4)
-    prefill, decode = _config(pair.prefill), _config(pair.decode)
+    prefill, decode = _config(pair.prefill, "--enforce-eager"), _config(pair.decode, "--enforce-eager")
     assert (prefill["kv_connector"], prefill["kv_role"], decode["kv_role"]) == (
         "ExampleConnector", "kv_producer", "kv_consumer")
     assert prefill["kv_connector_extra_config"] == decode["kv_connector_extra_config"] == {
@@ -43,9 +43,9 @@ def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(tmp_path):
 
 def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(tmp_path):
     pair = pd.pd_pair(_lab(tmp_path), "nixl", tmp_path / "work", lease_s=5, prefill_port=4001,
-                      extra_args=("--enforce-eager",))
+                      extra_args=("--max-num-batched-tokens", "512"))
     for server, role in zip(pair.servers(), ("kv_producer", "kv_consumer")):
-        config = _config(server, "--enforce-eager")
+        config = _config(server, "--max-num-batched-tokens", "512")
         assert (config["kv_connector"], config["kv_role"], config["kv_buffer_device"]) == ("NixlConnector", role, "cpu")
         assert config["kv_connector_extra_config"] == {"kv_lease_duration": 5}
         env = dict(server.config.extra_env)
