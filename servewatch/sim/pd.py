@@ -155,6 +155,10 @@ class PdSide:
         self.waiting_for_kv += 1
         if self._changed is None:
             self._changed = asyncio.Event()
+        # the blocks the remote KV will land in are held while it is awaited (vLLM allocates them before the load,
+        # so KV usage shows a decode's waiting requests; when none are free the request waits without them)
+        pool = engine.pool
+        held = pool.allocate(-(-prompt_tokens // engine.config.block_size)) or []
         try:
             while self.kv_stall:       # KV that never comes: the request waits, deferred, for as long as the fault
                 self._changed.clear()
@@ -180,6 +184,8 @@ class PdSide:
             return self._failed(prompt_tokens, "transfer_exception")
         finally:
             self.waiting_for_kv -= 1
+            if held and engine.pool is pool:      # (a restarted engine has a new pool)
+                pool.release(held)
             engine._wake()
 
     async def _read_remote(self, params: dict, deadline: float) -> str:
