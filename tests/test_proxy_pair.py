@@ -33,6 +33,7 @@ class Engine:
         self.bodies: list[dict] = []
         self.request_ids: list[str] = []
         self.release = asyncio.Event()
+        self.abandoned = 0                         # requests whose connection the proxy closed while they hung
         self.runner = None
         self.port = None
 
@@ -69,8 +70,15 @@ class Engine:
         self.request_ids.append(request.headers.get("X-Request-Id", ""))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)          # the stand-in's own prefill time, measured by the proxy
-        if self.mode == "hang":
-            await self.release.wait()
+        if self.mode == "hang":                    # until the test ends, or the proxy closes the connection
+            while not self.release.is_set():
+                if request.transport is None or request.transport.is_closing():
+                    self.abandoned += 1
+                    return web.Response()
+                try:
+                    await asyncio.wait_for(self.release.wait(), 0.02)
+                except TimeoutError:
+                    pass
         if self.mode == "500":
             return web.json_response({"error": {"message": f"boom on {PROMPT}", "type": "InternalServerError"}},
                                      status=500)
@@ -427,3 +435,23 @@ def test_the_proxys_metrics_count_a_pairs_requests():
     assert 'servewatch_proxy_requests_total{outcome="http_5xx"} 1' in text
     assert ('gen_ai_server_time_to_first_token_seconds_count{gen_ai_operation_name="text_completion",'
             'gen_ai_request_model="m",outcome="ok"} 1.0') in text
+
+
+def test_a_client_that_leaves_during_the_prefill_cancels_it_and_decode_is_never_asked():
+    async def go():
+        async with Engine("prefill", mode="hang") as p0, Engine("decode") as d0:
+            async with Pair([p0], [d0]) as pair:
+                task = asyncio.create_task(pair.post(_stream()))
+                async with asyncio.timeout(10):
+                    while not p0.bodies:
+                        await asyncio.sleep(0.01)
+                task.cancel()                             # the client closes its connection
+                await pair.settled(1)
+                async with asyncio.timeout(10):
+                    while not p0.abandoned:               # the prefill sees its request's connection closed
+                        await asyncio.sleep(0.01)
+                return pair.records[0], d0.bodies
+
+    rec, decoded = asyncio.run(go())
+    assert rec.error == "client_abort" and rec.proxy["pd"]["failed_leg"] is None
+    assert rec.proxy["pd"]["decode"] is None and decoded == []
