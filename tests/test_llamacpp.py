@@ -192,6 +192,20 @@ def test_a_long_prompt_batch_logged_meanwhile_is_not_a_hang():
     assert len(N.detect(_window(running=1.0, logs=[earlier]), DetectorConfig())) == 1
 
 
+@pytest.mark.parametrize("progress, tps, hang", [
+    (0.25, 100.0, False),     # 6144 tokens left at 100/s: 61 s; silent 13 s since the line: a long prompt, no verdict
+    (0.95, 1000.0, True),     # 108 tokens left at 1000/s: 0.1 s, long overdue at 13 s
+    (0.5, 320.0, True),       # 2048 left at 320/s: 6.4 s, twice that 12.8 s < 13 s: the hang is said
+    (0.5, 310.0, False),      # 2048 left at 310/s: 6.61 s, twice that 13.2 s > 13 s: still due
+])
+def test_a_prompt_under_way_is_waited_for_twice_the_rest_of_it_at_its_logged_rate(progress, tps, hang):
+    # the line at 10 (before the first probe was asked at 12): 2048 prompt tokens computed; the verdict's time is 23
+    line = LogEvent(T0 + 10.0, "stats", {"batch": "prefill", "slot": 0, "tokens": 2048, "progress": progress,
+                                        "tps": tps, "seconds": 20.0})
+    assert N.PROMPT_DUE_FACTOR == 2.0
+    assert len(N.detect(_window(running=1.0, logs=[line]), DetectorConfig())) == (1 if hang else 0)
+
+
 def test_an_engine_whose_metrics_do_not_wait_on_its_loop_keeps_the_old_rule():
     # vLLM answers /metrics from its API process: its timeouts say nothing of the engine, the stale gauges decide
     assert N.detect(_window(running=3.0, dialect="vllm"), DetectorConfig()) == []

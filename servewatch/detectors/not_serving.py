@@ -6,6 +6,14 @@ The idle wedge: an engine that hangs while nothing runs keeps its gauges at 0 ru
 every counter flat and /health at 200 — to a passive reader, an idle server — while every request that
 arrives waits forever. Only asking the server for a token tells the two apart (see sources.probe).
 A probe that could not be asked (no /v1/models, the model 404s, a 4xx) proves nothing and never counts.
+
+Where /metrics is answered by the engine's own loop (Dialect.metrics_wait_on_engine), a hung loop also silences
+/metrics while /health, answered by the HTTP thread, stays 200: scrapes that time out since the first missed probe
+are the verdict's second sign (the endpoint and how long it has not answered are said), and the gauges read before
+the silence, stale, no longer send it to alive_health_ok_no_progress. A long prompt is no hang: the loop answers
+/metrics between its batches with its step counter moved (which resets the probes' run), a batch ending meanwhile
+writes a prompt-progress line, and the newest such line says how long the rest of its prompt takes at its rate:
+the verdict waits for twice that (PROMPT_DUE_FACTOR).
 """
 
 from __future__ import annotations
@@ -74,7 +82,7 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     # sent are the hung loop's second sign, and the gauges read before it are stale: they decide nothing. The same
     # silence during one long prompt batch is no hang: the log shows the loop finishing batches meanwhile.
     silent = _metrics_silent(window, asked)
-    if silent and _loop_logged_progress(window, asked):
+    if silent and (_loop_logged_progress(window, asked) or _prompt_still_due(window, max(last.t, health[-1].t))):
         return None
     newest = None if silent else _newest_gauges(window, key)
     if newest is not None and ((newest[1] or 0) > 0 or (newest[2] or 0) > 0):
@@ -131,6 +139,24 @@ def _loop_logged_progress(window: Window, asked: float) -> bool:
     """The engine's log shows its loop finishing work since `asked`: a prompt batch's progress line or a generation
     rate line (a `stats` event)."""
     return any(event.kind == "stats" and event.t >= asked for event in window.logs)
+
+
+# A prompt's own log line says how much of it is left and how fast it goes: its loop is silent for up to this many
+# times that long before a hang is said (a rate measured over the prompt so far; batches differ, hence the margin).
+PROMPT_DUE_FACTOR = 2.0
+
+
+def _prompt_still_due(window: Window, at: float) -> bool:
+    """The newest `stats` line is a prompt's progress (batch "prefill", progress under 1) and the rest of that prompt,
+    at the rate the line states, is not yet PROMPT_DUE_FACTOR times overdue at `at`: one long prompt batch, not a hang."""
+    line = next((event for event in reversed(window.logs) if event.kind == "stats" and event.t <= at), None)
+    if line is None or line.fields.get("batch") != "prefill":
+        return False
+    done, progress, rate = (line.fields.get(k) for k in ("tokens", "progress", "tps"))
+    if not all(isinstance(v, (int, float)) and v > 0 for v in (done, progress, rate)) or progress >= 1:
+        return False
+    left_s = done * (1 - progress) / progress / rate
+    return at - line.t < PROMPT_DUE_FACTOR * left_s
 
 
 def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> bool:
