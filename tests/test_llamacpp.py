@@ -433,3 +433,22 @@ def test_the_slots_source_reads_the_loading_503_and_a_body_of_another_shape_as_f
     assert (not_json.error, not_json.slots) == ("parse", ())
     [no_listing] = asyncio.run(_one_reading(sim.url + "/v1/models"))      # JSON, but not a slot array
     assert no_listing.error == "parse"
+
+
+def test_inspect_shows_the_engine_and_its_slot_picture(ready_sim, capsys):
+    from servewatch.cli import main
+    from tests.test_seams import streams_under_way
+
+    streams_under_way(ready_sim.url, n=2)
+    assert main(["inspect", ready_sim.url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["dialect"], report["engines"][0]["running"]) == ("llamacpp", 2)
+    slots = report["slots"]
+    assert (slots["error"], slots["busy"], [s["busy"] for s in slots["slots"]]) == (None, 2, [True, True, False])
+    assert all(s["decoded"] >= 1 and s["prompt_processed"] > 0 for s in slots["slots"][:2])
+    assert main(["inspect", ready_sim.url]) == 0
+    out = " ".join(capsys.readouterr().out.split())          # the console folds long lines
+    assert re.search(r"slots: 2 of 3 busy: slot 0 generating \(\d+ tokens\); slot 1 generating \(\d+ tokens\)", out)
+    ready_sim.post("/_sim/fault", {"kind": "stall"})
+    assert main(["inspect", ready_sim.url, "--timeout", "0.5"]) == 2       # /metrics waits on the hung loop too
+    assert capsys.readouterr().err.endswith("/metrics: no answer within 0.5 s\n")

@@ -61,12 +61,37 @@ def run(args: argparse.Namespace) -> int:
             scrape = ScrapeFailure(TOO_MANY_SERIES, detail=f"{scrape.detail}; --max-series sets it")
         raise ScrapeFailed(args.source, scrape)
     report = build_report(scrape)
+    _add_slots(report, args)
     if args.json:
         json.dump(report, sys.stdout, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print_report(report, wide=args.wide)
     return 0
+
+
+def _add_slots(report: dict, args) -> None:
+    """The slot picture, where the engine lists its slots and SOURCE is a URL (a file has none)."""
+    from servewatch import dialects
+    from servewatch.sources.slots import read_once, reading_json
+    from servewatch.sources.urls import base_url
+
+    dialect = dialects.by_name(report["dialect"])
+    if dialect is not None and dialect.slots_path and "://" in args.source:
+        reading = read_once(base_url(args.source) + dialect.slots_path, dialect, timeout_s=args.timeout)
+        report["slots"] = reading_json(reading)
+
+
+def _slots_line(slots: dict) -> str:
+    from servewatch.kinds import failure_words
+
+    if slots["error"]:
+        return f"slots: not read ({failure_words(slots['error'])})"
+    busy = [s for s in slots["slots"] if s["busy"]]
+    said = "; ".join(f"slot {s['id']} " + (f"on its prompt ({_num(s['prompt_processed'])} tokens computed)"
+                                            if s["prefilling"] else f"generating ({_num(s['decoded'])} tokens)")
+                     for s in busy[:TABLE_ENGINES])
+    return f"slots: {len(busy)} of {len(slots['slots'])} busy" + (f": {said}" if said else "")
 
 
 def _what_it_holds(body: bytes, bounds) -> str:
@@ -169,6 +194,8 @@ def print_report(report: dict, max_engines: int = TABLE_ENGINES, wide: bool = Fa
                          Text("BLIND", style="red") if h["blind"] else "")
         tables.print_table(console, hist)
     console.print("* p50/p99 as Prometheus histogram_quantile computes them from the buckets")
+    if "slots" in report:
+        console.print(_slots_line(report["slots"]))
     shown_labels = [engine["labels"] for engine in shown]
     findings = [f for f in report["findings"] if f["labels"] in shown_labels]
     for finding in findings:

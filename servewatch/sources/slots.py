@@ -92,3 +92,28 @@ class SlotsSource:
 def _task_ids(data) -> dict[int, object]:
     """slot id -> the engine's task id on it (compared between readings, never stored)."""
     return {item["id"]: item.get("id_task") for item in data if isinstance(item, dict) and "id" in item}
+
+
+def read_once(url: str, dialect: Dialect, *, timeout_s: float, max_bytes: int = MAX_BYTES) -> SlotsReading:
+    """One reading of a slot listing for a one-shot command (`inspect`): never raises, a failure is its `error`."""
+    import asyncio
+
+    from servewatch.clock import RealClock
+    from servewatch.sources.http import http_transport
+    from servewatch.transport.contract import Http1Transport
+
+    async def once() -> SlotsReading:
+        async with Http1Transport() as transport:
+            get = http_transport(transport, url, timeout_s=timeout_s, max_bytes=max_bytes)
+            return (await SlotsSource(get, RealClock(), 0.0, dialect).poll())[0]
+
+    return asyncio.run(once())
+
+
+def reading_json(reading: SlotsReading) -> dict:
+    """A reading as numbers and the failure's kind (what `inspect --json` prints)."""
+    return {"error": reading.error, "busy": reading.busy, "prefilling": reading.prefilling,
+            "slots": [{"id": v.slot.id, "busy": v.slot.busy, "prefilling": v.slot.prefilling, "n_ctx": v.slot.n_ctx,
+                       "prompt_processed": v.slot.prompt_processed, "prompt_cached": v.slot.prompt_cached,
+                       "decoded": v.slot.decoded, "remaining": v.slot.remaining, "busy_s": v.busy_s}
+                      for v in reading.slots]}
