@@ -18,7 +18,13 @@ __all__ = ["duration", "register", "run"]
 
 def register(subparsers) -> None:
     parser = add_command(subparsers, "watch", HELP, DESCRIPTION, run)
-    add_recording_arguments(parser, DEFAULTS)
+    add_recording_arguments(parser, DEFAULTS, url_optional=True)
+    parser.add_argument("--prefill", action="append", metavar="URL",
+                        help="instead of URL, a disaggregated deployment: a prefill instance (repeat for more), watched "
+                             "with its --decode instances as one target: each recorded on its own, the pair's verdicts "
+                             "(kv_transfer_stall, kv_expired, pd_bypass, kv_transfer_failures) judged together")
+    parser.add_argument("--decode", action="append", metavar="URL",
+                        help="a decode instance of the deployment (repeat for more)")
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
     parser.add_argument("--unverified-pid-ok", action="store_true",
                         help="record --pid although it cannot be proven, from here, to hold the URL's port (another "
@@ -39,9 +45,15 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import asyncio
 
+    from servewatch.errors import ServewatchError
+    from servewatch.watch.deployment import watch_deployment
     from servewatch.watch.lifecycle import watch_session
 
+    if args.url is None and not (args.prefill or args.decode):
+        raise ServewatchError("give the server's URL, or a deployment: --prefill URL --decode URL")
     try:
+        if args.prefill or args.decode:
+            return asyncio.run(watch_deployment(args, DEFAULTS))
         return asyncio.run(watch_session(args, DEFAULTS))
     except KeyboardInterrupt:   # a signal before the recording began, or a second one: stopped at once
         from servewatch import stopping

@@ -41,11 +41,12 @@ def run_detectors(window: Window, config: DetectorConfig | None = None) -> list[
 
 def _deployment(window: Window, recent: Window, config: DetectorConfig) -> list[Verdict]:
     """A deployment's verdicts: each instance's own (judged on its window as on a target's, each named by its
-    `instance` and `role` details), then the pair's (judged on the instances together)."""
+    `instance` and `role` details and in its words), then the pair's (judged on the instances together)."""
     verdicts: list[Verdict] = []
     for instance in window.instances:
         own = run_detectors(instance.window, config)
-        verdicts.extend(dataclasses.replace(v, details={**v.details, "instance": instance.name, "role": instance.role})
+        verdicts.extend(dataclasses.replace(v, why=f"{instance.role} {instance.name}: {v.why}",
+                                            details={**v.details, "instance": instance.name, "role": instance.role})
                         for v in own)
     pair: list[Verdict] = []
     for spec in registry.specs():

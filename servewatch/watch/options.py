@@ -113,10 +113,12 @@ ONE_SERVER = ("url", "interval", "history", "out", "log_file", "gpu_metrics", "d
 
 def add_recording_arguments(parser: argparse.ArgumentParser, defaults: RecordingOptions,
                             flags: Iterable[str] = ONE_SERVER, *, overlay: bool = False,
-                            help: Mapping[str, str] | None = None, metavar: Mapping[str, str] | None = None) -> None:
+                            help: Mapping[str, str] | None = None, metavar: Mapping[str, str] | None = None,
+                            url_optional: bool = False) -> None:
     """Add the shared recording `flags` (keys of `_FLAGS`) to `parser`, their defaults from `defaults`.
     `overlay`: the flags default to None (not given), for a command whose base is read later (serve's
-    config file); `help`/`metavar`: a command's own wording, with {fields} of `defaults` filled in."""
+    config file); `help`/`metavar`: a command's own wording, with {fields} of `defaults` filled in; `url_optional`:
+    the URL may be left out (watch's deployment names its instances with --prefill and --decode instead)."""
     words = {**dataclasses.asdict(defaults), "history_min": defaults.history_s / 60,
              "probes_an_hour": 3600 / defaults.probe_interval,
              "probe_deadline_words": (LEARNED_DEADLINE_WORDS if defaults.probe_deadline is None
@@ -138,6 +140,8 @@ def add_recording_arguments(parser: argparse.ArgumentParser, defaults: Recording
             kwargs["metavar"] = metavar[key]
         text = (help or {}).get(key, flag.help).format(**words)
         if key == "url":
+            if url_optional:
+                kwargs.update(nargs="?", default=None)
             parser.add_argument(dest, help=text, **kwargs)
         else:
             parser.add_argument(option, dest=dest, help=text, **kwargs)

@@ -88,10 +88,14 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001 - sources never raise; if one does, it must not stop the others
             print(f"servewatch {self.tool}: {source.kind} source failed: {type(exc).__name__}", file=sys.stderr)
             return
-        self.ring.extend(samples)
+        self.keep(source, samples)
         self.samples_seen += len(samples)
         if self._new_samples is not None and samples:
             self._new_samples.set()
+
+    def keep(self, source: Source, samples) -> None:
+        """Put a source's samples on the timeline (a deployment's recorder: on its instance's own)."""
+        self.ring.extend(samples)
 
     def detect(self) -> list[Fired]:
         """Run the detectors over the current window; tell every sink (in this thread) what started and

@@ -1,0 +1,173 @@
+"""A deployment watched as one target: the prefill and decode instances of a disaggregated pair (`watch --prefill
+URL --decode URL`, each repeatable). Each instance is recorded as a target of its own — its own sources (health,
+/metrics, the active probe) and its own ring, its own timeline — and one recorder judges them together: each
+instance's verdicts on its own window (named by the instance), the pair's on all of them with each one's role
+(`timeline.window.InstanceWindow`, `detectors.pd`)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from servewatch.bundle.serialize import safe_token
+from servewatch.errors import ServewatchError
+from servewatch.timeline.ring import Ring
+from servewatch.timeline.window import InstanceWindow, Window
+from servewatch.watch.recorder import Recorder
+
+ROLES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class PairMember:
+    """One instance of a deployment as given: its name (host:port, a token: what verdicts and lines call it),
+    its role and its URL."""
+
+    name: str
+    role: str
+    url: str
+
+
+def members_from(prefill: Sequence[str], decode: Sequence[str]) -> tuple[PairMember, ...]:
+    """The deployment the flags name; ServewatchError (one line, exit 2) for a bad URL, a URL given twice, or a
+    deployment without a prefill or without a decode."""
+    from servewatch.transport.urls import check
+    from servewatch.watch.targets import base_url
+
+    if not prefill or not decode:
+        raise ServewatchError("a deployment takes both sides: --prefill URL and --decode URL (each may repeat)")
+    out: list[PairMember] = []
+    for role, urls in zip(ROLES, (prefill, decode)):
+        for url in urls:
+            check(url, f"--{role}")
+            base = base_url(url)
+            name = safe_token(base.split("://", 1)[-1], None) or f"{role}-{len(out)}"
+            if any(m.name == name for m in out):
+                raise ServewatchError(f"--{role} {url}: {name} is named twice in the deployment")
+            out.append(PairMember(name, role, base))
+    return tuple(out)
+
+
+class DeploymentRing:
+    """The instances' rings side by side: `window()` is the deployment's window (Window.instances), each
+    instance's own timeline with its role."""
+
+    def __init__(self, rings: Sequence[tuple[PairMember, Ring]]):
+        self.rings = tuple(rings)
+
+    def window(self, since: float | None = None) -> Window:
+        return Window(instances=tuple(InstanceWindow(m.name, m.role, ring.window(since)) for m, ring in self.rings))
+
+    @property
+    def overwritten(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for _, ring in self.rings:
+            for kind, n in ring.overwritten.items():
+                out[kind] = out.get(kind, 0) + n
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(ring) for _, ring in self.rings)
+
+
+class DeploymentRecorder(Recorder):
+    """One recorder over every instance's sources; each source's samples go on its own instance's ring (the
+    active probe reads its own instance's counters there)."""
+
+    def __init__(self, members: Sequence[tuple[PairMember, Sequence]], clock, **kwargs):
+        super().__init__([s for _, sources in members for s in sources], clock, **kwargs)
+        from servewatch.detectors import ranks
+
+        history_s = kwargs.get("history_s")
+        rings = []
+        self._ring_of: dict[int, Ring] = {}
+        for member, sources in members:
+            ring = Ring.for_history(history_s or 600.0, {s.kind: s.interval for s in sources})
+            for source in sources:
+                self._ring_of[id(source)] = ring
+                bind = getattr(source, "bind_timeline", None)
+                if bind is not None:
+                    bind(ring, partial(ranks.suspicion, config=self.config))
+            rings.append((member, ring))
+        self.ring = DeploymentRing(rings)
+
+    def keep(self, source, samples) -> None:
+        self._ring_of[id(source)].extend(samples)
+
+
+def build(members: Sequence[PairMember], options, transport, clock, *, sinks=(), stop_when=None,
+          tool: str = "watch") -> DeploymentRecorder:
+    """The deployment's recorder: each instance's sources built exactly as `watch` builds one target's (health,
+    /metrics, the active probe when options.probe), without a process tree, GPU or log (an instance may run
+    elsewhere)."""
+    from servewatch.watch.session import build_recorder
+
+    per = [(m, build_recorder(dataclasses.replace(options, url=m.url, gpu=False, gpu_metrics=None, log_file=None),
+                              transport, clock, tool=f"{tool} {m.role} {m.name}").sources) for m in members]
+    return DeploymentRecorder(per, clock, history_s=options.history_s, config=options.detectors, sinks=list(sinks),
+                              stop_when=stop_when, tool=tool)
+
+
+async def watch_deployment(args, defaults) -> int:
+    """`servewatch watch --prefill URL --decode URL`: the deployment recorded until --duration or a stop; one line
+    per event (JSON with --json). Exit status as watch's."""
+    from servewatch.clock import RealClock
+    from servewatch.transport.contract import Http1Transport
+    from servewatch.detectors.registry import is_incident
+    from servewatch.sinks.base import CallbackSink
+    from servewatch.watch.event_lines import EventLines
+    from servewatch.watch.lifecycle import StopOnSignal
+    from servewatch.watch.options import recording_from_args
+
+    for flag, given in (("a URL", args.url), ("--pid", args.pid), ("--replay", args.replay), ("--out", args.out),
+                        ("--log-file", args.log_file)):
+        if given:
+            raise ServewatchError(f"{flag} names one server; a deployment (--prefill, --decode) is watched from its "
+                                  f"instances' URLs alone")
+    members = members_from(args.prefill or (), args.decode or ())
+    options = recording_from_args(args, dataclasses.replace(defaults, url=members[0].url))
+    lines = EventLines(json_lines=args.json)
+    sinks = [CallbackSink(lines.fired, on_loop=True), CallbackSink(on_cleared=lines.cleared, on_loop=True)]
+    stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
+    clock = RealClock()
+    transport = Http1Transport()          # health, metrics and the probe of every instance
+    recorder = build(members, options, transport, clock, sinks=sinks, stop_when=stop_when)
+    recorder.evidence_listeners.append(lines.evidence)
+    said = asyncio.create_task(_announce(recorder))
+    stop = StopOnSignal(recorder)
+    try:
+        await recorder.run(options.duration)
+    finally:
+        said.cancel()
+        stop.close()
+        await asyncio.get_running_loop().run_in_executor(None, recorder.close_sinks)
+        await transport.close()
+    if stop.received:
+        from servewatch import stopping
+
+        stopping.say("watch", "no --out given, no bundle written")
+        return stopping.status()
+    return 1 if recorder.stopped else 0
+
+
+async def _announce(recorder: DeploymentRecorder) -> None:
+    """One stderr line per instance once its first /health and /metrics answers are in."""
+    from servewatch.kinds import NO_ENGINE_METRICS, failure_words
+
+    waiting = {m.name for m, _ in recorder.ring.rings}
+    while waiting:
+        for instance in recorder.ring.window().instances:
+            window = instance.window
+            if instance.name in waiting and window.health and window.metrics:
+                waiting.discard(instance.name)
+                health, metrics = window.health[-1], window.metrics[-1]
+                what = (f"{metrics.dialect} ({metrics.naming})" if metrics.dialect
+                        else failure_words(metrics.error or NO_ENGINE_METRICS))
+                status = health.status if health.status is not None else failure_words(health.error or "no answer")
+                print(f"servewatch watch: recording {instance.role} {instance.name}: /health {status}, /metrics "
+                      f"{what}", file=sys.stderr, flush=True)
+        await asyncio.sleep(0.1)
