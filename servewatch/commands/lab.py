@@ -30,7 +30,8 @@ def register(subparsers) -> None:
                       help="seconds to wait for the server to answer /health before giving up (default 240)")
     vllm.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
     vllm.add_argument("--pd", action="store_true",
-                      help="a prefill and a decode instance joined by a KV connector (disaggregated serving)")
+                      help="a prefill and a decode instance (both eager) joined by a KV connector "
+                           "(disaggregated serving)")
     vllm.add_argument("--connector", choices=("example", "nixl"), default="nixl",
                       help="with --pd: nixl (NixlConnector over TCP; installs nixl into the lab venv once) or "
                            "example (KV through files in a temporary directory) (default nixl)")
@@ -170,7 +171,7 @@ def _run_pair(lab, args: argparse.Namespace) -> int:
         print(f"prefill: {pair.prefill.url}  ready in {ready['prefill']:.1f}s", flush=True)
         print(f"decode: {pair.decode.url}  ready in {ready['decode']:.1f}s", flush=True)
         print(f"connector: {args.connector}{lease}{files}", flush=True)
-        print(f"try: servewatch proxy --prefill {pair.prefill.url} --decode {pair.decode.url}   "
+        print(f"try: servewatch watch --prefill {pair.prefill.url} --decode {pair.decode.url}   "
               "(Ctrl-C stops both)", flush=True)
         try:
             while not stop.is_set() and code is None:
