@@ -173,3 +173,83 @@ async def _fault(fault, side, verdict):
             others = [f.verdict.name for f in recorder.fired if f.verdict.name in PAIR and f.verdict.name != verdict]
     assert registry.action_for(found) == PAGE and "act_on" not in found.details
     assert others == []
+
+
+# --- serve: a deployment target -----------------------------------------------------------------------------
+
+def test_serves_config_takes_a_deployment_target_and_says_a_bad_one_in_one_line(tmp_path):
+    from servewatch.serve import config as serve_config
+    from servewatch.serve.document import DocumentError
+
+    path = tmp_path / "serve.yaml"
+    path.write_text("targets:\n  - name: pair-a\n    prefill: [http://127.0.0.1:8100]\n"
+                    "    decode: [http://127.0.0.1:8200, http://127.0.0.1:8201]\n")
+    [spec] = serve_config.load(str(path)).targets
+    assert (spec.name, spec.url, spec.prefill, spec.decode) == (
+        "pair-a", "http://127.0.0.1:8100", ("http://127.0.0.1:8100",), ("http://127.0.0.1:8200", "http://127.0.0.1:8201"))
+    path.write_text("targets:\n  - prefill: [http://127.0.0.1:8100]\n")
+    with pytest.raises(DocumentError, match="decode instances' URLs"):
+        serve_config.load(str(path))
+    path.write_text("targets:\n  - prefill: [http://127.0.0.1:8100]\n    decode: [http://127.0.0.1:8200]\n    pid: 7\n")
+    with pytest.raises(DocumentError, match="name, prefill and decode only"):
+        serve_config.load(str(path))
+
+
+def test_serve_a_dead_prefill_fails_the_pairs_readiness_and_its_own_livez_never_decodes():
+    run(_serve_dead_prefill())
+
+
+async def _serve_dead_prefill():
+    from dataclasses import replace
+
+    from servewatch.serve.config import FLEET_RECORDING, ServeConfig
+    from servewatch.serve.targets import spec_for
+    from tests.serve_harness import running_serve, until
+
+    engine = SimEngine(SimConfig(max_num_seqs=8, dialect="vllm", pd_role="prefill", kv_lease_seconds=300.0),
+                       RealClock())
+    runner, prefill_url = await _site(build_app(engine))
+    stepping = asyncio.create_task(engine.run_realtime())
+    host, _, port = prefill_url.removeprefix("http://").rpartition(":")
+    engine.pd.host, engine.pd.port = host, int(port)
+    try:
+        async with sim_target(dialect="vllm", pd_role="decode", kv_wait_timeout=60.0) as decode, \
+                aiohttp.ClientSession() as session:
+            spec = replace(spec_for(prefill_url, "pair-a"), prefill=(prefill_url,), decode=(decode.url,))
+            config = ServeConfig(targets=(spec,), listen="127.0.0.1:0",
+                                 recording=replace(FLEET_RECORDING, interval=INTERVAL, probe=False, detectors=CONFIG))
+            p, d = prefill_url.removeprefix("http://"), decode.url.removeprefix("http://")
+            async with running_serve(config) as serve:
+                async def status(path):
+                    return (await serve.get(path))[0]
+                await until(lambda: _is(status("/targets/pair-a/readyz"), 200), 20, "the pair ready")
+                model = decode.engine.config.model_name
+                async with session.post(prefill_url + "/v1/completions", json={
+                        "model": model, "prompt": PROMPT, "max_tokens": 1,
+                        "kv_transfer_params": dict(REMOTE_DECODE)}) as response:
+                    params = (await response.json())["kv_transfer_params"]
+                await runner.cleanup()          # the prefill dies after its step
+                stepping.cancel()
+                waiting = asyncio.create_task(_post(session, decode.url, {
+                    "model": model, "prompt": PROMPT, "max_tokens": 4, "kv_transfer_params": params}))
+                await until(lambda: _is(status(f"/targets/pair-a/livez?instance={p}"), 503), DEADLINE_S,
+                            "the prefill's livez failing on kv_transfer_stall")
+                said = await serve.get("/targets/pair-a/readyz")
+                decode_live = await serve.get(f"/targets/pair-a/livez?instance={d}")
+                decode_ready = await serve.get(f"/targets/pair-a/readyz?instance={d}")
+                prefill_live = await serve.get(f"/targets/pair-a/livez?instance={p}")
+                unknown = await serve.get("/targets/pair-a/livez?instance=nobody:1")
+                waiting.cancel()
+                await asyncio.gather(waiting, return_exceptions=True)
+    finally:
+        await runner.cleanup()
+        stepping.cancel()
+        await asyncio.gather(stepping, return_exceptions=True)
+    assert said[0] == 503 and said[1].startswith(f"no prefill instance is ready ({p}: ")
+    assert decode_live == (200, "ok\n") and decode_ready == (200, "ok\n")
+    assert prefill_live[1].startswith("kv_transfer_stall (restart): decode ")
+    assert unknown[0] == 404
+
+
+async def _is(awaitable, wanted) -> bool:
+    return await awaitable == wanted

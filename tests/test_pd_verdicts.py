@@ -219,3 +219,25 @@ def test_the_pair_verdicts_are_declared_once_with_their_action():
     # a single server's window never gives a pair verdict
     assert not set(names(run_detectors(Window(metrics=tuple(stalled_decode(60, 10)))))) & set(PAIR)
     assert DetectorConfig().kv_stall_s == 30.0
+
+
+def test_decodes_requests_waiting_for_kv_are_not_its_own_stall():
+    """A decode whose only work waits for KV from a dead prefill (vLLM counts it waiting, reason deferred) is not
+    stalled itself: the stall is the pair's, acted on the prefill; a decode with its own work frozen still is."""
+    prefill, _ = healthy(60)
+
+    def decode(own_waiting: float):
+        out = []
+        for s in stalled_decode(60, 10):
+            state = s.engines[0]
+            waiting = (state.kv_transfer.waiting_for_kv or 0.0) + own_waiting
+            counters = Counters(prompt_tokens=1000.0, generation_tokens=500.0, steps=100.0)
+            out.append(dataclasses.replace(s, engines=(dataclasses.replace(state, waiting=waiting, counters=counters),)))
+        return out
+
+    verdicts = run_detectors(deployment(instance("p0", "prefill", prefill, health_ok=lambda t: t < 10),
+                                        instance("d0", "decode", decode(0.0))))
+    assert [v.details.get("instance") for v in verdicts if v.name == "alive_health_ok_no_progress"] == []
+    assert next(v for v in verdicts if v.name == "kv_transfer_stall").details["act_on"] == "p0"
+    frozen = run_detectors(deployment(instance("p0", "prefill", prefill), instance("d0", "decode", decode(2.0))))
+    assert [v.details.get("instance") for v in frozen if v.name == "alive_health_ok_no_progress"] == ["d0"]

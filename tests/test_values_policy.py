@@ -48,9 +48,10 @@ def test_the_outcome_defaults():
 def test_the_guard_config_defaults():
     config = GuardConfig()
     assert (config.exit_grace_s, config.drain_timeout_s, config.stacks, config.dry_run) == (10.0, 30.0, True, False)
+    assert config.instance is None          # a single server: a deployment's verdicts name no side it holds
     assert config.act_on == P.default_act_on()
     assert P.default_act_on() == ("alive_health_ok_no_progress", "engine_dead", "not_serving", "rank_stalled",
-                                  "collective_hang", "gpu_fault")
+                                  "collective_hang", "gpu_fault", "kv_transfer_stall")
 
 
 def test_action_for_each_verdict():

@@ -67,8 +67,14 @@ def has_progress_counters(state: EngineState) -> bool:
 
 
 def admitted(state: EngineState) -> bool:
-    """Work is admitted: something running or waiting."""
-    return (state.running or 0) > 0 or (state.waiting or 0) > 0
+    """Work is admitted: something running or waiting — not counting a decode instance's requests that wait for
+    their KV from a prefill (vLLM counts them waiting, reason "deferred"): they wait on the other side, and their
+    stall is kv_transfer_stall's, which never restarts decode (sglang#12779: a dead prefill got decode killed)."""
+    waiting = state.waiting or 0
+    side = state.kv_transfer
+    if side is not None and side.waiting_for_kv:
+        waiting = max(0.0, waiting - side.waiting_for_kv)
+    return (state.running or 0) > 0 or waiting > 0
 
 
 def cadence(points: list[Point], last: int = 16) -> float | None:

@@ -21,6 +21,9 @@
           listen: 0.0.0.0:8080    #   clients connect here (a string alone is the listen address)
           records: /var/log/servewatch/llama-a.jsonl   # one JSON line per request (optional)
           keep_itl: false         #   true: every inter-token gap in the records (optional)
+      - name: pair-a              # a disaggregated deployment watched as one target (issue 52): each instance on
+        prefill: [http://10.0.0.8:8100]      #   its own timeline, the pair's verdicts judged together; livez and
+        decode: [http://10.0.0.9:8200]       #   readyz take ?instance=HOST:PORT (one side's), readyz without it the pair's
     file_sd:
       - /etc/servewatch/targets/*.json
     prometheus_sd:                # the fleet's Prometheus as discovery: its active targets of a job
@@ -59,7 +62,7 @@ _BEFORE_SINKS = ("listen", "interval", "history", "out", "bundle_cap_mb")       
 _AFTER_SINKS = ("shard", "targets", "file_sd", "prometheus_sd", "node", "gpu_metrics", "probe", "probe_interval",
                 "probe_deadline")
 _SD_KEYS = ("url", "job", "labels", "refresh")
-_TARGET_KEYS = ("url", "name", "pid", "log_file", "proxy", "gpu_metrics")
+_TARGET_KEYS = ("url", "name", "pid", "log_file", "proxy", "gpu_metrics", "prefill", "decode")
 _PROXY_KEYS = ("listen", "records", "records_max_mb", "records_keep", "max_connections", "first_byte_timeout",
                "read_timeout", "tenant_header", "tenant_key_file", "keep_itl")
 
@@ -117,6 +120,9 @@ def load(path: str) -> ServeConfig:
         for key in entry:
             if key not in _TARGET_KEYS:
                 raise doc.error(("targets", i, key), f"unknown key (known: {', '.join(_TARGET_KEYS)})")
+        if "prefill" in entry or "decode" in entry:
+            targets.append(_deployment(doc, i, entry))
+            continue
         if not isinstance(entry.get("url"), str):
             raise doc.error(("targets", i, "url"), "a URL is required")
         try:                    # the one URL checker (servewatch.transport.urls), as for --target
@@ -160,6 +166,30 @@ def load(path: str) -> ServeConfig:
                                          probe_interval=seconds("probe_interval", FLEET_RECORDING.probe_interval),
                                          probe_deadline=seconds("probe_deadline", FLEET_RECORDING.probe_deadline)),
                        out=text("out"), sinks={name: url for name in sink_names() if (url := text(name))}, shard=shard)
+
+
+def _deployment(doc, i: int, entry: dict) -> TargetSpec:
+    """A target that is a disaggregated pair: `prefill: [urls]` and `decode: [urls]` (a name optional; no url, pid,
+    log_file, proxy or gpu_metrics: each instance is read from its URL)."""
+    from servewatch.watch.deployment import members_from
+
+    for key in entry:
+        if key not in ("name", "prefill", "decode"):
+            raise doc.error(("targets", i, key), "a deployment takes name, prefill and decode only")
+    urls = {}
+    for role in ("prefill", "decode"):
+        value = entry.get(role)
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not value or not all(isinstance(u, str) for u in value):
+            raise doc.error(("targets", i, role), f"a list of the {role} instances' URLs is expected")
+        urls[role] = tuple(value)
+    try:
+        members = members_from(urls["prefill"], urls["decode"])
+        spec = spec_for(members[0].url, entry.get("name") or f"pair-{members[0].name}")
+    except ServewatchError as exc:
+        raise doc.error(("targets", i), str(exc)) from None
+    return replace(spec, prefill=tuple(m.url for m in members if m.role == "prefill"),
+                   decode=tuple(m.url for m in members if m.role == "decode"))
 
 
 def _gpu_metrics(doc, at: tuple, value, who: str) -> str | None:

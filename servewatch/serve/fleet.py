@@ -222,6 +222,8 @@ class Fleet:
         from servewatch.sinks.bundle_sink import bundle_sink
         from servewatch.watch.session import build_recorder
 
+        if spec.prefill:
+            return self._deployment_recorder(spec)
         options = replace(self.config.recording, url=spec.url, log_file=spec.log_file,
                           gpu=spec.pid is not None,    # a remote server's GPUs are not this machine's
                           gpu_metrics=self.gpu_metrics_of(spec))
@@ -234,6 +236,19 @@ class Fleet:
         extra = [sidecar.source(self.clock, self.config.recording.interval)] if sidecar is not None else []
         recorder = build_recorder(options, self.transport, self.clock, probe=probe, bundles=bundles, sinks=sinks,
                                   wrap_source=wrap, tool=self.tool, extra_sources=extra)
+        recorder.evidence_listeners.extend(self.extra_evidence(spec))
+        return recorder
+
+    def _deployment_recorder(self, spec: TargetSpec) -> Recorder:
+        """A disaggregated pair as one target (servewatch.watch.deployment): each instance on its own timeline,
+        the pair's verdicts judged together; its verdicts exported and said as a target's. No bundles and no
+        backoff for it yet: its instances' health is read from their own windows (serve.probes)."""
+        from servewatch.watch.deployment import build, members_from
+
+        members = members_from(spec.prefill, spec.decode)
+        sinks = [self.exporter.sink(spec.name), *self.extra_sinks(spec)]
+        recorder = build(members, replace(self.config.recording, url=spec.url), self.transport, self.clock,
+                         sinks=sinks, tool=self.tool)
         recorder.evidence_listeners.extend(self.extra_evidence(spec))
         return recorder
 

@@ -112,15 +112,39 @@ def _run(request: web.Request):
     return run
 
 
+def _instance(request: web.Request, run) -> str | None:
+    """A deployment's instance named by `?instance=HOST:PORT` (None: the target itself); 404 for one it lacks."""
+    name = request.query.get("instance")
+    if name is None:
+        return None
+    if not any(member.name == name for member, _ in getattr(run.recorder.ring, "rings", ())):
+        raise web.HTTPNotFound(text="no such instance of this target\n")
+    return name
+
+
 async def livez(request: web.Request) -> web.Response:
-    answer = probes.livez(_run(request).recorder.latch.active)
+    """A deployment's instance (?instance=): only verdicts about its own side fail it (a dead prefill never fails
+    decode's livez)."""
+    run = _run(request)
+    answer = probes.livez(run.recorder.latch.active, instance=_instance(request, run))
     return web.Response(status=answer.status, text=answer.reason + "\n")
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """A deployment: its instance's (?instance=), from that instance's newest /health and /metrics; the pair's
+    without: not ready while no prefill (or no decode) is ready."""
     run = _run(request)
+    active = run.recorder.latch.active
+    rings = getattr(run.recorder.ring, "rings", None)
+    if rings is not None:
+        wanted = _instance(request, run)
+        answers = [(i.name, i.role, probes.readyz(active, *probes.newest_answers(i.window), instance=i.name))
+                   for i in run.recorder.ring.window(since=run.clock.now() - 60.0).instances
+                   if wanted is None or i.name == wanted]
+        answer = answers[0][2] if wanted is not None else probes.deployment_readyz(answers)
+        return web.Response(status=answer.status, text=answer.reason + "\n")
     s = run.status
-    answer = probes.readyz(run.recorder.latch.active, s.health_ok, s.scrape_ok, s.last_error)
+    answer = probes.readyz(active, s.health_ok, s.scrape_ok, s.last_error)
     return web.Response(status=answer.status, text=answer.reason + "\n")
 
 

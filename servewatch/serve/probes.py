@@ -57,6 +57,17 @@ def readyz(active: Sequence[Verdict], health_ok: bool | None, scrape_ok: bool | 
     return EndpointAnswer(True, "ok")
 
 
+def newest_answers(window) -> tuple[bool | None, bool | None, str | None]:
+    """(health_ok, scrape_ok, last_error) of one instance's window: its newest /health and /metrics answers, as
+    readyz takes them for a target."""
+    health = window.health[-1] if window.health else None
+    scrape = window.metrics[-1] if window.metrics else None
+    error = next((s.error for s in (health, scrape) if s is not None and s.error), None)
+    if error is None and health is not None and not health.ok:
+        error = f"HTTP {health.status}"
+    return (health.ok if health else None, scrape.error is None if scrape else None, error)
+
+
 def deployment_readyz(instances: Sequence[tuple[str, str, EndpointAnswer]]) -> EndpointAnswer:
     """A deployment's readiness from each instance's (name, role, readyz answer): not ready while no prefill is
     ready (decode alone would compute every prompt, or wait for KV that never comes) or no decode is ready."""

@@ -37,6 +37,10 @@ class TargetSpec:
     log_file: str | None = None     # a local target's log, tailed
     proxy: ProxySpec | None = None  # a sidecar proxy in front of it (config targets only)
     gpu_metrics: str | None = None  # dcgm-exporter's /metrics URL: this target's GPUs from there, in NVML's place
+    # A deployment (config targets only): the prefill and decode instances of a disaggregated pair, watched as one
+    # target (servewatch.watch.deployment); `url` is then its first prefill's.
+    prefill: tuple[str, ...] = ()
+    decode: tuple[str, ...] = ()
 
 
 LOOPBACK_HOSTS = ("localhost", "::1")
