@@ -452,3 +452,32 @@ def test_inspect_shows_the_engine_and_its_slot_picture(ready_sim, capsys):
     ready_sim.post("/_sim/fault", {"kind": "stall"})
     assert main(["inspect", ready_sim.url, "--timeout", "0.5"]) == 2       # /metrics waits on the hung loop too
     assert capsys.readouterr().err.endswith("/metrics: no answer within 0.5 s\n")
+
+
+# --- the demo speaks it -----------------------------------------------------------------------------------------
+
+def test_the_demo_plan_expects_what_this_engine_can_show():
+    from servewatch.demo.plan import demo_plan
+
+    def expects(fast, dialect):
+        return {p.name: p.expect for p in demo_plan(fast, dialect) if p.is_fault}
+
+    # one process: its death is the process's exit; over HTTP its stall silences /metrics and the probe names it
+    assert expects(False, "llamacpp") == {"stall": ("not_serving",), "idle-wedge": ("not_serving",),
+                                          "engine-death": ("process_exit",)}
+    # virtual time reads /metrics in-process, where nothing waits on the loop: the counters freeze instead
+    assert expects(True, "llamacpp")["stall"] == ("alive_health_ok_no_progress",)
+    assert expects(False, "vllm") == expects(False, None) == {
+        "stall": ("alive_health_ok_no_progress",), "idle-wedge": ("not_serving",),
+        "engine-death": ("engine_dead", "process_exit")}
+
+
+def test_the_fast_demo_runs_on_the_simulator_speaking_llamacpp(tmp_path, capsys):
+    from servewatch.cli import main
+
+    assert main(["demo", "--fast", "--dialect", "llamacpp", "--json", "--out", str(tmp_path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dialect"] == "llamacpp"
+    assert {(v["phase"], v["verdict"]) for v in report["verdicts"]} >= {
+        ("stall", "alive_health_ok_no_progress"), ("idle-wedge", "not_serving"), ("engine-death", "process_exit")}
+    assert "exports no latency histograms" in (tmp_path / "report.html").read_text()

@@ -21,10 +21,10 @@ def register(subparsers) -> None:
                         help="where bundles and reports go (default ./servewatch-demo)")
     parser.add_argument("--fast", action="store_true",
                         help="virtual time: the same script in-process, in well under a minute")
-    from servewatch.sim.behaviour import BEHAVIOURS
+    from servewatch.sim.behaviour import engine_names
     from servewatch.sim.config import SimConfig
 
-    parser.add_argument("--dialect", choices=tuple(BEHAVIOURS), default=SimConfig.dialect,
+    parser.add_argument("--dialect", choices=engine_names(), default=SimConfig.dialect,
                         help=f"which engine the simulator speaks (default {SimConfig.dialect})")
     parser.add_argument("--seed", type=int, default=0,
                         help="the simulated engine's seed: the same seed gives the same run (default 0)")
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ServewatchError(f"--out {out}: {exc.strerror or exc}") from None
-    plan = demo_plan(args.fast)
+    plan = demo_plan(args.fast, args.dialect)
     config = DetectorConfig()
     sink = bundle_sink(str(out / "bundles"), None, config, keep=100)
     result = DemoResult(mode="virtual" if args.fast else "realtime", dialect=args.dialect, out_dir=str(out),

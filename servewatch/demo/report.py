@@ -71,7 +71,9 @@ def latency_section(result: DemoResult) -> str:
     dialect = by_name(result.dialect)
     edges = _client_edges(dialect)
     parts = [f"<p>Client-side exact values of every successful request, binned on {result.dialect}'s own bucket "
-             "edges so you can see what the server's histograms can and cannot resolve.</p>"]
+             "edges so you can see what the server's histograms can and cannot resolve.</p>" if dialect.latency_edges
+             else f"<p>Client-side exact values of every successful request, binned on a 1-2.5-5 ladder of seconds: "
+                  f"{H.esc(dialect.title or result.dialect)} exports no latency histograms.</p>"]
     if any(_blind_notes(p) for p in result.scenarios):
         # The note once; under each workload only what its own histograms could not resolve.
         parts.append("<p class=\"note\">" + H.esc(H.HISTOGRAM_BLINDNESS_NOTE) + "</p>")
@@ -92,8 +94,12 @@ def latency_section(result: DemoResult) -> str:
     return "".join(parts)
 
 
+# Where the engine exports no latency histogram of a kind, the client's values are binned here.
+LADDER_EDGES = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0)
+
+
 def _client_edges(dialect) -> tuple[tuple[float, ...], ...]:
-    return tuple(dialect.latency_edges[kind] for kind in ("ttft", "itl", "e2e"))
+    return tuple(tuple(dialect.latency_edges.get(kind, LADDER_EDGES)) for kind in ("ttft", "itl", "e2e"))
 
 
 def _blind_notes(p: PhaseResult) -> list[str]:
