@@ -177,6 +177,23 @@ def test_a_scrape_still_waiting_when_the_probes_miss_is_silence_too():
     assert "/metrics has not answered for 14.0 s (0 scrape(s) timed out meanwhile" in verdict.why
 
 
+def test_a_scrape_merely_late_is_no_silence():
+    # scrapes every second until 9; probes asked at 12 and 20 fail at once (HTTP 500) at 12.5 and 20.5: no scrape has
+    # ended since 12, but 20.5 - 9 = 11.5 s is over 3 x the 1 s cadence: silent. With the probes at 9.2 and 9.6, the
+    # 0.6 s since the last answer is not.
+    from servewatch.timeline.samples import FAILED
+
+    def window(*asked):
+        w = _window()
+        return Window(health=tuple(h for h in w.health if h.t <= T0 + asked[-1] + 0.5),
+                      metrics=tuple(m for m in w.metrics if m.error is None),
+                      probe=tuple(ProbeSample(T0 + a + 0.5, FAILED, 0.5, 3.0, status=500, error="http_500")
+                                  for a in asked))
+    assert N.detect(window(12, 20), DetectorConfig())[0].details["timed_out"] == "/metrics"
+    [verdict] = N.detect(window(9.2, 9.6), DetectorConfig())
+    assert "timed_out" not in verdict.details and "/metrics has not answered" not in verdict.why
+
+
 def test_the_hang_under_load_is_named_though_the_last_scrape_before_it_showed_requests_running():
     # The gauges read before the loop hung are stale: they no longer send the verdict to the stall detector, which
     # cannot fire without fresh scrapes.

@@ -81,7 +81,7 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     # Where /metrics waits on the engine's own loop (Dialect.metrics_wait_on_engine), scrapes that time out since the first missed probe was
     # sent are the hung loop's second sign, and the gauges read before it are stale: they decide nothing. The same
     # silence during one long prompt batch is no hang: the log shows the loop finishing batches meanwhile.
-    silent = _metrics_silent(window, asked)
+    silent = _metrics_silent(window, asked, max(last.t, health[-1].t))
     if silent and (_loop_logged_progress(window, asked) or _prompt_still_due(window, max(last.t, health[-1].t))):
         return None
     newest = None if silent else _newest_gauges(window, key)
@@ -126,13 +126,23 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     return Verdict(NAME, max(last.t, health[-1].t), asked, why, tuple(evidence), details)
 
 
-def _metrics_silent(window: Window, asked: float) -> bool:
+# With no scrape ended since the first missed probe, /metrics is silent once it has been quiet this many times its own
+# cadence (the median gap between its answers): one scrape late is not yet silence.
+SILENT_CADENCES = 3.0
+
+
+def _metrics_silent(window: Window, asked: float, at: float) -> bool:
     """This engine's /metrics waits on its loop (Dialect.metrics_wait_on_engine) and has not answered since `asked`:
-    every scrape since then timed out, or none has ended yet (the first is still waiting)."""
+    every scrape since then timed out (at least one), or none has ended for SILENT_CADENCES times its cadence."""
     dialect = engine_signs.dialect_hint(window)
     if not getattr(dialect, "metrics_wait_on_engine", False):
         return False
-    return all(m.error == TIMEOUT for m in window.metrics if m.t >= asked)
+    since = [m for m in window.metrics if asked <= m.t <= at]
+    if since:
+        return all(m.error == TIMEOUT for m in since)
+    answers = [m.t for m in window.good_metrics() if m.t < asked]
+    gaps = sorted(b - a for a, b in zip(answers, answers[1:]))
+    return bool(gaps) and at - answers[-1] >= SILENT_CADENCES * gaps[len(gaps) // 2]
 
 
 def _loop_logged_progress(window: Window, asked: float) -> bool:
