@@ -718,12 +718,11 @@ def test_a_stop_on_running_work_waits_for_a_request_on_its_engine_and_says_so(tm
 
 
 def test_the_running_work_of_one_dp_engine_is_read_from_its_label(monkeypatch):
-    import io
-    import urllib.request
-
     import servewatch.dialects as D
+    import servewatch.drill.target as T
     from servewatch.drill.target import DrillTarget
     from servewatch.engine.state import EngineState
+    from servewatch.transport.contract import Reply
 
     class Fake(DrillTarget):
         url = "http://127.0.0.1:9"
@@ -731,10 +730,10 @@ def test_the_running_work_of_one_dp_engine_is_read_from_its_label(monkeypatch):
     engines = [EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=3.0),
                EngineState("vllm", "vllm-0.32", {"engine": "1"}, running=0.0)]
     monkeypatch.setattr(D, "read_scrape", lambda body: D.Scrape("vllm", "vllm-0.32", engines))
-    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b""))
+    monkeypatch.setattr(T, "get", lambda url, timeout_s, max_bytes: Reply(200, b"", 0.0))
     target = Fake(None)
     assert (target.running(1), target.running(0), target.running(None)) == (0.0, 3.0, 3.0)
-    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: (_ for _ in ()).throw(OSError("refused")))
+    monkeypatch.setattr(T, "get", lambda url, timeout_s, max_bytes: None)      # no answer (refused, timed out...)
     assert target.running(0) is None
 
 

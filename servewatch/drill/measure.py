@@ -217,17 +217,15 @@ class Watcher:
         """serve's verdicts as watch's lines: each fired one (its own t, onset, why and bundle) once, and each
         cleared one once, at the time serve's recorder saw it end (as watch's cleared line, not when this poll
         happened to read it); livez's answers. Until serve exits."""
-        # Not the transport: the drill's blocking reads of serve's API from its polling thread (no event loop there).
-        import urllib.error
-        import urllib.request
+        from servewatch.drill.target import get
 
         seen: set[tuple] = set()
         self.recording.set()                 # serve is up and recording once its API answers
         while self.proc.poll() is None:
+            answer = get(f"{self.serve_url}/api/v1/verdicts", 2.0, SERVE_READ_LIMIT)
             try:
-                with urllib.request.urlopen(f"{self.serve_url}/api/v1/verdicts", timeout=2) as response:
-                    doc = json.loads(response.read(SERVE_READ_LIMIT))
-            except (OSError, ValueError):
+                doc = json.loads(answer.body) if answer is not None and answer.ok else None
+            except ValueError:
                 doc = None
             now = time.time()
             if isinstance(doc, dict):
@@ -251,17 +249,10 @@ class Watcher:
 
     def _status(self, endpoint: str) -> int | None:
         """serve's answer for the drill's target at `endpoint` (livez, readyz): its status, None without one."""
-        # Not the transport: the drill's blocking reads of serve's API from its polling thread (no event loop there).
-        import urllib.error
-        import urllib.request
+        from servewatch.drill.target import get
 
-        try:
-            with urllib.request.urlopen(f"{self.serve_url}/targets/{SERVE_TARGET}/{endpoint}", timeout=2) as response:
-                return response.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-        except OSError:
-            return None
+        answer = get(f"{self.serve_url}/targets/{SERVE_TARGET}/{endpoint}", 2.0, SERVE_READ_LIMIT)
+        return answer.status if answer is not None else None
 
     def stop(self) -> int | None:
         if self.proc is None:

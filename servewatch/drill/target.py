@@ -8,9 +8,6 @@ import os
 import subprocess
 import sys
 import time
-# Not the transport: the drill's blocking steps between faults (no event loop; the transport is asyncio).
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -55,15 +52,21 @@ def started_since_boot(pid: int) -> float:
         raise psutil.NoSuchProcess(pid) from None
 
 
-def health(url: str, path: str = "/health", timeout_s: float = HEALTH_TIMEOUT_S) -> int | None:
+def get(url: str, timeout_s: float, max_bytes: int):
+    """A GET from the drill's blocking steps (no event loop there) through the transport contract: the answer
+    (`transport.contract.Reply`, any status), or None without one (whatever the outcome, or a bad URL)."""
+    from servewatch.transport.contract import HttpRequest, Reply, send_blocking
+
     try:
-        with urllib.request.urlopen(f"{url}{path}", timeout=timeout_s) as response:
-            response.read(1 << 16)
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError):
+        got = send_blocking(HttpRequest("GET", url, timeout_s=timeout_s, max_bytes=max_bytes))
+    except ValueError:
         return None
+    return got if isinstance(got, Reply) else None
+
+
+def health(url: str, path: str = "/health", timeout_s: float = HEALTH_TIMEOUT_S) -> int | None:
+    answer = get(f"{url}{path}", timeout_s, 1 << 16)
+    return answer.status if answer is not None else None
 
 
 def wait_healthy(url: str, timeout_s: float, alive=lambda: True) -> bool:
@@ -299,10 +302,12 @@ class DrillTarget:
         from servewatch.dialects import dp_rank_of, read_scrape
         from servewatch.errors import ServewatchError
 
+        answer = get(f"{self.url}/metrics", HEALTH_TIMEOUT_S, METRICS_MAX_BYTES)
+        if answer is None or not answer.ok:
+            return None
         try:
-            with urllib.request.urlopen(f"{self.url}/metrics", timeout=HEALTH_TIMEOUT_S) as response:
-                engines = read_scrape(response.read(METRICS_MAX_BYTES)).engines
-        except (OSError, ValueError, ServewatchError):
+            engines = read_scrape(answer.body).engines
+        except (ValueError, ServewatchError):
             return None
         mine = [e for e in engines if dp is not None and dp_rank_of(e.labels) == str(dp)]
         return sum(e.running or 0.0 for e in (mine or engines))
@@ -332,10 +337,10 @@ class DrillTarget:
         """The first model /v1/models lists ({} when it cannot be read)."""
         import json
 
+        answer = get(f"{self.url}/v1/models", 5.0, 1 << 20)
         try:
-            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=5) as response:
-                card = json.load(response)["data"][0]
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            card = json.loads(answer.body)["data"][0] if answer is not None and answer.ok else {}
+        except (ValueError, KeyError, IndexError, TypeError):
             return {}
         return card if isinstance(card, dict) else {}
 
@@ -557,12 +562,12 @@ def _detect_dialect(url: str, pid: int) -> str | None:
     from servewatch.errors import ServewatchError
     from servewatch.sources.process import title_of
 
+    answer = get(f"{url}/metrics", 5.0, 4 << 20)
     try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-            dialect = read_scrape(response.read(4 << 20)).dialect
+        dialect = read_scrape(answer.body).dialect if answer is not None and answer.ok else None
         if dialect is not None:
             return dialect
-    except (OSError, ValueError, ServewatchError):
+    except (ValueError, ServewatchError):
         pass
     try:
         root = psutil.Process(pid)

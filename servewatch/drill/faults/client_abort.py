@@ -24,6 +24,8 @@ class ClientAbort(Fault):
             thread.start()
 
     def _one(self, ctx, tokens: int) -> None:
+        # Not the transport contract: this fault IS a client that hangs up mid-stream, a few tokens in; it needs
+        # the raw connection to leave it at that moment, where the contract reads a bounded answer to its end.
         import http.client
         import json
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-# Not the transport: one blocking fault request to the simulator from a drill step (no event loop; the transport is asyncio).
-import urllib.request
 
 from servewatch.drill.faults.base import Fault, register
 
@@ -153,10 +151,14 @@ COMPETITOR_NICE_LEAD = 3
 
 
 def _sim_fault(url: str, body: dict) -> None:
-    request = urllib.request.Request(f"{url}/_sim/fault", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=5) as response:
-        response.read()
+    """Ask the simulator for a fault; OSError saying why when it is not taken."""
+    from servewatch.transport.contract import Failed, HttpRequest, send_blocking
+
+    got = send_blocking(HttpRequest("POST", f"{url}/_sim/fault", timeout_s=5.0, max_bytes=1 << 16,
+                                    body=json.dumps(body).encode()))
+    failed = got if isinstance(got, Failed) else got.failure()
+    if failed is not None:
+        raise OSError(f"the simulator's fault endpoint {url}/_sim/fault: {failed.detail}")
 
 
 def _autogroup_nice(pid: int) -> int | None:

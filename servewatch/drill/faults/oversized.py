@@ -6,6 +6,8 @@ import threading
 
 from servewatch.drill.faults.base import Fault, register
 
+ANSWER_MAX_BYTES = 1 << 20          # a refusal is a short JSON error; a longer answer is not read past this
+
 
 @register
 class Oversized(Fault):
@@ -29,21 +31,16 @@ class Oversized(Fault):
             thread.start()
 
     def _storm(self, ctx, words: int, gap_s: float) -> None:
-        import http.client
         import json
 
+        from servewatch.transport.contract import HttpRequest, send_blocking
+
         body = json.dumps({"model": ctx.model, "prompt": "one " * words, "max_tokens": 8}).encode()
+        request = HttpRequest("POST", f"{ctx.url}/v1/completions", timeout_s=10.0, max_bytes=ANSWER_MAX_BYTES,
+                              body=body)
         while not self.stop.wait(gap_s):
-            conn = http.client.HTTPConnection(ctx.host, ctx.port, timeout=10)
-            try:
-                conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-                response = conn.getresponse()
-                response.read()
-                key = f"{response.status // 100}xx"
-            except OSError:
-                key = "no answer"
-            finally:
-                conn.close()
+            got = send_blocking(request)      # the answer, or its one outcome (a long answer keeps its status)
+            key = f"{got.status // 100}xx" if got.status is not None else "no answer"
             with self.lock:
                 self.statuses[key] = self.statuses.get(key, 0) + 1
 
