@@ -115,8 +115,11 @@ def test_health_process_and_flags_are_the_servers():
     ("srv    load_model: loading model '/models/tiny.gguf'", ("startup", {"stage": "weights_loading"})),
     ("srv          init: initializing, n_slots = 4, n_ctx_slot = 4096, kv_unified = 'true'",
      ("startup", {"stage": "kv_cache_size", "max_running": 4, "per_request": 4096})),
-    ("srv          main: model loaded", ("startup", {"stage": "ready"})),
-    ("srv          main: listening on http://127.0.0.1:8080", ("startup", {"stage": "api_listening"})),
+    # server.cpp:498, 526: written by llama_server(), its name 12 characters wide
+    ("srv  llama_server: model loaded", ("startup", {"stage": "ready"})),
+    ("srv  llama_server: listening on http://127.0.0.1:8080", ("startup", {"stage": "api_listening"})),
+    ("srv    load_model: loaded multimodal model, '/models/mm.gguf'", None),
+    ("srv  llama_server: cleaning up before exit...", ("shutdown", {"reason": "requested"})),
     ("srv    load_model: failed to load model, '/models/x.gguf'", ("startup_failure", {"reason": "failed to load model"})),
     ("srv  update_slots: decode() failed: out of memory", ("error", {"reason": "decode() failed"})),
 ])
@@ -124,8 +127,12 @@ def test_log_lines_read_as_numbers_and_literals(line, found):
     match = llamacpp.LOG_PREFIX.match("0.03.120.004 I " + line)
     assert match and match.group("level") == "I" and match.group("msg") == line
     assert llamacpp.LOG_PREFIX.match(line).group("msg") == line        # neither stamp nor level by default
-    assert llamacpp.DIALECT.parse_log_message(line) == [found]
+    assert llamacpp.DIALECT.parse_log_message(line) == ([found] if found else [])
     assert "/models" not in repr(llamacpp.DIALECT.parse_log_message(line))
+    from servewatch.bundle.serialize import sample_to_dict
+
+    for kind, fields in llamacpp.DIALECT.parse_log_message(line):      # a bundle keeps the whole finding
+        assert sample_to_dict(LogEvent(T0, kind, fields))["fields"] == fields
 
 
 def test_the_log_prefix_reads_only_the_servers_own_lines():

@@ -90,8 +90,10 @@ GENERATION_LINE = re.compile(SLOT_HEAD + r"n_gen = +(?P<decoded>\d+), tg = +(?P<
 PROMPT_EVAL_LINE = re.compile(SLOT_HEAD + r"prompt eval time = +(?P<ms>[\d.]+) ms / +(?P<tokens>\d+) tokens")
 LOADING_LINE = "load_model: loading model"                 # server-context.cpp:1143 (the path is not kept)
 SLOTS_LINE = re.compile(r"initializing, n_slots = (?P<max_running>\d+), n_ctx_slot = (?P<per_request>\d+)")  # 1383
-MODEL_LOADED_LINE = "main: model loaded"                   # server.cpp:498, once /health answers 200
-LISTENING_LINE = "main: listening on"                      # server.cpp:526
+# server.cpp:498 and 526, written by llama_server() (server.cpp:131): "srv  llama_server: model loaded" once /health
+# answers 200, then "srv  llama_server: listening on http://..." (the address is not kept).
+MODEL_LOADED_LINE = re.compile(r"^srv +\w+: model loaded\s*$")
+LISTENING_LINE = re.compile(r"^srv +\w+: listening on ")
 STARTUP_FAILURE_LINES = (
     "exiting due to model loading error",                  # server.cpp:491
     "failed to load model",                                # server-context.cpp:1214
@@ -101,6 +103,8 @@ STARTUP_FAILURE_LINES = (
 DECODE_FAILED_LINES = ("decode() failed", "pre_decode() failed", "post_decode() failed")   # 3043, 3096, 3105
 KV_FULL_LINE = "failed to find free space in the KV cache"  # server-context.cpp:4061
 SHUTDOWN_LINE = "cleaning up before exit..."               # server.cpp:465
+# The fixed words of the findings (kept in bundles as grammar literals).
+BATCH_PREFILL, BATCH_DECODE, SHUTDOWN_REQUESTED = "prefill", "decode", "requested"
 
 RECORD_GRAMMAR = base.RecordGrammar(
     startup_stages=(("KV sizing", SLOTS_LINE),),
@@ -183,11 +187,11 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
     stages, load failures, decode failures, a full KV cache. Numbers and fixed literals only (never the path)."""
     match = PROMPT_PROGRESS_LINE.search(msg)
     if match:
-        return [("stats", {"batch": "prefill", **base.numbers(match, {"slot": int, "tokens": int, "progress": float,
+        return [("stats", {"batch": BATCH_PREFILL, **base.numbers(match, {"slot": int, "tokens": int, "progress": float,
                                                                      "seconds": float, "tps": float})})]
     match = GENERATION_LINE.search(msg)
     if match:
-        return [("stats", {"batch": "decode", **base.numbers(match, {"slot": int, "decoded": int, "tps": float})})]
+        return [("stats", {"batch": BATCH_DECODE, **base.numbers(match, {"slot": int, "decoded": int, "tps": float})})]
     for literal in STARTUP_FAILURE_LINES:
         if literal in msg:
             return [("startup_failure", {"reason": literal})]
@@ -197,10 +201,10 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
     if KV_FULL_LINE in msg:
         return [("error", {"reason": KV_FULL_LINE})]
     if SHUTDOWN_LINE in msg:
-        return [("shutdown", {"reason": "requested"})]
-    if MODEL_LOADED_LINE in msg:
+        return [("shutdown", {"reason": SHUTDOWN_REQUESTED})]
+    if MODEL_LOADED_LINE.search(msg):
         return [("startup", {"stage": "ready"})]
-    if LISTENING_LINE in msg:
+    if LISTENING_LINE.search(msg):
         return [("startup", {"stage": "api_listening"})]
     if LOADING_LINE in msg:
         return [("startup", {"stage": "weights_loading"})]
@@ -213,7 +217,7 @@ def parse_log_message(msg: str) -> list[base.LogFinding]:
 
 def stats_reading(fields: Mapping) -> base.StatsReading | None:
     """A slot's generation-rate line as a timeline point (its tokens per second); a prompt-progress line is none."""
-    if fields.get("batch") != "decode":
+    if fields.get("batch") != BATCH_DECODE:
         return None
     return base.StatsReading("slot generation line", "llamacpp slot", {"gen_tps": fields.get("tps")})
 
