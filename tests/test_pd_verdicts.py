@@ -241,3 +241,62 @@ def test_decodes_requests_waiting_for_kv_are_not_its_own_stall():
     assert next(v for v in verdicts if v.name == "kv_transfer_stall").details["act_on"] == "p0"
     frozen = run_detectors(deployment(instance("p0", "prefill", prefill), instance("d0", "decode", decode(2.0))))
     assert [v.details.get("instance") for v in frozen if v.name == "alive_health_ok_no_progress"] == ["d0"]
+
+
+# --- on the real pair's scrapes (tests/fixtures/pd: vLLM 0.32 CPU with NixlConnector, 2026-12-06) ------------------
+
+def real(name: str, t: float, **kv) -> MetricsSample:
+    """A fixture's /metrics as the dialect reads it, at time `t` (`kv`: connector fields replaced, said where used)."""
+    from pathlib import Path
+
+    from servewatch.dialects import read_scrape
+
+    text = (Path(__file__).parent / "fixtures" / "pd" / f"{name}.metrics.txt").read_text()
+    sample = read_scrape(text)
+    engines = tuple(dataclasses.replace(e, kv_transfer=dataclasses.replace(e.kv_transfer, **kv)) if kv else e
+                    for e in sample.engines)
+    return MetricsSample(t, sample.dialect, sample.naming, engines)
+
+
+def test_real_pair_a_hand_over_after_failures_gives_no_verdict_and_the_bypass_gives_pd_bypass():
+    prefill = [real("nixl-healthy-prefill", t) for t in (0.0, 40.0, 100.0)]
+    decode = [real("nixl-decode-after-kill-and-expired-read", 0.0), real("nixl-decode-healthy-after-failures", 40.0)]
+    healthy_pair = deployment(instance("p0", "prefill", prefill[:2]), instance("d0", "decode", decode))
+    assert [v.name for v in run_detectors(healthy_pair) if v.name in PAIR] == []
+    # 60 s later: the new prompt sent to decode alone (the last transfer is then out of the 60 s window)
+    bypassed = decode + [real("nixl-bypass-decode", 100.0)]
+    verdicts = [v for v in run_detectors(deployment(instance("p0", "prefill", prefill),
+                                                    instance("d0", "decode", bypassed))) if v.name in PAIR]
+    assert names(verdicts) == ["pd_bypass"]
+    assert verdicts[0].why.startswith("decode d0 computed 1090 prompt tokens itself in the last 60 s and none came by "
+                                      "KV transfer, while the prefill was idle (p0 computed none)")
+
+
+def test_real_pair_an_expired_lease_gives_kv_expired():
+    # the scrape before the release: the same prefill with its expired-lease counter still at 0
+    prefill = [real("nixl-lease-expired-prefill", 0.0, expired=0.0), real("nixl-lease-expired-prefill", 5.5)]
+    decode = [real("nixl-decode-healthy-after-failures", t) for t in (0.0, 5.5)]
+    verdicts = [v for v in run_detectors(deployment(instance("p0", "prefill", prefill),
+                                                    instance("d0", "decode", decode))) if v.name in PAIR]
+    assert names(verdicts) == ["kv_expired"]
+    assert verdicts[0].details["expired"] == 1.0
+    assert verdicts[0].why.endswith("decode's wait for KV was too short for its scrapes to see: decode's answers to "
+                                    "them may be wrong")
+
+
+def test_real_pair_decode_waiting_on_a_killed_prefill_is_a_stall_once_past_the_bound():
+    """The scrape of decode 0.7 s after a request whose prefill was killed, held as it stood (the real request failed
+    after 5.5 s: under the bound, no stall; held past 30 s, the stall names the prefill)."""
+    prefill = [real("nixl-healthy-prefill", t) for t in range(0, 3)]
+
+    def held(seconds: int):
+        return deployment(instance("p0", "prefill", prefill + [real("nixl-healthy-prefill", t) for t in
+                                                                 range(3, seconds + 1)], health_ok=lambda t: t < 3),
+                          instance("d0", "decode", [real("nixl-decode-healthy-after-failures", t) for t in range(3)] +
+                                   # (its transferred counters carried on from the scrapes before: one decode)
+                                   [real("nixl-prefill-killed-decode-waiting", t, external_prompt_tokens=2121.0,
+                                         transfers=2.0) for t in range(3, seconds + 1)]))
+    assert "kv_transfer_stall" not in names(run_detectors(held(8)))
+    stall = next(v for v in run_detectors(held(34)) if v.name == "kv_transfer_stall")
+    assert stall.details["act_on"] == "p0" and stall.onset == 3 and stall.since_s == 31
+
