@@ -300,3 +300,14 @@ def test_real_pair_decode_waiting_on_a_killed_prefill_is_a_stall_once_past_the_b
     stall = next(v for v in run_detectors(held(34)) if v.name == "kv_transfer_stall")
     assert stall.details["act_on"] == "p0" and stall.onset == 3 and stall.since_s == 31
 
+
+
+def test_pd_bypass_is_not_hidden_by_the_probes_few_tokens_on_an_idle_prefill():
+    probed = [scrape(t, "prefill", prompt=5000.0 + (t // 10) * 8.0, transfers=40.0, expired=0.0) for t in range(60)]
+    decode = [scrape(t, "decode", waiting_for_kv=0.0, external_prompt_tokens=9000.0, local_prompt_tokens=t * 100.0,
+                     transfers=40.0) for t in range(60)]
+    verdicts = run_detectors(deployment(instance("p0", "prefill", probed), instance("d0", "decode", decode)))
+    assert names(verdicts) == ["pd_bypass"]
+    assert "while the prefill was idle (p0 computed 40 prompt tokens)" in verdicts[0].why
+    busy = [scrape(t, "prefill", prompt=5000.0 + t * 10.0, transfers=40.0, expired=0.0) for t in range(60)]
+    assert run_detectors(deployment(instance("p0", "prefill", busy), instance("d0", "decode", decode))) == []

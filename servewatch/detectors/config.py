@@ -158,8 +158,8 @@ class DetectorConfig:
     # kv_lease_duration, default 30 s: the engine does not export it; set yours).
     kv_lease_s: float = 30.0
     # pd_bypass: decode computed at least pd_bypass_min_tokens prompt tokens itself over pd_window_s, none came by
-    # transfer, and no prefill computed a prompt token. The active probe's few-token prompt, at most one per
-    # 10 s by default (about 60 tokens a minute), stays under it.
+    # transfer, and no prefill computed as many. The active probe's few-token prompt, at most one per 10 s by
+    # default (about 60 tokens a minute), stays under it on either side.
     pd_bypass_min_tokens: float = 256.0
     # kv_transfer_failures: at least kv_failure_min failed transfers, notifications or bootstraps over pd_window_s,
     # and at least kv_failure_fraction of the transfers tried (as server_errors: one failure at a prefill's death

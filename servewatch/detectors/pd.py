@@ -216,7 +216,7 @@ def detect_kv_expired(window: Window, config: DetectorConfig) -> list[Verdict]:
 
 def detect_pd_bypass(window: Window, config: DetectorConfig) -> list[Verdict]:
     """Over the last pd_window_s decode computed at least pd_bypass_min_tokens prompt tokens itself, none came by
-    transfer, and no prefill computed a prompt token: the requests go to decode alone (a router fallen back to
+    transfer, and no prefill computed as many (the active probe's few tokens on an idle prefill are not work): the requests go to decode alone (a router fallen back to
     decode-only, a wrong prefill address). Every request still answers; the prefill's capacity is wasted and
     decode's TTFT carries every prefill."""
     end = window.end
@@ -228,7 +228,8 @@ def detect_pd_bypass(window: Window, config: DetectorConfig) -> list[Verdict]:
     for prefill in prefills:
         rose, _ = _rise(_points(prefill.window), lambda p: p.computed(), since)
         prefill_work.append((prefill, rose))
-    if not prefills or any(rose for _, rose in prefill_work):
+    # idle: under the bar decode is held to (the active probe's few tokens a minute on an idle prefill are not work)
+    if not prefills or any(rose is not None and rose >= config.pd_bypass_min_tokens for _, rose in prefill_work):
         return []
     out = []
     for decode in _role(window, DECODE):
@@ -237,8 +238,7 @@ def detect_pd_bypass(window: Window, config: DetectorConfig) -> list[Verdict]:
         external, _ = _rise(points, lambda p: p.kv["external_prompt_tokens"], since)
         if local is None or external is None or external > 0 or local < config.pd_bypass_min_tokens:
             continue
-        idle = ", ".join(f"{p.name} {'computed none' if rose is not None else 'gave no good scrape'}"
-                         for p, rose in prefill_work)
+        idle = ", ".join(f"{p.name} {_idle_words(rose)}" for p, rose in prefill_work)
         why = (f"decode {decode.name} computed {local:g} prompt tokens itself in the last {config.pd_window_s:g} s "
                f"and none came by KV transfer, while the prefill was idle ({idle}): requests bypass the prefill "
                f"(a router gone decode-only, or a wrong prefill address)")
@@ -249,6 +249,12 @@ def detect_pd_bypass(window: Window, config: DetectorConfig) -> list[Verdict]:
         out.append(Verdict("pd_bypass", points[-1].t, first if first is not None else points[0].t, why, evidence,
                            details))
     return out
+
+
+def _idle_words(rose: float | None) -> str:
+    if rose is None:
+        return "gave no good scrape"
+    return "computed none" if rose == 0 else f"computed {rose:g} prompt tokens"
 
 
 # --- kv_transfer_failures ----------------------------------------------------------------------------------
