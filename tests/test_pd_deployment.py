@@ -253,3 +253,19 @@ async def _serve_dead_prefill():
 
 async def _is(awaitable, wanted) -> bool:
     return await awaitable == wanted
+
+
+def test_an_instance_whose_series_say_the_other_role_is_said():
+    from servewatch.engine.state import EngineState, KvTransfer
+    from servewatch.timeline.samples import MetricsSample
+    from servewatch.timeline.window import InstanceWindow, Window
+    from servewatch.watch.deployment import role_mismatch
+
+    def said(role: str, series_role: str | None):
+        state = EngineState("vllm", "vllm-0.32", {"engine": "0"}, kv_transfer=KvTransfer(role=series_role))
+        window = Window(metrics=(MetricsSample(1.0, "vllm", "vllm-0.32", (state,)),))
+        return role_mismatch(InstanceWindow("127.0.0.1:8200", role, window))
+
+    assert said("decode", "prefill") == ("decode 127.0.0.1:8200: its series say it is a prefill instance; judged as "
+                                         "the decode the deployment names")
+    assert said("decode", "decode") is None and said("decode", None) is None

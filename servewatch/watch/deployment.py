@@ -154,6 +154,18 @@ async def watch_deployment(args, defaults) -> int:
     return 1 if recorder.stopped else 0
 
 
+def role_mismatch(instance: InstanceWindow) -> str | None:
+    """A line when the instance's own series say it is the other role (its KV connector's side): the deployment's
+    word is used all the same (a kv_both instance, or a series that cannot tell, says nothing)."""
+    scrapes = instance.window.good_metrics()
+    roles = {e.kv_transfer.role for e in (scrapes[-1].engines if scrapes else ())
+             if e.kv_transfer is not None and e.kv_transfer.role}
+    if roles and instance.role not in roles:
+        return (f"{instance.role} {instance.name}: its series say it is a {' and '.join(sorted(roles))} instance; "
+                f"judged as the {instance.role} the deployment names")
+    return None
+
+
 async def _announce(recorder: DeploymentRecorder) -> None:
     """One stderr line per instance once its first /health and /metrics answers are in."""
     from servewatch.kinds import NO_ENGINE_METRICS, failure_words
@@ -170,4 +182,7 @@ async def _announce(recorder: DeploymentRecorder) -> None:
                 status = health.status if health.status is not None else failure_words(health.error or "no answer")
                 print(f"servewatch watch: recording {instance.role} {instance.name}: /health {status}, /metrics "
                       f"{what}", file=sys.stderr, flush=True)
+                said = role_mismatch(instance)
+                if said:
+                    print(f"servewatch watch: {said}", file=sys.stderr, flush=True)
         await asyncio.sleep(0.1)
