@@ -46,31 +46,24 @@ def run(args: argparse.Namespace) -> int:
 def _read(args) -> tuple[tuple, dict[int, int], str | None]:
     """(devices, last Xid by device index, why they could not be read or None)."""
     if args.gpu_metrics:
-        # Not the transport: one blocking read of a metrics URL (no event loop; the transport is asyncio).
-        import urllib.error
-        import urllib.request
-
         from servewatch.errors import ExpositionError, ServewatchError
         from servewatch.serve.targets import check_gpu_metrics_url
         from servewatch.sources.dcgm import read_page
+        from servewatch.transport.contract import Failed, HttpRequest, send_blocking
 
         try:                    # the one URL checker (servewatch.transport.urls), as serve's --gpu-metrics
             url = check_gpu_metrics_url(args.gpu_metrics)
         except ServewatchError as exc:
             return (), {}, f"--gpu-metrics {exc}"
+        # one blocking read through the transport contract: refused, a name that does not resolve... in its words
+        got = send_blocking(HttpRequest("GET", url, timeout_s=args.timeout, max_bytes=8 << 20))
+        failed = got if isinstance(got, Failed) else got.failure()
+        if failed is not None:
+            return (), {}, f"dcgm-exporter's page at {args.gpu_metrics} not read ({failed.detail})"
         try:
-            with urllib.request.urlopen(url, timeout=args.timeout) as response:
-                text = response.read(8 << 20)
-            devices, last = read_page(text)
-        except (OSError, ValueError, ExpositionError) as exc:
-            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-            if isinstance(reason, OSError):     # refused, or a host name that does not resolve, in words
-                from urllib.parse import urlsplit
-
-                from servewatch.transport.http1 import connect_words
-
-                reason = connect_words(reason, urlsplit(url).hostname)
-            return (), {}, f"dcgm-exporter's page at {args.gpu_metrics} not read ({reason})"
+            devices, last = read_page(got.body)
+        except (ValueError, ExpositionError) as exc:
+            return (), {}, f"dcgm-exporter's page at {args.gpu_metrics} not read ({exc})"
         return devices, last, None
     import time
 
