@@ -324,3 +324,63 @@ def test_the_verdict_check_can_fail():
         "servewatch.detectors.c:2 imports verdict module servewatch.detectors.a",
         "servewatch.detectors.e:1 imports verdict module servewatch.detectors.a",
         "servewatch.detectors.evidence.f:1 imports verdict module servewatch.detectors.b"]
+
+
+# --- one transport contract (issue 51): HTTP clients besides servewatch.transport only where listed, with why ---
+
+HTTP_LIBRARIES = ("aiohttp", "urllib.request", "urllib.error", "http.client", "httpx", "requests")
+
+# (module, what it imports) -> why it may. `aiohttp.web` is aiohttp's server, not a client.
+HTTP_IMPORTS_ALLOWED = {
+    ("servewatch.serve.app", "aiohttp.web"): "serve's HTTP surface (a server)",
+    ("servewatch.serve.http_api", "aiohttp.web"): "serve's HTTP surface (a server)",
+    ("servewatch.sim.server", "aiohttp.web"): "the simulator's OpenAI-compatible server",
+    ("servewatch.sim.replay_server", "aiohttp.web"): "the replay simulator's server",
+    ("servewatch.proxy.telemetry", "aiohttp.web"): "the proxy's telemetry endpoint (a server)",
+    ("servewatch.proxy.pair", "aiohttp"): "the proxy's prefill/decode pair (issue 53; the proxy is on its own client)",
+    ("servewatch.proxy.pair", "aiohttp.web"): "the proxy's prefill/decode pair's server",
+    ("servewatch.load.aiohttp_client", "aiohttp"): "the contender benchmarks/load_client.py measures the load "
+                                                   "generator's own streaming client against (0.55x its CPU)",
+    ("servewatch.sim.pd", "aiohttp"): "one request between two simulators on the simulator's own loop",
+    ("servewatch.sim.replay", "aiohttp"): "the replay CLI's one control request to its own server",
+    ("servewatch.demo.realtime", "aiohttp"): "the demo's few requests to its in-process servers",
+    ("servewatch.lab.server", "urllib.request"): "the lab's blocking checks of the engine it started",
+    ("servewatch.lab.server", "urllib.error"): "the lab's blocking checks of the engine it started",
+    ("servewatch.drill.faults.client_abort", "http.client"): "the fault is a client hanging up mid-stream: "
+                                                             "a raw connection, left at that moment",
+}
+
+
+def http_imports(source: str, module: str) -> set[tuple[str, str]]:
+    """(module, library) for each import of an HTTP client library in `source`, inside functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" if node.module == "aiohttp" and alias.name == "web" else node.module
+                     for alias in node.names]
+        for name in names:
+            library = next((lib for lib in HTTP_LIBRARIES if name == lib or name.startswith(lib + ".")), None)
+            if library is not None:
+                found.add((module, "aiohttp.web" if name.startswith("aiohttp.web") else library))
+    return found
+
+
+def test_http_clients_are_imported_only_where_allowed():
+    found = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+        if module.startswith("servewatch.transport"):
+            continue                                   # the contract and the client behind it
+        found |= http_imports(path.read_text("utf-8"), module)
+    assert sorted(found - set(HTTP_IMPORTS_ALLOWED)) == []       # a new client: go through servewatch.transport
+    assert sorted(set(HTTP_IMPORTS_ALLOWED) - found) == []       # an allowance no longer used: remove it
+
+
+def test_the_http_import_check_can_fail():
+    source = ("import aiohttp\nfrom aiohttp import web\nimport urllib.request\nfrom urllib.parse import urlsplit\n"
+              "def f():\n    import http.client\n    from urllib.error import HTTPError\n")
+    assert http_imports(source, "m") == {("m", "aiohttp"), ("m", "aiohttp.web"), ("m", "urllib.request"),
+                                         ("m", "http.client"), ("m", "urllib.error")}
