@@ -56,8 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     slo.add_argument("--slo-e2e", metavar="SECONDS", help="e.g. 30")
     from servewatch import dialects
 
-    parser.add_argument("--dialect", choices=(*(d.name for d in dialects.registered()), "both"), default="both",
-                        help="which engine's flags to print (default both: every known engine's)")
+    # engines whose latency histograms take edges from flags (an engine with none has no flags to print)
+    parser.add_argument("--dialect", choices=(*(d.name for d in dialects.registered() if d.bucket_flags), "both"),
+                        default="both", help="which engine's flags to print (default both: every known engine's)")
     parser.add_argument("--against", metavar="URL",
                         help="a live server (base URL or its /metrics URL) to compare with")
     parser.add_argument("--log", metavar="FILE", help="the live server's startup log (slot limit, cache size)")
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     advice = adv.Advice(capacity, plans, adv.checks(deployment, capacity, observed) if observed else [], notes)
     from servewatch.dialects import registered
 
-    dialects = tuple(d.name for d in registered()) if args.dialect == "both" else (args.dialect,)
+    dialects = tuple(d.name for d in registered() if d.bucket_flags) if args.dialect == "both" else (args.dialect,)
     if args.json:
         print(json.dumps(_as_json(model, gpu, advice, observed, dialects), indent=1))
     else:
