@@ -1,10 +1,23 @@
-"""The one HTTP transport: what load, the proxy, the probes, the scrapes and the drill speak to a server with.
+"""The one HTTP transport: what servewatch speaks to a server with.
 
-- `transport.http1`: the HTTP/1.1 client (`Http1Client` over `Endpoint`, its connection protocol `Conn`, which
-  the proxy's upstream side subclasses; the failure vocabulary `ConnectFailed`, `StreamCut`, `NoAnswer`).
+- `transport.contract`: the one contract. A request bounded in bytes and time goes to `send`, which returns the
+  answer or ONE typed outcome (refused, dns, tls, connect, timeout, no_answer, cut, too_large, protocol,
+  http_status), the mapping from socket, TLS, HTTP and timer errors to outcomes written once (`outcome_of`);
+  `Http1Transport` (over `transport.http1`), `send_blocking` for a thread without an event loop, `MockTransport`
+  for tests. Its callers: the recorder's scrapes, health checks, active probe and dcgm-exporter reads
+  (`sources.http`, `sources.completions`, for watch, guard, diagnose and serve), serve's Prometheus discovery,
+  inspect's fetch, the canary, the live sinks' POSTs, the drill's reads and faults, gpu-check and load's view of
+  the server (through `outcome_of`).
+- `transport.http1`: the HTTP/1.1 client behind the contract (`Http1Client` over `Endpoint`; about half
+  aiohttp's client CPU per scrape, benchmarks/scrape_client.py), also used directly where a stream is read as it
+  arrives: the load generator (0.55x aiohttp's CPU per token, benchmarks/load_client.py) and the proxy's
+  upstream side, which subclasses its connection protocol `Conn`.
+- `transport.deadline`: `within`, the deadline every request is held to.
 - `transport.stream`: the stream-chunk counter (`StreamState` and the compact completions event's grammar),
   shared by the load client, the proxy and the virtual-time driver.
 - `transport.sse`: splitting a byte stream into server-sent events' payloads.
+- `transport.urls`: the one URL checker.
 
-No servewatch imports but the ground floor (errors, kinds): every layer above may use it.
+No servewatch imports but the ground floor (errors, kinds): every layer above may use it. The modules that still
+import another HTTP client are listed, each with its reason, in tests/test_structure.py (HTTP_IMPORTS_ALLOWED).
 """
