@@ -343,7 +343,6 @@ HTTP_IMPORTS_ALLOWED = {
                                                    "generator's own streaming client against (0.55x its CPU)",
     ("servewatch.sim.pd", "aiohttp"): "one request between two simulators on the simulator's own loop",
     ("servewatch.sim.replay", "aiohttp"): "the replay CLI's one control request to its own server",
-    ("servewatch.demo.realtime", "aiohttp"): "the demo's few requests to its in-process servers",
     ("servewatch.lab.server", "urllib.request"): "the lab's blocking checks of the engine it started",
     ("servewatch.lab.server", "urllib.error"): "the lab's blocking checks of the engine it started",
     ("servewatch.drill.faults.client_abort", "http.client"): "the fault is a client hanging up mid-stream: "

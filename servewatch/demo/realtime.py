@@ -17,6 +17,7 @@ from servewatch.demo.result import PhaseResult
 from servewatch.demo.serverside import blindness_findings, health_answers
 from servewatch.errors import ServewatchError
 from servewatch.sinks.base import CallbackSink, Fired
+from servewatch.transport.contract import Failed, HttpRequest
 from servewatch.watch.recorder import Recorder
 
 READY_TIMEOUT_S = 20.0
@@ -40,39 +41,29 @@ def start_sim(dialect: str, seed: int, log_file: Path) -> tuple[subprocess.Popen
     return proc, f"http://127.0.0.1:{port}"
 
 
-async def _get_status(session, url: str, timeout_s: float = 2.0) -> int | None:
-    # aiohttp: the demo's own few requests to its in-process servers; no hot path for transport.http1 to serve.
-    import aiohttp
-
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-            await response.content.read(64 * 1024)
-            return response.status
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-        return None
+async def _get_status(transport, url: str, timeout_s: float = 2.0) -> int | None:
+    got = await transport.send(HttpRequest("GET", url, timeout_s=timeout_s, max_bytes=64 * 1024))
+    return got.status
 
 
-async def wait_ready(session, url: str, proc: subprocess.Popen) -> None:
+async def wait_ready(transport, url: str, proc: subprocess.Popen) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + READY_TIMEOUT_S
     while loop.time() < deadline:
         if proc.poll() is not None:
             raise ServewatchError(f"the built-in engine exited during startup (code {proc.returncode})")
-        if await _get_status(session, url + "/health") == 200:
+        if await _get_status(transport, url + "/health") == 200:
             return
         await asyncio.sleep(WAIT_TICK_S)
     raise ServewatchError(f"the built-in engine did not become ready within {READY_TIMEOUT_S:.0f} s")
 
 
-async def inject(session, url: str, fault: dict) -> None:
-    # aiohttp: the demo's own few requests to its in-process servers; no hot path for transport.http1 to serve.
-    import aiohttp
-
-    async with session.post(url + "/_sim/fault", data=json.dumps(fault),
-                            headers={"Content-Type": "application/json"},
-                            timeout=aiohttp.ClientTimeout(total=5.0)) as response:
-        if response.status != 200:
-            raise ServewatchError(f"fault injection {fault['kind']}: HTTP {response.status}")
+async def inject(transport, url: str, fault: dict) -> None:
+    got = await transport.send(HttpRequest("POST", url + "/_sim/fault", timeout_s=5.0, max_bytes=64 * 1024,
+                                           body=json.dumps(fault).encode()))
+    failed = got if isinstance(got, Failed) else got.failure()
+    if failed is not None:
+        raise ServewatchError(f"fault injection {fault['kind']}: {failed.detail}")
 
 
 class _Tracker:
@@ -91,10 +82,8 @@ def run_realtime(plan: list[Phase], *, dialect: str, seed: int, interval: float,
 
 
 async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, on_phase, log_dir):
-    # aiohttp: the demo's own few requests to its in-process servers; no hot path for transport.http1 to serve.
-    import aiohttp
-
     from servewatch.sources.process import PsutilProbe
+    from servewatch.transport.contract import Http1Transport
     from servewatch.watch.targets import http_sources
 
     log_file = log_dir / "engine.log"
@@ -104,10 +93,10 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
     results: list[PhaseResult] = []
     clock = RealClock()
     try:
-        async with aiohttp.ClientSession() as session:
-            await wait_ready(session, url, proc)
+        async with Http1Transport() as transport:
+            await wait_ready(transport, url, proc)
             probe = PsutilProbe(proc.pid, exit_status=proc.poll)
-            sources = http_sources(session, url, clock, interval, process_probe=probe,
+            sources = http_sources(transport, url, clock, interval, process_probe=probe,
                                    slot_limit=probe.slot_limit() or REALTIME_SLOTS, log_file=str(log_file),
                                    probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
             recorder = Recorder(sources, clock, history_s=1800.0, config=detector_config,
@@ -125,7 +114,7 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
                     tracker.current = result
                     results.append(result)
                     on_phase(result)
-                    await _phase(session, url, phase, result, seed + i, interval, recorder, clock)
+                    await _phase(transport, url, phase, result, seed + i, interval, recorder, clock)
                     result.end = clock.now()
                     window = recorder.ring.window()
                     metrics = [m for m in window.metrics if result.start <= m.t <= result.end]
@@ -143,7 +132,7 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
     return results
 
 
-async def _phase(session, url, phase: Phase, result: PhaseResult, seed: int, interval: float, recorder, clock):
+async def _phase(transport, url, phase: Phase, result: PhaseResult, seed: int, interval: float, recorder, clock):
     from servewatch.load.runner import run_load_async
     from servewatch.load.scenarios import PRESETS, LoadConfig
 
@@ -156,12 +145,12 @@ async def _phase(session, url, phase: Phase, result: PhaseResult, seed: int, int
     if phase.is_fault:
         await asyncio.sleep(phase.fault_after_s)
         result.fault_at = clock.now()
-        await inject(session, url, phase.fault)
+        await inject(transport, url, phase.fault)
         deadline = result.fault_at + phase.wait_for_verdicts_s
         while clock.now() < deadline and not _all_fired(result):
             await asyncio.sleep(WAIT_TICK_S)
         if phase.fault.get("kind") in CLEARED_BY_SERVEWATCH:
-            await inject(session, url, {"kind": "clear"})
+            await inject(transport, url, {"kind": "clear"})
             result.cleared_at = clock.now()
     outcome = await load
     result.records = outcome.records
