@@ -78,6 +78,7 @@ async def http_stall(interval: float) -> float | None:
     import aiohttp
 
     from servewatch.clock import RealClock
+    from servewatch.transport.contract import Http1Transport
     from servewatch.watch.targets import http_sources
 
     with socket.socket() as s:
@@ -106,7 +107,7 @@ async def http_stall(interval: float) -> float | None:
                     pass
             clients = [asyncio.create_task(stream()) for _ in range(4)]
             clock = RealClock()
-            recorder = Recorder(http_sources(session, base, clock, interval, gpu=False), clock,
+            recorder = Recorder(http_sources(Http1Transport(), base, clock, interval, gpu=False), clock,
                                 stop_when=lambda f: f.verdict.name == "alive_health_ok_no_progress")
             run = asyncio.create_task(recorder.run(30))
             await asyncio.sleep(8)                      # let the recorder learn the step cadence
