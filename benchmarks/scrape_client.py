@@ -43,7 +43,7 @@ async def _aiohttp_get(session, url: str, max_bytes: int = 64 * 2**20) -> tuple[
 async def measure(base: str, requests: int) -> dict[tuple[str, str], float]:
     import aiohttp
 
-    from servewatch.sources.deadline import within
+    from servewatch.transport.deadline import within
     from servewatch.sources.http import FetchResponse, http_transport
     from servewatch.transport.contract import Http1Transport
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from servewatch.sources.deadline import within
+from servewatch.transport.deadline import within
 
 RUN_PY = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
 

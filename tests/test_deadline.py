@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from servewatch.sources.deadline import within
+from servewatch.transport.deadline import within
 
 
 async def _stubborn(release: asyncio.Event, unwound: list) -> str:

@@ -1,4 +1,4 @@
-"""Value tests of sources/deadline.py (issue 40): when `within` gives up, to the instant, on a virtual clock.
+"""Value tests of transport/deadline.py (issue 40): when `within` gives up, to the instant, on a virtual clock.
 
 The loop's clock advances only by the time the loop would have slept, and a freeze (this process not running) is
 a jump of the clock inside a callback: every figure below is exact, and the boundary of a late timer reads the
@@ -12,8 +12,8 @@ import selectors
 
 import pytest
 
-from servewatch.sources import deadline as D
-from servewatch.sources.deadline import within
+from servewatch.transport import deadline as D
+from servewatch.transport.deadline import within
 
 
 HORIZON_S = 100.0     # no test here runs its clock past this: a deadline that never fires fails at once, not hangs
