@@ -182,7 +182,8 @@ def _run_pair(lab, args: argparse.Namespace) -> int:
         for role, server in (("prefill", pair.prefill), ("decode", pair.decode)):
             if server.returncode is not None:
                 _say(f"the {role} instance exited with code {server.returncode}")
-    return 0 if code in (None, 0) else 1
+    # an instance that exits by itself leaves no pair, whatever its code (vLLM exits 0 after its engine died)
+    return 0 if code is None else 1
 
 
 def _free_port() -> int:
