@@ -189,8 +189,12 @@ def test_signals_from_a_window():
 
 def test_readyz_follows_health_and_the_scrape():
     assert probes.readyz([], True, True, None).ok
-    assert probes.readyz([], False, True, "http_503").reason == "/health not 2xx (http_503)"
+    assert probes.readyz([], False, True, "http_503").reason == "/health not 2xx (HTTP 503)"
     assert not probes.readyz([], True, False, "parse").ok
+    assert probes.readyz([], True, False, "parse").reason == "/metrics scrape failed (not Prometheus text)"
+    # a name that stopped resolving during the run is said as such, not as "could not connect" (issue 50)
+    assert probes.readyz([], False, True, "dns").reason == "/health not 2xx (host name not resolved)"
+    assert probes.readyz([], False, True, "connect").reason == "/health not 2xx (could not connect)"
 
 
 def test_prometheus_sd_keeps_active_targets_of_the_job_and_labels():

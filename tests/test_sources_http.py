@@ -182,3 +182,18 @@ def test_a_recording_that_ends_closes_its_keep_alive_connections():
     scraped, still_open = run(_connections_after_a_recording())
     assert scraped >= 2            # keep-alive connections were used...
     assert still_open == 0         # ... and none is left open once the recording is over
+
+
+def test_a_host_name_that_does_not_resolve_is_a_dns_sample_not_connect():
+    """A target whose name stops resolving mid-run (issue 50: it was worded "could not connect"): health's sample
+    says dns, and the words every reader uses say the name was not resolved."""
+    from servewatch.kinds import failure_words
+
+    async def main():
+        async with Http1Transport() as transport:
+            get = http_transport(transport, "http://servewatch-no-such-host.invalid:9/health", timeout_s=2)
+            return (await HealthSource(get, RealClock(), 1).poll())[0]
+
+    sample = run(main())
+    assert (sample.status, sample.error, sample.ok) == (None, "dns", False)
+    assert failure_words(sample.error) == "host name not resolved"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import DRAIN, RESTART, Verdict
+from servewatch.kinds import failure_words
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,11 @@ def readyz(active: Sequence[Verdict], health_ok: bool | None, scrape_ok: bool | 
     failing = _failing(active, RESTART, DRAIN, instance=instance)
     if failing is not None:
         return failing
+    said = failure_words(last_error) if last_error else "no answer yet"    # "dns" -> "host name not resolved"
     if not health_ok:
-        return EndpointAnswer(False, f"/health not 2xx ({last_error or 'no answer yet'})")
+        return EndpointAnswer(False, f"/health not 2xx ({said})")
     if not scrape_ok:
-        return EndpointAnswer(False, f"/metrics scrape failed ({last_error or 'no answer yet'})")
+        return EndpointAnswer(False, f"/metrics scrape failed ({said})")
     return EndpointAnswer(True, "ok")
 
 
