@@ -39,14 +39,12 @@ class Phase:
 
 
 def demo_plan(fast: bool, dialect: str | None = None) -> list[Phase]:
-    """Virtual time (`fast`) runs 60 s of arrivals per scenario; real time scales them to fit 5 minutes. What each
-    fault phase expects follows the engine (`dialect`, a registered name; None: vLLM's and SGLang's shape): where its
-    /metrics waits on its loop, the stall silences /metrics over HTTP (real time) and the probe names it; where the
+    """Virtual time (`fast`) runs 60 s of arrivals per scenario; real time scales them to fit 5 minutes. What the
+    engine death expects follows the engine (`dialect`, a registered name; None: vLLM's and SGLang's shape): where the
     engine runs in no process of its own, its death is the process's exit alone."""
     from servewatch import dialects
 
     engine = dialects.by_name(dialect)
-    silenced = engine is not None and engine.metrics_wait_on_engine and not fast
     dies_alone = engine is None or bool(engine.engine_process_titles)
     def duration(name: str) -> float:
         if fast:
@@ -59,9 +57,7 @@ def demo_plan(fast: bool, dialect: str | None = None) -> list[Phase]:
     normal = PRESETS["normal"]
     phases.append(Phase("stall", normal.rate, normal.prompt_tokens, 512, duration_s=30.0 if fast else 14.0,
                         fault={"kind": "stall"}, fault_after_s=4.0,
-                        expect=("not_serving",) if silenced else ("alive_health_ok_no_progress",),
-                        wait_for_verdicts_s=PROBE_EVERY_S + PROBE_DEADLINE_S + 10.0 if silenced else 20.0,
-                        drain_s=20.0 if fast else 8.0))
+                        expect=("alive_health_ok_no_progress",), wait_for_verdicts_s=20.0, drain_s=20.0 if fast else 8.0))
     phases.append(Phase("idle-wedge", 0.5, normal.prompt_tokens, 16, duration_s=30.0 if fast else 20.0,
                         fault={"kind": "wedge-idle"}, fault_after_s=4.0, expect=("not_serving",),
                         wait_for_verdicts_s=PROBE_EVERY_S + PROBE_DEADLINE_S + 10.0, drain_s=10.0 if fast else 6.0))

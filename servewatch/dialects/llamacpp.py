@@ -10,8 +10,12 @@ against that tree built in the lab (tests/fixtures/llamacpp: its /metrics, /heal
 How llama-server answers: one process; its HTTP threads answer /health themselves (`server-context.cpp:5010`,
 "this endpoint can be accessed during sleeping") but /metrics and /slots post a task to the one loop that also
 decodes (`server-context.cpp:5047-5055` and `5091-5097`, handled in `process_single_task`, 2706 and 2728) and wait
-for its answer. A decode loop that hangs leaves /health at 200 while /metrics and /slots never answer; a long
-prompt batch delays them too, until that batch ends.
+for its answer. While a decode runs, the loop yields to a second thread that answers those tasks
+(`yield_to_queue`, server-context.cpp:4006-4014). So, as the lab's real server showed (tests/fixtures/llamacpp):
+a loop hung outside a decode (idle) leaves /health at 200 while /metrics and /slots never answer (not_serving, by
+the probe); one hung inside a decode answers all three with its counters frozen and requests processing
+(alive_health_ok_no_progress); and with more clients than HTTP threads (max(slots + 4, cores - 1),
+server-http.cpp:150-152) held by completions waiting on the loop, /health times out too (health_loss).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ Kinds and their external signatures:
   stall               steps stop; /health stays 200 (vLLM), /metrics answers, counters freeze.
                       SGLang: /health turns 503 after its probe timeout; after --watchdog-timeout the
                       scheduler watchdog kills the server. An engine whose /metrics and slot listing
-                      wait on its loop (Dialect.metrics_wait_on_engine): they stop answering while
-                      /health stays 200 (the decode-loop hang).
+                      wait on its loop (Dialect.metrics_wait_on_engine): stalled with nothing running,
+                      they stop answering while /health stays 200 (the loop hung outside a step).
   engine-death        /health 503; in-flight requests end HTTP 200 with a short body (finish "abort");
                       the process exits with ``exit_code`` (default 1; 0 allowed) after ``exit_delay``.
   crash-oom           armed: the first step whose running x vocab x 4 bytes exceeds the budget dies

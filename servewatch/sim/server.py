@@ -197,9 +197,12 @@ LOOP_POLL_S = 0.05
 
 
 async def _engine_loop_answers(engine: SimEngine) -> None:
-    """Where /metrics and the slot listing are tasks of the engine's own loop (Dialect.metrics_wait_on_engine), a
-    stalled loop never answers them: wait until the stall ends (the client's timeout, or the shutdown, cancels it)."""
-    while engine.behaviour.metrics_wait_on_engine and engine.stalled and engine.state == READY:
+    """Where /metrics and the slot listing are tasks of the engine's own loop (Dialect.metrics_wait_on_engine), a loop
+    stalled with nothing running (hung outside a step) never answers them: wait until the stall ends or work is
+    running (the client's timeout, or the shutdown, cancels the wait). Stalled inside a step, it answers: the engine
+    hands those tasks to another thread while a step runs (see the dialect's module), its counters frozen."""
+    while (engine.behaviour.metrics_wait_on_engine and engine.stalled and engine.state == READY
+           and not engine.scheduler.running):
         await asyncio.sleep(LOOP_POLL_S)
 
 
