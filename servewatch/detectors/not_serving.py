@@ -7,13 +7,13 @@ every counter flat and /health at 200 â€” to a passive reader, an idle server â€
 arrives waits forever. Only asking the server for a token tells the two apart (see sources.probe).
 A probe that could not be asked (no /v1/models, the model 404s, a 4xx) proves nothing and never counts.
 
-Where /metrics is answered by the engine's own loop (Dialect.metrics_wait_on_engine), a hung loop also silences
-/metrics while /health, answered by the HTTP thread, stays 200: scrapes that time out since the first missed probe
-are the verdict's second sign (the endpoint and how long it has not answered are said), and the gauges read before
-the silence, stale, no longer send it to alive_health_ok_no_progress. A long prompt is no hang: the loop answers
-/metrics between its batches with its step counter moved (which resets the probes' run), a batch ending meanwhile
-writes a prompt-progress line, and the newest such line says how long the rest of its prompt takes at its rate:
-the verdict waits for twice that (PROMPT_DUE_FACTOR).
+Where /metrics is answered by the engine's own loop (Dialect.metrics_wait_on_engine), a loop hung outside a step
+also silences /metrics while /health, answered by the HTTP thread, stays 200: scrapes that time out since the first
+missed probe are the verdict's second sign (the endpoint and how long it has not answered are said), and the gauges
+read before the silence, stale, no longer send it to alive_health_ok_no_progress. A long prompt is no hang: the loop
+answers /metrics between its batches with its step counter moved (which resets the probes' run), a batch ending
+meanwhile writes a prompt-progress line, and the newest such line says how long the rest of its prompt takes at its
+rate: the verdict waits for twice that (PROMPT_DUE_FACTOR).
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     if through and not _health_is_a_probe(window, config, asked):
         return None   # /health itself is failing: that is health_loss's (or engine_dead's) verdict
 
-    # Where /metrics waits on the engine's own loop (Dialect.metrics_wait_on_engine), scrapes that time out since the first missed probe was
-    # sent are the hung loop's second sign, and the gauges read before it are stale: they decide nothing. The same
-    # silence during one long prompt batch is no hang: the log shows the loop finishing batches meanwhile.
+    # Where /metrics waits on the engine's own loop (Dialect.metrics_wait_on_engine), scrapes that time out since the
+    # first missed probe was sent are the hung loop's second sign, and the gauges read before it are stale: they decide
+    # nothing. The same silence during one long prompt batch is no hang (the log's prompt lines say so).
     silent = _metrics_silent(window, asked, max(last.t, health[-1].t))
     if silent and (_loop_logged_progress(window, asked) or _prompt_still_due(window, max(last.t, health[-1].t))):
         return None
@@ -157,8 +157,9 @@ PROMPT_DUE_FACTOR = 2.0
 
 
 def _prompt_still_due(window: Window, at: float) -> bool:
-    """The newest `stats` line is a prompt's progress (batch "prefill", progress under 1) and the rest of that prompt,
-    at the rate the line states, is not yet PROMPT_DUE_FACTOR times overdue at `at`: one long prompt batch, not a hang."""
+    """The newest `stats` line is a prompt's progress (batch "prefill", progress under 1) and the rest of that
+    prompt, at the rate the line states, is not yet PROMPT_DUE_FACTOR times overdue at `at`: one long prompt batch,
+    not a hang."""
     line = next((event for event in reversed(window.logs) if event.kind == "stats" and event.t <= at), None)
     if line is None or line.fields.get("batch") != "prefill":
         return False

@@ -278,8 +278,8 @@ class Dialect(ABC):
     log_clock_format: str | None = None
     # Metric namings alert rules and dashboards can be written for (newest first).
     alert_namings: tuple[str, ...] = ()
-    # Where /metrics (and the slot listing) are answered by the engine's own loop, not by the HTTP server
-    # (a task posted to the loop that decodes): a hung loop leaves them unanswered while /health is 200.
+    # Where /metrics (and the slot listing) are answered by the engine's own loop, not by the HTTP server (a task
+    # posted to the loop that decodes): a loop hung outside a step leaves them unanswered while /health is 200.
     metrics_wait_on_engine: bool = False
     # The path of the engine's slot listing (JSON, read by `read_slots`), where it has one.
     slots_path: str | None = None

@@ -80,9 +80,10 @@ CONTEXT_LENGTH_FLAG = "--ctx-size"         # "-c" (common/arg.cpp:1642)
 
 # --- log grammar ------------------------------------------------------------------------------------------------
 # common/log.cpp:124-143: a "M.SS.mmm.uuu " minutes-since-start stamp and a level letter (the lab's build writes both
-# by default: tests/fixtures/llamacpp/server_start_and_requests.log; --log-timestamps / --log-prefix switch them). The server's own lines begin "srv  <func>: " or "slot <func>: id N | task M | "
-# (server-common.h:26-37, the function name right-aligned in 12 characters): the prefix reads only those (the
-# message keeps that head), so another engine's lines are never taken for this one's.
+# by default: tests/fixtures/llamacpp/server_start_and_requests.log; --log-timestamps / --log-prefix switch them).
+# The server's own lines begin "srv  <func>: " or "slot <func>: id N | task M | " (server-common.h:26-37, the
+# function name right-aligned in 12 characters): the prefix reads only those (the message keeps that head), so
+# another engine's lines are never taken for this one's.
 LOG_PREFIX = re.compile(r"^(?:\d+\.\d\d\.\d{3}\.\d{3} )?(?:(?P<level>[IWED]) )?(?P<msg>(?:srv|slot) +\S+: .*)$")
 SLOT_HEAD = r"slot +\S+: id +(?P<slot>\d+) \| task -?\d+ \| "
 # server-context.cpp:666: every prompt batch of a prompt that has taken 3 s or more (3667).
