@@ -1,8 +1,8 @@
-"""Conformance against a real vLLM (CPU build) or SGLang: the lab is prepared once, before any test's
+"""Conformance against a real vLLM (CPU build), SGLang or llama.cpp: the lab is prepared once, before any test's
 timeout runs.
 
-Run: `pytest -m vllm tests/conformance` or `pytest -m sglang tests/conformance` (the default addopts
-deselect both markers). One engine runs at a time (the machines have 2 cores); every server is torn
+Run: `pytest -m vllm tests/conformance`, `pytest -m sglang tests/conformance` or `pytest -m llamacpp
+tests/conformance` (the default addopts deselect the three markers). One engine runs at a time (the machines have 2 cores); every server is torn
 down by its fixture's finalizer, by LabServer's atexit hook, and by its own context manager.
 """
 
@@ -17,11 +17,12 @@ import lab_timing
 from lab_observations import Neutralizer, Observations
 from lab_servers import Lab
 
-from servewatch.lab.recipe import SGLANG, VLLM, LabRecipe, prepare_lab
+from servewatch.lab.recipe import LLAMACPP, SGLANG, VLLM, LabRecipe, prepare_lab
 from servewatch.lab.server import stop_servers_on_termination
 
 _LAB_KEY = pytest.StashKey[Lab]()
 _SGLANG_LAB_KEY = pytest.StashKey[Lab]()
+_LLAMACPP_LAB_KEY = pytest.StashKey[Lab]()
 _STARTED_KEY = pytest.StashKey[float]()
 
 
@@ -29,13 +30,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Install a lab only when its engine's cases were selected, outside every test's timeout."""
     if session.config.option.collectonly:
         return
-    if any(item.get_closest_marker("sglang") or item.get_closest_marker("vllm") for item in session.items):
+    if any(item.get_closest_marker("sglang") or item.get_closest_marker("vllm") or item.get_closest_marker("llamacpp")
+           for item in session.items):
         # The freeze meter runs for the whole session, so every timing bound can be judged against it.
         lab_timing.start_meter(Path(tempfile.mkdtemp(prefix="servewatch-freezes-")) / "freezes.txt")
     if any(item.get_closest_marker("sglang") for item in session.items):
         _prepare(session, SGLANG, _SGLANG_LAB_KEY, "servewatch-sglang-conformance-")
     if any(item.get_closest_marker("vllm") for item in session.items):
         _prepare(session, VLLM, _LAB_KEY, "servewatch-conformance-")
+    if any(item.get_closest_marker("llamacpp") for item in session.items):
+        _prepare(session, LLAMACPP, _LLAMACPP_LAB_KEY, "servewatch-llamacpp-conformance-")
 
 
 def _prepare(session: pytest.Session, recipe: LabRecipe, key: pytest.StashKey[Lab], prefix: str) -> None:
@@ -76,6 +80,22 @@ def sglang_run_dir(sglang_lab: Lab, request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
+def llamacpp_lab(request: pytest.FixtureRequest) -> Lab:
+    prepared = request.config.stash.get(_LLAMACPP_LAB_KEY, None)
+    if prepared is None:
+        pytest.fail("the llama.cpp lab was not prepared (run with -m llamacpp)")
+    yield prepared
+    prepared.obs.flush()
+
+
+@pytest.fixture
+def llamacpp_run_dir(llamacpp_lab: Lab, request: pytest.FixtureRequest) -> Path:
+    path = llamacpp_lab.run_dir / request.node.name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
 def lab(request: pytest.FixtureRequest) -> Lab:
     prepared = request.config.stash.get(_LAB_KEY, None)
     if prepared is None:
@@ -111,7 +131,8 @@ def pytest_unconfigure(config) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     started = config.stash.get(_STARTED_KEY, None)
-    for key, title in ((_LAB_KEY, "vLLM conformance figures"), (_SGLANG_LAB_KEY, "SGLang conformance figures")):
+    for key, title in ((_LAB_KEY, "vLLM conformance figures"), (_SGLANG_LAB_KEY, "SGLang conformance figures"),
+                       (_LLAMACPP_LAB_KEY, "llama.cpp conformance figures")):
         prepared = config.stash.get(key, None)
         if prepared is None:
             continue
