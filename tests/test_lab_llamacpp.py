@@ -69,6 +69,7 @@ def test_the_build_passes_the_flags_says_its_progress_and_is_reused(tmp_path):
     marker = json.loads((built.root / ".servewatch-lab-ready").read_text())
     assert marker["server_version"] == "version: 42 (stand-in); built with cc for x86_64"
     assert marker["binary_bytes"] == built.binary.stat().st_size > 0
+    assert marker["bin_bytes"] == marker["binary_bytes"]           # no shared library beside it in the stand-in
     assert marker["flags"] == list(llamacpp.CMAKE_FLAGS) and marker["build_seconds"] > 0
 
     said.clear()
@@ -144,3 +145,16 @@ def test_the_native_hang_hook_blocks_the_main_thread_alone(tmp_path):
     finally:
         proc.kill()
         proc.wait(5)
+
+
+def test_the_shipped_llamacpp_plan_is_the_conformance_one_and_every_fault_states_what_must_happen():
+    from servewatch.drill.plan import load_plan, shipped_path
+
+    shipped = shipped_path("standard", "llamacpp")
+    assert (Path(__file__).parent / "conformance" / "plans" / "standard-llamacpp.yaml").resolve() == shipped.resolve()
+    plan = load_plan(shipped)
+    assert plan.target.engine == "llamacpp" and len(plan.steps) == 9
+    assert {s.kind for s in plan.steps} >= {"hang", "stop", "kill", "overload", "slow_net", "client_abort", "restart"}
+    assert all(s.expect.to_json() for s in plan.steps)
+    idle_hang = next(s for s in plan.steps if s.kind == "hang" and s.params.get("idle"))
+    assert idle_hang.expect.to_json()["fire"] == {"not_serving": 16} and idle_hang.expect.to_json()["guard"]["kills"]

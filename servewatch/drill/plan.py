@@ -290,7 +290,7 @@ def _schema() -> dict:
 def shipped_path(name: str, engine: str) -> Path:
     path = Path(str(resources.files("servewatch.drill").joinpath(f"plans/{name}-{engine}.yaml")))
     if not path.is_file():
-        raise PlanError(f"--plan {name}: no shipped plan for {engine} (known: vllm, sglang, sim)")
+        raise PlanError(f"--plan {name}: no shipped plan for {engine} (known: vllm, sglang, llamacpp, sim)")
     return path
 
 
