@@ -53,7 +53,7 @@ class LlamacppBuild:
     binary: Path
     reused: bool
     seconds: float          # this call's time (the build's own, when it built)
-    info: dict              # the marker: version, flags, build seconds, binary bytes, `--version`'s first line
+    info: dict              # the marker: version, flags, build seconds, bytes (the binary; with its libraries), `--version`
 
 
 def build_root(cache_dir: Path) -> Path:
@@ -114,8 +114,9 @@ def ensure_build(cache_dir: Path, *, progress: Say = lambda line: None,
                     log, deadline, log_path, _progress_lines(progress))
             build_seconds = time.monotonic() - build_started
         binary = binary_path(cache_dir)
+        libraries = sum(f.stat().st_size for f in binary.parent.iterdir() if f.is_file() and not f.is_symlink())
         info = dict(_marker(), built_at=time.time(), build_seconds=round(build_seconds, 1),
-                    binary_bytes=binary.stat().st_size, server_version=server_version(binary))
+                    binary_bytes=binary.stat().st_size, bin_bytes=libraries, server_version=server_version(binary))
         (root / MARKER_NAME).write_text(json.dumps(info), encoding="utf-8")
     return LlamacppBuild(root, binary, False, time.monotonic() - started, info)
 
@@ -221,7 +222,7 @@ def ensure_llamacpp(cache_dir: Path, *, progress: Say = lambda line: None) -> La
     """The recipe's "venv" step: llama-server built (once) and the gguf venv (once); returns the gguf venv."""
     build = ensure_build(cache_dir, progress=progress)
     how = "reused" if build.reused else f"built in {build.seconds:.0f}s"
-    progress(f"llama-server: {build.binary} ({how}; {build.info['binary_bytes'] / 2**20:.1f} MiB; "
+    progress(f"llama-server: {build.binary} ({how}; {build.info['bin_bytes'] / 2**20:.1f} MiB with its libraries; "
              f"{build.info['server_version']})")
     return ensure_gguf_venv(cache_dir, progress=progress)
 
