@@ -239,3 +239,80 @@ def test_send_blocking_without_a_loop():
         server.shutdown()
         server.server_close()
     assert (got.status, got.body, got.ok) == (202, b"hello", True)
+
+
+def test_outcome_of_words_each_error_exactly():
+    """The one line each outcome carries, to the word (what a terminal, a sink's complaint and a probe say)."""
+    from servewatch.transport.http1 import ConnectFailed
+
+    tls = ssl.SSLError(1, "x")
+    tls.reason = "WRONG_VERSION_NUMBER"
+    cases = [
+        (ConnectFailed("", OSError(errno.EHOSTUNREACH, "No route to host")), {}, (C.CONNECT, "could not connect")),
+        (ConnectFailed("no route to host", OSError(errno.EHOSTUNREACH, "x")), {}, (C.CONNECT, "no route to host")),
+        (ConnectFailed("connect timeout", TimeoutError()), {}, (C.TIMEOUT, "could not connect in time")),
+        (TimeoutError(), {}, (C.TIMEOUT, "timed out")),
+        (TimeoutError(), {"timeout_s": 1.5}, (C.TIMEOUT, "no answer within 1.5 s")),
+        (BodyTooLarge("body over 10 bytes"), {}, (C.TOO_LARGE, "body over 10 bytes")),
+        (BodyTooLarge("x"), {"max_bytes": 10}, (C.TOO_LARGE, "body exceeds the 10-byte bound")),
+        (NoAnswer("x"), {}, (C.NO_ANSWER, "the server closed the connection without answering")),
+        (tls, {}, (C.TLS, "TLS failed (WRONG_VERSION_NUMBER)")),
+        (ssl.SSLError(), {}, (C.TLS, "TLS failed (SSLError)")),
+        (ConnectionResetError(), {}, (C.CUT, "connection reset")),
+        (BrokenPipeError(), {}, (C.CUT, "connection reset")),
+        (socket.gaierror(-2, "x"), {"host": "vllm.internal"}, (C.DNS, "the host name vllm.internal could not be resolved")),
+        (OSError(errno.ENETUNREACH, "Network is unreachable"), {"host": "h"}, (C.CONNECT, "Network is unreachable")),
+        (KeyError("k"), {}, (C.PROTOCOL, "malformed answer (KeyError)")),
+    ]
+    for exc, given, expected in cases:
+        assert C.outcome_of(exc, **given) == expected, exc
+    # a ConnectFailed whose cause is a DNS failure names the host it was given
+    assert C.outcome_of(ConnectFailed("w", socket.gaierror(-2, "x")), host="a.b") == (
+        C.DNS, "the host name a.b could not be resolved")
+
+
+def test_mock_keeps_its_requests_and_passes_answers_through():
+    given = C.Failed(C.REFUSED, "connection refused", 0.5)
+    transport = C.MockTransport(lambda r: given if r.url.endswith("/down") else C.Reply(201, b"made", 9.0, {"x": "y"}))
+
+    async def go():
+        down = await transport.send(_request("http://127.0.0.1:9/down"))
+        up = await transport.send(_request("http://127.0.0.1:9/up", max_bytes=4))
+        small = await transport.send(_request("http://127.0.0.1:9/up", max_bytes=3))
+        await transport.close()
+        return down, up, small
+    down, up, small = asyncio.run(go())
+    assert down is given
+    assert (up.status, up.body, dict(up.headers)) == (201, b"made", {"x": "y"}) and up.elapsed_s < 1.0
+    assert (small.outcome, small.status, small.detail) == (C.TOO_LARGE, 201, "body exceeds the 3-byte bound")
+    assert [r.url for r in transport.requests] == ["http://127.0.0.1:9/down", "http://127.0.0.1:9/up",
+                                                   "http://127.0.0.1:9/up"]
+    assert transport.closed
+    assert C.answer_parts(404) == (404, b"", {}) and C.answer_parts("t") == (200, b"t", {})
+    assert C.answer_parts((503, "busy")) == (503, b"busy", {})
+
+
+def test_a_keep_alive_connection_is_reused_and_a_fresh_one_is_not():
+    connections = []
+
+    async def answer_twice(reader, writer):
+        connections.append(writer)
+        for _ in range(2):
+            await _head(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def go():
+        server, port = await _serve(answer_twice)
+        url = f"http://127.0.0.1:{port}/x"
+        try:
+            async with C.Http1Transport() as transport:
+                pooled = [await transport.send(_request(url)) for _ in range(2)]
+                pooled_connections = len(connections)
+                fresh = [await transport.send(_request(url, fresh=True)) for _ in range(2)]
+            return pooled, pooled_connections, fresh, len(connections)
+        finally:
+            server.close()
+    pooled, after_pooled, fresh, after_fresh = asyncio.run(go())
+    assert [r.body for r in pooled + fresh] == [b"ok"] * 4
+    assert (after_pooled, after_fresh) == (1, 3)
