@@ -153,8 +153,9 @@ def test_the_shipped_llamacpp_plan_is_the_conformance_one_and_every_fault_states
     shipped = shipped_path("standard", "llamacpp")
     assert (Path(__file__).parent / "conformance" / "plans" / "standard-llamacpp.yaml").resolve() == shipped.resolve()
     plan = load_plan(shipped)
-    assert plan.target.engine == "llamacpp" and len(plan.steps) == 9
+    assert plan.target.engine == "llamacpp" and len(plan.steps) == 10
     assert {s.kind for s in plan.steps} >= {"hang", "stop", "kill", "overload", "slow_net", "client_abort", "restart"}
     assert all(s.expect.to_json() for s in plan.steps)
+    assert sum(1 for s in plan.steps if s.kind == "hang" and "guard" in s.expect.to_json()) == 2   # idle, under load
     idle_hang = next(s for s in plan.steps if s.kind == "hang" and s.params.get("idle"))
     assert idle_hang.expect.to_json()["fire"] == {"not_serving": 16} and idle_hang.expect.to_json()["guard"]["kills"]
