@@ -101,6 +101,11 @@ declare -A TESTS=(
   [servewatch/detectors/xid.py]='tests/test_values_xid.py'
   # collective_hang: the two files the grep finds, named
   [servewatch/detectors/collective.py]='tests/test_values_collective.py tests/test_detectors_collective.py'
+  # the prefill/decode verdicts (issue 52): hand-built pair windows and the real NIXL fixtures (test_pd_deployment.py
+  # runs simulator pairs through watch and serve: 30 s a mutant)
+  [servewatch/detectors/pd.py]='tests/test_pd_verdicts.py'
+  # llama.cpp's /slots read (issue 53): the dialect's tests read the real captures through it
+  [servewatch/sources/slots.py]='tests/test_llamacpp.py'
   # gpu_fault, gpu_throttled, the GPU of each rank (test_detectors_gpu.py and test_gpu_check.py build and run the
   # NVML stand-in and gpu-check: 10 s)
   [servewatch/detectors/gpu.py]="tests/test_values_gpu.py $DETECTOR_TESTS"

@@ -28,7 +28,7 @@ def test_bad_config_names_file_line_and_key(tmp_path):
     path = tmp_path / "serve.yaml"
     path.write_text("interval: 1s\ntargets:\n  - url: http://127.0.0.1:8000\n    nmae: a\n")
     assert one_line(cli("--config", str(path))) == f"servewatch serve: {path}:4: targets[0].nmae: unknown key " \
-                                                   "(known: url, name, pid, log_file, proxy, gpu_metrics)"
+                                                   "(known: url, name, pid, log_file, proxy, gpu_metrics, prefill, decode)"
 
 
 def test_bad_inputs_are_one_line(tmp_path):

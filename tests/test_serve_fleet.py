@@ -124,7 +124,7 @@ def test_stall_shows_in_the_gauge_and_livez_while_hostile_targets_fail_typed_and
                 assert ended[0]["duration_s"] > 0
                 said = [line for line in capfd.readouterr().err.splitlines() if "alertmanager" in line]
                 assert said == ["servewatch serve: alertmanager http://127.0.0.1:1/api/v2/alerts: unreachable "
-                                "(Connection refused); retrying with backoff, watching continues"]
+                                "(connection refused); retrying with backoff, watching continues"]
             finally:
                 for task in load:
                     task.cancel()

@@ -16,9 +16,9 @@ def _prepared(monkeypatch, tmp_path: Path, which: lab_recipe.LabRecipe):
     said: list[str] = []
     venv = LabVenv(tmp_path / "venv", reused=True, seconds=0.0)
     model = TinyModel(tmp_path / "models" / "tiny", {}, reused=False, seconds=1.5)
-    monkeypatch.setattr(lab_recipe, "ensure_tiny_model", lambda v, cache: model)
     fake = lab_recipe.LabRecipe(which.engine, which.title, lambda cache, progress: venv, which.stand_in,
-                                which.server_kind, which.config, which.processes, which.watch_log)
+                                which.server_kind, which.config, which.processes, which.watch_log,
+                                ensure_model=lambda v, cache: model)
     return lab_recipe.prepare_lab(fake, tmp_path, say=said.append), said
 
 
