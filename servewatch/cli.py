@@ -109,7 +109,7 @@ class _Version(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="servewatch",
-        description="Flight recorder, doctor and watchdog for vLLM, SGLang and llama.cpp servers.",
+        description="Flight recorder, doctor and watchdog for LLM inference servers.",
     )
     parser.add_argument("--version", action=_Version, help="the version, and the engine versions it was proven on")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
