@@ -50,7 +50,6 @@ REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False, "remote_e
                  "remote_block_ids": None, "remote_host": None, "remote_port": None}
 # what decode does not take from a prefill's own request, or the prefill cannot do (the toy router drops them)
 NOT_FOR_PREFILL = ("stream_options", "min_tokens", "min_completion_tokens")
-KV_KEY = b'"kv_transfer_params"'
 STOP_WAIT_S = 0.1        # what a stop waits for a request in flight before it is cancelled (see PairProxy.start)
 
 
@@ -75,38 +74,11 @@ class Instance:
         return f"{self.role} {self.index} ({self.where})"
 
 
-def kv_said(obj) -> bool | None:
-    """Whether decode's answer says its prompt's KV came by transfer: a `kv_transfer_params` object with an
-    integer `external_prompt_tokens` (the simulator's decode says it so); None when it does not say. vLLM 0.32's
-    decode does not: its answer has no `kv_transfer_params`, and its `cached_tokens` is the prefill's own count
-    (vllm/v1/engine/output_processor.py, remote_prefill_cached_tokens), so its records say unknown."""
-    params = obj.get("kv_transfer_params") if isinstance(obj, dict) else None
-    tokens = params.get("external_prompt_tokens") if isinstance(params, dict) else None
-    if isinstance(tokens, int) and not isinstance(tokens, bool):
-        return tokens > 0
-    return None
-
-
-def _kv_in_events(data: bytes) -> bool | None:
-    """kv_said of the SSE events in one read that name kv_transfer_params (an event split between two reads
-    is not seen: the record says unknown)."""
-    said = None
-    for block in data.split(b"\n\n"):
-        if KV_KEY in block and block.startswith(b"data: "):
-            try:
-                value = kv_said(json.loads(block[6:]))
-            except (ValueError, UnicodeDecodeError):
-                continue
-            if value is not None:
-                said = value
-    return said
-
-
 class PairExchange(Exchange):
     """One request through a pair: the single path's Exchange (decode's answer is its response) and the legs."""
 
     __slots__ = ("prefill", "decode", "prefill_sent", "prefill_end", "prefill_status", "kv_params",
-                 "decode_sent", "decode_end", "kv_transferred", "failed_leg")
+                 "decode_sent", "decode_end", "failed_leg")
 
     def __init__(self, ident: int, arrival: float, api: str, raw: bytes, keep_text: bool):
         super().__init__(ident, arrival, api, b"POST", True, None, 0, len(raw), keep_text)
@@ -122,7 +94,6 @@ class PairExchange(Exchange):
         self.kv_params: bool | None = None       # the prefill's answer carried kv_transfer_params for decode
         self.decode_sent: float | None = None
         self.decode_end: float | None = None
-        self.kv_transferred: bool | None = None
         self.failed_leg: str | None = None
 
     def fail(self, leg: str, error: str, detail: str) -> None:
@@ -134,8 +105,11 @@ class PairExchange(Exchange):
         `prefill_index`, `decode_index`), `prefill_s` (the prefill leg, send to its answer's end),
         `prefill_status`, `kv_params` (its answer carried kv_transfer_params), `decode_ttft_s` (decode's send
         to its first token), `kv_wait_s` (decode's first token minus the prefill's end), `decode_s` (decode's
-        send to its answer's end), `kv_transferred` (true, false, or null where decode's answer does not say)
-        and `failed_leg` (prefill, decode, or null)."""
+        send to its answer's end) and `failed_leg` (prefill, decode, or null). Whether decode used transferred KV
+        is not per request: vLLM 0.32's decode answer does not say it (no `kv_transfer_params` — the NIXL
+        connector's request_finished returns none on decode — and `usage.prompt_tokens_details.cached_tokens` is
+        the prefill's own prefix-cache hits, vllm/v1/engine/output_processor.py remote_prefill_cached_tokens);
+        the pair's /metrics say it (prompt_tokens_by_source_total{source="external_kv_transfer"})."""
         if self.decode_end is None and self.decode_sent is not None:
             self.decode_end = now
         rec = Exchange.finish(self, now, keep_itl)
@@ -151,7 +125,6 @@ class PairExchange(Exchange):
             "decode_ttft_s": _span(self.decode_sent, first),
             "kv_wait_s": _span(self.prefill_end, first),
             "decode_s": _span(self.decode_sent, self.decode_end),
-            "kv_transferred": self.kv_transferred,
             "failed_leg": self.failed_leg,
         }
         return rec
@@ -384,10 +357,6 @@ class PairProxy(Proxy):
                 ex.last = self.now()
                 await out.write(data)
                 ex.on_body(data)
-                if KV_KEY in data:
-                    said = _kv_in_events(data)
-                    if said is not None:
-                        ex.kv_transferred = said
                 try:
                     async with asyncio.timeout(c.read_idle_timeout_s):
                         data = await up.content.readany()
@@ -396,11 +365,6 @@ class PairProxy(Proxy):
                 except Exception as exc:  # noqa: BLE001 - said by _failure
                     raise self._failure(exc, inst, c.read_idle_timeout_s, "next byte") from None
             ex.decode_end = self.now()
-            if ex.collected is not None and ex.kv_transferred is None:
-                try:
-                    ex.kv_transferred = kv_said(json.loads(b"".join(ex.collected)))
-                except (ValueError, UnicodeDecodeError):
-                    pass
             await out.write_eof()
             return out
         except _Refused as refused:
