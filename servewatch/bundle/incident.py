@@ -20,9 +20,24 @@ class Incident:
     samples: tuple[Sample, ...]
     verdicts: tuple[Verdict, ...]
 
+    # a deployment's instances, each (its role and name in words: "prefill 10.0.0.8:8100", its own samples)
+    instances: tuple[tuple[str, tuple[Sample, ...]], ...] = ()
+
     @property
     def series(self) -> dict[str, list[series.Point]]:
+        """The target's series (a deployment's: its first decode instance's, where requests wait; each
+        instance's are in `timelines`)."""
+        if self.instances:
+            who, samples = next((x for x in self.instances if x[0].startswith("decode ")), self.instances[0])
+            return series.timeline_series(samples)
         return series.timeline_series(self.samples)
+
+    @property
+    def timelines(self) -> list[tuple[str | None, dict[str, list[series.Point]]]]:
+        """(whose, series): the target's alone (None), or each deployment instance's ("prefill 10.0.0.8:8100")."""
+        if self.instances:
+            return [(who, series.timeline_series(samples)) for who, samples in self.instances]
+        return [(None, self.series)]
 
     @property
     def markers(self) -> list[series.Marker]:
@@ -38,7 +53,44 @@ def load_incident(path: str | Path) -> Incident:
         meta=meta,
         samples=tuple(serialize.sample_from_dict(d) for d in sample_dicts),
         verdicts=tuple(serialize.verdict_from_dict(d) for d in meta["verdicts"]),
+        instances=tuple((f"{i['role']} {i['name']}", tuple(serialize.sample_from_dict(d) for d in sample_dicts
+                                                          if d.get("instance") == i["name"]))
+                        for i in meta["target"].get("deployment", ())),
     )
+
+
+def deployment_words(meta: dict) -> str | None:
+    """"prefill 10.0.0.8:8100, decode 10.0.0.9:8200": a deployment's instances by role (None: one target)."""
+    instances = meta["target"].get("deployment")
+    return ", ".join(f"{i['role']} {i['name']}" for i in instances) if instances else None
+
+
+def fault_words(verdict: Verdict) -> str | None:
+    """Which side of a deployment a verdict puts at fault, and whether it is acted on (None: not a deployment's
+    verdict). A pair verdict names the one instance to act on in `act_on` (registry.may_act_on); an instance's own
+    verdict is about that instance alone."""
+    from servewatch.detectors import registry
+
+    details = verdict.details
+    if isinstance(details.get("instance"), str) and isinstance(details.get("role"), str):
+        return f"{details['role']} {details['instance']}: its own verdict, about that instance alone"
+    found = registry.spec(verdict.name)
+    if found is None or not found.pair:
+        return None
+    sides = [(role, details[role]) for role in ("prefill", "decode") if isinstance(details.get(role), str)]
+
+    def named(role: str, name: str) -> str:
+        state = details.get(f"{role}_state")
+        return f"{role} {name}" + (f" ({state})" if isinstance(state, str) else "")
+
+    act_on = details.get("act_on")
+    if isinstance(act_on, str):
+        role = next((r for r, n in sides if n == act_on), "instance")
+        others = [f"{r} {n}" for r, n in sides if n != act_on]
+        return (f"{named(role, act_on)}: the side to restart"
+                + (f"; {' and '.join(others)} is not acted on" if others else ""))
+    return (f"neither side is restarted ({', '.join(named(r, n) for r, n in sides) or 'no instance named'}): "
+            f"a person decides")
 
 
 def detail_words(key: str, value) -> str:

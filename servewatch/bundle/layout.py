@@ -132,7 +132,8 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
     With `recompute`, each verdict is stored as the detectors restate it from the *stored* (allow-listed,
     possibly thinned) samples, so its text derives from what the bundle holds and `verify` can reproduce it.
     """
-    sample_dicts = serialize.samples_to_dicts(samples)
+    deployment = tuple((i.name, i.role) for i in getattr(samples, "instances", ()))
+    sample_dicts = deployment_dicts(samples) if deployment else serialize.samples_to_dicts(samples)
     config = serialize.config_to_dict(context.detector_config)
     verdict_dicts = [serialize.verdict_to_dict(v) for v in verdicts]
     referenced = {(e["source"], e["t"]) for v in verdict_dicts for e in v["evidence"]}
@@ -143,7 +144,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             from servewatch.bundle.recompute import with_gaps
 
             recompute = with_gaps(recompute, context.recorder)
-        verdict_dicts = restate(verdict_dicts, stored, config, recompute)
+        verdict_dicts = restate(verdict_dicts, stored, config, recompute, deployment)
 
     target = serialize.target_url(context.target_url)
     trigger = _trigger(verdict_dicts, context.trigger, stored, created_t)
@@ -165,6 +166,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             "generation": serialize.safe_token(context.naming),
             "versions": _versions(context.target_versions),
             **({"identity": identity} if (identity := _identity(context.identity)) else {}),
+            **({"deployment": [{"name": name, "role": role} for name, role in deployment]} if deployment else {}),
         },
         "window": {
             "start_t": min(times) if times else None,
@@ -194,13 +196,27 @@ def _recorder(stored: Mapping[str, Any]) -> dict:
                      for g in stored.get("gaps", ())]}
 
 
+def deployment_dicts(window) -> list[dict]:
+    """A deployment's samples (Window.instances) as stored: each instance's own, named by its `instance` (the
+    deployment's token for it, host:port: never a URL or path) and its `role`, merged in time order."""
+    out = []
+    for instance in window.instances:
+        name, role = serialize.safe_token(instance.name, None), serialize.safe_token(instance.role, None)
+        if name is None or role not in serialize.KV_ROLES:
+            raise ValueError("a deployment's instance without a plain name and role")
+        out.extend({**d, "instance": name, "role": role} for d in serialize.samples_to_dicts(instance.window.samples()))
+    return sorted(out, key=lambda d: serialize.unnumber(d["t"]))
+
+
 def restate(verdict_dicts: Sequence[dict], stored: Sequence[dict], config: Mapping[str, Any],
-            recompute: Callable) -> list[dict]:
+            recompute: Callable, deployment: Sequence[tuple[str, str]] = ()) -> list[dict]:
     """Replace each verdict by the one recomputed from the stored samples with the same name, times and
-    evidence pointers; a verdict that does not recompute is kept as given (verify will say so)."""
+    evidence pointers; a verdict that does not recompute is kept as given (verify will say so). `deployment`:
+    the instances' (name, role) where the samples are a deployment's."""
+    from servewatch.bundle.recompute import stored_samples
+
     try:
-        again = [serialize.verdict_to_dict(v)
-                 for v in recompute([serialize.sample_from_dict(d) for d in stored], config)]
+        again = [serialize.verdict_to_dict(v) for v in recompute(stored_samples(stored, deployment), config)]
     except Exception:   # the writer fails open; verify reports a verdict that does not follow
         return list(verdict_dicts)
 

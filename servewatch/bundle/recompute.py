@@ -10,19 +10,33 @@ from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
 from servewatch.bundle import serialize
 from servewatch.timeline.samples import Sample
+from servewatch.timeline.window import InstanceWindow, Window
 
-Recompute = Callable[[Sequence[Sample], Mapping[str, Any]], Sequence[Verdict]]
+Recompute = Callable[[Sequence[Sample] | Window, Mapping[str, Any]], Sequence[Verdict]]
 
 
-def detectors_recompute(samples: Sequence[Sample], config: Mapping[str, Any]) -> Sequence[Verdict]:
-    """Run the shipped detectors over the stored window with the stored configuration."""
+def detectors_recompute(samples: Sequence[Sample] | Window, config: Mapping[str, Any]) -> Sequence[Verdict]:
+    """Run the shipped detectors over the stored window with the stored configuration (a deployment's stored
+    samples come as its Window, each instance's own: stored_samples)."""
     try:
         from servewatch.detectors import DetectorConfig, run_detectors
         from servewatch.detectors.config import RETIRED
-        from servewatch.timeline.window import Window
     except ImportError as exc:
         raise BundleInvalid(f"cannot recompute verdicts: detectors unavailable ({exc})") from None
-    return run_detectors(Window.from_samples(samples), config_from_dict(DetectorConfig, config, retired=RETIRED))
+    window = samples if isinstance(samples, Window) else Window.from_samples(samples)
+    return run_detectors(window, config_from_dict(DetectorConfig, config, retired=RETIRED))
+
+
+def stored_samples(dicts: Sequence[Mapping[str, Any]],
+                   deployment: Sequence[tuple[str, str]] = ()) -> list[Sample] | Window:
+    """What a Recompute is given: the stored samples of one target; for a deployment (its instances' (name, role),
+    in the order the recorder held them: incident.json's target.deployment), a Window of each instance's own."""
+    if not deployment:
+        return [serialize.sample_from_dict(d) for d in dicts]
+    return Window(instances=tuple(
+        InstanceWindow(name, role, Window.from_samples(serialize.sample_from_dict(d) for d in dicts
+                                                       if d.get("instance") == name))
+        for name, role in deployment))
 
 
 def with_gaps(recompute: Recompute, stored_gaps: Mapping[str, Any] | None) -> Recompute:

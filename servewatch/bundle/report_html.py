@@ -332,18 +332,24 @@ def _anchor(section: Section, i: int) -> str:
 
 def incident_section(incident, *, title: str | None = None, anchor: str | None = None) -> Section:
     """A bundle (servewatch.bundle.incident.Incident) as one report section."""
+    from servewatch.bundle.incident import deployment_words, fault_words
+
     meta = incident.meta
     window = meta["window"]
     t0 = window["start_t"]
-    series = incident.series
-    ordered = {name: series[name] for name in SERIES}
-    chart = render_timeline_svg(ordered, incident.markers, t0=t0, title=f"timeline of {incident.name}")
-    zoom = _zoom_chart(ordered, incident.markers, t0, window["end_t"], incident.name)
+    chart = zoom = ""
+    for whose, series in incident.timelines:      # a deployment: each instance's own chart
+        ordered = {name: series[name] for name in SERIES}
+        of = f"{whose} in {incident.name}" if whose else incident.name
+        chart += render_timeline_svg(ordered, incident.markers, t0=t0, title=f"timeline of {of}")
+        zoom += _zoom_chart(ordered, incident.markers, t0, window["end_t"], of)
     target = meta["target"]
     facts = render_facts([
         ("incident id", meta["incident_id"]),
         ("trigger", meta["trigger"]["verdict"]),
-        ("target", target["url"] or "unknown"),
+        ("target", target["url"] or ("a deployment" if target.get("deployment") else "unknown")),
+        *([("deployment", pair)] if (pair := deployment_words(meta)) else []),
+        *((f"side at fault ({v.name})", fault) for v in incident.verdicts if (fault := fault_words(v))),
         ("engine", " ".join(x for x in (target["dialect"], target["generation"]) if x) or "unknown"),
         ("target versions", ", ".join(f"{k} {v}" for k, v in target["versions"].items()) or "unknown"),
         ("window", f"{utc(window['start_t'])} → {utc(window['end_t'])}"),

@@ -7,7 +7,7 @@ from servewatch.detectors.verdict import RunbookBranch
 from servewatch.bundle.incident import (COLLECTIVE_HEADERS, LOG_HEADERS, PROCESS_HEADERS, STAGE_HEADERS,
                                        collective_rows, latency_histograms, log_rows, process_rows, stage_rows)
 from servewatch.detectors.series import engine_words
-from servewatch.bundle.incident import detail_words
+from servewatch.bundle.incident import deployment_words, detail_words, fault_words
 from servewatch.bundle.report_html import fmt, utc
 from servewatch.bundle.series import LABELS, SERIES
 
@@ -41,9 +41,10 @@ def render_markdown(incident) -> str:
     lines = [f"# servewatch incident: {names}", "",
              f"- bundle: `{incident.name}`",
              f"- incident id: `{meta['incident_id']}` (trigger: {meta['trigger']['verdict']})",
-             f"- target: {target['url'] or 'unknown'}"
+             f"- target: {target['url'] or ('a deployment' if target.get('deployment') else 'unknown')}"
              + (f" ({' '.join(x for x in (target['dialect'], target['generation']) if x)})"
                 if target["dialect"] or target["generation"] else ""),
+             *([f"- deployment: {pair}"] if (pair := deployment_words(meta)) else []),
              f"- target versions: {', '.join(f'{k} {v}' for k, v in target['versions'].items()) or 'unknown'}",
              f"- window: {utc(window['start_t'])} → {utc(window['end_t'])}; samples: "
              + ", ".join(f"{k} {v}" for k, v in window["samples"].items()),
@@ -53,10 +54,12 @@ def render_markdown(incident) -> str:
              f"- bundle writes that failed before this one: {meta['writer']['write_failures']}",
              f"- servewatch {meta['servewatch_version']}", ""]
 
-    lines += ["## Timeline", "", "| series | min | max | last | shape |", "|---|---:|---:|---:|---|"]
-    series = incident.series
-    lines += [_series_row(LABELS[name], [v for _, v in series[name]]) for name in SERIES]
-    lines.append("")
+    lines += ["## Timeline", ""]
+    for whose, series in incident.timelines:      # a deployment: each instance's own
+        lines += [*([f"### {whose}", ""] if whose else []),
+                  "| series | min | max | last | shape |", "|---|---:|---:|---:|---|"]
+        lines += [_series_row(LABELS[name], [v for _, v in series[name]]) for name in SERIES]
+        lines.append("")
 
     lines += ["## Verdicts", ""]
     if not incident.verdicts:
@@ -64,6 +67,7 @@ def render_markdown(incident) -> str:
     for v in incident.verdicts:
         base = t0 if t0 is not None else v.onset
         lines += [f"### {v.name}", "", f"**Why:** {v.why}", "",
+                  *([f"**Side at fault:** {fault}", ""] if (fault := fault_words(v)) else []),
                   f"Onset at +{fmt(v.onset - base)} s, concluded at +{fmt(v.t - base)} s "
                   f"({fmt(v.since_s)} s after onset).", ""]
         if v.evidence:

@@ -25,7 +25,7 @@ from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.bundle import layout, schemas, serialize
-from servewatch.bundle.recompute import Recompute, config_from_dict, detectors_recompute, with_gaps
+from servewatch.bundle.recompute import Recompute, config_from_dict, detectors_recompute, stored_samples, with_gaps
 
 READ_LIMIT = 16 * 2**20            # no file a writer produces comes near this; anything larger is refused
 MAX_FILES = 66                     # incident.json, manifest.json and at most 64 samples files (the schema's limit)
@@ -210,6 +210,7 @@ def _check_identity(incident: dict, samples: list[dict], name: str) -> None:
     if end is not None and created < end:
         raise BundleInvalid(f"incident.json: created_t {created} precedes the newest sample {end}")
 
+    _check_deployment(incident, samples)
     stored = {(s["source"], _t(s["t"])) for s in samples}
     verdicts = incident["verdicts"]
     for v in verdicts:
@@ -233,11 +234,37 @@ def _check_identity(incident: dict, samples: list[dict], name: str) -> None:
         raise BundleInvalid("incident.json: duplicate verdicts")
 
 
+def deployment_of(incident: dict) -> tuple[tuple[str, str], ...]:
+    """A deployment's instances (name, role) as incident.json lists them; () for one target."""
+    return tuple((i["name"], i["role"]) for i in incident.get("target", {}).get("deployment", ()))
+
+
+def _check_deployment(incident: dict, samples: list[dict]) -> None:
+    """A deployment's bundle: each instance listed once, and every sample named by a listed instance with its
+    role; one target's: no sample names an instance."""
+    deployment = deployment_of(incident)
+    roles = dict(deployment)
+    if len(roles) != len(deployment):
+        raise BundleInvalid("incident.json: target.deployment lists an instance twice")
+    for s in samples:
+        name = s.get("instance")
+        if not deployment:
+            if name is not None:
+                raise BundleInvalid(f"samples: a {s['source']} sample names instance {name}, but the target is "
+                                    f"not a deployment")
+            continue
+        if name not in roles:
+            raise BundleInvalid(f"samples: a {s['source']} sample at t={s['t']} names no instance of the deployment")
+        if s.get("role") != roles[name]:
+            raise BundleInvalid(f"samples: a {s['source']} sample of {name} says role {s.get('role')}, the "
+                                f"deployment says {roles[name]}")
+
+
 # --- recomputation ---------------------------------------------------------------------------------
 
 def _check_recomputation(incident: dict, sample_dicts: list[dict], recompute: Recompute) -> tuple[int, int]:
     try:
-        samples = [serialize.sample_from_dict(d) for d in sample_dicts]
+        samples = stored_samples(sample_dicts, deployment_of(incident))
     except serialize.DecodeError as exc:
         raise BundleInvalid(f"samples: {exc}") from None
     try:

@@ -32,7 +32,10 @@ __all__ = ["BundleContext", "BundleWriter", "BUNDLE_NAME"]
 
 
 def samples_of(window) -> list[Sample]:
-    """The samples of a timeline Window (or any iterable of samples), time-ordered."""
+    """The samples of a timeline Window (or any iterable of samples), time-ordered; a deployment's Window
+    (Window.instances) as it is: its instances' samples are stored each named by its instance (layout)."""
+    if getattr(window, "instances", ()):
+        return window
     if hasattr(window, "samples") and callable(window.samples):
         return list(window.samples())
     return sorted(window, key=lambda s: s.t)
@@ -112,7 +115,8 @@ class BundleWriter:
         if context.created_t is not None:
             return float(context.created_t)
         now = self.clock.now() if self.clock is not None else time.time()
-        newest = max((s.t for s in samples), default=now)
+        newest = max((t for t in (samples.end,) if t is not None) if getattr(samples, "instances", ()) else
+                     (s.t for s in samples), default=now)
         return max(float(now), float(newest))
 
     def _ensure_out_dir(self) -> None:

@@ -241,14 +241,23 @@ class Fleet:
 
     def _deployment_recorder(self, spec: TargetSpec) -> Recorder:
         """A disaggregated pair as one target (servewatch.watch.deployment): each instance on its own timeline,
-        the pair's verdicts judged together; its verdicts exported and said as a target's. No bundles and no
-        backoff for it yet: its instances' health is read from their own windows (serve.probes)."""
+        the pair's verdicts judged together; its verdicts exported and said as a target's, and with --out a bundle
+        per verdict holding every instance's evidence (each sample named by its instance and role). No backoff for
+        it yet: its instances' health is read from their own windows (serve.probes)."""
+        from servewatch.sinks.bundle_sink import bundle_sink
         from servewatch.watch.deployment import build, members_from
 
         members = members_from(spec.prefill, spec.decode)
-        sinks = [self.exporter.sink(spec.name), *self.extra_sinks(spec)]
-        recorder = build(members, replace(self.config.recording, url=spec.url), self.transport, self.clock,
-                         sinks=sinks, tool=self.tool)
+        options = replace(self.config.recording, url=spec.url)
+        bundles = (bundle_sink(os.path.join(self.config.out, spec.name), None, options.detectors)
+                   if self.config.out else None)
+        if bundles is not None:
+            self.writers.append(bundles.writer)
+        sinks = [*([bundles, self.quota.sink()] if bundles else []), self.exporter.sink(spec.name),
+                 *self.extra_sinks(spec)]
+        recorder = build(members, options, self.transport, self.clock, sinks=sinks, tool=self.tool)
+        if bundles is not None:
+            bundles.recorder = recorder
         recorder.evidence_listeners.extend(self.extra_evidence(spec))
         return recorder
 

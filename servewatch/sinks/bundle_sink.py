@@ -49,7 +49,8 @@ class BundleSink:
         from servewatch.bundle.writer import BundleContext
 
         recent = evidence_window(window, self.config)
-        metrics = next((m for m in reversed(recent.metrics) if m.dialect), None)
+        scrapes = [*recent.metrics, *(m for i in recent.instances for m in i.window.metrics)]   # a deployment's
+        metrics = next((m for m in sorted(scrapes, key=lambda m: m.t, reverse=True) if m.dialect), None)
         context = BundleContext(target_url=self.target, detector_config=self.config,
                                 dialect=metrics.dialect if metrics else None,
                                 naming=metrics.naming if metrics else None, trigger=trigger,
