@@ -103,9 +103,9 @@ declare -A TESTS=(
   [servewatch/detectors/collective.py]='tests/test_values_collective.py tests/test_detectors_collective.py'
   # the prefill/decode verdicts (issue 52): hand-built pair windows and the real NIXL fixtures (test_pd_deployment.py
   # runs simulator pairs through watch and serve: 30 s a mutant)
-  [servewatch/detectors/pd.py]='tests/test_pd_verdicts.py'
+  [servewatch/detectors/pd.py]='tests/test_pd_mutants.py tests/test_pd_verdicts.py'
   # llama.cpp's /slots read (issue 53): the dialect's tests read the real captures through it
-  [servewatch/sources/slots.py]='tests/test_llamacpp.py'
+  [servewatch/sources/slots.py]='tests/test_slots_mutants.py tests/test_llamacpp.py'
   # gpu_fault, gpu_throttled, the GPU of each rank (test_detectors_gpu.py and test_gpu_check.py build and run the
   # NVML stand-in and gpu-check: 10 s)
   [servewatch/detectors/gpu.py]="tests/test_values_gpu.py $DETECTOR_TESTS"
@@ -146,7 +146,8 @@ declare -A TESTS=(
   # `servewatch requests --html` (issue 50)
   [servewatch/load/requests_report.py]='tests/test_values_requests_report.py tests/test_requests_readback.py'
   # the process tree's samples: CPU %, states, members (issue 50; test_serve_stale.py runs serve)
-  [servewatch/sources/process.py]='tests/test_values_process_source.py tests/test_sources_process.py tests/test_proctime.py'
+  [servewatch/sources/process.py]='tests/test_process_mutants.py tests/test_values_process_source.py tests/test_sources_process.py
+    tests/test_proctime.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
