@@ -1,5 +1,5 @@
-"""Value tests of detectors/restart.py (issue 40): target_restarted and crash_loop as whole verdicts, and a boundary
-test (just under, at, just over) for each threshold, read from DetectorConfig:
+"""Value tests of detectors/restart.py and detectors/crash_loop.py (issue 40): target_restarted and crash_loop as
+whole verdicts, and a boundary test (just under, at, just over) for each threshold, read from DetectorConfig:
   crash_loop_count     that many episodes fire (`>=`);
   crash_loop_window_s  an episode at exactly end - window counts (`e >= since`);
   crash_loop_burst_s   engine-death lines at most that far apart are one death (`> burst` starts another);
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from servewatch.detectors import crash_loop as CLV
 from servewatch.detectors import restart as R
 from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.evidence import crash_loop as CL
@@ -99,14 +100,14 @@ def restarts(n, every=10.0, start=0.0, end=None):
 def test_crash_loop_count_under_at_and_over():
     for n, fires in ((COUNT - 1, False), (COUNT, True), (COUNT + 1, True)):
         w = Window(process=restarts(n))
-        assert (R.detect_crash_loop(w, CONFIG) != []) is fires, n
+        assert (CLV.detect_crash_loop(w, CONFIG) != []) is fires, n
         assert CL.in_crash_loop(w, CONFIG) is fires
         assert (R.detect(w, CONFIG) == []) is fires            # a crash loop is not also a restart
 
 
 def test_crash_loop_is_the_whole_verdict():
     w = Window(process=restarts(3, every=10.0))
-    assert R.detect_crash_loop(w, CONFIG) == [Verdict(
+    assert CLV.detect_crash_loop(w, CONFIG) == [Verdict(
         "crash_loop", T0 + 30, T0 + 10,
         f"3 restarts (new process) in 20 s (≥ {COUNT:g} within {SPAN:g} s): a crash loop",
         (Evidence("process", T0 + 10, "root_create_time", 101.0), Evidence("process", T0 + 20, "root_create_time", 102.0),
@@ -118,7 +119,7 @@ def test_crash_loop_window_under_at_and_over():
     # restarts at 10, 20, 30; the window ends at `end`: the first one counts while 10 >= end - SPAN
     for end, fires in ((10 + SPAN - STEP, True), (10 + SPAN, True), (10 + SPAN + STEP, False)):
         w = Window(process=restarts(3, end=end))
-        assert (R.detect_crash_loop(w, CONFIG) != []) is fires, end
+        assert (CLV.detect_crash_loop(w, CONFIG) != []) is fires, end
 
 
 def test_engine_death_lines_within_a_burst_are_one_death_under_at_and_over():
@@ -162,24 +163,24 @@ def test_each_signal_of_a_restart():
 
 def test_the_first_failure_is_said():
     logs = (log(2, "engine_dead", reason="EngineDeadError"), log(25, "startup_failure", reason="oom"))
-    v, = R.detect_crash_loop(Window(process=restarts(3), logs=logs), CONFIG)
+    v, = CLV.detect_crash_loop(Window(process=restarts(3), logs=logs), CONFIG)
     assert v.why.endswith("a crash loop; the first: engine dead (EngineDeadError)")
     assert v.evidence[-1] == Evidence("log", T0 + 2, "reason", "EngineDeadError")
-    v, = R.detect_crash_loop(Window(process=restarts(3), logs=(log(3, "startup_failure"),)), CONFIG)
+    v, = CLV.detect_crash_loop(Window(process=restarts(3), logs=(log(3, "startup_failure"),)), CONFIG)
     assert v.why.endswith("; the first: startup failure (unknown)")
     assert v.evidence[-1] == Evidence("log", T0 + 3, "reason", None)
     process = restarts(3)[:1] + (proc(5, alive=False, code=137),) + restarts(3)[1:]
-    v, = R.detect_crash_loop(Window(process=process), CONFIG)
+    v, = CLV.detect_crash_loop(Window(process=process), CONFIG)
     assert v.why.endswith("; the first: exit code 137")
     assert v.evidence[-1] == Evidence("process", T0 + 5, "exit_code", 137)
 
 
 def test_the_first_failure_line_up_to_one_second_after_the_first_episode():
     for after, said in ((1.0 - STEP, True), (1.0, True), (1.0 + STEP, False)):
-        found = R._first_failure(Window(logs=(log(10 + after, "engine_dead", reason="R"),)), T0 + 10)
+        found = CLV._first_failure(Window(logs=(log(10 + after, "engine_dead", reason="R"),)), T0 + 10)
         assert (found is not None) is said, after
-    assert R._first_failure(Window(logs=(log(1, "shutdown"),), process=(proc(0),)), T0 + 10) is None
-    assert R._first_failure(Window(process=(proc(0, alive=False),)), T0 + 10) is None
+    assert CLV._first_failure(Window(logs=(log(1, "shutdown"),), process=(proc(0),)), T0 + 10) is None
+    assert CLV._first_failure(Window(process=(proc(0, alive=False),)), T0 + 10) is None
 
 
 def test_a_live_sample_without_a_create_time_is_no_new_process():
@@ -197,7 +198,7 @@ def test_a_log_line_between_deaths_does_not_end_the_reading():
 def test_crash_loop_evidence_is_the_first_three_episodes_and_its_span_to_a_tenth():
     # restarts every 10.125 s: at 10.125, 20.25, 30.375, 40.5; span 40.5 - 10.125 = 30.375, said 30.4
     w = Window(process=restarts(4, every=10.125))
-    v, = R.detect_crash_loop(w, CONFIG)
+    v, = CLV.detect_crash_loop(w, CONFIG)
     assert v.evidence == tuple(Evidence("process", T0 + 10.125 * i, "root_create_time", 100.0 + i) for i in (1, 2, 3))
     assert v.details == {"episodes": 4, "by": "restarts", "span_s": round(30.375, 1)}
     assert round(30.375, 1) != round(30.375, 2) and round(30.375, 1) != round(30.375)

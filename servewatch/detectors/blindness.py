@@ -8,14 +8,25 @@ while we watched), not on the cumulative histogram since process start.
 
 from __future__ import annotations
 
-from servewatch.detectors.config import DetectorConfig
+from dataclasses import dataclass
+
 from servewatch.detectors.series import num, tracks, where
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (FINDING, INFO, Evidence, RunbookBranch, Settings, Thresholds, Verdict,
+                                          VerdictSpec)
 from servewatch.engine.state import Histogram
 from servewatch.timeline.window import Window
 
 
-def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+@dataclass(frozen=True, slots=True)
+class BlindnessSettings(Settings):
+    """histogram_blind's thresholds."""
+
+    # histogram_blind: at least this many observations in the window's histogram delta.
+    blind_min_count: float = 100.0
+    blind_kinds: tuple[str, ...] = ("itl", "ttft", "tpot")
+
+
+def detect(window: Window, config: Thresholds) -> list[Verdict]:
     from servewatch.engine.histogram import delta
     from servewatch.engine.summary import summarize
 
@@ -64,3 +75,29 @@ def _surely_not_blind(new: Histogram, old: Histogram, min_count: float) -> bool:
     if not new.edges or not count > 0:
         return False     # let the delta and the summary say
     return (new.cumulative[0] - old.cumulative[0]) / count < BLIND_FRACTION
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+HISTOGRAM_BLIND = RunbookBranch(
+    meaning="A latency histogram's buckets cannot resolve the latencies observed: almost every observation "
+            "sits in one bucket, so a quantile reads a bucket edge, not a measurement.",
+    check_next=(
+        "Which histogram, and the share of observations in its first (or last finite) bucket.",
+        "Measure the same latency another way: client-side per-request timings from the load "
+        "generator or the application's own logs.",
+    ),
+    expected_range="Observations spread over several buckets. Real vLLM CPU: 23,955 of 23,984 ITL "
+                   "observations in the first bucket (le=0.01), so histogram_quantile(0.99) reads ~9.9 ms "
+                   "whatever the true latency.",
+    safe_action="No action on the server. Do not alert on that quantile; use client-side measurements.",
+    rollback="Nothing to roll back: this branch is read-only.",
+    restart_destroys="A restart changes nothing about bucket layout; it only resets the counters.",
+)
+
+SETTINGS = (BlindnessSettings,)
+SPECS = (
+    VerdictSpec("histogram_blind", detect, FINDING, "info",
+                "a latency histogram's first bucket swallows the observations", HISTOGRAM_BLIND,
+                ("metrics",), labels=("engine", "histogram"), action=INFO),
+)

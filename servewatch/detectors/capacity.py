@@ -12,12 +12,70 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from operator import gt, mul, sub
 
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import Point, Track, engine_key, num, tracks, where
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (INCIDENT, PAGE, Evidence, RunbookBranch, Settings, Thresholds, Verdict,
+                                          VerdictSpec)
 from servewatch.engine.state import EngineState
 from servewatch.timeline.samples import LogEvent
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadSettings(Settings):
+    """overload's thresholds."""
+
+    # overload: waiting > 0 for at least overload_sustain_s while the engine still progresses; it holds
+    # through dips to 0 shorter than overload_clear_s (so a queue hovering at 0/1 fires once).
+    overload_sustain_s: float = 10.0
+    overload_clear_s: float = 5.0
+    # ...and a time-averaged queue of at least this many requests over that stretch: one request that
+    # comes and goes while its prefill is admitted is not overload.
+    overload_min_mean_waiting: float = 2.0
+    # ...and its cause is `slots` when running sat at the slot limit for at least this share of the
+    # stretch (a real vLLM dips below it for a step whenever a request finishes before the next is admitted).
+    overload_slots_share: float = 0.5
+    # ...counting running within this share of the limit as at it: SGLang publishes its running count after
+    # a decode step has freed the slots of the requests that finished, before the next prefill refills them
+    # (254 of 256 under a queue). Below 50 slots this is less than one request: the limit itself.
+    overload_slots_slack: float = 0.02
+    # ...and where /metrics gave no good answer for at least this long within such a stretch (a saturated
+    # API server answers a scrape in seconds or not at all; a watcher starved of CPU asks late), the same
+    # rules read the engine's own periodic stats lines in its log instead (vLLM's "Running: 4 reqs,
+    # Waiting: 28 reqs, ..." every VLLM_LOG_STATS_INTERVAL s).
+    overload_metrics_silent_s: float = 5.0
+
+    def validate(self) -> list[str]:
+        return self.shares("overload_slots_share", "overload_slots_slack")
+
+
+@dataclass(frozen=True, slots=True)
+class KvPressureSettings(Settings):
+    """kv_pressure's thresholds (kv_high also splits overload's cause)."""
+
+    # kv_pressure, either of two rules. Held: KV usage >= kv_high over at least kv_sustain_s, holding
+    # through dips shorter than kv_grace_s, with a time-weighted mean of at least kv_clear over that
+    # stretch. Queued: over the last kv_window_s (at least kv_sustain_s of it seen), requests waiting,
+    # a peak >= kv_high and a time-weighted mean >= kv_clear (a real vLLM under pressure swings 60-100%
+    # as requests finish or are preempted, with dips longer than any grace). kv_high is also where
+    # overload's cause is "kv", not "slots".
+    kv_high: float = 0.90
+    kv_clear: float = 0.80
+    kv_sustain_s: float = 5.0
+    kv_grace_s: float = 5.0
+    kv_window_s: float = 20.0
+
+    def validate(self) -> list[str]:
+        return self.shares("kv_high", "kv_clear") + self.ordered("kv_clear", "kv_high")
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionSettings(Settings):
+    """preemption's thresholds."""
+
+    # preemption: the counter rose by at least preemption_min within preemption_window_s
+    # (the delta, never the cumulative value).
+    preemption_window_s: float = 60.0
+    preemption_min: float = 1.0
 
 
 def _sustained(times: list[float], hot: list[bool], grace_s: float) -> tuple[int, int] | None:
@@ -47,7 +105,7 @@ def _pct(x: float | None) -> str:
 
 # --- overload ------------------------------------------------------------------------------------
 
-def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_overload(window: Window, config: Thresholds) -> list[Verdict]:
     """From the scrapes; and, for an engine whose /metrics went unanswered for long stretches (a saturated
     API server, a starved watcher), from the engine's own periodic stats lines in its log. A queue behind a
     throttled GPU is gpu_throttled's (the registry's yields_to), not more demand than capacity."""
@@ -69,7 +127,7 @@ def detect_overload(window: Window, config: DetectorConfig) -> list[Verdict]:
     return verdicts
 
 
-def _overload_from_scrapes(key: str, track: Track, config: DetectorConfig) -> Verdict | None:
+def _overload_from_scrapes(key: str, track: Track, config: Thresholds) -> Verdict | None:
     points, times = track.points, track.times
     waiting = track.column("waiting")
     stretch = _sustained(times, [(w or 0) > 0 for w in waiting], config.overload_clear_s)
@@ -144,7 +202,7 @@ def _longest_silence(scraped: list[float], start: float, end: float) -> float:
 
 
 def _overload_from_stats_lines(key: str, lines: list[_Line], scraped: list[float], slot_limit: int | None,
-                               config: DetectorConfig) -> Verdict | None:
+                               config: Thresholds) -> Verdict | None:
     """The overload rules over the engine's own stats lines, for a stretch in which /metrics left the
     detector blind for at least overload_metrics_silent_s (a saturated API server answers a scrape in
     seconds or not at all, and a watcher starved of CPU asks late; the engine's log lines still come)."""
@@ -191,7 +249,7 @@ def _time_mean(times: list[float], values: list[float]) -> float:
     return total / (times[-1] - times[0])
 
 
-def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]:
+def _overload_cause(run: list[Point], config: Thresholds) -> tuple[str, str]:
     state = run[-1][1]
     deferred = state.waiting_by_reason.get("deferred", 0.0)
     capacity = state.waiting_by_reason.get("capacity", 0.0)
@@ -226,7 +284,7 @@ def _overload_cause(run: list[Point], config: DetectorConfig) -> tuple[str, str]
 
 # --- kv_pressure ---------------------------------------------------------------------------------
 
-def detect_kv_pressure(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_kv_pressure(window: Window, config: Thresholds) -> list[Verdict]:
     """KV near full, judged three ways (any fires):
 
     - held: KV ≥ kv_high over a stretch of at least kv_sustain_s, dips shorter than kv_grace_s included,
@@ -295,7 +353,7 @@ class _KvSeries:
         return slice(bisect_left(self.times, self.times[-1] - seconds), len(self.times))
 
 
-def _kv_held(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Point], float] | None:
+def _kv_held(known: _KvSeries, config: Thresholds) -> tuple[str, list[Point], float] | None:
     stretch = _sustained(known.times, [value >= config.kv_high for value in known.kv], config.kv_grace_s)
     if stretch is None:
         return None
@@ -306,7 +364,7 @@ def _kv_held(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Point]
     return ("held", known.points[span], mean) if mean >= config.kv_clear else None
 
 
-def _kv_queued(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Point], float] | None:
+def _kv_queued(known: _KvSeries, config: Thresholds) -> tuple[str, list[Point], float] | None:
     if not known.points:
         return None
     span = known.last_seconds(config.kv_window_s)
@@ -318,7 +376,7 @@ def _kv_queued(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Poin
     return ("queued", known.points[span], mean) if mean >= config.kv_clear else None
 
 
-def _kv_preempting(known: _KvSeries, config: DetectorConfig) -> tuple[str, list[Point], float] | None:
+def _kv_preempting(known: _KvSeries, config: Thresholds) -> tuple[str, list[Point], float] | None:
     """Preemptions within the last kv_window_s, at a scrape with KV ≥ kv_high and requests waiting: an
     engine preempts only when it cannot find KV blocks, so this is pressure however briefly a starved
     watcher saw it (a real vLLM on a 2-core VM drained 24 long requests with +9 preemptions at KV 100%
@@ -342,7 +400,7 @@ def _preempted(run: list[Point]) -> float:
 
 # --- preemption ----------------------------------------------------------------------------------
 
-def detect_preemption(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_preemption(window: Window, config: Thresholds) -> list[Verdict]:
     end = window.end
     if end is None:
         return []
@@ -375,3 +433,83 @@ def detect_preemption(window: Window, config: DetectorConfig) -> list[Verdict]:
                                 {"engine": key, "delta": delta, "window_s": last.t - first.t,
                                  "kv_usage": state.kv_usage}))
     return verdicts
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+OVERLOAD = RunbookBranch(
+    meaning="Requests wait for a sustained period; the cause names the limit: slots (running at the slot "
+            "limit), kv (cache full) or deferred (the scheduler deferred admission).",
+    check_next=(
+        "Queue wait (request_queue_time) and waiting count over time: overload is the only signature "
+        "with a queue (vLLM serving Qwen2.5-7B-Instruct-AWQ on one RTX 3060: 0.472 s wait and 44 waiting under overload, 0 otherwise).",
+        "Running vs the slot limit (max-num-seqs, default 256) and KV usage: running pinned at the limit "
+        "with KV well below 100% means out of slots, not memory (256 running, KV 28%).",
+        "Inter-token latency: a full batch slows every token (x9.2 at 256 running on the RTX 3060 above).",
+        "Arrival rate against the capacity measured on a normal day.",
+    ),
+    expected_range="Waiting 0 and queue wait ~0 under normal load (RTX 3060, normal load: 0.000 s, max 0 waiting); "
+                   "alert on waiting > 0 sustained, or on queue age against the TTFT budget.",
+    safe_action="Shed or limit admission at the router early, with an actionable rejection class, or add "
+                "replicas. Raising max-num-seqs when KV is low adds slots but also activation memory "
+                "(193 running crashed at 0.9 memory utilisation).",
+    rollback="Remove temporary capacity or admission limits once the waiting count has drained to 0 and "
+             "stayed there for one full window - not 'eventually'.",
+    restart_destroys="A restart adds no capacity: it drops every queued and running request and the prefix "
+                     "cache, so the queue returns larger.",
+    by_cause={
+        "slots": "Cause slots: running sits at the slot limit while KV has room - the engine ran out of "
+                 "sequence slots, not memory. Add replicas or shed load; raise max-num-seqs only with "
+                 "memory headroom for the larger batch's activations.",
+        "kv": "Cause kv: the KV cache is full - admission waits for memory. Expect preemptions; cap output "
+              "length or concurrency, or add KV capacity (see kv_pressure).",
+        "deferred": "Cause deferred: requests wait although there is room - the scheduler deferred them "
+                    "(waiting_by_reason=deferred). Find what they wait for (a KV transfer, an adapter, a "
+                    "dependency) before adding capacity, which would not help.",
+        "unknown": "Cause unknown: nothing is admitted though slots and KV are free - an admission deadlock "
+                   "or a frozen scheduler. Treat it like a stall: check the step counters and take a stack of "
+                   "the engine before restarting.",
+    },
+)
+
+KV_PRESSURE = RunbookBranch(
+    meaning="The KV cache is near full: admission stalls and the engine starts preempting.",
+    check_next=(
+        "KV usage and its trend, with the preemption delta in the same window.",
+        "Output and input token sizes: long outputs hold KV longer (1,024-token outputs on an RTX 3060 "
+        "serving a 7B model: KV 26.1% vs 1.4% for 128-token outputs).",
+        "Running and waiting: KV-bound waiting shows free slots but no memory.",
+    ),
+    expected_range="KV maximum well below 100% under normal load (RTX 3060, 7B: 1.4% normal, 28% overload; real "
+                   "vLLM CPU reached 95% with 16 long requests on 8,192 tokens of cache).",
+    safe_action="Limit concurrency or max output tokens at admission, or add replicas / KV capacity.",
+    rollback="Revert the limits when KV stays below the threshold for a full window at peak.",
+    restart_destroys="The KV and prefix cache (hit rate restarts at zero) and every in-flight request.",
+)
+
+PREEMPTION = RunbookBranch(
+    meaning="The engine preempted (vLLM) or retracted (SGLang) running requests within this window.",
+    check_next=(
+        "The preemption counter's delta in the window - never its cumulative value, which carries old "
+        "traffic (a peer tool reports cumulative preemptions as current pressure).",
+        "Whether tokens still progress: a preemption burst that still steps is degraded, not stalled.",
+        "KV usage at the same time, and recompute cost: a preempted request redoes its prefill.",
+    ),
+    expected_range="0 preemptions per window under normal load (real vLLM CPU: +16 at KV 95%, with 10 waiting).",
+    safe_action="Lower concurrency (max-num-seqs) or add KV capacity; cap max output tokens.",
+    rollback="Restore the previous limits after the preemption delta stays 0 across a peak window.",
+    restart_destroys="KV state of running and preempted requests, and the counters' baseline.",
+)
+
+SETTINGS = (OverloadSettings, KvPressureSettings, PreemptionSettings)
+SPECS = (
+    VerdictSpec("overload", detect_overload, INCIDENT, "ticket",
+                "requests wait for a sustained period", OVERLOAD, ("metrics", "log"),
+                labels=("engine", "cause"), action=PAGE,
+                yields_to=("gpu_throttled",)),      # a slower GPU, not more demand than capacity,
+    VerdictSpec("kv_pressure", detect_kv_pressure, INCIDENT, "ticket",
+                "the KV cache is near full", KV_PRESSURE, ("metrics",), labels=("engine", "rule"), action=PAGE),
+    VerdictSpec("preemption", detect_preemption, INCIDENT, "ticket",
+                "the engine preempted running requests", PREEMPTION, ("metrics", "log"),
+                labels=("engine",), action=PAGE),
+)

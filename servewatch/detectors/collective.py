@@ -12,8 +12,7 @@ before its 5th all_reduce, rank 0 waiting in it.
 
 from __future__ import annotations
 
-from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.verdict import Evidence, RunbookBranch, Verdict
+from servewatch.detectors.verdict import INCIDENT, RESTART, Evidence, RunbookBranch, Thresholds, Verdict, VerdictSpec
 from servewatch.timeline.ranks import rank_view, rank_words
 from servewatch.timeline.samples import LogEvent
 from servewatch.timeline.window import Window
@@ -135,7 +134,7 @@ def _other_says(component: str, events: list[LogEvent], hang: LogEvent) -> tuple
     return f"{name} sees no rank behind", False
 
 
-def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect(window: Window, config: Thresholds) -> list[Verdict]:
     events = [e for e in window.logs if e.kind == KIND]
     if not events:
         return []
@@ -172,3 +171,15 @@ def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
         details["op"] = hang.fields["op"]
     t = max(e.t for e in events)
     return [Verdict(NAME, t, onset, why, tuple(evidence), details)]
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+SETTINGS = ()
+SPECS = (
+    # Restart once the same rank has stayed behind at the same collective for 30 s of observations (a RAS count
+    # one behind that moves on is a race, not a hang).
+    VerdictSpec("collective_hang", detect, INCIDENT, "page",
+                "ranks wait in a collective another rank has not entered (or the ranks issued different collectives)",
+                RUNBOOK, ("log", "process"), labels=("cause",), action=RESTART, hold_s=30.0),
+)

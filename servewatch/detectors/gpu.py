@@ -23,14 +23,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servewatch.detectors import xid as xids
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.evidence.gpus import _readings
 from servewatch.detectors.series import generated_total, num, once_per_window
-from servewatch.detectors.verdict import DRAIN, Evidence, Verdict
+from servewatch.detectors.verdict import (DRAIN, INCIDENT, PAGE, RESTART, Evidence, RunbookBranch, Settings, Thresholds,
+                                          Verdict, VerdictSpec)
 from servewatch.timeline.ranks import rank_view, rank_words
 from servewatch.timeline.samples import (CLOCK_HW_POWER_BRAKE, CLOCK_HW_SLOWDOWN, CLOCK_HW_THERMAL, CLOCK_REASON_WORDS,
                                          CLOCK_SW_THERMAL, RECOVERY_WORDS, GpuDevice, GpuSample)
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class GpuThrottleSettings(Settings):
+    """gpu_throttled's thresholds."""
+
+    # gpu_throttled: a GPU the engine holds has its SM clock under gpu_clock_held_share of its maximum for a
+    # thermal, power-brake or HW-slowdown reason for gpu_throttle_sustain_s, and the token rate since is down by
+    # gpu_throttle_drop (a share) against the rate over the gpu_throttle_baseline_s before, with requests running.
+    gpu_throttle_sustain_s: float = 10.0
+    gpu_throttle_drop: float = 0.2
+    gpu_throttle_baseline_s: float = 30.0
+    gpu_clock_held_share: float = 0.9
+
+    def validate(self) -> list[str]:
+        return self.shares("gpu_throttle_drop", "gpu_clock_held_share")
+
 
 THROTTLE_REASONS = CLOCK_HW_SLOWDOWN | CLOCK_SW_THERMAL | CLOCK_HW_THERMAL | CLOCK_HW_POWER_BRAKE
 
@@ -149,7 +166,7 @@ def _rank_on(window: Window, pids: set[int]) -> tuple[str, str | None, int | Non
 
 # --- gpu_fault ------------------------------------------------------------------------------------------
 
-def detect_gpu_fault(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_gpu_fault(window: Window, config: Thresholds) -> list[Verdict]:
     readings = _readings(window)
     if not readings:
         return []
@@ -243,7 +260,7 @@ def _first(readings: list[GpuSample], index: int, holds) -> float:
 
 # --- gpu_throttled --------------------------------------------------------------------------------------
 
-def _throttled(device: GpuDevice, config: DetectorConfig) -> bool:
+def _throttled(device: GpuDevice, config: Thresholds) -> bool:
     reasons = device.clock_event_reasons
     if reasons is None or not reasons & THROTTLE_REASONS:
         return False
@@ -265,7 +282,7 @@ def _token_rate(window: Window, start: float, end: float) -> tuple[float | None,
 
 
 @once_per_window
-def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
+def throttle_state(window: Window, config: Thresholds) -> Verdict | None:
     """The gpu_throttled verdict the window supports (shared with overload, which it explains)."""
     readings = _readings(window)
     if len(readings) < 2:
@@ -310,7 +327,7 @@ def throttle_state(window: Window, config: DetectorConfig) -> Verdict | None:
     return Verdict("gpu_throttled", window.end, onset, why, evidence, details)
 
 
-def detect_gpu_throttled(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_gpu_throttled(window: Window, config: Thresholds) -> list[Verdict]:
     found = throttle_state(window, config)
     return [found] if found is not None else []
 
@@ -346,3 +363,65 @@ def node_gpu_problems(devices, last_xids: dict[int, int] | None = None) -> list[
         if found:
             problems.append(f"{gpu_words(d, d.index, pod=False)}: {'; '.join(found)}")   # the node's, not a pod's
     return problems
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+GPU_FAULT = RunbookBranch(
+    meaning="A GPU that a process of this engine holds reported a fault: an Xid critical error (NVML's event), an "
+            "uncorrectable ECC error, a row-remap failure, or it no longer answers NVML at all (fallen off the "
+            "bus). The why line names the GPU (index, UUID, PCI bus id), the rank on it, the Xid with its meaning "
+            "and NVIDIA's immediate action from the Xid catalogue "
+            "(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html). Where that action needs the "
+            "hardware (reset the GPU, reboot the node), restarting the server puts it back on the same broken GPU.",
+    check_next=(
+        "`nvidia-smi -q -i UUID` for the named GPU: ECC errors, retired pages / remapped rows (pending, failure), "
+        "and whether it answers at all.",
+        "The kernel log where it can be read (`dmesg | grep -i xid`): the Xid's own line, with its pid and the "
+        "codes that came with it (a 48 followed by 63/64, a 154 naming the recovery action).",
+        "The other GPUs of the node: one Xid on one GPU is that GPU; the same Xid on every GPU is the node "
+        "(power, PCIe switch, driver).",
+    ),
+    expected_range="No Xid beyond informational ones (63 a page retired as designed, 92 a high corrected-error "
+                   "rate), 0 uncorrectable volatile ECC errors, no row-remap failure, every GPU answering NVML.",
+    safe_action="For a hardware action (reset_gpu, reboot): drain the node (cordon it, stop routing to it) and do not "
+                "restart the server on that GPU; reset the GPU (`nvidia-smi -r -i UUID`) or reboot as NVIDIA's "
+                "action says, then run a diagnostic (dcgmi diag) before returning it. For restart_app: restart the "
+                "process.",
+    rollback="Return the node to scheduling once the GPU has been reset or replaced and a diagnostic passes.",
+    restart_destroys="Nothing the fault has not already destroyed: the requests on that GPU are lost with it. A "
+                     "restart onto the same GPU makes a crash loop out of a hardware fault.",
+    by_cause={},
+)
+
+GPU_THROTTLED = RunbookBranch(
+    meaning="A GPU the engine holds runs with its SM clock held down by a thermal, power-brake or hardware-"
+            "slowdown reason (NVML's clock-event reasons), and the engine's token rate fell since: the slowdown "
+            "is the GPU, not more demand. Without the GPU's reasons it reads as overload.",
+    check_next=(
+        "`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i UUID`: which reason is active, the temperature and "
+        "the power draw against its limit.",
+        "The node's cooling and power: fans, inlet temperature, a PSU or power-brake signal (HW power brake is "
+        "asserted by the system, not the GPU).",
+        "Whether other GPUs of the node are throttled too (the node's cooling) or only this one (its slot, its "
+        "heatsink).",
+    ),
+    expected_range="Under load a GPU runs at or near its maximum SM clock; a software power cap at full load is "
+                   "normal, thermal and HW slowdown are not.",
+    safe_action="Page the owner of the hardware; move load away from the node if the rate it serves no longer "
+                "meets the SLO. Adding replicas elsewhere helps; adding load here does not.",
+    rollback="Return load once the clocks are back at their maximum under load for several readings.",
+    restart_destroys="The KV and prefix caches; a restart does not cool a GPU.",
+)
+
+SETTINGS = (GpuThrottleSettings,)
+SPECS = (
+    VerdictSpec("gpu_fault", detect_gpu_fault, INCIDENT, "page",
+                "a GPU the engine holds reported a fault (an Xid, uncorrectable ECC, a row-remap failure, off the bus)",
+                GPU_FAULT, ("gpu", "process"), labels=("gpu_uuid", "xid", "action"), action=DRAIN,
+                action_by="per fault: drain for a GPU reset or reboot, restart when a process restart helps, "
+                          "else page", actions=(DRAIN, RESTART, PAGE)),
+    VerdictSpec("gpu_throttled", detect_gpu_throttled, INCIDENT, "ticket",
+                "the token rate fell while the GPU's clocks are held by a thermal, power-brake or HW-slowdown reason",
+                GPU_THROTTLED, ("gpu", "metrics", "process"), labels=("cause",), action=PAGE),
+)

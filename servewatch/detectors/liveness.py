@@ -7,19 +7,41 @@ died, which defeats Restart=on-failure.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from servewatch import dialects
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.evidence.crash_loop import in_crash_loop
 from servewatch.detectors.evidence.engine_signs import (_dead_status, _engine_children_gone, _trailing,
                                                         answer_problem, engine_death_evidence, health_evidence,
                                                         in_shutdown)
 from servewatch.detectors.evidence.stages import in_startup
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (INCIDENT, PAGE, RESTART, Evidence, RunbookBranch, Settings, Thresholds,
+                                          Verdict, VerdictSpec)
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class LivenessSettings(Settings):
+    """health_loss's and engine_dead's thresholds."""
+
+    # health_loss: this many consecutive failed probes (no answer or non-2xx).
+    health_fail_count: int = 3
+    # engine_dead: the /health status that means "engine dead" is the dialect's (vLLM 503; SGLang none).
+    # log lines of an engine death count for this long after they were read.
+    log_evidence_s: float = 30.0
+    # ...and nothing is a death when the dialect's shutdown line was read (a requested stop: vLLM 0.32 stops
+    # its engine core first, 0.4 s after SIGTERM, logging EngineDeadError with requests in flight, then the
+    # API server). Where a log is read, a dead-status probe or a vanished engine waits this long for that
+    # line (read a poll late) before it counts; the engine's own death lines count at once.
+    shutdown_log_wait_s: float = 2.0
+
+    def validate(self) -> list[str]:
+        return self.counts("health_fail_count")
+
 
 # --- engine_dead ---------------------------------------------------------------------------------
 
-def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_engine_dead(window: Window, config: Thresholds) -> list[Verdict]:
     if in_crash_loop(window, config):
         return []   # one crash_loop verdict, not a death verdict per start
     onset, evidence, reasons = engine_death_evidence(window, config)
@@ -41,7 +63,7 @@ def detect_engine_dead(window: Window, config: DetectorConfig) -> list[Verdict]:
 
 # --- process_exit --------------------------------------------------------------------------------
 
-def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_process_exit(window: Window, config: Thresholds) -> list[Verdict]:
     if not window.process or window.process[-1].alive or in_crash_loop(window, config):
         return []
     run = _trailing(window.process, lambda p: not p.alive)
@@ -91,7 +113,7 @@ def detect_process_exit(window: Window, config: DetectorConfig) -> list[Verdict]
 EXIT_REASON_LINES = ("engine_dead", "shutdown", "startup_failure")   # log kinds that say why a server went
 
 
-def _exit_log_read(window: Window, t: float, config: DetectorConfig) -> bool:
+def _exit_log_read(window: Window, t: float, config: Thresholds) -> bool:
     """Whether the target's exit seen at `t` can be judged: no log is read, or a death or shutdown line was read
     around it, or shutdown_log_wait_s has passed. Lines are timed when they are read: on a real vLLM 0.32 whose
     worker was SIGKILLed the API server exited 0.5 s later, and in one drill its exit was judged before its
@@ -103,7 +125,7 @@ def _exit_log_read(window: Window, t: float, config: DetectorConfig) -> bool:
         e.kind in EXIT_REASON_LINES and t - config.log_evidence_s <= e.t for e in window.logs)
 
 
-def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[float | None, list[Evidence]]:
+def _death_before(window: Window, t: float, config: Thresholds) -> tuple[float | None, list[Evidence]]:
     """The first engine-death sign in the window before `t`: a dead-status probe (vLLM), an engine
     child gone while the root lived, or an engine-death log line (read up to shutdown_log_wait_s after `t`:
     lines are timed when read, and the exit may be seen a poll before them)."""
@@ -127,7 +149,7 @@ def _death_before(window: Window, t: float, config: DetectorConfig) -> tuple[flo
 
 # --- health_loss ---------------------------------------------------------------------------------
 
-def detect_health_loss(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_health_loss(window: Window, config: Thresholds) -> list[Verdict]:
     run = _trailing(window.health, lambda h: not h.ok)
     if len(run) < config.health_fail_count:
         return []
@@ -160,3 +182,78 @@ def _describe_startup_failure(fields) -> str:
     dialect = dialects.by_name(fields.get("dialect")) or next(
         (d for d in dialects.registered() if fields.get("reason") in d.grammar_literals()), None)
     return dialect.describe_startup_failure(fields) if dialect else str(fields.get("reason", "unknown"))
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+ENGINE_DEAD = RunbookBranch(
+    meaning="The engine is gone while the API may still answer: /health returned 503, or the engine child "
+            "disappeared under a living API process.",
+    check_next=(
+        "The log tail: EngineDeadError, 'Executor failed.', 'Worker proc ... died unexpectedly', "
+        "out-of-memory lines ('Tried to allocate N MiB') and the stack that raised them.",
+        "Running count and KV usage at the last good scrape. KV well below 100% at death rules the KV "
+        "cache out (a vLLM serving Qwen2.5-7B-Instruct-AWQ on one RTX 3060 died under overload with 193 running and KV at 15.9%).",
+        "Multiply before guessing: running x vocabulary x 4 bytes against the bytes the OOM asked for "
+        "(193 x 152,064 x 4 = 112 MiB: a logits-sized temporary in the sampler, an activation limit).",
+        "Client side: in-flight requests may have received HTTP 200 with short bodies (real vLLM: 4 requests "
+        "'succeeded' after 1.8 s instead of ~15 s) - lost work that a status-code count calls success.",
+        "The API process's exit code when it goes: exit 0 after an engine death defeats "
+        "Restart=on-failure (vLLM #48966).",
+    ),
+    expected_range="/health 200, the engine-core process present in the tree, no ERROR lines in the log.",
+    safe_action="Take the replica out of routing and keep its log. If the cause is an activation OOM, restart "
+                "with more memory left outside the engine's budget (e.g. memory utilisation 0.9 -> 0.85) or "
+                "a lower max-num-seqs, which bounds logits-sized temporaries.",
+    rollback="Restore the previous memory settings if the restarted server shows lower throughput and no "
+             "deaths across a full normal-day peak; the change is a flag, reversible at the next restart.",
+    restart_destroys="The dead engine's KV and prefix cache are already lost. A restart also discards the API "
+                     "process's in-memory state, its /metrics history and any response still being "
+                     "streamed; make sure the log is persisted first - if it dies with the server you "
+                     "must reproduce the incident to diagnose it.",
+)
+
+PROCESS_EXIT = RunbookBranch(
+    meaning="The watched process exited (with its exit code or signal when knowable).",
+    check_next=(
+        "Exit code and signal: SIGKILL without an operator usually means the kernel OOM killer "
+        "(check the kernel log); exit 0 right after an engine death is vLLM #48966.",
+        "Whether an engine_dead verdict or error lines preceded the exit in this window.",
+        "The supervisor's restart policy: Restart=on-failure does not restart an exit 0.",
+        "The last metrics before the exit: running, waiting and KV, to size the lost work.",
+    ),
+    expected_range="A serving process does not exit; exit 0 only on an intended shutdown.",
+    safe_action="Let the supervisor bring it back, with a policy that also restarts after exit 0 that "
+                "follows an engine death (Restart=always, rate-limited), and keep routing away until ready.",
+    rollback="Revert the supervisor policy if it causes a restart loop (cap the restart rate and alert).",
+    restart_destroys="The process is already gone: its KV and prefix cache and any graphs not cached on "
+                     "disk must re-warm; startup takes tens of seconds (30-50 s for the small CPU lab "
+                     "server) to minutes for large models, and requests during it fail or queue.",
+)
+
+HEALTH_LOSS = RunbookBranch(
+    meaning="/health stopped answering 2xx (refused, timed out, or an error status) while it had been fine.",
+    check_next=(
+        "Connection refused vs 503 vs timeout: refused with the process alive means it is shutting down "
+        "(real vLLM refused ~5 s after an engine death); 503 means the engine is dead; timeouts mean a "
+        "saturated API server.",
+        "Whether /metrics still answers, and how long scrapes take (a saturated API answers slowly).",
+        "Process states and exit information in the same window.",
+    ),
+    expected_range="/health 2xx within well under a second on every probe.",
+    safe_action="Remove the replica from routing and keep this bundle. Decide between engine death "
+                "(see engine_dead) and saturation (see overload) before restarting anything.",
+    rollback="Put it back in routing after /health is 2xx for several consecutive probes.",
+    restart_destroys="In-flight requests, KV and prefix cache, and the evidence of why the probe failed.",
+)
+
+SETTINGS = (LivenessSettings,)
+SPECS = (
+    VerdictSpec("engine_dead", detect_engine_dead, INCIDENT, "page",
+                "the engine died behind a live API process", ENGINE_DEAD,
+                ("health", "process", "log"), action=RESTART),
+    VerdictSpec("process_exit", detect_process_exit, INCIDENT, "page",
+                "the server process exited", PROCESS_EXIT, ("process", "health", "log"), action=PAGE),
+    VerdictSpec("health_loss", detect_health_loss, INCIDENT, "page",
+                "/health stopped answering 2xx", HEALTH_LOSS, ("health",), action=PAGE),
+)

@@ -13,27 +13,44 @@ missed probe are the verdict's second sign (the endpoint and how long it has not
 read before the silence, stale, no longer send it to alive_health_ok_no_progress. A long prompt is no hang: the loop
 answers /metrics between its batches with its step counter moved (which resets the probes' run), a batch ending
 meanwhile writes a prompt-progress line, and the newest such line says how long the rest of its prompt takes at its
-rate: the verdict waits for twice that (PROMPT_DUE_FACTOR).
+rate: the verdict waits for twice that (PROMPT_DUE_FACTOR); where the engine lists its slots (sources.slots), a busy
+slot's computed tokens moving between listings answered since the first missed probe say the same. A slot listing
+that times out meanwhile (it waits on the same loop) is evidence beside /metrics's.
 """
 
 from __future__ import annotations
 
-from servewatch.detectors.config import DetectorConfig
+from dataclasses import dataclass
+
 from servewatch.detectors.evidence import engine_signs
 from servewatch.detectors.evidence.stages import in_startup
 from servewatch.detectors.probes import asked_at, trailing_failures
 from servewatch.detectors.rank_words import engine_dp_rank
 from servewatch.detectors.series import tracks, where
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (INCIDENT, RESTART, Evidence, RunbookBranch, Settings, Thresholds, Verdict,
+                                          VerdictSpec)
 from servewatch.kinds import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, STOPPED, ProbeSample
 from servewatch.timeline.tracks import engine_key
 from servewatch.timeline.window import Window
 
+
+@dataclass(frozen=True, slots=True)
+class NotServingSettings(Settings):
+    """not_serving's thresholds."""
+
+    # not_serving: this many active probes in a row got no token (deadline missed or an error) while
+    # /health answered 2xx and no counter moved. Probes run only with --probe.
+    probe_fail_count: int = 1
+
+    def validate(self) -> list[str]:
+        return self.counts("probe_fail_count")
+
+
 NAME = "not_serving"
 
 
-def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect(window: Window, config: Thresholds) -> list[Verdict]:
     if not any(p.failed for p in window.probe):
         return []
     # (The same missed probe with a stalled rank named is rank_stalled's: not_serving yields to it, registry.)
@@ -54,7 +71,7 @@ def _by_engine(probes: tuple[ProbeSample, ...]) -> dict[str | None, tuple[ProbeS
     return {engine: tuple(group) for engine, group in groups.items()}
 
 
-def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
+def _engine_verdict(window: Window, config: Thresholds, engine: str | None,
                     probes: tuple[ProbeSample, ...]) -> Verdict | None:
     if not probes[-1].failed:
         return None
@@ -82,7 +99,8 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
     # first missed probe was sent are the hung loop's second sign, and the gauges read before it are stale: they decide
     # nothing. The same silence during one long prompt batch is no hang (the log's prompt lines say so).
     silent = _metrics_silent(window, asked, max(last.t, health[-1].t))
-    if silent and (_loop_logged_progress(window, asked) or _prompt_still_due(window, max(last.t, health[-1].t))):
+    if silent and (_loop_logged_progress(window, asked) or _prompt_still_due(window, max(last.t, health[-1].t))
+                   or _slots_show_prompt(window, asked, max(last.t, health[-1].t))):
         return None
     newest = None if silent else _newest_gauges(window, key)
     if newest is not None and ((newest[1] or 0) > 0 or (newest[2] or 0) > 0):
@@ -116,6 +134,11 @@ def _engine_verdict(window: Window, config: DetectorConfig, engine: str | None,
                 f"engine answers /metrics from the loop that decodes, /health from its HTTP thread)")
         details.update(timed_out="/metrics", metrics_timeouts=len(timeouts), metrics_silent_s=round(quiet_s, 3))
         evidence += [Evidence("metrics", m.t, "error", m.error) for m in timeouts[:1] + timeouts[1:][-1:]]
+        slot_timeouts = [s for s in window.slots if asked <= s.t <= at and s.error == TIMEOUT]
+        if slot_timeouts:      # the engine's slot listing waits on the same loop (sources.slots)
+            why += f"; its slot listing timed out too ({len(slot_timeouts)} time(s))"
+            details.update(slots_timeouts=len(slot_timeouts))
+            evidence += [Evidence("slots", s.t, "error", s.error) for s in slot_timeouts[:1] + slot_timeouts[1:][-1:]]
     if newest is not None:
         sample, running, waiting = newest
         why += (f"; no counter moved{where(key) if key is not None else ''} "
@@ -170,7 +193,21 @@ def _prompt_still_due(window: Window, at: float) -> bool:
     return at - line.t < PROMPT_DUE_FACTOR * left_s
 
 
-def _health_is_a_probe(window: Window, config: DetectorConfig, asked: float) -> bool:
+def _slots_show_prompt(window: Window, asked: float, at: float) -> bool:
+    """The engine's slot listing (sources.slots), answered since `asked`, shows a busy slot's computed tokens (prompt
+    or generated) moving from one listing to the next: the loop is working through a long prompt, not hung. (The
+    listing holds no prompt's length, only what is computed so far: it cannot say how much is left.)"""
+    good = [s for s in window.slots if s.error is None and s.t <= at]
+    return any(after.t >= asked and after.busy and _slot_work(before) != _slot_work(after)
+               for before, after in zip(good, good[1:]))
+
+
+def _slot_work(sample) -> dict:
+    """Per busy slot, the tokens it has computed on its request (prompt and generated)."""
+    return {v.slot.id: (v.slot.prompt_processed, v.slot.decoded) for v in sample.slots if v.slot.busy}
+
+
+def _health_is_a_probe(window: Window, config: Thresholds, asked: float) -> bool:
     """Where /health runs a generation through the engine (SGLang 0.5.23: one token, waiting up to its own
     20 s for any output), a /health that fails is the engine's own probe missing, not a contradiction of
     ours — provided the HTTP process itself still answers (/metrics read since the first missed probe was
@@ -248,3 +285,41 @@ def _count(value) -> str:
     return "?" if value is None else f"{value:g}"
 
 
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+NOT_SERVING = RunbookBranch(
+    meaning="/health answers 2xx, but a one-token completion sent by the probe got no token within its "
+            "deadline (or failed) and no progress counter moved. An engine that hangs while idle keeps its "
+            "gauges at 0 running and 0 waiting and its counters flat, which reads exactly like an idle "
+            "server; every request that arrives waits forever.",
+    check_next=(
+        "Process states in the bundle: an engine core or worker in status 'stopped' or at ~0% CPU while "
+        "requests wait explains it (a SIGSTOPped vLLM worker with nothing running gives this signature: "
+        "/health 200, /metrics answering with 0 running, 0 waiting, frozen counters).",
+        "Take a stack of the engine-core process and its workers before touching them (e.g. `py-spy dump "
+        "--pid PID`): a blocked queue, collective or kernel launch names the fault domain.",
+        "Send one request yourself with a timeout (`curl -m 20 URL/v1/completions` with max_tokens 1): "
+        "no answer confirms the probe; an answer with a 4xx means the probe's request is wrong, not the "
+        "server.",
+        "The probe's latency over time in the bundle: answers that got slower before the first miss point "
+        "at a degrading engine; a sudden miss at a wedge.",
+    ),
+    expected_range="An idle server answers a one-token completion in well under a second (a real vLLM on "
+                   "a 2-core CPU with a tiny model: tens of milliseconds); the deadline (10 s by default) "
+                   "is far outside that range.",
+    safe_action="Keep this bundle and a stack dump, then stop routing new traffic to this replica (drain it at "
+                "the router / load balancer); the requests already waiting on it will not finish by "
+                "themselves. Draining is reversible and keeps the evidence alive.",
+    rollback="Return the replica to routing once probes are served again for several intervals in a row.",
+    restart_destroys="The requests waiting on the hung engine (they are lost either way), the KV and prefix "
+                     "cache contents, and the frozen process state that shows where it hung: take the stack "
+                     "before any restart.",
+)
+
+SETTINGS = (NotServingSettings,)
+SPECS = (
+    VerdictSpec("not_serving", detect, INCIDENT, "page",
+                "health is green but a one-token probe gets no token", NOT_SERVING,
+                ("probe", "health", "metrics", "slots"), action=RESTART, probes=2,
+                yields_to=("rank_stalled",)),       # the same missed probe, with the stalled rank named,
+)

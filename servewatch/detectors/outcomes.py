@@ -15,15 +15,36 @@ from dataclasses import dataclass, field
 from functools import reduce
 from operator import add, attrgetter, ge, sub
 
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.evidence.crash_loop import in_crash_loop
 from servewatch.detectors.evidence.engine_signs import dialect_hint, engine_death_evidence
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (FINDING, INCIDENT, PAGE, Evidence, RunbookBranch, Settings, Thresholds,
+                                          Verdict, VerdictSpec)
 from servewatch.detectors.series import Track, once_per_window, progress_totals, tracks
 from servewatch.engine.state import EngineState
 from servewatch.kinds import TIMEOUT
 from servewatch.timeline.samples import DEADLINE, HealthSample, MetricsSample
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeSettings(Settings):
+    """server_errors', client_errors' and requests_aborted's thresholds."""
+
+    # server_errors, client_errors, requests_aborted: increases over the last outcome_window_s (never the
+    # cumulative counts). server_errors: at least server_error_min 5xx responses (or requests the engine
+    # finished with reason error) and at least server_error_fraction of the responses; client_errors the
+    # same for 4xx; requests_aborted: aborted requests against all finished ones.
+    outcome_window_s: float = 60.0
+    server_error_min: float = 3.0
+    server_error_fraction: float = 0.05
+    client_error_min: float = 5.0
+    client_error_fraction: float = 0.25
+    abort_min: float = 5.0
+    abort_fraction: float = 0.25
+
+    def validate(self) -> list[str]:
+        return self.shares("server_error_fraction", "client_error_fraction", "abort_fraction")
+
 
 # The likely cause of client errors, by exact status code (engines that count codes, not classes).
 CAUSE_BY_CODE = {"400": "invalid_request", "401": "unauthorized", "403": "unauthorized", "404": "not_found",
@@ -104,12 +125,12 @@ def walked_increase(values: Iterable[float | None]) -> float:
 
 
 @once_per_window          # three detectors read one window's outcomes
-def window_outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
+def window_outcomes(window: Window, config: Thresholds) -> Outcomes | None:
     """The increases over the last `outcome_window_s` of good scrapes (None with fewer than two)."""
     return _outcomes(window, config)
 
 
-def _outcomes(window: Window, config: DetectorConfig) -> Outcomes | None:
+def _outcomes(window: Window, config: Thresholds) -> Outcomes | None:
     end = window.end or 0.0
     engines = tracks(window.metrics)
     if len(engines) == 1:
@@ -161,7 +182,7 @@ def _none_but(values: list) -> bool:
     return values[0] is None and values.count(None) == len(values)
 
 
-def engine_failing(window: Window, config: DetectorConfig) -> bool:
+def engine_failing(window: Window, config: Thresholds) -> bool:
     """A dead or crash-looping engine fails and ends the requests it holds: engine_dead or crash_loop says
     it, not the outcome verdicts."""
     return engine_death_evidence(window, config)[0] is not None or in_crash_loop(window, config)
@@ -280,7 +301,7 @@ def _status_evidence(o: Outcomes, keys: Iterable[str]) -> tuple[Evidence, ...]:
 
 # --- server_errors -------------------------------------------------------------------------------
 
-def detect_server_errors(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_server_errors(window: Window, config: Thresholds) -> list[Verdict]:
     o = window_outcomes(window, config)
     if o is None:
         return []
@@ -310,7 +331,7 @@ def detect_server_errors(window: Window, config: DetectorConfig) -> list[Verdict
 
 # --- client_errors -------------------------------------------------------------------------------
 
-def detect_client_errors(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_client_errors(window: Window, config: Thresholds) -> list[Verdict]:
     o = window_outcomes(window, config)
     if o is None:
         return []
@@ -373,7 +394,7 @@ def max_model_len(logs: Iterable) -> int | None:
 
 # --- requests_aborted ----------------------------------------------------------------------------
 
-def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_requests_aborted(window: Window, config: Thresholds) -> list[Verdict]:
     o = window_outcomes(window, config)
     if o is None:
         return []
@@ -413,3 +434,81 @@ def detect_requests_aborted(window: Window, config: DetectorConfig) -> list[Verd
                     {"aborted": aborted, "finished": finished, "fraction": round(aborted / finished, 4),
                      "per_s": round(o.rate(aborted), 4), "hung_up": hung_up})]
 
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+SERVER_ERRORS = RunbookBranch(
+    meaning="A share of the requests of the last minute ended in a 5xx (or the engine finished them with "
+            "reason error): the server, not the client, failed them.",
+    check_next=(
+        "Which status: 500 is an exception in the API server or the engine; 503 is a server that refuses "
+        "work (starting, draining, its engine dead, or SGLang's own request timeouts); 502/504 come from a "
+        "proxy in front of the server.",
+        "Whether engine_dead, health_loss or a stall fired at the same time: 5xx that follow an engine "
+        "death are its consequence; 5xx on a healthy engine point at a request pattern or a software fault.",
+        "The log tail at the verdict's onset for tracebacks (the bundle keeps the engine's grammar "
+        "literals, not the request text).",
+        "Whether the errors follow one client or one kind of request (the client's own logs).",
+    ),
+    expected_range="0 5xx responses per window on a healthy server.",
+    safe_action="Keep the bundle and the log; take the replica out of routing if other replicas serve, so "
+                "clients stop receiving errors while the cause is read.",
+    rollback="Return it to routing once a window passes with no 5xx.",
+    restart_destroys="In-flight requests and the KV and prefix cache; an exception that repeats on the next "
+                     "request of the same kind survives a restart.",
+)
+
+CLIENT_ERRORS = RunbookBranch(
+    meaning="A share of the requests of the last minute were refused as the client's error (4xx): the server "
+            "works and is doing its job; the clients send what it cannot serve.",
+    check_next=(
+        "The cause the verdict names: inputs over the model's maximum length (a real vLLM answers 400 "
+        "before the engine sees the request), an unknown model name (404), a path without a route (404), "
+        "max_tokens out of range (400), credentials (401/403), a rate limit (429).",
+        "The model's maximum length (vLLM's 'Maximum concurrency for N tokens per request' startup line) "
+        "against what the clients send: prompt plus max_tokens must fit.",
+        "Which client or release started sending them: the onset time against deploys of the clients.",
+    ),
+    expected_range="A few 4xx are normal; a quarter of all responses in a minute is not.",
+    safe_action="No action on the server. Tell the clients' owners the cause; if longer inputs are "
+                "intended, raise the maximum length only where the KV cache still fits it.",
+    rollback="Nothing to roll back on the server: this branch is read-only.",
+    restart_destroys="A restart fixes nothing here and drops in-flight requests and the KV cache.",
+    by_cause={
+        "input_too_long": "Clients send prompts over the model's maximum length: truncate or chunk on the "
+                          "client, or raise --max-model-len where the KV cache still holds it.",
+        "unknown_path": "Clients call a path the server has no route for: check the client's base URL and "
+                        "API version (/v1/...).",
+        "not_found": "Clients name a model the server does not serve, or call a path it has no route for: "
+                     "compare the client's model name with GET /v1/models.",
+        "rate_limited": "The server's own limit refuses work: read it together with overload.",
+    },
+)
+
+REQUESTS_ABORTED = RunbookBranch(
+    meaning="A share of the requests the engine finished in the last minute were aborted: the client went "
+            "away (a timeout, a cancel, a disconnect) before the answer was complete.",
+    check_next=(
+        "Latency at the same time (TTFT and queue time): clients give up when the wait exceeds their "
+        "timeout, so aborts usually follow overload or a slow engine.",
+        "The clients' timeout against the e2e latency p99: a timeout below it aborts normal requests.",
+        "Whether an engine death or a restart is in the window: requests it ends count as aborted too.",
+    ),
+    expected_range="Close to 0 aborted per window; a quarter of the finished requests is not normal.",
+    safe_action="Relieve the latency that makes clients give up (see overload); align client timeouts "
+                "with the measured latency.",
+    rollback="Restore previous limits once the abort share stays low across a peak window.",
+    restart_destroys="The requests still running, which would then be aborted too.",
+)
+
+SETTINGS = (OutcomeSettings,)
+SPECS = (
+    VerdictSpec("server_errors", detect_server_errors, INCIDENT, "page",
+                "requests fail with server errors (5xx)", SERVER_ERRORS, ("metrics",), action=PAGE),
+    VerdictSpec("client_errors", detect_client_errors, FINDING, "ticket",
+                "clients send requests the server refuses (4xx)", CLIENT_ERRORS, ("metrics",),
+                labels=("cause",), action=PAGE),
+    VerdictSpec("requests_aborted", detect_requests_aborted, INCIDENT, "ticket",
+                "clients abort their requests before the answer is complete", REQUESTS_ABORTED,
+                ("metrics",), action=PAGE),
+)

@@ -15,11 +15,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.evidence.engine_signs import answer_problem, health_evidence
-from servewatch.detectors.verdict import PAGE, RESTART, Evidence, Verdict
+from servewatch.detectors.verdict import (INCIDENT, PAGE, RESTART, Evidence, RunbookBranch, Settings, Thresholds,
+                                          Verdict, VerdictSpec)
 from servewatch.timeline.samples import STOPPED
 from servewatch.timeline.window import InstanceWindow, Window
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSettings(Settings):
+    """the deployment verdicts' thresholds: kv_transfer_stall, kv_expired, pd_bypass, kv_transfer_failures."""
+
+    # A deployment (prefill and decode instances watched as one; issue 52).
+    # kv_transfer_stall: decode has requests waiting for KV from a prefill for at least kv_stall_s while no
+    # transferred prompt token (nor a finished transfer) arrives at decode. A healthy NIXL transfer over TCP took
+    # 17-20 s to move 192 KiB on the loaded 2-core lab machine (nothing arrives until it ends); vLLM 0.32's decode
+    # held a request ~50 s after its prefill died before failing it (NIXL_ERR_REMOTE_DISCONNECT, HTTP 500); SGLang
+    # waits 300 s (SGLANG_DISAGGREGATION_WAITING_TIMEOUT). 30 s: half again the slowest healthy transfer seen,
+    # and named 20 s before vLLM fails the request.
+    kv_stall_s: float = 30.0
+    # kv_expired, pd_bypass and kv_transfer_failures read the counters' increase over the last pd_window_s.
+    pd_window_s: float = 60.0
+    # kv_expired: the prefill's lease on the blocks it keeps for decode, said with the verdict (vLLM's
+    # kv_lease_duration, default 30 s: the engine does not export it; set yours).
+    kv_lease_s: float = 30.0
+    # pd_bypass: decode computed at least pd_bypass_min_tokens prompt tokens itself over pd_window_s, none came by
+    # transfer, and no prefill computed as many. The active probe's few-token prompt, at most one per 10 s by
+    # default (about 60 tokens a minute), stays under it on either side.
+    pd_bypass_min_tokens: float = 256.0
+    # kv_transfer_failures: at least kv_failure_min failed transfers, notifications or bootstraps over pd_window_s,
+    # and at least kv_failure_fraction of the transfers tried (as server_errors: one failure at a prefill's death
+    # is the stall's end, not a rate).
+    kv_failure_min: float = 3.0
+    kv_failure_fraction: float = 0.05
+
+    def validate(self) -> list[str]:
+        return self.shares("kv_failure_fraction")
+
 
 PREFILL, DECODE = "prefill", "decode"
 _FIELDS = ("waiting_for_kv", "fetch_in_progress", "external_prompt_tokens", "local_prompt_tokens", "transfers",
@@ -84,7 +116,7 @@ def _rise(points: list[_Point], read, since: float) -> tuple[float | None, float
     return total, first
 
 
-def _lives(instance: InstanceWindow, config: DetectorConfig) -> tuple[str, str, list[Evidence]]:
+def _lives(instance: InstanceWindow, config: Thresholds) -> tuple[str, str, list[Evidence]]:
     """(state, the words, the evidence) of how an instance lives now, from its own process, health and scrapes."""
     window = instance.window
     if window.process:
@@ -119,7 +151,7 @@ def _count(n: float, one: str) -> str:
 
 # --- kv_transfer_stall -------------------------------------------------------------------------------------
 
-def detect_kv_transfer_stall(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_kv_transfer_stall(window: Window, config: Thresholds) -> list[Verdict]:
     """Decode has had requests waiting for KV for at least kv_stall_s with no transferred token (nor a finished
     transfer) arriving; the prefill is named with how it lives. Action: restart that prefill when it is dead,
     stopped or not answering (its name in `act_on`); otherwise a person decides (the path between them). Decode is
@@ -186,7 +218,7 @@ def _longest_wait(decodes: list[InstanceWindow]) -> tuple[float | None, str | No
     return best, where
 
 
-def detect_kv_expired(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_kv_expired(window: Window, config: Thresholds) -> list[Verdict]:
     """A prefill's expired-lease counter rose over the last pd_window_s: it released the blocks of requests
     decode had not read, and decode answers them anyway — possibly wrong. With the lease and decode's wait as
     its gauges measured it."""
@@ -214,7 +246,7 @@ def detect_kv_expired(window: Window, config: DetectorConfig) -> list[Verdict]:
 
 # --- pd_bypass ---------------------------------------------------------------------------------------------
 
-def detect_pd_bypass(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_pd_bypass(window: Window, config: Thresholds) -> list[Verdict]:
     """Over the last pd_window_s decode computed at least pd_bypass_min_tokens prompt tokens itself, none came by
     transfer, and no prefill computed as many (the active probe's few tokens on an idle prefill are not work): the requests go to decode alone (a router fallen back to
     decode-only, a wrong prefill address). Every request still answers; the prefill's capacity is wasted and
@@ -259,7 +291,7 @@ def _idle_words(rose: float | None) -> str:
 
 # --- kv_transfer_failures ----------------------------------------------------------------------------------
 
-def detect_kv_transfer_failures(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_kv_transfer_failures(window: Window, config: Thresholds) -> list[Verdict]:
     """At least kv_failure_min failed transfers, notifications or bootstraps over the last pd_window_s (each
     instance's counters, both sides), and at least kv_failure_fraction of the transfers tried where the finished
     ones are counted."""
@@ -298,3 +330,102 @@ def detect_kv_transfer_failures(window: Window, config: DetectorConfig) -> list[
            f"{share}): the requests they carried fail or are recomputed")
     details = {"failed": failed, "transfers": done}
     return [Verdict("kv_transfer_failures", newest, onset, why, tuple(evidence), details)]
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+KV_TRANSFER_STALL = RunbookBranch(
+    meaning="Decode holds requests that wait for their KV from a prefill instance, and no transferred token has "
+            "arrived for longer than a healthy transfer takes. The prefill that should send it is named with how "
+            "it lives: dead, stopped or not answering, it is the side at fault; alive, the path between them is.",
+    check_next=(
+        "The prefill's own state in the bundle: its process, /health and last scrape. A prefill killed or "
+        "stopped after its step leaves decode waiting (vLLM #35943; vLLM 0.32 with NIXL held the request ~50 s, "
+        "then failed it with NIXL_ERR_REMOTE_DISCONNECT and HTTP 500).",
+        "Decode's kv_transfer gauges: requests waiting for KV (vLLM num_requests_waiting_by_reason{reason="
+        "\"deferred\"}, num_requests_kv_fetch_by_stage{stage=\"in_progress\"}; SGLang's prealloc and transfer "
+        "queues) against transferred prompt tokens (prompt_tokens_by_source_total{source=\"external_kv_transfer\"}).",
+        "A live prefill: the connector's side channel and transport (NIXL's side-channel host and port, UCX_TLS; "
+        "SGLang's bootstrap port and its 'timed out ... in KVPoll' lines).",
+        "After a prefill restart, decode's log for a stale peer or a crash in the connector (vLLM #49238, "
+        "llm-d #2187).",
+    ),
+    expected_range="A transfer ends within seconds (17-20 s at worst for NIXL over TCP on a loaded 2-core "
+                   "machine); requests waiting for KV with no transferred token for 30 s are outside the range.",
+    safe_action="Restart the prefill when it is dead, stopped or silent (guard and a kubelet on its livez do it); "
+                "never restart decode for this: its blocks and in-flight requests are not at fault. A live "
+                "prefill: take the pair out of routing and read the connector's logs.",
+    rollback="Return the pair to routing once decode's waiting requests clear and transferred tokens move again.",
+    restart_destroys="The prefill's in-flight prefills and the KV blocks it holds for decode: the requests decode "
+                     "waits on fail and must be retried.",
+)
+
+KV_EXPIRED = RunbookBranch(
+    meaning="A prefill released the KV blocks it kept for decode before decode read them (its lease ran out), "
+            "and decode still answered those requests: their answers may be wrong (aws-samples/aws-do-eks#84: "
+            "8 of 42 answered 200 from released blocks).",
+    check_next=(
+        "The prefill's lease (vLLM kv_lease_duration, default 30 s) against decode's measured wait for KV in the "
+        "verdict: a wait longer than the lease expires blocks.",
+        "The prefill's log: 'Releasing expired KV blocks ... retrieved by 0 remote worker(s)' and 'Potentially "
+        "invalid KV blocks'; its counter nixl_num_kv_expired_reqs_total.",
+        "Why decode waited: a busy decode, a slow transfer path, a router that delays the decode leg.",
+    ),
+    expected_range="0 expired leases: decode reads every block well within the lease.",
+    safe_action="Raise the lease above decode's longest wait, or shorten the wait; tell the owners of the "
+                "affected answers that they may be wrong.",
+    rollback="Set the lease back once decode's waits are short again.",
+    restart_destroys="Nothing is restarted for this: the blocks are already gone; a restart only adds failures.",
+)
+
+PD_BYPASS = RunbookBranch(
+    meaning="Decode computes every prompt itself and no token comes by KV transfer, while the prefill computes "
+            "nothing: the router sends requests to decode alone (llm-d-router #2427, #1461). Every request still "
+            "answers; the prefill's capacity is wasted and decode's TTFT carries the prefill.",
+    check_next=(
+        "The router's view of the prefill: is it ready, is its address and port right?",
+        "Decode's prompt_tokens_by_source_total: local_compute rising, external_kv_transfer flat.",
+        "The prefill's request counters: flat while decode serves.",
+    ),
+    expected_range="On a working pair almost every prompt token at decode comes by transfer.",
+    safe_action="Fix the router's prefill list (or make the prefill ready); nothing to restart.",
+    rollback="None needed: the router going back to the pair is the fix.",
+    restart_destroys="Nothing is restarted for this.",
+)
+
+KV_TRANSFER_FAILURES = RunbookBranch(
+    meaning="KV transfers between the prefill and decode instances fail (transfers, completion notifications or "
+            "bootstraps) at a rate: the requests they carried fail, or are recomputed where the connector's "
+            "failure policy says so.",
+    check_next=(
+        "Which side counts them and which kind (the verdict says): vLLM nixl_num_failed_transfers_total and "
+        "nixl_num_failed_notifications_total, SGLang num_transfer_failed_reqs_total and "
+        "num_bootstrap_failed_reqs_total.",
+        "The connector's log lines: 'NIXL transfer failure', 'Failing N request(s) due to KV load failure', "
+        "SGLang's 'KVTransferError ... timed out'.",
+        "The transport between the two hosts (UCX transports, the side-channel or bootstrap port, the network).",
+    ),
+    expected_range="0 failed transfers per window on a healthy pair.",
+    safe_action="Keep the bundles of both sides; take the pair out of routing if other pairs serve.",
+    rollback="Return it to routing once a window passes with no failed transfer.",
+    restart_destroys="In-flight requests on the side restarted, and the KV blocks held for the other side.",
+)
+
+SETTINGS = (DeploymentSettings,)
+SPECS = (
+    # A deployment's verdicts (prefill and decode instances judged together, issue 52).
+    VerdictSpec("kv_transfer_stall", detect_kv_transfer_stall, INCIDENT, "page",
+                "decode requests wait for KV from a prefill and no transferred token arrives",
+                KV_TRANSFER_STALL, ("metrics", "health", "process"),
+                action=RESTART, action_by="restart the prefill when it is dead, stopped or not answering (decode "
+                "never), else page", actions=(RESTART, PAGE), pair=True),
+    VerdictSpec("kv_expired", detect_kv_expired, INCIDENT, "page",
+                "a prefill released KV blocks before decode read them: answers may be wrong", KV_EXPIRED,
+                ("metrics",), action=PAGE, pair=True),
+    VerdictSpec("pd_bypass", detect_pd_bypass, INCIDENT, "ticket",
+                "decode computes every prompt itself while the prefill is idle: the router went decode-only",
+                PD_BYPASS, ("metrics",), action=PAGE, pair=True),
+    VerdictSpec("kv_transfer_failures", detect_kv_transfer_failures, INCIDENT, "page",
+                "KV transfers between prefill and decode fail at a rate", KV_TRANSFER_FAILURES,
+                ("metrics",), action=PAGE, pair=True),
+)

@@ -10,23 +10,53 @@ an engine that keeps using CPU is computing one long step (a huge prefill) until
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from servewatch.detectors.rank_words import dp_words, stopped_words
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.evidence.engine_signs import dialect_hint, engine_busy, engine_death_evidence
 from servewatch.detectors.evidence.gpus import rank_gpu_evidence
 from servewatch.detectors.series import (Track, admitted, cadence, has_progress_counters, num, progress, tracks,
                                          where)
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (INCIDENT, RESTART, Evidence, RunbookBranch, Settings, Thresholds, Verdict,
+                                          VerdictSpec)
 from servewatch.timeline.samples import STOPPED
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class StallSettings(Settings):
+    """alive_health_ok_no_progress's thresholds (rank_stalled reads stall_busy_cpu_percent too)."""
+
+    # alive_health_ok_no_progress: no progress counter (steps, generation tokens, prompt tokens) moved
+    # while work was admitted for at least
+    #   clamp(stall_k x max(typical longest recent gap between counter movements (p90 of the last
+    #         stall_recent_movements gaps, so one earlier stall does not raise the bar), scrape cadence),
+    #         stall_floor_s, stall_ceiling_s).
+    # A movement seen again at the very next scrape counts as a gap of 0 (the engine steps faster than
+    # we look; a slow scrape of a saturated API server is not the engine's cadence).
+    # The gap is learned from the target's own recent step cadence (busy periods only), so a slow
+    # engine or a long prefill that still steps raises the bar; idle (running = waiting = 0) never counts.
+    stall_k: float = 4.0
+    stall_floor_s: float = 2.0
+    stall_ceiling_s: float = 60.0
+    stall_recent_movements: int = 32     # how many recent counter movements define "recent cadence"
+    # Where /health itself waits on the engine (SGLang), a long step and a stall look alike from /health
+    # and the counters; the engine's own CPU tells them apart. While an engine process used
+    # at least this much CPU (% of one core) in the last stall_floor_s and none is stopped, the threshold
+    # is stall_ceiling_s. A real SGLang computing one 170,000-token prefill step read 47-104 % per 0.5 s
+    # sample on 2 shared cores (95-180 % alone); idle with --sleep-on-idle 3-18 %; SIGSTOPped 0 %.
+    stall_busy_cpu_percent: float = 30.0
+
+    def validate(self) -> list[str]:
+        return self.ordered("stall_floor_s", "stall_ceiling_s") + self.counts("stall_recent_movements")
+
 
 NAME = "alive_health_ok_no_progress"
 _COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.prompt_tokens")
 _STOPPED = STOPPED
 
 
-def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect(window: Window, config: Thresholds) -> list[Verdict]:
     health = window.health[-1] if window.health else None
     if health is None:
         return []
@@ -86,7 +116,7 @@ def _quiet_since(track: Track) -> int:
     return i
 
 
-def _engine_stall(key, track: Track, health, process, busy: bool, config: DetectorConfig) -> Verdict | None:
+def _engine_stall(key, track: Track, health, process, busy: bool, config: Thresholds) -> Verdict | None:
     points = track.points
     if len(points) < 2 or not has_progress_counters(points[-1][1]):
         return None
@@ -170,3 +200,42 @@ def _health_said(health) -> str:
         return str(health.status)
     return (f"failing ({health.error or health.status}; this engine's /health waits on the engine, "
             "so a stall takes it down too)")
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+STALL = RunbookBranch(
+    meaning="/health answers 2xx and the process is alive with admitted work, but no progress counter "
+            "(engine steps, generation tokens, prompt tokens) moved for longer than the step cadence allows. "
+            "Alive is not making progress; health green is not serving healthy.",
+    check_next=(
+        "Process states in the bundle: an engine core or worker in status 'stopped' or 'zombie', or "
+        "running at ~0% CPU, explains a frozen engine (a SIGSTOPped vLLM worker gives exactly this "
+        "signature: /health 200, /metrics answering, running 4-8, tokens frozen).",
+        "Take a stack of the engine-core process before touching it (e.g. `py-spy dump --pid PID`; needs "
+        "ptrace rights): a blocked queue put or collective names the fault domain (vLLM #53859: "
+        "EngineCore blocked in ZmqEventPublisher.publish).",
+        "num_requests_running at onset vs now: unchanged means admitted requests are parked, not finishing.",
+        "num_requests_waiting and queue age: rising waiting with flat tokens means users are queueing "
+        "behind a frozen engine.",
+        "GPU utilisation when present: ~0% with running > 0 points at a blocked host thread; pinned "
+        "at 100% points at a hung kernel or collective.",
+    ),
+    expected_range="While running > 0, generation_tokens_total and the engine step count advance at every "
+                   "scrape (a long prefill still steps). A zero delta across the adaptive window is outside "
+                   "the range; idle (running = waiting = 0) is not a stall.",
+    safe_action="Keep this bundle and a stack dump, then stop routing new traffic to this replica (drain it at "
+                "the router / load balancer). Draining is reversible and keeps the evidence alive.",
+    rollback="Return the replica to routing once tokens move again for at least three consecutive scrapes "
+             "(e.g. after the blocked consumer recovers or a stopped process is continued).",
+    restart_destroys="Every in-flight request (the running count at the verdict) and its partial output, the KV "
+                     "and prefix cache contents (they must re-warm), and the frozen process state that "
+                     "shows where it blocked: take the stack before any restart.",
+)
+
+SETTINGS = (StallSettings,)
+SPECS = (
+    VerdictSpec("alive_health_ok_no_progress", detect, INCIDENT, "page",
+                "health is green but no token has moved", STALL,
+                ("metrics", "health", "process"), labels=("engine",), action=RESTART),
+)

@@ -18,16 +18,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.evidence.engine_signs import engine_death_evidence
 from servewatch.detectors.evidence.gpus import rank_gpu_evidence
 from servewatch.detectors.probes import asked_at, trailing_failures
 from servewatch.detectors.rank_words import dp_rank_of
 from servewatch.detectors.series import once_per_window, progress_totals
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (INCIDENT, RESTART, Evidence, RunbookBranch, Settings, Thresholds, Verdict,
+                                          VerdictSpec)
 from servewatch.timeline.ranks import Aim, Rank, dp_aim, engine_ranks, rank_view, rank_words, siblings
 from servewatch.timeline.samples import DEADLINE, STOPPED, MetricsSample, ProcessSample
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class RankSettings(Settings):
+    """rank_stalled's thresholds."""
+
+    # rank_stalled: an engine rank stopped (T), or in uninterruptible sleep (D) or under rank_idle_cpu_percent
+    # for rank_quiet_s while a sibling rank used at least stall_busy_cpu_percent; a probe asked no earlier than
+    # rank_probe_slack_s before that began got no token; the engine's gauges read idle. A real vLLM TP=2 CPU
+    # worker spins at ~50 % idle; a SIGSTOPped one reads 0 %.
+    rank_quiet_s: float = 2.0
+    rank_idle_cpu_percent: float = 5.0
+    rank_probe_slack_s: float = 1.0
+
 
 NAME = "rank_stalled"
 DISK = ("disk-sleep",)
@@ -81,7 +95,7 @@ def _mean_cpu(samples: list[ProcessSample], pid: int, since: float) -> float | N
 
 
 @once_per_window
-def suspects(window: Window, config: DetectorConfig) -> tuple[Suspect, ...]:
+def suspects(window: Window, config: Thresholds) -> tuple[Suspect, ...]:
     """Engine ranks that look stalled in the newest process sample: stopped (any time), in uninterruptible
     sleep or under rank_idle_cpu_percent for rank_quiet_s while a sibling of theirs of the same data-parallel
     rank used at least stall_busy_cpu_percent on average over that time (the CPU backend's idle workers spin:
@@ -125,7 +139,7 @@ def suspects(window: Window, config: DetectorConfig) -> tuple[Suspect, ...]:
     return tuple(found)
 
 
-def suspicion(window: Window, config: DetectorConfig) -> tuple[float, Aim | None] | None:
+def suspicion(window: Window, config: Thresholds) -> tuple[float, Aim | None] | None:
     """When the newest suspicion began (the probe source asks at once after it), and how to aim the probe at
     that rank's data-parallel engine (None where it needs no aim or none is known); None without one."""
     found = suspects(window, config)
@@ -141,7 +155,7 @@ def _rank_engines(sample: MetricsSample, rank: Rank) -> list:
     return [e for e in sample.engines if dp is None or dp_rank_of(e.labels) in (None, str(dp))]
 
 
-def _moved_lately(window: Window, rank: Rank, config: DetectorConfig) -> bool:
+def _moved_lately(window: Window, rank: Rank, config: Thresholds) -> bool:
     """Whether the progress counters of the rank's engine(s) moved over the last stall_floor_s of good scrapes."""
     good = window.good_metrics()
     if len(good) < 2:
@@ -165,7 +179,7 @@ def _gauges(window: Window, rank: Rank):
     return sample, running, waiting
 
 
-def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect(window: Window, config: Thresholds) -> list[Verdict]:
     if not any(p.failed for p in window.probe):
         return []
     if engine_death_evidence(window, config)[0] is not None:
@@ -198,7 +212,7 @@ def _failed_since(window: Window, rank: Rank, since: float) -> int:
     return len(trailing_failures(_probes_of(window, rank), after=since))
 
 
-def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) -> Verdict | None:
+def _verdict(window: Window, suspect: Suspect, probe, config: Thresholds) -> Verdict | None:
     asked = asked_at(probe)
     if asked < suspect.onset - config.rank_probe_slack_s:
         return None     # asked before the rank looked stalled: it says nothing about it
@@ -252,3 +266,43 @@ def _verdict(window: Window, suspect: Suspect, probe, config: DetectorConfig) ->
         details["gpus"] = gpu_token
     t = max(probe.t, suspect.t, health.t if health is not None else probe.t)
     return Verdict(NAME, t, suspect.onset, why, tuple(evidence), details)
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+RANK_STALLED = RunbookBranch(
+    meaning="One process of a multi-process engine (a tensor-, pipeline- or data-parallel rank, or the engine "
+            "core) is stopped, stuck in uninterruptible sleep or not scheduled while its sibling ranks keep "
+            "spinning, the engine's last published stats read idle (0 running, 0 waiting), and a one-token probe "
+            "got no token. The step in flight blocked before its stats were published, so every counter and "
+            "gauge reads like an idle server while every request routed there hangs.",
+    check_next=(
+        "The named rank's state in the bundle: T (stopped: a SIGSTOP, a debugger, a job-control stop), D (a "
+        "driver, NFS or device wait) or R/S at ~0% CPU (starved, or blocked outside the collective its siblings "
+        "spin in).",
+        "Take stacks of every rank before touching them (e.g. `py-spy dump --pid PID` for each): the rank whose "
+        "innermost frames differ from its siblings' is the fault domain.",
+        "The host: `dmesg` for device, driver or OOM messages about that pid; on GPUs, NVML's view of the "
+        "rank's device (utilisation pinned or at 0).",
+        "Send one request yourself with a timeout (`curl -m 20 URL/v1/completions` with max_tokens 1): no "
+        "answer confirms the probe.",
+    ),
+    expected_range="The ranks of one engine move together: idle they all sleep or all spin (a real vLLM TP=2 "
+                   "CPU worker spins at ~50 %), busy they all compute; and an idle server answers a one-token "
+                   "completion in well under a second.",
+    safe_action="Keep this bundle and the stacks, then stop routing new traffic to this replica (drain it at the "
+                "router / load balancer). A stopped rank continued with SIGCONT resumes the hung requests; "
+                "draining is reversible and keeps the evidence alive.",
+    rollback="Return the replica to routing once probes are served again and every rank's state is back to its "
+             "siblings' for several intervals in a row.",
+    restart_destroys="The requests waiting on the hung engine, the KV and prefix cache contents of every rank, "
+                     "and the frozen process state of the named rank that shows where it hung: take the stacks "
+                     "before any restart.",
+)
+
+SETTINGS = (RankSettings,)
+SPECS = (
+    VerdictSpec("rank_stalled", detect, INCIDENT, "page",
+                "one engine process is stalled (stopped, or starved while the engine reads idle) and a probe gets no token",
+                RANK_STALLED, ("process", "probe", "metrics", "health"), action=RESTART, probes=1),
+)

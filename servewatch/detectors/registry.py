@@ -1,16 +1,48 @@
-"""The verdict registry: every verdict declared once, as a `VerdictSpec`.
+"""The verdict registry: every verdict declared once, as a `VerdictSpec`, in its own module.
 
-The detector list, the names a bundle may store, the schema enums, the output styles (incident or
-finding), the runbook sections and the labels an exporter may use all derive from here. A new verdict
-is its detector module and one `register(VerdictSpec(...))`.
+A verdict module holds everything of its verdicts: their `SPECS` (each `VerdictSpec` names its detect function and
+runbook branch, both in the module), their `SETTINGS` classes (composed into DetectorConfig by detectors/config.py)
+and the detect functions. VERDICT_MODULES below is the one list of them: the detector list, the names a bundle may
+store, the schema enums, the output styles (incident or finding), the runbook sections, the rules and alert names,
+guard's --act-on choices, livez/readyz and the labels an exporter may use all derive from here. A new verdict is its
+module and one line in VERDICT_MODULES.
 """
 
 from __future__ import annotations
 
-from servewatch.detectors import (blindness, capacity, collective, gpu, liveness, no_token, not_serving, outcomes,
-                                  pd, progress, ranks, restart, runbooks, startup)
-from servewatch.detectors.verdict import (ACTION_CLASSES, DRAIN, FINDING, INCIDENT, INFO, PAGE, RESTART, RunbookBranch,
-                                          Verdict, VerdictSpec)
+from types import ModuleType
+
+from servewatch.detectors import (blindness, capacity, collective, crash_loop, gpu, liveness, no_token, not_serving,
+                                  outcomes, pd, progress, ranks, restart, startup)
+from servewatch.detectors.verdict import ACTION_CLASSES, INCIDENT, INFO, RunbookBranch, Settings, Verdict, VerdictSpec
+
+# In the order verdicts of one detection run are reported in (each module's SPECS in its own order).
+VERDICT_MODULES: tuple[ModuleType, ...] = (
+    progress,       # alive_health_ok_no_progress
+    liveness,       # engine_dead, process_exit, health_loss
+    not_serving,
+    ranks,          # rank_stalled
+    collective,     # collective_hang
+    capacity,       # overload, kv_pressure, preemption
+    blindness,      # histogram_blind
+    restart,        # target_restarted
+    outcomes,       # server_errors, client_errors, requests_aborted
+    startup,        # startup_stalled
+    crash_loop,
+    no_token,       # requests_no_token
+    gpu,            # gpu_fault, gpu_throttled
+    pd,             # a deployment's: kv_transfer_stall, kv_expired, pd_bypass, kv_transfer_failures
+)
+
+# The verdicts the packages above treat by what they mean, each named once here (tests/test_structure.py checks that
+# each is registered and that no name is written in actions/ or derive/rules.py): the engine dead behind a live API
+# process (guard gives the server --exit-grace to exit by itself first), the server process gone (guard's life ends
+# there, nothing is left to kill), a GPU's hardware fault (its alerts go by GPU), a crash loop across guard's
+# restarts, and the stall, whose alert keeps its short name (ALERT_NAMES; every other alert is "Servewatch" and the
+# verdict's name in words).
+ENGINE_DEAD, PROCESS_EXIT, GPU_FAULT, CRASH_LOOP, STALL = (
+    "engine_dead", "process_exit", "gpu_fault", "crash_loop", "alive_health_ok_no_progress")
+ALERT_NAMES = {STALL: "ServewatchStall"}
 
 _REGISTRY: dict[str, VerdictSpec] = {}
 
@@ -23,6 +55,27 @@ def register(spec: VerdictSpec) -> VerdictSpec:
 
 def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
+
+
+def register_module(module: ModuleType) -> tuple[VerdictSpec, ...]:
+    """Register a verdict module's SPECS (its SETTINGS are DetectorConfig's fields when the module is in
+    VERDICT_MODULES; one registered later reads its defaults through Settings.of)."""
+    found = tuple(module.SPECS)
+    for each in found:
+        if not isinstance(each, VerdictSpec):
+            raise TypeError(f"{module.__name__}.SPECS holds {each!r}, not a VerdictSpec")
+        register(each)
+    return found
+
+
+def unregister_module(module: ModuleType) -> None:
+    for each in module.SPECS:
+        unregister(each.name)
+
+
+def settings_classes() -> tuple[type[Settings], ...]:
+    """Every verdict module's settings classes, in VERDICT_MODULES' order: what DetectorConfig is composed of."""
+    return tuple(cls for module in VERDICT_MODULES for cls in module.SETTINGS)
 
 
 def specs() -> tuple[VerdictSpec, ...]:
@@ -115,82 +168,5 @@ def policy_lines(names: tuple[str, ...] | None = None) -> list[str]:
     return out
 
 
-for _spec in (
-    VerdictSpec("alive_health_ok_no_progress", progress.detect, INCIDENT, "page",
-                "health is green but no token has moved", runbooks.STALL,
-                ("metrics", "health", "process"), labels=("engine",), action=RESTART),
-    VerdictSpec("engine_dead", liveness.detect_engine_dead, INCIDENT, "page",
-                "the engine died behind a live API process", runbooks.ENGINE_DEAD,
-                ("health", "process", "log"), action=RESTART),
-    VerdictSpec("process_exit", liveness.detect_process_exit, INCIDENT, "page",
-                "the server process exited", runbooks.PROCESS_EXIT, ("process", "health", "log"), action=PAGE),
-    VerdictSpec("health_loss", liveness.detect_health_loss, INCIDENT, "page",
-                "/health stopped answering 2xx", runbooks.HEALTH_LOSS, ("health",), action=PAGE),
-    VerdictSpec("not_serving", not_serving.detect, INCIDENT, "page",
-                "health is green but a one-token probe gets no token", runbooks.NOT_SERVING,
-                ("probe", "health", "metrics"), action=RESTART, probes=2,
-                yields_to=("rank_stalled",)),       # the same missed probe, with the stalled rank named
-    VerdictSpec("rank_stalled", ranks.detect, INCIDENT, "page",
-                "one engine process is stalled (stopped, or starved while the engine reads idle) and a probe gets no token",
-                runbooks.RANK_STALLED, ("process", "probe", "metrics", "health"), action=RESTART, probes=1),
-    # Restart once the same rank has stayed behind at the same collective for 30 s of observations (a RAS count
-    # one behind that moves on is a race, not a hang).
-    VerdictSpec("collective_hang", collective.detect, INCIDENT, "page",
-                "ranks wait in a collective another rank has not entered (or the ranks issued different collectives)",
-                collective.RUNBOOK, ("log", "process"), labels=("cause",), action=RESTART, hold_s=30.0),
-    VerdictSpec("overload", capacity.detect_overload, INCIDENT, "ticket",
-                "requests wait for a sustained period", runbooks.OVERLOAD, ("metrics", "log"),
-                labels=("engine", "cause"), action=PAGE,
-                yields_to=("gpu_throttled",)),      # a slower GPU, not more demand than capacity
-    VerdictSpec("kv_pressure", capacity.detect_kv_pressure, INCIDENT, "ticket",
-                "the KV cache is near full", runbooks.KV_PRESSURE, ("metrics",), labels=("engine", "rule"), action=PAGE),
-    VerdictSpec("preemption", capacity.detect_preemption, INCIDENT, "ticket",
-                "the engine preempted running requests", runbooks.PREEMPTION, ("metrics", "log"),
-                labels=("engine",), action=PAGE),
-    VerdictSpec("histogram_blind", blindness.detect, FINDING, "info",
-                "a latency histogram's first bucket swallows the observations", runbooks.HISTOGRAM_BLIND,
-                ("metrics",), labels=("engine", "histogram"), action=INFO),
-    VerdictSpec("target_restarted", restart.detect, INCIDENT, "ticket",
-                "the target restarted", runbooks.TARGET_RESTARTED, ("process", "metrics"), labels=("by",), action=INFO),
-    VerdictSpec("server_errors", outcomes.detect_server_errors, INCIDENT, "page",
-                "requests fail with server errors (5xx)", runbooks.SERVER_ERRORS, ("metrics",), action=PAGE),
-    VerdictSpec("client_errors", outcomes.detect_client_errors, FINDING, "ticket",
-                "clients send requests the server refuses (4xx)", runbooks.CLIENT_ERRORS, ("metrics",),
-                labels=("cause",), action=PAGE),
-    VerdictSpec("requests_aborted", outcomes.detect_requests_aborted, INCIDENT, "ticket",
-                "clients abort their requests before the answer is complete", runbooks.REQUESTS_ABORTED,
-                ("metrics",), action=PAGE),
-    VerdictSpec("startup_stalled", startup.detect_startup_stalled, INCIDENT, "page",
-                "the start stopped at a stage", runbooks.STARTUP_STALLED, ("log", "process", "health"),
-                labels=("stage",), action=PAGE),
-    VerdictSpec("crash_loop", restart.detect_crash_loop, INCIDENT, "page",
-                "the target dies or restarts again and again", runbooks.CRASH_LOOP, ("process", "metrics", "log"),
-                labels=("by",), action=PAGE),
-    VerdictSpec("requests_no_token", no_token.detect, INCIDENT, "page",
-                "requests in flight get no token from the engine", runbooks.REQUESTS_NO_TOKEN,
-                ("requests", "health", "metrics"), action=PAGE),
-    VerdictSpec("gpu_fault", gpu.detect_gpu_fault, INCIDENT, "page",
-                "a GPU the engine holds reported a fault (an Xid, uncorrectable ECC, a row-remap failure, off the bus)",
-                runbooks.GPU_FAULT, ("gpu", "process"), labels=("gpu_uuid", "xid", "action"), action=DRAIN,
-                action_by="per fault: drain for a GPU reset or reboot, restart when a process restart helps, "
-                          "else page", actions=(DRAIN, RESTART, PAGE)),
-    VerdictSpec("gpu_throttled", gpu.detect_gpu_throttled, INCIDENT, "ticket",
-                "the token rate fell while the GPU's clocks are held by a thermal, power-brake or HW-slowdown reason",
-                runbooks.GPU_THROTTLED, ("gpu", "metrics", "process"), labels=("cause",), action=PAGE),
-    # A deployment's verdicts (prefill and decode instances judged together, issue 52).
-    VerdictSpec("kv_transfer_stall", pd.detect_kv_transfer_stall, INCIDENT, "page",
-                "decode requests wait for KV from a prefill and no transferred token arrives",
-                runbooks.KV_TRANSFER_STALL, ("metrics", "health", "process"),
-                action=RESTART, action_by="restart the prefill when it is dead, stopped or not answering (decode "
-                "never), else page", actions=(RESTART, PAGE), pair=True),
-    VerdictSpec("kv_expired", pd.detect_kv_expired, INCIDENT, "page",
-                "a prefill released KV blocks before decode read them: answers may be wrong", runbooks.KV_EXPIRED,
-                ("metrics",), action=PAGE, pair=True),
-    VerdictSpec("pd_bypass", pd.detect_pd_bypass, INCIDENT, "ticket",
-                "decode computes every prompt itself while the prefill is idle: the router went decode-only",
-                runbooks.PD_BYPASS, ("metrics",), action=PAGE, pair=True),
-    VerdictSpec("kv_transfer_failures", pd.detect_kv_transfer_failures, INCIDENT, "page",
-                "KV transfers between prefill and decode fail at a rate", runbooks.KV_TRANSFER_FAILURES,
-                ("metrics",), action=PAGE, pair=True),
-):
-    register(_spec)
+for _module in VERDICT_MODULES:
+    register_module(_module)

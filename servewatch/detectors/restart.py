@@ -1,20 +1,18 @@
-"""target_restarted, crash_loop: the thing we watch is not the thing we were watching.
+"""target_restarted: the thing we watch is not the thing we were watching.
 
 Identity is pid + create time: a reused PID is a different process. Counters that go down mean the
 exporter restarted (Prometheus counters only reset with their process). Several restarts or deaths in a
-short window are one crash loop, reported once with the first failure's evidence, instead of a
-restart verdict per start.
+short window are one crash loop (detectors/crash_loop.py), reported once instead of a restart verdict per start.
 """
 
 from __future__ import annotations
 
-from servewatch.detectors.config import DetectorConfig
-from servewatch.detectors.evidence.crash_loop import _COUNTERS, crash_loop_episodes, in_crash_loop
+from servewatch.detectors.evidence.crash_loop import _COUNTERS, in_crash_loop
 from servewatch.detectors.series import num, tracks, where
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import INCIDENT, INFO, Evidence, RunbookBranch, Thresholds, Verdict, VerdictSpec
 from servewatch.timeline.window import Window
 
-def detect(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect(window: Window, config: Thresholds) -> list[Verdict]:
     if in_crash_loop(window, config):
         return []    # one crash_loop verdict instead of one restart verdict per start
     return _restarts(window)
@@ -54,32 +52,24 @@ def _restarts(window: Window) -> list[Verdict]:
     return [Verdict("target_restarted", onset, onset, why, evidence, details)]
 
 
-# --- crash_loop (its episodes: detectors/evidence/crash_loop.py) -------------------------------------
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
 
-def detect_crash_loop(window: Window, config: DetectorConfig) -> list[Verdict]:
-    found = crash_loop_episodes(window, config)
-    if found is None:
-        return []
-    what, episodes = found
-    first, last = episodes[0][0], episodes[-1][0]
-    why = (f"{len(episodes)} {what} in {last - first:.0f} s (≥ {config.crash_loop_count:g} within "
-           f"{config.crash_loop_window_s:g} s): a crash loop")
-    first_failure = _first_failure(window, first)
-    if first_failure:
-        why += f"; the first: {first_failure[0]}"
-    evidence = tuple(e for _, e in episodes[:3]) + tuple(first_failure[1] if first_failure else ())
-    return [Verdict("crash_loop", last, first, why, evidence,
-                    {"episodes": len(episodes), "by": what.split(" ")[0], "span_s": round(last - first, 1)})]
+TARGET_RESTARTED = RunbookBranch(
+    meaning="The target's identity changed (PID + create time) or its counters reset: it restarted.",
+    check_next=(
+        "Whether a previous bundle shows an engine death, an exit or a stall just before: the restart "
+        "may have been the supervisor's answer to it.",
+        "Readiness after the restart: startup stages and the time to /health 200.",
+        "Counter deltas across the reset are meaningless: compare from the new baseline only.",
+    ),
+    expected_range="A stable identity between planned deploys.",
+    safe_action="Confirm the restart was intended; if not, read the previous bundle before anything else.",
+    rollback="Nothing to roll back: the restart already happened.",
+    restart_destroys="Already destroyed: KV and prefix cache, in-flight requests, cumulative counters.",
+)
 
-
-def _first_failure(window: Window, before: float) -> tuple[str, tuple[Evidence, ...]] | None:
-    """What the window says about the first failure of the loop: its engine-death or startup-failure
-    line, or the first exit's code."""
-    for event in window.logs:
-        if event.kind in ("engine_dead", "startup_failure") and event.t <= before + 1.0:
-            return (f"{event.kind.replace('_', ' ')} ({event.fields.get('reason', 'unknown')})",
-                    (Evidence("log", event.t, "reason", event.fields.get("reason")),))
-    for p in window.process:
-        if not p.alive and p.exit_code is not None:
-            return f"exit code {p.exit_code}", (Evidence("process", p.t, "exit_code", p.exit_code),)
-    return None
+SETTINGS = ()
+SPECS = (
+    VerdictSpec("target_restarted", detect, INCIDENT, "ticket",
+                "the target restarted", TARGET_RESTARTED, ("process", "metrics"), labels=("by",), action=INFO),
+)

@@ -1,7 +1,8 @@
 """Detector thresholds set by a user: `--set stall.floor_s=5` and a TOML file (`--detectors FILE`).
 
-Keys are DetectorConfig's field names, written flat (`stall_floor_s`), dotted (`stall.floor_s`) or as
-TOML sections (`[stall]` then `floor_s = 5`). A wrong key or value is an error naming it.
+Keys are DetectorConfig's field names (each declared in its verdict module's settings class), written flat
+(`stall_floor_s`), dotted (`stall.floor_s`) or as TOML sections (`[stall]` then `floor_s = 5`). A wrong key or
+value, or values a settings class's validate() refuses together, is an error naming it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def apply(config: DetectorConfig, settings: Mapping[str, object], where: str) ->
             close = sorted(k for k in known if k.split("_")[0] == key.split("_")[0]) or sorted(known)
             raise ServewatchError(f"{where}: unknown detector setting {name!r} (known: {', '.join(close)})")
         changes[key] = _value(key, raw, f"{where} ({name})")
-    return dataclasses.replace(config, **changes)
+    config = dataclasses.replace(config, **changes)
+    problems = config.problems()
+    if problems:
+        raise ServewatchError(f"{where}: {problems[0]}")
+    return config
 
 
 def from_assignments(assignments: Iterable[str]) -> dict[str, str]:

@@ -9,12 +9,26 @@ starting is not "health lost" (its port refuses, or SGLang answers 503, until it
 
 from __future__ import annotations
 
-from servewatch.detectors.config import DetectorConfig
+from dataclasses import dataclass
+
 from servewatch.detectors.evidence.crash_loop import in_crash_loop
 from servewatch.detectors.evidence.stages import Stage, in_startup, stages
 from servewatch.detectors.rank_words import named_processes
-from servewatch.detectors.verdict import Evidence, Verdict
+from servewatch.detectors.verdict import (INCIDENT, PAGE, Evidence, RunbookBranch, Settings, Thresholds, Verdict,
+                                          VerdictSpec)
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class StartupSettings(Settings):
+    """startup_stalled's thresholds."""
+
+    # startup_stalled: no new startup stage for max(startup_stall_k x the longest gap between the stages
+    # so far, startup_stall_floor_s) while /health has not yet succeeded since the start (what counts as a start
+    # in progress, startup_max_s: detectors/evidence/stages.py).
+    startup_stall_k: float = 4.0
+    startup_stall_floor_s: float = 120.0
+
 
 # What a start that reached a stage is doing next: where it is stuck when nothing follows.
 NEXT = {
@@ -34,14 +48,14 @@ NEXT = {
 FINAL_STAGES = ("ready", "health_ok")
 
 
-def stall_bound(found: list[Stage], config: DetectorConfig) -> tuple[float, float]:
+def stall_bound(found: list[Stage], config: Thresholds) -> tuple[float, float]:
     """(bound, longest gap between the stages so far): k × that gap, at least the floor."""
     gaps = [b.t - a.t for a, b in zip(found, found[1:])]
     longest = max(gaps, default=0.0)
     return max(config.startup_stall_floor_s, config.startup_stall_k * longest), longest
 
 
-def detect_startup_stalled(window: Window, config: DetectorConfig) -> list[Verdict]:
+def detect_startup_stalled(window: Window, config: Thresholds) -> list[Verdict]:
     if not in_startup(window, config) or in_crash_loop(window, config):
         return []
     found = stages(window, config)
@@ -94,3 +108,38 @@ def _stopped_members(window: Window) -> list[tuple[int, str]]:
     if not window.process or not window.process[-1].alive:
         return []
     return [(m.pid, m.title) for m in window.process[-1].members if m.status == "stopped"]
+
+
+# --- the declaration: its settings, runbook and spec, which detectors/registry.py registers ------------
+
+STARTUP_STALLED = RunbookBranch(
+    meaning="The target is starting and has not reached its next startup stage for longer than its earlier "
+            "stages allow: the start is stuck at the stage the verdict names (it is not 'health lost': it was "
+            "never healthy since it started).",
+    check_next=(
+        "The stage it stopped after and what comes next: loading weights (storage, a download, a full "
+        "disk), compiling (a compile cache that fails to load makes every start compile again: ~20 s on a "
+        "2-core CPU for a tiny model), sizing the KV cache (memory profiling), capturing graphs, or the API "
+        "server's start.",
+        "Process states in the bundle: a member in status 'stopped' or at 0% CPU is not working; one "
+        "at 100% is still working and the bound may be too tight for this model (raise "
+        "startup_stall_floor_s).",
+        "A stack of the engine process (e.g. `py-spy dump --pid PID`) shows where it waits.",
+        "The previous starts of the same deployment: how long each stage took then (the stage table of "
+        "the report).",
+    ),
+    expected_range="Each stage follows the previous one within a few times the longest earlier stage; a real "
+                   "vLLM 0.32 on 2 CPU cores reached /health 200 in 30–50 s (imports ~16 s, compile ~20 s).",
+    safe_action="Keep the bundle and a stack, then stop the start and start again; if the same stage hangs "
+                "again, fix its cause (storage, memory, compile cache) before retrying.",
+    rollback="Nothing to roll back: the replica never served.",
+    restart_destroys="Only the progress of this start (weights already read, compile results not yet cached); "
+                     "no request was served yet.",
+)
+
+SETTINGS = (StartupSettings,)
+SPECS = (
+    VerdictSpec("startup_stalled", detect_startup_stalled, INCIDENT, "page",
+                "the start stopped at a stage", STARTUP_STALLED, ("log", "process", "health"),
+                labels=("stage",), action=PAGE),
+)

@@ -1,10 +1,11 @@
 """What a detector returns (a typed verdict that names the samples it rests on), and what declares a
-verdict (its spec: detector, kind, severity, runbook branch, evidence and label allow-lists)."""
+verdict (its spec: detector, kind, severity, runbook branch, evidence and label allow-lists; its settings class)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 from servewatch.kinds import SOURCE_KINDS
 
@@ -34,6 +35,46 @@ class Verdict:
     @property
     def since_s(self) -> float:
         return self.t - self.onset
+
+
+class Thresholds(Protocol):
+    """What a detect function reads its thresholds from: detectors/config.py's DetectorConfig, the flat view composed
+    of every verdict module's settings class (a field of each, by its name: `config.stall_floor_s`). Verdict modules
+    type their config with this and never import config.py, which imports them (through the registry)."""
+
+    lookback_s: float
+
+    def __getattr__(self, name: str) -> Any: ...
+
+
+class Settings:
+    """A verdict module's thresholds, declared beside its detect function: a frozen dataclass of plain numbers (units
+    in the names, each default written once there). detectors/config.py composes them into DetectorConfig; a field
+    `stall_floor_s` is `--set stall.floor_s=5`, TOML `[stall] floor_s = 5` and a bundle's stored `stall_floor_s`."""
+
+    __slots__ = ()
+
+    def validate(self) -> list[str]:
+        """What is wrong with these values together, one phrase each naming the setting (empty: nothing). A value's
+        own type and sign are checked where it is read (detectors/settings.py)."""
+        return []
+
+    @classmethod
+    def of(cls, config: object) -> Settings:
+        """These settings as `config` (a DetectorConfig) holds them; a field it lacks keeps its default (a verdict
+        registered after DetectorConfig was composed, such as a test's)."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)})
+
+    def shares(self, *names: str) -> list[str]:
+        return [f"{name} is a share from 0 to 1, not {getattr(self, name):g}" for name in names
+                if not 0 <= getattr(self, name) <= 1]
+
+    def counts(self, *names: str) -> list[str]:
+        return [f"{name} counts at least 1, not {getattr(self, name):g}" for name in names if getattr(self, name) < 1]
+
+    def ordered(self, low: str, high: str) -> list[str]:
+        a, b = getattr(self, low), getattr(self, high)
+        return [f"{low} ({a:g}) is above {high} ({b:g})"] if a > b else []
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,8 @@ verdicts also read: several restarts or deaths in a short window are one crash l
 
 from __future__ import annotations
 
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.series import once_per_window, tracks
-from servewatch.detectors.verdict import Evidence
+from servewatch.detectors.verdict import Evidence, Thresholds
 from servewatch.timeline.window import Window
 
 _COUNTERS = ("steps", "generation_tokens", "prompt_tokens", "preemptions")
@@ -44,7 +43,7 @@ def _exits(window: Window) -> list[Episode]:
     return out
 
 
-def _engine_deaths(window: Window, config: DetectorConfig) -> list[Episode]:
+def _engine_deaths(window: Window, config: Thresholds) -> list[Episode]:
     """engine_dead log lines, one episode per burst (a traceback repeats its death over several lines)."""
     out: list[Episode] = []
     for event in window.logs:
@@ -56,7 +55,7 @@ def _engine_deaths(window: Window, config: DetectorConfig) -> list[Episode]:
 
 
 @once_per_window          # restart, engine_dead and crash_loop all ask
-def crash_loop_episodes(window: Window, config: DetectorConfig) -> tuple[str, list[Episode]] | None:
+def crash_loop_episodes(window: Window, config: Thresholds) -> tuple[str, list[Episode]] | None:
     """(what repeats, its episodes) when the target restarted or died at least crash_loop_count times in
     the last crash_loop_window_s; the signal with the most episodes speaks (one restart shows as a new
     process, a counter reset and a new startup line at once: they are not added up)."""
@@ -76,5 +75,5 @@ def crash_loop_episodes(window: Window, config: DetectorConfig) -> tuple[str, li
     return best
 
 
-def in_crash_loop(window: Window, config: DetectorConfig) -> bool:
+def in_crash_loop(window: Window, config: Thresholds) -> bool:
     return crash_loop_episodes(window, config) is not None

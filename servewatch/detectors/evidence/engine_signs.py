@@ -5,10 +5,9 @@ evidence, and an engine busy computing (the stall's and not_serving's)."""
 from __future__ import annotations
 
 from servewatch import dialects
-from servewatch.detectors.config import DetectorConfig
 from servewatch.detectors.rank_words import gone_words
 from servewatch.detectors.series import once_per_window
-from servewatch.detectors.verdict import Evidence
+from servewatch.detectors.verdict import Evidence, Thresholds
 from servewatch.timeline.samples import STOPPED, HealthSample, ProcessSample
 from servewatch.timeline.window import Window
 
@@ -54,7 +53,7 @@ def answer_problem(sample) -> str:
 
 
 @once_per_window          # engine_dead, alive_health_ok_no_progress and the outcome verdicts all ask
-def engine_death_evidence(window: Window, config: DetectorConfig) -> tuple[float | None, list[Evidence], list[str]]:
+def engine_death_evidence(window: Window, config: Thresholds) -> tuple[float | None, list[Evidence], list[str]]:
     """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], []).
     Nothing that belongs to a requested shutdown counts (see `in_shutdown`); where a log is read, a
     dead-status probe and a vanished engine count once they have held shutdown_log_wait_s, so that the
@@ -138,7 +137,7 @@ def _engine_children_gone(samples: tuple[ProcessSample, ...]):
     return first_missing, last, sorted((pid, title) for (pid, _), title in missing.items())
 
 
-def in_shutdown(window: Window, t: float, config: DetectorConfig) -> bool:
+def in_shutdown(window: Window, t: float, config: Thresholds) -> bool:
     """Whether a sign seen at `t` belongs to a shutdown the server was asked for (SIGTERM, ^C): the
     dialect's shutdown line was read at most log_evidence_s before it, or at most shutdown_log_wait_s after
     it (lines are timed when they are read, a poll late at times). On a real vLLM 0.32 the API server
@@ -155,7 +154,7 @@ def health_evidence(sample: HealthSample) -> Evidence:
     return Evidence("health", sample.t, "status", sample.status)
 
 
-def engine_busy(process_samples, config: DetectorConfig) -> bool:
+def engine_busy(process_samples, config: Thresholds) -> bool:
     """The engine is computing: no engine process is stopped now, and one of them used at least
     stall_busy_cpu_percent in some process sample of the last stall_floor_s (one sample on a shared
     machine can read low). No process samples (no --pid) is not busy."""

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servewatch.detectors.config import DetectorConfig
+from servewatch.detectors.verdict import Settings, Thresholds
 from servewatch.timeline.samples import LogEvent
 from servewatch.timeline.window import Window
+
+
+@dataclass(frozen=True, slots=True)
+class StartSettings(Settings):
+    """What makes a start one in progress (startup_stalled, health_loss and not_serving read it): shared evidence's
+    setting, composed into DetectorConfig with the verdicts' own."""
+
+    # A target whose process is younger than startup_max_s and was never healthy since counts as starting (no
+    # health_loss then), also without a log.
+    startup_max_s: float = 900.0
+
 
 # The stages in the order an engine goes through them (a start skips those its engine does not log).
 STAGES = ("process_up", "engine_start", "weights_loading", "weights_loaded", "compiling", "compiled",
@@ -28,7 +39,7 @@ def startup_events(window: Window) -> list[LogEvent]:
     return [e for e in window.logs if e.kind == "startup" and isinstance(e.fields.get("stage"), str)]
 
 
-def latest_start(window: Window, config: DetectorConfig) -> Stage | None:
+def latest_start(window: Window, config: Thresholds) -> Stage | None:
     """The newest start the window shows: the log's process_up line (else its first stage line), or the
     target process's create time when it is recent enough to be a start in progress."""
     events = startup_events(window)
@@ -47,10 +58,10 @@ def latest_start(window: Window, config: DetectorConfig) -> Stage | None:
     return max(candidates, key=lambda s: s.t) if candidates else None
 
 
-def stages(window: Window, config: DetectorConfig | None = None) -> list[Stage]:
+def stages(window: Window, config: Thresholds | None = None) -> list[Stage]:
     """The stages of the newest start, in time order (each stage once, at its first line; the numbers of
     its later lines, such as vLLM 0.11's separate concurrency line, merged in)."""
-    config = config or DetectorConfig()
+    config = config or StartSettings()
     start = latest_start(window, config)
     if start is None:
         return []
@@ -71,7 +82,7 @@ def stages(window: Window, config: DetectorConfig | None = None) -> list[Stage]:
     return sorted(found.values(), key=lambda s: (s.t, STAGES.index(s.name) if s.name in STAGES else len(STAGES)))
 
 
-def in_startup(window: Window, config: DetectorConfig) -> bool:
+def in_startup(window: Window, config: Thresholds) -> bool:
     """A start is in progress: the window shows one, and no /health has succeeded since."""
     found = stages(window, config)
     if not found or any(s.name == "health_ok" for s in found):
