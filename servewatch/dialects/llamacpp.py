@@ -75,6 +75,16 @@ HTTP_MONITORING_HANDLERS = ("/health", "/v1/health", "/models", "/v1/models", "/
 # --- process --------------------------------------------------------------------------------------------------
 # One process (the binary's name is its kernel name); its engine is a thread of it.
 PROCESS_ROLES = {"llama-server": "api"}
+# Its stop (server.cpp:500-515, 555-558; the lab's real server, tests/fixtures/llamacpp/stop_and_kill.json): SIGTERM
+# and SIGINT end the loop at once (ctx_server.terminate(), "cleaning up before exit..." logged), then the process
+# joins its HTTP threads (server-http.cpp:556-567), and each of those still serving a request waits for the result of
+# a task the stopped loop will never run: a streaming completion checks only whether its client has gone, every 1 s
+# (HTTP_POLLING_SECONDS, server-context.cpp:40; server-queue.cpp:550-558). So, idle, it exits 0 in milliseconds;
+# with a client still connected it never exits by itself: the lab's four streams held it past 8 s (and a drill's stop
+# to the end of the lab's 15 s stop grace, then SIGKILL). A second SIGTERM or SIGINT exits 1 at once (server.cpp:28-33,
+# "in case it hangs, we can force terminate the server by hitting Ctrl+C twice"; 0.03 s in the lab), written on
+# stderr without the log prefix:
+SECOND_SIGNAL_LINE = "Received second interrupt, terminating immediately."
 SLOT_LIMIT_FLAG = "--parallel"             # "-np": number of server slots (common/arg.cpp:2547-2548)
 CONTEXT_LENGTH_FLAG = "--ctx-size"         # "-c" (common/arg.cpp:1642)
 
@@ -84,7 +94,7 @@ CONTEXT_LENGTH_FLAG = "--ctx-size"         # "-c" (common/arg.cpp:1642)
 # The server's own lines begin "srv  <func>: " or "slot <func>: id N | task M | " (server-common.h:26-37, the
 # function name right-aligned in 12 characters): the prefix reads only those (the message keeps that head), so
 # another engine's lines are never taken for this one's.
-LOG_PREFIX = re.compile(r"^(?:\d+\.\d\d\.\d{3}\.\d{3} )?(?:(?P<level>[IWED]) )?(?P<msg>(?:srv|slot) +\S+: .*)$")
+LOG_PREFIX = re.compile(r"^(?:(?P<ts>\d+\.\d\d\.\d{3}\.\d{3}) )?(?:(?P<level>[IWED]) )?(?P<msg>(?:srv|slot) +\S+: .*)$")
 SLOT_HEAD = r"slot +\S+: id +(?P<slot>\d+) \| task -?\d+ \| "
 # server-context.cpp:666: every prompt batch of a prompt that has taken 3 s or more (3667).
 PROMPT_PROGRESS_LINE = re.compile(SLOT_HEAD + r"prompt processing, n_tokens = +(?P<tokens>\d+), "
@@ -112,8 +122,9 @@ SHUTDOWN_LINE = "cleaning up before exit..."               # server.cpp:465
 # The fixed words of the findings (kept in bundles as grammar literals).
 BATCH_PREFILL, BATCH_DECODE, SHUTDOWN_REQUESTED = "prefill", "decode", "requested"
 
+# The start's stages come from parse_log_message (the postmortem reads those too: a stage here as well would be read
+# twice).
 RECORD_GRAMMAR = base.RecordGrammar(
-    startup_stages=(("KV sizing", SLOTS_LINE),),
     timeout_lines=(),
     shutdown_lines=(SHUTDOWN_LINE,),
 )

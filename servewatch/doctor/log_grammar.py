@@ -66,6 +66,11 @@ def _prefixed(dialect: Dialect, match: re.Match) -> Line:
 ASSUMED_YEAR = 2000
 
 
+# A stamp of minutes.seconds.milliseconds.microseconds since the process started ("0.15.196.315"), as a C++ server's
+# logger writes it: a clock of its own, with no date.
+ELAPSED_STAMP = re.compile(r"^(?P<minutes>\d+)\.(?P<seconds>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3})$")
+
+
 class StampClock:
     """Turns stamps into seconds since the first stamp seen, crossing a new year when the month goes back."""
 
@@ -73,10 +78,18 @@ class StampClock:
         self.first: datetime | None = None
         self.last: datetime | None = None
         self.year = ASSUMED_YEAR
+        self.first_elapsed: float | None = None
 
     def seconds(self, stamp: str | None) -> float | None:
         if not stamp:
             return None
+        since_start = ELAPSED_STAMP.match(stamp)
+        if since_start:        # the process's own clock: seconds since its first stamp here
+            t = (int(since_start["minutes"]) * 60 + int(since_start["seconds"]) + int(since_start["ms"]) / 1e3
+                 + int(since_start["us"]) / 1e6)
+            if self.first_elapsed is None:
+                self.first_elapsed = t
+            return round(t - self.first_elapsed, 6)
         try:
             if len(stamp) > 14:           # "2026-11-30 13:51:14": the year is stated
                 when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S")
