@@ -757,6 +757,25 @@ def test_the_inline_path_with_events_of_one_rest(api):
            (rb.output_tokens, rb.input_tokens, rb.token_source, rb.itl_exact, rb.error, rb.finish_reason)
 
 
+def test_the_piece_check_takes_exactly_the_bytes_the_transport_reads_plain():
+    """The inline path's piece check (a search for a byte that needs decoding) passes a piece exactly when
+    the transport's plain-characters pattern matches it whole: every byte value, alone and inside a range."""
+    import re
+
+    from servewatch.proxy.fastpath import impure_piece
+    from servewatch.transport.stream import CHARS
+
+    plain = re.compile(CHARS).fullmatch
+    passed = 0
+    for b in range(256):
+        data = b'xx"a' + bytes([b]) + b'b"xx'
+        assert (impure_piece(data, 3, 6) is None) == (plain(data, 3, 6) is not None), b
+        assert impure_piece(data, 0, 4) is not None            # the quote before the range counts there
+        passed += impure_piece(data, 3, 6) is None
+    assert passed == 256 - 32 - 1 - 2 - 128      # controls, DEL, the quote and the backslash, non-ASCII
+    assert impure_piece(b"", 0, 0) is None
+
+
 @pytest.mark.parametrize("tail", [b"", b"data: [DONE]\n\n", b"data: {\"x\":1}\n\ndata: [DONE]\n\n", b"data: [DO"],
                          ids=["one", "done", "json-then-done", "half"])
 @pytest.mark.parametrize("first", ["plain", "escaped", "usage"])

@@ -7,8 +7,8 @@ scalar values, no duplicate, error or nested member that the JSON path looks at.
 the JSON path. Groups: the chunk size's hex digits, then the text piece, the finish reason, the prompt and
 the completion tokens (the last two from continuous usage).
 
-A piece of printable ASCII without a quote or an escape (`plain_piece`, over a range of the read) followed
-by the very bytes that followed the last matched event's piece reads as that event's rest did: the piece
+A piece of printable ASCII without a quote or an escape (`impure_piece` finds no byte in its range of the read)
+followed by the very bytes that followed the last matched event's piece reads as that event's rest did: the piece
 cannot end before the quote that starts those bytes, so the rest matches the same way, with the same groups.
 
 Each also has a tail: the same pattern from the piece's opening quote on, with the same four groups. In
@@ -44,7 +44,9 @@ _CHAT = (rb'data: \{(?:' + _TOP + rb',)*"choices":\[\{"index":0,"delta":\{'
 
 _FRAME = rb'([0-9a-fA-F]{1,8})\r\n'
 
-plain_piece = re.compile(_CHARS).fullmatch           # (data, start, end): the piece's bytes need no decoding
+# (data, start, end): the first byte of the piece that needs decoding, None when none does. A search that
+# finds nothing makes no match object: per token, ~0.2 us less than a fullmatch of the allowed bytes.
+impure_piece = re.compile(b"[^" + _CHARS.removeprefix(b"[").removesuffix(b"*")).search
 
 completion_whole = re.compile(_FRAME + _COMPLETION + rb'\r\n').fullmatch
 completion_tail = re.compile(_COMPLETION[_TEXT_AT:] + rb'\r\n').fullmatch

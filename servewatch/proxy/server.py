@@ -27,7 +27,7 @@ from servewatch.errors import BodyTooLarge
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, Exchange, tenant_id
 from servewatch.proxy import fastpath
-from servewatch.proxy.fastpath import plain_piece as _plain_piece
+from servewatch.proxy.fastpath import impure_piece as _impure_piece
 from servewatch.timeline.samples import RequestsSample
 
 _now = time.time
@@ -413,7 +413,7 @@ class Upstream(Conn):
                 start = eol + 2 + len(prefix)
                 rest = self.event_rest
                 end = len(data) - len(rest)
-                if end >= start and data.endswith(rest) and _plain_piece(data, start, end) is not None:
+                if end >= start and data.endswith(rest) and _impure_piece(data, start, end) is None:
                     reason, pt, ct = self.event_groups
                     piece = end > start
                     m = True
