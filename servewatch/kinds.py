@@ -10,7 +10,7 @@ Scrape failure kinds: how a scrape of /metrics (or /health) failed; the meaning 
 
 from __future__ import annotations
 
-SOURCE_KINDS = ("health", "metrics", "process", "gpu", "log", "probe", "requests")
+SOURCE_KINDS = ("health", "metrics", "process", "gpu", "log", "probe", "requests", "slots")
 
 CONNECT = "connect"
 DNS = "dns"                  # the server's host name could not be resolved (not "could not connect")

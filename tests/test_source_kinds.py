@@ -12,14 +12,17 @@ from servewatch.bundle import serialize
 from servewatch.sinks.base import ended_by
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample,
-                                         ProcessSample, RequestsSample)
+                                         ProcessSample, RequestsSample, SlotsSample, SlotView)
+from servewatch.dialects.base import Slot
 from servewatch.timeline.window import Window, kind_of
 
 ONE_OF_EACH = (HealthSample(1.0, 200, 0.01), MetricsSample(2.0, None, None, error="timeout"),
                ProcessSample(3.0, 42, 1.0, True), GpuSample(4.0, False, error="unavailable"),
                LogEvent(5.0, "stats", {"level": "INFO"}),
                ProbeSample(6.0, "served", 0.2, 10.0, 200, 1),
-               RequestsSample(7.0, 2, 1, 3.0, 2.5, 2.5, 0.4, 20, 0.5, {"ok": 5}))
+               RequestsSample(7.0, 2, 1, 3.0, 2.5, 2.5, 0.4, 20, 0.5, {"ok": 5}),
+               SlotsSample(8.0, (SlotView(Slot(0, True, 2048, 40, 30, 10, 0, 7), 1.5), SlotView(Slot(1, False), None)),
+                           0.01))
 
 
 def test_a_sample_of_each_kind_travels_by_its_kind():
@@ -39,11 +42,11 @@ def test_a_sample_of_each_kind_travels_by_its_kind():
 def test_every_kind_can_be_evidence_and_end_a_verdict():
     window = Window.from_samples(ONE_OF_EACH)
     fields = {"health": "status", "metrics": "error", "process": "alive", "gpu": "available", "log": "kind",
-              "probe": "outcome", "requests": "in_flight"}
+              "probe": "outcome", "requests": "in_flight", "slots": "busy"}
     verdict = Verdict("v", 6.0, 0.0, "why", tuple(Evidence(kind, 0.0, fields[kind], None) for kind in SOURCE_KINDS))
     ended = ended_by(verdict, window)
     assert [e.source for e in ended] == list(SOURCE_KINDS)
-    assert [e.value for e in ended] == [200, "timeout", True, False, "stats", "served", 2]
+    assert [e.value for e in ended] == [200, "timeout", True, False, "stats", "served", 2, 1]
     assert [serialize.evidence_to_dict(e)["source"] for e in verdict.evidence] == list(SOURCE_KINDS)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from servewatch import dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import ACTION_CLASSES, Evidence, Verdict
+from servewatch.dialects.base import Slot
 from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram, KvTransfer
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (
@@ -30,6 +31,8 @@ from servewatch.timeline.samples import (
     ProbeSample,
     ProcessMember,
     ProcessSample,
+    SlotsSample,
+    SlotView,
     REQUEST_OUTCOMES,
     RequestsSample,
     Sample,
@@ -363,7 +366,29 @@ def sample_to_dict(s: Sample) -> dict:
                 "expected_ttft_s": number(s.expected_ttft_s),
                 "outcomes": {k: int(v) for k, v in s.outcomes.items() if k in REQUEST_OUTCOMES},
                 "error": error_class(s.error)}
+    if isinstance(s, SlotsSample):
+        return {"source": "slots", "t": number(s.t), "elapsed_s": number(s.elapsed_s), "error": error_class(s.error),
+                "slots": [_slot_to_dict(v) for v in s.slots]}
     raise TypeError(f"not a sample: {type(s).__name__}")
+
+
+# A slot's numbers, allow-listed (dialects.base.Slot holds nothing else: no prompt, text, task id or sampling setting).
+_SLOT_COUNTS = ("n_ctx", "prompt_tokens", "prompt_processed", "prompt_cached", "decoded", "remaining")
+
+
+def _slot_to_dict(view: SlotView) -> dict:
+    slot = view.slot
+    return {"id": int(slot.id), "busy": bool(slot.busy), "busy_s": number(view.busy_s),
+            **{name: _int_or_none(getattr(slot, name)) for name in _SLOT_COUNTS}}
+
+
+def _slot_from_dict(d: Mapping) -> SlotView:
+    return SlotView(Slot(id=d["id"], busy=d["busy"], **{name: d[name] for name in _SLOT_COUNTS}),
+                    unnumber(d["busy_s"]))
+
+
+def _int_or_none(value) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def sample_from_dict(d: Mapping) -> Sample:
@@ -397,6 +422,9 @@ def sample_from_dict(d: Mapping) -> Sample:
                                   quiet_s=unnumber(d["quiet_s"]), ttft_p99_s=unnumber(d["ttft_p99_s"]),
                                   ttft_count=d["ttft_count"], expected_ttft_s=unnumber(d["expected_ttft_s"]),
                                   outcomes=dict(d["outcomes"]), error=d["error"])
+        if source == "slots":
+            return SlotsSample(t=t, slots=tuple(_slot_from_dict(v) for v in d["slots"]),
+                               elapsed_s=unnumber(d["elapsed_s"]), error=d["error"])
     except (KeyError, TypeError) as exc:
         raise DecodeError(f"malformed {d.get('source', '?')} sample: {exc}") from None
     raise DecodeError(f"unknown sample source {source!r}")

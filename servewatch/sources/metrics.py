@@ -26,6 +26,7 @@ class MetricsSource:
         self.slot_limit = slot_limit      # from the target's command line when known (never stored)
         self.bounds = ScrapeBounds(max_bytes=max_bytes, max_series=max_series)
         self.parser = RepeatingParser()
+        self.dialect: str | None = None   # the engine the newest understood scrape named (the slots source asks it)
 
     def read_scrape(self, text: str, *, max_bytes: int):
         from servewatch.dialects import read_families, wanted_families
@@ -44,6 +45,7 @@ class MetricsSource:
         for state in scrape.engines:
             if state.slot_limit is None and self.slot_limit is not None:
                 state.slot_limit = self.slot_limit
+        self.dialect = scrape.dialect or self.dialect
         return [MetricsSample(t=t, dialect=scrape.dialect, naming=scrape.naming,
                               engines=tuple(scrape.engines), scrape_s=answer.elapsed_s)]
 

@@ -11,43 +11,27 @@ one request from the next on a slot and is never kept in a reading.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from servewatch.clock import Clock
-from servewatch.dialects.base import Dialect, Slot
-from servewatch.kinds import PARSE
+from servewatch.dialects.base import Dialect
+from servewatch.kinds import PARSE, TIMEOUT
 from servewatch.sources.http import Transport
 from servewatch.sources.scrape import ScrapeFailure, http_status_failure
+from servewatch.timeline.samples import SlotsSample, SlotView  # noqa: F401 (SlotView: read from here too)
 
 MAX_BYTES = 1 * 2**20        # a listing of 256 slots without debug fields is about 60 kB
 
 
-@dataclass(frozen=True, slots=True)
-class SlotView:
-    """One slot as the source last saw it: the dialect's numbers, and how long it has been busy on one request."""
-
-    slot: Slot
-    busy_s: float | None          # since the first reading that saw it busy on this request; None when idle
-
-
-@dataclass(frozen=True, slots=True)
-class SlotsReading:
-    t: float                                 # when the answer arrived (or the failure)
-    slots: tuple[SlotView, ...] = ()
-    elapsed_s: float | None = None
-    error: str | None = None
-
-    @property
-    def busy(self) -> int:
-        return sum(1 for view in self.slots if view.slot.busy)
-
-    @property
-    def prefilling(self) -> int:
-        return sum(1 for view in self.slots if view.slot.prefilling)
+# The reading is the timeline's sample (kind "slots", with its SlotView): the recorder keeps it in the window and
+# bundles.
+SlotsReading = SlotsSample
 
 
 class SlotsSource:
-    """Polled like a source (`poll()` never raises); not yet one of the recorder's kinds (kinds.SOURCE_KINDS)."""
+    """Polled like a source (`poll()` never raises): one reading of a known dialect's slot listing per poll."""
+
+    kind = "slots"
 
     def __init__(self, transport: Transport, clock: Clock, interval: float, dialect: Dialect):
         self._transport = transport
@@ -87,6 +71,52 @@ class SlotsSource:
         close = getattr(self._transport, "close", None)
         if close is not None:
             await close()
+
+
+# After a listing that timed out, the next is asked this many cadences later, doubling to MAX_BACKOFF_S: a request
+# to a hung loop may hold one of the server's HTTP threads until the loop answers (the engine's may), and a watcher
+# must not take them all (that would silence /health too, health_loss's symptom, not the engine's).
+MAX_BACKOFF_S = 60.0
+
+
+class EngineSlotsSource:
+    """The recorder's slots source for a target whose engine is not known when watching starts: `dialect_now()`
+    says the engine (from the newest scrape); where its dialect has a slot listing (`slots_path`), each poll reads
+    it through `transport_for(path)`; for any other engine a poll returns nothing and asks nothing."""
+
+    kind = "slots"
+
+    def __init__(self, transport_for: Callable[[str], Transport], clock: Clock, interval: float,
+                 dialect_now: Callable[[], Dialect | None]):
+        self._transport_for = transport_for
+        self._clock = clock
+        self.interval = interval
+        self._dialect_now = dialect_now
+        self._source: SlotsSource | None = None
+        self._next_at = 0.0
+        self._backoff_s = 0.0
+
+    async def poll(self) -> list[SlotsSample]:
+        dialect = self._dialect_now()
+        if dialect is None or dialect.slots_path is None:
+            return []
+        if self._source is None or self._source.dialect is not dialect:
+            if self._source is not None:
+                await self._source.close_connections()
+            self._source = SlotsSource(self._transport_for(dialect.slots_path), self._clock, self.interval, dialect)
+        if self._clock.now() < self._next_at:
+            return []
+        readings = await self._source.poll()
+        if readings and readings[-1].error == TIMEOUT:
+            self._backoff_s = min(MAX_BACKOFF_S, max(2 * self.interval, 2 * self._backoff_s))
+            self._next_at = readings[-1].t + self._backoff_s
+        else:
+            self._backoff_s, self._next_at = 0.0, 0.0
+        return readings
+
+    async def close_connections(self) -> None:
+        if self._source is not None:
+            await self._source.close_connections()
 
 
 def _task_ids(data) -> dict[int, object]:

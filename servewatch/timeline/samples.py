@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servewatch.dialects.base import Slot
 from servewatch.engine.state import EngineState
 
 
@@ -216,4 +217,32 @@ class RequestsSample:
     error: str | None = None
 
 
-Sample = HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent | ProbeSample | RequestsSample
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """One slot of the engine's slot listing as the slots source saw it: its numbers (dialects.base.Slot: never a
+    prompt, text, task id or sampling setting), and how long it has been busy on one request."""
+
+    slot: Slot
+    busy_s: float | None          # since the first reading that saw it busy on this request; None when idle
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsSample:
+    """The engine's slot picture (where its dialect lists slots: Dialect.slots_path), read by sources.slots."""
+
+    t: float                                 # when the answer arrived (or the failure)
+    slots: tuple[SlotView, ...] = ()
+    elapsed_s: float | None = None
+    error: str | None = None                 # the failure's kind in the scrape vocabulary ("timeout", "http_503", ...)
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for view in self.slots if view.slot.busy)
+
+    @property
+    def prefilling(self) -> int:
+        return sum(1 for view in self.slots if view.slot.prefilling)
+
+
+Sample = (HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent | ProbeSample | RequestsSample
+          | SlotsSample)

@@ -14,12 +14,13 @@ from operator import attrgetter
 
 from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
-                                         RequestsSample, Sample)
+                                         RequestsSample, Sample, SlotsSample)
 
 _time = attrgetter("t")
 
 _KIND_OF_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe", RequestsSample: "requests"}
+                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe", RequestsSample: "requests",
+                 SlotsSample: "slots"}
 
 
 def kind_of(sample: Sample) -> str:
@@ -48,6 +49,7 @@ class Window:
     logs: tuple[LogEvent, ...] = ()
     probe: tuple[ProbeSample, ...] = ()
     requests: tuple[RequestsSample, ...] = ()      # from `servewatch proxy`
+    slots: tuple[SlotsSample, ...] = ()            # the slot picture, where the engine lists its slots
     # A deployment (prefill and decode instances watched as one target): each instance's own window, with its
     # role. The verdicts of one engine are judged on each instance's window, the pair's on all of them together.
     instances: tuple[InstanceWindow, ...] = ()
