@@ -154,3 +154,34 @@ def test_a_scrape_with_timestamps_on_kept_samples_is_not_learned():
 def test_replicas_serving_the_same_layout_share_one():
     one, other = learned(BASE), learned(moved(BASE, 7))
     assert one.layout is other.layout
+
+
+def test_a_laid_out_scrape_becomes_engine_states_without_a_sample_object_per_series():
+    """serve's CPU per scrape (issue 54): the dialects sum, count and bucket a family read through a layout by
+    plans made once per layout and shared by the targets serving it (dialects.base), not through a Sample
+    object per series (the first scrape read through a layout makes them once, to plan); the states equal the
+    full parse's. Only the family read for its labels alone (vLLM's cache_config_info: the KV capacity) makes
+    its samples at every scrape."""
+    text = (FIXTURES / "vllm_real" / "kv_pressure_t1.prom").read_text()
+    parser = learned(text)
+    read_families(parser.parse(moved(text, 6), wanted_families()))
+    later = moved(text, 7)
+    families = parser.parse(later, wanted_families())
+    assert parser.fast_reads == 2
+    scrape = read_families(families)
+    assert [name for name, family in families.items() if family._built is not None] == ["vllm:cache_config_info"]
+    assert scrape == read_scrape(later)
+    assert scrape.engines[0].running is not None and scrape.engines[0].histograms
+
+
+def test_a_nan_sample_is_left_out_of_a_planned_sum_as_of_the_full_parse():
+    text = (FIXTURES / "vllm_real" / "kv_pressure_t1.prom").read_text()
+    parser = learned(text)
+    running = re.compile(r"^(vllm:num_requests_running\{[^\n]*\}) \S+$", re.M)
+    later = running.sub(r"\1 NaN", moved(text, 3))
+    assert later.count(" NaN\n") >= 1
+    families = parser.parse(later, wanted_families())
+    assert parser.fast_reads == 1
+    scrape = read_families(families)
+    assert scrape == read_scrape(later)
+    assert [state.running for state in scrape.engines] == [None] * len(scrape.engines)   # its only sample: NaN

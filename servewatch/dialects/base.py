@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FunctionType, ModuleType
 
-from servewatch.engine.histogram import Plan, apply_plan, histogram_plan
+from servewatch.engine.histogram import Plan, apply_compiled, apply_plan, compile_plan, histogram_plan
 from servewatch.interning import Interner
 from servewatch.engine.state import EngineState, Histogram
 from servewatch.exposition.model import Family
@@ -40,6 +40,10 @@ def sum_by(family: Family | None, identity_labels: Iterable[str], *, sample_name
     wanted = tuple(identity_labels)
     if family is None:
         return {}
+    if family.shape is not None:      # read through a known scrape layout: where each value goes, planned once
+        plan = _PLANS.made((family.shape, family.name, "sum_by", sample_name, label, wanted),
+                           lambda: _sum_plan(family.samples, wanted, sample_name, label))
+        return _sum_planned(plan, family.values, label is not None)
     out: dict = defaultdict(lambda: defaultdict(float)) if label else defaultdict(float)
     for sample in family.samples:
         if sample_name is not None and sample.name != sample_name:
@@ -56,6 +60,39 @@ def sum_by(family: Family | None, identity_labels: Iterable[str], *, sample_name
     return dict(out)
 
 
+# A family read through a scrape layout (`exposition.layout`) has the same sample names and labels, in the same
+# order, as every other family of its shape: only the values differ. What a reader makes of the labels (which
+# sample goes into which sum) is planned once per shape and applied to each scrape's values, without making a
+# Sample object per series; a fleet's targets of one engine version share the layout, so they share the plans.
+# Each plan gives the same sums, added in the same order, as the loop over the samples.
+
+def _sum_plan(samples, wanted: tuple[str, ...], sample_name: str | None, label: str | None) -> tuple:
+    """(value index, identity key, `label`'s value or None) of each sample `sum_by` adds, in order."""
+    return tuple((index, identity(sample.labels, wanted), sample.labels.get(label, "") if label else None)
+                 for index, sample in enumerate(samples)
+                 if sample_name is None or sample.name == sample_name)
+
+
+def _sum_planned(plan: tuple, values: Sequence[float], by_label: bool) -> dict:
+    out: dict = {}
+    if by_label:
+        for index, key, sub in plan:
+            value = values[index]
+            if value != value:            # NaN: left out, as sum_by leaves it out
+                continue
+            inner = out.get(key)
+            if inner is None:
+                inner = out[key] = {}
+            inner[sub] = inner.get(sub, 0.0) + value
+        return out
+    for index, key, _ in plan:
+        value = values[index]
+        if value != value:
+            continue
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
 def histograms_by(family: Family | None, identity_labels: Iterable[str]) -> dict[Key, Histogram]:
     """One cumulative histogram per identity, adding up label sets that differ only in other labels
     (e.g. SGLang's `is_streaming`); label sets with other bucket edges than the first are left out."""
@@ -69,10 +106,11 @@ def histograms_by(family: Family | None, identity_labels: Iterable[str]) -> dict
     if family.shape is None:
         return apply_plan(plan(), family.values)
     # read through a known scrape layout: the same plan as last time
-    return apply_plan(_PLANS.made((family.shape, family.name, wanted), plan), family.values)
+    compiled = _PLANS.made((family.shape, family.name, wanted), lambda: compile_plan(plan()))
+    return apply_compiled(compiled, family.values)
 
 
-_PLANS: Interner[Plan] = Interner(kept=1024)
+_PLANS: Interner[tuple] = Interner(kept=1024)    # each reader's plan of a layout's family (histograms, sums)
 
 
 def counter_names(exposed: str) -> tuple[str, ...]:
@@ -98,36 +136,61 @@ def responses_by_status(families: Mapping[str, Family], exposed: str, *, handler
         return {}
     skip = frozenset(skip_handlers)
     only = None if only_handlers is None else frozenset(only_handlers)
-    out: dict[str, float] = defaultdict(float)
-    for sample in family.samples:
-        if sample.name != exposed or math.isnan(sample.value):
-            continue
-        handler = sample.labels.get(handler_label, "")
-        if handler in skip or (only is not None and handler not in only):
-            continue
-        status = sample.labels.get(status_label, "")
-        if unrouted_handler is not None and handler == unrouted_handler:
-            out["unrouted"] += sample.value
-        elif STATUS_KEY.match(status):
-            out[status] += sample.value
-    return dict(out)
+
+    def plan() -> tuple:
+        """(value index, the status it counts under) of each sample added, in order."""
+        out = []
+        for index, sample in enumerate(family.samples):
+            if sample.name != exposed:
+                continue
+            handler = sample.labels.get(handler_label, "")
+            if handler in skip or (only is not None and handler not in only):
+                continue
+            status = sample.labels.get(status_label, "")
+            if unrouted_handler is not None and handler == unrouted_handler:
+                out.append((index, "unrouted"))
+            elif STATUS_KEY.match(status):
+                out.append((index, status))
+        return tuple(out)
+
+    planned = plan() if family.shape is None else _PLANS.made(
+        (family.shape, family.name, "responses", exposed, handler_label, status_label, skip, unrouted_handler, only),
+        plan)
+    values = family.values
+    out: dict[str, float] = {}
+    for index, status in planned:
+        value = values[index]
+        if value == value:                # NaN left out
+            out[status] = out.get(status, 0.0) + value
+    return out
 
 
 def summary_by_handler(families: Mapping[str, Family], name: str, *, handler_label: str,
                        skip_handlers: Iterable[str] = ()) -> tuple[float | None, float | None]:
     """(sum, count) of a summary over the request handlers; (None, None) when it is not exported."""
     family = families.get(name)
-    if family is None or not family.samples:
+    if family is None or not family.values:
         return None, None
     skip = frozenset(skip_handlers)
+
+    def plan() -> tuple:
+        """(value index, whether it is a _sum) of each sample added, in order."""
+        return tuple((index, sample.name == name + "_sum") for index, sample in enumerate(family.samples)
+                     if sample.labels.get(handler_label, "") not in skip
+                     and sample.name in (name + "_sum", name + "_count"))
+
+    planned = plan() if family.shape is None else _PLANS.made(
+        (family.shape, family.name, "summary", name, handler_label, skip), plan)
+    values = family.values
     total = count = 0.0
-    for sample in family.samples:
-        if sample.labels.get(handler_label, "") in skip or math.isnan(sample.value):
+    for index, is_sum in planned:
+        value = values[index]
+        if value != value:                # NaN left out
             continue
-        if sample.name == name + "_sum":
-            total += sample.value
-        elif sample.name == name + "_count":
-            count += sample.value
+        if is_sum:
+            total += value
+        else:
+            count += value
     return total, count
 
 

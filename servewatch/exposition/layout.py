@@ -36,6 +36,7 @@ class Layout:
     openmetrics: bool
     longest_line: int                 # characters of the longest constant line part
     serial: int = field(default_factory=itertools.count().__next__, compare=False)   # names its families' shape
+    in_order: bool = False            # `order` keeps the text order (each family's samples are together in the text)
 
     @classmethod
     def learn(cls, text: str, families: dict[str, Family], origins: list) -> Layout | None:
@@ -94,9 +95,9 @@ class Layout:
             return None
         position_of = {index: position for position, index in enumerate(in_text_order)}
         samples = tuple((s.name, s.labels) for family in families.values() for s in family.samples)
+        order = tuple(position_of[index] for index in range(at))
         return cls(pieces=tuple(pieces), sizes=tuple(map(len, pieces)), tail="".join(constant),
-                   slots=tuple(slot >= 0 for slot in slots),
-                   order=tuple(position_of[index] for index in range(at)),
+                   slots=tuple(slot >= 0 for slot in slots), order=order, in_order=order == tuple(range(at)),
                    families=tuple((f.name, f.type, f.help, len(f.samples)) for f in families.values()),
                    samples=samples, openmetrics=text[-256:].rstrip().endswith("# EOF"), longest_line=longest)
 
@@ -109,7 +110,7 @@ class Layout:
         if tokens is None or text[-256:].rstrip().endswith("# EOF") != self.openmetrics:
             return None
         try:
-            values = [float(tokens[position]) for position in self.order]
+            values = list(map(float, tokens)) if self.in_order else [float(tokens[position]) for position in self.order]
         except ValueError:
             return None
         if "_" in "".join(tokens):
