@@ -91,6 +91,7 @@ class TargetRun:
         """`recorder_for(spec, wrap_source, sidecar)` builds the target's recorder."""
         self.spec, self.exporter, self.clock, self.interval = spec, exporter, clock, interval
         self.status = TargetStatus()
+        self.label = _label(spec.name)    # the target as the exporter's series name it (made once: read per sample)
         self.task: asyncio.Task | None = None
         self.sidecar: Sidecar | None = None
         if spec.proxy is not None:
@@ -104,13 +105,13 @@ class TargetRun:
         return BackedOffSource(source, self.status, self.clock, self._observe)
 
     def _observe(self, kind: str, samples: list) -> None:
-        status, name = self.status, self.spec.name
+        status, name = self.status, self.label
         for sample in samples:
             if kind == "health":
                 status.health_answered = sample.status is not None
                 status.health_ok = sample.ok
                 if not sample.ok:
-                    self.exporter.probe_failures.labels(_label(name)).inc()
+                    self.exporter.probe_failures.labels(name).inc()
                     status.last_error = sample.error
                 status.consecutive_failures = 0 if sample.status is not None else status.consecutive_failures + 1
                 status.backoff_s = backoff_delay(status.consecutive_failures, self.interval)
@@ -120,8 +121,8 @@ class TargetRun:
                     self.exporter.scrape_duration.observe(sample.scrape_s)
                 if sample.error is not None:
                     status.last_error = sample.error
-                    self.exporter.scrape_failures.labels(_label(name), _label(_kind(sample.error))).inc()
-        self.exporter.target_up.labels(_label(name)).set(1 if status.up else 0)
+                    self.exporter.scrape_failures.labels(name, _label(_kind(sample.error))).inc()
+        self.exporter.target_up.labels(name).set(1 if status.up else 0)
 
     def live_signals(self, now: float) -> Signals:
         """The derived signals serve exports for this target (every family at once, from here only): none
