@@ -617,14 +617,14 @@ def example_drill_sim(workdir: Path) -> str:
     return _block(*_shown(workdir, ("drill", "--plan", "standard", "--engine", "sim", "--dry-run")))
 
 
-# --- the reference, from the registry, the runbooks, the schemas and the exporter -----------------------------
+# --- the reference, from the registry, its runbooks, the schemas and the exporter -----------------------------
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def example_verdicts(workdir: Path) -> str:
-    """Every verdict of the registry with its runbook branch (servewatch/detectors/runbooks.py)."""
+    """Every verdict of the registry with its runbook branch (each declared in its verdict module)."""
     from servewatch.detectors import registry
 
     out = ["| verdict | kind | severity | action class | what it means |", "|---|---|---|---|---|"]
