@@ -48,7 +48,9 @@ async def targets(request: web.Request) -> web.Response:
         s = run.status
         window = run.recorder.ring.window()
         values = run.live_signals(fleet.clock.now())        # none while it does not answer, as /metrics
-        out.append({"name": name, "url": run.spec.url, "state": s.state, "up": s.up, "health_ok": s.health_ok,
+        engine = next((m.dialect for m in reversed(window.metrics) if m.dialect), None)   # as its scrapes name it
+        out.append({"name": name, "url": run.spec.url, "engine": engine, "state": s.state, "up": s.up,
+                    "health_ok": s.health_ok,
                     "scrape_ok": s.scrape_ok, "last_error": s.last_error, "backoff_s": s.backoff_s,
                     "active": [v.name for v in run.recorder.latch.active],
                     "signals": {k: v for k, v in vars(values).items() if v is not None},
