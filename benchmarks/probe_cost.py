@@ -23,14 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from servewatch.clock import VirtualClock  # noqa: E402
 from servewatch.sim import SimConfig, SimEngine  # noqa: E402
-from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_EVERY_S  # noqa: E402
+from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_PROBE_INTERVAL_S  # noqa: E402
 from servewatch.watch import Recorder  # noqa: E402
 from servewatch.watch.sim_target import sim_sources  # noqa: E402
 from tests.sim_harness import Phase, Workload  # noqa: E402
 
 HOUR_S = 3600.0
 SPAN_S = 600.0             # each cost run: 10 minutes of virtual time, scaled to the hour
-SETTINGS = {"old (30 s, 10 s fixed)": (30.0, 10.0), "new (10 s, learned)": (DEFAULT_EVERY_S, DEFAULT_DEADLINE_S)}
+SETTINGS = {"old (30 s, 10 s fixed)": (30.0, 10.0), "new (10 s, learned)": (DEFAULT_PROBE_INTERVAL_S, DEFAULT_DEADLINE_S)}
 
 
 def run(phases, every: float, deadline, faults=()) -> tuple[Recorder, float, list]:
@@ -41,7 +41,7 @@ def run(phases, every: float, deadline, faults=()) -> tuple[Recorder, float, lis
         engine.inject({**fault, "at": at})
     workload = Workload(engine, phases, seed=1)
     heard: list = []
-    recorder = Recorder(sim_sources(engine, clock, 0.5, probe_every=every, probe_deadline=deadline), clock,
+    recorder = Recorder(sim_sources(engine, clock, 0.5, probe_interval_s=every, probe_deadline=deadline), clock,
                         history_s=600.0)
     recorder.evidence_listeners.append(lambda verdict, now: heard.append(verdict))
     asyncio.run(recorder.run_virtual(workload.end - start, advance=workload.advance))

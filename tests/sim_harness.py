@@ -102,7 +102,7 @@ def run(phases: list[Phase], *, interval: float = 0.5, faults: tuple[tuple[float
         engine.inject({**fault, "at": at})
     workload = Workload(engine, phases, seed=seed)
     every, deadline = probe if probe is not None else (None, 10.0)
-    recorder = Recorder(sim_sources(engine, clock, interval, with_process=with_process, probe_every=every,
+    recorder = Recorder(sim_sources(engine, clock, interval, with_process=with_process, probe_interval_s=every,
                                     probe_deadline=deadline, log_lines=lines), clock,
                         history_s=history, config=detector_config)
     if on_recorder is not None:

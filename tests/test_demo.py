@@ -61,13 +61,13 @@ def test_demo_catches_the_engine_death_and_the_exit_zero(demo):
 
 
 def test_demo_catches_the_idle_wedge_with_the_probe_while_health_says_200_and_the_gauges_read_zero(demo):
-    from servewatch.demo.plan import PROBE_DEADLINE_S, PROBE_EVERY_S
+    from servewatch.demo.plan import PROBE_DEADLINE_S, PROBE_INTERVAL_S
 
     _, report, _ = demo
     wedge = {v["verdict"]: v for v in verdicts_in(report, "idle-wedge")}
     assert set(wedge) == {"not_serving"}
     # the wedge takes hold at the first idle moment after the fault, then one interval and one deadline
-    assert wedge["not_serving"]["detection_s"] <= 2.0 + PROBE_EVERY_S + PROBE_DEADLINE_S
+    assert wedge["not_serving"]["detection_s"] <= 2.0 + PROBE_INTERVAL_S + PROBE_DEADLINE_S
     assert "running 0, waiting 0" in wedge["not_serving"]["why"]
     assert set(report["health_during_faults"]["idle-wedge"]) == {"200"}
 

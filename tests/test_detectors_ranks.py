@@ -145,7 +145,7 @@ def urgent_asks(process, span: float) -> tuple[list, ProbeSource]:
         asked.append((clock.now(), deadline, route))
         return Attempt()
 
-    source = ProbeSource(prober, clock, every_s=30.0, deadline_s=10.0, check_s=0.5)
+    source = ProbeSource(prober, clock, probe_interval_s=30.0, deadline_s=10.0, check_s=0.5)
     ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
     source.bind_timeline(ring, lambda w: rank_detector.suspicion(w, CONFIG))
     w = window(process, span=span)
@@ -377,7 +377,7 @@ def routine_asks(process, polls: int, answer=None) -> tuple[list, ProbeSource]:
         asked.append((clock.now(), deadline, route))
         return Attempt(route)
 
-    source = ProbeSource(prober, clock, every_s=5.0, deadline_s=3.0, check_s=0.5)
+    source = ProbeSource(prober, clock, probe_interval_s=5.0, deadline_s=3.0, check_s=0.5)
     ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
     source.bind_timeline(ring, lambda w: rank_detector.suspicion(w, CONFIG))
     samples = []
@@ -484,7 +484,7 @@ def test_a_routine_probe_in_flight_gives_way_to_the_urgent_one_when_a_rank_stops
         asked.append((clock.now(), deadline))
         return Attempt(len(asked))
 
-    source = ProbeSource(prober, clock, every_s=30.0, deadline_s=10.0, check_s=0.5)
+    source = ProbeSource(prober, clock, probe_interval_s=30.0, deadline_s=10.0, check_s=0.5)
     ring = Ring.for_history(60.0, {"process": STEP, "probe": 0.5, "metrics": 1.0, "health": 1.0})
     source.bind_timeline(ring, lambda w: rank_detector.suspicion(w, CONFIG))
     asyncio.run(source.poll())                       # the routine probe, idle server, asked at T0 - 5

@@ -188,7 +188,7 @@ def test_a_not_serving_bundle_stores_the_probe_samples_validates_and_verifies(tm
     engine.inject({"kind": "wedge-idle", "at": 40})
     config = DetectorConfig()
     sink = BundleSink(BundleWriter(tmp_path, clock=clock), "http://127.0.0.1:8000", config)
-    recorder = Recorder(sim_sources(engine, clock, 0.5, probe_every=10, probe_deadline=5), clock, config=config,
+    recorder = Recorder(sim_sources(engine, clock, 0.5, probe_interval_s=10, probe_deadline=5), clock, config=config,
                         sinks=[sink])
     sink.recorder = recorder
     workload = Workload(engine, [Phase(20, rate=2), Phase(60)])
@@ -207,7 +207,8 @@ def test_a_not_serving_bundle_stores_the_probe_samples_validates_and_verifies(tm
 def test_recording_options_carry_the_probe_flags(interval):
     import argparse
 
-    from servewatch.watch.options import RecordingOptions, add_recording_arguments, options_from_args
+    from servewatch.commands.recording import add_recording_arguments
+    from servewatch.watch.options import RecordingOptions, options_from_args
 
     parser = argparse.ArgumentParser()
     defaults = RecordingOptions(url="")
@@ -216,7 +217,7 @@ def test_recording_options_carry_the_probe_flags(interval):
     assert off.probe is False
     on = options_from_args(parser.parse_args(["http://x:1", "--probe", "--probe-interval", f"{interval:g}s",
                                               "--probe-deadline", "3"]), defaults)
-    assert (on.probe, on.probe_interval, on.probe_deadline) == (True, interval, 3.0)
+    assert (on.probe, on.probe_interval_s, on.probe_deadline) == (True, interval, 3.0)
 
 
 # --- the default probe: every 10 s, its deadline learned from the server's own answers ------------------------
@@ -230,7 +231,7 @@ def test_the_learned_deadline_is_four_times_the_slowest_recent_answer_between_th
     assert "until the server has answered one" in source.deadline_words()
 
     def answer(latency: float) -> None:
-        clock.advance(P.DEFAULT_EVERY_S)
+        clock.advance(P.DEFAULT_PROBE_INTERVAL_S)
         poll(source)                               # asks (the routine probe is due: no ring, nothing proven)
         prober.last.result = served(latency)
         poll(source)                               # collects
@@ -260,11 +261,11 @@ def test_the_default_probe_names_an_idle_wedge_within_15_s():
     misses 3 s (+1 s look) later: the restart class's evidence by 93.5 s (the old defaults, 30 s and 10 s: 116 s)."""
     from servewatch.detectors import registry
     from servewatch.detectors.verdict import RESTART
-    from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_EVERY_S
+    from servewatch.sources.probe import DEFAULT_DEADLINE_S, DEFAULT_PROBE_INTERVAL_S
 
     heard = []
     recorder, engine, start = run([Phase(20), Phase(30, rate=2), Phase(120)], faults=((75, {"kind": "wedge-idle"}),),
-                                  probe=(DEFAULT_EVERY_S, DEFAULT_DEADLINE_S),
+                                  probe=(DEFAULT_PROBE_INTERVAL_S, DEFAULT_DEADLINE_S),
                                   on_recorder=lambda r: r.evidence_listeners.append(lambda v, now: heard.append(v)))
     fired_at = next(f.verdict.t for f in recorder.fired if f.verdict.name == "not_serving") - start
     assert 75 < fired_at <= 75 + 10 + 3 + 1 + 0.5
@@ -304,5 +305,5 @@ def test_a_miss_while_a_process_was_stopped_is_asked_again_at_once_when_the_stop
     clock.advance(1.0)
     poll(source)                                           # the stop ended: asked at once, 8 s after the first
     assert len(prober.attempts) == 3 and source.after_stop == 1
-    assert clock.now() - T0 == 8.0 < source.every_s
+    assert clock.now() - T0 == 8.0 < source.probe_interval_s
     assert "1 asked at once when a stop that a miss coincided with ended" in source.cost_line()

@@ -91,7 +91,7 @@ def probe_through_source(routes: dict, times: int = 3):
         samples = []
         async with serving(app) as (session, url):
             clock = VirtualClock()
-            source = ProbeSource(HttpProber(session, url, clock), clock, every_s=1.0, deadline_s=2.0, check_s=0.5,
+            source = ProbeSource(HttpProber(session, url, clock), clock, probe_interval_s=1.0, deadline_s=2.0, check_s=0.5,
                                  say=lines.append)
             for _ in range(times):
                 assert await source.poll() == []
@@ -139,7 +139,7 @@ def test_nobody_listening_is_unavailable_without_a_line():
         lines: list[str] = []
         async with Http1Transport() as session:
             clock = VirtualClock()
-            source = ProbeSource(HttpProber(session, f"http://127.0.0.1:{port}", clock), clock, every_s=1.0,
+            source = ProbeSource(HttpProber(session, f"http://127.0.0.1:{port}", clock), clock, probe_interval_s=1.0,
                                  deadline_s=2.0, say=lines.append)
             await source.poll()
             await source.pending.task

@@ -1,6 +1,6 @@
 """One set of recording defaults and one argument builder: watch, guard, diagnose, proxy and serve take
-the shared recording flags from `servewatch.watch.options` and turn them into `RecordingOptions` the same
-way; serve's config file is the base its command-line flags are laid over."""
+the shared recording flags from `servewatch.watch.options` (added by `servewatch.commands.recording`) and turn
+them into `RecordingOptions` the same way; serve's config file is the base its command-line flags are laid over."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def test_config_file_is_read(tmp_path):
     assert cfg.shard == Shard(1, 3) and cfg.file_sd == ("/etc/sd/*.json",)
     assert [(t.name, t.url, t.pid) for t in cfg.targets] == [("llama-a", "http://10.0.0.7:8000", 42),
                                                              ("10.0.0.8:8000", "http://10.0.0.8:8000", None)]
-    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (True, 10.0, None)   # on by default in a fleet, its deadline learned
+    assert (cfg.recording.probe, cfg.recording.probe_interval_s, cfg.recording.probe_deadline) == (True, 10.0, None)   # on by default in a fleet, its deadline learned
 
 
 def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_path):
@@ -41,12 +41,12 @@ def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_p
     path = tmp_path / "serve.yaml"
     path.write_text("probe_interval: 1m\nprobe_deadline: 5s\ntargets: [http://10.0.0.8:8000]\n")
     cfg = serve_config.load(str(path))
-    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (True, 60.0, 5.0)
+    assert (cfg.recording.probe, cfg.recording.probe_interval_s, cfg.recording.probe_deadline) == (True, 60.0, 5.0)
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(["serve", "--config", str(path), "--no-probe", "--probe-deadline", "3s"])
     cfg = serve_config.from_args(args)
-    assert (cfg.recording.probe, cfg.recording.probe_interval, cfg.recording.probe_deadline) == (False, 60.0, 3.0)
+    assert (cfg.recording.probe, cfg.recording.probe_interval_s, cfg.recording.probe_deadline) == (False, 60.0, 3.0)
     path.write_text("probe: maybe\n")
     with pytest.raises(ServewatchError, match=":1: probe: true or false"):
         serve_config.load(str(path))

@@ -383,3 +383,69 @@ def test_the_http_import_check_can_fail():
               "def f():\n    import http.client\n    from urllib.error import HTTPError\n")
     assert http_imports(source, "m") == {("m", "aiohttp"), ("m", "aiohttp.web"), ("m", "urllib.request"),
                                          ("m", "http.client"), ("m", "urllib.error")}
+
+
+# Below the commands, typed options only: argparse (and its namespace) stays in servewatch/cli.py and
+# servewatch/commands/; the package below takes dataclasses the commands build. The exceptions are the lab's
+# scripts with command lines of their own: tiny_gguf and tiny_model run inside an engine's venv (they cannot import
+# servewatch), and the freeze meter runs as a process of its own (`python -m servewatch.lab.freeze`).
+ARGPARSE_HOMES = ("servewatch.cli", "servewatch.commands")
+ARGPARSE_SCRIPTS = ("servewatch.lab.tiny_gguf", "servewatch.lab.tiny_model", "servewatch.lab.freeze")
+
+
+def argparse_imports(source: str, module: str) -> list[str]:
+    if module in ARGPARSE_SCRIPTS or any(module == home or module.startswith(home + ".") for home in ARGPARSE_HOMES):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+        found += [f"{module}:{node.lineno} imports argparse" for name in names if name.split(".")[0] == "argparse"]
+    return found
+
+
+def test_argparse_stays_in_the_commands():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+        found += argparse_imports(path.read_text("utf-8"), module)
+    assert found == []
+    assert all((ROOT.parent / (name.replace(".", "/") + ".py")).is_file() for name in ARGPARSE_SCRIPTS)
+
+
+def test_the_argparse_check_can_fail():
+    assert argparse_imports("def f():\n    import argparse\n", "servewatch.watch.options") == [
+        "servewatch.watch.options:2 imports argparse"]
+    assert argparse_imports("from argparse import Namespace\n", "servewatch.proxy.app") == [
+        "servewatch.proxy.app:1 imports argparse"]
+    assert argparse_imports("import argparse\n", "servewatch.commands.watch") == []
+    assert argparse_imports("import argparse\n", "servewatch.lab.tiny_model") == []
+
+
+# Verdict names outside detectors/ come from the registry: guard's actions and the alert rules name a verdict
+# through detectors.registry (ENGINE_DEAD, PROCESS_EXIT, ...), never as a string of their own.
+VERDICT_NAME_FREE = ("actions", "derive/rules.py", "watch/guarding.py")
+
+
+def verdict_literals(source: str, where: str, names) -> list[str]:
+    return [f"{where}:{node.lineno} writes the verdict name {node.value!r}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
+
+
+def test_verdict_names_come_from_the_registry():
+    from servewatch.detectors import registry
+
+    names = set(registry.names())
+    assert {registry.ENGINE_DEAD, registry.PROCESS_EXIT, registry.GPU_FAULT, registry.CRASH_LOOP,
+            registry.STALL, *registry.ALERT_NAMES} <= names
+    found = []
+    for place in VERDICT_NAME_FREE:
+        for path in sorted([ROOT / place] if place.endswith(".py") else (ROOT / place).rglob("*.py")):
+            found += verdict_literals(path.read_text("utf-8"), str(path.relative_to(ROOT.parent)), names)
+    assert found == []
+
+
+def test_the_verdict_name_check_can_fail():
+    assert verdict_literals('wait = 10 if verdict == "engine_dead" else 0\n', "p.py", {"engine_dead"}) == [
+        "p.py:1 writes the verdict name 'engine_dead'"]
+    assert verdict_literals('"""engine_dead: said in words"""\n', "p.py", {"engine_dead"}) == []

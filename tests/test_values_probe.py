@@ -74,18 +74,18 @@ def served(latency=0.05, at=None):
 
 def test_defaults_and_refusals():
     source, *_ = make(deadline_s=10.0)
-    assert (source.every_s, source.deadline_s, source.urgent_deadline_s, source.interval) == \
-        (P.DEFAULT_EVERY_S, 10.0, P.URGENT_DEADLINE_S, 1.0)
+    assert (source.probe_interval_s, source.deadline_s, source.urgent_deadline_s, source.interval) == \
+        (P.DEFAULT_PROBE_INTERVAL_S, 10.0, P.URGENT_DEADLINE_S, 1.0)
     assert make(deadline_s=2.0)[0].urgent_deadline_s == 2.0          # min(3, 2): never past the routine deadline
     assert make(deadline_s=4.0, urgent_deadline_s=3.5)[0].urgent_deadline_s == 3.5
-    for kw in ({"every_s": 0.0}, {"deadline_s": 0.0}, {"check_s": 0.0}, {"every_s": -1.0}):
+    for kw in ({"probe_interval_s": 0.0}, {"deadline_s": 0.0}, {"check_s": 0.0}, {"probe_interval_s": -1.0}):
         with pytest.raises(ValueError, match="^probe interval, deadline and check cadence must be positive$"):
             make(**kw)
-    make(every_s=0.001, deadline_s=0.001, check_s=0.001)              # just over zero is fine
+    make(probe_interval_s=0.001, deadline_s=0.001, check_s=0.001)              # just over zero is fine
 
 
 def test_a_served_probe_becomes_one_sample_and_the_next_is_due_every_s_later():
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     assert poll(source) == []                                        # asked at T0, no answer yet
     assert [a.deadline_s for a in prober.attempts] == [10.0] and prober.last.route is None
     assert source.sent == 1
@@ -118,7 +118,7 @@ def test_the_backstop_gives_up_at_twice_the_deadline_plus_one_look():
 
 
 def test_a_miss_is_asked_again_at_once_once_per_run_of_misses():
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     poll(source)
     clock.advance(10.0)
     prober.last.result = ProbeAnswer(DEADLINE, 10.0, error="timeout")
@@ -149,7 +149,7 @@ def test_a_miss_is_asked_again_at_once_once_per_run_of_misses():
 
 
 def test_an_unavailable_probe_is_not_confirmed_and_is_said_once_per_error():
-    source, clock, prober, said = make(every_s=30.0)
+    source, clock, prober, said = make(probe_interval_s=30.0)
     poll(source)
     prober.last.result = ProbeAnswer(UNAVAILABLE, None, error="no_models", detail="no model listed")
     assert poll(source)[0].outcome == UNAVAILABLE
@@ -177,7 +177,7 @@ def test_an_unavailable_probe_is_not_confirmed_and_is_said_once_per_error():
 
 
 def test_cost_line():
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     poll(source)
     clock.advance(59.0)
     assert source.cost_line() == ("1 one-token request(s) in 59 s; 0 skipped because the counters had moved; "
@@ -233,7 +233,7 @@ def test_progress_proven_is_more_tokens_than_the_probes_asked_for():
 def test_a_due_probe_is_skipped_when_the_counters_moved_and_skips_count_once_per_interval():
     metrics = (scrape(T0 - 40.0, 100), scrape(T0 - 30.0, 100), scrape(T0, 150))
     ring = Ring(Window(metrics=metrics))
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     source.bind_timeline(ring)
     assert poll(source) == [] and source.sent == 0 and source.skipped == 1
     # the window read from now - every - deadline; progress judged since now - every (the scrape at T0 - 30)
@@ -253,7 +253,7 @@ def test_a_due_probe_is_skipped_when_the_counters_moved_and_skips_count_once_per
 def test_an_urgent_probe_preempts_a_routine_one_and_waits_its_gap():
     aim = Aim("1", (("X-data-parallel-rank", "1"),))
     onset = {"t": None}
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     source.bind_timeline(Ring(), lambda window: None if onset["t"] is None else (onset["t"], aim))
     poll(source)                                                      # routine, asked at T0
     clock.advance(2.0)
@@ -283,7 +283,7 @@ def test_an_urgent_probe_preempts_a_routine_one_and_waits_its_gap():
 
 def test_no_urgent_probe_for_a_stall_that_began_before_the_last_ask():
     aim = Aim("0", ())
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     source.bind_timeline(Ring(), lambda window: (T0, aim))
     poll(source)                                                      # nothing asked yet: urgent at once
     assert source.urgent == 1 and prober.last.deadline_s == 3.0
@@ -363,7 +363,7 @@ def test_a_task_attempt_answers_as_its_task_ended():
 # -- the learned deadline ------------------------------------------------------------------------------------------
 
 def test_the_deadline_is_learned_from_the_served_probes_between_floor_and_ceiling():
-    source, clock, prober, _ = make(every_s=10.0)                     # deadline_s None: learned
+    source, clock, prober, _ = make(probe_interval_s=10.0)                     # deadline_s None: learned
     assert source.deadline_s == P.DEADLINE_CEILING_S == 10.0         # before any answer: the ceiling
     assert source.deadline_words() == "10 s (until the server has answered one; then learned from its answers)"
     assert source.urgent_deadline_s == min(P.URGENT_DEADLINE_S, P.DEADLINE_FLOOR_S)
@@ -397,7 +397,7 @@ def test_the_deadline_is_learned_from_the_served_probes_between_floor_and_ceilin
 
 
 def test_the_learned_deadline_forgets_all_but_the_last_served():
-    source, clock, prober, _ = make(every_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=10.0)
     assert P.LEARN_FROM == 8
     for latency in (2.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1):           # 8 served: the slowest 2.0 -> 8 s
         poll(source)
@@ -432,7 +432,7 @@ def process(t, status):
 
 def test_a_miss_during_a_stop_is_asked_again_when_the_stop_ends():
     ring = Ring(Window(process=(process(T0 + 1.0, "stopped"),)))
-    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source, clock, prober, _ = make(probe_interval_s=10.0, deadline_s=3.0)
     source.bind_timeline(ring)
     poll(source)                                                      # asked at T0
     clock.advance(3.0)
@@ -496,7 +496,7 @@ def test_stderr_say(capsys):
 
 
 def test_an_error_class_of_no_letters_is_said_once_too():
-    source, clock, prober, said = make(every_s=10.0)
+    source, clock, prober, said = make(probe_interval_s=10.0)
     for _ in range(2):
         poll(source)
         prober.last.result = ProbeAnswer(UNAVAILABLE, None, error="", detail="odd")
@@ -516,7 +516,7 @@ def test_cancel_pending():
 
 
 def test_cost_line_per_hour_and_every_kind_asked_at_once():
-    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source, clock, prober, _ = make(probe_interval_s=10.0, deadline_s=3.0)
     poll(source)
     clock.advance(3600.0)
     source.sent, source.confirms, source.after_stop = 3600, 2, 1
@@ -595,7 +595,7 @@ def test_the_urgent_probe_reads_the_last_minute_and_is_preempting_twice():
     def suspicion(window):
         windows.append(window)
         return (clock.now() - 0.5, aim)
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     source.bind_timeline(ring, suspicion)
     clock.advance(1.0)
     poll(source)                                      # urgent at once (nothing asked before)
@@ -616,7 +616,7 @@ def test_the_urgent_probe_reads_the_last_minute_and_is_preempting_twice():
 
 def test_after_a_stop_one_probe_then_the_routine_and_its_miss_confirmed():
     ring = Ring(Window(process=(process(T0 + 1.0, "stopped"),)))
-    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source, clock, prober, _ = make(probe_interval_s=10.0, deadline_s=3.0)
     source.bind_timeline(ring)
     poll(source)
     clock.advance(3.0)
@@ -642,7 +642,7 @@ def test_a_routine_probe_is_aimed_at_the_engine_in_turn():
     from servewatch.timeline.samples import ProcessMember, ProcessSample
     members = tuple(ProcessMember(100 + i, 1.0, "engine_core", f"VLLM::EngineCore_DP{i}", "running") for i in range(2))
     ring = Ring(Window(process=(ProcessSample(t=T0, root_pid=1, root_create_time=0.0, alive=True, members=members),)))
-    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source, clock, prober, _ = make(probe_interval_s=10.0, deadline_s=3.0)
     source.bind_timeline(ring)
     poll(source)
     assert prober.last.route == {"X-data-parallel-rank": "0"}
@@ -662,7 +662,7 @@ def test_after_stop_probes_are_counted_and_aimed_like_the_miss():
                    ProcessMember(101, 1.0, "engine_core", "VLLM::EngineCore_DP1", "running"))
         return ProcessSample(t=t, root_pid=1, root_create_time=0.0, alive=True, members=members)
     ring = Ring(Window(process=(view(T0, "stopped"),)))
-    source, clock, prober, _ = make(every_s=10.0, deadline_s=3.0)
+    source, clock, prober, _ = make(probe_interval_s=10.0, deadline_s=3.0)
     source.bind_timeline(ring)
     for round_ in (1, 2):
         ring.window_ = Window(process=(view(clock.now(), "stopped"),))
@@ -688,7 +688,7 @@ def test_a_served_probe_just_before_the_span_does_not_prove_progress_in_a_due_ch
     metrics = (scrape(T0 - 40.0, 100), scrape(T0 - 30.0, 100), scrape(T0, 101))
     # 1 token since T0 - 30, and a probe served at T0 - 35 (within a deadline, 10 s, before the span): its own token
     ring = Ring(Window(metrics=metrics, probe=(probe_sample(T0 - 35.0, 1),)))
-    source, clock, prober, _ = make(every_s=30.0, deadline_s=10.0)
+    source, clock, prober, _ = make(probe_interval_s=30.0, deadline_s=10.0)
     source.bind_timeline(ring)
     poll(source)
     assert (source.sent, source.skipped) == (1, 0)

@@ -14,12 +14,12 @@ def default_stacks_dir() -> Path:
     return Path(state) / "servewatch" / "stacks"
 
 
-def stacks_dir(args, *, check: bool) -> Path:
-    """--stacks-dir, checked now: an unwritable one is one line and exit 2 before anything runs (the dump is
-    evidence a kill destroys; finding out at the kill is too late)."""
+def stacks_dir(given: str | None, *, check: bool) -> Path:
+    """--stacks-dir (`given`; None: the default), checked now: an unwritable one is one line and exit 2 before
+    anything runs (the dump is evidence a kill destroys; finding out at the kill is too late)."""
     from servewatch.sinks.bundle_sink import check_writable
 
-    path = Path(args.stacks_dir) if args.stacks_dir else default_stacks_dir()
+    path = Path(given) if given else default_stacks_dir()
     if check:
         check_writable(path, "--stacks-dir")
     return path

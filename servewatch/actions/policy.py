@@ -68,7 +68,7 @@ def action_for(verdict: str, config: GuardConfig, details: dict | None = None,
     cls = action or registry.action_of(verdict)
     if cls != registry.action_of(verdict) and cls not in (RESTART, DRAIN):
         return None
-    wait = config.exit_grace_s if verdict == "engine_dead" else 0.0
+    wait = config.exit_grace_s if verdict == registry.ENGINE_DEAD else 0.0
     hardware = hardware_line(details or {}) if cls == DRAIN else None
     return Action(verdict, wait, config.stacks and not config.dry_run, not config.dry_run, hardware)
 

@@ -63,9 +63,10 @@ class Guard:
         name = fired.verdict.name
         if self.first is None:
             self.first = (name, fired.bundle)
-        if name == "engine_dead" or (name == "process_exit" and fired.verdict.details.get("after_engine_death")):
+        if name == registry.ENGINE_DEAD or (name == registry.PROCESS_EXIT
+                                            and fired.verdict.details.get("after_engine_death")):
             self.outcome = replace(self.outcome, engine_died=True)
-        if name == "process_exit":
+        if name == registry.PROCESS_EXIT:
             self._server_gone()
 
     def on_evidence(self, verdict, fired_now: bool = True) -> None:
@@ -73,7 +74,7 @@ class Guard:
         its firing, or later as the probes agree (the action policy, detectors.registry) — is acted on when it
         is one of --act-on."""
         action = action_for(verdict.name, self.config, verdict.details, registry.action_for(verdict))
-        if action is None or self.busy or verdict.name == "process_exit":
+        if action is None or self.busy or verdict.name == registry.PROCESS_EXIT:
             return
         self.busy = True      # a second verdict of the same detection run does not start a second action
         self._spawn(self._act(action))

@@ -6,7 +6,7 @@ import argparse
 
 from servewatch.commands import add_command
 from servewatch.table import WIDE_HELP
-from servewatch.watch.options import duration
+from servewatch.commands.recording import duration
 
 HELP = "run the built-in engine through four workloads and three silent failures, then report"
 DESCRIPTION = ("Start the built-in engine, run four load scenarios (normal, overload, long prompt, "

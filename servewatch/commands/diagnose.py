@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from servewatch.commands import add_command
-from servewatch.watch.options import RecordingOptions, add_recording_arguments
+from servewatch.commands.recording import add_recording_arguments
+from servewatch.watch.options import RecordingOptions
 
 HELP = "ranked hypotheses for a complaint, from a live server, a bundle or a load run"
 DESCRIPTION = ("For a live server (URL) it records for --window seconds first (gauges must be sampled over "

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
-from servewatch.proxy.config import DECODE_FIRST_BYTE_TIMEOUT_S, PREFILL_TIMEOUT_S, WATCH_FLAGS
-from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
+from servewatch.commands.recording import add_pair_arguments, add_recording_arguments, duration
+from servewatch.proxy.config import (DECODE_FIRST_BYTE_TIMEOUT_S, DEFAULT_TENANT_KEY, PREFILL_TIMEOUT_S, WATCH_FLAGS,
+                                     ProxyConfig, tenant_key)
+from servewatch.watch.options import RecordingOptions
 
 HELP = "pass requests through to an engine and record each one (TTFT, tokens, outcome by reason)"
 DESCRIPTION = ("An OpenAI-compatible pass-through in front of a vLLM or SGLang server. Completions and chat "
@@ -20,12 +22,10 @@ def register(subparsers) -> None:
     p = add_command(subparsers, "proxy", HELP, DESCRIPTION, run)
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="where clients connect, e.g. 127.0.0.1:8080")
     p.add_argument("--upstream", metavar="URL", help="the engine, e.g. http://127.0.0.1:8000")
-    p.add_argument("--prefill", action="append", metavar="URL",
-                   help="instead of --upstream, a disaggregated pair: a prefill instance (repeat for more; taken in "
-                        "turn); each request is prefilled there with max_tokens 1, then sent to a --decode instance "
-                        "with the prefill's kv_transfer_params")
-    p.add_argument("--decode", action="append", metavar="URL",
-                   help="a decode instance of the pair (repeat for more; taken in turn); its answer is the client's")
+    add_pair_arguments(p, "instead of --upstream, a disaggregated pair: a prefill instance (repeat for more; taken "
+                          "in turn); each request is prefilled there with max_tokens 1, then sent to a --decode "
+                          "instance with the prefill's kv_transfer_params",
+                       "a decode instance of the pair (repeat for more; taken in turn); its answer is the client's")
     p.add_argument("--prefill-timeout", type=float, default=PREFILL_TIMEOUT_S, metavar="S",
                    help=f"a pair's prefill leg: its whole answer within S (default {PREFILL_TIMEOUT_S:g}, as "
                         "--first-byte-timeout)")
@@ -78,21 +78,83 @@ def host_port(text: str, flag: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def proxy_config(args) -> ProxyConfig:
+    """The request path's options from the flags, checked: one line and status 2 for a bad one."""
+    import math
+
+    for flag, value in (("--max-connections", args.max_connections), ("--max-request-mb", args.max_request_mb),
+                        ("--first-byte-timeout", args.first_byte_timeout), ("--read-timeout", args.read_timeout),
+                        ("--records-max-mb", args.records_max_mb), ("--records-keep", args.records_keep),
+                        ("--prefill-timeout", args.prefill_timeout),
+                        ("--decode-first-byte-timeout", args.decode_first_byte_timeout)):
+        if not 0 < value < math.inf:         # NaN too
+            raise ServewatchError(f"{flag} must be above 0")
+    if not 0.0 <= args.trace_sample <= 1.0:
+        raise ServewatchError("--trace-sample must be between 0 and 1")
+    if args.otlp_endpoint:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(args.otlp_endpoint)
+        except ValueError:                  # an unclosed '['
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServewatchError(f"--otlp-endpoint {args.otlp_endpoint!r}: not an http(s) URL "
+                                  "(e.g. http://127.0.0.1:4318)")
+    from servewatch.transport.urls import resolve
+
+    prefill, decode = tuple(args.prefill or ()), tuple(args.decode or ())
+    if args.upstream is None and not (prefill and decode):
+        raise ServewatchError("give --upstream URL, or a pair: --prefill URL and --decode URL (each may repeat)")
+    if args.upstream is not None and (prefill or decode):
+        raise ServewatchError("--upstream is one engine; --prefill and --decode are a pair: give one or the other")
+    if args.upstream is None and args.watch:
+        raise ServewatchError("--watch records one upstream; a pair's instances are recorded by `servewatch watch` "
+                              "on each")
+    for flag, url in (("--upstream", args.upstream), *(("--prefill", u) for u in prefill),
+                      *(("--decode", u) for u in decode)):
+        if url is not None:
+            parsed = resolve(url, flag)     # a bad URL, a host name that does not resolve: one line, status 2
+            if parsed.scheme != "http" and flag != "--upstream":    # (--upstream's: Proxy says it)
+                raise ServewatchError(f"{flag} {url!r}: a plain http:// URL is expected")
+    key = DEFAULT_TENANT_KEY
+    if args.tenant_key_file:
+        try:
+            key = tenant_key(args.tenant_key_file)
+        except (OSError, ValueError) as exc:
+            raise ServewatchError(f"--tenant-key-file {args.tenant_key_file}: "
+                                  f"{getattr(exc, 'strerror', None) or exc}") from None
+    return ProxyConfig(upstream=args.upstream or "", prefill=prefill, decode=decode,
+                       prefill_timeout_s=args.prefill_timeout, decode_first_byte_timeout_s=args.decode_first_byte_timeout,
+                       max_connections=args.max_connections,
+                       max_request_bytes=int(args.max_request_mb * 2**20),
+                       first_byte_timeout_s=args.first_byte_timeout, read_idle_timeout_s=args.read_timeout,
+                       tenant_header=args.tenant_header.lower(), tenant_key=key, keep_text=args.keep_text,
+                       keep_itl=args.keep_itl)
+
+
 def run(args) -> int:
     import asyncio
 
-    from servewatch.proxy.app import run_proxy
+    from servewatch.proxy.app import ProxyRun, run_proxy
+    from servewatch.watch.options import recording_from_args
 
     listen = host_port(args.listen, "--listen")
     metrics = host_port(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
+    config = proxy_config(args)
+    proxy_run = ProxyRun(listen=listen, metrics_listen=metrics, records=args.records,
+                         records_max_mb=args.records_max_mb, records_keep=args.records_keep,
+                         otlp_endpoint=args.otlp_endpoint, trace_sample=args.trace_sample, duration=args.duration,
+                         watch=recording_from_args(args, RecordingOptions(url=args.upstream), WATCH_FLAGS)
+                         if args.watch else None)
     try:
         import uvloop          # the [fast] extra: the event loop's own cost per read and write is a third lower
     except ImportError:
         uvloop = None
     try:
         if uvloop is not None:
-            return uvloop.run(run_proxy(args, listen, metrics))
-        return asyncio.run(run_proxy(args, listen, metrics))
+            return uvloop.run(run_proxy(config, proxy_run))
+        return asyncio.run(run_proxy(config, proxy_run))
     except KeyboardInterrupt:   # a signal before it listened, or a second one: stopped at once (servewatch.stopping)
         from servewatch import stopping
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servewatch.commands import add_command
-from servewatch.watch.options import add_recording_arguments
+from servewatch.commands.recording import add_recording_arguments
 
 HELP = "watch many servers in one process; export verdicts to Prometheus, Alertmanager and probes"
 DESCRIPTION = ("Record every target as `watch` does (the same detectors), from a YAML config, --target URLs "
@@ -17,7 +17,7 @@ _HELP = {
     "probe": "turn off the active probe (on by default in serve: when a target's counters have not moved for "
              "--probe-interval, one completion of 1 token asks it to serve; cost: at most one 1-token request per "
              "idle target per interval, {probes_an_hour:g} an hour at the default)",
-    "probe_interval": "at most one probe per S (default {probe_interval:g}s)",
+    "probe_interval": "at most one probe per S (default {probe_interval_s:g}s)",
     "probe_deadline": "a probe without a token after S has missed (default: {probe_deadline_words})",
     "history": "history kept per target (default {history_min:g}m)",
     "detector_settings": "a detector threshold for every target, e.g. --set stall.floor_s=5 (repeatable)",

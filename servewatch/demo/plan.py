@@ -15,7 +15,7 @@ SCENARIOS = ("normal", "overload", "long-prompt", "long-output")
 # says so when it runs; --fast keeps 256.
 REALTIME_SLOTS = 64
 FAST_SLOTS = 256
-PROBE_EVERY_S, PROBE_DEADLINE_S = 10.0, 5.0     # the demo's active probe (watch: --probe --probe-interval 10s)
+PROBE_INTERVAL_S, PROBE_DEADLINE_S = 10.0, 5.0     # the demo's active probe (watch: --probe --probe-interval 10s)
 CLEARED_BY_SERVEWATCH = ("stall", "wedge-idle")  # faults the demo ends itself once their verdict fired
 
 
@@ -60,7 +60,7 @@ def demo_plan(fast: bool, dialect: str | None = None) -> list[Phase]:
                         expect=("alive_health_ok_no_progress",), wait_for_verdicts_s=20.0, drain_s=20.0 if fast else 8.0))
     phases.append(Phase("idle-wedge", 0.5, normal.prompt_tokens, 16, duration_s=30.0 if fast else 20.0,
                         fault={"kind": "wedge-idle"}, fault_after_s=4.0, expect=("not_serving",),
-                        wait_for_verdicts_s=PROBE_EVERY_S + PROBE_DEADLINE_S + 10.0, drain_s=10.0 if fast else 6.0))
+                        wait_for_verdicts_s=PROBE_INTERVAL_S + PROBE_DEADLINE_S + 10.0, drain_s=10.0 if fast else 6.0))
     phases.append(Phase("engine-death", normal.rate, normal.prompt_tokens, 512, duration_s=10.0,
                         fault={"kind": "engine-death", "exit_code": 0}, fault_after_s=4.0,
                         expect=("engine_dead", "process_exit") if dies_alone else ("process_exit",),

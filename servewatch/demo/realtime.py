@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from servewatch.clock import RealClock
-from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_EVERY_S, REALTIME_SLOTS, Phase
+from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_INTERVAL_S, REALTIME_SLOTS, Phase
 from servewatch.demo.result import PhaseResult
 from servewatch.demo.serverside import blindness_findings, health_answers
 from servewatch.errors import ServewatchError
@@ -98,7 +98,7 @@ async def _run(plan, dialect, seed, interval, sink, detector_config, listeners, 
             probe = PsutilProbe(proc.pid, exit_status=proc.poll)
             sources = http_sources(transport, url, clock, interval, process_probe=probe,
                                    slot_limit=probe.slot_limit() or REALTIME_SLOTS, log_file=str(log_file),
-                                   probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
+                                   probe_interval_s=PROBE_INTERVAL_S, probe_deadline=PROBE_DEADLINE_S)
             recorder = Recorder(sources, clock, history_s=1800.0, config=detector_config,
                                 sinks=[*([sink] if sink is not None else []),
                                        *(CallbackSink(on_fired, on_loop=True)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from servewatch.clock import VirtualClock
-from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_EVERY_S, Phase
+from servewatch.demo.plan import CLEARED_BY_SERVEWATCH, PROBE_DEADLINE_S, PROBE_INTERVAL_S, Phase
 from servewatch.demo.records import record_of
 from servewatch.demo.result import PhaseResult
 from servewatch.demo.script import Arrival, phase_arrivals
@@ -150,7 +150,7 @@ def run_virtual(plan: list[Phase], *, dialect: str, seed: int, interval: float, 
 
     clock = VirtualClock(start=time.time())
     engine = SimEngine(SimConfig(dialect=dialect, seed=seed), clock)
-    sources = sim_sources(engine, clock, interval, probe_every=PROBE_EVERY_S, probe_deadline=PROBE_DEADLINE_S)
+    sources = sim_sources(engine, clock, interval, probe_interval_s=PROBE_INTERVAL_S, probe_deadline=PROBE_DEADLINE_S)
     recorder = Recorder(sources, clock, history_s=history_s, config=detector_config,
                         sinks=[sink] if sink is not None else (), tool="demo")
     if sink is not None:

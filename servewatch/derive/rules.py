@@ -25,7 +25,6 @@ SEVERITY_LEADING = "warning"
 SERVEWATCH_GROUP = "servewatch-serve"
 NODE_RANK = "servewatch_node_rank_state"
 NODE_RANK_BY = ("node", "engine", "pod_uid", "role", "rank")
-SERVEWATCH_ALERT_NAMES = {"alive_health_ok_no_progress": "ServewatchStall", "engine_dead": "ServewatchEngineDead"}
 
 
 @dataclass(frozen=True)
@@ -235,7 +234,7 @@ def guard_group(slo: Slo, series: EngineSeries) -> RuleGroup:
 
 
 def servewatch_alert_name(verdict: str) -> str:
-    return SERVEWATCH_ALERT_NAMES.get(verdict) or "Servewatch" + "".join(p.title() for p in verdict.split("_"))
+    return registry.ALERT_NAMES.get(verdict) or "Servewatch" + "".join(p.title() for p in verdict.split("_"))
 
 
 GPU_FAULT_ALERTS = {"drain": "ServewatchGpuHardwareFault", "restart": "ServewatchGpuFaultRestart",
@@ -249,11 +248,11 @@ def gpu_fault_rules() -> list[Rule]:
     and is not restarted); restart_app is restarted (livez, guard); the rest pages a person."""
     from servewatch.detectors import xid
 
-    spec = registry.spec("gpu_fault")
+    spec = registry.spec(registry.GPU_FAULT)
     rules = []
     for action, alert in GPU_FAULT_ALERTS.items():
         words = "|".join(xid.words_of_class(action))
-        text = alert_runbook.SERVEWATCH["gpu_fault"] if action == "drain" else alert_runbook.for_verdict(spec)
+        text = alert_runbook.SERVEWATCH[registry.GPU_FAULT] if action == "drain" else alert_runbook.for_verdict(spec)
         rules.append(Rule(expr=f'max by (target, gpu_uuid, xid, action) (servewatch_gpu_fault{{action=~"{words}"}}) '
                                "== 1", alert=alert, labels={"severity": spec.severity, "action": action},
                           annotations=text.annotations()))

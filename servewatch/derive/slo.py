@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from servewatch.derive.engine_series import EngineSeries
 from servewatch.errors import ServewatchError
+from servewatch.words import DURATION_UNITS_S, duration_s
 
 LATENCY_KINDS = ("ttft", "tpot", "e2e")
 RATIO_KINDS = ("availability", "success")
@@ -34,8 +35,6 @@ SEVERITIES = ("page", "ticket")
 _TOP_KEYS = ("service", "budget", "selector", "objectives", "min_requests", "engine", "windows")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _SERVICE = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 class SloInvalid(ServewatchError):
@@ -95,8 +94,8 @@ class Slo:
 def duration_text(seconds: int) -> str:
     """A Prometheus duration in its largest exact unit: 300 -> 5m, 86400 -> 1d."""
     for unit in ("d", "h", "m"):
-        if seconds % _UNIT_SECONDS[unit] == 0:
-            return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
+        if seconds % int(DURATION_UNITS_S[unit]) == 0:
+            return f"{seconds // int(DURATION_UNITS_S[unit])}{unit}"
     return f"{seconds}s"
 
 
@@ -184,10 +183,12 @@ def _no_unknown(data: dict, known, prefix: str, fail) -> None:
 
 
 def _duration(value: object, key: str, fail) -> int:
-    match = _DURATION.match(str(value).strip()) if isinstance(value, (str, int)) else None
-    if not match or int(match.group(1)) == 0:
-        raise fail(key, f"{value!r} is not a duration like 5m, 1h, 30d")
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return int(duration_s(str(value).strip(), whole=True))
+    except ValueError:
+        pass
+    raise fail(key, f"{value!r} is not a duration like 5m, 1h, 30d")
 
 
 def _percent(value: object, key: str, fail, *, whole_allowed: bool = False) -> float:

@@ -35,7 +35,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -48,6 +47,7 @@ from servewatch.sinks.bundle_sink import check_writable
 from servewatch.sinks.delivery.registry import sink_names
 from servewatch.transport.urls import check as check_url
 from servewatch.watch.options import RecordingOptions, recording_from_args
+from servewatch.words import duration_s as duration
 
 # How every target is recorded unless the config or the command line says otherwise: as `watch` records one
 # (the same detectors), at a 2 s cadence, with the active probe on: an idle replica wedged with empty gauges
@@ -86,8 +86,6 @@ class ServeConfig:
 
 def load(path: str) -> ServeConfig:
     """Raises a DocumentError naming file, line and key."""
-    from servewatch.watch.options import duration
-
     doc = read_document(path)
     value = doc.value if doc.value is not None else {}
     if not isinstance(value, dict):
@@ -109,7 +107,7 @@ def load(path: str) -> ServeConfig:
             return default
         try:
             return duration(str(item))
-        except argparse.ArgumentTypeError as exc:
+        except ValueError as exc:
             raise doc.error((key,), str(exc)) from None
 
     targets = []
@@ -163,7 +161,7 @@ def load(path: str) -> ServeConfig:
                        recording=replace(FLEET_RECORDING, probe=probe,
                                          interval=seconds("interval", FLEET_RECORDING.interval),
                                          history_s=seconds("history", FLEET_RECORDING.history_s),
-                                         probe_interval=seconds("probe_interval", FLEET_RECORDING.probe_interval),
+                                         probe_interval_s=seconds("probe_interval", FLEET_RECORDING.probe_interval_s),
                                          probe_deadline=seconds("probe_deadline", FLEET_RECORDING.probe_deadline)),
                        out=text("out"), sinks={name: url for name in sink_names() if (url := text(name))}, shard=shard)
 
@@ -247,10 +245,8 @@ def _proxy(doc, at: tuple, value, url: str, duration) -> ProxySpec | None:
         item = value.get(key)
         try:
             numbers[key] = default if item is None else duration(str(item))
-        except argparse.ArgumentTypeError as exc:
+        except ValueError as exc:
             raise doc.error((*at, key), str(exc)) from None
-        if numbers[key] <= 0:
-            raise doc.error((*at, key), "must be more than zero")
     return ProxySpec(listen=listen, records=records, records_max_mb=float(numbers["records_max_mb"]),
                      records_keep=numbers["records_keep"], max_connections=numbers["max_connections"],
                      first_byte_timeout_s=numbers["first_byte_timeout"], read_timeout_s=numbers["read_timeout"],
@@ -279,7 +275,7 @@ def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:
     if value.get("refresh") is not None:
         try:
             refresh = duration(str(value["refresh"]))
-        except argparse.ArgumentTypeError as exc:
+        except ValueError as exc:
             raise doc.error((*at, "refresh"), str(exc)) from None
     return PrometheusSdConfig(url, job, {str(k): v for k, v in labels.items()}, refresh)
 

@@ -51,6 +51,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from servewatch.words import duration_s
+
 KINDS = ("stall", "engine-death", "crash-oom", "slow", "admission-deadlock", "startup-hang", "startup-oom",
          "clear", "wedge-idle", "error-storm", "crash-loop", "kv-stall", "kv-expire", "kv-fail", "pd-bypass")
 PD_KINDS = {"kv-stall": "decode", "kv-expire": "prefill", "kv-fail": "decode", "pd-bypass": "decode"}
@@ -87,22 +89,27 @@ class SimFault:
             raise FaultSpecError("crash-loop every must be positive")
 
 
-_TIME = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)?$")
-
-
 def parse_seconds(text: str) -> float:
-    match = _TIME.match(text.strip())
-    if not match:
-        raise FaultSpecError(f"bad time {text!r} (use e.g. 30s, 500ms, 2m)")
-    n = float(match.group("n"))
-    return {"ms": n / 1000, "m": n * 60}.get(match.group("unit") or "s", n)
+    """A fault's time (servewatch.words.duration_s; zero is a time here: at the start)."""
+    try:
+        return duration_s(text.strip(), zero_ok=True)
+    except ValueError:
+        raise FaultSpecError(f"bad time {text!r} (use e.g. 30s, 500ms, 2m)") from None
+
+
+def _is_time(text: str) -> bool:
+    try:
+        parse_seconds(text)
+    except FaultSpecError:
+        return False
+    return True
 
 
 def parse_fault_spec(spec: str) -> SimFault:
     head, _, options = spec.partition(":")
     kind, _, when = head.partition("@")
     kwargs: dict = {"kind": kind.strip()}
-    if when and kwargs["kind"] == "startup-hang" and not _TIME.match(when.strip()):
+    if when and kwargs["kind"] == "startup-hang" and not _is_time(when):
         kwargs["stage"] = when.strip()
     else:
         kwargs["at"] = parse_seconds(when) if when else None

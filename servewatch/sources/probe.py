@@ -1,7 +1,7 @@
 """The active probe: ask the server for one token, with a deadline, when nothing else proves it serves.
 
 A passive reader cannot tell an idle server from one that hangs while idle: both show 0 running,
-0 waiting, flat counters and /health 200. So, at most every `every_s` seconds, and only when the
+0 waiting, flat counters and /health 200. So, at most every `probe_interval_s` seconds, and only when the
 counters have not moved in that span (a busy server pays nothing), the probe sends one completion of
 `max_tokens` 1 for a fixed short prompt to the model /v1/models names, and records how it ended
 (`ProbeSample`: served, deadline, failed, unavailable) and how long it took. Cost on an idle server:
@@ -30,7 +30,7 @@ from servewatch.timeline.window import Window
 PROMPT = "The sky is"        # a few tokens in any tokenizer
 # An idle server is asked every 10 s (NVIDIA Dynamo's canary asks an idle worker after 10 s, with a 3 s timeout), so
 # an engine that hangs while idle is named within about 10 s + its deadline of the request that first waits on it.
-DEFAULT_EVERY_S = 10.0
+DEFAULT_PROBE_INTERVAL_S = 10.0
 # The deadline is learned from the server's own answers (None: learned; a number: fixed, as --probe-deadline gives):
 # LEARN_FACTOR times the slowest of its last LEARN_FROM served probes, never under DEADLINE_FLOOR_S and never over
 # DEADLINE_CEILING_S, which is also the deadline before the server has answered one. An idle tiny model on a CPU
@@ -71,14 +71,14 @@ Prober = Callable[..., Attempt]     # start one probe with this deadline (second
 class ProbeSource:
     kind = "probe"
 
-    def __init__(self, prober: Prober, clock: Clock, *, every_s: float = DEFAULT_EVERY_S,
+    def __init__(self, prober: Prober, clock: Clock, *, probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S,
                  deadline_s: float | None = DEFAULT_DEADLINE_S, check_s: float = 1.0,
                  say: Callable[[str], None] | None = None, urgent_deadline_s: float = URGENT_DEADLINE_S):
-        if every_s <= 0 or (deadline_s is not None and deadline_s <= 0) or check_s <= 0:
+        if probe_interval_s <= 0 or (deadline_s is not None and deadline_s <= 0) or check_s <= 0:
             raise ValueError("probe interval, deadline and check cadence must be positive")
         self.prober = prober
         self.clock = clock
-        self.every_s = every_s
+        self.probe_interval_s = probe_interval_s
         self.fixed_deadline_s = deadline_s     # None: learned from the server's answers (deadline_s)
         self._served: deque[float] = deque(maxlen=LEARN_FROM)   # the latencies of the last served probes
         self.interval = check_s        # how often it looks whether an answer came or a probe is due
@@ -178,13 +178,14 @@ class ProbeSource:
             (aim,), self._confirm = self._confirm, None
             self.confirms += 1
             return self._ask(now, self.deadline_s, aim)
-        if self._asked is not None and now - self._asked < self.every_s:
+        if self._asked is not None and now - self._asked < self.probe_interval_s:
             return []
         # Due: unless the counters moved over the last interval (looked at on every poll, so a probe goes
         # out one interval after the last movement, not up to two).
-        window = self._ring.window(since=now - self.every_s - self.deadline_s) if self._ring is not None else None
-        if window is not None and progress_proven(window, now - self.every_s, self.deadline_s):
-            if self._last_skip is None or now - self._last_skip >= self.every_s:
+        window = (self._ring.window(since=now - self.probe_interval_s - self.deadline_s) if self._ring is not None
+                  else None)
+        if window is not None and progress_proven(window, now - self.probe_interval_s, self.deadline_s):
+            if self._last_skip is None or now - self._last_skip >= self.probe_interval_s:
                 self.skipped += 1
                 self._last_skip = now
             return []

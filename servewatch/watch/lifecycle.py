@@ -1,41 +1,52 @@
 """`servewatch watch`'s process handling: the PID's identity proof (now, or once the server listens), SIGTERM
 ending the watch like ^C, the live table, and the exit status the session ends with. `commands/watch.py`
-parses the arguments and calls `watch_session`."""
+parses the arguments and calls `watch_session` with the recording options and a `WatchRun`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
-async def watch_session(args, defaults) -> int:
+
+@dataclass(frozen=True)
+class WatchRun:
+    """What `watch` takes beyond its recording options (commands/watch.py builds it from the flags)."""
+    pid: int | None = None                # --pid: the API server's process, proven to hold the URL's port
+    replay: str | None = None             # --replay: the process view from this bundle instead
+    unverified_pid_ok: bool = False       # record --pid although it cannot be proven from here
+    json: bool = False                    # one JSON line per event
+    stop_on_incident: bool = False
+    wide: bool = False                    # the live table whole, however wide
+
+
+async def watch_session(options, run: WatchRun) -> int:
+    """`options`: the RecordingOptions, checked (servewatch.watch.options.options_from_args)."""
     import sys
     import time
 
     from servewatch.errors import ServewatchError
     from servewatch.sources.process import PsutilProbe
     from servewatch.detectors.registry import is_incident
-    from servewatch.watch.options import options_from_args, resolve_at_start
     from servewatch.watch.event_lines import EventLines
     from servewatch.watch.output import status_table
     from servewatch.watch.session import record
 
-    options = options_from_args(args, defaults)  # a bad URL, --set or --detectors: one line, exit 2
-    resolve_at_start(args)
-    probe = PsutilProbe(args.pid) if args.pid is not None else None   # wrong PID: one line, non-zero exit
-    if args.replay is not None:
+    probe = PsutilProbe(run.pid) if run.pid is not None else None   # wrong PID: one line, non-zero exit
+    if run.replay is not None:
         from servewatch.sim.replay import ReplayError, attach
 
         if probe is not None:
             raise ServewatchError("--replay takes the process view from the bundle: leave out --pid")
         try:
-            probe = await attach(options.url, args.replay)
+            probe = await attach(options.url, run.replay)
         except ReplayError as exc:
             raise ServewatchError(f"--replay: {exc}") from None
     identity = None
     pending = False
-    if probe is not None and args.replay is None:   # its tree is recorded only once it is proven to be the server
+    if probe is not None and run.replay is None:   # its tree is recorded only once it is proven to be the server
         from servewatch.actions.identity import ServerIdentityError, prove_server
 
         try:
-            proof = prove_server(args.pid, options.url, allow_unverifiable=args.unverified_pid_ok)  # mismatch: exit 2
+            proof = prove_server(run.pid, options.url, allow_unverifiable=run.unverified_pid_ok)  # mismatch: exit 2
         except ServerIdentityError as error:
             if not error.not_listening:
                 raise
@@ -44,21 +55,21 @@ async def watch_session(args, defaults) -> int:
             # (another process listening there ends the watch: exit 2).
             pending = True
             identity = {"verified": False, "override": False,
-                        "how": f"pid {args.pid} did not listen on the URL's port yet when watch began; pending"}
-            print(f"servewatch watch: identity: pid {args.pid} does not listen on the URL's port yet (nothing "
+                        "how": f"pid {run.pid} did not listen on the URL's port yet when watch began; pending"}
+            print(f"servewatch watch: identity: pid {run.pid} does not listen on the URL's port yet (nothing "
                   f"does): recorded as the server until it listens, then proven", file=sys.stderr, flush=True)
         else:
-            identity = {"verified": proof.verified, "override": args.unverified_pid_ok, "how": proof.how}
-            given = "; --unverified-pid-ok was given" if args.unverified_pid_ok else ""
+            identity = {"verified": proof.verified, "override": run.unverified_pid_ok, "how": proof.how}
+            given = "; --unverified-pid-ok was given" if run.unverified_pid_ok else ""
             print(f"servewatch watch: identity: {proof.how}{given}", file=sys.stderr, flush=True)
     mismatch: list[str] = []
     # The output contract (watch.event_lines): one line per event with --json, or in plain words when stdout
     # is not a terminal (a log, a pipe, a service manager); on a terminal, the live table.
-    lines = (EventLines(json_lines=True) if args.json
+    lines = (EventLines(json_lines=True) if run.json
              else None if sys.stdout.isatty() else EventLines(bundles=bool(options.out)))
     listeners = [lines.fired] if lines else []
     clear_listeners = [lines.cleared] if lines else []
-    stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
+    stop_when = (lambda fired: is_incident(fired.verdict.name)) if run.stop_on_incident else None
     started = time.monotonic()
     terminated = []
 
@@ -68,12 +79,12 @@ async def watch_session(args, defaults) -> int:
             import asyncio
 
             proving.append(asyncio.get_running_loop().create_task(
-                prove_once_listening(args.pid, options.url, options.interval, identity, recorder, mismatch)))
+                prove_once_listening(run.pid, options.url, options.interval, identity, recorder, mismatch)))
 
     proving: list = []
 
     async def live(recorder) -> None:
-        await run_live(recorder, started, lambda *view: status_table(*view, wide=args.wide), args.duration)
+        await run_live(recorder, started, lambda *view: status_table(*view, wide=run.wide), options.duration)
 
     try:
         recorder = await record(options, probe, tool="watch", listeners=listeners, clear_listeners=clear_listeners,
@@ -98,14 +109,14 @@ async def watch_session(args, defaults) -> int:
         return stopping.status()
     if recorder.stopped:
         return 1
-    if args.duration is not None and never_answered(recorder.ring):      # a dead URL is bad input: non-zero, as every command
-        print(f"servewatch watch: {options.url}: nothing answered /health or /metrics in {args.duration:g} s",
+    if options.duration is not None and never_answered(recorder.ring):      # a dead URL is bad input: non-zero, as every command
+        print(f"servewatch watch: {options.url}: nothing answered /health or /metrics in {options.duration:g} s",
               file=sys.stderr)
         return 2
     return 0
 
 
-async def prove_once_listening(pid: int, url: str, every_s: float, identity: dict, recorder,
+async def prove_once_listening(pid: int, url: str, interval_s: float, identity: dict, recorder,
                                 mismatch: list[str]) -> None:
     """Poll until something listens on the URL's port: the watched PID's tree (proven: said, and kept in
     every bundle from then on) or another process (the watch stops, exit 2). A PID that exits first leaves
@@ -118,7 +129,7 @@ async def prove_once_listening(pid: int, url: str, every_s: float, identity: dic
     from servewatch.actions.identity import ServerIdentityError, prove_server
 
     while True:
-        await asyncio.sleep(every_s)
+        await asyncio.sleep(interval_s)
         if not psutil.pid_exists(pid):
             return
         try:

@@ -1,41 +1,24 @@
-"""What a recording session takes (`RecordingOptions`), and the one argument builder `watch`, `guard`,
-`diagnose`, `proxy` and `serve` share: `add_recording_arguments` declares the shared recording flags (each
-flag, its type and where its value goes written once, in `_FLAGS`), `recording_from_args` turns the
-parsed flags into `RecordingOptions` laid over a base (the command's defaults, or serve's config file)."""
+"""What a recording session takes (`RecordingOptions`), and the recording flags `watch`, `guard`, `diagnose`,
+`proxy` and `serve` share: each flag, whether it is a duration and where its value goes written once, in `FLAGS`
+(`servewatch.commands.recording` adds them to a parser); `recording_from_args` turns the parsed flags into
+`RecordingOptions` laid over a base (the command's defaults, or serve's config file)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from servewatch.detectors.config import DetectorConfig
-from servewatch.sources.probe import (DEADLINE_CEILING_S, DEADLINE_FLOOR_S, DEFAULT_DEADLINE_S, DEFAULT_EVERY_S,
-                                      LEARN_FACTOR)
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+from servewatch.sources.probe import (DEADLINE_CEILING_S, DEADLINE_FLOOR_S, DEFAULT_DEADLINE_S,
+                                      DEFAULT_PROBE_INTERVAL_S, LEARN_FACTOR)
 
 # The recording defaults, written once: watch, guard, diagnose and serve (and the recorder itself) read these.
 DEFAULT_HISTORY_S = 600.0            # how much of the timeline the ring keeps
-DEFAULT_PROBE_INTERVAL_S = DEFAULT_EVERY_S      # at most one probe per this many seconds (sources.probe)
 DEFAULT_PROBE_DEADLINE_S = DEFAULT_DEADLINE_S   # a probe without a token after this long has missed (None: learned)
 LEARNED_DEADLINE_WORDS = (f"learned from the server's own answers: {LEARN_FACTOR:g} x the slowest of its last served "
                           f"probes, between {DEADLINE_FLOOR_S:g} s and {DEADLINE_CEILING_S:g} s")
-
-
-def duration(text: str) -> float:
-    """"0.5", "500ms", "1s", "10m" → seconds (> 0)."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 0.5, 500ms, 1s, 10m)")
-    seconds = float(match.group(1)) * _UNIT[match.group(2)]
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero")
-    return seconds
 
 
 @dataclass(frozen=True)
@@ -48,7 +31,7 @@ class RecordingOptions:
     log_file: str | None = None         # the server's log, tailed and parsed
     detectors: DetectorConfig = field(default_factory=DetectorConfig)
     probe: bool = False                 # ask an idle server for one token now and then (sources.probe)
-    probe_interval: float = DEFAULT_PROBE_INTERVAL_S
+    probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S   # at most one probe per this many seconds (sources.probe)
     probe_deadline: float | None = DEFAULT_PROBE_DEADLINE_S
     gpu: bool = True                    # sample this machine's GPUs (NVML): only when the server runs here
     gpu_metrics: str | None = None      # dcgm-exporter's /metrics URL: the GPUs from there instead of NVML
@@ -75,12 +58,12 @@ NO_PROBE_HELP = ("turn off the active probe. It is on by default: when the count
 
 # Every shared recording flag, in the order `watch` shows them. `url` is the positional URL; `probe` is
 # `--probe` where the probe is off by default and `--no-probe` where it is on (serve).
-_FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
+FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
     _Flag("url", "url", "url", "the server, e.g. http://127.0.0.1:8000", {"metavar": "URL"}),
     _Flag("--interval", "interval", "interval", "health/metrics/process cadence (default {interval:g}s)",
-          {"type": duration}),
+          {"seconds": True}),
     _Flag("--history", "history", "history_s", "seconds of history kept (default {history_s:g})",
-          {"type": duration}),
+          {"seconds": True}),
     _Flag("--out", "out", "out", "write an incident bundle per verdict into DIR", {"metavar": "DIR"}),
     _Flag("--log-file", "log_file", "log_file", "the server's log file, tailed and parsed", {"metavar": "F"}),
     _Flag("--gpu-metrics", "gpu_metrics", "gpu_metrics",
@@ -96,14 +79,14 @@ _FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
           "(a fixed few-token prompt, max_tokens 1, the model /v1/models names) and fire not_serving if none comes "
           "back within --probe-deadline while /health is 2xx. " + PROBE_COST + ". Off by default",
           {"action": "store_true"}),
-    _Flag("--probe-interval", "probe_interval", "probe_interval",
-          "at most one probe per S seconds (default {probe_interval:g}s: at most {probes_an_hour:g} requests an hour)",
-          {"type": duration, "metavar": "S"}),
+    _Flag("--probe-interval", "probe_interval", "probe_interval_s",
+          "at most one probe per S seconds (default {probe_interval_s:g}s: at most {probes_an_hour:g} requests an hour)",
+          {"seconds": True, "metavar": "S"}),
     _Flag("--probe-deadline", "probe_deadline", "probe_deadline",
           "a probe without a token after S seconds has missed (default: {probe_deadline_words})",
-          {"type": duration, "metavar": "S"}),
+          {"seconds": True, "metavar": "S"}),
     _Flag("--duration", "duration", "duration", "stop after S seconds (default: until ^C)",
-          {"type": duration, "metavar": "S"}),
+          {"seconds": True, "metavar": "S"}),
 )}
 
 # What `watch` and `guard` take (the URL and every recording flag but --duration, which they place later).
@@ -111,44 +94,8 @@ ONE_SERVER = ("url", "interval", "history", "out", "log_file", "gpu_metrics", "d
               "probe", "probe_interval", "probe_deadline")
 
 
-def add_recording_arguments(parser: argparse.ArgumentParser, defaults: RecordingOptions,
-                            flags: Iterable[str] = ONE_SERVER, *, overlay: bool = False,
-                            help: Mapping[str, str] | None = None, metavar: Mapping[str, str] | None = None,
-                            url_optional: bool = False) -> None:
-    """Add the shared recording `flags` (keys of `_FLAGS`) to `parser`, their defaults from `defaults`.
-    `overlay`: the flags default to None (not given), for a command whose base is read later (serve's
-    config file); `help`/`metavar`: a command's own wording, with {fields} of `defaults` filled in; `url_optional`:
-    the URL may be left out (watch's deployment names its instances with --prefill and --decode instead)."""
-    words = {**dataclasses.asdict(defaults), "history_min": defaults.history_s / 60,
-             "probes_an_hour": 3600 / defaults.probe_interval,
-             "probe_deadline_words": (LEARNED_DEADLINE_WORDS if defaults.probe_deadline is None
-                                      else f"{defaults.probe_deadline:g} s")}
-    for key in flags:
-        flag = _FLAGS[key]
-        kwargs = dict(flag.kwargs)
-        option, dest = flag.option, flag.dest
-        if key == "probe" and defaults.probe:              # on by default: --no-probe turns it off
-            parser.add_argument("--probe", dest="probe", action="store_true",
-                                help="the active probe (on by default here)")
-            option, dest, kwargs = "--no-probe", "no_probe", {"action": "store_true"}
-            parser.add_argument(option, dest=dest, help=(help or {}).get(key, NO_PROBE_HELP).format(**words),
-                                **kwargs)
-            continue
-        elif key != "url" and flag.kwargs.get("action") is None and "default" not in kwargs:
-            kwargs["default"] = None if overlay else getattr(defaults, flag.field)
-        if metavar and key in metavar:
-            kwargs["metavar"] = metavar[key]
-        text = (help or {}).get(key, flag.help).format(**words)
-        if key == "url":
-            if url_optional:
-                kwargs.update(nargs="?", default=None)
-            parser.add_argument(dest, help=text, **kwargs)
-        else:
-            parser.add_argument(option, dest=dest, help=text, **kwargs)
-
-
-def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
-                        flags: Iterable[str] = tuple(_FLAGS)) -> RecordingOptions:
+def recording_from_args(args, base: RecordingOptions,
+                        flags: Iterable[str] = tuple(FLAGS)) -> RecordingOptions:
     """`base` with each of the recording `flags` that `args` was given laid over it (a flag not given, or
     not taken by the command, leaves `base`'s value). Raises ServewatchError naming a bad detector setting."""
     flags = set(flags)
@@ -156,7 +103,7 @@ def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
     for key in flags - {"probe", "detector_settings", "detectors_file"}:
         value = getattr(args, key, None)
         if value is not None:
-            changes[_FLAGS[key].field] = value
+            changes[FLAGS[key].field] = value
     if "probe" in flags and getattr(args, "probe", False):
         changes["probe"] = True
     if "probe" in flags and getattr(args, "no_probe", False):
@@ -170,7 +117,7 @@ def recording_from_args(args: argparse.Namespace, base: RecordingOptions,
     return dataclasses.replace(base, **changes)
 
 
-def options_from_args(args: argparse.Namespace, defaults: RecordingOptions) -> RecordingOptions:
+def options_from_args(args, defaults: RecordingOptions) -> RecordingOptions:
     """`watch` and `guard`: the options their flags say over the command's `defaults`. Raises
     ServewatchError naming a bad URL (servewatch.transport.urls) or a bad detector setting. No look-up of the
     host name here: see `resolve_at_start`."""
@@ -180,7 +127,7 @@ def options_from_args(args: argparse.Namespace, defaults: RecordingOptions) -> R
     return recording_from_args(args, dataclasses.replace(defaults, url=args.url))
 
 
-def resolve_at_start(args: argparse.Namespace) -> None:
+def resolve_at_start(args) -> None:
     """`watch` and `guard` on the one server the user named: a host name this machine cannot resolve is said at
     once (HostNotResolved: one line, status 2), not watched forever as a server that does not answer. With
     --pid the identity check says it instead, where --unverified-pid-ok can accept a host seen only from

@@ -155,16 +155,16 @@ class SimLogSource:
 
 
 def sim_sources(engine, clock: Clock, interval: float, *, with_process: bool = True,
-                probe_every: float | None = None, probe_deadline: float | None = DEFAULT_DEADLINE_S,
+                probe_interval_s: float | None = None, probe_deadline: float | None = DEFAULT_DEADLINE_S,
                 log_lines: LogLines | None = None) -> list:
     from servewatch.sources.probe import ProbeSource
 
     sources = callable_sources(clock, interval, health=sim_health(engine), metrics=sim_metrics(engine),
                                process_probe=SimProcessProbe(engine) if with_process else None,
                                slot_limit=engine.config.max_num_seqs)
-    if probe_every is not None:
-        sources.append(ProbeSource(SimProber(engine), clock, every_s=probe_every, deadline_s=probe_deadline,
-                                   check_s=interval))
+    if probe_interval_s is not None:
+        sources.append(ProbeSource(SimProber(engine), clock, probe_interval_s=probe_interval_s,
+                                   deadline_s=probe_deadline, check_s=interval))
     if log_lines is not None:
         sources.append(SimLogSource(log_lines, clock, interval))
     return sources
