@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from pathlib import Path
 
@@ -167,3 +168,29 @@ def test_the_html_page_charts_each_instance_and_says_the_side_at_fault(stall_bun
     assert f"timeline of prefill {prefill} in {path.name}" in page
     assert f"timeline of decode {decode} in {path.name}" in page
     assert f"prefill {prefill} (silent): the side to restart; decode {decode} is not acted on" in page
+
+
+def test_watch_out_on_a_deployment_writes_each_instances_bundle_under_its_own_id(tmp_path):
+    """`watch --prefill URL --decode URL --out DIR`: both instances unreachable fire health_loss at the same times;
+    each firing gets its own bundle and incident id (the instance is part of what the id is of), each verifies."""
+    import subprocess
+    import sys
+
+    from tests.test_watch_command import free_port
+
+    out = tmp_path / "out"
+    prefill, decode = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    result = subprocess.run([sys.executable, "-m", "servewatch", "watch", "--prefill", f"http://{prefill}",
+                             "--decode", f"http://{decode}", "--out", str(out), "--duration", "3", "--interval",
+                             "0.2"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    found = _bundles(out, "health_loss")
+    ids = [re.fullmatch(r"incident-\d{8}T\d{6}Z-health_loss-([0-9a-f]{8})", p.name) for p in found]
+    assert len(found) == 2 and all(ids) and ids[0][1] != ids[1][1], [p.name for p in found]   # no "-2" twin
+    about = set()
+    for path in found:
+        verified = verify_bundle(path)
+        assert verified.incident["target"]["deployment"] == [{"name": prefill, "role": "prefill"},
+                                                             {"name": decode, "role": "decode"}]
+        about |= {v["details"]["instance"] for v in verified.incident["verdicts"]}
+    assert about == {prefill, decode}

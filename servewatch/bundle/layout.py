@@ -148,7 +148,9 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
 
     target = serialize.target_url(context.target_url)
     trigger = _trigger(verdict_dicts, context.trigger, stored, created_t)
-    ident = incident_id(trigger["verdict"], trigger["onset"], target, key)
+    whose = target if not deployment else " ".join([*(n for n, _ in deployment), str(trigger.get("instance"))])
+    trigger.pop("instance", None)
+    ident = incident_id(trigger["verdict"], trigger["onset"], whose, key)
     times = [d["t"] for d in stored]
     counts = {source: sum(1 for d in stored if d["source"] == source) for source in SOURCE_KINDS}
     files: dict[str, bytes] = {}
@@ -250,9 +252,12 @@ def manifest_self_digest_ok(data: bytes, claimed: str) -> bool:
 def _trigger(verdicts: Sequence[dict], wanted: Any, stored: Sequence[dict], created_t: float) -> dict:
     if isinstance(wanted, Verdict):
         wanted_dict = serialize.verdict_to_dict(wanted)
+        def about(d: dict) -> tuple:       # a deployment's instances may fire the same verdict at the same times
+            return d["name"], d["t"], d["onset"], d["details"].get("instance")
+
         for v in verdicts:
-            if (v["name"], v["t"], v["onset"]) == (wanted_dict["name"], wanted_dict["t"], wanted_dict["onset"]):
-                return {"verdict": v["name"], "onset": v["onset"]}
+            if about(v) == about(wanted_dict):
+                return {"verdict": v["name"], "onset": v["onset"], "instance": v["details"].get("instance")}
         wanted = wanted.name
     for v in verdicts:
         if wanted is None or v["name"] == wanted:

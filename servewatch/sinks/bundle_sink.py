@@ -28,7 +28,7 @@ class BundleSink:
 
     def on_fired(self, fired):
         """A bundle for the verdict with every verdict of its detection run."""
-        return self._write(fired.window, list(fired.verdicts), fired.verdict.name)
+        return self._write(fired.window, list(fired.verdicts), fired.verdict)   # the firing itself: its instance
 
     def on_cleared(self, cleared) -> None:
         """A bundle freezes an onset; the end of a condition writes nothing."""
