@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from servewatch.detectors import run_detectors
+from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors.verdict import PAGE, RESTART, Evidence, Verdict
 from servewatch.timeline.samples import HealthSample, ProcessMember, ProcessSample
 from servewatch.timeline.window import InstanceWindow, Window
@@ -73,8 +73,11 @@ def test_stall_with_a_dead_prefill_process_names_the_exit_and_its_sample():
     _, idle = healthy(60)
     ended = with_kv(stalled_decode(60, 10), waiting_for_kv=lambda t: 1.0 if 10 <= t < 59 else 0.0,
                     fetch_in_progress=lambda t: 0.0)
+    # and one whose gauge dipped to 0 at the scrape before its last: a wait begun at the last scrape, 0 s held
+    again = with_kv(stalled_decode(60, 10), waiting_for_kv=lambda t: 0.0 if t == 58 else 1.0 if t >= 10 else 0.0,
+                    fetch_in_progress=lambda t: 0.0)
     stall = stall_of(p0, bare("dx", "decode"), instance("d1", "decode", short), instance("d2", "decode", idle),
-                     instance("d3", "decode", ended))
+                     instance("d3", "decode", ended), instance("d4", "decode", again))
     assert stall == Verdict(
         "kv_transfer_stall", 59.98765, 10, HEAD + "; prefill p0: its process exited" + TAIL,
         BASE + (Evidence("process", 58.5, "alive", False),),
@@ -112,6 +115,15 @@ def test_stall_with_the_prefill_failing_health_fewer_times_says_its_last_answer_
     assert stall.details == {"decode": "d0", "waiting": 1.0, "held_s": 49.988, "prefill": "p0",
                              "prefill_state": "unknown"}
     assert stall.action == PAGE
+
+
+def test_stall_with_the_prefill_failing_its_last_health_check_only_is_not_alive():
+    prefill, _ = healthy(60)
+    health = ok_health(range(59)) + [HealthSample(59, None, None, "connect")]
+    stall = stall_of(bare("p0", "prefill", prefill[:59], health))
+    assert stall.why == HEAD + "; prefill p0: /health connect" + LIVES
+    assert (stall.details["prefill_state"], stall.evidence[-1]) == ("unknown", Evidence("health", 59, "error",
+                                                                                         "connect"))
 
 
 def test_stall_with_a_live_prefill_points_at_its_last_health_answer():
@@ -280,7 +292,8 @@ def test_kv_transfer_failures_newest_is_the_latest_instances_last_scrape():
     d0 = instance("d0", "decode", _side("decode", n=50, transfers=lambda t: t * 1.0,
                                         failed_transfers=lambda t: float(max(0, t - 40))))
     p0 = instance("p0", "prefill", _side("prefill", transfers=lambda t: t * 1.0))
-    [failures] = verdicts("kv_transfer_failures", d0, p0)
+    lone = instance("d9", "decode", [scrape(30.0, "decode", transfers=0.0)])          # first, with one scrape
+    [failures] = verdicts("kv_transfer_failures", lone, d0, p0)
     assert (failures.t, failures.onset, failures.details) == (59, 41, {"failed": 9.0, "transfers": 49.0})
 
 
@@ -312,3 +325,10 @@ def test_kv_transfer_failures_at_the_fraction_and_under_it():
     assert at_fraction.why.endswith("(3 failed transfers at decode d0, 5% of 60 tried): the requests they carried "
                                     "fail or are recomputed")
     assert verdicts("kv_transfer_failures", *pair(58.0)) == []              # 3 of 61: under 5 %
+
+
+def test_kv_failure_fraction_is_a_share():
+    assert DetectorConfig(kv_failure_fraction=1.5).problems() == ["kv_failure_fraction is a share from 0 to 1, not 1.5"]
+    assert DetectorConfig(kv_failure_fraction=-0.1).problems() == [
+        "kv_failure_fraction is a share from 0 to 1, not -0.1"]
+    assert DetectorConfig(kv_failure_fraction=1.0).problems() == []
