@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from servewatch import dialects
 from servewatch.clock import Clock
 from servewatch.sources.gpu import GpuSource, NvmlProbe
 from servewatch.sources.health import HealthSource
@@ -13,6 +14,7 @@ from servewatch.sources.logs import LogTail
 from servewatch.sources.metrics import MetricsSource
 from servewatch.sources.probe import DEFAULT_DEADLINE_S, HttpProber, ProbeSource
 from servewatch.sources.process import ProcessSource
+from servewatch.sources.slots import MAX_BYTES as SLOTS_MAX_BYTES, EngineSlotsSource
 from servewatch.sources.urls import base_url, metrics_url  # noqa: F401 (imported from here too)
 
 
@@ -31,19 +33,26 @@ def gpu_interval(interval: float) -> float:
 
 def http_sources(transport, url: str, clock: Clock, interval: float, *, process_probe=None, slot_limit=None,
                  log_file: str | None = None, gpu: bool = True, health_path: str = "/health",
-                 metrics_path: str = "/metrics", probe_every: float | None = None, probe_deadline: float | None = DEFAULT_DEADLINE_S,
+                 metrics_path: str = "/metrics", probe_interval_s: float | None = None,
+                 probe_deadline: float | None = DEFAULT_DEADLINE_S,
                  say=None) -> list:
     """`transport`: a `transport.contract.Transport` (one keep-alive pool per server for health and metrics);
-    `probe_every` (seconds) turns the active probe on; `say` prints its one-line complaints."""
+    `probe_interval_s` (seconds) turns the active probe on; `say` prints its one-line complaints."""
     base = base_url(url)
+    metrics = MetricsSource(http_transport(transport, base + metrics_path, timeout_s=metrics_timeout(interval)),
+                            clock, interval, slot_limit=slot_limit)
     sources = [
         HealthSource(http_transport(transport, base + health_path, timeout_s=health_timeout(interval),
                                     max_bytes=64 * 1024), clock, interval),
-        MetricsSource(http_transport(transport, base + metrics_path, timeout_s=metrics_timeout(interval)),
-                      clock, interval, slot_limit=slot_limit),
+        metrics,
+        # The slot picture, once a scrape names an engine whose dialect lists its slots (Dialect.slots_path); a
+        # listing that may wait on the engine's loop is bounded like /metrics.
+        EngineSlotsSource(lambda path: http_transport(transport, base + path, timeout_s=metrics_timeout(interval),
+                                                      max_bytes=SLOTS_MAX_BYTES),
+                          clock, interval, lambda: dialects.by_name(metrics.dialect)),
     ]
-    if probe_every is not None:
-        sources.append(ProbeSource(HttpProber(transport, base, clock), clock, every_s=probe_every,
+    if probe_interval_s is not None:
+        sources.append(ProbeSource(HttpProber(transport, base, clock), clock, probe_interval_s=probe_interval_s,
                                    deadline_s=probe_deadline, check_s=interval, say=say))
     return sources + _local_sources(clock, interval, process_probe, log_file, gpu)
 
