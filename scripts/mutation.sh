@@ -146,6 +146,8 @@ declare -A TESTS=(
   # `servewatch requests --html` (issue 50)
   [servewatch/load/requests_report.py]='tests/test_values_requests_report.py tests/test_requests_readback.py'
   # the process tree's samples: CPU %, states, members (issue 50; test_serve_stale.py runs serve)
+  # durations in seconds and parsed log numbers in words (the grep finds the files that run load, drills, the proxy)
+  [servewatch/words.py]='tests/test_values_words.py tests/test_words.py'
   [servewatch/sources/process.py]='tests/test_process_mutants.py tests/test_values_process_source.py tests/test_sources_process.py
     tests/test_proctime.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
