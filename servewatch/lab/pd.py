@@ -12,10 +12,12 @@ Two connectors run on this CPU build (docs/site/real-engines.md, "A prefill/deco
 from __future__ import annotations
 
 import json
+import random
+import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from servewatch.lab.server import VllmServer, free_port
@@ -81,6 +83,52 @@ def kv_transfer_config(connector: str, role: str, *, storage: Path | None = None
     raise ValueError(f"unknown connector {connector!r}")
 
 
+# The kernel hands out ports of its ephemeral range (ip_local_port_range) to every bind(0) and connect(): a
+# side-channel port picked there and bound minutes later by vLLM (after the model loads) can be taken meanwhile by
+# the other instance's start (its own bind(0) ports, its connections). So the side channels take ports below that
+# range, where the kernel never assigns one by itself, each checked free by binding it.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+SIDE_CHANNEL_FLOOR = 20000
+
+
+def ephemeral_low(path: Path = EPHEMERAL_RANGE_FILE) -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read: Linux's default)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def side_channel_ports(count: int, *, avoid: tuple[int, ...] = (), host: str = "127.0.0.1",
+                       low: int | None = None) -> tuple[int, ...]:
+    """`count` distinct free ports on `host` below the ephemeral range (not in `avoid`)."""
+    top = ephemeral_low() if low is None else low
+    floor = SIDE_CHANNEL_FLOOR if SIDE_CHANNEL_FLOOR < top else max(1024, top // 2)
+    chosen: list[int] = []
+    for port in random.sample(range(floor, top), top - floor):
+        if port in avoid or port in chosen:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return tuple(chosen)
+    raise LabSetupError(f"no {count} free ports on {host} between {floor} and {top - 1} for NIXL's side channels")
+
+
+def side_channel_listening(port: int, host: str = "127.0.0.1", timeout_s: float = 2.0) -> bool:
+    """Whether something accepts a TCP connection on host:port (vLLM's NIXL handshake listener once the instance
+    is ready; a bare connect and close leaves that listener serving)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def nixl_environment(side_channel_port: int) -> tuple[tuple[str, str], ...]:
     return (("UCX_TLS", UCX_TRANSPORTS), ("VLLM_NIXL_SIDE_CHANNEL_HOST", "127.0.0.1"),
             ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel_port)))
@@ -93,9 +141,17 @@ class PdPair:
     decode: VllmServer
     storage: Path | None          # the example connector's shared directory
     lease_s: int | None           # NIXL's kv_lease_duration
+    side_channels: dict[str, int] = field(default_factory=dict)   # NIXL: role -> its handshake listener's port
 
     def servers(self) -> tuple[VllmServer, VllmServer]:
         return self.prefill, self.decode
+
+    def silent_side_channels(self) -> list[str]:
+        """Once both are ready: each instance whose NIXL side channel does not listen, as 'role (host:port)'.
+        vLLM binds it before it answers /health; decode's handshake with a prefill whose channel is silent times
+        out after vLLM's 5 s receive ("handshake_failed", HTTP 500)."""
+        return [f"{role} (127.0.0.1:{port})" for role, port in self.side_channels.items()
+                if not side_channel_listening(port)]
 
     def __enter__(self) -> PdPair:
         for server in self.servers():
@@ -123,12 +179,14 @@ def pd_pair(lab, connector: str, workdir: Path, *, lease_s: int = DEFAULT_LEASE_
     if storage is not None:
         storage.mkdir(parents=True, exist_ok=True)
     logs = log_dir or workdir
+    ports = {"prefill": prefill_port or free_port(), "decode": decode_port or free_port()}
+    channels = (dict(zip(ports, side_channel_ports(2, avoid=tuple(ports.values()))))
+                if connector == "nixl" else {})
     servers = {}
-    for role, port in (("prefill", prefill_port), ("decode", decode_port)):
-        port = port or free_port()
+    for role, port in ports.items():
         config = kv_transfer_config(connector, role, storage=storage, lease_s=lease_s)
-        env = nixl_environment(free_port()) if connector == "nixl" else ()
+        env = nixl_environment(channels[role]) if connector == "nixl" else ()
         servers[role] = lab.server(logs / f"vllm-{role}-{port}.log", port=port,
                                    extra_args=("--kv-transfer-config", json.dumps(config), *extra_args), extra_env=env, **settings)
     return PdPair(connector, servers["prefill"], servers["decode"], storage,
-                  lease_s if connector == "nixl" else None)
+                  lease_s if connector == "nixl" else None, channels)

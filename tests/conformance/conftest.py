@@ -31,12 +31,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     if any(item.get_closest_marker("sglang") or item.get_closest_marker("vllm") or item.get_closest_marker("llamacpp")
-           for item in session.items):
+           or item.get_closest_marker("pd") for item in session.items):
         # The freeze meter runs for the whole session, so every timing bound can be judged against it.
         lab_timing.start_meter(Path(tempfile.mkdtemp(prefix="servewatch-freezes-")) / "freezes.txt")
     if any(item.get_closest_marker("sglang") for item in session.items):
         _prepare(session, SGLANG, _SGLANG_LAB_KEY, "servewatch-sglang-conformance-")
-    if any(item.get_closest_marker("vllm") for item in session.items):
+    if any(item.get_closest_marker("vllm") or item.get_closest_marker("pd") for item in session.items):   # pd: a vLLM pair
         _prepare(session, VLLM, _LAB_KEY, "servewatch-conformance-")
     if any(item.get_closest_marker("llamacpp") for item in session.items):
         _prepare(session, LLAMACPP, _LLAMACPP_LAB_KEY, "servewatch-llamacpp-conformance-")

@@ -20,11 +20,13 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-# Marker `pd`, not `vllm`: out of CI's real vLLM suite until the handshake is understood. In the clean-clone CI of
-# 2026-12-06 07:15 and again alone at 08:33 (a quiet machine) decode's NIXL handshake with the prefill timed out
-# (vLLM's 5 s zmq receive, nixl/base_worker.py:1044: 'handshake_failed', HTTP 500); it passed when written, at load
-# 20. With the pair up, one instance's side channel (VLLM_NIXL_SIDE_CHANNEL_PORT) was not listening. Run it with
-# `pytest -m pd tests/conformance/test_11_pd_pair.py`.
+# Marker `pd`, not `vllm`: out of CI's real vLLM suite. In the clean-clone CI of 2026-12-06 07:15 and again alone at
+# 08:33 (a quiet machine, 49-56 s in all) decode's NIXL handshake with the prefill timed out (vLLM's 5 s zmq
+# receive, nixl/base_worker.py:1047: 'handshake_failed', HTTP 500), one instance's side channel
+# (VLLM_NIXL_SIDE_CHANNEL_PORT) not listening with the pair up. The side channels were then bind(0) ports of the
+# kernel's ephemeral range, free for the minutes before vLLM binds them; they are now below it (lab/pd.py), and the
+# lab refuses a ready pair whose side channel does not listen. Passed since at load 10-37 (668 s, 10:04), the
+# quiet-machine failure not reproduced. Run it with `pytest -m pd tests/conformance/test_11_pd_pair.py`.
 pytestmark = [pytest.mark.pd, pytest.mark.timeout(900)]
 
 READY_S = 600.0          # both instances' start: 381 s measured at a load average of ~20, with room

@@ -57,6 +57,60 @@ def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(tm
     assert pair.prefill.log_path.name == "vllm-prefill-4001.log"
 
 
+def test_the_side_channels_lie_below_the_kernels_ephemeral_range_apart_from_every_http_port(tmp_path, monkeypatch):
+    # A side channel picked by bind(0) lay inside the ephemeral range, free for minutes until vLLM bound it after
+    # loading the model: any bind(0) or connect() of the other instance's start could take it meanwhile.
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("40000\t60999\n")
+    monkeypatch.setattr(pd, "EPHEMERAL_RANGE_FILE", ranges)
+    for _ in range(20):
+        pair = pd.pd_pair(_lab(tmp_path), "nixl", tmp_path / "work")
+        env = {role: dict(s.config.extra_env) for role, s in zip(("prefill", "decode"), pair.servers())}
+        channels = {role: int(e["VLLM_NIXL_SIDE_CHANNEL_PORT"]) for role, e in env.items()}
+        assert pair.side_channels == channels
+        assert channels["prefill"] != channels["decode"]
+        assert all(pd.SIDE_CHANNEL_FLOOR <= port < 40000 for port in channels.values()), channels
+        assert not set(channels.values()) & {pair.prefill.port, pair.decode.port}
+    assert pd.pd_pair(_lab(tmp_path), "example", tmp_path / "work").side_channels == {}
+    ranges.write_text("not a range")
+    assert pd.ephemeral_low(ranges) == 32768 and pd.ephemeral_low(tmp_path / "absent") == 32768
+
+
+def test_a_side_channel_port_in_use_is_passed_over(monkeypatch):
+    import socket
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    busy = held.getsockname()[1]
+    try:
+        # the range is the held port and the next one: only the next one can be given, and never two
+        monkeypatch.setattr(pd, "SIDE_CHANNEL_FLOOR", busy)
+        if pd.side_channel_listening(busy + 1):
+            pytest.skip(f"port {busy + 1} is in use here")
+        assert pd.side_channel_ports(1, low=busy + 2) == (busy + 1,)
+        with pytest.raises(LabSetupError, match=f"no 2 free ports on 127.0.0.1 between {busy} and {busy + 1}"):
+            pd.side_channel_ports(2, low=busy + 2)
+        with pytest.raises(LabSetupError):
+            pd.side_channel_ports(1, low=busy + 2, avoid=(busy + 1,))
+    finally:
+        held.close()
+
+
+def test_a_ready_pair_names_the_side_whose_side_channel_does_not_listen(tmp_path):
+    import socket
+
+    pair = pd.pd_pair(_lab(tmp_path), "nixl", tmp_path / "work")
+    with socket.socket() as listening, socket.socket() as bound_only:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        bound_only.bind(("127.0.0.1", 0))        # bound, not listening: a connection is refused
+        pair.side_channels = {"prefill": bound_only.getsockname()[1], "decode": listening.getsockname()[1]}
+        assert pair.silent_side_channels() == [f"prefill (127.0.0.1:{bound_only.getsockname()[1]})"]
+        pair.side_channels = {"prefill": listening.getsockname()[1], "decode": listening.getsockname()[1]}
+        assert pair.silent_side_channels() == []
+
+
 def test_an_unknown_connector_is_refused(tmp_path):
     with pytest.raises(ValueError, match="mooncake"):
         pd.pd_pair(_lab(tmp_path), "mooncake", tmp_path)
