@@ -32,15 +32,16 @@ def blindness_findings(samples: Sequence[MetricsSample]) -> list[dict]:
     """Blindness of what the server's histograms recorded during the phase (the delta of the first and
     last good scrapes, never the cumulative since start)."""
     from servewatch.engine.histogram import delta
+    from servewatch.engine.served import labels_key
     from servewatch.engine.summary import summarize
 
     good = [m for m in samples if m.error is None and m.engines]
     if len(good) < 2:
         return []
-    before = {tuple(sorted(e.labels.items())): e for e in good[0].engines}
+    before = {labels_key(e): e for e in good[0].engines}
     findings = []
     for engine in good[-1].engines:
-        old = before.get(tuple(sorted(engine.labels.items())))
+        old = before.get(labels_key(engine))
         if old is None:
             continue
         for kind, h in engine.histograms.items():

@@ -19,7 +19,7 @@ from servewatch.engine.state import EngineState
 MEAN_KINDS = ("queue", "prefill", "ttft", "itl", "decode", "e2e", "tpot")
 
 
-def _labels_key(engine: EngineState) -> tuple:
+def labels_key(engine: EngineState) -> tuple:
     """Every label of an engine, its model's too: one scrape's engine matched in the next (the engine key the
     detectors name an engine by is `timeline.tracks.engine_key`)."""
     return tuple(sorted(engine.labels.items()))
@@ -38,10 +38,10 @@ def totals(engines: Sequence[EngineState]) -> tuple[float | None, float | None, 
 
 def delta_mean(new: Sequence[EngineState], old: Sequence[EngineState], kind: str) -> float | None:
     """Mean of the observations made between two scrapes, summed over engines present in both."""
-    before = {_labels_key(e): e for e in old}
+    before = {labels_key(e): e for e in old}
     total_sum = total_count = 0.0
     for engine in new:
-        prev = before.get(_labels_key(engine))
+        prev = before.get(labels_key(engine))
         h1 = engine.histograms.get(kind)
         h0 = prev.histograms.get(kind) if prev is not None else None
         if h1 is None or h0 is None or h1.count < h0.count:
@@ -52,10 +52,10 @@ def delta_mean(new: Sequence[EngineState], old: Sequence[EngineState], kind: str
 
 
 def counter_delta(new: Sequence[EngineState], old: Sequence[EngineState], get) -> float | None:
-    before = {_labels_key(e): e for e in old}
+    before = {labels_key(e): e for e in old}
     total = None
     for engine in new:
-        prev = before.get(_labels_key(engine))
+        prev = before.get(labels_key(engine))
         if prev is None:
             continue
         a, b = get(prev), get(engine)
