@@ -194,3 +194,34 @@ def test_watch_out_on_a_deployment_writes_each_instances_bundle_under_its_own_id
                                                              {"name": decode, "role": "decode"}]
         about |= {v["details"]["instance"] for v in verified.incident["verdicts"]}
     assert about == {prefill, decode}
+
+
+def test_serve_out_writes_a_pair_targets_bundles_with_both_instances(tmp_path):
+    """serve's config with a pair target and --out: the pair's bundles go to out/NAME, each verifies and lists the
+    deployment (serve wrote none for a pair target before)."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.test_watch_command import free_port
+
+    prefill, decode = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"targets:\n  - name: pair-a\n    prefill: [http://{prefill}]\n    decode: [http://{decode}]\n")
+    out = tmp_path / "out"
+    serve = subprocess.Popen([sys.executable, "-m", "servewatch", "serve", "--config", str(config), "--out", str(out),
+                              "--listen", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60       # serve's start, its default interval and three failed health probes each
+        while len(_bundles(out / "pair-a", "health_loss")) < 2 and time.monotonic() < end and serve.poll() is None:
+            time.sleep(0.1)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=30)
+    found = _bundles(out / "pair-a", "health_loss")
+    assert len(found) == 2, serve.stderr.read()[-2000:]
+    for path in found:
+        verified = verify_bundle(path)
+        assert verified.incident["target"]["deployment"] == [{"name": prefill, "role": "prefill"},
+                                                             {"name": decode, "role": "decode"}]
+        assert {s["instance"] for s in verified.samples} == {prefill, decode}
