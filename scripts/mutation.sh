@@ -104,8 +104,10 @@ declare -A TESTS=(
   # the prefill/decode verdicts (issue 52): hand-built pair windows and the real NIXL fixtures (test_pd_deployment.py
   # runs simulator pairs through watch and serve: 30 s a mutant)
   [servewatch/detectors/pd.py]='tests/test_pd_mutants.py tests/test_pd_verdicts.py'
-  # llama.cpp's /slots read (issue 53): the dialect's tests read the real captures through it
-  [servewatch/sources/slots.py]='tests/test_slots_mutants.py tests/test_llamacpp.py'
+  # llama.cpp's /slots read (issue 53): its values, the recorder's source (not watch on the simulator: 10 s a mutant);
+  # the dialect's tests read the real captures through it
+  [servewatch/sources/slots.py]='tests/test_slots_mutants.py tests/test_slots_recorded.py tests/test_llamacpp.py
+    --deselect=tests/test_slots_recorded.py::test_watch_records_the_slot_picture_into_the_timeline_and_the_bundle'
   # gpu_fault, gpu_throttled, the GPU of each rank (test_detectors_gpu.py and test_gpu_check.py build and run the
   # NVML stand-in and gpu-check: 10 s)
   [servewatch/detectors/gpu.py]="tests/test_values_gpu.py $DETECTOR_TESTS"

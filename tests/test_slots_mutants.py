@@ -6,6 +6,7 @@ elapsed time; the counts; the JSON inspect prints; the default byte bound."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import socket
 import threading
@@ -229,3 +230,61 @@ def test_read_once_on_a_closed_port_is_a_connect_failure():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert slots_mod.read_once(f"http://127.0.0.1:{port}/slots", DIALECT, timeout_s=2.0).error == "connect"
+
+
+# --- the recorder's source: the engine named by the newest scrape, a backoff after a timeout ----------------------
+
+class Closing(Answers):
+    async def close(self):
+        self.closed += 1
+
+
+def test_the_backoff_after_a_timeout_doubles_from_two_cadences_to_its_cap_and_starts_again_after_an_answer():
+    from servewatch.sources.slots import MAX_BACKOFF_S, EngineSlotsSource
+
+    assert MAX_BACKOFF_S == 60.0
+    timeout = ScrapeFailure("timeout", 5.0)
+    answers = Closing(timeout, timeout, timeout, timeout, [_slot(0, False)], timeout, timeout)
+    clock = VirtualClock(0.0)
+    source = EngineSlotsSource(lambda path: answers, clock, 10.0, lambda: DIALECT)
+    asked = []
+
+    def poll_at(t):
+        clock.set(t)
+        readings = asyncio.run(source.poll())
+        if readings:
+            asked.append((t, readings[0].error))
+        return readings
+
+    for t in (0.0, 19.9, 20.0, 59.9, 60.0, 119.9, 120.0, 179.9, 180.0, 180.0, 199.9, 200.0):
+        poll_at(t)
+    # 20 s (2 cadences), 40 s, 60 s, 60 s (the cap); an answer; then 20 s again
+    assert asked == [(0.0, "timeout"), (20.0, "timeout"), (60.0, "timeout"), (120.0, "timeout"), (180.0, None),
+                     (180.0, "timeout"), (200.0, "timeout")]
+
+
+def test_a_new_engine_gets_a_new_listing_source_and_the_old_ones_connections_are_closed():
+    from servewatch.sources.slots import EngineSlotsSource
+
+    other = copy.copy(DIALECT)             # another engine's dialect that lists its slots elsewhere
+    other.slots_path = "/v2/slots"
+    engine = {"now": DIALECT}
+    made = {}
+
+    def transport_for(path):
+        made[path] = Closing([_slot(0, True, task=1)], [_slot(0, True, task=1)])
+        return made[path]
+
+    clock = VirtualClock(100.0)
+    source = EngineSlotsSource(transport_for, clock, 1.0, lambda: engine["now"])
+    asyncio.run(source.close_connections())                  # nothing read yet: nothing to close
+    assert source.interval == 1.0 and made == {}
+    assert asyncio.run(source.poll())[0].slots[0].busy_s == 0.0
+    clock.advance(2.0)
+    assert asyncio.run(source.poll())[0].slots[0].busy_s == 2.0     # the same source: the same request counted
+    engine["now"] = other
+    clock.advance(1.0)
+    [reading] = asyncio.run(source.poll())
+    assert (sorted(made), made["/slots"].closed, reading.slots[0].busy_s) == (["/slots", "/v2/slots"], 1, 0.0)
+    asyncio.run(source.close_connections())
+    assert (made["/slots"].closed, made["/v2/slots"].closed) == (1, 1)
