@@ -7,7 +7,8 @@ from pathlib import Path
 
 from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
-from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
+from servewatch.commands.recording import add_pair_arguments, add_recording_arguments, duration
+from servewatch.watch.options import RecordingOptions
 
 HELP = "supervise a server: when only a restart helps (a stall, a dead engine), dump its stacks and kill its tree"
 DESCRIPTION = ("Start the server (`-- COMMAND...`) or attach to it (--pid), record it like `watch` (the active "
@@ -42,10 +43,18 @@ exit status (what a restart policy should see):
 
 def register(subparsers) -> None:
     parser = add_command(subparsers, "guard", HELP, DESCRIPTION, run,
-                         usage="servewatch guard URL [options] (-- COMMAND... | --pid PID)",
+                         usage="servewatch guard (URL | --prefill URL --decode URL --instance URL) [options] "
+                               "(-- COMMAND... | --pid PID)",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    add_recording_arguments(parser, DEFAULTS)
+    add_recording_arguments(parser, DEFAULTS, url_optional=True)
     parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
+    add_pair_arguments(parser, "instead of URL, a disaggregated deployment: a prefill instance (repeat for more); "
+                               "all its instances are recorded and the pair judged together, and guard holds the "
+                               "one --instance names", "a decode instance of the deployment (repeat for more)")
+    parser.add_argument("--instance", metavar="URL",
+                        help="with --prefill/--decode: the instance whose server guard holds (-- COMMAND or --pid), "
+                             "proven to serve this URL; guard acts only on verdicts about its side (a stalled KV "
+                             "transfer restarts the prefill, never decode)")
     parser.add_argument("--unverified-pid-ok", action="store_true",
                         help="act on the server although its PID cannot be proven, from here, to hold the URL's port "
                              "(another host or network namespace); said in guard's output and kept in every bundle. "
@@ -118,11 +127,26 @@ def run(args) -> int:
         if why is not None:
             raise ServewatchError(f"--lives {args.lives}: not a guard ledger ({why}); give a new file or one guard "
                                   "wrote")
+    deployment, held = (), None
+    if args.prefill or args.decode or args.instance:
+        from servewatch.watch.deployment import held_member, members_from
+
+        if args.url:
+            raise ServewatchError("a URL names one server; a deployment (--prefill, --decode) is guarded through "
+                                  "the one --instance guard holds")
+        deployment = members_from(args.prefill or (), args.decode or ())
+        held = held_member(deployment, args.instance)
+        args.url = held.url
+    elif not args.url:
+        raise ServewatchError("give the server's URL, or a deployment: --prefill URL --decode URL --instance URL")
     config = GuardConfig(act_on=parse_act_on(args.act_on), exit_grace_s=args.exit_grace,
-                         drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run)
-    from servewatch.watch.guarding import guard_session
+                         drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run,
+                         instance=held.name if held is not None else None)
+    from servewatch.watch.guarding import GuardRun, guard_session
     from servewatch.watch.options import options_from_args, resolve_at_start
 
     options = options_from_args(args, DEFAULTS)
     resolve_at_start(args)
-    return asyncio.run(guard_session(args, options, command, config))
+    guard_run = GuardRun(pid=args.pid, unverified_pid_ok=args.unverified_pid_ok, json=args.json,
+                         server_nice=args.server_nice, stacks_dir=args.stacks_dir, lives=args.lives, deployment=deployment)
+    return asyncio.run(guard_session(guard_run, options, command, config))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from servewatch.commands import add_command
-from servewatch.watch.options import RecordingOptions, add_recording_arguments, duration
+from servewatch.commands.recording import add_pair_arguments, add_recording_arguments, duration
+from servewatch.watch.options import RecordingOptions
 
 HELP = "record a server's health, metrics and processes; report verdicts health checks miss"
 DESCRIPTION = ("Poll /health, /metrics, the process tree (--pid), GPUs and an optional log; keep a bounded "
@@ -19,12 +20,11 @@ __all__ = ["duration", "register", "run"]
 def register(subparsers) -> None:
     parser = add_command(subparsers, "watch", HELP, DESCRIPTION, run)
     add_recording_arguments(parser, DEFAULTS, url_optional=True)
-    parser.add_argument("--prefill", action="append", metavar="URL",
-                        help="instead of URL, a disaggregated deployment: a prefill instance (repeat for more), watched "
-                             "with its --decode instances as one target: each recorded on its own, the pair's verdicts "
-                             "(kv_transfer_stall, kv_expired, pd_bypass, kv_transfer_failures) judged together")
-    parser.add_argument("--decode", action="append", metavar="URL",
-                        help="a decode instance of the deployment (repeat for more)")
+    add_pair_arguments(parser, "instead of URL, a disaggregated deployment: a prefill instance (repeat for more), "
+                               "watched with its --decode instances as one target: each recorded on its own, the "
+                               "pair's verdicts (kv_transfer_stall, kv_expired, pd_bypass, kv_transfer_failures) "
+                               "judged together",
+                       "a decode instance of the deployment (repeat for more)")
     parser.add_argument("--pid", type=int, help="the API server's PID: process tree, identity and exit detection")
     parser.add_argument("--unverified-pid-ok", action="store_true",
                         help="record --pid although it cannot be proven, from here, to hold the URL's port (another "
@@ -47,14 +47,25 @@ def run(args) -> int:
 
     from servewatch.errors import ServewatchError
     from servewatch.watch.deployment import watch_deployment
-    from servewatch.watch.lifecycle import watch_session
+    from servewatch.watch.lifecycle import WatchRun, watch_session
+    from servewatch.watch.options import options_from_args, recording_from_args, resolve_at_start
 
     if args.url is None and not (args.prefill or args.decode):
         raise ServewatchError("give the server's URL, or a deployment: --prefill URL --decode URL")
+    watch_run = WatchRun(pid=args.pid, replay=args.replay, unverified_pid_ok=args.unverified_pid_ok, json=args.json,
+                         stop_on_incident=args.stop_on_incident, wide=args.wide)
     try:
         if args.prefill or args.decode:
-            return asyncio.run(watch_deployment(args, DEFAULTS))
-        return asyncio.run(watch_session(args, DEFAULTS))
+            for flag, given in (("a URL", args.url), ("--pid", args.pid), ("--replay", args.replay),
+                                ("--log-file", args.log_file)):
+                if given:
+                    raise ServewatchError(f"{flag} names one server; a deployment (--prefill, --decode) is watched "
+                                          f"from its instances' URLs alone")
+            return asyncio.run(watch_deployment(recording_from_args(args, DEFAULTS), tuple(args.prefill or ()),
+                                                tuple(args.decode or ()), watch_run))
+        options = options_from_args(args, DEFAULTS)  # a bad URL, --set or --detectors: one line, exit 2
+        resolve_at_start(args)
+        return asyncio.run(watch_session(options, watch_run))
     except KeyboardInterrupt:   # a signal before the recording began, or a second one: stopped at once
         from servewatch import stopping
 

@@ -100,42 +100,46 @@ class DeploymentRecorder(Recorder):
 
 
 def build(members: Sequence[PairMember], options, transport, clock, *, sinks=(), stop_when=None,
-          tool: str = "watch") -> DeploymentRecorder:
+          tool: str = "watch", held: tuple[str, object] | None = None) -> DeploymentRecorder:
     """The deployment's recorder: each instance's sources built exactly as `watch` builds one target's (health,
     /metrics, the active probe when options.probe), without a process tree, GPU or log (an instance may run
-    elsewhere)."""
+    elsewhere) — but for `held` (instance name, its PsutilProbe), the one instance whose process tree a guard holds:
+    its tree is recorded on its own timeline (how it lives: exited, stopped)."""
     from servewatch.watch.session import build_recorder
 
+    def probe_of(member: PairMember):
+        return held[1] if held is not None and held[0] == member.name else None
+
     per = [(m, build_recorder(dataclasses.replace(options, url=m.url, gpu=False, gpu_metrics=None, log_file=None),
-                              transport, clock, tool=f"{tool} {m.role} {m.name}").sources) for m in members]
+                              transport, clock, probe=probe_of(m), tool=f"{tool} {m.role} {m.name}").sources)
+           for m in members]
     return DeploymentRecorder(per, clock, history_s=options.history_s, config=options.detectors, sinks=list(sinks),
                               stop_when=stop_when, tool=tool)
 
 
-async def watch_deployment(args, defaults) -> int:
+async def watch_deployment(options, prefill: tuple[str, ...], decode: tuple[str, ...], run) -> int:
     """`servewatch watch --prefill URL --decode URL`: the deployment recorded until --duration or a stop; one line
-    per event (JSON with --json). Exit status as watch's."""
+    per event (JSON with `run.json`, a lifecycle.WatchRun). `options`: the RecordingOptions, its URL the first
+    instance's. Exit status as watch's."""
     from servewatch.clock import RealClock
     from servewatch.transport.contract import Http1Transport
     from servewatch.detectors.registry import is_incident
     from servewatch.sinks.base import CallbackSink
     from servewatch.watch.event_lines import EventLines
     from servewatch.watch.lifecycle import StopOnSignal
-    from servewatch.watch.options import recording_from_args
 
-    for flag, given in (("a URL", args.url), ("--pid", args.pid), ("--replay", args.replay), ("--out", args.out),
-                        ("--log-file", args.log_file)):
-        if given:
-            raise ServewatchError(f"{flag} names one server; a deployment (--prefill, --decode) is watched from its "
-                                  f"instances' URLs alone")
-    members = members_from(args.prefill or (), args.decode or ())
-    options = recording_from_args(args, dataclasses.replace(defaults, url=members[0].url))
-    lines = EventLines(json_lines=args.json)
-    sinks = [CallbackSink(lines.fired, on_loop=True), CallbackSink(on_cleared=lines.cleared, on_loop=True)]
-    stop_when = (lambda fired: is_incident(fired.verdict.name)) if args.stop_on_incident else None
+    members = members_from(prefill, decode)
+    options = dataclasses.replace(options, url=members[0].url)
+    lines = EventLines(json_lines=run.json)
+    bundles = _bundle_sink(options)       # --out: a bundle per verdict, both instances' evidence (exit 2 unwritable)
+    sinks = [*([bundles] if bundles else []), CallbackSink(lines.fired, on_loop=True),
+             CallbackSink(on_cleared=lines.cleared, on_loop=True)]
+    stop_when = (lambda fired: is_incident(fired.verdict.name)) if run.stop_on_incident else None
     clock = RealClock()
     transport = Http1Transport()          # health, metrics and the probe of every instance
     recorder = build(members, options, transport, clock, sinks=sinks, stop_when=stop_when)
+    if bundles is not None:
+        bundles.recorder = recorder
     recorder.evidence_listeners.append(lines.evidence)
     said = asyncio.create_task(_announce(recorder))
     stop = StopOnSignal(recorder)
@@ -148,10 +152,34 @@ async def watch_deployment(args, defaults) -> int:
         await transport.close()
     if stop.received:
         from servewatch import stopping
+        from servewatch.watch.session import bundles_kept
 
-        stopping.say("watch", "no --out given, no bundle written")
+        stopping.say("watch", bundles_kept(bundles.writer.bundles_written if bundles else 0, options.out))
         return stopping.status()
     return 1 if recorder.stopped else 0
+
+
+def _bundle_sink(options):
+    """The deployment's bundle sink where --out is given: each bundle holds every instance's evidence, each sample
+    named by its instance and role (bundle.layout.deployment_dicts); None without --out."""
+    from servewatch.sinks.bundle_sink import bundle_sink
+
+    return bundle_sink(options.out, None, options.detectors) if options.out else None
+
+
+def held_member(members: Sequence[PairMember], given: str | None) -> PairMember:
+    """The instance a guard holds, named by --instance as its URL or its name (host:port); ServewatchError (one
+    line, exit 2) when it is not one of the deployment's."""
+    from servewatch.watch.targets import base_url
+
+    if not given:
+        raise ServewatchError("guard on a deployment holds one instance's server: --instance URL (one of the "
+                              "--prefill or --decode URLs) names it")
+    for member in members:
+        if given == member.name or given.startswith(("http://", "https://")) and base_url(given) == member.url:
+            return member
+    raise ServewatchError(f"--instance {given}: not an instance of the deployment (its instances: "
+                          f"{', '.join(f'{m.role} {m.name}' for m in members)})")
 
 
 def role_mismatch(instance: InstanceWindow) -> str | None:

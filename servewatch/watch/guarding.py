@@ -6,12 +6,28 @@ directory are `servewatch.actions.launch`."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from servewatch.actions.launch import stacks_dir as checked_stacks_dir, start_server
 
 
-async def guard_session(args, options, command: list[str], config) -> int:
+@dataclass(frozen=True)
+class GuardRun:
+    """What `guard` takes beyond its recording options and GuardConfig (commands/guard.py builds it from the flags)."""
+    pid: int | None = None                # --pid: attach to this server (None: `command` is started)
+    unverified_pid_ok: bool = False       # act although the PID cannot be proven, from here, to hold the URL's port
+    json: bool = False                    # JSON lines on stdout
+    server_nice: int | None = None        # the started server's session nice
+    stacks_dir: str | None = None         # where py-spy dumps go (None: the default, actions.launch)
+    lives: str | None = None              # the ledger of the server's lives (None: one file per URL and command)
+    # guard on a deployment (--prefill, --decode, --instance): every instance (watch.deployment.PairMember) is
+    # recorded and the pair judged together; the server held is the instance at the recording's URL, proven to
+    # serve that URL before every signal, and acted on only for verdicts about its side (GuardConfig.instance)
+    deployment: tuple = ()
+
+
+async def guard_session(run: GuardRun, options, command: list[str], config) -> int:
     import asyncio
     import subprocess
     import sys
@@ -38,21 +54,21 @@ async def guard_session(args, options, command: list[str], config) -> int:
 
     remove_stop = stopping.on_stop(loop, stop_asked, again=stop_asked)
     server = None
-    override = args.unverified_pid_ok
-    stacks_dir = checked_stacks_dir(args, check=config.stacks and not config.dry_run)
+    override = run.unverified_pid_ok
+    stacks_dir = checked_stacks_dir(run.stacks_dir, check=config.stacks and not config.dry_run)
     if command and not override and (why := unverifiable_reason(options.url)):    # before starting anything
         raise ServerIdentityError(f"cannot prove that the server started will serve {options.url}: {why} "
                                   f"(pass --unverified-pid-ok to go on anyway)", unverifiable=True)
     try:
         if command:
-            server = start_server(command, json_lines=args.json, nice=args.server_nice)
-        pid = server.pid if server is not None else args.pid
+            server = start_server(command, json_lines=run.json, nice=run.server_nice)
+        pid = server.pid if server is not None else run.pid
         probe = PsutilProbe(pid, exit_status=server.poll if server is not None else None)  # wrong PID: one line
         # An attached server is proven now (a mismatch: one line, exit 2); a started one once it listens.
         proof = prove_server(pid, options.url, allow_unverifiable=override) if server is None else None
         guard = Guard(Member(pid, probe.create_time, "api"), config, stacks_dir,
                       returncode=server.poll if server is not None else None, url=options.url, proof=proof,
-                      override=override, json_lines=args.json)
+                      override=override, json_lines=run.json)
         guard.say_policy(options.probe)
         if proof is not None:
             guard.say_proof()
@@ -62,14 +78,15 @@ async def guard_session(args, options, command: list[str], config) -> int:
             guard.drain()
         # The output contract (watch.event_lines): a line per verdict fired (with its bundle's path), cleared
         # and evidenced, on stderr with guard's own lines (its stdout may be the server's), or JSON on stdout.
-        lines = (EventLines(json_lines=True) if args.json
+        lines = (EventLines(json_lines=True) if run.json
                  else EventLines(stream=sys.stderr, prefix="servewatch guard: ", bundles=bool(options.out)))
         recorder = await record(options, probe, tool="guard",
                                 listeners=[lines.fired, guard.on_fired, _hold_first_bundle(options.out)],
                                 clear_listeners=[lines.cleared], on_recorder=_attach(guard),
                                 evidence_listeners=[lines.evidence], identity=guard.identity_record,
                                 # plain: the session's own stderr line already says it, with guard's prefix
-                                bundle_listeners=[lines.on_demand] if args.json else [])
+                                bundle_listeners=[lines.on_demand] if run.json else [],
+                                build=_pair_build(run.deployment, probe, options.url))
         if not guard.done.is_set():          # --duration ran out
             guard.drain()
         await guard.done.wait()
@@ -90,11 +107,11 @@ async def guard_session(args, options, command: list[str], config) -> int:
     code, why = guard.result()
     if stopping.received() is not None:      # guard's own exit status (actions/policy.py), not 128 + N
         stopping.say("guard", bundles_kept(bundles_written([recorder]), options.out))
-    _remember_life(args, options, command, guard, started, code, why)
+    _remember_life(run, options, command, guard, started, code, why)
     return code
 
 
-def _remember_life(args, options, command, guard, started: float, code: int, why: str) -> None:
+def _remember_life(run, options, command, guard, started: float, code: int, why: str) -> None:
     """Add this run to the ledger of the server's lives; a crash loop across guard's restarts is said once,
     with the first failure named and its bundle pinned."""
     import sys
@@ -103,9 +120,11 @@ def _remember_life(args, options, command, guard, started: float, code: int, why
     from servewatch.actions import lives
     from dataclasses import replace
 
+    from servewatch.detectors import registry
+
     from servewatch.bundle.writer import repin
 
-    path = Path(args.lives) if args.lives else lives.default_path(options.url, command)
+    path = Path(run.lives) if run.lives else lives.default_path(options.url, command)
     past, problem = lives.load(path)
     first_verdict, bundle = guard.first or (None, None)
     life = lives.Life(started, time.time(), code, why, stopped=guard.outcome.drain is not None,
@@ -121,7 +140,7 @@ def _remember_life(args, options, command, guard, started: float, code: int, why
         problems.append(repin(options.out, add=hold, remove=release))
     problems.append(lives.save(path, history))
     if loop is not None:
-        guard.say(f"crash_loop: {lives.describe(loop)}", event="crash_loop", failures=len(loop),
+        guard.say(f"{registry.CRASH_LOOP}: {lives.describe(loop)}", event=registry.CRASH_LOOP, failures=len(loop),
                   first_exit=loop[0].exit_status, first_verdict=loop[0].first_verdict, first_bundle=loop[0].bundle)
     for line in filter(None, problems):
         print(f"servewatch guard: {line}", file=sys.stderr, flush=True)
@@ -146,6 +165,20 @@ def _hold_first_bundle(out: str | None):
         if problem:
             print(f"servewatch guard: {problem}", file=sys.stderr, flush=True)
     return hold
+
+
+def _pair_build(members, probe, url: str):
+    """guard on a deployment: its recorder's builder (watch.deployment.build), the held instance (the one at `url`)
+    with its process tree; None for one server."""
+    if not members:
+        return None
+    from functools import partial
+
+    from servewatch.watch.deployment import build
+    from servewatch.watch.targets import base_url
+
+    held = next(m.name for m in members if m.url == base_url(url))
+    return partial(build, members, held=(held, probe))
 
 
 def _attach(guard):

@@ -35,14 +35,17 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
                  on_recorder: Callable[[Recorder], None] | None = None,
                  drive: Callable[[Recorder], Awaitable[None]] | None = None,
                  identity: Callable[[], dict | None] | None = None,
-                 extra_sources: Sequence[Source] | Callable[[Clock], Sequence[Source]] = ()) -> Recorder:
+                 extra_sources: Sequence[Source] | Callable[[Clock], Sequence[Source]] = (),
+                 build: Callable[..., Recorder] | None = None) -> Recorder:
     """Record options.url until options.duration ends or the recorder is stopped; the recorder when
     done. `sinks` hear fired and cleared verdicts after the bundle writer (--out); `listeners` and
     `clear_listeners` are plain functions heard on the event loop, after every sink (each an on-loop
     `sinks.base.CallbackSink`), and `evidence_listeners` once a verdict's evidence first holds (Recorder), `bundle_listeners(path, t)`
     once a bundle asked for with SIGUSR1 is written; `drive(recorder)` replaces the plain run (the live table);
     `on_recorder(recorder)` is called once it exists; `identity()` says how the PID was tied to the URL, for
-    every bundle (actions.identity)."""
+    every bundle (actions.identity). `build(options, transport, clock, *, sinks, stop_when, tool)`: a deployment's
+    recorder in place of one target's (guard on a pair: watch.deployment.build, options.url the instance held), its
+    bundles naming each instance."""
     from servewatch.clock import RealClock
     from servewatch.sinks.base import CallbackSink
     from servewatch.sinks.bundle_sink import bundle_sink
@@ -56,7 +59,8 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
             raise ServewatchError(f"--log-file {log_file}: no such directory")
         print(f"servewatch {tool}: --log-file {log_file}: not there yet; it will be read once it appears",
               file=sys.stderr)
-    sink = bundle_sink(options.out, target, options.detectors) if options.out else None   # unwritable: exit 2
+    sink = (bundle_sink(options.out, None if build else target, options.detectors)   # unwritable: exit 2
+            if options.out else None)
     if sink is not None:
         sink.identity = identity
     clock = RealClock()
@@ -68,8 +72,14 @@ async def record(options: RecordingOptions, probe: PsutilProbe | None, *, tool: 
         if probe is not None and getattr(probe, "live", True):   # the ranks' collective sources (RAS, Flight
             # Recorder dumps), issue 43; a replayed process view (`watch --replay`) has no live process to read
             extra.append(_collective_source(probe, clock, options, tool, identity))
-        recorder = build_recorder(options, transport, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
-                                  stop_when=stop_when, tool=tool, extra_sources=extra)
+        if build is not None:
+            recorder = build(options, transport, clock, sinks=[*([sink] if sink else []), *sinks, *heard],
+                             stop_when=stop_when, tool=tool)
+            if sink is not None:
+                sink.recorder = recorder
+        else:
+            recorder = build_recorder(options, transport, clock, probe=probe, bundles=sink, sinks=[*sinks, *heard],
+                                      stop_when=stop_when, tool=tool, extra_sources=extra)
         recorder.evidence_listeners.extend(evidence_listeners)
         if on_recorder is not None:
             on_recorder(recorder)
@@ -147,7 +157,7 @@ def build_recorder(options: RecordingOptions, transport: Transport, clock: Clock
     sources = http_sources(transport, base_url(options.url), clock, options.interval, process_probe=probe,
                            slot_limit=probe.slot_limit() if probe else None, log_file=options.log_file,
                            gpu=options.gpu and not options.gpu_metrics,
-                           probe_every=options.probe_interval if options.probe else None,
+                           probe_interval_s=options.probe_interval_s if options.probe else None,
                            probe_deadline=options.probe_deadline, say=stderr_say(tool))
     if options.gpu_metrics:                    # dcgm-exporter's page in place of NVML
         from servewatch.sources.dcgm import DcgmSource
@@ -220,7 +230,13 @@ def first_answers(window) -> str | None:
 
 async def _announce_recording(recorder: Recorder, target: str, tool: str) -> None:
     """One stderr line once the first /health and /metrics answers are in: from here on, what happens
-    to the target is on the record (scripts can wait for this line before they start load)."""
-    while (answers := first_answers(recorder.ring.window())) is None:
+    to the target is on the record (scripts can wait for this line before they start load). A deployment's: the
+    held instance's (the one whose URL is `target`)."""
+    def window():
+        found = recorder.ring.window()
+        held = [m.name for m, _ in getattr(recorder.ring, "rings", ()) if m.url == target]
+        return found.instance(held[0]).window if held else found
+
+    while (answers := first_answers(window())) is None:
         await asyncio.sleep(0.1)
     print(f"servewatch {tool}: recording {target}: {answers}", file=sys.stderr, flush=True)
