@@ -74,8 +74,9 @@ class SlotsSource:
 
 
 # After a listing that timed out, the next is asked this many cadences later, doubling to MAX_BACKOFF_S: a request
-# to a hung loop may hold one of the server's HTTP threads until the loop answers (the engine's may), and a watcher
-# must not take them all (that would silence /health too, health_loss's symptom, not the engine's).
+# to a hung loop holds one of the server's few HTTP threads while it waits (until the loop answers or, where the
+# engine polls for it, about a second after the client hangs up), and a watcher must not take them all: that would
+# silence /health too, health_loss's symptom, not the engine's.
 MAX_BACKOFF_S = 60.0
 
 
