@@ -288,3 +288,17 @@ def test_a_new_engine_gets_a_new_listing_source_and_the_old_ones_connections_are
     assert (sorted(made), made["/slots"].closed, reading.slots[0].busy_s) == (["/slots", "/v2/slots"], 1, 0.0)
     asyncio.run(source.close_connections())
     assert (made["/slots"].closed, made["/v2/slots"].closed) == (1, 1)
+
+
+def test_after_an_answer_the_next_listing_is_asked_at_once_and_a_timeout_backs_off_two_cadences_again():
+    from servewatch.sources.slots import EngineSlotsSource
+
+    timeout = ScrapeFailure("timeout", 0.1)
+    answers = Answers([_slot(0, False)], [_slot(0, False)], timeout, timeout)
+    clock = VirtualClock(0.0)
+    source = EngineSlotsSource(lambda path: answers, clock, 0.25, lambda: DIALECT)
+    errors = []
+    for t in (0.0, 0.5, 0.5, 0.99, 1.0):
+        clock.set(t)
+        errors += [(t, r.error) for r in asyncio.run(source.poll())]
+    assert errors == [(0.0, None), (0.5, None), (0.5, "timeout"), (1.0, "timeout")]
