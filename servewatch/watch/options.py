@@ -70,7 +70,7 @@ FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
           "read the GPUs from dcgm-exporter's /metrics at URL (e.g. http://127.0.0.1:9400/metrics) instead of NVML",
           {"metavar": "URL"}),
     _Flag("--set", "detector_settings", "detectors",
-          "a detector threshold, e.g. --set stall.floor_s=5 (repeatable; names as in servewatch/detectors/config.py)",
+          "a detector threshold, e.g. --set stall.floor_s=5 (repeatable; a wrong name is refused with the list of names)",
           {"action": "append", "default": [], "metavar": "KEY=VALUE"}),
     _Flag("--detectors", "detectors_file", "detectors",
           "detector thresholds from a TOML file ([stall] floor_s = 5); --set wins", {"metavar": "FILE", "default": None}),
