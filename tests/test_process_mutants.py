@@ -120,6 +120,16 @@ def test_a_pid_that_is_no_process_id_is_one_line():
         assert str(error.value) == f"--pid {pid}: not a process id"
 
 
+def test_a_pid_whose_access_is_denied_is_one_line(monkeypatch):
+    def denied(pid):
+        raise psutil.AccessDenied(pid)
+
+    monkeypatch.setattr(psutil, "Process", denied)
+    with pytest.raises(SourceUnavailable) as error:
+        S.PsutilProbe(4242)
+    assert str(error.value) == "--pid 4242: access denied"
+
+
 @pytest.mark.skipif(not psutil.pid_exists(1), reason="no process 1 here")
 def test_process_1_is_a_process_id():
     try:
@@ -235,10 +245,25 @@ def test_a_title_is_read_once_until_the_kernel_name_changes(monkeypatch):
     assert probe._title(proc, key) == "python3" and proc.reads == 2     # exec'd: read again
 
 
+def test_a_title_forgotten_when_the_process_execs_is_not_brought_back_by_its_old_name(monkeypatch):
+    probe = S.PsutilProbe(os.getpid())
+    proc = Proc(["VLLM::EngineCore"], name="python3", pid=os.getpid())
+    key = (os.getpid(), probe.create_time)
+    names = iter(["python3", "sh", "python3"])
+    monkeypatch.setattr(S, "kernel_name", lambda pid: next(names))
+    assert probe._title(proc, key) == "VLLM::EngineCore"
+    proc.argv = ["/bin/sh"]
+    assert probe._title(proc, key) == "python3"              # exec'd sh: no title, the kernel name
+    proc.argv = ["python3", "tool.py"]                      # exec'd python again: untitled, read again
+    assert probe._title(proc, key) == "python3" and proc.reads == 3
+
+
 # --- the tree between two full walks -----------------------------------------------------------------------------
 
 TREE = r"""
 import subprocess, sys, threading
+GRAND = ("import subprocess, sys, time\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+         "print(p.pid, flush=True)\ntime.sleep(60)")
 kids = []
 def spawn(code):
     kids.append(subprocess.Popen([sys.executable, "-c", code]))
@@ -254,6 +279,10 @@ for line in sys.stdin:
             threading.Event().wait()        # (a thread that ends hands its children to the main thread)
         threading.Thread(target=run, daemon=True).start()
         started.wait()
+    elif word == "grand":   # a child that starts a grandchild: "child grandchild"
+        kids.append(subprocess.Popen([sys.executable, "-c", GRAND], stdout=subprocess.PIPE, text=True))
+        print(kids[-1].pid, kids[-1].stdout.readline().strip(), flush=True)
+        continue
     else:
         spawn("import time; time.sleep(60)")
     print(kids[-1].pid, flush=True)
@@ -264,15 +293,16 @@ for kid in kids:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux /proc")
-def test_between_full_walks_a_new_child_is_found_and_a_known_one_kept_each_once_with_its_cpu():
+def test_between_full_walks_a_new_child_is_found_and_a_known_one_kept_each_once_with_its_cpu(monkeypatch):
     root = subprocess.Popen([sys.executable, "-c", TREE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     kids = []
     try:
         def spawn(word):
             root.stdin.write(word + "\n")
             root.stdin.flush()
-            kids.append(int(root.stdout.readline()))
-            return kids[-1]
+            pids = [int(p) for p in root.stdout.readline().split()]
+            kids.extend(pids)
+            return pids[0] if len(pids) == 1 else pids
 
         busy, other = spawn("busy"), spawn("thread")
         probe = S.PsutilProbe(root.pid)
@@ -283,8 +313,15 @@ def test_between_full_walks_a_new_child_is_found_and_a_known_one_kept_each_once_
         before = S.read_stat(busy)[2]
         assert wait_for(lambda: S.read_stat(busy)[2] > before, timeout=20.0)
         new = spawn("main")
+        child, grandchild = spawn("grand")
+        # a pid listed by the kernel that is gone before it is read (the incremental walk's, then snapshot's own)
+        # is passed over, not the end of the walk
+        real_children, real_walk = S.main_thread_children, probe._children
+        monkeypatch.setattr(S, "main_thread_children",
+                            lambda pid: ([999_999_999] if pid == root.pid else []) + real_children(pid))
+        monkeypatch.setattr(probe, "_children", lambda r, t: [SimpleNamespace(pid=999_999_998)] + real_walk(r, t))
         second = probe.snapshot(101.0)                              # within RESCAN_S: the incremental walk
-        assert sorted(m.pid for m in second.members) == sorted([root.pid, busy, other, new])
+        assert sorted(m.pid for m in second.members) == sorted([root.pid, busy, other, new, child, grandchild])
         assert spent.cpu_percent == 0.0                             # no earlier read of it
         assert next(m for m in second.members if m.pid == busy).cpu_percent > 0
         assert [m.role for m in second.members if m.pid == root.pid] == ["api"]
