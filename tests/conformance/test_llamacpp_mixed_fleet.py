@@ -2,8 +2,11 @@
 run, each with a little traffic; /api/v1/targets names each target's engine and its token rate, and a SIGSTOP of
 llama-server is named on that target only (health_loss: a stopped process answers nothing), the others staying up.
 
-Run: `pytest -m fleet tests/conformance` (the three labs are prepared in the test: vLLM's and SGLang's venvs and the
-llama-server build must already be in the lab cache). Not in CI: see docs/site/real-engines.md for its time."""
+Run: `pytest -m llamacpp tests/conformance` (CI's real llama.cpp stage, after its vLLM and SGLang lab installs: the
+test takes the three labs from the lab cache; skipped where SERVEWATCH_SKIP_VLLM or SERVEWATCH_SKIP_SGLANG says a
+local run left one out). Measured alone on 2 shared cores (2026-12-06 10:29): 95 s, the engines started one at a time
+(vLLM ready in 35.7 s, SGLang 26.7 s, llama-server 0.5 s), every rate seen 81.8 s in, health_loss on llama-server
+6.5 s after its SIGSTOP."""
 
 from __future__ import annotations
 
@@ -42,9 +45,22 @@ def _wait(what, predicate, timeout_s: float):
     raise AssertionError(f"{what} not seen within {timeout_s:g} s; last: {seen}")
 
 
-@pytest.mark.fleet
+def _hang_up(traffic: Traffic) -> None:
+    """Cancel what is still in flight; a client already done (llama-server answers 400 requests in seconds) has
+    closed its loop."""
+    if not traffic.done.is_set():
+        try:
+            traffic.cancel()
+        except RuntimeError:      # its loop closed between the check and the cancel
+            pass
+
+
+@pytest.mark.llamacpp
 @pytest.mark.timeout(900)
 def test_serve_names_each_engine_of_a_mixed_fleet_and_a_stop_on_its_target_only(tmp_path_factory):
+    skipped = [name for name in ("SERVEWATCH_SKIP_VLLM", "SERVEWATCH_SKIP_SGLANG") if os.environ.get(name) == "1"]
+    if skipped:
+        pytest.skip(f"{' and '.join(skipped)}=1: this run has not the three engines")
     tmp_path = tmp_path_factory.mktemp("fleet")
     t0 = time.monotonic()
     labs = {"vllm": prepare_lab(VLLM), "sglang": prepare_lab(SGLANG), "llamacpp": prepare_lab(LLAMACPP)}
@@ -69,7 +85,7 @@ def test_serve_names_each_engine_of_a_mixed_fleet_and_a_stop_on_its_target_only(
         for name, server in servers.items():
             model = _get(server.url + "/v1/models")["data"][0]["id"]
             traffic = Traffic(server.url, n=400, concurrency=2, max_tokens=32, model=model, timeout_s=600).start()
-            stack.callback(traffic.cancel)
+            stack.callback(_hang_up, traffic)
 
         def all_rates():
             targets = {t["name"]: t for t in _get(api + "/api/v1/targets")["targets"]}
@@ -98,5 +114,5 @@ def test_serve_names_each_engine_of_a_mixed_fleet_and_a_stop_on_its_target_only(
         others = {t["name"]: t["up"] for t in _get(api + "/api/v1/targets")["targets"] if t["name"] != "llamacpp"}
         assert others == {"vllm": True, "sglang": True}
     timings["total_s"] = round(time.monotonic() - t0, 1)
-    print(f"mixed fleet: rates {rates}; verdict on llamacpp {sorted(v['verdict'] for v in active)} {named_s} s "
+    print(f"\nmixed fleet: rates {rates}; verdict on llamacpp {sorted(v['verdict'] for v in active)} {named_s} s "
           f"after SIGSTOP; {timings}")
