@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from servewatch.detectors import DetectorConfig, run_detectors
+import pytest
+
+from servewatch.detectors import DetectorConfig, run_detectors, settings
 from servewatch.detectors.verdict import PAGE, RESTART, Evidence, Verdict
+from servewatch.errors import ServewatchError
 from servewatch.timeline.samples import HealthSample, ProcessMember, ProcessSample
 from servewatch.timeline.window import InstanceWindow, Window
 from tests.test_pd_verdicts import healthy, instance, scrape, stalled_decode
 
 TAIL = " — the prefill is the side to restart; decode is not restarted"
 LIVES = " — the prefill lives: the transfer between them is at fault (a person decides; decode is not restarted)"
+NOT_KNOWN = (" — whether the prefill lives is not known yet (it is counted down after 3 /health misses in a row): "
+             "a person decides; decode is not restarted")
 
 
 def verdicts(name: str, *instances: InstanceWindow) -> list[Verdict]:
@@ -110,7 +115,7 @@ def test_stall_with_the_prefill_failing_health_fewer_times_says_its_last_answer_
     health = ok_health(range(58)) + [HealthSample(58, 503, 0.01), HealthSample(59, None, None, "timeout")]
     p0 = bare("p0", "prefill", prefill[:58], health)
     stall = stall_of(p0)
-    assert stall.why == HEAD + "; prefill p0: /health timeout" + LIVES
+    assert stall.why == HEAD + "; prefill p0: /health timeout" + NOT_KNOWN
     assert stall.evidence == BASE + (Evidence("health", 59, "error", "timeout"),)
     assert stall.details == {"decode": "d0", "waiting": 1.0, "held_s": 49.988, "prefill": "p0",
                              "prefill_state": "unknown"}
@@ -121,7 +126,7 @@ def test_stall_with_the_prefill_failing_its_last_health_check_only_is_not_alive(
     prefill, _ = healthy(60)
     health = ok_health(range(59)) + [HealthSample(59, None, None, "connect")]
     stall = stall_of(bare("p0", "prefill", prefill[:59], health))
-    assert stall.why == HEAD + "; prefill p0: /health connect" + LIVES
+    assert stall.why == HEAD + "; prefill p0: /health connect" + NOT_KNOWN
     assert (stall.details["prefill_state"], stall.evidence[-1]) == ("unknown", Evidence("health", 59, "error",
                                                                                          "connect"))
 
@@ -138,7 +143,7 @@ def test_stall_with_a_live_prefill_points_at_its_last_health_answer():
 def test_stall_with_a_prefill_nothing_was_read_from():
     prefill, _ = healthy(60)
     stall = stall_of(bare("p0", "prefill", prefill))          # scrapes, but no /health and no process read
-    assert stall.why == HEAD + "; prefill p0: nothing read from it yet" + LIVES
+    assert stall.why == HEAD + "; prefill p0: nothing read from it yet" + NOT_KNOWN
     assert stall.evidence == BASE
     assert stall.details["prefill_state"] == "unknown" and "act_on" not in stall.details
 
@@ -209,6 +214,16 @@ def test_kv_expired_at_the_last_scrape_points_at_that_scrape():
         (Evidence("metrics", 59, "kv_transfer.expired", 2.0),),
         {"prefill": "p0", "expired": 2.0, "lease_s": 30.0, "decode_wait_s": None})
 
+
+
+def test_kv_expired_evidence_is_its_first_rise_and_the_newest_scrape_each_with_its_own_value():
+    # 2 released at 40, 3 more at 50: the onset's evidence holds 2 (the value then), the newest holds 5
+    p0 = instance("p0", "prefill", _prefill(lambda t: 0.0 if t < 40 else 2.0 if t < 50 else 5.0))
+    _, decode = healthy(60)
+    [expired] = verdicts("kv_expired", p0, instance("d0", "decode", with_kv(decode, waiting_for_kv=lambda t: 0.0)))
+    assert (expired.onset, expired.details["expired"]) == (40, 5.0)
+    assert expired.evidence == (Evidence("metrics", 40, "kv_transfer.expired", 2.0),
+                                Evidence("metrics", 59, "kv_transfer.expired", 5.0))
 
 # --- pd_bypass ---------------------------------------------------------------------------------------------------
 
@@ -332,3 +347,17 @@ def test_kv_failure_fraction_is_a_share():
     assert DetectorConfig(kv_failure_fraction=-0.1).problems() == [
         "kv_failure_fraction is a share from 0 to 1, not -0.1"]
     assert DetectorConfig(kv_failure_fraction=1.0).problems() == []
+
+
+def test_pd_bypass_says_a_scraped_prefill_without_a_prompt_counter_exports_none_not_that_it_gave_no_scrape():
+    uncounted = [scrape(t, "prefill", transfers=40.0, expired=0.0) for t in range(60)]     # good scrapes, no prompt
+    bypassed = _bypass_decode(lambda t: t * 100.0)
+    [bypass] = verdicts("pd_bypass", instance("p0", "prefill", uncounted), instance("d0", "decode", bypassed))
+    assert "while the prefill was idle (p0 exports no prompt-token count)" in bypass.why
+
+
+def test_pd_bypass_min_tokens_under_one_is_refused():
+    with pytest.raises(ServewatchError) as caught:
+        settings.build(["pd_bypass_min_tokens=0"])
+    assert str(caught.value) == "--set: pd_bypass_min_tokens counts at least 1, not 0"
+    assert settings.build(["pd_bypass_min_tokens=1"]).pd_bypass_min_tokens == 1.0

@@ -50,7 +50,8 @@ class DeploymentSettings(Settings):
     kv_failure_fraction: float = 0.05
 
     def validate(self) -> list[str]:
-        return self.shares("kv_failure_fraction")
+        # under 1 token, decode computing nothing at all would read as a bypass
+        return self.shares("kv_failure_fraction") + self.counts("pd_bypass_min_tokens")
 
 
 PREFILL, DECODE = "prefill", "decode"
@@ -193,9 +194,13 @@ def detect_kv_transfer_stall(window: Window, config: Thresholds) -> list[Verdict
                 action = RESTART
                 details["act_on"] = prefill.name
                 why += " — the prefill is the side to restart; decode is not restarted"
-            else:
+            elif state == ALIVE:
                 why += " — the prefill lives: the transfer between them is at fault (a person decides; " \
                        "decode is not restarted)"
+            else:
+                why += (f" — whether the prefill lives is not known yet (it is counted down after "
+                        f"{config.health_fail_count:g} /health misses in a row): a person decides; decode is not "
+                        f"restarted")
         out.append(Verdict("kv_transfer_stall", newest.t, onset, why, tuple(evidence), details, action=action))
     return out
 
@@ -239,7 +244,9 @@ def detect_kv_expired(window: Window, config: Thresholds) -> list[Verdict]:
                f"setting; vLLM's kv_lease_duration); {waited}: decode's answers to them may be wrong")
         details = {"prefill": prefill.name, "expired": rose, "lease_s": config.kv_lease_s,
                    "decode_wait_s": round(wait, 3) if wait is not None else None}
-        evidence = (Evidence("metrics", first, "kv_transfer.expired", points[-1].kv["expired"]),)
+        at_first = next(p for p in points if p.t == first)
+        shown = (at_first,) if at_first is points[-1] else (at_first, points[-1])     # its first rise, the newest
+        evidence = tuple(Evidence("metrics", p.t, "kv_transfer.expired", p.kv["expired"]) for p in shown)
         out.append(Verdict("kv_expired", points[-1].t, first, why, evidence, details))
     return out
 
@@ -258,10 +265,11 @@ def detect_pd_bypass(window: Window, config: Thresholds) -> list[Verdict]:
     prefills = _role(window, PREFILL)
     prefill_work = []
     for prefill in prefills:
-        rose, _ = _rise(_points(prefill.window), lambda p: p.computed(), since)
-        prefill_work.append((prefill, rose))
+        points = _points(prefill.window)
+        rose, _ = _rise(points, lambda p: p.computed(), since)
+        prefill_work.append((prefill, rose, any(p.t >= since for p in points)))
     # idle: under the bar decode is held to (the active probe's few tokens a minute on an idle prefill are not work)
-    if not prefills or any(rose is not None and rose >= config.pd_bypass_min_tokens for _, rose in prefill_work):
+    if not prefills or any(rose is not None and rose >= config.pd_bypass_min_tokens for _, rose, _ in prefill_work):
         return []
     out = []
     for decode in _role(window, DECODE):
@@ -270,7 +278,7 @@ def detect_pd_bypass(window: Window, config: Thresholds) -> list[Verdict]:
         external, _ = _rise(points, lambda p: p.kv["external_prompt_tokens"], since)
         if local is None or external is None or external > 0 or local < config.pd_bypass_min_tokens:
             continue
-        idle = ", ".join(f"{p.name} {_idle_words(rose)}" for p, rose in prefill_work)
+        idle = ", ".join(f"{p.name} {_idle_words(rose, scraped)}" for p, rose, scraped in prefill_work)
         why = (f"decode {decode.name} computed {local:g} prompt tokens itself in the last {config.pd_window_s:g} s "
                f"and none came by KV transfer, while the prefill was idle ({idle}): requests bypass the prefill "
                f"(a router gone decode-only, or a wrong prefill address)")
@@ -283,9 +291,9 @@ def detect_pd_bypass(window: Window, config: Thresholds) -> list[Verdict]:
     return out
 
 
-def _idle_words(rose: float | None) -> str:
+def _idle_words(rose: float | None, scraped: bool) -> str:
     if rose is None:
-        return "gave no good scrape"
+        return "exports no prompt-token count" if scraped else "gave no good scrape"
     return "computed none" if rose == 0 else f"computed {rose:g} prompt tokens"
 
 
