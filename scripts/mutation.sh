@@ -79,6 +79,7 @@ declare -A TESTS=(
   [servewatch/detectors/progress.py]="tests/test_values_progress.py $DETECTOR_TESTS"
   [servewatch/detectors/ranks.py]="tests/test_values_ranks.py $DETECTOR_TESTS tests/test_ranks.py"
   [servewatch/detectors/restart.py]="tests/test_values_restart.py $DETECTOR_TESTS"
+  [servewatch/detectors/crash_loop.py]="tests/test_values_restart.py $DETECTOR_TESTS"
   [servewatch/detectors/no_token.py]="tests/test_values_no_token.py $DETECTOR_TESTS"
   [servewatch/detectors/startup.py]="tests/test_values_startup.py $DETECTOR_TESTS"
   [servewatch/detectors/blindness.py]="tests/test_values_blindness.py $DETECTOR_TESTS"
