@@ -167,6 +167,10 @@ def _run_pair(lab, args: argparse.Namespace) -> int:
             raise ServewatchError(f"NIXL side channel not listening with the instance ready: {', '.join(silent)}; "
                                   f"decode's handshake with it would time out (logs: {pair.prefill.log_path}, "
                                   f"{pair.decode.log_path})")
+        if args.connector == "nixl":     # decode's first handshake with the prefill can time out: shaken here
+            tries = pair.shake_hands()
+            _say(f"handshake: a short prompt handed over from prefill to decode in {tries} "
+                 f"{'try' if tries == 1 else 'tries'}")
         lease = f", lease {pair.lease_s} s" if pair.lease_s is not None else ""
         files = f", KV files in {pair.storage}" if pair.storage is not None else ""
         print(f"prefill: {pair.prefill.url}  ready in {ready['prefill']:.1f}s", flush=True)

@@ -129,6 +129,25 @@ def side_channel_listening(port: int, host: str = "127.0.0.1", timeout_s: float 
         return False
 
 
+HANDSHAKE_ATTEMPTS = 3
+HANDSHAKE_LEG_S = 120.0            # one leg of the short hand-over (a 1,199-token leg took up to 62 s at load 37)
+HANDSHAKE_PROMPT = " ".join(["servewatch lab pair handshake"] * 16)   # ~100 tokens: whole KV blocks to read
+
+
+def _post_json(url: str, body: dict, timeout_s: float) -> tuple[int | None, dict | None]:
+    from servewatch.transport.contract import HttpRequest, Reply, send_blocking
+
+    got = send_blocking(HttpRequest("POST", f"{url}/v1/completions", timeout_s=timeout_s, max_bytes=1 << 20,
+                                    body=json.dumps(body).encode(), fresh=True))
+    if not isinstance(got, Reply):
+        return None, None
+    try:
+        answer = json.loads(got.body)
+    except ValueError:
+        answer = None
+    return got.status, answer if isinstance(answer, dict) else None
+
+
 def nixl_environment(side_channel_port: int) -> tuple[tuple[str, str], ...]:
     return (("UCX_TLS", UCX_TRANSPORTS), ("VLLM_NIXL_SIDE_CHANNEL_HOST", "127.0.0.1"),
             ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel_port)))
@@ -145,6 +164,32 @@ class PdPair:
 
     def servers(self) -> tuple[VllmServer, VllmServer]:
         return self.prefill, self.decode
+
+    def shake_hands(self, *, attempts: int = HANDSHAKE_ATTEMPTS, timeout_s: float = HANDSHAKE_LEG_S,
+                    post: Callable[[str, dict, float], tuple[int | None, dict | None]] | None = None) -> int:
+        """NIXL: hand one short prompt over until decode answers 200 (at most `attempts` times); how many it took.
+        Decode asks the prefill's side channel for its metadata once per prefill and gives up after vLLM's fixed
+        5 s receive ("handshake_failed", HTTP 500 for that request): measured 1.0 s when it worked on this
+        machine, and over 5 s in 3 of 6 hand-overs sent right after the pair was ready (2026-12-06). Once shaken,
+        the pair's requests need no side channel. Raises LabSetupError when no hand-over got through."""
+        send = post or _post_json
+        last = ""
+        for attempt in range(1, attempts + 1):
+            status, answer = send(self.prefill.url, {"model": self.prefill.config.served_model_name,
+                                                     "prompt": HANDSHAKE_PROMPT, "max_tokens": 1,
+                                                     "kv_transfer_params": PREFILL_PARAMS}, timeout_s)
+            params = answer.get("kv_transfer_params") if status == 200 and isinstance(answer, dict) else None
+            if not params:
+                last = f"prefill answered {status if status is not None else 'nothing'} without kv_transfer_params"
+                continue
+            status, answer = send(self.decode.url, {"model": self.decode.config.served_model_name,
+                                                    "prompt": HANDSHAKE_PROMPT, "max_tokens": 1,
+                                                    "kv_transfer_params": params}, timeout_s)
+            if status == 200:
+                return attempt
+            last = f"decode answered {status if status is not None else 'nothing'}"
+        raise LabSetupError(f"no prompt handed over from prefill to decode in {attempts} tries ({last}; logs: "
+                            f"{self.prefill.log_path}, {self.decode.log_path})")
 
     def silent_side_channels(self) -> list[str]:
         """Once both are ready: each instance whose NIXL side channel does not listen, as 'role (host:port)'.

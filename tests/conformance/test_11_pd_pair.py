@@ -20,13 +20,13 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-# Marker `pd`, not `vllm`: out of CI's real vLLM suite. In the clean-clone CI of 2026-12-06 07:15 and again alone at
-# 08:33 (a quiet machine, 49-56 s in all) decode's NIXL handshake with the prefill timed out (vLLM's 5 s zmq
-# receive, nixl/base_worker.py:1047: 'handshake_failed', HTTP 500), one instance's side channel
-# (VLLM_NIXL_SIDE_CHANNEL_PORT) not listening with the pair up. The side channels were then bind(0) ports of the
-# kernel's ephemeral range, free for the minutes before vLLM binds them; they are now below it (lab/pd.py), and the
-# lab refuses a ready pair whose side channel does not listen. Passed since at load 10-37 (668 s, 10:04), the
-# quiet-machine failure not reproduced. Run it with `pytest -m pd tests/conformance/test_11_pd_pair.py`.
+# Marker `pd`, not `vllm`: out of CI's real vLLM suite. In the clean-clone CI of 2026-12-06 07:15, alone at 08:33
+# and at 10:25 decode's NIXL handshake with the prefill timed out (vLLM's fixed 5 s zmq receive,
+# nixl/base_worker.py:1047: 'handshake_failed', HTTP 500), the prefill's side channel listening (checked at 10:25).
+# With vLLM's debug log the prefill's listener answered decode's metadata query in 0.002-1.02 s (4 runs): late
+# under load, and past 5 s in the failing runs. `lab vllm --pd` now hands a short prompt over (up to 3 tries)
+# before it says the pair is ready (PdPair.shake_hands); a shaken pair needs no side channel again.
+# Run it with `pytest -m pd tests/conformance/test_11_pd_pair.py`.
 pytestmark = [pytest.mark.pd, pytest.mark.timeout(900)]
 
 READY_S = 600.0          # both instances' start: 381 s measured at a load average of ~20, with room

@@ -99,6 +99,7 @@ def test_faults_on_one_real_nixl_pair_show_on_the_side_at_fault(lab, tmp_path):
             thread.join(READY_S + 30)
         assert set(ready) == {"prefill", "decode"}, f"not ready: {ready}"
         assert pair.silent_side_channels() == []
+        pair.shake_hands()     # as `lab vllm --pd` does: decode's first handshake can outlast vLLM's 5 s receive
         steps["ready"] = time.monotonic() - started
         prefill, decode = pair.prefill.url, pair.decode.url
 

@@ -79,15 +79,19 @@ def test_the_side_channels_lie_below_the_kernels_ephemeral_range_apart_from_ever
 def test_a_side_channel_port_in_use_is_passed_over(monkeypatch):
     import socket
 
+    # below the ephemeral range, where no connection of another test takes the next port meanwhile
+    busy = pd.side_channel_ports(1)[0]
     held = socket.socket()
-    held.bind(("127.0.0.1", 0))
+    held.bind(("127.0.0.1", busy))
     held.listen()
-    busy = held.getsockname()[1]
     try:
         # the range is the held port and the next one: only the next one can be given, and never two
         monkeypatch.setattr(pd, "SIDE_CHANNEL_FLOOR", busy)
-        if pd.side_channel_listening(busy + 1):
-            pytest.skip(f"port {busy + 1} is in use here")
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", busy + 1))
+            except OSError:
+                pytest.skip(f"port {busy + 1} is in use here")
         assert pd.side_channel_ports(1, low=busy + 2) == (busy + 1,)
         with pytest.raises(LabSetupError, match=f"no 2 free ports on 127.0.0.1 between {busy} and {busy + 1}"):
             pd.side_channel_ports(2, low=busy + 2)
@@ -145,3 +149,30 @@ def test_nixl_is_pip_installed_pinned_when_missing_and_a_failure_names_the_log(t
     broken = _venv_with(tmp_path / "b", "exit 1")
     with pytest.raises(LabSetupError, match=r"pip install nixl==1\.5\.1 failed with exit code 1.*nixl\.install\.log"):
         pd.ensure_nixl(broken)
+
+
+def test_the_pair_is_shaken_hands_until_decode_answers_from_the_transfer(tmp_path):
+    pair = pd.pd_pair(_lab(tmp_path), "nixl", tmp_path / "work")
+    sent = []
+    decode_answers = iter([(500, {"error": "handshake_failed"}), (200, {"choices": []})])
+
+    def post(url, body, timeout_s):
+        sent.append((url, body["kv_transfer_params"], timeout_s))
+        if url == pair.prefill.url:
+            return 200, {"kv_transfer_params": {"remote_port": 1, "do_remote_prefill": True}}
+        return next(decode_answers)
+
+    assert pair.shake_hands(post=post) == 2
+    assert [url for url, _, _ in sent] == [pair.prefill.url, pair.decode.url] * 2
+    assert sent[0][1] == pd.PREFILL_PARAMS and sent[1][1] == {"remote_port": 1, "do_remote_prefill": True}
+    assert sent[0][2] == pd.HANDSHAKE_LEG_S
+
+    def refused(url, body, timeout_s):
+        return (200, {"id": "x"}) if url == pair.prefill.url else (500, None)
+
+    with pytest.raises(LabSetupError, match=r"no prompt handed over from prefill to decode in 3 tries \(prefill "
+                                            r"answered 200 without kv_transfer_params; logs: .*vllm-prefill-"):
+        pair.shake_hands(post=refused)
+    with pytest.raises(LabSetupError, match=r"in 2 tries \(decode answered nothing"):
+        pair.shake_hands(attempts=2, post=lambda url, body, t: (
+            (200, {"kv_transfer_params": {"a": 1}}) if url == pair.prefill.url else (None, None)))
