@@ -130,7 +130,9 @@ def side_channel_listening(port: int, host: str = "127.0.0.1", timeout_s: float 
 
 
 HANDSHAKE_ATTEMPTS = 3
-HANDSHAKE_LEG_S = 120.0            # one leg of the short hand-over (a 1,199-token leg took up to 62 s at load 37)
+HANDSHAKE_LEG_S = 300.0            # one leg of the short hand-over: at a load average of 25 (10:36) a ~100-token
+                                   # leg took over 120 s (NIXL's read 65.8 s), and a try given up on still ran on
+                                   # decode, its tokens counted after the pair was said ready
 HANDSHAKE_PROMPT = " ".join(["servewatch lab pair handshake"] * 16)   # ~100 tokens: whole KV blocks to read
 
 
