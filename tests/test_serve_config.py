@@ -259,6 +259,7 @@ def test_only_a_target_running_on_this_machine_gets_a_gpu_source():
     def kinds(spec):
         return sorted(source.kind for source in fleet._recorder_for(spec, lambda source: source).sources)
 
-    assert kinds(TargetSpec("remote", "http://10.0.0.7:8000")) == ["health", "metrics"]
+    # slots: every HTTP target's, read only once a scrape names an engine whose dialect has a slot listing
+    assert kinds(TargetSpec("remote", "http://10.0.0.7:8000")) == ["health", "metrics", "slots"]
     assert kinds(TargetSpec("local", "http://127.0.0.1:8000", pid=os.getpid())) == ["gpu", "health", "metrics",
-                                                                                   "process"]
+                                                                                   "process", "slots"]

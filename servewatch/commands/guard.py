@@ -43,8 +43,8 @@ exit status (what a restart policy should see):
 
 def register(subparsers) -> None:
     parser = add_command(subparsers, "guard", HELP, DESCRIPTION, run,
-                         usage="servewatch guard (URL | --prefill URL --decode URL --instance URL) [options] "
-                               "(-- COMMAND... | --pid PID)",
+                         usage="servewatch guard (URL | --prefill URL --decode URL --instance URL)\n"
+                               "                        [options] (-- COMMAND... | --pid PID)",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     add_recording_arguments(parser, DEFAULTS, url_optional=True)
     parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
