@@ -371,31 +371,38 @@ def ready_sim():
     server.close()
 
 
+def watch_until_hung(sim, out, capsys, *, load: int = 0):
+    """`servewatch watch --json --out OUT --stop-on-incident` on `sim`, hung (the sim's stall) after 5 scrapes were
+    seen, `load` streams under way first: (exit status, the JSON lines, the fired lines)."""
+    from servewatch.cli import main
+    from tests.test_seams import streams_under_way
+
+    seen = ScrapesSeen(sim.engine)
+
+    def hang_once_recorded():
+        if load:
+            streams_under_way(sim.url, n=load)
+        seen.wait_for(5)
+        sim.post("/_sim/fault", {"kind": "stall"})
+
+    driver = threading.Thread(target=hang_once_recorded, daemon=True)
+    driver.start()
+    code = main(["watch", sim.url, "--interval", "0.2", "--json", "--out", str(out), "--stop-on-incident",
+                 "--probe-interval", "1", "--probe-deadline", "1", "--duration", "40"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    driver.join(HUNG_S)
+    return code, lines, [line for line in lines if line["event"] == "fired"]
+
+
 @pytest.mark.parametrize("load, verdict", [(0, "not_serving"), (2, "alive_health_ok_no_progress")],
                          ids=["idle: /metrics silent, the probe names it", "under load: counters frozen"])
 def test_watch_names_the_loop_hang_idle_and_under_load(ready_sim, load, verdict, tmp_path, capsys):
     """As the lab's real llama-server: hung outside a step (idle) /metrics and /slots stop answering while /health is
     200, and the probe's misses with /metrics silent are not_serving; hung inside a step (requests running) all three
     answer, the counters frozen with requests processing: alive_health_ok_no_progress. Both restart-class."""
-    from servewatch.cli import main
     from servewatch.detectors import registry
-    from tests.test_seams import streams_under_way
 
-    seen = ScrapesSeen(ready_sim.engine)
-
-    def hang_once_recorded():
-        if load:
-            streams_under_way(ready_sim.url, n=load)
-        seen.wait_for(5)
-        ready_sim.post("/_sim/fault", {"kind": "stall"})
-
-    driver = threading.Thread(target=hang_once_recorded, daemon=True)
-    driver.start()
-    code = main(["watch", ready_sim.url, "--interval", "0.2", "--json", "--out", str(tmp_path), "--stop-on-incident",
-                 "--probe-interval", "1", "--probe-deadline", "1", "--duration", "40"])
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    driver.join(HUNG_S)
-    fired = [line for line in lines if line["event"] == "fired"]
+    code, lines, fired = watch_until_hung(ready_sim, tmp_path, capsys, load=load)
     assert code == 1 and [line["verdict"] for line in fired] == [verdict], lines
     assert registry.action_of(verdict) == fired[0]["action"] == "restart"
     if verdict == "not_serving":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 
 import pytest
 
@@ -22,7 +21,7 @@ from servewatch.sources.scrape import ScrapeFailure
 from servewatch.sources.slots import EngineSlotsSource
 from servewatch.timeline.samples import SlotsSample, SlotView
 from servewatch.timeline.window import Window
-from tests.test_llamacpp import HUNG_S, T0, LlamacppSim, ScrapesSeen, _window
+from tests.test_llamacpp import T0, LlamacppSim, _window, watch_until_hung
 
 SLOT_KEYS = {"id", "busy", "busy_s", "n_ctx", "prompt_tokens", "prompt_processed", "prompt_cached", "decoded",
              "remaining"}
@@ -147,21 +146,7 @@ def ready_sim():
 def test_watch_records_the_slot_picture_into_the_timeline_and_the_bundle(ready_sim, tmp_path, capsys):
     """The idle hang on the simulator speaking llama.cpp: the bundle holds the slot listings read before it (three
     idle slots, numbers only) and counts them; the verdict is not_serving."""
-    from servewatch.cli import main
-
-    seen = ScrapesSeen(ready_sim.engine)
-
-    def hang_once_recorded():
-        seen.wait_for(5)
-        ready_sim.post("/_sim/fault", {"kind": "stall"})
-
-    driver = threading.Thread(target=hang_once_recorded, daemon=True)
-    driver.start()
-    code = main(["watch", ready_sim.url, "--interval", "0.2", "--json", "--out", str(tmp_path), "--stop-on-incident",
-                 "--probe-interval", "1", "--probe-deadline", "1", "--duration", "40"])
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    driver.join(HUNG_S)
-    fired = [line for line in lines if line["event"] == "fired"]
+    code, lines, fired = watch_until_hung(ready_sim, tmp_path, capsys)
     assert code == 1 and [line["verdict"] for line in fired] == ["not_serving"], lines
     bundle = tmp_path / fired[0]["bundle"]
     stored = [s for path in sorted(bundle.glob("samples-*.json"))
