@@ -27,8 +27,9 @@ def _postmortem(name):
 
 @pytest.mark.parametrize("name, death, ready_s, death_stamp", [
     # "srv  llama_server: model loaded" at 0.00.388.126, the first stamped line at 0.00.003.095: ready 0.385 s in;
-    # SIGTERM: "cleaning up before exit..." (server.cpp:465) at 0.15.196.315
-    ("server_sigterm_under_streams.log", "clean_shutdown", 0.385031, "0.15.196.315"),
+    # SIGTERM: "cleaning up before exit..." (server.cpp:465) at 0.15.196.315; the clients still streaming held it,
+    # and a second SIGTERM forced the exit: "Received second interrupt, terminating immediately." (server.cpp:32)
+    ("server_sigterm_under_streams.log", "forced_stop", 0.385031, "0.15.196.315"),
     ("server_sigterm_idle.log", "clean_shutdown", 0.030529, "0.01.766.200"),
     ("server_start_and_requests.log", "clean_shutdown", 0.015170, "0.08.785.683"),
     # SIGKILL leaves no line: the log ends on the request's last line (its slot released)
@@ -77,3 +78,29 @@ def test_the_postmortem_command_says_the_kill_in_plain_words(capsys):
     assert code == 0
     assert "Postmortem of a llamacpp log: 15 lines, 0.00.001.009 → 0.00.449.155" in out
     assert "Death: no last words" in out and "None" not in out
+
+
+def test_a_stop_a_second_signal_forced_is_told_from_an_orderly_one_by_the_servers_own_line():
+    """server.cpp:28-35: the first SIGTERM or SIGINT ends the loop and the process waits on its HTTP threads; a second
+    one during that wait writes SECOND_SIGNAL_LINE (unprefixed, on stderr) and exits 1. That is a forced stop, whose
+    exit status a supervisor counts as a failure; the same log without that line is an orderly stop."""
+    forced = _postmortem("server_sigterm_under_streams.log")
+    assert [e.kind for e in forced.record.events] == ["shutdown", "forced_stop"]
+    assert forced.record.events[-1].fields == {"exit_code": llamacpp.SECOND_SIGNAL_EXIT} == {"exit_code": 1}
+    assert forced.death.label == "stop forced by a second signal"
+    assert "its stop began at 0.15.196.315" in forced.death.summary and "exit status 1" in forced.death.summary
+    assert forced.death.exit == "the server exited with code 1 on a second stop signal"
+    assert "Restart=on-failure" in forced.actions[0].action and len(forced.actions) == 2
+    lines = (REAL / "server_sigterm_under_streams.log").read_text().splitlines()
+    orderly = postmortem(read_record(lines[:-1]))        # the same stop, had the first signal ended it
+    assert (orderly.death.classification, orderly.death.clock, orderly.death.exit) == \
+        ("clean_shutdown", "0.15.196.315", None)
+
+
+def test_the_postmortem_command_says_the_forced_stop(capsys):
+    code = main(["postmortem", "--json", str(REAL / "server_sigterm_under_streams.log")])
+    death = json.loads(capsys.readouterr().out)["death"]
+    assert code == 0
+    assert (death["classification"], death["label"], death["stamp"], death["exit"]) == \
+        ("forced_stop", "stop forced by a second signal", "0.15.196.315",
+         "the server exited with code 1 on a second stop signal")

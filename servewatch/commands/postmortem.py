@@ -50,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
             notes.append(f"--model-config {args.model_config}: no vocab_size in it")
     record = read_record(read_lines(args.logs))
     if record.recognised == 0 or record.dialect is None:
-        raise ServewatchError(f"{', '.join(args.logs)}: no vLLM or SGLang line in {record.lines:,} lines: not an "
+        from servewatch import dialects
+
+        titles = [d.title or d.name for d in dialects.registered()]
+        engines = " or ".join(filter(None, (", ".join(titles[:-1]), titles[-1])))
+        raise ServewatchError(f"{', '.join(args.logs)}: no {engines} line in {record.lines:,} lines: not an "
                               f"engine log, nothing to conclude")
     pm = postmortem(record, shape, vocab_size=vocab, vocab_source=source)
     if args.json:

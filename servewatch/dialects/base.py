@@ -282,6 +282,9 @@ class RecordGrammar:
     shutdown_lines: tuple[str, ...] = ()
     force_kill_line: re.Pattern | None = None       # a `process` group: the process killed
     exit_code_lines: tuple[re.Pattern, ...] = ()    # a `code` group
+    # (literal, exit status): a line the engine writes when a stop signal repeated during its stop makes it exit at
+    # once, without waiting for what the first one left waiting (the requests of clients still connected).
+    forced_stop_lines: tuple[tuple[str, int], ...] = ()
     timeout_lines: tuple[re.Pattern, ...] = ()
 
 

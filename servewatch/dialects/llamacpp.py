@@ -85,6 +85,7 @@ PROCESS_ROLES = {"llama-server": "api"}
 # "in case it hangs, we can force terminate the server by hitting Ctrl+C twice"; 0.03 s in the lab), written on
 # stderr without the log prefix:
 SECOND_SIGNAL_LINE = "Received second interrupt, terminating immediately."
+SECOND_SIGNAL_EXIT = 1                     # exit(1) right after that line (server.cpp:33)
 SLOT_LIMIT_FLAG = "--parallel"             # "-np": number of server slots (common/arg.cpp:2547-2548)
 CONTEXT_LENGTH_FLAG = "--ctx-size"         # "-c" (common/arg.cpp:1642)
 
@@ -124,9 +125,13 @@ BATCH_PREFILL, BATCH_DECODE, SHUTDOWN_REQUESTED = "prefill", "decode", "requeste
 
 # The start's stages come from parse_log_message (the postmortem reads those too: a stage here as well would be read
 # twice).
+# The stop in the log (server.cpp:28-35, 465, 500-504): the first SIGTERM or SIGINT runs shutdown_handler, which
+# ends the loop (ctx_server.terminate()); clean_up() then logs SHUTDOWN_LINE and the process joins its HTTP threads.
+# The line names no signal. A second one while that waits writes SECOND_SIGNAL_LINE and exits 1: a forced stop.
 RECORD_GRAMMAR = base.RecordGrammar(
     timeout_lines=(),
     shutdown_lines=(SHUTDOWN_LINE,),
+    forced_stop_lines=((SECOND_SIGNAL_LINE, SECOND_SIGNAL_EXIT),),
 )
 
 

@@ -246,6 +246,15 @@ def exit_code(msg: str) -> int | None:
     return None
 
 
+def forced_stop(msg: str) -> int | None:
+    """The exit status a forced-stop line announces (a stop signal repeated during the stop), else None."""
+    for dialect in dialects.registered():
+        for literal, code in dialect.record_grammar.forced_stop_lines:
+            if literal in msg:
+                return code
+    return None
+
+
 def timeout_literals(msg: str) -> list[str]:
     return [pattern.pattern.replace("\\", "") for dialect in dialects.registered()
             for pattern in dialect.record_grammar.timeout_lines if pattern.search(msg)]

@@ -64,7 +64,7 @@ class Traceback:
 class Event:
     t: float | None
     clock: str | None
-    kind: str        # engine_dead | signal | shutdown | api_exit | force_kill | timeout | watchdog | oom | startup_failure | retraction
+    kind: str        # engine_dead | signal | shutdown | forced_stop | api_exit | force_kill | timeout | watchdog | oom | startup_failure | retraction
     process: str | None
     fields: dict = field(default_factory=dict)
 
@@ -210,6 +210,10 @@ class _Reader:
         code = g.exit_code(msg)
         if code is not None:
             rec.events.append(Event(t, clock, "exit_code", process, {"exit_code": code}))
+        forced = g.forced_stop(msg)
+        if forced is not None:
+            rec.events.append(Event(t, clock, "forced_stop", process, {"exit_code": forced}))
+            known = True
         for literal in g.timeout_literals(msg):
             rec.events.append(Event(t, clock, "timeout", process, {"literal": literal}))
             known = True

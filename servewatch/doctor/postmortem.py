@@ -21,6 +21,7 @@ CLASSES = {
     "watchdog_timeout": "watchdog / timeout",
     "signal": "killed by a signal",
     "clean_shutdown": "clean shutdown",
+    "forced_stop": "stop forced by a second signal",
     "no_last_words": "no last words",
     "still_running": "no death in the log",
 }
@@ -93,6 +94,8 @@ def _exit(record: LogRecord) -> str | None:
         parts.append("the API server force-killed " + ", ".join(targets))
     if _events(record, "api_exit"):
         parts.append("the API server finished its process (the exit code is not in the log)")
+    for e in _events(record, "forced_stop"):
+        parts.append(f"the server exited with code {e.fields['exit_code']} on a second stop signal")
     return "; ".join(parts) or None
 
 
@@ -168,6 +171,17 @@ def classify(record: LogRecord) -> Death:
     if killed and not shutdown:
         return Death("signal", f"a process was killed by {killed} without an orderly shutdown", signal=killed,
                      **base)
+    forced = _events(record, "forced_stop")
+    if forced:
+        # The engine's own line for a stop signal repeated during its stop: the first began an orderly stop (its
+        # shutdown line, when it logs one), the process had not exited when the second came, and the second ended
+        # it at once with a failure status.
+        first = (signals or shutdown or forced)[0]
+        began = f" (its stop began at {first.clock})" if first.clock and (signals or shutdown) else ""
+        return Death("forced_stop", f"a second stop signal forced the exit{began}: the server had not exited on the "
+                     f"first, and requests still waiting then got no answer; exit status "
+                     f"{forced[0].fields['exit_code']}, which a supervisor counts as a failure",
+                     t=first.t, clock=first.clock, signal=signals[0].fields["signal"] if signals else None, **base)
     if shutdown or signals:
         first = (signals or shutdown)[0]
         signal = signals[0].fields["signal"] if signals else None
@@ -299,6 +313,16 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
     if c == "clean_shutdown":
         return [RecommendedAction("No action on the server: it was stopped on purpose",
                        "an orderly shutdown with no error before it", "Nothing to roll back.")]
+    if c == "forced_stop":
+        return [RecommendedAction("No repair on the server: it was stopped on purpose, with no error before the stop; "
+                                  "check that its supervisor did not restart it for the failure status of the forced "
+                                  "exit (Restart=on-failure does)",
+                                  "a second stop signal ended a stop that was waiting on requests still in flight",
+                                  "Nothing changed on the server: read-only."),
+                RecommendedAction("Next time, stop sending it requests and let them finish (or their clients hang up) "
+                                  "before the stop signal: the first one then exits 0",
+                                  "the server exits by itself on the first signal once no request is waiting",
+                                  "Nothing to roll back: it is an order of steps, not a setting.")]
     return []
 
 

@@ -90,7 +90,8 @@ def print_text(pm: Postmortem, console=None, wide: bool = False) -> None:
             table.add_row(s.clock, _n(s.running), _n(s.waiting), _n(s.kv_pct), _n(s.gen_tps), _n(s.prefix_hit_pct),
                           s.source)
         tables.print_table(console, table)
-    colour = "green" if d.classification in ("clean_shutdown", "still_running") else "red"
+    colour = "green" if d.classification in ("clean_shutdown", "still_running") else \
+        "yellow" if d.classification == "forced_stop" else "red"
     console.print(Text.assemble(("Death", "bold"), ": ", (str(d.label), colour), f" — {d.summary}"))
     for label, value in (("when", d.clock), ("process", d.process), ("exception", d.exception),
                          ("innermost engine frame", d.innermost_engine_frame), ("engine's message", d.engine_message),
