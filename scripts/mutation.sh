@@ -151,6 +151,8 @@ declare -A TESTS=(
   # the process tree's samples: CPU %, states, members (issue 50; test_serve_stale.py runs serve)
   # durations in seconds and parsed log numbers in words (the grep finds the files that run load, drills, the proxy)
   [servewatch/words.py]='tests/test_values_words.py tests/test_words.py'
+  # the culprit's multiplication of an allocation failure: no test imports it but postmortem's (issue 50)
+  [servewatch/doctor/arithmetic.py]='tests/test_values_arithmetic.py tests/test_postmortem.py'
   [servewatch/sources/process.py]='tests/test_process_mutants.py tests/test_values_process_source.py tests/test_sources_process.py
     tests/test_proctime.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
@@ -161,6 +163,14 @@ declare -A TESTS=(
     --deselect=tests/test_proxy.py::test_requests_no_token_is_silent_through_a_long_prefill
     --deselect=tests/test_proxy.py::test_requests_no_token_fires_on_a_stalled_engine_within_its_threshold
     --deselect=tests/test_proxy.py::test_traces_export_over_otlp_keeping_errors'
+  # the proxy's histograms, live state and trace sampling (issue 50; the grep finds the proxy's socket tests)
+  [servewatch/proxy/telemetry.py]='tests/test_values_telemetry.py tests/test_proxy_recordlog.py'
+  # the rank series (issue 50; the grep finds serve's runs)
+  [servewatch/sinks/export/rank_series.py]='tests/test_values_rank_series.py'
+  # serve's /metrics (issue 50; the grep finds 11 files that run serve, guard and the drills)
+  [servewatch/sinks/export/exporter.py]='tests/test_values_exporter.py tests/test_sink_registry.py'
+  # a bundle read back for its reports (issue 50; the grep finds the recorder's and the drills' runs)
+  [servewatch/bundle/incident.py]='tests/test_values_incident.py'
 )
 
 FLOOR=90
