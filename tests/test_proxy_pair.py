@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from servewatch.proxy import ProxyConfig
+from servewatch.proxy.exchange import ERROR_BODY_BYTES, JSON_BODY_BYTES
 from servewatch.proxy.pair import PairProxy
 from servewatch.proxy.recordlog import RecordLog, record_sink
+from servewatch.transport.contract import MockTransport
+from servewatch.transport.http1 import ConnectFailed, NoAnswer, StreamBroken, StreamCut
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,7 +118,7 @@ class Engine:
 class Pair:
     """A PairProxy on an ephemeral port in this loop, its records collected (and written with `log`)."""
 
-    def __init__(self, prefill, decode, log: RecordLog | None = None, **config):
+    def __init__(self, prefill, decode, log: RecordLog | None = None, transport=None, **config):
         self.records = []
         self.lines = []
         self.log = log
@@ -127,7 +131,7 @@ class Pair:
 
         urls = [tuple(e if isinstance(e, str) else e.url for e in side) for side in (prefill, decode)]
         self.proxy = PairProxy(ProxyConfig(upstream="", prefill=urls[0], decode=urls[1], **config),
-                               on_record=on_record)
+                               on_record=on_record, transport=transport)
 
     async def __aenter__(self) -> "Pair":
         self.port = await self.proxy.start("127.0.0.1", 0)
@@ -466,3 +470,167 @@ def test_a_client_that_leaves_during_the_prefill_cancels_it_and_decode_is_never_
     rec, decoded = asyncio.run(go())
     assert rec.error == "client_abort" and rec.proxy["pd"]["failed_leg"] is None
     assert rec.proxy["pd"]["decode"] is None and decoded == []
+
+
+# --- each leg's transport outcome (servewatch.transport.contract) is the request's clear error -------------------
+
+PREFILL_AT = "http://127.0.0.1:9"          # never connected to: the prefill leg is a MockTransport's
+
+
+def _hang_forever(request):
+    return asyncio.Event().wait()                        # an answer that never comes (the leg's deadline ends it)
+
+
+@pytest.mark.parametrize("answer, status, error, words", [
+    (ConnectionRefusedError(111, "Connection refused"), 502, "connect", "prefill 0 (127.0.0.1:9) refused the connection"),
+    (ConnectFailed("connect timeout", TimeoutError()), 502, "connect", "no connection to prefill 0 (127.0.0.1:9) in 7 s"),
+    (socket.gaierror(-2, "Name or service not known"), 502, "connect",
+     "prefill 0 (127.0.0.1:9) could not be connected to (the host name 127.0.0.1 could not be resolved)"),
+    (OSError(101, "Network is unreachable"), 502, "connect",
+     "prefill 0 (127.0.0.1:9) could not be connected to (Network is unreachable)"),
+    (NoAnswer("connection closed before the response"), 502, "stream_cut",
+     "prefill 0 (127.0.0.1:9) closed the connection before answering"),
+    (StreamBroken("connection closed mid-body"), 502, "stream_cut",
+     "prefill 0 (127.0.0.1:9) closed the connection before answering"),
+    (StreamCut("malformed status line"), 502, "stream_cut", "prefill 0 (127.0.0.1:9): malformed answer (malformed status line)"),
+    (_hang_forever, 504, "timeout", "prefill 0 (127.0.0.1:9) sent no answer in 0.3 s"),
+    ((200, b"x" * (JSON_BODY_BYTES + 1)), 502, "stream_cut", "prefill 0 (127.0.0.1:9) answered over the size bound"),
+    ((500, b"x" * (ERROR_BODY_BYTES + 1)), 502, "stream_cut", "prefill 0 (127.0.0.1:9) answered over the size bound"),
+], ids=["refused", "connect_timeout", "dns", "unreachable", "no_answer", "cut", "protocol", "timeout", "too_large",
+        "error_too_large"])
+def test_a_prefill_legs_transport_outcome_is_the_requests_clear_error(answer, status, error, words):
+    """Whatever way the prefill leg's exchange ends without an answer, the contract's one mapping (outcome_of)
+    decides its outcome and the pair says it: the status, the record's error class, words naming the leg and the
+    instance; decode is never asked."""
+    def handler(request):
+        if callable(answer):
+            return answer(request)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def go():
+        mock = MockTransport(handler)
+        async with Engine("decode") as d0:
+            async with Pair([PREFILL_AT], [d0], transport=mock, prefill_timeout_s=0.3, connect_timeout_s=7) as pair:
+                answer_ = await pair.post(_stream())
+                await pair.settled(1)
+                return answer_, pair.records[0], d0, mock
+
+    (got_status, data, _), rec, d0, mock = asyncio.run(go())
+    message = json.loads(data)["error"]["message"]
+    assert (got_status, message) == (status, f"prefill leg: {words}")
+    assert (rec.error, rec.error_detail, rec.http_status) == (error, message, status)
+    assert rec.proxy["pd"]["failed_leg"] == "prefill" and d0.bodies == []
+    sent = mock.requests[0]                              # the leg's own bounds went with the request
+    assert (sent.url, sent.timeout_s, sent.max_bytes) == (PREFILL_AT + "/v1/completions", 0.3, JSON_BODY_BYTES)
+    assert json.loads(sent.body)["max_tokens"] == 1 and dict(sent.headers)["Authorization"] == "Bearer key-1"
+
+
+class RawDecode:
+    """A decode instance on a real socket that answers with `reply` bytes to the first request, then closes."""
+
+    def __init__(self, reply: bytes):
+        self.reply = reply
+        self.server = None
+
+    async def __aenter__(self) -> "RawDecode":
+        async def answer(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(self.reply)
+            await writer.drain()
+            writer.close()
+
+        self.server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.mark.parametrize("reply, status, words", [
+    (b"", 502, "closed the connection before answering"),
+    (b"SPDY/3 200 OK\r\n\r\n", 502, ": malformed answer (malformed status line)"),
+    (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n", 502,
+     "closed the connection before answering"),
+    (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+     b"10\r\ndata: [DONE]\n\n..\r\n5\r\nda", 200, "closed the connection mid-answer"),
+], ids=["no_answer", "protocol", "cut_before_a_byte", "cut_mid_answer"])
+def test_a_decode_legs_outcome_on_a_real_socket_is_the_requests_clear_error(reply, status, words):
+    """Decode's stream is read by the transport's HTTP/1.1 client; its outcome is the contract's mapping too:
+    before the client has a byte, the proxy's own 502 naming decode (never a 200 with an empty body); after,
+    an error event and a cut."""
+    async def go():
+        async with Engine("prefill") as p0, RawDecode(reply) as d0:
+            async with Pair([p0], [d0.url]) as pair:
+                answer = await pair.post(_stream())
+                await pair.settled(1)
+                return answer, pair.records[0], d0
+
+    (got_status, data, error), rec, d0 = asyncio.run(go())
+    where = d0.url.removeprefix("http://")
+    message = f"decode leg: decode 0 ({where}){'' if words.startswith(':') else ' '}{words}"
+    assert got_status == status and rec.error == "stream_cut" and rec.error_detail == message
+    assert rec.proxy["pd"]["failed_leg"] == "decode" and rec.proxy["pd"]["prefill_status"] == 200
+    if status == 502:
+        assert json.loads(data)["error"]["message"] == message and error is None
+    else:                          # the 16 + 2 bytes that came, as they came, then the error event and a cut
+        event = {"error": {"message": message, "type": "decode_failed", "code": 502}}
+        assert data == b"data: [DONE]\n\n..da" + b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+        assert isinstance(error, aiohttp.ClientPayloadError)
+
+
+def test_a_relay_stops_reading_decode_while_a_slow_client_is_behind():
+    """Backpressure: past RELAY_HIGH_BYTES waiting, decode's socket is not read; taking them reads it again."""
+    from servewatch.proxy.pair import RELAY_HIGH_BYTES, _Relay
+
+    class Response:
+        def __init__(self):
+            self.calls = []
+            self.sink = None
+            self.end = asyncio.get_running_loop().create_future()
+
+        async def stream_into(self, sink):
+            self.sink = sink
+            await self.end
+
+        def pause_reading(self):
+            self.calls.append("pause")
+
+        def resume_reading(self):
+            self.calls.append("resume")
+
+    async def go():
+        response = Response()
+        relay = _Relay(response)
+        async with asyncio.timeout(5):
+            while response.sink is None:
+                await asyncio.sleep(0)
+        response.sink(b"a" * RELAY_HIGH_BYTES)
+        before = list(response.calls)
+        response.sink(b"b")
+        response.sink(b"c")
+        paused = list(response.calls)
+        first = await relay.next()
+        resumed = list(response.calls)
+        response.sink(b"d")
+        response.end.set_exception(StreamBroken("connection closed mid-body"))
+        second = await relay.next()
+        try:
+            await relay.next()
+            third = None
+        except StreamBroken as exc:
+            third = str(exc)
+        relay.close()
+        return before, paused, first, resumed, second, third
+
+    before, paused, first, resumed, second, third = asyncio.run(go())
+    assert (before, paused, resumed) == ([], ["pause"], ["pause", "resume"])    # one pause, one resume
+    assert first == b"a" * RELAY_HIGH_BYTES + b"bc" and second == b"d"
+    assert third == "connection closed mid-body"                               # the bytes before the cut first

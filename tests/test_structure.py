@@ -337,8 +337,8 @@ HTTP_IMPORTS_ALLOWED = {
     ("servewatch.sim.server", "aiohttp.web"): "the simulator's OpenAI-compatible server",
     ("servewatch.sim.replay_server", "aiohttp.web"): "the replay simulator's server",
     ("servewatch.proxy.telemetry", "aiohttp.web"): "the proxy's telemetry endpoint (a server)",
-    ("servewatch.proxy.pair", "aiohttp"): "the proxy's prefill/decode pair (issue 53; the proxy is on its own client)",
-    ("servewatch.proxy.pair", "aiohttp.web"): "the proxy's prefill/decode pair's server",
+    ("servewatch.proxy.pair", "aiohttp.web"): "the proxy's prefill/decode pair's server (aiohttp.web server only: "
+                                              "both legs' client side is servewatch.transport)",
     ("servewatch.load.aiohttp_client", "aiohttp"): "the contender benchmarks/load_client.py measures the load "
                                                    "generator's own streaming client against (0.55x its CPU)",
     ("servewatch.sim.pd", "aiohttp"): "one request between two simulators on the simulator's own loop",
@@ -420,6 +420,56 @@ def test_the_argparse_check_can_fail():
         "servewatch.proxy.app:1 imports argparse"]
     assert argparse_imports("import argparse\n", "servewatch.commands.watch") == []
     assert argparse_imports("import argparse\n", "servewatch.lab.tiny_model") == []
+
+
+# Nor does the namespace travel below the commands untyped: a function there that reads a parameter named as the
+# commands name the parsed namespace (`args.url`, `getattr(args, "pid", None)`, `vars(args)`) or adds flags to a
+# parser (`parser.add_argument`) is command-line handling, and goes in servewatch/commands/.
+NAMESPACE_NAMES = ("args", "namespace", "ns", "parsed_args")
+
+
+def namespace_readers(source: str, module: str) -> list[str]:
+    if module in ARGPARSE_SCRIPTS or any(module == home or module.startswith(home + ".") for home in ARGPARSE_HOMES):
+        return []
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        given = function.args
+        names = {a.arg for a in (*given.posonlyargs, *given.args, *given.kwonlyargs)} & set(NAMESPACE_NAMES)
+        name = getattr(function, "name", "<lambda>")
+        for node in ast.walk(function):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names:
+                found.append(f"{module}:{node.lineno} {name}() reads {node.value.id}.{node.attr}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars")
+                  and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in names):
+                found.append(f"{module}:{node.lineno} {name}() reads {node.args[0].id} with {node.func.id}()")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in ("add_argument", "add_argument_group", "add_parser", "parse_args")):
+                found.append(f"{module}:{node.lineno} {name}() calls {node.func.attr}()")
+    return sorted(set(found))
+
+
+def test_no_function_below_the_commands_takes_the_namespace():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+        found += namespace_readers(path.read_text("utf-8"), module)
+    assert found == []
+
+
+def test_the_namespace_check_can_fail():
+    source = ("def from_args(args):\n    return load(args.config) if getattr(args, 'pid', None) else vars(args)\n"
+              "def add(parser):\n    parser.add_argument('--x')\n"
+              "def line(args: list):\n    return ' '.join(args)\n"            # a list called args: not a namespace
+              "def f(*args):\n    return args.count(1)\n")                    # *args: a tuple, not a parameter read
+    assert namespace_readers(source, "servewatch.serve.config") == [
+        "servewatch.serve.config:2 from_args() reads args with getattr()",
+        "servewatch.serve.config:2 from_args() reads args with vars()",
+        "servewatch.serve.config:2 from_args() reads args.config",
+        "servewatch.serve.config:4 add() calls add_argument()"]
+    assert namespace_readers(source, "servewatch.commands.serve") == []
+    assert namespace_readers(source, "servewatch.lab.freeze") == []
 
 
 # Verdict names outside detectors/ come from the registry: guard's actions and the alert rules name a verdict

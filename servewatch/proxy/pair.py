@@ -10,6 +10,12 @@ in vLLM's repository), with a bound on each leg where that router waits forever,
    decode instance (round robin);
 3. decode's answer reaches the client as decode sends it.
 
+Both legs' upstream side is servewatch.transport: the prefill's one bounded JSON answer through the contract's
+`send` (Http1Transport), decode's stream read as it arrives from the HTTP/1.1 client (`Http1Client`, each
+instance a keep-alive pool), and every way a leg ends without an answer (refused, timeout, cut, too large ...)
+is the contract's one mapping (`outcome_of`) before it is the leg's words (`PairProxy.leg_failed`). aiohttp is
+the client-facing server only.
+
 A leg that fails fails the request, and says which leg: the proxy's own JSON error (502; 504 past a leg's bound)
 naming the leg and the instance (host:port) while nothing was sent; a 4xx answer of either leg reaches the client
 as the engine gave it (the request is at fault, and the engine's words say how). The client's status line goes
@@ -32,17 +38,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# aiohttp's client on purpose: the pair path relays one upstream answer into one aiohttp server response, with
-# backpressure through awaits and a header of its own per leg; the single path, whose cost per token
-# benchmarks/proxy.py measures, stays on servewatch.transport and is not touched by this module.
-import aiohttp
 from aiohttp import web
 
 from servewatch.load import records as R
 from servewatch.proxy.config import ProxyConfig
 from servewatch.proxy.exchange import API_PATHS, ERROR_BODY_BYTES, JSON_BODY_BYTES, Exchange, tenant_id
 from servewatch.proxy.server import Proxy, ProxyCounters
-from servewatch.transport.http1 import Endpoint
+from servewatch.transport.contract import (CONNECT, CONNECT_TIMEOUT_WORDS, DNS, PROTOCOL, REFUSED, TIMEOUT,
+                                           TLS, TOO_LARGE, Failed, Http1Transport, HttpRequest, Transport,
+                                           outcome_of)
+from servewatch.transport.http1 import Endpoint, Http1Client, encoded_headers
 
 PREFILL, DECODE = "prefill", "decode"
 # what the prefill is asked to do with its KV (the toy router's words): keep it for a remote decode
@@ -51,6 +56,7 @@ REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False, "remote_e
 # what decode does not take from a prefill's own request, or the prefill cannot do (the toy router drops them)
 NOT_FOR_PREFILL = ("stream_options", "min_tokens", "min_completion_tokens")
 STOP_WAIT_S = 0.1        # what a stop waits for a request in flight before it is cancelled (see PairProxy.start)
+RELAY_HIGH_BYTES = 2**16  # decode's bytes waiting for a slow client past which its socket is not read (_Relay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +164,14 @@ class _Refused(Exception):
 
 
 class PairProxy(Proxy):
-    """The pair's request path on aiohttp's server and client. What happens at a request's end (its record, the
+    """The pair's request path: aiohttp's server towards the client, servewatch.transport towards the legs. What happens at a request's end (its record, the
     counters, the recent TTFTs, on_record) and the live snapshot are the single proxy's (Proxy.finished,
-    Proxy.snapshot), so telemetry, --records and the requests source read a pair as they read one upstream."""
+    Proxy.snapshot), so telemetry, --records and the requests source read a pair as they read one upstream.
+    `transport`: the contract's Transport for the prefill leg and the other paths (default an Http1Transport
+    made at start; a MockTransport in a test)."""
 
     def __init__(self, config: ProxyConfig, *, on_record: Callable[[Exchange, R.RequestRecord], None] | None = None,
-                 now: Callable[[], float] = time.time):
+                 now: Callable[[], float] = time.time, transport: Transport | None = None):
         if not config.prefill or not config.decode:
             raise ValueError("a pair needs at least one prefill and one decode URL")
         self.config = config
@@ -185,7 +193,8 @@ class PairProxy(Proxy):
         self._later_handle = None
         self._plain = False
         self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._transport = transport                           # the prefill leg and other paths (the contract)
+        self._streams: dict[int, Http1Client] = {}            # decode instance's index -> its streaming client
         self._active = 0
 
     def pick(self, role: str) -> Instance:
@@ -198,10 +207,11 @@ class PairProxy(Proxy):
     # -- lifecycle
     async def start(self, host: str, port: int) -> int:
         c = self.config
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, force_close=False),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.connect_timeout_s, connect=c.connect_timeout_s),
-            auto_decompress=False, skip_auto_headers=("User-Agent",))
+        if self._transport is None:
+            self._transport = Http1Transport(max_idle=c.max_connections, connect_timeout_s=c.connect_timeout_s)
+        self._streams = {inst.index: Http1Client(Endpoint.parse(inst.base), connect_timeout=c.connect_timeout_s,
+                                                 max_idle=c.max_connections, max_body=c.max_response_bytes)
+                         for inst in self.instances[DECODE]}
         app = web.Application(client_max_size=c.max_request_bytes)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # a stop ends the requests in flight at once (their records made), as the single path's close aborts its
@@ -217,8 +227,10 @@ class PairProxy(Proxy):
         self.record_ended()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        if self._transport is not None:
+            await self._transport.close()
+        for client in self._streams.values():
+            await client.close()
 
     # -- a request
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -261,9 +273,14 @@ class PairProxy(Proxy):
             tenant = auth[7:].strip()
         if tenant:
             ex.tenant = tenant_id(tenant.encode("utf-8", "surrogateescape"), c.tenant_key)
-        headers = {"Content-Type": "application/json", "X-Request-Id": uuid.uuid4().hex}   # one id, both legs' logs
+        headers = [("X-Request-Id", uuid.uuid4().hex)]                  # one id, both legs' logs
         if auth is not None:
-            headers["Authorization"] = auth
+            headers.append(("Authorization", auth))
+        try:
+            encoded_headers(headers)
+        except ValueError:
+            self.counters.refuse("bad_request")
+            return _error(400, "the Authorization header is not printable ASCII on one line", "invalid_request")
         self.inflight.add(ex)
         try:
             return await self._legs(request, ex, body, headers)
@@ -274,7 +291,7 @@ class PairProxy(Proxy):
             ex.done = True
             self.finished(ex)
 
-    async def _legs(self, request: web.Request, ex: PairExchange, body: dict, headers: dict) -> web.StreamResponse:
+    async def _legs(self, request: web.Request, ex: PairExchange, body: dict, headers: list) -> web.StreamResponse:
         c = self.config
         path = request.path_qs
         # 1. prefill: one whole answer
@@ -306,49 +323,53 @@ class PairProxy(Proxy):
         decode = ex.decode = self.pick(DECODE)
         return await self._decode(request, ex, decode, path, json.dumps(body).encode(), headers)
 
-    async def _prefill(self, inst: Instance, path: str, data: bytes, headers: dict):
-        """The prefill's answer as JSON; _Refused for an answer other than 200, _LegFailed for no answer."""
+    async def _prefill(self, inst: Instance, path: str, data: bytes, headers: list):
+        """The prefill's answer as JSON; _Refused for an answer other than 200, _LegFailed for no answer (the
+        contract's outcome, said by leg_failed)."""
         c = self.config
+        got = await self._transport.send(HttpRequest("POST", inst.base + path, c.prefill_timeout_s, JSON_BODY_BYTES,
+                                                     data, tuple(headers)))
+        if isinstance(got, Failed):
+            raise self.leg_failed(got, inst, c.prefill_timeout_s, "answer")
+        if got.status != 200:
+            if len(got.body) > ERROR_BODY_BYTES:             # an error's words are bounded tighter than an answer
+                raise self.leg_failed(Failed(TOO_LARGE, "", got.elapsed_s, got.status), inst, c.prefill_timeout_s,
+                                      "answer")
+            raise _Refused(got.status, got.headers, got.body)
         try:
-            async with asyncio.timeout(c.prefill_timeout_s):
-                async with self._session.post(inst.base + path, data=data, headers=headers) as up:
-                    raw = await _read(up, JSON_BODY_BYTES if up.status == 200 else ERROR_BODY_BYTES)
-                    if up.status != 200:
-                        raise _Refused(up.status, up.headers, raw)
-        except (_Refused, asyncio.CancelledError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - every way a leg ends without an answer is said by _failure
-            raise self._failure(exc, inst, c.prefill_timeout_s, "answer") from None
-        try:
-            return json.loads(raw)
+            return json.loads(got.body)
         except (ValueError, UnicodeDecodeError):
             raise _LegFailed(R.STREAM_CUT, f"prefill leg: {inst.words} answered HTTP 200 with a body that is "
                              "not JSON", 502) from None
 
     async def _decode(self, request: web.Request, ex: PairExchange, inst: Instance, path: str, data: bytes,
-                      headers: dict) -> web.StreamResponse:
+                      headers: list) -> web.StreamResponse:
         c = self.config
+        client = self._streams[inst.index]
         ex.decode_sent = self.now()
+        started = time.monotonic()
         up = None
+        relay = None
         out = None
         try:
             try:
                 async with asyncio.timeout(c.decode_first_byte_timeout_s):
-                    up = await self._session.post(inst.base + path, data=data, headers=headers)
+                    up = await client.request("POST", path, data, headers=encoded_headers(headers))
                     ex.first_byte = ex.last = self.now()
                     if up.status != 200:
-                        raise _Refused(up.status, up.headers, await _read(up, ERROR_BODY_BYTES))
-                    first = await up.content.readany()
+                        raise _Refused(up.status, up.headers, await up.read_all(ERROR_BODY_BYTES))
+                    relay = _Relay(up)
+                    first = await relay.next()
             except (_Refused, asyncio.CancelledError):
                 raise
-            except Exception as exc:  # noqa: BLE001 - said by _failure
-                raise self._failure(exc, inst, c.decode_first_byte_timeout_s, "first byte") from None
+            except Exception as exc:  # noqa: BLE001 - the contract's outcome, said by leg_failed
+                raise self._broke(exc, inst, started, c.decode_first_byte_timeout_s, "first byte") from None
             if not first:
                 raise _LegFailed(R.STREAM_CUT, f"decode leg: {inst.words} answered HTTP 200 with an empty body", 502)
-            ctype = up.headers.get("Content-Type", "")
+            ctype = up.headers.get("content-type", "")
             ex.on_head(200, {"content-type": ctype})
             out = web.StreamResponse(status=200, headers={"Content-Type": ctype} if ctype else None)
-            length = up.headers.get("Content-Length")
+            length = up.headers.get("content-length")
             if length is not None and length.isdigit():
                 out.content_length = int(length)
             await out.prepare(request)
@@ -357,13 +378,14 @@ class PairProxy(Proxy):
                 ex.last = self.now()
                 await out.write(data)
                 ex.on_body(data)
+                started = time.monotonic()
                 try:
                     async with asyncio.timeout(c.read_idle_timeout_s):
-                        data = await up.content.readany()
+                        data = await relay.next()
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:  # noqa: BLE001 - said by _failure
-                    raise self._failure(exc, inst, c.read_idle_timeout_s, "next byte") from None
+                except Exception as exc:  # noqa: BLE001 - the contract's outcome, said by leg_failed
+                    raise self._broke(exc, inst, started, c.read_idle_timeout_s, "next byte") from None
             ex.decode_end = self.now()
             await out.write_eof()
             return out
@@ -380,8 +402,10 @@ class PairProxy(Proxy):
             ex.client_gone = True
             return out
         finally:
+            if relay is not None:
+                relay.close()
             if up is not None:
-                up.close()                        # (released when read to its end; else the engine sees it cancelled)
+                up.release()                      # (pooled when read to its end; else closed: the engine sees a cancel)
 
     async def _cut(self, request: web.Request, ex: PairExchange, out: web.StreamResponse, failed: _LegFailed) -> None:
         """Decode broke after the client had its first bytes: an error event where the answer is a stream, then
@@ -397,21 +421,30 @@ class PairProxy(Proxy):
         if transport is not None:
             transport.close()
 
-    def _failure(self, exc: BaseException, inst: Instance, bound: float, what: str) -> _LegFailed:
-        leg = inst.role
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            os_words = exc.os_error.strerror if exc.os_error is not None and exc.os_error.strerror else "failed"
-            word = "refused the connection" if isinstance(exc.os_error, ConnectionRefusedError) else \
-                f"could not be connected to ({os_words})"
-            return _LegFailed(R.CONNECT, f"{leg} leg: {inst.words} {word}", 502)
-        if isinstance(exc, aiohttp.ClientError) and isinstance(exc, TimeoutError):
+    def _broke(self, exc: BaseException, inst: Instance, started: float, bound: float, what: str) -> _LegFailed:
+        """An error that ended a streamed read, as the contract's outcome (`outcome_of`), said by leg_failed."""
+        outcome, detail = outcome_of(exc, host=Endpoint.parse(inst.base).host, timeout_s=bound)
+        return self.leg_failed(Failed(outcome, detail, time.monotonic() - started), inst, bound, what)
+
+    def leg_failed(self, failed: Failed, inst: Instance, bound: float, what: str) -> _LegFailed:
+        """A leg's transport outcome as the request's error: its class, its words naming the leg and the
+        instance, and the client's status (504 past the leg's bound `bound`, else 502). `what`: what did not
+        come ("answer", "first byte", "next byte")."""
+        leg, outcome = inst.role, failed.outcome
+        if outcome == REFUSED:
+            return _LegFailed(R.CONNECT, f"{leg} leg: {inst.words} refused the connection", 502)
+        if outcome in (DNS, TLS, CONNECT):
+            return _LegFailed(R.CONNECT, f"{leg} leg: {inst.words} could not be connected to ({failed.detail})", 502)
+        if outcome == TIMEOUT and failed.detail == CONNECT_TIMEOUT_WORDS:
             return _LegFailed(R.CONNECT, f"{leg} leg: no connection to {inst.words} in "
                               f"{self.config.connect_timeout_s:g} s", 502)
-        if isinstance(exc, TimeoutError):
+        if outcome == TIMEOUT:
             return _LegFailed(R.TIMEOUT, f"{leg} leg: {inst.words} sent no {what} in {bound:g} s", 504)
-        if isinstance(exc, _TooLarge):
+        if outcome == TOO_LARGE:
             return _LegFailed(R.STREAM_CUT, f"{leg} leg: {inst.words} answered over the size bound", 502)
-        when = "mid-answer" if what == "next byte" else "before answering"
+        if outcome == PROTOCOL:
+            return _LegFailed(R.STREAM_CUT, f"{leg} leg: {inst.words}: {failed.detail}", 502)   # "malformed answer (...)"
+        when = "mid-answer" if what == "next byte" else "before answering"      # no_answer, cut
         return _LegFailed(R.STREAM_CUT, f"{leg} leg: {inst.words} closed the connection {when}", 502)
 
     def _failed(self, ex: PairExchange, leg: str, failed: _LegFailed) -> web.Response:
@@ -431,7 +464,7 @@ class PairProxy(Proxy):
         ex.fail(inst.role, error, f"{inst.role} leg: {inst.words} answered {words}")
         ex.decode_end = self.now() if inst.role == DECODE else None
         if 400 <= refused.status < 500:
-            ctype = refused.headers.get("Content-Type", "application/json")
+            ctype = refused.headers.get("content-type", "application/json")
             return web.Response(status=refused.status, body=refused.body, headers={"Content-Type": ctype})
         ex.status = 502
         return _error(502, ex.error_detail, "upstream_error")
@@ -446,34 +479,73 @@ class PairProxy(Proxy):
         except web.HTTPRequestEntityTooLarge:
             self.counters.refuse("too_large")
             return _error(413, f"request body over {c.max_request_bytes} bytes", "invalid_request")
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
+        auth = request.headers.get("Authorization")
+        headers = (("Authorization", auth),) if auth is not None else ()
         try:
-            async with asyncio.timeout(c.first_byte_timeout_s):
-                async with self._session.request(request.method, inst.base + request.path_qs, data=data or None,
-                                                 headers=headers) as up:
-                    raw = await _read(up, JSON_BODY_BYTES)
-                    ctype = up.headers.get("Content-Type")
-                    return web.Response(status=up.status, body=raw, headers={"Content-Type": ctype} if ctype else None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - said by _failure
-            failed = self._failure(exc, inst, c.first_byte_timeout_s, "answer")
+            encoded_headers(headers)
+        except ValueError:
+            self.counters.refuse("bad_request")
+            return _error(400, "the Authorization header is not printable ASCII on one line", "invalid_request")
+        got = await self._transport.send(HttpRequest(
+            request.method, inst.base + request.path_qs, c.first_byte_timeout_s, JSON_BODY_BYTES, data or None,
+            headers, request.headers.get("Content-Type", "application/json")))
+        if isinstance(got, Failed):
+            failed = self.leg_failed(got, inst, c.first_byte_timeout_s, "answer")
             self.counters.refuse("upstream_timeout" if failed.error == R.TIMEOUT else "upstream_unavailable")
             return _error(failed.status, failed.detail, "upstream_unavailable")
+        ctype = got.headers.get("content-type")
+        return web.Response(status=got.status, body=got.body, headers={"Content-Type": ctype} if ctype else None)
 
 
-class _TooLarge(Exception):
-    """An answer over its size bound."""
+class _Relay:
+    """Decode's body as it arrives, pushed by the connection's protocol (`Response.stream_into`) and taken by one
+    awaiting writer (`next`); while more than RELAY_HIGH_BYTES wait for a slow client, the socket is not read,
+    so the engine's stream waits in its own buffers, not in the proxy's memory."""
 
+    __slots__ = ("response", "parts", "size", "wake", "paused", "reading")
 
-async def _read(up: aiohttp.ClientResponse, limit: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        data = await up.content.readany()
-        if not data:
-            return b"".join(parts)
-        size += len(data)
-        if size > limit:
-            raise _TooLarge
-        parts.append(data)
+    def __init__(self, response):
+        self.response = response
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.wake: asyncio.Future | None = None
+        self.paused = False
+        self.reading = asyncio.ensure_future(response.stream_into(self.push))
+        self.reading.add_done_callback(self._woken)
+
+    def push(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size > RELAY_HIGH_BYTES and not self.paused:
+            self.paused = True
+            self.response.pause_reading()
+        self._woken()
+
+    def _woken(self, _=None) -> None:
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def next(self) -> bytes:
+        """The bytes that came since the last call; b"" at the body's end; the read's error (StreamCut,
+        BodyTooLarge) once the bytes before it are taken."""
+        while not self.parts:
+            if self.reading.done():
+                self.reading.result()
+                return b""
+            self.wake = asyncio.get_running_loop().create_future()
+            await self.wake
+        parts, self.parts, self.size = self.parts, [], 0
+        if self.paused:
+            self.paused = False
+            self.response.resume_reading()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def close(self) -> None:
+        if self.paused:                           # (a connection read to its end goes back to the pool reading)
+            self.paused = False
+            self.response.resume_reading()
+        if not self.reading.done():
+            self.reading.cancel()
+        elif not self.reading.cancelled():
+            self.reading.exception()              # (said, or not needed: never "an exception never retrieved")

@@ -59,6 +59,7 @@ TOO_LARGE = "too_large"
 PROTOCOL = "protocol"
 HTTP_STATUS = "http_status"
 MAX_ROUTES = 4096          # parsed URLs an Http1Transport keeps (serve: a few per target)
+CONNECT_TIMEOUT_WORDS = "could not connect in time"   # a timeout's detail when the connection's own bound ran out
 OUTCOMES = (REFUSED, DNS, TLS, CONNECT, TIMEOUT, NO_ANSWER, CUT, TOO_LARGE, PROTOCOL, HTTP_STATUS)
 
 # Each outcome in the scrape vocabulary that bundles store (`servewatch.kinds`).
@@ -135,7 +136,7 @@ def outcome_of(exc: BaseException, *, host: str | None = None, timeout_s: float 
     if isinstance(exc, ConnectFailed):
         cause = exc.cause
         if isinstance(cause, TimeoutError):
-            return TIMEOUT, "could not connect in time"
+            return TIMEOUT, CONNECT_TIMEOUT_WORDS
         if isinstance(cause, (ssl.SSLError, ssl.CertificateError, socket.gaierror, ConnectionRefusedError)):
             return outcome_of(cause, host=host)
         return CONNECT, str(exc) or "could not connect"

@@ -402,6 +402,17 @@ class Response:
         await self.stream_into(collect)
         return b"".join(parts)
 
+    def pause_reading(self) -> None:
+        """Stop reading the body from the socket (a relay's backpressure: its reader is behind)."""
+        conn = self._conn
+        if conn is not None and conn.transport is not None:
+            conn.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        conn = self._conn
+        if conn is not None and conn.transport is not None:
+            conn.transport.resume_reading()
+
     def release(self) -> None:
         """Give the connection back to the pool if the body was read to its end, else close it."""
         conn, self._conn = self._conn, None
