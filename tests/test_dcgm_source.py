@@ -70,8 +70,8 @@ def test_an_unreachable_or_foreign_page_is_a_typed_unavailable_sample():
 def test_gpu_metrics_puts_dcgm_exporter_in_place_of_nvml():
     from servewatch.cli import build_parser
     from servewatch.commands.watch import DEFAULTS
+    from servewatch.commands.recording import options_from_args
     from servewatch.sources.gpu import GpuSource
-    from servewatch.watch.options import options_from_args
     from servewatch.transport.contract import Http1Transport
     from servewatch.watch.session import build_recorder
 

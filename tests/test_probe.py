@@ -207,8 +207,8 @@ def test_a_not_serving_bundle_stores_the_probe_samples_validates_and_verifies(tm
 def test_recording_options_carry_the_probe_flags(interval):
     import argparse
 
-    from servewatch.commands.recording import add_recording_arguments
-    from servewatch.watch.options import RecordingOptions, options_from_args
+    from servewatch.commands.recording import add_recording_arguments, options_from_args
+    from servewatch.watch.options import RecordingOptions
 
     parser = argparse.ArgumentParser()
     defaults = RecordingOptions(url="")

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from servewatch.commands.serve import config_from_args
 from servewatch.engine.state import Counters, EngineState
 from servewatch.errors import ServewatchError
 from servewatch.serve import config as serve_config
@@ -45,7 +46,7 @@ def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_p
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(["serve", "--config", str(path), "--no-probe", "--probe-deadline", "3s"])
-    cfg = serve_config.from_args(args)
+    cfg = config_from_args(args)
     assert (cfg.recording.probe, cfg.recording.probe_interval_s, cfg.recording.probe_deadline) == (False, 60.0, 3.0)
     path.write_text("probe: maybe\n")
     with pytest.raises(ServewatchError, match=":1: probe: true or false"):
@@ -85,7 +86,7 @@ def test_an_unwritable_out_is_refused_before_anything_is_watched(tmp_path, where
     register(parser.add_subparsers())
     args = parser.parse_args(["serve", "--config", str(path), *(["--out", "/proc/x"] if where == "--out" else [])])
     with pytest.raises(ServewatchError, match=r"^--out /proc/x: not writable \(No such file or directory\)$"):
-        serve_config.from_args(args)
+        config_from_args(args)
 
 
 def test_file_sd_json_and_yaml(tmp_path):

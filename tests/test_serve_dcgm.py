@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from servewatch.clock import RealClock
+from servewatch.commands.serve import config_from_args
 from servewatch.errors import ServewatchError
 from servewatch.serve import config as serve_config
 from servewatch.serve.config import FLEET_RECORDING, ServeConfig
@@ -151,7 +152,7 @@ def test_the_command_line_names_a_targets_exporter_or_this_nodes(capfd):
     args = build_parser().parse_args(["serve", "--target", "llama-a=http://10.0.0.7:8000", "--target",
                                       "http://10.0.0.8:8000", "--gpu-metrics", "llama-a=http://10.0.0.7:9400/metrics",
                                       "--gpu-metrics", "http://127.0.0.1:9400"])
-    config = serve_config.from_args(args)
+    config = config_from_args(args)
     assert [(t.name, t.gpu_metrics) for t in config.targets] == [("llama-a", "http://10.0.0.7:9400/metrics"),
                                                                  ("10.0.0.8:8000", None)]
     assert config.gpu_metrics == "http://127.0.0.1:9400/metrics"

@@ -37,13 +37,14 @@ def test_the_node_daemonset_runs_serve_node_as_its_cli_parses_it():
     """The DaemonSet's args are a `serve --node` the CLI accepts (node name from the downward API), on the port
     Prometheus is told to scrape, in the host's PID namespace."""
     from servewatch.cli import build_parser
-    from servewatch.serve.config import from_args, parse_listen
+    from servewatch.commands.serve import config_from_args
+    from servewatch.serve.config import parse_listen
 
     pod = documents("node-daemonset.yaml")[0]["spec"]["template"]
     spec = pod["spec"]
     [container] = spec["containers"]
     args = [a.replace("$(NODE_NAME)", "gpu-node-7") for a in container["args"]]
-    config = from_args(build_parser().parse_args(args))
+    config = config_from_args(build_parser().parse_args(args))
     assert config.node == "gpu-node-7" and not config.targets
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
     assert spec["hostPID"] is True

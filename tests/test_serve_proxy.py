@@ -15,6 +15,7 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
+from servewatch.commands.serve import config_from_args
 from servewatch.detectors.config import DetectorConfig
 from servewatch.errors import ServewatchError
 from servewatch.serve import config as serve_config
@@ -52,7 +53,7 @@ def test_a_targets_proxy_is_read_from_the_config_and_the_command_line(tmp_path):
 
     assert Sidecar(b).proxy.config.keep_itl and not Sidecar(a).proxy.config.keep_itl
     assert c.proxy is None
-    cfg = serve_config.from_args(_args("--config", str(path), "--target", "d=http://10.0.0.10:8000",
+    cfg = config_from_args(_args("--config", str(path), "--target", "d=http://10.0.0.10:8000",
                                        "--proxy", "d=127.0.0.1:8082"))
     assert [t.proxy.listen if t.proxy else None for t in cfg.targets] == \
         ["0.0.0.0:8080", "127.0.0.1:8081", None, "127.0.0.1:8082"]
@@ -79,11 +80,11 @@ def test_bad_proxy_settings_name_file_line_and_key(tmp_path, text, expected):
 
 def test_bad_proxy_flags_are_one_line():
     with pytest.raises(ServewatchError, match="no target named x \\(targets: a\\)"):
-        serve_config.from_args(_args("--target", "a=http://10.0.0.7:8000", "--proxy", "x=127.0.0.1:1"))
+        config_from_args(_args("--target", "a=http://10.0.0.7:8000", "--proxy", "x=127.0.0.1:1"))
     with pytest.raises(ServewatchError, match="expected NAME=HOST:PORT"):
-        serve_config.from_args(_args("--target", "a=http://10.0.0.7:8000", "--proxy", "127.0.0.1:1"))
+        config_from_args(_args("--target", "a=http://10.0.0.7:8000", "--proxy", "127.0.0.1:1"))
     with pytest.raises(ServewatchError, match="plain http:// URL only"):
-        serve_config.from_args(_args("--target", "a=https://10.0.0.7:8000", "--proxy", "a=127.0.0.1:1"))
+        config_from_args(_args("--target", "a=https://10.0.0.7:8000", "--proxy", "a=127.0.0.1:1"))
 
 
 def test_a_proxy_that_cannot_listen_stops_serve_with_one_line():

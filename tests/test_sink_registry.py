@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+from servewatch.commands.serve import config_from_args
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import ServewatchError
 from servewatch.serve import config as serve_config
@@ -54,17 +55,17 @@ def test_the_built_in_kinds_are_config_keys_and_flags(tmp_path):
     path = tmp_path / "serve.yaml"
     path.write_text("alertmanager: http://am:9093\nwebhook: http://hooks/a\ntargets: [http://10.0.0.8:8000]\n")
     assert serve_config.load(str(path)).sinks == {"alertmanager": "http://am:9093", "webhook": "http://hooks/a"}
-    cfg = serve_config.from_args(parse("--config", str(path), "--webhook", "http://hooks/b"))
+    cfg = config_from_args(parse("--config", str(path), "--webhook", "http://hooks/b"))
     assert cfg.sinks == {"alertmanager": "http://am:9093", "webhook": "http://hooks/b"}     # the flag over the file
     with pytest.raises(ServewatchError, match="'ftp://x': not an http"):
-        serve_config.from_args(parse("--target", "http://10.0.0.8:8000", "--alertmanager", "ftp://x"))
+        config_from_args(parse("--target", "http://10.0.0.8:8000", "--alertmanager", "ftp://x"))
 
 
 def test_a_registered_kind_is_a_key_a_flag_and_built_by_name(tmp_path, toy_kind):
     path = tmp_path / "serve.yaml"
     path.write_text("toy_pager: http://pager:1\ntargets: [http://10.0.0.8:8000]\n")
     assert serve_config.load(str(path)).sinks == {"toy_pager": "http://pager:1"}
-    cfg = serve_config.from_args(parse("--target", "http://10.0.0.8:8000", "--toy-pager", "http://pager:2"))
+    cfg = config_from_args(parse("--target", "http://10.0.0.8:8000", "--toy-pager", "http://pager:2"))
     assert cfg.sinks == {"toy_pager": "http://pager:2"}
 
     exporter = FleetExporter()

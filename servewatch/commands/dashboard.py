@@ -15,7 +15,7 @@ DESCRIPTION = ("Write a Grafana dashboard (JSON, import it in Grafana under Dash
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from servewatch.derive.engine_series import add_series_arguments
+    from servewatch.commands.recording import add_series_arguments
 
     parser = add_command(subparsers, "dashboard", HELP, DESCRIPTION, run)
     add_series_arguments(parser)
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from servewatch.derive.dashboard import panels, to_grafana
-    from servewatch.derive.engine_series import series_from_args
+    from servewatch.commands.recording import series_from_args
     from servewatch.errors import ServewatchError
 
     series = series_from_args(args)

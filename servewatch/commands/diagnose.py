@@ -73,7 +73,8 @@ def _record(args):
     from servewatch.doctor import diagnose as diagnosis
     from servewatch.doctor.diagnose import readings_from_window
     from servewatch.errors import ServewatchError
-    from servewatch.watch.options import DEFAULT_HISTORY_S, recording_from_args
+    from servewatch.commands.recording import recording_from_args
+    from servewatch.watch.options import DEFAULT_HISTORY_S
     from servewatch.watch.session import record
 
     if not 1.0 <= args.window <= 3600:

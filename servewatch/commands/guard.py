@@ -143,7 +143,7 @@ def run(args) -> int:
                          drain_timeout_s=args.drain_timeout, stacks=not args.no_stacks, dry_run=args.dry_run,
                          instance=held.name if held is not None else None)
     from servewatch.watch.guarding import GuardRun, guard_session
-    from servewatch.watch.options import options_from_args, resolve_at_start
+    from servewatch.commands.recording import options_from_args, resolve_at_start
 
     options = options_from_args(args, DEFAULTS)
     resolve_at_start(args)

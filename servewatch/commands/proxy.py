@@ -137,7 +137,7 @@ def run(args) -> int:
     import asyncio
 
     from servewatch.proxy.app import ProxyRun, run_proxy
-    from servewatch.watch.options import recording_from_args
+    from servewatch.commands.recording import recording_from_args
 
     listen = host_port(args.listen, "--listen")
     metrics = host_port(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None

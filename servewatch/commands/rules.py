@@ -15,7 +15,7 @@ DESCRIPTION = ("Write a Prometheus rule file: SLI recording rules, multi-window 
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from servewatch.derive.engine_series import add_series_arguments
+    from servewatch.commands.recording import add_series_arguments
 
     parser = add_command(subparsers, "rules", HELP, DESCRIPTION, run)
     parser.add_argument("--slo", required=True, metavar="FILE", help="the SLO file (YAML)")
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servewatch.derive.engine_series import series_from_args
+    from servewatch.commands.recording import series_from_args
     from servewatch.derive.rules import action_routes_yaml, build_rules, inhibit_rules_yaml, render_rule_file
     from servewatch.derive.slo import check_selector, check_thresholds, load_slo
     from servewatch.errors import ServewatchError

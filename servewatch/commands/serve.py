@@ -75,10 +75,9 @@ def run(args) -> int:
     from servewatch import stopping
     from servewatch.serve import heap
     from servewatch.serve.app import serve
-    from servewatch.serve.config import from_args
     from servewatch.watch.event_lines import EventLines
 
-    config = from_args(args)          # a bad config: one line naming file, line and key; exit 2
+    config = config_from_args(args)   # a bad config: one line naming file, line and key; exit 2
     _say_unresolved(config.targets)
     heap.settle()
 
@@ -92,6 +91,23 @@ def run(args) -> int:
 
     code = asyncio.run(main())
     return stopping.status() if stopping.received() is not None else code
+
+
+def config_from_args(args):
+    """The config file (if any), then each command-line option over it (servewatch.serve.config.overlaid): the
+    namespace is read here, typed values go below."""
+    from servewatch.commands.recording import recording_from_args
+    from servewatch.serve.config import RECORDING_FLAGS, ServeConfig, ServeFlags, load, overlaid
+    from servewatch.sinks.delivery.registry import sink_names
+
+    config = load(args.config) if args.config else ServeConfig()
+    return overlaid(config, ServeFlags(
+        targets=tuple(args.target or ()), proxies=tuple(args.proxy or ()), gpu_metrics=tuple(args.gpu_metrics or ()),
+        file_sd=tuple(args.file_sd or ()), listen=args.listen, out=args.out,
+        sinks={name: getattr(args, name) for name in sink_names() if getattr(args, name, None) is not None},
+        recording=recording_from_args(args, config.recording, RECORDING_FLAGS),   # the flags given, over the file's
+        bundle_cap_mib=args.bundle_cap, shard=args.shard, prometheus_sd=args.prometheus_sd,
+        prometheus_sd_job=args.prometheus_sd_job, node=args.node))
 
 
 def _say_unresolved(targets) -> None:

@@ -48,7 +48,7 @@ def run(args) -> int:
     from servewatch.errors import ServewatchError
     from servewatch.watch.deployment import watch_deployment
     from servewatch.watch.lifecycle import WatchRun, watch_session
-    from servewatch.watch.options import options_from_args, recording_from_args, resolve_at_start
+    from servewatch.commands.recording import options_from_args, recording_from_args, resolve_at_start
 
     if args.url is None and not (args.prefill or args.decode):
         raise ServewatchError("give the server's URL, or a deployment: --prefill URL --decode URL")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from servewatch import dialects
 from servewatch.dialects.series import EngineSeries, LatencyHistogram, RatioSeries
 
-__all__ = ["EngineSeries", "NAMINGS", "NAMING_HELP", "LatencyHistogram", "RatioSeries", "add_series_arguments",
-           "default_naming", "engine_series", "namings", "series_from_args"]
+__all__ = ["EngineSeries", "NAMINGS", "NAMING_HELP", "LatencyHistogram", "RatioSeries",
+           "default_naming", "engine_series", "namings"]
 
 
 def namings() -> dict[str, tuple[str, ...]]:
@@ -31,22 +31,3 @@ def engine_series(dialect: str, naming: str | None = None) -> EngineSeries:
     if found is None or not found.alert_namings:
         raise KeyError(dialect)
     return found.alert_series(naming or found.alert_namings[0])
-
-
-def add_series_arguments(parser) -> None:
-    """--dialect and --names, as `rules` and `dashboard` take them."""
-    known = namings()
-    parser.add_argument("--dialect", choices=tuple(known), default=next(iter(known)),
-                        help=f"the engine whose metric names to use (default {next(iter(known))})")
-    parser.add_argument("--names", metavar="NAMING", default=None,
-                        help=f"metric naming: {NAMING_HELP} (default: the dialect's current names)")
-
-
-def series_from_args(args) -> EngineSeries:
-    from servewatch.errors import ServewatchError
-
-    try:
-        return engine_series(args.dialect, args.names)
-    except KeyError:
-        raise ServewatchError(f"--names: {args.names!r} is not a {args.dialect} metric naming "
-                              f"(one of {', '.join(namings()[args.dialect])})") from None

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from servewatch.errors import ServewatchError
@@ -46,7 +47,7 @@ from servewatch.serve.targets import ProxySpec, Shard, TargetSpec, check_gpu_met
 from servewatch.sinks.bundle_sink import check_writable
 from servewatch.sinks.delivery.registry import sink_names
 from servewatch.transport.urls import check as check_url
-from servewatch.watch.options import RecordingOptions, recording_from_args
+from servewatch.watch.options import RecordingOptions
 from servewatch.words import duration_s as duration
 
 # How every target is recorded unless the config or the command line says otherwise: as `watch` records one
@@ -280,36 +281,56 @@ def _prometheus_sd(doc, value, duration) -> PrometheusSdConfig | None:
     return PrometheusSdConfig(url, job, {str(k): v for k, v in labels.items()}, refresh)
 
 
-def from_args(args) -> ServeConfig:
-    """The config file (if any), then each command-line option over it; --target and --file-sd add."""
-    config = load(args.config) if args.config else ServeConfig()
+@dataclass(frozen=True)
+class ServeFlags:
+    """What serve's command line said, typed (servewatch.commands.serve reads it off the parser): each option given
+    goes over the config file's value; `targets`, `file_sd`, `proxies` and `gpu_metrics` add. None or empty: not
+    given."""
+    targets: tuple[str, ...] = ()               # --target [NAME=]URL
+    proxies: tuple[str, ...] = ()               # --proxy NAME=HOST:PORT
+    gpu_metrics: tuple[str, ...] = ()           # --gpu-metrics [NAME=]URL
+    file_sd: tuple[str, ...] = ()
+    listen: str | None = None
+    out: str | None = None
+    sinks: Mapping[str, str] = field(default_factory=dict)    # sink name -> URL, the ones given
+    recording: RecordingOptions | None = None   # the recording flags laid over the file's recording
+    bundle_cap_mib: float | None = None
+    shard: str | None = None                    # "I/N"
+    prometheus_sd: str | None = None
+    prometheus_sd_job: str | None = None
+    node: str | None = None
+
+
+def overlaid(config: ServeConfig, flags: ServeFlags) -> ServeConfig:
+    """`config` (the file's, or the defaults) with the command line's `flags` over it, checked. Raises
+    ServewatchError naming the option or value that is wrong."""
     changes: dict = {}
-    if args.target:
-        changes["targets"] = config.targets + tuple(target_from_arg(text) for text in args.target)
-    if getattr(args, "proxy", None):
-        changes["targets"] = _with_proxies(changes.get("targets", config.targets), args.proxy)
-    for text in getattr(args, "gpu_metrics", None) or ():
+    if flags.targets:
+        changes["targets"] = config.targets + tuple(target_from_arg(text) for text in flags.targets)
+    if flags.proxies:
+        changes["targets"] = _with_proxies(changes.get("targets", config.targets), list(flags.proxies))
+    for text in flags.gpu_metrics:
         changes = {**changes, **_with_gpu_metrics(changes.get("targets", config.targets), text)}
-    if args.file_sd:
-        changes["file_sd"] = config.file_sd + tuple(args.file_sd)
+    if flags.file_sd:
+        changes["file_sd"] = config.file_sd + tuple(flags.file_sd)
     for key in ("listen", "out"):
-        if getattr(args, key) is not None:
-            changes[key] = getattr(args, key)
-    given = {name: getattr(args, name) for name in sink_names() if getattr(args, name, None) is not None}
-    if given:
-        changes["sinks"] = {**config.sinks, **given}
-    changes["recording"] = recording_from_args(args, config.recording, RECORDING_FLAGS)   # the recording flags given, over the file's
-    if args.bundle_cap is not None:
-        if not 0 < args.bundle_cap < math.inf:      # NaN too
-            raise ServewatchError(f"--bundle-cap {args.bundle_cap:g}: must be a number of MiB more than zero")
-        changes["bundle_cap_bytes"] = int(args.bundle_cap * 2**20)
-    if args.shard is not None:
-        changes["shard"] = parse_shard(args.shard)
+        if getattr(flags, key) is not None:
+            changes[key] = getattr(flags, key)
+    if flags.sinks:
+        changes["sinks"] = {**config.sinks, **flags.sinks}
+    if flags.recording is not None:
+        changes["recording"] = flags.recording
+    if flags.bundle_cap_mib is not None:
+        if not 0 < flags.bundle_cap_mib < math.inf:      # NaN too
+            raise ServewatchError(f"--bundle-cap {flags.bundle_cap_mib:g}: must be a number of MiB more than zero")
+        changes["bundle_cap_bytes"] = int(flags.bundle_cap_mib * 2**20)
+    if flags.shard is not None:
+        changes["shard"] = parse_shard(flags.shard)
     config = replace(config, **changes)
-    if getattr(args, "prometheus_sd", None):
-        config = replace(config, prometheus_sd=PrometheusSdConfig(args.prometheus_sd, args.prometheus_sd_job))
-    if getattr(args, "node", None):
-        config = replace(config, node=args.node)
+    if flags.prometheus_sd:
+        config = replace(config, prometheus_sd=PrometheusSdConfig(flags.prometheus_sd, flags.prometheus_sd_job))
+    if flags.node:
+        config = replace(config, node=flags.node)
     if config.node is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", config.node):
         raise ServewatchError(f"--node {config.node!r}: a node name (letters, digits, '.', '_', '-') is expected")
     if not config.targets and not config.file_sd and config.prometheus_sd is None and config.node is None:

@@ -19,7 +19,7 @@ class WatchRun:
 
 
 async def watch_session(options, run: WatchRun) -> int:
-    """`options`: the RecordingOptions, checked (servewatch.watch.options.options_from_args)."""
+    """`options`: the RecordingOptions, checked (servewatch.commands.recording.options_from_args)."""
     import sys
     import time
 

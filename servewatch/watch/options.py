@@ -1,12 +1,12 @@
 """What a recording session takes (`RecordingOptions`), and the recording flags `watch`, `guard`, `diagnose`,
 `proxy` and `serve` share: each flag, whether it is a duration and where its value goes written once, in `FLAGS`
-(`servewatch.commands.recording` adds them to a parser); `recording_from_args` turns the parsed flags into
-`RecordingOptions` laid over a base (the command's defaults, or serve's config file)."""
+(`servewatch.commands.recording` adds them to a parser and turns the parsed flags into `RecordingOptions` laid over
+a base: the command's defaults, or serve's config file). Below the commands only the typed options travel."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,47 +92,3 @@ FLAGS: dict[str, _Flag] = {flag.dest: flag for flag in (
 # What `watch` and `guard` take (the URL and every recording flag but --duration, which they place later).
 ONE_SERVER = ("url", "interval", "history", "out", "log_file", "gpu_metrics", "detector_settings", "detectors_file",
               "probe", "probe_interval", "probe_deadline")
-
-
-def recording_from_args(args, base: RecordingOptions,
-                        flags: Iterable[str] = tuple(FLAGS)) -> RecordingOptions:
-    """`base` with each of the recording `flags` that `args` was given laid over it (a flag not given, or
-    not taken by the command, leaves `base`'s value). Raises ServewatchError naming a bad detector setting."""
-    flags = set(flags)
-    changes: dict[str, Any] = {}
-    for key in flags - {"probe", "detector_settings", "detectors_file"}:
-        value = getattr(args, key, None)
-        if value is not None:
-            changes[FLAGS[key].field] = value
-    if "probe" in flags and getattr(args, "probe", False):
-        changes["probe"] = True
-    if "probe" in flags and getattr(args, "no_probe", False):
-        changes["probe"] = False
-    given = getattr(args, "detector_settings", None) if "detector_settings" in flags else None
-    file = getattr(args, "detectors_file", None) if "detectors_file" in flags else None
-    if given or file:
-        from servewatch.detectors import settings
-
-        changes["detectors"] = settings.build(given or [], file)
-    return dataclasses.replace(base, **changes)
-
-
-def options_from_args(args, defaults: RecordingOptions) -> RecordingOptions:
-    """`watch` and `guard`: the options their flags say over the command's `defaults`. Raises
-    ServewatchError naming a bad URL (servewatch.transport.urls) or a bad detector setting. No look-up of the
-    host name here: see `resolve_at_start`."""
-    from servewatch.transport.urls import check
-
-    check(args.url)
-    return recording_from_args(args, dataclasses.replace(defaults, url=args.url))
-
-
-def resolve_at_start(args) -> None:
-    """`watch` and `guard` on the one server the user named: a host name this machine cannot resolve is said at
-    once (HostNotResolved: one line, status 2), not watched forever as a server that does not answer. With
-    --pid the identity check says it instead, where --unverified-pid-ok can accept a host seen only from
-    elsewhere."""
-    from servewatch.transport.urls import resolve
-
-    if getattr(args, "pid", None) is None:
-        resolve(args.url)
