@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from servewatch import words
+
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
 
 _BYTE_UNITS = {"": 1, "b": 1, "kib": KiB, "mib": MiB, "gib": GiB, "tib": 2**40,
                "kb": KB, "mb": MB, "gb": GB, "tb": TB}
-_SECOND_UNITS = {"": Fraction(1), "s": Fraction(1), "ms": Fraction(1, 1000), "us": Fraction(1, 10**6)}
 _QUANTITY = re.compile(r"^\s*(?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*(?P<unit>[A-Za-z/]*)\s*$")
 
 
@@ -41,11 +42,12 @@ def parse_rate(text: str) -> Fraction:
 
 
 def parse_seconds(text: str) -> Fraction:
-    """'0.05', '50ms', '2s' -> seconds."""
-    number, unit = _split(text, "a duration such as 0.05, 50ms or 2s")
-    if unit.lower() not in _SECOND_UNITS:
-        raise QuantityError(f"{text!r}: unknown time unit {unit!r} (use s, ms or us)")
-    return number * _SECOND_UNITS[unit.lower()]
+    """'0.05', '50ms', '2s', '35us' -> seconds, exact; zero is a figure here (servewatch.words.duration: the one
+    grammar of a duration)."""
+    try:
+        return words.duration(str(text), zero_ok=True)
+    except ValueError as exc:
+        raise QuantityError(str(exc)) from None
 
 
 def _split(text: str, expected: str) -> tuple[Fraction, str]:
