@@ -1,5 +1,6 @@
 """The one HTTP/1.1 client of the project (servewatch.transport), shared by the load generator
-(`servewatch.load`), the proxy's upstream side (`Conn`, `servewatch.proxy.server`) and the recorder's
+(`servewatch.load`), the proxy's upstream side (`Conn`, `servewatch.proxy.server`), the proxy pair's legs
+(`servewatch.proxy.pair`) and the recorder's
 scrapes and health checks (`servewatch.sources.http`). A caller on another client says why at its import.
 
 A minimal HTTP/1.1 client on asyncio protocols, built for many concurrent streaming POSTs on one
