@@ -153,6 +153,13 @@ declare -A TESTS=(
   [servewatch/words.py]='tests/test_values_words.py tests/test_words.py'
   # the culprit's multiplication of an allocation failure: no test imports it but postmortem's (issue 50)
   [servewatch/doctor/arithmetic.py]='tests/test_values_arithmetic.py tests/test_postmortem.py'
+  # the rules as written, compared with the kept files (the grep brings in a real Prometheus: 27 s a mutant)
+  [servewatch/derive/rules.py]='tests/test_values_rules.py tests/test_rules.py tests/test_rules_alertmanager.py
+    tests/test_verdict_seam.py tests/test_gpu_fault_action.py
+    tests/test_rules_promtool.py::test_the_kept_rule_tests_are_what_the_generator_writes_today'
+  # diagnose's window (the grep brings in test_layers.py; one test waits out a 5 s connection grace)
+  [servewatch/doctor/diagnose.py]='tests/test_values_diagnose.py tests/test_diagnose.py
+    --deselect=tests/test_diagnose.py::test_a_refused_connection_is_said_after_the_grace_not_the_whole_window'
   [servewatch/sources/process.py]='tests/test_process_mutants.py tests/test_values_process_source.py tests/test_sources_process.py
     tests/test_proctime.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
@@ -171,6 +178,8 @@ declare -A TESTS=(
   [servewatch/sinks/export/exporter.py]='tests/test_values_exporter.py tests/test_sink_registry.py'
   # a bundle read back for its reports (issue 50; the grep finds the recorder's and the drills' runs)
   [servewatch/bundle/incident.py]='tests/test_values_incident.py'
+  [servewatch/bundle/summarize.py]='tests/test_values_summarize.py tests/test_gpu_panel.py'
+  [servewatch/bundle/gpu_panel.py]='tests/test_values_gpu_panel.py tests/test_gpu_panel.py'
 )
 
 FLOOR=90

@@ -87,6 +87,11 @@ def test_the_slo_above_the_ceiling_sets_the_top():
     assert latency_edges("e2e", 1, 1, 2, 3, 0, "").edges == (1.0, 1.2, 1.5, 2.0, 5.0)
 
 
+def test_a_dense_range_above_the_ceiling_still_gets_an_edge_above_it():
+    # 4 is no 1-2-5 value: the top edge is the next one, 5, though the ceiling (2) is below the dense range
+    assert latency_edges("x", 1, 1, 4, 2, None, "").edges == (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)
+
+
 def test_a_very_wide_range_falls_back_to_one_and_three():
     plan = latency_edges("e2e", 1, 1, 100000, 1, None, "x")
     assert plan.edges == (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0, 30000.0, 100000.0)
