@@ -256,7 +256,8 @@ class NvmlProbe:
             return out
         for (field_id, name), value in zip(FIELD_IDS, values):
             if value.nvmlReturn != 0:
-                read.unavailable.setdefault(name, NVML_REASONS.get(int(value.nvmlReturn), "unknown"))
+                if out[name] is None:      # (a total with one half read is that half, in either order)
+                    read.unavailable.setdefault(name, NVML_REASONS.get(int(value.nvmlReturn), "unknown"))
                 continue
             number = getattr(value.value, _VALUE_ATTRIBUTES.get(int(value.valueType), "ullVal"))
             out[name] = int(number) + (out[name] or 0)
