@@ -321,6 +321,12 @@ class Dialect(ABC):
     # scheduler): a stalled engine then takes /health down with it, so a failed probe is no sign of life
     # or death, and the stall is told by the progress counters alone.
     health_runs_through_engine: bool = False
+    # True where the engine is a thread of the API server's one process (no engine process of its own): a dead
+    # engine takes the process and its port with it, so its death shows as a refused connection, not a status.
+    engine_in_api_process: bool = False
+    # What a live engine shows from outside, in words: diagnose's expected range for "the engine died" (None: the
+    # engine-neutral words).
+    engine_alive_signs: str | None = None
     # The request header that sends a request to one data-parallel rank's engine (value: the rank), where the
     # API server honours one; None where it does not. The urgent probe aims with it at the rank that looks
     # stalled: the API server balances by load, so an idle data-parallel server sends every request to engine

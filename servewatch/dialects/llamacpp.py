@@ -65,6 +65,11 @@ RESET_ON_SCRAPE = (PROMPT_TPS, PREDICTED_TPS)
 LOADING_MESSAGE = "Loading model"
 LOADING_ERROR_TYPE = "unavailable_error"
 HEALTH_PATHS = ("/health", "/v1/health")
+# The engine is a thread of the one process (server.cpp:555 runs the loop on the main thread): it has no death line
+# or status of its own; a dead engine is a dead process, a refused connection.
+ENGINE_IN_API_PROCESS = True
+ENGINE_ALIVE_SIGNS = ("/health 200 and the port open: llama-server's loop is its main thread, so a dead engine "
+                      "takes the process and the port with it")
 # /slots (server.cpp:303; only with --slots, common/arg.cpp:3616): the slot listing, one JSON object per slot
 # (server-context.cpp:724-757, built at 2728-2748). Without LLAMA_SERVER_SLOTS_DEBUG it carries no prompt or text.
 SLOTS_PATH = "/slots"

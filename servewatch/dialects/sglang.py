@@ -170,6 +170,7 @@ ENGINE_DEAD_LINES = (
     "Received sigquit from a child process.",
     "crashed with exit code",
 )
+ENGINE_ALIVE_SIGNS = "no 'Scheduler hit an exception' / 'crashed with exit code' / SIGQUIT lines in its log"
 # Written about once a second while SGLang's own health generation gets no answer for 20 s: a stalled
 # or slow scheduler, not a dead one. Seen on a real 0.5.23 whose scheduler was SIGSTOPped for 12 s:
 # after SIGCONT it answered /health and /health_generate with 200 and served again.

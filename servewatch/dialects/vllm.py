@@ -171,6 +171,7 @@ ENGINE_DEAD_LINES = (
     "Engine core proc",
     "Executor failed.",
 )
+ENGINE_ALIVE_SIGNS = "/health 200, no EngineDeadError / 'Worker proc ... died' lines"
 WORKER_DIED_LINE = re.compile(r"Worker proc (?P<worker>\S+) died unexpectedly(?: \(exit code: (?P<code>[-\w]+)\))?")
 STARTUP_FAILURE_LINES = (
     "EngineCore failed to start.",

@@ -14,7 +14,7 @@ from servewatch.detectors.verdict import Verdict
 from servewatch.detectors.evidence.engine_signs import dialect_hint
 from servewatch.detectors.registry import runbook_for
 from servewatch.engine.served import run_means, served, totals
-from servewatch.kinds import failure_words
+from servewatch.kinds import CONNECT, TIMEOUT, failure_words
 from servewatch.timeline.window import Window
 
 SYMPTOMS = {
@@ -62,6 +62,11 @@ class Readings:
     health_last: int | None = None
     health_dead_status: int | None = None     # the status that means "engine dead" for this engine, if any
     slot_limit_flag: str | None = None        # the engine's flag that caps running requests
+    engine: str | None = None                 # the engine's name in words, where the window tells it
+    engine_alive_signs: str | None = None     # what a live engine of that kind shows (the dialect's words)
+    engine_in_api_process: bool = False       # its engine dies with the API server's process (a refused connection)
+    metrics_wait_on_engine: bool | None = None   # its /metrics waits on the engine's loop (None: engine not known)
+    slots_path: str | None = None             # its slot listing, where it has one
     preemptions: float | None = None
     tokens_in: float | None = None            # per request
     tokens_out: float | None = None
@@ -71,6 +76,7 @@ class Readings:
     itl_s: float | None = None
     e2e_s: float | None = None
     engine_dead_lines: int = 0
+    shutdown_lines: int = 0                   # the log's lines of a requested stop
     health_answers: int = 0                   # /health probes that got an HTTP answer
     health_failures: dict[str, int] = field(default_factory=dict)    # failure kind -> probes ("connect", "http_503")
     metrics_failures: dict[str, int] = field(default_factory=dict)   # failure kind -> scrapes
@@ -142,7 +148,14 @@ def readings_from_window(window: Window, config: DetectorConfig | None = None) -
     dialect = dialect_hint(window)
     r.health_dead_status = dialect.health_dead_status if dialect is not None else None
     r.slot_limit_flag = dialect.slot_limit_flag if dialect is not None else None
+    if dialect is not None:
+        r.engine = dialect.title or dialect.name
+        r.engine_alive_signs = dialect.engine_alive_signs
+        r.engine_in_api_process = dialect.engine_in_api_process
+        r.metrics_wait_on_engine = dialect.metrics_wait_on_engine
+        r.slots_path = dialect.slots_path
     r.engine_dead_lines = sum(1 for e in window.logs if e.kind == "engine_dead")
+    r.shutdown_lines = sum(1 for e in window.logs if e.kind == "shutdown")
     if not any(m.engines for m in good):
         return r
     last = list(good[-1].engines)
@@ -254,11 +267,46 @@ def _limit_words(r: Readings) -> str:
     return f"(its slot limit{flag} is not in /metrics)"
 
 
+def _loop_silent(r: Readings) -> bool:
+    """/health answered every probe while every failed scrape timed out: the sign of an engine loop that hangs
+    where /metrics waits on that loop (Dialect.metrics_wait_on_engine)."""
+    return bool(r.health_answers and not r.health_failures and r.metrics_failures
+                and set(r.metrics_failures) == {TIMEOUT} and r.health_last is not None and 200 <= r.health_last < 300
+                and r.metrics_wait_on_engine is not False)
+
+
+def _silent_loop_hypothesis(r: Readings, listed: str) -> Hypothesis:
+    """not_answering when /metrics times out behind a /health of 200: on an engine whose /metrics waits on its loop,
+    a hung loop (the not_serving verdict's sign), said with that engine's own facts."""
+    from servewatch import dialects
+
+    branch = runbook_for("not_serving")
+    timeouts = r.metrics_failures[TIMEOUT]
+    if r.metrics_wait_on_engine:
+        why = (f"/metrics timed out ×{timeouts} while /health answered {r.health_last}: {r.engine} answers /health "
+               f"without its engine loop and /metrics waits on that loop, so the loop is hung (or in one step "
+               f"longer than the scrape timeout)")
+    else:
+        engines = ", ".join(d.title or d.name for d in dialects.registered() if d.metrics_wait_on_engine)
+        why = (f"/metrics timed out ×{timeouts} while /health answered {r.health_last}: where /metrics waits on the "
+               f"engine's loop ({engines}), that loop is hung; elsewhere /metrics itself is slow")
+    listing = f"; its slot listing ({r.slots_path}) waits on the same loop: a busy slot whose tokens move between " \
+              f"listings is a long prompt, not a hang" if r.slots_path else ""
+    return Hypothesis("not_answering", "the engine's loop does not answer (/health does)", "supported",
+                      "failed /health probes and /metrics scrapes by kind", listed,
+                      "every /health and /metrics answered 2xx", why,
+                      "send one request yourself with a deadline (curl -m 20 URL/v1/completions with max_tokens 1) or "
+                      "watch with --probe: no token while /health answers 200 is the hang (not_serving)" + listing,
+                      branch.safe_action, branch.rollback, branch.restart_destroys, 110)
+
+
 def _not_answering(r: Readings, _config) -> Hypothesis:
     failures = {**{f"/health {failure_words(k)}": n for k, n in r.health_failures.items()},
                 **{f"/metrics {failure_words(k)}": n for k, n in r.metrics_failures.items()}}
     unreachable = any(not k.startswith("http_") for k in (*r.health_failures, *r.metrics_failures))
     listed = ", ".join(f"{k} ×{n}" for k, n in failures.items())
+    if _loop_silent(r):
+        return _silent_loop_hypothesis(r, listed)
     why = (f"{listed}: the server did not answer every probe in the window" if failures else
            "every probe got an answer" if (r.scrapes or r.health_answers) else "no probe was made")
     return Hypothesis("not_answering", "the server does not answer (or answers with errors)",
@@ -277,15 +325,24 @@ def _not_answering(r: Readings, _config) -> Hypothesis:
 def _engine_dead(r: Readings, config: DetectorConfig) -> Hypothesis:
     verdict = _verdict(r, "engine_dead")
     dead_status = r.health_dead_status is not None and r.health_last == r.health_dead_status
-    supported = verdict is not None or dead_status or r.engine_dead_lines > 0
+    # An engine that is a thread of the server's one process dies with it: /health answered, then the port closed.
+    # A stop line in its log makes that a requested stop.
+    closed = r.engine_in_api_process and r.health_last is not None and bool(r.health_failures.get(CONNECT))
+    gone = closed and not r.shutdown_lines
+    supported = verdict is not None or dead_status or r.engine_dead_lines > 0 or gone
     measured = r.health_last is not None or r.engine_dead_lines or verdict
     lines = f" and the log has {r.engine_dead_lines} engine-death line(s)" if r.engine_dead_lines else ""
-    why = (verdict.why if verdict else _health_words(r) + lines if supported else
+    why = (verdict.why if verdict else
+           f"/health answered {r.health_last}, then {failure_words(CONNECT)} ×{r.health_failures[CONNECT]}: "
+           f"{r.engine}'s engine runs in the server's one process, so the process and its engine are gone"
+           if gone else _health_words(r) + lines if supported else
+           f"/health answered {r.health_last}, then {failure_words(CONNECT)} ×{r.health_failures[CONNECT]} after "
+           f"{r.shutdown_lines} line(s) of a requested stop in its log: stopped, not dead" if closed else
            f"{_health_words(r)} and the log has no engine-death line")
     return _from_runbook("engine_dead", title="the engine died", verdict=_v(supported, measured),
                          quantity="/health status and engine-death log lines",
                          value=f"{_health_words(r)}, {r.engine_dead_lines} death line(s)",
-                         expected="/health 200, no EngineDeadError / 'Worker proc ... died' lines", why=why,
+                         expected=r.engine_alive_signs or "/health 200, no engine-death line in its log", why=why,
                          score=100 if supported else 0, confirmed_by=verdict.name if verdict else None)
 
 
@@ -406,8 +463,8 @@ def _contention(r: Readings, _config) -> Hypothesis:
 
 
 def _idle(r: Readings, _config) -> Hypothesis:
-    quiet = (r.max_running or 0) == 0 and (r.max_waiting or 0) == 0 and r.engine_dead_lines == 0 and \
-            (r.health_last is None or 200 <= r.health_last < 300)
+    quiet = r.max_running is not None and r.max_running == 0 and (r.max_waiting or 0) == 0 and \
+        r.engine_dead_lines == 0 and (r.health_last is None or 200 <= r.health_last < 300)
     return Hypothesis("idle", "nothing wrong on the server: idle", _v(quiet, r.max_running is not None),
                       "running, waiting, health", f"running {_fmt(r.max_running)}, waiting {_fmt(r.max_waiting)}",
                       "running > 0 whenever users are served", "no request ran or waited in the window" if quiet
