@@ -203,3 +203,16 @@ def test_crash_loop_evidence_is_the_first_three_episodes_and_its_span_to_a_tenth
     assert v.details == {"episodes": 4, "by": "restarts", "span_s": round(30.375, 1)}
     assert round(30.375, 1) != round(30.375, 2) and round(30.375, 1) != round(30.375)
     assert v.why.startswith(f"4 restarts (new process) in 30 s (≥ {COUNT:g} within {SPAN:g} s)")
+
+
+def test_each_signal_alone_names_what_repeats():
+    # three resets of engine 0's counters (5 then 1, three times), and nothing else
+    metrics = tuple(scrape(i, steps=5.0 if i % 2 == 0 else 1.0) for i in range(6))
+    assert CL.crash_loop_episodes(Window(metrics=metrics), CONFIG)[0] == "restarts (counters reset)"
+    # four process_up lines: three later starts
+    ups = tuple(log(i * 10, "startup", stage="process_up") for i in range(4))
+    assert CL.crash_loop_episodes(Window(logs=ups), CONFIG)[0] == "restarts (startup lines)"
+    # alive, dead, three times (the same process each time: no new identity)
+    process = tuple(proc(i, alive=i % 2 == 0) for i in range(6))
+    what, episodes = CL.crash_loop_episodes(Window(process=process), CONFIG)
+    assert (what, [t for t, _ in episodes]) == ("exits", [T0 + 1, T0 + 3, T0 + 5])

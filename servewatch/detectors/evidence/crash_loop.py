@@ -56,6 +56,11 @@ def _engine_deaths(window: Window, config: Thresholds) -> list[Episode]:
 
 @once_per_window          # restart, engine_dead and crash_loop all ask
 def crash_loop_episodes(window: Window, config: Thresholds) -> tuple[str, list[Episode]] | None:
+    """`_crash_loop_episodes`, computed once per window (undecorated there: mutmut mutates no decorated function)."""
+    return _crash_loop_episodes(window, config)
+
+
+def _crash_loop_episodes(window: Window, config: Thresholds) -> tuple[str, list[Episode]] | None:
     """(what repeats, its episodes) when the target restarted or died at least crash_loop_count times in
     the last crash_loop_window_s; the signal with the most episodes speaks (one restart shows as a new
     process, a counter reset and a new startup line at once: they are not added up)."""
