@@ -482,8 +482,10 @@ def _hang_forever(request):
 
 
 @pytest.mark.parametrize("answer, status, error, words", [
-    (ConnectionRefusedError(111, "Connection refused"), 502, "connect", "prefill 0 (127.0.0.1:9) refused the connection"),
-    (ConnectFailed("connect timeout", TimeoutError()), 502, "connect", "no connection to prefill 0 (127.0.0.1:9) in 7 s"),
+    (ConnectionRefusedError(111, "Connection refused"), 502, "connect",
+     "prefill 0 (127.0.0.1:9) refused the connection"),
+    (ConnectFailed("connect timeout", TimeoutError()), 502, "connect",
+     "no connection to prefill 0 (127.0.0.1:9) in 7 s"),
     (socket.gaierror(-2, "Name or service not known"), 502, "connect",
      "prefill 0 (127.0.0.1:9) could not be connected to (the host name 127.0.0.1 could not be resolved)"),
     (OSError(101, "Network is unreachable"), 502, "connect",
@@ -492,7 +494,8 @@ def _hang_forever(request):
      "prefill 0 (127.0.0.1:9) closed the connection before answering"),
     (StreamBroken("connection closed mid-body"), 502, "stream_cut",
      "prefill 0 (127.0.0.1:9) closed the connection before answering"),
-    (StreamCut("malformed status line"), 502, "stream_cut", "prefill 0 (127.0.0.1:9): malformed answer (malformed status line)"),
+    (StreamCut("malformed status line"), 502, "stream_cut",
+     "prefill 0 (127.0.0.1:9): malformed answer (malformed status line)"),
     (_hang_forever, 504, "timeout", "prefill 0 (127.0.0.1:9) sent no answer in 0.3 s"),
     ((200, b"x" * (JSON_BODY_BYTES + 1)), 502, "stream_cut", "prefill 0 (127.0.0.1:9) answered over the size bound"),
     ((500, b"x" * (ERROR_BODY_BYTES + 1)), 502, "stream_cut", "prefill 0 (127.0.0.1:9) answered over the size bound"),
@@ -634,3 +637,27 @@ def test_a_relay_stops_reading_decode_while_a_slow_client_is_behind():
     assert (before, paused, resumed) == ([], ["pause"], ["pause", "resume"])    # one pause, one resume
     assert first == b"a" * RELAY_HIGH_BYTES + b"bc" and second == b"d"
     assert third == "connection closed mid-body"                               # the bytes before the cut first
+
+
+def test_an_authorization_header_that_cannot_go_to_a_leg_is_a_400_and_no_leg_is_asked():
+    """A header value the transport will not write (a character past ASCII) is the client's fault, said without
+    the value; neither leg is asked."""
+    async def go():
+        async with Engine("prefill") as p0, Engine("decode") as d0:
+            async with Pair([p0], [d0]) as pair:
+                reader, writer = await asyncio.open_connection("127.0.0.1", pair.port)
+                body = json.dumps(_stream()).encode()
+                writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\xc3\xa9y-1\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(body), body))
+                async with asyncio.timeout(10):
+                    answer = await reader.read()
+                writer.close()
+                return answer, p0.bodies, d0.bodies, pair.proxy.counters.refused, pair.records
+
+    answer, prefilled, decoded, refused, records = asyncio.run(go())
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"k\xc3\xa9y" not in answer
+    assert json.loads(body)["error"] == {"message": "the Authorization header is not printable ASCII on one line",
+                                         "type": "invalid_request", "code": 400}
+    assert prefilled == [] and decoded == [] and refused == {"bad_request": 1} and records == []

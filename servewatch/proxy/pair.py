@@ -164,9 +164,10 @@ class _Refused(Exception):
 
 
 class PairProxy(Proxy):
-    """The pair's request path: aiohttp's server towards the client, servewatch.transport towards the legs. What happens at a request's end (its record, the
-    counters, the recent TTFTs, on_record) and the live snapshot are the single proxy's (Proxy.finished,
-    Proxy.snapshot), so telemetry, --records and the requests source read a pair as they read one upstream.
+    """The pair's request path: aiohttp's server towards the client, servewatch.transport towards the legs. What
+    happens at a request's end (its record, the counters, the recent TTFTs, on_record) and the live snapshot are
+    the single proxy's (Proxy.finished, Proxy.snapshot), so telemetry, --records and the requests source read a
+    pair as they read one upstream.
     `transport`: the contract's Transport for the prefill leg and the other paths (default an Http1Transport
     made at start; a MockTransport in a test)."""
 
@@ -266,21 +267,19 @@ class PairProxy(Proxy):
         if not isinstance(body, dict):
             self.counters.refuse("bad_request")
             return _error(400, "the request body is not a JSON object", "invalid_request")
+        auth = request.headers.get("Authorization")
+        headers = [("X-Request-Id", uuid.uuid4().hex)]                  # one id, both legs' logs
+        if auth is not None:
+            headers.append(("Authorization", auth))
+        refused = self._unsendable(headers)
+        if refused is not None:
+            return refused
         ex = PairExchange(self.next_id(), arrival, api, raw, c.keep_text)
         tenant = request.headers.get(c.tenant_header)
-        auth = request.headers.get("Authorization")
         if tenant is None and auth is not None and auth[:7].lower() == "bearer ":
             tenant = auth[7:].strip()
         if tenant:
             ex.tenant = tenant_id(tenant.encode("utf-8", "surrogateescape"), c.tenant_key)
-        headers = [("X-Request-Id", uuid.uuid4().hex)]                  # one id, both legs' logs
-        if auth is not None:
-            headers.append(("Authorization", auth))
-        try:
-            encoded_headers(headers)
-        except ValueError:
-            self.counters.refuse("bad_request")
-            return _error(400, "the Authorization header is not printable ASCII on one line", "invalid_request")
         self.inflight.add(ex)
         try:
             return await self._legs(request, ex, body, headers)
@@ -290,6 +289,16 @@ class PairProxy(Proxy):
         finally:
             ex.done = True
             self.finished(ex)
+
+    def _unsendable(self, headers) -> web.Response | None:
+        """A 400 when a header the legs are to get is not one the transport writes (the client's Authorization
+        past printable ASCII), said without its value; else None."""
+        try:
+            encoded_headers(headers)
+        except ValueError:
+            self.counters.refuse("bad_request")
+            return _error(400, "the Authorization header is not printable ASCII on one line", "invalid_request")
+        return None
 
     async def _legs(self, request: web.Request, ex: PairExchange, body: dict, headers: list) -> web.StreamResponse:
         c = self.config
@@ -347,7 +356,6 @@ class PairProxy(Proxy):
         c = self.config
         client = self._streams[inst.index]
         ex.decode_sent = self.now()
-        started = time.monotonic()
         up = None
         relay = None
         out = None
@@ -363,7 +371,7 @@ class PairProxy(Proxy):
             except (_Refused, asyncio.CancelledError):
                 raise
             except Exception as exc:  # noqa: BLE001 - the contract's outcome, said by leg_failed
-                raise self._broke(exc, inst, started, c.decode_first_byte_timeout_s, "first byte") from None
+                raise self._broke(exc, inst, c.decode_first_byte_timeout_s, "first byte") from None
             if not first:
                 raise _LegFailed(R.STREAM_CUT, f"decode leg: {inst.words} answered HTTP 200 with an empty body", 502)
             ctype = up.headers.get("content-type", "")
@@ -378,14 +386,13 @@ class PairProxy(Proxy):
                 ex.last = self.now()
                 await out.write(data)
                 ex.on_body(data)
-                started = time.monotonic()
                 try:
                     async with asyncio.timeout(c.read_idle_timeout_s):
                         data = await relay.next()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the contract's outcome, said by leg_failed
-                    raise self._broke(exc, inst, started, c.read_idle_timeout_s, "next byte") from None
+                    raise self._broke(exc, inst, c.read_idle_timeout_s, "next byte") from None
             ex.decode_end = self.now()
             await out.write_eof()
             return out
@@ -421,10 +428,11 @@ class PairProxy(Proxy):
         if transport is not None:
             transport.close()
 
-    def _broke(self, exc: BaseException, inst: Instance, started: float, bound: float, what: str) -> _LegFailed:
-        """An error that ended a streamed read, as the contract's outcome (`outcome_of`), said by leg_failed."""
-        outcome, detail = outcome_of(exc, host=Endpoint.parse(inst.base).host, timeout_s=bound)
-        return self.leg_failed(Failed(outcome, detail, time.monotonic() - started), inst, bound, what)
+    def _broke(self, exc: BaseException, inst: Instance, bound: float, what: str) -> _LegFailed:
+        """An error that ended decode's streamed read, as the contract's outcome (`outcome_of`), said by
+        leg_failed."""
+        outcome, detail = outcome_of(exc, host=self._streams[inst.index].endpoint.host, timeout_s=bound)
+        return self.leg_failed(Failed(outcome, detail), inst, bound, what)
 
     def leg_failed(self, failed: Failed, inst: Instance, bound: float, what: str) -> _LegFailed:
         """A leg's transport outcome as the request's error: its class, its words naming the leg and the
@@ -443,7 +451,7 @@ class PairProxy(Proxy):
         if outcome == TOO_LARGE:
             return _LegFailed(R.STREAM_CUT, f"{leg} leg: {inst.words} answered over the size bound", 502)
         if outcome == PROTOCOL:
-            return _LegFailed(R.STREAM_CUT, f"{leg} leg: {inst.words}: {failed.detail}", 502)   # "malformed answer (...)"
+            return _LegFailed(R.STREAM_CUT, f"{leg} leg: {inst.words}: {failed.detail}", 502)   # "malformed answer ..."
         when = "mid-answer" if what == "next byte" else "before answering"      # no_answer, cut
         return _LegFailed(R.STREAM_CUT, f"{leg} leg: {inst.words} closed the connection {when}", 502)
 
@@ -481,11 +489,9 @@ class PairProxy(Proxy):
             return _error(413, f"request body over {c.max_request_bytes} bytes", "invalid_request")
         auth = request.headers.get("Authorization")
         headers = (("Authorization", auth),) if auth is not None else ()
-        try:
-            encoded_headers(headers)
-        except ValueError:
-            self.counters.refuse("bad_request")
-            return _error(400, "the Authorization header is not printable ASCII on one line", "invalid_request")
+        refused = self._unsendable(headers)
+        if refused is not None:
+            return refused
         got = await self._transport.send(HttpRequest(
             request.method, inst.base + request.path_qs, c.first_byte_timeout_s, JSON_BODY_BYTES, data or None,
             headers, request.headers.get("Content-Type", "application/json")))
