@@ -113,9 +113,9 @@ CASES = [
     row(f"{ADVISE} --against htp://x", 2, "--against 'htp://x'"),
     row(f"{ADVISE} --log {{dir}}", 2, "--log {dir}"),
     # rules, dashboard: a failed run leaves --out as it was
-    row("rules --slo {garbage} --out {good}", 2, "--slo: cannot read {garbage}: not UTF-8 text"),
+    row("rules --slo {garbage} --out {good}", 2, "--slo {garbage}: not UTF-8 text"),
     row("rules --slo {trunc_yaml} --out {good}", 2, "not valid YAML"),
-    row("rules --slo {missing}", 2, "cannot read {missing}"),
+    row("rules --slo {missing}", 2, "{missing}: cannot be read"),
     row("dashboard --slot-limit 0 --out {good}", 2, "--slot-limit"),
     row("dashboard --out {dir}", 2, "--out: cannot write {dir}"),
     # demo and lab: their flags only
@@ -135,7 +135,7 @@ CASES = [
     row("drill {empty} --dry-run", 2, "expected a mapping"),
     row("drill {garbage} --dry-run", 2, "not UTF-8 text"),
     row("drill {trunc_yaml} --dry-run", 2, "not valid YAML"),
-    row("drill {missing} --dry-run", 2, "cannot read plan {missing}"),
+    row("drill {missing} --dry-run", 2, "plan {missing}: cannot be read"),
     row(f"drill --fault nope --target {CLOSED} --pid 1 --dry-run", 2, "unknown fault kind"),
     # proxy
     row(f"proxy --listen 127.0.0.1:70000 --upstream {CLOSED}", 2, "--listen"),

@@ -159,7 +159,7 @@ def test_unreadable_or_broken_slo_files_are_one_line(tmp_path, capsys):
     assert code == 2 and "not valid YAML" in err and len(err.strip().splitlines()) == 1 and not out.exists()
     code = main(["rules", "--slo", str(tmp_path / "missing.yaml")])
     err = capsys.readouterr().err
-    assert code == 2 and "--slo: cannot read" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "--slo " in err and ": cannot be read (" in err and len(err.strip().splitlines()) == 1
 
 
 def test_without_out_the_rules_go_to_stdout_with_the_inhibit_rules_in_the_header(tmp_path, capsys):

@@ -30,15 +30,13 @@ def run(args: argparse.Namespace) -> int:
     from servewatch.derive.rules import action_routes_yaml, build_rules, inhibit_rules_yaml, render_rule_file
     from servewatch.derive.slo import check_selector, check_thresholds, load_slo
     from servewatch.errors import ServewatchError
+    from servewatch.textfile import TextFileError, read_text
 
     series = series_from_args(args)
     try:
-        with open(args.slo, encoding="utf-8") as handle:
-            text = handle.read(1 << 20)
-    except OSError as exc:
-        raise ServewatchError(f"--slo: cannot read {args.slo}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ServewatchError(f"--slo: cannot read {args.slo}: not UTF-8 text, not an SLO file") from None
+        text = read_text(args.slo, max_bytes=1 << 20)
+    except TextFileError as exc:
+        raise ServewatchError(f"--slo {args.slo}: {exc}") from None
     slo = load_slo(text, args.slo)
     check_thresholds(slo, series, args.slo)
     check_selector(slo, series, args.slo)

@@ -101,14 +101,13 @@ def duration_text(seconds: int) -> str:
 
 def load_slo(text: str, where: str) -> Slo:
     """Read an SLO file's text (`where` names it in errors). Raises SloInvalid."""
-    import yaml
+    from servewatch.textfile import TextFileError, yaml_value
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise SloInvalid(f"{where}:{line} not valid YAML ({getattr(exc, 'problem', None) or 'parse error'})") from None
+        data = yaml_value(text)
+    except TextFileError as exc:
+        line = f" line {exc.line}" if exc.line is not None else ""
+        raise SloInvalid(f"{where}:{line} not valid YAML ({exc.problem})") from None
     return parse_slo(data, where)
 
 

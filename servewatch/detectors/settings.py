@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from servewatch.detectors.config import DetectorConfig
 from servewatch.errors import ServewatchError
+from servewatch.textfile import TextFileError, read_text
 
 ALIASES = {"stall_min_s": "stall_floor_s", "stall_max_s": "stall_ceiling_s"}
 
@@ -78,14 +79,11 @@ def from_assignments(assignments: Iterable[str]) -> dict[str, str]:
 
 def from_toml(path: str) -> dict[str, object]:
     try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as exc:
-        raise ServewatchError(f"--detectors {path}: {exc.strerror or exc}") from None
+        document = tomllib.loads(read_text(path))
+    except TextFileError as exc:
+        raise ServewatchError(f"--detectors {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ServewatchError(f"--detectors {path}: not valid TOML ({exc})") from None
-    except UnicodeDecodeError:      # tomllib reads the file as UTF-8
-        raise ServewatchError(f"--detectors {path}: not UTF-8 text, not a TOML file") from None
     flat: dict[str, object] = {}
     for name, value in document.items():
         if isinstance(value, dict):

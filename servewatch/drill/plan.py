@@ -295,19 +295,16 @@ def shipped_path(name: str, engine: str) -> Path:
 
 
 def load_plan(path: str | Path) -> Plan:
-    import yaml
+    from servewatch.textfile import TextFileError, read_text, yaml_value
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise PlanError(f"plan {path}: not UTF-8 text, not a YAML plan") from None
+        text = read_text(str(path))
+    except TextFileError as exc:
+        raise PlanError(f"plan {path}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
+        data = yaml_value(text)
+    except TextFileError as exc:
+        where = f" at line {exc.line}" if exc.line is not None else ""
         raise PlanError(f"plan {Path(path).name}: not valid YAML{where}") from None
     return plan_from_dict(_traces_from(data, Path(path).parent), source=Path(path).name)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servewatch.errors import ServewatchError
+from servewatch.textfile import TextFileError, read_text
 
 
 class DocumentError(ServewatchError):
@@ -35,16 +36,9 @@ def read_document(path: str, text: str | None = None, *, max_bytes: int = 4 * 2*
 
     if text is None:
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read(max_bytes + 1)
-        except OSError as exc:
-            raise DocumentError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-        if len(raw) > max_bytes:
-            raise DocumentError(f"{path}: larger than {max_bytes:,} bytes")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise DocumentError(f"{path}: not UTF-8 text") from None
+            text = read_text(path, max_bytes=max_bytes)
+        except TextFileError as exc:
+            raise DocumentError(f"{path}: {exc}") from None
     loader = yaml.SafeLoader(text.replace("\t", " "))     # JSON may indent with tabs; YAML may not
     try:
         node = loader.get_single_node()
