@@ -154,8 +154,7 @@ declare -A TESTS=(
   # the culprit's multiplication of an allocation failure: no test imports it but postmortem's (issue 50)
   [servewatch/doctor/arithmetic.py]='tests/test_values_arithmetic.py tests/test_postmortem.py'
   # the rules as written, compared with the kept files (the grep brings in a real Prometheus: 27 s a mutant)
-  [servewatch/derive/rules.py]='tests/test_values_rules.py tests/test_rules.py tests/test_rules_alertmanager.py
-    tests/test_verdict_seam.py tests/test_gpu_fault_action.py
+  [servewatch/derive/rules.py]='tests/test_values_rules.py tests/test_rules.py tests/test_verdict_seam.py tests/test_gpu_fault_action.py
     tests/test_rules_promtool.py::test_the_kept_rule_tests_are_what_the_generator_writes_today'
   # diagnose's window (the grep brings in test_layers.py; one test waits out a 5 s connection grace)
   [servewatch/doctor/diagnose.py]='tests/test_values_diagnose.py tests/test_diagnose.py
@@ -180,6 +179,10 @@ declare -A TESTS=(
   [servewatch/bundle/incident.py]='tests/test_values_incident.py'
   [servewatch/bundle/summarize.py]='tests/test_values_summarize.py tests/test_gpu_panel.py'
   [servewatch/bundle/gpu_panel.py]='tests/test_values_gpu_panel.py tests/test_gpu_panel.py'
+  # the drill's report (test_drill.py runs drills against the simulator)
+  [servewatch/drill/report.py]='tests/test_values_drill_report.py tests/test_recorder_starved.py'
+  # load's server view (test_scrape.py serves each failure kind over sockets)
+  [servewatch/load/server_view.py]='tests/test_values_server_view.py tests/test_load_summary.py'
 )
 
 FLOOR=90
