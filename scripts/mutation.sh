@@ -183,6 +183,8 @@ declare -A TESTS=(
   [servewatch/drill/report.py]='tests/test_values_drill_report.py tests/test_recorder_starved.py'
   # load's server view (test_scrape.py serves each failure kind over sockets)
   [servewatch/load/server_view.py]='tests/test_values_server_view.py tests/test_load_summary.py'
+  # load's presets, configuration and arrivals (the grep brings in the demo's runs)
+  [servewatch/load/scenarios.py]='tests/test_values_scenarios.py'
 )
 
 FLOOR=90

@@ -87,6 +87,7 @@ def test_label_is_a_safe_token_or_other():
     assert label("host:8000") == "host:8000"
     assert label("") == "other"
     assert label("a b") == "other"
+    assert label(None) == "other"                               # no value at all: "other" too
 
 
 def test_the_derived_signals_become_gauges_by_target():
@@ -151,6 +152,14 @@ def test_a_verdict_on_two_engines_clears_when_both_have_cleared():
     sink.on_fired(_sink_event("overload"))
     assert e.verdicts.value("t:1", "overload") == (1, 3.0)
     sink.close()
+
+
+def test_the_targets_and_sink_failures_are_labelled():
+    e = FleetExporter()
+    e.targets.labels("up").set(3)
+    e.sink_failures.labels("webhook").inc()
+    assert _samples(e, "servewatch_targets") == {(("state", "up"),): 3.0}
+    assert _samples(e, "servewatch_sink_failures_total") == {(("sink", "webhook"),): 1.0}
 
 
 def test_severity_of_a_verdict():

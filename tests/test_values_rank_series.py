@@ -102,6 +102,10 @@ def test_the_node_collector_drops_samples_older_than_the_limit():
     now = [T0 + R.SAMPLE_MAX_AGE_S]
     c = R.NodeRankCollector("n", lambda: [(engine, _tree(T0))], label, clock=lambda: now[0])
     assert len(c.collect()[0].samples) == 3                     # exactly at the limit: kept
+    other = SimpleNamespace(engine="8001", pod_uid=None)
+    both = R.NodeRankCollector("n", lambda: [(engine, _tree(T0 - 1)), (other, _tree(T0))], label,
+                               clock=lambda: now[0])
+    assert {s.labels["engine"] for s in both.collect()[0].samples} == {"8001"}   # a stale one skipped, not the rest
     now[0] = T0 + R.SAMPLE_MAX_AGE_S + 0.001
     assert c.collect()[0].samples == []
     default = R.NodeRankCollector("n", lambda: [], label)
