@@ -218,40 +218,38 @@ def _workload_words(workload: dict) -> str:
     return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in sorted(workload.items()))
 
 
+def _names_words(names) -> str | None:
+    from servewatch.drill.expect import names_words
+
+    return names_words(names) if names else None
+
+
+# Each plain expectation of a plan, in the order the dry run says them: its key and its words for the plan's value
+# (None: nothing said, as for a flag set false).
+_EXPECTATION_WORDS = (
+    ("no_incident", lambda v: "no incident verdict" if v else None),
+    ("no_verdict", lambda v: "no verdict at all" if v else None),
+    ("names", _names_words),
+    ("health", lambda v: "/health stays 200" if v == "ok" else "/health fails"),
+    ("max_error_rate", "at most {:.0%} of requests fail".format),
+    ("recover_within_s", "a good request within {:g} s after".format),
+    ("bundle_write_fails", lambda v: "unwritable bundles reported" if v else "every bundle written"),
+    ("clear_within_s", "the verdict cleared within {:g} s after".format),
+    ("livez", lambda v: "servewatch serve's livez stays 200" if v == "ok" else "servewatch serve's livez fails"),
+    ("ready_within_s", "/health 200 within {:g} s of the start".format),
+    ("exit_within_s", "the server exits, process_exit within {:g} s with its real status".format),
+    ("in_flight_cut", lambda v: "the requests it cut counted failed, none a success" if v else None),
+    ("log_shows", lambda v: "its log shows " + ", ".join(f"\u201c{t}\u201d" for t in v) if v else None),
+)
+
+
 def _expect_words(expect: dict) -> str:
     parts = [f"{v} within {s:g} s" for v, s in expect.get("fire", {}).items()]
     if "fire_any" in expect:
         parts.append(f"one of {', '.join(expect['fire_any']['verdicts'])} within {expect['fire_any']['within_s']:g} s")
     parts += [f"{v} at its own threshold \u00b1 {a:g} s" for v, a in expect.get("fire_by_threshold", {}).items()]
     parts += [f"no {v}" for v in expect.get("not_fire", [])]
-    if expect.get("no_incident"):
-        parts.append("no incident verdict")
-    if expect.get("no_verdict"):
-        parts.append("no verdict at all")
-    if expect.get("names"):
-        from servewatch.drill.expect import names_words
-
-        parts.append(names_words(expect["names"]))
-    if "health" in expect:
-        parts.append("/health stays 200" if expect["health"] == "ok" else "/health fails")
-    if "max_error_rate" in expect:
-        parts.append(f"at most {expect['max_error_rate']:.0%} of requests fail")
-    if "recover_within_s" in expect:
-        parts.append(f"a good request within {expect['recover_within_s']:g} s after")
-    if "bundle_write_fails" in expect:
-        parts.append("unwritable bundles reported" if expect["bundle_write_fails"] else "every bundle written")
-    if "clear_within_s" in expect:
-        parts.append(f"the verdict cleared within {expect['clear_within_s']:g} s after")
-    if "livez" in expect:
-        parts.append("servewatch serve's livez stays 200" if expect["livez"] == "ok" else "servewatch serve's livez fails")
-    if "ready_within_s" in expect:
-        parts.append(f"/health 200 within {expect['ready_within_s']:g} s of the start")
-    if "exit_within_s" in expect:
-        parts.append(f"the server exits, process_exit within {expect['exit_within_s']:g} s with its real status")
-    if expect.get("in_flight_cut"):
-        parts.append("the requests it cut counted failed, none a success")
-    if expect.get("log_shows"):
-        parts.append("its log shows " + ", ".join(f"\u201c{t}\u201d" for t in expect["log_shows"]))
+    parts += [words for key, say in _EXPECTATION_WORDS if key in expect and (words := say(expect[key]))]
     guard = expect.get("guard")
     if guard is not None and not guard["kills"]:
         parts.append("guard leaves the server alone")
