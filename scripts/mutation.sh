@@ -185,6 +185,9 @@ declare -A TESTS=(
   [servewatch/load/server_view.py]='tests/test_values_server_view.py tests/test_load_summary.py'
   # load's presets, configuration and arrivals (the grep brings in the demo's runs)
   [servewatch/load/scenarios.py]='tests/test_values_scenarios.py'
+  [servewatch/load/render.py]='tests/test_values_render.py tests/test_table.py'
+  # the virtual-time driver (test_load_sim.py and test_demo.py run minutes of simulated load: named instead)
+  [servewatch/load/virtual.py]='tests/test_values_virtual.py'
 )
 
 FLOOR=90

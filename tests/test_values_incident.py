@@ -234,3 +234,27 @@ def test_latency_histograms_of_the_window():
     start = MetricsSample(T0, "vllm", "vllm-0.32", (_engine(b, queue=_hist([0, 1], 0.0), ttft=_hist([0, 1], 0.0),
                                                             itl=_hist([0, 1], 0.0)),))
     assert [k for _, k, _ in I.latency_histograms(_inc([start, order]))] == ["ttft", "itl", "queue"]
+
+
+def test_the_survivors_of_the_first_run():
+    # neither side is the one acted on: both named, joined by "and"
+    assert I.fault_words(_v("kv_transfer_stall", prefill="p:1", decode="d:2", act_on="z:9")) == \
+        "instance z:9: the side to restart; prefill p:1 and decode d:2 is not acted on"
+    # a /health asked at the start's own moment that failed: the 200 after it is a stage
+    samples = [_start(T0, "process_up"), _start(T0 + 2, "weights_loaded"), HealthSample(T0, 503, 0.01),
+               HealthSample(T0 + 3, 200, 0.01)]
+    assert [r[0] for r in I.stage_rows(_inc(samples))] == ["process up", "weights loaded", "first /health 200"]
+    # RSS in MiB to one decimal
+    member = ProcessMember(1, 1.0, "api", "p", "running", int(3.123 * 2**20))
+    assert I.process_rows(_inc([ProcessSample(T0, 1, 1.0, True, (member,))]))[1][0][4] == 3.1
+    # the newest collection is the newest position's time, with one position only
+    samples = [_pos(T0, 0, 0, 1, 1), _pos(T0 + 5, 0, 0, 2, 2), _pos(T0 + 9, 0, 1, 3, 4)]
+    assert I.collective_rows(_inc(samples)) == (T0 + 9, [("0", "1", "3", "4", "all_reduce")])
+    # rows sorted by group and rank only: two positions of one rank keep their order
+    samples = [_pos(T0, 0, 0, 5, 5), _pos(T0, 0, 0, 3, 3)]
+    assert [r[2] for r in I.collective_rows(_inc(samples))[1]] == ["5", "3"]
+    # an engine's name: its labels but the model's, joined by ","; "engine" with none
+    a = {"engine": "0", "tp": "1", "model_name": "m"}
+    first = MetricsSample(T0, "vllm", "v", (_engine(a, ttft=_hist([0, 1], 0.5)), _engine({}, ttft=_hist([0, 1], 0.5))))
+    last = MetricsSample(T0 + 1, "vllm", "v", (_engine(a, ttft=_hist([1, 2], 1.0)), _engine({}, ttft=_hist([1, 2], 1.0))))
+    assert [name for name, _, _ in I.latency_histograms(_inc([first, last]))] == ["engine", "engine=0,tp=1"]
