@@ -463,3 +463,8 @@ def test_engine_children_gone_of_the_newest_root_and_since_its_first_zombie():
     zombie = replace(CORE, status="zombie")
     first, last, _ = ES._engine_children_gone((proc(0), proc(1, members=(API, zombie)), proc(2, members=(API,))))
     assert (first.t, last.t) == (T0 + 1, T0 + 2)
+
+
+def test_a_death_line_with_exit_code_0_names_no_signal():
+    w = Window(health=(health(0), health(7)), logs=(log(5, "engine_dead", reason="R", worker_rank=1, exit_code=0),))
+    assert L.detect_engine_dead(w, CONFIG)[0].why == "engine dead: 1 engine-death log line(s) (R: worker rank 1, exit code 0)"

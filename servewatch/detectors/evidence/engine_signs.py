@@ -54,6 +54,12 @@ def answer_problem(sample) -> str:
 
 @once_per_window          # engine_dead, alive_health_ok_no_progress and the outcome verdicts all ask
 def engine_death_evidence(window: Window, config: Thresholds) -> tuple[float | None, list[Evidence], list[str]]:
+    """`_engine_death_evidence`, computed once per window (undecorated there: mutmut mutates no decorated
+    function, and its body is a figure the death verdicts read)."""
+    return _engine_death_evidence(window, config)
+
+
+def _engine_death_evidence(window: Window, config: Thresholds) -> tuple[float | None, list[Evidence], list[str]]:
     """(onset, evidence, reasons) for an engine death visible in the window, or (None, [], []).
     Nothing that belongs to a requested shutdown counts (see `in_shutdown`); where a log is read, a
     dead-status probe and a vanished engine count once they have held shutdown_log_wait_s, so that the
