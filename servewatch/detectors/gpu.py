@@ -283,6 +283,11 @@ def _token_rate(window: Window, start: float, end: float) -> tuple[float | None,
 
 @once_per_window
 def throttle_state(window: Window, config: Thresholds) -> Verdict | None:
+    """`_throttle_state`, computed once per window (undecorated there: mutmut mutates no decorated function)."""
+    return _throttle_state(window, config)
+
+
+def _throttle_state(window: Window, config: Thresholds) -> Verdict | None:
     """The gpu_throttled verdict the window supports (shared with overload, which it explains)."""
     readings = _readings(window)
     if len(readings) < 2:

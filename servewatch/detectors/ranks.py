@@ -96,6 +96,11 @@ def _mean_cpu(samples: list[ProcessSample], pid: int, since: float) -> float | N
 
 @once_per_window
 def suspects(window: Window, config: Thresholds) -> tuple[Suspect, ...]:
+    """`_suspects`, computed once per window (undecorated there: mutmut mutates no decorated function)."""
+    return _suspects(window, config)
+
+
+def _suspects(window: Window, config: Thresholds) -> tuple[Suspect, ...]:
     """Engine ranks that look stalled in the newest process sample: stopped (any time), in uninterruptible
     sleep or under rank_idle_cpu_percent for rank_quiet_s while a sibling of theirs of the same data-parallel
     rank used at least stall_busy_cpu_percent on average over that time (the CPU backend's idle workers spin:
