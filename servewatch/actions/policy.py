@@ -102,7 +102,7 @@ class Outcome:
     engine_died: bool = False         # an engine_dead verdict, or process_exit after an engine death
     killed_for: str | None = None     # the verdict guard killed the tree for
     hardware: str | None = None       # ... when it was a hardware fault: the line guard ends with
-    drain: str | None = None          # None, "drained" or "timeout"
+    drain: str | None = None          # None, "drained", "forced" (a second SIGTERM ended it) or "timeout"
 
 
 def exit_status(outcome: Outcome) -> tuple[int, str]:
@@ -118,7 +118,8 @@ def exit_status(outcome: Outcome) -> tuple[int, str]:
         if outcome.server_gone:
             return EXIT_GONE_UNKNOWN, "the server exited; its exit status is unknown (not guard's child)"
         return 0, "stopped watching; the server is still running"
-    drained = " after the drain" if outcome.drain == "drained" else ""
+    drained = " after the drain" if outcome.drain == "drained" else \
+        " after a second SIGTERM" if outcome.drain == "forced" else ""
     if code < 0:
         return 128 - code, f"the server was ended by signal {-code}{drained}"
     if code == 0 and outcome.engine_died and outcome.drain is None:

@@ -163,8 +163,25 @@ class Guard:
         if not tree.ask_to_stop(self.root):
             self._server_gone()
             return
-        if await self._root_gone_within(self.config.drain_timeout_s):
-            self.outcome = replace(self.outcome, drain="drained")
+        timeout = self.config.drain_timeout_s
+        again = tree.stop_again_after(self.root)
+        if again is not None and again[1] < timeout:
+            engine, after = again
+            if await self._root_gone_within(after):
+                self._server_gone()
+                return
+            if not self._proven("drain", own_child_ok=True):
+                self._finish()
+                return
+            self.say(f"the server is still up {after:g} s after SIGTERM: {engine} stops its work at the first signal "
+                     f"and then waits on clients still connected; a second SIGTERM ends it (SIGTERM to pid "
+                     f"{self.root.pid})", event="drain")
+            self.outcome = replace(self.outcome, drain="forced")
+            if not tree.ask_to_stop(self.root):
+                self._server_gone()
+                return
+            timeout -= after
+        if await self._root_gone_within(timeout):
             self._server_gone()
             return
         await self._kill_after_drain()

@@ -73,6 +73,21 @@ def ask_to_stop(root: Member) -> bool:
     return True
 
 
+def stop_again_after(root: Member) -> tuple[str, float] | None:
+    """(the engine's name, seconds) where the root is the server of an engine whose first SIGTERM leaves the process
+    waiting on its clients and whose second ends it (Dialect.stop_signal_again_after_s), told by the root's own
+    title; None otherwise, or when the root is gone."""
+    from servewatch import dialects
+
+    members = snapshot(root.pid, root.create_time)
+    if not members:
+        return None
+    for dialect in dialects.registered():
+        if dialect.stop_signal_again_after_s is not None and dialect.role_of(members[0].title) is not None:
+            return dialect.title or dialect.name, dialect.stop_signal_again_after_s
+    return None
+
+
 def kill(members: tuple[Member, ...], wait_s: float = 5.0) -> Killed:
     """SIGKILL every member that is still the same process (children first, so none is re-parented
     and missed), then wait up to wait_s for them to go. A zombie counts as gone, and nothing is reaped

@@ -201,6 +201,15 @@ def model_key(key: Key) -> str | None:
     return dict(key).get("model_name")
 
 
+def engine_state(dialect: str, naming: str, key: Key, per_engine: Mapping[str, Mapping[Key, object]],
+                 **fields) -> EngineState:
+    """One engine's EngineState from the readings a dialect keyed by engine: its labels from its identity `key`,
+    each `per_engine` field (field name -> {key: value}) at `key` (None where this engine has none), the other
+    `fields` as given."""
+    return EngineState(dialect=dialect, naming=naming, labels=dict(key),
+                       **{name: by_key.get(key) for name, by_key in per_engine.items()}, **fields)
+
+
 def numbers(match: re.Match, names: Mapping[str, type]) -> dict[str, float | int]:
     """The named groups of a grammar match that are present, converted ("1,024" reads as 1024)."""
     out: dict[str, float | int] = {}
@@ -327,6 +336,10 @@ class Dialect(ABC):
     # What a live engine shows from outside, in words: diagnose's expected range for "the engine died" (None: the
     # engine-neutral words).
     engine_alive_signs: str | None = None
+    # Where a first SIGTERM ends the engine's work at once but the process then waits on clients still connected,
+    # and the same signal again ends it at once (the engine's own forced exit): how long a stop that waits on the
+    # server (guard's drain) gives it to exit by itself before it sends SIGTERM again. None: one SIGTERM drains.
+    stop_signal_again_after_s: float | None = None
     # The request header that sends a request to one data-parallel rank's engine (value: the rank), where the
     # API server honours one; None where it does not. The urgent probe aims with it at the rank that looks
     # stalled: the API server balances by load, so an idle data-parallel server sends every request to engine

@@ -91,6 +91,10 @@ PROCESS_ROLES = {"llama-server": "api"}
 # stderr without the log prefix:
 SECOND_SIGNAL_LINE = "Received second interrupt, terminating immediately."
 SECOND_SIGNAL_EXIT = 1                     # exit(1) right after that line (server.cpp:33)
+# So a stop that waits (guard's drain) sends SIGTERM again after this long: past the first signal the loop runs no
+# task, so nothing a client still waits on can finish; the wait leaves two of the HTTP threads' 1 s checks for a
+# client that hung up (HTTP_POLLING_SECONDS, server-context.cpp:40). Idle, the first exits 0 in 0.015 s.
+STOP_SIGNAL_AGAIN_AFTER_S = 2.0
 SLOT_LIMIT_FLAG = "--parallel"             # "-np": number of server slots (common/arg.cpp:2547-2548)
 CONTEXT_LENGTH_FLAG = "--ctx-size"         # "-c" (common/arg.cpp:1642)
 

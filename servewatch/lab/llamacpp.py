@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servewatch.lab.model_dir import TinyModel
-from servewatch.lab.server import LabServer
+from servewatch.lab.server import STOP_GRACE_S, LabServer
 from servewatch.lab.venv import MARKER_NAME, LabSetupError, LabVenv, base_python
 
 LLAMACPP_BIN_VERSION = "11434.0.0"
@@ -299,3 +299,18 @@ class LlamacppServer(LabServer):
 
     def process_tree(self, timeout_s: float = 30.0):
         return self._snapshot_tree()
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM; still up after the dialect's STOP_SIGNAL_AGAIN_AFTER_S (clients still connected hold it: its loop
+        stopped at the first signal, server.cpp:28-35), SIGTERM again, its own forced exit (1); then the tree's stop,
+        SIGKILL after the grace for what is left."""
+        import signal
+
+        from servewatch.dialects import llamacpp as dialect
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            if self.wait_exit(dialect.STOP_SIGNAL_AGAIN_AFTER_S) is None:
+                self.proc.send_signal(signal.SIGTERM)
+                self.wait_exit(1.0)
+        return super().stop(grace_s)
