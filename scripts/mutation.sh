@@ -161,6 +161,15 @@ declare -A TESTS=(
     --deselect=tests/test_diagnose.py::test_a_refused_connection_is_said_after_the_grace_not_the_whole_window'
   [servewatch/sources/process.py]='tests/test_process_mutants.py tests/test_values_process_source.py tests/test_sources_process.py
     tests/test_proctime.py'
+  # the sources on the path to a figure (issue 50 item 8): their value tests and the fast tests of each; left out,
+  # the files that run watch, guard, serve or the simulator around them (8-10 s a test: test_collective_source.py,
+  # test_serve_dcgm.py, test_sim_pd.py, test_watch_sim_quiet.py)
+  [servewatch/sources/flight_recorder.py]='tests/test_values_flight_recorder.py tests/test_flight_recorder.py
+    tests/test_detectors_collective.py'
+  [servewatch/sources/dcgm.py]='tests/test_values_dcgm.py tests/test_dcgm_source.py tests/test_gpu_attribution.py'
+  [servewatch/sources/gpu.py]='tests/test_values_gpu_source.py tests/test_gpu_ranks.py tests/test_dcgm_source.py'
+  [servewatch/sources/logs.py]="tests/test_values_logs.py tests/test_sources_logs.py $DETECTOR_TESTS"
+  [servewatch/sources/http.py]='tests/test_values_sources_http.py tests/test_sources_http.py tests/test_dcgm_source.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
