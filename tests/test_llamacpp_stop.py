@@ -101,3 +101,12 @@ def test_the_labs_stop_sends_the_second_sigterm_rather_than_waiting_out_its_grac
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait(5)
+
+
+def test_guards_exit_line_says_the_second_sigterm():
+    from servewatch.actions.policy import Outcome, exit_status
+
+    assert exit_status(Outcome(server_exit=1, server_gone=True, drain="forced")) == \
+        (1, "the server exited 1 after a second SIGTERM")
+    assert exit_status(Outcome(server_exit=0, server_gone=True, drain="drained")) == \
+        (0, "the server exited 0 after the drain")

@@ -8,9 +8,10 @@ import sys
 from servewatch.commands import add_command
 from servewatch.table import WIDE_HELP
 
-HELP = "read a dead vLLM or SGLang server's log: timeline, last words, culprit, safe action"
-DESCRIPTION = ("Read a vLLM or SGLang server log (ANSI colour, interleaved process prefixes, year-less "
-               "stamps, rotated and gzipped parts) and print the stats timeline, the startup stages, how the "
+HELP = "read a dead inference server's log: timeline, last words, culprit, safe action"
+DESCRIPTION = ("Read an inference server's log, by the grammar of each engine servewatch knows (ANSI colour, "
+               "interleaved process prefixes, year-less stamps, a C++ server's time since its start, rotated and "
+               "gzipped parts) and print the stats timeline, the startup stages, how the "
                "server died, the arithmetic that tests each suspect of an allocation failure against the "
                "bytes requested, and the safe actions with their rollback. Exit 0 with a full conclusion, 1 "
                "when it is partial (the missing piece is said on stderr), 2 when the input cannot be read.")
