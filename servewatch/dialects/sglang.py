@@ -295,15 +295,9 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
         engine_histograms = {kind: by_model[model] for kind, by_model in histograms.items() if model in by_model}
         if key in queue_hist:  # queue time is a scheduler series, per rank
             engine_histograms["queue"] = queue_hist[key]
-        states.append(EngineState(
-            dialect=NAME,
-            naming=naming,
-            labels=dict(key),
-            running=running.get(key),
-            waiting=waiting.get(key),
-            kv_usage=usage.get(key),
-            kv_used_tokens=used.get(key),
-            kv_total_tokens=total.get(key),
+        states.append(base.engine_state(
+            NAME, naming, key, {"running": running, "waiting": waiting, "kv_usage": usage, "kv_used_tokens": used,
+                                "kv_total_tokens": total, "kv_transfer": connector},
             counters=Counters(
                 prompt_tokens=prompt.get(model),
                 generation_tokens=generated.get(model),
@@ -314,7 +308,6 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
                 tokens_shared=engines_of[model] > 1,
             ),
             histograms=engine_histograms,
-            kv_transfer=connector.get(key),
         ))
     return states
 

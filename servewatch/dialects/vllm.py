@@ -394,12 +394,8 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
     for key in sorted(keys):
         usage = kv.get(key)
         total = kv_total.get(dict(key).get("engine"), kv_total.get(None))
-        states.append(EngineState(
-            dialect=NAME,
-            naming=naming,
-            labels=dict(key),
-            running=running.get(key),
-            waiting=waiting.get(key),
+        states.append(base.engine_state(
+            NAME, naming, key, {"running": running, "waiting": waiting, "kv_transfer": connector},
             waiting_by_reason=by_reason.get(key, {}),
             slot_limit=None,  # max_num_seqs is not exported; sources may fill it from the process
             kv_usage=usage,
@@ -417,7 +413,6 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
                 answered=answered_2xx,
             ),
             histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
-            kv_transfer=connector.get(key),
         ))
     return states
 
