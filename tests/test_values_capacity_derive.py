@@ -251,6 +251,28 @@ def test_logits_that_do_not_fit_and_an_untied_embedding_with_a_given_budget():
     assert edge.kv_budget == Fraction(81_559 * MiB) - parse_bytes("14.96GiB") - 6 * GiB - 131_334_144
 
 
+def test_one_slot_a_given_reserve_and_two_kv_heads():
+    assert worked(max_num_seqs=1).logits_temporary == 128_256 * 4
+    c = worked(reserve_given=True, reserve_bytes=Fraction(2 * GiB))
+    assert c.figure("kv_budget").working == ("79.65 GiB (nvidia-smi memory.total 81,559 MiB) × 0.92 − 14.96 GiB − "
+                                             "2 GiB (given) = 56.3157 GiB")
+    two = small(model=facts_from_config({**SMALL_MODEL, "num_key_value_heads": 2}), tp=1)
+    assert two.figure("kv_bytes_per_token").working == "2 × 32 × 2 (2 KV heads) × 128 × 1 B (fp8) = 16,384 B"
+
+
+def test_a_budget_below_one_token_is_refused_not_divided_by_zero():
+    # 131,071 B: one byte short of one token's KV; the share and the alarm would divide by a pool of 0
+    with pytest.raises(CapacityError) as refused:
+        worked(kv_cache_memory_bytes=Fraction(131_071))
+    assert str(refused.value) == ("the KV budget (131,071 B) holds no token: one token's KV is 131,072 B; give a "
+                                  "larger --kv-cache-memory-bytes or --gpu-memory-utilization")
+    one = worked(kv_cache_memory_bytes=Fraction(131_072))
+    assert (one.pool_tokens, one.engine_pool_tokens, one.request_share) == (1, 0, 8192)
+    with pytest.raises(CapacityError) as one_byte:
+        worked(kv_cache_memory_bytes=Fraction(1))            # above zero, so not the "nothing is left" refusal
+    assert str(one_byte.value).startswith("the KV budget (1 B) holds no token")
+
+
 def test_the_slot_limit_equal_to_the_concurrency_leaves_the_pool_binding():
     c = small(max_num_seqs=4, kv_cache_memory_bytes=Fraction(128 * MiB))
     assert c.max_concurrency == 4

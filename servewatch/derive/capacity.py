@@ -178,6 +178,9 @@ def derive(d: Deployment) -> Capacity:
                             "use more GPUs (--tp) or give --kv-cache-memory-bytes")
 
     pool = math.floor(budget / kv_per_token)
+    if pool < 1:
+        raise CapacityError(f"the KV budget ({float(budget):,.0f} B) holds no token: one token's KV is "
+                            f"{kv_per_token:,} B; give a larger --kv-cache-memory-bytes or --gpu-memory-utilization")
     engine_pool = pool // d.block_size * d.block_size
     figures.append(Figure(
         "pool_tokens", "Pool (token slots)", pool, f"{pool:,}",
@@ -186,7 +189,7 @@ def derive(d: Deployment) -> Capacity:
         f"{d.block_size}-token blocks: {engine_pool:,}"))
 
     request_bytes = max_len * kv_per_token
-    share = Fraction(max_len, pool) if pool else Fraction(1)
+    share = Fraction(max_len, pool)
     figures.append(Figure(
         "request_share", "One maximum-length request", float(share), f"{q.binary(request_bytes)}, {float(share):.1%} of the pool",
         "max_model_len × KV bytes per token; ÷ pool", f"{max_len:,} × {q.binary(kv_per_token)} = "
