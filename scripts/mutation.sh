@@ -170,6 +170,12 @@ declare -A TESTS=(
   [servewatch/sources/gpu.py]='tests/test_values_gpu_source.py tests/test_gpu_ranks.py tests/test_dcgm_source.py'
   [servewatch/sources/logs.py]="tests/test_values_logs.py tests/test_sources_logs.py $DETECTOR_TESTS"
   [servewatch/sources/http.py]='tests/test_values_sources_http.py tests/test_sources_http.py tests/test_dcgm_source.py'
+  # the dialects' reads of a scrape and a log line: their own tests, the pair series, the log tail and the rules
+  # (the grep finds the files that run the simulator, advise, bundles and the dashboard: minutes a mutant)
+  [servewatch/dialects/vllm.py]='tests/test_values_dialect_vllm.py tests/test_dialects.py tests/test_pd_series.py
+    tests/test_sources_logs.py tests/test_values_logs.py tests/test_rules.py'
+  [servewatch/dialects/sglang.py]='tests/test_values_dialect_sglang.py tests/test_dialects.py tests/test_pd_series.py
+    tests/test_sources_logs.py tests/test_values_logs.py tests/test_rules.py'
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
