@@ -104,3 +104,19 @@ def test_the_postmortem_command_says_the_forced_stop(capsys):
     assert (death["classification"], death["label"], death["stamp"], death["exit"]) == \
         ("forced_stop", "stop forced by a second signal", "0.15.196.315",
          "the server exited with code 1 on a second stop signal")
+
+
+@pytest.mark.parametrize("line", [
+    # server-context.cpp:4061 (SRV_WRN): the batch is retried smaller, the server goes on
+    "0.01.000.000 W srv  update_slots: failed to find free space in the KV cache, retrying with smaller batch size, "
+    "i = 0, n_batch = 2048, ret = 1",
+    # server-context.cpp:3096-3097 (SRV_ERR): the slots are aborted with an error, the server goes on
+    "0.01.000.000 E srv  update_slots: decode() failed: some error",
+])
+def test_an_error_the_server_lives_through_is_no_death_by_out_of_memory(line):
+    """An idle SIGTERM's real log with one such line before the stop: still an orderly stop, the line kept as an
+    error event (it used to be read as an out-of-memory event: 'the engine ran out of device memory')."""
+    lines = (REAL / "server_sigterm_idle.log").read_text().splitlines()
+    found = postmortem(read_record([*lines[:-1], line, lines[-1]]))
+    assert found.death.classification == "clean_shutdown"
+    assert [e.kind for e in found.record.events] == ["error", "shutdown"]

@@ -64,7 +64,7 @@ class Traceback:
 class Event:
     t: float | None
     clock: str | None
-    kind: str        # engine_dead | signal | shutdown | forced_stop | api_exit | force_kill | timeout | watchdog | oom | startup_failure | retraction
+    kind: str        # engine_dead | signal | shutdown | forced_stop | api_exit | force_kill | timeout | watchdog | oom | error | startup_failure | retraction
     process: str | None
     fields: dict = field(default_factory=dict)
 
@@ -243,7 +243,11 @@ class _Reader:
             if not _repeat(rec.events, event.kind, f):
                 rec.events.append(Event(event.t, clock, event.kind, process, dict(f)))
         elif event.kind == "error":
-            kind = "watchdog" if f.get("reason") == "watchdog timeout" else "oom"
+            # Only an out-of-memory error is one: a failed decode, a full KV cache retried with a smaller batch
+            # (llama.cpp) or a failed health check (SGLang) is kept as an error, not read as a death by OOM.
+            reason = str(f.get("reason", ""))
+            kind = "watchdog" if reason == "watchdog timeout" else \
+                "oom" if "out of memory" in reason.lower() or g.is_oom_message(reason) else "error"
             if not _repeat(rec.events, kind, f):
                 rec.events.append(Event(event.t, clock, kind, process, dict(f)))
 
