@@ -133,3 +133,16 @@ def test_ranks_in_order_of_their_axes_then_pid():
     panels = G.gpu_panels(_readings([_dev(0, pids=(112,)), _dev(1, pids=(111, 112))], process=process))
     assert [(p.holder.split(" (")[0], p.index) for p in panels] == [("TP rank 0 of 2", 1), ("TP rank 1 of 2", 0),
                                                                    ("TP rank 1 of 2", 1)]
+
+
+def test_the_survivors_of_the_first_run():
+    # a run of three readings keeps its start
+    [panel] = G.gpu_panels(_readings([_dev(0, reasons=0x40)], [_dev(0, reasons=0x40)], [_dev(0, reasons=0x40)]))
+    assert panel.throttles == [(T0, T0 + 2, "HW thermal slowdown")]
+    # another GPU's Xid earlier in time does not hide this one's
+    samples = [GpuSample(T0, True, (_dev(0), _dev(1)), xids=(GpuXid(T0 - 2, 0, 79), GpuXid(T0 - 1, 1, 48)))]
+    by_index = {p.index: [x.xid for x in p.xids] for p in G.gpu_panels(samples)}
+    assert by_index == {0: [79], 1: [48]}
+    # Xids with no reading at all: a panel each, named by index
+    panels = G.gpu_panels([GpuSample(T0, False, xids=(GpuXid(T0, 3, 79),))])
+    assert [(p.index, p.gpu, p.holder, [x.xid for x in p.xids]) for p in panels] == [(3, "GPU 3", "", [79])]

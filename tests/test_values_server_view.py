@@ -214,8 +214,9 @@ def test_run_without_a_sleep_waits_on_stop():
         late = ServerView(_Client(_Response(T0)), lambda: 50.0, None, 0.01)
         stop2 = asyncio.Event()
         task = asyncio.create_task(late.run(stop2))
-        while not late.samples:
-            await asyncio.sleep(0.001)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not late.samples and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.001)          # polls the condition, bounded by the deadline
         stop2.set()
         await asyncio.wait_for(task, 5)
         return view, late

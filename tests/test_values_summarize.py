@@ -336,3 +336,10 @@ def test_the_latency_table():
                      "| e2e | engine | 3 | 1 | 33.3% (≤ 0.5 s) |",
                      "| e2e | engine 0 | 4 | 2.5 | 0.0% (–) |", ""]
     assert S._latency(Incident("b", meta(), (first,), ())) == []
+
+
+def test_the_gpu_panel_in_the_summary_counts_from_the_window_start():
+    m = meta()
+    text = render_markdown(Incident("g", m, tuple(gpu_samples()), ()))
+    assert "- throttle reasons: HW thermal slowdown from +5.0 s to +10.0 s\n" in text
+    assert "- lost (NVML: GPU is lost) from +15.0 s\n" in text
