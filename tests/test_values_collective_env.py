@@ -4,6 +4,8 @@ at start, word for word. Each figure written by hand beside the assertion."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from servewatch.sources import collective_env as ce
@@ -187,3 +189,54 @@ def test_the_watch_line_reads_the_tree(tmp_path, monkeypatch):
 @pytest.mark.parametrize("n, words", [(1, "1 process"), (2, "2 processes"), (0, "0 processes")])
 def test_plural(n, words):
     assert ce._plural(n) == words
+
+
+def test_a_dump_holding_one_collective_is_evidence_enough():
+    assert ce.summary([_r(0, fr_buffer=0, pipe_prefix="/p_")], {0: 1}).endswith(
+        "Flight Recorder: on (1 rank's dump read: 1 collectives, pipe), 1 of 1 process")
+
+
+def test_environ_and_maps_are_read_up_to_their_bounds(tmp_path, monkeypatch):
+    d = tmp_path / "50"
+    d.mkdir()
+    (d / "environ").write_bytes(b"A=1\0RANK=5\0")
+    (d / "maps").write_bytes(b"x" * 20 + b" /usr/lib/libnccl.so.2\n")
+    monkeypatch.setattr(ce, "MAX_ENVIRON_BYTES", 8)
+    monkeypatch.setattr(ce, "MAX_MAPS_BYTES", 20)
+    (r,) = ce.discover([50], proc=str(tmp_path))
+    assert (r.rank, r.nccl_loaded) == (None, False)            # what lies past each bound is not read
+    monkeypatch.setattr(ce, "MAX_ENVIRON_BYTES", 11)
+    monkeypatch.setattr(ce, "MAX_MAPS_BYTES", 42)
+    (r,) = ce.discover([50], proc=str(tmp_path))
+    assert (r.rank, r.nccl_loaded) == (5, True)
+
+
+def test_a_children_list_is_read_up_to_64_kib(tmp_path):
+    _children(tmp_path, 1, {1: " " * 65535 + "7"})
+    assert ce.tree_pids(1, proc=str(tmp_path)) == [1, 7]
+    (tmp_path / "1" / "task" / "1" / "children").write_text(" " * 65536 + "7")
+    assert ce.tree_pids(1, proc=str(tmp_path)) == [1]
+
+
+def test_a_path_that_is_not_utf8_is_read_with_replacement(tmp_path):
+    assert ce.torch_of(5, b"7f0000-7f1000 r-xp 0 0:0 0 /v\xff/torch/lib/libc10.so\n", str(tmp_path)) == (True, None)
+
+
+def test_the_real_proc_is_read_by_default(tmp_path):
+    """This process's /proc/PID/root is "/": a torch package under tmp_path is found through it, and a child
+    process is found in its tree."""
+    import subprocess
+    import sys
+    site = tmp_path / "torch"
+    site.mkdir()
+    (site / "version.py").write_text("__version__ = '2.12.0'\n")
+    maps = f"7f0000-7f1000 r-xp 0 0:0 0 {tmp_path}/torch/lib/libc10.so\n".encode()
+    assert ce.torch_of(os.getpid(), maps) == (True, "2.12.0")
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert child.pid in ce.tree_pids(os.getpid())
+        (me,) = ce.discover([os.getpid()])
+        assert me.readable is True
+    finally:
+        child.stdin.close()
+        child.wait(10)
