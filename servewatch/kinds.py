@@ -1,7 +1,8 @@
 """The words every layer shares, written once on the ground floor.
 
 Source kinds: where a sample comes from. A timeline `Window` holds one tuple per kind, an `Evidence`
-pointer names one as its `source`, and a bundle tags each stored sample and counts them by it.
+pointer names one as its `source`, and a bundle tags each stored sample and counts them by it. SOURCE_KINDS are
+the built-in ones; `servewatch.timeline.kinds` is the registry of every kind (these and any registered after them).
 
 Scrape failure kinds: how a scrape of /metrics (or /health) failed; the meaning of each is in
 `servewatch.sources.scrape`. Transports (`servewatch.transport.contract`, a file) report `connect`, `dns`,

@@ -19,7 +19,7 @@ from typing import Any
 
 from servewatch import __version__
 from servewatch.detectors.verdict import Verdict
-from servewatch.kinds import SOURCE_KINDS
+from servewatch.timeline import kinds
 from servewatch.bundle import serialize
 from servewatch.timeline.samples import Sample
 
@@ -152,7 +152,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
     trigger.pop("instance", None)
     ident = incident_id(trigger["verdict"], trigger["onset"], whose, key)
     times = [d["t"] for d in stored]
-    counts = {source: sum(1 for d in stored if d["source"] == source) for source in SOURCE_KINDS}
+    counts = {source: sum(1 for d in stored if d["source"] == source) for source in kinds.names()}
     files: dict[str, bytes] = {}
     for i, part in enumerate(parts):
         files[part_name(i)] = encode({"schema": SAMPLES_SCHEMA, "part": i, "parts": len(parts), "samples": part})
@@ -174,7 +174,7 @@ def build_files(samples: Sequence[Sample], verdicts: Sequence[Verdict], context:
             "start_t": min(times) if times else None,
             "end_t": max(times) if times else None,
             "samples": counts,
-            "overwritten": {s: int(context.overwritten.get(s, 0)) for s in SOURCE_KINDS},
+            "overwritten": {s: int(context.overwritten.get(s, 0)) for s in kinds.names()},
             "files": list(files),
             "thinned": thinning.to_dict(),
             **({"recorder": _recorder(context.recorder)} if context.recorder is not None else {}),

@@ -18,7 +18,7 @@ from servewatch.detectors import registry
 from servewatch.detectors.verdict import ACTION_CLASSES, Evidence, Verdict
 from servewatch.dialects.base import Slot
 from servewatch.engine.state import HISTOGRAM_KINDS, Counters, EngineState, Histogram, KvTransfer
-from servewatch.kinds import SOURCE_KINDS
+from servewatch.timeline import kinds
 from servewatch.timeline.samples import (
     GpuDevice,
     GpuProcess,
@@ -369,7 +369,8 @@ def sample_to_dict(s: Sample) -> dict:
     if isinstance(s, SlotsSample):
         return {"source": "slots", "t": number(s.t), "elapsed_s": number(s.elapsed_s), "error": error_class(s.error),
                 "slots": [_slot_to_dict(v) for v in s.slots]}
-    raise TypeError(f"not a sample: {type(s).__name__}")
+    kind = kinds.get(kinds.kind_of(s))              # a registered kind: field by field, as its codecs say
+    return {"source": kind.name, **{name: _ENCODE[codec](getattr(s, name)) for name, codec in kind.codecs}}
 
 
 # A slot's numbers, allow-listed (dialects.base.Slot holds nothing else: no prompt, text, task id or sampling setting).
@@ -389,6 +390,37 @@ def _slot_from_dict(d: Mapping) -> SlotView:
 
 def _int_or_none(value) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _count(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DecodeError(f"not a count: {value!r}")
+    return value
+
+
+def _int(value) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DecodeError(f"not an integer: {value!r}")
+    return value
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise DecodeError(f"not true or false: {value!r}")
+    return value
+
+
+def _text(value) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise DecodeError(f"not a string: {value!r}")
+    return value
+
+
+# A registered kind's codecs (timeline.kinds): how a field is stored, and how it is read back.
+_ENCODE = {kinds.TIME: number, kinds.NUMBER: number, kinds.COUNT: int, kinds.INT: _int_or_none, kinds.FLAG: bool,
+           kinds.ERROR: error_class, kinds.TOKEN: safe_token}
+_DECODE = {kinds.TIME: unnumber, kinds.NUMBER: unnumber, kinds.COUNT: _count, kinds.INT: _int, kinds.FLAG: _flag,
+           kinds.ERROR: _text, kinds.TOKEN: _text}
 
 
 def sample_from_dict(d: Mapping) -> Sample:
@@ -425,6 +457,8 @@ def sample_from_dict(d: Mapping) -> Sample:
         if source == "slots":
             return SlotsSample(t=t, slots=tuple(_slot_from_dict(v) for v in d["slots"]),
                                elapsed_s=unnumber(d["elapsed_s"]), error=d["error"])
+        if (kind := kinds.get(source)) is not None and kind.codecs:
+            return kind.sample(**{name: _DECODE[codec](d[name]) for name, codec in kind.codecs})
     except (KeyError, TypeError) as exc:
         raise DecodeError(f"malformed {d.get('source', '?')} sample: {exc}") from None
     raise DecodeError(f"unknown sample source {source!r}")
@@ -454,7 +488,7 @@ def scrub_text(text: str, limit: int = 400) -> str:
 
 def evidence_to_dict(e: Evidence) -> dict:
     value = e.value
-    return {"source": e.source if e.source in SOURCE_KINDS else "redacted", "t": number(e.t),
+    return {"source": e.source if kinds.get(e.source) is not None else "redacted", "t": number(e.t),
             "field": e.field if _FIELD.match(e.field) else "redacted",
             "value": _detail_value(value) if isinstance(value, str) else number(value)}
 

@@ -23,7 +23,7 @@ from servewatch import __version__, dialects
 from servewatch.detectors import registry
 from servewatch.detectors.verdict import Verdict
 from servewatch.errors import BundleInvalid
-from servewatch.kinds import SOURCE_KINDS
+from servewatch.timeline import kinds
 from servewatch.bundle import layout, schemas, serialize
 from servewatch.bundle.recompute import Recompute, config_from_dict, detectors_recompute, stored_samples, with_gaps
 
@@ -193,11 +193,11 @@ def _check_identity(incident: dict, samples: list[dict], name: str) -> None:
     times = [_t(s["t"]) for s in samples]
     if any(b < a for a, b in zip(times, times[1:])):
         raise BundleInvalid("samples: not in time order")
-    counts = {source: 0 for source in SOURCE_KINDS}
+    counts = {source: 0 for source in kinds.names()}
     for s in samples:
         counts[s["source"]] += 1
     # A kind added after the bundle was written (slots) is absent from its counts: none of it in its files.
-    if counts != {**{source: 0 for source in SOURCE_KINDS if source not in window["samples"]}, **window["samples"]}:
+    if counts != {**{source: 0 for source in kinds.names() if source not in window["samples"]}, **window["samples"]}:
         raise BundleInvalid(f"incident.json: window.samples {window['samples']} but the files hold {counts}")
     start, end = (min(times), max(times)) if times else (None, None)
     if window["start_t"] != start or window["end_t"] != end:
@@ -335,16 +335,17 @@ def _parse(data: bytes, name: str) -> Any:
 
 
 @lru_cache(maxsize=16)
-def _validator(schema: str, verdict_names: tuple[str, ...], label_keys: tuple[str, ...]):
+def _validator(schema: str, verdict_names: tuple[str, ...], label_keys: tuple[str, ...],
+               added_kinds: tuple[kinds.SourceKind, ...] = ()):
     import jsonschema
 
-    document = schemas.load(schema, verdict_names, label_keys)
+    document = schemas.load(schema, verdict_names, label_keys, added_kinds)
     cls = jsonschema.validators.validator_for(document)
     return cls(document)
 
 
 def _validate(document: Any, schema: str, name: str) -> None:
-    error = next(iter(_validator(schema, registry.names(), dialects.identity_labels()).iter_errors(document)), None)
+    error = next(iter(_validator(schema, registry.names(), dialects.identity_labels(), kinds.added()).iter_errors(document)), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         raise BundleInvalid(f"{name}: schema violation at {where}: {' '.join(error.message.split())[:160]}")

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from servewatch.kinds import SOURCE_KINDS
+from servewatch.timeline import kinds
 
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """A pointer to one stored sample and the field of it that matters."""
 
-    source: str            # one of servewatch.kinds.SOURCE_KINDS
+    source: str            # one of the source kinds (servewatch.timeline.kinds)
     t: float               # the sample's time: with `source` it identifies the sample
     field: str             # e.g. "status", "counters.generation_tokens", "running"
     value: float | int | str | bool | None
@@ -186,7 +186,7 @@ class VerdictSpec:
             problems.append(f"severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
         if not self.name.isidentifier() or not self.name.islower():
             problems.append("the name must be a lower-case identifier")
-        unknown = set(self.evidence_sources) - set(SOURCE_KINDS)
+        unknown = set(self.evidence_sources) - set(kinds.names())
         if unknown:
             problems.append(f"unknown evidence sources {sorted(unknown)}")
         if problems:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from servewatch.detectors.verdict import Evidence, Verdict
-from servewatch.kinds import SOURCE_KINDS
+from servewatch.timeline import kinds
 
 if TYPE_CHECKING:
     from servewatch.timeline.window import Window
@@ -73,7 +73,7 @@ def ended_by(verdict: Verdict, window: Window) -> tuple[Evidence, ...]:
     seen: set[tuple[str, str]] = set()
     for pointer in verdict.evidence:
         key = (pointer.source, pointer.field)
-        samples = window.of(pointer.source) if pointer.source in SOURCE_KINDS else ()
+        samples = window.of(pointer.source) if kinds.get(pointer.source) is not None else ()
         if key in seen or not samples:
             continue
         seen.add(key)

@@ -9,7 +9,7 @@ from servewatch.timeline.samples import Sample
 
 
 class Source(Protocol):
-    kind: str          # one of servewatch.kinds.SOURCE_KINDS
+    kind: str          # a source kind (servewatch.timeline.kinds)
     interval: float    # seconds between polls
 
     async def poll(self) -> Sequence[Sample]:

@@ -14,8 +14,8 @@ from operator import attrgetter
 from collections.abc import Iterable, Mapping
 
 from servewatch.timeline.samples import Sample
-from servewatch.kinds import SOURCE_KINDS
-from servewatch.timeline.window import Window, _field, kind_of
+from servewatch.timeline import kinds
+from servewatch.timeline.window import Window, kind_of
 
 DEFAULT_LOG_CAPACITY = 4096   # parsed log events (not raw lines) kept whatever the history
 MARGIN = 2                    # extra slots so a full --history span always fits
@@ -30,11 +30,11 @@ def capacity_for(history_s: float, interval_s: float) -> int:
 
 class Ring:
     def __init__(self, capacity: Mapping[str, int]):
-        unknown = set(capacity) - set(SOURCE_KINDS)
+        unknown = set(capacity) - set(kinds.names())
         if unknown:
             raise ValueError(f"unknown sample kinds: {sorted(unknown)}")
-        self._deques = {kind: deque(maxlen=max(1, int(capacity.get(kind, 1)))) for kind in SOURCE_KINDS}
-        self.overwritten = {kind: 0 for kind in SOURCE_KINDS}
+        self._deques = {kind: deque(maxlen=max(1, int(capacity.get(kind, 1)))) for kind in kinds.names()}
+        self.overwritten = {kind: 0 for kind in kinds.names()}
         self._unordered: set[str] = set()      # kinds holding a sample older than one added before it
 
     @classmethod
@@ -77,4 +77,4 @@ class Ring:
             if since is not None and items and items[0].t < since:
                 return tuple(islice(items, bisect_left(items, since, key=_time), None))
             return tuple(items)
-        return Window(**{_field(kind): pick(kind) for kind in SOURCE_KINDS})
+        return Window.of_kinds({kind: pick(kind) for kind in self._deques})

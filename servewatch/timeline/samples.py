@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from servewatch.dialects.base import Slot
 from servewatch.engine.state import EngineState
+from servewatch.timeline import kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,3 +247,8 @@ class SlotsSample:
 
 Sample = (HealthSample | MetricsSample | ProcessSample | GpuSample | LogEvent | ProbeSample | RequestsSample
           | SlotsSample)
+
+# The source kinds' sample types (timeline.kinds): the built-in ones in SOURCE_KINDS order, then each kind added
+# after them with its one `kinds.register(name, Sample, fields={...})` line.
+kinds.attach_builtin(HealthSample, MetricsSample, ProcessSample, GpuSample, LogEvent, ProbeSample, RequestsSample,
+                     SlotsSample)

@@ -8,26 +8,18 @@ the same window always gives the same verdicts (that is what `verify` relies on)
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
-from servewatch.kinds import SOURCE_KINDS
+from servewatch.timeline import kinds
+from servewatch.timeline.kinds import kind_of
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
                                          RequestsSample, Sample, SlotsSample)
 
 _time = attrgetter("t")
 
-_KIND_OF_TYPE = {HealthSample: "health", MetricsSample: "metrics", ProcessSample: "process",
-                 GpuSample: "gpu", LogEvent: "log", ProbeSample: "probe", RequestsSample: "requests",
-                 SlotsSample: "slots"}
-
-
-def kind_of(sample: Sample) -> str:
-    try:
-        return _KIND_OF_TYPE[type(sample)]
-    except KeyError:
-        raise TypeError(f"not a timeline sample: {type(sample).__name__}") from None
+__all__ = ["InstanceWindow", "Window", "kind_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,43 +45,62 @@ class Window:
     # A deployment (prefill and decode instances watched as one target): each instance's own window, with its
     # role. The verdicts of one engine are judged on each instance's window, the pair's on all of them together.
     instances: tuple[InstanceWindow, ...] = ()
+    # The samples of the kinds registered beyond the built-in ones (timeline.kinds.register), by kind: read them
+    # with `of(kind)`.
+    added: tuple[tuple[str, tuple], ...] = ()
 
     @classmethod
     def from_samples(cls, samples: Iterable[Sample]) -> Window:
         """Group samples by kind, each kind sorted by time (stable for equal times)."""
-        by_kind: dict[str, list] = {kind: [] for kind in SOURCE_KINDS}
+        by_kind: dict[str, list] = {kind: [] for kind in kinds.names()}
         for sample in samples:
             by_kind[kind_of(sample)].append(sample)
-        return cls(**{_field(kind): tuple(sorted(items, key=lambda s: s.t)) for kind, items in by_kind.items()})
+        return cls.of_kinds({kind: tuple(sorted(items, key=lambda s: s.t)) for kind, items in by_kind.items()})
+
+    @classmethod
+    def of_kinds(cls, by_kind: Mapping[str, tuple], instances: tuple[InstanceWindow, ...] = ()) -> Window:
+        """A window of each kind's time-ordered samples, by kind name."""
+        fields = {}
+        added = []
+        for name, samples in by_kind.items():
+            field = kinds.get(name).field
+            if field is not None:
+                fields[field] = samples
+            elif samples:
+                added.append((name, samples))
+        return cls(**fields, instances=instances, added=tuple(added))
 
     def of(self, kind: str) -> tuple:
-        return getattr(self, _field(kind))
+        field = kinds.get(kind).field
+        if field is not None:
+            return getattr(self, field)
+        return next((samples for name, samples in self.added if name == kind), ())
 
     def samples(self) -> Iterator[Sample]:
-        """Every sample, ordered by time (kinds in SOURCE_KINDS order for equal times)."""
-        merged = [s for kind in SOURCE_KINDS for s in self.of(kind)]
+        """Every sample, ordered by time (kinds in registry order, the built-in ones first, for equal times)."""
+        merged = [s for kind in kinds.names() for s in self.of(kind)]
         return iter(sorted(merged, key=lambda s: s.t))
 
     def __len__(self) -> int:
-        return sum(len(self.of(kind)) for kind in SOURCE_KINDS) + sum(len(i.window) for i in self.instances)
+        return sum(len(self.of(kind)) for kind in kinds.names()) + sum(len(i.window) for i in self.instances)
 
     @property
     def start(self) -> float | None:
-        firsts = [self.of(kind)[0].t for kind in SOURCE_KINDS if self.of(kind)]
+        firsts = [self.of(kind)[0].t for kind in kinds.names() if self.of(kind)]
         firsts += [t for i in self.instances if (t := i.window.start) is not None]
         return min(firsts) if firsts else None
 
     @property
     def end(self) -> float | None:
         """The time of the newest sample (of any instance's, in a deployment): the window's "now"."""
-        lasts = [self.of(kind)[-1].t for kind in SOURCE_KINDS if self.of(kind)]
+        lasts = [self.of(kind)[-1].t for kind in kinds.names() if self.of(kind)]
         lasts += [t for i in self.instances if (t := i.window.end) is not None]
         return max(lasts) if lasts else None
 
     def since(self, t: float) -> Window:
         """The samples at or after `t` (each instance's too)."""
         instances = tuple(InstanceWindow(i.name, i.role, i.window.since(t)) for i in self.instances)
-        return Window(**{_field(kind): _since(self.of(kind), t) for kind in SOURCE_KINDS}, instances=instances)
+        return Window.of_kinds({kind: _since(self.of(kind), t) for kind in kinds.names()}, instances)
 
     def instance(self, name: str) -> InstanceWindow | None:
         return next((i for i in self.instances if i.name == name), None)
@@ -104,6 +115,3 @@ def _since(samples: tuple, t: float) -> tuple:
         return samples
     return samples[bisect_left(samples, t, key=_time):]      # each kind's tuple is in time order
 
-
-def _field(kind: str) -> str:
-    return "logs" if kind == "log" else kind
