@@ -8,10 +8,12 @@ import os
 import sys
 
 from servewatch import __version__
+from servewatch.commands import add_command
 from servewatch.errors import USAGE, ServewatchError, exit_status_epilog
 
-# Each module in servewatch.commands has `register(subparsers)` that adds its parser and sets
-# `func(args) -> int`. Modules import their heavy dependencies inside `func`, so `--help` stays fast.
+# Each module in servewatch.commands declares its parser (servewatch.commands.add_command reads HELP, DESCRIPTION,
+# `run(args) -> int` and `arguments(parser)`). Modules import their heavy dependencies inside `run`, so `--help`
+# stays fast.
 COMMANDS = ("inspect", "sim", "load", "watch", "guard", "serve", "verify", "summarize", "postmortem", "diagnose",
             "advise", "rules", "dashboard", "demo", "lab", "canary", "drill", "proxy", "requests", "collectives",
             "completion", "gpu_check")
@@ -120,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name == f"servewatch.commands.{name}":
                 continue  # command not built yet
             raise
-        module.register(subparsers)
+        add_command(subparsers, module)
     return parser
 
 

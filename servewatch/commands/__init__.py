@@ -1,20 +1,26 @@
-"""One module per `servewatch` command, each with `register(subparsers)`; here what they share: the parser's
-opening (`add_command`) and, for a command that prints one text, `--out FILE` (`add_out_argument`, `write_out`)."""
+"""One module per `servewatch` command; here what they share: the parser's opening (`add_command`, from the
+command module's declaration) and, for a command that prints one text, `--out FILE` (`add_out_argument`,
+`write_out`).
+
+A command module declares `HELP` (its line in the command list), `DESCRIPTION` (heads its own --help), `run(args)`
+where the command itself runs (a module without one runs an action under it), `PARSER_OPTIONS` where argparse
+needs more (usage, epilog, formatter_class, a filled description), and `arguments(parser)`, which adds its flags.
+Its name is its module's, with "-" for "_" (gpu_check: `servewatch gpu-check`)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from types import ModuleType
 
 
-def add_command(subparsers: argparse._SubParsersAction, name: str, help: str, description: str,
-                func: Callable[[argparse.Namespace], Any] | None = None, **options: Any) -> argparse.ArgumentParser:
-    """Add `servewatch NAME`: `help` is its line in the command list, `description` heads its own --help,
-    `func` (where the command itself runs, not an action under it) becomes `args.func`; `options` (usage,
-    epilog, formatter_class) go to argparse as they are."""
-    parser = subparsers.add_parser(name, help=help, description=description, **options)
-    if func is not None:
-        parser.set_defaults(func=func)
+def add_command(subparsers: argparse._SubParsersAction, module: ModuleType) -> argparse.ArgumentParser:
+    """Add `servewatch NAME` as `module` declares it (see above)."""
+    options = {"description": module.DESCRIPTION, **getattr(module, "PARSER_OPTIONS", {})}
+    parser = subparsers.add_parser(module.__name__.rpartition(".")[2].replace("_", "-"), help=module.HELP, **options)
+    run = getattr(module, "run", None)
+    if run is not None:
+        parser.set_defaults(func=run)
+    module.arguments(parser)
     return parser
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from servewatch.commands import add_command
 from servewatch.table import WIDE_HELP
 
 HELP = "derive capacity, alarm thresholds and histogram edges from the model and the GPU"
@@ -21,8 +20,7 @@ METRICS_TIMEOUT_S = 10.0
 METRICS_MAX_BYTES = 16 * 2**20
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "advise", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="DIR_OR_CONFIG",
                         help="a model directory (config.json; *.safetensors headers give exact weight bytes) "
                              "or a config.json")

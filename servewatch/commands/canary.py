@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from servewatch.commands import add_command
-
 HELP = "record a greedy completion of a fixed prompt once; check later deploys answer the same"
 DESCRIPTION = ("A server can answer fast and healthy with a different model behaviour (weights loaded in the "
                "wrong order, a wrong quantisation scale, a changed rotary base). `record` asks a known-good "
@@ -13,8 +11,7 @@ DESCRIPTION = ("A server can answer fast and healthy with a different model beha
                "token count; `check` asks again and compares. Exit status: 0 same, 1 different, 2 an error.")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "canary", HELP, DESCRIPTION)
+def arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     record = actions.add_parser("record", help="record the canary from a known-good server",
                                 description="Ask URL for the canary's greedy completion and write FILE.")

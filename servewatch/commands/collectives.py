@@ -14,7 +14,6 @@ import json
 import sys
 import time
 
-from servewatch.commands import add_command
 from servewatch.errors import CHECKED_BAD, OK, USAGE, ServewatchError
 
 HELP = "name the rank behind in a collective, from Flight Recorder dumps and NCCL RAS (given the ranks' PIDs)"
@@ -24,8 +23,7 @@ DESCRIPTION = ("Read each rank's collective sources from outside: /proc/PID/envi
                "RAS status query; then per process group the rank(s) behind and any mismatch.")
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "collectives", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
                         help="a rank's process (repeat for every rank)")
     parser.add_argument("--dump", action="append", default=[], metavar="RANK=FILE",

@@ -4,10 +4,10 @@ parser the command line is read with, so that a command or flag cannot be added 
 from __future__ import annotations
 
 import argparse
-
-from servewatch.commands import add_command
+import textwrap
 
 SHELLS = ("bash", "zsh", "fish")
+
 HELP = "print the shell completion script for bash, zsh or fish"
 DESCRIPTION = ("Print the completion script of SHELL for servewatch's commands and flags, generated from the "
                "parser itself (with shtab). Install it once with the line for your shell below.")
@@ -46,11 +46,11 @@ EPILOG = "install (then open a new shell):\n" + "".join(
     f"  {shell}:\n" + "".join(f"    {part}\n" for part in _continued(line)) for shell, line in INSTALL.items())
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    import textwrap
+PARSER_OPTIONS = {"description": textwrap.fill(DESCRIPTION, 79), "epilog": EPILOG,
+                  "formatter_class": argparse.RawDescriptionHelpFormatter}
 
-    parser = add_command(subparsers, "completion", HELP, textwrap.fill(DESCRIPTION, 79), run, epilog=EPILOG,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from servewatch.commands import add_command, add_out_argument, write_out
+from servewatch.commands import add_out_argument, write_out
 
 HELP = "write a Grafana dashboard for vLLM or SGLang"
 DESCRIPTION = ("Write a Grafana dashboard (JSON, import it in Grafana under Dashboards > New > Import): "
@@ -14,10 +14,9 @@ DESCRIPTION = ("Write a Grafana dashboard (JSON, import it in Grafana under Dash
                "which action it leads to.")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def arguments(parser: argparse.ArgumentParser) -> None:
     from servewatch.commands.recording import add_series_arguments
 
-    parser = add_command(subparsers, "dashboard", HELP, DESCRIPTION, run)
     add_series_arguments(parser)
     parser.add_argument("--slot-limit", type=int, default=None, metavar="N",
                         help="the engine's slot limit, drawn on the running panel (default: vLLM's 256; "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from servewatch.commands import add_command
 from servewatch.table import WIDE_HELP
 from servewatch.commands.recording import duration
 
@@ -15,8 +14,7 @@ DESCRIPTION = ("Start the built-in engine, run four load scenarios (normal, over
                "time, what /health said meanwhile, and report.html / report.md.")
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "demo", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", default="servewatch-demo",
                         help="where bundles and reports go (default ./servewatch-demo)")
     parser.add_argument("--fast", action="store_true",

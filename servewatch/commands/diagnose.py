@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from servewatch.commands import add_command
 from servewatch.commands.recording import add_recording_arguments
 from servewatch.watch.options import RecordingOptions
 
@@ -19,8 +18,7 @@ DESCRIPTION = ("For a live server (URL) it records for --window seconds first (g
 SYMPTOM_NAMES = ("slow-first-token", "slow-text", "long-answers", "hangs-under-load", "errors", "e2e-up")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "diagnose", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="URL|BUNDLE|LOAD_DIR",
                         help="a live server's URL (recorded for --window), an incident bundle, or a directory "
                              "`servewatch load --out` wrote")

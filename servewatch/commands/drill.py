@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 from servewatch.table import WIDE_HELP
 
@@ -26,9 +25,10 @@ exit status:
 """
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "drill", HELP, DESCRIPTION, run,
-                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+PARSER_OPTIONS = {"formatter_class": argparse.RawDescriptionHelpFormatter, "epilog": EPILOG}
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan_file", nargs="?", metavar="PLAN.yaml", help="the plan (see --plan for shipped ones)")
     parser.add_argument("--plan", choices=("standard",), help="a shipped plan, for --engine")
     from servewatch.lab.recipe import RECIPES

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from servewatch.commands import add_command
-
 HELP = "check this node's GPUs once (node-problem-detector's custom-plugin protocol)"
 DESCRIPTION = ("Read every GPU once through NVML (or dcgm-exporter's page with --gpu-metrics) and say whether the "
                "node should be drained: a GPU lost (fallen off the bus), a row-remap failure, uncorrectable ECC "
@@ -18,8 +16,7 @@ OK, PROBLEM, UNKNOWN = 0, 1, 2     # node-problem-detector: OK, NonOK, Unknown
 NPD_MESSAGE_CHARS = 200            # the monitor's max_output_length: the message NPD keeps
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "gpu-check", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--npd", action="store_true",
                         help=f"one line of at most {NPD_MESSAGE_CHARS} characters, the node condition's message")
     parser.add_argument("--gpu-metrics", metavar="URL",

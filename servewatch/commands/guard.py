@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 from servewatch.commands.recording import add_pair_arguments, add_recording_arguments, duration
 from servewatch.watch.options import RecordingOptions
@@ -41,11 +40,12 @@ exit status (what a restart policy should see):
 """
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "guard", HELP, DESCRIPTION, run,
-                         usage="servewatch guard (URL | --prefill URL --decode URL --instance URL)\n"
-                               "                        [options] (-- COMMAND... | --pid PID)",
-                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+PARSER_OPTIONS = {"usage": "servewatch guard (URL | --prefill URL --decode URL --instance URL)\n"
+                           "                        [options] (-- COMMAND... | --pid PID)",
+                  "formatter_class": argparse.RawDescriptionHelpFormatter, "epilog": EPILOG}
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     add_recording_arguments(parser, DEFAULTS, url_optional=True)
     parser.add_argument("--pid", type=int, help="attach to a running server (its API server's PID) instead")
     add_pair_arguments(parser, "instead of URL, a disaggregated deployment: a prefill instance (repeat for more); "

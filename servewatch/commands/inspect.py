@@ -7,12 +7,10 @@ import argparse
 import json
 import sys
 
-from servewatch.commands import add_command
 from servewatch.exposition.parser import DEFAULT_MAX_BYTES, DEFAULT_MAX_SERIES
 from servewatch.table import WIDE_HELP
 
 TABLE_ENGINES = 8          # the table shows this many engines; --json has them all
-
 
 HELP = "read one /metrics scrape (URL or file) into the canonical engine picture"
 DESCRIPTION = ("Read one /metrics exposition from a URL or a file and show the engine dialect, its "
@@ -20,8 +18,7 @@ DESCRIPTION = ("Read one /metrics exposition from a URL or a file and show the e
                "with --json) and its latency histograms with blindness findings.")
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "inspect", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SOURCE", help="http(s)://host:port (its /metrics is read), http(s)://host:port/metrics, or a file path")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--wide", action="store_true", help=WIDE_HELP)

@@ -6,14 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from servewatch.commands import add_command
-
 HELP = "run a real engine locally (vLLM CPU build, SGLang or llama.cpp, + a generated tiny model)"
 DESCRIPTION = "Run a real engine locally for trying servewatch against the truth."
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "lab", HELP, DESCRIPTION)
+def arguments(parser: argparse.ArgumentParser) -> None:
     engines = parser.add_subparsers(dest="engine", metavar="ENGINE", required=True)
     vllm = _engine(engines, "vllm", "the venv and model", "vLLM's log", 240,
                    "install the venv and the model, then exit",

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 
-from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 from servewatch.table import WIDE_HELP
 
@@ -18,8 +17,7 @@ DESCRIPTION = ("Run a load scenario (normal, overload, long-prompt, long-output,
                "replay a Mooncake, Azure or servewatch trace open-loop at its recorded times instead.")
 
 
-def register(subparsers) -> None:
-    p = add_command(subparsers, "load", HELP, DESCRIPTION, run)
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", help="base URL of the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--scenario", default="normal", metavar="NAME",
                    choices=("normal", "overload", "long-prompt", "long-output", "custom"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from servewatch.commands import add_command
 from servewatch.table import WIDE_HELP
 
 HELP = "read a dead inference server's log: timeline, last words, culprit, safe action"
@@ -17,8 +16,7 @@ DESCRIPTION = ("Read an inference server's log, by the grammar of each engine se
                "when it is partial (the missing piece is said on stderr), 2 when the input cannot be read.")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "postmortem", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", metavar="LOG", nargs="+",
                         help="the log file; give rotated parts too (server.log.1, server.log.2.gz), any order")
     parser.add_argument("--model-config", metavar="CONFIG_JSON",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from servewatch.commands import add_command
+import argparse
+
 from servewatch.errors import ServewatchError
 from servewatch.commands.recording import add_pair_arguments, add_recording_arguments, duration
 from servewatch.proxy.config import (DECODE_FIRST_BYTE_TIMEOUT_S, DEFAULT_TENANT_KEY, PREFILL_TIMEOUT_S, WATCH_FLAGS,
@@ -18,8 +19,7 @@ DESCRIPTION = ("An OpenAI-compatible pass-through in front of a vLLM or SGLang s
                "recorded.")
 
 
-def register(subparsers) -> None:
-    p = add_command(subparsers, "proxy", HELP, DESCRIPTION, run)
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="where clients connect, e.g. 127.0.0.1:8080")
     p.add_argument("--upstream", metavar="URL", help="the engine, e.g. http://127.0.0.1:8000")
     add_pair_arguments(p, "instead of --upstream, a disaggregated pair: a prefill instance (repeat for more; taken "

@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
-from servewatch.commands import add_command
+import textwrap
 
 HELP = "read request records (of load or proxy) back: latency, outcomes and goodput by model, tenant or API"
 DESCRIPTION = ("Read the requests.jsonl files that `servewatch load` and `servewatch proxy` write (one record "
@@ -28,14 +27,14 @@ EPILOG = ("examples:\n"
           "  servewatch requests out/requests.jsonl --export azure incident.csv")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+PARSER_OPTIONS = {"description": textwrap.fill(DESCRIPTION, 79), "epilog": EPILOG,
+                  "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     from servewatch.load.readback import GROUPS
     from servewatch.table import WIDE_HELP
 
-    import textwrap
-
-    parser = add_command(subparsers, "requests", HELP, textwrap.fill(DESCRIPTION, 79), run, epilog=EPILOG,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", metavar="FILE", nargs="+",
                         help="requests.jsonl files (rotated ones too), or a directory holding them")
     parser.add_argument("--by", choices=GROUPS,

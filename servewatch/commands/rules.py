@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from servewatch.commands import add_command, add_out_argument, write_out
+from servewatch.commands import add_out_argument, write_out
 
 HELP = "write Prometheus alert and recording rules for an SLO"
 DESCRIPTION = ("Write a Prometheus rule file: SLI recording rules, multi-window multi-burn-rate alerts "
@@ -14,10 +14,9 @@ DESCRIPTION = ("Write a Prometheus rule file: SLI recording rules, multi-window 
                "threshold must be a bucket edge of the engine's histogram.")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def arguments(parser: argparse.ArgumentParser) -> None:
     from servewatch.commands.recording import add_series_arguments
 
-    parser = add_command(subparsers, "rules", HELP, DESCRIPTION, run)
     parser.add_argument("--slo", required=True, metavar="FILE", help="the SLO file (YAML)")
     add_series_arguments(parser)
     parser.add_argument("--no-serve", action="store_true",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from servewatch.commands import add_command
+import argparse
+
 from servewatch.commands.recording import add_recording_arguments
 
 HELP = "watch many servers in one process; export verdicts to Prometheus, Alertmanager and probes"
@@ -24,8 +25,7 @@ _HELP = {
 }
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "serve", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     from servewatch.sinks.delivery.registry import sink_kinds, sink_names
 
     parser.add_argument("--config", metavar="FILE", help="YAML config: listen, interval, history, out, "

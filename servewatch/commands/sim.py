@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from servewatch.commands import add_command
 from servewatch.errors import ServewatchError
 
 HELP = "run the built-in vLLM/SGLang-compatible engine (no GPU needed)"
@@ -16,8 +15,7 @@ class SimUsageError(ServewatchError):
     pass
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "sim", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     from servewatch.sim.behaviour import engine_names
     from servewatch.sim.config import SimConfig
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from servewatch.commands import add_command
-
 HELP = "write a Markdown and/or HTML report of an incident bundle"
 DESCRIPTION = ("Render a bundle as Markdown and as one self-contained HTML page (inline SVG, no external "
                "assets). The bundle's hashes and schema are checked first. Without --md or --html the "
                "Markdown goes to stdout.")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "summarize", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", metavar="BUNDLE",
                         help="the bundle directory, or a directory of bundles (watch --out's, the demo's bundles/)")
     parser.add_argument("--md", metavar="F", type=Path,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from servewatch.commands import add_command
-
 HELP = "check incident bundles offline and recompute their verdicts"
 DESCRIPTION = ("Check a bundle's manifest hashes, schema and identity, then recompute every stored "
                "verdict from the stored samples with the same detector code and configuration. A directory of "
@@ -14,8 +12,7 @@ DESCRIPTION = ("Check a bundle's manifest hashes, schema and identity, then reco
                "with one line per failed bundle saying what failed (2 when a path does not exist).")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "verify", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundles", metavar="BUNDLE", nargs="+",
                         help="a bundle directory, or a directory of bundles (watch --out's, the demo's bundles/): "
                              "each bundle in it is checked")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from servewatch.commands import add_command
+import argparse
+
 from servewatch.commands.recording import add_pair_arguments, add_recording_arguments, duration
 from servewatch.watch.options import RecordingOptions
 
@@ -14,11 +15,10 @@ DESCRIPTION = ("Poll /health, /metrics, the process tree (--pid), GPUs and an op
 
 DEFAULTS = RecordingOptions(url="", interval=1.0, probe=True)   # watch probes by default (--no-probe)
 
-__all__ = ["duration", "register", "run"]
+__all__ = ["arguments", "duration", "run"]
 
 
-def register(subparsers) -> None:
-    parser = add_command(subparsers, "watch", HELP, DESCRIPTION, run)
+def arguments(parser: argparse.ArgumentParser) -> None:
     add_recording_arguments(parser, DEFAULTS, url_optional=True)
     add_pair_arguments(parser, "instead of URL, a disaggregated deployment: a prefill instance (repeat for more), "
                                "watched with its --decode instances as one target: each recorded on its own, the "
