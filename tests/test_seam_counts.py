@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from servewatch import dialects
+from servewatch.clock import VirtualClock
 from servewatch.bundle import layout, schemas, serialize
 from servewatch.bundle.verify import verify_bundle
 from servewatch.bundle.writer import BundleContext, BundleWriter
@@ -28,6 +29,8 @@ from servewatch.sinks.delivery import registry as sinks
 from servewatch.timeline import kinds
 from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
+from servewatch.watch.recorder import Recorder
+from servewatch.watch.targets import callable_sources
 from tests import toy_verdict
 from tests.sinks_synthetic import stall_window, synthetic_recompute, synthetic_stall_verdicts
 from tests.test_sink_registry import ToyClient
@@ -64,11 +67,6 @@ READINGS = (QueueSample(100.25, 3, 1.5), QueueSample(101.25, 0, None, shedding=T
             QueueSample(102.25, 7, float("inf"), error="timeout after 2 s"))
 
 
-def polled() -> list[QueueSample]:
-    source = QueueSource(READINGS)
-    return [s for _ in READINGS for s in asyncio.run(source.poll())]
-
-
 def test_a_source_kind_is_its_source_and_its_sample_with_one_line(queue, tmp_path):
     assert files_of(QueueSource, QueueSample) == {"tests/toy_queue_source.py", "tests/toy_queue_sample.py"}
     assert table_files("a source kind") == 2
@@ -76,7 +74,7 @@ def test_a_source_kind_is_its_source_and_its_sample_with_one_line(queue, tmp_pat
 
     # the window and the ring hold it by its kind
     base = stall_window(n=24, stalled_from=12)
-    window = Window.from_samples([*base.samples(), *polled()])
+    window = Window.from_samples([*base.samples(), *READINGS])
     assert window.of(NAME) == READINGS and window.end == base.end and len(window) == len(base) + 3
     assert window.since(101.0).of(NAME) == READINGS[1:]
     ring = Ring({NAME: 2})
@@ -114,6 +112,19 @@ def test_a_source_kind_is_its_source_and_its_sample_with_one_line(queue, tmp_pat
     pointer = Evidence(NAME, 100.25, "depth", 3)
     assert serialize.evidence_to_dict(pointer)["source"] == NAME
     assert Verdict("v", 1.0, 0.0, "why", (pointer,)).evidence[0].source == NAME
+
+
+def test_the_recorder_records_a_registered_kind_from_its_source(queue):
+    clock = VirtualClock()
+    start = clock.now()
+    queue_source = QueueSource(clock, lambda: 2 if clock.now() - start >= 5.0 else 0, interval=1.0)
+    sources = [*callable_sources(clock, 1.0, health=lambda: 200, metrics=lambda: "# no engine here\n"), queue_source]
+    recorder = Recorder(sources, clock, history_s=60.0)
+    asyncio.run(recorder.run_virtual(10.0))
+    recorded = recorder.ring.window().of(NAME)
+    assert [s.depth for s in recorded] == [0] * 5 + [2] * (len(recorded) - 5) and len(recorded) >= 10
+    assert recorded[-1].oldest_s == pytest.approx(recorded[-1].t - recorded[5].t)
+    assert recorder.ring.capacity[NAME] == recorder.ring.capacity["health"]
 
 
 def test_a_source_kind_unregistered_is_nowhere():
