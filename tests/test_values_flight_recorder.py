@@ -357,3 +357,107 @@ def test_analyse_files_reads_each_and_says_what_it_could_not(tmp_path):
                         3: f"{tmp_path / 'none'}: not read (No such file or directory)"}
     assert [p.rank for p in analysis.groups[0].positions] == [0]
     assert analysis.groups[0].missing == (1,)
+
+
+def test_only_the_groups_with_a_rank_behind_or_a_mismatch_are_said_when_there_are_any():
+    config = {"0": {"desc": "default_pg", "ranks": "[0, 1]"}, "1": {"desc": "tp", "ranks": "[0, 1]"}}
+    d0 = fr.parse_dump(_doc([_entry(1), _entry(2, retired=False, state="started"), _entry(1, pg=("1", "tp"))],
+                            config=config))
+    d1 = fr.parse_dump(_doc([_entry(1), _entry(1, pg=("1", "tp"))], config=config))
+    analysis = fr.analyse({0: d0, 1: d1})
+    assert analysis.why() == ("Flight Recorder: group 0 (default_pg): rank 1 at collective 1 (completed) — behind; "
+                              "rank 0 waiting in collective 2 (all_reduce)")
+    d2 = fr.parse_dump(_doc([_entry(1, sizes=((4,),)), _entry(1, pg=("1", "tp"), sizes=((4,),))], config=config))
+    both = fr.analyse({0: d0, 1: d1, 2: d2})
+    assert both.why().count("; group 1 (tp): mismatch at collective 1") == 1
+    agree = fr.analyse({0: d1, 1: d1})
+    assert agree.why() == ("Flight Recorder: group 0 (default_pg): ranks agree, last completed collective 1; "
+                           "group 1 (tp): ranks agree, last completed collective 1")
+
+
+def test_a_config_entry_without_a_desc_is_no_desc():
+    assert fr._desc({"0": {"ranks": "[0]"}}, "0") == ""
+
+
+def test_a_rank_that_completed_nothing():
+    trace = fr.GroupTrace("0", "", None, (fr.Entry(1, "x", "", (), (), "scheduled", False, False),), {})
+    assert fr._position(0, trace) == fr.Position(0, None, None, 1, "x")
+
+
+def test_a_collective_one_rank_holds_does_not_stop_the_mismatches_after_it():
+    a = [_entry(1), _entry(2, sizes=((4,),))]
+    b = [_entry(2, sizes=((8,),))]
+    (m,) = fr.analyse(_dumps(a, b, ranks="[0, 1]")).groups[0].mismatches
+    assert m.seq == 2
+
+
+def test_an_error_number_without_a_name_is_said_as_its_number(tmp_path, monkeypatch):
+    pipe = tmp_path / "p.pipe"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        def odd(*_a, **_k):
+            raise OSError(9999, "odd")
+        monkeypatch.setattr(fr.os, "write", odd)
+        assert fr.request_dump(str(pipe)) == "dump trigger pipe not written (9999)"
+        monkeypatch.setattr(fr.os, "open", odd)
+        assert fr.request_dump(str(pipe)) == "dump trigger pipe not opened (9999)"
+    finally:
+        monkeypatch.undo()
+        os.close(reader)
+
+
+def test_read_dump_reads_one_byte_past_the_bound_whatever_the_file_grew_to(tmp_path, monkeypatch):
+    path = tmp_path / "fr_0"
+    path.write_bytes(b"0123456789")
+    real = os.stat
+    monkeypatch.setattr(fr.os, "stat", lambda p: os.stat_result((*real(p)[:6], 3, *real(p)[7:])))
+    assert fr.read_dump(str(path), max_bytes=5) == b"012345"
+
+
+def test_collect_by_default_waits_5_s_polling_every_50_ms(tmp_path):
+    clock = _Clock()
+    os.mkfifo(tmp_path / "p0.pipe")
+    fd = os.open(tmp_path / "p0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        got = fr.collect({0: (str(tmp_path / "p0.pipe"), str(tmp_path / "d0"))}, clock=clock, pause=clock.pause)
+    finally:
+        os.close(fd)
+    assert got.failures == {0: "no dump within 5 s of the request"}
+    assert set(clock.pauses) == {0.05} and 100 <= len(clock.pauses) <= 101
+
+
+def test_collect_reads_the_next_rank_after_a_half_written_one(tmp_path):
+    clock = _Clock()
+    fds = []
+    for r in (0, 1):
+        os.mkfifo(tmp_path / f"p{r}.pipe")
+        fds.append(os.open(tmp_path / f"p{r}.pipe", os.O_RDONLY | os.O_NONBLOCK))
+    ranks = {r: (str(tmp_path / f"p{r}.pipe"), str(tmp_path / f"d{r}")) for r in (0, 1)}
+
+    def pause(s):
+        clock.pause(s)
+        if len(clock.pauses) == 1:
+            (tmp_path / "d0").write_bytes(b"{")
+            (tmp_path / "d1").write_bytes(_doc([_entry(1)]))
+    try:
+        got = fr.collect(ranks, timeout_s=0.5, poll_s=0.25, clock=clock, pause=pause)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert list(got.dumps) == [1] and got.failures == {0: "not a Flight Recorder JSON dump (not valid JSON)"}
+
+
+def test_analyse_files_reads_bytes_bounded_and_says_an_error_without_words(tmp_path, monkeypatch):
+    (tmp_path / "bad").write_bytes(b"\xff\xfe{")
+    (tmp_path / "big").write_bytes(b"{" + b" " * 11)
+    monkeypatch.setattr(fr, "MAX_DUMP_BYTES", 10)
+    _, failures = fr.analyse_files([(0, str(tmp_path / "bad")), (1, str(tmp_path / "big"))])
+    assert failures == {0: "not a Flight Recorder JSON dump (not UTF-8 text)",
+                        1: "dump of 11 bytes is over the 10-byte bound: not read"}
+
+    def wordless(*_a, **_k):
+        raise OSError("no words")
+    monkeypatch.setattr(fr, "open", wordless, raising=False)
+    _, failures = fr.analyse_files([(2, "/x/fr_2")])
+    assert failures == {2: "/x/fr_2: not read (unreadable)"}
