@@ -257,3 +257,54 @@ def test_bad_config_files(tmp_path):
     with pytest.raises(ModelConfigError) as refused:
         read_model(tmp_path / "ok.json" / "x")
     assert "Not a directory" in str(refused.value)
+
+
+def test_a_config_of_exactly_the_bound_is_read(tmp_path):
+    text = json.dumps({k: v for k, v in LLAMA3_8B.items() if k != "num_hidden_layers"})
+    path = tmp_path / "config.json"
+    path.write_text(text + " " * (MAX_CONFIG_BYTES - len(text)), encoding="utf-8")
+    with pytest.raises(ModelConfigError) as refused:
+        read_model(tmp_path)
+    assert str(refused.value) == (f"{path}: no num_hidden_layers key (the number of layers); add "
+                                  "\"num_hidden_layers\" to the config")
+
+
+def test_defaults_of_keys_left_out():
+    config = {k: v for k, v in LLAMA3_8B.items() if k not in ("num_key_value_heads", "tie_word_embeddings")}
+    facts = facts_from_config(config)
+    assert (facts.kv_heads, facts.tied_embeddings) == (32, False)
+
+
+@pytest.mark.parametrize("model_type", ["mamba2", "jamba", "rwkv7", "recurrent_gemma", "qwen3_next", "falcon_h1",
+                                        "lfm2"])
+def test_each_state_space_family_is_refused(model_type):
+    with pytest.raises(UnsupportedArchitecture) as refused:
+        facts_from_config({**LLAMA3_8B, "model_type": model_type}, where="cfg")
+    assert str(refused.value) == (f"cfg: {model_type} is outside what the KV formula covers: linear-attention or "
+                                  "state-space layers keep a fixed-size state, not a per-token cache")
+
+
+def test_a_config_without_a_model_type_is_this_model():
+    config = {k: v for k, v in LLAMA3_8B.items() if k != "model_type"}
+    with pytest.raises(UnsupportedArchitecture) as refused:
+        facts_from_config({**config, "sliding_window": 4096}, where="cfg")
+    assert str(refused.value).startswith("cfg: this model is outside what the KV formula covers: sliding-window")
+    assert facts_from_config(config).architecture == "LlamaForCausalLM"
+
+
+def test_header_lengths_at_and_beyond_the_bound(tmp_path):
+    blob = json.dumps({"w": {"data_offsets": [0, 8]}}).encode()
+    (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", MAX_SAFETENSORS_HEADER_BYTES) + blob)
+    assert safetensors_sizes(tmp_path) == {"w": 8}          # the bound itself is allowed (the file is shorter)
+    (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", 2**64 - 1) + blob)
+    with pytest.raises(ModelConfigError) as refused:
+        safetensors_sizes(tmp_path)
+    assert str(refused.value) == (f"{tmp_path / 'x.safetensors'}: header of 18,446,744,073,709,551,615 bytes "
+                                  "exceeds the 104,857,600-byte bound")
+
+
+def test_an_unreadable_safetensors_file(tmp_path):
+    (tmp_path / "x.safetensors").mkdir()
+    with pytest.raises(ModelConfigError) as refused:
+        safetensors_sizes(tmp_path)
+    assert str(refused.value) == f"{tmp_path / 'x.safetensors'}: Is a directory"
