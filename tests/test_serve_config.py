@@ -37,14 +37,14 @@ def test_config_file_is_read(tmp_path):
 def test_the_probe_is_set_in_the_config_and_turned_off_on_the_command_line(tmp_path):
     import argparse
 
-    from servewatch.commands.serve import register
+    from servewatch.commands import add_command, serve
 
     path = tmp_path / "serve.yaml"
     path.write_text("probe_interval: 1m\nprobe_deadline: 5s\ntargets: [http://10.0.0.8:8000]\n")
     cfg = serve_config.load(str(path))
     assert (cfg.recording.probe, cfg.recording.probe_interval_s, cfg.recording.probe_deadline) == (True, 60.0, 5.0)
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
+    add_command(parser.add_subparsers(), serve)
     args = parser.parse_args(["serve", "--config", str(path), "--no-probe", "--probe-deadline", "3s"])
     cfg = config_from_args(args)
     assert (cfg.recording.probe, cfg.recording.probe_interval_s, cfg.recording.probe_deadline) == (False, 60.0, 3.0)
@@ -78,12 +78,12 @@ def test_config_errors_name_file_line_and_key(tmp_path, text, expected):
 def test_an_unwritable_out_is_refused_before_anything_is_watched(tmp_path, where):
     import argparse
 
-    from servewatch.commands.serve import register
+    from servewatch.commands import add_command, serve
 
     path = tmp_path / "serve.yaml"
     path.write_text("targets: [http://127.0.0.1:1]\n" + ("out: /proc/x\n" if where == "out:" else ""))
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
+    add_command(parser.add_subparsers(), serve)
     args = parser.parse_args(["serve", "--config", str(path), *(["--out", "/proc/x"] if where == "--out" else [])])
     with pytest.raises(ServewatchError, match=r"^--out /proc/x: not writable \(No such file or directory\)$"):
         config_from_args(args)

@@ -28,10 +28,10 @@ VERDICT = "requests_no_token"
 
 
 def _args(*argv):
-    from servewatch.commands.serve import register
+    from servewatch.commands import add_command, serve
 
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
+    add_command(parser.add_subparsers(), serve)
     return parser.parse_args(["serve", *argv])
 
 

@@ -22,10 +22,10 @@ from servewatch.watch.targets import callable_sources
 
 
 def parse(*argv: str):
-    from servewatch.commands.serve import register
+    from servewatch.commands import add_command, serve
 
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
+    add_command(parser.add_subparsers(), serve)
     return parser.parse_args(["serve", *argv])
 
 

@@ -46,10 +46,11 @@ def test_an_sglang_lab_writes_the_stand_in_and_puts_it_in_the_config(monkeypatch
 def test_every_lab_engine_has_a_recipe():
     import argparse
 
+    from servewatch.commands import add_command
     from servewatch.commands import lab as lab_command
 
     parser = argparse.ArgumentParser()
-    lab_command.register(parser.add_subparsers())
+    add_command(parser.add_subparsers(), lab_command)
     engines = next(a for a in parser._subparsers._group_actions[0].choices["lab"]._actions
                    if isinstance(a, argparse._SubParsersAction))
     assert set(engines.choices) == set(lab_recipe.RECIPES)
