@@ -76,6 +76,31 @@ def test_the_columns_with_several_targets():
     assert "- **target**: the plan's target the fault ran on" in md
 
 
+def test_the_reports_are_utf8_under_a_c_locale(tmp_path):
+    """drill.md says "–" for a cell with nothing: written as UTF-8 whatever the locale's encoding (ASCII here)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from pathlib import Path; from servewatch.drill import report as R; "
+            "R.write(json.loads(Path(sys.argv[1]).read_text(encoding='utf-8')), Path(sys.argv[2]))")
+    src = tmp_path / "doc.json"
+    src.write_text(json.dumps(DOC), encoding="utf-8")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    done = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+    assert done.returncode == 0, done.stderr
+    for name, text in (("drill.md", R.markdown(DOC)), ("drill.html", R.html(DOC))):
+        assert (tmp_path / "out" / name).read_bytes() == text.encode("utf-8")
+    doc = {**DOC, "plan": {**DOC["plan"], "name": "short–é"}}
+    src.write_text(json.dumps(doc), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "out2")], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out2" / "drill.json").read_bytes().decode("utf-8") == \
+        json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
 def test_injected_on():
     touched = [{"signal": "SIGKILL", "role": "worker", "rank": "TP1", "pid": 7},
                {"signal": "SIGCONT", "role": "api", "rank": 0, "pid": 8}]
@@ -83,6 +108,9 @@ def test_injected_on():
     assert R._injected(_fault(touched=touched, facts=facts)) == (
         "SIGKILL worker TP1 (pid 7); SIGCONT api 0 (pid 8); count 3; delay s 2; size mb 1.5; answers: timeout x5, "
         "200 x3")
+    assert R._injected(_fault(touched=[], facts={"ports_held": 1234567, "mode": "slow",
+                                                 "probe_answers": {"200": 1}})) == \
+        "mode slow; ports held 1234567; probe answers: 200 x1"
     assert R._injected(_fault(touched=[], facts=None)) == "–"
     assert R._injected(_fault(touched=[])) == "–"
 
@@ -164,6 +192,8 @@ def test_the_summary_line():
         "short on built-in simulator (vllm): 1 of 2 faults met their expectations, 1 inconclusive (the recorder was "
         "starved: not scored a miss, not a pass) in 12.5 s; leaks: 2 process(es) left, 1 port(s) held")
     assert R._summary_line(_doc(leaks={"ok": False})).endswith("leaks: 0 process(es) left, 0 port(s) held")
+    two = _doc(targets={"b": {"description": "sim b"}, "c": {"description": "sim c"}})
+    assert R._summary_line(two).startswith("short on built-in simulator (vllm) and b, sim b and c, sim c: 0 of 1")
 
 
 def test_existing_server_notes_and_bundles_in_markdown():
@@ -204,6 +234,11 @@ def test_the_document():
     assert doc["targets"] == {"b": {"description": "second sim", "dialect": None, "restarts_by_drill": 0,
                                     "ready_s": []}}
     assert doc["started"] == 100.0 and doc["ended"] == 160.04 and doc["duration_s"] == 60.0
+    other = SimpleNamespace(dialect="sglang", restarts=[1], ready_s=[2.5])
+    both = R.document(_run([], targets={"main": started, "b": other}))
+    assert both["targets"]["b"] == {"description": "second sim", "dialect": "sglang", "restarts_by_drill": 1,
+                                    "ready_s": [2.5]}
+    assert R.document(_run([], ended=160.25))["duration_s"] == 60.2            # to a tenth
     assert doc["faults"] == [{"index": i} for i in (1, 2, 3, 4)]
     assert doc["failed_faults"] == [2] and doc["inconclusive_faults"] == [3, 4]
     assert doc["expectations_met"] is False
@@ -227,20 +262,33 @@ def test_the_html_report():
     assert "short on built-in simulator (vllm): 0 of 2 faults met their expectations in 17 s; no leaks" in page
     for title, anchor in (("Faults", "faults"), ("Checks", "checks"), ("Leaks and bundles", "leaks"),
                           ("What the columns mean", "columns")):
-        assert f'id="{anchor}"' in page and title in page
+        assert f'<section id="{anchor}"><h2>{title}</h2>' in page
+    assert ("<thead><tr><th>#</th><th>fault</th><th>expectation</th><th>met</th><th>observed</th></tr></thead>"
+            in page)
+    assert "<td>health_loss within 9 s</td><td>NOT MET</td><td>not fired</td>" in page
+    assert "<td>every bundle written verifies</td><td>met</td><td>2 of 2 verified</td>" in page
+    assert "<tr><th>processes left</th><td>0</td></tr><tr><th>ports held</th><td>0</td></tr>" in page
+    for key, meaning in R.COLUMN_MEANINGS:
+        assert f"<tr><th>{key}</th><td>" in page
+    assert "<tr><th>expectations</th><td>met when every expectation of the plan held; inconclusive" in page
     assert "2 bundle(s) written, 1 verified, 1 not written" in page
     assert "NOT MET" in page and "health_loss within 9 s" in page and "not fired" in page
     assert page.count("2. second") == 0                       # no bundles: no line
     assert "histogram_blind 7.04" in page
     partial = _fault(bundles={"written": 1})
     assert "1 bundle(s) written, 0 verified, 0 not written" in R.html(_doc(partial))
+    assert "0 bundle(s) written, 3 verified, 0 not written" in R.html(_doc(_fault(bundles={"verified": 3})))
+    leaky = R.html(_doc(leaks={"ok": False, "processes_left": 2, "ports_held": 5}))
+    assert "<tr><th>processes left</th><td>2</td></tr><tr><th>ports held</th><td>5</td></tr>" in leaky
 
 
 def test_write_validates_and_writes_the_three_files(tmp_path):
-    paths = R.write(DOC, tmp_path / "out")
+    unsorted = {k: DOC[k] for k in reversed(list(DOC))}
+    paths = R.write(unsorted, tmp_path / "a" / "out")              # parents made
+    assert R.write(unsorted, tmp_path / "a" / "out") == paths       # again into the same folder
     assert [p.name for p in paths] == ["drill.json", "drill.md", "drill.html"]
     assert json.loads(paths[0].read_text()) == DOC
-    assert paths[0].read_text().endswith("}\n") and paths[0].read_text().startswith('{\n  "duration_s"')
+    assert paths[0].read_text() == json.dumps(DOC, indent=2, sort_keys=True) + "\n"
     assert paths[1].read_text() == R.markdown(DOC) and paths[2].read_text() == R.html(DOC)
     import jsonschema
 
