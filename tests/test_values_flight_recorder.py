@@ -461,3 +461,30 @@ def test_analyse_files_reads_bytes_bounded_and_says_an_error_without_words(tmp_p
     monkeypatch.setattr(fr, "open", wordless, raising=False)
     _, failures = fr.analyse_files([(2, "/x/fr_2")])
     assert failures == {2: "/x/fr_2: not read (unreadable)"}
+
+
+def test_entries_after_one_left_out_are_still_read():
+    dump = fr.parse_dump(_doc([_entry(1), "not an entry", _entry(2), _entry(3, p2p=True), _entry(4),
+                               {**_entry(5), "collective_seq_id": "5"}, _entry(6)]))
+    assert [e.seq for e in dump.groups["0"].entries] == [1, 2, 4, 6]
+    one = fr.parse_dump(b'{"entries": [{"collective_seq_id": 1, "process_group": ["9"]}]}')
+    assert one.groups["9"].desc == ""
+
+
+def test_the_members_come_from_any_rank_that_has_them():
+    d0 = fr.parse_dump(_doc([_entry(1, pg=("1", ""))], config={}))
+    d1 = fr.parse_dump(_doc([_entry(1, pg=("1", ""))], config={"1": {"desc": "tp", "ranks": "[0, 1, 2]"}}))
+    (g,) = fr.analyse({0: d0, 1: d1}).groups
+    assert g.missing == (2,) and [p.rank for p in g.positions] == [0, 1]
+    d2 = fr.parse_dump(_doc([], config={}))                         # a rank without the group at all, first
+    (g,) = fr.analyse({0: d2, 1: d1}).groups
+    assert g.missing == (2,) and [p.rank for p in g.positions] == [0, 1]
+    assert g.positions[0] == fr.Position(0, None, None, None, None)
+
+
+def test_a_group_known_only_from_its_status_has_nobody_behind():
+    status = {"4": {"last_enqueued_collective": 3}}
+    dumps = {r: fr.parse_dump(_doc([], config={}, status=status)) for r in (0, 1)}
+    (g,) = fr.analyse(dumps).groups
+    assert (g.group, g.behind, g.waiting, g.seq) == ("4", (), (), None)
+    assert [p.entered for p in g.positions] == [None, None]
