@@ -630,3 +630,42 @@ def test_the_flags_install_the_planned_edges():
         '1.0],"time_to_first_token":[0.003,0.004,0.006,0.008,0.01,0.015,0.02,0.03,0.04,0.06,0.08,0.1,0.2,0.5,1.0,'
         '2.0,5.0,10.0],"request_latency":[0.005,0.01,0.02,0.05,0.1,0.2,0.5,1.0,2.0,5.0,10.0,20.0,50.0,100.0,200.0]}']
     assert advice.flags("sglang")[:3] == ["--bucket-time-to-first-token", "0.003", "0.004"]
+
+
+def test_the_cache_check_in_two_token_blocks_and_a_pool_smaller_than_a_block():
+    c = derive(deployment(kv_cache_memory_bytes=Fraction(KV_BUDGET)))
+    check = checks(deployment(), c, Observed(kv_total_tokens=428_568, kv_cache_memory_bytes=KV_BUDGET,
+                                             block_size=2))[0]
+    assert check.explanation.startswith("⌊56,173,516,554 B ÷ 131,072 B per token⌋ in whole 2-token blocks = 428,568")
+    tiny = derive(deployment(kv_cache_memory_bytes=Fraction(131_072)))         # one token: no whole 16-token block
+    check = checks(deployment(), tiny, Observed(kv_total_tokens=16, block_size=16))[0]
+    assert (check.derived, check.agrees) == ("0", False)
+    assert check.explanation.startswith("the server's pool is inf× the estimate")
+
+
+def test_the_itl_check_at_its_edges():
+    c = worked()
+    floor = float(c.decode_floor_s)
+
+    def itl_check(mean, le, fraction):
+        return checks(deployment(), c, Observed(histograms={"itl": itl(mean=mean, le=le, fraction=fraction)}))[1]
+
+    at_95 = itl_check(floor * 0.95, 0.005, 0.5)                  # exactly 95 % of the floor: not below it
+    assert at_95.agrees is True and at_95.explanation.startswith("steps run at 0.9× the floor")
+    at_edge = itl_check(0.006, floor, 0.99)                      # the floor on the first edge: not under it
+    assert at_edge.agrees is False
+    assert at_edge.explanation == ("the floor is above the first edge, so bucket one should stay nearly empty; it "
+                                   "does not: the floor is overstated")
+    assert itl_check(0.006, floor, 0.5).agrees is True
+    assert itl_check(0.006, 0.004, 0.99).agrees is False         # exactly the blind share: "it does not"
+    assert itl_check(0.006, 0.004, 0.99).explanation.endswith("; it does not: the floor is overstated")
+    empty = checks(deployment(), no_bandwidth(), Observed())[1]
+    assert (empty.derived, empty.observed) == ("no floor", "no ITL observations")
+
+
+def test_ceilings_from_the_slos_and_the_queueing_allowance():
+    plans, _ = plan_edges(worked(), LatencyTargets(ttft=3.0))
+    assert plans["ttft"].ceiling == 12.0
+    plans, _ = plan_edges(no_bandwidth(), LatencyTargets(), Observed(histograms={"e2e": mean_only("e2e", 2.0)}))
+    assert plans["e2e"].ceiling == 60.0
+    assert plans["e2e"].reason == "dense within 4× of the server's mean E2E (2 s); up to 60 s of queueing"

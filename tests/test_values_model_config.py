@@ -67,3 +67,11 @@ def test_what_is_missing(changes, shape):
 def test_an_empty_config():
     assert model_shape({}) == ModelShape(None, None, ("vocab_size", MISSING_KV))
     assert ModelShape(1, 2).missing == ()
+
+
+def test_one_kv_head_and_a_head_size_that_is_a_whole_division():
+    assert model_shape({**LLAMA3_8B, "num_key_value_heads": 1}).kv_bytes_per_token == 2 * 32 * 1 * 128 * 2
+    # 4,001 ÷ 32 is 125 whole (the config's own head size would be stated otherwise)
+    shape = model_shape({**LLAMA3_8B, "hidden_size": 4001})
+    assert shape.kv_bytes_per_token == 2 * 32 * 8 * 125 * 2
+    assert isinstance(shape.kv_bytes_per_token, int)
