@@ -444,3 +444,38 @@ def test_work_on_the_first_engine_read_holds_it_back():
                     CONFIG) == []
     sample, running, waiting = N._newest_gauges(Window(metrics=metrics))
     assert (running, waiting) == (1.0, 2.0)
+
+
+# --- a /metrics that waits on the engine's loop (llama.cpp): silent since the probe was asked ---------------
+
+def _llama(times, timeouts=()):
+    """llama.cpp scrapes answered at `times` and timed out at `timeouts` (seconds after T0), in time order."""
+    samples = [scrape(t, dialect="llamacpp") for t in times] + [scrape(t, error="timeout") for t in timeouts]
+    return Window(metrics=tuple(sorted(samples, key=lambda m: m.t)))
+
+
+def test_metrics_silent_since_the_probe_every_scrape_timed_out_both_ends_inclusive():
+    silent = lambda w, asked, at: N._metrics_silent(w, T0 + asked, T0 + at)
+    answered = range(10)
+    assert silent(_llama(answered, timeouts=(10,)), 10, 10.5) is True      # a timeout at `asked` itself
+    assert silent(_llama(answered, timeouts=(10.5,)), 9.5, 10.5) is True   # and at `at` itself
+    assert silent(_llama(answered, timeouts=(10.2, 10.4)), 10, 10.5) is True
+    assert silent(_llama([*answered, 10.2], timeouts=(10.4,)), 10, 10.5) is False   # one answered: not silent
+    # the same timeouts from a /metrics that answers beside the loop (vLLM) say nothing
+    vllm = Window(metrics=tuple(scrape(t) for t in answered) + (scrape(10, error="timeout"),))
+    assert silent(vllm, 10, 10.5) is False
+    # nor from an engine no scrape or process names (no dialect known)
+    assert silent(Window(metrics=(scrape(10, error="timeout"),)), 10, 10.5) is False
+
+
+def test_metrics_silent_with_no_scrape_since_after_three_times_the_median_cadence():
+    silent = lambda w, asked, at: N._metrics_silent(w, T0 + asked, T0 + at)
+    # answers at 0, 1, 2, 4, 10: gaps 1, 1, 2, 6, whose median (the upper one of the middle two) is 2 s; the last
+    # answer is at 10, so the loop is silent from 10 + 3 x 2 = 16 on
+    w = _llama((0, 1, 2, 4, 10))
+    assert N.SILENT_CADENCES == 3.0
+    assert [silent(w, 10.5, at) for at in (15.75, 16, 16.25)] == [False, True, True]
+    # only answers before the probe was asked count: one answer alone has no cadence
+    assert silent(_llama((10,)), 10.5, 100) is False
+    # a vLLM /metrics answers beside the loop: no scrape for a minute is no silence of the loop
+    assert silent(Window(metrics=tuple(scrape(t) for t in (0, 1, 2, 4, 10))), 10.5, 70) is False
