@@ -243,8 +243,8 @@ class _Reader:
             if not _repeat(rec.events, event.kind, f):
                 rec.events.append(Event(event.t, clock, event.kind, process, dict(f)))
         elif event.kind == "error":
-            # Only an out-of-memory error is one: a failed decode, a full KV cache retried with a smaller batch
-            # (llama.cpp) or a failed health check (SGLang) is kept as an error, not read as a death by OOM.
+            # Only an out-of-memory error is one: a failed decode, a full KV cache retried with a smaller batch or
+            # a failed health check is kept as an error, not read as a death by OOM.
             reason = str(f.get("reason", ""))
             kind = "watchdog" if reason == "watchdog timeout" else \
                 "oom" if "out of memory" in reason.lower() or g.is_oom_message(reason) else "error"
