@@ -224,3 +224,81 @@ def test_run_without_a_sleep_waits_on_stop():
     view, late = asyncio.run(asyncio.wait_for(go(), 20))
     assert view.samples == [] and view.skipped == 0
     assert late.samples[0].running == 7
+
+
+def test_the_survivors_of_the_first_run():
+    from servewatch.dialects import read_scrape as default_read
+
+    seen = []
+
+    def spy(text, max_bytes):
+        seen.append(max_bytes)
+        return default_read(text, max_bytes=max_bytes)
+
+    view = ServerView(None, lambda: 0.0, None, 0.5, read_scrape=spy, bounds=ScrapeBounds(max_bytes=2 ** 21))
+    sample = view.ingest(T0, 2.12345678, 2.12345678)
+    assert seen == [2 ** 21] and sample.running == 7                  # the view's own reader and bounds
+    assert sample.to_json()["t"] == 2.123457                            # to a microsecond
+    small = ServerView(None, lambda: 0.0, None, 0.5, bounds=ScrapeBounds(max_bytes=100))
+    assert small.ingest(T0, 1.0, 1.0).error == "too_large"
+    clock = _Clock(42.0)
+    refused = ServerView(_Client(ConnectionRefusedError("no")), clock, None, 1.0)
+    assert asyncio.run(refused.scrape_once()).t == 42.0
+
+
+def test_a_late_wake_scrapes_at_once_and_every_scrape_is_waited_for():
+    clock = _Clock(0.0)
+    slept = []
+    gates = []
+
+    class Slow(_Client):
+        async def request(self, method, path):
+            gate = asyncio.Event()
+            gates.append(gate)
+            return _Response(T0, gate=gate)
+
+    async def go():
+        stop = asyncio.Event()
+
+        async def sleep(delay):
+            slept.append(delay)
+            clock.t += delay + 1.0                    # each wake a second late
+            if clock.t >= 5.0:
+                stop.set()
+                for gate in gates:
+                    gate.set()                        # the scrapes can end now, but have not run yet
+                return
+            await asyncio.sleep(0)
+
+        view = ServerView(Slow(None), clock, sleep, 1.0)
+        await view.run(stop)                          # in this task: nothing else ran since it returned
+        return view, len(view.samples) - len(view._in_flight)
+
+    view, at_return = asyncio.run(asyncio.wait_for(go(), 10))
+    # ticks due at 1 (woke at 2), 2 (due now: no sleep), 3 (woke at 4), 4 (due now), then the wake at 6 stops it
+    assert slept == [1.0, 1.0, 1.0]
+    assert len(gates) == 2 and view.skipped == 2
+    assert at_return == 2                          # the scrapes in flight were waited for before run returned
+
+
+def test_finished_scrapes_leave_room_for_the_next():
+    clock = _Clock(0.0)
+
+    async def go():
+        stop = asyncio.Event()
+
+        async def sleep(delay):
+            clock.t += delay
+            if clock.t >= 5.0:
+                stop.set()
+            for _ in range(5):
+                await asyncio.sleep(0)               # the scrape started at the last tick ends meanwhile
+
+        view = ServerView(_Client(_Response(T0)), clock, sleep, 1.0)
+        await asyncio.wait_for(view.run(stop), 10)
+        return view
+
+    view = asyncio.run(go())
+    # each scrape starts at its tick and is stamped when it ends, during the next sleep (the clock moved on)
+    assert view.skipped == 0 and [s.t for s in view.samples] == [2.0, 3.0, 4.0, 5.0]
+    assert not view._in_flight
