@@ -186,3 +186,19 @@ def test_prompt_lengths():
     rng = random.Random("prompt-lengths:9")
     assert S.prompt_lengths(10, 3.0, 5, seed=9) == [max(1, round(rng.gauss(10, 3.0))) for _ in range(5)]
     assert min(S.prompt_lengths(1, 50.0, 200, seed=2)) == 1                  # clipped to >= 1
+
+
+def test_the_survivors_of_the_first_run():
+    with pytest.raises(ValueError) as err:
+        Goodput.parse("ttft=5=6")                              # split at the first "="
+    assert str(err.value) == "goodput item 'ttft=5=6': '5=6' is not a number"
+    assert LoadConfig(url="u", request_timeout_s=0.5).resolved().request_timeout_s == 0.5
+    rng = random.Random("arrivals:3")
+    expected, t = [], 0.0
+    for _ in range(4):
+        expected.append(t)
+        t += rng.gammavariate(0.5, 1.0 / (4.0 * 0.5))          # scale 1 / (rate * shape): mean interval 1 / rate
+    assert S.arrival_times("gamma:0.5", 4.0, seed=3, requests=4) == expected
+    rng = random.Random("prompt-lengths:4")
+    drawn = S.prompt_lengths(10, 1.0, 20, seed=4)
+    assert drawn == [max(1, round(rng.gauss(10, 1.0))) for _ in range(20)] and len(set(drawn)) > 1
