@@ -248,3 +248,79 @@ def test_the_progress_bar_starts_on_stderr_and_goes(capsys):
         live.update(_progress(total=2, done=1))
     assert capsys.readouterr().out == ""
     assert live._progress.live.is_started is False
+
+
+NARROW_SUMMARY = """scenario custom: 20 requests, 18 ok, rate 4 
+requested / 4.0 achieved req/s
+errors: timeout 2, connect 1
+schedule delay p50 0.10 ms p99 12.50 ms
+       latency (successful requests)        
+┏━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━┓
+┃ metric      ┃  mean ┃   p50 ┃   p99 ┃  n ┃
+┡━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━┩
+│ TTFT        │ 0.012 │ 0.011 │ 0.033 │ 20 │
+│ ITL per     │     — │     — │     — │  0 │
+│ token       │       │       │       │    │
+│ ITL per     │ 0.012 │ 0.011 │ 0.033 │ 20 │
+│ chunk       │       │       │       │    │
+│ TPOT        │ 0.012 │ 0.011 │ 0.033 │ 20 │
+│ E2E         │ 0.012 │ 0.011 │ 0.033 │ 20 │
+└─────────────┴───────┴───────┴───────┴────┘
+(left out to fit the terminal: p90, max; --wide shows them)
+                 signature                 
+┏━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━┓
+┃ field                  ┃ value ┃ from   ┃
+┡━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━┩
+│ tokens in (mean)       │    44 │ server │
+│ tokens out (mean)      │ 127.5 │ —      │
+│ queue wait (s)         │ 0.250 │ client │
+│ prefill (s)            │ 0.250 │ —      │
+│ TTFT (s)               │ 0.011 │ —      │
+│ between two tokens (s) │ 0.020 │ —      │
+│ token generation (s)   │ 2.500 │ —      │
+│ E2E (s)                │ 2.750 │ —      │
+│ running, max           │     8 │ —      │
+│ waiting, max           │     0 │ —      │
+│ KV cache, max          │ 12.3% │ —      │
+└────────────────────────┴───────┴────────┘
+the fields that told four workloads apart on
+an RTX 3060 serving Qwen2.5-7B-AWQ
+goodput 3.50 req/s (87.5% of requests)
+token counts: server; prompts built with 
+approx
+note: first note
+note: second
+"""
+
+NARROW_REQUESTS = """2 requests recorded by servewatch load, from 1970-01-01T00:01:40.000Z over 2.0 s (1.00 req/s)
+1 ok; not ok: http_5xx 1
+           by model, times in ms            
+                                            
+                                       TTFT 
+ model              requests  not ok    p99 
+ ────────────────────────────────────────── 
+ [b]m[/b] with a           2       1  250.0 
+ long name                                  
+                                            
+ total                     2       1  250.0 
+                                            
+(left out to fit the terminal: ITL p99, tokens out, TTFT p50, E2E p99, TPOT p50; --wide shows them)
+times are of the successful requests; ITL 
+p99 of every token
+not ok, model [b]m[/b] with a long name: http_5xx 1
+"""
+
+
+def test_fitted_to_a_terminal_of_44_columns(monkeypatch, capsys):
+    """The columns' shrink (the name folds at its word), minimum widths and what goes first; a group's name that looks
+    like rich markup printed as it is; long lines wrapped at the terminal's width."""
+    monkeypatch.setenv("COLUMNS", "44")
+    summary = {**SUMMARY, "errors": {"timeout": 2, "connect": 1}, "schedule_delay_s": {"p50": 0.0001, "p99": 0.0125}}
+    summary["signature"] = {**summary["signature"], "prefill_s": 0.25}
+    RN.print_summary(summary)
+    assert capsys.readouterr().out == NARROW_SUMMARY
+    name = "[b]m[/b] with a long name"
+    recs = [rec(1, 100.0, e2e=2.0, ttft=0.25, tokens=(10, 3), model=name),
+            rec(2, 101.0, e2e=1.0, status=503, error=R.HTTP_5XX, tokens=(7, 0), model=name)]
+    RN.print_requests(B.summarize_records(recs, by="model"))
+    assert capsys.readouterr().out == NARROW_REQUESTS
