@@ -42,6 +42,8 @@ SCENARIOS = {
     "runtime_oom_dump_at_death": lambda: LogRecord(dialect="vllm", ready_t=1.0, stats=[
         stats(10, 20, 30.0), stats(12.5, 28, 42.25, source="engine dump at death"), stats(12.8, 5, 1.0),
         stats(14, 1, 1.0, source="engine dump at death")], tracebacks=[oom_traceback()]),
+    "runtime_oom_unknown_engine": lambda: LogRecord(dialect=None, ready_t=1.0, stats=[stats(10, 28, 42.25)],
+                                                    tracebacks=[oom_traceback()]),
     "runtime_oom_no_size": lambda: LogRecord(dialect="vllm", ready_t=1.0, stats=[stats(10, 28, 42.25)],
                                              tracebacks=[oom_traceback(requested=None)]),
     "runtime_oom_event_only": lambda: LogRecord(dialect=None, ready_t=1.0,
@@ -52,6 +54,11 @@ SCENARIOS = {
     "startup_sizing_by_reason": lambda: LogRecord(dialect="sglang", events=[
         Event(3.0, "c3", "startup_failure", None, {"reason": "Not enough memory for the KV pool"})]),
     "startup_sizing_by_oom": lambda: LogRecord(dialect=None, tracebacks=[oom_traceback(t=2.0)]),
+    "startup_sizing_by_desired": lambda: LogRecord(dialect="vllm", events=[
+        Event(3.0, "c3", "startup_failure", None, {"desired_gib": 3.2})]),
+    "startup_sizing_by_memory_word": lambda: LogRecord(dialect="vllm", events=[
+        Event(3.0, "c3", "startup_failure", None, {"reason": "Memory pool too small"})]),
+    "startup_failure_unsaid": lambda: LogRecord(dialect=None, events=[Event(3.0, "c3", "startup_failure", None, {})]),
     "startup_failure": lambda: LogRecord(dialect="vllm", events=[
         Event(3.0, "c3", "startup_failure", "EngineCore", {"reason": "no such flag"})],
         tracebacks=[Traceback("APIServer", 4.0, "c4", "RuntimeError", [], 2, True)]),
@@ -60,12 +67,22 @@ SCENARIOS = {
     "watchdog": lambda: LogRecord(dialect="vllm", ready_t=1.0, events=[
         Event(30.0, "c30", "timeout", "APIServer", {"literal": "RPC call to x timed out"}),
         Event(31.0, "c31", "watchdog", "APIServer", {"reason": "later"})]),
+    "timeout_only": lambda: LogRecord(dialect="vllm", ready_t=1.0, events=[
+        Event(30.0, "c30", "timeout", "APIServer", {"literal": "RPC call to x timed out"}),
+        Event(32.0, "c32", "exit_code", "EngineCore", {"exit_code": 1})]),
+    "engine_death_api_exit_only": lambda: LogRecord(dialect="vllm", ready_t=1.0, stats=[stats(0.5, 1, 1.0)], events=[
+        Event(None, None, "engine_dead", "APIServer", {"reason": "EngineDeadError"}),
+        Event(26.0, "c26", "api_exit", "APIServer", {})]),
+    "engine_death_unstamped": lambda: LogRecord(dialect=None, ready_t=1.0, stats=[stats(0.5, 1, 1.0)], events=[
+        Event(None, None, "engine_dead", None, {"reason": "EngineDeadError"}),
+        Event(2.0, "c2", "exit_code", None, {"exit_code": -6})]),
     "engine_death": lambda: LogRecord(dialect="vllm", ready_t=1.0, stats=[stats(25, 3, 10.0)], events=[
         Event(20.0, "c20", "engine_dead", "APIServer", {"reason": "EngineDeadError"}),
         Event(21.0, "c21", "engine_dead", "APIServer", {"reason": "Worker died", "exit_code": -9}),
         Event(22.0, "c22", "exit_code", "APIServer", {"exit_code": 1}),
         Event(23.0, "c23", "force_kill", "APIServer", {"target": "EngineCore_0"}),
         Event(23.5, "c23", "force_kill", "APIServer", {"target": "EngineCore_0"}),
+        Event(23.6, "c23", "force_kill", "APIServer", {"target": "Worker_1"}),
         Event(26.0, "c26", "api_exit", "APIServer", {})]),
     "engine_death_quiet": lambda: LogRecord(dialect="sglang", ready_t=1.0, stats=[stats(20, 3, 10.0)], events=[
         Event(20.0, "c20", "engine_dead", "scheduler", {"reason": "crashed"})]),
@@ -90,8 +107,10 @@ SCENARIOS = {
     "api_exception": lambda: LogRecord(dialect="vllm", ready_t=1.0, tracebacks=[
         Traceback(None, 6.0, "c6", "KeyError", [], 1, True)]),
     "no_last_words": lambda: LogRecord(dialect="vllm", stats=[stats(10, 5, 30.0)], duration_s=99.5,
-                                       last_clock="c99"),
+                                       last_clock="c99", events=[Event(90.0, "c90", "force_kill", None, {"target": "W"})]),
+    "cut_unnamed": lambda: LogRecord(dialect="vllm", ready_t=1.0, tracebacks=[Traceback(None, 5.0, None, None, [], 2)]),
     "still_running": lambda: LogRecord(dialect=None),
+    "still_running_with_exit": lambda: LogRecord(dialect=None, events=[Event(3.0, "c3", "api_exit", None, {})]),
 }
 SHAPE = ModelShape(151_936, 131_072)
 NO_SHAPE = {"runtime_oom_no_size", "runtime_oom_no_vocab"}
@@ -403,6 +422,64 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                                             'Raise the cap again when waiting grows at peak while no death recurs; '
                                             'the cap is a flag, reversible at the next restart.')],
                                'partial': []},
+ 'runtime_oom_unknown_engine': {'death': {'classification': 'runtime_oom',
+                                          'summary': 'the engine ran out of device memory while serving asking for '
+                                                     '17.00 MiB in vllm.v1.sample.sampler.apply_penalties',
+                                          't': 12.0,
+                                          'clock': '09-10 15:53:37',
+                                          'process': 'EngineCore_0',
+                                          'exception': 'torch.OutOfMemoryError',
+                                          'innermost_engine_frame': 'vllm.v1.sample.sampler.apply_penalties',
+                                          'engine_message': 'out of memory',
+                                          'signal': None,
+                                          'exit': None},
+                                'at_death': {'t': 10,
+                                             'clock': 'clock 10',
+                                             'source': 'stats line',
+                                             'running': 28,
+                                             'waiting': 0,
+                                             'kv_pct': 42.25,
+                                             'prompt_tps': None,
+                                             'gen_tps': None,
+                                             'preemptions': None,
+                                             'prefix_hit_pct': None},
+                                'requested': 17825792.0,
+                                'tests': [{'suspect': 'logits-sized temporary',
+                                           'formula': '28 running × 151,936 vocabulary × 4 bytes = 17,016,832 B = '
+                                                      '16.22 MiB',
+                                           'bytes': 17016832.0,
+                                           'verdict': 'matches',
+                                           'why': '16.22 MiB against 17.00 MiB requested: 0.77 MiB apart (4.54%)',
+                                           'difference_bytes': 808960.0},
+                                          {'suspect': 'logits-sized temporary in half precision',
+                                           'formula': '28 running × 151,936 vocabulary × 2 bytes = 8,508,416 B = '
+                                                      '8.11 MiB',
+                                           'bytes': 8508416.0,
+                                           'verdict': 'does not match',
+                                           'why': '8.11 MiB is 0.48× the 17.00 MiB requested',
+                                           'difference_bytes': 9317376.0},
+                                          {'suspect': 'KV cache',
+                                           'formula': 'KV usage at death 42.2 %',
+                                           'bytes': None,
+                                           'verdict': 'ruled out',
+                                           'why': 'the KV cache is allocated once at startup and was 42.2 % used at '
+                                                  'death (57.8 % free): the failed allocation is outside it; 17.00 '
+                                                  'MiB would be the KV of 136 tokens',
+                                           'difference_bytes': None}],
+                                'conclusion': 'not the KV cache: a logits-sized temporary',
+                                'actions': [("Restart with the engine's memory-budget flag lowered from its current "
+                                             'value to 5 points lower',
+                                             "leaves more device memory outside the engine's budget for activations "
+                                             'such as the logits-sized temporaries (measured on a 7B model on one 12 '
+                                             'GiB GPU: at 0.85 the same overload queued, running 256 and 44 waiting, '
+                                             'instead of dying at 0.9)',
+                                             'RUNBOOK engine_dead rollback'),
+                                            ("Or cap concurrent sequences below 28 (the engine's slot limit)",
+                                             'the temporary grows with the running count (594 KiB per sequence for '
+                                             'each such temporary); the arithmetic ties the failed allocation to it',
+                                             'Raise the cap again when waiting grows at peak while no death recurs; '
+                                             'the cap is a flag, reversible at the next restart.')],
+                                'partial': []},
  'runtime_oom_no_size': {'death': {'classification': 'runtime_oom',
                                    'summary': 'the engine ran out of device memory while serving in '
                                               'vllm.v1.sample.sampler.apply_penalties',
@@ -525,6 +602,72 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                                         'Nothing served yet, so nothing to roll back; keep the failing flags in the '
                                         'deploy record.')],
                            'partial': []},
+ 'startup_sizing_by_desired': {'death': {'classification': 'startup_sizing_error',
+                                         'summary': 'the engine could not size its memory at startup and never '
+                                                    'served',
+                                         't': 3.0,
+                                         'clock': 'c3',
+                                         'process': None,
+                                         'exception': None,
+                                         'innermost_engine_frame': None,
+                                         'engine_message': None,
+                                         'signal': None,
+                                         'exit': None},
+                               'at_death': None,
+                               'requested': None,
+                               'tests': [],
+                               'conclusion': None,
+                               'actions': [("Follow the engine's own message: raise the memory budget "
+                                            '(--gpu-memory-utilization) or lower --max-model-len until one request '
+                                            'of the maximum length fits',
+                                            'the engine stopped before it was ready',
+                                            'Nothing served yet, so nothing to roll back; keep the failing flags in '
+                                            'the deploy record.')],
+                               'partial': []},
+ 'startup_sizing_by_memory_word': {'death': {'classification': 'startup_sizing_error',
+                                             'summary': 'the engine could not size its memory at startup and never '
+                                                        'served: Memory pool too small',
+                                             't': 3.0,
+                                             'clock': 'c3',
+                                             'process': None,
+                                             'exception': None,
+                                             'innermost_engine_frame': None,
+                                             'engine_message': 'Memory pool too small',
+                                             'signal': None,
+                                             'exit': None},
+                                   'at_death': None,
+                                   'requested': None,
+                                   'tests': [],
+                                   'conclusion': None,
+                                   'actions': [("Follow the engine's own message: raise the memory budget "
+                                                '(--gpu-memory-utilization) or lower --max-model-len until one '
+                                                'request of the maximum length fits',
+                                                'Memory pool too small',
+                                                'Nothing served yet, so nothing to roll back; keep the failing flags '
+                                                'in the deploy record.')],
+                                   'partial': []},
+ 'startup_failure_unsaid': {'death': {'classification': 'startup_failure',
+                                      'summary': 'the engine failed before it was ready',
+                                      't': 3.0,
+                                      'clock': 'c3',
+                                      'process': None,
+                                      'exception': None,
+                                      'innermost_engine_frame': None,
+                                      'engine_message': None,
+                                      'signal': None,
+                                      'exit': None},
+                            'at_death': None,
+                            'requested': None,
+                            'tests': [],
+                            'conclusion': None,
+                            'actions': [("Read the engine's error in its log, and change the flag, build or "
+                                         'environment it points to before starting again: a restart with the same '
+                                         'flags fails the same way',
+                                         'the engine stopped before it was ready, for a reason other than memory '
+                                         'sizing',
+                                         'Nothing served yet, so nothing to roll back; keep the failing flags in the '
+                                         'deploy record.')],
+                            'partial': []},
  'startup_failure': {'death': {'classification': 'startup_failure',
                                'summary': 'the engine failed before it was ready',
                                't': 3.0,
@@ -586,6 +729,90 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                            'RUNBOOK alive_health_ok_no_progress meaning',
                            'RUNBOOK alive_health_ok_no_progress rollback')],
               'partial': []},
+ 'timeout_only': {'death': {'classification': 'watchdog_timeout',
+                            'summary': 'a watchdog or timeout ended the engine (RPC call to x timed out)',
+                            't': 30.0,
+                            'clock': 'c30',
+                            'process': None,
+                            'exception': None,
+                            'innermost_engine_frame': None,
+                            'engine_message': None,
+                            'signal': None,
+                            'exit': 'a process exited with code 1'},
+                  'at_death': None,
+                  'requested': None,
+                  'tests': [],
+                  'conclusion': None,
+                  'actions': [('RUNBOOK alive_health_ok_no_progress safe_action',
+                               'RUNBOOK alive_health_ok_no_progress meaning',
+                               'RUNBOOK alive_health_ok_no_progress rollback')],
+                  'partial': []},
+ 'engine_death_api_exit_only': {'death': {'classification': 'engine_death_behind_live_api',
+                                          'summary': 'the engine died while the API server lived on '
+                                                     '(EngineDeadError); the API server exits 0 after an engine '
+                                                     'death (vLLM #48966), which Restart=on-failure does not restart',
+                                          't': None,
+                                          'clock': None,
+                                          'process': 'APIServer',
+                                          'exception': None,
+                                          'innermost_engine_frame': None,
+                                          'engine_message': None,
+                                          'signal': None,
+                                          'exit': 'the API server finished its process (the exit code is not in the '
+                                                  'log)'},
+                                'at_death': {'t': 0.5,
+                                             'clock': 'clock 0.5',
+                                             'source': 'stats line',
+                                             'running': 1,
+                                             'waiting': 0,
+                                             'kv_pct': 1.0,
+                                             'prompt_tps': None,
+                                             'gen_tps': None,
+                                             'preemptions': None,
+                                             'prefix_hit_pct': None},
+                                'requested': None,
+                                'tests': [],
+                                'conclusion': None,
+                                'actions': [('RUNBOOK engine_dead safe_action',
+                                             'RUNBOOK engine_dead meaning',
+                                             'RUNBOOK engine_dead rollback'),
+                                            ('RUNBOOK process_exit safe_action',
+                                             'the API server exits 0 after an engine death (vLLM #48966), which '
+                                             'Restart=on-failure does not restart',
+                                             'RUNBOOK process_exit rollback')],
+                                'partial': []},
+ 'engine_death_unstamped': {'death': {'classification': 'engine_death_behind_live_api',
+                                      'summary': 'the engine died while the API server lived on (EngineDeadError); a '
+                                                 'child was killed by SIGABRT',
+                                      't': None,
+                                      'clock': None,
+                                      'process': None,
+                                      'exception': None,
+                                      'innermost_engine_frame': None,
+                                      'engine_message': None,
+                                      'signal': 'SIGABRT',
+                                      'exit': 'a process exited with code -6 (SIGABRT)'},
+                            'at_death': {'t': 0.5,
+                                         'clock': 'clock 0.5',
+                                         'source': 'stats line',
+                                         'running': 1,
+                                         'waiting': 0,
+                                         'kv_pct': 1.0,
+                                         'prompt_tps': None,
+                                         'gen_tps': None,
+                                         'preemptions': None,
+                                         'prefix_hit_pct': None},
+                            'requested': None,
+                            'tests': [],
+                            'conclusion': None,
+                            'actions': [('RUNBOOK engine_dead safe_action',
+                                         'RUNBOOK engine_dead meaning',
+                                         'RUNBOOK engine_dead rollback'),
+                                        ('RUNBOOK process_exit safe_action',
+                                         'the API server exited after the engine died; check its exit status reaches '
+                                         'the restart policy',
+                                         'RUNBOOK process_exit rollback')],
+                            'partial': []},
  'engine_death': {'death': {'classification': 'engine_death_behind_live_api',
                             'summary': 'the engine died while the API server lived on (EngineDeadError; Worker '
                                        'died); a child was killed by SIGKILL; the API server exits 0 after an engine '
@@ -597,8 +824,9 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                             'innermost_engine_frame': None,
                             'engine_message': None,
                             'signal': 'SIGKILL',
-                            'exit': 'a process exited with code 1; the API server force-killed EngineCore_0; the API '
-                                    'server finished its process (the exit code is not in the log)'},
+                            'exit': 'a process exited with code 1; the API server force-killed EngineCore_0, '
+                                    'Worker_1; the API server finished its process (the exit code is not in the '
+                                    'log)'},
                   'at_death': None,
                   'requested': None,
                   'tests': [],
@@ -802,7 +1030,7 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                              'innermost_engine_frame': None,
                              'engine_message': None,
                              'signal': None,
-                             'exit': None},
+                             'exit': 'the API server force-killed W'},
                    'at_death': {'t': 10,
                                 'clock': 'clock 10',
                                 'source': 'stats line',
@@ -822,6 +1050,28 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                                 'a death without last words in the log is usually a SIGKILL from outside',
                                 'Nothing changed on the server: read-only.')],
                    'partial': []},
+ 'cut_unnamed': {'death': {'classification': 'no_last_words',
+                           'summary': 'the log ends while the server was serving, without an error, a shutdown or an '
+                                      "exit: SIGKILL and the kernel's OOM killer leave no last words (or the log was "
+                                      'cut)',
+                           't': None,
+                           'clock': None,
+                           'process': None,
+                           'exception': None,
+                           'innermost_engine_frame': None,
+                           'engine_message': None,
+                           'signal': None,
+                           'exit': None},
+                 'at_death': None,
+                 'requested': None,
+                 'tests': [],
+                 'conclusion': None,
+                 'actions': [("Read the kernel log for the OOM killer (dmesg -T | grep -i oom) and the supervisor's "
+                              "record of the exit before restarting; persist the server's log outside the container",
+                              'a death without last words in the log is usually a SIGKILL from outside',
+                              'Nothing changed on the server: read-only.')],
+                 'partial': ['a traceback of an unnamed process at an unknown time is cut off after 2 frame(s): its '
+                             'exception is unknown']},
  'still_running': {'death': {'classification': 'still_running',
                              'summary': 'no death and no serving in the log',
                              't': None,
@@ -837,7 +1087,24 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                    'tests': [],
                    'conclusion': None,
                    'actions': [],
-                   'partial': []}}
+                   'partial': []},
+ 'still_running_with_exit': {'death': {'classification': 'still_running',
+                                       'summary': 'no death and no serving in the log',
+                                       't': None,
+                                       'clock': None,
+                                       'process': None,
+                                       'exception': None,
+                                       'innermost_engine_frame': None,
+                                       'engine_message': None,
+                                       'signal': None,
+                                       'exit': 'the API server finished its process (the exit code is not in the '
+                                               'log)'},
+                             'at_death': None,
+                             'requested': None,
+                             'tests': [],
+                             'conclusion': None,
+                             'actions': [],
+                             'partial': []}}
 
 
 def _resolve(text: str) -> str:
@@ -875,6 +1142,15 @@ def test_the_kv_high_mark_is_the_detectors():
     pm = postmortem(SCENARIOS["runtime_oom"](), SHAPE, config=DetectorConfig(kv_high=0.4))
     assert pm.arithmetic[-1].verdict == "possible"
     assert pm.conclusion == "a logits-sized temporary (the KV cache was also nearly full)"
+
+
+def test_an_engine_dump_stamped_a_second_after_the_death_is_the_state_at_death():
+    record = LogRecord(dialect="vllm", ready_t=1.0, stats=[stats(10, 20, 30.0), stats(13.0, 28, 42.25,
+                       source="engine dump at death")], tracebacks=[oom_traceback(t=12.0)])
+    assert postmortem(record, SHAPE).at_death.t == 13.0
+    later = LogRecord(dialect="vllm", ready_t=1.0, stats=[stats(10, 20, 30.0), stats(13.01, 28, 42.25,
+                      source="engine dump at death")], tracebacks=[oom_traceback(t=12.0)])
+    assert postmortem(later, SHAPE).at_death.t == 10
 
 
 def test_a_signal_number_from_a_negative_exit_code():

@@ -100,7 +100,8 @@ def _exit(record: LogRecord) -> str | None:
 
 
 def arithmetic_signal(code: int) -> str | None:
-    return SIGNAL_NUMBERS.get(-code) if code < 0 else None
+    """The signal a negative exit code names (-9: SIGKILL); None for any other code."""
+    return SIGNAL_NUMBERS.get(-code)
 
 
 def classify(record: LogRecord) -> Death:
@@ -117,8 +118,7 @@ def classify(record: LogRecord) -> Death:
 
     if not served and (failures or root):
         sizing = [e for e in failures if "max_model_len" in e.fields or "desired_gib" in e.fields
-                  or "memory" in str(e.fields.get("reason", "")).lower()
-                  or "Not enough memory" in str(e.fields.get("reason", ""))]
+                  or "memory" in str(e.fields.get("reason", "")).lower()]
         message = next((tb.known_message for tb in record.tracebacks if tb.known_message), None) \
             or next((str(e.fields["reason"]) for e in failures if e.fields.get("reason")), None)
         if sizing or ooms:
@@ -259,7 +259,7 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
     engine_dead = runbook_for("engine_dead")
     process_exit = runbook_for("process_exit")
     c = death.classification
-    dialect = dialects.by_name(record.dialect) if record.dialect else None
+    dialect = dialects.by_name(record.dialect)
     budget_key, budget_flag, budget_default = (dialect.memory_budget if dialect and dialect.memory_budget
                                                else (None, "the engine's memory-budget flag", None))
     if c == "runtime_oom":
@@ -327,7 +327,7 @@ def _actions(record: LogRecord, death: Death, at_death: StatsPoint | None, tests
 
 
 def _exit_zero_words(record: LogRecord) -> str:
-    dialect = dialects.by_name(record.dialect) if record.dialect else None
+    dialect = dialects.by_name(record.dialect)
     if dialect and dialect.exit_zero_after_death_note:
         return (f"the API server exits 0 after an engine death ({dialect.exit_zero_after_death_note}), which "
                 f"Restart=on-failure does not restart")
