@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from servewatch.doctor.log_grammar import (ASSUMED_YEAR, CHILD_PROCESS_HEADER, EXCEPTION_LINE, FRAME,
-                                           SIGNAL_NUMBERS, Line, StampClock, engine_frame, exit_code, force_killed,
-                                           forced_stop, is_engine_process, is_oom_exception, is_oom_message,
-                                           known_startup_failure, oom_details, settings, shutdown_literals, signals,
-                                           split, startup_stage)
+                                           SIGNAL_NUMBERS, Line, StampClock, api_process, engine_frame, exit_code,
+                                           force_killed, forced_stop, is_engine_process, is_oom_exception,
+                                           is_oom_message, known_startup_failure, oom_details, settings,
+                                           shutdown_literals, signals, split, startup_stage, timeout_literals)
 
 
 @pytest.mark.parametrize("raw, line", [
@@ -154,3 +154,30 @@ def test_settings_and_startup_stages():
     assert known_startup_failure(undersized) == (
         "To serve at least one request with the model's max seq len (2048), (0.0 GiB KV cache is needed, which is "
         "larger than the available KV cache memory (0.0 GiB))")
+
+
+def test_a_startup_failure_with_its_reason_alone_is_not_rebuilt():
+    assert known_startup_failure("ValueError: No available memory for the cache blocks. Try increasing "
+                                 "`gpu_memory_utilization` when initializing the engine.") is None
+
+
+def test_trailing_characters_kept_and_a_relative_engine_path():
+    assert split("just text  \n").msg == "just text  "             # only the line ending goes
+    assert split("a line ending in X\r\n").msg == "a line ending in X"
+    assert engine_frame("vllm/engine.py", "step") == "vllm.engine.step"
+    assert is_engine_process("MyWorker") is True                     # a name inside the process name
+
+
+def test_the_api_server_s_name_and_timeout_lines():
+    assert api_process("vllm", "X") == "APIServer"
+    assert api_process("sglang", "X") == "X"
+    assert api_process(None, "X") == "X"
+    assert api_process("vllm", None) == "APIServer"
+    assert timeout_literals("RPC call to execute_model timed out") == ["RPC call to w+ timed out"]
+    assert timeout_literals("Timed out waiting for engine core processes to start") == [
+        "Timed out waiting for engine core processes to start"]
+    assert timeout_literals("all fine") == []
+
+
+def test_an_oom_size_in_a_unit_the_table_lacks_is_left_out():
+    assert oom_details("Tried to allocate 5.00 iB") == {}
