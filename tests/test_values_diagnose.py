@@ -1803,3 +1803,39 @@ def test_a_load_run_s_signature_as_readings():
     short = readings_from_load({"tokens_out": 100, "output_tokens_requested": 128})
     assert (short.tokens_out, short.length_share, short.scrapes, short.metrics_failures) == (100, None, 0, {})
     assert readings_from_load({"tokens_out": None, "output_tokens_requested": 128}).length_share is None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_port_that_refuses_for_the_whole_grace_is_said_refused():
+    import time
+
+    from servewatch.doctor.diagnose import refused_throughout
+
+    port = _free_port()
+    started = time.monotonic()
+    assert refused_throughout(f"http://127.0.0.1:{port}/", 0.3, 0.05) is True
+    took = time.monotonic() - started
+    assert 0.3 <= took < 0.3 + 2.0                  # the grace, plus an allowance for a loaded machine
+    assert refused_throughout(f"http://127.0.0.1:{port}/", 0.0) is True      # no grace: the first refusal decides
+
+
+def test_a_port_that_listens_or_a_bad_url_is_not_said_refused():
+    import socket
+    import time
+
+    from servewatch.doctor.diagnose import refused_throughout
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        started = time.monotonic()
+        assert refused_throughout(f"http://127.0.0.1:{server.getsockname()[1]}/", 5.0) is False
+        assert time.monotonic() - started < 2.0     # at the first connection, not after the grace
+    assert refused_throughout("http://127.0.0.1:99999/", 5.0) is False        # no such port: not a refusal
