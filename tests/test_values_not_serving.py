@@ -479,3 +479,23 @@ def test_metrics_silent_with_no_scrape_since_after_three_times_the_median_cadenc
     assert silent(_llama((10,)), 10.5, 100) is False
     # a vLLM /metrics answers beside the loop: no scrape for a minute is no silence of the loop
     assert silent(Window(metrics=tuple(scrape(t) for t in (0, 1, 2, 4, 10))), 10.5, 70) is False
+
+
+def test_a_loop_hang_with_one_health_answer_meanwhile_counts_the_timeouts_at_both_ends():
+    from servewatch.timeline.samples import SlotsSample
+    # llama.cpp answered /metrics every second until 9; probes asked at 12 and 20.5 miss (at 15 and 23.5); scrapes
+    # time out at 12 (the first probe's asking), 17 and 23.5 (the last probe's end); one /health answer (at 20)
+    # meanwhile; the slot listing answers idle at 13 and 18 (no prompt moving)
+    w = Window(health=tuple(health(t) for t in range(12)) + (health(20),),
+               metrics=tuple(scrape(t, engine(dialect="llamacpp"), dialect="llamacpp") for t in range(10))
+               + tuple(scrape(t, error="timeout") for t in (12, 17, 23.5)),
+               probe=(missed(12), missed(20.5)), slots=(SlotsSample(T0 + 13), SlotsSample(T0 + 18)))
+    v = one(w)
+    assert (v.t, v.onset) == (T0 + 23.5, T0 + 12)
+    assert v.details["metrics_timeouts"] == 3 and v.details["metrics_silent_s"] == 14.5     # 23.5 - 9
+    assert "/metrics has not answered for 14.5 s (3 scrape(s) timed out meanwhile" in v.why
+    assert [e.t - T0 for e in v.evidence if e.field == "error"] == [12, 23.5]
+    # no answer at all before the probe was asked: the silence counts from the asking
+    w = replace(w, metrics=(MetricsSample(T0 + 12, "llamacpp", None, error="timeout"),
+                            MetricsSample(T0 + 23.5, "llamacpp", None, error="timeout")))
+    assert one(w).details["metrics_silent_s"] == 11.5
