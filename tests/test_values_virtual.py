@@ -25,10 +25,12 @@ TTFT, GAP = 0.1, 0.05
 
 
 class Handle:
-    def __init__(self, engine, sent, max_tokens, hang):
+    def __init__(self, engine, sent, max_tokens, hang, what="ok"):
         self.engine, self.hang = engine, hang
-        self.prompt_len = 7
-        self.times = [sent + TTFT + k * GAP for k in range(1 if hang else max_tokens)]
+        self.prompt_len = None if what == "no-usage" else 7
+        count = 1 if hang else 2 if what == "short" else max_tokens
+        start = sent + (100.0 if what == "slow" else 0.0)
+        self.times = [start + TTFT + k * GAP for k in range(count)]
 
     @property
     def token_times(self):
@@ -48,7 +50,7 @@ class Handle:
 
     @property
     def finish_reason(self):
-        return "length" if self.finished else None
+        return ("stop" if len(self.times) == 2 else "length") if self.finished else None
 
 
 class Engine:
@@ -73,7 +75,7 @@ class Engine:
             raise RequestRejected("too long")
         if what == "dead":
             raise EngineDeadError()
-        return Handle(self, self.clock.now(), max_tokens, what == "hang")
+        return Handle(self, self.clock.now(), max_tokens, what == "hang", what)
 
     def run_until(self, t):
         self.steps.append(t)
@@ -146,7 +148,7 @@ def test_a_request_that_never_ends_times_out_after_the_drain():
     [r] = result.records
     t0 = START + V.START_MARGIN_S
     assert (r.error, r.error_detail) == (R.TIMEOUT, "no end within 3 s")
-    assert len(engine.aborted) == 1
+    assert len(engine.aborted) == 1 and engine.aborted[0].hang
     # give up at the first scrape at or past the last arrival (t0) plus the drain (3 s): t0 + 3.5
     assert r.e2e_s == pytest.approx(3.5) and r.ttft_s == pytest.approx(TTFT) and r.output_tokens == 1
     assert result.summary["wall_s"] == pytest.approx(3.5)
@@ -232,3 +234,59 @@ def test_a_trace_replayed_at_its_times(tmp_path):
     assert s["scenario"] == "trace" and s["arrival"] == "trace"
     assert s["trace"]["rows"] == 3 and s["requested_rate"] == s["trace"]["mean_rate"]
     assert s["notes"][0] == "virtual time against the in-process simulator"
+
+
+def test_the_survivors_of_the_first_run():
+    from servewatch.dialects import read_scrape as default_read
+    from servewatch.load.scenarios import arrival_times
+
+    # a request that ends early (finish reason stop, 2 of 5 tokens) is truncated: every request ignores EOS
+    # one whose usage says no prompt count takes the prompt builder's; no text kept unless asked
+    seen = []
+
+    def spy(text, max_bytes):
+        seen.append(max_bytes)
+        return default_read(text, max_bytes=max_bytes)
+
+    engine = Engine(behaviours=["short", "no-usage", "slow"], down=(START + 1.05, START + 1.06))
+    result = V.run_load_virtual(_config(request_timeout_s=2.0), engine, read_scrape=spy)
+    short, no_usage, slow = result.records
+    assert (short.error, short.error_detail, short.output_tokens) == (R.TRUNCATED, "2 of 5 tokens", 2)
+    assert no_usage.ok and no_usage.input_tokens == no_usage.prompt_tokens_target > 0
+    assert short.text is None and no_usage.text is None
+    # one that would end long after its timeout: timed out at the give-up time (the scrape at the last arrival,
+    # t0 + 0.5, plus the 2 s drain), not at its own end
+    assert slow.error == R.TIMEOUT and slow.e2e_s == pytest.approx(2.5 - 0.5)
+    assert len(seen) >= 2                                               # the scrapes went through the reader given
+    # the scrape at t0 + 1.0 = START + 1.05 found no server: an error sample at that time
+    [down] = [x for x in result.server_samples if x.error]
+    assert down.t == pytest.approx(START + 1.05)
+    # each request its own prompt (the pool cycled), at the seeded arrival times
+    engine = Engine()
+    result = V.run_load_virtual(_config(arrival="poisson", seed=3, requests=4), engine)
+    t0 = START + V.START_MARGIN_S
+    offsets = arrival_times("poisson", 4.0, seed=3, requests=4)
+    assert [r.scheduled for r in result.records] == pytest.approx([t0 + o for o in offsets])
+    assert len({p for _, p, _, _ in engine.submitted}) == 4
+    # a run of a duration: its arrivals within it
+    result = V.run_load_virtual(_config(requests=None, duration_s=1.0), Engine())
+    assert [r.scheduled - t0 for r in result.records] == pytest.approx([0.0, 0.25, 0.5, 0.75])
+
+
+def test_a_trace_read_by_the_caller_and_its_prompts(tmp_path):
+    from servewatch.load import trace as T
+    from servewatch.sim import tokens
+
+    rows = [{"timestamp": 0, "input_length": 30, "output_length": 2},
+            {"timestamp": 1000, "input_length": 64, "output_length": 3}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = T.read_trace(str(path), block=16)
+    engine = Engine()
+    cfg = LoadConfig(url="sim://", trace=str(tmp_path / "gone.jsonl"), tokenizer="approx", metrics_interval_s=0.5,
+                     trace_block=16)
+    result = V.run_load_virtual(cfg, engine, trace=trace)               # the file named is not read
+    assert [r.max_tokens for r in result.records] == [2, 3]
+    prompts = [p for _, p, _, _ in engine.submitted]
+    assert all(isinstance(p, str) for p in prompts)
+    assert [tokens.count_tokens(p) for p in prompts] == [30, 64]         # built to the rows' lengths
