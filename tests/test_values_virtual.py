@@ -118,6 +118,7 @@ def test_records_sent_when_scheduled_with_the_engines_token_times():
     assert result.notes == s["notes"] and result.model == "fake-model" and result.prompt_source == "tokenizer"
     assert s["wall_s"] == pytest.approx(1.0) and s["ok"] == 3 and s["server_view"]["samples"] == 4
     assert s["client"] == "virtual"
+    assert s["prompt_token_source"] == "tokenizer" and s["prompts_exact"] is True
     assert result.config.requests == 3
 
 
