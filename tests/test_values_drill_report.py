@@ -82,6 +82,7 @@ def test_the_reports_are_utf8_under_a_c_locale(tmp_path):
     import subprocess
     import sys
 
+    assert R.write(DOC, tmp_path / "here")[1].read_text(encoding="utf-8") == R.markdown(DOC)   # (and in this process)
     code = ("import json, sys; from pathlib import Path; from servewatch.drill import report as R; "
             "R.write(json.loads(Path(sys.argv[1]).read_text(encoding='utf-8')), Path(sys.argv[2]))")
     src = tmp_path / "doc.json"
