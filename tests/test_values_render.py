@@ -324,3 +324,82 @@ def test_fitted_to_a_terminal_of_44_columns(monkeypatch, capsys):
             rec(2, 101.0, e2e=1.0, status=503, error=R.HTTP_5XX, tokens=(7, 0), model=name)]
     RN.print_requests(B.summarize_records(recs, by="model"))
     assert capsys.readouterr().out == NARROW_REQUESTS
+
+
+SQUEEZED_SUMMARY = """scenario custom: 20 requests, 
+18 ok, rate 4 requested / 4.0 
+achieved req/s
+errors: timeout 2
+schedule delay p50 0.10 ms p99
+—
+latency (successful requests) 
+┏━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┓
+┃ metric     ┃   p50 ┃   p99 ┃
+┡━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━┩
+│ TTFT       │ 0.011 │ 0.033 │
+│ ITL per    │     — │     — │
+│ token      │       │       │
+│ ITL per    │ 0.011 │ 0.033 │
+│ chunk      │       │       │
+│ TPOT       │ 0.011 │ 0.033 │
+│ E2E        │ 0.011 │ 0.033 │
+└────────────┴───────┴───────┘
+(left out to fit the terminal: p90, max, mean, n; --wide shows them)
+          signature           
+┏━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┓
+┃ field              ┃ value ┃
+┡━━━━━━━━━━━━━━━━━━━━╇━━━━━━━┩
+│ tokens in (mean)   │    44 │
+│ tokens out (mean)  │ 127.5 │
+│ queue wait (s)     │ 0.250 │
+│ prefill (s)        │     — │
+│ TTFT (s)           │ 0.011 │
+│ between two tokens │ 0.020 │
+│ (s)                │       │
+│ token generation   │ 2.500 │
+│ (s)                │       │
+│ E2E (s)            │ 2.750 │
+│ running, max       │     8 │
+│ waiting, max       │     0 │
+│ KV cache, max      │ 12.3% │
+└────────────────────┴───────┘
+the fields that told four 
+workloads apart on an RTX 3060
+serving Qwen2.5-7B-AWQ
+(left out to fit the terminal: from; --wide shows them)
+goodput 3.50 req/s (87.5% of 
+requests)
+token counts: server; prompts 
+built with approx
+note: first note
+note: second
+"""
+
+SQUEEZED_REQUESTS = """3 requests recorded by servewatch load, from 1970-01-01T00:01:40.000Z over 5.0 s (0.60 req/s)
+2 ok; not ok: http_5xx 1
+  by model, times in ms  
+                         
+ model  requests  not ok 
+ ─────────────────────── 
+ b             2       1 
+ a             1       0 
+                         
+ total         3       1 
+                         
+(left out to fit the terminal: ITL p99, tokens out, TTFT p50, E2E p99, TPOT p50, TTFT p99, good- put; --wide shows them)
+times are of the successful 
+requests; ITL p99 of every 
+token
+not ok, model b: http_5xx 1
+goodput: the share of all requests that succeeded with TTFT ≤ 500 ms, E2E ≤ 3000 ms
+"""
+
+
+def test_squeezed_to_30_columns(monkeypatch, capsys):
+    """The signature's field column folds at its words down to its minimum, the value column stays, long lines wrap
+    at the terminal's width."""
+    monkeypatch.setenv("COLUMNS", "30")
+    RN.print_summary(SUMMARY)
+    assert capsys.readouterr().out == SQUEEZED_SUMMARY
+    RN.print_requests(B.summarize_records(records(), by="model", slo=Goodput.parse("ttft=500,e2e=3000")))
+    assert capsys.readouterr().out == SQUEEZED_REQUESTS
