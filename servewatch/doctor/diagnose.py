@@ -13,7 +13,7 @@ from servewatch.detectors import DetectorConfig, run_detectors
 from servewatch.detectors.verdict import Verdict
 from servewatch.detectors.evidence.engine_signs import dialect_hint
 from servewatch.detectors.registry import runbook_for
-from servewatch.engine.served import run_means, served, totals
+from servewatch.engine.served import served, totals
 from servewatch.kinds import CONNECT, TIMEOUT, failure_words
 from servewatch.timeline.window import Window
 
@@ -108,25 +108,6 @@ class Hypothesis:
 
 
 # --- readings -----------------------------------------------------------------------------------------
-
-def _delta_mean(first, last, kind: str) -> float | None:
-    a, b = first.histograms.get(kind), last.histograms.get(kind)
-    if b is None:
-        return None
-    count = b.count - (a.count if a else 0.0)
-    total = b.sum - (a.sum if a else 0.0)
-    if count <= 0:
-        return None
-    return total / count
-
-
-def _window_or_lifetime(first, last, kind: str) -> float | None:
-    """The mean over the window; over the server's life when the window saw no finished request."""
-    mean = _delta_mean(first, last, kind)
-    if mean is None and last.histograms.get(kind) is not None and last.histograms[kind].count > 0:
-        mean = last.histograms[kind].sum / last.histograms[kind].count
-    return mean
-
 
 def readings_from_window(window: Window, config: DetectorConfig | None = None) -> Readings:
     """The quantities of a window of samples, by the same definition `servewatch load` writes to its
