@@ -2576,3 +2576,74 @@ def test_a_port_that_listens_or_a_bad_url_is_not_said_refused():
         assert refused_throughout(f"http://127.0.0.1:{server.getsockname()[1]}/", 5.0) is False
         assert time.monotonic() - started < 2.0     # at the first connection, not after the grace
     assert refused_throughout("http://127.0.0.1:99999/", 5.0) is False        # no such port: not a refusal
+
+
+# --- the quantities of a recorded window (the simulator's overload of tests/test_diagnose.py) -----------------
+
+def _readings(window) -> dict:
+    import dataclasses
+
+    from servewatch.doctor.diagnose import readings_from_window
+
+    readings = readings_from_window(window)
+    out = dataclasses.asdict(readings)
+    out["verdicts"] = [v.name for v in readings.verdicts]
+    return out
+
+
+def _same(got: dict, expected: dict) -> bool:
+    """Equal key by key, floats to 1e-9 relative (the simulator's means are sums of float seconds)."""
+    assert set(got) == set(expected)
+    return all(got[k] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v) for k, v in expected.items())
+
+
+ENGINE_FACTS = {"health_dead_status": 503, "slot_limit_flag": "--max-num-seqs", "engine": "vLLM",
+                "engine_alive_signs": "/health 200, no EngineDeadError / 'Worker proc ... died' lines",
+                "engine_in_api_process": False, "metrics_wait_on_engine": False, "slots_path": None}
+MEANS = {"queue_s": 2.1832180991768837, "ttft_s": 2.9476416230201723, "itl_s": 0.01938807742402998,
+         "e2e_s": 4.696143489331007}
+
+
+def _good(window):
+    from servewatch.timeline.samples import MetricsSample
+
+    return [m for m in window.samples() if isinstance(m, MetricsSample) and m.engines]
+
+
+def test_the_quantities_of_an_overloaded_window():
+    from tests.test_diagnose import _overload_window
+
+    assert _same(_readings(_overload_window(1)), {
+        "seconds": 12.0, "scrapes": 25, "max_running": 16.0, "max_waiting": 102.0, "max_kv": 0.023125,
+        "slot_limit": 16.0, "tokens_moved": True, "health_last": 200, **ENGINE_FACTS, "preemptions": 0.0,
+        "tokens_in": 55.0, "tokens_out": 146.453125, "length_share": 1.0, **MEANS, "engine_dead_lines": 0,
+        "shutdown_lines": 0, "health_answers": 25, "health_failures": {}, "metrics_failures": {},
+        "lifetime_means": False, "verdicts": ["overload"], "sources": ["recorded samples"]})
+
+
+def test_one_scrape_gives_the_server_s_lifetime_means_said_as_such():
+    from servewatch.timeline.window import Window
+    from tests.test_diagnose import _overload_window
+
+    last = _good(_overload_window(1))[-1]
+    assert _same(_readings(Window.from_samples([last])), {
+        "seconds": 0.0, "scrapes": 1, "max_running": 16.0, "max_waiting": 102.0, "max_kv": 0.01984375,
+        "slot_limit": 16.0, "tokens_moved": None, "health_last": None, **ENGINE_FACTS, "preemptions": None,
+        "tokens_in": None, "tokens_out": None, "length_share": 1.0, **MEANS, "engine_dead_lines": 0,
+        "shutdown_lines": 0, "health_answers": 0, "health_failures": {}, "metrics_failures": {},
+        "lifetime_means": True, "verdicts": [], "sources": ["recorded samples"]})
+
+
+def test_two_scrapes_with_nothing_finished_between_fall_back_to_the_lifetime_means():
+    import dataclasses
+
+    from servewatch.timeline.window import Window
+    from tests.test_diagnose import _overload_window
+
+    last = _good(_overload_window(1))[-1]
+    readings = _readings(Window.from_samples([last, dataclasses.replace(last, t=last.t + 0.5)]))
+    assert (readings["seconds"], readings["scrapes"], readings["tokens_moved"], readings["preemptions"]) == (
+        0.5, 2, False, 0.0)
+    assert (readings["tokens_in"], readings["tokens_out"], readings["lifetime_means"]) == (None, None, True)
+    assert {k: readings[k] for k in MEANS} == pytest.approx(MEANS, rel=1e-9)
+    assert readings["length_share"] == 1.0
