@@ -57,3 +57,18 @@ def test_alertmanager_inhibitions_and_routes():
         '  - matchers:\n    - action="drain"\n    receiver: servewatch-hardware\n  - matchers:\n'
         '    - action="page"\n    receiver: servewatch-oncall\n  - matchers:\n    - action="info"\n'
         '    receiver: servewatch-null\n')
+
+
+def test_each_recording_rule_probes_its_own_expression():
+    from pathlib import Path
+
+    from servewatch.derive.engine_series import engine_series
+    from servewatch.derive.rules import build_rules
+    from servewatch.derive.slo import load_slo
+
+    slo = load_slo((Path(__file__).parent / "rules" / "slo.yaml").read_text(), "slo.yaml")
+    groups = build_rules(slo, engine_series("vllm"))
+    assert [g.name for g in groups] == ["servewatch-slo-chat-sli", "servewatch-slo-chat-burn",
+                                        "servewatch-vllm-leading", "servewatch-vllm-guards", "servewatch-serve"]
+    records = [r for r in groups[0].rules]
+    assert records and all(r.record and r.probes == (r.expr,) for r in records)
