@@ -487,14 +487,28 @@ def test_a_loop_hang_with_one_health_answer_meanwhile_counts_the_timeouts_at_bot
     # time out at 12 (the first probe's asking), 17 and 23.5 (the last probe's end); one /health answer (at 20)
     # meanwhile; the slot listing answers idle at 13 and 18 (no prompt moving)
     w = Window(health=tuple(health(t) for t in range(12)) + (health(20),),
-               metrics=tuple(scrape(t, engine(dialect="llamacpp"), dialect="llamacpp") for t in range(10))
+               metrics=tuple(scrape(t, engine(dialect="llamacpp"), dialect="llamacpp") for t in (*range(10), 9.0001))
                + tuple(scrape(t, error="timeout") for t in (12, 17, 23.5)),
                probe=(missed(12), missed(20.5)), slots=(SlotsSample(T0 + 13), SlotsSample(T0 + 18)))
     v = one(w)
     assert (v.t, v.onset) == (T0 + 23.5, T0 + 12)
-    assert v.details["metrics_timeouts"] == 3 and v.details["metrics_silent_s"] == 14.5     # 23.5 - 9
+    assert v.details["metrics_timeouts"] == 3 and v.details["metrics_silent_s"] == 14.5     # 23.5 - 9.0001, to 3 places
     assert "/metrics has not answered for 14.5 s (3 scrape(s) timed out meanwhile" in v.why
     assert [e.t - T0 for e in v.evidence if e.field == "error"] == [12, 23.5]
+    assert [e.source for e in v.evidence][:3] == ["probe", "probe", "health"]
+    # the slot listing, which waits on the same loop, timed out at the asking, at 16 and at the end (a 503 at 20 is
+    # no timeout): counted, its first and last as evidence
+    slots = (SlotsSample(T0 + 11.5, error="timeout"), SlotsSample(T0 + 12, error="timeout"),
+             SlotsSample(T0 + 16, error="timeout"), SlotsSample(T0 + 20, error="http_503"),
+             SlotsSample(T0 + 23.5, error="timeout"))
+    v = one(replace(w, slots=slots))
+    assert v.why.endswith("; its slot listing timed out too (3 time(s))") and v.why.startswith("a one-token probe")
+    assert v.details["slots_timeouts"] == 3
+    assert [(e.source, e.t - T0, e.field, e.value) for e in v.evidence if e.source == "slots"] == [
+        ("slots", 12, "error", "timeout"), ("slots", 23.5, "error", "timeout")]
+    assert [e.source for e in v.evidence] == ["probe", "probe", "health", "metrics", "metrics", "slots", "slots"]
+    v = one(replace(w, slots=slots[1:3]))                     # two timeouts: both
+    assert [e.t - T0 for e in v.evidence if e.source == "slots"] == [12, 16]
     # no answer at all before the probe was asked: the silence counts from the asking
     w = replace(w, metrics=(MetricsSample(T0 + 12, "llamacpp", None, error="timeout"),
                             MetricsSample(T0 + 23.5, "llamacpp", None, error="timeout")))
