@@ -70,7 +70,7 @@ SCENARIOS = {
     "timeout_only": lambda: LogRecord(dialect="vllm", ready_t=1.0, events=[
         Event(30.0, "c30", "timeout", "APIServer", {"literal": "RPC call to x timed out"}),
         Event(32.0, "c32", "exit_code", "EngineCore", {"exit_code": 1})]),
-    "engine_death_api_exit_only": lambda: LogRecord(dialect="vllm", ready_t=1.0, stats=[stats(0.5, 1, 1.0)], events=[
+    "engine_death_api_exit_only": lambda: LogRecord(dialect="vllm", ready_t=1.0, events=[
         Event(None, None, "engine_dead", "APIServer", {"reason": "EngineDeadError"}),
         Event(26.0, "c26", "api_exit", "APIServer", {})]),
     "engine_death_unstamped": lambda: LogRecord(dialect=None, ready_t=1.0, stats=[stats(0.5, 1, 1.0)], events=[
@@ -760,16 +760,7 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                                           'signal': None,
                                           'exit': 'the API server finished its process (the exit code is not in the '
                                                   'log)'},
-                                'at_death': {'t': 0.5,
-                                             'clock': 'clock 0.5',
-                                             'source': 'stats line',
-                                             'running': 1,
-                                             'waiting': 0,
-                                             'kv_pct': 1.0,
-                                             'prompt_tps': None,
-                                             'gen_tps': None,
-                                             'preemptions': None,
-                                             'prefix_hit_pct': None},
+                                'at_death': None,
                                 'requested': None,
                                 'tests': [],
                                 'conclusion': None,
@@ -1105,7 +1096,6 @@ EXPECTED = {'runtime_oom': {'death': {'classification': 'runtime_oom',
                              'conclusion': None,
                              'actions': [],
                              'partial': []}}
-
 
 def _resolve(text: str) -> str:
     if text.startswith("RUNBOOK "):
