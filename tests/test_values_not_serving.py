@@ -513,3 +513,15 @@ def test_a_loop_hang_with_one_health_answer_meanwhile_counts_the_timeouts_at_bot
     w = replace(w, metrics=(MetricsSample(T0 + 12, "llamacpp", None, error="timeout"),
                             MetricsSample(T0 + 23.5, "llamacpp", None, error="timeout")))
     assert one(w).details["metrics_silent_s"] == 11.5
+
+
+def test_a_loop_line_at_the_asking_or_a_prompt_line_at_the_judging_counts():
+    prefill = dict(batch="prefill", tokens=1000, progress=0.5, tps=100.0)     # 10 s left at 100 tokens/s
+    # a prompt line at `at` itself is read; a later line of another kind does not hide it
+    assert N._prompt_still_due(Window(logs=(LogEvent(T0 + 20, "stats", prefill),)), T0 + 20) is True
+    assert N._prompt_still_due(Window(logs=(LogEvent(T0 + 20, "stats", prefill), LogEvent(T0 + 21, "startup",
+                                                                                          {"stage": "ready"}))),
+                               T0 + 21) is True
+    # the loop's own line at the first probe's asking (12) is progress since then: no hang
+    assert N._loop_logged_progress(Window(logs=(LogEvent(T0 + 12, "stats", {}),)), T0 + 12) is True
+    assert N._loop_logged_progress(Window(logs=(LogEvent(T0 + 11.75, "stats", {}),)), T0 + 12) is False
