@@ -704,7 +704,7 @@ EXPECTED = {'nothing': {'hypotheses': [{'name': 'not_answering',
                                    'restart_destroys': 'RUNBOOK engine_dead restart_destroys',
                                    'score': 0,
                                    'confirmed_by': None}],
-                   'healthy': 'Looks healthy: nothing measured supports a problem (from the what was recorded)\n'
+                   'healthy': 'Looks healthy: nothing measured supports a problem (from what was recorded)\n'
                               '   figures: running at most 30, waiting at most 0, KV at most 95%\n'
                               '   ruled out: 3 explanations (below); not measured here (listed last): alive but not '
                               'progressing (a stalled engine or worker); the engine died'},
@@ -895,7 +895,7 @@ EXPECTED = {'nothing': {'hypotheses': [{'name': 'not_answering',
                                 'restart_destroys': 'RUNBOOK kv_pressure restart_destroys',
                                 'score': 0,
                                 'confirmed_by': None}],
-                'healthy': 'Looks healthy: nothing measured supports a problem (from the what was recorded)\n'
+                'healthy': 'Looks healthy: nothing measured supports a problem (from what was recorded)\n'
                            '   figures: running at most 0\n'
                            '   ruled out: 2 explanations (below); not measured here (listed last): contention in '
                            'generation (a batch too large); KV cache pressure (preemptions)'},
@@ -1020,7 +1020,7 @@ EXPECTED = {'nothing': {'hypotheses': [{'name': 'not_answering',
                                                             'full prefill again.',
                                         'score': 0,
                                         'confirmed_by': None}],
-                        'healthy': 'Looks healthy: nothing measured supports a problem (from the what was recorded)\n'
+                        'healthy': 'Looks healthy: nothing measured supports a problem (from what was recorded)\n'
                                    '   figures: queue wait 200.0 ms (means)\n'
                                    '   ruled out: 1 explanation (below); not measured here (listed last): the server '
                                    'does not answer (or answers with errors); contention in generation (a batch too '
@@ -2175,7 +2175,7 @@ EXPECTED = {'nothing': {'hypotheses': [{'name': 'not_answering',
                                  'restart_destroys': 'In-flight requests and the KV / prefix cache.',
                                  'score': 0,
                                  'confirmed_by': None}],
-                 'healthy': 'Looks healthy: nothing measured supports a problem (from the what was recorded)\n'
+                 'healthy': 'Looks healthy: nothing measured supports a problem (from what was recorded)\n'
                             '   figures: queue wait 100.0 ms (means); running at most 0, waiting at most 0, KV at '
                             'most 90%; /health answered 299\n'
                             '   ruled out: 6 explanations (below); not measured here (listed last): alive but not '
@@ -2647,3 +2647,44 @@ def test_two_scrapes_with_nothing_finished_between_fall_back_to_the_lifetime_mea
     assert (readings["tokens_in"], readings["tokens_out"], readings["lifetime_means"]) == (None, None, True)
     assert {k: readings[k] for k in MEANS} == pytest.approx(MEANS, rel=1e-9)
     assert readings["length_share"] == 1.0
+
+
+def _one(readings, name, config=None):
+    return next(h for h in diagnose(readings, None, config) if h.name == name)
+
+
+def test_each_explanation_at_the_edge_of_its_conditions():
+    from servewatch.detectors.config import DetectorConfig
+
+    assert _one(Readings(max_running=0, max_waiting=0, health_last=300), "idle").verdict == "ruled out"
+    assert _one(Readings(max_running=0, max_waiting=0, health_last=None), "idle").verdict == "supported"
+    assert _one(Readings(max_running=0, max_waiting=3), "idle").verdict == "ruled out"
+    frozen = dict(max_running=2, tokens_moved=False, seconds=10.0)
+    assert _one(Readings(**frozen, health_last=300), "stall").verdict == "ruled out"
+    assert _one(Readings(max_running=2, tokens_moved=False), "stall", DetectorConfig(stall_floor_s=1.0)).verdict == \
+        "ruled out"                                                # no duration: 0 s, below a 1 s floor
+    instant = _one(Readings(max_running=2, tokens_moved=False), "stall", DetectorConfig(stall_floor_s=0.0))
+    assert instant.why == "2 running and the generation counter did not move in 0.0 s"
+    assert _one(Readings(max_kv=0.95, max_waiting=1, preemptions=0), "kv_pressure").verdict == "supported"
+    assert _one(Readings(max_kv=0.5, max_waiting=1, max_running=3, tokens_moved=True), "overload").verdict == \
+        "supported"
+    hung = dict(health_answers=3, metrics_failures={"timeout": 2}, metrics_wait_on_engine=True, engine="llama.cpp")
+    assert _one(Readings(**hung, health_last=300), "not_answering").title == \
+        "the server does not answer (or answers with errors)"
+    assert _one(Readings(**hung, health_last=299), "not_answering").title == \
+        "the engine's loop does not answer (/health does)"
+    dead = _one(Readings(health_last=503, health_dead_status=503), "engine_dead")
+    assert (dead.verdict, dead.why) == ("supported", "/health answered 503")
+
+
+def test_looks_healthy_from_several_sources_and_without_figures():
+    readings = Readings(max_running=1, max_waiting=0, max_kv=0.1, sources=["recorded samples", "load run signature"])
+    line = looks_healthy(readings, diagnose(readings))
+    assert line.splitlines()[0] == ("Looks healthy: nothing measured supports a problem (from the recorded samples, "
+                                    "load run signature)")
+    bare = Readings(scrapes=1)
+    line = looks_healthy(bare, diagnose(bare, "errors"))
+    assert line.splitlines() == [
+        "Looks healthy: nothing measured supports a problem (from what was recorded)",
+        "   ruled out: 1 explanation (below); not measured here (listed last): the engine died; alive but not "
+        "progressing (a stalled engine or worker); overload: demand above capacity"]

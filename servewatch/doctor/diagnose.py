@@ -498,9 +498,9 @@ def looks_healthy(readings: Readings, hypotheses: list[Hypothesis]) -> str | Non
         said.append("tokens moved")
     if readings.health_last is not None:
         said.append(f"/health answered {readings.health_last}")
-    where = ", ".join(readings.sources) or "what was recorded"
+    where = f"the {', '.join(readings.sources)}" if readings.sources else "what was recorded"
     not_measured = [h.title for h in hypotheses if h.verdict == "not measured"]
-    lines = [f"Looks healthy: nothing measured supports a problem (from the {where})"]
+    lines = [f"Looks healthy: nothing measured supports a problem (from {where})"]
     lines += [f"   figures: {'; '.join(said)}"] if said else []
     lines += [f"   ruled out: {len(ruled_out)} explanation{'s' if len(ruled_out) != 1 else ''} (below)"
               + (f"; not measured here (listed last): {'; '.join(not_measured)}" if not_measured else "")]
