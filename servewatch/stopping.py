@@ -93,9 +93,17 @@ def on_stop(loop, callback: Callable[[], object], again: Callable[[], object] | 
         loop.add_signal_handler(signum, heard, signum)
 
     def remove() -> None:
-        for signum in before:
-            loop.remove_signal_handler(signum)
-            if before[signum] is not None and signal.getsignal(signum) is not before[signum]:
-                signal.signal(signum, before[signum])
+        # The loop's remove_signal_handler puts the signal's default action back (SIGTERM's and SIGHUP's: the
+        # process dies), and only then is the handler before it restored: a signal landing between the two
+        # killed the process with no stop line (measured once under load: status -1 for a SIGHUP sent just after
+        # a SIGTERM). The stop signals are held back while the handlers are swapped and delivered after.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            for signum in before:
+                loop.remove_signal_handler(signum)
+                if before[signum] is not None and signal.getsignal(signum) is not before[signum]:
+                    signal.signal(signum, before[signum])
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     return remove
