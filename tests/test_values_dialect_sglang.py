@@ -79,6 +79,7 @@ sglang:time_to_first_token_seconds_sum{{model_name="m"}} 3.0
     assert sorted(zero.histograms) == ["queue", "ttft"]
     assert zero.histograms["queue"].count == 3 and zero.histograms["ttft"].count == 6
     assert one.histograms["ttft"].count == 6                     # the tokenizer's, per model: every rank's
+    assert "queue" not in one.histograms     # a scheduler series: rank 1 has none of its own, never rank 0's
     assert (one.running, one.waiting, one.kv_usage, one.kv_used_tokens, one.counters.steps,
             one.counters.preemptions) == (1, None, 0.5, None, None, None)
     assert (one.counters.prompt_tokens, one.counters.tokens_shared, one.kv_transfer) == (100, True, None)

@@ -293,8 +293,12 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
         if model in aborted:
             finished["abort"] = aborted[model]
         engine_histograms = {kind: by_model[model] for kind, by_model in histograms.items() if model in by_model}
-        if key in queue_hist:  # queue time is a scheduler series, per rank
+        # Queue time is a scheduler series, per rank: a rank's own, or the model's only when the model has one
+        # engine (with several, a rank without its own series would show its siblings' queue time as its own).
+        if key in queue_hist:
             engine_histograms["queue"] = queue_hist[key]
+        elif engines_of[model] > 1:
+            engine_histograms.pop("queue", None)
         states.append(base.engine_state(
             NAME, naming, key, {"running": running, "waiting": waiting, "kv_usage": usage, "kv_used_tokens": used,
                                 "kv_total_tokens": total, "kv_transfer": connector},
