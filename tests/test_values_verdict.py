@@ -93,3 +93,56 @@ def test_negative_probes_are_refused_and_a_good_spec_is_not():
     with pytest.raises(ValueError, match="^verdict 'x_stalled': hold_s and probes are never negative$"):
         spec(probes=-1)
     assert spec(kind=FINDING, severity="ticket", action=PAGE, evidence_sources=SOURCE_KINDS).probes == 0
+
+
+def test_action_by_and_actions_go_together_and_each_chosen_class_is_known():
+    with pytest.raises(ValueError, match="^verdict 'x_stalled': action_by and actions go together$"):
+        spec(action_by="per fault")
+    with pytest.raises(ValueError, match="^verdict 'x_stalled': action_by and actions go together$"):
+        spec(actions=(RESTART, PAGE))
+    with pytest.raises(ValueError, match="^verdict 'x_stalled': action 'reboot' is not one of restart, drain, page, "
+                                         "info$"):
+        spec(action_by="per fault", actions=(RESTART, "reboot"))
+    assert spec(action_by="per fault", actions=(RESTART, PAGE)).actions == (RESTART, PAGE)
+
+
+def test_evidence_holds_needs_each_required_detail_to_be_true():
+    required = spec(requires=("slots_full", "kv_full"))
+    assert required.evidence_holds(verdict(10.0, 0.0, slots_full=True, kv_full=True)) is True
+    assert required.evidence_holds(verdict(10.0, 0.0, slots_full=True, kv_full=1)) is False     # True, not truthy
+    assert required.evidence_holds(verdict(10.0, 0.0, slots_full=True)) is False
+    assert required.evidence_holds(verdict(10.0, 0.0, kv_full=True)) is False
+    # a firing that chooses its own action but says none is reported, not acted on
+    chooser = spec(action_by="per fault", actions=(RESTART, PAGE))
+    assert chooser.evidence_holds(Verdict("x_stalled", 10.0, 0.0, "w", action=PAGE)) is True
+    assert chooser.evidence_holds(Verdict("x_stalled", 10.0, 0.0, "w")) is False
+
+
+def test_settings_helpers_word_each_value_out_of_its_range():
+    import dataclasses
+
+    from servewatch.detectors.verdict import Settings
+
+    @dataclasses.dataclass(frozen=True)
+    class Toy(Settings):
+        share_a: float = 0.5
+        share_b: float = 1.0
+        count_a: float = 1.0
+        low: float = 2.0
+        high: float = 3.0
+
+    good = Toy()
+    assert good.shares("share_a", "share_b") == [] and good.counts("count_a") == [] and good.ordered("low", "high") == []
+    assert Toy(share_a=0.0).shares("share_a") == []                                  # 0 and 1 are shares
+    assert Toy(share_a=-0.25, share_b=1.5).shares("share_a", "share_b") == [
+        "share_a is a share from 0 to 1, not -0.25", "share_b is a share from 0 to 1, not 1.5"]
+    assert Toy(count_a=0.5).counts("count_a") == ["count_a counts at least 1, not 0.5"]
+    assert Toy(count_a=0.0).counts("count_a") == ["count_a counts at least 1, not 0"]
+    assert Toy(low=3.0).ordered("low", "high") == []                                 # equal is in order
+    assert Toy(low=3.5).ordered("low", "high") == ["low (3.5) is above high (3)"]
+
+    class Config:                       # a DetectorConfig holding some of the fields: the rest keep their defaults
+        share_a = 0.75
+        low = 1.0
+    assert Toy.of(Config()) == Toy(share_a=0.75, low=1.0)
+    assert Toy.of(object()) == Toy()
