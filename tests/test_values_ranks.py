@@ -374,3 +374,44 @@ def test_a_rank_without_axes_is_said_to_have_none():
         replace(m, status="stopped") if m.pid == 110 and t >= 10 else m for m in tree(t).members))
     v, = R.detect(window(core_stopped, probes=[missed(10.5)]), CONFIG)
     assert (v.details["pid"], v.details["kind"], v.details["rank"]) == (110, "engine_core", "none")
+
+
+def three_workers(t, *, tp0="stopped"):
+    """TP=3: TP0 stopped all along, TP1 busy, TP2 starved from 10 s (under rank_idle_cpu_percent)."""
+    members = (
+        ProcessMember(100, 1.0, "api", "python3", "sleeping", 2**30, 30, 20.0, 1),
+        ProcessMember(110, 2.0, "engine_core", "VLLM::EngineCore", "sleeping", 2**30, 40, 2.0, 100),
+        ProcessMember(111, 3.0, "worker", "VLLM::Worker_TP0", tp0, 2**30, 40, 0.0, 110),
+        ProcessMember(112, 4.0, "worker", "VLLM::Worker_TP1", "running", 2**30, 40, 95.0, 110),
+        ProcessMember(113, 5.0, "worker", "VLLM::Worker_TP2", "running", 2**30, 40, 1.0 if t >= 10 else 50.0, 110),
+    )
+    return ProcessSample(T0 + t, 100, 1.0, True, members)
+
+
+def test_a_stopped_sibling_listed_first_does_not_hide_the_busy_one_after_it():
+    found = {s.rank.pid: s for s in R.suspects(window(three_workers), CONFIG)}
+    assert found[111].how == "stopped"
+    starved = found[113]
+    assert (starved.how, starved.onset) == ("not scheduled", T0 + 10)
+    assert [(sibling.pid, cpu) for sibling, cpu in starved.busy_siblings] == [(112, 95.0)]
+
+
+def test_a_rank_of_a_kind_no_stall_reads_listed_first_does_not_end_the_search(monkeypatch):
+    # a registered engine may title a process of a kind rank_stalled does not judge (a front end): it is passed over
+    real = R.rank_view
+
+    def with_a_front_end_first(sample):
+        ranks = real(sample)
+        front = replace(ranks[0], kind="front_end", group=("front_end", 1))
+        return (front, *ranks)
+
+    monkeypatch.setattr(R, "rank_view", with_a_front_end_first)
+    found = R.suspects(window(stopped_at(10.0)), CONFIG)
+    assert [(s.rank.pid, s.how) for s in found] == [(112, "stopped")]
+
+
+def test_a_quiet_run_of_exactly_two_samples_is_enough():
+    # with rank_quiet_s 0, a run of two samples (13.5 and 14) is a suspect; one sample (14 alone) is not
+    two = lambda t: tree(t, tp1="disk-sleep" if t >= 13.5 else "running", tp0_cpu=95.0)
+    found = [s for s in R.suspects(window(two), replace(CONFIG, rank_quiet_s=0.0)) if s.rank.pid == 112]
+    assert [(s.how, s.onset) for s in found] == [("in uninterruptible sleep", T0 + 13.5)]
