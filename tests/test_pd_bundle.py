@@ -225,3 +225,19 @@ def test_serve_out_writes_a_pair_targets_bundles_with_both_instances(tmp_path):
         assert verified.incident["target"]["deployment"] == [{"name": prefill, "role": "prefill"},
                                                              {"name": decode, "role": "decode"}]
         assert {s["instance"] for s in verified.samples} == {prefill, decode}
+
+
+def test_diagnose_reads_a_pair_bundle_as_its_decode_instance_never_the_two_interleaved(stall_bundle, capsys):
+    from servewatch.cli import main
+
+    path, prefill, decode = stall_bundle
+    incident = load_incident(path)
+    who, samples = incident.main_instance
+    assert who == f"decode {decode}" and samples == dict(incident.instances)[who]
+    assert 0 < len(samples) < len(incident.samples)
+    assert all(s in dict(incident.instances)[who] for s in samples)
+    code = main(["diagnose", str(path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code in (0, 1), out
+    assert out["sources"] == [f"bundle: decode {decode}'s {len(samples)} samples (prefill {prefill} not mixed in; "
+                              f"servewatch summarize shows each instance)"]

@@ -24,13 +24,18 @@ class Incident:
     instances: tuple[tuple[str, tuple[Sample, ...]], ...] = ()
 
     @property
+    def main_instance(self) -> tuple[str, tuple[Sample, ...]] | None:
+        """The deployment instance read as the target where one must be (its first decode instance, where requests
+        wait): (its role and name in words, its own samples); None for a single target."""
+        if not self.instances:
+            return None
+        return next((x for x in self.instances if x[0].startswith("decode ")), self.instances[0])
+
+    @property
     def series(self) -> dict[str, list[series.Point]]:
-        """The target's series (a deployment's: its first decode instance's, where requests wait; each
-        instance's are in `timelines`)."""
-        if self.instances:
-            who, samples = next((x for x in self.instances if x[0].startswith("decode ")), self.instances[0])
-            return series.timeline_series(samples)
-        return series.timeline_series(self.samples)
+        """The target's series (a deployment's: its main instance's; each instance's are in `timelines`)."""
+        main = self.main_instance
+        return series.timeline_series(main[1] if main is not None else self.samples)
 
     @property
     def timelines(self) -> list[tuple[str | None, dict[str, list[series.Point]]]]:

@@ -117,8 +117,17 @@ def _bundle(path):
         incident = load_incident(path)
     except ServewatchError as exc:
         raise ServewatchError(f"{path}: not a readable bundle ({exc})") from None
-    readings = readings_from_window(Window.from_samples(incident.samples))
-    readings.sources = [f"bundle ({len(incident.samples)} samples)"]
+    main = incident.main_instance
+    if main is None:
+        readings = readings_from_window(Window.from_samples(incident.samples))
+        readings.sources = [f"bundle ({len(incident.samples)} samples)"]
+        return readings
+    # A deployment's bundle: one instance's samples, never two servers' counters interleaved into one series.
+    who, samples = main
+    readings = readings_from_window(Window.from_samples(samples))
+    others = ", ".join(name for name, _ in incident.instances if name != who)
+    readings.sources = [f"bundle: {who}'s {len(samples)} samples ({others} not mixed in; "
+                        f"servewatch summarize shows each instance)"]
     return readings
 
 
