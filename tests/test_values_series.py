@@ -153,3 +153,21 @@ def test_generated_total_counts_a_shared_count_once():
     assert S.generated_total([_shared(1.0, None, 1.0)]) is None
     assert S.generated_total([_shared(1.0, None, 1.0), _shared(1.0, 0.0, 1.0)]) == 0.0
     assert S.generated_total([]) is None
+
+
+def test_admitted_leaves_out_decode_requests_waiting_for_their_kv():
+    from servewatch.engine.state import KvTransfer
+
+    def state(running, waiting, for_kv):
+        return EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=running, waiting=waiting,
+                           kv_transfer=KvTransfer(role="decode", waiting_for_kv=for_kv))
+
+    assert S.admitted(state(0, 2, 2.0)) is False          # every waiting request waits on the prefill's KV
+    assert S.admitted(state(0, 3, 2.0)) is True           # one more waits for this engine: 3 - 2 = 1
+    assert S.admitted(state(0, 2, 3.0)) is False          # more said waiting for KV than waiting: 0, not -1
+    assert S.admitted(state(1, 2, 2.0)) is True           # one running
+    assert S.admitted(state(0, 2, 0.0)) is True           # no request waits for KV
+    assert S.admitted(state(0, 2, None)) is True          # not exported
+    assert S.admitted(state(None, None, 1.0)) is False
+    assert S.admitted(EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=0, waiting=0.5)) is True
+    assert S.admitted(EngineState("vllm", "vllm-0.32", {"engine": "0"}, running=0.5, waiting=0)) is True
