@@ -210,3 +210,77 @@ def test_close_connections_closes_the_transport_when_it_can():
     asyncio.run(DcgmSource(T(), VirtualClock(T0), 5.0).close_connections())
     assert closed == [True]
     asyncio.run(DcgmSource(in_process_transport(lambda: ""), VirtualClock(T0), 5.0).close_connections())
+
+
+def test_a_sample_without_a_device_index_is_passed_over_not_the_end_of_the_page():
+    # the first sample has no gpu label (a host-level series); the devices after it are still read
+    page = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-9"} 5\n' + _page("0", DCGM_FI_DEV_GPU_UTIL="97") + _page(
+        "1", DCGM_FI_DEV_GPU_UTIL="12")
+    devices, _ = read_page(page)
+    assert [(d.index, d.utilization_pct) for d in devices] == [(0, 97.0), (1, 12.0)]
+
+
+def test_only_the_families_read_make_a_device_and_the_byte_bound_is_the_one_given():
+    # a family dcgm does not read (a profiling field) on GPU 3: no device 3 is made of it
+    page = _page("3", DCGM_FI_PROF_PIPE_TENSOR_ACTIVE="0.5") + _page("0", DCGM_FI_DEV_GPU_UTIL="50")
+    devices, _ = read_page(page)
+    assert [(d.index, d.utilization_pct) for d in devices] == [(0, 50.0)]
+    page = _page("0", DCGM_FI_DEV_GPU_UTIL="50")
+    with pytest.raises(BodyTooLarge):
+        read_page(page, max_bytes=len(page.encode()) - 1)
+    assert read_page(page, max_bytes=len(page.encode()))[0][0].utilization_pct == 50.0
+
+
+def test_a_hostname_past_the_environment_bound_or_not_ascii_is_no_pod(tmp_path):
+    def environ(pid: int, data: bytes) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "environ").write_bytes(data)
+
+    environ(1, b"A=" + b"x" * (dcgm.MAX_ENVIRON_BYTES - 2) + b"\0HOSTNAME=vllm-0\0")   # past the bound
+    environ(2, b"A=1\0HOSTNAME=vllm-\xe9\0")                                             # not ASCII
+    environ(3, b"A=" + b"x" * (dcgm.MAX_ENVIRON_BYTES - 20) + b"\0HOSTNAME=vllm-0\0")   # within it
+    assert server_pod(1, str(tmp_path)) is None
+    assert server_pod(2, str(tmp_path)) is None
+    assert server_pod(3, str(tmp_path)) == "vllm-0"
+
+
+def test_each_unavailable_sample_is_stamped_now_and_unavailable(monkeypatch):
+    clock = VirtualClock(T0 + 7.5)
+    for status, body, error in ((404, "", "http_404"), (300, _page(DCGM_FI_DEV_GPU_TEMP="1"), "http_300"),
+                                (200, "not { prometheus", "not_prometheus_text")):
+        s = _poll(DcgmSource(in_process_transport(lambda: (status, body)), clock, 5.0))
+        assert (s.t, s.available, s.error) == (T0 + 7.5, False, f"unavailable: dcgm-exporter {error}")
+    big = _page(DCGM_FI_DEV_GPU_TEMP="1")
+    monkeypatch.setattr(dcgm, "MAX_PAGE_BYTES", len(big) - 1)
+    s = _poll(DcgmSource(in_process_transport(lambda: big), clock, 5.0))
+    assert (s.t, s.available) == (T0 + 7.5, False)
+
+    async def cut():
+        return ScrapeFailure("connect", "refused")
+    s = _poll(DcgmSource(cut, clock, 5.0))
+    assert (s.t, s.available, s.error) == (T0 + 7.5, False, f"unavailable: dcgm-exporter {ScrapeFailure('connect', 'refused').label}")
+    monkeypatch.setattr(dcgm, "READ_TIMEOUT_S", 0.01)
+
+    async def never():
+        await asyncio.Event().wait()
+    assert _poll(DcgmSource(never, clock, 5.0)).t == T0 + 7.5
+
+
+def test_the_pod_of_a_live_process_is_read_from_the_real_proc():
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "HOSTNAME": "vllm-7"})
+    try:
+        # its environment is readable once it runs (read in the middle of its exec, /proc gives an empty one)
+        assert child.stdout.readline() == b"up\n"
+        assert server_pod(child.pid) == "vllm-7"                          # the default root: /proc
+        page = _page(DCGM_FI_DEV_GPU_TEMP="1")
+        s = _poll(DcgmSource(in_process_transport(lambda: page), VirtualClock(T0), 5.0, pid=child.pid))
+        assert s.server_pod == "vllm-7"
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+        child.stdout.close()
