@@ -338,6 +338,17 @@ for module in "${MODULES[@]}"; do
   else mapfile -t tests < <(tests_for "$module"); fi
   if [ ${#tests[@]} -eq 0 ]; then echo "mutation.sh: no test file imports $module" >&2; STATUS=1; continue; fi
   make_shard "$module" "$shard" "${tests[@]}"
+  # mutmut maps each function to the tests that reach it once (mutmut-stats.json) and reruns a mutant against
+  # those alone: a test added since is never run against it (a killed survivor stays "survived", a new function
+  # has "no tests"). A test file newer than the map has it made again.
+  stats="$shard/mutants/mutmut-stats.json"
+  if [ -f "$stats" ]; then
+    for t in "${tests[@]}"; do
+      if [ "${t#-}" = "$t" ] && [ "${t%%::*}" -nt "$stats" ]; then
+        rm -f "$stats"; echo "   ${t%%::*} changed since the shard's map of tests: mapped again" >&2; break
+      fi
+    done
+  fi
   limit=3600
   if [ -n "$BUDGET" ]; then
     limit=$(( BUDGET - ($(date +%s) - START) ))
