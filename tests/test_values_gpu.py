@@ -471,3 +471,84 @@ def test_rank_gpu_evidence_of_every_kind():
     _, token = GE.rank_gpu_evidence(Window(gpu=(GpuSample(T0, True, devices),)), many)
     full = ",".join(f"TP{i}=busy" for i in range(16))
     assert len(full) > 128 and token == full[:128]
+
+
+# --- what the first run of _throttle_state's own mutants left (its body was behind a decorator until issue 51) ---
+
+def _throttle_window(gpu, scrapes=None, process=True, end=40):
+    if scrapes is None:
+        scrapes = tuple(scrape(t, 100.0 * min(t, 20) + 50.0 * max(0, t - 20)) for t in range(end + 1))
+    return Window(gpu=tuple(gpu), metrics=tuple(scrapes), process=(tree(T0 + end),) if process else ())
+
+
+def test_two_readings_are_enough_for_a_throttle():
+    v = G.throttle_state(_throttle_window([reading(20, hot(), dev(1)), reading(40, hot(), dev(1))]), CONFIG)
+    assert (v.name, v.onset, v.t) == ("gpu_throttled", T0 + 20, T0 + 40)
+
+
+def test_a_throttled_gpu_the_server_does_not_hold_is_not_its_throttle():
+    gpu = [reading(t, hot(pids=(999,)) if t >= 20 else dev(0, pids=(999,)), dev(1)) for t in range(41)]
+    assert G.throttle_state(_throttle_window(gpu), CONFIG) is None
+    held = [reading(t, hot() if t >= 20 else dev(0), dev(1)) for t in range(41)]
+    assert G.throttle_state(_throttle_window(held), CONFIG) is not None
+
+
+def test_the_rate_before_at_one_token_a_second_and_one_running_request_still_count():
+    v, = throttle(rate_before=1.0, rate_after=0.5)
+    assert (v.details["tokens_per_s_before"], v.details["tokens_per_s_after"]) == (1.0, 0.5)
+    v, = throttle(running=1.0)
+    assert v.details["running"] == 1.0 and "with 1 running" in v.why
+
+
+def test_the_running_count_is_the_newest_scrapes():
+    scrapes = tuple(scrape(t, 100.0 * min(t, 20) + 50.0 * max(0, t - 20), running=3.0 if t == 40 else 16.0)
+                    for t in range(41))
+    v, = throttle(scrapes=scrapes)
+    assert v.details["running"] == 3.0 and "with 3 running" in v.why
+
+
+def test_rates_to_three_decimals_in_the_details_and_the_evidence():
+    v, = throttle(rate_before=100.123456, rate_after=50.987654)
+    assert (v.details["tokens_per_s_before"], v.details["tokens_per_s_after"]) == (100.123, 50.988)
+    assert v.evidence[-1] == Evidence("metrics", T0 + 40, "counters.generation_tokens", 50.988)
+
+
+def test_a_gpu_that_forgot_its_uuid_is_named_by_the_newest_reading_that_knew_it():
+    gpu = [reading(t, hot(uuid="GPU-0") if t < 40 else hot(uuid=None), dev(1)) if t >= 20 else reading(t)
+           for t in range(41)]
+    v = G.throttle_state(_throttle_window(gpu), CONFIG)
+    assert v.details["gpu_uuid"] == "GPU-0" and v.why.startswith("GPU 0 (GPU-0, bus 00000000:00:00.0")
+
+
+def test_a_throttle_with_no_process_list_names_no_rank():
+    gpu = [reading(t, hot() if t >= 20 else dev(0), dev(1)) for t in range(41)]
+    v = G.throttle_state(_throttle_window(gpu, process=False), CONFIG)
+    assert v.why.startswith("GPU 0 (GPU-0, bus 00000000:00:00.0, NVIDIA H100): SM clock 1000 of 2000 MHz")
+    assert (v.details["rank"], v.details["rank_pid"]) == (None, None) and "attributed" not in v.details
+
+
+def test_a_throttle_on_a_gpu_counted_without_a_process_list_says_how():
+    dcgm = [("processes", "not_exported")]
+    gpu = [reading(t, hot(pids=(), unavailable=dcgm) if t >= 20 else dev(0, pids=(), unavailable=dcgm),
+                   dev(1, pids=(), unavailable=dcgm)) for t in range(41)]
+    v = G.throttle_state(_throttle_window(gpu), CONFIG)
+    assert v.why.endswith("the GPU is slowed, not the demand up; dcgm-exporter lists no processes: every GPU on its "
+                          "page counted as this server's")
+    assert v.details["attributed"] == "every_gpu"
+
+
+def test_a_hardware_fault_comes_before_an_older_xid_that_a_restart_helps():
+    for field, first, then, name in (("remap_failure", False, True, "remap_failure"),
+                                     ("ecc_volatile_uncorrected", 2, 4, "ecc_uncorrectable")):
+        gpu = (reading(1, dev(0), dev(1, **{field: first})),
+               reading(2, dev(0), dev(1, **{field: then}), xids=[GpuXid(T0 + 1.5, 0, 13)]),
+               reading(3, dev(0), dev(1, **{field: then})))
+        v, = fault(*gpu)
+        assert (v.details["gpu_index"], v.details["fault"], v.onset) == (1, name, T0 + 2), field
+
+
+def test_the_throttle_settings_are_shares():
+    from dataclasses import replace
+    assert replace(G.GpuThrottleSettings(), gpu_throttle_drop=1.5, gpu_clock_held_share=-0.1).validate() == [
+        "gpu_throttle_drop is a share from 0 to 1, not 1.5", "gpu_clock_held_share is a share from 0 to 1, not -0.1"]
+    assert G.GpuThrottleSettings().validate() == []
