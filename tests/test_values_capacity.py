@@ -620,3 +620,14 @@ def test_a_gpu_read_but_not_throttled_leaves_the_overload():
     gpu = tuple(GpuSample(T0 + t, True, (device,)) for t in range(13))
     w = Window(metrics=tuple(queue(0, 12, waiting=3)), gpu=gpu)
     assert [v.details["sustained_s"] for v in C.detect_overload(w, CONFIG)] == [12.0]
+
+
+def test_each_capacity_setting_checked_together():
+    from dataclasses import replace
+    assert replace(C.OverloadSettings(), overload_slots_share=1.5, overload_slots_slack=-0.25).validate() == [
+        "overload_slots_share is a share from 0 to 1, not 1.5", "overload_slots_slack is a share from 0 to 1, not -0.25"]
+    assert replace(C.KvPressureSettings(), kv_high=1.25, kv_clear=-0.5).validate() == [
+        "kv_high is a share from 0 to 1, not 1.25", "kv_clear is a share from 0 to 1, not -0.5"]
+    assert replace(C.KvPressureSettings(), kv_high=0.5, kv_clear=0.75).validate() == [
+        "kv_clear (0.75) is above kv_high (0.5)"]
+    assert C.OverloadSettings().validate() == C.KvPressureSettings().validate() == C.PreemptionSettings().validate() == []

@@ -441,3 +441,12 @@ def test_server_errors_against_fewer_responses_than_engine_errors():
 def test_rate_over_a_span_under_a_second():
     o = O.Outcomes(scrape(0), scrape(0.5))
     assert (o.span_s, o.rate(1.0)) == (0.5, 2.0)
+
+
+def test_each_outcome_fraction_is_a_share():
+    from dataclasses import replace
+    bad = replace(O.OutcomeSettings(), server_error_fraction=1.5, client_error_fraction=-0.5, abort_fraction=2.0)
+    assert bad.validate() == ["server_error_fraction is a share from 0 to 1, not 1.5",
+                              "client_error_fraction is a share from 0 to 1, not -0.5",
+                              "abort_fraction is a share from 0 to 1, not 2"]
+    assert O.OutcomeSettings().validate() == []
