@@ -62,3 +62,18 @@ def test_the_stopped_dp_rank_is_told_by_its_own_steps_within_its_threshold():
 def test_read_as_before_the_models_tokens_hid_the_stop_for_four_seconds():
     after, _ = _first_stall(_samples(shared=False))
     assert after > 8.0          # the CI's 8.39 s: what the shared tokens cost
+
+
+def test_a_bundle_written_before_the_verdicts_and_source_kinds_moved_still_verifies():
+    # written by servewatch 0.1.0 on 2026-12-05: before issue 51 split DetectorConfig into each verdict's settings
+    # (its stored config has the 47 keys of then) and before the source kinds became a registry; verify reads it,
+    # recomputes its verdict from its samples with the stored config, and finds the same
+    import json
+
+    from servewatch.bundle.verify import verify_bundle
+
+    stored = json.loads((BUNDLE / "incident.json").read_text(encoding="utf-8"))
+    assert (stored["servewatch_version"], stored["schema"], len(stored["detector_config"])) == (
+        "0.1.0", "servewatch.incident/1", 47)
+    verified = verify_bundle(BUNDLE)
+    assert (verified.verdicts_checked, len(verified.samples)) == (1, 119)
