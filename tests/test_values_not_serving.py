@@ -525,3 +525,47 @@ def test_a_loop_line_at_the_asking_or_a_prompt_line_at_the_judging_counts():
     # the loop's own line at the first probe's asking (12) is progress since then: no hang
     assert N._loop_logged_progress(Window(logs=(LogEvent(T0 + 12, "stats", {}),)), T0 + 12) is True
     assert N._loop_logged_progress(Window(logs=(LogEvent(T0 + 11.75, "stats", {}),)), T0 + 12) is False
+
+
+# --- the long-prompt exceptions at their edges (the full rerun of the shard after the llama.cpp loop-hang code) ---
+
+def _slots(t, busy=True, processed=100, decoded=0, error=None):
+    from servewatch.dialects.base import Slot
+    from servewatch.timeline.samples import SlotsSample, SlotView
+    if error is not None:
+        return SlotsSample(T0 + t, error=error)
+    return SlotsSample(T0 + t, (SlotView(Slot(0, busy, prompt_processed=processed, decoded=decoded), 1.0),
+                                SlotView(Slot(1, False), None)))
+
+
+def test_slots_show_a_prompt_moving_only_between_good_listings_up_to_the_judging_instant():
+    moving = (_slots(10, processed=100), _slots(12, processed=200))
+    assert N._slots_show_prompt(Window(slots=moving), T0 + 12, T0 + 12) is True       # the second at `asked` and `at`
+    assert N._slots_show_prompt(Window(slots=moving), T0 + 12.5, T0 + 20) is False    # answered before it was asked
+    assert N._slots_show_prompt(Window(slots=moving), T0 + 10, T0 + 11.9) is False    # the second after `at`
+    same = (_slots(10, processed=100), _slots(12, processed=100))
+    assert N._slots_show_prompt(Window(slots=same), T0 + 10, T0 + 20) is False         # nothing computed between
+    idle = (_slots(10, processed=100), _slots(12, busy=False, processed=200))
+    assert N._slots_show_prompt(Window(slots=idle), T0 + 10, T0 + 20) is False         # no slot busy at the second
+    # a failed listing between two good ones is passed over: the two good ones are compared
+    gap = (_slots(10, processed=100), _slots(11, error="timeout"), _slots(12, processed=200))
+    assert N._slots_show_prompt(Window(slots=gap), T0 + 10, T0 + 20) is True
+    failed = (_slots(10, error="timeout"), _slots(12, error="timeout"))
+    assert N._slots_show_prompt(Window(slots=failed), T0 + 10, T0 + 20) is False
+    # three listings: moving only between the second and the third
+    three = (_slots(8, processed=100), _slots(10, processed=100), _slots(12, processed=150))
+    assert N._slots_show_prompt(Window(slots=three), T0 + 11, T0 + 20) is True
+
+
+def _prefill_line(t, tokens=1000, progress=0.5, tps=100.0):
+    return LogEvent(T0 + t, "stats", {"batch": "prefill", "tokens": tokens, "progress": progress, "tps": tps})
+
+
+def test_a_prompt_is_still_due_until_twice_what_is_left_at_its_rate():
+    # 1,000 tokens done at half the prompt: 1,000 left at 100 tokens/s, 10 s; due until 2 x 10 = 20 s after the line
+    w = Window(logs=(_prefill_line(10),))
+    assert (N._prompt_still_due(w, T0 + 29.9), N._prompt_still_due(w, T0 + 30)) == (True, False)
+    # a finished prompt (progress 1), a progress, a count or a rate of 0 say nothing
+    for kw in ({"progress": 1.0}, {"progress": 0.0}, {"tokens": 0}, {"tps": 0.0}):
+        assert N._prompt_still_due(Window(logs=(_prefill_line(10, **kw),)), T0 + 11) is False, kw
+    assert N._prompt_still_due(Window(logs=(_prefill_line(10, progress=0.99),)), T0 + 10.1) is True
