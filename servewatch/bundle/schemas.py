@@ -24,23 +24,21 @@ def _shipped(name: str) -> dict:
     return json.loads(resources.files("servewatch.bundle").joinpath("schema", f"{name}.schema.json").read_text())
 
 
+def _objects(node):
+    """Every JSON object in a schema document, parents before their children, in document order."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _objects(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _objects(value)
+
+
 def verdict_name_enums(document: dict) -> list[list]:
     """The enum lists in a schema that name verdicts (found by content: they hold the built-in names)."""
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            enum = node.get("enum")
-            if isinstance(enum, list) and "alive_health_ok_no_progress" in enum:
-                found.append(enum)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(document)
-    return found
+    return [node["enum"] for node in _objects(document)
+            if isinstance(node.get("enum"), list) and "alive_health_ok_no_progress" in node["enum"]]
 
 
 def engine_label_objects(document: dict) -> list[dict]:
@@ -70,25 +68,16 @@ def source_places(document: dict) -> tuple[list[list], list[list[dict]], list[di
     """Where a schema names the source kinds (found by content: each lists the built-in "health"): the source
     enums, the per-kind sample branches (lists of if/then), and the objects counting samples by kind."""
     enums, branches, counts = [], [], []
-
-    def walk(node):
-        if isinstance(node, dict):
-            enum = node.get("enum")
-            if isinstance(enum, list) and "health" in enum:
-                enums.append(enum)
-            branch = node.get("allOf")
-            if isinstance(branch, list) and branch and branch[0].get("if", {}).get("properties", {}).get(
-                    "source") == {"const": "health"}:
-                branches.append(branch)
-            if "health" in node.get("properties", {}) and node.get("type") == "object":
-                counts.append(node["properties"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(document)
+    for node in _objects(document):
+        enum = node.get("enum")
+        if isinstance(enum, list) and "health" in enum:
+            enums.append(enum)
+        branch = node.get("allOf")
+        if isinstance(branch, list) and branch and branch[0].get("if", {}).get("properties", {}).get(
+                "source") == {"const": "health"}:
+            branches.append(branch)
+        if "health" in node.get("properties", {}) and node.get("type") == "object":
+            counts.append(node["properties"])
     return enums, branches, counts
 
 
