@@ -187,3 +187,60 @@ def test_each_poll_reads_at_most_its_bound_and_long_lines_are_dropped(tmp_path, 
         f.write(b"tail\n")
     _poll(tail)
     assert (tail.lines_read, tail.lines_dropped) == (4, 2)
+
+
+def test_only_the_line_end_is_stripped_and_a_stamp_no_format_reads_is_none():
+    # the message keeps its own last characters (only \r and \n are the line's end)
+    assert lg._message("ends in X\r\n")[0] == "ends in X"
+    assert lg._message(_vllm("ends in X\n"))[0] == "ends in X"
+    # llama.cpp's prefix has a stamp (seconds since start) but no clock format: no stamp, the message still read
+    msg, candidates, stamp = lg._message("0.01.234.567 I srv  update_slots: all slots are idle\n")
+    assert (msg, candidates[0].name, stamp) == ("srv  update_slots: all slots are idle", "llamacpp", None)
+
+
+def test_a_dialect_without_a_prefix_is_tried_last_and_not_matched(monkeypatch):
+    from types import SimpleNamespace
+    registered = lg.dialects.registered
+    bare = SimpleNamespace(name="bare", log_prefix=None, log_clock_format=None)
+    monkeypatch.setattr(lg.dialects, "registered", lambda: (bare, *registered()))
+    msg, candidates, stamp = lg._message("no prefix here\n")
+    assert (msg, stamp, candidates[0].name) == ("no prefix here", None, "bare")
+    msg, candidates, stamp = lg._message(_vllm("hello"))
+    assert (msg, [d.name for d in candidates][:2]) == ("hello", ["vllm", "bare"])
+
+
+def test_a_stamp_is_read_as_utc_whatever_the_machine_zone(monkeypatch):
+    import time
+    monkeypatch.setenv("TZ", "EST+5")                          # a POSIX zone 5 h behind UTC (no tz database needed)
+    time.tzset()
+    try:
+        assert lg._message(_vllm("x", ts="11-29 13:42:51"))[2] == _utc(2000, 11, 29, 13, 42, 51)
+        assert lg._message("[2026-01-01 12:00:00] x")[2] == _utc(2026, 1, 1, 12, 0, 0)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_repeat_is_folded_but_what_follows_it_on_its_line_is_kept(tmp_path, monkeypatch):
+    path = tmp_path / "server.log"
+    path.write_text("one\ntwo\n")
+    found = {"one": [("engine_dead", {"n": 1})],
+             "two": [("engine_dead", {"n": 1}), ("stats", {"running": 3}), ("stats", {"running": 3})]}
+    monkeypatch.setattr(lg, "_read_line", lambda line: (None, "vllm", found[line]))
+    events = _poll(_tail(tmp_path, VirtualClock(7.0), from_start=True))
+    assert [(e.t, e.kind, e.fields) for e in events] == [(7.0, "engine_dead", {"dialect": "vllm", "n": 1}),
+                                                         (7.0, "stats", {"dialect": "vllm", "running": 3})]
+
+
+def test_a_rotated_file_longer_than_the_old_one_is_read_from_its_start(tmp_path):
+    path = tmp_path / "server.log"
+    path.write_text("")
+    tail = _tail(tmp_path, VirtualClock(1.0))
+    assert _poll(tail) == []
+    with open(path, "a") as f:
+        f.write("short\n")
+    assert _poll(tail) == [] and tail.lines_read == 1          # 6 bytes read of the old file
+    os.rename(path, tmp_path / "server.log.1")
+    path.write_text(_vllm(DEAD, process="EngineCore") + "\n")  # a new inode, longer than 6 bytes
+    assert [e.kind for e in _poll(tail)] == ["engine_dead"]
+    assert tail.lines_read == 2
