@@ -143,3 +143,39 @@ def test_the_servers_message():
     assert c._server_message({}) == ""
     assert c._server_message("text") == ""
     assert c._server_message(None) == ""
+
+
+class _Fixed:
+    """A transport whose answer and its time are given (MockTransport measures its own time)."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome
+        self.requests = []
+
+    async def send(self, request):
+        self.requests.append(request)
+        return self.outcome
+
+
+def test_the_answers_time_is_the_transports_in_each_outcome():
+    ok = _run(c.exchange(_Fixed(Reply(200, b'{"a": 1}', 0.25)), "GET", BASE, timeout_s=1, max_bytes=99))
+    assert ok == c.Answer(200, 0.25, {"a": 1}, None, "")
+    text = _run(c.exchange(_Fixed(Reply(200, b"hi", 0.5)), "GET", BASE, timeout_s=1, max_bytes=99))
+    assert text == c.Answer(200, 0.5, None, "protocol", "the answer is not JSON")
+    bad = _run(c.exchange(_Fixed(Reply(503, b"{}", 0.75)), "GET", BASE, timeout_s=1, max_bytes=99))
+    assert bad == c.Answer(503, 0.75, {}, "http_503", "HTTP 503")
+
+
+def test_a_completions_time_is_its_answers_and_the_methods_sent():
+    done = _Fixed(Reply(200, b'{"choices": [{"text": "hi"}], "usage": {"completion_tokens": 2}}', 1.25))
+    assert _run(c.complete(done, BASE, {}, timeout_s=2.0)) == c.Completion(200, 1.25, text="hi", tokens=2)
+    assert done.requests[0].method == "POST"
+    empty = _Fixed(Reply(200, b'{"usage": {"completion_tokens": 2}}', 1.5))
+    assert _run(c.complete(empty, BASE, {}, timeout_s=2.0)) == c.Completion(
+        200, 1.5, tokens=2, error="protocol", detail="POST /v1/completions: the answer holds no completion text")
+    refused = _Fixed(Reply(500, b"{}", 1.75))
+    assert _run(c.complete(refused, BASE, {}, timeout_s=2.0)) == c.Completion(
+        500, 1.75, error="http_500", detail="POST /v1/completions: HTTP 500")
+    listed = _Fixed(Reply(200, b'{"data": [{"id": "m"}]}', 0.1))
+    assert _run(c.served_model(listed, BASE, timeout_s=2.0)) == c.ModelLookup("m")
+    assert listed.requests[0].method == "GET"
