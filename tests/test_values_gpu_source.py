@@ -28,6 +28,9 @@ def _fv(ret=0, vtype=3, **value):
     return NS(nvmlReturn=ret, valueType=vtype, value=NS(**value))
 
 
+_NOT_A_DEVICE_CALL = object()
+
+
 class FakeNvml:
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 2, 0
 
@@ -46,7 +49,9 @@ class FakeNvml:
     def __getattr__(self, name):
         raise AttributeError(name)
 
-    def _call(self, name, value):
+    def _call(self, name, value, h=_NOT_A_DEVICE_CALL, which=0):
+        if h is not _NOT_A_DEVICE_CALL and not any(h is d for d in self.handles) or which != 0:
+            raise NVMLError(2)              # invalid_argument: not one of the devices' handles, or no such clock
         if name in self.fail:
             raise NVMLError(self.fail[name])
         return value
@@ -61,58 +66,58 @@ class FakeNvml:
         return self.handles[i]
 
     def nvmlDeviceGetUtilizationRates(self, h):
-        return self._call("util", NS(gpu=97, memory=41.5))
+        return self._call("util", NS(gpu=97, memory=41.5), h)
 
     def nvmlDeviceGetMemoryInfo(self, h):
-        return self._call("memory", NS(used=3 * 2**30, total=80 * 2**30))
+        return self._call("memory", NS(used=3 * 2**30, total=80 * 2**30), h)
 
     def nvmlDeviceGetPowerUsage(self, h):
-        return self._call("power", 610500)
+        return self._call("power", 610500, h)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
-        return self._call("processes", [NS(pid=11, usedGpuMemory=2**30), NS(pid=12, usedGpuMemory=None),
-                                        NS(pid=13, usedGpuMemory=2**62), NS(pid=14)])
+        return self._call("processes", h=h, value=[
+            NS(pid=11, usedGpuMemory=2**30), NS(pid=12, usedGpuMemory=None), NS(pid=13, usedGpuMemory=2**62), NS(pid=14)])
 
     def nvmlDeviceGetProcessUtilization(self, h, since):
         self.since.append(since)
-        return self._call("shares", self.shares.get(len(self.since), []))
+        return self._call("shares", self.shares.get(len(self.since), []), h)
 
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter):
-        return self._call(f"ecc{error_type}{counter}", 100 + 10 * error_type + counter)
+        return self._call(f"ecc{error_type}{counter}", 100 + 10 * error_type + counter, h)
 
     def nvmlDeviceGetRemappedRows(self, h):
-        return self._call("rows", (5, 6, 1, 0))
+        return self._call("rows", (5, 6, 1, 0), h)
 
     def nvmlDeviceGetPciInfo(self, h):
-        return self._call("pci", NS(busId=b"00000000:17:00.0"))
+        return self._call("pci", NS(busId=b"00000000:17:00.0"), h)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        return self._call("limit", 700000)
+        return self._call("limit", 700000, h)
 
     def nvmlDeviceGetUUID(self, h):
-        return self._call("uuid", "GPU-1")
+        return self._call("uuid", "GPU-1", h)
 
     def nvmlDeviceGetName(self, h):
-        return self._call("name", b"NVIDIA H100")
+        return self._call("name", b"NVIDIA H100", h)
 
     def nvmlDeviceGetClockInfo(self, h, which):
-        return self._call(f"clock{which}", 1980.0 if which == 0 else 2619.0)
+        return self._call(f"clock{which}", 1980.0 if which == 0 else 2619.0, h)
 
     def nvmlDeviceGetMaxClockInfo(self, h, which):
-        return self._call("maxclock", 1980.9)
+        return self._call("maxclock", 1980.9, h, which)
 
     def nvmlDeviceGetTemperature(self, h, which):
-        return self._call("temp", 64)
+        return self._call("temp", 64, h, which)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        return self._call("reasons", 0x8)
+        return self._call("reasons", 0x8, h)
 
     def nvmlDeviceGetPcieReplayCounter(self, h):
-        return self._call("replay", 3)
+        return self._call("replay", 3, h)
 
     def nvmlDeviceGetFieldValues(self, h, ids):
         assert ids == [230, 38, 45, 52, 59]
-        return self._call("fields", self.fields if self.fields is not None else [
+        return self._call("fields", h=h, value=self.fields if self.fields is not None else [
             _fv(vtype=1, uiVal=2), _fv(ullVal=7), _fv(ullVal=5), _fv(vtype=2, ulVal=9), _fv(vtype=99, ullVal=4)])
 
     # the Xid event set
@@ -128,6 +133,8 @@ class FakeNvml:
 
     def nvmlEventSetWait_v2(self, event_set, ms):
         assert ms == 1000
+        if event_set != "set":
+            raise NVMLError(2)
         if self.events:
             item = self.events.pop(0)
             if isinstance(item, Exception):
@@ -184,10 +191,11 @@ def test_the_process_shares_keep_the_newest_sample_and_ask_from_the_last_seen(mo
                                        2: [NS(pid=12, timeStamp=80, smUtil=7)],
                                        3: [NS(pid=11, timeStamp=60, smUtil=1)], 4: []})
     probe = _probe(monkeypatch, nvml)
-    assert probe._process_shares(0, None) == {11: 31.0}              # the same time stamp: the later one
-    assert probe._process_shares(1, None) == {12: 7.0}
-    assert probe._process_shares(0, None) == {11: 1.0}
-    assert probe._process_shares(0, None) == {}
+    h0, h1 = nvml.handles
+    assert probe._process_shares(0, h0) == {11: 31.0}                # the same time stamp: the later one
+    assert probe._process_shares(1, h1) == {12: 7.0}
+    assert probe._process_shares(0, h0) == {11: 1.0}
+    assert probe._process_shares(0, h0) == {}
     assert nvml.since == [0, 0, 50, 60]
     assert probe._last_seen_us == {0: 60, 1: 80}
 
@@ -310,7 +318,8 @@ def test_xid_events_are_queued_with_their_device_and_taken_once(monkeypatch):
     assert probe.snapshot(50.0).xids == (GpuXid(42.0, 1, 79), GpuXid(42.0, -1, 13))
     assert not probe.xids_pending() and not probe.xid_arrived.is_set()
     assert probe.snapshot(51.0).xids == ()
-    assert [(v, k) for v, k, _ in nvml.registered] == [(0x1000, 8), (0x1010, 8)] and probe.xid_error is None
+    assert nvml.registered == [(0x1000, 8, "set"), (0x1010, 8, "set")] and probe.xid_error is None
+    assert (first.name, first.daemon) == ("servewatch-nvml-xid", True)
     probe.close()
     assert not first.is_alive() and nvml.freed == ["set"]
 
@@ -419,3 +428,66 @@ def test_an_init_error_of_each_kind_is_said(monkeypatch, names):
         def nvmlInit(self):
             raise NVMLError_NoPermission()
     assert _probe(monkeypatch, Refusing()).error == "unavailable: no permission"
+
+
+def test_each_device_is_read_through_its_own_handle(monkeypatch):
+    nvml = FakeNvml(devices=2, shares={1: [NS(pid=11, timeStamp=5, smUtil=30)], 2: [NS(pid=11, timeStamp=6, smUtil=40)]})
+    probe = _probe(monkeypatch, nvml)
+    first, second = probe.snapshot(0.0).devices
+    assert (first.index, second.index, first.unavailable, second.unavailable) == (0, 1, (), ())
+    assert (first.sm_clock_max_mhz, first.temperature_c, first.nvlink_crc_errors, first.processes[0].sm_util_pct,
+            second.processes[0].sm_util_pct) == (1980, 64.0, 12, 30.0, 40.0)
+    probe.snapshot(1.0)
+    assert nvml.since == [0, 0, 5, 6]                                # each device asks from its own last sample
+
+
+def test_a_remap_failure_and_a_crc_total_whose_first_half_nvml_refuses(monkeypatch):
+    nvml = FakeNvml(fields=[_fv(vtype=1, uiVal=0), _fv(ret=3), _fv(ullVal=5), _fv(ullVal=1), _fv(ullVal=2)])
+    nvml.nvmlDeviceGetRemappedRows = lambda h: (0, 1, 0, 1)
+    (d,) = _probe(monkeypatch, nvml).snapshot(0.0).devices
+    assert (d.remapped_rows_correctable, d.remapped_rows_uncorrectable, d.remap_pending, d.remap_failure) == (
+        0, 1, False, True)
+    assert (d.nvlink_crc_errors, d.unavailable) == (5, ())         # the second half alone: the total, no reason
+
+
+def test_the_last_seen_stamp_is_the_newest_of_any_order_and_zero_stays_zero(monkeypatch):
+    nvml = FakeNvml(shares={1: [NS(pid=11, timeStamp=0, smUtil=3)], 2: [NS(pid=11, timeStamp=50, smUtil=30),
+                                                                       NS(pid=12, timeStamp=40, smUtil=20)]})
+    probe = _probe(monkeypatch, nvml)
+    (h,) = nvml.handles
+    assert probe._process_shares(0, h) == {11: 3.0} and probe._last_seen_us == {0: 0}
+    assert probe._process_shares(0, h) == {11: 30.0, 12: 20.0} and probe._last_seen_us == {0: 50}
+    assert nvml.since == [0, 0]
+
+
+def test_the_xid_thread_goes_on_after_a_timeout_and_after_an_error_without_an_nvml_code(monkeypatch):
+    nvml = FakeNvml()
+    (h,) = nvml.handles
+    nvml.events = [NVMLError(10), RuntimeError("driver"), NS(eventType=0x8, device=h, eventData=48)]
+    probe = _probe(monkeypatch, nvml)
+    waits = []
+    monkeypatch.setattr(probe._xid_stop, "wait", lambda s: waits.append(s))
+    probe.start_events(lambda: 9.0)
+    _wait(lambda: probe.xids_pending())
+    assert (probe.xid_error, waits, probe.snapshot(10.0).xids) == ("error_RuntimeError", [1.0], (GpuXid(9.0, 0, 48),))
+    probe._xid_stop.set()
+    probe._xid_thread.join(5)
+    assert not probe._xid_thread.is_alive()
+
+
+def test_close_waits_for_the_xid_thread_five_seconds_at_most(monkeypatch):
+    probe = _probe(monkeypatch, FakeNvml())
+    joined = []
+    probe._xid_thread = NS(join=joined.append)
+    probe.close()
+    probe.close(0.5)
+    assert joined == [5.0, 0.5] and probe._xid_stop.is_set()
+
+
+def test_the_source_reads_at_exactly_a_nanosecond_before_the_interval():
+    clock = VirtualClock(0.0)
+    probe = _StubProbe()
+    source = g.GpuSource(probe, clock, 1.0)
+    asyncio.run(source.poll())
+    clock.set(source._next_reading - 1e-9)
+    assert len(asyncio.run(source.poll())) == 1 and probe.snapshots == [0.0, 1.0 - 1e-9]
