@@ -288,3 +288,47 @@ def test_each_log_line(msg, found):
 ])
 def test_each_kv_connector_line(msg, found):
     assert v.parse_log_message(msg) == found
+
+
+def test_an_engine_without_a_connector_is_passed_over_and_the_next_one_still_read():
+    got = _connector(f"vllm:prompt_tokens_by_source_total{{{E0},source=\"local_compute\"}} 9\n"
+                     f"vllm:prompt_tokens_by_source_total{{{E1},source=\"external_kv_transfer\"}} 64\n")
+    assert [(dict(key)["engine"], t.role, t.external_prompt_tokens) for key, t in got.items()] == [("1", "decode", 64)]
+
+
+def test_the_alert_series_ratios_and_the_naming_refused():
+    # vLLM's API server counts http_requests_total{handler, method, status} with status as the class (2xx ... 5xx);
+    # its engine counts vllm:request_success_total{finished_reason} (stop, length, abort, error)
+    for naming in ("vllm-0.32", "vllm-legacy"):
+        series = v.alert_series(naming)
+        assert series.availability == v.RatioSeries(
+            "http_requests_total", bad='status="5xx"', total="",
+            good_labels=(("handler", "/v1/completions"), ("method", "POST"), ("status", "2xx")),
+            bad_labels=(("handler", "/v1/completions"), ("method", "POST"), ("status", "5xx")))
+        assert series.success == v.RatioSeries(
+            "vllm:request_success_total", bad='finished_reason=~"abort|error"', total="",
+            good_labels=(("finished_reason", "stop"),), bad_labels=(("finished_reason", "error"),))
+    with pytest.raises(KeyError, match="'sglang-0.5'"):
+        v.alert_series("sglang-0.5")
+
+
+@pytest.mark.parametrize("msg, found", [
+    ("torch.compile takes 12.5 s in total", [("startup", {"stage": "compiled", "seconds": 12.5})]),
+    ("Graph capturing finished in 7 secs, took 0.31 GiB", [("startup", {"stage": "graphs_captured", "seconds": 7.0})]),
+    ("init engine (profile, create kv cache, warmup model) took 30.25 s",
+     [("startup", {"stage": "engine_ready", "seconds": 30.25})]),
+    ("Worker proc VllmWorker-1 died unexpectedly (exit code: X5)",
+     [("engine_dead", {"reason": "Worker proc died unexpectedly", "worker_rank": 1})]),
+    ("Worker proc VllmWorker-2 died unexpectedly (exit code: -9)",
+     [("engine_dead", {"reason": "Worker proc died unexpectedly", "exit_code": -9, "worker_rank": 2})]),
+])
+def test_the_timed_startup_stages_and_an_exit_code_that_is_no_number(msg, found):
+    assert v.parse_log_message(msg) == found
+
+
+def test_responses_to_paths_without_a_route_are_counted_as_unrouted():
+    text = (f"vllm:num_requests_running{{{E0}}} 1\n"
+            'http_requests_total{handler="none",method="GET",status="4xx"} 3\n'
+            'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 2\n')
+    (state,) = _read(text)
+    assert (state.counters.responses, state.counters.answered) == ({"unrouted": 3, "2xx": 2}, 2)

@@ -435,7 +435,7 @@ def _kv_transfer(families: Mapping[str, Family], by_reason: Mapping) -> dict:
     expired = base.sum_counter(families, NIXL_EXPIRED, ids)
     nixl = set(transfers) | set(failed) | set(expired)
     out = {}
-    for key in set(fetch) | nixl | set(by_source) | set(queries):
+    for key in sorted(set(fetch) | nixl | set(by_source) | set(queries)):     # in the engines' order
         sources = by_source.get(key, {})
         external = sources.get(SOURCE_EXTERNAL)
         if key not in fetch and key not in nixl and not external and not queries.get(key):
