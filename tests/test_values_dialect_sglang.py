@@ -227,3 +227,75 @@ def test_the_stats_reading_of_a_batch_line():
 ])
 def test_each_log_line(msg, found):
     assert s.parse_log_message(msg) == found
+
+
+def _transfer(text):
+    return s._kv_transfer(parse(text, s.wanted_families()))
+
+
+def test_each_queue_alone_makes_its_side_and_a_unified_engine_is_passed_over_before_the_next():
+    (t,) = _transfer(f"sglang:num_decode_prealloc_queue_reqs{{{D0}}} 4\n").values()
+    assert (t.role, t.waiting_for_kv) == ("decode", 4)
+    (t,) = _transfer(f"sglang:num_prefill_inflight_queue_reqs{{{P0}}} 3\n").values()
+    assert (t.role, t.prefill_queue, t.waiting_for_kv) == ("prefill", 3, None)
+    # a prefill scheduler exposes the decode queues too (at 0): they are no KV it waits for
+    (t,) = _transfer(f"sglang:num_prefill_bootstrap_queue_reqs{{{P0}}} 1\n"
+                     f"sglang:num_decode_prealloc_queue_reqs{{{P0}}} 0\n"
+                     f"sglang:num_decode_transfer_queue_reqs{{{P0}}} 0\n").values()
+    assert (t.role, t.prefill_queue, t.waiting_for_kv) == ("prefill", 1, None)
+    unified_a = R0.replace('model_name="m"', 'model_name="a"')
+    decode_b = D0.replace('model_name="m"', 'model_name="b"')
+    got = _transfer(f"sglang:num_decode_transfer_queue_reqs{{{unified_a}}} 0\n"
+                    f"sglang:num_decode_transfer_queue_reqs{{{decode_b}}} 2\n")
+    assert [(dict(k)["model_name"], t.role, t.waiting_for_kv) for k, t in got.items()] == [("b", "decode", 2)]
+
+
+def test_a_priority_breakdown_before_the_total_is_passed_over():
+    family = parse(f"sglang:num_decode_transfer_queue_reqs{{{D0},priority=\"1\"}} 50\n"
+                   f"sglang:num_decode_transfer_queue_reqs{{{D0}}} 5\n", s.wanted_families())
+    assert list(s._queue_totals(family[s.DECODE_TRANSFER_QUEUE]).values()) == [5.0]
+
+
+def test_the_0_4_10_markers_are_read_for_the_naming():
+    fam = s.wanted_families()
+    assert s.detect(parse(f"sglang:avg_request_queue_latency{{{R0}}} 1\n", fam)) == "sglang-0.4.10"
+    assert s.detect(parse(f"sglang:num_prefill_infight_queue_reqs{{{R0}}} 1\n", fam)) == "sglang-0.4.10"
+
+
+def test_a_models_only_engine_keeps_the_models_queue_time_without_its_own():
+    # the queue histogram carries the model alone: a rank's own series is absent, the model's is its one engine's
+    text = (f"sglang:num_running_reqs{{{R0}}} 1\n"
+            "# TYPE sglang:queue_time_seconds histogram\n"
+            'sglang:queue_time_seconds_bucket{model_name="m",le="1.0"} 2\n'
+            'sglang:queue_time_seconds_bucket{model_name="m",le="+Inf"} 3\n'
+            'sglang:queue_time_seconds_count{model_name="m"} 3\n'
+            'sglang:queue_time_seconds_sum{model_name="m"} 2.5\n')
+    (one,) = _read(text)
+    assert one.histograms["queue"].count == 3
+    (first, second) = _read(text + f"sglang:num_running_reqs{{{R1}}} 1\n")
+    assert ("queue" in first.histograms, "queue" in second.histograms) == (False, False)
+
+
+def test_the_alert_series_ratios_and_the_naming_refused():
+    # SGLang's HTTP middleware: sglang:http_responses_total{endpoint, method, status_code} with the exact code;
+    # a request's success is the tokenizer's request counter against its aborted-request counter
+    a = s.alert_series("sglang-0.5.23")
+    assert a.availability == s.RatioSeries(
+        "sglang:http_responses_total", bad='status_code=~"5.."',
+        total='endpoint!~"/metrics|/health|/health_generate|/ready|/ping"',
+        good_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "200")),
+        bad_labels=(("endpoint", "/v1/completions"), ("method", "POST"), ("status_code", "503")))
+    assert a.success == s.RatioSeries("sglang:num_requests_total", bad="", total="",
+                                      bad_counter="sglang:num_aborted_requests_total")
+    with pytest.raises(KeyError, match="'sglang-0.4.10'"):
+        s.alert_series("sglang-0.4.10")
+
+
+@pytest.mark.parametrize("msg, found", [
+    ("Capture cuda graph end. Time elapsed: 12.50 s. mem usage=0.31 GB", [("startup", {"stage": "graphs_captured",
+                                                                                      "seconds": 12.5})]),
+    ("Engine startup timings (s): load_weight=2.10, kv_cache_allocation=0.50, scheduler_e2e=30.25",
+     [("startup", {"stage": "engine_ready", "seconds": 30.25})]),
+])
+def test_the_timed_startup_stages(msg, found):
+    assert s.parse_log_message(msg) == found

@@ -343,7 +343,7 @@ def _kv_transfer(families: Mapping[str, Family]) -> dict:
     megabytes = base.sum_by(families.get(KV_TRANSFER_TOTAL_MB), ids, sample_name=KV_TRANSFER_TOTAL_MB + "_sum")
     computed = base.sum_counter(families, REALTIME_TOKENS, ids, label="mode")
     out = {}
-    for key in set(bootstrap) | set(inflight) | set(prealloc) | set(transfer) | set(transfer_failed):
+    for key in sorted(set(bootstrap) | set(inflight) | set(prealloc) | set(transfer) | set(transfer_failed)):
         role = dict(key).get(ENGINE_TYPE_LABEL)
         if role not in PD_ROLES:
             continue
