@@ -101,7 +101,7 @@ declare -A TESTS=(
   [servewatch/bundle/verify.py]='tests/test_values_verify.py tests/test_verify.py tests/test_bundle.py'
   [servewatch/bundle/recompute.py]='tests/test_values_verify.py tests/test_verify.py tests/test_bundle.py'
   [servewatch/transport/deadline.py]='tests/test_values_deadline.py tests/test_deadline.py'
-  [servewatch/transport/contract.py]='tests/test_transport_contract.py tests/test_sources_http.py'
+  [servewatch/transport/contract.py]='tests/test_values_transport_contract.py tests/test_transport_contract.py tests/test_sources_http.py'
   # guard's exit statuses and actions are decided here (supervisor.py carries them out: processes and signals)
   [servewatch/actions/policy.py]='tests/test_values_policy.py tests/test_guard_policy.py'
   # overload, kv_pressure, preemption: the detectors' tests reach it through run_detectors (the grep finds one file)
