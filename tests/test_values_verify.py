@@ -712,3 +712,38 @@ def test_a_verdict_across_a_stored_gap_must_carry_its_note(copy):
     far = {"interval_s": 0.5, "threshold_s": 1.25, "gaps": [{"start_t": stored["t"] + 1.0, "end_t": stored["t"] + 3.0}]}
     samples = [V.serialize.sample_from_dict(d) for d in verify_bundle(copy, synthetic_recompute).samples]
     assert all(GAP_DETAIL not in v.details for v in with_gaps(synthetic_recompute, far)(samples, {"min_stall_s": 3.0}))
+
+
+def _instance_dicts():
+    from servewatch.bundle import serialize
+
+    made = []
+    for name, ts in (("p1", (3.0, 1.0)), ("d1", (2.0, 4.0, 5.0))):
+        for t in ts:
+            made.append({**serialize.sample_to_dict(HealthSample(t=t, status=200, latency_s=0.01, error=None)),
+                         "instance": name})
+    return made
+
+
+def test_stored_samples_of_a_deployment_are_each_instance_s_own_window_in_its_order():
+    from servewatch.bundle.recompute import stored_samples
+    from servewatch.timeline.window import InstanceWindow, Window
+
+    got = stored_samples(_instance_dicts(), (("d1", "decode"), ("p1", "prefill"), ("x9", "decode")))
+    assert got == Window(instances=(
+        InstanceWindow("d1", "decode", Window(health=tuple(
+            HealthSample(t=t, status=200, latency_s=0.01, error=None) for t in (2.0, 4.0, 5.0)))),
+        InstanceWindow("p1", "prefill", Window(health=tuple(
+            HealthSample(t=t, status=200, latency_s=0.01, error=None) for t in (1.0, 3.0)))),
+        InstanceWindow("x9", "decode", Window())))
+    # without a deployment: the samples as stored, in their order, one list
+    assert stored_samples(_instance_dicts()) == [HealthSample(t=t, status=200, latency_s=0.01, error=None)
+                                                 for t in (3.0, 1.0, 2.0, 4.0, 5.0)]
+
+
+def test_detectors_recompute_of_a_deployment_judges_its_window_as_given():
+    from servewatch.bundle.recompute import detectors_recompute, stored_samples
+    from servewatch.detectors import DetectorConfig, run_detectors
+
+    window = stored_samples(_instance_dicts(), (("p1", "prefill"), ("d1", "decode")))
+    assert list(detectors_recompute(window, {})) == list(run_detectors(window, DetectorConfig()))
