@@ -89,3 +89,37 @@ def test_hardware_line():
         "hardware: a GPU lost (fallen off the bus), do not restart on this GPU"      # not an int: the fault words
     assert hardware_line({"xid": 99999}) == \
         "hardware: a GPU Xid 99999 (unknown Xid (not in servewatch's table)), do not restart on this GPU"
+
+
+def test_a_firing_s_own_class_decides_over_its_spec_s():
+    from servewatch.detectors.verdict import INFO, RESTART
+
+    config = GuardConfig()
+    details = {"gpu_index": 1, "xid": 79}
+    # gpu_fault is declared drain; a firing whose own class is restart is acted on, without the hardware line
+    assert action_for("gpu_fault", config, details, action=RESTART) == Action("gpu_fault", 0.0, True, True, None)
+    # a firing whose own class is neither restart nor drain (a fault a person decides) is reported, not acted on
+    assert action_for("gpu_fault", config, details, action=INFO) is None
+    # its spec's own class, given: acted on as declared
+    assert action_for("gpu_fault", config, details, action="drain").hardware == \
+        "hardware: GPU 1 Xid 79 (GPU has fallen off the bus), do not restart on this GPU"
+
+
+def test_a_guard_of_one_instance_acts_only_on_its_own_side():
+    mine, other = GuardConfig(instance="p1"), GuardConfig(instance="d1")
+    assert action_for("engine_dead", mine, {"instance": "p1"}) == Action("engine_dead", 10.0, True, True, None)
+    assert action_for("engine_dead", other, {"instance": "p1"}) is None
+    assert action_for("engine_dead", GuardConfig(), {"instance": "p1"}) is None
+    # a verdict about the pair: the instance its act_on names, none where it names no side
+    assert action_for("kv_transfer_stall", mine, {"act_on": "p1"}) == Action("kv_transfer_stall", 0.0, True, True, None)
+    assert action_for("kv_transfer_stall", other, {"act_on": "p1"}) is None
+    assert action_for("kv_transfer_stall", GuardConfig(), {}) is None
+
+
+@pytest.mark.parametrize("outcome,status,line", [
+    (Outcome(server_exit=0, drain="forced"), 0, "the server exited 0 after a second SIGTERM"),
+    (Outcome(server_exit=-15, drain="forced"), 143, "the server was ended by signal 15 after a second SIGTERM"),
+    (Outcome(server_exit=0, drain="drained"), 0, "the server exited 0 after the drain"),
+])
+def test_the_line_says_how_the_stop_ended(outcome, status, line):
+    assert exit_status(outcome) == (status, line)
