@@ -747,3 +747,37 @@ def test_detectors_recompute_of_a_deployment_judges_its_window_as_given():
 
     window = stored_samples(_instance_dicts(), (("p1", "prefill"), ("d1", "decode")))
     assert list(detectors_recompute(window, {})) == list(run_detectors(window, DetectorConfig()))
+
+
+def test_deployment_of_lists_each_instance_in_order():
+    assert V.deployment_of({"target": {"deployment": [{"name": "h:1", "role": "prefill", "x": 1},
+                                                      {"name": "h:2", "role": "decode"}]}}) == \
+        (("h:1", "prefill"), ("h:2", "decode"))
+    assert V.deployment_of({"target": {}}) == ()
+    assert V.deployment_of({}) == ()
+
+
+def test_the_deployment_checks_word_for_word():
+    pair = {"target": {"deployment": [{"name": "h:1", "role": "prefill"}, {"name": "h:2", "role": "decode"}]}}
+    ok = [{"source": "health", "t": 1.0, "instance": "h:1", "role": "prefill"},
+          {"source": "metrics", "t": 2.0, "instance": "h:2", "role": "decode"}]
+    assert V._check_deployment(pair, ok) is None
+    assert V._check_deployment({"target": {}}, [{"source": "health", "t": 1.0}]) is None
+
+    def says(incident, samples):
+        with pytest.raises(BundleInvalid) as err:
+            V._check_deployment(incident, samples)
+        return str(err.value)
+
+    twice = {"target": {"deployment": [{"name": "h:1", "role": "prefill"}, {"name": "h:1", "role": "decode"}]}}
+    assert says(twice, ok) == "incident.json: target.deployment lists an instance twice"
+    assert says({"target": {}}, [{"source": "health", "t": 1.0, "instance": "h:1"}]) == \
+        "samples: a health sample names instance h:1, but the target is not a deployment"
+    assert says(pair, [{"source": "metrics", "t": 3.5, "instance": "h:9", "role": "decode"}]) == \
+        "samples: a metrics sample at t=3.5 names no instance of the deployment"
+    assert says(pair, [{"source": "metrics", "t": 3.5, "role": "decode"}]) == \
+        "samples: a metrics sample at t=3.5 names no instance of the deployment"
+    assert says(pair, [{"source": "health", "t": 1.0, "instance": "h:1", "role": "decode"}]) == \
+        "samples: a health sample of h:1 says role decode, the deployment says prefill"
+    assert says(pair, [{"source": "health", "t": 1.0, "instance": "h:2"}]) == \
+        "samples: a health sample of h:2 says role None, the deployment says decode"
