@@ -781,3 +781,13 @@ def test_the_deployment_checks_word_for_word():
         "samples: a health sample of h:1 says role decode, the deployment says prefill"
     assert says(pair, [{"source": "health", "t": 1.0, "instance": "h:2"}]) == \
         "samples: a health sample of h:2 says role None, the deployment says decode"
+
+
+def test_a_verdict_stored_without_its_action_is_compared_without_it(copy):
+    doc = incident(copy)
+    assert all("action" in v for v in doc["verdicts"])
+    edit_incident(copy, lambda d: [v.pop("action") for v in d["verdicts"]])
+    assert verify_bundle(copy, synthetic_recompute).verdicts_checked == 1
+    # with its action stored, a wrong one does not follow
+    edit_incident(copy, lambda d: [v.update(action="info") for v in d["verdicts"]])
+    assert "does not follow from the stored samples" in fails(copy)
