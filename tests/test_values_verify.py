@@ -791,3 +791,11 @@ def test_a_verdict_stored_without_its_action_is_compared_without_it(copy):
     # with its action stored, a wrong one does not follow
     edit_incident(copy, lambda d: [v.update(action="info") for v in d["verdicts"]])
     assert "does not follow from the stored samples" in fails(copy)
+
+
+def test_a_kind_added_after_the_bundle_was_written_may_be_absent_from_its_counts(copy):
+    edit_incident(copy, lambda d: d["window"]["samples"].pop("slots"))
+    assert verify_bundle(copy, synthetic_recompute).verdicts_checked == 1
+    # a count that is there must agree
+    edit_incident(copy, lambda d: d["window"]["samples"].update(probe=1))
+    assert fails(copy).startswith("incident.json: window.samples {")
