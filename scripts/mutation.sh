@@ -98,7 +98,9 @@ declare -A TESTS=(
   # test_guard_identity.py runs guard and watch as subprocesses (1 s a test)
   [servewatch/actions/identity.py]='tests/test_values_identity.py tests/test_identity.py'
   # the grep finds 17 files that write and verify whole bundles (the recorder, the simulator, watch)
-  [servewatch/bundle/verify.py]='tests/test_values_verify.py tests/test_verify.py tests/test_bundle.py'
+  # (and a registered source kind's bundle, verified against the schema with its fields added: 2 s)
+  [servewatch/bundle/verify.py]='tests/test_values_verify.py tests/test_verify.py tests/test_bundle.py
+    tests/test_seam_counts.py'
   [servewatch/bundle/recompute.py]='tests/test_values_verify.py tests/test_verify.py tests/test_bundle.py'
   [servewatch/transport/deadline.py]='tests/test_values_deadline.py tests/test_deadline.py'
   [servewatch/transport/contract.py]='tests/test_values_transport_contract.py tests/test_transport_contract.py tests/test_sources_http.py'
