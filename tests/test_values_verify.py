@@ -799,3 +799,14 @@ def test_a_kind_added_after_the_bundle_was_written_may_be_absent_from_its_counts
     # a count that is there must agree
     edit_incident(copy, lambda d: d["window"]["samples"].update(probe=1))
     assert fails(copy).startswith("incident.json: window.samples {")
+
+
+def test_a_deployment_s_recomputation_is_given_each_instance_s_window():
+    from servewatch.bundle.recompute import stored_samples
+
+    deployment = [{"name": "p1", "role": "prefill"}, {"name": "d1", "role": "decode"}]
+    doc = {"target": {"deployment": deployment}, "window": {}, "detector_config": {}, "verdicts": []}
+    given = []
+    assert V._check_recomputation(doc, _instance_dicts(), lambda s, c: given.append(s) or []) == (0, 0)
+    assert given == [stored_samples(_instance_dicts(), (("p1", "prefill"), ("d1", "decode")))]
+    assert len(given[0].instances) == 2 and len(given[0].instance("d1").window.health) == 3
