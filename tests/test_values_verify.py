@@ -773,6 +773,8 @@ def test_the_deployment_checks_word_for_word():
     assert says(twice, ok) == "incident.json: target.deployment lists an instance twice"
     assert says({"target": {}}, [{"source": "health", "t": 1.0, "instance": "h:1"}]) == \
         "samples: a health sample names instance h:1, but the target is not a deployment"
+    assert says({"target": {}}, [{"source": "health", "t": 0.5}, {"source": "gpu", "t": 1.0, "instance": "h:1"}]) == \
+        "samples: a gpu sample names instance h:1, but the target is not a deployment"      # every sample is read
     assert says(pair, [{"source": "metrics", "t": 3.5, "instance": "h:9", "role": "decode"}]) == \
         "samples: a metrics sample at t=3.5 names no instance of the deployment"
     assert says(pair, [{"source": "metrics", "t": 3.5, "role": "decode"}]) == \
