@@ -102,6 +102,10 @@ declare -A TESTS=(
   [servewatch/bundle/verify.py]='tests/test_values_verify.py tests/test_verify.py tests/test_bundle.py
     tests/test_seam_counts.py'
   [servewatch/bundle/recompute.py]='tests/test_values_verify.py tests/test_verify.py tests/test_bundle.py'
+  # the histograms' read plans (compile_plan, apply_compiled) are reached through a dialect's scrape layout: the
+  # grep's files and the layout's tests (3 s)
+  [servewatch/engine/histogram.py]='tests/test_detectors_tracks.py tests/test_histogram.py tests/test_values_blind_fraction.py
+    tests/test_values_histogram.py tests/test_exposition_layout.py'
   [servewatch/transport/deadline.py]='tests/test_values_deadline.py tests/test_deadline.py'
   [servewatch/transport/contract.py]='tests/test_values_transport_contract.py tests/test_transport_contract.py tests/test_sources_http.py'
   # guard's exit statuses and actions are decided here (supervisor.py carries them out: processes and signals)
