@@ -212,3 +212,28 @@ def test_shared_edges_returns_the_edges_even_the_first_time():
     edges = (float(uuid.uuid4().int % 10 ** 9) + 0.5, 2e9)           # edges no scrape has had before
     assert H.shared_edges(edges) == edges
     assert H.shared_edges(tuple(list(edges))) is H.shared_edges(edges)
+
+
+def test_a_compiled_plan_makes_the_plan_s_histograms_with_one_getter_where_each_bucket_is_one_sample():
+    inf = math.inf
+    plan = (
+        ("a", (0.1, 1.0, inf), (((0,),), ((1,),), ((2,),)), ((2,),), ((3,),)),      # one sample a bucket
+        ("b", (inf,), (((4,),),), ((4,),), None),                                    # one bucket, no sum
+        ("c", (1.0, inf), (((0,), (5,)), ((1,), (6,))), ((1,), (6,)), ((3,), (7,))),  # two label sets merged
+        ("d", (1.0, inf), (((0, 5),), ((1, 6),)), ((1, 6),), ((3,),)),              # two samples one label set
+    )
+    values = [1.0, 2.0, 3.0, 10.0, 4.0, 5.0, 6.0, 20.0]
+    compiled = H.compile_plan(plan)
+    assert [c[:5] for c in compiled] == list(plan)
+    assert compiled[0][5](values) == (1.0, 2.0, 3.0)
+    assert [c[5] for c in compiled[1:]] == [None, None, None]
+    got = H.apply_compiled(compiled, values)
+    want = H.apply_plan(plan, values)
+    assert list(got) == ["a", "b", "c", "d"]
+    expected = {"a": ((0.1, 1.0, inf), [1.0, 2.0, 3.0], 3.0, 10.0), "b": ((inf,), [4.0], 4.0, None),
+                "c": ((1.0, inf), [6.0, 8.0], 8.0, 30.0), "d": ((1.0, inf), [6.0, 8.0], 8.0, 10.0)}
+    for name, (edges, cumulative, count, total) in expected.items():
+        for h in (got[name], want[name]):
+            assert (h.edges, list(h.cumulative), h.count) == (edges, cumulative, count)
+            assert math.isnan(h.sum) if total is None else h.sum == total
+            assert isinstance(h.cumulative, array)
