@@ -237,3 +237,9 @@ def test_a_compiled_plan_makes_the_plan_s_histograms_with_one_getter_where_each_
             assert (h.edges, list(h.cumulative), h.count) == (edges, cumulative, count)
             assert math.isnan(h.sum) if total is None else h.sum == total
             assert isinstance(h.cumulative, array)
+
+
+def test_two_buckets_of_one_sample_each_are_read_by_one_getter_too():
+    compiled = H.compile_plan((("e", (1.0, math.inf), (((0,),), ((1,),)), ((1,),), None),))
+    assert compiled[0][5]([7.0, 9.0]) == (7.0, 9.0)
+    assert list(H.apply_compiled(compiled, [7.0, 9.0])["e"].cumulative) == [7.0, 9.0]
