@@ -782,7 +782,7 @@ def test_the_deployment_checks_word_for_word():
     assert says(pair, [{"source": "health", "t": 1.0, "instance": "h:1", "role": "decode"}]) == \
         "samples: a health sample of h:1 says role decode, the deployment says prefill"
     assert says(pair, [{"source": "health", "t": 1.0, "instance": "h:2"}]) == \
-        "samples: a health sample of h:2 says role None, the deployment says decode"
+        "samples: a health sample of h:2 names no role, the deployment says decode"
 
 
 def test_a_verdict_stored_without_its_action_is_compared_without_it(copy):

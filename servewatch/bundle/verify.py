@@ -257,8 +257,8 @@ def _check_deployment(incident: dict, samples: list[dict]) -> None:
         if name not in roles:
             raise BundleInvalid(f"samples: a {s['source']} sample at t={s['t']} names no instance of the deployment")
         if s.get("role") != roles[name]:
-            raise BundleInvalid(f"samples: a {s['source']} sample of {name} says role {s.get('role')}, the "
-                                f"deployment says {roles[name]}")
+            said = f"says role {s['role']}" if s.get("role") else "names no role"
+            raise BundleInvalid(f"samples: a {s['source']} sample of {name} {said}, the deployment says {roles[name]}")
 
 
 # --- recomputation ---------------------------------------------------------------------------------
