@@ -16,6 +16,7 @@ import time
 import pytest
 
 from servewatch.transport import contract as C
+from tests.test_transport_contract import _serve as raw_server
 
 
 def _request(url: str, *, timeout_s: float = 2.0, max_bytes: int = 1000, **kw) -> C.HttpRequest:
@@ -30,20 +31,15 @@ def _timed(coro_fn):
 
 
 async def _serve(raw: bytes, seen: list[str], *, read_head: bool = True):
-    """A loopback server answering `raw` to each connection, keeping each request head in `seen`."""
-    async def handle(reader, writer):
-        try:
-            if read_head:
-                seen.append((await reader.readuntil(b"\r\n\r\n")).decode("latin-1"))
-            writer.write(raw)
-            await writer.drain()
-            await reader.read(1)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+    """A loopback server (the contract tests' raw one) answering `raw` to each connection, keeping each request
+    head in `seen`."""
+    async def reply(reader, writer):
+        if read_head:
+            seen.append((await reader.readuntil(b"\r\n\r\n")).decode("latin-1"))
+        writer.write(raw)
+        await writer.drain()
+        await reader.read(1)
+    return await raw_server(reply)
 
 
 def _loopback(raw: bytes, path: str = "/x", *, transport: C.Http1Transport | None = None, read_head: bool = True,
