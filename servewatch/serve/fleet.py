@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from servewatch.sources.base import Source
     from servewatch.timeline.samples import ProcessSample
     from servewatch.watch.recorder import Recorder
+    from servewatch.watch.ticker import Ticker
 
 RecorderFor = Callable[[TargetSpec, Callable[["Source"], "Source"], "Sidecar | None"], "Recorder"]
 
@@ -87,9 +88,11 @@ class BackedOffSource:
 
 class TargetRun:
     def __init__(self, spec: TargetSpec, exporter: FleetExporter, clock: Clock, interval: float,
-                 recorder_for: RecorderFor):
-        """`recorder_for(spec, wrap_source, sidecar)` builds the target's recorder."""
+                 recorder_for: RecorderFor, ticker: Ticker | None = None):
+        """`recorder_for(spec, wrap_source, sidecar)` builds the target's recorder; `ticker`: the fleet's timer
+        for the recorder's 1 s checks (None: a task each)."""
         self.spec, self.exporter, self.clock, self.interval = spec, exporter, clock, interval
+        self.ticker = ticker
         self.status = TargetStatus()
         self.label = _label(spec.name)    # the target as the exporter's series name it (made once: read per sample)
         self.task: asyncio.Task | None = None
@@ -151,7 +154,7 @@ class TargetRun:
 
     async def _run(self, jitter_s: float) -> None:
         await asyncio.sleep(jitter_s)
-        await self.recorder.run(None)
+        await self.recorder.run(None, ticker=self.ticker)
 
     async def stop(self) -> None:
         self.recorder.stop()
@@ -211,6 +214,10 @@ class Fleet:
                         f"on this node come from dcgm-exporter at {config.gpu_metrics}")
             print(f"servewatch {tool}: {said}", file=sys.stderr, flush=True)
         self.runs: dict[str, TargetRun] = {}
+        # One timer wheel for every target's probe check and heartbeat (a target's cadence then costs two task
+        # wake-ups fewer a second; watch.ticker).
+        from servewatch.watch.ticker import Ticker
+        self.ticker = Ticker(clock, tool=tool)
         self.writers: list = []           # every target's bundle writer this run, gone targets' too (their counts)
         self.quota = None
         if config.out:
@@ -269,7 +276,8 @@ class Fleet:
         return self.node_gpu_metrics if self.node_gpu_metrics and on_this_node(spec) else None
 
     def _new_run(self, spec: TargetSpec) -> TargetRun:
-        return TargetRun(spec, self.exporter, self.clock, self.config.recording.interval, self._recorder_for)
+        return TargetRun(spec, self.exporter, self.clock, self.config.recording.interval, self._recorder_for,
+                         self.ticker)
 
     async def apply(self, specs: list[TargetSpec]) -> tuple[list[str], list[str]]:
         """The fleet becomes `specs`: (names started, names stopped). A target whose URL, PID or log
@@ -319,3 +327,4 @@ class Fleet:
     async def close(self) -> None:
         for name in list(self.runs):
             await self.runs.pop(name).stop()
+        self.ticker.close()

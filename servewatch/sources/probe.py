@@ -148,6 +148,11 @@ class ProbeSource:
                 f"because the counters had moved; deadline {self.deadline_words()}")
 
     async def poll(self) -> list[ProbeSample]:
+        return self.poll_now()
+
+    def poll_now(self) -> list[ProbeSample]:
+        """`poll` as a plain call (it never waits: an attempt runs on its own task): what a timer shared by many
+        recorders calls (watch.ticker)."""
         now = self.clock.now()
         if self._first_poll is None:
             self._first_poll = now

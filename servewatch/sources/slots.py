@@ -97,6 +97,11 @@ class EngineSlotsSource:
         self._next_at = 0.0
         self._backoff_s = 0.0
 
+    def idle(self) -> bool:
+        """A poll now would ask nothing and return nothing: the engine is not known yet or lists no slots."""
+        dialect = self._dialect_now()
+        return dialect is None or dialect.slots_path is None
+
     async def poll(self) -> list[SlotsSample]:
         dialect = self._dialect_now()
         if dialect is None or dialect.slots_path is None:

@@ -32,6 +32,7 @@ from servewatch.timeline.ring import Ring
 from servewatch.timeline.window import Window
 from servewatch.watch.firing import Latch
 from servewatch.watch.options import DEFAULT_HISTORY_S
+from servewatch.watch.ticker import Ticker
 
 SETTLE_FRACTION = 0.05    # of the detect interval: how long detection waits for the rest of a round
 RECORDS_KEPT = 1000       # fired and cleared verdicts remembered (the newest; the sinks heard all)
@@ -88,10 +89,22 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001 - sources never raise; if one does, it must not stop the others
             print(f"servewatch {self.tool}: {source.kind} source failed: {type(exc).__name__}", file=sys.stderr)
             return
+        self._took(source, samples)
+
+    def _took(self, source: Source, samples) -> None:
         self.keep(source, samples)
         self.samples_seen += len(samples)
         if self._new_samples is not None and samples:
             self._new_samples.set()
+
+    def _poll_now(self, source: Source, now: float | None = None) -> None:
+        """`poll` of a source whose poll never waits (its `poll_now`), as a plain call from a shared timer."""
+        try:
+            samples = source.poll_now()
+        except Exception as exc:  # noqa: BLE001 - as in poll: a failing source must not stop the others
+            print(f"servewatch {self.tool}: {source.kind} source failed: {type(exc).__name__}", file=sys.stderr)
+            return
+        self._took(source, samples)
 
     def keep(self, source: Source, samples) -> None:
         """Put a source's samples on the timeline (a deployment's recorder: on its instance's own)."""
@@ -206,13 +219,29 @@ class Recorder:
 
     # --- real time ----------------------------------------------------------------------------------
 
-    async def run(self, duration: float | None = None) -> None:
+    async def run(self, duration: float | None = None, ticker: Ticker | None = None) -> None:
+        """`ticker`: a timer shared by many recorders (serve's fleet): the heartbeat and the sources whose poll
+        never waits (`poll_now`: the request-path probe's check) run from it as plain calls, on the same
+        cadence, instead of a task each."""
         self._new_samples = asyncio.Event()
         self._stop_event = asyncio.Event()
         if self.stopped:
             self._stop_event.set()
-        tasks = [asyncio.create_task(self._source_loop(source)) for source in self.sources]
-        tasks.append(asyncio.create_task(self._heartbeat()))
+        timed: list[Callable[[], None]] = []      # what unregisters each check from the shared timer
+        tasks = []
+        for source in self.sources:
+            if ticker is not None and hasattr(source, "poll_now"):
+                self._poll_now(source)
+                timed.append(ticker.every(source.interval, partial(self._poll_now, source)))
+            elif ticker is not None and hasattr(source, "idle") and source.idle():
+                timed.append(self._while_idle(source, ticker, tasks))
+            else:
+                tasks.append(asyncio.create_task(self._source_loop(source)))
+        if ticker is not None:
+            self._beat(self.clock.now())
+            timed.append(ticker.every(self.gaps.interval_s, self._beat))
+        else:
+            tasks.append(asyncio.create_task(self._heartbeat()))
         detector = asyncio.create_task(self._detect_loop())
         stop = asyncio.create_task(self._stop_event.wait())
         try:
@@ -220,6 +249,8 @@ class Recorder:
             if detector in done and detector.exception() is not None:
                 raise detector.exception()
         finally:
+            for remove in timed:
+                remove()
             for task in [*tasks, detector, stop]:
                 task.cancel()
             await asyncio.gather(*tasks, detector, stop, return_exceptions=True)
@@ -232,6 +263,17 @@ class Recorder:
                     await close_connections()
             self._new_samples = None
             self._stop_event = None
+
+    def _while_idle(self, source: Source, ticker: Ticker, tasks: list[asyncio.Task]) -> Callable[[], None]:
+        """A source whose poll asks nothing and returns nothing while it is `idle()` (the slot listing of an engine
+        that has none) is only looked at from the shared timer, on its cadence; once it is not idle it polls on a
+        task of its own, as without the timer. What unregisters it."""
+        def check(now: float) -> None:
+            if not source.idle():
+                remove()
+                tasks.append(asyncio.create_task(self._source_loop(source)))
+        remove = ticker.every(source.interval, check)
+        return remove
 
     async def _source_loop(self, source: Source) -> None:
         due = self.clock.now()
@@ -246,22 +288,29 @@ class Recorder:
     async def _heartbeat(self) -> None:
         """Wake every sampling interval and note the time since the last wake: a starved recorder (its process
         not run, or its loop held) shows as a gap, said once on stderr as it ends."""
-        interval = self.gaps.interval_s
         while True:
-            gap = self.gaps.beat(self.clock.now())
-            if gap is not None:
-                print(f"servewatch {self.tool}: {starved_words(gap, interval)}", file=sys.stderr, flush=True)
-            await self.clock.sleep(interval)
+            self._beat(self.clock.now())
+            await self.clock.sleep(self.gaps.interval_s)
+
+    def _beat(self, now: float) -> None:
+        gap = self.gaps.beat(now)
+        if gap is not None:
+            print(f"servewatch {self.tool}: {starved_words(gap, self.gaps.interval_s)}", file=sys.stderr, flush=True)
 
     async def _detect_loop(self) -> None:
+        rested = None         # when the rest of half a detect interval after the last detection ends
         while not self.stopped:
             await self._new_samples.wait()
             # Sources polled at the same moment answer within moments of each other: judge them together
-            # (one detection per round instead of one per source).
-            await self.clock.sleep(self.detect_interval * SETTLE_FRACTION)
+            # (one detection per round instead of one per source), and at most once per half a detect interval:
+            # at the end of that rest or when the samples came, whichever is later, plus the settling time. One
+            # sleep for both (a wake-up fewer a round than a sleep each).
+            now = self.clock.now()
+            start = now if rested is None else max(now, rested)
+            await self.clock.sleep(start + self.detect_interval * SETTLE_FRACTION - now)
             self._new_samples.clear()
             await self.detect_in_background()
-            await self.clock.sleep(self.detect_interval / 2)
+            rested = self.clock.now() + self.detect_interval / 2
 
     # --- virtual time -------------------------------------------------------------------------------
 
