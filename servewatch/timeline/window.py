@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
+from servewatch.kinds import SOURCE_KINDS
 from servewatch.timeline import kinds
 from servewatch.timeline.kinds import kind_of
 from servewatch.timeline.samples import (GpuSample, HealthSample, LogEvent, MetricsSample, ProbeSample, ProcessSample,
@@ -93,14 +94,19 @@ class Window:
     @property
     def end(self) -> float | None:
         """The time of the newest sample (of any instance's, in a deployment): the window's "now"."""
-        lasts = [self.of(kind)[-1].t for kind in kinds.names() if self.of(kind)]
+        lasts = [samples[-1].t for samples in _builtin(self) if samples]     # every detector asks: the fields at once
+        if self.added:
+            lasts += [samples[-1].t for kind in kinds.added() if (samples := self.of(kind.name))]
         lasts += [t for i in self.instances if (t := i.window.end) is not None]
         return max(lasts) if lasts else None
 
     def since(self, t: float) -> Window:
         """The samples at or after `t` (each instance's too)."""
         instances = tuple(InstanceWindow(i.name, i.role, i.window.since(t)) for i in self.instances)
-        return Window.of_kinds({kind: _since(self.of(kind), t) for kind in kinds.names()}, instances)
+        added = tuple((kind.name, samples) for kind in kinds.added()
+                      if (samples := _since(self.of(kind.name), t))) if self.added else ()
+        return Window(**dict(zip(_BUILTIN_FIELDS, [_since(samples, t) for samples in _builtin(self)])),
+                      instances=instances, added=added)
 
     def instance(self, name: str) -> InstanceWindow | None:
         return next((i for i in self.instances if i.name == name), None)
@@ -108,6 +114,11 @@ class Window:
     def good_metrics(self) -> tuple[MetricsSample, ...]:
         """Scrapes that answered and were understood."""
         return tuple(m for m in self.metrics if m.error is None and m.engines)
+
+
+# The built-in kinds' fields: every one read in one call.
+_BUILTIN_FIELDS = tuple(kinds.get(name).field for name in SOURCE_KINDS)
+_builtin = attrgetter(*_BUILTIN_FIELDS)
 
 
 def _since(samples: tuple, t: float) -> tuple:
