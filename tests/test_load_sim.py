@@ -180,3 +180,26 @@ def test_virtual_run_is_deterministic():
     a = _virtual("normal", 10)
     b = _virtual("normal", 10)
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.parametrize("paced", ["rate", "concurrency"])
+def test_stop_sending_ends_the_run_early_and_those_in_flight_finish(paced):
+    """A drill stops its workload once the fault's recovery is seen: `stop_sending` true means no request is sent
+    after it, the ones in flight finish whole, and `on_record` has seen each finished request as it finished."""
+    seen: list = []
+
+    async def go():
+        async with SimServer(profile="h100-8b") as sim:
+            pacing = {"rate": 20.0, "arrival": "constant"} if paced == "rate" else {"concurrency": 2}
+            cfg = LoadConfig(url=sim.url, scenario="custom", duration_s=60, prompt_tokens=8, output_tokens=16,
+                             tokenizer="approx", metrics_interval_s=0.0, **pacing)
+            return await run_load_async(cfg, stop_sending=lambda: len(seen) >= 3, on_record=seen.append)
+
+    result = asyncio.run(go())
+    assert len(seen) >= 3 and seen == sorted(seen, key=lambda r: r.sent + r.e2e_s)   # in the order they finished
+    assert sorted(r.id for r in seen) == [r.id for r in result.records]
+    assert all(r.ok and r.output_tokens == 16 for r in result.records)               # in flight: finished whole
+    last_sent = max(r.sent for r in result.records)
+    third_done = sorted(r.sent + r.e2e_s for r in result.records)[2]
+    assert last_sent <= third_done + 0.5       # nothing sent after the stop, beyond the sender's lead (0.05 s)
+    assert result.summary["wall_s"] < 30       # not the 60 s asked for

@@ -153,8 +153,13 @@ class Watchdog:
 
 class _Run:
     def __init__(self, config: LoadConfig, client, clock, specs_for, total: int | None,
-                 on_progress: Callable[[Progress], None] | None):
+                 on_progress: Callable[[Progress], None] | None, *,
+                 stop_sending: Callable[[], bool] | None = None,
+                 on_record: Callable[[RequestRecord], None] | None = None):
         self.config = config
+        self.stop_sending = stop_sending or (lambda: False)   # True: no request is sent after now (the run's end
+                                                              # comes early); those in flight finish
+        self.on_record = on_record                            # each finished request, as it finishes
         self.client = client
         self.clock = clock
         # RealClock.now is time.time; calling it directly saves a Python frame on every body read
@@ -188,6 +193,8 @@ class _Run:
         finally:
             self.watchdog.in_flight.pop(spec.id, None)
         self.records.append(rec)
+        if self.on_record is not None:
+            self.on_record(rec)
         if rec.error is not None:
             self.errors += 1
         self.tokens_out += rec.output_tokens or 0
@@ -239,7 +246,7 @@ class _Run:
         reserve = _Reserve(self.client, offsets, t0) if self.sender is not None else None
         try:
             i, n = 0, len(offsets)
-            while i < n:
+            while i < n and not self.stop_sending():
                 # absolute times: every request due before the horizon is handed over in one turn of the loop
                 # (one wake-up per batch, not a timer per request), then one sleep to the next one's lead
                 horizon = now() + lead
@@ -275,7 +282,7 @@ class _Run:
         async def worker() -> None:
             while True:
                 scheduled = self.now()
-                if end is not None and scheduled >= end:
+                if (end is not None and scheduled >= end) or self.stop_sending():
                     return
                 i = next(counter, None)
                 if i is None:
@@ -367,11 +374,15 @@ async def build_prompts(config: LoadConfig, counter, count: int) -> list[P.Promp
 async def run_load_async(config: LoadConfig, *, client=None, clock=None,
                          on_progress: Callable[[Progress], None] | None = None,
                          read_scrape: Callable | None = None, metrics_client=None,
-                         salvage_on_cancel: bool = False, trace=None) -> LoadResult:
+                         salvage_on_cancel: bool = False, trace=None,
+                         stop_sending: Callable[[], bool] | None = None,
+                         on_record: Callable[[RequestRecord], None] | None = None) -> LoadResult:
     """Run the load described by `config`. Errors of single requests are records, never raised;
     a bad configuration or an unreachable target without --model raises ServewatchError.
     With `salvage_on_cancel` (the CLI's Ctrl-C), a cancelled run returns what it recorded so far,
-    with summary["interrupted"] set, instead of raising CancelledError."""
+    with summary["interrupted"] set, instead of raising CancelledError. `stop_sending` (called before each
+    request is sent; True: send no more, let those in flight finish) ends the run early; `on_record` is given
+    each request's record as it finishes (a drill watching for the first good request after a fault)."""
     try:
         config = config.resolved()
     except ValueError as exc:
@@ -432,7 +443,8 @@ async def run_load_async(config: LoadConfig, *, client=None, clock=None,
 
         if replay is not None:
             specs_for = replay.specs_for(path, model, config.api, config.keep_text)
-        run = _Run(config, client, clock, specs_for, total, on_progress)
+        run = _Run(config, client, clock, specs_for, total, on_progress, stop_sending=stop_sending,
+                   on_record=on_record)
         view = None
         if config.metrics_interval_s > 0:
             view = ServerView(metrics_client, clock.now, None if isinstance(clock, RealClock) else clock.sleep,
