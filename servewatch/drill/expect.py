@@ -16,16 +16,26 @@ def check(expect, result) -> list[dict]:
                        **({"over_s": round(over, 2)} if not met and over is not None and over > 0 else {})})
 
     detected = result.detected
+    # a pair's step: `detected` holds the verdicts naming the side at fault, `elsewhere` those naming another
+    elsewhere = getattr(result, "elsewhere", None) or {}
+    side = f" naming the {result.facts['side']}" if "side" in result.facts else ""
+
+    def missing(verdict: str) -> str:
+        return (f"not fired{side}; fired naming the other side after {elsewhere[verdict]:g} s" if verdict in elsewhere
+                else f"not fired{side}" if side else "not fired")
+
     for verdict, within in expect.fire.items():
         took = detected.get(verdict)
-        add(f"{verdict} within {within:g} s", took is not None and took <= within,
-            "not fired" if took is None else f"after {took:g} s", _over(took, within))
+        add(f"{verdict}{side} within {within:g} s", took is not None and took <= within,
+            missing(verdict) if took is None else f"after {took:g} s", _over(took, within))
     if expect.fire_any:
         names, within = expect.fire_any
         hits = {n: detected[n] for n in names if n in detected}
         first = min(hits.items(), key=lambda kv: kv[1]) if hits else None
-        add(f"one of {', '.join(names)} within {within:g} s", first is not None and first[1] <= within,
-            "none fired" if first is None else f"{first[0]} after {first[1]:g} s", _over(first and first[1], within))
+        other = sorted(n for n in names if n in elsewhere)
+        add(f"one of {', '.join(names)}{side} within {within:g} s", first is not None and first[1] <= within,
+            (f"none fired{side}" + (f"; {', '.join(other)} named the other side" if other else "")) if first is None
+            else f"{first[0]} after {first[1]:g} s", _over(first and first[1], within))
     for verdict, allowance in expect.fire_by_threshold.items():
         took, threshold = detected.get(verdict), result.thresholds.get(verdict)
         what = f"{verdict} at its own threshold \u00b1 {allowance:g} s"
@@ -34,14 +44,14 @@ def check(expect, result) -> list[dict]:
         else:
             add(what, threshold - allowance <= took <= threshold + allowance,
                 f"after {took:g} s, threshold {threshold:g} s", _over(took, threshold + allowance))
-    for verdict in expect.not_fire:
-        took = detected.get(verdict)
+    for verdict in expect.not_fire:         # on any side
+        took = detected.get(verdict, elsewhere.get(verdict))
         add(f"no {verdict}", took is None, "not fired" if took is None else f"fired after {took:g} s")
     if expect.no_incident:
-        incidents = sorted(n for n in detected if registry.is_incident(n))
+        incidents = sorted(n for n in {*detected, *elsewhere} if registry.is_incident(n))
         add("no incident verdict", not incidents, ", ".join(incidents) or "none")
     if expect.no_verdict:
-        seen = sorted({*detected, *result.fired_before})
+        seen = sorted({*detected, *elsewhere, *result.fired_before})
         add("no verdict at all", not seen, ", ".join(seen) or "none")
     if expect.names:
         add(*_names(expect, result))
@@ -62,6 +72,10 @@ def check(expect, result) -> list[dict]:
     if expect.guard is not None:
         for item in _guard(expect.guard, result):
             add(*item)
+        other_side = (result.guard or {}).get("other_side")
+        if other_side is not None:       # a pair: guard holding the other side never acts on this fault
+            add("guard on the other side does nothing", not other_side["acted"] and other_side["exit"] != 3,
+                ("it acted" if other_side["acted"] else "no action") + f"; guard exit {_code(other_side['exit'])}")
     if expect.clear_within_s is not None:
         for item in _cleared(expect, result):
             add(*item)

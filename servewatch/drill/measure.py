@@ -131,7 +131,7 @@ class Watcher:
                  log_path: Path, wrapper: list[str] | None = None, server_log: Path | None = None,
                  probe: tuple[float, float] | None = None, guard: tuple[str, ...] | None = None,
                  stacks_dir: Path | None = None, proxy_records: Path | None = None, serve: bool = False,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, deployment: dict | None = None):
         self.events: list[VerdictEvent] = []
         self.livez: list[tuple[float, int | None]] = []   # `serve`: its livez answers
         self.readyz: list[tuple[float, int | None]] = []  # `serve`: its readyz answers (a readiness probe's view)
@@ -142,7 +142,23 @@ class Watcher:
         self.exit_code: int | None = None
         self.listen_url: str | None = None      # `proxy`: where the workload sends, in front of the server
         command = [*(wrapper or [sys.executable, "-m", "servewatch"])]
-        if proxy_records is not None:           # the request path records: the proxy has no --pid, log or probe
+        # a prefill/decode pair (drill.pair): {prefill, decode: URLs; instance, pid, name: the side at fault}
+        self.instance = deployment["name"] if deployment is not None else None
+        if deployment is not None:
+            pair = ["--prefill", deployment["prefill"], "--decode", deployment["decode"]]
+            if serve:                           # a deployment is a serve target from its config
+                config = out.parent / f"{out.name}-serve.yaml"
+                config.parent.mkdir(parents=True, exist_ok=True)
+                config.write_text(json.dumps({"targets": [{"name": SERVE_TARGET, "prefill": [deployment["prefill"]],
+                                                           "decode": [deployment["decode"]]}]}), encoding="utf-8")
+                command += ["serve", "--config", str(config), "--listen", "127.0.0.1:0"]
+            elif guard is not None:             # guard holds the side at fault
+                command += ["guard", *pair, "--instance", deployment["instance"], "--pid", str(deployment["pid"]),
+                            "--json"]
+            else:
+                command += ["watch", *pair, "--json"]
+            server_log = None                   # a deployment is recorded from its instances' URLs
+        elif proxy_records is not None:           # the request path records: the proxy has no --pid, log or probe
             command += ["proxy", "--listen", "127.0.0.1:0", "--upstream", url, "--records", str(proxy_records),
                         "--watch"]
         elif serve:                             # the fleet recorder, by URL, with its HTTP API on loopback
@@ -251,7 +267,8 @@ class Watcher:
         """serve's answer for the drill's target at `endpoint` (livez, readyz): its status, None without one."""
         from servewatch.drill.target import get
 
-        answer = get(f"{self.serve_url}/targets/{SERVE_TARGET}/{endpoint}", 2.0, SERVE_READ_LIMIT)
+        which = f"?instance={self.instance}" if self.instance else ""     # a pair: the side at fault's
+        answer = get(f"{self.serve_url}/targets/{SERVE_TARGET}/{endpoint}{which}", 2.0, SERVE_READ_LIMIT)
         return answer.status if answer is not None else None
 
     def stop(self) -> int | None:

@@ -75,6 +75,7 @@ class Expect:
     restart_within_s: float | None = None     # guard's default and livez act (restart class, evidence held) within S
     no_restart: bool = False                  # neither acts from the injection to the end: a busy server is left be
     probe_preempted: bool = False             # a routine probe in flight gave way to an urgent one (the recorder says)
+    side: str | None = None                   # a pair: the side fire/fire_any must name (None: the fault's side)
 
     def to_json(self) -> dict:
         out: dict = {}
@@ -116,6 +117,8 @@ class Expect:
             out["restart"] = False
         if self.probe_preempted:
             out["probe_preempted"] = True
+        if self.side is not None:
+            out["side"] = self.side
         return out
 
 
@@ -141,6 +144,12 @@ class FaultStep:
     on_log: str | None = None    # at_start: inject when the server's log first shows this (else at the start)
     serve: bool = False          # `servewatch serve` records instead (by URL), its verdicts and livez read over HTTP
     workload_first: bool = False # the workload starts before the recorder: its first probe queues behind it
+    side: str | None = None      # a prefill/decode pair's target: the instance the fault aims at
+
+    @property
+    def at_fault(self) -> str | None:
+        """A pair: the side the verdicts must name and the only one guard and livez may act on."""
+        return self.expect.side or self.side
 
     @property
     def traffic_after_revert_s(self) -> float:
@@ -174,7 +183,22 @@ class FaultStep:
                 **({"proxy": True} if self.proxy else {}),
                 **({"at_start": {"on_log": self.on_log} if self.on_log else True} if self.at_start else {}),
                 **({"serve": True} if self.serve else {}),
-                **({"workload_first": True} if self.workload_first else {})}
+                **({"workload_first": True} if self.workload_first else {}),
+                **({"side": self.side} if self.side else {})}
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """A prefill/decode pair as a drill's target (`target: {engine: vllm, pd: {connector: nixl, lease_s: 30}}`)."""
+    connector: str = "nixl"           # vllm: nixl or example (servewatch.lab.pd.CONNECTORS); the simulator has none
+    lease_s: int = 30                 # the prefill's lease on the blocks it keeps (servewatch.lab.pd.DEFAULT_LEASE_S)
+    kv_wait_timeout_s: float | None = None   # sim: decode's wait for KV before it fails the request (its own default)
+
+    def to_json(self) -> dict:
+        out = {"connector": self.connector, "lease_s": self.lease_s}
+        if self.kv_wait_timeout_s is not None:
+            out["kv_wait_timeout_s"] = self.kv_wait_timeout_s
+        return out
 
 
 @dataclass(frozen=True)
@@ -189,6 +213,7 @@ class Target:
     ready_timeout_s: float = 240.0
     env: tuple[tuple[str, str], ...] = ()   # extra environment of a lab engine the drill starts
     under_guard: tuple[str, ...] | None = None   # a lab engine started by `servewatch guard` (its extra options)
+    pd: PairSpec | None = None         # a prefill/decode pair instead of one server (drill.pair)
 
     @property
     def existing(self) -> bool:
@@ -203,6 +228,10 @@ class Target:
         if self.existing:
             return f"existing server {self.url} (pid {self.pid})"
         what = f"built-in simulator ({self.sim_dialect})" if self.engine == "sim" else f"lab {self.engine}"
+        if self.pd is not None:
+            what = (f"a prefill/decode pair of the {what}"
+                    + (f" joined by {self.pd.connector}" if self.engine != "sim" else "")
+                    + f", lease {self.pd.lease_s} s")
         return (what + (f" {' '.join(self.args)}" if self.args else "")
                 + (f" with {' '.join(f'{k}={v}' for k, v in self.env)}" if self.env else "")
                 + (" started by servewatch guard" + (f" {' '.join(self.under_guard)}" if self.under_guard else "")
@@ -217,6 +246,8 @@ class Target:
             out["env"] = dict(self.env)
         if self.under_guard is not None:
             out["under_guard"] = list(self.under_guard)
+        if self.pd is not None:
+            out["pd"] = self.pd.to_json()
         return out
 
 
@@ -497,7 +528,7 @@ def _build(data: dict, source: str) -> Plan:
                         fire_by_threshold=dict(e.get("fire_by_threshold", {})),
                         restart_within_s=(e["restart"] or {}).get("within_s") if e.get("restart") else None,
                         no_restart=e.get("restart") is False,
-                        probe_preempted=bool(e.get("probe_preempted", False)))
+                        probe_preempted=bool(e.get("probe_preempted", False)), side=e.get("side"))
         params = dict(f.get("params", {}))
         try:
             fault.check_params(params)
@@ -508,6 +539,9 @@ def _build(data: dict, source: str) -> Plan:
         if on not in names:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): target: unknown target {on!r} "
                             f"(known: {', '.join(names)})")
+        why = _side_problem(f, e, guard, {"main": target, **targets}[on])
+        if why:
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): {why}")
         steps.append(FaultStep(kind=f["kind"], name=f.get("name", f["kind"]), role=role, rank=f.get("rank", 0),
                                warmup_s=float(f.get("warmup_s", timing["warmup_s"])),
                                hold_s=float(f.get("hold_s", timing["hold_s"])),
@@ -518,7 +552,7 @@ def _build(data: dict, source: str) -> Plan:
                                proxy=bool(f.get("proxy", False)), at_start=bool(at_start),
                                on_log=at_start.get("on_log") if isinstance(at_start, dict) else None,
                                serve=bool(f.get("serve", False)),
-                               workload_first=bool(f.get("workload_first", False))))
+                               workload_first=bool(f.get("workload_first", False)), side=f.get("side")))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     _check_trace(workload, f"{source}: workload")
     every = {"main": target, **targets}
@@ -550,6 +584,50 @@ def _at_start_problem(f: dict, guard, expect: dict, target: Target | None) -> st
     return None
 
 
+def _side_problem(f: dict, expect: dict, guard, target: Target) -> str | None:
+    """Why a fault's `side` does not fit its target (None: it does): a pair's faults each name the side they aim
+    at; a single server has no sides."""
+    if target.pd is None:
+        if "side" in f or "side" in expect:
+            return (f"{'side' if 'side' in f else 'expect/side'}: only for a prefill/decode pair's target "
+                    f"(target: {{engine: ..., pd: {{...}}}})")
+        return None
+    if "side" not in f:
+        return "side: a fault on a prefill/decode pair names the side it aims at (side: prefill or side: decode)"
+    for key, why in (("proxy", "the pair's workload goes through servewatch proxy's pair mode already"),
+                     ("at_start", "the pair is started as one, shaken hands before a fault"),
+                     ("workload_first", "the pair's workload starts after the recorder")):
+        if f.get(key):
+            return f"{key}: not on a prefill/decode pair ({why})"
+    return None
+
+
+def _pair(t: dict, where: str) -> PairSpec | None:
+    """A target's `pd:` checked against the engines and connectors that run a pair (one line on a bad value)."""
+    given = t.get("pd")
+    if given is None:
+        return None
+    from servewatch.lab.pd import CONNECTORS, DEFAULT_LEASE_S
+    from servewatch.lab.recipe import VLLM
+
+    engine = t.get("engine")
+    vllm = VLLM.engine          # the one engine whose lab runs a pair (servewatch.lab.pd)
+    if engine not in (vllm, "sim"):
+        raise PlanError(f"{where}: pd: a prefill/decode pair runs on the lab vllm or the simulator (engine: vllm or "
+                        f"sim), not {'an existing server' if t.get('url') else engine}")
+    if t.get("under_guard") not in (None, False):
+        raise PlanError(f"{where}: pd: a pair is started by the drill itself, not under guard")
+    if engine == "sim" and "connector" in given:
+        raise PlanError(f"{where}: pd/connector: the simulator's pair has no connector to choose")
+    if engine == vllm and "kv_wait_timeout_s" in given:
+        raise PlanError(f"{where}: pd/kv_wait_timeout_s: only the simulator's decode takes it (vLLM's is its own)")
+    connector = given.get("connector", "nixl" if engine == vllm else "sim")
+    if engine == vllm and connector not in CONNECTORS:
+        raise PlanError(f"{where}: pd/connector: {connector!r} (known: {', '.join(CONNECTORS)})")
+    return PairSpec(connector=connector, lease_s=int(given.get("lease_s", DEFAULT_LEASE_S)),
+                    kv_wait_timeout_s=given.get("kv_wait_timeout_s"))
+
+
 def _guard(given) -> tuple[str, ...] | None:
     """A fault's `guard:` (true, or {act_on: [...]}) as the verdicts guard acts on (empty: its default)."""
     if given is None or given is False:
@@ -577,7 +655,8 @@ def _target(t: dict, where: str) -> Target:
                   args=tuple(t.get("args", ())),
                   max_model_len=t.get("max_model_len", 2048), url=t.get("url"), pid=t.get("pid"),
                   consent=bool(t.get("consent", False)), ready_timeout_s=t.get("ready_timeout_s", 240.0), env=env,
-                  under_guard=None if guarded in (None, False) else tuple(guarded if isinstance(guarded, list) else ()))
+                  under_guard=None if guarded in (None, False) else tuple(guarded if isinstance(guarded, list) else ()),
+                  pd=_pair(t, where))
 
 
 def single_fault_plan(kind: str, url: str, pid: int, *, consent: bool, role: str | None, hold_s: float | None,

@@ -13,7 +13,8 @@ from pathlib import Path
 from servewatch.drill import measure as M
 from servewatch.drill.faults import FAULTS
 from servewatch.drill.plan import workload_headers
-from servewatch.drill.target import DrillTarget, TargetError, make_target, pid_alive, port_held
+from servewatch.drill.pair import make as make_target
+from servewatch.drill.target import DrillTarget, TargetError, pid_alive, port_held
 from servewatch.actions.identity import ServerIdentityError
 from servewatch.errors import ServewatchError
 
@@ -25,6 +26,9 @@ LATE_SIGNAL_NOTE_S = 1.0       # a signal later than this after the injection be
 RUNNING_WORK_WAIT_S = 60.0     # a stop `on_running_work` waits at most this long for a request to run
 RUNNING_WORK_TRIES = 3         # ... and is tried this many times when it lands on an idle engine
 RUNNING_WORK_POLL_S = 0.2
+# A pair's step of these kinds needs only the side it aims at up: the other side may lie dead from an earlier step
+# (a pair start takes 40-120 s here), which the step's recorder then sees as that side's own verdicts.
+PAIR_ONE_SIDE_KINDS = ("kill",)
 
 
 class FaultNotRun(ServewatchError):
@@ -112,6 +116,7 @@ class StepResult:
     checks: list[dict] = field(default_factory=list)      # {expectation, met, observed}
     guard: dict | None = None                             # what guard did (a step with guard:)
     cleared: dict[str, float] = field(default_factory=dict)   # verdict -> seconds after the fault to its clearing
+    elsewhere: dict[str, float] = field(default_factory=dict)  # a pair: verdicts that named another side, when
     server_exit: dict | None = None                       # {status (Popen's), reported (process_exit's)}
     log_seen: dict[str, bool] = field(default_factory=dict)   # expect.log_shows literal -> in the log after it
     thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
@@ -145,6 +150,7 @@ class Context:
         self.waited = False          # the fault waited for a request to run before its signal
         self.log_offset = 0          # the server log's size at the injection (expect.log_shows reads after it)
         self.recorder_url: str | None = None   # servewatch proxy's, when it records the step: the workload's URL
+        self.pair = None             # a prefill/decode pair's step: the pair (drill.pair); `target` is the side at fault
 
     def cannot(self, why: str) -> FaultNotRun:
         return FaultNotRun(why)
@@ -224,6 +230,34 @@ class Context:
             self.result.facts["running_at_stop"] = frozen if frozen is not None else (before or 0.0)
             return stopped
 
+    def signal_tree(self, sig: int) -> list:
+        """One signal to every process of the instance aimed at (its children first, each proven again right
+        before): a whole server stopped or killed, as a node's failure takes it. The processes signalled."""
+        procs = list(reversed(self.target.processes()))
+        if not procs:
+            raise FaultNotRun(f"the server behind {self.target.url} is not running")
+        for proc in procs:
+            self.target.send(proc, sig)
+            if not self.result.touched:
+                self._injected_now()
+            self.result.touched.append({"pid": proc.pid, "title": proc.title, "role": proc.role, "rank": proc.rank,
+                                        "signal": signal.Signals(sig).name})
+        return procs
+
+    def hand_over(self):
+        """A pair's step: one request prefilled by hand before the fault lands (drill.pair.Handover); its decode leg
+        is sent once the fault holds (`handover.decode`), so that decode waits for KV from the side at fault."""
+        from servewatch.drill.pair import Handover
+
+        if self.pair is None:
+            raise FaultNotRun("decode_waits: only on a prefill/decode pair")
+        self.waited = True
+        handover = Handover(self.pair, self.model, self.result.index)
+        why = handover.prefill()
+        if why:
+            raise FaultNotRun(f"decode_waits: {why}")
+        return handover
+
     def signal_member(self, proc, sig: int) -> None:
         """Undo a signal (SIGCONT after SIGSTOP) on the very process it was sent to; what was not sent is
         said in the report."""
@@ -247,8 +281,9 @@ class Context:
                 proc.kill()
                 proc.wait(5)
 
-    def start_workload(self, *, after_s: float, duration_s: float) -> None:
-        self.run.start_workload(self, after_s=after_s, duration_s=duration_s)
+    def start_workload(self, *, after_s: float, duration_s: float, url: str | None = None) -> None:
+        """The step's workload; `url`: sent there instead (a pair's fault that routes around the router)."""
+        self.run.start_workload(self, after_s=after_s, duration_s=duration_s, url=url)
 
     def restart_target(self) -> float:
         if not self.target.owned:
@@ -327,8 +362,8 @@ class DrillRun:
         self.model_path = self.target.model_path()
         return True
 
-    def start_workload(self, ctx: Context, *, after_s: float, duration_s: float) -> None:
-        url = ctx.proxy.url if ctx.proxy is not None else (ctx.recorder_url or self.target.url)
+    def start_workload(self, ctx: Context, *, after_s: float, duration_s: float, url: str | None = None) -> None:
+        url = url or (ctx.proxy.url if ctx.proxy is not None else (ctx.recorder_url or self.target.url))
         step = ctx.step
         timeout = step.request_timeout_s
         spec = step.workload if step.workload is not None else self.plan.workload
@@ -357,7 +392,7 @@ class DrillRun:
         self.say(f"[{index + 1}/{len(self.plan.steps)}] {step.name}: "
                  + (f"at the start ({'when its log shows “' + step.on_log + '”' if step.on_log else 'at once'}): "
                     if step.at_start else "") + fault.summary)
-        if not (up and (step.at_start or self._ensure_up(result))):
+        if not (up and (step.at_start or self._ensure_up(result, step))):
             return result
         bundle_dir = self.out_dir / "bundles" / f"{index + 1:02d}-{step.kind}"
         disk_mode = None
@@ -370,19 +405,43 @@ class DrillRun:
                 wrapper = full_disk.wrapper(bundle_dir)
         else:
             bundle_dir.mkdir(parents=True, exist_ok=True)
-        ctx = Context(self.target, step, result, self)
+        pair = self.target if getattr(self.target, "sides", None) else None
+        aimed = pair.side(step.side) if pair is not None else self.target     # the instance the fault aims at
+        ctx = Context(aimed, step, result, self)
         ctx.workload = None
+        ctx.pair = pair
         if fault.via_proxy:
-            ctx.proxy = DelayProxy(self.target.host, self.target.port).start()
+            ctx.proxy = DelayProxy(aimed.host, aimed.port).start()
             self.proxies.append(ctx.proxy)
+        deployment = None
+        if pair is not None:
+            names = pair.names()
+            result.facts["side"] = f"{step.at_fault} {names[step.at_fault]}"     # what the verdicts must name
+            if step.at_fault != step.side:
+                result.facts["fault_on"] = f"{step.side} {names[step.side]}"
+            deployment = {"prefill": pair.side("prefill").url, "decode": pair.side("decode").url,
+                          "instance": aimed.url, "pid": aimed.pid, "name": names[step.side]}
         watcher = M.Watcher(self.target.url, self.target.pid, bundle_dir, interval_s=self.plan.interval_s,
                             settings=self.plan.settings, log_path=self.out_dir / "logs" / f"watch-{index + 1:02d}.log",
                             wrapper=wrapper, server_log=self.target.log_file(),
                             probe=(self.plan.probe_interval_s, self.plan.probe_deadline_s) if step.probe else None,
                             guard=step.guard, stacks_dir=self.out_dir / "stacks",
                             proxy_records=self.out_dir / "logs" / f"proxy-{index + 1:02d}.jsonl" if step.proxy else None,
-                            serve=step.serve, env=fault.recorder_env(ctx, self.out_dir / "recorder-env" / f"{index + 1:02d}"))
-        prober = M.Prober(self.target.url)
+                            serve=step.serve, env=fault.recorder_env(ctx, self.out_dir / "recorder-env" / f"{index + 1:02d}"),
+                            deployment=deployment)
+        bystander = None        # a pair's guard: the one holding the other side, which must not act
+        if pair is not None and step.guard is not None:
+            from servewatch.drill.pair import other
+
+            side = pair.side(other(step.side))
+            bystander = M.Watcher(self.target.url, self.target.pid, self.out_dir / "bundles" / f"{index + 1:02d}-other-side",
+                                  interval_s=self.plan.interval_s, settings=self.plan.settings,
+                                  log_path=self.out_dir / "logs" / f"guard-other-{index + 1:02d}.log",
+                                  probe=None, guard=step.guard, stacks_dir=self.out_dir / "stacks-other",
+                                  deployment={**deployment, "instance": side.url, "pid": side.pid,
+                                              "name": pair.names()[other(step.side)]})
+        router = None
+        prober = M.Prober(aimed.url)
         tree = []
         try:
             if step.workload_first and fault.workload and not step.at_start:
@@ -393,10 +452,25 @@ class DrillRun:
             if not watcher.start():
                 result.not_run = "the recorder did not start recording within 30 s"
                 return result
+            if bystander is not None and not bystander.start():
+                result.not_run = "guard on the other side did not start recording within 30 s"
+                return result
             if step.proxy and watcher.listen_url is None:
                 result.not_run = "servewatch proxy did not say where it listens"
                 return result
             ctx.recorder_url = watcher.listen_url
+            if pair is not None:        # each request takes both legs: servewatch proxy's pair mode
+                from servewatch.drill.pair import PairRouter
+
+                try:
+                    router = PairRouter(pair.side("prefill").url, pair.side("decode").url,
+                                        self.out_dir / "logs" / f"router-{index + 1:02d}.log",
+                                        self.out_dir / "logs" / f"router-{index + 1:02d}.jsonl").start()
+                except TargetError as exc:
+                    result.not_run = str(exc)
+                    return result
+                self.proxies.append(router)
+                ctx.recorder_url = router.url
             prober.start()
             begun = time.time()
             if step.at_start:           # no workload: the fault lands during the start, at its moment
@@ -408,8 +482,8 @@ class DrillRun:
                                         duration_s=step.warmup_s + step.hold_s + step.traffic_after_revert_s)
                 self._sleep_until(begun + step.warmup_s)
             if step.guard is not None:      # the tree guard may kill: each of them must be gone after
-                tree = self.target.processes()
-            ctx.log_offset = 0 if step.at_start else M.log_size(self.target.log_file())
+                tree = aimed.processes()
+            ctx.log_offset = 0 if step.at_start else M.log_size(aimed.log_file())
             # at once at a start: the fault's time counts from the launch (a start can fail before the recorder
             # has said it records); a signal still stamps its own moment (Context.signal)
             result.injected_at = self.launched_at if step.at_start and not step.on_log else time.time()
@@ -441,6 +515,10 @@ class DrillRun:
                                   + WORKLOAD_JOIN_MARGIN_S)
             if step.proxy:
                 watcher.stop()
+            if bystander is not None:
+                bystander.stop()
+            if router is not None:
+                router.close()
             for proc in ctx.spawned:
                 ctx.end_spawned(proc)
             if ctx.proxy is not None:
@@ -453,9 +531,14 @@ class DrillRun:
             result.facts["probe"] = cost
         if step.guard is not None and result.injected_at is not None:
             result.guard = self._guard_outcome(result, watcher, tree)
+            if bystander is not None:    # the other side's guard: no stacks, no kill, not exited 3
+                acted = [line.get("guard") for _, line in bystander.actions if line.get("guard") in ("stacks", "kill")]
+                result.guard["other_side"] = {"acted": bool(acted), "exit": bystander.exit_code}
         self._measure(result, step, watcher, prober, ctx)
         killed = bool(result.guard and result.guard["kill"])
         if (fault.takes_server_down or killed) and self.target.owned and not last:   # the last: the drill stops it
+            if getattr(self.target, "sides", None):     # a pair: started again when a later step needs it whole
+                return result
             result.restarted_by_drill_s = self._restart(result)
         return result
 
@@ -534,7 +617,11 @@ class DrillRun:
         while (left := t - time.time()) > 0:
             time.sleep(min(left, 0.5))   # the drill's own timeline (warm-up, hold, observation)
 
-    def _ensure_up(self, result: StepResult) -> bool:
+    def _ensure_up(self, result: StepResult, step=None) -> bool:
+        if getattr(self.target, "sides", None) and step is not None and step.kind in PAIR_ONE_SIDE_KINDS:
+            side = self.target.side(step.side)      # a kill needs only its own side: no second start of the pair
+            if side.healthy() and side.processes():
+                return True
         if self.target.healthy() and self.target.processes():
             return True
         if not self.target.owned:
@@ -560,6 +647,16 @@ class DrillRun:
 
         injected, reverted = result.injected_at, result.reverted_at or result.injected_at
         events, probes = watcher.events, prober.answers
+        acting = events         # what guard and livez of the target may act on
+        if ctx.pair is not None:     # a pair: the verdicts met are the ones naming the side at fault
+            from servewatch.drill.pair import acting_events, side_events
+
+            at_fault = step.at_fault
+            name = ctx.pair.names()[at_fault]
+            named = side_events(events, name, at_fault)
+            result.elsewhere = {v: t for v, t in M.detections([e for e in events if e not in named], injected).items()}
+            acting = acting_events(events, ctx.pair.names()[step.side])
+            events = named
         result.detected = M.detections(events, injected)
         result.explained = M.explanations(events, injected)
         result.fired_before = sorted({e.verdict for e in events if e.event == "fired" and e.t < injected})
@@ -576,12 +673,12 @@ class DrillRun:
             result.livez = M.answers_during(watcher.livez, injected, reverted)
             result.readyz = M.answers_during(watcher.readyz, injected, reverted)
         else:
-            livez = M.livez_answers(events, start, end)
+            livez = M.livez_answers(acting, start, end)
         restart = M.kubelet_restart(livez, start, end)
         result.kubelet_livez_s = None if restart is None else round(restart - injected, 1)
         from servewatch.drill.faults import FAULTS
 
-        result.policy = M.policy(FAULTS[step.kind].demands_of(step), events, injected, end,
+        result.policy = M.policy(FAULTS[step.kind].demands_of(step), acting, injected, end,
                                  livez=watcher.livez if step.serve else None)
         records = ctx.workload.records if ctx.workload is not None else []
         if records:
@@ -597,10 +694,10 @@ class DrillRun:
         if step.expect.fire_by_threshold:
             result.thresholds = M.thresholds(events, injected, step.expect.fire_by_threshold)
         if step.expect.log_shows:
-            result.log_seen = M.log_shows(self.target.log_file(), ctx.log_offset, step.expect.log_shows)
+            result.log_seen = M.log_shows(ctx.target.log_file(), ctx.log_offset, step.expect.log_shows)
         if step.expect.exit_within_s is not None or "process_exit" in result.detected:
-            result.server_exit = {"status": self.target.exit_status(), "reported": M.reported_exit(events, injected),
-                                  "read_as_parent": self.target.owned}
+            result.server_exit = {"status": ctx.target.exit_status(), "reported": M.reported_exit(events, injected),
+                                  "read_as_parent": ctx.target.owned}
         result.recovery_s = M.recovery(records, reverted)
         result.health_back_s = M.first_ok_after(probes, reverted)
         where = Path(watcher.command[watcher.command.index("--out") + 1])
@@ -636,8 +733,9 @@ class DrillRun:
             if not target.owned:
                 continue    # an existing server is left running on purpose
             left += [pid for pid, created in target.seen_pids.items() if pid_alive(pid, created)]
-            if port_held(target.host, target.port):
-                ports.append(target.port)
+            for host, port in (target.ports() if hasattr(target, "ports") else [(target.host, target.port)]):
+                if port_held(host, port):
+                    ports.append(port)
         helpers = [p.pid for p in self.helpers if p.poll() is None]
         for proxy in self.proxies:
             if proxy.port and port_held(proxy.host, proxy.port):

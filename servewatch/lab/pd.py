@@ -136,7 +136,9 @@ HANDSHAKE_LEG_S = 300.0            # one leg of the short hand-over: at a load a
 HANDSHAKE_PROMPT = " ".join(["servewatch lab pair handshake"] * 16)   # ~100 tokens: whole KV blocks to read
 
 
-def _post_json(url: str, body: dict, timeout_s: float) -> tuple[int | None, dict | None]:
+def post_completion(url: str, body: dict, timeout_s: float) -> tuple[int | None, dict | None]:
+    """POST /v1/completions with `body` on a fresh connection: (status, the answer's JSON object), None for what
+    did not come (no answer, not a JSON object)."""
     from servewatch.transport.contract import HttpRequest, Reply, send_blocking
 
     got = send_blocking(HttpRequest("POST", f"{url}/v1/completions", timeout_s=timeout_s, max_bytes=1 << 20,
@@ -174,7 +176,7 @@ class PdPair:
         5 s receive ("handshake_failed", HTTP 500 for that request): measured 1.0 s when it worked on this
         machine, and over 5 s in 3 of 6 hand-overs sent right after the pair was ready (2026-12-06). Once shaken,
         the pair's requests need no side channel. Raises LabSetupError when no hand-over got through."""
-        send = post or _post_json
+        send = post or post_completion
         last = ""
         for attempt in range(1, attempts + 1):
             status, answer = send(self.prefill.url, {"model": self.prefill.config.served_model_name,
