@@ -44,7 +44,7 @@ def test_pd_sim_plan_meets_every_expectation_with_nothing_left(drilled):
     unmet = [(f["name"], [c for c in f["checks"] if not c["met"]], f["not_run"]) for f in drilled["faults"]
              if not f["met"]]
     assert unmet == [] and drilled["exit"] == 0, unmet
-    assert drilled["leaks"]["ok"] and len(drilled["faults"]) == 6
+    assert drilled["leaks"]["ok"] and len(drilled["faults"]) == 7
     # one start, then one more for the step after guard killed the prefill; decode killed needs only decode
     assert drilled["target"]["restarts_by_drill"] == 1 and len(drilled["target"]["ready_s"]) == 2
 
@@ -73,6 +73,12 @@ def test_each_pair_verdict_names_the_side_at_fault(drilled):
     assert killed["facts"]["decode_after_kill"]["status"] == 500     # decode fails the request whose KV died
     gone = _fault(drilled, "decode killed")
     assert gone["explained"]["health_loss"].startswith("decode ") and gone["detected"]["health_loss"] <= 4
+
+
+def test_under_serve_the_prefills_livez_fails_and_decodes_never_does(drilled):
+    served = _fault(drilled, "prefill stopped while decode waits, under serve")
+    assert served["livez"].get("503", 0) > 0 and set(served["livez_other"]) == {"200"}
+    assert served["policy"]["acted_on"] == "kv_transfer_stall" and served["policy"]["acted_s"] <= 9
 
 
 def test_guard_acts_on_the_prefill_only_and_the_guard_holding_decode_does_nothing(drilled):

@@ -80,7 +80,11 @@ def check(expect, result) -> list[dict]:
         for item in _cleared(expect, result):
             add(*item)
     if expect.livez != "any":
-        add(*_answered("servewatch serve's livez", expect.livez, result.livez or {}))
+        aimed = result.facts.get("fault_on", result.facts.get("side"))     # a pair: the livez of the side aimed at
+        add(*_answered("servewatch serve's livez" + (f" of the {aimed}" if aimed else ""), expect.livez,
+                       result.livez or {}))
+    if getattr(result, "livez_other", None) is not None:     # a pair under serve: the other side is never failed
+        add(*_answered("servewatch serve's livez of the other side", "ok", result.livez_other))
     if expect.readyz != "any":
         add(*_answered("servewatch serve's readyz", expect.readyz, result.readyz or {}))
     if expect.ready_within_s is not None:

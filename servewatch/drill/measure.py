@@ -144,6 +144,8 @@ class Watcher:
         command = [*(wrapper or [sys.executable, "-m", "servewatch"])]
         # a prefill/decode pair (drill.pair): {prefill, decode: URLs; instance, pid, name: the side at fault}
         self.instance = deployment["name"] if deployment is not None else None
+        self.other_instance = deployment.get("other") if deployment is not None else None
+        self.livez_other: list[tuple[float, int | None]] = []   # a pair under serve: the other side's livez
         if deployment is not None:
             pair = ["--prefill", deployment["prefill"], "--decode", deployment["decode"]]
             if serve:                           # a deployment is a serve target from its config
@@ -261,13 +263,16 @@ class Watcher:
                             self.events.append(event)
             self.livez.append((now, self._status("livez")))
             self.readyz.append((now, self._status("readyz")))
+            if self.other_instance:
+                self.livez_other.append((now, self._status("livez", self.other_instance)))
             time.sleep(SERVE_POLL_S)   # serve's HTTP API, polled as a kubelet and a dashboard would
 
-    def _status(self, endpoint: str) -> int | None:
+    def _status(self, endpoint: str, instance: str | None = None) -> int | None:
         """serve's answer for the drill's target at `endpoint` (livez, readyz): its status, None without one."""
         from servewatch.drill.target import get
 
-        which = f"?instance={self.instance}" if self.instance else ""     # a pair: the side at fault's
+        instance = instance or self.instance
+        which = f"?instance={instance}" if instance else ""     # a pair: the side at fault's (or the other's)
         answer = get(f"{self.serve_url}/targets/{SERVE_TARGET}/{endpoint}{which}", 2.0, SERVE_READ_LIMIT)
         return answer.status if answer is not None else None
 

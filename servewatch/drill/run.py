@@ -122,6 +122,7 @@ class StepResult:
     thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
     ready_s: float | None = None                          # at_start: the start the step made, to /health 200
     livez: dict[str, int] | None = None                   # serve: its livez answers while the fault held
+    livez_other: dict[str, int] | None = None             # serve on a pair: the other side's livez meanwhile
     readyz: dict[str, int] | None = None                  # serve: its readyz answers while the fault held
     policy: dict | None = None    # what the fault demanded (an action class) and when guard and livez acted (M.policy)
     inconclusive: str | None = None   # "recorder starved N s": a miss while the recorder was starved (expect.inconclusive)
@@ -419,8 +420,11 @@ class DrillRun:
             result.facts["side"] = f"{step.at_fault} {names[step.at_fault]}"     # what the verdicts must name
             if step.at_fault != step.side:
                 result.facts["fault_on"] = f"{step.side} {names[step.side]}"
+            from servewatch.drill.pair import other
+
             deployment = {"prefill": pair.side("prefill").url, "decode": pair.side("decode").url,
-                          "instance": aimed.url, "pid": aimed.pid, "name": names[step.side]}
+                          "instance": aimed.url, "pid": aimed.pid, "name": names[step.side],
+                          "other": names[other(step.side)]}
         watcher = M.Watcher(self.target.url, self.target.pid, bundle_dir, interval_s=self.plan.interval_s,
                             settings=self.plan.settings, log_path=self.out_dir / "logs" / f"watch-{index + 1:02d}.log",
                             wrapper=wrapper, server_log=self.target.log_file(),
@@ -431,8 +435,6 @@ class DrillRun:
                             deployment=deployment)
         bystander = None        # a pair's guard: the one holding the other side, which must not act
         if pair is not None and step.guard is not None:
-            from servewatch.drill.pair import other
-
             side = pair.side(other(step.side))
             bystander = M.Watcher(self.target.url, self.target.pid, self.out_dir / "bundles" / f"{index + 1:02d}-other-side",
                                   interval_s=self.plan.interval_s, settings=self.plan.settings,
@@ -672,6 +674,8 @@ class DrillRun:
             livez = [(t, status == 200) for t, status in watcher.livez]
             result.livez = M.answers_during(watcher.livez, injected, reverted)
             result.readyz = M.answers_during(watcher.readyz, injected, reverted)
+            if ctx.pair is not None:     # the other side's livez: a fault on one side never fails it
+                result.livez_other = M.answers_during(watcher.livez_other, injected, reverted)
         else:
             livez = M.livez_answers(acting, start, end)
         restart = M.kubelet_restart(livez, start, end)
