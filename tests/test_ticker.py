@@ -215,3 +215,35 @@ def test_an_idle_source_is_only_looked_at_until_it_has_something_to_ask_then_pol
     assert listing.polls[0] >= listing.listed_at            # never polled while idle
     assert len(listing.polls) >= 3                          # then on its cadence, on its own task
     assert [y - x for x, y in zip(listing.polls, listing.polls[1:])] == pytest.approx([0.1] * 2, abs=0.09)
+
+
+def test_the_probes_rank_check_asks_nothing_and_makes_no_window_while_the_ring_holds_no_process_sample():
+    """The probe's check asks the detectors' suspicion (a stalled rank: ask at once) only while the ring holds what
+    suspicion reads, the process view; a remote target has none, and without one suspicion finds nothing anyway."""
+    from servewatch.detectors import DetectorConfig, ranks
+    from servewatch.timeline.ring import Ring
+    from servewatch.timeline.samples import HealthSample, ProcessSample
+
+    assert ranks.SUSPICION_READS == "process"
+    clock = VirtualClock(start=500.0)
+    asked = []
+
+    def suspicion(window):
+        asked.append(window)
+        return ranks.suspicion(window, DetectorConfig())
+
+    ring = Ring.for_history(60.0, {"health": 1.0, "process": 1.0, "probe": 1.0})
+    ring.add(HealthSample(499.0, 200, 0.01))
+    probe = ProbeSource(lambda deadline_s, **route: _Served(), clock, probe_interval_s=5.0, check_s=1.0)
+    probe.bind_timeline(ring, suspicion, reads=ranks.SUSPICION_READS)
+    assert ranks.suspicion(ring.window(), DetectorConfig()) is None      # what it would have said: nothing
+    probe.poll_now()
+    assert asked == [] and not ring.holds("process") and ring.holds("health")
+    ring.add(ProcessSample(t=500.0, root_pid=1, root_create_time=0.0, alive=True))
+    clock.advance(1.0)
+    probe.poll_now()
+    assert len(asked) == 1 and [p.t for p in asked[0].process] == [500.0]
+    unbound = ProbeSource(lambda deadline_s, **route: _Served(), clock, probe_interval_s=5.0, check_s=1.0)
+    unbound.bind_timeline(Ring.for_history(60.0, {"health": 1.0}), suspicion)    # no `reads`: always asked
+    unbound.poll_now()
+    assert len(asked) == 2

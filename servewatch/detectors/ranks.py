@@ -144,6 +144,9 @@ def _suspects(window: Window, config: Thresholds) -> tuple[Suspect, ...]:
     return tuple(found)
 
 
+SUSPICION_READS = "process"      # suspicion finds nothing in a window without a process sample (`_samples`)
+
+
 def suspicion(window: Window, config: Thresholds) -> tuple[float, Aim | None] | None:
     """When the newest suspicion began (the probe source asks at once after it), and how to aim the probe at
     that rank's data-parallel engine (None where it needs no aim or none is known); None without one."""

@@ -124,8 +124,10 @@ class CollectiveSource:
 
     # --- the recorder's hooks ------------------------------------------------------------------------
 
-    def bind_timeline(self, ring, suspicion=None) -> None:
-        """The recorder's ring and, from the detectors' layer, when a rank began to look stalled."""
+    def bind_timeline(self, ring, suspicion=None, reads: str | None = None) -> None:
+        """The recorder's ring and, from the detectors' layer, when a rank began to look stalled (`reads`: the
+        kind suspicion needs, as the recorder tells every source; this source asks it only while a collective
+        waits, so it keeps no shortcut)."""
         self._ring, self._suspicion = ring, suspicion
 
     def bind_verdicts(self, restart_pending: Callable[[], bool]) -> None:

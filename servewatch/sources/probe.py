@@ -92,6 +92,7 @@ class ProbeSource:
         self.sent = 0                  # probes asked (what the probe cost)
         self.skipped = 0               # intervals in which the counters had already proven progress
         self._ring = None
+        self._suspicion_reads: str | None = None
         self._attempt: Attempt | None = None
         self._asked: float | None = None
         self._last_skip: float | None = None
@@ -127,12 +128,15 @@ class ProbeSource:
     # engine or None), or None (bind_timeline)
     suspicion = None
 
-    def bind_timeline(self, ring, suspicion=None) -> None:
+    def bind_timeline(self, ring, suspicion=None, reads: str | None = None) -> None:
         """The recorder's ring, where the probe reads whether the counters already proved progress; and,
         from the layer that knows the detectors, when the process view began to show a stalled rank and how
-        to send a request to that rank's engine."""
+        to send a request to that rank's engine. `reads`: the sample kind without which `suspicion` finds
+        nothing (it is not asked, and no window made for it, while the ring holds none: a remote target has no
+        process view, and serve checks hundreds of them every cadence)."""
         self._ring = ring
         self.suspicion = suspicion
+        self._suspicion_reads = reads
 
     def cost_line(self) -> str:
         span = self.clock.now() - self._first_poll if self._first_poll is not None else 0.0
@@ -223,6 +227,8 @@ class ProbeSource:
         request's answer — from that rank's engine, where the server has more than one (data parallel)."""
         if self._ring is None or self.suspicion is None or (
                 self._last_urgent is not None and now - self._last_urgent < URGENT_GAP_S):
+            return None
+        if self._suspicion_reads is not None and not self._ring.holds(self._suspicion_reads):
             return None
         found = self.suspicion(self._ring.window(since=now - 60.0))
         if found is None:

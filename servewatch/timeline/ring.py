@@ -65,6 +65,10 @@ class Ring:
     def __len__(self) -> int:
         return sum(len(d) for d in self._deques.values())
 
+    def holds(self, kind: str) -> bool:
+        """It holds a sample of `kind` now."""
+        return bool(self._deques[kind])
+
     def window(self, since: float | None = None) -> Window:
         """A frozen copy of what the ring holds (optionally only samples at or after `since`)."""
         def pick(kind: str) -> tuple:

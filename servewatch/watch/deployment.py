@@ -91,7 +91,7 @@ class DeploymentRecorder(Recorder):
                 self._ring_of[id(source)] = ring
                 bind = getattr(source, "bind_timeline", None)
                 if bind is not None:
-                    bind(ring, partial(ranks.suspicion, config=self.config))
+                    bind(ring, partial(ranks.suspicion, config=self.config), reads=ranks.SUSPICION_READS)
             rings.append((member, ring))
         self.ring = DeploymentRing(rings)
 

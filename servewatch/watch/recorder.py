@@ -52,7 +52,7 @@ class Recorder:
         for source in self.sources:
             bind = getattr(source, "bind_timeline", None)   # a source that reads the timeline (the probe)
             if bind is not None:
-                bind(self.ring, partial(ranks.suspicion, config=self.config))
+                bind(self.ring, partial(ranks.suspicion, config=self.config), reads=ranks.SUSPICION_READS)
             bind_verdicts = getattr(source, "bind_verdicts", None)   # a source that acts while one holds (collectives)
             if bind_verdicts is not None:
                 bind_verdicts(self.restart_pending)
