@@ -1146,3 +1146,40 @@ def test_a_drill_target_says_why_its_engine_kept_its_cpu_priority():
     lab.server = SimpleNamespace(cpu_note="its session's CPU priority was left as it is (Permission denied)")
     assert lab.cpu_note() == "its session's CPU priority was left as it is (Permission denied)"
     assert DrillTarget.cpu_note(lab) is None
+
+
+def test_the_workload_ends_once_a_good_request_after_the_fault_has_finished():
+    """The traffic after a fault is planned for the whole recovery bound (recover_within_s); the drill ends it once
+    a good request sent after the fault has finished, the recovery the step measures, which stays the same. In the
+    clean-clone CI of 2026-12-06 19:05 the real vLLM drill's faults recovered in 1.6-10 s and sent for 24 s each."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_watch_command import free_port, wait_healthy
+
+    port = free_port()
+    sim = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", str(port), "--model-name", "tiny"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}")
+        load = M.Workload(f"http://127.0.0.1:{port}", "tiny", {"scenario": "custom", "concurrency": 2,
+                                                                "prompt_tokens": 8, "output_tokens": 8},
+                          duration_s=60.0, request_timeout_s=30.0).start()
+        load.extend_to(load.ends_at + 30.0)        # a late signal's follow-on run shares the early end
+        reverted = time.time()
+        planned_end = load.ends_at
+        assert load.end_at_recovery(reverted) is True
+        ended = time.time()
+        load.join(60.0)
+        assert not load.running()
+        records = load.records
+        first_good = M.recovery(records, reverted)
+        assert first_good is not None and ended < planned_end - 60
+        assert max(r.sent for r in records) <= ended            # nothing sent after the end
+        assert all(r.ok for r in records) and len(load.finished) == len(records)
+        assert load.followers[0].records == []                  # the follow-on run never began
+        assert load.ends_at <= ended
+    finally:
+        sim.terminate()
+        sim.wait(10)

@@ -313,6 +313,12 @@ class Workload:
         self.seed = seed
         self.ends_at = time.time() + after_s + duration_s     # epoch: no request is sent after it
         self._records: list = []
+        # A follow-on run (extend_to) shares its first run's live records and early end: the root's.
+        self._root: Workload = self
+        self.finished: list = []        # each request's record as it finishes (appended by the load's thread)
+        self._stop_sending = threading.Event()
+        self._recovery_after: float | None = None
+        self.recovered = threading.Event()   # a good request sent at or after _recovery_after has finished
         self._problem: str | None = None
         self.followers: list[Workload] = []
         self._thread = threading.Thread(target=self._run, name="drill-workload", daemon=True)
@@ -330,16 +336,45 @@ class Workload:
         added = until - self.ends_at
         if added <= 0:
             return 0.0
-        follower = Workload(self.url, self.model, self.spec, duration_s=added,
-                            after_s=max(0.0, self.ends_at - time.time()), request_timeout_s=self.request_timeout_s,
-                            seed=self.seed + 1000 * (len(self.followers) + 1), headers=self.headers).start()
-        self.followers.append(follower)
+        self.follow(Workload(self.url, self.model, self.spec, duration_s=added,
+                             after_s=max(0.0, self.ends_at - time.time()), request_timeout_s=self.request_timeout_s,
+                             seed=self.seed + 1000 * (len(self.followers) + 1), headers=self.headers))
         self.ends_at = until
         return added
+
+    def follow(self, follower: "Workload") -> None:
+        """Start a follow-on run that shares this run's live records and early end."""
+        follower._root = self._root
+        self.followers.append(follower)
+        follower.start()
 
     @property
     def records(self) -> list:
         return [*self._records, *(r for f in self.followers for r in f.records)]
+
+    def load_options(self) -> dict:
+        """What run_load is given besides the config: the early end and the live records."""
+        return {"stop_sending": self._root._stop_sending.is_set, "on_record": self._on_record}
+
+    def _on_record(self, rec) -> None:
+        root = self._root
+        root.finished.append(rec)
+        after = root._recovery_after
+        if after is not None and rec.ok and rec.sent is not None and rec.sent >= after:
+            root.recovered.set()
+
+    def end_at_recovery(self, reverted_at: float) -> bool:
+        """Send until a good request sent at or after `reverted_at` has finished (the recovery a step measures,
+        `recovery`), at most until the planned end, then no more: those in flight finish. The traffic after a fault
+        is planned for the whole recovery bound; once the recovery is seen the rest adds nothing to the step. True
+        when the recovery came before the planned end."""
+        self._recovery_after = reverted_at       # before the scan: a record finishing meanwhile sets the event
+        if any(r.ok and r.sent is not None and r.sent >= reverted_at for r in list(self.finished)):
+            self.recovered.set()
+        came = self.recovered.wait(max(0.0, self.ends_at - time.time()))
+        self._stop_sending.set()
+        self.ends_at = min(self.ends_at, time.time())
+        return came
 
     @property
     def problem(self) -> str | None:
@@ -358,8 +393,9 @@ class Workload:
         from servewatch.load.runner import run_load
         from servewatch.load.scenarios import LoadConfig
 
-        if self.after_s > 0:
-            time.sleep(self.after_s)   # the drill's own timeline: traffic starts this long after the fault
+        if self.after_s > 0 and self._root._stop_sending.wait(self.after_s):
+            return                     # the drill's own timeline: traffic starts this long after the fault,
+                                       # unless the traffic was ended before
         spec = self.spec
         config = LoadConfig(url=self.url, scenario=spec.get("scenario", "custom"), rate=spec.get("rate"),
                             concurrency=spec.get("concurrency"), arrival=spec.get("arrival", "poisson"),
@@ -370,7 +406,7 @@ class Workload:
                             connect_timeout_s=float(spec.get("connect_timeout_s", CONNECT_TIMEOUT_S)),
                             sender_priority="normal", headers=self.headers)
         try:
-            self._records = run_load(config).records
+            self._records = run_load(config, **self.load_options()).records
         except ServewatchError as exc:
             self._problem = str(exc)
 

@@ -53,11 +53,10 @@ class TraceWorkload(M.Workload):
         added = until - self.ends_at
         if added <= 0:
             return 0.0
-        follower = TraceWorkload(self.url, self.model, self.spec, duration_s=added,
-                                 after_s=max(0.0, self.ends_at - time.time()), request_timeout_s=self.request_timeout_s,
-                                 seed=self.seed, headers=self.headers,
-                                 trace_offset_s=self.trace_offset_s + self.window()[1] - self.window()[0]).start()
-        self.followers.append(follower)
+        self.follow(TraceWorkload(self.url, self.model, self.spec, duration_s=added,
+                                  after_s=max(0.0, self.ends_at - time.time()), request_timeout_s=self.request_timeout_s,
+                                  seed=self.seed, headers=self.headers,
+                                  trace_offset_s=self.trace_offset_s + self.window()[1] - self.window()[0]))
         self.ends_at = until
         return added
 
@@ -65,8 +64,9 @@ class TraceWorkload(M.Workload):
         from servewatch.load.runner import run_load
         from servewatch.load.scenarios import LoadConfig
 
-        if self.after_s > 0:
-            time.sleep(self.after_s)   # the drill's own timeline, as a scenario's workload keeps it
+        if self.after_s > 0 and self._root._stop_sending.wait(self.after_s):
+            return                     # the drill's own timeline, as a scenario's workload keeps it (unless the
+                                       # traffic was ended before)
         from servewatch.load.trace import read_trace
 
         spec = self.spec
@@ -83,7 +83,7 @@ class TraceWorkload(M.Workload):
                             connect_timeout_s=float(spec.get("connect_timeout_s", M.CONNECT_TIMEOUT_S)),
                             sender_priority="normal", headers=self.headers)
         try:
-            self._records = run_load(config).records
+            self._records = run_load(config, **self.load_options()).records
         except ServewatchError as exc:     # the trace by its name only: a drill's report is shareable
             self._problem = str(exc).replace(spec["trace"], Path(spec["trace"]).name)
 
@@ -508,6 +508,10 @@ class DrillRun:
                 self._sleep_until(time.time() + max(step.observe_s, step.expect.clear_within_s or 0.0))
             else:
                 self._sleep_until(result.reverted_at + step.watch_after_revert_s)
+                if ctx.workload is not None and step.expect.recover_within_s is not None:
+                    # the traffic after the fault was planned for the whole recovery bound: it ends once the
+                    # recovery is seen (the recorder's observation is over by now)
+                    ctx.workload.end_at_recovery(result.reverted_at)
         finally:
             prober.stop()
             if not step.proxy:              # the proxy is the workload's path: it outlives the workload
