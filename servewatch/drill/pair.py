@@ -22,6 +22,9 @@ from servewatch.errors import ServewatchError
 
 SIDES = ("prefill", "decode")
 ROUTER_READY_S = 30.0
+# After a fault that ends (SIGCONT), a side catches up before it answers /health again: decode resumed from a 45 s
+# stop with a queue behind it missed the drill's one 2 s look and the pair was started again for nothing (90 s).
+SETTLE_S = 30.0
 _ROUTER_LISTENING = re.compile(r"servewatch proxy: listening on (127\.0\.0\.1:\d+)")
 
 
@@ -172,7 +175,10 @@ class PairTarget(DrillTarget):
             self.sides[side].stop()
 
     def healthy(self) -> bool:
-        return all(self.sides[s].healthy() for s in SIDES)
+        """Both sides answer /health 200, each given up to SETTLE_S while its server runs."""
+        from servewatch.drill.target import wait_healthy
+
+        return all(wait_healthy(self.sides[s].url, SETTLE_S, alive=self.sides[s].running_process) for s in SIDES)
 
     def processes(self):
         found = []

@@ -1,0 +1,36 @@
+"""The drill plan `pd-vllm` (tests/conformance/plans/pd-vllm.yaml) on a real vLLM prefill/decode pair joined by
+NIXL, run by `servewatch drill` exactly as a user runs it (test_7_drill's harness: every expectation met, the
+drill's exit status and drill.json agreeing, nothing leaked, a miss explained by a measured freeze run once more):
+the healthy pair under steady load, the router sent decode-only, decode stopped past the prefill's lease, the
+prefill stopped while decode waits (under guard on each side), the prefill killed after its step, decode killed —
+each verdict met naming the side at fault. Marker `pd`: run it with
+`flock /tmp/servewatch-real-engine.lock pytest -m pd tests/conformance/test_13_pd_drill.py -s`.
+
+Measured (docs/site/real-engines.md, "The drill on the pair (plan pd-vllm)"), 2026-12-06 22:19, load average 9-15
+(two other sessions on the 2 cores): the pair ready in 83.4 s (82.7 s and 94.4 s for two more starts), 580 s in all;
+pd_bypass 1.2 s, kv_expired 30.6 s (lease 30 s), kv_transfer_stall 10.8 s (threshold 10 s), guard's kill of the
+prefill 4.1 s after the stop (rank_stalled; decode's guard did nothing), health_loss 1.5 s after each kill. The
+healthy step missed: decode's own alive_health_ok_no_progress (2.3 s without a step, its engine starved). At 22:00
+(load average ~30): the pair ready in 256 s, 688 s in all, and decode's guard killed decode on that verdict."""
+
+from __future__ import annotations
+
+import pytest
+from test_7_drill import _drill, _timeout
+
+pytestmark = [pytest.mark.pd]
+
+
+@pytest.mark.timeout(_timeout("pd-vllm"))
+def test_pd_drill_names_the_side_at_fault_on_a_real_nixl_pair(lab, run_dir):
+    drilled = _drill("pd-vllm", run_dir / "drill")
+    doc = drilled.runs[0][0]
+    for fault in (f for run, _ in drilled.runs for f in run["faults"]):
+        print(f"{fault['index']}. {fault['name']}: {fault['facts'].get('side')}; detected {fault['detected']}; "
+              f"elsewhere {fault['elsewhere']}; facts {fault['facts']}")
+    guarded, _, _ = drilled.fault("prefill stopped while decode waits, under guard")
+    assert guarded["guard"]["acted_on"] in ("rank_stalled", "kv_transfer_stall"), guarded["guard"]
+    assert guarded["guard"]["other_side"]["acted"] is False, guarded["guard"]
+    stalled, _, _ = drilled.fault("prefill stopped while decode waits")
+    assert stalled["policy"]["acted_on"] == "kv_transfer_stall" and stalled["elsewhere"].get("kv_transfer_stall") is None
+    print(f"pair ready after {doc['target']['ready_s']} s; drill {doc['duration_s']} s")
