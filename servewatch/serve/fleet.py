@@ -214,8 +214,8 @@ class Fleet:
                         f"on this node come from dcgm-exporter at {config.gpu_metrics}")
             print(f"servewatch {tool}: {said}", file=sys.stderr, flush=True)
         self.runs: dict[str, TargetRun] = {}
-        # One timer wheel for every target's probe check and heartbeat (a target's cadence then costs two task
-        # wake-ups fewer a second; watch.ticker).
+        # One timer wheel for every target's probe check, heartbeat and idle slot listing (a target's cadence then
+        # costs three task wake-ups fewer; watch.ticker).
         from servewatch.watch.ticker import Ticker
         self.ticker = Ticker(clock, tool=tool)
         self.writers: list = []           # every target's bundle writer this run, gone targets' too (their counts)

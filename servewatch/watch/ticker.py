@@ -1,8 +1,8 @@
 """One timer for many recorders' fixed-cadence checks: a timer wheel (serve's fleet).
 
-A recorder on its own wakes a task for each of its 1 s checks (the request-path probe's, and the heartbeat that
-measures its own sampling): two task wake-ups a second per target, each a timer in the event loop's heap, a future
-and a coroutine step. Serve watches hundreds of targets, so it gives every recorder one `Ticker`: a wheel per
+A recorder on its own wakes a task for each of its periodic checks (the request-path probe's, the heartbeat that
+measures its own sampling, a slot listing the engine does not have): three task wake-ups a cadence per target, each
+a timer in the event loop's heap, a future and a coroutine step. Serve watches hundreds of targets, so it gives every recorder one `Ticker`: a wheel per
 cadence, turned by one task that wakes once a slot (a twentieth of the cadence) and calls, as plain functions, the
 checks whose slot it is. A check keeps its own phase (the slot of the moment it was registered, so the fleet's
 jittered targets stay spread over the cadence) and its cadence: it runs one cadence after the previous run, give or
