@@ -11,7 +11,10 @@ Measured (docs/site/real-engines.md, "The drill on the pair (plan pd-vllm)"), 20
 pd_bypass 1.2 s, kv_expired 30.6 s (lease 30 s), kv_transfer_stall 10.8 s (threshold 10 s), guard's kill of the
 prefill 4.1 s after the stop (rank_stalled; decode's guard did nothing), health_loss 1.5 s after each kill. The
 healthy step missed: decode's own alive_health_ok_no_progress (2.3 s without a step, its engine starved). At 22:00
-(load average ~30): the pair ready in 256 s, 688 s in all, and decode's guard killed decode on that verdict."""
+(load average ~30): the pair ready in 256 s, 688 s in all, and decode's guard killed decode on that verdict. At 22:37
+(load average 2, then 20): ready in 86.3 s and 179.5 s, 580 s in all; pd_bypass 2.8 s, kv_expired 32.5 s,
+kv_transfer_stall 11.0 s, health_loss 1.1 s and 1.3 s after the kills; the healthy step missed on decode's
+health_loss and the step under guard did not run (the resumed prefill answered its hand-over nothing in 120 s)."""
 
 from __future__ import annotations
 
