@@ -14,7 +14,10 @@ healthy step missed: decode's own alive_health_ok_no_progress (2.3 s without a s
 (load average ~30): the pair ready in 256 s, 688 s in all, and decode's guard killed decode on that verdict. At 22:37
 (load average 2, then 20): ready in 86.3 s and 179.5 s, 580 s in all; pd_bypass 2.8 s, kv_expired 32.5 s,
 kv_transfer_stall 11.0 s, health_loss 1.1 s and 1.3 s after the kills; the healthy step missed on decode's
-health_loss and the step under guard did not run (the resumed prefill answered its hand-over nothing in 120 s)."""
+health_loss and the step under guard did not run (the resumed prefill answered its hand-over nothing in 120 s). At
+22:49 (load average 17-20): two starts (72.9 s, 89.8 s), 634 s; every fault met (pd_bypass 0.9 s, kv_expired 32.1 s,
+kv_transfer_stall 10.5 s, guard's kill on rank_stalled 4.3 s, health_loss 2.8 s and 1.4 s), the healthy step missed
+(decode's health_loss 14.4 s in): it missed in all four runs on this shared machine, open."""
 
 from __future__ import annotations
 
