@@ -235,7 +235,9 @@ def test_each_fault_says_what_its_truth_demands():
     from servewatch.drill.faults import FAULTS
 
     assert {kind for kind, fault in FAULTS.items() if fault.demands == RESTART} == {"stop", "idle_wedge", "kill", "hang"}
-    assert all(fault.demands in (RESTART, "none") for fault in FAULTS.values())
+    # the router gone decode-only: answers still come, computed by decode alone; a person is paged (issue 52)
+    assert {kind for kind, fault in FAULTS.items() if fault.demands == "page"} == {"decode_only"}
+    assert all(fault.demands in (RESTART, "page", "none") for fault in FAULTS.values())
 
 
 def test_node_drain_fails_only_on_the_drain_class_and_names_the_target(drain_and_hold_specs):
