@@ -60,9 +60,18 @@ def test_an_engine_is_found_by_its_titles_with_its_port_and_its_ranks(fake_engin
 
 def test_the_node_view_exports_each_rank_state_and_a_stopped_rank_reads_t(fake_engine):
     api, port, core, workers = fake_engine
+    import time
+
+    import psutil
+
     view = NodeView("node-a", 1.0)
     os.kill(workers[1], signal.SIGSTOP)
     try:
+        # the stop lands asynchronously: the view is read once the kernel says the rank is stopped (a read right
+        # after the signal found it still running, 'R', in the fast suite of 2026-12-06 23:50)
+        deadline = time.monotonic() + 10
+        while psutil.Process(workers[1]).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)      # another process's state: polled
         view.refresh()
         families = NodeRankCollector(view.node, lambda: view.samples, label).collect()
     finally:
