@@ -297,15 +297,10 @@ class PairRouter:
 def decode_waiting(pair: PairTarget) -> float | None:
     """Requests decode holds waiting for their KV, from one read of its /metrics (the connector's gauges,
     `EngineState.kv_transfer`, summed); None when it cannot be read."""
-    from servewatch.dialects import read_scrape
-    from servewatch.drill.target import HEALTH_TIMEOUT_S, METRICS_MAX_BYTES, get
+    from servewatch.drill.target import engines_of
 
-    answer = get(f"{pair.side('decode').url}/metrics", HEALTH_TIMEOUT_S, METRICS_MAX_BYTES)
-    if answer is None or not answer.ok:
-        return None
-    try:
-        engines = read_scrape(answer.body).engines
-    except (ValueError, ServewatchError):
+    engines = engines_of(pair.side("decode").url)
+    if engines is None:
         return None
     total = None
     for engine in engines:

@@ -69,6 +69,19 @@ def health(url: str, path: str = "/health", timeout_s: float = HEALTH_TIMEOUT_S)
     return answer.status if answer is not None else None
 
 
+def engines_of(url: str) -> list | None:
+    """The engines one read of the server's /metrics shows (dialects.read_scrape), or None when it cannot be read."""
+    from servewatch.dialects import read_scrape
+
+    answer = get(f"{url}/metrics", HEALTH_TIMEOUT_S, METRICS_MAX_BYTES)
+    if answer is None or not answer.ok:
+        return None
+    try:
+        return read_scrape(answer.body).engines
+    except (ValueError, ServewatchError):
+        return None
+
+
 def wait_healthy(url: str, timeout_s: float, alive=lambda: True) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and alive():
@@ -299,15 +312,10 @@ class DrillTarget:
     def running(self, dp: int | None) -> float | None:
         """Requests running on the engine of data-parallel rank `dp` (all engines when None, or when the
         engines carry no DP label), from one /metrics read; None when it cannot be read."""
-        from servewatch.dialects import dp_rank_of, read_scrape
-        from servewatch.errors import ServewatchError
+        from servewatch.dialects import dp_rank_of
 
-        answer = get(f"{self.url}/metrics", HEALTH_TIMEOUT_S, METRICS_MAX_BYTES)
-        if answer is None or not answer.ok:
-            return None
-        try:
-            engines = read_scrape(answer.body).engines
-        except (ValueError, ServewatchError):
+        engines = engines_of(self.url)
+        if engines is None:
             return None
         mine = [e for e in engines if dp is not None and dp_rank_of(e.labels) == str(dp)]
         return sum(e.running or 0.0 for e in (mine or engines))
