@@ -471,9 +471,18 @@ def test_a_late_signal_extends_the_workload_so_it_still_sends_after_the_fault(mo
     assert load.ends_at == 142.0
     assert load.extend_to(141.0) == 0.0 and load.followers == []      # it sends long enough already
     assert load.extend_to(152.9) == pytest.approx(10.9)
-    (follower,) = load.followers
-    assert (follower.after_s, follower.duration_s, follower.spec) == (42.0, pytest.approx(10.9), {"concurrency": 4})
-    assert follower.seed != load.seed and load.ends_at == 152.9
+    assert load.followers == [] and load.ends_at == 152.9              # the same run goes on: its concurrency kept
+    sending = load.load_options()["stop_sending"]
+    monkeypatch.setattr(M.time, "time", lambda: 152.8)
+    assert not sending()
+    monkeypatch.setattr(M.time, "time", lambda: 152.9)
+    assert sending()                                                     # it stops at the moved end
+    monkeypatch.setattr(M.time, "time", lambda: 100.0)
+    assert load.extend_to(142.0 + M.EXTEND_SLACK_S + 5.0) == pytest.approx(M.EXTEND_SLACK_S - 5.9)
+    (follower,) = load.followers                                         # beyond the slack: a follow-on run
+    assert (follower.after_s, follower.duration_s, follower.spec) == (
+        pytest.approx(42.0 + M.EXTEND_SLACK_S), pytest.approx(5.0), {"concurrency": 4})
+    assert follower.seed != load.seed and load.ends_at == 142.0 + M.EXTEND_SLACK_S + 5.0
     load._records, follower._records = ["a"], ["b", "c"]
     assert load.records == ["a", "b", "c"]
     follower._problem = "refused"
@@ -1148,6 +1157,38 @@ def test_a_drill_target_says_why_its_engine_kept_its_cpu_priority():
     assert DrillTarget.cpu_note(lab) is None
 
 
+def test_an_extended_closed_loop_keeps_its_concurrency():
+    """A late signal moves the workload's end (extend_to): a closed loop of N goes on with N, never 2N. In the
+    clean-clone CI of 2026-12-07 the extension was a second run that started its 24 streams at once while the first
+    run's 24 were in flight, and 3 of them timed out."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_watch_command import free_port, wait_healthy
+
+    port = free_port()
+    sim = subprocess.Popen([sys.executable, "-m", "servewatch", "sim", "--port", str(port), "--model-name", "tiny",
+                            "--profile", "tiny-cpu"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}")
+        load = M.Workload(f"http://127.0.0.1:{port}", "tiny", {"scenario": "custom", "concurrency": 3,
+                                                                "prompt_tokens": 8, "output_tokens": 64},
+                          duration_s=1.5, request_timeout_s=30.0).start()
+        load.extend_to(load.ends_at + 1.5)
+        load.join(60.0)
+        assert not load.running() and load.problem is None
+        records = load.records
+        assert all(r.ok for r in records) and max(r.sent for r in records) <= load.ends_at + 0.05
+        spans = [(r.sent, r.sent + r.e2e_s) for r in records]
+        peak = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+        assert peak == 3                                        # three in flight at most, and at some moment three
+        assert max(b for _, b in spans) > load.ends_at - 1.5   # it sent past the first planned end
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
 def test_the_workload_ends_once_a_good_request_after_the_fault_has_finished():
     """The traffic after a fault is planned for the whole recovery bound (recover_within_s); the drill ends it once
     a good request sent after the fault has finished, the recovery the step measures, which stays the same. In the
@@ -1178,7 +1219,7 @@ def test_the_workload_ends_once_a_good_request_after_the_fault_has_finished():
         assert first_good is not None and ended < planned_end - 60
         assert max(r.sent for r in records) <= ended            # nothing sent after the end
         assert all(r.ok for r in records) and len(load.finished) == len(records)
-        assert load.followers[0].records == []                  # the follow-on run never began
+        assert load.followers == []                             # the same run went on, and ended early
         assert load.ends_at <= ended
     finally:
         sim.terminate()
