@@ -32,6 +32,15 @@ UCX_TRANSPORTS = "tcp,self"
 # Both instances run eager (no torch.compile): with it, neither of two instances starting at once on 2 busy cores
 # was ready in 300 s (docs/site/real-engines.md); eager, both were in 272-284 s under a load average of 12-20.
 PAIR_ARGS = ("--enforce-eager",)
+# Each instance on a core of its own (VLLM_CPU_OMP_THREADS_BIND), and NIXL's UCX with one thread (vLLM's
+# num_threads, default 4). Left to vLLM's "auto", both instances bound their OpenMP threads to both cores of this
+# machine, each with 4 NIXL threads: through the router, 4 requests in 60 s at concurrency 2, decode's tokens
+# 140-170 ms apart, its wait for KV 2-32 s, and the healthy step of the pair's drill failed in all five runs of
+# 2026-12-06 (decode's /health unanswered, its requests timed out). With both, on the same machine the same
+# minute (2026-12-07 01:55-02:03): 42 requests, none failed, tokens 12-94 ms apart (p50 of the requests' medians
+# 22 ms), the wait for KV 0.05-5.95 s (under 1 s in 31 of 40); the drill's seven faults all met, 371 s in all.
+PAIR_CORES = {"prefill": "0", "decode": "1"}
+NIXL_THREADS = 1
 # The request fields that make a prefill keep its blocks for a remote decode (vLLM's toy disaggregation proxy).
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
 
@@ -79,7 +88,7 @@ def kv_transfer_config(connector: str, role: str, *, storage: Path | None = None
                 "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
     if connector == "nixl":
         return {"kv_connector": "NixlConnector", "kv_role": kv_role, "kv_buffer_device": "cpu",
-                "kv_connector_extra_config": {"kv_lease_duration": int(lease_s)}}
+                "kv_connector_extra_config": {"kv_lease_duration": int(lease_s), "num_threads": NIXL_THREADS}}
     raise ValueError(f"unknown connector {connector!r}")
 
 
@@ -234,7 +243,8 @@ def pd_pair(lab, connector: str, workdir: Path, *, lease_s: int = DEFAULT_LEASE_
     servers = {}
     for role, port in ports.items():
         config = kv_transfer_config(connector, role, storage=storage, lease_s=lease_s)
-        env = nixl_environment(channels[role]) if connector == "nixl" else ()
+        env = ((*nixl_environment(channels[role]), ) if connector == "nixl" else ()) + (
+            ("VLLM_CPU_OMP_THREADS_BIND", PAIR_CORES[role]),)
         servers[role] = lab.server(logs / f"vllm-{role}-{port}.log", port=port,
                                    extra_args=("--kv-transfer-config", json.dumps(config), *extra_args), extra_env=env, **settings)
     return PdPair(connector, servers["prefill"], servers["decode"], storage,

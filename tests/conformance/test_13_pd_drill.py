@@ -17,7 +17,9 @@ kv_transfer_stall 11.0 s, health_loss 1.1 s and 1.3 s after the kills; the healt
 health_loss and the step under guard did not run (the resumed prefill answered its hand-over nothing in 120 s). At
 22:49 (load average 17-20): two starts (72.9 s, 89.8 s), 634 s; every fault met (pd_bypass 0.9 s, kv_expired 32.1 s,
 kv_transfer_stall 10.5 s, guard's kill on rank_stalled 4.3 s, health_loss 2.8 s and 1.4 s), the healthy step missed
-(decode's health_loss 14.4 s in): it missed in all four runs on this shared machine, open."""
+(decode's health_loss 14.4 s in): it missed in all four runs on this shared machine. The cause: both instances'
+OpenMP threads bound to both cores, with 4 UCX threads each; one core each and one UCX thread (lab/pd.py PAIR_CORES,
+NIXL_THREADS), 2026-12-07 02:04: all seven met in 371 s (the healthy step 14 requests, none failed). In CI since."""
 
 from __future__ import annotations
 

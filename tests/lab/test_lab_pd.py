@@ -38,7 +38,8 @@ def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(tmp_path):
         "shared_storage_path": str(tmp_path / "work" / "kv-files")}
     assert pair.storage.is_dir() and pair.lease_s is None
     assert pair.prefill.port != pair.decode.port and pair.prefill.config.max_num_seqs == 4
-    assert dict(pair.prefill.config.extra_env) == {}
+    assert [dict(s.config.extra_env) for s in pair.servers()] == [   # each instance on a core of its own
+        {"VLLM_CPU_OMP_THREADS_BIND": "0"}, {"VLLM_CPU_OMP_THREADS_BIND": "1"}]
 
 
 def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(tmp_path):
@@ -47,8 +48,9 @@ def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(tm
     for server, role in zip(pair.servers(), ("kv_producer", "kv_consumer")):
         config = _config(server, "--max-num-batched-tokens", "512")
         assert (config["kv_connector"], config["kv_role"], config["kv_buffer_device"]) == ("NixlConnector", role, "cpu")
-        assert config["kv_connector_extra_config"] == {"kv_lease_duration": 5}
+        assert config["kv_connector_extra_config"] == {"kv_lease_duration": 5, "num_threads": 1}
         env = dict(server.config.extra_env)
+        assert server.environment()["VLLM_CPU_OMP_THREADS_BIND"] == ("0" if role == "kv_producer" else "1")
         assert (env["UCX_TLS"], env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == ("tcp,self", "127.0.0.1")
         assert server.environment()["UCX_TLS"] == "tcp,self"
     ports = [dict(s.config.extra_env)["VLLM_NIXL_SIDE_CHANNEL_PORT"] for s in pair.servers()]
