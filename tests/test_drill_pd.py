@@ -162,3 +162,82 @@ def test_the_shipped_pair_plans_load_with_a_side_on_every_fault():
     assert vllm.target.pd.connector == "nixl" and vllm.target.pd.lease_s == 30
     assert [s.at_fault for s in vllm.steps] == ["decode", "prefill", "prefill", "prefill", "prefill", "prefill",
                                                 "decode"]
+
+
+def test_the_example_connectors_plan_loads_naming_decode_for_the_lost_kv():
+    plan = load_plan(PLAN.parent / "pd-vllm-example.yaml")
+    assert plan.target.pd.connector == "example"
+    assert [(s.kind, s.at_fault) for s in plan.steps] == [("quiet", "decode"), ("decode_only", "prefill"),
+                                                          ("kv_lost", "decode")]
+    assert "KV through files" in plan.target.describe() and "lease" not in plan.target.describe()
+
+
+class _Ctx:
+    """What kv_lost asks of a step's context: the pair, the hand-over, the moment, the step."""
+
+    def __init__(self, pair, handover=None):
+        from types import SimpleNamespace
+
+        from servewatch.drill.run import FaultNotRun
+
+        self.pair, self.handover, self.injected = pair, handover, False
+        self.step = SimpleNamespace(request_timeout_s=30.0, hold_s=10.0)
+        self.cannot = FaultNotRun
+
+    def hand_over(self):
+        return self.handover
+
+    def _injected_now(self):
+        self.injected = True
+
+
+class _Handover:
+    def __init__(self, storage: Path):
+        self.storage, self.sent_with = storage, None
+
+    def decode(self, timeout_s):          # what is left in the directory when decode's leg is sent
+        self.sent_with = sorted(p.name for p in self.storage.rglob("*") if p.is_file())
+
+    def join(self, timeout_s):
+        return {"status": 500, "seconds": 0.4}
+
+
+def test_kv_lost_removes_every_kv_file_before_decodes_leg_and_says_what_decode_answered(tmp_path):
+    from servewatch.drill.faults import FAULTS
+
+    storage = tmp_path / "kv-files"
+    (storage / "req-a").mkdir(parents=True)
+    for name in ("layer0.safetensors", "layer1.safetensors"):
+        (storage / "req-a" / name).write_bytes(b"kv")
+    (storage / "req-b.safetensors").write_bytes(b"kv")
+    pair = type("Pair", (), {"kv_storage": lambda self: storage})()
+    handover = _Handover(storage)
+    fault = FAULTS["kv_lost"](load_plan(PLAN.parent / "pd-vllm-example.yaml").steps[2])
+    ctx = _Ctx(pair, handover)
+    fault.inject(ctx)
+    assert handover.sent_with == [] and ctx.injected and fault.facts == {"kv_files_removed": 3}
+    fault.revert(ctx)
+    assert fault.facts["decode_after_loss"] == {"status": 500, "seconds": 0.4}
+    assert fault.demands == "restart" and fault.takes_server_down
+
+
+@pytest.mark.parametrize("pair", [None, type("Pair", (), {"kv_storage": lambda self: None})()])
+def test_kv_lost_is_not_run_without_the_example_connectors_files(pair):
+    from servewatch.drill.faults import FAULTS
+    from servewatch.drill.run import FaultNotRun
+
+    fault = FAULTS["kv_lost"](load_plan(PLAN.parent / "pd-vllm-example.yaml").steps[2])
+    with pytest.raises(FaultNotRun, match="only on a prefill/decode pair joined by the example connector"):
+        fault.inject(_Ctx(pair))
+
+
+@pytest.mark.parametrize("outcome, said", [
+    ({"status": 500, "seconds": 0.21}, "HTTP 500 after 0.21 s"),
+    ({"status": None, "seconds": 16.0}, "no answer after 16 s"),
+    ({}, "no end within the hold"),
+])
+def test_a_handed_over_requests_decode_leg_is_said_as_its_answer_and_time(outcome, said):
+    from servewatch.drill.report import _injected
+
+    result = {"touched": [], "facts": {"decode_after_loss": outcome, "kv_files_removed": 3}}
+    assert _injected(result) == f"kv files removed 3; decode after loss: {said}"

@@ -170,6 +170,11 @@ class PairTarget(DrillTarget):
             pair.stop()
             raise
 
+    def kv_storage(self) -> Path | None:
+        """The example connector's shared directory of KV files (None: another connector, or the simulator)."""
+        pair = getattr(self, "pair", None)
+        return pair.storage if pair is not None else None
+
     def stop(self) -> None:
         for side in SIDES:
             self.sides[side].stop()
@@ -337,9 +342,9 @@ class Handover:
             "model": self.model, "prompt": self.prompt, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
             HANDOVER_PREFILL_S)
         params = answer.get("kv_transfer_params") if status == 200 and isinstance(answer, dict) else None
-        if not params:
+        if status != 200 or (not params and self.pair.kv_storage() is None):   # the example connector's: none
             return f"the prefill answered {status if status is not None else 'nothing'} without kv_transfer_params"
-        self.params = params
+        self.params = params or None
         return None
 
     def decode(self, timeout_s: float) -> None:
@@ -348,9 +353,10 @@ class Handover:
 
         def leg():
             started = time.monotonic()
-            status, _ = post_completion(self.pair.side("decode").url, {
-                "model": self.model, "prompt": self.prompt, "max_tokens": 4, "kv_transfer_params": self.params},
-                timeout_s)
+            body = {"model": self.model, "prompt": self.prompt, "max_tokens": 4}
+            if self.params:
+                body["kv_transfer_params"] = self.params
+            status, _ = post_completion(self.pair.side("decode").url, body, timeout_s)
             self.outcome.update(status=status, seconds=round(time.monotonic() - started, 2))
 
         self._thread = threading.Thread(target=leg, daemon=True)

@@ -231,7 +231,8 @@ class Target:
         if self.pd is not None:
             what = (f"a prefill/decode pair of the {what}"
                     + (f" joined by {self.pd.connector}" if self.engine != "sim" else "")
-                    + f", lease {self.pd.lease_s} s")
+                    + (f", lease {self.pd.lease_s} s" if self.pd.connector != "example" else
+                       " (KV through files in a shared directory)"))
         return (what + (f" {' '.join(self.args)}" if self.args else "")
                 + (f" with {' '.join(f'{k}={v}' for k, v in self.env)}" if self.env else "")
                 + (" started by servewatch guard" + (f" {' '.join(self.under_guard)}" if self.under_guard else "")

@@ -42,3 +42,17 @@ def test_pd_drill_names_the_side_at_fault_on_a_real_nixl_pair(lab, run_dir):
     stalled, _, _ = drilled.fault("prefill stopped while decode waits")
     assert stalled["policy"]["acted_on"] == "kv_transfer_stall" and stalled["elsewhere"].get("kv_transfer_stall") is None
     print(f"pair ready after {doc['target']['ready_s']} s; drill {doc['duration_s']} s")
+
+
+@pytest.mark.timeout(_timeout("pd-vllm-example"))
+def test_pd_drill_on_the_example_connector_names_decode_for_lost_kv(lab, run_dir):
+    """The plan `pd-vllm-example`: the pair joined by ExampleConnector (KV through files), healthy under steady load,
+    then the KV files of a request removed before decode reads them: decode's engine dies, the verdicts name
+    decode."""
+    drilled = _drill("pd-vllm-example", run_dir / "drill")
+    lost, _, _ = drilled.fault("KV files removed before decode reads them")
+    assert lost["facts"]["kv_files_removed"] > 0, lost["facts"]
+    assert lost["facts"]["decode_after_loss"].get("status") != 200, lost["facts"]
+    for fault in (f for run, _ in drilled.runs for f in run["faults"]):
+        print(f"{fault['index']}. {fault['name']}: {fault['facts'].get('side')}; detected {fault['detected']}; "
+              f"elsewhere {fault['elsewhere']}; facts {fault['facts']}")
