@@ -19,7 +19,9 @@ health_loss and the step under guard did not run (the resumed prefill answered i
 kv_transfer_stall 10.5 s, guard's kill on rank_stalled 4.3 s, health_loss 2.8 s and 1.4 s), the healthy step missed
 (decode's health_loss 14.4 s in): it missed in all four runs on this shared machine. The cause: both instances'
 OpenMP threads bound to both cores, with 4 UCX threads each; one core each and one UCX thread (lab/pd.py PAIR_CORES,
-NIXL_THREADS), 2026-12-07 02:04: all seven met in 371 s (the healthy step 14 requests, none failed). In CI since."""
+NIXL_THREADS), 2026-12-07 02:04: all seven met in 371 s (the healthy step 14 requests, none failed). In the
+clean-clone rehearsal at 04:00 (quiet): six of seven in 294.5 s, the healthy step missed on decode's health_loss (its
+/health unanswered, two requests waiting 5.8 s and 17.6 s for KV). So only the example connector's plan is in CI."""
 
 from __future__ import annotations
 
