@@ -405,14 +405,7 @@ def _drive_bounded(request: bytes, reads: list[bytes], max_body: int = 2**20):
 
     async def run():
         records = []
-        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append((ex, rec)))
-        client, wire = S.Client(proxy), _Wire()
-        client.connection_made(wire)
-        up = S.Upstream(proxy, max_body)
-        up.connection_made(_Wire())
-        up.idle_since = proxy.now()
-        proxy.idle.append(up)
-        client.data_received(request)
+        proxy, wire, up = _pooled(lambda ex, rec: records.append((ex, rec)), request, max_body)
         inline_reads = 0
         for data in reads:
             before = up.inline
@@ -554,14 +547,7 @@ def test_a_read_of_several_whole_events_is_counted_inline():
 
     async def run(reads):
         records, parsed = [], []
-        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append(rec))
-        client, wire = S.Client(proxy), _Wire()
-        client.connection_made(wire)
-        up = S.Upstream(proxy, 2**20)
-        up.connection_made(_Wire())
-        up.idle_since = proxy.now()
-        proxy.idle.append(up)
-        client.data_received(request)
+        proxy, wire, up = _pooled(lambda ex, rec: records.append(rec), request)
         sink = up.sink
         up.sink = lambda out: (parsed.append(out), sink(out))
         for data in reads:
@@ -595,14 +581,7 @@ def test_a_read_of_several_chunks_is_not_tried_as_one_event():
 
     async def run():
         records, tried = [], []
-        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append((ex, rec)))
-        client, wire = S.Client(proxy), _Wire()
-        client.connection_made(wire)
-        up = S.Upstream(proxy, 2**20)
-        up.connection_made(_Wire())
-        up.idle_since = proxy.now()
-        proxy.idle.append(up)
-        client.data_received(_request(False, max_tokens=9))
+        proxy, wire, up = _pooled(lambda ex, rec: records.append((ex, rec)), _request(False, max_tokens=9))
         whole = up.whole_event
         up.whole_event = lambda data: (tried.append(data), whole(data))[1]
         for data in reads:
@@ -617,3 +596,17 @@ def test_a_read_of_several_chunks_is_not_tried_as_one_event():
     assert tried == [chunks[0], chunks[9]]
     assert (rec.output_tokens, rec.finish_reason, rec.error) == (9, "length", None)
     assert (list(ex.state.chunk_k), len(ex.state.chunk_t), ex.state.client_tokens) == ([1] * 9, 9, 9)
+
+
+def _pooled(on_record, request: bytes, max_body: int = 2**20):
+    """A proxy with one idle pooled upstream connection, a client that sent `request` (the upstream takes it):
+    (proxy, the client's wire, the upstream)."""
+    proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=on_record)
+    client, wire = S.Client(proxy), _Wire()
+    client.connection_made(wire)
+    up = S.Upstream(proxy, max_body)
+    up.connection_made(_Wire())
+    up.idle_since = proxy.now()
+    proxy.idle.append(up)
+    client.data_received(request)
+    return proxy, wire, up
