@@ -12,6 +12,7 @@ Two connectors run on this CPU build (docs/site/real-engines.md, "A prefill/deco
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 import subprocess
@@ -41,6 +42,15 @@ PAIR_ARGS = ("--enforce-eager",)
 # 22 ms), the wait for KV 0.05-5.95 s (under 1 s in 31 of 40); the drill's seven faults all met, 371 s in all.
 PAIR_CORES = {"prefill": "0", "decode": "1"}
 NIXL_THREADS = 1
+
+
+def pair_cpus(role: str) -> tuple[int, ...]:
+    """The cores `role`'s whole process tree runs on: its OpenMP core (PAIR_CORES), where this machine has it.
+    The OpenMP binding leaves the threads NIXL and UCX start on their own free to run anywhere: decode's NIXL
+    progress thread, which polls with no delay (nixl 1.5.1 _api.py, pthrDelay 0), was seen at 77 % of a core on
+    the prefill's core (2026-12-07, the 10-minute soak). On a machine with fewer cores than the pair, none."""
+    core = int(PAIR_CORES[role])
+    return (core,) if core in os.sched_getaffinity(0) else ()
 # The request fields that make a prefill keep its blocks for a remote decode (vLLM's toy disaggregation proxy).
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
 
@@ -246,6 +256,7 @@ def pd_pair(lab, connector: str, workdir: Path, *, lease_s: int = DEFAULT_LEASE_
         env = ((*nixl_environment(channels[role]), ) if connector == "nixl" else ()) + (
             ("VLLM_CPU_OMP_THREADS_BIND", PAIR_CORES[role]),)
         servers[role] = lab.server(logs / f"vllm-{role}-{port}.log", port=port,
-                                   extra_args=("--kv-transfer-config", json.dumps(config), *extra_args), extra_env=env, **settings)
+                                   extra_args=("--kv-transfer-config", json.dumps(config), *extra_args), extra_env=env,
+                                   cpus=pair_cpus(role), **settings)
     return PdPair(connector, servers["prefill"], servers["decode"], storage,
                   lease_s if connector == "nixl" else None, channels)

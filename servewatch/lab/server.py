@@ -20,6 +20,7 @@ import time
 # Not the transport: a blocking wait for a lab engine's /health at its start (no event loop; the transport is asyncio).
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,13 @@ def yield_cpu(pid: int, nice: int = ENGINE_AUTOGROUP_NICE) -> str | None:
     return None if why is None else f"its session's CPU priority was left as it is ({why})"
 
 
+def _pin_to(cpus: tuple[int, ...]) -> Callable[[], None]:
+    """For Popen's preexec_fn: the child (and so every process and thread it starts, which inherit it) runs on
+    `cpus` only. OpenMP's binding (VLLM_CPU_OMP_THREADS_BIND) pins vLLM's compute threads, not the threads a
+    library starts on its own, such as NIXL's progress thread."""
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 class StartupFailed(ServewatchError):
     """The engine exited or never became ready; str() carries the engine's own message."""
 
@@ -76,6 +84,7 @@ class ServerConfig:
     cache_root: Path | None = None          # VLLM_CACHE_ROOT: keeps the torch.compile cache with the lab
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()   # e.g. (("VLLM_CPU_OMP_THREADS_BIND", "0|1"),) for two ranks
+    cpus: tuple[int, ...] = ()              # the cores the whole process tree may run on (empty: all of them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +226,7 @@ class LabServer:
                 stdin=subprocess.DEVNULL,
                 env=self.supervisor_environment() if self.wrapper else self.environment(),
                 start_new_session=True,
+                preexec_fn=_pin_to(cpus) if (cpus := getattr(self.config, "cpus", ())) else None,
             )
         self._started_at = time.monotonic()
         self.cpu_note = yield_cpu(self.proc.pid)

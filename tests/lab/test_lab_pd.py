@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from servewatch.lab import pd
 from servewatch.lab import recipe as lab_recipe
 from servewatch.lab.model_dir import TinyModel
+from servewatch.lab.server import _pin_to
 from servewatch.lab.venv import LabSetupError, LabVenv
 
 
@@ -40,6 +44,24 @@ def test_an_example_pair_shares_one_kv_directory_producer_to_consumer(tmp_path):
     assert pair.prefill.port != pair.decode.port and pair.prefill.config.max_num_seqs == 4
     assert [dict(s.config.extra_env) for s in pair.servers()] == [   # each instance on a core of its own
         {"VLLM_CPU_OMP_THREADS_BIND": "0"}, {"VLLM_CPU_OMP_THREADS_BIND": "1"}]
+    assert [s.config.cpus for s in pair.servers()] == [(0,), (1,)]   # its whole tree too, NIXL's threads included
+
+
+def test_a_pair_on_a_machine_without_the_cores_is_left_unpinned(tmp_path, monkeypatch):
+    monkeypatch.setattr(pd.os, "sched_getaffinity", lambda pid: {0})
+    pair = pd.pd_pair(_lab(tmp_path), "example", tmp_path / "work")
+    assert [s.config.cpus for s in pair.servers()] == [(0,), ()]
+
+
+def test_a_pinned_servers_process_and_its_children_run_on_its_cores_only(tmp_path):
+    # A stand-in "engine" that starts a child and writes both processes' cores: what the lab's Popen gives a tree.
+    core = min(os.sched_getaffinity(0))
+    script = ("import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)));"
+              "print(subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'],"
+              " capture_output=True, text=True).stdout.strip())")
+    done = subprocess.run([sys.executable, "-c", script], preexec_fn=_pin_to((core,)), capture_output=True, text=True,
+                          timeout=30, check=True)
+    assert done.stdout.split() == [f"[{core}]", f"[{core}]"]
 
 
 def test_a_nixl_pair_runs_ucx_over_tcp_with_a_side_channel_each_and_the_lease(tmp_path):
