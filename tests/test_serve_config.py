@@ -15,7 +15,8 @@ from servewatch.serve import config as serve_config
 from servewatch.serve import probes
 from servewatch.serve.discovery import FileSd
 from servewatch.serve.fleet import BACKOFF_AFTER, BACKOFF_CAP_S, backoff_delay
-from servewatch.serve.signals import signals
+from servewatch.serve import signals as signals_module
+from servewatch.serve.signals import Columns, signals
 from servewatch.serve.targets import Shard, merge, parse_shard, read_file_sd, spec_for
 from servewatch.timeline.samples import MetricsSample
 from servewatch.timeline.window import Window
@@ -185,6 +186,52 @@ def test_signals_from_a_window():
     assert moving.tokens_per_s == pytest.approx(10.0) and moving.steps_per_s == pytest.approx(1.0)
     assert moving.seconds_since_progress == 0.0
     assert signals(Window(), now=1.0).seconds_since_progress is None
+
+
+def _random_scrape(rng, t):
+    """A good scrape of one or two engines (KV said or not), or a failed one."""
+    if rng.random() < 0.1:
+        return MetricsSample(t=t, dialect="vllm", naming="vllm-0.32", error="timeout")
+    engines = tuple(EngineState("vllm", "vllm-0.32", {"engine": str(e)}, running=4.0, waiting=rng.choice([0.0, 2.0]),
+                                kv_usage=rng.choice([None, rng.random()]), slot_limit=8,
+                                counters=Counters(generation_tokens=float(rng.randrange(50)), steps=float(t)))
+                    for e in range(rng.choice([1, 1, 2])))
+    return MetricsSample(t=t, dialect="vllm", naming="vllm-0.32", engines=engines)
+
+
+def test_signals_carried_from_window_to_window_are_those_of_the_whole_window():
+    """An export's columns carried from its last window give the very signals of reading the window afresh,
+    whatever the windows: sliding by a few scrapes (a ring's), by many, skipping ahead, or starting over."""
+    import random
+    from collections import deque
+
+    rng = random.Random(54)
+    for _ in range(40):
+        ring = deque(maxlen=rng.randrange(3, 40))
+        columns, t = Columns(), 0.0
+        for _ in range(60):
+            for _ in range(rng.choice([0, 1, 1, 2, 5, 50])):
+                t += rng.choice([0.0, 0.5, 2.0])           # equal times too
+                ring.append(_random_scrape(rng, t))
+            metrics = tuple(ring)
+            if rng.random() < 0.1:
+                metrics = metrics[rng.randrange(len(metrics) + 1):]   # a slice: since a time
+            window = Window(metrics=metrics)
+            assert signals(window, t + 1.0, columns) == signals(window, t + 1.0)
+        assert columns.metrics == metrics
+
+
+def test_signals_read_only_the_scrapes_new_since_the_last_window(monkeypatch):
+    samples = [_sample(100 + i, gen=10.0 * i, steps=float(i), kv=i / 20) for i in range(20)]
+    columns = Columns()
+    signals(Window(metrics=tuple(samples[:10])), 110.0, columns)
+    read = []
+    monkeypatch.setattr(signals_module, "_mean", lambda values: read.append(values) or values[0])
+    moved = signals(Window(metrics=tuple(samples[3:13])), 113.0, columns)   # three gone, three new
+    assert len(read) == 3
+    assert moved.kv_usage_mean == pytest.approx(sum(i / 20 for i in range(3, 13)) / 10)
+    signals(Window(metrics=tuple(samples[14:16])), 116.0, columns)           # nothing in common: read afresh
+    assert len(read) == 5
 
 
 

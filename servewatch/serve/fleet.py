@@ -96,6 +96,7 @@ class TargetRun:
         self.status = TargetStatus()
         self.label = _label(spec.name)    # the target as the exporter's series name it (made once: read per sample)
         self.task: asyncio.Task | None = None
+        self._columns = None      # serve.signals.Columns: the export's per-scrape reads, carried from the last one
         self.sidecar: Sidecar | None = None
         if spec.proxy is not None:
             from servewatch.serve.sidecar import Sidecar
@@ -132,9 +133,13 @@ class TargetRun:
         while it does not answer (`servewatch_target_up 0`): a rate from the last good scrapes before it
         stopped is not its rate now, and an exporter drops what it cannot measure. They come back with the
         first good scrape."""
-        from servewatch.serve.signals import Signals, signals
+        from servewatch.serve.signals import Columns, Signals, signals
 
-        return signals(self.recorder.ring.window(), now) if self.status.up else Signals()
+        if not self.status.up:
+            return Signals()
+        if self._columns is None:
+            self._columns = Columns()
+        return signals(self.recorder.ring.window(), now, self._columns)
 
     def live_process(self, now: float) -> ProcessSample | None:
         """The newest process sample no older than rank_series.SAMPLE_MAX_AGE_S (None: no state to export). A

@@ -4,13 +4,17 @@ summed (KV is averaged), so every signal is one number per target."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter, is_
 
 from servewatch.detectors.series import generated_total, progress_totals
 from servewatch.timeline.samples import MetricsSample
 from servewatch.timeline.window import Window
 
 RATE_SPAN_S = 10.0        # rates are taken over (about) the newest 10 s of good scrapes
+_time = attrgetter("t")
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,59 @@ def _rate(good: list[MetricsSample], total) -> float | None:
     return (b - a) / span
 
 
-def signals(window: Window, now: float) -> Signals:
-    good = [s for s in window.metrics if s.error is None and s.engines]
+class Columns:
+    """Which scrapes of a target's window are good, and each one's KV mean, carried from one export's window to
+    the next: the ring's window differs from the last by a few scrapes at either end (a full 600 s history holds
+    300 scrapes, and reading each again cost 180 us a target an export), so only the scrapes new since are read.
+    The same lists, in the same order, as reading the whole window: the signals are the same floats."""
+
+    def __init__(self) -> None:
+        self.metrics: tuple[MetricsSample, ...] = ()
+        self.good: list[bool] = []           # per scrape of `metrics`: answered and understood
+        self.kv: list[float | None] = []     # per scrape: its engines' mean KV use (None where none says it)
+        self.has_kv: list[bool] = []         # per scrape: kv is not None
+
+    def update(self, metrics: tuple[MetricsSample, ...]) -> None:
+        start = _carried(self.metrics, metrics)
+        if start is None:
+            self.good, self.kv, self.has_kv, kept = [], [], [], 0
+        else:
+            kept = len(self.metrics) - start
+            del self.good[:start], self.kv[:start], self.has_kv[:start]
+        for sample in metrics[kept:]:
+            good = sample.error is None and bool(sample.engines)
+            kv = _mean([e.kv_usage for e in sample.engines]) if good else None
+            self.good.append(good)
+            self.kv.append(kv)
+            self.has_kv.append(kv is not None)
+        self.metrics = metrics
+
+    def good_scrapes(self) -> list[MetricsSample]:
+        return list(compress(self.metrics, self.good))
+
+    def kv_means(self) -> list[float]:
+        return list(compress(self.kv, self.has_kv))
+
+
+def _carried(before: tuple, now: tuple) -> int | None:
+    """How many of `before`'s oldest samples `now` lacks, where `now` holds the rest of `before` (the very same
+    objects) followed by newer ones; None when it does not."""
+    if not before or not now:
+        return None
+    start = bisect_left(before, now[0].t, key=_time)
+    while start < len(before) and before[start] is not now[0] and before[start].t == now[0].t:
+        start += 1
+    kept = len(before) - start
+    if kept == 0 or kept > len(now) or not all(map(is_, before[start:], now)):
+        return None
+    return start
+
+
+def signals(window: Window, now: float, columns: Columns | None = None) -> Signals:
+    """`columns`: the target's, carried from its last export (None: read the whole window)."""
+    columns = columns if columns is not None else Columns()
+    columns.update(window.metrics)
+    good = columns.good_scrapes()
     if not good:
         return Signals()
     last_move = good[0].t
@@ -64,7 +119,7 @@ def signals(window: Window, now: float) -> Signals:
             break
         after = before
     newest = good[-1]
-    kv = [v for v in (_mean([e.kv_usage for e in s.engines]) for s in good) if v is not None]
+    kv = columns.kv_means()
     running, slots = _total(newest, lambda s: s.running), _total(newest, lambda s: s.slot_limit)
     return Signals(
         seconds_since_progress=max(0.0, now - last_move),
