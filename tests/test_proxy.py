@@ -16,6 +16,25 @@ from tests.test_load_sim import SimServer
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture(params=["compiled", "pure Python"])
+def count_path(request):
+    """Each test that takes it runs once per way the proxy counts a read on its inline path: the compiled
+    servewatch.proxy._inline (skipped where it was not built; under CI=true, where `pip install -e .` builds
+    it, a failure) and the pure-Python methods."""
+    from servewatch.proxy import server
+    from tests.tools import in_ci
+
+    compiled = request.param == "compiled"
+    if compiled and server._compiled is None:
+        if in_ci():
+            pytest.fail("servewatch.proxy._inline was not built; under CI=true `pip install -e .` builds it",
+                        pytrace=False)
+        pytest.skip("servewatch.proxy._inline was not built (pip install -e . builds it where a C compiler is)")
+    assert server.count_path(compiled) == request.param
+    yield request.param
+    server.count_path()
+
+
 class Running:
     """A proxy on an ephemeral loopback port in this loop, its records collected."""
 
@@ -589,7 +608,7 @@ def _completion_event(text: str, reason: str | None, usage: tuple[int, int] | No
 
 
 @pytest.mark.parametrize("usage", [False, True], ids=["plain", "continuous-usage"])
-def test_the_inline_read_path_records_what_the_parser_records(usage):
+def test_the_inline_read_path_records_what_the_parser_records(usage, count_path):
     """One chunk per read takes Upstream's inline path; the same bytes in reads cut anywhere take the
     parser's. Both forward the bytes unchanged and end in the same counts, reason and per-chunk tokens."""
     texts = ["a", "", " b", "c\\u00e9", "d", " e"]      # an empty piece and an escaped one among them
@@ -645,7 +664,7 @@ def _drive(request: bytes, reads: list[bytes]):
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
-def test_the_inline_path_with_events_that_change_shape_midstream(api):
+def test_the_inline_path_with_events_that_change_shape_midstream(api, count_path):
     """The inline path matches only the rest of an event that starts as the last whole one did; events
     whose start changes (another id, model, member order, a member before "choices"), escaped text, a
     chat delta with or without content, an error object, odd chunk framing (upper-case hex, an extension)
@@ -710,7 +729,7 @@ def test_the_inline_path_with_events_that_change_shape_midstream(api):
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
-def test_the_inline_path_with_events_of_one_rest(api):
+def test_the_inline_path_with_events_of_one_rest(api, count_path):
     """Reads that start with the same bytes up to the piece as the last whole event and end with the same
     bytes after it as the last matched one take the inline path's shortest way (that rest's reading kept,
     only the piece checked): a rest that differs (a finish reason where null was, usage counts, an extra
@@ -779,7 +798,7 @@ def test_the_piece_check_takes_exactly_the_bytes_the_transport_reads_plain():
 @pytest.mark.parametrize("tail", [b"", b"data: [DONE]\n\n", b"data: {\"x\":1}\n\ndata: [DONE]\n\n", b"data: [DO"],
                          ids=["one", "done", "json-then-done", "half"])
 @pytest.mark.parametrize("first", ["plain", "escaped", "usage"])
-def test_a_read_of_several_events_records_what_the_parser_records(first, tail):
+def test_a_read_of_several_events_records_what_the_parser_records(first, tail, count_path):
     """A chunk holding an event and more (the last event and [DONE] in one read, as an upstream that
     writes them at once sends them) takes the first event without JSON where the completions pattern
     matches it; it ends as the same bytes read a few at a time do."""

@@ -375,12 +375,13 @@ class Upstream(Conn):
         # is set only while the parser is between chunks of an SSE completions body.
         # One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
         # goes to the parser, which reads it the same way).
+        # _inline_event and _inline_chunks: the module's choice, compiled or the methods below (see count_path).
         if self.inline:
-            if self._inline_event(data, ex, t):
+            if _inline_event(self, data, ex, t):
                 return
             # a read of several whole chunks (what a proxy behind its upstream reads): each whole event
             # chunk inline while they are, from the first that is not on to the parser
-            data = self._inline_chunks(data, ex, t)
+            data = _inline_chunks(self, data, ex, t)
             if not data:
                 return
         super().data_received(data)
@@ -532,6 +533,44 @@ class Upstream(Conn):
         if client is not None:
             client.reading_paused_for_upstream = False
             client.update_reading()
+
+
+def count_path(compiled: bool | None = None) -> str:
+    """Choose how Upstream.data_received counts a read on the inline path: the compiled
+    servewatch.proxy._inline (setup.py builds it where it can) or the pure-Python methods, which are its
+    reference (tests/test_proxy_inline.py runs both over the same reads). None: compiled where it was built.
+    Returns the choice's name."""
+    global _inline_event, _inline_chunks
+    if compiled is None:
+        compiled = _compiled is not None
+    if compiled and _compiled is None:
+        raise RuntimeError("servewatch.proxy._inline was not built")
+    if compiled:
+        _inline_event, _inline_chunks = _compiled.inline_event, _compiled.inline_chunks
+    else:
+        _inline_event, _inline_chunks = Upstream._inline_event, Upstream._inline_chunks
+    return "compiled" if compiled else "pure Python"
+
+
+def _load_compiled():
+    """servewatch.proxy._inline, ready to count ProxyStream's reads (None where it was not built). It updates
+    the stream state's slots itself only for types whose on_fields and _chunk are StreamState's."""
+    try:
+        from servewatch.proxy import _inline
+    except ImportError:
+        return None
+    from servewatch.proxy.exchange import ProxyStream
+    from servewatch.transport.stream import StreamState
+
+    own = [cls for cls in (StreamState, ProxyStream)
+           if all(getattr(cls, name) is getattr(StreamState, name) for name in ("on_fields", "_chunk"))]
+    _inline.setup(StreamState, tuple(own))
+    return _inline
+
+
+_compiled = _load_compiled()
+_inline_event = _inline_chunks = None
+COUNT_PATH = count_path()
 
 
 class Client(asyncio.Protocol):

@@ -1,0 +1,582 @@
+/* The proxy's inline read path, compiled (issue 54): servewatch.proxy.server.Upstream._inline_event and
+ * _inline_chunks, statement for statement, with StreamState.on_fields and _chunk (the record's per-chunk work)
+ * for the stream states registered by setup(). The pure-Python methods stay the reference: server.py uses these
+ * only when this module was built (setup.py, an optional extension), and tests/test_proxy_inline.py runs both
+ * over the same reads and compares every return value and every attribute they set.
+ *
+ *   inline_event(up, data, ex, t) -> bool     what Upstream._inline_event(up, data, ex, t) returns
+ *   inline_chunks(up, data, ex, t) -> bytes   what Upstream._inline_chunks(up, data, ex, t) returns
+ *   setup(state_type, slot_names, counted_types)
+ *
+ * What the C does itself is what the Python does with bytes and ints; where the Python calls out (the regex
+ * patterns, a match's groups, int(..., 16) of an unusual size line, bytes.decode, array.append), so does this,
+ * through the same objects, so their results and their errors are the same.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+
+#define SIZE_LINES_UP_TO 4096
+
+static PyObject *s_event_eol, *s_event_prefix, *s_event_rest, *s_event_groups, *s_received, *s_max_body,
+    *s_whole_event, *s_event_tail, *s_state, *s_sent, *s_on_fields, *s_groups, *s_start, *s_end, *s_append,
+    *s_decode;
+static PyObject *zero, *one, *two;
+
+/* StreamState's slots, by offset (read from its member descriptors by setup) */
+enum { F_KEEP_TEXT, F_PROMPT_TOKENS, F_FINISH_REASON, F_CLIENT_TOKENS, F_COMPLETION_TOKENS, F_COUNTS_EXACT,
+       F_CHUNK_T, F_CHUNK_K, F_COUNT };
+static const char *slot_names[F_COUNT] = {"keep_text", "prompt_tokens", "finish_reason", "client_tokens",
+                                          "completion_tokens", "counts_exact", "chunk_t", "chunk_k"};
+static Py_ssize_t offsets[F_COUNT];
+static PyObject *counted = NULL;      /* tuple of the types whose on_fields and _chunk are StreamState's */
+
+static PyObject *slot_get(PyObject *obj, int f) {
+    PyObject *v = *(PyObject **)((char *)obj + offsets[f]);
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%s'", Py_TYPE(obj)->tp_name,
+                     slot_names[f]);
+        return NULL;
+    }
+    return v;   /* borrowed */
+}
+
+static void slot_set(PyObject *obj, int f, PyObject *v) {   /* steals nothing */
+    PyObject **p = (PyObject **)((char *)obj + offsets[f]);
+    PyObject *old = *p;
+    Py_INCREF(v);
+    *p = v;
+    Py_XDECREF(old);
+}
+
+static int is_counted(PyObject *state) {
+    if (counted == NULL)
+        return 0;
+    PyTypeObject *tp = Py_TYPE(state);
+    Py_ssize_t n = PyTuple_GET_SIZE(counted);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((PyObject *)tp == PyTuple_GET_ITEM(counted, i))
+            return 1;
+    return 0;
+}
+
+/* StreamState.on_fields(piece, reason, pt, ct, t) and _chunk, inline; 0 or -1 */
+static int on_fields(PyObject *state, PyObject *piece, PyObject *reason, PyObject *pt, PyObject *ct, PyObject *t) {
+    PyObject *keep = is_counted(state) ? slot_get(state, F_KEEP_TEXT) : NULL;
+    if (keep == NULL || keep != Py_False) {     /* another type, or text kept: the Python method itself */
+        PyErr_Clear();
+        PyObject *r = PyObject_CallMethodObjArgs(state, s_on_fields, piece, reason, pt, ct, t, NULL);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    if (pt != Py_None) {
+        PyObject *v = PyNumber_Long(pt);
+        if (v == NULL)
+            return -1;
+        slot_set(state, F_PROMPT_TOKENS, v);
+        Py_DECREF(v);
+    }
+    int truth = PyObject_IsTrue(reason);
+    if (truth < 0)
+        return -1;
+    if (truth) {
+        PyObject *v = PyObject_CallMethodNoArgs(reason, s_decode);
+        if (v == NULL)
+            return -1;
+        slot_set(state, F_FINISH_REASON, v);
+        Py_DECREF(v);
+    }
+    int has_text = PyObject_IsTrue(piece);
+    if (has_text < 0)
+        return -1;
+    if (has_text) {
+        PyObject *n = slot_get(state, F_CLIENT_TOKENS);
+        if (n == NULL)
+            return -1;
+        PyObject *v = PyNumber_Add(n, one);
+        if (v == NULL)
+            return -1;
+        slot_set(state, F_CLIENT_TOKENS, v);
+        Py_DECREF(v);
+    }
+    PyObject *k;
+    if (ct != Py_None) {
+        PyObject *count = PyNumber_Long(ct);
+        if (count == NULL)
+            return -1;
+        PyObject *before = slot_get(state, F_COMPLETION_TOKENS);
+        PyObject *d = before == NULL ? NULL : PyNumber_Subtract(count, before);
+        if (d == NULL) {
+            Py_DECREF(count);
+            return -1;
+        }
+        int gt = PyObject_RichCompareBool(d, zero, Py_GT);     /* max(0, d) */
+        if (gt < 0) {
+            Py_DECREF(count);
+            Py_DECREF(d);
+            return -1;
+        }
+        if (gt)
+            k = d;
+        else {
+            Py_DECREF(d);
+            k = Py_NewRef(zero);
+        }
+        slot_set(state, F_COMPLETION_TOKENS, count);
+        Py_DECREF(count);
+    } else {
+        slot_set(state, F_COUNTS_EXACT, Py_False);
+        k = Py_NewRef(has_text ? one : zero);
+    }
+    PyObject *arr = slot_get(state, F_CHUNK_T);
+    PyObject *r = arr == NULL ? NULL : PyObject_CallMethodOneArg(arr, s_append, t);
+    if (r == NULL) {
+        Py_DECREF(k);
+        return -1;
+    }
+    Py_DECREF(r);
+    arr = slot_get(state, F_CHUNK_K);
+    r = arr == NULL ? NULL : PyObject_CallMethodOneArg(arr, s_append, k);
+    Py_DECREF(k);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* bytes of the printable-ASCII class the transport reads plain ([\x20\x21\x23-\x5b\x5d-\x7e]) */
+static int pure(const unsigned char *p, Py_ssize_t start, Py_ssize_t end) {
+    for (Py_ssize_t i = start; i < end; i++) {
+        unsigned char c = p[i];
+        if (c < 0x20 || c > 0x7e || c == 0x22 || c == 0x5c)
+            return 0;
+    }
+    return 1;
+}
+
+static Py_ssize_t find_crlf(const char *p, Py_ssize_t from, Py_ssize_t to) {   /* data.find(b"\r\n", from, to) */
+    for (Py_ssize_t i = from; i + 1 < to; i++)
+        if (p[i] == '\r' && p[i + 1] == '\n')
+            return i;
+    return -1;
+}
+
+static int size_line_is(const char *p, Py_ssize_t n, Py_ssize_t size) {   /* data.startswith(b"%x\r\n" % size) */
+    char line[24];
+    int len = snprintf(line, sizeof line, "%zx\r\n", (size_t)size);
+    return len <= n && memcmp(p, line, (size_t)len) == 0;
+}
+
+static int ends_with(const char *p, Py_ssize_t n, const char *tail, Py_ssize_t len) {
+    return len <= n && memcmp(p + n - len, tail, (size_t)len) == 0;
+}
+
+static PyObject *set_attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t v) {
+    PyObject *o = PyLong_FromSsize_t(v);
+    if (o == NULL || PyObject_SetAttr(obj, name, o) < 0) {
+        Py_XDECREF(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* a match's groups() as a tuple of exactly `n` (what unpacking them into n names requires) */
+static PyObject *groups_of(PyObject *m, Py_ssize_t n) {
+    PyObject *g = PyObject_CallMethodNoArgs(m, s_groups);
+    if (g == NULL)
+        return NULL;
+    PyObject *t = PySequence_Tuple(g);
+    Py_DECREF(g);
+    if (t == NULL)
+        return NULL;
+    if (PyTuple_GET_SIZE(t) != n) {
+        PyErr_Format(PyExc_ValueError, "expected %zd values to unpack (got %zd)", n, PyTuple_GET_SIZE(t));
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
+static Py_ssize_t call_index(PyObject *m, PyObject *method, PyObject *group) {   /* m.start(g) / m.end(g) */
+    PyObject *r = PyObject_CallMethodOneArg(m, method, group);
+    if (r == NULL)
+        return -1;
+    Py_ssize_t v = PyLong_AsSsize_t(r);
+    Py_DECREF(r);
+    return v;
+}
+
+/* Upstream._inline_event over owner[pos:pos+n] (the slice made only where the Python would use it as an
+ * object: a pattern's argument, a slice kept): 1 True, 0 False, -1 an exception. */
+static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssize_t n, PyObject *ex, PyObject *t) {
+    const char *p = PyBytes_AS_STRING(owner) + pos;
+    PyObject *data = NULL;      /* owner[pos:pos+n], made once when needed */
+    PyObject *size_obj = NULL, *mobj = NULL, *g = NULL;
+    PyObject *piece = NULL, *reason = NULL, *pt = NULL, *ct = NULL;
+    int result = -1, matched = 0;
+#define DATA() (data != NULL ? data : (data = (pos == 0 && n == PyBytes_GET_SIZE(owner)) ? Py_NewRef(owner) \
+                                              : PyBytes_FromStringAndSize(p, n)))
+
+    PyObject *eol_obj = PyObject_GetAttr(self, s_event_eol);
+    if (eol_obj == NULL)
+        return -1;
+    Py_ssize_t eol = PyLong_AsSsize_t(eol_obj);
+    Py_DECREF(eol_obj);
+    if (eol == -1 && PyErr_Occurred())
+        return -1;
+    Py_ssize_t size = n - eol - 4;
+    if (!(0 <= size && size < SIZE_LINES_UP_TO && size_line_is(p, n, size))) {
+        eol = find_crlf(p, 0, n < 10 ? n : 10);
+        if (eol <= 0)
+            return 0;
+        PyObject *line = PyBytes_FromStringAndSize(p, eol);
+        if (line == NULL)
+            return -1;
+        size_obj = PyObject_CallFunction((PyObject *)&PyLong_Type, "Oi", line, 16);   /* int(data[:eol], 16) */
+        Py_DECREF(line);
+        if (size_obj == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+                PyErr_Clear();
+                return 0;
+            }
+            return -1;
+        }
+        int overflow;
+        long long parsed = PyLong_AsLongLongAndOverflow(size_obj, &overflow);
+        Py_CLEAR(size_obj);
+        if (parsed == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow || parsed != (long long)(n - eol - 4))
+            return 0;
+        size = (Py_ssize_t)parsed;
+        PyObject *o = set_attr_ssize(self, s_event_eol, eol);
+        if (o == NULL)
+            return -1;
+        Py_DECREF(o);
+    }
+    PyObject *prefix = PyObject_GetAttr(self, s_event_prefix);
+    if (prefix == NULL)
+        return -1;
+    if (prefix != Py_None) {
+        if (!PyBytes_Check(prefix)) {
+            PyErr_SetString(PyExc_TypeError, "event_prefix: bytes or None");
+            Py_DECREF(prefix);
+            return -1;
+        }
+        Py_ssize_t at = eol + 2, plen = PyBytes_GET_SIZE(prefix);
+        int starts = at <= n && plen <= n - at && memcmp(p + at, PyBytes_AS_STRING(prefix), (size_t)plen) == 0;
+        Py_DECREF(prefix);
+        if (starts) {
+            Py_ssize_t start = at + plen;
+            PyObject *rest = PyObject_GetAttr(self, s_event_rest);
+            if (rest == NULL)
+                return -1;
+            if (!PyBytes_Check(rest)) {
+                PyErr_SetString(PyExc_TypeError, "event_rest: bytes");
+                Py_DECREF(rest);
+                return -1;
+            }
+            Py_ssize_t rlen = PyBytes_GET_SIZE(rest), end = n - rlen;
+            int same = end >= start && ends_with(p, n, PyBytes_AS_STRING(rest), rlen)
+                       && pure((const unsigned char *)p, start, end);
+            Py_DECREF(rest);
+            if (same) {
+                PyObject *groups = PyObject_GetAttr(self, s_event_groups);
+                if (groups == NULL)
+                    return -1;
+                g = PySequence_Tuple(groups);
+                Py_DECREF(groups);
+                if (g == NULL)
+                    return -1;
+                if (PyTuple_GET_SIZE(g) != 3) {
+                    PyErr_Format(PyExc_ValueError, "expected 3 values to unpack (got %zd)", PyTuple_GET_SIZE(g));
+                    goto done;
+                }
+                reason = Py_NewRef(PyTuple_GET_ITEM(g, 0));
+                pt = Py_NewRef(PyTuple_GET_ITEM(g, 1));
+                ct = Py_NewRef(PyTuple_GET_ITEM(g, 2));
+                Py_CLEAR(g);
+                piece = Py_NewRef(end > start ? Py_True : Py_False);
+                matched = 1;
+            } else if (ends_with(p, n, "\n\n\r\n", 4)) {
+                if (DATA() == NULL)
+                    return -1;
+                PyObject *tail = PyObject_GetAttr(self, s_event_tail);
+                if (tail == NULL)
+                    goto done;
+                PyObject *start_obj = PyLong_FromSsize_t(start);
+                mobj = start_obj == NULL ? NULL : PyObject_CallFunctionObjArgs(tail, data, start_obj, NULL);
+                Py_DECREF(tail);
+                Py_XDECREF(start_obj);
+                if (mobj == NULL)
+                    goto done;
+                if (mobj != Py_None) {
+                    g = groups_of(mobj, 4);
+                    if (g == NULL)
+                        goto done;
+                    piece = Py_NewRef(PyTuple_GET_ITEM(g, 0));
+                    reason = Py_NewRef(PyTuple_GET_ITEM(g, 1));
+                    pt = Py_NewRef(PyTuple_GET_ITEM(g, 2));
+                    ct = Py_NewRef(PyTuple_GET_ITEM(g, 3));
+                    Py_CLEAR(g);
+                    Py_ssize_t e1 = call_index(mobj, s_end, one);
+                    if (e1 == -1 && PyErr_Occurred())
+                        goto done;
+                    PyObject *kept = PySequence_GetSlice(data, e1, PY_SSIZE_T_MAX);
+                    PyObject *said = kept == NULL ? NULL : PyTuple_Pack(3, reason, pt, ct);
+                    int bad = said == NULL || PyObject_SetAttr(self, s_event_rest, kept) < 0
+                              || PyObject_SetAttr(self, s_event_groups, said) < 0;
+                    Py_XDECREF(kept);
+                    Py_XDECREF(said);
+                    if (bad)
+                        goto done;
+                    matched = 1;
+                }
+                Py_CLEAR(mobj);
+            }
+        }
+    } else {
+        Py_DECREF(prefix);
+    }
+    if (!matched && ends_with(p, n, "\n\n\r\n", 4)) {
+        if (DATA() == NULL)
+            goto done;
+        PyObject *whole = PyObject_GetAttr(self, s_whole_event);
+        if (whole == NULL)
+            goto done;
+        mobj = PyObject_CallOneArg(whole, data);
+        Py_DECREF(whole);
+        if (mobj == NULL)
+            goto done;
+        if (mobj != Py_None) {
+            g = groups_of(mobj, 5);
+            if (g == NULL)
+                goto done;
+            Py_ssize_t hex_len = PyObject_Length(PyTuple_GET_ITEM(g, 0));
+            if (hex_len == -1 && PyErr_Occurred())
+                goto done;
+            Py_XSETREF(piece, Py_NewRef(PyTuple_GET_ITEM(g, 1)));
+            Py_XSETREF(reason, Py_NewRef(PyTuple_GET_ITEM(g, 2)));
+            Py_XSETREF(pt, Py_NewRef(PyTuple_GET_ITEM(g, 3)));
+            Py_XSETREF(ct, Py_NewRef(PyTuple_GET_ITEM(g, 4)));
+            Py_CLEAR(g);
+            if (hex_len != eol) {
+                /* (the size line read above is the pattern's: never so) */
+            } else if (piece != Py_None) {
+                Py_ssize_t s2 = call_index(mobj, s_start, two);
+                if (s2 == -1 && PyErr_Occurred())
+                    goto done;
+                PyObject *kept_prefix = PySequence_GetSlice(data, eol + 2, s2);
+                if (kept_prefix == NULL)
+                    goto done;
+                int bad = PyObject_SetAttr(self, s_event_prefix, kept_prefix) < 0;
+                Py_DECREF(kept_prefix);
+                if (bad)
+                    goto done;
+                Py_ssize_t e2 = call_index(mobj, s_end, two);
+                if (e2 == -1 && PyErr_Occurred())
+                    goto done;
+                PyObject *kept = PySequence_GetSlice(data, e2, PY_SSIZE_T_MAX);
+                PyObject *said = kept == NULL ? NULL : PyTuple_Pack(3, reason, pt, ct);
+                bad = said == NULL || PyObject_SetAttr(self, s_event_rest, kept) < 0
+                      || PyObject_SetAttr(self, s_event_groups, said) < 0;
+                Py_XDECREF(kept);
+                Py_XDECREF(said);
+                if (bad)
+                    goto done;
+                matched = 1;
+            } else {
+                if (PyObject_SetAttr(self, s_event_prefix, Py_None) < 0)
+                    goto done;
+                matched = 1;
+            }
+        }
+    }
+    result = 0;
+    if (matched) {
+        PyObject *received = PyObject_GetAttr(self, s_received);
+        if (received == NULL)
+            goto fail;
+        PyObject *size_o = PyLong_FromSsize_t(size);
+        PyObject *sum = size_o == NULL ? NULL : PyNumber_Add(received, size_o);
+        Py_DECREF(received);
+        Py_XDECREF(size_o);
+        if (sum == NULL)
+            goto fail;
+        PyObject *bound = PyObject_GetAttr(self, s_max_body);
+        int within = bound == NULL ? -1 : PyObject_RichCompareBool(sum, bound, Py_LE);
+        Py_XDECREF(bound);
+        if (within < 0 || (within && PyObject_SetAttr(self, s_received, sum) < 0)) {
+            Py_DECREF(sum);
+            goto fail;
+        }
+        Py_DECREF(sum);
+        if (within) {
+            PyObject *state = PyObject_GetAttr(ex, s_state);
+            if (state == NULL)
+                goto fail;
+            PyObject *sent = PyObject_GetAttr(ex, s_sent);
+            PyObject *dt = sent == NULL ? NULL : PyNumber_Subtract(t, sent);
+            Py_XDECREF(sent);
+            int r = dt == NULL ? -1 : on_fields(state, piece, reason, pt, ct, dt);
+            Py_DECREF(state);
+            Py_XDECREF(dt);
+            if (r < 0)
+                goto fail;
+            result = 1;
+        }
+    }
+    goto done;
+fail:
+    result = -1;
+done:
+    Py_XDECREF(data);
+    Py_XDECREF(mobj);
+    Py_XDECREF(g);
+    Py_XDECREF(piece);
+    Py_XDECREF(reason);
+    Py_XDECREF(pt);
+    Py_XDECREF(ct);
+    return result;
+#undef DATA
+}
+
+static int parse_args(PyObject *const *args, Py_ssize_t nargs, const char *name) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 4 arguments (%zd given)", name, nargs);
+        return -1;
+    }
+    if (!PyBytes_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "%s(): data must be bytes, not %.100s", name, Py_TYPE(args[1])->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_inline_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse_args(args, nargs, "inline_event") < 0)
+        return NULL;
+    int r = inline_event(args[0], args[1], 0, PyBytes_GET_SIZE(args[1]), args[2], args[3]);
+    if (r < 0)
+        return NULL;
+    return Py_NewRef(r ? Py_True : Py_False);
+}
+
+/* Upstream._inline_chunks: the whole chunks at the read's start, each counted while it is one whole event */
+static PyObject *py_inline_chunks(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse_args(args, nargs, "inline_chunks") < 0)
+        return NULL;
+    PyObject *data = args[1];
+    const char *p = PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), pos = 0;
+    while (pos < n) {
+        Py_ssize_t to = pos + 10 < n ? pos + 10 : n;
+        Py_ssize_t eol = find_crlf(p, pos, to);
+        if (eol <= pos)
+            break;
+        /* int(data[pos:eol], 16) in 0 < size < 4096 whose size line b"%x\r\n" is the one at pos: exactly the
+         * lines of 1 to 3 lower-case hex digits without a leading zero */
+        Py_ssize_t width = eol - pos, size = 0;
+        if (width > 3 || p[pos] == '0')
+            break;
+        int hex = 1;
+        for (Py_ssize_t i = pos; i < eol; i++) {
+            char c = p[i];
+            if (c >= '0' && c <= '9')
+                size = size * 16 + (c - '0');
+            else if (c >= 'a' && c <= 'f')
+                size = size * 16 + (c - 'a' + 10);
+            else {
+                hex = 0;
+                break;
+            }
+        }
+        if (!hex)
+            break;
+        Py_ssize_t end = eol + 4 + size;
+        if (end > n)
+            break;
+        int r = inline_event(args[0], data, pos, end - pos, args[2], args[3]);
+        if (r < 0)
+            return NULL;
+        if (r == 0)
+            break;
+        pos = end;
+    }
+    if (pos == 0)
+        return Py_NewRef(data);
+    return PyBytes_FromStringAndSize(p + pos, n - pos);
+}
+
+/* setup(StreamState, counted_types): the slots' offsets from StreamState's member descriptors, and the types
+ * (StreamState and subclasses that keep its on_fields, _chunk and these slots; server.py checks) counted here */
+static PyObject *py_setup(PyObject *module, PyObject *args) {
+    PyObject *base, *types;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &base, &PyTuple_Type, &types))
+        return NULL;
+    Py_ssize_t found[F_COUNT];
+    for (int f = 0; f < F_COUNT; f++) {
+        PyObject *d = PyDict_GetItemString(((PyTypeObject *)base)->tp_dict, slot_names[f]);
+        if (d == NULL || Py_TYPE(d) != &PyMemberDescr_Type) {
+            PyErr_Format(PyExc_TypeError, "%s: not a slot of the stream state", slot_names[f]);
+            return NULL;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) {
+            PyErr_Format(PyExc_TypeError, "%s: not a writable object slot", slot_names[f]);
+            return NULL;
+        }
+        found[f] = m->offset;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); i++)
+        if (!PyType_Check(PyTuple_GET_ITEM(types, i)) ||
+            !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(types, i), (PyTypeObject *)base)) {
+            PyErr_SetString(PyExc_TypeError, "counted types: the stream state's type and its subclasses");
+            return NULL;
+        }
+    memcpy(offsets, found, sizeof offsets);
+    Py_XSETREF(counted, Py_NewRef(types));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"inline_event", (PyCFunction)(void (*)(void))py_inline_event, METH_FASTCALL,
+     "inline_event(upstream, data, exchange, t) -> bool: Upstream._inline_event, compiled"},
+    {"inline_chunks", (PyCFunction)(void (*)(void))py_inline_chunks, METH_FASTCALL,
+     "inline_chunks(upstream, data, exchange, t) -> bytes: Upstream._inline_chunks, compiled"},
+    {"setup", py_setup, METH_VARARGS, "setup(StreamState, counted_types): the states counted without a call"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_inline", "The proxy's inline read path, compiled.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__inline(void) {
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_event_eol, "event_eol");
+    INTERN(s_event_prefix, "event_prefix");
+    INTERN(s_event_rest, "event_rest");
+    INTERN(s_event_groups, "event_groups");
+    INTERN(s_received, "_received");
+    INTERN(s_max_body, "max_body");
+    INTERN(s_whole_event, "whole_event");
+    INTERN(s_event_tail, "event_tail");
+    INTERN(s_state, "state");
+    INTERN(s_sent, "sent");
+    INTERN(s_on_fields, "on_fields");
+    INTERN(s_groups, "groups");
+    INTERN(s_start, "start");
+    INTERN(s_end, "end");
+    INTERN(s_append, "append");
+    INTERN(s_decode, "decode");
+#undef INTERN
+    zero = PyLong_FromLong(0);
+    one = PyLong_FromLong(1);
+    two = PyLong_FromLong(2);
+    if (zero == NULL || one == NULL || two == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
