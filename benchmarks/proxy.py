@@ -321,13 +321,14 @@ def worker_pids(pid: int, limit: float = 15.0) -> list[int]:
     raise SystemExit(f"process {pid} started no worker within {limit:g} s")
 
 
-def cpu_s(pids: list[int]) -> float:
+def cpu_s(pids: list[int], user_only: bool = False) -> float:
+    """The processes' CPU seconds (user and system; user alone with user_only) from /proc/PID/stat."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            total += (int(fields[11]) + (0 if user_only else int(fields[12]))) / tick
         except OSError:
             pass
     return total
@@ -428,20 +429,20 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
     stats["ttft"].clear()
     stats["req_leg"].clear()
     stats["measure"] = True
-    cpu0 = cpu_s(pids)
+    cpu0, user0 = cpu_s(pids), cpu_s(pids, user_only=True)
     rss_peak = 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         await asyncio.sleep(0.5)
         rss_peak = max(rss_peak, rss_kb(pids))
-    cpu = cpu_s(pids) - cpu0
+    cpu, user = cpu_s(pids) - cpu0, cpu_s(pids, user_only=True) - user0
     stats["measure"] = False
     stats["run"] = False
     await asyncio.wait([c.done for c in conns], timeout=30)
     for c in conns:
         c.transport.close()
     return {"ttft": sorted(stats["ttft"]), "req_leg": sorted(stats["req_leg"]), "lag": sorted(stats["lag"]),
-            "tokens": stats["tokens"], "cpu_s": cpu,
+            "tokens": stats["tokens"], "cpu_s": cpu, "user_s": user,
             "rss_peak_kb": rss_peak}
 
 
@@ -471,6 +472,17 @@ def event_loop() -> str:
     except ImportError:
         return "asyncio (uvloop not installed; pip install 'servewatch[fast]')"
     return f"uvloop {uvloop.__version__}"
+
+
+def count_path(tree: Path | None = None) -> str:
+    """How the proxy of this tree (or of the source tree `tree`, as the baseline route runs it) counts a read:
+    "compiled" (servewatch.proxy._inline, built by setup.py) or "pure Python"."""
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in "
+            f"getattr(f, '__module__', '')]; sys.path.insert(0, {str(Path(tree).resolve())!r}); " if tree else "")
+    code += "from servewatch.proxy import server; print(getattr(server, 'COUNT_PATH', 'pure Python'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return done.stdout.strip() or "unknown"
 
 
 def q(values, p):
@@ -570,6 +582,7 @@ def main() -> int:
                              "lag": sorted(x for p in parts for x in p["lag"]),
                              "req_leg": sorted(x for p in parts for x in p["req_leg"]),
                              "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
+                             "user_s": sum(p["user_s"] for p in parts),
                              "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
         memory = {} if model is not None or args.hold <= 0 else {   # (a real engine is not asked for 1000 streams)
             name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
@@ -585,6 +598,7 @@ def main() -> int:
 
     base = results["direct"]
     table = {}
+    paths = {"servewatch proxy": count_path(), **({"baseline proxy": count_path(args.baseline)} if args.baseline else {})}
 
     def ms(values, p):        # None where there is nothing to take a quantile of (a real engine's lags)
         return values[min(len(values) - 1, int(p * len(values)))] * 1e3 if values else None
@@ -603,6 +617,7 @@ def main() -> int:
                         "added_to_upstream_p50_ms": added(r, "req_leg", 0.5),
                         "added_to_upstream_p99_ms": added(r, "req_leg", 0.99),
                         "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
+                        "user_us_per_token": r["user_s"] / max(r["tokens"], 1) * 1e6,
                         "kb_per_in_flight_stream": memory.get(name)})
         table[name] = row
     per_round = []
@@ -612,6 +627,7 @@ def main() -> int:
             per_round.append(mine / theirs if theirs else float("nan"))
     if args.json:
         document = {"routes": table, "cpu_ratio_per_round": per_round, "event_loop": event_loop(),
+                    "count_path": paths,
                     "schedule": args.schedule}
         if "nginx" in table and "servewatch proxy" in table:
             # what benchmarks/run.py holds: CPU per token as a ratio, the added latencies as the proxy's minus
@@ -633,11 +649,12 @@ def main() -> int:
     if model is None:
         print(f"{args.streams} concurrent streams, {args.tokens} tokens each (closed loop), one token per stream "
               f"every {args.step_ms:g} ms ({sched}), {args.rounds} x {args.seconds:g} s measured per route (rounds in "
-              f"rotating order); memory with {args.hold} streams held open; the proxies' event loop: {event_loop()}")
+              f"rotating order); memory with {args.hold} streams held open; the proxies' event loop: {event_loop()}; "
+              f"a read counted: {', '.join(f'{k}: {v}' for k, v in paths.items())}")
         cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
                 "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms",
                 *(("added_to_upstream_p50_ms", "added_to_upstream_p99_ms") if args.schedule == "staggered" else ()),
-                "cpu_s_per_100k_tokens", "kb_per_in_flight_stream")
+                "cpu_s_per_100k_tokens", "user_us_per_token", "kb_per_in_flight_stream")
     else:
         print(f"{args.upstream} serving {model}: {args.streams} concurrent streams of {args.tokens} tokens each "
               f"(ignore_eos, closed loop), {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating "

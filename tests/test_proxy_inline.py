@@ -7,6 +7,7 @@ another type, a body bound that a read passes, and counts that do not fit the ch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
@@ -130,12 +131,18 @@ def chunk(rng: random.Random, payload: bytes) -> bytes:
     return size + b"\r\n" + payload + b"\r\n"
 
 
-def reads(rng: random.Random, chat: bool, n: int) -> list[bytes]:
-    """The wire of one stream, read as a proxy may read it: a chunk a read, several at once, cut anywhere."""
+def reads(rng: random.Random, chat: bool, n: int, clean: bool = False) -> list[bytes]:
+    """The wire of one stream, read as a proxy may read it: a chunk a read, several at once, cut anywhere
+    (`clean`: every chunk framed as it should be, every event JSON, no noise)."""
     wire = []
     for i in range(n):
         r = rng.random()
-        if r < 0.03:
+        if clean:
+            e = event(rng, chat, i)
+            while b"\x01" in e or b'"a"b"' in e or b"10995116" in e:
+                e = event(rng, chat, i)
+            wire.append(b"%x\r\n%s\r\n" % (len(e), e))
+        elif r < 0.03:
             wire.append(chunk(rng, b'{"choices":[{"text":"not SSE"}]}'))          # a JSON body, not events
         elif r < 0.05:
             wire.append(chunk(rng, event(rng, chat, i) + b"data: [DONE]\n\n"))    # two events in one chunk
@@ -256,3 +263,73 @@ def test_the_proxy_chooses_the_compiled_path_where_it_was_built(compiled):
     assert server.count_path() == "compiled" and server._inline_event is compiled.inline_event
     assert server.count_path(False) == "pure Python" and server._inline_chunks is Upstream._inline_chunks
     assert server.count_path() == "compiled"
+
+
+class Ticks:
+    """The proxy's clock and the reads' (server._now): a new time at each call, the same on both paths."""
+
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        self.t += 0.001
+        return self.t
+
+
+def drive_stream(compiled_path: bool, chat: bool, reads: list[bytes], monkeypatch) -> tuple:
+    """One streamed request through a real Client and Upstream (no sockets) made under the chosen path: what
+    the client got, the stream state and the records."""
+    from servewatch.proxy import Proxy, ProxyConfig
+    from tests.test_proxy import _Wire, _post
+
+    clock = Ticks()
+    monkeypatch.setattr(server, "_now", clock)
+    server.count_path(compiled_path)
+
+    async def run():
+        records = []
+        proxy = Proxy(ProxyConfig(upstream="http://127.0.0.1:9"), on_record=lambda ex, rec: records.append(rec),
+                      now=clock)
+        client, wire = server.Client(proxy), _Wire()
+        client.connection_made(wire)
+        up = Upstream(proxy, 20_000)
+        assert ("data_received" in vars(up)) == compiled_path       # the compiled reader on the instance
+        up.connection_made(_Wire())
+        up.idle_since = proxy.now()
+        proxy.idle.append(up)
+        client.data_received(_post("/v1/chat/completions" if chat else "/v1/completions",
+                                   {"model": "m", "prompt": "p", "max_tokens": 60, "stream": True}))
+        ex = up.exchange
+        raised = [outcome(lambda: up.data_received(data)) for data in reads]
+        await asyncio.sleep(0.01)          # a kept-alive exchange's record is made RECORD_AFTER_S after its end
+        st = ex.state
+        return (b"".join(wire.out), None if st is None else tuple(getattr(st, f) for f in FIELDS),
+                None if st is None else (list(st.chunk_t), list(st.chunk_k)),
+                [(r.error, r.error_detail, r.output_tokens, r.input_tokens, r.token_source, r.itl_exact,
+                  r.finish_reason, r.ttft_s, r.e2e_s) for r in records], raised)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        server.count_path()
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+@pytest.mark.parametrize("seed", range(8))
+def test_the_compiled_reader_ends_a_stream_as_the_python_one_does(compiled, chat, seed, monkeypatch):
+    """Upstream.data_received compiled (the Reader the event loop calls) and in Python, through the whole
+    proxy: the same bytes to the client, the same stream state, chunk times and records, for streams read a
+    chunk at a time, several at once and cut anywhere, broken ones and ones over the body bound included."""
+    rng = random.Random(100 + seed)
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    clean = seed % 2 == 1
+    wire = reads(rng, chat, 50, clean)
+    stream = [head, *wire]
+    if seed == 3:
+        stream = [head[:20], head[20:] + wire[0], *wire[1:]]
+    py = drive_stream(False, chat, stream, monkeypatch)
+    c = drive_stream(True, chat, stream, monkeypatch)
+    assert c == py
+    if clean:
+        assert py[0] == b"".join(stream)              # forwarded unchanged
+        assert len(py[3]) == 1 and py[3][0][0] in (None, "truncated"), py[3]     # and recorded

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from servewatch.proxy import server as proxy_server
-from tests.test_proxy import Running, _completion_event, _post
+from tests.test_proxy import Running, _completion_event, _post, count_path  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,6 +89,18 @@ def _through_the_proxy(pieces: list[bytes], monkeypatch):
         plain(self, data)
 
     monkeypatch.setattr(proxy_server.Upstream, "data_received", counted)
+    compiled = proxy_server._reader        # the compiled data_received, set on each Upstream (count_path)
+    if compiled is not None:
+        def reader(up):
+            inner = compiled(up)
+
+            def counted_compiled(data):
+                if up.exchange is not None:
+                    inline_reads.append(up.inline)
+                inner(data)
+            return counted_compiled
+
+        monkeypatch.setattr(proxy_server, "_reader", reader)
     first_event_at = len(HEAD) + len(CHUNKS[0])
 
     async def go():
@@ -121,7 +133,7 @@ async def _until(cond, timeout_s: float = 10.0) -> None:
 
 
 @pytest.mark.parametrize("shape", ["inline", "parser"])
-def test_ttft_holds_the_upstreams_delay_before_its_first_byte(shape, monkeypatch):
+def test_ttft_holds_the_upstreams_delay_before_its_first_byte(shape, count_path, monkeypatch):
     if shape == "inline":       # the head, then each event: reads of their own (the inline path's)
         pieces = [HEAD, *CHUNKS]
     else:                       # the head and the first event in one read (the parser's path), then the rest

@@ -6,7 +6,8 @@
  *
  *   inline_event(up, data, ex, t) -> bool     what Upstream._inline_event(up, data, ex, t) returns
  *   inline_chunks(up, data, ex, t) -> bytes   what Upstream._inline_chunks(up, data, ex, t) returns
- *   setup(state_type, slot_names, counted_types)
+ *   setup(state_type, counted_types)
+ *   Reader(up)                                Upstream.data_received(up, ...), set on the instance
  *
  * What the C does itself is what the Python does with bytes and ints; where the Python calls out (the regex
  * patterns, a match's groups, int(..., 16) of an unusual size line, bytes.decode, array.append), so does this,
@@ -542,7 +543,163 @@ static PyObject *py_setup(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Reader(upstream): Upstream.data_received as a callable the event loop calls with each read, set on the
+ * instance (the instance's attribute comes before the class's method): with no Python frame between the loop
+ * and the count. What it does is Upstream.data_received's, statement for statement; the Python it calls back
+ * (set by setup_reader): the method itself when no exchange is attached, Upstream._parse for what the inline
+ * path leaves, the module's _now for the time. */
+static PyObject *s_exchange, *s_last, *s_first_byte, *s_client_gone, *s_client_write, *s_inline, *s_now;
+static PyObject *py_received = NULL, *py_parse = NULL, *module_globals = NULL;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *up;
+    vectorcallfunc vectorcall;
+} Reader;
+
+static PyObject *reader_read(Reader *self, PyObject *data) {
+    PyObject *up = self->up, *ex = NULL, *t = NULL, *rest = NULL, *r = NULL;
+    if (py_received == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_reader() was not called");
+        return NULL;
+    }
+    ex = PyObject_GetAttr(up, s_exchange);
+    if (ex == NULL)
+        return NULL;
+    if (ex == Py_None || !PyBytes_Check(data)) {    /* no exchange (or not bytes): the method itself */
+        Py_DECREF(ex);
+        return PyObject_CallFunctionObjArgs(py_received, up, data, NULL);
+    }
+    PyObject *now = PyDict_GetItemWithError(module_globals, s_now);   /* borrowed */
+    if (now == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_NameError, "name '_now' is not defined");
+        goto done;
+    }
+    t = PyObject_CallNoArgs(now);
+    if (t == NULL || PyObject_SetAttr(ex, s_last, t) < 0)
+        goto done;
+    PyObject *first = PyObject_GetAttr(ex, s_first_byte);
+    if (first == NULL)
+        goto done;
+    int unset = first == Py_None;
+    Py_DECREF(first);
+    if (unset && PyObject_SetAttr(ex, s_first_byte, t) < 0)
+        goto done;
+    PyObject *gone = PyObject_GetAttr(ex, s_client_gone);
+    int truth = gone == NULL ? -1 : PyObject_IsTrue(gone);
+    Py_XDECREF(gone);
+    if (truth < 0)
+        goto done;
+    if (!truth) {
+        PyObject *write = PyObject_GetAttr(up, s_client_write);
+        PyObject *w = write == NULL ? NULL : PyObject_CallOneArg(write, data);
+        Py_XDECREF(write);
+        if (w == NULL)
+            goto done;
+        Py_DECREF(w);
+    }
+    PyObject *inl = PyObject_GetAttr(up, s_inline);
+    truth = inl == NULL ? -1 : PyObject_IsTrue(inl);
+    Py_XDECREF(inl);
+    if (truth < 0)
+        goto done;
+    if (truth) {
+        int counted = inline_event(up, data, 0, PyBytes_GET_SIZE(data), ex, t);
+        if (counted < 0)
+            goto done;
+        if (counted) {
+            r = Py_NewRef(Py_None);
+            goto done;
+        }
+        PyObject *args[4] = {up, data, ex, t};
+        rest = py_inline_chunks(NULL, args, 4);
+        if (rest == NULL)
+            goto done;
+        if (PyBytes_GET_SIZE(rest) == 0) {
+            r = Py_NewRef(Py_None);
+            goto done;
+        }
+        data = rest;
+    }
+    r = PyObject_CallFunctionObjArgs(py_parse, up, data, NULL);
+done:
+    Py_XDECREF(ex);
+    Py_XDECREF(t);
+    Py_XDECREF(rest);
+    return r;
+}
+
+static PyObject *reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "data_received(data): one argument");
+        return NULL;
+    }
+    return reader_read((Reader *)callable, args[0]);
+}
+
+static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *up;
+    if (!PyArg_ParseTuple(args, "O", &up))
+        return NULL;
+    Reader *self = (Reader *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->up = Py_NewRef(up);
+    self->vectorcall = reader_vectorcall;
+    return (PyObject *)self;
+}
+
+static int reader_traverse(Reader *self, visitproc visit, void *arg) {
+    Py_VISIT(self->up);
+    return 0;
+}
+
+static int reader_clear(Reader *self) {
+    Py_CLEAR(self->up);
+    return 0;
+}
+
+static void reader_dealloc(Reader *self) {
+    PyObject_GC_UnTrack(self);
+    reader_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *reader_repr(Reader *self) {
+    return PyUnicode_FromString("<compiled data_received>");
+}
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "servewatch.proxy._inline.Reader",
+    .tp_basicsize = sizeof(Reader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Reader(upstream): upstream.data_received, compiled",
+    .tp_new = reader_new,
+    .tp_traverse = (traverseproc)reader_traverse,
+    .tp_clear = (inquiry)reader_clear,
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_vectorcall_offset = offsetof(Reader, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)reader_repr,
+};
+
+/* setup_reader(Upstream.data_received, Upstream._parse, server module's globals) */
+static PyObject *py_setup_reader(PyObject *module, PyObject *args) {
+    PyObject *received, *parse, *globals;
+    if (!PyArg_ParseTuple(args, "OOO!", &received, &parse, &PyDict_Type, &globals))
+        return NULL;
+    Py_XSETREF(py_received, Py_NewRef(received));
+    Py_XSETREF(py_parse, Py_NewRef(parse));
+    Py_XSETREF(module_globals, Py_NewRef(globals));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"setup_reader", py_setup_reader, METH_VARARGS,
+     "setup_reader(Upstream.data_received, Upstream._parse, server's globals): what Reader calls back"},
     {"inline_event", (PyCFunction)(void (*)(void))py_inline_event, METH_FASTCALL,
      "inline_event(upstream, data, exchange, t) -> bool: Upstream._inline_event, compiled"},
     {"inline_chunks", (PyCFunction)(void (*)(void))py_inline_chunks, METH_FASTCALL,
@@ -572,11 +729,27 @@ PyMODINIT_FUNC PyInit__inline(void) {
     INTERN(s_end, "end");
     INTERN(s_append, "append");
     INTERN(s_decode, "decode");
+    INTERN(s_exchange, "exchange");
+    INTERN(s_last, "last");
+    INTERN(s_first_byte, "first_byte");
+    INTERN(s_client_gone, "client_gone");
+    INTERN(s_client_write, "client_write");
+    INTERN(s_inline, "inline");
+    INTERN(s_now, "_now");
 #undef INTERN
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
     two = PyLong_FromLong(2);
     if (zero == NULL || one == NULL || two == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    if (PyType_Ready(&ReaderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Reader", (PyObject *)&ReaderType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

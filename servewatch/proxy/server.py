@@ -324,6 +324,9 @@ class Upstream(Conn):
         self.event_groups: tuple = (None, None, None)   # what that rest said: finish reason, usage's two counts
         self.whole_event = fastpath.completion_whole
         self.event_tail = fastpath.completion_tail
+        if _reader is not None:
+            # the compiled data_received (see count_path): the event loop calls it with no Python frame between
+            self.data_received = _reader(self)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -369,13 +372,18 @@ class Upstream(Conn):
             ex.first_byte = t
         if not ex.client_gone:
             self.client_write(data)
-        # The hot path of a completions stream, one read = one whole chunk = one whole event: what
-        # Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion do for it, inline up to
-        # the event's fields, which go to the transport's chunk counter (StreamState.on_fields). `inline`
-        # is set only while the parser is between chunks of an SSE completions body.
-        # One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
-        # goes to the parser, which reads it the same way).
-        # _inline_event and _inline_chunks: the module's choice, compiled or the methods below (see count_path).
+        self._count(data, ex, t)
+
+    def _count(self, data: bytes, ex: Exchange, t: float) -> None:
+        """A read the client has, counted: inline, else by the parser.
+
+        The hot path of a completions stream, one read = one whole chunk = one whole event: what
+        Conn._body -> Exchange.on_body -> StreamState.on_body -> _on_completion do for it, inline up to
+        the event's fields, which go to the transport's chunk counter (StreamState.on_fields). `inline`
+        is set only while the parser is between chunks of an SSE completions body.
+        One match reads the chunk's framing and its event (any other framing, e.g. a chunk extension,
+        goes to the parser, which reads it the same way).
+        _inline_event and _inline_chunks: the module's choice, compiled or the methods below (see count_path)."""
         if self.inline:
             if _inline_event(self, data, ex, t):
                 return
@@ -384,6 +392,11 @@ class Upstream(Conn):
             data = _inline_chunks(self, data, ex, t)
             if not data:
                 return
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
+        """A read, or what the inline path left of it, through the HTTP/1.1 parser; then whether the next read
+        may take the inline path."""
         super().data_received(data)
         self._set_inline()
 
@@ -536,19 +549,21 @@ class Upstream(Conn):
 
 
 def count_path(compiled: bool | None = None) -> str:
-    """Choose how Upstream.data_received counts a read on the inline path: the compiled
-    servewatch.proxy._inline (setup.py builds it where it can) or the pure-Python methods, which are its
+    """Choose how an Upstream made from now on takes a read: the compiled servewatch.proxy._inline (setup.py
+    builds it where it can: data_received and the inline path) or the pure-Python methods, which are its
     reference (tests/test_proxy_inline.py runs both over the same reads). None: compiled where it was built.
     Returns the choice's name."""
-    global _inline_event, _inline_chunks
+    global _inline_event, _inline_chunks, _reader
     if compiled is None:
         compiled = _compiled is not None
     if compiled and _compiled is None:
         raise RuntimeError("servewatch.proxy._inline was not built")
     if compiled:
         _inline_event, _inline_chunks = _compiled.inline_event, _compiled.inline_chunks
+        _reader = _compiled.Reader
     else:
         _inline_event, _inline_chunks = Upstream._inline_event, Upstream._inline_chunks
+        _reader = None
     return "compiled" if compiled else "pure Python"
 
 
@@ -565,11 +580,12 @@ def _load_compiled():
     own = [cls for cls in (StreamState, ProxyStream)
            if all(getattr(cls, name) is getattr(StreamState, name) for name in ("on_fields", "_chunk"))]
     _inline.setup(StreamState, tuple(own))
+    _inline.setup_reader(Upstream.data_received, Upstream._parse, globals())
     return _inline
 
 
 _compiled = _load_compiled()
-_inline_event = _inline_chunks = None
+_inline_event = _inline_chunks = _reader = None
 COUNT_PATH = count_path()
 
 
