@@ -14,6 +14,7 @@ from servewatch.exposition.layout import Layout, RepeatingParser
 from servewatch.exposition.parser import parse
 from servewatch.sources.metrics import MetricsSource
 from servewatch.sources.scrape import read_metrics
+from tests.tools import in_ci
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = sorted([*FIXTURES.glob("vllm_real/*.prom"), *FIXTURES.glob("sglang_real/*.prom"),
@@ -28,14 +29,27 @@ def moved(text: str, seed: int) -> str:
                      if m.group(2) not in ("NaN", "+Inf", "-Inf") else m.group(0), text)
 
 
-@pytest.fixture(autouse=True, params=["piece by piece", "compiled matcher"])
+@pytest.fixture(autouse=True, params=["piece by piece", "compiled matcher", "compiled read"])
 def reading(request, monkeypatch):
-    """Every case twice: through the piece-by-piece loop, and through the compiled matcher a layout gets
-    once it has been read often."""
+    """Every case three times: through the piece-by-piece loop, through the compiled matcher a layout gets
+    once it has been read often (both in Python), and through the compiled read (servewatch/exposition/_layout.c,
+    where it was built)."""
     import servewatch.exposition.layout as layout
 
+    if request.param == "compiled read":
+        _built(layout)
+    else:
+        monkeypatch.setattr(layout, "_compiled", None)
     monkeypatch.setattr(layout, "COMPILE_AFTER", 10**9 if request.param == "piece by piece" else 1)
     return request.param
+
+
+def _built(layout):
+    if layout._compiled is None:
+        if in_ci():
+            pytest.fail("servewatch.exposition._layout was not built; under CI=true `pip install -e .` builds it",
+                        pytrace=False)
+        pytest.skip("servewatch.exposition._layout was not built (pip install -e . builds it where a C compiler is)")
 
 
 def outcome(read, text):
@@ -185,3 +199,48 @@ def test_a_nan_sample_is_left_out_of_a_planned_sum_as_of_the_full_parse():
     scrape = read_families(families)
     assert scrape == read_scrape(later)
     assert [state.running for state in scrape.engines] == [None] * len(scrape.engines)   # its only sample: NaN
+
+
+# Values as a server, a proxy or an attacker may write them: the compiled read must give what float() gives, and
+# refuse (None) what the Python read refuses.
+ODD_VALUES = ["1", "-1.5e3", "+2", ".5", "5.", "-0", "1e500", "-1e-400", "+Inf", "-Inf", "NaN", "nan", "inf",
+              "Infinity", "1_0", "1__0", "_1", "0x10", "", "1e", "e5", ".", "1 2", "1#", " 1", "1 ", "1\r", "\t1",
+              "9" * 70, "1." + "0" * 80, "+-1", "1e+5", "1E-5", "١", "1\x0b"]
+
+
+def test_the_compiled_read_gives_what_the_python_read_gives_for_any_value(reading):
+    import servewatch.exposition.layout as layout
+
+    if reading != "compiled read":
+        pytest.skip("compares the compiled read with the Python one")
+    first = "# TYPE a gauge\na 1\n# TYPE b counter\nb_total{x=\"y\"} 2\nc 3\n"
+    parser = RepeatingParser()
+    parser.parse(first, {"a", "b"})
+    shape = parser.layout
+    assert shape is not None and shape.ascii
+    rng = random.Random(54)
+    for _ in range(400):
+        a, b, c = rng.choice(ODD_VALUES), rng.choice(ODD_VALUES), rng.choice(ODD_VALUES)
+        text = f"# TYPE a gauge\na {a}\n# TYPE b counter\nb_total{{x=\"y\"}} {b}\nc {c}\n"
+        plain = shape._values(text)
+        if text.isascii():
+            compiled = layout._compiled.values(text, shape.pieces, shape.slots, shape.tail)
+            assert repr(compiled) == repr(plain), (a, b, c)      # repr: NaN equals itself, -0.0 is not 0.0
+        assert repr(_values_of(shape.read(text))) == repr(_values_of(_read_in_python(shape, text))), (a, b, c)
+    assert layout._compiled.values(first.replace("# TYPE b", "# TYPE B"), shape.pieces, shape.slots, shape.tail) is None
+    assert layout._compiled.values(first + "d 4\n", shape.pieces, shape.slots, shape.tail) is None      # the tail
+    assert layout._compiled.values(first[:-3], shape.pieces, shape.slots, shape.tail) is None           # cut short
+
+
+def _values_of(families):
+    return None if families is None else {name: list(family.values) for name, family in families.items()}
+
+
+def _read_in_python(shape, text):
+    import servewatch.exposition.layout as layout
+
+    compiled, layout._compiled = layout._compiled, None
+    try:
+        return shape.read(text)
+    finally:
+        layout._compiled = compiled

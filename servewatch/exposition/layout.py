@@ -37,6 +37,7 @@ class Layout:
     longest_line: int                 # characters of the longest constant line part
     serial: int = field(default_factory=itertools.count().__next__, compare=False)   # names its families' shape
     in_order: bool = False            # `order` keeps the text order (each family's samples are together in the text)
+    ascii: bool = False               # every piece and the tail are ASCII (the compiled read takes only such)
 
     @classmethod
     def learn(cls, text: str, families: dict[str, Family], origins: list) -> Layout | None:
@@ -99,22 +100,24 @@ class Layout:
         return cls(pieces=tuple(pieces), sizes=tuple(map(len, pieces)), tail="".join(constant),
                    slots=tuple(slot >= 0 for slot in slots), order=order, in_order=order == tuple(range(at)),
                    families=tuple((f.name, f.type, f.help, len(f.samples)) for f in families.values()),
-                   samples=samples, openmetrics=text[-256:].rstrip().endswith("# EOF"), longest_line=longest)
+                   samples=samples, openmetrics=text[-256:].rstrip().endswith("# EOF"), longest_line=longest,
+                   ascii=all(piece.isascii() for piece in pieces) and "".join(constant).isascii())
 
     def read(self, text: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> dict[str, Family] | None:
         """The families of `text` when it has this layout (equal to a full parse of it), else None."""
         variable = len(text) - self.constant_chars
         if variable < 0 or self.longest_line + variable > max_line_bytes // 4:
             return None                   # a line could be over the line bound: the full parse decides
-        tokens = self._tokens(text)
-        if tokens is None or text[-256:].rstrip().endswith("# EOF") != self.openmetrics:
-            return None
-        try:
-            values = list(map(float, tokens)) if self.in_order else [float(tokens[position]) for position in self.order]
-        except ValueError:
-            return None
-        if "_" in "".join(tokens):
-            return None
+        if _compiled is not None and self.ascii and text.isascii():
+            values = _compiled.values(text, self.pieces, self.slots, self.tail)
+            if values is None or text[-256:].rstrip().endswith("# EOF") != self.openmetrics:
+                return None
+            if not self.in_order:
+                values = [values[position] for position in self.order]
+        else:
+            values = self._values(text)
+            if values is None:
+                return None
         out: dict[str, Family] = {}
         at = 0
         for (name, kind, help_text, count), heads in zip(self.families, self.heads):
@@ -133,6 +136,19 @@ class Layout:
             return tuple(heads)
 
         return _HEADS.made(self.serial, cut)
+
+    def _values(self, text: str) -> list[float] | None:
+        """The kept samples' values, family by family, read in Python (what the compiled read gives)."""
+        tokens = self._tokens(text)
+        if tokens is None or text[-256:].rstrip().endswith("# EOF") != self.openmetrics:
+            return None
+        try:
+            values = list(map(float, tokens)) if self.in_order else [float(tokens[position]) for position in self.order]
+        except ValueError:
+            return None
+        if "_" in "".join(tokens):
+            return None
+        return values
 
     def _tokens(self, text: str) -> list[str] | tuple[str, ...] | None:
         """The kept samples' value texts, in text order, when every constant piece is where expected."""
@@ -190,6 +206,13 @@ def compile_matcher(layout: Layout) -> re.Pattern:
 
 
 _HEADS: Interner[tuple] = Interner(kept=1024)
+
+# The layout read compiled (servewatch/exposition/_layout.c: the pieces compared and the values converted in one C
+# call) where setup.py built it; the pure-Python read (Layout._values) where not, and for a text that is not ASCII.
+try:
+    from servewatch.exposition import _layout as _compiled
+except ImportError:
+    _compiled = None
 
 
 class LaidOutFamily(Family):
