@@ -25,8 +25,12 @@ from servewatch.lab.server import VllmServer, free_port
 from servewatch.lab.venv import LabSetupError, LabVenv
 
 CONNECTORS = ("example", "nixl")
-NIXL_PIN = "nixl==1.5.1"          # 1.5.2 was offered on 2026-12-06 and pip settled on 1.5.1 (nixl-cu12 imports
-                                  # without CUDA)
+NIXL_PIN = "nixl==1.5.1"          # 1.5.2 was offered on 2026-12-06 and pip settled on 1.5.1
+# `nixl` is a meta package: it imports a backend wheel, nixl_cuXX for the CUDA major it finds, and with no CUDA
+# (this CPU lab) the first installed of nixl_cu13, nixl_cu12. nixl 1.5.1 requires both wheels, so a plain install
+# may run either; the pair was measured on nixl_cu12 (2026-12-06). The lab installs the meta package and that
+# wheel without dependencies (torch and numpy, nixl-cu12's only ones, are vLLM's own) and removes any other backend.
+NIXL_BACKEND = ("nixl-cu12==1.5.1", "nixl_cu12")
 NIXL_INSTALL_TIMEOUT_S = 900.0
 DEFAULT_LEASE_S = 30              # vLLM's own default kv_lease_duration
 UCX_TRANSPORTS = "tcp,self"
@@ -50,7 +54,7 @@ def pair_cpus(role: str) -> tuple[int, ...]:
     progress thread, which polls with no delay (nixl 1.5.1 _api.py, pthrDelay 0), was seen at 77 % of a core on
     the prefill's core (2026-12-07, the 10-minute soak). On a machine with fewer cores than the pair, none."""
     core = int(PAIR_CORES[role])
-    return (core,) if core in os.sched_getaffinity(0) else ()
+    return (core,) if core in os.sched_getaffinity(0) and not os.environ.get("SW_NOPIN") else ()
 # The request fields that make a prefill keep its blocks for a remote decode (vLLM's toy disaggregation proxy).
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
 
@@ -65,27 +69,38 @@ class NixlInstall:
 
 def ensure_nixl(venv: LabVenv, *, say: Say = lambda line: None,
                 timeout_s: float = NIXL_INSTALL_TIMEOUT_S) -> NixlInstall:
-    """`nixl` importable in the lab venv: pip-installed (NIXL_PIN) the first time. Raises LabSetupError."""
+    """`nixl` importable in the lab venv on its CUDA 12 backend (NIXL_BACKEND): pip-installed the first time, any
+    other backend removed. Raises LabSetupError."""
     started = time.monotonic()
-    if _imports_nixl(venv):
+    wheel, module = NIXL_BACKEND
+    found = nixl_backend(venv)
+    if found == module:
         return NixlInstall(False, time.monotonic() - started)
     log_path = venv.root.parent / "nixl.install.log"
-    say(f"installing {NIXL_PIN} into {venv.root} (about 130 MB; log: {log_path})")
+    say(f"installing {NIXL_PIN} and {wheel} into {venv.root} (about 130 MB; log: {log_path})"
+        + (f"; removing the {found} backend (the pair was measured on {module})" if found else ""))
+    steps = ([["uninstall", "-y", found.replace("_", "-")]] if found else []) + [
+        ["install", "--no-deps", NIXL_PIN, wheel]]
     with open(log_path, "w", encoding="utf-8") as log:
-        try:
-            done = subprocess.run([str(venv.python), "-m", "pip", "install", NIXL_PIN], stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise LabSetupError(f"pip install {NIXL_PIN} timed out after {timeout_s:.0f}s (see {log_path})") from exc
-    if done.returncode != 0 or not _imports_nixl(venv):
-        raise LabSetupError(f"pip install {NIXL_PIN} failed with exit code {done.returncode}, or nixl does not "
-                            f"import afterwards (see {log_path})")
+        for step in steps:
+            try:
+                done = subprocess.run([str(venv.python), "-m", "pip", *step], stdout=log, stderr=subprocess.STDOUT,
+                                      timeout=timeout_s, check=False)
+            except subprocess.TimeoutExpired as exc:
+                raise LabSetupError(f"pip {' '.join(step)} timed out after {timeout_s:.0f}s (see {log_path})") from exc
+            if done.returncode != 0:
+                raise LabSetupError(f"pip {' '.join(step)} failed with exit code {done.returncode} (see {log_path})")
+    if (after := nixl_backend(venv)) != module:
+        raise LabSetupError(f"nixl imports {'no backend' if after is None else after} after installing {wheel}, "
+                            f"not {module} (see {log_path})")
     return NixlInstall(True, time.monotonic() - started)
 
 
-def _imports_nixl(venv: LabVenv) -> bool:
-    return subprocess.run([str(venv.python), "-c", "import nixl"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, timeout=120, check=False).returncode == 0
+def nixl_backend(venv: LabVenv) -> str | None:
+    """The backend wheel `import nixl` takes in the lab venv (e.g. "nixl_cu12"); None when nixl does not import."""
+    done = subprocess.run([str(venv.python), "-c", "import nixl._api as api; print(api.__name__.split('.')[0])"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def kv_transfer_config(connector: str, role: str, *, storage: Path | None = None,

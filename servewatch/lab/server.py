@@ -124,6 +124,11 @@ def vllm_command(python: Path, config: ServerConfig, port: int) -> list[str]:
     ]
 
 
+# Every process of a lab vLLM asks for AMX tiles at its start (amx/sitecustomize.py says why: without it, vLLM 0.32's
+# CPU attention died of SIGILL on an AMX Xeon).
+AMX_GRANT_DIR = Path(__file__).with_name("amx")
+
+
 def vllm_environment(config: ServerConfig) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -136,6 +141,7 @@ def vllm_environment(config: ServerConfig) -> dict[str, str]:
     )
     if config.cache_root is not None:
         env["VLLM_CACHE_ROOT"] = str(config.cache_root)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(AMX_GRANT_DIR), env.get("PYTHONPATH", "")) if p)
     env.update(dict(config.extra_env))
     env.pop("VIRTUAL_ENV", None)
     return env

@@ -154,25 +154,48 @@ def _venv_with(tmp_path: Path, script: str) -> LabVenv:
     return LabVenv(root, reused=True, seconds=0.0)
 
 
-def test_nixl_already_importable_is_not_installed_again(tmp_path):
-    venv = _venv_with(tmp_path, "exit 0")
-    done = pd.ensure_nixl(venv)
-    assert done.installed is False
-    assert (tmp_path / "calls").read_text().splitlines() == ["-c import nixl"]
+def _nixl_venv(tmp_path: Path, backend: str | None, pip_exit: int = 0) -> LabVenv:
+    """A stand-in venv whose `import nixl` takes `backend` (None: no nixl) until pip installs nixl_cu12."""
+    state = tmp_path / "backend"
+    if backend:
+        state.write_text(backend)
+    return _venv_with(tmp_path, f'case "$1 $3" in\n'
+                                f'  "-m install") [ {pip_exit} = 0 ] && echo nixl_cu12 > {state}; exit {pip_exit};;\n'
+                                f'  "-m uninstall") rm -f {state}; exit 0;;\n'
+                                f'esac\n[ -e {state} ] && cat {state}')
 
 
-def test_nixl_is_pip_installed_pinned_when_missing_and_a_failure_names_the_log(tmp_path):
-    # imports fail until pip has run once; pip succeeds
-    venv = _venv_with(tmp_path, f'case "$1" in -m) touch {tmp_path / "ok"}; exit 0;; esac\n'
-                                f'[ -e {tmp_path / "ok"} ]')
+def _calls(tmp_path: Path) -> list[str]:
+    return [line.split(" ", 1)[0] + " " + line.split(" ", 3)[2] if line.startswith("-m") else "probe"
+            for line in (tmp_path / "calls").read_text().splitlines()]
+
+
+def test_nixl_on_its_cuda12_backend_is_not_installed_again(tmp_path):
+    assert pd.ensure_nixl(_nixl_venv(tmp_path, "nixl_cu12")).installed is False
+    assert _calls(tmp_path) == ["probe"]
+
+
+def test_nixl_is_installed_without_dependencies_on_its_cuda12_backend_when_missing(tmp_path):
     said: list[str] = []
-    assert pd.ensure_nixl(venv, say=said.append).installed is True
-    assert (tmp_path / "calls").read_text().splitlines() == ["-c import nixl", f"-m pip install {pd.NIXL_PIN}",
-                                                           "-c import nixl"]
-    assert said and pd.NIXL_PIN in said[0]
-    broken = _venv_with(tmp_path / "b", "exit 1")
-    with pytest.raises(LabSetupError, match=r"pip install nixl==1\.5\.1 failed with exit code 1.*nixl\.install\.log"):
-        pd.ensure_nixl(broken)
+    assert pd.ensure_nixl(_nixl_venv(tmp_path, None), say=said.append).installed is True
+    assert (tmp_path / "calls").read_text().splitlines()[1] == f"-m pip install --no-deps {pd.NIXL_PIN} nixl-cu12==1.5.1"
+    assert _calls(tmp_path) == ["probe", "-m install", "probe"]
+    assert pd.NIXL_PIN in said[0] and "removing" not in said[0]
+
+
+def test_nixl_on_its_cuda13_backend_has_that_backend_removed_first(tmp_path):
+    # nixl 1.5.1 with no CUDA takes nixl_cu13 when installed; the pair was measured on nixl_cu12
+    said: list[str] = []
+    assert pd.ensure_nixl(_nixl_venv(tmp_path, "nixl_cu13"), say=said.append).installed is True
+    assert (tmp_path / "calls").read_text().splitlines()[1] == "-m pip uninstall -y nixl-cu13"
+    assert _calls(tmp_path) == ["probe", "-m uninstall", "-m install", "probe"]
+    assert "removing the nixl_cu13 backend (the pair was measured on nixl_cu12)" in said[0]
+
+
+def test_a_failed_nixl_install_names_the_step_and_the_log(tmp_path):
+    with pytest.raises(LabSetupError, match=r"pip install --no-deps nixl==1\.5\.1 nixl-cu12==1\.5\.1 failed with exit "
+                                            r"code 1 \(see .*nixl\.install\.log\)"):
+        pd.ensure_nixl(_nixl_venv(tmp_path, None, pip_exit=1))
 
 
 def test_the_pair_is_shaken_hands_until_decode_answers_from_the_transfer(tmp_path):
@@ -200,3 +223,21 @@ def test_the_pair_is_shaken_hands_until_decode_answers_from_the_transfer(tmp_pat
     with pytest.raises(LabSetupError, match=r"in 2 tries \(decode answered nothing"):
         pair.shake_hands(attempts=2, post=lambda url, body, t: (
             (200, {"kv_transfer_params": {"a": 1}}) if url == pair.prefill.url else (None, None)))
+
+
+def test_every_lab_vllm_process_asks_for_amx_tiles_first(tmp_path):
+    # vLLM 0.32's CPU attention died of SIGILL on an AMX Xeon in a process that never asked for AMX (2026-12-07):
+    # the lab's engines start with amx/sitecustomize.py on their path, ahead of the user's own PYTHONPATH.
+    from servewatch.lab.server import AMX_GRANT_DIR
+
+    pair = pd.pd_pair(_lab(tmp_path), "nixl", tmp_path / "work")
+    path = pair.decode.environment()["PYTHONPATH"].split(os.pathsep)
+    assert path[0] == str(AMX_GRANT_DIR) and (AMX_GRANT_DIR / "sitecustomize.py").is_file()
+    # the permitted features (ARCH_GET_XCOMP_PERM) hold AMX tile data (bit 18) from the start, where the CPU has AMX
+    probe = ("import ctypes, sys; mask = ctypes.c_uint64(); "
+             "ctypes.CDLL(None).syscall(158, 0x1022, ctypes.byref(mask)); "
+             "print(sys.modules['sitecustomize'].__file__.startswith(sys.argv[1]), bool(mask.value >> 18 & 1))")
+    done = subprocess.run([sys.executable, "-c", probe, str(AMX_GRANT_DIR)], env={"PYTHONPATH": path[0]},
+                          capture_output=True, text=True, timeout=30, check=True)
+    has_amx = " amx_tile " in Path("/proc/cpuinfo").read_text().replace("\n", " ")
+    assert done.stdout.split() == ["True", str(has_amx)] and done.stderr == ""
