@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from servewatch.proxy import fastpath, server
-from servewatch.proxy.exchange import ProxyStream
+from servewatch.proxy.exchange import Exchange, ProxyStream
 from servewatch.proxy.server import Upstream
 from tests.tools import in_ci
 
@@ -49,6 +49,29 @@ class Fake:
         self.event_tail = fastpath.chat_tail if chat else fastpath.completion_tail
         self._received = 0
         self.max_body = max_body
+
+
+class Guarded(Fake):
+    """An upstream whose byte count is a property: the compiled path reads and sets such an object's
+    attributes through getattr and setattr, not its instance dict (a data descriptor comes before the dict)."""
+
+    @property
+    def _received(self):
+        return self.count
+
+    @_received.setter
+    def _received(self, value):
+        self.count = value
+
+
+def exchange(rng: random.Random, state):
+    """The exchange the inline path reads (its state and send time): a real Exchange (its slots read by
+    offset) or another object (read through getattr)."""
+    if rng.random() < 0.5:
+        ex = Exchange.__new__(Exchange)
+        ex.state, ex.sent = state, 1000.0
+        return ex
+    return SimpleNamespace(state=state, sent=1000.0)
 
 
 class Counting(ProxyStream):
@@ -178,10 +201,11 @@ def test_the_compiled_path_does_what_the_python_path_does(compiled, chat, seed):
         keep_text = stream % 6 == 5
         state_type = Counting if stream % 6 == 4 else ProxyStream
         max_body = rng.choice([2**20, 2**20, 3000])             # 3,000 bytes: a bound a stream passes
+        up_type, ex_seed = rng.choice([Fake, Fake, Guarded]), rng.random()
         pair = []
         for _ in range(2):
             st = Counting(chat) if state_type is Counting else ProxyStream(chat, keep_text)
-            pair.append((Fake(chat, max_body), SimpleNamespace(state=st, sent=1000.0)))
+            pair.append((up_type(chat, max_body), exchange(random.Random(ex_seed), st)))
         (py_up, py_ex), (c_up, c_ex) = pair
         for j, data in enumerate(reads(rng, chat, 60)):
             t = 1000.0 + j * 0.005

@@ -21,7 +21,7 @@
 #define SIZE_LINES_UP_TO 4096
 
 static PyObject *s_event_eol, *s_event_prefix, *s_event_rest, *s_event_groups, *s_received, *s_max_body,
-    *s_whole_event, *s_event_tail, *s_state, *s_sent, *s_on_fields, *s_groups, *s_start, *s_end, *s_append,
+    *s_whole_event, *s_event_tail, *s_on_fields, *s_groups, *s_start, *s_end, *s_append,
     *s_decode;
 static PyObject *zero, *one, *two;
 
@@ -49,6 +49,34 @@ static void slot_set(PyObject *obj, int f, PyObject *v) {   /* steals nothing */
     Py_INCREF(v);
     *p = v;
     Py_XDECREF(old);
+}
+
+/* the offsets of `count` object slots named `names` from `base`'s member descriptors; 0 or -1 */
+static int slot_offsets(PyObject *base, const char **names, int count, Py_ssize_t *out) {
+    for (int f = 0; f < count; f++) {
+        PyObject *d = PyDict_GetItemString(((PyTypeObject *)base)->tp_dict, names[f]);
+        if (d == NULL || Py_TYPE(d) != &PyMemberDescr_Type) {
+            PyErr_Format(PyExc_TypeError, "%s: not a slot of %.100s", names[f], ((PyTypeObject *)base)->tp_name);
+            return -1;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) {
+            PyErr_Format(PyExc_TypeError, "%s: not a writable object slot", names[f]);
+            return -1;
+        }
+        out[f] = m->offset;
+    }
+    return 0;
+}
+
+static int subtypes(PyObject *types, PyObject *base) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); i++)
+        if (!PyType_Check(PyTuple_GET_ITEM(types, i)) ||
+            !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(types, i), (PyTypeObject *)base)) {
+            PyErr_SetString(PyExc_TypeError, "the types: the base and its subclasses");
+            return 0;
+        }
+    return 1;
 }
 
 static int is_counted(PyObject *state) {
@@ -166,8 +194,19 @@ static Py_ssize_t find_crlf(const char *p, Py_ssize_t from, Py_ssize_t to) {   /
 }
 
 static int size_line_is(const char *p, Py_ssize_t n, Py_ssize_t size) {   /* data.startswith(b"%x\r\n" % size) */
+    static const char digits[] = "0123456789abcdef";
     char line[24];
-    int len = snprintf(line, sizeof line, "%zx\r\n", (size_t)size);
+    int len = 0;
+    char rev[20];
+    size_t v = (size_t)size;
+    do {
+        rev[len++] = digits[v & 15];
+        v >>= 4;
+    } while (v);
+    for (int i = 0; i < len; i++)
+        line[i] = rev[len - 1 - i];
+    line[len++] = '\r';
+    line[len++] = '\n';
     return len <= n && memcmp(p, line, (size_t)len) == 0;
 }
 
@@ -175,9 +214,103 @@ static int ends_with(const char *p, Py_ssize_t n, const char *tail, Py_ssize_t l
     return len <= n && memcmp(p + n - len, tail, (size_t)len) == 0;
 }
 
-static PyObject *set_attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t v) {
+/* An Upstream's attributes, read and set in its instance dict where that is what getattr and setattr do: a
+ * type with the generic getattr and setattr, an instance dict, and no data descriptor (a property, a slot) for
+ * any name read here. Such a type is remembered with its version tag (changed when the type is). Anything else
+ * goes through getattr and setattr. */
+static PyObject *plain_names[11];
+static PyObject *plain_type = NULL;
+static unsigned int plain_tag = 0;
+
+static int is_plain(PyTypeObject *tp) {
+    if ((PyObject *)tp == plain_type && tp->tp_version_tag == plain_tag
+        && PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+        return 1;
+    if (tp->tp_getattro != PyObject_GenericGetAttr || tp->tp_setattro != PyObject_GenericSetAttr)
+        return 0;
+#ifdef Py_TPFLAGS_MANAGED_DICT
+    if (tp->tp_dictoffset == 0 && !PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT))
+        return 0;
+#else
+    if (tp->tp_dictoffset == 0)
+        return 0;
+#endif
+    for (size_t i = 0; i < sizeof plain_names / sizeof plain_names[0]; i++) {
+        PyObject *d = _PyType_Lookup(tp, plain_names[i]);
+        if (d != NULL && Py_TYPE(d)->tp_descr_set != NULL)
+            return 0;
+    }
+    if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        Py_XSETREF(plain_type, Py_NewRef((PyObject *)tp));
+        plain_tag = tp->tp_version_tag;
+    }
+    return 1;
+}
+
+static PyObject *dict_of(PyObject *obj) {   /* new reference, or NULL without an exception: use getattr */
+    if (!is_plain(Py_TYPE(obj)))
+        return NULL;
+    PyObject *d = PyObject_GenericGetDict(obj, NULL);
+    if (d == NULL)
+        PyErr_Clear();
+    return d;
+}
+
+static PyObject *uget(PyObject *obj, PyObject *dict, PyObject *name) {   /* getattr(obj, name) */
+    if (dict != NULL) {
+        PyObject *v = PyDict_GetItemWithError(dict, name);
+        if (v != NULL)
+            return Py_NewRef(v);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+static int uset(PyObject *obj, PyObject *dict, PyObject *name, PyObject *v) {   /* setattr(obj, name, v) */
+    return dict != NULL ? PyDict_SetItem(dict, name, v) : PyObject_SetAttr(obj, name, v);
+}
+
+/* Exchange's slots, by offset, for the types setup_reader was given; any other type through getattr */
+enum { X_LAST, X_FIRST_BYTE, X_CLIENT_GONE, X_STATE, X_SENT, X_COUNT };
+static const char *x_names[X_COUNT] = {"last", "first_byte", "client_gone", "state", "sent"};
+static PyObject *x_interned[X_COUNT];
+static Py_ssize_t x_offsets[X_COUNT];
+static PyObject *x_types = NULL;
+
+static int is_exchange(PyObject *ex) {
+    if (x_types == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x_types); i++)
+        if ((PyObject *)Py_TYPE(ex) == PyTuple_GET_ITEM(x_types, i))
+            return 1;
+    return 0;
+}
+
+static PyObject *xget(PyObject *ex, int known, int f) {   /* new reference */
+    if (!known)
+        return PyObject_GetAttr(ex, x_interned[f]);
+    PyObject *v = *(PyObject **)((char *)ex + x_offsets[f]);
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%s'", Py_TYPE(ex)->tp_name, x_names[f]);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+static int xset(PyObject *ex, int known, int f, PyObject *v) {
+    if (!known)
+        return PyObject_SetAttr(ex, x_interned[f], v);
+    PyObject **p = (PyObject **)((char *)ex + x_offsets[f]);
+    PyObject *old = *p;
+    *p = Py_NewRef(v);
+    Py_XDECREF(old);
+    return 0;
+}
+
+static PyObject *set_attr_ssize(PyObject *obj, PyObject *dict, PyObject *name, Py_ssize_t v) {
     PyObject *o = PyLong_FromSsize_t(v);
-    if (o == NULL || PyObject_SetAttr(obj, name, o) < 0) {
+    if (o == NULL || uset(obj, dict, name, o) < 0) {
         Py_XDECREF(o);
         return NULL;
     }
@@ -212,7 +345,8 @@ static Py_ssize_t call_index(PyObject *m, PyObject *method, PyObject *group) {  
 
 /* Upstream._inline_event over owner[pos:pos+n] (the slice made only where the Python would use it as an
  * object: a pattern's argument, a slice kept): 1 True, 0 False, -1 an exception. */
-static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssize_t n, PyObject *ex, PyObject *t) {
+static int inline_event_in(PyObject *self, PyObject *udict, PyObject *owner, Py_ssize_t pos, Py_ssize_t n,
+                           PyObject *ex, PyObject *t) {
     const char *p = PyBytes_AS_STRING(owner) + pos;
     PyObject *data = NULL;      /* owner[pos:pos+n], made once when needed */
     PyObject *size_obj = NULL, *mobj = NULL, *g = NULL;
@@ -221,7 +355,7 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
 #define DATA() (data != NULL ? data : (data = (pos == 0 && n == PyBytes_GET_SIZE(owner)) ? Py_NewRef(owner) \
                                               : PyBytes_FromStringAndSize(p, n)))
 
-    PyObject *eol_obj = PyObject_GetAttr(self, s_event_eol);
+    PyObject *eol_obj = uget(self, udict, s_event_eol);
     if (eol_obj == NULL)
         return -1;
     Py_ssize_t eol = PyLong_AsSsize_t(eol_obj);
@@ -253,12 +387,12 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
         if (overflow || parsed != (long long)(n - eol - 4))
             return 0;
         size = (Py_ssize_t)parsed;
-        PyObject *o = set_attr_ssize(self, s_event_eol, eol);
+        PyObject *o = set_attr_ssize(self, udict, s_event_eol, eol);
         if (o == NULL)
             return -1;
         Py_DECREF(o);
     }
-    PyObject *prefix = PyObject_GetAttr(self, s_event_prefix);
+    PyObject *prefix = uget(self, udict, s_event_prefix);
     if (prefix == NULL)
         return -1;
     if (prefix != Py_None) {
@@ -272,7 +406,7 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
         Py_DECREF(prefix);
         if (starts) {
             Py_ssize_t start = at + plen;
-            PyObject *rest = PyObject_GetAttr(self, s_event_rest);
+            PyObject *rest = uget(self, udict, s_event_rest);
             if (rest == NULL)
                 return -1;
             if (!PyBytes_Check(rest)) {
@@ -285,7 +419,7 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
                        && pure((const unsigned char *)p, start, end);
             Py_DECREF(rest);
             if (same) {
-                PyObject *groups = PyObject_GetAttr(self, s_event_groups);
+                PyObject *groups = uget(self, udict, s_event_groups);
                 if (groups == NULL)
                     return -1;
                 g = PySequence_Tuple(groups);
@@ -305,7 +439,7 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
             } else if (ends_with(p, n, "\n\n\r\n", 4)) {
                 if (DATA() == NULL)
                     return -1;
-                PyObject *tail = PyObject_GetAttr(self, s_event_tail);
+                PyObject *tail = uget(self, udict, s_event_tail);
                 if (tail == NULL)
                     goto done;
                 PyObject *start_obj = PyLong_FromSsize_t(start);
@@ -328,8 +462,8 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
                         goto done;
                     PyObject *kept = PySequence_GetSlice(data, e1, PY_SSIZE_T_MAX);
                     PyObject *said = kept == NULL ? NULL : PyTuple_Pack(3, reason, pt, ct);
-                    int bad = said == NULL || PyObject_SetAttr(self, s_event_rest, kept) < 0
-                              || PyObject_SetAttr(self, s_event_groups, said) < 0;
+                    int bad = said == NULL || uset(self, udict, s_event_rest, kept) < 0
+                              || uset(self, udict, s_event_groups, said) < 0;
                     Py_XDECREF(kept);
                     Py_XDECREF(said);
                     if (bad)
@@ -345,7 +479,7 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
     if (!matched && ends_with(p, n, "\n\n\r\n", 4)) {
         if (DATA() == NULL)
             goto done;
-        PyObject *whole = PyObject_GetAttr(self, s_whole_event);
+        PyObject *whole = uget(self, udict, s_whole_event);
         if (whole == NULL)
             goto done;
         mobj = PyObject_CallOneArg(whole, data);
@@ -373,7 +507,7 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
                 PyObject *kept_prefix = PySequence_GetSlice(data, eol + 2, s2);
                 if (kept_prefix == NULL)
                     goto done;
-                int bad = PyObject_SetAttr(self, s_event_prefix, kept_prefix) < 0;
+                int bad = uset(self, udict, s_event_prefix, kept_prefix) < 0;
                 Py_DECREF(kept_prefix);
                 if (bad)
                     goto done;
@@ -382,15 +516,15 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
                     goto done;
                 PyObject *kept = PySequence_GetSlice(data, e2, PY_SSIZE_T_MAX);
                 PyObject *said = kept == NULL ? NULL : PyTuple_Pack(3, reason, pt, ct);
-                bad = said == NULL || PyObject_SetAttr(self, s_event_rest, kept) < 0
-                      || PyObject_SetAttr(self, s_event_groups, said) < 0;
+                bad = said == NULL || uset(self, udict, s_event_rest, kept) < 0
+                      || uset(self, udict, s_event_groups, said) < 0;
                 Py_XDECREF(kept);
                 Py_XDECREF(said);
                 if (bad)
                     goto done;
                 matched = 1;
             } else {
-                if (PyObject_SetAttr(self, s_event_prefix, Py_None) < 0)
+                if (uset(self, udict, s_event_prefix, Py_None) < 0)
                     goto done;
                 matched = 1;
             }
@@ -398,7 +532,7 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
     }
     result = 0;
     if (matched) {
-        PyObject *received = PyObject_GetAttr(self, s_received);
+        PyObject *received = uget(self, udict, s_received);
         if (received == NULL)
             goto fail;
         PyObject *size_o = PyLong_FromSsize_t(size);
@@ -407,19 +541,20 @@ static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssiz
         Py_XDECREF(size_o);
         if (sum == NULL)
             goto fail;
-        PyObject *bound = PyObject_GetAttr(self, s_max_body);
+        PyObject *bound = uget(self, udict, s_max_body);
         int within = bound == NULL ? -1 : PyObject_RichCompareBool(sum, bound, Py_LE);
         Py_XDECREF(bound);
-        if (within < 0 || (within && PyObject_SetAttr(self, s_received, sum) < 0)) {
+        if (within < 0 || (within && uset(self, udict, s_received, sum) < 0)) {
             Py_DECREF(sum);
             goto fail;
         }
         Py_DECREF(sum);
         if (within) {
-            PyObject *state = PyObject_GetAttr(ex, s_state);
+            int known = is_exchange(ex);
+            PyObject *state = xget(ex, known, X_STATE);
             if (state == NULL)
                 goto fail;
-            PyObject *sent = PyObject_GetAttr(ex, s_sent);
+            PyObject *sent = xget(ex, known, X_SENT);
             PyObject *dt = sent == NULL ? NULL : PyNumber_Subtract(t, sent);
             Py_XDECREF(sent);
             int r = dt == NULL ? -1 : on_fields(state, piece, reason, pt, ct, dt);
@@ -443,6 +578,13 @@ done:
     Py_XDECREF(ct);
     return result;
 #undef DATA
+}
+
+static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssize_t n, PyObject *ex, PyObject *t) {
+    PyObject *udict = dict_of(self);
+    int r = inline_event_in(self, udict, owner, pos, n, ex, t);
+    Py_XDECREF(udict);
+    return r;
 }
 
 static int parse_args(PyObject *const *args, Py_ssize_t nargs, const char *name) {
@@ -519,25 +661,8 @@ static PyObject *py_setup(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &base, &PyTuple_Type, &types))
         return NULL;
     Py_ssize_t found[F_COUNT];
-    for (int f = 0; f < F_COUNT; f++) {
-        PyObject *d = PyDict_GetItemString(((PyTypeObject *)base)->tp_dict, slot_names[f]);
-        if (d == NULL || Py_TYPE(d) != &PyMemberDescr_Type) {
-            PyErr_Format(PyExc_TypeError, "%s: not a slot of the stream state", slot_names[f]);
-            return NULL;
-        }
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) {
-            PyErr_Format(PyExc_TypeError, "%s: not a writable object slot", slot_names[f]);
-            return NULL;
-        }
-        found[f] = m->offset;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); i++)
-        if (!PyType_Check(PyTuple_GET_ITEM(types, i)) ||
-            !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(types, i), (PyTypeObject *)base)) {
-            PyErr_SetString(PyExc_TypeError, "counted types: the stream state's type and its subclasses");
-            return NULL;
-        }
+    if (slot_offsets(base, slot_names, F_COUNT, found) < 0 || !subtypes(types, base))
+        return NULL;
     memcpy(offsets, found, sizeof offsets);
     Py_XSETREF(counted, Py_NewRef(types));
     Py_RETURN_NONE;
@@ -548,7 +673,7 @@ static PyObject *py_setup(PyObject *module, PyObject *args) {
  * and the count. What it does is Upstream.data_received's, statement for statement; the Python it calls back
  * (set by setup_reader): the method itself when no exchange is attached, Upstream._parse for what the inline
  * path leaves, the module's _now for the time. */
-static PyObject *s_exchange, *s_last, *s_first_byte, *s_client_gone, *s_client_write, *s_inline, *s_now;
+static PyObject *s_exchange, *s_client_write, *s_inline, *s_now;
 static PyObject *py_received = NULL, *py_parse = NULL, *module_globals = NULL;
 
 typedef struct {
@@ -563,11 +688,15 @@ static PyObject *reader_read(Reader *self, PyObject *data) {
         PyErr_SetString(PyExc_RuntimeError, "setup_reader() was not called");
         return NULL;
     }
-    ex = PyObject_GetAttr(up, s_exchange);
-    if (ex == NULL)
+    PyObject *udict = dict_of(up);
+    ex = uget(up, udict, s_exchange);
+    if (ex == NULL) {
+        Py_XDECREF(udict);
         return NULL;
+    }
     if (ex == Py_None || !PyBytes_Check(data)) {    /* no exchange (or not bytes): the method itself */
         Py_DECREF(ex);
+        Py_XDECREF(udict);
         return PyObject_CallFunctionObjArgs(py_received, up, data, NULL);
     }
     PyObject *now = PyDict_GetItemWithError(module_globals, s_now);   /* borrowed */
@@ -576,36 +705,37 @@ static PyObject *reader_read(Reader *self, PyObject *data) {
             PyErr_SetString(PyExc_NameError, "name '_now' is not defined");
         goto done;
     }
+    int known = is_exchange(ex);
     t = PyObject_CallNoArgs(now);
-    if (t == NULL || PyObject_SetAttr(ex, s_last, t) < 0)
+    if (t == NULL || xset(ex, known, X_LAST, t) < 0)
         goto done;
-    PyObject *first = PyObject_GetAttr(ex, s_first_byte);
+    PyObject *first = xget(ex, known, X_FIRST_BYTE);
     if (first == NULL)
         goto done;
     int unset = first == Py_None;
     Py_DECREF(first);
-    if (unset && PyObject_SetAttr(ex, s_first_byte, t) < 0)
+    if (unset && xset(ex, known, X_FIRST_BYTE, t) < 0)
         goto done;
-    PyObject *gone = PyObject_GetAttr(ex, s_client_gone);
+    PyObject *gone = xget(ex, known, X_CLIENT_GONE);
     int truth = gone == NULL ? -1 : PyObject_IsTrue(gone);
     Py_XDECREF(gone);
     if (truth < 0)
         goto done;
     if (!truth) {
-        PyObject *write = PyObject_GetAttr(up, s_client_write);
+        PyObject *write = uget(up, udict, s_client_write);
         PyObject *w = write == NULL ? NULL : PyObject_CallOneArg(write, data);
         Py_XDECREF(write);
         if (w == NULL)
             goto done;
         Py_DECREF(w);
     }
-    PyObject *inl = PyObject_GetAttr(up, s_inline);
+    PyObject *inl = uget(up, udict, s_inline);
     truth = inl == NULL ? -1 : PyObject_IsTrue(inl);
     Py_XDECREF(inl);
     if (truth < 0)
         goto done;
     if (truth) {
-        int counted = inline_event(up, data, 0, PyBytes_GET_SIZE(data), ex, t);
+        int counted = inline_event_in(up, udict, data, 0, PyBytes_GET_SIZE(data), ex, t);
         if (counted < 0)
             goto done;
         if (counted) {
@@ -624,6 +754,7 @@ static PyObject *reader_read(Reader *self, PyObject *data) {
     }
     r = PyObject_CallFunctionObjArgs(py_parse, up, data, NULL);
 done:
+    Py_XDECREF(udict);
     Py_XDECREF(ex);
     Py_XDECREF(t);
     Py_XDECREF(rest);
@@ -686,11 +817,19 @@ static PyTypeObject ReaderType = {
     .tp_repr = (reprfunc)reader_repr,
 };
 
-/* setup_reader(Upstream.data_received, Upstream._parse, server module's globals) */
+/* setup_reader(Upstream.data_received, Upstream._parse, server module's globals, Exchange, exchange_types):
+ * the Python the Reader calls back, and the exchange types whose slots it reads by offset (Exchange and
+ * subclasses that keep these slots; server.py checks) */
 static PyObject *py_setup_reader(PyObject *module, PyObject *args) {
-    PyObject *received, *parse, *globals;
-    if (!PyArg_ParseTuple(args, "OOO!", &received, &parse, &PyDict_Type, &globals))
+    PyObject *received, *parse, *globals, *xbase, *xtypes;
+    Py_ssize_t found[X_COUNT];
+    if (!PyArg_ParseTuple(args, "OOO!O!O!", &received, &parse, &PyDict_Type, &globals, &PyType_Type, &xbase,
+                          &PyTuple_Type, &xtypes))
         return NULL;
+    if (slot_offsets(xbase, x_names, X_COUNT, found) < 0 || !subtypes(xtypes, xbase))
+        return NULL;
+    memcpy(x_offsets, found, sizeof x_offsets);
+    Py_XSETREF(x_types, Py_NewRef(xtypes));
     Py_XSETREF(py_received, Py_NewRef(received));
     Py_XSETREF(py_parse, Py_NewRef(parse));
     Py_XSETREF(module_globals, Py_NewRef(globals));
@@ -699,7 +838,7 @@ static PyObject *py_setup_reader(PyObject *module, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"setup_reader", py_setup_reader, METH_VARARGS,
-     "setup_reader(Upstream.data_received, Upstream._parse, server's globals): what Reader calls back"},
+     "setup_reader(Upstream.data_received, Upstream._parse, server's globals, Exchange, exchange_types)"},
     {"inline_event", (PyCFunction)(void (*)(void))py_inline_event, METH_FASTCALL,
      "inline_event(upstream, data, exchange, t) -> bool: Upstream._inline_event, compiled"},
     {"inline_chunks", (PyCFunction)(void (*)(void))py_inline_chunks, METH_FASTCALL,
@@ -721,8 +860,6 @@ PyMODINIT_FUNC PyInit__inline(void) {
     INTERN(s_max_body, "max_body");
     INTERN(s_whole_event, "whole_event");
     INTERN(s_event_tail, "event_tail");
-    INTERN(s_state, "state");
-    INTERN(s_sent, "sent");
     INTERN(s_on_fields, "on_fields");
     INTERN(s_groups, "groups");
     INTERN(s_start, "start");
@@ -730,12 +867,14 @@ PyMODINIT_FUNC PyInit__inline(void) {
     INTERN(s_append, "append");
     INTERN(s_decode, "decode");
     INTERN(s_exchange, "exchange");
-    INTERN(s_last, "last");
-    INTERN(s_first_byte, "first_byte");
-    INTERN(s_client_gone, "client_gone");
     INTERN(s_client_write, "client_write");
     INTERN(s_inline, "inline");
     INTERN(s_now, "_now");
+    for (int f = 0; f < X_COUNT; f++)
+        INTERN(x_interned[f], x_names[f]);
+    PyObject *plain[] = {s_exchange, s_client_write, s_inline, s_event_eol, s_event_prefix, s_event_rest,
+                         s_event_groups, s_whole_event, s_event_tail, s_received, s_max_body};
+    memcpy(plain_names, plain, sizeof plain_names);
 #undef INTERN
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);

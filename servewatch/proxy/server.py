@@ -580,7 +580,7 @@ def _load_compiled():
     own = [cls for cls in (StreamState, ProxyStream)
            if all(getattr(cls, name) is getattr(StreamState, name) for name in ("on_fields", "_chunk"))]
     _inline.setup(StreamState, tuple(own))
-    _inline.setup_reader(Upstream.data_received, Upstream._parse, globals())
+    _inline.setup_reader(Upstream.data_received, Upstream._parse, globals(), Exchange, (Exchange,))
     return _inline
 
 
