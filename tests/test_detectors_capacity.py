@@ -86,6 +86,16 @@ def test_histogram_blind_on_the_window_delta():
     assert verdict.details["first_bucket_fraction"] == 1.0
 
 
+def test_a_histogram_of_zeros_is_not_blind():
+    # vLLM 0.32 observes a time per output token of exactly 0 for a request of one output token (v1/metrics/
+    # stats.py:608): every request of a disaggregated pair's prefill (max_tokens 1). Seen on the real pair,
+    # 2026-12-07: "100.00% of 102 observations fall in the first bucket; honest mean 0.0 ms". Nothing to resolve.
+    tl = Timeline().ticks(100, running=4, itl_fast=50, itl_fast_s=0.0)
+    assert "histogram_blind" not in by_name(tl.window())
+    tl = Timeline().ticks(100, running=4, itl_fast=50, itl_fast_s=1e-6)   # a microsecond each: blind
+    assert by_name(tl.window())["histogram_blind"].details["count"] == 99 * 50
+
+
 def test_histogram_not_blind_when_latency_spreads():
     tl = Timeline().ticks(100, running=4, itl_fast=50, itl_slow=50)
     assert "histogram_blind" not in by_name(tl.window())

@@ -28,7 +28,7 @@ class Timeline:
              preempt: float = 0, kv: float | None = 0.3, slot_limit: int | None = None, by_reason=None,
              metrics_error: str | None = None, members=(API, ENGINE, WORKER), alive: bool = True,
              root_ct: float = ROOT_CT, exit_code: int | None = None, itl_fast: float = 0, itl_slow: float = 0,
-             reset: bool = False) -> Timeline:
+             itl_fast_s: float = 0.005, reset: bool = False) -> Timeline:
         """One probe round. Counters move by the given deltas; by default a busy engine steps once and
         makes `running` tokens per tick, an idle one does nothing."""
         busy = running > 0
@@ -52,7 +52,7 @@ class Timeline:
                                                preemptions=self.preempt, steps=self.steps),
                 histograms={"itl": Histogram(edges=(0.01, 0.025, 0.05, 0.1), cumulative=tuple(self.itl),
                                              count=self.itl[-1],
-                                             sum=self.itl[0] * 0.005 + (self.itl[-1] - self.itl[0]) * 0.04)})
+                                             sum=self.itl[0] * itl_fast_s + (self.itl[-1] - self.itl[0]) * 0.04)})
             self.samples.append(MetricsSample(t=t + 0.01, dialect=self.dialect, naming=f"{self.dialect}-test",
                                               engines=(state,), scrape_s=0.01))
         if self.with_process:

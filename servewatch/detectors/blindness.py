@@ -44,8 +44,8 @@ def detect(window: Window, config: Thresholds) -> list[Verdict]:
             if _surely_not_blind(new.histograms[kind], old.histograms[kind], config.blind_min_count):
                 continue
             diff = delta(new.histograms[kind], old.histograms[kind])
-            if diff is None or diff.count < config.blind_min_count:
-                continue
+            if diff is None or diff.count < config.blind_min_count or not diff.sum > 0:
+                continue     # too few, or every observation exactly 0: no latency to resolve (below)
             summary = summarize(kind, diff)
             if not summary.blind:
                 continue
@@ -61,6 +61,12 @@ def detect(window: Window, config: Thresholds) -> list[Verdict]:
                                      "first_bucket_le": summary.first_bucket_le, "mean_s": summary.mean_s,
                                      "p50_s": summary.p50_s, "p99_s": summary.p99_s}))
     return verdicts
+
+
+# vLLM 0.32 observes a request's time per output token as exactly 0 when it made one token (v1/metrics/stats.py:608,
+# loggers.py:1324): every request of a disaggregated pair's prefill, sent with max_tokens 1. Such a histogram's
+# observations all sit in its first bucket, and it is not blind: there is no latency in it to resolve, so a
+# window whose observations sum to 0 is not judged.
 
 
 def _surely_not_blind(new: Histogram, old: Histogram, min_count: float) -> bool:
