@@ -311,3 +311,17 @@ def test_only_a_target_running_on_this_machine_gets_a_gpu_source():
     assert kinds(TargetSpec("remote", "http://10.0.0.7:8000")) == ["health", "metrics", "slots"]
     assert kinds(TargetSpec("local", "http://127.0.0.1:8000", pid=os.getpid())) == ["gpu", "health", "metrics",
                                                                                    "process", "slots"]
+
+
+def test_serve_runs_on_uvloop_where_installed_else_on_asyncio(monkeypatch):
+    """`servewatch serve` (tests/test_serve_cli.py runs it) takes uvloop's event loop; without uvloop, asyncio's
+    (the in-process serve tests run on asyncio's)."""
+    import sys
+
+    import uvloop
+
+    from servewatch.serve.app import loop_factory
+
+    assert loop_factory() is uvloop.new_event_loop
+    monkeypatch.setitem(sys.modules, "uvloop", None)      # `import uvloop` raises ImportError
+    assert loop_factory() is None

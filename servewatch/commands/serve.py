@@ -74,7 +74,7 @@ def run(args) -> int:
 
     from servewatch import stopping
     from servewatch.serve import heap
-    from servewatch.serve.app import serve
+    from servewatch.serve.app import loop_factory, serve
     from servewatch.watch.event_lines import EventLines
 
     config = config_from_args(args)   # a bad config: one line naming file, line and key; exit 2
@@ -89,7 +89,8 @@ def run(args) -> int:
         finally:
             remove()
 
-    code = asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        code = runner.run(main())
     return stopping.status() if stopping.received() is not None else code
 
 
