@@ -79,6 +79,14 @@ static int subtypes(PyObject *types, PyObject *base) {
     return 1;
 }
 
+static int slot_take(PyObject *obj, int f, PyObject *v) {   /* set the slot to a new reference (NULL: its error) */
+    if (v == NULL)
+        return -1;
+    slot_set(obj, f, v);
+    Py_DECREF(v);
+    return 0;
+}
+
 static int is_counted(PyObject *state) {
     if (counted == NULL)
         return 0;
@@ -101,35 +109,18 @@ static int on_fields(PyObject *state, PyObject *piece, PyObject *reason, PyObjec
         Py_DECREF(r);
         return 0;
     }
-    if (pt != Py_None) {
-        PyObject *v = PyNumber_Long(pt);
-        if (v == NULL)
-            return -1;
-        slot_set(state, F_PROMPT_TOKENS, v);
-        Py_DECREF(v);
-    }
-    int truth = PyObject_IsTrue(reason);
-    if (truth < 0)
+    if (pt != Py_None && slot_take(state, F_PROMPT_TOKENS, PyNumber_Long(pt)) < 0)
         return -1;
-    if (truth) {
-        PyObject *v = PyObject_CallMethodNoArgs(reason, s_decode);
-        if (v == NULL)
-            return -1;
-        slot_set(state, F_FINISH_REASON, v);
-        Py_DECREF(v);
-    }
+    int truth = PyObject_IsTrue(reason);
+    if (truth < 0 || (truth && slot_take(state, F_FINISH_REASON, PyObject_CallMethodNoArgs(reason, s_decode)) < 0))
+        return -1;
     int has_text = PyObject_IsTrue(piece);
     if (has_text < 0)
         return -1;
     if (has_text) {
         PyObject *n = slot_get(state, F_CLIENT_TOKENS);
-        if (n == NULL)
+        if (n == NULL || slot_take(state, F_CLIENT_TOKENS, PyNumber_Add(n, one)) < 0)
             return -1;
-        PyObject *v = PyNumber_Add(n, one);
-        if (v == NULL)
-            return -1;
-        slot_set(state, F_CLIENT_TOKENS, v);
-        Py_DECREF(v);
     }
     PyObject *k;
     if (ct != Py_None) {
@@ -343,6 +334,26 @@ static Py_ssize_t call_index(PyObject *m, PyObject *method, PyObject *group) {  
     return v;
 }
 
+/* the four fields of a match's groups from `first` on: the piece, the reason, the two counts (new references,
+ * replacing what the pointers held) */
+static void take_groups(PyObject *g, Py_ssize_t first, PyObject **piece, PyObject **reason, PyObject **pt,
+                        PyObject **ct) {
+    PyObject **out[4] = {piece, reason, pt, ct};
+    for (int i = 0; i < 4; i++)
+        Py_XSETREF(*out[i], Py_NewRef(PyTuple_GET_ITEM(g, first + i)));
+}
+
+/* self.event_rest, self.event_groups = data[at:], (reason, pt, ct); 0 or -1 */
+static int keep_rest(PyObject *self, PyObject *udict, PyObject *data, Py_ssize_t at, PyObject *reason,
+                     PyObject *pt, PyObject *ct) {
+    PyObject *kept = PySequence_GetSlice(data, at, PY_SSIZE_T_MAX);
+    PyObject *said = kept == NULL ? NULL : PyTuple_Pack(3, reason, pt, ct);
+    int bad = said == NULL || uset(self, udict, s_event_rest, kept) < 0 || uset(self, udict, s_event_groups, said) < 0;
+    Py_XDECREF(kept);
+    Py_XDECREF(said);
+    return bad ? -1 : 0;
+}
+
 /* Upstream._inline_event over owner[pos:pos+n] (the slice made only where the Python would use it as an
  * object: a pattern's argument, a slice kept): 1 True, 0 False, -1 an exception. */
 static int inline_event_in(PyObject *self, PyObject *udict, PyObject *owner, Py_ssize_t pos, Py_ssize_t n,
@@ -452,21 +463,12 @@ static int inline_event_in(PyObject *self, PyObject *udict, PyObject *owner, Py_
                     g = groups_of(mobj, 4);
                     if (g == NULL)
                         goto done;
-                    piece = Py_NewRef(PyTuple_GET_ITEM(g, 0));
-                    reason = Py_NewRef(PyTuple_GET_ITEM(g, 1));
-                    pt = Py_NewRef(PyTuple_GET_ITEM(g, 2));
-                    ct = Py_NewRef(PyTuple_GET_ITEM(g, 3));
+                    take_groups(g, 0, &piece, &reason, &pt, &ct);
                     Py_CLEAR(g);
                     Py_ssize_t e1 = call_index(mobj, s_end, one);
                     if (e1 == -1 && PyErr_Occurred())
                         goto done;
-                    PyObject *kept = PySequence_GetSlice(data, e1, PY_SSIZE_T_MAX);
-                    PyObject *said = kept == NULL ? NULL : PyTuple_Pack(3, reason, pt, ct);
-                    int bad = said == NULL || uset(self, udict, s_event_rest, kept) < 0
-                              || uset(self, udict, s_event_groups, said) < 0;
-                    Py_XDECREF(kept);
-                    Py_XDECREF(said);
-                    if (bad)
+                    if (keep_rest(self, udict, data, e1, reason, pt, ct) < 0)
                         goto done;
                     matched = 1;
                 }
@@ -493,10 +495,7 @@ static int inline_event_in(PyObject *self, PyObject *udict, PyObject *owner, Py_
             Py_ssize_t hex_len = PyObject_Length(PyTuple_GET_ITEM(g, 0));
             if (hex_len == -1 && PyErr_Occurred())
                 goto done;
-            Py_XSETREF(piece, Py_NewRef(PyTuple_GET_ITEM(g, 1)));
-            Py_XSETREF(reason, Py_NewRef(PyTuple_GET_ITEM(g, 2)));
-            Py_XSETREF(pt, Py_NewRef(PyTuple_GET_ITEM(g, 3)));
-            Py_XSETREF(ct, Py_NewRef(PyTuple_GET_ITEM(g, 4)));
+            take_groups(g, 1, &piece, &reason, &pt, &ct);
             Py_CLEAR(g);
             if (hex_len != eol) {
                 /* (the size line read above is the pattern's: never so) */
@@ -514,13 +513,7 @@ static int inline_event_in(PyObject *self, PyObject *udict, PyObject *owner, Py_
                 Py_ssize_t e2 = call_index(mobj, s_end, two);
                 if (e2 == -1 && PyErr_Occurred())
                     goto done;
-                PyObject *kept = PySequence_GetSlice(data, e2, PY_SSIZE_T_MAX);
-                PyObject *said = kept == NULL ? NULL : PyTuple_Pack(3, reason, pt, ct);
-                bad = said == NULL || uset(self, udict, s_event_rest, kept) < 0
-                      || uset(self, udict, s_event_groups, said) < 0;
-                Py_XDECREF(kept);
-                Py_XDECREF(said);
-                if (bad)
+                if (keep_rest(self, udict, data, e2, reason, pt, ct) < 0)
                     goto done;
                 matched = 1;
             } else {
