@@ -118,7 +118,7 @@ def _json(result) -> dict:
 
 def _print(result, wide: bool = False) -> None:
     from servewatch import table as tables
-    from servewatch.demo.report import signature_rows, verdict_rows
+    from servewatch.demo.report import NO_FAULT, signature_rows, verdict_rows
 
     console = tables.console(wide)
     # the workloads in the order they ran, the last left out first when the terminal is narrow
@@ -135,7 +135,8 @@ def _print(result, wide: bool = False) -> None:
         console.print(f"  [{colour}]{shape.line()}[/{colour}]")
     console.print("[bold]What health checks missed[/bold]")
     for phase, name, detected, _since, _health, why in verdict_rows(result):
-        console.print(f"  [red]{name}[/red] ({phase}, detected {detected}): {why}")
+        when = detected if detected == NO_FAULT else f"detected {detected}"
+        console.print(f"  [red]{name}[/red] ({phase}, {when}): {why}")
     for p in result.incidents:
         cut = sum(1 for r in p.records if r.error == "truncated")
         console.print(f"[bold]{p.phase.name}[/bold]: /health said "

@@ -46,13 +46,16 @@ def signature_rows(scenarios: list[PhaseResult]) -> list[list[str]]:
     return rows
 
 
+NO_FAULT = "in a workload, no fault injected"   # a verdict the workload itself earned (overload)
+
+
 def verdict_rows(result: DemoResult) -> list[list[str]]:
     rows = []
     for p in result.phases:
         for f in p.fired:
             detection = p.detection_s(f)
             rows.append([p.phase.name, f.verdict.name,
-                         "–" if detection is None else f"{detection:.1f} s after the fault",
+                         NO_FAULT if detection is None else f"{detection:.1f} s after the fault",
                          f"{f.verdict.since_s:.1f} s", _health(p) if p.phase.is_fault else "–", f.verdict.why])
     return rows
 
