@@ -165,3 +165,15 @@ def test_a_whole_event_after_a_half_one_is_read_with_it():
     not JSON — the stream is broken, not the second event counted alone."""
     s = feed(StreamState(False, False), [(0.5, b'data: {"choices":[{"index":0,"te'), (0.75, ev(comp("b")))])
     assert (s.stream_error, list(s.chunk_t)) == (True, [])
+
+
+def test_a_usage_count_past_what_a_chunk_holds_is_kept_at_the_bound_not_raised():
+    # A broken or hostile upstream's count: 2^40 tokens in one chunk raised OverflowError out of the proxy's read
+    # callback (the chunk array holds 32 bits). Kept at CHUNK_K_MAX and the counts marked not exact; a jump of
+    # exactly CHUNK_K_MAX is a count like any other.
+    from servewatch.transport.stream import CHUNK_K_MAX
+
+    state = feed(StreamState(False, False), [(0.1, ev(comp("a", usage=(3, CHUNK_K_MAX))))])
+    assert (list(state.chunk_k), state.counts_exact) == ([CHUNK_K_MAX], True)
+    state = feed(StreamState(False, False), [(0.1, ev(comp("a", usage=(3, 1)))), (0.2, ev(comp("b", usage=(3, 2**40))))])
+    assert (list(state.chunk_k), state.counts_exact, state.completion_tokens) == ([1, CHUNK_K_MAX], False, 2**40)

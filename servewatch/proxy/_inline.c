@@ -23,7 +23,7 @@
 static PyObject *s_event_eol, *s_event_prefix, *s_event_rest, *s_event_groups, *s_received, *s_max_body,
     *s_whole_event, *s_event_tail, *s_on_fields, *s_groups, *s_start, *s_end, *s_append,
     *s_decode;
-static PyObject *zero, *one, *two;
+static PyObject *zero, *one, *two, *k_max;
 
 /* StreamState's slots, by offset (read from its member descriptors by setup) */
 enum { F_KEEP_TEXT, F_PROMPT_TOKENS, F_FINISH_REASON, F_CLIENT_TOKENS, F_COMPLETION_TOKENS, F_COUNTS_EXACT,
@@ -147,6 +147,15 @@ static int on_fields(PyObject *state, PyObject *piece, PyObject *reason, PyObjec
         }
         slot_set(state, F_COMPLETION_TOKENS, count);
         Py_DECREF(count);
+        int over = PyObject_RichCompareBool(k, k_max, Py_GT);     /* CHUNK_K_MAX: kept at the bound, not exact */
+        if (over < 0) {
+            Py_DECREF(k);
+            return -1;
+        }
+        if (over) {
+            Py_SETREF(k, Py_NewRef(k_max));
+            slot_set(state, F_COUNTS_EXACT, Py_False);
+        }
     } else {
         slot_set(state, F_COUNTS_EXACT, Py_False);
         k = Py_NewRef(has_text ? one : zero);
@@ -872,7 +881,8 @@ PyMODINIT_FUNC PyInit__inline(void) {
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
     two = PyLong_FromLong(2);
-    if (zero == NULL || one == NULL || two == NULL)
+    k_max = PyLong_FromUnsignedLong(0xFFFFFFFFUL);    /* stream.py's CHUNK_K_MAX */
+    if (zero == NULL || one == NULL || two == NULL || k_max == NULL)
         return NULL;
     if (PyType_Ready(&ReaderType) < 0)
         return NULL;

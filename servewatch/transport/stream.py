@@ -24,6 +24,10 @@ NUMBER = rb'-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?'
 SCALAR = rb'(?:' + STRING + rb'|' + NUMBER + rb'|null|true|false)'
 COUNT = rb'(0|[1-9][0-9]*)'
 
+# The most tokens one chunk's count holds (the chunk array's unsigned int); a usage count that jumps further is a
+# broken or hostile upstream's, recorded at this bound and the counts marked not exact, never an error.
+CHUNK_K_MAX = 2**32 - 1
+
 
 def member(excluded: bytes) -> bytes:
     """A `"name":scalar` member whose name is none of `excluded` (an alternation)."""
@@ -153,6 +157,9 @@ class StreamState:
         if completion_tokens is not None:
             k = max(0, completion_tokens - self.completion_tokens)
             self.completion_tokens = completion_tokens
+            if k > CHUNK_K_MAX:       # no chunk carries 2^32 tokens: a hostile or broken count, kept at the bound
+                k = CHUNK_K_MAX
+                self.counts_exact = False
         else:
             self.counts_exact = False
             k = 1 if has_text else 0
