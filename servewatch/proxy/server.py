@@ -571,7 +571,7 @@ def _load_compiled():
     """servewatch.proxy._inline, ready to count ProxyStream's reads (None where it was not built). It updates
     the stream state's slots itself only for types whose on_fields and _chunk are StreamState's."""
     try:
-        from servewatch.proxy import _inline
+        import servewatch.proxy._inline as _inline   # the C extension (not the package: no import cycle)
     except ImportError:
         return None
     from servewatch.proxy.exchange import ProxyStream
