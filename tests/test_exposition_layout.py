@@ -208,11 +208,10 @@ ODD_VALUES = ["1", "-1.5e3", "+2", ".5", "5.", "-0", "1e500", "-1e-400", "+Inf",
               "9" * 70, "1." + "0" * 80, "+-1", "1e+5", "1E-5", "١", "1\x0b"]
 
 
+@pytest.mark.parametrize("reading", ["compiled read"], indirect=True)   # it compares that read with the Python one
 def test_the_compiled_read_gives_what_the_python_read_gives_for_any_value(reading):
     import servewatch.exposition.layout as layout
 
-    if reading != "compiled read":
-        pytest.skip("compares the compiled read with the Python one")
     first = "# TYPE a gauge\na 1\n# TYPE b counter\nb_total{x=\"y\"} 2\nc 3\n"
     parser = RepeatingParser()
     parser.parse(first, {"a", "b"})
