@@ -50,11 +50,12 @@ NIXL_THREADS = 1
 
 def pair_cpus(role: str) -> tuple[int, ...]:
     """The cores `role`'s whole process tree runs on: its OpenMP core (PAIR_CORES), where this machine has it.
-    The OpenMP binding leaves the threads NIXL and UCX start on their own free to run anywhere: decode's NIXL
-    progress thread, which polls with no delay (nixl 1.5.1 _api.py, pthrDelay 0), was seen at 77 % of a core on
-    the prefill's core (2026-12-07, the 10-minute soak). On a machine with fewer cores than the pair, none."""
+    The OpenMP binding pins vLLM's compute threads only; threads that NIXL and UCX start on their own ran anywhere
+    (a thread of decode's worker at 77 % of the prefill's core in the soak of 2026-12-07 02:30). vLLM itself still
+    moves the thread that starts its NIXL connector to the last core of each NUMA node (nixl/base_worker.py:700-714;
+    2 % of a core in the soak of 06:40). On a machine with fewer cores than the pair, none."""
     core = int(PAIR_CORES[role])
-    return (core,) if core in os.sched_getaffinity(0) and not os.environ.get("SW_NOPIN") else ()
+    return (core,) if core in os.sched_getaffinity(0) else ()
 # The request fields that make a prefill keep its blocks for a remote decode (vLLM's toy disaggregation proxy).
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
 
