@@ -309,6 +309,25 @@ def test_clearances_from_the_end_of_the_fault():
     assert M.clearances([fired("a", 101.0), cleared("a", 101.0)], 100.0, 100.5) == {"a": 0.5}   # cleared at its firing
 
 
+def test_resumed_is_the_first_token_a_request_held_across_the_fault_got_after_it():
+    from servewatch.load.records import RequestRecord
+
+    def rec(sent, e2e, chunks):
+        r = RequestRecord(id=0, scheduled=sent, prompt_tokens_target=1, max_tokens=9, sent=sent, e2e_s=e2e)
+        r.chunk_t_s, r.chunk_tokens = [t for t, _ in chunks], [k for _, k in chunks]
+        return r
+
+    held = rec(100.0, 20.0, [(1.0, 1), (2.0, 1), (15.0, 0), (15.25, 2), (20.0, 1)])   # tokens again at 115.25
+    earlier = rec(101.0, 20.0, [(1.0, 1), (14.5, 1)])                               # at 115.5
+    after = rec(110.5, 1.0, [(0.1, 1)])          # sent after the fault's end (110): its first token says nothing
+    ended = rec(100.0, 5.0, [(1.0, 1)])          # ended before the fault's end
+    assert M.resumed([held, earlier, after, ended], 110.0) == 5.25
+    assert M.resumed([after, ended], 110.0) is None
+    assert M.resumed([rec(100.0, 10.0, [(10.0, 1)])], 110.0) == 0.0     # a token at the end itself
+    assert M.resumed([rec(100.0, 12.0, [(12.0, 0)])], 110.0) is None    # a chunk with no token is no progress
+    assert M.resumed([rec(None, None, [])], 110.0) is None
+
+
 def test_stored_details_from_the_line_or_the_bundle(tmp_path):
     bundle = tmp_path / "b"
     bundle.mkdir()

@@ -666,6 +666,24 @@ def recovery(records, reverted: float) -> float | None:
     return round(min(ends) - reverted, 2) if ends else None
 
 
+def resumed(records, reverted: float) -> float | None:
+    """Seconds from the end of the fault to the first token the workload received after it on a request the
+    fault held (sent before its end, still streaming after it): when the server moved tokens again, as a client
+    saw it. None when no request was held across the fault's end. (vLLM 0.32's worker can park up to 5 s after
+    its engine core resumes from a stop — shm_broadcast.py:69-72, a reader's recheck of a lost notification —
+    and a no-progress verdict rightly holds until tokens move: measured 5.0 s, CI of 2026-12-07.)"""
+    first = None
+    for r in records:
+        if r.sent is None or r.sent >= reverted or r.e2e_s is None or r.sent + r.e2e_s < reverted:
+            continue
+        for t, k in zip(r.chunk_t_s, r.chunk_tokens):
+            at = r.sent + t
+            if k > 0 and at >= reverted:
+                first = at if first is None else min(first, at)
+                break
+    return None if first is None else round(first - reverted, 2)
+
+
 def files_holding(roots: list[Path], needle: str) -> int:
     """How many files below `roots` hold `needle` (gzip files read decompressed): a bundle must not hold the
     served model's path (SGLang and vLLM put it in their model_name label)."""

@@ -34,7 +34,8 @@ COLUMN_MEANINGS = (
     ("client impact", "requests failed of those sent in the step, by error class; TTFT p50 during the fault "
                       "against before it"),
     ("recovery", "from the end of the fault to the first good request completed after it; the server's exit "
-                 "status when it exited; when the recorder cleared the verdicts the fault raised; guard's kill of the "
+                 "status when it exited; when the recorder cleared the verdicts the fault raised; when tokens moved "
+                 "again (the first token the requests held across the fault's end got after it); guard's kill of the "
                  "tree when guard recorded the step; the drill's own restart of a server it had to start again"),
     ("expectations", "met when every expectation of the plan held; inconclusive when one did not while the recorder "
                      "was starved (its own sampling had a gap over twice its interval: the watcher was not run)"),
@@ -141,6 +142,8 @@ def _recovery(r: dict) -> str:
     if r.get("cleared"):
         parts.append("cleared " + ", ".join(f"{v} {s:g} s" for v, s in sorted(r["cleared"].items(), key=lambda kv: kv[1]))
                      + " after the fault")
+    if r.get("resumed_s"):
+        parts.append(f"tokens again {r['resumed_s']:g} s after the fault")
     if r["recovery_s"] is not None:
         parts.append(f"good request after {r['recovery_s']:g} s")
     if r["restarted_by_drill_s"] is not None:

@@ -116,6 +116,7 @@ class StepResult:
     checks: list[dict] = field(default_factory=list)      # {expectation, met, observed}
     guard: dict | None = None                             # what guard did (a step with guard:)
     cleared: dict[str, float] = field(default_factory=dict)   # verdict -> seconds after the fault to its clearing
+    resumed_s: float | None = None      # the first token a request held across the fault's end got after it (M.resumed)
     elsewhere: dict[str, float] = field(default_factory=dict)  # a pair: verdicts that named another side, when
     server_exit: dict | None = None                       # {status (Popen's), reported (process_exit's)}
     log_seen: dict[str, bool] = field(default_factory=dict)   # expect.log_shows literal -> in the log after it
@@ -699,6 +700,7 @@ class DrillRun:
         result.impact = M.impact(records, injected, reverted).to_json()
         result.impact["in_flight_at_fault"] = M.in_flight(records, injected)
         result.cleared = M.clearances(events, injected, reverted)
+        result.resumed_s = M.resumed(records, reverted)
         if step.expect.fire_by_threshold:
             result.thresholds = M.thresholds(events, injected, step.expect.fire_by_threshold)
         if step.expect.log_shows:

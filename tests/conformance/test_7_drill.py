@@ -81,8 +81,9 @@ def _overshoots(fault: dict, expect: dict) -> list[float] | None:
         timed[f"a good request within {within:g} s after the fault"] = (fault["recovery_s"], within)
     if "clear_within_s" in expect:
         within = expect["clear_within_s"]
+        resumed = fault.get("resumed_s") or 0.0
         for verdict, took in fault.get("cleared", {}).items():
-            timed[f"{verdict} clears within {within:g} s after the fault"] = (took, within)
+            timed[f"{verdict} clears within {within:g} s once the fault ends and tokens move again"] = (took - resumed, within)
     for verdict, allowance in expect.get("fire_by_threshold", {}).items():
         took, threshold = detected.get(verdict), fault.get("thresholds", {}).get(verdict)
         late = took is not None and threshold is not None and took > threshold + allowance
