@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from itertools import repeat
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Canonical histogram keys. A dialect maps its families onto these.
@@ -33,6 +35,80 @@ class Histogram:
 
     def __hash__(self):
         return hash(self._values())
+
+
+class PackedHistograms(Mapping):
+    """A scrape's histograms of one engine, as `EngineState.histograms` reads them (a mapping of kind to
+    Histogram), held as one `array("d")` of every kind's buckets, count and sum: a recorder keeps hundreds of
+    scrapes, and the seven latency histograms of a vLLM scrape held as objects took 2.5 kB of its 4.4 (a
+    Histogram, its array and two floats each). Each Histogram is made again when asked for, equal to the one
+    packed (`pack_histograms` packs only what it gives back exactly). The layout (each kind's edges and place)
+    is one object shared by every scrape of the same histograms."""
+
+    __slots__ = ("_layout", "_values")
+
+    def __init__(self, layout: dict[str, tuple[tuple[float, ...], int, int]], values: array):
+        self._layout = layout      # kind -> (edges, start of its buckets in values, how many buckets)
+        self._values = values      # each kind's buckets, then its count, then its sum
+
+    def __getitem__(self, kind: str) -> Histogram:
+        edges, start, n = self._layout[kind]
+        values = self._values
+        end = start + n
+        return Histogram(edges, values[start:end], values[end], values[end + 1])
+
+    def get(self, kind, default=None):
+        return self[kind] if kind in self._layout else default
+
+    def __contains__(self, kind) -> bool:
+        return kind in self._layout
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._layout)
+
+    def __len__(self) -> int:
+        return len(self._layout)
+
+    def __repr__(self) -> str:
+        return f"PackedHistograms({dict(self.items())!r})"
+
+
+_LAYOUTS: dict[tuple, tuple[dict[str, tuple[tuple[float, ...], int, int]], array]] = {}
+_LAYOUTS_KEPT = 1024
+
+
+def pack_histograms(histograms: Mapping[str, Histogram]) -> Mapping[str, Histogram]:
+    """`histograms` packed (PackedHistograms), or as given where packing would not give back the same values:
+    a histogram whose buckets are not an `array("d")`, or whose count or sum is not a float (an int would come
+    back a float), or one that is not a plain Histogram; and an empty mapping."""
+    if not histograms or type(histograms) is not dict:
+        return histograms
+    key = []
+    for kind, h in histograms.items():
+        cumulative = h.cumulative
+        if (type(h) is not Histogram or type(cumulative) is not array or cumulative.typecode != "d"
+                or type(h.count) is not float or type(h.sum) is not float):
+            return histograms
+        key.append((kind, id(h.edges), len(cumulative)))
+    key = tuple(key)
+    found = _LAYOUTS.get(key)       # (a kept layout holds its edges: no other tuple has their id meanwhile)
+    if found is None:
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        layout, start = {}, 0
+        for kind, h in histograms.items():
+            layout[kind] = (h.edges, start, len(h.cumulative))
+            start += len(h.cumulative) + 2
+        found = _LAYOUTS[key] = (layout, array("d", repeat(0.0, start)))
+    layout, blank = found
+    values = blank[:]                # a copy of the right size, no room to spare
+    for kind, h in histograms.items():
+        _, start, end = layout[kind]
+        end += start
+        values[start:end] = h.cumulative
+        values[end] = h.count
+        values[end + 1] = h.sum
+    return PackedHistograms(layout, values)
 
 
 @dataclass(slots=True)

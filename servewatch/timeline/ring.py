@@ -13,7 +13,8 @@ from itertools import islice
 from operator import attrgetter
 from collections.abc import Iterable, Mapping
 
-from servewatch.timeline.samples import Sample
+from servewatch.engine.state import pack_histograms
+from servewatch.timeline.samples import MetricsSample, Sample
 from servewatch.timeline import kinds
 from servewatch.timeline.window import Window, kind_of
 
@@ -51,6 +52,8 @@ class Ring:
 
     def add(self, sample: Sample) -> None:
         kind = kind_of(sample)
+        if kind == "metrics":
+            _pack(sample)
         d = self._deques[kind]
         if len(d) == d.maxlen:
             self.overwritten[kind] += 1
@@ -82,3 +85,12 @@ class Ring:
                 return tuple(islice(items, bisect_left(items, since, key=_time), None))
             return tuple(items)
         return Window.of_kinds({kind: pick(kind) for kind in self._deques})
+
+
+def _pack(sample: MetricsSample) -> None:
+    """A scrape's histograms held packed while the ring keeps it (engine.state.PackedHistograms: the same
+    Histograms when read, in half the memory): the ring holds its history's scrapes, most of a target's memory."""
+    for state in sample.engines:
+        histograms = state.histograms
+        if type(histograms) is dict and histograms:
+            state.histograms = pack_histograms(histograms)
