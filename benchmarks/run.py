@@ -142,6 +142,20 @@ BENCHMARKS = [
         "serve and Prometheus scraping the same fake vLLM fleet, CPU from /proc over the same 16 s",
         needs=("prometheus",),
     ),
+    Benchmark(
+        "ring_memory",
+        ("recorder_memory.py", "--scrape-bytes", "300"),
+        {
+            "bytes_per_scrape": Figure("ring_bytes_per_scrape", "B", "lower", 0.05,
+                                       "what a busy vLLM scrape holds while a ring keeps it (tracemalloc; serve keeps "
+                                       "300 a target at a 600 s history)", baseline="as_read_bytes_per_scrape"),
+            "as_read_bytes_per_scrape": Figure("as_read_bytes_per_scrape", "B", "lower", 0.05,
+                                               "the same scrapes as the dialect gives them, same invocation"),
+            "ratio": Figure("ring_ratio", "x", "lower", 0.05, "held in the ring / as read"),
+        },
+        "300 scrapes of fleet.py's moving vLLM 0.32 scrape read through serve's metrics source, held in a ring "
+        "and as read",
+    ),
 ]
 
 

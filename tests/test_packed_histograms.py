@@ -130,3 +130,17 @@ def test_the_ring_packs_and_the_verdicts_and_bundles_are_the_same():
     assert ([sample_to_dict(m) for m in evidence_window(window, config).metrics]
             == [sample_to_dict(m) for m in evidence_window(as_read, config).metrics])
     assert [sample_to_dict(m) for m in window.metrics] == [sample_to_dict(m) for m in as_read.metrics]
+
+
+def test_the_ring_memory_benchmark_counts_what_a_scrape_holds():
+    """benchmarks/recorder_memory.py --scrape-bytes, CI's ring_memory figure: 3,051 against 4,392 bytes a scrape
+    (0.69x) at 300 scrapes (2026-12-07); the tree before packing held 4,417 (1.01x)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "recorder_memory.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_recorder_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = module.scrape_bytes(40)
+    assert 3500 <= found["as_read_bytes_per_scrape"] <= 5500
+    assert 0.6 <= found["ring_ratio"] <= 0.78, found
