@@ -19,6 +19,13 @@ tokens delivered.
     apt-get install -y nginx      # optional: without it the nginx column is left out
     .venv/bin/python benchmarks/proxy.py [--streams 200] [--seconds 8] [--rounds 3] [--tokens 64] [--step-ms 20]
         [--schedule staggered|lockstep] [--baseline DIR] [--upstream URL of a running engine]
+        [--competitor off|on|both]
+
+`--competitor on` measures every route beside a CPU-bound competitor at the same priority (issue 54's second
+condition): Debian's `stress-ng --cpu 1` (apt-get install -y stress-ng), started by this benchmark before the
+routes' phases and stopped after them, at the benchmark's own nice level, which the proxies and nginx inherit
+too. `both` measures each round quiet and beside it (the two in alternating order), each condition's figures
+of its own (`competitor` in the JSON); the memory figure is taken quiet.
 """
 
 from __future__ import annotations
@@ -353,6 +360,45 @@ def children(pid: int) -> list[int]:
         return []
 
 
+# One CPU-bound process beside the routes: a stressor of one core, at the priority it inherits (this process's,
+# which the proxies and nginx inherit too); its timeout only a bound should it outlive the benchmark.
+COMPETITOR = ("--cpu", "1", "--cpu-method", "int64", "--timeout", "3600", "--quiet")
+
+
+class Competitor:
+    """`stress-ng --cpu 1` beside the routes while it is on (a session of its own, stopped as a group)."""
+
+    def __init__(self):
+        self.exe = shutil.which("stress-ng") or ("/usr/bin/stress-ng" if os.path.exists("/usr/bin/stress-ng") else None)
+        if self.exe is None:
+            raise SystemExit("--competitor needs stress-ng on the PATH (Debian: apt-get install -y stress-ng)")
+        self.proc: subprocess.Popen | None = None
+        self.pids: list[int] = []
+
+    @property
+    def command(self) -> str:
+        return "stress-ng " + " ".join(COMPETITOR)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([self.exe, *COMPETITOR], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.pids = [self.proc.pid, *worker_pids(self.proc.pid)]     # its stressor, running before a phase starts
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc, self.pids = None, []
+
+
 class Stream(asyncio.Protocol):
     """A closed-loop streaming client on one keep-alive connection. Against the built-in upstream each
     token's text is its send time; against a real engine (`stamped` False) tokens are counted, not timed."""
@@ -411,9 +457,10 @@ class Stream(asyncio.Protocol):
 
 
 async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: float, pids: list[int],
-                model: str | None = None) -> dict:
+                model: str | None = None, beside: list[int] = ()) -> dict:
     """Closed-loop streams through one route. With `model` the upstream is a real engine: every request
-    asks for exactly `tokens` (ignore_eos) and tokens are counted, not timed."""
+    asks for exactly `tokens` (ignore_eos) and tokens are counted, not timed. `beside`: a competitor's
+    processes, whose CPU over the measured phase is reported (cores) to show it ran."""
     loop = asyncio.get_running_loop()
     stats = {"ttft": [], "req_leg": [], "lag": [], "tokens": 0, "requests": 0, "measure": False, "run": True,
              "split": 0}
@@ -429,13 +476,14 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
     stats["ttft"].clear()
     stats["req_leg"].clear()
     stats["measure"] = True
-    cpu0, user0 = cpu_s(pids), cpu_s(pids, user_only=True)
+    cpu0, user0, other0 = cpu_s(pids), cpu_s(pids, user_only=True), cpu_s(list(beside))
     rss_peak = 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         await asyncio.sleep(0.5)
         rss_peak = max(rss_peak, rss_kb(pids))
     cpu, user = cpu_s(pids) - cpu0, cpu_s(pids, user_only=True) - user0
+    beside_cores = (cpu_s(list(beside)) - other0) / (time.monotonic() - t0)
     stats["measure"] = False
     stats["run"] = False
     await asyncio.wait([c.done for c in conns], timeout=30)
@@ -443,7 +491,7 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
         c.transport.close()
     return {"ttft": sorted(stats["ttft"]), "req_leg": sorted(stats["req_leg"]), "lag": sorted(stats["lag"]),
             "tokens": stats["tokens"], "cpu_s": cpu, "user_s": user,
-            "rss_peak_kb": rss_peak}
+            "rss_peak_kb": rss_peak, "beside_cores": beside_cores}
 
 
 async def hold(port: int, streams: int, pids: list[int]) -> float:
@@ -507,6 +555,9 @@ def main() -> int:
     ap.add_argument("--upstream", metavar="URL", help="a running engine (e.g. `servewatch lab vllm --port 8000`) "
                     "instead of the built-in upstream: TTFT and CPU per token only (its tokens carry no send "
                     "time), no memory figure; use far fewer --streams than the built-in upstream takes")
+    ap.add_argument("--competitor", choices=("off", "on", "both"), default="off",
+                    help="on: every route measured beside a CPU-bound competitor at the same priority (stress-ng "
+                    "--cpu 1); both: each round quiet and beside it, the figures of each condition apart")
     ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
                     help="the figures as JSON, to FILE (benchmarks/run.py) or, without one, to stdout")
     args = ap.parse_args()
@@ -526,6 +577,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="sw-proxy-bench-"))
     procs: list[subprocess.Popen] = []
+    competitor = Competitor() if args.competitor != "off" else None
     try:
         if model is None:
             up = free_port()
@@ -565,28 +617,32 @@ def main() -> int:
             wait_port(nport)
             routes["nginx"] = (nport, [ng.pid, *worker_pids(ng.pid)])
         # Rounds, each route once a round in a rotating order: on a machine shared with other work, the
-        # routes then see the same conditions on average, and each round gives its own CPU ratio.
-        results: dict[str, dict] = {}
-        rounds: list[dict[str, dict]] = []
+        # routes then see the same conditions on average, and each round gives its own CPU ratio. With
+        # --competitor both, each round is measured quiet and beside the competitor, in alternating order.
+        conditions = {"off": ["quiet"], "on": ["competitor"], "both": ["quiet", "competitor"]}[args.competitor]
+        rounds: dict[str, list[dict[str, dict]]] = {c: [] for c in conditions}
         names = list(routes)
         for i in range(args.rounds):
-            this = {}
-            for name in names[i % len(names):] + names[:i % len(names)]:
-                port, pids = routes[name]
-                this[name] = asyncio.run(phase(port, args.streams, args.tokens, args.seconds, args.warmup, pids,
-                                               model))
-            rounds.append(this)
-        for name in names:
-            parts = [r[name] for r in rounds]
-            results[name] = {"ttft": sorted(x for p in parts for x in p["ttft"]),
-                             "lag": sorted(x for p in parts for x in p["lag"]),
-                             "req_leg": sorted(x for p in parts for x in p["req_leg"]),
-                             "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
-                             "user_s": sum(p["user_s"] for p in parts),
-                             "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
+            for condition in conditions[i % len(conditions):] + conditions[:i % len(conditions)]:
+                beside: list[int] = []
+                if condition == "competitor":
+                    competitor.start()
+                    beside = competitor.pids
+                try:
+                    this = {}
+                    for name in names[i % len(names):] + names[:i % len(names)]:
+                        port, pids = routes[name]
+                        this[name] = asyncio.run(phase(port, args.streams, args.tokens, args.seconds, args.warmup,
+                                                       pids, model, beside))
+                finally:
+                    if condition == "competitor":
+                        competitor.stop()
+                rounds[condition].append(this)
         memory = {} if model is not None or args.hold <= 0 else {   # (a real engine is not asked for 1000 streams)
             name: asyncio.run(hold(port, args.hold, pids)) for name, (port, pids) in routes.items() if pids}
     finally:
+        if competitor is not None:
+            competitor.stop()
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
         for p in reversed(procs):
@@ -596,48 +652,17 @@ def main() -> int:
                 p.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    base = results["direct"]
-    table = {}
     paths = {"servewatch proxy": count_path(), **({"baseline proxy": count_path(args.baseline)} if args.baseline else {})}
-
-    def ms(values, p):        # None where there is nothing to take a quantile of (a real engine's lags)
-        return values[min(len(values) - 1, int(p * len(values)))] * 1e3 if values else None
-
-    def added(r, key, p):
-        mine, direct = ms(r[key], p), ms(base[key], p)
-        return None if mine is None or direct is None else mine - direct
-
-    for name, r in results.items():
-        row = {"tokens": r["tokens"],
-               "ttft_p50_ms": ms(r["ttft"], 0.5), "ttft_p99_ms": ms(r["ttft"], 0.99),
-               "token_lag_p50_ms": ms(r["lag"], 0.5), "token_lag_p99_ms": ms(r["lag"], 0.99)}
-        if name != "direct":
-            row.update({"added_ttft_p50_ms": added(r, "ttft", 0.5), "added_ttft_p99_ms": added(r, "ttft", 0.99),
-                        "added_token_p50_ms": added(r, "lag", 0.5), "added_token_p99_ms": added(r, "lag", 0.99),
-                        "added_to_upstream_p50_ms": added(r, "req_leg", 0.5),
-                        "added_to_upstream_p99_ms": added(r, "req_leg", 0.99),
-                        "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
-                        "user_us_per_token": r["user_s"] / max(r["tokens"], 1) * 1e6,
-                        "kb_per_in_flight_stream": memory.get(name)})
-        table[name] = row
-    per_round = []
-    if "nginx" in results and "servewatch proxy" in results:
-        for r in rounds:
-            mine, theirs = (r[n]["cpu_s"] / max(r[n]["tokens"], 1) for n in ("servewatch proxy", "nginx"))
-            per_round.append(mine / theirs if theirs else float("nan"))
+    figures = {condition: condition_figures(these, names, memory if condition == conditions[0] else {})
+               for condition, these in rounds.items()}
     if args.json:
-        document = {"routes": table, "cpu_ratio_per_round": per_round, "event_loop": event_loop(),
-                    "count_path": paths,
-                    "schedule": args.schedule}
-        if "nginx" in table and "servewatch proxy" in table:
-            # what benchmarks/run.py holds: CPU per token as a ratio, the added latencies as the proxy's minus
-            # nginx's (ms; the two measured in the same run against the same upstream)
-            mine, theirs = table["servewatch proxy"], table["nginx"]
-            document["vs_nginx"] = {
-                "cpu_per_token_ratio": mine["cpu_s_per_100k_tokens"] / theirs["cpu_s_per_100k_tokens"],
-                **{f"{key}_minus_ms": mine[key] - theirs[key]
-                   for key in ("added_ttft_p50_ms", "added_ttft_p99_ms", "added_token_p99_ms")
-                   if mine.get(key) is not None and theirs.get(key) is not None}}
+        first = figures[conditions[0]]
+        document = {**first, "event_loop": event_loop(), "count_path": paths, "schedule": args.schedule,
+                    "conditions": conditions}
+        if competitor is not None:
+            document["competitor_command"] = competitor.command
+        if conditions == ["quiet", "competitor"]:
+            document["competitor"] = figures["competitor"]
         text = json.dumps(document, indent=2)
         if args.json == "-":
             print(text)
@@ -662,22 +687,84 @@ def main() -> int:
               f"{event_loop()}")
         cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "added_ttft_p50_ms", "added_ttft_p99_ms",
                 "cpu_s_per_100k_tokens")
-    print(f"{'':26}" + "".join(f"{n:>18}" for n in table))
-    for col in cols:
-        cells = []
-        for row in table.values():
-            v = row.get(col)
-            cells.append(f"{'':>18}" if v is None else (f"{v:>18d}" if isinstance(v, int) else f"{v:>18.3f}"))
-        print(f"{col:26}" + "".join(cells))
-    if "nginx" in table and "servewatch proxy" in table:
-        ratio = table["servewatch proxy"]["cpu_s_per_100k_tokens"] / table["nginx"]["cpu_s_per_100k_tokens"]
-        print(f"CPU per token, servewatch proxy / nginx: {ratio:.2f}x (by round: "
-              f"{', '.join(f'{x:.2f}x' for x in per_round)})")
-        if "baseline proxy" in table:
-            ratio = table["baseline proxy"]["cpu_s_per_100k_tokens"] / table["nginx"]["cpu_s_per_100k_tokens"]
-            print(f"CPU per token, baseline proxy / nginx: {ratio:.2f}x")
+    for condition in conditions:
+        table = figures[condition]["routes"]
+        if condition == "competitor":
+            print(f"beside a CPU-bound competitor at the same priority ({competitor.command}: "
+                  f"{figures[condition]['competitor_cores']:.2f} cores while the routes were measured):")
+        elif len(conditions) > 1:
+            print("quiet (no competitor):")
+        print(f"{'':26}" + "".join(f"{n:>18}" for n in table))
+        for col in cols:
+            cells = []
+            for row in table.values():
+                v = row.get(col)
+                cells.append(f"{'':>18}" if v is None else (f"{v:>18d}" if isinstance(v, int) else f"{v:>18.3f}"))
+            print(f"{col:26}" + "".join(cells))
+        if "nginx" in table and "servewatch proxy" in table:
+            ratio = table["servewatch proxy"]["cpu_s_per_100k_tokens"] / table["nginx"]["cpu_s_per_100k_tokens"]
+            print(f"CPU per token, servewatch proxy / nginx: {ratio:.2f}x (by round: "
+                  f"{', '.join(f'{x:.2f}x' for x in figures[condition]['cpu_ratio_per_round'])})")
+            if "baseline proxy" in table:
+                ratio = table["baseline proxy"]["cpu_s_per_100k_tokens"] / table["nginx"]["cpu_s_per_100k_tokens"]
+                print(f"CPU per token, baseline proxy / nginx: {ratio:.2f}x")
     return 0
 
+
+def condition_figures(rounds: list[dict[str, dict]], names: list[str], memory: dict[str, float]) -> dict:
+    """One condition's figures from its rounds: each route's row (its latencies against going direct, its CPU per
+    token), the CPU ratio to nginx's by round, the proxy against nginx (what benchmarks/run.py holds) and the
+    competitor's cores while the routes were measured (0 without one)."""
+    results = {}
+    for name in names:
+        parts = [r[name] for r in rounds]
+        results[name] = {"ttft": sorted(x for p in parts for x in p["ttft"]),
+                         "lag": sorted(x for p in parts for x in p["lag"]),
+                         "req_leg": sorted(x for p in parts for x in p["req_leg"]),
+                         "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
+                         "user_s": sum(p["user_s"] for p in parts),
+                         "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
+    base = results["direct"]
+
+    def ms(values, p):        # None where there is nothing to take a quantile of (a real engine's lags)
+        return values[min(len(values) - 1, int(p * len(values)))] * 1e3 if values else None
+
+    def added(r, key, p):
+        mine, direct = ms(r[key], p), ms(base[key], p)
+        return None if mine is None or direct is None else mine - direct
+
+    table = {}
+    for name, r in results.items():
+        row = {"tokens": r["tokens"],
+               "ttft_p50_ms": ms(r["ttft"], 0.5), "ttft_p99_ms": ms(r["ttft"], 0.99),
+               "token_lag_p50_ms": ms(r["lag"], 0.5), "token_lag_p99_ms": ms(r["lag"], 0.99)}
+        if name != "direct":
+            row.update({"added_ttft_p50_ms": added(r, "ttft", 0.5), "added_ttft_p99_ms": added(r, "ttft", 0.99),
+                        "added_token_p50_ms": added(r, "lag", 0.5), "added_token_p99_ms": added(r, "lag", 0.99),
+                        "added_to_upstream_p50_ms": added(r, "req_leg", 0.5),
+                        "added_to_upstream_p99_ms": added(r, "req_leg", 0.99),
+                        "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
+                        "user_us_per_token": r["user_s"] / max(r["tokens"], 1) * 1e6,
+                        "kb_per_in_flight_stream": memory.get(name)})
+        table[name] = row
+    per_round = []
+    if "nginx" in results and "servewatch proxy" in results:
+        for r in rounds:
+            mine, theirs = (r[n]["cpu_s"] / max(r[n]["tokens"], 1) for n in ("servewatch proxy", "nginx"))
+            per_round.append(mine / theirs if theirs else float("nan"))
+    phases = [p for r in rounds for p in r.values()]
+    document = {"routes": table, "cpu_ratio_per_round": per_round,
+                "competitor_cores": sum(p["beside_cores"] for p in phases) / max(len(phases), 1)}
+    if "nginx" in table and "servewatch proxy" in table:
+        # what benchmarks/run.py holds: CPU per token as a ratio, the added latencies as the proxy's minus
+        # nginx's (ms; the two measured in the same run against the same upstream)
+        mine, theirs = table["servewatch proxy"], table["nginx"]
+        document["vs_nginx"] = {
+            "cpu_per_token_ratio": mine["cpu_s_per_100k_tokens"] / theirs["cpu_s_per_100k_tokens"],
+            **{f"{key}_minus_ms": mine[key] - theirs[key]
+               for key in ("added_ttft_p50_ms", "added_ttft_p99_ms", "added_token_p99_ms")
+               if mine.get(key) is not None and theirs.get(key) is not None}}
+    return document
 
 if __name__ == "__main__":
     raise SystemExit(main())

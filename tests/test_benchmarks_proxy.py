@@ -5,6 +5,8 @@ and failed on a division by zero in the clean-clone CI's benchmark stage)."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +52,44 @@ def test_a_master_without_a_worker_is_said_so(bench):
     finally:
         parent.stdin.close()
         parent.wait(10)
+
+
+def _phase(tokens: int, cpu_s: float, ttft_ms: float, beside_cores: float = 0.0) -> dict:
+    return {"ttft": [ttft_ms / 1e3] * 3, "lag": [0.001] * 3, "req_leg": [0.0005] * 3, "tokens": tokens,
+            "cpu_s": cpu_s, "user_s": cpu_s / 2, "rss_peak_kb": 1, "beside_cores": beside_cores}
+
+
+def test_each_condition_has_figures_of_its_own_rounds(bench):
+    """--competitor both: the quiet rounds and the competitor's are summed apart, each against its own direct
+    route, so the JSON's `competitor` figures are those of the rounds measured beside it alone."""
+    names = ["direct", "servewatch proxy", "nginx"]
+    quiet = [{"direct": _phase(1000, 0, 5), "servewatch proxy": _phase(1000, 0.03, 6), "nginx": _phase(1000, 0.02, 5.5)}]
+    loaded = [{"direct": _phase(1000, 0, 5, 1.0), "servewatch proxy": _phase(1000, 0.06, 9, 1.0),
+               "nginx": _phase(1000, 0.03, 6, 0.9)},
+              {"direct": _phase(1000, 0, 5, 1.0), "servewatch proxy": _phase(1000, 0.06, 9, 1.0),
+               "nginx": _phase(1000, 0.02, 6, 0.9)}]
+    a = bench.condition_figures(quiet, names, {})
+    b = bench.condition_figures(loaded, names, {})
+    assert a["vs_nginx"]["cpu_per_token_ratio"] == pytest.approx(1.5)
+    assert a["vs_nginx"]["added_ttft_p50_ms_minus_ms"] == pytest.approx(0.5)
+    assert a["competitor_cores"] == 0
+    assert b["vs_nginx"]["cpu_per_token_ratio"] == pytest.approx(0.12 / 0.05)
+    assert b["cpu_ratio_per_round"] == pytest.approx([2.0, 3.0])
+    assert b["vs_nginx"]["added_ttft_p50_ms_minus_ms"] == pytest.approx(3.0)
+    assert b["competitor_cores"] == pytest.approx((1.0 * 4 + 0.9 * 2) / 6)
+
+
+def test_the_competitor_runs_while_on_and_is_gone_when_stopped(bench):
+    if shutil.which("stress-ng") is None:
+        pytest.skip("stress-ng is not installed (apt-get install -y stress-ng)")
+    competitor = bench.Competitor()
+    competitor.start()
+    try:
+        group = competitor.proc.pid
+        assert len(competitor.pids) >= 2            # stress-ng's parent and its one stressor, started
+        assert os.getpriority(os.PRIO_PROCESS, competitor.pids[-1]) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        competitor.stop()
+    assert competitor.proc is None and competitor.pids == []
+    with pytest.raises(ProcessLookupError):          # the whole group is gone, stressor included
+        os.killpg(group, 0)
