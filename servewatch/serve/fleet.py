@@ -146,8 +146,8 @@ class TargetRun:
         process that is gone has a sample saying so (not alive): its ranks' series go with it."""
         from servewatch.sinks.export.rank_series import SAMPLE_MAX_AGE_S
 
-        process = self.recorder.ring.window(since=now - SAMPLE_MAX_AGE_S).process
-        return process[-1] if process else None
+        newest = getattr(self.recorder.ring, "newest", None)    # a deployment's rings hold no process view of theirs
+        return newest("process", since=now - SAMPLE_MAX_AGE_S) if newest is not None else None
 
     async def open(self) -> int | None:
         """The sidecar proxy listening (before the recorder starts): its port. Raises ServewatchError if it

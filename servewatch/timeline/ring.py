@@ -75,16 +75,46 @@ class Ring:
     def window(self, since: float | None = None) -> Window:
         """A frozen copy of what the ring holds (optionally only samples at or after `since`)."""
         def pick(kind: str) -> tuple:
-            items = self._deques[kind]
-            if kind in self._unordered:
-                # Sorted like Window.from_samples, so a window rebuilt from stored samples is identical.
-                items = deque(sorted(items, key=lambda s: s.t), maxlen=items.maxlen)
-                self._deques[kind] = items
-                self._unordered.discard(kind)
+            items = self._ordered(kind)
             if since is not None and items and items[0].t < since:
-                return tuple(islice(items, bisect_left(items, since, key=_time), None))
+                return _since(items, since)
             return tuple(items)
         return Window.of_kinds({kind: pick(kind) for kind in self._deques})
+
+    def newest(self, kind: str, since: float | None = None) -> Sample | None:
+        """The newest sample of `kind` (at or after `since`), as `window(since)` ends with it; None: none."""
+        items = self._ordered(kind)
+        if not items or (since is not None and items[-1].t < since):
+            return None
+        return items[-1]
+
+    def _ordered(self, kind: str) -> deque:
+        items = self._deques[kind]
+        if kind in self._unordered:
+            # Sorted like Window.from_samples, so a window rebuilt from stored samples is identical.
+            items = deque(sorted(items, key=lambda s: s.t), maxlen=items.maxlen)
+            self._deques[kind] = items
+            self._unordered.discard(kind)
+        return items
+
+
+def _since(items: deque, since: float) -> tuple:
+    """The samples at or after `since` (the oldest is before it), in order: counted from the newer end while they are
+    few (a probe's check reads the last seconds of a 600 s history every second: a bisection touches samples across
+    the whole ring, and islice walks every one it skips), else bisected."""
+    kept = 0
+    for sample in reversed(items):
+        if sample.t < since:
+            newest = list(islice(reversed(items), kept))
+            newest.reverse()
+            return tuple(newest)
+        kept += 1
+        if kept == _FROM_NEWEST:
+            break
+    return tuple(islice(items, bisect_left(items, since, key=_time), None))
+
+
+_FROM_NEWEST = 32      # at most this many counted from the newer end
 
 
 def _pack(sample: MetricsSample) -> None:
