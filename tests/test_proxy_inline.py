@@ -64,6 +64,13 @@ class Guarded(Fake):
         self.count = value
 
 
+def slotted(chat: bool, max_body: int) -> Upstream:
+    """A real Upstream, set as Fake is: the compiled path reads and sets its __slots__ by offset (setup_reader)."""
+    up = Upstream.__new__(Upstream)
+    Fake.__init__(up, chat, max_body)
+    return up
+
+
 def exchange(rng: random.Random, state):
     """The exchange the inline path reads (its state and send time): a real Exchange (its slots read by
     offset) or another object (read through getattr)."""
@@ -203,7 +210,7 @@ def test_the_compiled_path_does_what_the_python_path_does(compiled, chat, seed):
         keep_text = stream % 6 == 5
         state_type = Counting if stream % 6 == 4 else ProxyStream
         max_body = rng.choice([2**20, 2**20, 3000])             # 3,000 bytes: a bound a stream passes
-        up_type, ex_seed = rng.choice([Fake, Fake, Guarded]), rng.random()
+        up_type, ex_seed = rng.choice([Fake, Guarded, slotted, slotted]), rng.random()
         pair = []
         for _ in range(2):
             st = Counting(chat) if state_type is Counting else ProxyStream(chat, keep_text)
@@ -226,6 +233,20 @@ def test_the_compiled_path_does_what_the_python_path_does(compiled, chat, seed):
             assert snapshot(c_up, c_ex) == snapshot(py_up, py_ex), (seed, stream, j, data)
     # the reads reached every way: counted inline, left to the parser, and raising
     assert kinds["counted"] > 100 and kinds["event"] > 200 and kinds["chunks"] > 200 and kinds["raised"] > 0, kinds
+
+
+def test_an_upstream_slot_never_set_raises_as_the_python_path_does(compiled):
+    """An Upstream read by offset whose slot holds nothing: the AttributeError getattr raises, not a crash."""
+    ev = b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
+    data = b"%x\r\n%s\r\n" % (len(ev), ev)
+    for name in ("event_eol", "event_prefix", "_received", "max_body"):
+        results = []
+        for path in (Upstream._inline_event, compiled.inline_event):
+            up = slotted(False, 2**20)
+            up.event_prefix = data[4:40]      # (a prefix this read starts with: the rest and groups are read)
+            delattr(up, name)
+            results.append(outcome(lambda: path(up, data, SimpleNamespace(state=ProxyStream(False), sent=1.0), 2.0)))
+        assert results[0] == results[1] and results[0][0] == "AttributeError", (name, results)
 
 
 def test_every_size_line_reads_as_the_python_path_reads_it(compiled):

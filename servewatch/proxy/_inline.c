@@ -17,6 +17,8 @@
 #include <Python.h>
 #include <structmember.h>
 #include <string.h>
+#include <stdint.h>
+#include <time.h>
 
 #define SIZE_LINES_UP_TO 4096
 
@@ -98,6 +100,34 @@ static int is_counted(PyObject *state) {
     return 0;
 }
 
+/* arr.append(v): for an array.array itself, its append's C function called directly (what the method call ends
+ * in, without looking the method up on every token); any other object through the method call. New reference. */
+static PyTypeObject *array_type = NULL;
+static PyCFunction array_append = NULL;
+
+static PyObject *append_to(PyObject *arr, PyObject *v) {
+    if (array_append != NULL && Py_TYPE(arr) == array_type)
+        return array_append(arr, v);
+    return PyObject_CallMethodOneArg(arr, s_append, v);
+}
+
+static int find_array_append(void) {   /* array.array and its append's METH_O function; 0 or -1 */
+    PyObject *mod = PyImport_ImportModule("array");
+    PyObject *tp = mod == NULL ? NULL : PyObject_GetAttrString(mod, "array");
+    Py_XDECREF(mod);
+    if (tp == NULL)
+        return -1;
+    PyObject *descr = PyType_Check(tp) ? PyDict_GetItemString(((PyTypeObject *)tp)->tp_dict, "append") : NULL;
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMethodDescr_Type)
+        && ((PyMethodDescrObject *)descr)->d_method->ml_flags == METH_O) {
+        array_type = (PyTypeObject *)tp;     /* (kept: a module's type lives as long as the interpreter) */
+        array_append = ((PyMethodDescrObject *)descr)->d_method->ml_meth;
+        return 0;
+    }
+    Py_DECREF(tp);       /* not the array this was written for: the method call, always */
+    return 0;
+}
+
 /* StreamState.on_fields(piece, reason, pt, ct, t) and _chunk, inline; 0 or -1 */
 static int on_fields(PyObject *state, PyObject *piece, PyObject *reason, PyObject *pt, PyObject *ct, PyObject *t) {
     PyObject *keep = is_counted(state) ? slot_get(state, F_KEEP_TEXT) : NULL;
@@ -161,14 +191,14 @@ static int on_fields(PyObject *state, PyObject *piece, PyObject *reason, PyObjec
         k = Py_NewRef(has_text ? one : zero);
     }
     PyObject *arr = slot_get(state, F_CHUNK_T);
-    PyObject *r = arr == NULL ? NULL : PyObject_CallMethodOneArg(arr, s_append, t);
+    PyObject *r = arr == NULL ? NULL : append_to(arr, t);
     if (r == NULL) {
         Py_DECREF(k);
         return -1;
     }
     Py_DECREF(r);
     arr = slot_get(state, F_CHUNK_K);
-    r = arr == NULL ? NULL : PyObject_CallMethodOneArg(arr, s_append, k);
+    r = arr == NULL ? NULL : append_to(arr, k);
     Py_DECREF(k);
     if (r == NULL)
         return -1;
@@ -247,7 +277,35 @@ static int is_plain(PyTypeObject *tp) {
     return 1;
 }
 
-static PyObject *dict_of(PyObject *obj) {   /* new reference, or NULL without an exception: use getattr */
+/* An Upstream of the types setup_reader was given (servewatch.proxy.server.Upstream, whose __slots__ hold these
+ * names): its attributes read and set by their slots' offsets, with no dict lookup. dict_of says so by returning
+ * SLOTTED in place of a dict. */
+static Py_ssize_t u_offsets[11];
+static PyObject *u_types = NULL;
+static char slotted_mark;
+#define SLOTTED ((PyObject *)&slotted_mark)
+
+static int is_upstream(PyTypeObject *tp) {
+    if (u_types == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(u_types); i++)
+        if ((PyObject *)tp == PyTuple_GET_ITEM(u_types, i))
+            return 1;
+    return 0;
+}
+
+static int u_index(PyObject *name) {   /* the slot of an interned name read here, or -1 */
+    for (int f = 0; f < (int)(sizeof plain_names / sizeof plain_names[0]); f++)
+        if (plain_names[f] == name)
+            return f;
+    return -1;
+}
+
+/* SLOTTED (a registered Upstream type), a new reference to the instance dict (a plain type), or NULL without an
+ * exception: use getattr. Give it back with dict_done. */
+static PyObject *dict_of(PyObject *obj) {
+    if (is_upstream(Py_TYPE(obj)))
+        return SLOTTED;
     if (!is_plain(Py_TYPE(obj)))
         return NULL;
     PyObject *d = PyObject_GenericGetDict(obj, NULL);
@@ -256,8 +314,24 @@ static PyObject *dict_of(PyObject *obj) {   /* new reference, or NULL without an
     return d;
 }
 
+static void dict_done(PyObject *dict) {
+    if (dict != SLOTTED)
+        Py_XDECREF(dict);
+}
+
 static PyObject *uget(PyObject *obj, PyObject *dict, PyObject *name) {   /* getattr(obj, name) */
-    if (dict != NULL) {
+    if (dict == SLOTTED) {
+        int f = u_index(name);
+        if (f >= 0) {
+            PyObject *v = *(PyObject **)((char *)obj + u_offsets[f]);
+            if (v == NULL) {
+                PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", Py_TYPE(obj)->tp_name,
+                             name);
+                return NULL;
+            }
+            return Py_NewRef(v);
+        }
+    } else if (dict != NULL) {
         PyObject *v = PyDict_GetItemWithError(dict, name);
         if (v != NULL)
             return Py_NewRef(v);
@@ -268,6 +342,17 @@ static PyObject *uget(PyObject *obj, PyObject *dict, PyObject *name) {   /* geta
 }
 
 static int uset(PyObject *obj, PyObject *dict, PyObject *name, PyObject *v) {   /* setattr(obj, name, v) */
+    if (dict == SLOTTED) {
+        int f = u_index(name);
+        if (f >= 0) {
+            PyObject **p = (PyObject **)((char *)obj + u_offsets[f]);
+            PyObject *old = *p;
+            *p = Py_NewRef(v);
+            Py_XDECREF(old);
+            return 0;
+        }
+        return PyObject_SetAttr(obj, name, v);
+    }
     return dict != NULL ? PyDict_SetItem(dict, name, v) : PyObject_SetAttr(obj, name, v);
 }
 
@@ -361,6 +446,37 @@ static int keep_rest(PyObject *self, PyObject *udict, PyObject *data, Py_ssize_t
     Py_XDECREF(kept);
     Py_XDECREF(said);
     return bad ? -1 : 0;
+}
+
+/* The byte count's arithmetic, `received + size` and `sum <= bound`, in C where both are ints of a machine word
+ * (what they are), else through the number protocol as the Python's operators are. */
+static PyObject *add_size(PyObject *received, Py_ssize_t size) {   /* new reference */
+    if (PyLong_CheckExact(received)) {
+        Py_ssize_t r = PyLong_AsSsize_t(received);
+        if (!(r == -1 && PyErr_Occurred()) && r <= PY_SSIZE_T_MAX - size)
+            return PyLong_FromSsize_t(r + size);
+        PyErr_Clear();
+    }
+    PyObject *size_o = PyLong_FromSsize_t(size);
+    PyObject *sum = size_o == NULL ? NULL : PyNumber_Add(received, size_o);
+    Py_XDECREF(size_o);
+    return sum;
+}
+
+static int at_most(PyObject *sum, PyObject *bound) {   /* sum <= bound: 1, 0 or -1 */
+    if (PyLong_CheckExact(sum) && PyLong_CheckExact(bound)) {
+        Py_ssize_t a = PyLong_AsSsize_t(sum), b = PyLong_AsSsize_t(bound);
+        if (!(a == -1 && PyErr_Occurred()) && !(b == -1 && PyErr_Occurred()))
+            return a <= b;
+        PyErr_Clear();
+    }
+    return PyObject_RichCompareBool(sum, bound, Py_LE);
+}
+
+static PyObject *minus(PyObject *t, PyObject *sent) {   /* t - sent, new reference */
+    if (PyFloat_CheckExact(t) && PyFloat_CheckExact(sent))
+        return PyFloat_FromDouble(PyFloat_AS_DOUBLE(t) - PyFloat_AS_DOUBLE(sent));
+    return PyNumber_Subtract(t, sent);
 }
 
 /* Upstream._inline_event over owner[pos:pos+n] (the slice made only where the Python would use it as an
@@ -537,14 +653,12 @@ static int inline_event_in(PyObject *self, PyObject *udict, PyObject *owner, Py_
         PyObject *received = uget(self, udict, s_received);
         if (received == NULL)
             goto fail;
-        PyObject *size_o = PyLong_FromSsize_t(size);
-        PyObject *sum = size_o == NULL ? NULL : PyNumber_Add(received, size_o);
+        PyObject *sum = add_size(received, size);
         Py_DECREF(received);
-        Py_XDECREF(size_o);
         if (sum == NULL)
             goto fail;
         PyObject *bound = uget(self, udict, s_max_body);
-        int within = bound == NULL ? -1 : PyObject_RichCompareBool(sum, bound, Py_LE);
+        int within = bound == NULL ? -1 : at_most(sum, bound);
         Py_XDECREF(bound);
         if (within < 0 || (within && uset(self, udict, s_received, sum) < 0)) {
             Py_DECREF(sum);
@@ -557,7 +671,7 @@ static int inline_event_in(PyObject *self, PyObject *udict, PyObject *owner, Py_
             if (state == NULL)
                 goto fail;
             PyObject *sent = xget(ex, known, X_SENT);
-            PyObject *dt = sent == NULL ? NULL : PyNumber_Subtract(t, sent);
+            PyObject *dt = sent == NULL ? NULL : minus(t, sent);
             Py_XDECREF(sent);
             int r = dt == NULL ? -1 : on_fields(state, piece, reason, pt, ct, dt);
             Py_DECREF(state);
@@ -585,7 +699,7 @@ done:
 static int inline_event(PyObject *self, PyObject *owner, Py_ssize_t pos, Py_ssize_t n, PyObject *ex, PyObject *t) {
     PyObject *udict = dict_of(self);
     int r = inline_event_in(self, udict, owner, pos, n, ex, t);
-    Py_XDECREF(udict);
+    dict_done(udict);
     return r;
 }
 
@@ -677,6 +791,26 @@ static PyObject *py_setup(PyObject *module, PyObject *args) {
  * path leaves, the module's _now for the time. */
 static PyObject *s_exchange, *s_client_write, *s_inline, *s_now;
 static PyObject *py_received = NULL, *py_parse = NULL, *module_globals = NULL;
+static PyObject *time_time = NULL;      /* time.time: where _now is it, the time is read here */
+
+/* _now(): time.time() read as time.time reads it (CLOCK_REALTIME, to nanoseconds, then seconds as CPython's
+ * _PyTime_AsSecondsDouble rounds them: the same float), without a call; any other _now (a test's clock) called */
+static PyObject *now_of(PyObject *now) {
+    struct timespec ts;
+    if (now == time_time && clock_gettime(CLOCK_REALTIME, &ts) == 0
+        && ts.tv_sec < INT64_MAX / 1000000000 - 1 && ts.tv_sec >= 0) {
+        int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        volatile double d;      /* (volatile: rounded as CPython's, which says so too) */
+        if (t % 1000000000 == 0)
+            d = (double)(t / 1000000000);
+        else {
+            d = (double)t;
+            d /= 1e9;
+        }
+        return PyFloat_FromDouble(d);
+    }
+    return PyObject_CallNoArgs(now);
+}
 
 typedef struct {
     PyObject_HEAD
@@ -693,12 +827,12 @@ static PyObject *reader_read(Reader *self, PyObject *data) {
     PyObject *udict = dict_of(up);
     ex = uget(up, udict, s_exchange);
     if (ex == NULL) {
-        Py_XDECREF(udict);
+        dict_done(udict);
         return NULL;
     }
     if (ex == Py_None || !PyBytes_Check(data)) {    /* no exchange (or not bytes): the method itself */
         Py_DECREF(ex);
-        Py_XDECREF(udict);
+        dict_done(udict);
         return PyObject_CallFunctionObjArgs(py_received, up, data, NULL);
     }
     PyObject *now = PyDict_GetItemWithError(module_globals, s_now);   /* borrowed */
@@ -708,7 +842,7 @@ static PyObject *reader_read(Reader *self, PyObject *data) {
         goto done;
     }
     int known = is_exchange(ex);
-    t = PyObject_CallNoArgs(now);
+    t = now_of(now);
     if (t == NULL || xset(ex, known, X_LAST, t) < 0)
         goto done;
     PyObject *first = xget(ex, known, X_FIRST_BYTE);
@@ -756,7 +890,7 @@ static PyObject *reader_read(Reader *self, PyObject *data) {
     }
     r = PyObject_CallFunctionObjArgs(py_parse, up, data, NULL);
 done:
-    Py_XDECREF(udict);
+    dict_done(udict);
     Py_XDECREF(ex);
     Py_XDECREF(t);
     Py_XDECREF(rest);
@@ -819,19 +953,26 @@ static PyTypeObject ReaderType = {
     .tp_repr = (reprfunc)reader_repr,
 };
 
-/* setup_reader(Upstream.data_received, Upstream._parse, server module's globals, Exchange, exchange_types):
- * the Python the Reader calls back, and the exchange types whose slots it reads by offset (Exchange and
- * subclasses that keep these slots; server.py checks) */
+/* setup_reader(Upstream.data_received, Upstream._parse, server module's globals, Exchange, exchange_types,
+ * Upstream, upstream_types): the Python the Reader calls back, and the exchange and upstream types whose slots it
+ * reads by offset (Exchange, Upstream and subclasses that keep these slots; server.py checks) */
 static PyObject *py_setup_reader(PyObject *module, PyObject *args) {
-    PyObject *received, *parse, *globals, *xbase, *xtypes;
-    Py_ssize_t found[X_COUNT];
-    if (!PyArg_ParseTuple(args, "OOO!O!O!", &received, &parse, &PyDict_Type, &globals, &PyType_Type, &xbase,
-                          &PyTuple_Type, &xtypes))
+    PyObject *received, *parse, *globals, *xbase, *xtypes, *ubase, *utypes;
+    Py_ssize_t found[X_COUNT], ufound[sizeof u_offsets / sizeof u_offsets[0]];
+    const char *unames[sizeof u_offsets / sizeof u_offsets[0]];
+    if (!PyArg_ParseTuple(args, "OOO!O!O!O!O!", &received, &parse, &PyDict_Type, &globals, &PyType_Type, &xbase,
+                          &PyTuple_Type, &xtypes, &PyType_Type, &ubase, &PyTuple_Type, &utypes))
         return NULL;
-    if (slot_offsets(xbase, x_names, X_COUNT, found) < 0 || !subtypes(xtypes, xbase))
+    for (size_t f = 0; f < sizeof unames / sizeof unames[0]; f++)
+        if ((unames[f] = PyUnicode_AsUTF8(plain_names[f])) == NULL)
+            return NULL;
+    if (slot_offsets(xbase, x_names, X_COUNT, found) < 0 || !subtypes(xtypes, xbase)
+        || slot_offsets(ubase, unames, (int)(sizeof unames / sizeof unames[0]), ufound) < 0 || !subtypes(utypes, ubase))
         return NULL;
     memcpy(x_offsets, found, sizeof x_offsets);
+    memcpy(u_offsets, ufound, sizeof u_offsets);
     Py_XSETREF(x_types, Py_NewRef(xtypes));
+    Py_XSETREF(u_types, Py_NewRef(utypes));
     Py_XSETREF(py_received, Py_NewRef(received));
     Py_XSETREF(py_parse, Py_NewRef(parse));
     Py_XSETREF(module_globals, Py_NewRef(globals));
@@ -840,7 +981,8 @@ static PyObject *py_setup_reader(PyObject *module, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"setup_reader", py_setup_reader, METH_VARARGS,
-     "setup_reader(Upstream.data_received, Upstream._parse, server's globals, Exchange, exchange_types)"},
+     "setup_reader(Upstream.data_received, Upstream._parse, server's globals, Exchange, exchange_types, Upstream, "
+     "upstream_types)"},
     {"inline_event", (PyCFunction)(void (*)(void))py_inline_event, METH_FASTCALL,
      "inline_event(upstream, data, exchange, t) -> bool: Upstream._inline_event, compiled"},
     {"inline_chunks", (PyCFunction)(void (*)(void))py_inline_chunks, METH_FASTCALL,
@@ -884,7 +1026,12 @@ PyMODINIT_FUNC PyInit__inline(void) {
     k_max = PyLong_FromUnsignedLong(0xFFFFFFFFUL);    /* stream.py's CHUNK_K_MAX */
     if (zero == NULL || one == NULL || two == NULL || k_max == NULL)
         return NULL;
-    if (PyType_Ready(&ReaderType) < 0)
+    if (PyType_Ready(&ReaderType) < 0 || find_array_append() < 0)
+        return NULL;
+    PyObject *time_mod = PyImport_ImportModule("time");
+    time_time = time_mod == NULL ? NULL : PyObject_GetAttrString(time_mod, "time");
+    Py_XDECREF(time_mod);
+    if (time_time == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -309,6 +309,11 @@ class Proxy:
 class Upstream(Conn):
     """An upstream connection: every read goes to the client first, then to the HTTP/1.1 parser."""
 
+    # Slots for what the read path reads and sets on every read (Conn's _received and max_body too): the compiled
+    # reader reads them by offset, not from the instance dict (servewatch/proxy/_inline.c, setup_reader)
+    __slots__ = ("proxy", "client", "exchange", "paused", "idle_since", "inline", "client_write", "event_prefix",
+                 "event_eol", "event_rest", "event_groups", "whole_event", "event_tail", "_received", "max_body")
+
     def __init__(self, proxy: Proxy, max_body: int):
         super().__init__(max_body)
         self.proxy = proxy
@@ -580,7 +585,9 @@ def _load_compiled():
     own = [cls for cls in (StreamState, ProxyStream)
            if all(getattr(cls, name) is getattr(StreamState, name) for name in ("on_fields", "_chunk"))]
     _inline.setup(StreamState, tuple(own))
-    _inline.setup_reader(Upstream.data_received, Upstream._parse, globals(), Exchange, (Exchange,))
+    # an Upstream subclass that keeps these slots may be added to the tuples (pair.py's is none)
+    _inline.setup_reader(Upstream.data_received, Upstream._parse, globals(), Exchange, (Exchange,), Upstream,
+                         (Upstream,))
     return _inline
 
 
