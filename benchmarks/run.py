@@ -76,6 +76,25 @@ PROXY_P99_FLOOR = 2.0           # ms: the same at p99, 1.3 to 3.0 ms
 PROXY_ITL_FLOOR = 0.5           # ms: added per-token p99 minus nginx's, -0.36 to 0.02 ms
 FLEET_CPU_FLOOR = 0.12          # serve / Prometheus CPU per target-scrape: 1.31x to 1.47x
 
+
+def proxy_figures(condition: str) -> dict[str, Figure]:
+    """The proxy's figures against nginx's in one condition of its run: "" quiet, "competitor" beside a CPU-bound
+    competitor at the same priority (issue 54's targets hold in both; benchmarks/proxy.py --competitor both)."""
+    key, name, beside = (f"{condition}.", f"_{condition}", " beside the competitor") if condition else ("", "", "")
+    return {
+        f"cpu_ratio{name}": Figure(f"{key}vs_nginx.cpu_per_token_ratio", "x", "lower", PROXY_CPU_FLOOR,
+                                   "servewatch proxy's CPU per streamed token / nginx's (proxy_buffering off), same "
+                                   f"upstream, same run{beside}"),
+        f"ttft_p50_vs_nginx{name}": Figure(f"{key}vs_nginx.added_ttft_p50_ms_minus_ms", "ms", "lower", PROXY_P50_FLOOR,
+                                           f"TTFT the proxy adds at p50 minus what nginx adds{beside}", absolute=True),
+        f"ttft_p99_vs_nginx{name}": Figure(f"{key}vs_nginx.added_ttft_p99_ms_minus_ms", "ms", "lower", PROXY_P99_FLOOR,
+                                           f"TTFT the proxy adds at p99 minus what nginx adds{beside}", absolute=True),
+        f"itl_p99_vs_nginx{name}": Figure(f"{key}vs_nginx.added_token_p99_ms_minus_ms", "ms", "lower", PROXY_ITL_FLOOR,
+                                          f"per-token latency the proxy adds at p99 minus what nginx adds{beside}",
+                                          absolute=True),
+    }
+
+
 BENCHMARKS = [
     Benchmark(
         "serve_hostile",
@@ -117,20 +136,11 @@ BENCHMARKS = [
     Benchmark(
         "proxy",
         ("proxy.py", "--streams", "100", "--tokens", "128", "--step-ms", "5", "--rounds", "2", "--seconds", "3",
-         "--warmup", "1", "--hold", "0"),
-        {
-            "cpu_ratio": Figure("vs_nginx.cpu_per_token_ratio", "x", "lower", PROXY_CPU_FLOOR,
-                                "servewatch proxy's CPU per streamed token / nginx's (proxy_buffering off), same "
-                                "upstream, same run"),
-            "ttft_p50_vs_nginx": Figure("vs_nginx.added_ttft_p50_ms_minus_ms", "ms", "lower", PROXY_P50_FLOOR,
-                                        "TTFT the proxy adds at p50 minus what nginx adds", absolute=True),
-            "ttft_p99_vs_nginx": Figure("vs_nginx.added_ttft_p99_ms_minus_ms", "ms", "lower", PROXY_P99_FLOOR,
-                                        "TTFT the proxy adds at p99 minus what nginx adds", absolute=True),
-            "itl_p99_vs_nginx": Figure("vs_nginx.added_token_p99_ms_minus_ms", "ms", "lower", PROXY_ITL_FLOOR,
-                                       "per-token latency the proxy adds at p99 minus what nginx adds", absolute=True),
-        },
-        "servewatch proxy beside nginx in front of one SSE upstream: 100 streams of 128 tokens, a token every 5 ms",
-        needs=("nginx",),
+         "--warmup", "1", "--hold", "0", "--competitor", "both"),
+        {**proxy_figures(""), **proxy_figures("competitor")},
+        "servewatch proxy beside nginx in front of one SSE upstream: 100 streams of 128 tokens, a token every 5 ms; "
+        "each round quiet and beside a CPU-bound competitor at the same priority (stress-ng --cpu 1)",
+        needs=("nginx", "stress-ng"),
     ),
     Benchmark(
         "fleet",
