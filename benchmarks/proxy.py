@@ -341,6 +341,23 @@ def cpu_s(pids: list[int], user_only: bool = False) -> float:
     return total
 
 
+def switches(pids: list[int]) -> tuple[int, int]:
+    """The processes' context switches so far, voluntary (it waited) and involuntary (it was preempted), summed
+    over their threads (/proc/PID/task/*/status; a thread that ends between two reads takes its own with it)."""
+    vol = invol = 0
+    for pid in pids:
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            try:
+                for line in status.read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        invol += int(line.split()[1])
+            except OSError:
+                pass
+    return vol, invol
+
+
 def rss_kb(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -476,7 +493,7 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
     stats["ttft"].clear()
     stats["req_leg"].clear()
     stats["measure"] = True
-    cpu0, user0, other0 = cpu_s(pids), cpu_s(pids, user_only=True), cpu_s(list(beside))
+    cpu0, user0, other0, sw0 = cpu_s(pids), cpu_s(pids, user_only=True), cpu_s(list(beside)), switches(pids)
     rss_peak = 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
@@ -484,6 +501,7 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
         rss_peak = max(rss_peak, rss_kb(pids))
     cpu, user = cpu_s(pids) - cpu0, cpu_s(pids, user_only=True) - user0
     beside_cores = (cpu_s(list(beside)) - other0) / (time.monotonic() - t0)
+    vol, invol = (b - a for a, b in zip(sw0, switches(pids)))
     stats["measure"] = False
     stats["run"] = False
     await asyncio.wait([c.done for c in conns], timeout=30)
@@ -491,7 +509,7 @@ async def phase(port: int, streams: int, tokens: int, seconds: float, warmup: fl
         c.transport.close()
     return {"ttft": sorted(stats["ttft"]), "req_leg": sorted(stats["req_leg"]), "lag": sorted(stats["lag"]),
             "tokens": stats["tokens"], "cpu_s": cpu, "user_s": user,
-            "rss_peak_kb": rss_peak, "beside_cores": beside_cores}
+            "rss_peak_kb": rss_peak, "beside_cores": beside_cores, "voluntary": vol, "involuntary": invol}
 
 
 async def hold(port: int, streams: int, pids: list[int]) -> float:
@@ -679,7 +697,8 @@ def main() -> int:
         cols = ("tokens", "ttft_p50_ms", "ttft_p99_ms", "token_lag_p50_ms", "token_lag_p99_ms", "added_ttft_p50_ms",
                 "added_ttft_p99_ms", "added_token_p50_ms", "added_token_p99_ms",
                 *(("added_to_upstream_p50_ms", "added_to_upstream_p99_ms") if args.schedule == "staggered" else ()),
-                "cpu_s_per_100k_tokens", "user_us_per_token", "kb_per_in_flight_stream")
+                "cpu_s_per_100k_tokens", "user_us_per_token", "switches_per_1k_tokens", "preempted_per_1k_tokens",
+                "kb_per_in_flight_stream")
     else:
         print(f"{args.upstream} serving {model}: {args.streams} concurrent streams of {args.tokens} tokens each "
               f"(ignore_eos, closed loop), {args.rounds} x {args.seconds:g} s measured per route (rounds in rotating "
@@ -723,6 +742,8 @@ def condition_figures(rounds: list[dict[str, dict]], names: list[str], memory: d
                          "req_leg": sorted(x for p in parts for x in p["req_leg"]),
                          "tokens": sum(p["tokens"] for p in parts), "cpu_s": sum(p["cpu_s"] for p in parts),
                          "user_s": sum(p["user_s"] for p in parts),
+                         "voluntary": sum(p.get("voluntary", 0) for p in parts),
+                         "involuntary": sum(p.get("involuntary", 0) for p in parts),
                          "rss_peak_kb": max(p["rss_peak_kb"] for p in parts)}
     base = results["direct"]
 
@@ -745,6 +766,9 @@ def condition_figures(rounds: list[dict[str, dict]], names: list[str], memory: d
                         "added_to_upstream_p99_ms": added(r, "req_leg", 0.99),
                         "cpu_s_per_100k_tokens": r["cpu_s"] / max(r["tokens"], 1) * 1e5,
                         "user_us_per_token": r["user_s"] / max(r["tokens"], 1) * 1e6,
+                        # a wake-up (voluntary: it waited for a read) and a preemption, per 1,000 tokens
+                        "switches_per_1k_tokens": r["voluntary"] / max(r["tokens"], 1) * 1e3,
+                        "preempted_per_1k_tokens": r["involuntary"] / max(r["tokens"], 1) * 1e3,
                         "kb_per_in_flight_stream": memory.get(name)})
         table[name] = row
     per_round = []

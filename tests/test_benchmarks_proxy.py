@@ -56,7 +56,8 @@ def test_a_master_without_a_worker_is_said_so(bench):
 
 def _phase(tokens: int, cpu_s: float, ttft_ms: float, beside_cores: float = 0.0) -> dict:
     return {"ttft": [ttft_ms / 1e3] * 3, "lag": [0.001] * 3, "req_leg": [0.0005] * 3, "tokens": tokens,
-            "cpu_s": cpu_s, "user_s": cpu_s / 2, "rss_peak_kb": 1, "beside_cores": beside_cores}
+            "cpu_s": cpu_s, "user_s": cpu_s / 2, "rss_peak_kb": 1, "beside_cores": beside_cores,
+            "voluntary": tokens // 2, "involuntary": int(cpu_s * 1000)}
 
 
 def test_each_condition_has_figures_of_its_own_rounds(bench):
@@ -77,6 +78,35 @@ def test_each_condition_has_figures_of_its_own_rounds(bench):
     assert b["cpu_ratio_per_round"] == pytest.approx([2.0, 3.0])
     assert b["vs_nginx"]["added_ttft_p50_ms_minus_ms"] == pytest.approx(3.0)
     assert b["competitor_cores"] == pytest.approx((1.0 * 4 + 0.9 * 2) / 6)
+    assert a["routes"]["servewatch proxy"]["preempted_per_1k_tokens"] == pytest.approx(30)     # 30 in 1,000 tokens
+    assert b["routes"]["nginx"]["preempted_per_1k_tokens"] == pytest.approx(25)                # (30 + 20) in 2,000
+    assert b["routes"]["nginx"]["switches_per_1k_tokens"] == pytest.approx(500)
+
+
+def test_a_process_s_switches_are_counted_over_its_threads(bench):
+    """A process's context switches are its threads' together: a thread that waits 20 times adds 20 voluntary ones,
+    counted while it lives (the main thread meanwhile waits once)."""
+    import threading
+    import time as _time
+
+    ready, done = threading.Event(), threading.Event()
+
+    def waits():
+        for _ in range(20):
+            _time.sleep(0.001)
+        ready.set()
+        done.wait(10)
+
+    before = bench.switches([os.getpid()])
+    t = threading.Thread(target=waits)
+    t.start()
+    try:
+        assert ready.wait(10)
+        during = bench.switches([os.getpid()])
+    finally:
+        done.set()
+        t.join()
+    assert during[0] - before[0] >= 20 and during[1] >= before[1]
 
 
 def test_the_competitor_runs_while_on_and_is_gone_when_stopped(bench):
