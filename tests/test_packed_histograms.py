@@ -84,8 +84,8 @@ def test_scrapes_of_the_same_histograms_share_one_layout():
 
 
 def test_packed_holds_about_half_the_memory():
-    """What a scrape's histograms hold, by sys.getsizeof: 2,880 B as read (the dict, and each Histogram, its
-    array and two floats), 1,400 B packed (measured 2026-12-07)."""
+    """What a scrape's histograms hold, by sys.getsizeof: 2,768 B as read (the dict, and each Histogram, its
+    array and two floats), 1,392 B packed (measured 2026-12-07)."""
     histograms = scraped()
     as_read = sys.getsizeof(histograms) + sum(sys.getsizeof(h) + sys.getsizeof(h.cumulative) + sys.getsizeof(h.count)
                                               + sys.getsizeof(h.sum) for h in histograms.values())
@@ -141,6 +141,6 @@ def test_the_ring_memory_benchmark_counts_what_a_scrape_holds():
     spec = importlib.util.spec_from_file_location("benchmarks_recorder_memory", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    found = module.scrape_bytes(40)
+    found = module.scrape_bytes(100)
     assert 3500 <= found["as_read_bytes_per_scrape"] <= 5500
-    assert 0.6 <= found["ring_ratio"] <= 0.78, found
+    assert 0.6 <= found["ring_ratio"] <= 0.8, found          # 0.71 at 100
