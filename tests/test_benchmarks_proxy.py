@@ -83,6 +83,25 @@ def test_each_condition_has_figures_of_its_own_rounds(bench):
     assert b["routes"]["nginx"]["switches_per_1k_tokens"] == pytest.approx(500)
 
 
+def test_beside_the_competitor_the_per_token_p99_is_the_better_round_s(bench):
+    """A stall of the whole proxy in one round (its lags 175 ms) takes the pooled p99 with it; the better round's
+    p99 (proxy's added minus nginx's added, each against direct) is what run.py holds beside the competitor."""
+    def lags(ms_at_p99: float) -> list[float]:
+        return [0.001] * 98 + [ms_at_p99 / 1e3] * 2       # p99 = the 99th of 100 sorted = ms_at_p99
+
+    def route(ms):
+        return {**_phase(1000, 0.01, 5), "lag": lags(ms)}
+
+    names = ["direct", "servewatch proxy", "nginx"]
+    stalled = {"direct": route(2.0), "servewatch proxy": route(175.0), "nginx": route(3.0)}
+    calm = {"direct": route(2.0), "servewatch proxy": route(4.5), "nginx": route(3.0)}
+    doc = bench.condition_figures([stalled, calm], names, {})
+    assert doc["vs_nginx"]["added_token_p99_ms_minus_ms"] == pytest.approx(172.0)          # pooled: the stall
+    assert doc["vs_nginx"]["added_token_p99_ms_minus_ms_best_round"] == pytest.approx(1.5)  # (4.5-2) - (3-2)
+    assert bench.best_round_token_p99([calm, {**calm, "servewatch proxy": route(2.5)}]) == pytest.approx(-0.5)
+    assert bench.best_round_token_p99([{"direct": route(2.0)}]) is None
+
+
 def test_a_process_s_switches_are_counted_over_its_threads(bench):
     """A process's context switches are its threads' together: a thread that waits 20 times adds 20 voluntary ones,
     counted while it lives (the main thread meanwhile waits once)."""
