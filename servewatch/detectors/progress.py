@@ -52,6 +52,12 @@ class StallSettings(Settings):
 
 
 NAME = "alive_health_ok_no_progress"
+# A quiet this share of one scrape cadence short of the threshold reaches it. The threshold is a whole number of
+# cadences (4 x 2.00 s = 8.00 s), and the quiet is the same number of scrape-to-scrape gaps of arrival times, which
+# jitter by milliseconds: the fourth quiet scrape read 7.99x s about half the time and the verdict waited a whole
+# cadence for the fifth ("no progress for 10.0 s (threshold 8.0 s)"; a frozen target's livez 10.2 and 10.5 s after
+# the freeze, benchmarks/fleet.py at 1,000 targets, 2026-12-07).
+JITTER_SHARE = 0.05
 _COUNTER_FIELDS = ("counters.steps", "counters.generation_tokens", "counters.prompt_tokens")
 _STOPPED = STOPPED
 
@@ -161,7 +167,7 @@ def _engine_stall(key, track: Track, health, process, busy: bool, config: Thresh
     threshold = min(config.stall_ceiling_s, max(config.stall_floor_s, config.stall_k * basis))
     if busy:
         threshold = config.stall_ceiling_s   # computing one long step, not stalled (below)
-    if quiet_s < threshold:
+    if quiet_s < threshold - JITTER_SHARE * scrape_gap:
         return None
 
     stopped = [m for m in (process.members if process is not None else ()) if m.status in _STOPPED]
