@@ -73,3 +73,16 @@ def test_without_over_s_they_start_at_once(server):
 def test_over_s_is_a_number():
     with pytest.raises(ValueError, match="parameter 'over_s' must be a number"):
         ClientAbort.check_params({"over_s": "6"})
+
+
+def test_each_client_leaves_at_its_first_bytes_without_waiting(server, monkeypatch):
+    # Every moment a client waits after its first bytes is one in which a freeze of the drill's process lets the
+    # engine finish the answer whole: with the clients at once (no over_s), nothing of theirs sleeps.
+    import servewatch.drill.faults.client_abort as module
+
+    def no_sleep(seconds):
+        raise AssertionError(f"a client waited {seconds} s")
+
+    monkeypatch.setattr(module.time, "sleep", no_sleep)
+    fault, _ = _run(server, {"requests": 3, "output_tokens": 8})
+    assert fault.facts == {"aborted": 3, "not_started": 0}
