@@ -542,10 +542,12 @@ def event_loop() -> str:
 
 def count_path(tree: Path | None = None) -> str:
     """How the proxy of this tree (or of the source tree `tree`, as the baseline route runs it) counts a read:
-    "compiled" (servewatch.proxy._inline, built by setup.py) or "pure Python"."""
+    "compiled" (servewatch.proxy._inline, built by setup.py) or "pure Python"; then what moves a streamed body:
+    the "pump" (servewatch.proxy._pump) or the "event loop"."""
     code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in "
             f"getattr(f, '__module__', '')]; sys.path.insert(0, {str(Path(tree).resolve())!r}); " if tree else "")
-    code += "from servewatch.proxy import server; print(getattr(server, 'COUNT_PATH', 'pure Python'))"
+    code += ("from servewatch.proxy import server; print(getattr(server, 'COUNT_PATH', 'pure Python') + "
+             "', streamed bodies moved by the ' + getattr(server, 'PUMP_PATH', 'event loop'))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     return done.stdout.strip() or "unknown"

@@ -132,17 +132,25 @@ async def _until(cond, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
-@pytest.mark.parametrize("shape", ["inline", "parser"])
+@pytest.mark.parametrize("shape", ["inline", "parser", "pump"])
 def test_ttft_holds_the_upstreams_delay_before_its_first_byte(shape, count_path, monkeypatch):
-    if shape == "inline":       # the head, then each event: reads of their own (the inline path's)
+    if shape == "pump" and proxy_server._pump_built is None:
+        pytest.skip("servewatch.proxy._pump was not built (tests/test_proxy_pump.py says so under CI=true)")
+    # the loop's two read paths with the event loop moving the body; then the body moved by the compiled pump
+    monkeypatch.setattr(proxy_server, "_pump", proxy_server._pump_built if shape == "pump" else None)
+    if shape in ("inline", "pump"):     # the head, then each event: reads of their own (the inline path's)
         pieces = [HEAD, *CHUNKS]
     else:                       # the head and the first event in one read (the parser's path), then the rest
         pieces = [HEAD + CHUNKS[0], *CHUNKS[1:]]
     rec, client_ttft, inline_reads, got, live = _through_the_proxy(pieces, monkeypatch)
     assert got == HEAD + b"".join(CHUNKS)                       # forwarded unchanged
     assert (rec.error, rec.http_status, rec.output_tokens, rec.finish_reason) == (None, 200, 3, "length")
-    # the path under test was the one taken: the first event's read inline or not
-    assert inline_reads[1 if shape == "inline" else 0] is (shape == "inline")
+    # the path under test was the one taken: the first event's read inline or not, or the pump's (the loop read
+    # the head alone)
+    if shape == "pump":
+        assert inline_reads == [False]
+    else:
+        assert inline_reads[1 if shape == "inline" else 0] is (shape == "inline")
     # from the request: at least the upstream's delay, at most what the client saw around it
     assert DELAY_S <= rec.ttft_s <= client_ttft, (rec.ttft_s, client_ttft)
     assert DELAY_S <= rec.proxy["first_byte_s"] <= round(rec.ttft_s, 7)         # (kept to 7 decimals)

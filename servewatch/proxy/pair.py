@@ -193,6 +193,8 @@ class PairProxy(Proxy):
         self._later: list = []
         self._later_handle = None
         self._plain = False
+        self._hub = None                                      # (no compiled pump: aiohttp moves decode's body)
+        self.pumped: dict = {}
         self._runner: web.AppRunner | None = None
         self._transport = transport                           # the prefill leg and other paths (the contract)
         self._streams: dict[int, Http1Client] = {}            # decode instance's index -> its streaming client

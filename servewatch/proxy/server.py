@@ -10,11 +10,15 @@ upstream connections, and bytes moved between the two transports as they arrive.
 - A client that goes away aborts its upstream connection (the engine sees the request cancelled).
 - Deadlines (slow request heads and bodies, idle keep-alive, upstream first byte and silence) are
   checked by one sweep every `sweep_interval_s`, not by a timer per read.
+- A streamed body, once its head is forwarded, may move between the sockets out of the event loop: the
+  compiled pump (servewatch/proxy/_pump.c; see Upstream._maybe_pump and Upstream.unpump), its reads counted
+  afterwards with their times, as the loop's reads would have been.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import select
 import time
@@ -36,6 +40,7 @@ RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
 _SIZE_LINES_UP_TO = 4096
 _SIZE_LINES = [b"%x\r\n" % size for size in range(_SIZE_LINES_UP_TO)]    # a chunk's size line, by its size
+PUMP_HOLD = 2**20       # the most bytes of one stream the pump keeps before Python counts them (see Upstream.unpump)
 RECORD_AFTER_S = 0.002  # a kept-alive exchange's record is made this long after its end (see Proxy.finished)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
             431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
@@ -118,6 +123,8 @@ class Proxy:
         self._plain = False            # plain asyncio's loop (see _read_size)
         self._later: list[tuple[Exchange, float]] = []     # ended exchanges whose record is still to be made
         self._later_handle: asyncio.TimerHandle | None = None
+        self._hub = None                # the compiled pump's hub while started (see pump_path)
+        self.pumped: dict[int, Upstream] = {}     # upstreams whose stream the pump moves, by id
 
     # -- lifecycle
     async def start(self, host: str, port: int) -> int:
@@ -126,11 +133,19 @@ class Proxy:
         self._server = await loop.create_server(lambda: Client(self), host, port, backlog=1024,
                                                 reuse_address=True)
         self._sweeper = asyncio.create_task(self._sweep_forever())
+        if _pump is not None:
+            self._hub = _pump.Hub()
+            loop.add_reader(self._hub.fd, self._pumps_stopped)
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        self.unpump_all()
+        if self._hub is not None:
+            asyncio.get_running_loop().remove_reader(self._hub.fd)
+            self._hub.close()
+            self._hub = None
         self.record_ended()
         if self._server is not None:
             self._server.close()
@@ -141,6 +156,19 @@ class Proxy:
         self.idle.clear()
         if self._server is not None:
             await self._server.wait_closed()
+
+    def _pumps_stopped(self) -> None:
+        """The pump thread stopped some streams by itself (their end, a slow client, ...): each counted and
+        handed back to the loop."""
+        for ident in self._hub.done():
+            up = self.pumped.get(ident)
+            if up is not None:
+                up.unpump()
+
+    def unpump_all(self, again: bool = False) -> None:
+        """Every pumped stream counted up to now (and, with `again`, pumped on)."""
+        for up in list(self.pumped.values()):
+            up.unpump(again)
 
     def next_id(self) -> int:
         self._ids += 1
@@ -237,6 +265,8 @@ class Proxy:
     # -- live signals
     def snapshot(self, now: float) -> RequestsSample:
         """The request path now, as a timeline sample (see servewatch.timeline.samples.RequestsSample)."""
+        if self.pumped:
+            self.unpump_all(again=True)           # their reads counted: first tokens, last bytes
         if self._later:
             self.record_ended()
         in_flight = waiting = 0
@@ -303,6 +333,11 @@ class Proxy:
                     if now - ex.sent > c.first_byte_timeout_s:
                         client.fail_exchange(ex, R.TIMEOUT, "no upstream answer in time", 504)
                 elif now - ex.last > c.read_idle_timeout_s:
+                    up = ex.upstream
+                    if up is not None and up.pump is not None:
+                        up.unpump(again=True)      # its reads counted: ex.last is its last read's
+                        if client.exchange is not ex or now - ex.last <= c.read_idle_timeout_s:
+                            continue
                     client.fail_exchange(ex, R.TIMEOUT, "the upstream went silent", 504)
 
 
@@ -312,7 +347,8 @@ class Upstream(Conn):
     # Slots for what the read path reads and sets on every read (Conn's _received and max_body too): the compiled
     # reader reads them by offset, not from the instance dict (servewatch/proxy/_inline.c, setup_reader)
     __slots__ = ("proxy", "client", "exchange", "paused", "idle_since", "inline", "client_write", "event_prefix",
-                 "event_eol", "event_rest", "event_groups", "whole_event", "event_tail", "_received", "max_body")
+                 "event_eol", "event_rest", "event_groups", "whole_event", "event_tail", "_received", "max_body",
+                 "pump", "replaying")
 
     def __init__(self, proxy: Proxy, max_body: int):
         super().__init__(max_body)
@@ -329,6 +365,8 @@ class Upstream(Conn):
         self.event_groups: tuple = (None, None, None)   # what that rest said: finish reason, usage's two counts
         self.whole_event = fastpath.completion_whole
         self.event_tail = fastpath.completion_tail
+        self.pump = None                           # the compiled pump moving this stream (see _maybe_pump)
+        self.replaying = False
         if _reader is not None:
             # the compiled data_received (see count_path): the event loop calls it with no Python frame between
             self.data_received = _reader(self)
@@ -401,9 +439,80 @@ class Upstream(Conn):
 
     def _parse(self, data: bytes) -> None:
         """A read, or what the inline path left of it, through the HTTP/1.1 parser; then whether the next read
-        may take the inline path."""
+        may take the inline path, and whether the rest of the stream may go to the pump."""
         super().data_received(data)
         self._set_inline()
+        if self.inline and self.proxy._hub is not None and not self.replaying:
+            self._maybe_pump()
+
+    def _maybe_pump(self, ex: Exchange | None = None) -> None:
+        """The stream's body from here on moved between the sockets by the compiled pump, when it can be: an SSE
+        body between two chunks (`inline`), the client's transport holding nothing unsent (the pump writes the
+        socket itself, so nothing queued may come after its bytes), neither side paused or closing, real
+        sockets, and the loop's clock time.time (the pump reads that clock). Else the loop goes on reading.
+        uvloop sends what a callback wrote after the callbacks of that poll: where the client's transport still
+        holds the head, this is tried once more at the loop's next turn (`ex`: the exchange it was tried for)."""
+        retry = ex is None
+        if not retry and (ex is not self.exchange or not self.inline or self.replaying):
+            return
+        ex, client = self.exchange, self.client
+        if (ex is None or client is None or ex.client_gone or self.paused or self.pump is not None
+                or _now is not time.time or self.proxy.now is not time.time or self.proxy._hub is None):
+            return
+        out, transport = client.transport, self.transport
+        if out is None or transport is None or out.is_closing() or transport.is_closing():
+            return
+        if out.get_write_buffer_size():
+            if retry:
+                asyncio.get_running_loop().call_soon(self._maybe_pump, ex)
+            return
+        up_sock, client_sock = transport.get_extra_info("socket"), out.get_extra_info("socket")
+        if up_sock is None or client_sock is None:
+            return
+        limit = min(PUMP_HOLD, self.max_body - self._received)
+        if limit <= 0:
+            return
+        transport.pause_reading()
+        try:
+            pump = self.proxy._hub.pump(next(_pump_ids), up_sock.fileno(), client_sock.fileno(), limit)
+        except (OSError, ValueError):
+            transport.resume_reading()
+            return
+        self.pump = pump
+        self.proxy.pumped[pump.ident] = self
+
+    def unpump(self, again: bool = False) -> None:
+        """Take the stream back from the pump (stopped, if it still ran): the loop reads the upstream again,
+        what the client did not take is written through its transport (whose backpressure then holds), and
+        every read the pump made is counted, in order, with its time, as data_received would have counted it
+        (the client already has it). With `again` (or where the pump stopped at what it keeps at most) the
+        stream goes back to the pump if it still may."""
+        pump = self.pump
+        if pump is None:
+            return
+        self.pump = None
+        self.proxy.pumped.pop(pump.ident, None)
+        data, ends, times, sent, reason, _ = pump.take()
+        ex, client = self.exchange, self.client
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and not self.paused:
+            transport.resume_reading()
+        if sent < len(data) and ex is not None and not ex.client_gone and client is not None \
+                and not client.transport.is_closing():
+            client.transport.write(data[sent:])
+        start = 0
+        self.replaying = True
+        try:
+            for end, t in zip(ends, times):
+                if ex is None or self.exchange is not ex:
+                    break
+                ex.last = t
+                self._count(data[start:end], ex, t)
+                start = end
+        finally:
+            self.replaying = False
+        if (again or reason == _pump_built.LIMIT) and ex is not None and self.exchange is ex and self.inline:
+            self._maybe_pump()
 
     def _inline_event(self, data: bytes, ex: Exchange, t: float) -> bool:
         """One read that is one whole chunk of one whole event, counted inline; False: the parser's."""
@@ -535,6 +644,7 @@ class Upstream(Conn):
             client.fail_exchange(ex, R.STREAM_CUT, f"upstream {detail}", None)
 
     def connection_lost(self, exc) -> None:
+        self.unpump()
         super().connection_lost(exc)
         if self.paused:
             self.paused = False
@@ -596,6 +706,28 @@ _inline_event = _inline_chunks = _reader = None
 COUNT_PATH = count_path()
 
 
+def pump_path(compiled: bool | None = None) -> str:
+    """Choose whether a Proxy started from now on moves streamed bodies with the compiled pump
+    (servewatch.proxy._pump, which setup.py builds where it can) or reads every chunk in the event loop (the
+    reference; tests run both). None: the pump where it was built. Returns the choice's name."""
+    global _pump
+    if compiled is None:
+        compiled = _pump_built is not None
+    if compiled and _pump_built is None:
+        raise RuntimeError("servewatch.proxy._pump was not built")
+    _pump = _pump_built if compiled else None
+    return "pump" if compiled else "event loop"
+
+
+try:
+    import servewatch.proxy._pump as _pump_built   # the C extension (Linux: epoll, eventfd)
+except ImportError:
+    _pump_built = None
+_pump = None
+_pump_ids = itertools.count(1)       # each pump's ident: what the hub says of it when it stops
+PUMP_PATH = pump_path()
+
+
 class Client(asyncio.Protocol):
     """One client connection; one request at a time (pipelined requests wait their turn)."""
 
@@ -629,6 +761,9 @@ class Client(asyncio.Protocol):
         proxy.clients.add(self)
 
     def connection_lost(self, exc) -> None:
+        ex = self.exchange
+        if ex is not None and ex.upstream is not None:
+            ex.upstream.unpump()                 # its reads counted first (the record is whole)
         self.proxy.clients.discard(self)
         self.closing = True
         ex = self.exchange
