@@ -168,9 +168,11 @@ static void stop(Pump *p, int reason, int err) {
             h->capdone = cap;
         }
         h->done[h->ndone++] = p->ident;
-        uint64_t one = 1;
-        ssize_t w = write(h->efd, &one, sizeof one);
-        (void)w;
+        if (h->efd >= 0) {              /* (a hub closed meanwhile is told nothing: hub_close sets -1 locked) */
+            uint64_t one = 1;
+            ssize_t w = write(h->efd, &one, sizeof one);
+            (void)w;
+        }
     }
 }
 
@@ -271,7 +273,21 @@ static void *run(void *arg) {
     return NULL;
 }
 
+/* a forked child has no pump thread: its pumps start a thread and an epoll of their own (the parent's
+ * pumps are the parent's; their descriptors' copies are closed as the child's Python drops them) */
+static void forked(void) {
+    pthread_mutex_init(&mu, NULL);
+    if (epfd >= 0)
+        close(epfd);
+    epfd = -1;
+    for (size_t k = 0; k < nslots; k++)
+        slots[k] = NULL;
+}
+
 static int started(void) {
+    static int atfork = 0;
+    if (!atfork && pthread_atfork(NULL, NULL, forked) == 0)
+        atfork = 1;
     if (epfd >= 0)
         return 0;
     epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -420,10 +436,12 @@ static PyObject *hub_done(Hub *self, PyObject *unused) {
 
 static PyObject *hub_close(Hub *self, PyObject *unused) {
     (void)unused;
-    if (self->efd >= 0) {
-        close(self->efd);
-        self->efd = -1;
-    }
+    pthread_mutex_lock(&mu);
+    int fd = self->efd;
+    self->efd = -1;
+    pthread_mutex_unlock(&mu);
+    if (fd >= 0)
+        close(fd);
     Py_RETURN_NONE;
 }
 
