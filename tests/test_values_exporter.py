@@ -110,10 +110,55 @@ def test_the_derived_signals_become_gauges_by_target():
         "steps_per_s": "engine_steps_per_second", "preemptions_per_s": "preemptions_per_second",
         "kv_usage_mean": "kv_usage_mean_ratio", "waiting": "requests_waiting",
         "running_over_slot_limit": "running_over_slot_limit_ratio", "queue_wait_mean_s": "queue_wait_mean_seconds"}
-    collector = X._DerivedCollector(lambda: [])
-    assert collector.describe() == []
-    assert [f.name for f in collector.collect()] == ["servewatch_" + n for n, _ in X.DERIVED.values()]
-    assert all(f.samples == [] and f.type == "gauge" for f in collector.collect())
+    empty = X.DerivedSeries(lambda: []).exposition()
+    assert empty == "".join(f"# HELP servewatch_{n} {h}\n# TYPE servewatch_{n} gauge\n" for n, h in X.DERIVED.values())
+
+
+def _as_prometheus_client_writes(rows) -> str:
+    """The derived gauges as prometheus_client's own collector writes them (what serve exported before it wrote
+    them itself)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+
+    class Collector:
+        def describe(self):
+            return []
+
+        def collect(self):
+            families = {field: GaugeMetricFamily(X.PREFIX + name, help_text, labels=["target"])
+                        for field, (name, help_text) in X.DERIVED.items()}
+            for target, values in rows:
+                for field, family in families.items():
+                    if getattr(values, field) is not None:
+                        family.add_metric([label(target)], float(getattr(values, field)))
+            return list(families.values())
+
+    registry = CollectorRegistry()
+    registry.register(Collector())
+    return generate_latest(registry).decode()
+
+
+def test_the_derived_text_is_what_prometheus_client_writes():
+    odd = [0.0, -0.0, 1, 300, 2.5, 1e-7, 123456.789, 999999.9999, 1e6, 1234567.5, 1e16, 1.5e300, -2e6,
+           float("inf"), float("-inf"), float("nan"), True]
+    rows = [(f"t{i}:{i}", Signals(**{field: odd[(i + k) % len(odd)] if (i + k) % 5 else None
+                                     for k, field in enumerate(X.DERIVED)}))
+            for i in range(len(odd) * 2)]
+    rows += [("a b", Signals(waiting=1.0)), ('q"\\x', Signals(waiting=2.0)), ("", Signals())]
+    series = X.DerivedSeries(lambda: rows)
+    assert series.exposition() == _as_prometheus_client_writes(rows)
+    assert series.exposition() == _as_prometheus_client_writes(rows)        # the targets' label text kept
+    assert X._escape('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_the_derived_label_text_kept_is_bounded(monkeypatch):
+    monkeypatch.setattr(X, "_TARGETS_KEPT", 2)
+    rows = []
+    series = X.DerivedSeries(lambda: rows)
+    for name in ("a:1", "b:2", "c:3"):
+        rows[:] = [(name, Signals(waiting=1.0))]
+        assert f'servewatch_requests_waiting{{target="{name}"}} 1.0\n' in series.exposition()
+        assert len(series._starts) <= 2
 
 
 def test_a_target_starts_down_with_every_verdict_at_zero():

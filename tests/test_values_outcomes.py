@@ -51,6 +51,41 @@ def test_increase_across_resets_and_gaps():
     assert O.walked_increase([3.0, 3.0]) == 0.0
 
 
+def test_increase_is_the_walk_to_the_last_bit():
+    """The shortcut (no reset: the steps summed in C) against the walk, bit for bit (repr), on series that round:
+    steps of a tenth, of unlike magnitudes, whole and not, an int among floats, inf, -0.0, a NaN first (sort
+    leaves it in place: the walk skips it as it skips no other value) and later, a reset."""
+    import math
+    import random
+
+    nan, inf = math.nan, math.inf
+    fixed = [[0.1 * k for k in range(40)], [1e16, 1e16 + 2, 1e16 + 4, 1e16 + 6], [110.0 * (1 + k / 1000) for k in range(31)],
+             [1.0, 1e-17, 2.0], [0.0, 1, 2.5, 3], [-0.0, 0.0], [0.0, -0.0], [5.0, inf], [inf, inf], [nan, 5.0, 6.0],
+             [5.0, nan, 6.0], [5.0, 6.0, nan], [nan], [None], [3.0, 1.0], [1e308, 1.7e308, 1.7e308]]
+    rng = random.Random(54)
+    for _ in range(400):
+        start = rng.choice([0.0, 110.0, 1e9, 123456.789])
+        series = [start]
+        for _ in range(rng.randrange(0, 40)):
+            series.append(series[-1] + rng.choice([0.0, 0.01, 0.1, 1.0, 3.3, rng.random() * 10 ** rng.randrange(-3, 6)]))
+        fixed.append(series)
+    for values in fixed:
+        assert repr(O.increase(values)) == repr(O.walked_increase(values)), values
+        assert repr(O.increase(iter(values))) == repr(O.walked_increase(values)), values
+    assert O.increase([nan, 5.0, 6.0]) == 6.0 and math.isnan(O.increase([inf, inf]))
+    assert O.increase([2.0, 1.0, 1.0]) == 1.0 and O.increase([None]) == 0.0
+
+
+def test_the_steps_are_summed_in_order():
+    """Whichever sum serves (sum() where it adds in order, up to Python 3.11; the reduce from 3.12), 1e16 + 1 + 1
+    rounds back to 1e16 at each step; a compensated sum would give 1e16 + 2."""
+    for steps_sum in (O._steps_sum, O._steps_in_order):
+        assert steps_sum((1e16, 1.0, 1.0)) == 1e16 and steps_sum(iter([0.1, 0.2])) == 0.1 + 0.2
+        assert steps_sum(()) == 0.0 and repr(steps_sum([-0.0])) == "0.0"
+    if O._steps_sum is O._steps_summed:
+        assert O._steps_summed((0.1, 0.2, 0.3)) == (0.1 + 0.2) + 0.3
+
+
 def test_status_class():
     assert [O.status_class(k) for k in ("404", "4xx", "unrouted", "503", "200")] == ["4xx", "4xx", "4xx", "5xx", "2xx"]
 

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import reduce
-from operator import add, attrgetter, ge, sub
+from operator import add, attrgetter, sub
 
 from servewatch.detectors.evidence.crash_loop import in_crash_loop
 from servewatch.detectors.evidence.engine_signs import dialect_hint, engine_death_evidence
@@ -100,12 +100,28 @@ def status_class(key: str) -> str:
     return f"{key[0]}xx"
 
 
+def _steps_in_order(steps: Iterable[float]) -> float:
+    """0.0 + each step, one after the other: the walk's own sum (and its last bit)."""
+    return reduce(add, steps, 0.0)
+
+
+def _steps_summed(steps: Iterable[float]) -> float:
+    return sum(steps, 0.0)
+
+
+# sum() adds floats one after the other in C as the walk does, without a float object a step; from Python 3.12
+# it compensates the rounding (a different last bit), and there the reduce keeps the walk's figure.
+_steps_sum = _steps_summed if _steps_summed((1e16, 1.0, 1.0)) == _steps_in_order((1e16, 1.0, 1.0)) else _steps_in_order
+
+
 def increase(values: Iterable[float | None]) -> float:
     """A counter's increase over a series, across resets (after a drop the new value is all increase)."""
     values = values if isinstance(values, list) else list(values)
     try:
-        if all(map(ge, values[1:], values)):      # no reset: the same sum of steps, in C
-            return reduce(add, map(sub, values[1:], values), 0.0)
+        # no reset (sorted as they are: each value at least the one before, which sort's run check tells in C):
+        # the walk's sum of steps, in C; a NaN among them (which sort does not place) is the walk's
+        if sorted(values) == values and (total := _steps_sum(map(sub, values[1:], values))) == total:
+            return total
     except TypeError:   # None (not exported) among them: the walk skips it
         pass
     return walked_increase(values)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 
 from servewatch.detectors import registry
 from servewatch.bundle.serialize import safe_token
@@ -73,8 +74,7 @@ class FleetExporter:
         self._gpu_faults: dict[str, tuple[str, str, str, str]] = {}
         self._lock = threading.Lock()
         self._active: dict[tuple[str, str], int] = {}
-        if derived is not None:
-            r.register(_DerivedCollector(derived))
+        self.derived = DerivedSeries(derived) if derived is not None else None
         if ranks is not None:         # (target, newest process sample): servewatch_rank_state
             from servewatch.sinks.export.rank_series import RankCollector
 
@@ -146,10 +146,11 @@ class FleetExporter:
             self.verdicts.set_active(target, label(verdict_name), False)
 
     def exposition(self) -> bytes:
-        """serve's /metrics body: the registry's metrics and the verdict series."""
+        """serve's /metrics body: the registry's metrics, the derived signals and the verdict series."""
         from prometheus_client import generate_latest
 
-        return generate_latest(self.registry) + self.verdicts.exposition().encode()
+        derived = self.derived.exposition() if self.derived is not None else ""
+        return generate_latest(self.registry) + (derived + self.verdicts.exposition()).encode()
 
     def sink(self, target: str) -> ExporterSink:
         return ExporterSink(self, target)
@@ -181,23 +182,56 @@ def _severity(verdict_name: str) -> str:
     return spec.severity if spec else "info"
 
 
-class _DerivedCollector:
-    """At each /metrics scrape: `derived()` yields (target, Signals) for every target."""
+class DerivedSeries:
+    """The derived signals' gauges, written at each /metrics scrape from `derived()`, which yields (target,
+    Signals) for every target: one line a target and signal that has a value.
 
-    def __init__(self, derived):
+    Written here rather than by prometheus_client's collector, which made a sample object a value and escaped
+    and sorted its labels one line at a time: 8 lines a target, 31 of the 39 ms prometheus_client took for
+    1,000 targets. The text is what prometheus_client writes for the same gauges (tests compare the two)."""
+
+    def __init__(self, derived: Callable[[], Iterable[tuple[str, object]]]):
         self.derived = derived
+        self._families = tuple((field, PREFIX + name, f"# HELP {PREFIX}{name} {_help(help_text)}\n"
+                                f"# TYPE {PREFIX}{name} gauge\n") for field, (name, help_text) in DERIVED.items())
+        self._values = attrgetter(*DERIVED)
+        self._starts: dict[str, tuple[str, ...]] = {}     # target -> each family's line up to its value
 
-    def describe(self):
-        return []
-
-    def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        families = {field: GaugeMetricFamily(PREFIX + name, help_text, labels=["target"])
-                    for field, (name, help_text) in DERIVED.items()}
-        for target, values in self.derived():
-            for field, family in families.items():
-                value = getattr(values, field)
+    def exposition(self) -> str:
+        starts = self._starts
+        values_of = self._values
+        lines: list[list[str]] = [[] for _ in self._families]
+        for target, signals in self.derived():
+            start = starts.get(target)
+            if start is None:
+                if len(starts) >= _TARGETS_KEPT:
+                    starts.clear()
+                labels = f'{{target="{_escape(label(target))}"}} '
+                start = starts[target] = tuple(name + labels for _, name, _ in self._families)
+            for family, first, value in zip(lines, start, values_of(signals)):
                 if value is not None:
-                    family.add_metric([label(target)], float(value))
-        return list(families.values())
+                    family.append(f"{first}{_go_float(value)}\n")
+        return "".join(head + "".join(family) for (_, _, head), family in zip(self._families, lines))
+
+
+_TARGETS_KEPT = 65536
+_INF = float("inf")
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _escape(value: str) -> str:
+    """A label value as prometheus_client writes it."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+def _go_float(value) -> str:
+    """prometheus_client's floatToGoString(float(value)): repr, but for +Inf, -Inf, NaN and exponents from 1e+06."""
+    v = float(value)
+    if -_INF < v < 1e6:
+        return repr(v)
+    from prometheus_client.utils import floatToGoString
+
+    return floatToGoString(v)
