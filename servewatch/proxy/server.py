@@ -622,8 +622,11 @@ class Upstream(Conn):
         super()._complete()
         ex, client = self.exchange, self.client
         if ex is not None and not ex.done:
-            client.exchange_done(ex, close=not self.keep_alive)
+            # the connection back in the pool first: a request its client sent the moment it had the end (which
+            # the pump sends before Python counts it) waits behind this exchange and is taken up in
+            # exchange_done, and takes this connection rather than a new one (a connect: ~3 ms on this machine)
             self.proxy.release(self)
+            client.exchange_done(ex, close=not self.keep_alive)
 
     def _fail(self, exc: Exception) -> None:
         super()._fail(exc)
