@@ -270,26 +270,14 @@ class _Scripted:
         self.script, self.pause_s = script, pause_s
         self.server = None
         self.port = None
+        self.connections = 0
 
     async def __aenter__(self):
         async def handle(reader, writer):
+            self.connections += 1
             try:
-                await reader.readuntil(b"\r\n\r\n")
-                for part in self.script:
-                    if part == "RESET":
-                        sock = writer.get_extra_info("socket")
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                        writer.transport.abort()
-                        return
-                    if part == "HOLD":
-                        await reader.read()
-                        return
-                    if isinstance(part, float):
-                        await asyncio.sleep(part)
-                        continue
-                    writer.write(part)
-                    await writer.drain()
-                    await asyncio.sleep(self.pause_s)
+                while await self.answer(reader, writer):
+                    pass
             except (ConnectionError, asyncio.IncompleteReadError):
                 pass
             finally:
@@ -298,6 +286,29 @@ class _Scripted:
         self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
+
+    async def answer(self, reader, writer) -> bool:
+        """One request answered by the script; whether the connection is kept for the next."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        await reader.readexactly(length)
+        for part in self.script:
+            if part == "RESET":
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                return False
+            if part == "HOLD":
+                await reader.read()
+                return False
+            if isinstance(part, float):
+                await asyncio.sleep(part)
+                continue
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(self.pause_s)
+        return True
 
     async def __aexit__(self, *exc):
         self.server.close()
@@ -536,3 +547,31 @@ except RuntimeError as exc:
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "servewatch.proxy._pump was not built"
+
+
+def test_a_kept_alive_client_s_next_request_takes_the_pooled_connection(pump_path, run):
+    """A client (a thread of its own, as a client is a process of its own) that sends its next request the moment
+    it has a stream's end, which the pump sends before Python has counted it: each request goes up the one pooled
+    connection, not a new one, and each is recorded."""
+    chunks = _chunks(_events(8)) + [b"0\r\n\r\n"]
+    body = json.dumps({"model": "m", "prompt": "p", "max_tokens": 8, "stream": True}).encode()
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    def client(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            for _ in range(20):
+                sock.sendall(request)
+                got = b""
+                while not got.endswith(b"\r\n0\r\n\r\n"):
+                    part = sock.recv(65536)
+                    assert part
+                    got += part
+
+    async def go():
+        async with _Scripted([HEAD, *chunks]) as up, Running(up.url) as proxy:
+            await asyncio.to_thread(client, proxy.port)
+            await _until(lambda: len(proxy.records) == 20)
+            return up.connections, proxy.records
+
+    connections, records = run(go())
+    assert connections == 1 and all(rec.ok and rec.output_tokens == 8 for rec in records)
