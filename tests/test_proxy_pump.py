@@ -378,23 +378,36 @@ def test_a_stream_through_the_pump_is_forwarded_and_recorded_as_through_the_loop
     assert (len(calls) > 0) == (pump_path == "pump") and left == {}
 
 
-def test_the_pump_and_the_loop_record_alike(pump):
-    """The same scripted stream through each path in turn: the same record but for the times."""
-    chunks = _chunks(_events(40)) + _chunks([b"data: [DONE]\n\n"]) + [b"0\r\n\r\n"]
+def _through(run, script: list, pause_s: float = 0.002, **config) -> tuple:
+    """One streamed request through a proxy (`config`) to a _Scripted upstream, run by `run`: (what the client
+    got, the records)."""
+    async def go():
+        async with _Scripted(script, pause_s) as up, Running(up.url, **config) as proxy:
+            raw = await _read_all(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p",
+                                                                          "max_tokens": 60, "stream": True}))
+            await _until(lambda: proxy.records)
+            return raw, proxy.records
+    return run(go())
+
+
+def _both_ways(script: list, summary, **config) -> dict:
+    """One streamed request against a _Scripted upstream with the pump, then with the event loop: what
+    `summary(raw response, record)` says of each."""
     out = {}
     for path in ("pump", "event loop"):
         server.pump_path(path == "pump")
-
-        async def go():
-            async with _Scripted([HEAD, *chunks]) as up, Running(up.url, keep_itl=True) as proxy:
-                raw = await _read_all(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p",
-                                                                              "max_tokens": 40, "stream": True}))
-                await _until(lambda: proxy.records)
-                return raw, _summary(proxy.records[0])
         try:
-            out[path] = asyncio.run(go())
+            raw, [rec] = _through(asyncio.run, script, **config)
         finally:
             server.pump_path()
+        out[path] = summary(raw, rec)
+    return out
+
+
+def test_the_pump_and_the_loop_record_alike(pump):
+    """The same scripted stream through each path in turn: the same record but for the times."""
+    chunks = _chunks(_events(40)) + _chunks([b"data: [DONE]\n\n"]) + [b"0\r\n\r\n"]
+    out = _both_ways([HEAD, *chunks], lambda raw, rec: (raw, _summary(rec)), keep_itl=True)
     assert out["pump"] == out["event loop"]
 
 
@@ -427,15 +440,7 @@ def test_an_upstream_reset_mid_stream_ends_as_through_the_loop(pump_path, run, m
     chunk before the reset forwarded and counted."""
     chunks = _chunks(_events(25))
     calls = _pumped(monkeypatch)
-
-    async def go():
-        async with _Scripted([HEAD, *chunks, "RESET"]) as up, Running(up.url, keep_itl=True) as proxy:
-            raw = await _read_all(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p",
-                                                                          "max_tokens": 60, "stream": True}))
-            await _until(lambda: proxy.records)
-            return raw, proxy.records
-
-    raw, [rec] = run(go())
+    raw, [rec] = _through(run, [HEAD, *chunks, "RESET"], keep_itl=True)
     assert raw == HEAD + b"".join(chunks)
     assert rec.error == R.STREAM_CUT and rec.output_tokens == 25 and len(rec.chunk_t_s) == 25, _summary(rec)
     assert (len(calls) > 0) == (pump_path == "pump")
@@ -443,21 +448,8 @@ def test_an_upstream_reset_mid_stream_ends_as_through_the_loop(pump_path, run, m
 
 def test_an_upstream_reset_is_said_alike_on_both_paths(pump):
     """The reset is the loop's to read on both paths (the pump stops without reading it): the same words."""
-    chunks = _chunks(_events(10))
-    details = {}
-    for path in ("pump", "event loop"):
-        server.pump_path(path == "pump")
-
-        async def go():
-            async with _Scripted([HEAD, *chunks, "RESET"]) as up, Running(up.url) as proxy:
-                await _read_all(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p", "stream": True}))
-                await _until(lambda: proxy.records)
-                return proxy.records[0].error, proxy.records[0].error_detail
-        try:
-            details[path] = asyncio.run(go())
-        finally:
-            server.pump_path()
-    assert details["pump"] == details["event loop"]
+    out = _both_ways([HEAD, *_chunks(_events(10)), "RESET"], lambda raw, rec: (rec.error, rec.error_detail))
+    assert out["pump"] == out["event loop"]
 
 
 def test_an_upstream_silent_mid_stream_times_out_as_through_the_loop(pump_path, run, monkeypatch):
@@ -465,16 +457,9 @@ def test_an_upstream_silent_mid_stream_times_out_as_through_the_loop(pump_path, 
     chunks before counted, and the silence measured from the last read (the pump's time of it)."""
     chunks = _chunks(_events(12))
     calls = _pumped(monkeypatch)
-
-    async def go():       # (the chunks 0.05 s apart: the stream outlasts the bound, so its silence is what counts)
-        async with _Scripted([HEAD, *chunks, "HOLD"], pause_s=0.05) as up, \
-                Running(up.url, read_idle_timeout_s=0.4, sweep_interval_s=0.05, keep_itl=True) as proxy:
-            raw = await _read_all(proxy.port, _post("/v1/completions", {"model": "m", "prompt": "p",
-                                                                          "max_tokens": 60, "stream": True}))
-            await _until(lambda: proxy.records)
-            return raw, proxy.records
-
-    raw, [rec] = run(go())
+    # (the chunks 0.05 s apart: the stream outlasts the bound, so its silence is what counts)
+    raw, [rec] = _through(run, [HEAD, *chunks, "HOLD"], 0.05, read_idle_timeout_s=0.4, sweep_interval_s=0.05,
+                          keep_itl=True)
     assert raw == HEAD + b"".join(chunks)
     assert rec.error == R.TIMEOUT and rec.output_tokens == 12 and len(rec.chunk_t_s) == 12
     assert 0.4 <= rec.e2e_s - rec.chunk_t_s[-1] < 0.4 + 0.5      # silent past the bound, by a sweep or so
