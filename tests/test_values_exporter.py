@@ -149,6 +149,8 @@ def test_the_derived_text_is_what_prometheus_client_writes():
     assert series.exposition() == _as_prometheus_client_writes(rows)
     assert series.exposition() == _as_prometheus_client_writes(rows)        # the targets' label text kept
     assert X._escape('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+    assert X._help("a\\b\nc") == "a\\\\b\\nc"          # HELP: a backslash and a newline escaped, a quote not
+    assert X._help('say "x"') == 'say "x"'
 
 
 def test_the_derived_label_text_kept_is_bounded(monkeypatch):

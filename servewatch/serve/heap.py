@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import gc
 
-# Young collections 700x rarer than the default (700). What a young collection costs is not the young objects
-# but what the objects alive at that moment reach: every target's current window, split and columns (a tuple
-# of its whole ring, lists of its lookback's points), made at each scrape and alive until the next, so each
-# collection walks about every target's history; and it finds no cycle (serve makes none: 0 collected in 84
-# collections of a 10-minute run at 1,000 targets). At 50,000 a young collection ran every 8 s while the rings
-# filled, 100 to 370 ms each (growing with the rings), 20 s of serve's 350 s of CPU (2026-12-07,
-# benchmarks/fleet.py --targets 1000 --duration 600); at 500,000 one in about 100 s. The full collection (which
-# also waits for 25 % of the heap to be new) needs 100 middle-generation collections instead of 10.
+# Young collections 700x rarer than the default (700). Measured at 1,000 targets (2026-12-07, benchmarks/fleet.py
+# --targets 1000 --duration 600, a gc.callbacks log): at 50,000 one ran every 8 s while the rings filled, 100 to
+# 370 ms each, growing with the rings rather than with its 50,000 objects (likely: what the young objects alive
+# then reach is walked too, and every target's current window, split and columns, made at each scrape and kept
+# until the next, reach its whole lookback), 20 s of serve's 350 s of CPU, and none found a cycle (0 collected in
+# 84); at 500,000, 7 in the run, 3.4 s. The full collection (which also waits for 25 % of the heap to be new)
+# needs 100 middle-generation collections instead of 10.
 THRESHOLDS = (500_000, 20, 100)
 
 
