@@ -15,8 +15,9 @@ import gc
 # 370 ms each, growing with the rings rather than with its 50,000 objects (likely: what the young objects alive
 # then reach is walked too, and every target's current window, split and columns, made at each scrape and kept
 # until the next, reach its whole lookback), 20 s of serve's 350 s of CPU, and none found a cycle (0 collected in
-# 84); at 500,000, 7 in the run, 3.4 s. The full collection (which also waits for 25 % of the heap to be new)
-# needs 100 middle-generation collections instead of 10.
+# 84); at 500,000, 7 in the run, 3.4 s. What it costs: cycles wait longer (a failing target's exceptions make
+# some; benchmarks/serve_hostile.py's peak 100.8 against 95.5 MB). The full collection (which also waits for 25 %
+# of the heap to be new) needs 100 middle-generation collections instead of 10.
 THRESHOLDS = (500_000, 20, 100)
 
 
