@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import select
 import time
 from collections import deque
@@ -712,10 +713,13 @@ COUNT_PATH = count_path()
 def pump_path(compiled: bool | None = None) -> str:
     """Choose whether a Proxy started from now on moves streamed bodies with the compiled pump
     (servewatch.proxy._pump, which setup.py builds where it can) or reads every chunk in the event loop (the
-    reference; tests run both). None: the pump where it was built. Returns the choice's name."""
+    reference; tests run both). None: the pump where it was built and SERVEWATCH_PROXY_PUMP=1 asks for it; the
+    event loop otherwise, for now: the pump costs less CPU a token but adds ~2 ms to the request's way upstream
+    in benchmarks/proxy.py (docs/site/figures.md, "The stream's body out of the event loop"). Returns the
+    choice's name."""
     global _pump
     if compiled is None:
-        compiled = _pump_built is not None
+        compiled = _pump_built is not None and os.environ.get("SERVEWATCH_PROXY_PUMP") == "1"
     if compiled and _pump_built is None:
         raise RuntimeError("servewatch.proxy._pump was not built")
     _pump = _pump_built if compiled else None
