@@ -7,7 +7,8 @@
  * epoll over every pumped upstream socket with no GIL held. Each read is written to the client as it comes
  * and kept, with its time (time.time()'s clock and rounding), in buffers that grow. Python is woken (an
  * eventfd its loop reads, one Hub per proxy) only when a pump stops:
- *   END        the chunked body's last chunk ("0\r\n\r\n" with no trailer) ended a read;
+ *   END        the chunked body's last chunk ("0\r\n\r\n" with no trailer) ended a read: that chunk is not sent
+ *              (what is sent stops before it), Python sends it once it has counted the reads;
  *   FRAMING    the framing took a turn this reader does not follow (an extension, a trailer, bytes after the
  *              end): the parser in Python reads it;
  *   SLOW       the client did not take a whole read at once: the rest goes through the loop's transport, and
@@ -227,7 +228,14 @@ static void readable(Pump *p, uint32_t events) {
     p->times[p->nreads] = t;
     p->ends[p->nreads++] = p->len;
     p->last = t;
-    ssize_t w = send(p->cl, p->buf + from, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    /* The body's last chunk ("0\r\n\r\n", its size line's digits as read) is not sent here: Python sends it once
+     * it has counted the reads (Upstream.unpump), so a client that sends its next request the moment it has a
+     * response's end finds the exchange ended and counted, not one still open behind the pump's hand-back. */
+    int fr = frame(p, p->buf + from, (size_t)n);
+    size_t out = (size_t)n;
+    if (fr > 0)
+        out -= (size_t)p->digits + 4 < out ? (size_t)p->digits + 4 : out;
+    ssize_t w = out ? send(p->cl, p->buf + from, out, MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
     if (w < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
             stop(p, R_CLIENT, errno);
@@ -236,11 +244,10 @@ static void readable(Pump *p, uint32_t events) {
         w = 0;
     }
     p->sent += (size_t)w;
-    if ((size_t)w < (size_t)n) {
+    if ((size_t)w < out) {
         stop(p, R_SLOW, 0);
         return;
     }
-    int fr = frame(p, p->buf + from, (size_t)n);
     if (fr)
         stop(p, fr > 0 ? R_END : R_FRAMING, 0);
     else if (p->len >= p->limit)
