@@ -834,8 +834,10 @@ def example_benchmark_results(workdir: Path) -> str:
     machine they were measured on)."""
     doc = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
     machine = doc.get("machine", {})
-    out = [f"Measured on {doc.get('date')} by `{doc.get('command')}` ({doc.get('runs')} runs each) on "
-           f"{machine.get('cpus')} cores ({machine.get('cpu')}), Python {machine.get('python')}:", "",
+    # the file keeps the figures of every benchmark; the last invocation wrote only its own, so each row says its runs
+    out = [f"Measured on {doc.get('date')} on {machine.get('cpus')} cores ({machine.get('cpu')}), Python "
+           f"{machine.get('python')}, each figure over the runs in its row (last written by `{doc.get('command')}`, "
+           f"{doc.get('runs')} runs):", "",
            "| figure | value | runs | band | better | what |", "|---|---|---|---|---|---|"]
     for name, figure in doc.get("figures", {}).items():
         runs = ", ".join(f"{run:g}" for run in figure.get("runs", ()))
