@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import subprocess
-import sys
 from array import array
 from types import SimpleNamespace
 
@@ -20,6 +18,7 @@ import pytest
 from servewatch.proxy import fastpath, server
 from servewatch.proxy.exchange import Exchange, ProxyStream
 from servewatch.proxy.server import Upstream
+from tests.processes import without_module
 from tests.tools import in_ci
 
 pytestmark = pytest.mark.timeout(120)
@@ -286,13 +285,7 @@ def test_the_compiled_path_counts_into_a_stream_state_as_on_fields_does(compiled
 def test_without_the_compiled_module_the_proxy_counts_in_python():
     """The extension is optional: where it was not built the proxy chooses the pure-Python path, and asking
     for the compiled one says it was not built."""
-    code = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "servewatch.proxy._inline":
-            raise ImportError("not built")
-sys.meta_path.insert(0, Block())
+    done = without_module("servewatch.proxy._inline", """
 from servewatch.proxy import server
 assert server._compiled is None and server.COUNT_PATH == "pure Python", server.COUNT_PATH
 assert server._inline_event is server.Upstream._inline_event
@@ -300,8 +293,7 @@ try:
     server.count_path(True)
 except RuntimeError as exc:
     print(exc)
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+""")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "servewatch.proxy._inline was not built"
 

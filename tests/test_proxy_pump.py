@@ -13,15 +13,13 @@ import os
 import select
 import socket
 import struct
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from servewatch.load import records as R
 from servewatch.proxy import server
+from tests.processes import without_module
 from tests.test_proxy import Running, _completion_event, _post, _until
 
 pytestmark = pytest.mark.timeout(60)
@@ -510,13 +508,8 @@ def test_a_slow_reader_of_a_stream_pauses_the_upstream(pump_path, run, monkeypat
 def test_without_the_pump_built_the_event_loop_moves_the_body():
     """The extension is optional: where it was not built a proxy streams through the event loop (and asking for
     the pump says it was not built)."""
-    code = """
-import asyncio, sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "servewatch.proxy._pump":
-            raise ImportError("not built")
-sys.meta_path.insert(0, Block())
+    done = without_module("servewatch.proxy._pump", """
+import asyncio
 from servewatch.proxy import server
 assert server._pump is None and server.PUMP_PATH == "event loop", server.PUMP_PATH
 from tests.test_proxy_pump import HEAD, Running, _Scripted, _chunks, _events, _post, _read_all, _until
@@ -532,9 +525,7 @@ try:
     server.pump_path(True)
 except RuntimeError as exc:
     print(exc)
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parents[1])
+""")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "servewatch.proxy._pump was not built"
 
