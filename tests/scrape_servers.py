@@ -61,6 +61,18 @@ class _Handler(BaseHTTPRequestHandler):
         if prefix == "/garbage":
             self.wfile.write(b"garbage\r\n\r\n")
             return
+        if prefix == "/endless":        # sample lines without end, no length: only a bound stops the reader
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            line = b'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0\n' * 1000
+            try:
+                while not self.release.is_set():
+                    self.wfile.write(line)
+            except OSError:
+                pass
+            self.close_connection = True
+            return
         status, body = BODIES[prefix]
         self.send_response(status)
         self.send_header("Content-Type", "text/plain")

@@ -19,6 +19,7 @@ from servewatch.transport.contract import Http1Transport
 from servewatch.sources.metrics import MetricsSource
 from servewatch.sources.scrape import KINDS, ScrapeBounds, ScrapeFailure, read_metrics
 from servewatch.watch import Recorder
+from servewatch.watch.targets import http_sources
 from tests.scrape_servers import (FAILING, MAX_BYTES, MAX_SERIES, TIMEOUT_S, VLLM, many_engines, scrape_server,
                                   url_for)
 
@@ -216,3 +217,28 @@ def test_load_server_view_names_each_failure_kind(server):
         label = "http_503" if kind == "http_status" else kind
         assert errors[kind] == (label, None, {label: 1}), kind
     assert errors[None] == (None, 7, {})
+
+
+# --- a body over the series bound is refused while it arrives, by each reader -----------------------------------
+
+def test_each_reader_refuses_an_endless_exposition_at_the_series_bound_not_the_byte_bound(server, capsys):
+    """/endless streams sample lines without end: read whole, a body stops only at the byte bound (16 MiB by
+    default: too_large, with 16 MiB held); each reader refuses it at the series bound instead, once its first
+    bytes hold more series than the bound."""
+    code = main(["inspect", server + "/endless/metrics", "--timeout", "10", "--max-series", str(MAX_SERIES)])
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and f"more than {MAX_SERIES:,} series (the series bound); --max-series sets it" in line
+
+    async def watch_and_load():
+        async with Http1Transport() as transport:       # the sources as watch and serve build them: default bounds
+            [metrics] = [s for s in http_sources(transport, server, VirtualClock(), 1.0, gpu=False,
+                                                        metrics_path="/endless/metrics")
+                         if s.kind == "metrics"]
+            [sample] = await metrics.poll()
+        client = Http1Client(Endpoint.parse(server + "/endless"), connect_timeout=5.0)
+        view = ServerView(client, asyncio.get_running_loop().time, None, 1.0, timeout_s=10.0,
+                          bounds=ScrapeBounds(max_series=MAX_SERIES))
+        seen = await view.scrape_once()
+        await client.close()
+        return sample.error, seen.error
+    assert asyncio.run(asyncio.wait_for(watch_and_load(), 60)) == ("too_many_series", "too_many_series")

@@ -12,7 +12,7 @@ import ssl
 import pytest
 
 from servewatch import kinds
-from servewatch.errors import BodyTooLarge
+from servewatch.errors import BodyTooLarge, TooManySeries
 from servewatch.transport import contract as C
 from servewatch.transport.http1 import NoAnswer, StreamBroken, StreamCut
 
@@ -181,6 +181,56 @@ def test_loopback_too_large_declared_and_read():
     chunk = b"%x\r\n%s\r\n" % (600, b"y" * 600)
     read = _loopback(lambda r, w: _answer(r, w, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 2))
     assert (read.outcome, read.detail) == (C.TOO_LARGE, "body exceeds the 1,000-byte bound")
+
+
+def _looked_at(body: bytes, *, refuse_from: int | None = None) -> tuple[C.Outcome, list[int]]:
+    """The outcome of a body sent whole (Content-Length) to a request with a body_check that records the length
+    of each head it is shown, and raises from `refuse_from` bytes on."""
+    heads: list[int] = []
+
+    def check(head: bytes) -> None:
+        heads.append(len(head))
+        assert body.startswith(head)
+        if refuse_from is not None and len(head) >= refuse_from:
+            raise TooManySeries("more than 3 series (the series bound)", 4)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+
+    async def go():
+        server, port = await _serve(lambda r, w: _answer(r, w, head + body))
+        transport = C.Http1Transport()
+        try:
+            return await transport.send(_request(f"http://127.0.0.1:{port}/metrics", max_bytes=16 * 2**20,
+                                                 body_check=check))
+        finally:
+            await transport.close()
+            server.close()
+    got = asyncio.run(go())
+    return got, heads
+
+
+def test_a_body_check_sees_the_body_from_its_threshold_and_at_each_doubling_only():
+    small, heads = _looked_at(b"# x\n" * (C.BODY_CHECK_FROM // 4 - 1))       # one line under the threshold
+    assert isinstance(small, C.Reply) and heads == []                       # a normal scrape is never looked at
+    body = b"# x\n" * (3 * C.BODY_CHECK_FROM // 4)                          # 3x the threshold, read whole
+    whole, heads = _looked_at(body)
+    assert isinstance(whole, C.Reply) and whole.body == body
+    assert heads and heads[0] >= C.BODY_CHECK_FROM
+    assert all(later >= 2 * earlier for earlier, later in zip(heads, heads[1:])) and len(heads) <= 2
+
+
+def test_a_body_check_that_refuses_ends_the_read_as_too_many_series():
+    body = b"up 1\n" * (2**20)                                               # 5 MiB
+    got, heads = _looked_at(body, refuse_from=C.BODY_CHECK_FROM)
+    assert (got.outcome, got.kind, got.status) == (C.TOO_MANY_SERIES, "too_many_series", 200)
+    assert got.detail == "line 4: more than 3 series (the series bound)" and len(heads) == 1
+    assert heads[0] < 2 * C.BODY_CHECK_FROM                                # refused at the first look
+    mocked = _mock_send(lambda r: body, _request(max_bytes=16 * 2**20, body_check=lambda head: check_over(head)))
+    assert (mocked.outcome, mocked.detail) == (C.TOO_MANY_SERIES, "line 4: more than 3 series (the series bound)")
+    assert isinstance(_mock_send(lambda r: body[:1000], _request(body_check=check_over)), C.Reply)
+
+
+def check_over(head: bytes) -> None:
+    raise TooManySeries("more than 3 series (the series bound)", 4)
 
 
 def test_loopback_protocol():

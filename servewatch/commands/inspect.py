@@ -49,14 +49,21 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise ServewatchError(f"--timeout {args.timeout:g}: expected a positive number of seconds")
     bounds = ScrapeBounds(max_bytes=args.max_bytes, max_series=args.max_series)
-    status, body = read_source(args.source, timeout_s=args.timeout, max_bytes=bounds.max_bytes)
+    def failed(scrape: ScrapeFailure) -> ScrapeFailed:
+        if scrape.kind == TOO_MANY_SERIES:
+            scrape = ScrapeFailure(TOO_MANY_SERIES, detail=f"{scrape.detail}; --max-series sets it")
+        return ScrapeFailed(args.source, scrape)
+
+    try:
+        status, body = read_source(args.source, timeout_s=args.timeout, max_bytes=bounds.max_bytes,
+                                   max_series=bounds.max_series)
+    except ScrapeFailed as refused:
+        raise failed(refused.failure) from None
     scrape = read_metrics(status, body, bounds)
     if isinstance(scrape, ScrapeFailure):
         if scrape.kind == NO_ENGINE_METRICS:
             scrape = ScrapeFailure(NO_ENGINE_METRICS, detail=_what_it_holds(body, bounds))
-        elif scrape.kind == TOO_MANY_SERIES:
-            scrape = ScrapeFailure(TOO_MANY_SERIES, detail=f"{scrape.detail}; --max-series sets it")
-        raise ScrapeFailed(args.source, scrape)
+        raise failed(scrape)
     report = build_report(scrape)
     _add_slots(report, args)
     if args.json:

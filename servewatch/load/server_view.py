@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from servewatch.engine.served import MEAN_KINDS, delta_mean as _delta_mean, run_means, served, totals
 from servewatch.engine.state import EngineState
+from servewatch.exposition.parser import check_series
 from servewatch.sources.scrape import TIMEOUT, ScrapeBounds, ScrapeFailure, read_metrics
 
 MAX_SCRAPE_BYTES = ScrapeBounds().max_bytes
@@ -72,6 +74,7 @@ class ServerView:
         self.interval_s = interval_s
         self._read_scrape = read_scrape      # text -> Scrape; the dialects' when None
         self.bounds = bounds
+        self._series_check = partial(check_series, max_series=bounds.max_series)   # looked at while a body arrives
         self._timeout = timeout_s if timeout_s is not None else max(5.0, 4 * interval_s)
         self.samples: list[ServerSample] = []
         self.skipped = 0
@@ -86,7 +89,7 @@ class ServerView:
             async with asyncio.timeout(self._timeout):
                 response = await self._client.request("GET", "/metrics")
                 try:
-                    body = await response.read_all(self.bounds.max_bytes)
+                    body = await response.read_all(self.bounds.max_bytes, self._series_check)
                 finally:
                     response.release()
         except TimeoutError:

@@ -9,26 +9,27 @@ import asyncio
 from servewatch.sources.scrape import CONNECT, TOO_LARGE, ScrapeFailed, ScrapeFailure
 
 
-def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int) -> tuple[int, bytes]:
+def read_source(source: str, *, timeout_s: float = 5.0, max_bytes: int,
+                max_series: int | None = None) -> tuple[int, bytes]:
     """(HTTP status, body) of a URL (a base URL means its /metrics), or (200, contents) of a file; ScrapeFailed when unreachable,
-    too slow or over `max_bytes`."""
+    too slow, over `max_bytes`, or (a URL's body, refused while it arrives) over `max_series`."""
     if "://" in source:         # a URL (http or https only: servewatch.transport.urls says why not)
         from servewatch.sources.urls import metrics_url
         from servewatch.transport.urls import resolve
 
         resolve(source)
-        return fetch_url(metrics_url(source), timeout_s=timeout_s, max_bytes=max_bytes)
+        return fetch_url(metrics_url(source), timeout_s=timeout_s, max_bytes=max_bytes, max_series=max_series)
     return 200, read_file(source, max_bytes=max_bytes)
 
 
-def fetch_url(url: str, *, timeout_s: float, max_bytes: int) -> tuple[int, bytes]:
+def fetch_url(url: str, *, timeout_s: float, max_bytes: int, max_series: int | None = None) -> tuple[int, bytes]:
     from servewatch.sources.http import FetchResponse, fetch
     from servewatch.transport.contract import Http1Transport
 
     async def once():
         transport = Http1Transport(keep_alive=False)
         try:
-            return await fetch(transport, url, timeout_s=timeout_s, max_bytes=max_bytes)
+            return await fetch(transport, url, timeout_s=timeout_s, max_bytes=max_bytes, max_series=max_series)
         finally:
             await transport.close()
 

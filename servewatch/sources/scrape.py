@@ -16,8 +16,10 @@ scrape is a `ScrapeFailure` whose `kind` is one of `KINDS`:
     parse              the body is not Prometheus / OpenMetrics text (or not UTF-8)
     no_engine_metrics  valid text without any engine's families (e.g. vLLM run with --disable-log-stats)
 
-Transports (the one contract, `servewatch.transport.contract`, and a file) report only the first five kinds
-and `too_large`; `read_metrics` reports the rest. A failure's
+Transports (the one contract, `servewatch.transport.contract`, and a file) report the first five kinds,
+`too_large`, and `too_many_series` when the request carries the series bound (`sources.http.get_request`: a body
+over it is refused while it arrives, looked at from 256 KiB on and at each doubling, never held whole); `read_metrics` reports the rest
+and counts every body it reads whole. A failure's
 `detail` is one short line for a terminal: it never enters a bundle, only `label` does.
 """
 

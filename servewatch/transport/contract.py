@@ -19,11 +19,13 @@ errors:
     no_answer    the connection closed before any byte of the answer
     cut          the connection closed or was reset part-way through the answer
     too_large    the answer is over the request's byte bound (declared or read)
+    too_many_series  the answer's body failed the request's `body_check` (a scrape's series bound), looked at as
+                 it arrived: the read stopped there
     protocol     an answer that is not HTTP/1.x (status line, headers, chunking)
     http_status  an answer other than 2xx, for a caller that wants one (`Reply.failure()`)
 
 `Failed.kind` is the outcome in the scrape vocabulary stored in bundles (`servewatch.kinds`: connect, dns,
-timeout, protocol, too_large, http_<status>). `Http1Transport` runs on the project's own HTTP/1.1 client
+timeout, protocol, too_large, too_many_series, http_<status>). `Http1Transport` runs on the project's own HTTP/1.1 client
 (`transport.http1`, which scrapes /metrics for about half aiohttp's client CPU: benchmarks/scrape_client.py);
 `send_blocking` is the same for a caller without an event loop; `MockTransport` answers in-process for tests.
 """
@@ -41,7 +43,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from servewatch import kinds
-from servewatch.errors import BodyTooLarge
+from servewatch.errors import BodyTooLarge, TooManySeries
 from servewatch.transport.deadline import within
 from servewatch.transport.http1 import (ConnectFailed, Endpoint, Http1Client, NoAnswer, StreamBroken, StreamCut,
                                         connect_words, encoded_headers)
@@ -56,15 +58,18 @@ TIMEOUT = "timeout"
 NO_ANSWER = "no_answer"
 CUT = "cut"
 TOO_LARGE = "too_large"
+TOO_MANY_SERIES = kinds.TOO_MANY_SERIES
 PROTOCOL = "protocol"
 HTTP_STATUS = "http_status"
+BODY_CHECK_FROM = 256 * 1024   # bytes: a body this large is looked at by the request's body_check while it arrives
 MAX_ROUTES = 4096          # parsed URLs an Http1Transport keeps (serve: a few per target)
 CONNECT_TIMEOUT_WORDS = "could not connect in time"   # a timeout's detail when the connection's own bound ran out
-OUTCOMES = (REFUSED, DNS, TLS, CONNECT, TIMEOUT, NO_ANSWER, CUT, TOO_LARGE, PROTOCOL, HTTP_STATUS)
+OUTCOMES = (REFUSED, DNS, TLS, CONNECT, TIMEOUT, NO_ANSWER, CUT, TOO_LARGE, TOO_MANY_SERIES, PROTOCOL, HTTP_STATUS)
 
 # Each outcome in the scrape vocabulary that bundles store (`servewatch.kinds`).
 SCRAPE_KIND = {REFUSED: kinds.CONNECT, DNS: kinds.DNS, TLS: kinds.CONNECT, CONNECT: kinds.CONNECT,
                TIMEOUT: kinds.TIMEOUT, NO_ANSWER: kinds.CONNECT, CUT: kinds.PROTOCOL, TOO_LARGE: kinds.TOO_LARGE,
+               TOO_MANY_SERIES: kinds.TOO_MANY_SERIES,
                PROTOCOL: kinds.PROTOCOL, HTTP_STATUS: kinds.HTTP_STATUS}
 
 
@@ -78,6 +83,11 @@ class HttpRequest:
     headers: tuple[tuple[str, str], ...] = ()  # besides Host, User-Agent, Accept, Content-Type, Content-Length
     content_type: str = "application/json"
     fresh: bool = False                       # a connection of its own, closed after (else a pooled keep-alive one)
+    # A bound on what the body holds, looked at while it arrives: called with the body's first bytes once
+    # BODY_CHECK_FROM bytes have come and again each time they double; what it raises (TooManySeries: a scrape's
+    # series bound, `exposition.parser.check_series`) ends the read there. A body under BODY_CHECK_FROM is not
+    # looked at: its reader checks it whole.
+    body_check: Callable[[bytes], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,8 @@ def outcome_of(exc: BaseException, *, host: str | None = None, timeout_s: float 
         return TIMEOUT, f"no answer within {timeout_s:g} s" if timeout_s is not None else "timed out"
     if isinstance(exc, BodyTooLarge):
         return TOO_LARGE, too_large_detail(max_bytes) if max_bytes is not None else str(exc)
+    if isinstance(exc, TooManySeries):
+        return TOO_MANY_SERIES, str(exc)
     if isinstance(exc, NoAnswer):
         return NO_ANSWER, "the server closed the connection without answering"
     if isinstance(exc, StreamBroken):
@@ -229,10 +241,10 @@ class Http1Transport:
                 return Failed(TOO_LARGE, too_large_detail(request.max_bytes, int(declared)),
                               time.monotonic() - started, response.status)
             try:
-                body = await response.read_all(request.max_bytes)
-            except BodyTooLarge:
-                return Failed(TOO_LARGE, too_large_detail(request.max_bytes), time.monotonic() - started,
-                              response.status)
+                body = await response.read_all(request.max_bytes, request.body_check, BODY_CHECK_FROM)
+            except (BodyTooLarge, TooManySeries) as exc:
+                outcome, detail = outcome_of(exc, max_bytes=request.max_bytes)
+                return Failed(outcome, detail, time.monotonic() - started, response.status)
         finally:
             response.release()
         return Reply(response.status, body, time.monotonic() - started, response.headers)
@@ -300,6 +312,11 @@ class MockTransport:
         status, body, headers = answer_parts(value)
         if len(body) > request.max_bytes:
             return Failed(TOO_LARGE, too_large_detail(request.max_bytes), time.monotonic() - started, status)
+        if request.body_check is not None and len(body) >= BODY_CHECK_FROM:
+            try:
+                request.body_check(body)
+            except TooManySeries as exc:
+                return Failed(TOO_MANY_SERIES, str(exc), time.monotonic() - started, status)
         return Reply(status, body, time.monotonic() - started, headers)
 
     async def _answer(self, request: HttpRequest) -> object:

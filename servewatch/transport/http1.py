@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from servewatch.errors import BodyTooLarge
+from servewatch.errors import BodyTooLarge, TooManySeries
 from servewatch.transport.urls import parse as parse_url
 from servewatch.transport.urls import unresolved_words
 
@@ -52,7 +52,7 @@ class StreamBroken(StreamCut):
     malformed one."""
 
 
-_BROKEN = (StreamCut, BodyTooLarge)      # what ends one response (BodyTooLarge: the one class, from errors)
+_BROKEN = (StreamCut, BodyTooLarge, TooManySeries)   # what ends one response (the bounds' classes, from errors)
 
 
 def connect_words(exc: OSError, host: str | None = None) -> str:
@@ -389,16 +389,24 @@ class Response:
         conn.sink = on_body
         await conn.body_future()
 
-    async def read_all(self, limit: int) -> bytes:
+    async def read_all(self, limit: int, check: Callable[[bytes], None] | None = None,
+                       check_from: int = 256 * 1024) -> bytes:
+        """The whole body, at most `limit` bytes (BodyTooLarge). `check(head)`: looked at once `check_from`
+        bytes have come and at each doubling; what it raises ends the read (a series bound: the body of 200,000
+        series is refused after its first megabyte, never held whole)."""
         parts: list[bytes] = []
         size = 0
+        look_at = check_from if check is not None else limit + 1
 
         def collect(data: bytes) -> None:
-            nonlocal size
+            nonlocal size, look_at
             size += len(data)
             if size > limit:
                 raise BodyTooLarge(f"body over {limit} bytes")
             parts.append(data)
+            if size >= look_at:
+                look_at = 2 * size
+                check(b"".join(parts))
 
         await self.stream_into(collect)
         return b"".join(parts)

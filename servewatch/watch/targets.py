@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from servewatch import dialects
 from servewatch.clock import Clock
+from servewatch.exposition.parser import DEFAULT_MAX_SERIES
 from servewatch.sources.gpu import GpuSource, NvmlProbe
 from servewatch.sources.health import HealthSource
 from servewatch.sources.http import http_transport, in_process_transport
@@ -39,7 +40,8 @@ def http_sources(transport, url: str, clock: Clock, interval: float, *, process_
     """`transport`: a `transport.contract.Transport` (one keep-alive pool per server for health and metrics);
     `probe_interval_s` (seconds) turns the active probe on; `say` prints its one-line complaints."""
     base = base_url(url)
-    metrics = MetricsSource(http_transport(transport, base + metrics_path, timeout_s=metrics_timeout(interval)),
+    metrics = MetricsSource(http_transport(transport, base + metrics_path, timeout_s=metrics_timeout(interval),
+                                           max_series=DEFAULT_MAX_SERIES),
                             clock, interval, slot_limit=slot_limit)
     sources = [
         HealthSource(http_transport(transport, base + health_path, timeout_s=health_timeout(interval),
