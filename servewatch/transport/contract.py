@@ -46,7 +46,7 @@ from servewatch import kinds
 from servewatch.errors import BodyTooLarge, TooManySeries
 from servewatch.transport.deadline import within
 from servewatch.transport.http1 import (ConnectFailed, Endpoint, Http1Client, NoAnswer, StreamBroken, StreamCut,
-                                        connect_words, encoded_headers)
+                                        connect_words, encoded_headers, without_traceback)
 from servewatch.transport.urls import parse as parse_url
 from servewatch.transport.urls import unresolved_words
 
@@ -176,6 +176,7 @@ def outcome_of(exc: BaseException, *, host: str | None = None, timeout_s: float 
 
 
 def _failed(exc: BaseException, request: HttpRequest, started: float, host: str | None) -> Failed:
+    without_traceback(exc)       # a failure is its outcome: its frames (the connection, the body) are let go now
     outcome, detail = outcome_of(exc, host=host, timeout_s=request.timeout_s, max_bytes=request.max_bytes)
     return Failed(outcome, detail, time.monotonic() - started)
 
@@ -243,7 +244,7 @@ class Http1Transport:
             try:
                 body = await response.read_all(request.max_bytes, request.body_check, BODY_CHECK_FROM)
             except (BodyTooLarge, TooManySeries) as exc:
-                outcome, detail = outcome_of(exc, max_bytes=request.max_bytes)
+                outcome, detail = outcome_of(without_traceback(exc), max_bytes=request.max_bytes)
                 return Failed(outcome, detail, time.monotonic() - started, response.status)
         finally:
             response.release()
