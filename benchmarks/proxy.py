@@ -540,16 +540,16 @@ def event_loop() -> str:
     return f"uvloop {uvloop.__version__}"
 
 
-def count_path(tree: Path | None = None) -> str:
-    """How the proxy of this tree (or of the source tree `tree`, as the baseline route runs it) counts a read:
-    "compiled" (servewatch.proxy._inline, built by setup.py) or "pure Python"; then what moves a streamed body:
-    the "pump" (servewatch.proxy._pump) or the "event loop"."""
+def count_path(tree: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """How the proxy of this tree (or of the source tree `tree`, as the baseline route runs it, with `env` added to
+    its environment) counts a read: "compiled" (servewatch.proxy._inline, built by setup.py) or "pure Python";
+    then what moves a streamed body: the "pump" (servewatch.proxy._pump) or the "event loop"."""
     code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in "
             f"getattr(f, '__module__', '')]; sys.path.insert(0, {str(Path(tree).resolve())!r}); " if tree else "")
     code += ("from servewatch.proxy import server; print(getattr(server, 'COUNT_PATH', 'pure Python') + "
              "', streamed bodies moved by the ' + getattr(server, 'PUMP_PATH', 'event loop'))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)})
     return done.stdout.strip() or "unknown"
 
 
@@ -571,6 +571,10 @@ def main() -> int:
     ap.add_argument("--hold", type=int, default=1000, help="streams held open for the memory figure (0: none)")
     ap.add_argument("--baseline", metavar="DIR", help="also run `servewatch proxy` from the source tree DIR (e.g. a "
                     "worktree of an earlier commit) as the route 'baseline proxy', to compare two versions in one run")
+    ap.add_argument("--baseline-env", metavar="NAME=VALUE", action="append", default=[],
+                    help="set in the baseline route's environment only (repeatable): e.g. the same tree as --baseline "
+                    "with SERVEWATCH_PROXY_PUMP=0, beside this tree's proxy run with SERVEWATCH_PROXY_PUMP=1, compares "
+                    "the pump with the event loop in one run")
     ap.add_argument("--rounds", type=int, default=3, help="each route measured once a round, in rotating order")
     ap.add_argument("--upstream", metavar="URL", help="a running engine (e.g. `servewatch lab vllm --port 8000`) "
                     "instead of the built-in upstream: TTFT and CPU per token only (its tokens carry no send "
@@ -581,6 +585,9 @@ def main() -> int:
     ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
                     help="the figures as JSON, to FILE (benchmarks/run.py) or, without one, to stdout")
     args = ap.parse_args()
+    baseline_env = dict(item.split("=", 1) for item in args.baseline_env if "=" in item)
+    if len(baseline_env) != len(args.baseline_env) or (baseline_env and not args.baseline):
+        raise SystemExit("--baseline-env: NAME=VALUE, with --baseline")
     model = None
     if args.upstream:
         from urllib.parse import urlsplit
@@ -624,7 +631,8 @@ def main() -> int:
                     "from servewatch.cli import main; sys.argv[0] = 'servewatch'; sys.exit(main())")
             base = subprocess.Popen([sys.executable, "-c", code, "proxy", "--listen", f"127.0.0.1:{bport}",
                                      "--upstream", f"http://127.0.0.1:{up}", "--records",
-                                     str(tmp / "baseline.jsonl")], stderr=subprocess.DEVNULL)
+                                     str(tmp / "baseline.jsonl")], stderr=subprocess.DEVNULL,
+                                    env={**os.environ, **baseline_env})
             procs.append(base)
             wait_port(bport)
             routes["baseline proxy"] = (bport, [base.pid])
@@ -672,7 +680,8 @@ def main() -> int:
                 p.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    paths = {"servewatch proxy": count_path(), **({"baseline proxy": count_path(args.baseline)} if args.baseline else {})}
+    paths = {"servewatch proxy": count_path(),
+             **({"baseline proxy": count_path(args.baseline, baseline_env)} if args.baseline else {})}
     figures = {condition: condition_figures(these, names, memory if condition == conditions[0] else {})
                for condition, these in rounds.items()}
     if args.json:

@@ -69,8 +69,8 @@ class Pair:
     """A pump between two socket pairs: `up` is the upstream's end (this test writes it), `client` the
     client's (this test reads it)."""
 
-    def __init__(self, module, limit: int = 2**20):
-        self.hub = module.Hub()
+    def __init__(self, module, limit: int = 2**20, drain_every: int = 0):
+        self.hub = module.Hub(drain_every=drain_every)
         self.up, up_pumped = socket.socketpair()
         client_pumped, self.client = socket.socketpair()
         for s in (up_pumped, client_pumped):
@@ -235,6 +235,47 @@ def test_an_upstream_end_is_left_for_the_loop_to_read(pump):
         pair.close()
 
 
+def test_a_running_pump_hands_its_reads_over_and_goes_on(pump):
+    """Pump.drain: the reads kept so far (each sent whole) handed over while the pump goes on, each once; the
+    hub asks for it (Hub.drain_due) once its pumps made `drain_every` reads since Python last counted them; a
+    stopped pump's reads are take's, not drain's."""
+    pair = Pair(pump, drain_every=2)
+    chunks = _chunks(EVENTS)
+    try:
+        assert pair.pump.drain() is None                   # nothing read yet
+        pair.send_each(chunks[:1])
+        assert pair.pump.drain() == (chunks[0], [len(chunks[0])], [pair.pump.last])
+        pair.send_each(chunks[1:3])                         # the hub's second read since the last: a drain asked
+        ready, _, _ = select.select([pair.hub.fd], [], [], 10)
+        assert ready and pair.hub.done() == [] and pair.hub.drain_due()
+        assert not pair.hub.drain_due()                     # said once; the count starts again
+        data, ends, times = pair.pump.drain()
+        assert (data, ends) == (chunks[1] + chunks[2], [len(chunks[1]), len(chunks[1]) + len(chunks[2])])
+        assert times == sorted(times) and pair.pump.running and pair.pump.drain() is None
+        pair.send_each([*chunks[3:], b"0\r\n\r\n"], held=5)
+        words = []
+        while not words:                                    # (a word may be a drain's: the count reached 2)
+            words = pair.stopped()
+        assert words == [7] and pair.pump.drain() is None   # stopped: its reads are take's
+        data, ends, _, sent, reason, _ = pair.pump.take()
+        rest = b"".join(chunks[3:]) + b"0\r\n\r\n"
+        assert (data, sent, reason) == (rest, len(rest) - 5, pump.END) and len(ends) == len(chunks) - 2
+    finally:
+        pair.close()
+
+
+def test_the_hub_asks_for_no_drain_unless_told_to(pump):
+    """Hub() without drain_every never asks for one; a negative count is refused."""
+    pair = Pair(pump)
+    try:
+        pair.send_each(_chunks(EVENTS)[:3])
+        assert not pair.hub.drain_due() and select.select([pair.hub.fd], [], [], 0)[0] == []
+    finally:
+        pair.close()
+    with pytest.raises(ValueError):
+        pump.Hub(drain_every=-1)
+
+
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -266,8 +307,9 @@ HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding
 
 class _Scripted:
     """An upstream that answers each request by a script: a list of byte strings, each written once the one
-    before is in the proxy's hands (drained), with `pause_s` between; a number waits that many seconds, "RESET"
-    ends the connection with a reset, "HOLD" keeps it silent until the proxy closes it."""
+    before is in the proxy's hands (drained), with `pause_s` between; a number waits that many seconds, an
+    asyncio.Event until the test sets it, "RESET" ends the connection with a reset, "HOLD" keeps it silent until
+    the proxy closes it."""
 
     def __init__(self, script: list, pause_s: float = 0.002):
         self.script, self.pause_s = script, pause_s
@@ -308,6 +350,9 @@ class _Scripted:
             if isinstance(part, float):
                 await asyncio.sleep(part)
                 continue
+            if isinstance(part, asyncio.Event):
+                await part.wait()
+                continue
             writer.write(part)
             await writer.drain()
             await asyncio.sleep(self.pause_s)
@@ -326,10 +371,10 @@ def _pumped(monkeypatch) -> list:
     calls = []
     unpump = server.Upstream.unpump
 
-    def spy(self, again=False):
+    def spy(self):
         if self.pump is not None:
             calls.append(self.pump.ident)
-        return unpump(self, again)
+        return unpump(self)
 
     monkeypatch.setattr(server.Upstream, "unpump", spy)
     return calls
@@ -358,9 +403,13 @@ def _summary(rec) -> tuple:
             rec.token_source, rec.itl_exact, len(rec.chunk_t_s), list(rec.chunk_tokens))
 
 
-def test_a_stream_through_the_pump_is_forwarded_and_recorded_as_through_the_loop(pump_path, run, monkeypatch):
+@pytest.mark.parametrize("drain_every", [server.PUMP_DRAIN_READS, 1, 3])
+def test_a_stream_through_the_pump_is_forwarded_and_recorded_as_through_the_loop(pump_path, run, monkeypatch,
+                                                                                 drain_every):
     """Chunks one a read, several a read and cut anywhere, with the pump and with the event loop: the bytes the
-    upstream sent, unchanged, and the same record (counts, reason, one chunk time per chunk)."""
+    upstream sent, unchanged, and the same record (counts, reason, one chunk time per chunk), whether the pump's
+    reads are counted at its end alone or every read or every few (drain_every) as well."""
+    monkeypatch.setattr(server, "PUMP_DRAIN_READS", drain_every)
     chunks = _chunks(_events(60)) + _chunks([b"data: [DONE]\n\n"]) + [b"0\r\n\r\n"]
     body = b"".join(chunks)
     script = [HEAD, *chunks[:20], b"".join(chunks[20:30]), *[body[i:i + 41] for i in range(
@@ -379,6 +428,44 @@ def test_a_stream_through_the_pump_is_forwarded_and_recorded_as_through_the_loop
     assert _summary(rec)[:8] == (None, None, 200, 60, 5, "length", "server", True), _summary(rec)
     assert list(rec.chunk_tokens) == [1] * 60 and list(rec.chunk_t_s) == sorted(rec.chunk_t_s)   # one a chunk
     assert (len(calls) > 0) == (pump_path == "pump") and left == {}
+
+
+def test_a_pumped_stream_is_counted_before_its_end(pump, run, monkeypatch):
+    """The pump's reads are counted while it moves the stream, every PUMP_DRAIN_READS reads (all streams
+    together), not only at the stream's end: streams that end together would otherwise each have their whole
+    body counted at that moment, with the clients' next requests waiting behind it. Mid-stream (the upstream
+    held after 20 chunks, each read alone), the chunks counted are those the pump read, but for the last few;
+    the record is whole."""
+    monkeypatch.setattr(server, "PUMP_DRAIN_READS", 4)
+    assert server.pump_path(True) == "pump"
+    chunks = _chunks(_events(30))
+    calls = _pumped(monkeypatch)
+
+    async def go():
+        gate = asyncio.Event()
+        script = [HEAD, *chunks[:20], gate, *chunks[20:], b"0\r\n\r\n"]
+        async with _Scripted(script) as up, Running(up.url, keep_itl=True) as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(_post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 30, "stream": True}))
+            await writer.drain()
+            got = HEAD + b"".join(chunks[:20])
+            assert await asyncio.wait_for(reader.readexactly(len(got)), 20) == got
+            [ex] = proxy.proxy.inflight
+            await _until(lambda: len(ex.state.chunk_t) >= 20 - 4)
+            mid = (len(ex.state.chunk_t), ex.upstream.pump is not None, len(calls))
+            gate.set()
+            rest = await asyncio.wait_for(reader.readexactly(len(b"".join(chunks[20:])) + 5), 20)
+            writer.close()
+            await _until(lambda: proxy.records)
+            return mid, rest, proxy.records
+
+    try:
+        (counted, pumping, taken), rest, [rec] = run(go())
+    finally:
+        server.pump_path()
+    assert 16 <= counted <= 20 and pumping and taken == 0      # counted while the pump still moved the stream
+    assert rest == b"".join(chunks[20:]) + b"0\r\n\r\n"
+    assert rec.ok and rec.output_tokens == 30 and len(rec.chunk_t_s) == 30 and len(calls) >= 1
 
 
 def _through(run, script: list, pause_s: float = 0.002, **config) -> tuple:

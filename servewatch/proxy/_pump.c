@@ -15,11 +15,17 @@
  *              its backpressure takes over (nothing is buffered here beyond the read in hand);
  *   CLIENT     a write to the client failed (its errno: the transport meets it again writing the rest);
  *   UPSTREAM   the upstream closed, reset or errored: not read here, so the loop reads it as before;
- *   LIMIT      the reads kept reached the bound the pump was given (the response's size bound, or what is
- *              kept a stream at most between two hand-backs);
- * or when Python takes it back itself (Pump.take: a deadline, a snapshot, a client gone, the proxy closing).
+ *   LIMIT      the bytes it read since it started reached the bound it was given (the response's size bound,
+ *              or what one pump moves at most before Python starts it again);
+ * or when Python takes it back itself (Pump.take: a client gone, the proxy closing).
  * Python then replays the reads, in order, with their times, through the same counting path a read of the
  * loop takes (Upstream.unpump): the record is what the loop's reads would have made.
+ *
+ * Python also counts a running pump's reads before its end (Pump.drain: the reads kept so far handed over, the
+ * pump moving the stream on): when the reads of all the hub's pumps since Python last counted them reach the
+ * hub's `drain_every`, the thread says so through the eventfd (Hub.drain_due). So no stream's reads wait for
+ * its end to be counted: streams that end together (as an engine's batch does) would otherwise have Python
+ * replay each one's whole body at that moment, while the clients' next requests wait behind it.
  *
  * Locking: one mutex for the thread's table of pumps and every pump's buffers. The thread never takes the
  * GIL; Python holds the GIL while it waits for the mutex (the thread holds it only over nonblocking calls). */
@@ -46,6 +52,8 @@ typedef struct Hub {
     int efd;
     long long *done;        /* the idents of pumps stopped since Hub.done() last took them */
     size_t ndone, capdone;
+    size_t every, kept;     /* reads (all its pumps') between two drains asked for; reads since the last */
+    int due;                /* a drain asked for and not yet taken (Hub.drain_due) */
 } Hub;
 
 typedef struct {
@@ -56,7 +64,7 @@ typedef struct {
     int reason, err;
     uint32_t slot, gen;
     char *buf;
-    size_t len, cap, sent, limit;
+    size_t len, cap, sent, limit, total;    /* total: bytes read since it started (limit bounds it) */
     double *times;
     size_t *ends, nreads, capreads;
     double last;
@@ -142,6 +150,14 @@ static int frame(Pump *p, const char *d, size_t n) {
     return 0;
 }
 
+static void wake(Hub *h) {
+    if (h->efd >= 0) {              /* (a hub closed meanwhile is told nothing: hub_close sets -1 locked) */
+        uint64_t one = 1;
+        ssize_t w = write(h->efd, &one, sizeof one);
+        (void)w;
+    }
+}
+
 /* under the mutex: out of the epoll and the table, descriptors closed, the hub told (unless Python took it) */
 static void stop(Pump *p, int reason, int err) {
     if (p->reason != RUNNING)
@@ -169,11 +185,7 @@ static void stop(Pump *p, int reason, int err) {
             h->capdone = cap;
         }
         h->done[h->ndone++] = p->ident;
-        if (h->efd >= 0) {              /* (a hub closed meanwhile is told nothing: hub_close sets -1 locked) */
-            uint64_t one = 1;
-            ssize_t w = write(h->efd, &one, sizeof one);
-            (void)w;
-        }
+        wake(h);
     }
 }
 
@@ -225,6 +237,12 @@ static void readable(Pump *p, uint32_t events) {
     double t = now();
     size_t from = p->len;
     p->len += (size_t)n;
+    p->total += (size_t)n;
+    Hub *h = p->hub;
+    if (h->every && ++h->kept >= h->every && !h->due) {     /* Python asked to count what all pumps read */
+        h->due = 1;
+        wake(h);
+    }
     p->times[p->nreads] = t;
     p->ends[p->nreads++] = p->len;
     p->last = t;
@@ -250,7 +268,7 @@ static void readable(Pump *p, uint32_t events) {
     }
     if (fr)
         stop(p, fr > 0 ? R_END : R_FRAMING, 0);
-    else if (p->len >= p->limit)
+    else if (p->total >= p->limit)
         stop(p, R_LIMIT, 0);
 }
 
@@ -339,7 +357,7 @@ static PyObject *hub_pump(Hub *self, PyObject *args) {
     p->reason = R_TAKEN;                    /* (not running until it is in the table) */
     p->err = 0;
     p->buf = NULL;
-    p->len = p->cap = p->sent = 0;
+    p->len = p->cap = p->sent = p->total = 0;
     p->limit = limit > 0 ? (size_t)limit : 1;
     p->times = NULL;
     p->ends = NULL;
@@ -441,6 +459,19 @@ static PyObject *hub_done(Hub *self, PyObject *unused) {
     return out;
 }
 
+/* Hub.drain_due(): whether the thread asked for a drain (drain_every reads since the last) since the last call;
+ * the count starts again */
+static PyObject *hub_drain_due(Hub *self, PyObject *unused) {
+    (void)unused;
+    pthread_mutex_lock(&mu);
+    int due = self->due;
+    if (due)
+        self->due = 0;
+    self->kept = 0;
+    pthread_mutex_unlock(&mu);
+    return PyBool_FromLong(due);
+}
+
 static PyObject *hub_close(Hub *self, PyObject *unused) {
     (void)unused;
     pthread_mutex_lock(&mu);
@@ -458,13 +489,22 @@ static PyObject *hub_fd(Hub *self, void *closure) {
 }
 
 static PyObject *hub_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    if (!PyArg_ParseTuple(args, ":Hub") || (kw != NULL && PyDict_Size(kw)))
+    static char *names[] = {"drain_every", NULL};
+    Py_ssize_t every = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:Hub", names, &every))
         return NULL;
+    if (every < 0) {
+        PyErr_SetString(PyExc_ValueError, "drain_every must be 0 (never) or more");
+        return NULL;
+    }
     Hub *h = (Hub *)type->tp_alloc(type, 0);
     if (h == NULL)
         return NULL;
     h->done = NULL;
     h->ndone = h->capdone = 0;
+    h->every = (size_t)every;
+    h->kept = 0;
+    h->due = 0;
     h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (h->efd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -484,6 +524,8 @@ static void hub_dealloc(Hub *self) {
 static PyMethodDef hub_methods[] = {
     {"pump", (PyCFunction)hub_pump, METH_VARARGS, "pump(ident, upstream_fd, client_fd, limit) -> Pump"},
     {"done", (PyCFunction)hub_done, METH_NOARGS, "the idents of the pumps stopped since the last call"},
+    {"drain_due", (PyCFunction)hub_drain_due, METH_NOARGS,
+     "whether drain_every reads were made since the last call (the count starts again)"},
     {"close", (PyCFunction)hub_close, METH_NOARGS, "close the eventfd"},
     {NULL, NULL, 0, NULL}};
 
@@ -534,6 +576,58 @@ done:
     return out;
 }
 
+/* Pump.drain(): a running pump's reads kept so far, (data, ends, times), handed over (each sent whole: a read the
+ * client did not take whole stops the pump), the pump moving the stream on; None where it kept none or stopped
+ * (take hands over a stopped pump's reads) */
+static PyObject *pump_drain(Pump *p, PyObject *unused) {
+    (void)unused;
+    PyObject *data = NULL, *el = NULL, *tl = NULL, *out = NULL;
+    double *times = NULL;
+    size_t *ends = NULL;
+    pthread_mutex_lock(&mu);
+    size_t n = p->nreads;
+    if (p->reason != RUNNING || n == 0) {
+        pthread_mutex_unlock(&mu);
+        Py_RETURN_NONE;
+    }
+    data = PyBytes_FromStringAndSize(p->buf, (Py_ssize_t)p->len);
+    times = malloc(n * sizeof *times);
+    ends = malloc(n * sizeof *ends);
+    if (data != NULL && times != NULL && ends != NULL) {
+        memcpy(times, p->times, n * sizeof *times);
+        memcpy(ends, p->ends, n * sizeof *ends);
+        p->len = p->sent = p->nreads = 0;       /* (handed over: the buffers start again empty) */
+    }
+    pthread_mutex_unlock(&mu);
+    if (data == NULL || times == NULL || ends == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    el = PyList_New((Py_ssize_t)n);
+    tl = PyList_New((Py_ssize_t)n);
+    if (el == NULL || tl == NULL)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *e = PyLong_FromSize_t(ends[i]), *t = PyFloat_FromDouble(times[i]);
+        if (e == NULL || t == NULL) {
+            Py_XDECREF(e);
+            Py_XDECREF(t);
+            goto done;
+        }
+        PyList_SET_ITEM(el, (Py_ssize_t)i, e);
+        PyList_SET_ITEM(tl, (Py_ssize_t)i, t);
+    }
+    out = PyTuple_Pack(3, data, el, tl);
+done:
+    free(times);
+    free(ends);
+    Py_XDECREF(data);
+    Py_XDECREF(el);
+    Py_XDECREF(tl);
+    return out;
+}
+
 static PyObject *pump_last(Pump *p, void *closure) {
     (void)closure;
     pthread_mutex_lock(&mu);
@@ -565,6 +659,8 @@ static void pump_dealloc(Pump *p) {
 static PyMethodDef pump_methods[] = {
     {"take", (PyCFunction)pump_take, METH_NOARGS,
      "stop (if running) and hand over (data, ends, times, sent, reason, errno)"},
+    {"drain", (PyCFunction)pump_drain, METH_NOARGS,
+     "a running pump's reads kept so far, (data, ends, times), the pump going on; None where none or stopped"},
     {NULL, NULL, 0, NULL}};
 
 static PyObject *pump_ident(Pump *p, void *closure) {

@@ -41,7 +41,8 @@ RECENT = 256           # finished streams the recent TTFT p99 rests on
 POOL_IDLE_S = 2.0      # a pooled upstream connection idle longer is not reused (uvicorn closes at 5 s)
 _SIZE_LINES_UP_TO = 4096
 _SIZE_LINES = [b"%x\r\n" % size for size in range(_SIZE_LINES_UP_TO)]    # a chunk's size line, by its size
-PUMP_HOLD = 2**20       # the most bytes of one stream the pump keeps before Python counts them (see Upstream.unpump)
+PUMP_HOLD = 2**20       # the most bytes one pump moves before Python starts another (its size bound aside)
+PUMP_DRAIN_READS = 128  # the pumps' reads, all streams together, that Python counts at once (see Proxy.drain_all)
 RECORD_AFTER_S = 0.002  # a kept-alive exchange's record is made this long after its end (see Proxy.finished)
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
             431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
@@ -135,7 +136,7 @@ class Proxy:
                                                 reuse_address=True)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         if _pump is not None:
-            self._hub = _pump.Hub()
+            self._hub = _pump.Hub(drain_every=PUMP_DRAIN_READS)
             loop.add_reader(self._hub.fd, self._pumps_stopped)
         return self._server.sockets[0].getsockname()[1]
 
@@ -160,16 +161,29 @@ class Proxy:
 
     def _pumps_stopped(self) -> None:
         """The pump thread stopped some streams by itself (their end, a slow client, ...): each counted and
-        handed back to the loop."""
-        for ident in self._hub.done():
+        handed back to the loop. Or it read PUMP_DRAIN_READS since Python last counted: every stream's reads
+        counted (drain_all)."""
+        hub = self._hub
+        for ident in hub.done():
             up = self.pumped.get(ident)
             if up is not None:
                 up.unpump()
+        if hub.drain_due():
+            self.drain_all()
 
-    def unpump_all(self, again: bool = False) -> None:
-        """Every pumped stream counted up to now (and, with `again`, pumped on)."""
+    def drain_all(self) -> None:
+        """Every pumped stream's reads counted up to now, the pumps moving them on. Asked for by the pump thread
+        every PUMP_DRAIN_READS reads (all streams together), so that no stream's reads wait for its end: streams
+        that end together (an engine's batch) would each have their whole body replayed at that moment, and
+        the clients' next requests waited behind it (TTFT p50 +3 to +6 ms beyond nginx's in benchmarks/proxy.py:
+        docs/site/figures.md, "The stream's body out of the event loop")."""
         for up in list(self.pumped.values()):
-            up.unpump(again)
+            up.drain()
+
+    def unpump_all(self) -> None:
+        """Every pumped stream counted up to now and handed back to the loop."""
+        for up in list(self.pumped.values()):
+            up.unpump()
 
     def next_id(self) -> int:
         self._ids += 1
@@ -267,7 +281,7 @@ class Proxy:
     def snapshot(self, now: float) -> RequestsSample:
         """The request path now, as a timeline sample (see servewatch.timeline.samples.RequestsSample)."""
         if self.pumped:
-            self.unpump_all(again=True)           # their reads counted: first tokens, last bytes
+            self.drain_all()                      # their reads counted: first tokens, last bytes
         if self._later:
             self.record_ended()
         in_flight = waiting = 0
@@ -336,7 +350,7 @@ class Proxy:
                 elif now - ex.last > c.read_idle_timeout_s:
                     up = ex.upstream
                     if up is not None and up.pump is not None:
-                        up.unpump(again=True)      # its reads counted: ex.last is its last read's
+                        up.drain()                 # its reads counted: ex.last is its last read's
                         if client.exchange is not ex or now - ex.last <= c.read_idle_timeout_s:
                             continue
                     client.fail_exchange(ex, R.TIMEOUT, "the upstream went silent", 504)
@@ -482,12 +496,12 @@ class Upstream(Conn):
         self.pump = pump
         self.proxy.pumped[pump.ident] = self
 
-    def unpump(self, again: bool = False) -> None:
+    def unpump(self) -> None:
         """Take the stream back from the pump (stopped, if it still ran): the loop reads the upstream again,
         what the client did not take is written through its transport (whose backpressure then holds), and
         every read the pump made is counted, in order, with its time, as data_received would have counted it
-        (the client already has it). With `again` (or where the pump stopped at what it keeps at most) the
-        stream goes back to the pump if it still may."""
+        (the client already has it). Where the pump stopped at what it moves at most, the stream goes back to a
+        pump if it still may."""
         pump = self.pump
         if pump is None:
             return
@@ -501,6 +515,29 @@ class Upstream(Conn):
         if sent < len(data) and ex is not None and not ex.client_gone and client is not None \
                 and not client.transport.is_closing():
             client.transport.write(data[sent:])
+        self._replay(ex, data, ends, times)
+        if reason == _pump_built.LIMIT and ex is not None and self.exchange is ex and self.inline:
+            self._maybe_pump()
+
+    def drain(self) -> None:
+        """The reads the pump made so far counted, as unpump counts them, the pump moving the stream on; a pump
+        that stopped meanwhile taken back (unpump), and so is one whose reads ended the exchange (an error of
+        the parser's: the exchange failed)."""
+        pump = self.pump
+        if pump is None:
+            return
+        got = pump.drain()
+        if got is None:
+            if not pump.running:
+                self.unpump()
+            return
+        ex = self.exchange
+        self._replay(ex, *got)
+        if self.pump is pump and (ex is None or self.exchange is not ex or ex.done):
+            self.unpump()
+
+    def _replay(self, ex: Exchange | None, data: bytes, ends: list[int], times: list[float]) -> None:
+        """The pump's reads (data cut at ends), each counted with its time while `ex` is still this stream's."""
         start = 0
         self.replaying = True
         try:
@@ -512,8 +549,6 @@ class Upstream(Conn):
                 start = end
         finally:
             self.replaying = False
-        if (again or reason == _pump_built.LIMIT) and ex is not None and self.exchange is ex and self.inline:
-            self._maybe_pump()
 
     def _inline_event(self, data: bytes, ex: Exchange, t: float) -> bool:
         """One read that is one whole chunk of one whole event, counted inline; False: the parser's."""
