@@ -646,8 +646,8 @@ def test_a_kept_alive_client_s_next_request_takes_the_pooled_connection(pump_pat
 
 
 def test_the_pump_is_chosen_where_built_and_asked_for(pump, monkeypatch):
-    """For now the pump moves bodies only where SERVEWATCH_PROXY_PUMP=1 asks (it adds to the request's way
-    upstream: docs/site/figures.md); else the event loop does."""
+    """For now the pump moves bodies only where SERVEWATCH_PROXY_PUMP=1 asks (docs/site/figures.md says how the
+    two compare); else the event loop does."""
     monkeypatch.setenv("SERVEWATCH_PROXY_PUMP", "1")
     assert server.pump_path() == "pump" and server._pump is pump
     monkeypatch.delenv("SERVEWATCH_PROXY_PUMP")
