@@ -544,6 +544,29 @@ static PyTypeObject HubType = {
 
 /* Pump.take(): stop it (if it still runs) and hand over (data, ends, times, sent, reason, errno): the reads
  * kept, each read's end in data and its time, how much of data the client was sent, why it stopped */
+/* the reads' ends and times as two lists (new references in *el and *tl; -1 with an error set, none made) */
+static int read_lists(const size_t *ends, const double *times, size_t n, PyObject **el, PyObject **tl) {
+    *el = PyList_New((Py_ssize_t)n);
+    *tl = PyList_New((Py_ssize_t)n);
+    if (*el == NULL || *tl == NULL)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *e = PyLong_FromSize_t(ends[i]), *t = PyFloat_FromDouble(times[i]);
+        if (e == NULL || t == NULL) {
+            Py_XDECREF(e);
+            Py_XDECREF(t);
+            goto fail;
+        }
+        PyList_SET_ITEM(*el, (Py_ssize_t)i, e);
+        PyList_SET_ITEM(*tl, (Py_ssize_t)i, t);
+    }
+    return 0;
+fail:
+    Py_CLEAR(*el);
+    Py_CLEAR(*tl);
+    return -1;
+}
+
 static PyObject *pump_take(Pump *p, PyObject *unused) {
     (void)unused;
     pthread_mutex_lock(&mu);
@@ -551,21 +574,9 @@ static PyObject *pump_take(Pump *p, PyObject *unused) {
         stop(p, R_TAKEN, 0);
     pthread_mutex_unlock(&mu);
     PyObject *data = PyBytes_FromStringAndSize(p->buf, (Py_ssize_t)p->len);
-    PyObject *ends = PyList_New((Py_ssize_t)p->nreads);
-    PyObject *times = PyList_New((Py_ssize_t)p->nreads);
-    PyObject *out = NULL;
-    if (data == NULL || ends == NULL || times == NULL)
+    PyObject *ends = NULL, *times = NULL, *out = NULL;
+    if (data == NULL || read_lists(p->ends, p->times, p->nreads, &ends, &times) < 0)
         goto done;
-    for (size_t i = 0; i < p->nreads; i++) {
-        PyObject *e = PyLong_FromSize_t(p->ends[i]), *t = PyFloat_FromDouble(p->times[i]);
-        if (e == NULL || t == NULL) {
-            Py_XDECREF(e);
-            Py_XDECREF(t);
-            goto done;
-        }
-        PyList_SET_ITEM(ends, (Py_ssize_t)i, e);
-        PyList_SET_ITEM(times, (Py_ssize_t)i, t);
-    }
     out = Py_BuildValue("(OOOnii)", data, ends, times, (Py_ssize_t)p->sent, p->reason, p->err);
     /* what was handed over is Python's now: the buffers start again empty */
     p->len = p->sent = p->nreads = 0;
@@ -604,21 +615,8 @@ static PyObject *pump_drain(Pump *p, PyObject *unused) {
             PyErr_NoMemory();
         goto done;
     }
-    el = PyList_New((Py_ssize_t)n);
-    tl = PyList_New((Py_ssize_t)n);
-    if (el == NULL || tl == NULL)
-        goto done;
-    for (size_t i = 0; i < n; i++) {
-        PyObject *e = PyLong_FromSize_t(ends[i]), *t = PyFloat_FromDouble(times[i]);
-        if (e == NULL || t == NULL) {
-            Py_XDECREF(e);
-            Py_XDECREF(t);
-            goto done;
-        }
-        PyList_SET_ITEM(el, (Py_ssize_t)i, e);
-        PyList_SET_ITEM(tl, (Py_ssize_t)i, t);
-    }
-    out = PyTuple_Pack(3, data, el, tl);
+    if (read_lists(ends, times, n, &el, &tl) == 0)
+        out = PyTuple_Pack(3, data, el, tl);
 done:
     free(times);
     free(ends);
