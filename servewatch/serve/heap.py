@@ -15,9 +15,11 @@ import gc
 # 370 ms each, growing with the rings rather than with its 50,000 objects (likely: what the young objects alive
 # then reach is walked too, and every target's current window, split and columns, made at each scrape and kept
 # until the next, reach its whole lookback), 20 s of serve's 350 s of CPU, and none found a cycle (0 collected in
-# 84); at 500,000, 7 in the run, 3.4 s. What it costs: cycles wait longer (a failing target's exceptions make
-# some; benchmarks/serve_hostile.py's peak 100.8 against 95.5 MB). The full collection (which also waits for 25 %
-# of the heap to be new) needs 100 middle-generation collections instead of 10.
+# 84); at 500,000, 7 in the run, 3.4 s. What it costs: cycles wait longer. A failing target's exceptions made
+# some (benchmarks/serve_hostile.py's peak 94.5-101.9 MB against 86 alone) until the transport let go of their
+# tracebacks (transport.http1.without_traceback): 86.3-86.4 MB since, 1.00x alone (2026-12-07 17:33-18:05, 3 runs
+# of each tree). The full collection (which also waits for 25 % of the heap to be new) needs 100 middle-generation
+# collections instead of 10.
 THRESHOLDS = (500_000, 20, 100)
 
 
