@@ -225,8 +225,11 @@ def test_a_body_check_that_refuses_ends_the_read_as_too_many_series():
     assert (got.outcome, got.kind, got.status) == (C.TOO_MANY_SERIES, "too_many_series", 200)
     assert got.detail == "line 4: more than 3 series (the series bound)" and len(heads) == 1
     assert heads[0] < 2 * C.BODY_CHECK_FROM                                # refused at the first look
-    mocked = _mock_send(lambda r: body, _request(max_bytes=16 * 2**20, body_check=lambda head: check_over(head)))
+    shown = []
+    mocked = _mock_send(lambda r: body, _request(max_bytes=16 * 2**20,
+                                                 body_check=lambda head: check_over(shown.append(head))))
     assert (mocked.outcome, mocked.detail) == (C.TOO_MANY_SERIES, "line 4: more than 3 series (the series bound)")
+    assert (mocked.status, shown == [body], 0 <= mocked.elapsed_s < 1) == (200, True, True)
     at, under = (_mock_send(lambda r: body[:size], _request(max_bytes=2**20, body_check=check_over))
                  for size in (C.BODY_CHECK_FROM, C.BODY_CHECK_FROM - 1))   # the mock looks where a socket would
     assert at.outcome == C.TOO_MANY_SERIES and isinstance(under, C.Reply)

@@ -45,8 +45,8 @@ from urllib.parse import urlsplit
 from servewatch import kinds
 from servewatch.errors import BodyTooLarge, TooManySeries
 from servewatch.transport.deadline import within
-from servewatch.transport.http1 import (ConnectFailed, Endpoint, Http1Client, NoAnswer, StreamBroken, StreamCut,
-                                        connect_words, encoded_headers, without_traceback)
+from servewatch.transport.http1 import (BODY_CHECK_FROM, ConnectFailed, Endpoint, Http1Client, NoAnswer, StreamBroken,
+                                        StreamCut, connect_words, encoded_headers, without_traceback)
 from servewatch.transport.urls import parse as parse_url
 from servewatch.transport.urls import unresolved_words
 
@@ -61,7 +61,6 @@ TOO_LARGE = "too_large"
 TOO_MANY_SERIES = kinds.TOO_MANY_SERIES
 PROTOCOL = "protocol"
 HTTP_STATUS = "http_status"
-BODY_CHECK_FROM = 256 * 1024   # bytes: a body this large is looked at by the request's body_check while it arrives
 MAX_ROUTES = 4096          # parsed URLs an Http1Transport keeps (serve: a few per target)
 CONNECT_TIMEOUT_WORDS = "could not connect in time"   # a timeout's detail when the connection's own bound ran out
 OUTCOMES = (REFUSED, DNS, TLS, CONNECT, TIMEOUT, NO_ANSWER, CUT, TOO_LARGE, TOO_MANY_SERIES, PROTOCOL, HTTP_STATUS)
@@ -242,7 +241,7 @@ class Http1Transport:
                 return Failed(TOO_LARGE, too_large_detail(request.max_bytes, int(declared)),
                               time.monotonic() - started, response.status)
             try:
-                body = await response.read_all(request.max_bytes, request.body_check, BODY_CHECK_FROM)
+                body = await response.read_all(request.max_bytes, request.body_check)
             except (BodyTooLarge, TooManySeries) as exc:
                 outcome, detail = outcome_of(without_traceback(exc), max_bytes=request.max_bytes)
                 return Failed(outcome, detail, time.monotonic() - started, response.status)

@@ -52,6 +52,7 @@ class StreamBroken(StreamCut):
     malformed one."""
 
 
+BODY_CHECK_FROM = 256 * 1024   # bytes: a body this large is looked at by its reader's check while it arrives
 _BROKEN = (StreamCut, BodyTooLarge, TooManySeries)   # what ends one response (the bounds' classes, from errors)
 
 
@@ -402,14 +403,13 @@ class Response:
         conn.sink = on_body
         await conn.body_future()
 
-    async def read_all(self, limit: int, check: Callable[[bytes], None] | None = None,
-                       check_from: int = 256 * 1024) -> bytes:
-        """The whole body, at most `limit` bytes (BodyTooLarge). `check(head)`: looked at once `check_from`
+    async def read_all(self, limit: int, check: Callable[[bytes], None] | None = None) -> bytes:
+        """The whole body, at most `limit` bytes (BodyTooLarge). `check(head)`: looked at once BODY_CHECK_FROM
         bytes have come and at each doubling; what it raises ends the read (a series bound: the body of 200,000
         series is refused after its first megabyte, never held whole)."""
         parts: list[bytes] = []
         size = 0
-        look_at = check_from if check is not None else limit + 1
+        look_at = BODY_CHECK_FROM if check is not None else limit + 1
 
         def collect(data: bytes) -> None:
             nonlocal size, look_at
