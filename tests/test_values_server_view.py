@@ -15,6 +15,8 @@ from servewatch.engine.served import delta_mean, run_means
 from servewatch.engine.state import Counters, EngineState
 from servewatch.load import server_view as V
 from servewatch.load.server_view import ServerSample, ServerView
+from servewatch.errors import TooManySeries
+from servewatch.exposition.parser import DEFAULT_MAX_SERIES
 from servewatch.sources.scrape import ScrapeBounds
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "metrics"
@@ -113,8 +115,8 @@ class _Response:
         self.asked_max = None
         self.released = 0
 
-    async def read_all(self, max_bytes):
-        self.asked_max = max_bytes
+    async def read_all(self, max_bytes, check=None):
+        self.asked_max, self.check = max_bytes, check
         if self.gate is not None:
             await self.gate.wait()
         return self.body
@@ -150,6 +152,9 @@ def test_scrape_once_reads_the_answer_and_names_failures():
     view = ServerView(client, clock, None, 1.0, bounds=ScrapeBounds(max_bytes=2 ** 22))
     sample = asyncio.run(view.scrape_once())
     assert client.asked == [("GET", "/metrics")] and response.asked_max == 2 ** 22 and response.released == 1
+    with pytest.raises(TooManySeries):             # the series bound goes with the read, looked at as the body arrives
+        response.check(b"up 1\n" * (DEFAULT_MAX_SERIES + 1))
+    response.check(b"up 1\n" * DEFAULT_MAX_SERIES)
     assert sample.error is None and sample.running == 7 and sample.t == 100.0 and sample.scrape_s == 0.0
     refused = ServerView(_Client(ConnectionRefusedError("no")), clock, None, 1.0)
     assert asyncio.run(refused.scrape_once()).error == "connect"
