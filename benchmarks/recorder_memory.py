@@ -10,14 +10,16 @@ while the samples seen keep growing 6x.
 --scrape-bytes N: what one scrape of a busy vLLM server holds while a ring keeps it, the most of a target's
 memory in `serve` (its ring keeps 300 at a 600 s history and a 2 s cadence): N successive scrapes of
 benchmarks/fleet.py's moving vLLM 0.32 scrape (every counter and histogram moving), read as serve's metrics
-source reads them (through the previous scrape's layout) and put in a Ring, against the same scrapes kept as
-the dialect gives them (the same run, the same process); tracemalloc's count of what each set holds.
+source reads them (through the previous scrape's layout) and put in a Ring, against the same scrapes kept with
+each histogram a Histogram object of its own, as the dialect gave them before it packed a laid-out scrape's
+histograms itself (the same run, the same process); tracemalloc's count of what each set holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import sys
@@ -65,14 +67,17 @@ def scrape_bytes(n: int) -> dict:
     parts, moving = split_capture()
     bodies = [body_at(parts, moving, at) for at in range(n + 2)]
 
-    def scrapes(first: int) -> list[MetricsSample]:
+    def scrapes(first: int, as_objects: bool = False) -> list[MetricsSample]:
         source = MetricsSource(None, None, 2.0)
         source.read_scrape(bodies[first], max_bytes=2**24)        # the layout learnt, as after a first scrape
         out = []
         for i in range(n):
             scrape = source.read_scrape(bodies[first + 1 + i], max_bytes=2**24)
+            engines = tuple(scrape.engines)
+            if as_objects:     # each histogram a Histogram of its own (the dialect packs a laid-out scrape's itself)
+                engines = tuple(dataclasses.replace(state, histograms=dict(state.histograms)) for state in engines)
             out.append(MetricsSample(t=1_800_000_000.0 + 2 * i, dialect=scrape.dialect, naming=scrape.naming,
-                                     engines=tuple(scrape.engines), scrape_s=0.01))
+                                     engines=engines, scrape_s=0.01))
         return out
 
     def in_ring() -> Ring:
@@ -82,7 +87,7 @@ def scrape_bytes(n: int) -> dict:
 
     scrapes(1)                                  # plans, layouts and interned objects made before either count
     ring = held_bytes(in_ring) / n
-    as_read = held_bytes(lambda: scrapes(1)) / n
+    as_read = held_bytes(lambda: scrapes(1, as_objects=True)) / n
     return {"scrapes": n, "ring_bytes_per_scrape": ring, "as_read_bytes_per_scrape": as_read,
             "ring_ratio": ring / as_read}
 

@@ -144,3 +144,89 @@ def test_the_ring_memory_benchmark_counts_what_a_scrape_holds():
     found = module.scrape_bytes(100)
     assert 3500 <= found["as_read_bytes_per_scrape"] <= 5500
     assert 0.6 <= found["ring_ratio"] <= 0.8, found          # 0.71 at 100
+
+
+# --- the dialect packs a scrape read through a layout itself (issue 54: serve's CPU a scrape) ----------------
+
+def _laid_out(text: str, later: str):
+    """`later` read through the layout learned from `text`, its full parse, and its engine's histograms read through
+    the layout one kind at a time (as the dialect read them before it packed them itself)."""
+    from servewatch.dialects import base, read_families, vllm, wanted_families
+    from servewatch.exposition.layout import RepeatingParser
+
+    parser = RepeatingParser()
+    parser.parse(text, wanted_families())
+    families = parser.parse(later, wanted_families())
+    assert parser.fast_reads == 1
+    by_kind = {kind: base.histograms_by(base.first_family(families, *names), vllm.IDENTITY_LABELS)
+               for kind, names in vllm.HISTOGRAMS.items()}
+    one, = {key for found in by_kind.values() for key in found}
+    return read_families(families), read_scrape(later), {kind: found[one] for kind, found in by_kind.items() if found}
+
+
+def _moved(text: str, factor: float) -> str:
+    import re
+
+    return re.sub(r"^((?:vllm:[a-z_]+_(?:bucket|count|sum))(?:\{[^\n]*\})?) (\S+)$",
+                  lambda m: f"{m.group(1)} {float(m.group(2)) * factor + 1:.17g}", text, flags=re.M)
+
+
+def test_a_scrape_read_through_a_layout_comes_packed_as_the_ring_would_pack_it_bit_for_bit():
+    text = CAPTURE.read_text()
+    later = _moved(text, 1.37)
+    laid, full, kinds = _laid_out(text, later)
+    state, = laid.engines
+    as_read, = full.engines
+    assert type(state.histograms) is PackedHistograms and type(as_read.histograms) is dict
+    ring_packed = pack_histograms(kinds)
+    assert state.histograms._values.tobytes() == ring_packed._values.tobytes()       # every value, bit for bit
+    assert state.histograms._layout == ring_packed._layout and list(state.histograms) == list(as_read.histograms)
+    assert all(state.histograms._layout[kind][0] is ring_packed._layout[kind][0] for kind in ring_packed)  # edges
+    assert state == as_read and laid == full
+    assert len(state.histograms._values) == sum(n + 2 for _, _, n in state.histograms._layout.values())   # no spare
+    ring = Ring({"metrics": 4})
+    ring.add(MetricsSample(1.0, "vllm", laid.naming, (state,)))
+    assert ring.window().metrics[0].engines[0].histograms is state.histograms       # the ring keeps it as it is
+
+
+HEAD = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"m\"} 1\n"
+
+
+def _family(name: str, buckets, count, total, labels='engine="0",model_name="m"', extra="") -> str:
+    lines = [f"# TYPE {name} histogram"]
+    for le, value in buckets:
+        lines.append(f'{name}_bucket{{{labels},le="{le}"}} {value}')
+    lines.append(f"{name}_count{{{labels}}} {count}")
+    if total is not None:
+        lines.append(f"{name}_sum{{{labels}}} {total}")
+    return "\n".join(lines) + "\n" + extra
+
+
+def test_odd_counts_and_sums_come_packed_as_the_dict_read_gives_them():
+    def scrape(count, total, first):
+        return HEAD + _family("vllm:time_to_first_token_seconds", [("0.1", first), ("1.0", 2), ("+Inf", count)],
+                              count, total) + \
+            _family("vllm:e2e_request_latency_seconds", [("0.5", 1), ("5.0", 2), ("+Inf", 3)], 3, None)
+    for count, total, first in [("-0", "-0", "-0"), ("+Inf", "NaN", "1e-300"), ("7", "1e308", "NaN")]:
+        laid, full, kinds = _laid_out(scrape(1, 1, 1), scrape(count, total, first))
+        state, as_read = laid.engines[0], full.engines[0]
+        assert type(state.histograms) is PackedHistograms and type(as_read.histograms) is dict
+        packed = pack_histograms(kinds)
+        assert state.histograms._values.tobytes() == packed._values.tobytes(), (count, total, first)
+        assert state.histograms._layout == packed._layout
+        assert math.isnan(state.histograms["e2e"].sum)                            # no _sum: NaN, as the dict read
+        if count == "-0":      # a bucket is read as written, the count and sum as added up: -0.0 and 0.0
+            assert repr(state.histograms["ttft"].cumulative[0]) == "-0.0"
+            assert repr(state.histograms["ttft"].count) == repr(state.histograms["ttft"].sum) == "0.0"
+    assert repr(state.histograms["ttft"].count) == "7.0"
+
+
+def test_an_identity_adding_up_label_sets_or_a_full_parse_is_read_as_histograms():
+    other = 'engine="0",model_name="m",is_streaming="x"'
+    twice = HEAD + _family("vllm:time_to_first_token_seconds", [("0.1", 1), ("1.0", 2), ("+Inf", 3)], 3, 1) + \
+        _family("vllm:time_to_first_token_seconds", [("0.1", 1), ("1.0", 2), ("+Inf", 3)], 3, 1,
+                labels=other).replace("# TYPE vllm:time_to_first_token_seconds histogram\n", "")
+    laid, full, _ = _laid_out(twice, twice.replace(" 2\n", " 5\n"))
+    assert type(laid.engines[0].histograms) is dict and laid == full
+    assert laid.engines[0].histograms["ttft"].cumulative == array("d", (2.0, 10.0))
+    assert type(read_scrape(CAPTURE.read_text()).engines[0].histograms) is dict        # not through a layout

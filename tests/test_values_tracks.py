@@ -258,3 +258,46 @@ def test_two_engines_carried_over_take_the_order_a_fresh_split_meets_them():
     s3 = _sample(3.0, _state("0", steps=2))
     assert list(tr.tracks((s1, s2))) == ["engine=0", "engine=1"]
     assert list(tr.tracks((s2, s3))) == ["engine=1", "engine=0"]        # s1 gone: engine 1 is met first
+
+
+def test_a_column_is_carried_in_place_and_the_earlier_track_reads_its_own_again():
+    tr._last = None
+    tr._CHAINS.clear()
+    samples = [_sample(float(i), _state(steps=i, gen=10 - i)) for i in range(7)]
+    first = tr.tracks(tuple(samples[0:4]))["engine=0"]
+    steps = first.column("steps")
+    second = tr.tracks(tuple(samples[2:6]))["engine=0"]              # two dropped, two new
+    assert second.column("steps") is steps == [2, 3, 4, 5]            # the same list, its head gone, the new ones on
+    assert first.column("steps") == [0, 1, 2, 3] and first.column("steps") is not steps   # read afresh
+    third = tr.tracks(tuple(samples[3:7]))["engine=0"]
+    assert third.column("steps") is steps == [3, 4, 5, 6]
+    assert second.column("steps") == [2, 3, 4, 5]
+
+
+def test_another_thread_splits_afresh_and_shares_no_column_with_the_judging_thread():
+    import threading
+
+    tr._last = None
+    tr._CHAINS.clear()
+    samples = [_sample(float(i), _state(steps=i)) for i in range(8)]
+    judged = tuple(samples[0:4])
+    ours = tr.tracks(judged)["engine=0"]
+    steps = ours.column("steps")
+    chains = dict(tr._CHAINS)
+    seen = {}
+
+    def worker():
+        window = tuple(samples[1:5])                                     # would carry over from ours
+        got = tr.tracks(window)["engine=0"]
+        seen["column"] = got.column("steps")
+        seen["again"] = tr._cached(window) is tr._cached(window)         # nothing kept for it
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen["column"] == [1, 2, 3, 4] and seen["column"] is not steps
+    assert seen["again"] is False
+    assert tr._CHAINS == chains and tr._last.samples is judged
+    later = tr.tracks(tuple(samples[1:5]))["engine=0"]                   # the judging thread still carries its own
+    assert later.column("steps") is steps == [1, 2, 3, 4]
+    assert seen["column"] == [1, 2, 3, 4]

@@ -7,6 +7,7 @@ import difflib
 import math
 import re
 from abc import ABC, abstractmethod
+from array import array
 from functools import lru_cache
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,7 +16,7 @@ from types import FunctionType, ModuleType
 
 from servewatch.engine.histogram import Plan, apply_compiled, apply_plan, compile_plan, histogram_plan
 from servewatch.interning import Interner
-from servewatch.engine.state import EngineState, Histogram
+from servewatch.engine.state import EngineState, Histogram, PackedHistograms
 from servewatch.exposition.model import Family
 
 Key = tuple[tuple[str, str], ...]
@@ -99,18 +100,79 @@ def histograms_by(family: Family | None, identity_labels: Iterable[str]) -> dict
     if family is None:
         return {}
     wanted = tuple(identity_labels)
-
-    def plan() -> Plan:
-        return histogram_plan(family.samples, family.name, lambda labels: identity(dict(labels), wanted))
-
     if family.shape is None:
-        return apply_plan(plan(), family.values)
-    # read through a known scrape layout: the same plan as last time
-    compiled = _PLANS.made((family.shape, family.name, wanted), lambda: compile_plan(plan()))
-    return apply_compiled(compiled, family.values)
+        return apply_plan(_histogram_plan(family, wanted), family.values)
+    return apply_compiled(_compiled(family, wanted), family.values)     # through a known layout: last time's plan
+
+
+def _histogram_plan(family: Family, wanted: tuple[str, ...]) -> Plan:
+    return histogram_plan(family.samples, family.name, lambda labels: identity(dict(labels), wanted))
 
 
 _PLANS: Interner[tuple] = Interner(kept=1024)    # each reader's plan of a layout's family (histograms, sums)
+
+
+def histograms_by_kind(families: Mapping[str, Family], kinds: Mapping[str, tuple[str, ...]],
+                       identity_labels: Iterable[str]) -> dict[Key, Mapping[str, Histogram]]:
+    """Each identity's histograms by kind (in `kinds`' order; a kind's family is the first of its names present):
+    `histograms_by` of each kind's family, gathered per identity. Where every family was read through a scrape
+    layout and each histogram is the usual one (a sample a bucket, one for the count, at most one for the sum),
+    an identity's histograms come packed as the ring holds them (engine.state.PackedHistograms: the same values,
+    the same layout as `pack_histograms` gives): each family's buckets read by one C-level getter, with no
+    Histogram, array or dict made a kind."""
+    wanted = tuple(identity_labels)
+    found = [(kind, first_family(families, *names)) for kind, names in kinds.items()]
+    if all(family is None or family.shape is not None for _, family in found):
+        plan = _PLANS.made(("packed", wanted, *((kind, family.shape, family.name) for kind, family in found
+                                                  if family is not None)),
+                           lambda: _packed_plan(found, wanted))
+        if plan is not False:
+            return _apply_packed(plan, [family.values for _, family in found if family is not None])
+    out: dict[Key, dict[str, Histogram]] = {}
+    for kind, family in found:
+        for key, histogram in histograms_by(family, wanted).items():
+            out.setdefault(key, {})[kind] = histogram
+    return out
+
+
+def _compiled(family: Family, wanted: tuple[str, ...]) -> tuple:
+    """The compiled plan of a family read through a layout, made once per layout."""
+    return _PLANS.made((family.shape, family.name, wanted), lambda: compile_plan(_histogram_plan(family, wanted)))
+
+
+def _packed_plan(found: list[tuple[str, Family | None]], wanted: tuple[str, ...]) -> tuple | bool:
+    """((identity, its PackedHistograms layout, (family number, buckets getter, count index, sum index or None)
+    per kind), ...) in the order `histograms_by_kind` meets the identities; False (kept as the plan: not made again
+    at each scrape) where one histogram is not the usual one (read as Histograms then)."""
+    layouts: dict[Key, tuple[dict, list]] = {}
+    number = 0
+    for kind, family in found:
+        if family is None:
+            continue
+        for into, edges, per_edge, count, total, getter in _compiled(family, wanted):
+            if getter is None or len(count) != 1 or len(count[0]) != 1 or (
+                    total is not None and (len(total) != 1 or len(total[0]) != 1)):
+                return False
+            layout, parts = layouts.setdefault(into, ({}, []))
+            start = sum(n + 2 for _, _, n in layout.values())
+            layout[kind] = (edges, start, len(per_edge))
+            parts.append((number, getter, count[0][0], None if total is None else total[0][0]))
+        number += 1
+    return tuple((key, layout, tuple(parts)) for key, (layout, parts) in layouts.items())
+
+
+def _apply_packed(plan: tuple, values: list[Sequence[float]]) -> dict[Key, PackedHistograms]:
+    out = {}
+    for key, layout, parts in plan:
+        packed: list[float] = []
+        for number, getter, count, total in parts:
+            read = values[number]
+            packed += getter(read)
+            # 0.0 plus each: the count and sum as `histograms_by` adds them up (a -0.0 comes out 0.0)
+            packed.append(0.0 + read[count])
+            packed.append(0.0 + read[total] if total is not None else math.nan)
+        out[key] = PackedHistograms(layout, array("d", packed))     # (from a list: no room to spare)
+    return out
 
 
 def counter_names(exposed: str) -> tuple[str, ...]:

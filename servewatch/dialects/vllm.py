@@ -372,8 +372,7 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
     preempted = base.sum_counter(families, PREEMPTIONS, ids)
     finished = base.sum_counter(families, REQUEST_SUCCESS, ids, label="finished_reason")
     steps = base.sum_by(families.get(ITERATION_TOKENS), ids, sample_name=ITERATION_TOKENS + "_count")
-    histograms = {kind: base.histograms_by(base.first_family(families, *names), ids)
-                  for kind, names in HISTOGRAMS.items()}
+    histograms = base.histograms_by_kind(families, HISTOGRAMS, ids)
     kv_total = _kv_total_tokens(families.get(CACHE_CONFIG_INFO))
     connector = _kv_transfer(families, by_reason)
     responses = base.responses_by_status(families, HTTP_REQUESTS, handler_label=HTTP_HANDLER_LABEL,
@@ -412,7 +411,7 @@ def read(families: Mapping[str, Family], naming: str) -> list[EngineState]:
                 request_bytes_count=bodies,
                 answered=answered_2xx,
             ),
-            histograms={kind: by_key[key] for kind, by_key in histograms.items() if key in by_key},
+            histograms=histograms.get(key) or {},
         ))
     return states
 

@@ -134,12 +134,16 @@ class TargetRun:
         stopped is not its rate now, and an exporter drops what it cannot measure. They come back with the
         first good scrape."""
         from servewatch.serve.signals import Columns, Signals, signals
+        from servewatch.timeline.window import Window
 
         if not self.status.up:
             return Signals()
         if self._columns is None:
             self._columns = Columns()
-        return signals(self.recorder.ring.window(), now, self._columns)
+        ring = self.recorder.ring
+        of_kind = getattr(ring, "of_kind", None)          # a deployment's ring makes the whole window
+        return signals(Window(metrics=of_kind("metrics")) if of_kind is not None else ring.window(), now,
+                       self._columns)                    # (signals read its scrapes only)
 
     def live_process(self, now: float) -> ProcessSample | None:
         """The newest process sample no older than rank_series.SAMPLE_MAX_AGE_S (None: no state to export). A

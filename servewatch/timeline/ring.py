@@ -81,6 +81,11 @@ class Ring:
             return tuple(items)
         return Window.of_kinds({kind: pick(kind) for kind in self._deques})
 
+    def of_kind(self, kind: str) -> tuple:
+        """What `window().of(kind)` holds, without the other kinds' copies (serve's exported signals read only the
+        scrapes, of every target at every export)."""
+        return tuple(self._ordered(kind))
+
     def newest(self, kind: str, since: float | None = None) -> Sample | None:
         """The newest sample of `kind` (at or after `since`), as `window(since)` ends with it; None: none."""
         items = self._ordered(kind)

@@ -5,12 +5,21 @@ and the columns of the previous window are carried over where the two windows ho
 sample objects, and only the new scrapes are read. Everything here is a function of the samples alone
 (the same window gives the same split and columns however it was reached); samples in a window are
 never changed, which is what makes carrying them over exact.
+
+A column is carried in place: the later window's track takes the earlier one's list, drops its first values and
+appends the new scrapes' (the earlier track gives it up: asked again, it reads its own points afresh). Copying
+it touched every object of the lookback twice a judgement (a reference taken by the copy, one let go by the
+old list), which at a thousand targets misses the cache on each. So a list `Track.column` returns is its
+track's until a later window's track carries it: read it within the judgement that asked for it. Only the
+main thread (the event loop's, which judges) carries windows over; another thread (an on-demand bundle judged
+in a worker) splits its window afresh and never shares a list with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from operator import is_, lt
+from threading import get_ident, main_thread
 
 from servewatch.engine.state import EngineState
 from servewatch.timeline.samples import MetricsSample
@@ -78,12 +87,12 @@ class Track:
         found = self._columns.get(key)
         if found is None:
             prior = self._prior
-            earlier = prior[0]._columns.get(key) if prior is not None else None
-            if earlier is None:
+            found = prior[0]._columns.pop(key, None) if prior is not None else None   # taken: it is this one's now
+            if found is None:
                 found = COLUMNS[name](self.points, argument)
             else:
-                dropped = prior[1]
-                found = earlier[dropped:] + COLUMNS[name](self.points[len(earlier) - dropped:], argument)
+                del found[:prior[1]]                      # in place (the module's docstring says why)
+                found += COLUMNS[name](self.points[len(found):], argument)
             self._columns[key] = found
         return found
 
@@ -169,6 +178,7 @@ _last: _Split | None = None                # the window being judged: its detect
 _CHAINS: dict[int, _Split] = {}           # id(newest sample) → split, for the next window to carry over
 _CHAINS_KEPT = 8192                        # targets whose windows are carried over (more are split afresh)
 _NEW_AT_MOST = 4                           # a window that added more scrapes than this is split afresh
+_CARRIER = main_thread().ident             # the thread that carries windows over (the module's docstring)
 
 
 def engine_series(samples: Iterable[MetricsSample]) -> dict[str, list[Point]]:
@@ -186,6 +196,8 @@ def tracks(samples: tuple[MetricsSample, ...]) -> dict[str, Track]:
 
 def _cached(samples: tuple[MetricsSample, ...]) -> _Split:
     global _last
+    if get_ident() != _CARRIER:
+        return _Split(samples, _split(samples))     # not the judging thread's: nothing shared, nothing kept
     found = _last
     if found is not None and found.samples is samples:
         return found
