@@ -416,3 +416,17 @@ def test_a_keep_alive_connection_is_reused_and_a_fresh_one_is_not():
     pooled, after_pooled, fresh, after_fresh = asyncio.run(go())
     assert [r.body for r in pooled + fresh] == [b"ok"] * 4
     assert (after_pooled, after_fresh) == (1, 3)
+
+
+def test_without_traceback_walks_a_chain_once_even_where_it_loops():
+    from servewatch.transport.http1 import without_traceback
+
+    def raised(exc):
+        try:
+            raise exc
+        except BaseException as caught:
+            return caught
+    first, second = raised(ValueError("a")), raised(KeyError("b"))
+    first.__context__, second.__context__ = second, first             # a loop: each the other's context
+    assert without_traceback(first) is first
+    assert (first.__traceback__, second.__traceback__) == (None, None)

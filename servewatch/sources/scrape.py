@@ -17,9 +17,9 @@ scrape is a `ScrapeFailure` whose `kind` is one of `KINDS`:
     no_engine_metrics  valid text without any engine's families (e.g. vLLM run with --disable-log-stats)
 
 Transports (the one contract, `servewatch.transport.contract`, and a file) report the first five kinds,
-`too_large`, and `too_many_series` when the request carries the series bound (`sources.http.get_request`: a body
-over it is refused while it arrives, looked at from 256 KiB on and at each doubling, never held whole); `read_metrics` reports the rest
-and counts every body it reads whole. A failure's
+`too_large`, and `too_many_series` when the request carries the series bound (`sources.http.get_request`: a
+body over it is refused while it arrives, looked at from 256 KiB on and at each doubling, never held whole);
+`read_metrics` reports the rest and counts every body it reads whole. A failure's
 `detail` is one short line for a terminal: it never enters a bundle, only `label` does.
 """
 

@@ -360,10 +360,12 @@ def without_traceback(exc: BaseException) -> BaseException:
     only holds the frames it passed through (the connection, the body read so far), and through the connection
     back to itself, a cycle that refcounting cannot free: each failed scrape's body then waited for the cyclic
     collector (serve's young collections are 700x rarer than the default: serve.heap)."""
-    seen = exc
-    while seen is not None:
-        seen.__traceback__ = None
-        seen = seen.__cause__ or seen.__context__
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:     # a chain that loops back is walked once
+        seen.add(id(at))
+        at.__traceback__ = None
+        at = at.__cause__ or at.__context__
     return exc
 
 
