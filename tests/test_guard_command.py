@@ -38,8 +38,14 @@ def finish(proc, timeout=60):
 
 
 def started_pid(proc) -> int:
-    match, _ = read_stderr_until(proc, r"^servewatch guard: started \S+ as pid (\d+)$", timeout_s=30)
-    return int(match[1])
+    return started(proc)[0]
+
+
+def started(proc) -> tuple[int, list[str]]:
+    """The started server's pid, and the lines guard's stderr had by then: the server writes there too, and may do
+    so before guard's own line."""
+    match, seen = read_stderr_until(proc, r"^servewatch guard: started \S+ as pid (\d+)$", timeout_s=30)
+    return int(match[1]), seen
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import sys
 import time
 
 from servewatch.dialects import llamacpp
-from tests.test_guard_command import finish, guard, reaper, started_pid  # noqa: F401 - reaper is a fixture
+from tests.test_guard_command import finish, guard, reaper, started  # noqa: F401 - reaper is a fixture
 from tests.test_watch_command import free_port, read_stderr_until
 
 # Like server.cpp's signal_handler: the first signal "cleans up" and then the process stays (an HTTP thread waits on a
@@ -42,8 +42,9 @@ def _stand_in(tmp_path, name):
 def _drain(tmp_path, name, drain_timeout):
     proc = guard(f"http://127.0.0.1:{free_port()}", "--drain-timeout", drain_timeout,
                  server=_stand_in(tmp_path, name))
-    pid = started_pid(proc)
-    read_stderr_until(proc, r"^up$", timeout_s=30)          # its handler is in place
+    pid, seen = started(proc)
+    if "up\n" not in seen:                                  # the server may write before guard's line, or after
+        read_stderr_until(proc, r"^up$", timeout_s=30)      # its handler is in place
     began = time.monotonic()
     proc.send_signal(15)
     lines, stderr = finish(proc)

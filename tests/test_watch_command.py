@@ -166,9 +166,27 @@ def wait_until(predicate, timeout):
     return False
 
 
+def _kill_with_descendants(proc):
+    """The timer's end of a read: the process and every descendant, since a child that shares the pipe (a server
+    that guard started writes to guard's stderr) would otherwise hold it open and the read would never end."""
+    import psutil
+
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    proc.kill()
+    for child in family:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 def read_stderr_until(proc, pattern, timeout_s):
-    """Lines of proc.stderr until one matches `pattern` (bounded by a timer that kills the watch)."""
-    timer = threading.Timer(timeout_s, proc.kill)
+    """Lines of proc.stderr until one matches `pattern` (bounded by a timer that kills the process and its
+    descendants, so that the read ends and the assertion names what was seen)."""
+    timer = threading.Timer(timeout_s, _kill_with_descendants, (proc,))
     timer.start()
     seen = []
     try:
@@ -235,3 +253,20 @@ def test_sigterm_stops_the_watch_in_order_with_exit_143(sim):
     _, stderr = watch.communicate(timeout=30)
     assert watch.returncode == 143, stderr          # 128 + SIGTERM, as every command stopped by a signal
     assert "servewatch watch: stopped by SIGTERM: no --out given, no bundle written" in stderr
+
+
+def test_a_read_that_times_out_ends_even_where_a_child_holds_the_pipe():
+    """read_stderr_until's timer kills the process's descendants too: a server guard started writes to guard's stderr,
+    and while it lived the read never ended (CI of e460f62: a 30 s read hung to pytest's 120 s timeout)."""
+    holder = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                               "import time; print('parent', file=sys.stderr, flush=True); time.sleep(600)"],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        began = time.monotonic()
+        with pytest.raises(AssertionError, match="no line matching 'never'.*parent"):
+            read_stderr_until(holder, r"never", timeout_s=1)
+        assert time.monotonic() - began < 30
+    finally:
+        holder.kill()
+        holder.wait(10)
