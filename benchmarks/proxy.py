@@ -573,8 +573,8 @@ def main() -> int:
                     "worktree of an earlier commit) as the route 'baseline proxy', to compare two versions in one run")
     ap.add_argument("--baseline-env", metavar="NAME=VALUE", action="append", default=[],
                     help="set in the baseline route's environment only (repeatable): e.g. the same tree as --baseline "
-                    "with SERVEWATCH_PROXY_PUMP=0, beside this tree's proxy run with SERVEWATCH_PROXY_PUMP=1, compares "
-                    "the pump with the event loop in one run")
+                    "with SERVEWATCH_PROXY_PUMP=0 (the event loop), beside this tree's proxy (the pump, its default), "
+                    "compares the two in one run")
     ap.add_argument("--rounds", type=int, default=3, help="each route measured once a round, in rotating order")
     ap.add_argument("--upstream", metavar="URL", help="a running engine (e.g. `servewatch lab vllm --port 8000`) "
                     "instead of the built-in upstream: TTFT and CPU per token only (its tokens carry no send "

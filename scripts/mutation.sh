@@ -38,12 +38,16 @@ declare -A OUT_OF_SCOPE=(
 # "out of scope" in the report.
 declare -A IN_SCOPE=(
   # the proxy's recording path: the time base (the request sent upstream, each read's time, the connection's),
-  # the record made at the end and the live sample; not its HTTP handling (the request head's parsing, error
-  # answers, deadlines, backpressure, the pool), which the proxy's tests read byte for byte
+  # the record made at the end and the live sample, and the compiled pump's reads counted (drained, replayed);
+  # not its HTTP handling (the request head's parsing, error answers, deadlines, backpressure, the pool), which
+  # the proxy's tests read byte for byte
   [servewatch/proxy/server.py]='servewatch.proxy.server.xǁProxyǁ_record__mutmut_* servewatch.proxy.server.xǁProxyǁfinished__mutmut_*
     servewatch.proxy.server.xǁProxyǁrecord_ended__mutmut_* servewatch.proxy.server.xǁProxyǁsnapshot__mutmut_*
     servewatch.proxy.server.xǁProxyǁacquire__mutmut_* servewatch.proxy.server.xǁProxyǁ_connect__mutmut_*
-    servewatch.proxy.server.xǁUpstreamǁattach__mutmut_* servewatch.proxy.server.xǁUpstreamǁdata_received__mutmut_*'
+    servewatch.proxy.server.xǁUpstreamǁattach__mutmut_* servewatch.proxy.server.xǁUpstreamǁdata_received__mutmut_*
+    servewatch.proxy.server.xǁProxyǁ_pumps_stopped__mutmut_* servewatch.proxy.server.xǁProxyǁdrain_all__mutmut_*
+    servewatch.proxy.server.xǁUpstreamǁunpump__mutmut_* servewatch.proxy.server.xǁUpstreamǁdrain__mutmut_*
+    servewatch.proxy.server.xǁUpstreamǁ_replay__mutmut_*'
 )
 
 # The test files of a module, where the grep below would bring in tests that run whole scenarios (a simulator and
@@ -195,6 +199,7 @@ declare -A TESTS=(
   # the proxy's recording path (issue 50; IN_SCOPE above): the TTFT from an upstream with a known delay, the
   # proxy's tests as exchange.py runs them, the live sample's values
   [servewatch/proxy/server.py]='tests/test_proxy_ttft.py tests/test_values_proxy_server.py tests/test_proxy.py
+    tests/test_proxy_pump.py
     --deselect=tests/test_proxy.py::test_requests_no_token_is_silent_through_an_overload_served_in_turn
     --deselect=tests/test_proxy.py::test_requests_no_token_is_silent_through_long_requests_that_are_not_streamed
     --deselect=tests/test_proxy.py::test_requests_no_token_is_silent_through_a_long_prefill

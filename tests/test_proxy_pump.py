@@ -468,6 +468,94 @@ def test_a_pumped_stream_is_counted_before_its_end(pump, run, monkeypatch):
     assert rec.ok and rec.output_tokens == 30 and len(rec.chunk_t_s) == 30 and len(calls) >= 1
 
 
+class _Handing:
+    """A running pump whose next drain hands over `reads` (made up: data, ends, times) instead of its own: what a
+    drain does with reads that end the exchange (a framing the parser refuses). Its take adds `more` reads to the
+    pump's own, read and not sent (the client took none of them). Each other call goes to the pump."""
+
+    def __init__(self, real, reads, more):
+        self.real, self.reads, self.more, self.taken = real, reads, more, False
+
+    ident = property(lambda self: self.real.ident)
+    running = property(lambda self: self.real.running)
+
+    def drain(self):
+        reads, self.reads = self.reads, None
+        return reads if reads is not None else self.real.drain()
+
+    def take(self):
+        self.taken = True
+        data, ends, times, sent, reason, rest = self.real.take()
+        extra, extra_ends, extra_times = self.more
+        return (data + extra, ends + [len(data) + end for end in extra_ends], times + extra_times, sent, reason,
+                rest)
+
+
+def test_a_drain_whose_reads_end_the_exchange_counts_none_after_and_takes_the_stream_back(pump, run, monkeypatch):
+    """Upstream.drain, called while a pumped stream is held mid-body: with nothing new read, the pump goes on (the
+    stream stays pumped); reads that end the exchange (a chunk, then a size line the parser refuses, then a chunk)
+    count what came before the refusal and nothing after it, and the stream is taken back from the pump; what the
+    pump read after those (taken back with it, the client not having had it) is neither counted nor written to a
+    client the exchange no longer has."""
+    monkeypatch.setattr(server, "PUMP_DRAIN_READS", 4)
+    assert server.pump_path(True) == "pump"
+    chunks = _chunks(_events(30))
+
+    async def go():
+        gate = asyncio.Event()
+        async with _Scripted([HEAD, *chunks[:20], gate, *chunks[20:], b"0\r\n\r\n"]) as up, \
+                Running(up.url, keep_itl=True) as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(_post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 30, "stream": True}))
+            await writer.drain()
+            got = HEAD + b"".join(chunks[:20])
+            assert await asyncio.wait_for(reader.readexactly(len(got)), 20) == got
+            [ex] = proxy.proxy.inflight
+            upstream = ex.upstream
+            await _until(lambda: len(ex.state.chunk_t) >= 20 - 4)
+            upstream.drain()                                  # what the pump read so far: all 20 chunks
+            upstream.drain()                                  # nothing new: the pump goes on
+            steady = (len(ex.state.chunk_t), upstream.pump is not None and upstream.pump.running)
+            bad = b"zz\r\n"
+            data = chunks[20] + bad + chunks[21]
+            now = time.time()
+            handing = _Handing(upstream.pump, (data, [len(chunks[20]), len(chunks[20]) + len(bad), len(data)],
+                                               [now, now, now]), (chunks[22], [len(chunks[22])], [now]))
+            upstream.pump = handing
+            upstream.drain()
+            after = (upstream.pump, handing.taken, upstream.exchange)
+            gate.set()
+            writer.close()
+            await _until(lambda: proxy.records)
+            return steady, after, proxy.records
+
+    try:
+        steady, (pumped, taken, exchange), [rec] = run(go())
+    finally:
+        server.pump_path()
+    assert steady == (20, True)
+    assert pumped is None and taken and exchange is None        # taken back; the exchange ended
+    assert rec.error == R.STREAM_CUT and len(rec.chunk_t_s) == 21, _summary(rec)   # the chunk before, none after
+
+
+def test_a_stream_past_what_a_pump_holds_goes_to_a_new_pump(pump, run, monkeypatch):
+    """A pump stops at what it moves at most (PUMP_HOLD, 1 MiB; here a few chunks); the stream, still between two
+    chunks of the same exchange, goes to a pump again rather than staying in the event loop: several pumps for one
+    stream, the bytes and the record whole."""
+    monkeypatch.setattr(server, "PUMP_HOLD", 1000)
+    assert server.pump_path(True) == "pump"
+    calls = _pumped(monkeypatch)
+    chunks = _chunks(_events(60)) + [b"0\r\n\r\n"]
+    try:
+        raw, [rec] = _through(run, [HEAD, *chunks], keep_itl=True)
+    finally:
+        server.pump_path()
+    assert raw == HEAD + b"".join(chunks)
+    assert rec.ok and rec.output_tokens == 60 and len(rec.chunk_t_s) == 60, _summary(rec)
+    # each pump moves 1,000 bytes and the rest of the read that reached them (a chunk at most)
+    assert len(set(calls)) >= sum(map(len, chunks)) // (1000 + max(map(len, chunks))), len(set(calls))
+
+
 def _through(run, script: list, pause_s: float = 0.002, **config) -> tuple:
     """One streamed request through a proxy (`config`) to a _Scripted upstream, run by `run`: (what the client
     got, the records)."""
@@ -617,10 +705,12 @@ except RuntimeError as exc:
     assert done.stdout.strip() == "servewatch.proxy._pump was not built"
 
 
-def test_a_kept_alive_client_s_next_request_takes_the_pooled_connection(pump_path, run):
+def test_a_kept_alive_client_s_next_request_takes_the_pooled_connection(pump_path, run, monkeypatch):
     """A client (a thread of its own, as a client is a process of its own) that sends its next request the moment
     it has a stream's end (the body's last chunk, which the pump leaves to Python): each request goes up the one
-    pooled connection, not a new one, and each is recorded."""
+    pooled connection, not a new one, and each is recorded; with the pump, the later streams of that connection are
+    pumped too, not only its first."""
+    calls = _pumped(monkeypatch)
     chunks = _chunks(_events(8)) + [b"0\r\n\r\n"]
     body = json.dumps({"model": "m", "prompt": "p", "max_tokens": 8, "stream": True}).encode()
     request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -643,12 +733,15 @@ def test_a_kept_alive_client_s_next_request_takes_the_pooled_connection(pump_pat
 
     connections, records = run(go())
     assert connections == 1 and all(rec.ok and rec.output_tokens == 8 for rec in records)
+    assert (len(set(calls)) >= 10) == (pump_path == "pump"), len(set(calls))
 
 
-def test_the_pump_is_chosen_where_built_and_asked_for(pump, monkeypatch):
-    """For now the pump moves bodies only where SERVEWATCH_PROXY_PUMP=1 asks (docs/site/figures.md says how the
-    two compare); else the event loop does."""
+def test_the_pump_is_chosen_where_built_unless_the_event_loop_is_asked_for(pump, monkeypatch):
+    """The pump moves bodies wherever it was built (docs/site/figures.md says how the two compare), with no
+    setting; SERVEWATCH_PROXY_PUMP=0 asks for the event loop, any other value is the default."""
+    monkeypatch.delenv("SERVEWATCH_PROXY_PUMP", raising=False)
+    assert server.pump_path() == "pump" and server._pump is pump
+    monkeypatch.setenv("SERVEWATCH_PROXY_PUMP", "0")
+    assert server.pump_path() == "event loop" and server._pump is None
     monkeypatch.setenv("SERVEWATCH_PROXY_PUMP", "1")
     assert server.pump_path() == "pump" and server._pump is pump
-    monkeypatch.delenv("SERVEWATCH_PROXY_PUMP")
-    assert server.pump_path() == "event loop" and server._pump is None

@@ -749,12 +749,12 @@ COUNT_PATH = count_path()
 def pump_path(compiled: bool | None = None) -> str:
     """Choose whether a Proxy started from now on moves streamed bodies with the compiled pump
     (servewatch.proxy._pump, which setup.py builds where it can) or reads every chunk in the event loop (the
-    reference; tests run both). None: the pump where it was built and SERVEWATCH_PROXY_PUMP=1 asks for it; the
-    event loop otherwise, for now (the two measured side by side in benchmarks/proxy.py: docs/site/figures.md,
-    "The stream's body out of the event loop"). Returns the choice's name."""
+    reference; tests run both). None: the pump where it was built, unless SERVEWATCH_PROXY_PUMP=0 asks for the
+    event loop (the two measured side by side in benchmarks/proxy.py: docs/site/figures.md, "The stream's body
+    out of the event loop"). Returns the choice's name."""
     global _pump
     if compiled is None:
-        compiled = _pump_built is not None and os.environ.get("SERVEWATCH_PROXY_PUMP") == "1"
+        compiled = _pump_built is not None and os.environ.get("SERVEWATCH_PROXY_PUMP") != "0"
     if compiled and _pump_built is None:
         raise RuntimeError("servewatch.proxy._pump was not built")
     _pump = _pump_built if compiled else None
