@@ -300,6 +300,9 @@ def main(argv: list[str] | None = None, benchmarks: list[Benchmark] | None = Non
     for benchmark in [b for b in selected if any(shutil.which(program) is None for program in b.needs)]:
         print(f"{benchmark.name}: skipped, its baseline needs {' and '.join(benchmark.needs)} on the PATH")
         selected.remove(benchmark)
+    if not selected:
+        print(f"nothing measured: every benchmark asked for was skipped ({args.results} left as it was)")
+        return 1
 
     previous = load_previous(args.results, explicit=False) if args.previous is None \
         else load_previous(args.previous, explicit=True)
@@ -315,8 +318,9 @@ def main(argv: list[str] | None = None, benchmarks: list[Benchmark] | None = Non
         seconds[benchmark.name] = round(time.monotonic() - started, 1)
 
     verdicts = compare(previous.get("figures", {}), figures)
-    if previous.get("machine") and previous["machine"].get("host") != machine()["host"]:
-        print(f"note: the previous results came from another machine ({previous['machine'].get('host')}, "
+    before, here = previous.get("machine") or {}, machine()
+    if before and (before.get("host"), before.get("cpu")) != (here["host"], here["cpu"]):
+        print(f"note: the previous results came from another machine ({before.get('host')}, {before.get('cpu')}, "
               f"{previous.get('date')}); ratios and MB travel, but read the bands with that in mind")
     print(f"{'figure':34} {'previous':>10} {'now':>10} {'worse by':>9} {'band':>6}  verdict")
     def amount(value: float, name: str, width: int) -> str:    # a share, or the unit of an absolute figure

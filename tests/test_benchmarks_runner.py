@@ -141,6 +141,19 @@ def test_a_benchmark_whose_baseline_is_missing_is_skipped_and_its_figures_kept(r
     assert written["gone.x"]["value"] == 1.0 and written["syn.mb"]["value"] == 100
 
 
+def test_nothing_measured_writes_nothing_and_says_so(run, tmp_path, capsys):
+    """Every benchmark asked for skipped (its baseline's program missing): exit 1, the results file untouched, even
+    with --accept (which once rewrote its machine and command over figures measured elsewhere)."""
+    results = tmp_path / "results.json"
+    text = json.dumps({"machine": {"host": "a", "cpu": "b"}, "figures": {"gone.x": {**figure(1.0, 0.1)}}})
+    results.write_text(text)
+    absent = run.Benchmark("gone", (), {"x": run.Figure("x", "x", "lower", 0.1, "needs a program")},
+                           run=lambda: {"x": 9.0}, needs=("no-such-program-servewatch",))
+    assert run.main(["gone", "--results", str(results), "--accept"], [absent]) == 1
+    assert "nothing measured: every benchmark asked for was skipped" in capsys.readouterr().out
+    assert results.read_text() == text
+
+
 def test_within_leaves_no_reference_cycle():
     """Every scrape goes through within; a cycle there held each answer (a whole /metrics body) until
     serve's rare cyclic collection: +40 MB over 100 targets at a 0.5 s cadence."""
