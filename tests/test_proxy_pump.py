@@ -393,6 +393,16 @@ async def _read_all(port: int, request: bytes) -> bytes:
     return data
 
 
+async def _streamed_until(port: int, got: bytes, max_tokens: int):
+    """A streamed completion sent to the proxy on `port`, read until the client has `got` (the bytes so far):
+    the connection's reader and writer, for the test to go on."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": max_tokens, "stream": True}))
+    await writer.drain()
+    assert await asyncio.wait_for(reader.readexactly(len(got)), 20) == got
+    return reader, writer
+
+
 def _events(n: int) -> list[bytes]:
     texts = [" w%d" % i if i % 7 else "x\\u00e9" for i in range(n)]       # an escaped piece now and then
     return [_completion_event(t, "length" if i == n - 1 else None, (5, i + 1)) for i, t in enumerate(texts)]
@@ -445,11 +455,7 @@ def test_a_pumped_stream_is_counted_before_its_end(pump, run, monkeypatch):
         gate = asyncio.Event()
         script = [HEAD, *chunks[:20], gate, *chunks[20:], b"0\r\n\r\n"]
         async with _Scripted(script) as up, Running(up.url, keep_itl=True) as proxy:
-            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(_post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 30, "stream": True}))
-            await writer.drain()
-            got = HEAD + b"".join(chunks[:20])
-            assert await asyncio.wait_for(reader.readexactly(len(got)), 20) == got
+            reader, writer = await _streamed_until(proxy.port, HEAD + b"".join(chunks[:20]), 30)
             [ex] = proxy.proxy.inflight
             await _until(lambda: len(ex.state.chunk_t) >= 20 - 4)
             mid = (len(ex.state.chunk_t), ex.upstream.pump is not None, len(calls))
@@ -505,11 +511,7 @@ def test_a_drain_whose_reads_end_the_exchange_counts_none_after_and_takes_the_st
         gate = asyncio.Event()
         async with _Scripted([HEAD, *chunks[:20], gate, *chunks[20:], b"0\r\n\r\n"]) as up, \
                 Running(up.url, keep_itl=True) as proxy:
-            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(_post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 30, "stream": True}))
-            await writer.drain()
-            got = HEAD + b"".join(chunks[:20])
-            assert await asyncio.wait_for(reader.readexactly(len(got)), 20) == got
+            reader, writer = await _streamed_until(proxy.port, HEAD + b"".join(chunks[:20]), 30)
             [ex] = proxy.proxy.inflight
             upstream = ex.upstream
             await _until(lambda: len(ex.state.chunk_t) >= 20 - 4)
@@ -598,11 +600,7 @@ def test_a_client_gone_mid_stream_ends_as_through_the_loop(pump_path, run, monke
     async def go():
         async with _Scripted([HEAD, *chunks, "HOLD"], pause_s=0.02) as up, \
                 Running(up.url, keep_itl=True) as proxy:
-            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(_post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 60, "stream": True}))
-            await writer.drain()
-            got = HEAD + b"".join(chunks[:20])
-            assert await asyncio.wait_for(reader.readexactly(len(got)), 20) == got
+            reader, writer = await _streamed_until(proxy.port, HEAD + b"".join(chunks[:20]), 60)
             writer.close()
             await _until(lambda: proxy.records)
             return proxy.records, proxy.proxy.pumped
