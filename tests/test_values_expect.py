@@ -108,6 +108,35 @@ def test_error_rate_and_recovery_at_their_bounds():
                                      "no good request after the fault")]
 
 
+def test_recovery_counted_in_requests_at_its_bound():
+    ex = Expect(recover_requests=2, recover_plus_s=3.0)
+    what = "a good request within 2 x 6.5 s (a request's length outside the fault) + 3 s = 16 s after the fault"
+    for took, met in ((15.99, True), (16.0, True), (16.01, False)):
+        got = E.check(ex, result(impact={"e2e_outside_s": 6.5}, recovery_s=took))
+        assert [(c["expectation"], c["met"], c["observed"]) for c in got] == [(what, met, f"after {took:g} s")]
+        assert got[0].get("over_s") == (None if met else 0.01)
+    assert checks(ex, result(impact={"e2e_outside_s": 6.5})) == [(what, False, "no good request after the fault")]
+    # the bound follows the engine's speed: the same recovery met on a machine twice as slow
+    slow = "a good request within 2 x 13 s (a request's length outside the fault) + 3 s = 29 s after the fault"
+    assert checks(ex, result(impact={"e2e_outside_s": 13.0}, recovery_s=24.0)) == [(slow, True, "after 24 s")]
+    assert checks(ex, result(recovery_s=4.0)) == [
+        ("a good request within 2 requests' length + 3 s after the fault", False,
+         "no good request outside the fault to measure a request's length by")]
+
+
+def test_fire_by_tokens_within_its_allowance_of_the_mark():
+    ex = Expect(fire_by_tokens={"preemption": (8192, 3.0)})
+    what = "preemption within 3 s of the clients' receiving 8,192 tokens"
+    for took, met in ((1.0, True), (12.0, True), (12.01, False)):
+        got = E.check(ex, result(detected={"preemption": took}, token_marks={"preemption": 9.0}))
+        assert [(c["expectation"], c["met"], c["observed"]) for c in got] == [
+            (what, met, f"after {took:g} s; 8,192 tokens received after 9 s")]
+    assert checks(ex, result(token_marks={"preemption": 9.0})) == [
+        (what, False, "not fired; 8,192 tokens received after 9 s")]
+    assert checks(ex, result(detected={"preemption": 4.0}, token_marks={"preemption": None})) == [
+        (what, False, "after 4 s; the clients never received 8,192 tokens")]
+
+
 def test_restart_within_and_no_restart():
     ex = Expect(restart_within_s=10.0)
     what = "restarted: guard's default and livez act within 10 s"

@@ -213,7 +213,24 @@ def test_impact_counts_errors_and_compares_ttft_medians():
     assert out.error_rate == 0.3
     assert out.to_json() == {"requests": 10, "failed": 3, "error_rate": 0.3, "errors": {"timeout": 1, "truncated": 1},
                              "truncated": 1, "ttft_before_s": 0.25, "ttft_during_s": 2.0, "ttft_inflation": 8.0,
-                             "e2e_before_s": 1.5}
+                             "e2e_before_s": 1.5, "e2e_outside_s": 1.0}
+    # outside the fault: done before 100 (1.0, 2.0) or sent at or after the revert at 110 (1.0, 1.0) -> 1.0;
+    # rec 3 (sent 98, done 101) and rec 4-5 overlap the fault, the truncated one and the 503 are not good
+    assert out.e2e_outside_s == 1.0
+    assert M.impact(records[2:4], inj, rev).e2e_outside_s is None      # both overlap the fault
+
+
+def test_tokens_reached_counts_every_client_token_in_arrival_order():
+    a, b = rec(1, 100.0), rec(2, 101.0)
+    a.chunk_t_s, a.chunk_tokens = [0.5, 1.0, 3.0], [1, 0, 2]      # arrivals 100.5 (1), 101.0 (0), 103.0 (2)
+    b.chunk_t_s, b.chunk_tokens = [0.5, 1.5], [1, 1]              # arrivals 101.5 (1), 102.5 (1)
+    unsent = rec(3, None, scheduled=100.0)
+    unsent.chunk_t_s, unsent.chunk_tokens = [0.1], [50]            # never sent: no token of it counts
+    records = [b, unsent, a]
+    # in order: 100.5 -> 1, 101.5 -> 2, 102.5 -> 3, 103.0 -> 5; counted from an injection at 102.0
+    assert [M.tokens_reached(records, n, 102.0) for n in (1, 2, 3, 4, 5)] == [-1.5, -0.5, 0.5, 1.0, 1.0]
+    assert M.tokens_reached(records, 6, 102.0) is None
+    assert M.tokens_reached([], 1, 102.0) is None
 
 
 def test_impact_during_is_at_least_a_second_and_sent_falls_back_to_scheduled():

@@ -44,6 +44,16 @@ def check(expect, result) -> list[dict]:
         else:
             add(what, threshold - allowance <= took <= threshold + allowance,
                 f"after {took:g} s, threshold {threshold:g} s", _over(took, threshold + allowance))
+    for verdict, (tokens, plus) in expect.fire_by_tokens.items():
+        took, mark = detected.get(verdict), result.token_marks.get(verdict)
+        what = f"{verdict} within {plus:g} s of the clients' receiving {tokens:,} tokens"
+        if mark is None:
+            add(what, False, (f"after {took:g} s; " if took is not None else "not fired; ")
+                + f"the clients never received {tokens:,} tokens")
+        else:
+            add(what, took is not None and took <= mark + plus,
+                ("not fired" if took is None else f"after {took:g} s") + f"; {tokens:,} tokens received after {mark:g} s",
+                _over(took, mark + plus))
     for verdict in expect.not_fire:         # on any side
         took = detected.get(verdict, elsewhere.get(verdict))
         add(f"no {verdict}", took is None, "not fired" if took is None else f"fired after {took:g} s")
@@ -67,6 +77,8 @@ def check(expect, result) -> list[dict]:
             took is not None and took <= expect.recover_within_s,
             "no good request after the fault" if took is None else f"after {took:g} s",
             _over(took, expect.recover_within_s))
+    if expect.recover_requests is not None:
+        add(*_recovered(expect, result))
     if expect.restart_within_s is not None or expect.no_restart:
         add(*_restart(expect, result.policy or {}))
     if expect.guard is not None:
@@ -138,6 +150,20 @@ def inconclusive(checks: list[dict], starved_s: float, frozen_s: float = 0.0, wi
     if not explained and not (window_s > 0 and frozen_s >= STARVED_SHARE * window_s):
         return None
     return f"recorder starved {starved_s:g} s"
+
+
+def _recovered(expect, result) -> tuple[str, bool, str, float | None]:
+    """The recovery bound counted in requests: N x a request's length at this load, as the step's own good
+    requests outside the fault measured it (the engine's speed on this machine), + plus_s."""
+    n, plus, took = expect.recover_requests, expect.recover_plus_s, result.recovery_s
+    length = result.impact.get("e2e_outside_s")
+    if length is None:
+        return (f"a good request within {n:g} requests' length + {plus:g} s after the fault", False,
+                "no good request outside the fault to measure a request's length by", None)
+    bound = round(n * length + plus, 2)
+    return (f"a good request within {n:g} x {length:g} s (a request's length outside the fault) + {plus:g} s "
+            f"= {bound:g} s after the fault", took is not None and took <= bound,
+            "no good request after the fault" if took is None else f"after {took:g} s", _over(took, bound))
 
 
 def _over(took: float | None, bound: float | None) -> float | None:

@@ -614,6 +614,8 @@ class Impact:
     ttft_before_s: float | None = None
     ttft_during_s: float | None = None
     e2e_before_s: float | None = None     # p50 of good requests done before the fault: what recovery waits on
+    e2e_outside_s: float | None = None    # p50 of good requests that did not overlap the fault (done before it, or
+                                          # sent after its end): a request's length at this load, the engine's speed
 
     @property
     def error_rate(self) -> float:
@@ -629,14 +631,15 @@ class Impact:
         return {"requests": self.requests, "failed": self.failed, "error_rate": round(self.error_rate, 3),
                 "errors": dict(sorted(self.errors.items())), "truncated": self.truncated,
                 "ttft_before_s": self.ttft_before_s, "ttft_during_s": self.ttft_during_s,
-                "ttft_inflation": self.ttft_inflation, "e2e_before_s": self.e2e_before_s}
+                "ttft_inflation": self.ttft_inflation, "e2e_before_s": self.e2e_before_s,
+                "e2e_outside_s": self.e2e_outside_s}
 
 
 def impact(records, injected: float, reverted: float) -> Impact:
     """Client impact from the load's own records: errors by class, truncated streams, TTFT before the
     fault against TTFT of requests sent while it held (p50 each)."""
     out = Impact(requests=len(records))
-    before, during, e2e_before = [], [], []
+    before, during, e2e_before, e2e_outside = [], [], [], []
     for r in records:
         if r.error:
             out.failed += 1
@@ -648,6 +651,8 @@ def impact(records, injected: float, reverted: float) -> Impact:
         sent = r.sent if r.sent is not None else r.scheduled
         if r.ok and r.e2e_s is not None and sent + r.e2e_s < injected:     # done before the fault
             e2e_before.append(r.e2e_s)
+        if r.ok and r.e2e_s is not None and (sent + r.e2e_s < injected or sent >= reverted):
+            e2e_outside.append(r.e2e_s)
         if r.ttft_s is not None:
             if sent < injected:
                 before.append(r.ttft_s)
@@ -656,6 +661,7 @@ def impact(records, injected: float, reverted: float) -> Impact:
     out.ttft_before_s = round(statistics.median(before), 4) if before else None
     out.ttft_during_s = round(statistics.median(during), 4) if during else None
     out.e2e_before_s = round(statistics.median(e2e_before), 3) if e2e_before else None
+    out.e2e_outside_s = round(statistics.median(e2e_outside), 3) if e2e_outside else None
     return out
 
 
@@ -664,6 +670,21 @@ def recovery(records, reverted: float) -> float | None:
     ends = [r.sent + r.e2e_s for r in records
             if r.ok and r.sent is not None and r.e2e_s is not None and r.sent >= reverted]
     return round(min(ends) - reverted, 2) if ends else None
+
+
+def tokens_reached(records, tokens: int, injected: float) -> float | None:
+    """Seconds from the injection to the moment the step's clients, all together, had received `tokens` tokens
+    since the workload began (a token the moment its chunk arrived); None when they never did. Before the first
+    preemption every token generated stays in the KV cache: a cache of C tokens holding R prompts of P tokens is
+    full by the time C - R x P tokens have reached the clients, whatever the engine's speed."""
+    arrivals = sorted((r.sent + t, k) for r in records if r.sent is not None
+                      for t, k in zip(r.chunk_t_s, r.chunk_tokens) if k > 0)
+    total = 0
+    for at, k in arrivals:
+        total += k
+        if total >= tokens:
+            return round(at - injected, 2)
+    return None
 
 
 def resumed(records, reverted: float) -> float | None:

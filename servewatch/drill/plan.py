@@ -20,6 +20,11 @@ DEFAULT_TIMING = {"warmup_s": 6.0, "hold_s": 10.0, "observe_s": 10.0}
 PROBE_INTERVAL_S = 4.0
 PROBE_DEADLINE_S = 4.0
 REQUEST_TIMEOUT_MARGIN_S = 10.0   # a workload request's timeout beyond the fault's hold and its traffic after it
+# The traffic after a fault whose recovery bound is counted in requests (expect.recover_within: {requests: N}): the
+# bound is known only once a request's length is measured, so the workload is planned to send this long after the
+# fault and ends as soon as the recovery is seen (measure.Workload.end_at_recovery). A step that recovers costs
+# nothing of it; one that never does gives up here.
+RECOVERY_WINDOW_S = 90.0
 
 
 class PlanError(ServewatchError):
@@ -62,6 +67,8 @@ class Expect:
     health: str = "any"                                          # ok | failing | any, while the fault holds
     max_error_rate: float | None = None                          # failed / sent in the step
     recover_within_s: float | None = None                        # first good request after the fault ends
+    recover_requests: float | None = None     # ... within N x a request's length measured outside the fault,
+    recover_plus_s: float = 0.0               # plus this (expect.recover_within: {requests: N, plus_s: S})
     bundle_write_fails: bool | None = None                       # disk_full: the recorder says so
     guard: GuardExpect | None = None                             # what guard (a step with guard:) did
     clear_within_s: float | None = None                          # the verdicts met cleared after the fault ends
@@ -76,6 +83,9 @@ class Expect:
     no_restart: bool = False                  # neither acts from the injection to the end: a busy server is left be
     probe_preempted: bool = False             # a routine probe in flight gave way to an urgent one (the recorder says)
     side: str | None = None                   # a pair: the side fire/fire_any must name (None: the fault's side)
+    # verdict -> (tokens, plus_s): it fires within plus_s of the moment the step's clients had received that many
+    # tokens (a KV cache of known size full: preemption can be no later, however fast the engine generates)
+    fire_by_tokens: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         out: dict = {}
@@ -96,6 +106,10 @@ class Expect:
         for key in ("max_error_rate", "recover_within_s", "bundle_write_fails"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.recover_requests is not None:
+            out["recover_within"] = {"requests": self.recover_requests, "plus_s": self.recover_plus_s}
+        if self.fire_by_tokens:
+            out["fire_by_tokens"] = {v: {"tokens": n, "plus_s": p} for v, (n, p) in self.fire_by_tokens.items()}
         if self.guard is not None:
             out["guard"] = self.guard.to_json()
         if self.livez != "any":
@@ -145,6 +159,7 @@ class FaultStep:
     serve: bool = False          # `servewatch serve` records instead (by URL), its verdicts and livez read over HTTP
     workload_first: bool = False # the workload starts before the recorder: its first probe queues behind it
     side: str | None = None      # a prefill/decode pair's target: the instance the fault aims at
+    request_timeout: float | None = None   # the workload's timeout for one request, where the plan sets it
 
     @property
     def at_fault(self) -> str | None:
@@ -157,7 +172,8 @@ class FaultStep:
         window when that is longer — a good request *sent after* the fault can only be seen if traffic is
         still sent then (a closed loop sends its next request only when one of the requests stuck in the
         fault finishes)."""
-        return max(self.observe_s, self.expect.recover_within_s or 0.0)
+        recover = RECOVERY_WINDOW_S if self.expect.recover_requests is not None else self.expect.recover_within_s
+        return max(self.observe_s, recover or 0.0)
 
     @property
     def watch_after_revert_s(self) -> float:
@@ -171,7 +187,11 @@ class FaultStep:
         """The workload's timeout for one request: a request caught by the fault waits out the hold, then may
         take the whole recovery window to finish (as the expectation allows), plus REQUEST_TIMEOUT_MARGIN_S.
         Shorter, the drill's own client gave up on requests the engine was still serving: at DP=2, 3 of 14
-        requests caught by a 12 s stop "timed out" after 28 s (hold + observation + 10 s) and finished after."""
+        requests caught by a 12 s stop "timed out" after 28 s (hold + observation + 10 s) and finished after.
+        A plan's request_timeout_s, where it gives one, instead (an overload whose requests take what the engine's
+        speed makes them take: a client that gives up first counts the drill's impatience as the server's failure)."""
+        if self.request_timeout is not None:
+            return self.request_timeout
         return self.hold_s + self.traffic_after_revert_s + REQUEST_TIMEOUT_MARGIN_S
 
     def to_json(self) -> dict:
@@ -184,7 +204,8 @@ class FaultStep:
                 **({"at_start": {"on_log": self.on_log} if self.on_log else True} if self.at_start else {}),
                 **({"serve": True} if self.serve else {}),
                 **({"workload_first": True} if self.workload_first else {}),
-                **({"side": self.side} if self.side else {})}
+                **({"side": self.side} if self.side else {}),
+                **({"request_timeout_s": self.request_timeout} if self.request_timeout is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -467,12 +488,15 @@ def _build(data: dict, source: str) -> Plan:
         e = f.get("expect", {})
         guard = _guard(f.get("guard"))
         named = [*e.get("fire", {}), *e.get("not_fire", []), *e.get("fire_any", {}).get("verdicts", []),
-                 *e.get("fire_by_threshold", {}), *(guard or ())]
+                 *e.get("fire_by_threshold", {}), *e.get("fire_by_tokens", {}), *(guard or ())]
         unknown = [n for n in named if n not in known]
         if unknown:
             raise PlanError(f"{where}: unknown verdict(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         fire_any = e.get("fire_any")
-        must_fire = e.get("fire") or fire_any or e.get("fire_by_threshold")
+        must_fire = e.get("fire") or fire_any or e.get("fire_by_threshold") or e.get("fire_by_tokens")
+        if "recover_within" in e and "recover_within_s" in e:
+            raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect: recover_within_s is a fixed bound and "
+                            f"recover_within one counted in requests; give one of them")
         if e.get("names") and not must_fire:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect/names: says what the verdict of fire or "
                             f"fire_any must name; give one of those")
@@ -517,7 +541,12 @@ def _build(data: dict, source: str) -> Plan:
                         not_fire=tuple(e.get("not_fire", ())), no_incident=bool(e.get("no_incident", False)),
                         no_verdict=bool(e.get("no_verdict", False)), names=tuple(e.get("names", ())),
                         health=e.get("health", "any"), max_error_rate=e.get("max_error_rate"),
-                        recover_within_s=e.get("recover_within_s"), bundle_write_fails=e.get("bundle_write_fails"),
+                        recover_within_s=e.get("recover_within_s"),
+                        recover_requests=(e.get("recover_within") or {}).get("requests"),
+                        recover_plus_s=float((e.get("recover_within") or {}).get("plus_s", 0.0)),
+                        fire_by_tokens={v: (int(t["tokens"]), float(t.get("plus_s", 0.0)))
+                                        for v, t in e.get("fire_by_tokens", {}).items()},
+                        bundle_write_fails=e.get("bundle_write_fails"),
                         guard=None if g is None else GuardExpect(
                             kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
                             diverging=tuple(g.get("diverging", ())), exit=int(g.get("exit", 3)),
@@ -553,7 +582,8 @@ def _build(data: dict, source: str) -> Plan:
                                proxy=bool(f.get("proxy", False)), at_start=bool(at_start),
                                on_log=at_start.get("on_log") if isinstance(at_start, dict) else None,
                                serve=bool(f.get("serve", False)),
-                               workload_first=bool(f.get("workload_first", False)), side=f.get("side")))
+                               workload_first=bool(f.get("workload_first", False)), side=f.get("side"),
+                               request_timeout=f.get("request_timeout_s")))
     workload = dict(data.get("workload", {"scenario": "custom", "rate": 2.0, "output_tokens": 64}))
     _check_trace(workload, f"{source}: workload")
     every = {"main": target, **targets}
@@ -579,9 +609,10 @@ def _at_start_problem(f: dict, guard, expect: dict, target: Target | None) -> st
                 f"recorded by watch, attached from the server's first second")
     if f.get("workload") is not None:
         return "no workload runs during a start (the server cannot answer yet); drop the fault's workload"
-    if "recover_within_s" in expect or "max_error_rate" in expect:
-        return "no workload runs during a start, so there is no request to recover or fail; drop recover_within_s " \
-               "and max_error_rate"
+    if {"recover_within_s", "recover_within", "max_error_rate", "fire_by_tokens"} & expect.keys() \
+            or "request_timeout_s" in f:
+        return "no workload runs during a start, so there is no request to recover, fail or count tokens of; drop " \
+               "recover_within_s, recover_within, max_error_rate, fire_by_tokens and request_timeout_s"
     return None
 
 

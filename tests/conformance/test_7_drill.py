@@ -29,7 +29,7 @@ from pathlib import Path
 import lab_timing
 import pytest
 
-from servewatch.drill.plan import load_plan
+from servewatch.drill.plan import RECOVERY_WINDOW_S, load_plan
 from servewatch.drill.run import WORKLOAD_FIRST_LEAD_S
 
 PLANS = Path(__file__).parent / "plans"
@@ -100,6 +100,9 @@ def _overshoots(fault: dict, expect: dict) -> list[float] | None:
         if check["met"]:
             continue
         took, within = timed.get(check["expectation"], (None, None))
+        if took is None and "over_s" in check:      # a bound derived in the run (recover_within, fire_by_tokens)
+            out.append(check["over_s"])
+            continue
         if took is None:
             return None
         out.append(took - within)
@@ -122,7 +125,8 @@ def _freeze_explained(doc: dict) -> str:
             return ""
         since = fault["injected_at"] + mono
         e = step["expect"]
-        until = since + step["hold_s"] + max(step["observe_s"], e.get("recover_within_s", 0.0), e.get("clear_within_s", 0.0),
+        recover = RECOVERY_WINDOW_S if "recover_within" in e else e.get("recover_within_s", 0.0)
+        until = since + step["hold_s"] + max(step["observe_s"], recover, e.get("clear_within_s", 0.0),
                                              e.get("exit_within_s", 0.0) - step["hold_s"]) + STEP_OVERHEAD_S
         overshoots = _overshoots(fault, e)
         if overshoots:
