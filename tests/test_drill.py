@@ -309,7 +309,7 @@ def test_a_short_drill_against_the_simulator_measures_and_fails_on_an_unmet_expe
             expect:
               fire: {health_loss: 9}
               health: failing
-              recover_within_s: 5
+              recover_within: {requests: 2, plus_s: 5}
     """))
     out = tmp_path / "out"
     assert main(["drill", str(plan), "--out", str(out)]) == 1
@@ -319,6 +319,10 @@ def test_a_short_drill_against_the_simulator_measures_and_fails_on_an_unmet_expe
     assert first["touched"][0]["signal"] == "SIGSTOP" and first["touched"][0]["role"] == "api"
     assert "no answer" in first["health"]
     assert first["impact"]["requests"] > 0 and first["recovery_s"] is not None
+    # the traffic planned for the 90 s window of a bound counted in requests ended once the recovery was seen
+    sent = [json.loads(line)["sent"] for line in (out / "logs" / "workload-02.jsonl").read_text().splitlines()]
+    assert max(t for t in sent if t is not None) - first["reverted_at"] < first["recovery_s"] + 3.0
+    assert any("2 x " in c["expectation"] and c["met"] for c in first["checks"]), first["checks"]
     assert not second["met"] and second["detected"].get("process_exit") is not None
     assert second["restarted_by_drill_s"] is not None
     assert first["restarted_by_drill_s"] is None      # nothing after the last fault: the drill stops the server

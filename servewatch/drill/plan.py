@@ -87,6 +87,12 @@ class Expect:
     # tokens (a KV cache of known size full: preemption can be no later, however fast the engine generates)
     fire_by_tokens: dict[str, tuple[int, float]] = field(default_factory=dict)
 
+    @property
+    def recovery_window_s(self) -> float | None:
+        """How long the traffic after the fault is planned to go on for the recovery to be seen (it ends once it
+        is): the fixed bound, or RECOVERY_WINDOW_S for one counted in requests; None without a recovery bound."""
+        return RECOVERY_WINDOW_S if self.recover_requests is not None else self.recover_within_s
+
     def to_json(self) -> dict:
         out: dict = {}
         if self.fire:
@@ -172,8 +178,7 @@ class FaultStep:
         window when that is longer — a good request *sent after* the fault can only be seen if traffic is
         still sent then (a closed loop sends its next request only when one of the requests stuck in the
         fault finishes)."""
-        recover = RECOVERY_WINDOW_S if self.expect.recover_requests is not None else self.expect.recover_within_s
-        return max(self.observe_s, recover or 0.0)
+        return max(self.observe_s, self.expect.recovery_window_s or 0.0)
 
     @property
     def watch_after_revert_s(self) -> float:

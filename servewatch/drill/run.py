@@ -511,7 +511,7 @@ class DrillRun:
                 self._sleep_until(time.time() + max(step.observe_s, step.expect.clear_within_s or 0.0))
             else:
                 self._sleep_until(result.reverted_at + step.watch_after_revert_s)
-                if ctx.workload is not None and step.expect.recover_within_s is not None:
+                if ctx.workload is not None and step.expect.recovery_window_s is not None:
                     # the traffic after the fault was planned for the whole recovery bound: it ends once the
                     # recovery is seen (the recorder's observation is over by now)
                     ctx.workload.end_at_recovery(result.reverted_at)
