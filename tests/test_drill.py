@@ -443,24 +443,20 @@ def test_a_recovery_counted_in_requests_plans_its_window_and_a_plan_may_set_the_
     plan = plan_from_dict(_plan(faults=[
         {"kind": "stop", "observe_s": 6, "expect": {"recover_within": {"requests": 2, "plus_s": 3}}},
         {"kind": "overload", "hold_s": 16, "observe_s": 0, "request_timeout_s": 120,
-         "expect": {"fire_by_tokens": {"preemption": {"tokens": 8192, "plus_s": 3}}, "max_error_rate": 0}}]))
+         "expect": {"fire": {"preemption": 24}, "max_error_rate": 0}}]))
     requests, overload = plan.steps
     assert (requests.expect.recover_requests, requests.expect.recover_plus_s) == (2, 3.0)
     # the bound is known only once a request's length is measured: the traffic is planned for the whole window
     # (it ends at the recovery), and the timeout follows it
     assert requests.traffic_after_revert_s == RECOVERY_WINDOW_S
     assert requests.request_timeout_s == 10 + RECOVERY_WINDOW_S + 10
-    assert overload.expect.fire_by_tokens == {"preemption": (8192, 3.0)}
     assert (overload.traffic_after_revert_s, overload.request_timeout_s) == (0.0, 120)
     assert requests.expect.to_json() == {"recover_within": {"requests": 2, "plus_s": 3.0}}
     assert overload.to_json()["request_timeout_s"] == 120
-    assert overload.expect.to_json()["fire_by_tokens"] == {"preemption": {"tokens": 8192, "plus_s": 3.0}}
     with pytest.raises(PlanError, match="recover_within_s is a fixed bound and recover_within one counted in "
                                         "requests; give one of them"):
         plan_from_dict(_plan(faults=[{"kind": "stop", "expect": {"recover_within_s": 20,
                                                                   "recover_within": {"requests": 2}}}]))
-    with pytest.raises(PlanError, match="unknown verdict"):
-        plan_from_dict(_plan(faults=[{"kind": "overload", "expect": {"fire_by_tokens": {"nope": {"tokens": 1}}}}]))
     with pytest.raises(PlanError, match="recover_within"):      # the schema: requests is required
         plan_from_dict(_plan(faults=[{"kind": "stop", "expect": {"recover_within": {"plus_s": 2}}}]))
 

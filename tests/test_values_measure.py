@@ -220,19 +220,6 @@ def test_impact_counts_errors_and_compares_ttft_medians():
     assert M.impact(records[2:4], inj, rev).e2e_outside_s is None      # both overlap the fault
 
 
-def test_tokens_reached_counts_every_client_token_in_arrival_order():
-    a, b = rec(1, 100.0), rec(2, 101.0)
-    a.chunk_t_s, a.chunk_tokens = [0.5, 1.0, 3.0], [1, 0, 2]      # arrivals 100.5 (1), 101.0 (0), 103.0 (2)
-    b.chunk_t_s, b.chunk_tokens = [0.5, 1.5], [1, 1]              # arrivals 101.5 (1), 102.5 (1)
-    unsent = rec(3, None, scheduled=100.0)
-    unsent.chunk_t_s, unsent.chunk_tokens = [0.1], [50]            # never sent: no token of it counts
-    records = [b, unsent, a]
-    # in order: 100.5 -> 1, 101.5 -> 2, 102.5 -> 3, 103.0 -> 5; counted from an injection at 102.0
-    assert [M.tokens_reached(records, n, 102.0) for n in (1, 2, 3, 4, 5)] == [-1.5, -0.5, 0.5, 1.0, 1.0]
-    assert M.tokens_reached(records, 6, 102.0) is None
-    assert M.tokens_reached([], 1, 102.0) is None
-
-
 def test_impact_during_is_at_least_a_second_and_sent_falls_back_to_scheduled():
     # the revert 0.2 s after the injection: "during" runs to injected + 1.0 = 101.0
     records = [rec(1, 99.0, ttft=0.5, e2e=0.5), rec(2, 100.9, ttft=1.5), rec(3, 101.0, ttft=2.5),

@@ -672,21 +672,6 @@ def recovery(records, reverted: float) -> float | None:
     return round(min(ends) - reverted, 2) if ends else None
 
 
-def tokens_reached(records, tokens: int, injected: float) -> float | None:
-    """Seconds from the injection to the moment the step's clients, all together, had received `tokens` tokens
-    since the workload began (a token the moment its chunk arrived); None when they never did. Before the first
-    preemption every token generated stays in the KV cache: a cache of C tokens holding R prompts of P tokens is
-    full by the time C - R x P tokens have reached the clients, whatever the engine's speed."""
-    arrivals = sorted((r.sent + t, k) for r in records if r.sent is not None
-                      for t, k in zip(r.chunk_t_s, r.chunk_tokens) if k > 0)
-    total = 0
-    for at, k in arrivals:
-        total += k
-        if total >= tokens:
-            return round(at - injected, 2)
-    return None
-
-
 def resumed(records, reverted: float) -> float | None:
     """Seconds from the end of the fault to the first token the workload received after it on a request the
     fault held (sent before its end, still streaming after it): when the server moved tokens again, as a client

@@ -83,9 +83,6 @@ class Expect:
     no_restart: bool = False                  # neither acts from the injection to the end: a busy server is left be
     probe_preempted: bool = False             # a routine probe in flight gave way to an urgent one (the recorder says)
     side: str | None = None                   # a pair: the side fire/fire_any must name (None: the fault's side)
-    # verdict -> (tokens, plus_s): it fires within plus_s of the moment the step's clients had received that many
-    # tokens (a KV cache of known size full: preemption can be no later, however fast the engine generates)
-    fire_by_tokens: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     @property
     def recovery_window_s(self) -> float | None:
@@ -114,8 +111,6 @@ class Expect:
                 out[key] = getattr(self, key)
         if self.recover_requests is not None:
             out["recover_within"] = {"requests": self.recover_requests, "plus_s": self.recover_plus_s}
-        if self.fire_by_tokens:
-            out["fire_by_tokens"] = {v: {"tokens": n, "plus_s": p} for v, (n, p) in self.fire_by_tokens.items()}
         if self.guard is not None:
             out["guard"] = self.guard.to_json()
         if self.livez != "any":
@@ -493,12 +488,12 @@ def _build(data: dict, source: str) -> Plan:
         e = f.get("expect", {})
         guard = _guard(f.get("guard"))
         named = [*e.get("fire", {}), *e.get("not_fire", []), *e.get("fire_any", {}).get("verdicts", []),
-                 *e.get("fire_by_threshold", {}), *e.get("fire_by_tokens", {}), *(guard or ())]
+                 *e.get("fire_by_threshold", {}), *(guard or ())]
         unknown = [n for n in named if n not in known]
         if unknown:
             raise PlanError(f"{where}: unknown verdict(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         fire_any = e.get("fire_any")
-        must_fire = e.get("fire") or fire_any or e.get("fire_by_threshold") or e.get("fire_by_tokens")
+        must_fire = e.get("fire") or fire_any or e.get("fire_by_threshold")
         if "recover_within" in e and "recover_within_s" in e:
             raise PlanError(f"{where} ({f.get('name', f['kind'])}): expect: recover_within_s is a fixed bound and "
                             f"recover_within one counted in requests; give one of them")
@@ -549,8 +544,6 @@ def _build(data: dict, source: str) -> Plan:
                         recover_within_s=e.get("recover_within_s"),
                         recover_requests=(e.get("recover_within") or {}).get("requests"),
                         recover_plus_s=float((e.get("recover_within") or {}).get("plus_s", 0.0)),
-                        fire_by_tokens={v: (int(t["tokens"]), float(t.get("plus_s", 0.0)))
-                                        for v, t in e.get("fire_by_tokens", {}).items()},
                         bundle_write_fails=e.get("bundle_write_fails"),
                         guard=None if g is None else GuardExpect(
                             kills=bool(g["kills"]), within_s=g.get("within_s"), stacks_of=tuple(g.get("stacks_of", ())),
@@ -614,10 +607,10 @@ def _at_start_problem(f: dict, guard, expect: dict, target: Target | None) -> st
                 f"recorded by watch, attached from the server's first second")
     if f.get("workload") is not None:
         return "no workload runs during a start (the server cannot answer yet); drop the fault's workload"
-    if {"recover_within_s", "recover_within", "max_error_rate", "fire_by_tokens"} & expect.keys() \
+    if {"recover_within_s", "recover_within", "max_error_rate"} & expect.keys() \
             or "request_timeout_s" in f:
-        return "no workload runs during a start, so there is no request to recover, fail or count tokens of; drop " \
-               "recover_within_s, recover_within, max_error_rate, fire_by_tokens and request_timeout_s"
+        return "no workload runs during a start, so there is no request to recover or fail; drop " \
+               "recover_within_s, recover_within, max_error_rate and request_timeout_s"
     return None
 
 

@@ -121,8 +121,6 @@ class StepResult:
     server_exit: dict | None = None                       # {status (Popen's), reported (process_exit's)}
     log_seen: dict[str, bool] = field(default_factory=dict)   # expect.log_shows literal -> in the log after it
     thresholds: dict[str, float] = field(default_factory=dict)  # expect.fire_by_threshold verdict -> its threshold
-    token_marks: dict[str, float | None] = field(default_factory=dict)  # expect.fire_by_tokens verdict -> when its
-                                                                        # tokens had reached the clients (M.tokens_reached)
     ready_s: float | None = None                          # at_start: the start the step made, to /health 200
     livez: dict[str, int] | None = None                   # serve: its livez answers while the fault held
     livez_other: dict[str, int] | None = None             # serve on a pair: the other side's livez meanwhile
@@ -705,8 +703,6 @@ class DrillRun:
         result.resumed_s = M.resumed(records, reverted)
         if step.expect.fire_by_threshold:
             result.thresholds = M.thresholds(events, injected, step.expect.fire_by_threshold)
-        for verdict, (tokens, _) in step.expect.fire_by_tokens.items():
-            result.token_marks[verdict] = M.tokens_reached(records, tokens, injected)
         if step.expect.log_shows:
             result.log_seen = M.log_shows(ctx.target.log_file(), ctx.log_offset, step.expect.log_shows)
         if step.expect.exit_within_s is not None or "process_exit" in result.detected:

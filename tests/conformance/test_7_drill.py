@@ -100,7 +100,7 @@ def _overshoots(fault: dict, expect: dict) -> list[float] | None:
         if check["met"]:
             continue
         took, within = timed.get(check["expectation"], (None, None))
-        if took is None and "over_s" in check:      # a bound derived in the run (recover_within, fire_by_tokens)
+        if took is None and "over_s" in check:      # a bound derived in the run (recover_within)
             out.append(check["over_s"])
             continue
         if took is None:
