@@ -116,6 +116,10 @@ def test_recovery_counted_in_requests_at_its_bound():
         assert [(c["expectation"], c["met"], c["observed"]) for c in got] == [(what, met, f"after {took:g} s")]
         assert got[0].get("over_s") == (None if met else 0.01)
     assert checks(ex, result(impact={"e2e_outside_s": 6.5})) == [(what, False, "no good request after the fault")]
+    # the bound to two decimals, as the words say it: 2 x 5.074 + 6 = 16.148 -> 16.15 s
+    real = "a good request within 2 x 5.074 s (a request's length outside the fault) + 6 s = 16.15 s after the fault"
+    six = Expect(recover_requests=2, recover_plus_s=6.0)
+    assert checks(six, result(impact={"e2e_outside_s": 5.074}, recovery_s=16.149)) == [(real, True, "after 16.149 s")]
     # the bound follows the engine's speed: the same recovery met on a machine twice as slow
     slow = "a good request within 2 x 13 s (a request's length outside the fault) + 3 s = 29 s after the fault"
     assert checks(ex, result(impact={"e2e_outside_s": 13.0}, recovery_s=24.0)) == [(slow, True, "after 24 s")]

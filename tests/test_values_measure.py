@@ -218,6 +218,9 @@ def test_impact_counts_errors_and_compares_ttft_medians():
     # rec 3 (sent 98, done 101) and rec 4-5 overlap the fault, the truncated one and the 503 are not good
     assert out.e2e_outside_s == 1.0
     assert M.impact(records[2:4], inj, rev).e2e_outside_s is None      # both overlap the fault
+    # at the edges: done exactly at the injection overlaps it; sent exactly at the revert is after it; 3 decimals
+    assert M.impact([rec(1, 99.5, ttft=0.1, e2e=0.5)], 100.0, 110.0).e2e_outside_s is None
+    assert M.impact([rec(1, 110.0, ttft=0.1, e2e=1.23456)], 100.0, 110.0).e2e_outside_s == 1.235
 
 
 def test_impact_during_is_at_least_a_second_and_sent_falls_back_to_scheduled():
