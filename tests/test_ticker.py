@@ -214,7 +214,10 @@ def test_an_idle_source_is_only_looked_at_until_it_has_something_to_ask_then_pol
     assert recorder.stopped and listing.listed_at is not None
     assert listing.polls[0] >= listing.listed_at            # never polled while idle
     assert len(listing.polls) >= 3                          # then on its cadence, on its own task
-    assert [y - x for x, y in zip(listing.polls, listing.polls[1:])] == pytest.approx([0.1] * 2, abs=0.09)
+    # the first three polls' gaps (the stop asked at the third may land after a fourth on a loaded machine: 1 in
+    # 4,525 tests of the fast suite, 2026-12-08)
+    first = listing.polls[:3]
+    assert [y - x for x, y in zip(first, first[1:])] == pytest.approx([0.1] * 2, abs=0.09)
 
 
 def test_the_probes_rank_check_asks_nothing_and_makes_no_window_while_the_ring_holds_no_process_sample():
