@@ -103,6 +103,42 @@ def test_the_runner_writes_the_band_and_fails_on_a_regression(run, tmp_path):
     assert json.loads(results.read_text())["figures"]["syn.mb"]["value"] == 130
 
 
+def test_each_cpu_is_judged_against_its_own_results_and_the_others_are_kept(run, tmp_path, monkeypatch, capsys):
+    """CI's machine is drawn from more than one kind of VM: a band measured on one CPU holds nothing on another.
+    Each CPU's results are kept; a run compares with its own CPU's, and with another's (said so) only where its
+    CPU has none."""
+    results = tmp_path / "results.json"
+    argv = ["--results", str(results), "--previous", str(results), "--date", "2026-12-08"]
+
+    def on(cpu):
+        monkeypatch.setattr(run, "machine", lambda: {"host": "vm", "cpu": cpu, "cpus": 2})
+
+    def entry(cpu, mb):
+        return {"date": "2026-12-01", "machine": {"host": "vm", "cpu": cpu, "cpus": 2}, "runs": 2,
+                "figures": {"syn.mb": figure(mb, 0.05), "syn.alone": figure(50, 0.05)}}
+
+    results.write_text(json.dumps({**entry("A", 100), "other_machines": {"B": entry("B", 200)}}))
+    on("B")       # 205 MB: 2.5 % over B's 200, within its band (against A's 100 it would be 105 % worse)
+    assert run.main(argv, [synthetic(run, [{"peak": 205, "alone": 50}] * 2)]) == 0
+    assert "compared with the results of this CPU (B, 2026-12-01), kept beside the last written (A" in \
+        capsys.readouterr().out
+    written = json.loads(results.read_text())
+    assert (written["machine"]["cpu"], written["figures"]["syn.mb"]["value"]) == ("B", 205)
+    assert list(written["other_machines"]) == ["A"]                       # B's old entry replaced by the file's own
+    assert written["other_machines"]["A"]["figures"]["syn.mb"]["value"] == 100
+    assert written["other_machines"]["A"]["machine"]["cpu"] == "A"
+
+    on("A")       # 130 MB against A's own 100: a regression, though within B's 205; nothing written
+    before = results.read_text()
+    assert run.main(argv, [synthetic(run, [{"peak": 130, "alone": 50}] * 2)]) == 1
+    assert results.read_text() == before
+
+    on("C")       # no results of its own: the file's own (B's), said
+    assert run.main([*argv, "--no-write"], [synthetic(run, [{"peak": 205, "alone": 50}] * 2)]) == 0
+    assert "no previous results from this CPU (C): compared with another machine's (vm, B, 2026-12-08)" in \
+        capsys.readouterr().out
+
+
 def test_the_committed_results_name_every_figure_of_the_runner(run):
     committed = json.loads((RUN_PY.parent / "results.json").read_text())
     expected = {f"{b.name}.{name}" for b in run.BENCHMARKS for name in b.figures}
